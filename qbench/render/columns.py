@@ -1,0 +1,252 @@
+"""The column catalogue: what a result row can show, with units in every header.
+
+A :class:`Column` has a ``key`` (what ``--columns`` takes), a ``header`` (with units), a pure
+``value(row)`` getter returning the raw value (number, str or ``None``; used by CSV and JSON) and
+a ``cell(row)`` returning the text a table shows. Rows follow ``docs/results-schema.md``.
+
+Units: sizes MiB (2**20 bytes), times µs (median of the method's samples), rates GB/s (1e9 B/s)
+and TFLOP/s (1e12 FLOP/s), arithmetic intensity FLOP/byte. A value that was not measured
+(``null``, a skipped or failed row) is shown as ``—``; the ``status`` column (and the ``reason``
+column or the table's footnotes) says why. A row whose output had non-finite values shows
+``NaN/Inf×<count>`` in the ``rel_err`` column instead of an error figure.
+
+Latency columns read exactly one method each (``cold`` reads ``latency_us.cold``), so a CPU time
+is never shown under a CUDA header: CPU results carry only ``latency_us.cpu``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from qbench.results import CPU_METHOD, CUDA_METHODS, methods_present
+
+__all__ = [
+    "COLUMNS",
+    "Column",
+    "DASH",
+    "UnknownColumnError",
+    "default_columns",
+    "resolve_columns",
+]
+
+#: What a table shows for a value that was not measured.
+DASH = "—"
+
+Getter = Callable[[dict], Any]
+
+
+class UnknownColumnError(ValueError):
+    """A column key that is not in the catalogue; the message lists the allowed keys."""
+
+
+def _num(fmt: str) -> Callable[[Any], str]:
+    def show(v: Any) -> str:
+        if v is None or (isinstance(v, float) and not math.isfinite(v)):
+            return DASH
+        return format(v, fmt)
+
+    return show
+
+
+def _text(v: Any) -> str:
+    return DASH if v is None or v == "" else str(v)
+
+
+def _us(v: Any) -> str:
+    """µs with about three significant digits: 1.23, 11.0, 123, 1234."""
+    if v is None:
+        return DASH
+    a = abs(v)
+    return f"{v:.2f}" if a < 10 else f"{v:.1f}" if a < 100 else f"{v:.0f}"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: ``key`` (CLI name), ``header`` (with units), ``value`` (raw getter),
+    ``show`` (formats a raw value for a table), ``numeric`` (right-aligned), ``help``."""
+
+    key: str
+    header: str
+    value: Getter
+    show: Callable[[Any], str] = _text
+    numeric: bool = False
+    help: str = ""
+    cell_override: Getter | None = field(default=None, compare=False)
+
+    def cell(self, row: dict) -> str:
+        """The text a table shows for ``row``."""
+        if self.cell_override is not None:
+            return self.cell_override(row)
+        return self.show(self.value(row))
+
+
+# ---- getters (pure, total: missing or null fields give None) ----------------------------------
+
+def _get(*path: str) -> Getter:
+    def get(row: dict) -> Any:
+        cur: Any = row
+        for p in path:
+            if not isinstance(cur, dict):
+                return None
+            cur = cur.get(p)
+        return cur
+
+    return get
+
+
+def _scaled(path: Getter, factor: float) -> Getter:
+    def get(row: dict) -> Any:
+        v = path(row)
+        return None if v is None else v * factor
+
+    return get
+
+
+def _latency(method: str, stat: str = "median") -> Getter:
+    def get(row: dict) -> Any:
+        stats = (row.get("latency_us") or {}).get(method)
+        return None if not stats else stats.get(stat)
+
+    return get
+
+
+def _meta_pct(row: dict) -> Any:
+    meta, stored = row.get("metadata_bytes"), row.get("stored_bytes")
+    if meta is None or not stored:
+        return None
+    return 100.0 * meta / stored
+
+
+def _nonfinite(row: dict) -> int:
+    return ((row.get("error") or {}).get("nonfinite")) or 0
+
+
+def _rel_err_cell(row: dict) -> str:
+    bad = _nonfinite(row)
+    if bad:
+        return f"NaN/Inf×{bad}"
+    return _num(".3g")(_get("error", "rel_fro")(row))
+
+
+def _kernels(row: dict) -> Any:
+    kernels = (row.get("dispatch") or {}).get("kernels")
+    if not kernels:
+        return None
+    return ", ".join(
+        f"{k.get('name')}×{k.get('count')}" if k.get("count", 1) != 1 else str(k.get("name"))
+        for k in kernels
+    )
+
+
+def _pct(getter: Getter) -> Getter:
+    return _scaled(getter, 100.0)
+
+
+_MIB = 1.0 / 2**20
+
+_CATALOGUE: list[Column] = [
+    Column("scheme", "scheme", _get("scheme")),
+    Column("base_scheme", "base scheme", _get("base_scheme")),
+    Column("library", "library", _get("library")),
+    Column("mode", "mode", _get("mode")),
+    Column("device", "device", _get("device")),
+    Column("m", "M", _get("m"), _num("d"), True, "rows (batch x tokens)"),
+    Column("k", "K", _get("k"), _num("d"), True, "in_features"),
+    Column("n", "N", _get("n"), _num("d"), True, "out_features"),
+    Column("weight_dtype", "weight dtype", _get("weight_dtype")),
+    Column("activation_dtype", "act dtype", _get("activation_dtype")),
+    Column("output_dtype", "out dtype", _get("output_dtype")),
+    Column("compute_dtype", "compute dtype", _get("compute_dtype")),
+    Column("stored_mib", "stored MiB", _scaled(_get("stored_bytes"), _MIB), _num(".2f"), True,
+           "payload + metadata + bias"),
+    Column("payload_mib", "payload MiB", _scaled(_get("payload_bytes"), _MIB), _num(".2f"), True),
+    Column("meta_mib", "meta MiB", _scaled(_get("metadata_bytes"), _MIB), _num(".3f"), True),
+    Column("meta_pct", "meta %", _meta_pct, _num(".1f"), True, "metadata / stored bytes"),
+    Column("bits_per_weight", "bits/w", _get("bits_per_weight"), _num(".2f"), True,
+           "8 x stored bytes / (K*N), measured"),
+    Column("nominal_bits", "nominal bits", _get("nominal_bits"), _num("g"), True,
+           "the format's nominal width, a label"),
+    Column("gflop", "GFLOP", _scaled(_get("flops"), 1e-9), _num(".3f"), True, "2*M*K*N"),
+    Column("min_mib", "min MiB", _scaled(_get("min_bytes"), _MIB), _num(".2f"), True,
+           "minimum bytes moved"),
+    Column("ai", "AI FLOP/B", _get("arithmetic_intensity"), _num(".1f"), True,
+           "arithmetic intensity"),
+    Column("roofline_us", "roofline µs", _get("roofline_us"), _us, True),
+    Column("bound", "bound", _get("roofline_bound"), help="memory or compute"),
+    Column("roofline_source", "ceilings", _get("roofline_source"), help="measured or datasheet"),
+    *[
+        Column(m, f"{m} µs", _latency(m), _us, True, f"median of latency_us.{m}")
+        for m in (*CUDA_METHODS, CPU_METHOD)
+    ],
+    *[
+        Column(f"{m}_cv", f"{m} cv %", _pct(_latency(m, "cv")), _num(".1f"), True,
+               f"stdev/mean of latency_us.{m}")
+        for m in (*CUDA_METHODS, CPU_METHOD)
+    ],
+    *[
+        Column(f"{m}_{p}", f"{m} {p} µs", _latency(m, p), _us, True)
+        for m in (*CUDA_METHODS, CPU_METHOD)
+        for p in ("p10", "p90")
+    ],
+    Column("launch_us", "launch µs", _get("launch_overhead_us"), _us, True,
+           "eager median - kernel median"),
+    Column("roofline_pct", "roofline %", _pct(_get("roofline_fraction")), _num(".0f"), True,
+           "roofline / cold median"),
+    Column("gbps", "GB/s", _get("achieved_gbps"), _num(".0f"), True, "min bytes / cold median"),
+    Column("tflops", "TFLOP/s", _get("achieved_tflops"), _num(".1f"), True,
+           "FLOPs / cold median"),
+    Column("rel_err", "rel err", _get("error", "rel_fro"), _num(".3g"), True,
+           "relative Frobenius error vs float64", cell_override=_rel_err_cell),
+    Column("max_abs", "max abs err", _get("error", "max_abs"), _num(".3g"), True),
+    Column("sqnr", "SQNR dB", _get("error", "sqnr_db"), _num(".1f"), True),
+    Column("cosine", "cosine", _get("error", "cosine"), _num(".6f"), True),
+    Column("nonfinite", "NaN/Inf", _get("error", "nonfinite"), _num("d"), True),
+    Column("status", "status", _get("status")),
+    Column("reason", "reason", _get("reason")),
+    Column("dispatch", "dispatch", _get("dispatch", "label")),
+    Column("kernels", "kernels", _kernels),
+    Column("host_sync", "host sync", _get("dispatch", "host_sync")),
+    Column("graph_ok", "graph ok", _get("dispatch", "graph_capturable")),
+    Column("clock_dropped", "clock dropped", _get("gpu_state", "clock_dropped")),
+    Column("compile_s", "compile s", _get("compile", "compile_s"), _num(".1f"), True),
+]
+
+#: key -> Column, in catalogue order.
+COLUMNS: dict[str, Column] = {c.key: c for c in _CATALOGUE}
+
+_COMMON_HEAD = ["scheme", "m", "stored_mib", "meta_pct", "bits_per_weight", "ai", "roofline_us"]
+_CUDA_DEFAULT = ["cold", "warm", "eager"]
+
+
+def default_columns(rows: Sequence[dict]) -> list[str]:
+    """Default column keys for ``qbench run``'s table over ``rows``.
+
+    CUDA results get ``cold warm eager`` µs; CPU results (``latency_us.cpu`` only) get ``cpu``
+    instead, so a CPU time never sits under a CUDA header. A file with both shows both.
+    """
+    present = methods_present(list(rows))
+    devices = {str(r.get("device", "")) for r in rows}
+    cuda = any(m in present for m in CUDA_METHODS) or any(d.startswith("cuda") for d in devices)
+    cpu = CPU_METHOD in present or (not cuda and bool(rows))
+    times = (_CUDA_DEFAULT if cuda or not rows else []) + ([CPU_METHOD] if cpu else [])
+    return [*_COMMON_HEAD, *times, "rel_err", "status"]
+
+
+def resolve_columns(columns: Iterable[str | Column] | None, rows: Sequence[dict]) -> list[Column]:
+    """Turn ``columns`` (keys, :class:`Column` objects, or ``None`` for the defaults) into
+    Column objects. Raises :class:`UnknownColumnError` naming the bad key and the allowed ones."""
+    if columns is None:
+        columns = default_columns(rows)
+    out: list[Column] = []
+    for c in columns:
+        if isinstance(c, Column):
+            out.append(c)
+            continue
+        if c not in COLUMNS:
+            raise UnknownColumnError(
+                f"unknown column {c!r}; allowed: {', '.join(COLUMNS)}"
+            )
+        out.append(COLUMNS[c])
+    return out

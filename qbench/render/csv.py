@@ -1,0 +1,34 @@
+"""CSV: one header line of column keys, then one line per row with the raw values.
+
+Raw means unformatted: floats at full precision (``repr``), ``null`` as an empty field, so the
+file reads back into the same numbers. Headers are the column keys (``stored_mib``, ``cold``) rather
+than the table's display headers; units are those of the catalogue (MiB, µs, %).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Sequence
+
+from qbench.render.columns import Column
+
+__all__ = ["render_csv"]
+
+
+def _field(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def render_csv(rows: Sequence[dict], columns: Sequence[Column]) -> str:
+    """Render ``rows`` as CSV (RFC 4180 quoting, ``\\n`` line ends) over ``columns``."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([c.key for c in columns])
+    for r in rows:
+        w.writerow([_field(c.value(r)) for c in columns])
+    return buf.getvalue().rstrip("\n")

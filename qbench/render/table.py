@@ -1,0 +1,58 @@
+"""Text tables through :mod:`tabulate`, in any of its formats (``simple``, ``github``, ``pipe``,
+``plain``, ``grid``, ``latex``, ``html``, ...).
+
+Cells are pre-formatted by the columns (units in headers, ``—`` for not measured), so tabulate's
+own number parsing is off; numeric columns are right-aligned. When the table has no ``reason``
+column and some rows were skipped or failed, the reasons follow the table as footnotes, one per
+distinct (scheme, status, reason), listing the M values they apply to.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Sequence
+
+from tabulate import tabulate
+
+from qbench.render.columns import Column
+
+__all__ = ["render_table", "footnotes"]
+
+
+def footnotes(rows: Sequence[dict]) -> list[str]:
+    """One line per distinct (scheme, status, reason) among rows whose status is not ``ok``:
+    ``int4-weight-only (M=1,16,512) skipped: needs CUDA``."""
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        status = r.get("status")
+        if status in (None, "ok"):
+            continue
+        key = (r.get("scheme"), status, r.get("reason") or "no reason given")
+        groups.setdefault(key, []).append(r.get("m"))
+    return [
+        f"{scheme} (M={','.join(str(m) for m in ms)}) {status}: {reason}"
+        for (scheme, status, reason), ms in groups.items()
+    ]
+
+
+def render_table(rows: Sequence[dict], columns: Sequence[Column], tablefmt: str = "simple") -> str:
+    """Render ``rows`` (result rows, or any records the ``columns`` getters read) as a table in
+    tabulate format ``tablefmt``. Returns the text without a trailing newline."""
+    body = [[c.cell(r) for c in columns] for r in rows]
+    text = tabulate(
+        body,
+        headers=[c.header for c in columns],
+        tablefmt=tablefmt,
+        disable_numparse=True,
+        colalign=["right" if c.numeric else "left" for c in columns],
+    )
+    keys = {c.key for c in columns}
+    if "reason" in keys or "status" not in keys:
+        return text
+    notes = footnotes(rows)
+    if not notes:
+        return text
+    if tablefmt.startswith("html"):
+        return text + "\n<p>" + "<br>\n".join(html.escape(n) for n in notes) + "</p>"
+    # A blank line first: Markdown would read a line right under a pipe table as another row.
+    return text + "\n\n" + "\n".join(f"  {n}" for n in notes)

@@ -1,0 +1,175 @@
+"""Write and read the qbench result JSON (format: ``docs/results-schema.md``).
+
+Writing is atomic: the document goes to a temporary file in the destination folder, is flushed
+and fsynced, then moved over the destination with :func:`os.replace` (or hard-linked into place
+when overwriting is not allowed), so a reader never sees a half-written file and a crash leaves
+any old file intact.
+
+JSON is strict both ways. qbench measures things that can go non-finite (an fp16 output that
+overflowed gives ``rel_fro = NaN``), and Python's :mod:`json` would write those as the non-JSON
+tokens ``NaN`` / ``Infinity``. :func:`write_results` therefore **converts every non-finite float
+to ``null``** ("not measured", as the schema defines null) before writing; the row's
+``error.nonfinite`` count is what says that outputs overflowed. We convert rather than raise
+because one overflowing scheme must not lose the whole run. :func:`read_results` refuses
+``NaN`` / ``Infinity`` tokens in a file.
+
+Errors are one line each and derive from :class:`ResultsError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from qbench import SCHEMA_VERSION
+
+__all__ = [
+    "ResultsError",
+    "ResultsExistError",
+    "ResultsSchemaError",
+    "SCHEMA_VERSION",
+    "finite_or_none",
+    "methods_present",
+    "read_results",
+    "resolve_method",
+    "write_results",
+]
+
+#: CUDA timing methods, in the order tables show them (see ``docs/results-schema.md``).
+CUDA_METHODS = ("cold", "warm", "eager", "kernel")
+#: The one CPU timing method.
+CPU_METHOD = "cpu"
+
+
+class ResultsError(Exception):
+    """A result file cannot be written or read; the message is one line naming the file."""
+
+
+class ResultsExistError(ResultsError, FileExistsError):
+    """The destination exists and ``force`` was not given."""
+
+
+class ResultsSchemaError(ResultsError):
+    """The file's ``schema_version`` is missing or not one this qbench reads."""
+
+
+def finite_or_none(obj: Any) -> Any:
+    """Return a copy of ``obj`` (JSON-like: dict, list, tuple, scalars) with every non-finite
+    float (NaN, +Inf, -Inf) replaced by ``None``. Other values are returned unchanged."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_none(v) for v in obj]
+    return obj
+
+
+def write_results(path: str | os.PathLike, doc: dict, *, force: bool = False) -> Path:
+    """Write the result document ``doc`` to ``path`` as strict, indented JSON, atomically.
+
+    Non-finite floats become ``null`` (see the module docstring). Parent folders are created.
+
+    Returns the path written. Raises :class:`ResultsExistError` when ``path`` exists and
+    ``force`` is false (the existing file is left untouched), and :class:`ResultsError` when
+    ``doc`` cannot be serialised (e.g. a value that is not JSON) or the folder is not writable.
+    """
+    path = Path(path)
+    if path.exists() and not force:
+        raise ResultsExistError(f"{path}: already exists; pass --force to overwrite it")
+    try:
+        text = json.dumps(finite_or_none(doc), indent=2, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise ResultsError(f"{path}: cannot write result JSON: {exc}") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        if force:
+            os.replace(tmp, path)
+        else:
+            _place_new(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _place_new(tmp: str, path: Path) -> None:
+    """Move ``tmp`` to ``path`` only if ``path`` does not exist (no race with another writer)."""
+    try:
+        os.link(tmp, path)  # fails with FileExistsError when another writer got there first
+    except FileExistsError:
+        raise ResultsExistError(f"{path}: already exists; pass --force to overwrite it") from None
+    except OSError:  # file systems without hard links: the exists() check above has to do
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def _refuse_constant(token: str) -> None:
+    raise ValueError(f"non-finite number {token} is not strict JSON")
+
+
+def read_results(path: str | os.PathLike) -> dict:
+    """Read and check a result JSON file; return the document as a dict.
+
+    Raises :class:`ResultsError` when the file is missing, is not strict JSON, or is not a qbench
+    result (an object with a ``rows`` list), and :class:`ResultsSchemaError` when its
+    ``schema_version`` is missing or is not :data:`qbench.SCHEMA_VERSION`. Messages name the file.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot read: {exc}") from None
+    try:
+        doc = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as exc:
+        raise ResultsError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{path}: not a qbench result (top level is {type(doc).__name__})")
+    if "schema_version" not in doc:
+        raise ResultsSchemaError(f"{path}: no schema_version; not a qbench result")
+    version = doc["schema_version"]
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        raise ResultsSchemaError(
+            f"{path}: schema_version {version!r} is not supported "
+            f"(this qbench reads {SCHEMA_VERSION})"
+        )
+    if not isinstance(doc.get("rows"), list):
+        raise ResultsError(f"{path}: not a qbench result (no 'rows' list)")
+    return doc
+
+
+def methods_present(rows: list[dict]) -> list[str]:
+    """Timing methods with at least one non-null STATS in ``rows``, CUDA methods first."""
+    seen = {m for r in rows for m, s in (r.get("latency_us") or {}).items() if s}
+    order = [*CUDA_METHODS, CPU_METHOD]
+    return [m for m in order if m in seen] + sorted(seen - set(order))
+
+
+def resolve_method(doc: dict, requested: str | None, default: str = "cold") -> tuple[str, str | None]:
+    """Choose the timing method to read from ``doc``.
+
+    ``requested`` is what the user passed (``None`` when they passed nothing). An explicit method
+    is always used as given. Without one, ``default`` is used if the file has data for it, else
+    ``cpu`` if the file has CPU times. Returns ``(method, note)``; ``note`` is a one-line
+    explanation when a fallback happened, else ``None``.
+    """
+    if requested is not None:
+        return requested, None
+    present = methods_present(doc.get("rows", []))
+    if default in present or CPU_METHOD not in present:
+        return default, None
+    return CPU_METHOD, f"no {default} latency in this file; using {CPU_METHOD} times (CPU run)"
