@@ -1,0 +1,115 @@
+"""Command line: ``qbench run | list | report | compare | recommend | plot``.
+
+``python -m qbench run scenarios/decode.toml`` is the main job. Bad input gets one line on stderr
+naming the file, key and value, and exit status 2; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Optional
+
+#: Modules that add a subcommand through ``register(subparsers)``.
+_COMMAND_MODULES = ("qbench.report", "qbench.compare", "qbench.recommend", "qbench.plot")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from qbench import render, runner, scenario
+
+    loaded = scenario.load(args.scenario)
+    say = None if args.quiet else (lambda line: print(line, file=sys.stderr))
+    outcome = runner.run(loaded, device=args.device, out=args.out, force=args.force, progress=say,
+                         show_bar=not args.quiet and sys.stderr.isatty())
+    print(render.render_header(outcome.doc))
+    print(render.render(outcome.doc["rows"], fmt=args.format))
+    print(f"\nwrote {outcome.path} ({len(outcome.doc['rows'])} rows, {outcome.doc['wall_s']:.1f} s)")
+    if outcome.exit_code:
+        print(f"qbench: {outcome.message}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    import torch
+    from tabulate import tabulate
+
+    from qbench import env as envmod
+    from qbench import schemes
+
+    device = envmod.resolve_device(args.device)
+    rows = []
+    for s in schemes.all_schemes():
+        reason = s.unavailable_reason(device, s.options_model())
+        rows.append([s.name, s.library, s.weight_dtype, str(s.activation_dtype).removeprefix("torch."),
+                     s.compute_dtype, s.nominal_bits, "yes" if reason is None else "no", reason or s.summary])
+    print(f"schemes on {device} (torch {torch.__version__}):")
+    print(tabulate(rows, headers=["scheme", "library", "weight", "activations", "compute", "nominal bits",
+                                  "runs here", "why not / what it is"], tablefmt=args.format))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser with every subcommand."""
+    parser = argparse.ArgumentParser(prog="qbench", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run a TOML scenario and write a result JSON")
+    p.add_argument("scenario", help="scenario file, e.g. scenarios/decode.toml")
+    p.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N (default: the scenario's, else auto)")
+    p.add_argument("--out", default=None, help="result JSON path (default: results/runs/<name>-<device>-<time>.json)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing result file")
+    p.add_argument("--format", default="simple", help="table format: any tabulate format, or csv / json")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or per-row notes")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("list", help="list every scheme and whether it can run here")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--format", default="simple", help="any tabulate format")
+    p.set_defaults(func=_cmd_list)
+
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Entry point of ``qbench`` and ``python -m qbench``; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("qbench: interrupted; rows measured so far are in the result file (\"complete\": false)", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug or not _is_user_error(exc):
+            raise
+        print(f"qbench: {exc}", file=sys.stderr)
+        return 2
+
+
+def _is_user_error(exc: Exception) -> bool:
+    from qbench.runner import RunError
+    from qbench.scenario import ScenarioError
+
+    user = (ScenarioError, RunError)
+    try:
+        from qbench.results import ResultsError
+
+        user += (ResultsError,)
+    except ImportError:
+        pass
+    try:
+        from qbench.render import UnknownFormatError
+        from qbench.render.columns import UnknownColumnError
+
+        user += (UnknownFormatError, UnknownColumnError)
+    except ImportError:
+        pass
+    return isinstance(exc, user) or (isinstance(exc, ValueError) and str(exc).startswith("device "))

@@ -1,0 +1,111 @@
+"""The FP32 weight, the FP32 activations and the float64 reference every scheme is judged against.
+
+Every scheme of a scenario is built from the same FP32 weight ``W [N, K]`` and fed the same FP32
+activations ``X [M, K]`` (converted to the scheme's activation dtype), drawn from a CPU
+``torch.Generator`` so CPU and CUDA runs see identical numbers for a given seed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from qbench.scenario import Scenario
+
+#: Largest finite float8 e4m3fn value (OCP 8-bit floating point spec, "E4M3": 448).
+FP8_E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)
+
+
+def make_weight(scenario: Scenario, device: torch.device) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The FP32 weight ``[N, K]`` and bias ``[N]`` (or None) on ``device``.
+
+    ``weight.source = "random"``: ``N(0, 1/K)`` entries (the scale of ``nn.Linear``'s default init,
+    so outputs are O(1) and fp16 cannot overflow), bias ``N(0, 0.01)``. ``"safetensors"``: the named
+    tensor of the file (path relative to the scenario file), which must have shape ``[N, K]``.
+
+    Raises:
+        ValueError: a safetensors tensor that is missing or has the wrong shape, one line.
+    """
+    k, n = scenario.layer.in_features, scenario.layer.out_features
+    gen = torch.Generator().manual_seed(scenario.seed)
+    if scenario.weight.source == "safetensors":
+        weight = load_safetensors_weight(scenario, n, k)
+    else:
+        weight = torch.randn(n, k, generator=gen, dtype=torch.float32) / math.sqrt(k)
+    bias = torch.randn(n, generator=gen, dtype=torch.float32) * 0.1 if scenario.layer.bias else None
+    return weight.to(device), (None if bias is None else bias.to(device))
+
+
+def load_safetensors_weight(scenario: Scenario, n: int, k: int) -> torch.Tensor:
+    """Read ``scenario.weight.tensor`` from ``scenario.weight.path`` as FP32 ``[N, K]``.
+
+    Raises:
+        ValueError: missing file, missing tensor, or a shape other than ``[N, K]``.
+    """
+    from safetensors import safe_open
+
+    path = Path(scenario.weight.path)
+    if not path.is_absolute():
+        path = Path(scenario.source).parent / path
+    if not path.exists():
+        raise ValueError(f"{scenario.source}: weight.path: no such file, got {str(path)!r}")
+    with safe_open(str(path), framework="pt") as f:
+        if scenario.weight.tensor not in f.keys():
+            raise ValueError(f"{scenario.source}: weight.tensor: {scenario.weight.tensor!r} is not in {path}; "
+                             f"it has {', '.join(sorted(f.keys())[:8])}")
+        weight = f.get_tensor(scenario.weight.tensor)
+    if tuple(weight.shape) != (n, k):
+        raise ValueError(f"{scenario.source}: weight.tensor: shape must be [out_features, in_features] = [{n}, {k}], "
+                         f"got {list(weight.shape)}")
+    return weight.to(torch.float32)
+
+
+def make_activations(scenario: Scenario, m: int, device: torch.device) -> torch.Tensor:
+    """FP32 activations ``[M, K]`` on ``device``: standard normal, with outlier columns if asked.
+
+    ``inputs.outlier_fraction`` of the K columns (at least one when the fraction is > 0), chosen
+    by the seed, are multiplied by ``inputs.outlier_magnitude``: the outlier features of
+    LLM.int8 (Dettmers et al. 2022) that bitsandbytes' threshold routes to fp16.
+    """
+    k = scenario.layer.in_features
+    gen = torch.Generator().manual_seed(scenario.seed * 1_000_003 + m)
+    x = torch.randn(m, k, generator=gen, dtype=torch.float32)
+    cols = outlier_columns(scenario)
+    if cols.numel():
+        x[:, cols] *= scenario.inputs.outlier_magnitude
+    return x.to(device)
+
+
+def outlier_columns(scenario: Scenario) -> torch.Tensor:
+    """Indices (int64) of the activation columns made outliers; empty when there are none."""
+    fraction, k = scenario.inputs.outlier_fraction, scenario.layer.in_features
+    if fraction <= 0:
+        return torch.empty(0, dtype=torch.long)
+    count = max(1, round(fraction * k))
+    gen = torch.Generator().manual_seed(scenario.seed + 7)
+    return torch.randperm(k, generator=gen)[:count].sort().values
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """``Y_ref = X @ W^T (+ bias)`` in float64 from the FP32 tensors, ``[M, N]``.
+
+    float64 has no TF32 mode, so no precision flag can leak into the reference.
+    """
+    y = x.to(torch.float64) @ weight.to(torch.float64).T
+    return y if bias is None else y + bias.to(torch.float64)
+
+
+def count_over(x: torch.Tensor, limit: float) -> int:
+    """Number of elements with ``|x| > limit`` (e.g. FP8 e4m3 saturation at 448)."""
+    return int((x.abs() > limit).sum().item())
+
+
+def count_outlier_columns(x: torch.Tensor, threshold: float) -> int:
+    """Columns of ``x [M, K]`` holding any ``|value| > threshold`` (LLM.int8's outlier rule);
+    0 when ``threshold`` is 0 (decomposition off)."""
+    if threshold <= 0:
+        return 0
+    return int((x.abs() > threshold).any(dim=0).sum().item())

@@ -1,0 +1,74 @@
+"""Error metrics of a layer's output against the float64 reference ``Y_ref = X @ W^T``.
+
+``Y_ref`` is computed in float64 from the FP32 activations and the FP32 weight, so it carries
+no rounding of any scheme under test (see :mod:`qbench.reference`). All metrics compare the
+output upcast to float64.
+
+Conventions for degenerate inputs (documented in docs/methodology.md):
+
+* Non-finite outputs (NaN, +-Inf) are counted in ``nonfinite`` and are never averaged away:
+  when there is any, every other metric is ``None`` (a row with a broken output has no error
+  figure, it has a count of broken elements).
+* ``rel_fro`` = ||Y - Y_ref||_F / ||Y_ref||_F. When ``Y_ref`` is all zeros the ratio has no
+  meaning; it is then 0.0 if Y is exactly zero too, else ``None`` with ``rel_fro_note`` saying
+  the reference is zero, and ``abs_fro`` (always present) carries the absolute error.
+* ``cosine`` is taken over the flattened tensors. Two zero tensors have cosine 1.0 (identical);
+  one zero and one non-zero tensor have cosine 0.0. Zero rows inside a non-zero reference need
+  no special case: they only add their error to the norm.
+* ``sqnr_db`` = 10 log10(||Y_ref||^2 / ||Y - Y_ref||^2); an exact output gives ``inf`` which is
+  stored as ``None`` with ``exact = True`` (strict JSON has no infinity).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def error_metrics(y: torch.Tensor, y_ref: torch.Tensor) -> dict:
+    """Compare an output with its reference.
+
+    Args:
+        y: output of the layer under test, shape ``[M, N]``, any float dtype, any device.
+        y_ref: float64 reference, shape ``[M, N]``, same device.
+
+    Returns:
+        ``{"rel_fro", "abs_fro", "max_abs", "sqnr_db", "cosine", "nonfinite", "exact"}`` and,
+        where a metric is undefined, ``"rel_fro_note"``. Floats are Python floats or ``None``.
+
+    Raises:
+        ValueError: if the shapes differ.
+    """
+    if tuple(y.shape) != tuple(y_ref.shape):
+        raise ValueError(f"output shape {tuple(y.shape)} != reference shape {tuple(y_ref.shape)}")
+    y64 = y.detach().to(torch.float64)
+    ref = y_ref.detach().to(torch.float64)
+    nonfinite = int((~torch.isfinite(y64)).sum().item())
+    out: dict = {"nonfinite": nonfinite}
+    if nonfinite:
+        out.update(rel_fro=None, abs_fro=None, max_abs=None, sqnr_db=None, cosine=None, exact=False,
+                   rel_fro_note=f"{nonfinite} non-finite output elements: no error figure")
+        return out
+    diff = y64 - ref
+    err_norm = float(torch.linalg.vector_norm(diff))
+    ref_norm = float(torch.linalg.vector_norm(ref))
+    y_norm = float(torch.linalg.vector_norm(y64))
+    out["abs_fro"] = err_norm
+    out["max_abs"] = float(diff.abs().max()) if diff.numel() else 0.0
+    out["exact"] = err_norm == 0.0
+    if ref_norm > 0.0:
+        out["rel_fro"] = err_norm / ref_norm
+        out["sqnr_db"] = None if err_norm == 0.0 else 10.0 * math.log10(ref_norm**2 / err_norm**2)
+    else:
+        out["rel_fro"] = 0.0 if err_norm == 0.0 else None
+        out["sqnr_db"] = None
+        if err_norm != 0.0:
+            out["rel_fro_note"] = "reference is all zeros: relative error undefined, see abs_fro"
+    if ref_norm == 0.0 and y_norm == 0.0:
+        out["cosine"] = 1.0
+    elif ref_norm == 0.0 or y_norm == 0.0:
+        out["cosine"] = 0.0
+    else:
+        out["cosine"] = float((y64 * ref).sum()) / (y_norm * ref_norm)
+    return out

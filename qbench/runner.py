@@ -1,0 +1,200 @@
+"""Run a scenario: one worker process per scheme, rows gathered into one versioned result file.
+
+The result file is written after every scheme (atomically, ``"complete": false``) so the rows
+already measured survive a crash or Ctrl-C during a later scheme; the last write sets
+``"complete": true``. A worker that dies (signal, CUDA error, timeout) turns into ``failed`` rows
+with the reason; every other scheme is unaffected.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import qbench
+from qbench import env as envmod
+from qbench import schemes
+from qbench.measure import base_row, failed_rows
+from qbench.results import write_results
+from qbench.scenario import Scenario
+
+_PACKAGE_ROOT = str(Path(qbench.__file__).resolve().parent.parent)
+
+
+class RunError(Exception):
+    """A run that cannot start (bad device, output not writable); one line, exit status 2."""
+
+
+@dataclass
+class RunOutcome:
+    """What :func:`run` produced: the result document, where it was written, and the exit code
+    (0: at least one row ``ok``; 1: every row skipped or failed)."""
+
+    doc: dict
+    path: Path
+    exit_code: int
+    message: str = ""
+
+
+def default_output(scenario: Scenario, device: str) -> Path:
+    """``results/runs/<scenario>-<device>-<UTC timestamp>.json``: a fresh file every run."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("results") / "runs" / f"{scenario.name}-{device.replace(':', '')}-{stamp}.json"
+
+
+def check_output(path: Path, force: bool) -> None:
+    """Refuse, before anything is measured, an output that exists (without ``force``) or whose
+    folder cannot be written.
+
+    Raises:
+        RunError: one line naming the path.
+    """
+    if path.exists() and not force:
+        raise RunError(f"{path}: already exists; pass --force to overwrite it or --out to choose another file")
+    if path.exists() and path.is_dir():
+        raise RunError(f"{path}: is a directory, not a result file")
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".qbench-probe-"):
+            pass
+    except OSError as exc:
+        raise RunError(f"{path}: cannot write there: {exc.strerror or exc}") from None
+
+
+def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] = None, force: bool = False,
+        progress: Optional[Callable[[str], None]] = None, show_bar: bool = False) -> RunOutcome:
+    """Measure every scheme of ``scenario`` and write the result file.
+
+    Args:
+        scenario: a validated scenario.
+        device: overrides ``scenario.device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``).
+        out: result path; default ``scenario.output`` or :func:`default_output`.
+        force: overwrite an existing result file.
+        progress: called with one line per finished scheme (``None``: silent).
+        show_bar: draw a tqdm progress bar over the schemes.
+
+    Raises:
+        RunError: the device or the output path is unusable (nothing is measured or written).
+    """
+    started = time.perf_counter()
+    try:
+        dev = envmod.resolve_device(device or scenario.device)
+    except (ValueError, RuntimeError) as exc:
+        raise RunError(str(exc)) from None
+    path = Path(out or scenario.output or default_output(scenario, str(dev)))
+    check_output(path, force)
+    doc = {
+        "schema_version": qbench.SCHEMA_VERSION, "complete": False, "qbench_version": qbench.__version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "wall_s": None,
+        "env": envmod.collect(dev), "scenario": scenario.to_dict(), "ceilings": None, "rows": [],
+    }
+    if dev.type == "cuda":
+        doc["ceilings"] = _ceilings(dev, scenario)
+    write_results(path, doc, force=force)
+    entries = list(enumerate(scenario.schemes))
+    bar = _bar(len(entries)) if show_bar else None
+    try:
+        for index, entry in entries:
+            if bar is not None:
+                bar.set_description(entry.label)
+            rows = _run_worker(scenario, index, dev, doc["ceilings"])
+            doc["rows"].extend(rows)
+            doc["wall_s"] = time.perf_counter() - started
+            write_results(path, doc, force=True)
+            if bar is not None:
+                bar.update(1)
+            if progress is not None:
+                for row in rows:
+                    if row["status"] != "ok":
+                        progress(f"{row['scheme']} M={row['m']}: {row['status']}: {row['reason']}")
+    finally:
+        if bar is not None:
+            bar.close()
+    doc["complete"] = True
+    doc["wall_s"] = time.perf_counter() - started
+    write_results(path, doc, force=True)
+    ok = sum(r["status"] == "ok" for r in doc["rows"])
+    if ok == 0:
+        return RunOutcome(doc, path, 1, f"no row was measured: all {len(doc['rows'])} rows were skipped or failed")
+    return RunOutcome(doc, path, 0)
+
+
+def _bar(total: int):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit="scheme", file=sys.stderr, leave=False)
+
+
+def _ceilings(dev, scenario: Scenario) -> Optional[dict]:
+    try:
+        from qbench.ceilings import measure_ceilings
+    except ImportError as exc:
+        return {"measured": None, "datasheet": None, "reason": f"ceilings unavailable: {exc}"}
+    dtypes = sorted({schemes.get(e.name).compute_dtype for e in scenario.schemes})
+    return measure_ceilings(dev, dtypes)
+
+
+def _run_worker(scenario: Scenario, index: int, dev, ceilings: Optional[dict]) -> list[dict]:
+    entry = scenario.schemes[index]
+    scheme = schemes.get(entry.name)
+    with tempfile.TemporaryDirectory(prefix="qbench-") as tmp:
+        job_path, rows_path, log_path = (os.path.join(tmp, n) for n in ("job.json", "rows.json", "worker.log"))
+        with open(job_path, "w", encoding="utf-8") as f:
+            json.dump({"scenario": scenario.to_dict(), "source": scenario.source, "entry_index": index,
+                       "device": str(dev), "ceilings": ceilings}, f)
+        env = os.environ.copy()
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        for key, value in scheme.worker_env.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+        cmd = [sys.executable, "-m", "qbench.worker", job_path, rows_path]
+        timeout = scenario.timing.scheme_timeout_s
+        with open(log_path, "w", encoding="utf-8") as log:
+            try:
+                proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+                code = proc.returncode
+            except subprocess.TimeoutExpired:
+                code = None
+        if code == 0 and os.path.exists(rows_path):
+            with open(rows_path, encoding="utf-8") as f:
+                return json.load(f)
+        rows = [base_row(scenario, entry, scheme, m, dev) for m in scenario.m]
+        return failed_rows(rows, "failed", _death_reason(code, log_path, timeout))
+
+
+def _death_reason(code: Optional[int], log_path: str, timeout: float) -> str:
+    if code is None:
+        what = f"worker timed out after {timeout:g} s"
+    elif code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        what = f"worker killed by {name}"
+    else:
+        what = f"worker exited with status {code}"
+    last = _last_line(log_path)
+    return f"{what}; last output: {last}" if last else what
+
+
+def _last_line(log_path: str) -> str:
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f.read().splitlines()[-200:] if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:240] if lines else ""

@@ -1,0 +1,264 @@
+"""Scenario files: TOML read with tomllib, validated once into frozen, typed objects.
+
+Every error names the file, the key path and the bad value, in one line::
+
+    decode.toml: layer.in_features: must be a multiple of group_size=128 for int4-intx, got 4000
+
+Code past :func:`load` trusts the :class:`Scenario` it gets. The format is documented in
+``docs/scenarios.md`` and by the files under ``scenarios/``.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from qbench import schemes
+from qbench.schemes.base import SchemeOptions
+
+METHODS = ("cold", "warm", "eager", "kernel")
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run: ``"<file>: <key path>: <what is wrong>, got <value>"``."""
+
+    def __init__(self, source: str, key: str, message: str):
+        self.source, self.key, self.message = source, key, message
+        super().__init__(f"{source}: {key}: {message}" if key else f"{source}: {message}")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class LayerSpec(_Frozen):
+    """The linear layer: ``in_features`` = K, ``out_features`` = N, optional bias."""
+
+    in_features: int = Field(default=4096, gt=0, le=1 << 17)
+    out_features: int = Field(default=4096, gt=0, le=1 << 17)
+    bias: bool = False
+
+
+class TimingSpec(_Frozen):
+    """Timing settings (see :mod:`qbench.timing`): warm-up calls, repetition bounds, the target
+    relative half-width of the median's confidence interval, the per-method budget (s), calls per
+    CUDA graph, the L2 flush buffer as a multiple of the L2 size, the CUDA methods to run, and the
+    per-scheme worker timeout (s)."""
+
+    warmup: int = Field(default=10, ge=0, le=10_000)
+    min_reps: int = Field(default=20, ge=3, le=100_000)
+    max_reps: int = Field(default=2000, ge=3, le=1_000_000)
+    target_rel_ci: float = Field(default=0.01, gt=0, lt=1)
+    budget_s: float = Field(default=2.0, gt=0, le=600)
+    graph_calls: int = Field(default=20, ge=1, le=10_000)
+    flush_multiple: int = Field(default=4, ge=1, le=64)
+    methods: tuple[Literal["cold", "warm", "eager", "kernel"], ...] = METHODS
+    scheme_timeout_s: float = Field(default=600.0, gt=0)
+
+
+class InputsSpec(_Frozen):
+    """Activation distribution: standard normal, plus ``outlier_fraction`` of the K columns
+    scaled to ``outlier_magnitude`` (LLM.int8-style outlier features)."""
+
+    outlier_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
+    outlier_magnitude: float = Field(default=0.0, ge=0.0, le=1e6)
+
+
+class WeightSpec(_Frozen):
+    """Where the FP32 weight ``[N, K]`` comes from: ``random`` (seeded, N(0, 1/K)) or a
+    ``safetensors`` file (``path`` relative to the scenario file, ``tensor`` name)."""
+
+    source: Literal["random", "safetensors"] = "random"
+    path: Optional[str] = None
+    tensor: Optional[str] = None
+
+
+class SchemeEntry(_Frozen):
+    """One scheme to run: registry ``name``, validated ``options``, and the row ``label``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    name: str
+    options: SchemeOptions
+    label: str
+
+
+class Scenario(_Frozen):
+    """A validated scenario. ``m`` lists the M values (rows = batch x tokens)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, arbitrary_types_allowed=True)
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    seed: int = Field(default=0, ge=0, lt=2**63)
+    device: str = "auto"
+    output: Optional[str] = None
+    m: tuple[int, ...] = Field(min_length=1, max_length=64)
+    layer: LayerSpec = LayerSpec()
+    timing: TimingSpec = TimingSpec()
+    inputs: InputsSpec = InputsSpec()
+    weight: WeightSpec = WeightSpec()
+    schemes: tuple[SchemeEntry, ...] = Field(min_length=1)
+    source: str = "<scenario>"
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not _DEVICE.match(value):
+            raise ValueError("must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        return value
+
+    @field_validator("m")
+    @classmethod
+    def _m(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        for i, m in enumerate(value):
+            if m <= 0 or m > 1 << 20:
+                raise ValueError(f"every M must be an integer in 1..1048576, item {i} is {m}")
+        if len(set(value)) != len(value):
+            raise ValueError("M values must be distinct")
+        return value
+
+    def to_dict(self) -> dict:
+        """The scenario as run, JSON-ready (scheme options expanded, defaults included)."""
+        data = self.model_dump(exclude={"schemes"})
+        data["m"] = list(self.m)
+        data["timing"]["methods"] = list(self.timing.methods)
+        data["schemes"] = [{"name": e.name, "label": e.label, **e.options.model_dump(exclude={"label"})}
+                           for e in self.schemes]
+        return data
+
+
+def load(path: str | Path) -> Scenario:
+    """Read and validate a TOML scenario file.
+
+    Raises:
+        ScenarioError: the file is missing or unreadable, not TOML, or not a valid scenario.
+    """
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(source, "", "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(source, "", f"cannot read: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(source, "", f"not valid TOML: {exc}") from None
+    return from_dict(data, source)
+
+
+def from_dict(data: Any, source: str = "<scenario>") -> Scenario:
+    """Validate a parsed scenario (a dict as tomllib returns it, or :meth:`Scenario.to_dict`).
+
+    Raises:
+        ScenarioError: naming ``source``, the key path and the bad value.
+    """
+    if not isinstance(data, dict):
+        raise ScenarioError(source, "", f"a scenario is a table of keys, got {type(data).__name__}")
+    data = dict(data)
+    data.pop("source", None)
+    raw_schemes = data.pop("schemes", None)
+    entries = _scheme_entries(raw_schemes, source)
+    if "m" in data and isinstance(data["m"], int) and not isinstance(data["m"], bool):
+        data["m"] = [data["m"]]
+    for key in ("m",):
+        if isinstance(data.get(key), list):
+            data[key] = tuple(data[key])
+    if isinstance(data.get("timing"), dict) and isinstance(data["timing"].get("methods"), list):
+        data["timing"] = {**data["timing"], "methods": tuple(data["timing"]["methods"])}
+    try:
+        scenario = Scenario.model_validate({**data, "schemes": entries, "source": source})
+    except ValidationError as exc:
+        raise _as_scenario_error(exc, source, Scenario) from None
+    _check_cross_fields(scenario)
+    return scenario
+
+
+def _scheme_entries(raw: Any, source: str) -> tuple[SchemeEntry, ...]:
+    if raw is None:
+        raise ScenarioError(source, "schemes", "missing: list at least one scheme ([[schemes]] name = \"fp16\")")
+    if not isinstance(raw, list):
+        raise ScenarioError(source, "schemes", f"must be a list of scheme names or [[schemes]] tables, got {raw!r}")
+    if not raw:
+        raise ScenarioError(source, "schemes", "is empty: list at least one scheme")
+    entries, labels = [], set()
+    for i, item in enumerate(raw):
+        key = f"schemes[{i}]"
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, dict):
+            raise ScenarioError(source, key, f"must be a scheme name or a table with 'name', got {item!r}")
+        item = dict(item)
+        name = item.pop("name", None)
+        if not isinstance(name, str):
+            raise ScenarioError(source, f"{key}.name", f"missing or not a string, got {name!r}")
+        try:
+            scheme = schemes.get(name)
+        except schemes.UnknownSchemeError as exc:
+            raise ScenarioError(source, f"{key}.name", str(exc)) from None
+        try:
+            options = scheme.options_model.model_validate(item)
+        except ValidationError as exc:
+            raise _as_scenario_error(exc, source, scheme.options_model, prefix=f"{key}.", what=f" ({name})") from None
+        label = options.label or _auto_label(name, options)
+        if label in labels:
+            raise ScenarioError(source, key, f"duplicate scheme label {label!r}: give one of them a 'label'")
+        labels.add(label)
+        entries.append(SchemeEntry(name=name, options=options, label=label))
+    return tuple(entries)
+
+
+def _auto_label(name: str, options: SchemeOptions) -> str:
+    defaults = type(options)()
+    changed = [f"{k}={v}" for k, v in options.model_dump(exclude={"mode", "label"}).items()
+               if v != getattr(defaults, k)]
+    label = name + ("+compiled" if options.mode == "compiled" else "")
+    return label + (f"[{','.join(changed)}]" if changed else "")
+
+
+def _check_cross_fields(scenario: Scenario) -> None:
+    k = scenario.layer.in_features
+    for i, entry in enumerate(scenario.schemes):
+        multiple = schemes.get(entry.name).k_multiple(entry.options)
+        if k % multiple:
+            raise ScenarioError(scenario.source, "layer.in_features",
+                                f"must be a multiple of {multiple} (group/block size of schemes[{i}] {entry.label}), got {k}")
+    if scenario.timing.max_reps < scenario.timing.min_reps:
+        raise ScenarioError(scenario.source, "timing.max_reps",
+                            f"must be >= timing.min_reps={scenario.timing.min_reps}, got {scenario.timing.max_reps}")
+    weight = scenario.weight
+    if weight.source == "safetensors" and (not weight.path or not weight.tensor):
+        raise ScenarioError(scenario.source, "weight", "source = 'safetensors' needs both 'path' and 'tensor'")
+    if scenario.inputs.outlier_fraction > 0 and scenario.inputs.outlier_magnitude <= 0:
+        raise ScenarioError(scenario.source, "inputs.outlier_magnitude",
+                            f"must be > 0 when outlier_fraction > 0, got {scenario.inputs.outlier_magnitude}")
+
+
+def _as_scenario_error(exc: ValidationError, source: str, root: type[BaseModel], prefix: str = "", what: str = "") -> ScenarioError:
+    err = exc.errors(include_url=False)[0]
+    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+    key = prefix + ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
+    kind, msg = err["type"], err["msg"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(root, loc)
+        return ScenarioError(source, key, f"unknown key{what}" + (f"; allowed: {', '.join(allowed)}" if allowed else ""))
+    if kind == "missing":
+        return ScenarioError(source, key, "missing")
+    value = err.get("input")
+    msg = msg.removeprefix("Value error, ")
+    return ScenarioError(source, key.rstrip(".") or "scenario", f"{msg[0].lower() + msg[1:]}{what}, got {value!r}")
+
+
+def _allowed_keys(root: type[BaseModel], loc: list) -> list[str]:
+    model: Any = root
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
+            return []
+        model = field.annotation
+    return [k for k in model.model_fields if k != "source"]

@@ -1,0 +1,137 @@
+"""What a scheme is: one registered unit that builds a linear layer from the FP32 weight.
+
+A :class:`Scheme` says what it needs (CUDA, a compute capability, a package), how it builds the
+layer, which of the layer's tensors are payload and which are metadata (the byte ledger counts
+those real tensors, :mod:`qbench.ledger`), and which options it takes (a pydantic model, so a
+scenario's options are validated at the edge with the bad key and value named).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Optional
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SchemeOptions(BaseModel):
+    """Options every scheme takes.
+
+    Attributes:
+        mode: ``"eager"`` runs the module as built; ``"compiled"`` wraps it in ``torch.compile``
+            (compiled before timing; recompilations are counted in the row).
+        label: the row's ``scheme`` label; default ``name`` or ``name+compiled``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["eager", "compiled"] = "eager"
+    label: Optional[str] = Field(default=None, min_length=1, max_length=64)
+
+
+@dataclass(frozen=True)
+class TensorPart:
+    """One tensor the layer stores, as counted by the byte ledger.
+
+    Attributes:
+        name: where it lives, e.g. ``weight.qdata`` or ``weight.quant_state.absmax``.
+        role: ``"payload"`` (weight values), ``"metadata"`` (scales, zero points, absmax, code
+            tables, nested statistics) or ``"bias"``.
+        tensor: the tensor itself; its bytes are ``numel * element_size``.
+    """
+
+    name: str
+    role: Literal["payload", "metadata", "bias"]
+    tensor: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """A registered way to build and run the linear layer.
+
+    Attributes:
+        name: registry key, used in scenarios (``[[schemes]] name = "..."``).
+        library: ``torch``, ``torchao`` or ``bitsandbytes``.
+        summary: one line for ``qbench list``.
+        family: ``float``, ``weight-only``, ``dynamic`` (dynamic activation quantization) or
+            ``bnb``; used to read the kernels that ran (:mod:`qbench.dispatch`).
+        weight_dtype: label of the stored weight values (e.g. ``"int4 (in int8)"``).
+        activation_dtype: dtype the FP32 activations are converted to before the call.
+        compute_dtype: the dtype whose peak bounds the math (``fp32``, ``tf32``, ``fp16``,
+            ``bf16``, ``fp8``, ``int8``), a key of the ceilings tables.
+        nominal_bits: the format's nominal bit width (a label, never used to count bytes).
+        build: ``build(weight, bias, options) -> nn.Module``; ``weight`` is the FP32
+            ``[N, K]`` weight on the target device, ``bias`` FP32 ``[N]`` or None.
+        parts: ``parts(module) -> list[TensorPart]``: the tensors the built module stores.
+        options_model: pydantic model of the scheme's options.
+        packages: import names the scheme needs (a missing one makes the row ``skipped``).
+        cuda_only: the scheme has no CPU kernel.
+        min_compute_capability: lowest CUDA compute capability, e.g. ``(8, 9)`` for FP8.
+        k_multiple: ``k_multiple(options) -> int``: in_features must be a multiple of this
+            (group size, block size); 1 when there is no constraint.
+        worker_env: environment variables set (str) or removed (None) in the scheme's worker
+            process, e.g. ``NVIDIA_TF32_OVERRIDE=0`` to force strict FP32 in cuBLAS.
+        extra_check: ``extra_check(device, options) -> reason | None`` for anything else.
+    """
+
+    name: str
+    library: str
+    summary: str
+    family: str
+    weight_dtype: str
+    activation_dtype: torch.dtype
+    compute_dtype: str
+    nominal_bits: float
+    build: Callable[[torch.Tensor, Optional[torch.Tensor], SchemeOptions], torch.nn.Module]
+    parts: Callable[[torch.nn.Module], list[TensorPart]]
+    options_model: type[SchemeOptions] = SchemeOptions
+    packages: tuple[str, ...] = ()
+    cuda_only: bool = False
+    min_compute_capability: Optional[tuple[int, int]] = None
+    k_multiple: Callable[[SchemeOptions], int] = field(default=lambda options: 1)
+    worker_env: dict = field(default_factory=dict)
+    extra_check: Optional[Callable[[torch.device, SchemeOptions], Optional[str]]] = None
+
+    def unavailable_reason(self, device: torch.device, options: SchemeOptions) -> Optional[str]:
+        """One line saying why this scheme cannot run on ``device`` here, or None if it can."""
+        for package in self.packages:
+            if importlib.util.find_spec(package) is None:
+                return f"package {package!r} is not installed (pip install {package})"
+        if device.type != "cuda":
+            if self.cuda_only:
+                return f"{self.name} has no CPU kernel: needs CUDA"
+        else:
+            if not torch.cuda.is_available():
+                return "CUDA is not available"
+            if self.min_compute_capability is not None:
+                cc = torch.cuda.get_device_capability(device)
+                if tuple(cc) < self.min_compute_capability:
+                    need = ".".join(map(str, self.min_compute_capability))
+                    return f"needs compute capability >= {need}, device has {cc[0]}.{cc[1]}"
+        if self.extra_check is not None:
+            return self.extra_check(device, options)
+        return None
+
+
+def linear_parts(module: torch.nn.Module) -> list[TensorPart]:
+    """Ledger parts of a plain ``nn.Linear``: the whole weight is payload; no metadata."""
+    parts = [TensorPart("weight", "payload", module.weight.detach())]
+    return parts + bias_parts(module)
+
+
+def bias_parts(module: torch.nn.Module) -> list[TensorPart]:
+    """The bias of a linear module as a ledger part, or nothing when it has none."""
+    bias = getattr(module, "bias", None)
+    return [] if bias is None else [TensorPart("bias", "bias", bias.detach())]
+
+
+def plain_linear(weight: torch.Tensor, bias: Optional[torch.Tensor], dtype: torch.dtype) -> torch.nn.Linear:
+    """An ``nn.Linear`` holding ``weight`` ([N, K]) and ``bias`` converted to ``dtype``, on their device."""
+    n, k = weight.shape
+    layer = torch.nn.Linear(k, n, bias=bias is not None, device="meta")
+    layer.weight = torch.nn.Parameter(weight.detach().to(dtype).clone(), requires_grad=False)
+    if bias is not None:
+        layer.bias = torch.nn.Parameter(bias.detach().to(dtype).clone(), requires_grad=False)
+    return layer.eval()

@@ -1,0 +1,122 @@
+"""bitsandbytes schemes (bitsandbytes >= 0.50): LLM.int8 and the 4-bit NF4 / FP4 formats.
+
+* ``int8-bnb``: ``bnb.nn.Linear8bitLt`` (Dettmers et al., "LLM.int8()", 2022): int8 weight with a
+  per-row absmax scale (``SCB``, float32); activation columns with any |value| above
+  ``threshold`` (default 6.0) are computed in fp16 (mixed-precision decomposition). fp16
+  activations.
+* ``nf4-bnb`` / ``fp4-bnb``: ``bnb.nn.Linear4bit`` (Dettmers et al., "QLoRA", 2023): two 4-bit
+  codes per byte, one absmax per block of ``blocksize`` (64) weights, a 16-entry code table;
+  with double quantization the absmax values are themselves quantized to 8 bits in blocks of
+  256 with a float32 absmax per block, a 256-entry code table and a float32 offset. bf16
+  activations and compute.
+
+The ledger counts the packed weight and every tensor of ``weight.quant_state`` (bitsandbytes'
+``QuantState``), the nested state included.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import torch
+from pydantic import Field
+
+from qbench.schemes import register
+from qbench.schemes.base import Scheme, SchemeOptions, TensorPart, bias_parts
+
+
+class Int8BnbOptions(SchemeOptions):
+    """Options of ``int8-bnb``: ``threshold``, the outlier magnitude above which an activation
+    column is computed in fp16 (0 disables the decomposition)."""
+
+    threshold: float = Field(default=6.0, ge=0.0)
+
+
+class FourBitOptions(SchemeOptions):
+    """Options of the bitsandbytes 4-bit schemes: ``blocksize`` (weights per absmax) and
+    ``double_quant`` (quantize the absmax values too; bitsandbytes' ``compress_statistics``)."""
+
+    blocksize: Literal[32, 64, 128, 256, 512, 1024, 2048, 4096] = 64
+    double_quant: bool = True
+
+
+def _build_int8(weight: torch.Tensor, bias: Optional[torch.Tensor], options: Int8BnbOptions) -> torch.nn.Module:
+    import bitsandbytes as bnb
+
+    n, k = weight.shape
+    layer = bnb.nn.Linear8bitLt(k, n, bias=bias is not None, has_fp16_weights=False, threshold=options.threshold)
+    layer.weight = bnb.nn.Int8Params(weight.detach().to("cpu", torch.float16), requires_grad=False, has_fp16_weights=False)
+    if bias is not None:
+        layer.bias = torch.nn.Parameter(bias.detach().to("cpu", torch.float16), requires_grad=False)
+    return layer.to(weight.device).eval()  # Int8Params quantizes on .to(device)
+
+
+def int8_parts(module: torch.nn.Module) -> list[TensorPart]:
+    """Ledger of ``Linear8bitLt``: ``weight`` (int8 CB, payload) and ``SCB`` (float32 row absmax).
+
+    Raises:
+        TypeError: if the weight was not quantized to int8.
+    """
+    weight = module.weight
+    if weight.dtype != torch.int8 or getattr(weight, "SCB", None) is None:
+        raise TypeError(f"Linear8bitLt weight is {weight.dtype} without SCB: not quantized")
+    return [TensorPart("weight", "payload", weight.data), TensorPart("weight.SCB", "metadata", weight.SCB)] + bias_parts(module)
+
+
+def _build_4bit(quant_type: str):
+    def build(weight: torch.Tensor, bias: Optional[torch.Tensor], options: FourBitOptions) -> torch.nn.Module:
+        import bitsandbytes as bnb
+
+        n, k = weight.shape
+        layer = bnb.nn.Linear4bit(k, n, bias=bias is not None, compute_dtype=torch.bfloat16,
+                                  compress_statistics=options.double_quant, quant_type=quant_type)
+        layer.weight = bnb.nn.Params4bit(weight.detach().to("cpu", torch.bfloat16), requires_grad=False,
+                                         blocksize=options.blocksize, compress_statistics=options.double_quant,
+                                         quant_type=quant_type)
+        if bias is not None:
+            layer.bias = torch.nn.Parameter(bias.detach().to("cpu", torch.bfloat16), requires_grad=False)
+        layer = layer.to(weight.device)  # Params4bit quantizes on .to(device)
+        if weight.device.type == "cpu" and not layer.weight.bnb_quantized:
+            layer.weight = layer.weight._quantize("cpu")
+        return layer.eval()
+
+    return build
+
+
+def four_bit_parts(module: torch.nn.Module) -> list[TensorPart]:
+    """Ledger of ``Linear4bit``: the packed uint8 weight, then every tensor of its ``QuantState``.
+
+    Raises:
+        TypeError: if the weight has no quant_state (not quantized).
+    """
+    weight = module.weight
+    state = getattr(weight, "quant_state", None)
+    if state is None:
+        raise TypeError("Linear4bit weight has no quant_state: not quantized")
+    parts = [TensorPart("weight", "payload", weight.data),
+             TensorPart("weight.quant_state.absmax", "metadata", state.absmax),
+             TensorPart("weight.quant_state.code", "metadata", state.code)]
+    if state.nested:
+        parts += [TensorPart("weight.quant_state.offset", "metadata", torch.as_tensor(state.offset)),
+                  TensorPart("weight.quant_state.state2.absmax", "metadata", state.state2.absmax),
+                  TensorPart("weight.quant_state.state2.code", "metadata", state.state2.code)]
+    return parts + bias_parts(module)
+
+
+def _blocksize(options: FourBitOptions) -> int:
+    return options.blocksize
+
+
+register(Scheme(
+    name="int8-bnb", library="bitsandbytes", family="bnb", weight_dtype="int8", activation_dtype=torch.float16,
+    compute_dtype="int8", nominal_bits=8, packages=("bitsandbytes",),
+    summary="bitsandbytes Linear8bitLt (LLM.int8): int8 weight, per-row absmax, fp16 outlier columns above threshold",
+    build=_build_int8, parts=int8_parts, options_model=Int8BnbOptions,
+))
+for _qt in ("nf4", "fp4"):
+    register(Scheme(
+        name=f"{_qt}-bnb", library="bitsandbytes", family="bnb", weight_dtype=f"{_qt} (2 per uint8)",
+        activation_dtype=torch.bfloat16, compute_dtype="bf16", nominal_bits=4, packages=("bitsandbytes",),
+        summary=f"bitsandbytes Linear4bit {_qt.upper()}: block size 64, absmax per block, double quantization on",
+        build=_build_4bit(_qt), parts=four_bit_parts, options_model=FourBitOptions, k_multiple=_blocksize,
+    ))
