@@ -172,4 +172,4 @@ def resolve_method(doc: dict, requested: str | None, default: str = "cold") -> t
     present = methods_present(doc.get("rows", []))
     if default in present or CPU_METHOD not in present:
         return default, None
-    return CPU_METHOD, f"no {default} latency in this file; using {CPU_METHOD} times (CPU run)"
+    return CPU_METHOD, f"no {default} latency in this file; using {CPU_METHOD} times"

@@ -108,9 +108,9 @@ def render_header(doc: dict) -> str:
     if cuda:
         times.append(f"CUDA {', '.join(cuda)}")
     if CPU_METHOD in methods:
-        times.append("CPU wall clock (cpu; not CUDA)")
+        times.append("CPU wall clock (method cpu; no CUDA timings)" if not cuda else "CPU cpu")
     lines.append(
-        f"times: {' + '.join(times)} (µs, median per call)" if times else "times: none measured"
+        f"times: {' + '.join(times)}; µs per call, median" if times else "times: none measured"
     )
     if doc.get("complete") is False:
         lines.append("WARNING: incomplete result (complete: false): the run was interrupted or "

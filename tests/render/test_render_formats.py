@@ -1,0 +1,105 @@
+"""Tests for qbench.render: every format over the same rows, csv round trip, header."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from qbench.render import COLUMNS, FORMATS, UnknownFormatError, render, render_header
+from qbench.results import read_results
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+CUDA = read_results(FIXTURES / "cuda_run1.json")
+CPU = read_results(FIXTURES / "cpu.json")
+
+COLUMN_SETS = [None, ["scheme", "m", "cold", "rel_err"], list(COLUMNS)]
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("columns", COLUMN_SETS, ids=["default", "few", "all"])
+def test_every_format_and_column_set(fmt, columns):
+    text = render(CUDA["rows"], columns, fmt)
+    assert text and not text.endswith("\n")
+    assert "bf16" in text and "nf4" in text
+    if fmt not in ("csv", "json", "tsv"):
+        assert "int4-weight-only" in text
+
+
+def test_markdown_is_pipe():
+    assert render(CUDA["rows"], fmt="markdown") == render(CUDA["rows"], fmt="pipe")
+
+
+def test_table_shows_reasons_as_footnotes_after_a_blank_line():
+    text = render(CUDA["rows"], fmt="github")
+    table, notes = text.split("\n\n")
+    assert "fbgemm" not in table
+    assert "int4-weight-only (M=1,16,512) skipped: torchao Int4WeightOnlyConfig" in notes
+    assert "w8a8-int8 (M=1) failed: RuntimeError" in notes
+    assert "NaN/Inf×12" in table
+
+
+def test_reason_column_replaces_footnotes():
+    text = render(CUDA["rows"], ["scheme", "m", "status", "reason"], "simple")
+    assert "\n\n" not in text and "fbgemm" in text
+
+
+def test_csv_round_trips():
+    text = render(CUDA["rows"], list(COLUMNS), "csv")
+    back = list(csv.DictReader(io.StringIO(text)))
+    assert len(back) == len(CUDA["rows"])
+    for row, rec in zip(CUDA["rows"], back):
+        assert list(rec) == list(COLUMNS)
+        for key, col in COLUMNS.items():
+            want = col.value(row)
+            got = rec[key]
+            if want is None:
+                assert got == ""
+            elif isinstance(want, bool):
+                assert got == str(want)
+            elif isinstance(want, (int, float)):
+                assert float(got) == want, key
+            else:
+                assert got == str(want)
+
+
+def test_csv_and_json_carry_reason_by_default():
+    assert render(CUDA["rows"], fmt="csv").splitlines()[0].endswith(",status,reason")
+    records = json.loads(render(CUDA["rows"], fmt="json"))
+    skipped = [r for r in records if r["status"] == "skipped"]
+    assert len(skipped) == 3 and all("fbgemm" in r["reason"] for r in skipped)
+    bad = next(r for r in records if r["scheme"] == "fp16" and r["m"] == 512)
+    assert bad["rel_err"] is None
+
+
+def test_cpu_table_has_cpu_column_only():
+    text = render(CPU["rows"])
+    header = text.splitlines()[0]
+    assert "cpu µs" in header
+    assert "cold" not in header and "warm" not in header and "eager" not in header
+
+
+def test_unknown_format():
+    with pytest.raises(UnknownFormatError) as exc:
+        render(CUDA["rows"], fmt="excel")
+    assert "'excel'" in str(exc.value) and "github" in str(exc.value) and "csv" in str(exc.value)
+
+
+def test_empty_rows():
+    assert "scheme" in render([], fmt="simple")
+    assert render([], fmt="json") == "[]"
+
+
+def test_header_cuda_cpu_and_incomplete():
+    h = render_header(CUDA)
+    assert "NVIDIA H200" in h and "torch 2.11.0+cu130" in h and "torchao 0.18.0" in h
+    assert "bitsandbytes 0.50.2" in h and "CUDA cold, warm, eager, kernel" in h
+    assert len(h.splitlines()) == 2
+    c = render_header(CPU)
+    assert "CPU" in c and "no CUDA" in c and "bitsandbytes not installed" in c
+    partial = dict(CUDA, complete=False)
+    lines = render_header(partial).splitlines()
+    assert len(lines) == 3 and "WARNING" in lines[2] and "complete: false" in lines[2]

@@ -1,0 +1,140 @@
+"""Tests for qbench.results: atomic, no-clobber writing; strict, versioned reading."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from qbench import SCHEMA_VERSION
+from qbench.results import (
+    ResultsError,
+    ResultsExistError,
+    ResultsSchemaError,
+    finite_or_none,
+    methods_present,
+    read_results,
+    resolve_method,
+    write_results,
+)
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _doc(**extra):
+    return {"schema_version": SCHEMA_VERSION, "complete": True, "rows": [], **extra}
+
+
+def test_round_trip(tmp_path):
+    p = tmp_path / "sub" / "r.json"
+    doc = _doc(rows=[{"scheme": "bf16", "m": 1, "latency_us": {"cold": {"median": 11.0}}}])
+    assert write_results(p, doc) == p
+    assert read_results(p) == doc
+    assert [f.name for f in p.parent.iterdir()] == ["r.json"]  # no temp file left behind
+
+
+def test_refuses_overwrite_without_force_and_keeps_old_file(tmp_path):
+    p = tmp_path / "r.json"
+    write_results(p, _doc(wall_s=1.0))
+    before = p.read_bytes()
+    with pytest.raises(ResultsExistError) as exc:
+        write_results(p, _doc(wall_s=2.0))
+    msg = str(exc.value)
+    assert str(p) in msg and "--force" in msg and "\n" not in msg
+    assert isinstance(exc.value, ResultsError)
+    assert p.read_bytes() == before
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_force_overwrites(tmp_path):
+    p = tmp_path / "r.json"
+    write_results(p, _doc(wall_s=1.0))
+    write_results(p, _doc(wall_s=2.0), force=True)
+    assert read_results(p)["wall_s"] == 2.0
+
+
+def test_nonfinite_floats_become_null(tmp_path):
+    """Documented choice: NaN/Inf are written as null (strict JSON), never as NaN tokens."""
+    p = tmp_path / "r.json"
+    doc = _doc(rows=[{"error": {"rel_fro": math.nan, "max_abs": math.inf, "sqnr_db": -math.inf,
+                                "nonfinite": 12}, "ok": [1.5, math.nan]}])
+    write_results(p, doc)
+    text = p.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    row = read_results(p)["rows"][0]
+    assert row["error"] == {"rel_fro": None, "max_abs": None, "sqnr_db": None, "nonfinite": 12}
+    assert row["ok"] == [1.5, None]
+    assert doc["rows"][0]["error"]["nonfinite"] == 12 and math.isnan(doc["rows"][0]["error"]["rel_fro"])
+
+
+def test_finite_or_none_leaves_other_values():
+    assert finite_or_none({"a": (1, 2.5, "x", None, True)}) == {"a": [1, 2.5, "x", None, True]}
+
+
+def test_unserialisable_doc_is_a_results_error_and_writes_nothing(tmp_path):
+    p = tmp_path / "r.json"
+    with pytest.raises(ResultsError, match="cannot write"):
+        write_results(p, _doc(bad=object()))
+    assert not p.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_read_refuses_version_99_naming_the_file():
+    path = FIXTURES / "schema_v99.json"
+    with pytest.raises(ResultsSchemaError) as exc:
+        read_results(path)
+    assert "schema_v99.json" in str(exc.value) and "99" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "text, error, needle",
+    [
+        ('{"rows": []}', ResultsSchemaError, "no schema_version"),
+        ('{"schema_version": "1", "rows": []}', ResultsSchemaError, "'1'"),
+        ('{"schema_version": true, "rows": []}', ResultsSchemaError, "True"),
+        ("not json {", ResultsError, "not JSON"),
+        ('{"schema_version": 1, "rows": [{"x": NaN}]}', ResultsError, "not JSON"),
+        ("[1, 2]", ResultsError, "not a qbench result"),
+        ('{"schema_version": 1}', ResultsError, "no 'rows' list"),
+    ],
+)
+def test_read_refuses_bad_files(tmp_path, text, error, needle):
+    p = tmp_path / "bad.json"
+    p.write_text(text)
+    with pytest.raises(error) as exc:
+        read_results(p)
+    assert needle in str(exc.value) and "bad.json" in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_read_missing_file(tmp_path):
+    with pytest.raises(ResultsError, match="no such file"):
+        read_results(tmp_path / "nope.json")
+
+
+def test_methods_and_resolve_method():
+    cuda = read_results(FIXTURES / "cuda_run1.json")
+    cpu = read_results(FIXTURES / "cpu.json")
+    assert methods_present(cuda["rows"]) == ["cold", "warm", "eager", "kernel"]
+    assert methods_present(cpu["rows"]) == ["cpu"]
+    assert resolve_method(cuda, None) == ("cold", None)
+    method, note = resolve_method(cpu, None)
+    assert method == "cpu" and "cpu" in note
+    assert resolve_method(cpu, "cold") == ("cold", None)  # explicit: no fallback
+
+
+def test_atomic_write_uses_replace_in_same_folder(tmp_path, monkeypatch):
+    seen = []
+    real = os.replace
+
+    def spy(src, dst):
+        seen.append((os.path.dirname(src), os.path.dirname(dst)))
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    write_results(tmp_path / "r.json", _doc(), force=True)
+    assert seen == [(str(tmp_path), str(tmp_path))]
+    assert json.loads((tmp_path / "r.json").read_text())["schema_version"] == SCHEMA_VERSION
