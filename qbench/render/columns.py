@@ -27,6 +27,8 @@ __all__ = [
     "Column",
     "DASH",
     "UnknownColumnError",
+    "fmt_num",
+    "fmt_us",
     "default_columns",
     "resolve_columns",
 ]
@@ -41,7 +43,7 @@ class UnknownColumnError(ValueError):
     """A column key that is not in the catalogue; the message lists the allowed keys."""
 
 
-def _num(fmt: str) -> Callable[[Any], str]:
+def fmt_num(fmt: str) -> Callable[[Any], str]:
     def show(v: Any) -> str:
         if v is None or (isinstance(v, float) and not math.isfinite(v)):
             return DASH
@@ -54,7 +56,7 @@ def _text(v: Any) -> str:
     return DASH if v is None or v == "" else str(v)
 
 
-def _us(v: Any) -> str:
+def fmt_us(v: Any) -> str:
     """µs with about three significant digits: 1.23, 11.0, 123, 1234."""
     if v is None:
         return DASH
@@ -127,7 +129,7 @@ def _rel_err_cell(row: dict) -> str:
     bad = _nonfinite(row)
     if bad:
         return f"NaN/Inf×{bad}"
-    return _num(".3g")(_get("error", "rel_fro")(row))
+    return fmt_num(".3g")(_get("error", "rel_fro")(row))
 
 
 def _kernels(row: dict) -> Any:
@@ -152,57 +154,57 @@ _CATALOGUE: list[Column] = [
     Column("library", "library", _get("library")),
     Column("mode", "mode", _get("mode")),
     Column("device", "device", _get("device")),
-    Column("m", "M", _get("m"), _num("d"), True, "rows (batch x tokens)"),
-    Column("k", "K", _get("k"), _num("d"), True, "in_features"),
-    Column("n", "N", _get("n"), _num("d"), True, "out_features"),
+    Column("m", "M", _get("m"), fmt_num("d"), True, "rows (batch x tokens)"),
+    Column("k", "K", _get("k"), fmt_num("d"), True, "in_features"),
+    Column("n", "N", _get("n"), fmt_num("d"), True, "out_features"),
     Column("weight_dtype", "weight dtype", _get("weight_dtype")),
     Column("activation_dtype", "act dtype", _get("activation_dtype")),
     Column("output_dtype", "out dtype", _get("output_dtype")),
     Column("compute_dtype", "compute dtype", _get("compute_dtype")),
-    Column("stored_mib", "stored MiB", _scaled(_get("stored_bytes"), _MIB), _num(".2f"), True,
+    Column("stored_mib", "stored MiB", _scaled(_get("stored_bytes"), _MIB), fmt_num(".2f"), True,
            "payload + metadata + bias"),
-    Column("payload_mib", "payload MiB", _scaled(_get("payload_bytes"), _MIB), _num(".2f"), True),
-    Column("meta_mib", "meta MiB", _scaled(_get("metadata_bytes"), _MIB), _num(".3f"), True),
-    Column("meta_pct", "meta %", _meta_pct, _num(".1f"), True, "metadata / stored bytes"),
-    Column("bits_per_weight", "bits/w", _get("bits_per_weight"), _num(".2f"), True,
+    Column("payload_mib", "payload MiB", _scaled(_get("payload_bytes"), _MIB), fmt_num(".2f"), True),
+    Column("meta_mib", "meta MiB", _scaled(_get("metadata_bytes"), _MIB), fmt_num(".3f"), True),
+    Column("meta_pct", "meta %", _meta_pct, fmt_num(".1f"), True, "metadata / stored bytes"),
+    Column("bits_per_weight", "bits/w", _get("bits_per_weight"), fmt_num(".2f"), True,
            "8 x stored bytes / (K*N), measured"),
-    Column("nominal_bits", "nominal bits", _get("nominal_bits"), _num("g"), True,
+    Column("nominal_bits", "nominal bits", _get("nominal_bits"), fmt_num("g"), True,
            "the format's nominal width, a label"),
-    Column("gflop", "GFLOP", _scaled(_get("flops"), 1e-9), _num(".3f"), True, "2*M*K*N"),
-    Column("min_mib", "min MiB", _scaled(_get("min_bytes"), _MIB), _num(".2f"), True,
+    Column("gflop", "GFLOP", _scaled(_get("flops"), 1e-9), fmt_num(".3f"), True, "2*M*K*N"),
+    Column("min_mib", "min MiB", _scaled(_get("min_bytes"), _MIB), fmt_num(".2f"), True,
            "minimum bytes moved"),
-    Column("ai", "AI FLOP/B", _get("arithmetic_intensity"), _num(".1f"), True,
+    Column("ai", "AI FLOP/B", _get("arithmetic_intensity"), fmt_num(".1f"), True,
            "arithmetic intensity"),
-    Column("roofline_us", "roofline µs", _get("roofline_us"), _us, True),
+    Column("roofline_us", "roofline µs", _get("roofline_us"), fmt_us, True),
     Column("bound", "bound", _get("roofline_bound"), help="memory or compute"),
     Column("roofline_source", "ceilings", _get("roofline_source"), help="measured or datasheet"),
     *[
-        Column(m, f"{m} µs", _latency(m), _us, True, f"median of latency_us.{m}")
+        Column(m, f"{m} µs", _latency(m), fmt_us, True, f"median of latency_us.{m}")
         for m in (*CUDA_METHODS, CPU_METHOD)
     ],
     *[
-        Column(f"{m}_cv", f"{m} cv %", _pct(_latency(m, "cv")), _num(".1f"), True,
+        Column(f"{m}_cv", f"{m} cv %", _pct(_latency(m, "cv")), fmt_num(".1f"), True,
                f"stdev/mean of latency_us.{m}")
         for m in (*CUDA_METHODS, CPU_METHOD)
     ],
     *[
-        Column(f"{m}_{p}", f"{m} {p} µs", _latency(m, p), _us, True)
+        Column(f"{m}_{p}", f"{m} {p} µs", _latency(m, p), fmt_us, True)
         for m in (*CUDA_METHODS, CPU_METHOD)
         for p in ("p10", "p90")
     ],
-    Column("launch_us", "launch µs", _get("launch_overhead_us"), _us, True,
+    Column("launch_us", "launch µs", _get("launch_overhead_us"), fmt_us, True,
            "eager median - kernel median"),
-    Column("roofline_pct", "roofline %", _pct(_get("roofline_fraction")), _num(".0f"), True,
+    Column("roofline_pct", "roofline %", _pct(_get("roofline_fraction")), fmt_num(".0f"), True,
            "roofline / cold median"),
-    Column("gbps", "GB/s", _get("achieved_gbps"), _num(".0f"), True, "min bytes / cold median"),
-    Column("tflops", "TFLOP/s", _get("achieved_tflops"), _num(".1f"), True,
+    Column("gbps", "GB/s", _get("achieved_gbps"), fmt_num(".0f"), True, "min bytes / cold median"),
+    Column("tflops", "TFLOP/s", _get("achieved_tflops"), fmt_num(".1f"), True,
            "FLOPs / cold median"),
-    Column("rel_err", "rel err", _get("error", "rel_fro"), _num(".3g"), True,
+    Column("rel_err", "rel err", _get("error", "rel_fro"), fmt_num(".3g"), True,
            "relative Frobenius error vs float64", cell_override=_rel_err_cell),
-    Column("max_abs", "max abs err", _get("error", "max_abs"), _num(".3g"), True),
-    Column("sqnr", "SQNR dB", _get("error", "sqnr_db"), _num(".1f"), True),
-    Column("cosine", "cosine", _get("error", "cosine"), _num(".6f"), True),
-    Column("nonfinite", "NaN/Inf", _get("error", "nonfinite"), _num("d"), True),
+    Column("max_abs", "max abs err", _get("error", "max_abs"), fmt_num(".3g"), True),
+    Column("sqnr", "SQNR dB", _get("error", "sqnr_db"), fmt_num(".1f"), True),
+    Column("cosine", "cosine", _get("error", "cosine"), fmt_num(".6f"), True),
+    Column("nonfinite", "NaN/Inf", _get("error", "nonfinite"), fmt_num("d"), True),
     Column("status", "status", _get("status")),
     Column("reason", "reason", _get("reason")),
     Column("dispatch", "dispatch", _get("dispatch", "label")),
@@ -210,7 +212,7 @@ _CATALOGUE: list[Column] = [
     Column("host_sync", "host sync", _get("dispatch", "host_sync")),
     Column("graph_ok", "graph ok", _get("dispatch", "graph_capturable")),
     Column("clock_dropped", "clock dropped", _get("gpu_state", "clock_dropped")),
-    Column("compile_s", "compile s", _get("compile", "compile_s"), _num(".1f"), True),
+    Column("compile_s", "compile s", _get("compile", "compile_s"), fmt_num(".1f"), True),
 ]
 
 #: key -> Column, in catalogue order.

@@ -1,0 +1,172 @@
+"""``qbench compare A.json B.json``: did B get faster or slower than A, row by row?
+
+Rows are matched by (scheme, M, K, N). For each pair: the latency ratio B/A of the chosen
+method's median, the change in relative Frobenius error (B - A), and a verdict. Like NVBench's
+compare, the runs' own noise is the threshold: when the [p10, p90] intervals of A and B overlap the
+verdict is ``same``; otherwise ``faster`` or ``slower`` by the medians. Rows in only one file are
+listed as ``only in A`` / ``only in B``; rows not timed in either file get ``not comparable``.
+
+Exit status: 1 when some row is ``slower`` with ratio > ``--threshold`` (default 1.05), else 0;
+2 on bad input (unreadable file, unknown format).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from qbench.render import FORMATS, Column, render
+from qbench.render.columns import DASH, fmt_num, fmt_us
+from qbench.results import ResultsError, read_results, resolve_method
+
+__all__ = ["compare_docs", "register", "render_compare", "run_compare", "verdict"]
+
+Key = tuple
+
+
+def _key(row: dict) -> Key:
+    return (row.get("scheme"), row.get("m"), row.get("k"), row.get("n"))
+
+
+def _stats(row: dict | None, method: str) -> dict | None:
+    if row is None or row.get("status") != "ok":
+        return None
+    s = (row.get("latency_us") or {}).get(method)
+    return s if s and s.get("median") is not None else None
+
+
+def _rel(row: dict | None) -> float | None:
+    return ((row or {}).get("error") or {}).get("rel_fro")
+
+
+def verdict(a: dict, b: dict) -> str:
+    """``same`` when the [p10, p90] intervals of STATS ``a`` and ``b`` overlap (a missing p10 or
+    p90 counts as the median), else ``faster`` (B's median below A's) or ``slower``."""
+    lo_a, hi_a = a.get("p10", a["median"]), a.get("p90", a["median"])
+    lo_b, hi_b = b.get("p10", b["median"]), b.get("p90", b["median"])
+    if lo_a is None or hi_a is None or lo_b is None or hi_b is None:
+        lo_a = hi_a = a["median"]
+        lo_b = hi_b = b["median"]
+    if lo_b <= hi_a and lo_a <= hi_b:
+        return "same"
+    return "faster" if b["median"] < a["median"] else "slower"
+
+
+def compare_docs(a: dict, b: dict, method: str = "cold", threshold: float = 1.05) -> list[dict]:
+    """Compare result documents ``a`` (before) and ``b`` (after) row by row.
+
+    Returns one record per (scheme, m, k, n) in either file, A's order first then B-only rows:
+    ``{"scheme", "m", "k", "n", "a_us", "b_us" (medians, µs, or None), "ratio" (b/a or None),
+    "a_rel_fro", "b_rel_fro", "rel_fro_diff" (b - a or None), "verdict" ("faster" | "slower" |
+    "same" | "only in A" | "only in B" | "not comparable"), "note" (why not comparable, or None),
+    "regression" (verdict slower and ratio > threshold)}``.
+    """
+    rows_a = {_key(r): r for r in a.get("rows") or []}
+    rows_b = {_key(r): r for r in b.get("rows") or []}
+    keys = list(rows_a) + [k for k in rows_b if k not in rows_a]
+    out = []
+    for key in keys:
+        ra, rb = rows_a.get(key), rows_b.get(key)
+        sa, sb = _stats(ra, method), _stats(rb, method)
+        rec = {"scheme": key[0], "m": key[1], "k": key[2], "n": key[3],
+               "a_us": sa["median"] if sa else None, "b_us": sb["median"] if sb else None,
+               "ratio": None, "a_rel_fro": _rel(ra), "b_rel_fro": _rel(rb), "rel_fro_diff": None,
+               "verdict": None, "note": None, "regression": False}
+        if rec["a_rel_fro"] is not None and rec["b_rel_fro"] is not None:
+            rec["rel_fro_diff"] = rec["b_rel_fro"] - rec["a_rel_fro"]
+        if ra is None or rb is None:
+            rec["verdict"] = "only in B" if ra is None else "only in A"
+        elif sa is None or sb is None:
+            rec["verdict"] = "not comparable"
+            why = {side: _why(r, method) for side, r, s in (("A", ra, sa), ("B", rb, sb)) if s is None}
+            same = len(why) == 2 and why["A"] == why["B"]
+            rec["note"] = f"both {why['A']}" if same else "; ".join(f"{k}: {v}" for k, v in why.items())
+        else:
+            rec["ratio"] = sb["median"] / sa["median"]
+            rec["verdict"] = verdict(sa, sb)
+            rec["regression"] = rec["verdict"] == "slower" and rec["ratio"] > threshold
+        out.append(rec)
+    return out
+
+
+def _why(row: dict, method: str) -> str:
+    if row.get("status") != "ok":
+        return f"{row.get('status')}: {row.get('reason') or 'no reason given'}"
+    reason = (row.get("latency_reasons") or {}).get(method)
+    return f"no {method} latency" + (f" ({reason})" if reason else "")
+
+
+def _columns(method: str) -> list[Column]:
+    def ratio_show(v):
+        return DASH if v is None else f"{v:.3f}×"
+
+    def diff_show(v):
+        return DASH if v is None else f"{v:+.2g}"
+
+    def verdict_cell(r):
+        v = r["verdict"]
+        return f"{v} !" if r["regression"] else v
+
+    return [
+        Column("scheme", "scheme", lambda r: r["scheme"]),
+        Column("m", "M", lambda r: r["m"], fmt_num("d"), True),
+        Column("a_us", f"A {method} µs", lambda r: r["a_us"], fmt_us, True),
+        Column("b_us", f"B {method} µs", lambda r: r["b_us"], fmt_us, True),
+        Column("ratio", "B/A", lambda r: r["ratio"], ratio_show, True),
+        Column("rel_fro_diff", "Δ rel err", lambda r: r["rel_fro_diff"], diff_show, True),
+        Column("verdict", "verdict", lambda r: r["verdict"], cell_override=verdict_cell),
+        Column("note", "note", lambda r: r["note"]),
+    ]
+
+
+def render_compare(records: list[dict], method: str, fmt: str = "simple") -> str:
+    """Render :func:`compare_docs`'s records in any :data:`qbench.render.FORMATS` format; a
+    regression's verdict is marked ``slower !`` in tables."""
+    return render(records, _columns(method), fmt)
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``compare`` subcommand to ``subparsers``; it sets ``func=run_compare``."""
+    p = subparsers.add_parser("compare", help="compare two result JSON files row by row",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("a", help="result JSON, before")
+    p.add_argument("b", help="result JSON, after")
+    p.add_argument("--method", default=None,
+                   help="timing method (default cold, or cpu when both files are CPU results)")
+    p.add_argument("--threshold", type=float, default=1.05,
+                   help="a 'slower' row with B/A above this fails the compare (exit 1)")
+    p.add_argument("--format", default="simple", help="output format (as qbench report)")
+    p.set_defaults(func=run_compare)
+    return p
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Run ``qbench compare`` from parsed ``args``; returns the exit status (0, 1 or 2)."""
+    if args.format not in FORMATS:
+        print(f"qbench compare: unknown format {args.format!r}; allowed: "
+              f"{', '.join(sorted(FORMATS))}", file=sys.stderr)
+        return 2
+    try:
+        a, b = read_results(args.a), read_results(args.b)
+    except ResultsError as exc:
+        print(f"qbench compare: {exc}", file=sys.stderr)
+        return 2
+    method, note_a = resolve_method(a, args.method)
+    method_b, note_b = resolve_method(b, args.method)
+    note = note_a if method == method_b else None
+    if method != method_b:  # one CPU file, one CUDA file: compare like with like or not at all
+        method, note = (args.method or "cold"), None
+    records = compare_docs(a, b, method, args.threshold)
+    print(render_compare(records, method, args.format))
+    bad = [r for r in records if r["regression"]]
+    if args.format not in ("csv", "json"):
+        counts = {}
+        for r in records:
+            counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+        summary = ", ".join(f"{n} {v}" for v, n in counts.items())
+        print(f"\n{method} median, B/A; [p10, p90] overlap = same. {summary}."
+              + (f" ({note})" if note else ""))
+        if bad:
+            print(f"REGRESSION: {len(bad)} row(s) slower by more than {args.threshold}×: "
+                  + ", ".join(f"{r['scheme']} M={r['m']} ({r['ratio']:.2f}×)" for r in bad))
+    return 1 if bad else 0

@@ -1,0 +1,99 @@
+"""``qbench report RESULT.json``: show a result file as a table, CSV or JSON.
+
+    qbench report results/h200/decode.json --format github --columns scheme,m,cold,rel_err
+    qbench report RESULT.json --sort cold --status ok      (--sort=-cold: descending)
+    qbench report RESULT.json --crossover --baseline bf16
+
+Exit status: 0 on success, 2 on bad input (unreadable file, unknown column/format/sort key,
+unknown baseline), with one line on stderr naming the bad value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from qbench.render import COLUMNS, DATA_FORMATS, FORMATS, render, render_header
+from qbench.render.columns import resolve_columns
+from qbench.results import ResultsError, read_results, resolve_method
+
+__all__ = ["register", "run_report", "sort_rows"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``report`` subcommand to ``subparsers``; it sets ``func=run_report``."""
+    p = subparsers.add_parser("report", help="show a result JSON as a table, CSV or JSON",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("result", help="result JSON written by qbench run")
+    p.add_argument("--format", default="simple",
+                   help="table format (any tabulate format, markdown, csv, json); default simple")
+    p.add_argument("--columns", help="comma-separated column keys; see the list in --help-columns")
+    p.add_argument("--help-columns", action="store_true", help="list the column keys and exit")
+    p.add_argument("--sort", help="column key to sort by, ascending; --sort=-cold for descending")
+    p.add_argument("--status", choices=("ok", "all"), default="all",
+                   help="ok: only rows that ran; all (default): skipped and failed rows too")
+    p.add_argument("--crossover", action="store_true",
+                   help="instead of rows: for each scheme, the M where it beats --baseline")
+    p.add_argument("--baseline", default="bf16", help="baseline scheme for --crossover")
+    p.add_argument("--method", default=None,
+                   help="timing method for --crossover (default cold, or cpu on a CPU result)")
+    p.set_defaults(func=run_report)
+    return p
+
+
+def _fail(msg: str) -> int:
+    print(f"qbench report: {msg}", file=sys.stderr)
+    return 2
+
+
+def sort_rows(rows: list[dict], key: str) -> list[dict]:
+    """Sort rows by column ``key`` (``-key`` descending); rows without a value go last.
+    Raises ``ValueError`` for an unknown key."""
+    desc = key.startswith("-")
+    col = resolve_columns([key.lstrip("-")], rows)[0]
+    have = [r for r in rows if col.value(r) is not None]
+    missing = [r for r in rows if col.value(r) is None]
+    return sorted(have, key=col.value, reverse=desc) + missing
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Run ``qbench report`` from parsed ``args``; returns the exit status."""
+    if getattr(args, "help_columns", False):
+        for c in COLUMNS.values():
+            print(f"{c.key:18} {c.header:16} {c.help}")
+        return 0
+    if args.format not in FORMATS:
+        return _fail(f"unknown format {args.format!r}; allowed: {', '.join(sorted(FORMATS))}")
+    try:
+        doc = read_results(args.result)
+    except ResultsError as exc:
+        return _fail(str(exc))
+    table = args.format not in DATA_FORMATS
+    if args.crossover:
+        from qbench.sweep_report import crossover, render_crossover
+
+        method, note = resolve_method(doc, args.method)
+        try:
+            records = crossover(doc, args.baseline, method)
+        except ValueError as exc:
+            return _fail(str(exc))
+        if table:
+            print(render_header(doc))
+            print(f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else ""))
+        print(render_crossover(records, args.baseline, method, args.format))
+        return 0
+
+    rows = list(doc["rows"])
+    if args.status == "ok":
+        rows = [r for r in rows if r.get("status") == "ok"]
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+    try:
+        if args.sort:
+            rows = sort_rows(rows, args.sort)
+        text = render(rows, columns, args.format)
+    except ValueError as exc:
+        return _fail(str(exc))
+    if table:
+        print(render_header(doc))
+    print(text)
+    return 0

@@ -1,0 +1,91 @@
+"""Crossover: at which M does a scheme beat a baseline (default ``bf16``)?
+
+For each scheme, the M values where its latency median is below the baseline's median at the same
+(M, K, N), summarised as ranges over the M values the sweep measured (with M = 1, 16, 64, 512 and
+wins at 1, 16 and 64 the range is ``1–64``; a gap in the sweep's M values starts a new range).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from qbench.render import Column, render
+from qbench.render.columns import DASH
+
+__all__ = ["crossover", "m_ranges", "render_crossover"]
+
+
+def _median(row: dict, method: str) -> float | None:
+    if row.get("status") != "ok":
+        return None
+    stats = (row.get("latency_us") or {}).get(method)
+    return stats.get("median") if stats else None
+
+
+def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:
+    """Summarise ``wins`` (a subset of ``sweep``) as ranges of consecutive sweep values:
+    ``m_ranges([1, 16, 512], [1, 16, 64, 512]) == "1–16, 512"``; ``""`` when there are none."""
+    order = sorted(set(sweep))
+    won = set(wins)
+    parts, start, prev = [], None, None
+    for m in order + [None]:
+        if m is not None and m in won:
+            start = m if start is None else start
+            prev = m
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}–{prev}")
+            start = None
+    return ", ".join(parts)
+
+
+def crossover(doc: dict, baseline: str = "bf16", method: str = "cold") -> list[dict]:
+    """For each scheme other than ``baseline`` (first-seen order), compare its ``method`` median
+    with the baseline's at every (M, K, N) where both are ``ok`` and timed.
+
+    Returns ``[{"scheme", "k", "n", "wins": [M...], "losses": [M...], "untimed": [M...],
+    "ranges": "1–64", "best_ratio": min scheme/baseline or None}]``; ``untimed`` lists the
+    sweep's M values where either side has no time. Raises ``ValueError`` (one line) when the
+    file has no rows for ``baseline``.
+    """
+    rows = doc.get("rows") or []
+    base = {(r["m"], r["k"], r["n"]): _median(r, method) for r in rows if r.get("scheme") == baseline}
+    if not base:
+        schemes = sorted({r.get("scheme") for r in rows})
+        raise ValueError(f"baseline {baseline!r} is not in this file; schemes: {', '.join(schemes)}")
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        if r.get("scheme") == baseline:
+            continue
+        key = (r["scheme"], r["k"], r["n"])
+        rec = out.setdefault(key, {"scheme": r["scheme"], "k": r["k"], "n": r["n"], "wins": [],
+                                   "losses": [], "untimed": [], "best_ratio": None, "_sweep": []})
+        rec["_sweep"].append(r["m"])
+        mine, theirs = _median(r, method), base.get((r["m"], r["k"], r["n"]))
+        if mine is None or theirs is None:
+            rec["untimed"].append(r["m"])
+            continue
+        rec["wins" if mine < theirs else "losses"].append(r["m"])
+        ratio = mine / theirs
+        rec["best_ratio"] = ratio if rec["best_ratio"] is None else min(rec["best_ratio"], ratio)
+    for rec in out.values():
+        sweep = rec.pop("_sweep")
+        rec["ranges"] = m_ranges(rec["wins"], [m for m in sweep if m not in rec["untimed"]])
+    return list(out.values())
+
+
+def _cols(baseline: str, method: str) -> list[Column]:
+    ms = lambda v: ", ".join(map(str, v)) or DASH  # noqa: E731
+    return [
+        Column("scheme", "scheme", lambda r: r["scheme"]),
+        Column("ranges", f"faster than {baseline} at M", lambda r: r["ranges"] or None),
+        Column("losses", "slower at M", lambda r: r["losses"], ms),
+        Column("untimed", "not timed at M", lambda r: r["untimed"], ms),
+        Column("best_ratio", f"best {method} ratio", lambda r: r["best_ratio"],
+               lambda v: DASH if v is None else f"{v:.2f}×", True),
+    ]
+
+
+def render_crossover(records: list[dict], baseline: str, method: str, fmt: str = "simple") -> str:
+    """Render :func:`crossover`'s records in any :data:`qbench.render.FORMATS` format."""
+    return render(records, _cols(baseline, method), fmt)

@@ -1,0 +1,104 @@
+"""Tests for qbench.compare: noise-only runs are `same`, a regression is flagged and exits 1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from qbench import compare
+from qbench.compare import compare_docs, verdict
+from qbench.results import read_results
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RUN1, RUN2, RUN3 = (str(FIXTURES / f) for f in
+                    ("cuda_run1.json", "cuda_run2_noise.json", "cuda_run3_slower.json"))
+
+
+def run(*argv):
+    parser = argparse.ArgumentParser()
+    compare.register(parser.add_subparsers())
+    args = parser.parse_args(["compare", *argv])
+    return args.func(args)
+
+
+def test_noise_only_pair_is_all_same():
+    recs = compare_docs(read_results(RUN1), read_results(RUN2), "cold", 1.05)
+    timed = [r for r in recs if r["ratio"] is not None]
+    assert len(timed) == 23
+    assert {r["verdict"] for r in timed} == {"same"}
+    assert not any(r["regression"] for r in recs)
+    untimed = {(r["scheme"], r["m"]) for r in recs if r["verdict"] == "not comparable"}
+    assert untimed == {("w8a8-int8", 1), ("int4-weight-only", 1), ("int4-weight-only", 16),
+                       ("int4-weight-only", 512)}
+
+
+def test_noise_only_pair_exits_0(capsys):
+    assert run(RUN1, RUN2) == 0
+    assert "REGRESSION" not in capsys.readouterr().out
+
+
+def test_slower_pair():
+    recs = compare_docs(read_results(RUN1), read_results(RUN3), "cold", 1.05)
+    by = {(r["scheme"], r["m"]): r for r in recs}
+    for m in (1, 16, 512):
+        assert by[("int8-weight-only", m)]["verdict"] == "slower"
+        assert by[("int8-weight-only", m)]["regression"]
+        assert by[("int8-weight-only", m)]["ratio"] == pytest.approx(1.45, rel=0.03)
+        assert by[("nf4", m)]["verdict"] == "faster"
+        assert by[("tf32", m)]["verdict"] == "only in A"
+        assert by[("int8-weight-only+compiled", m)]["verdict"] == "only in B"
+    assert {r["scheme"] for r in recs if r["regression"]} == {"int8-weight-only"}
+    assert by[("fp16", 512)]["rel_fro_diff"] is None  # non-finite in both: no error to diff
+    assert by[("bf16", 1)]["rel_fro_diff"] == 0
+
+
+def test_slower_pair_exits_1_and_names_rows(capsys):
+    assert run(RUN1, RUN3) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION: 3 row(s)" in out and "int8-weight-only M=1" in out
+    assert "only in A" in out and "only in B" in out
+
+
+def test_threshold_above_ratio_passes(capsys):
+    assert run(RUN1, RUN3, "--threshold", "1.6") == 0
+
+
+def test_reverse_direction_is_faster():
+    recs = compare_docs(read_results(RUN3), read_results(RUN1), "cold", 1.05)
+    assert {r["verdict"] for r in recs if r["scheme"] == "int8-weight-only"} == {"faster"}
+
+
+def test_json_output(capsys):
+    assert run(RUN1, RUN3, "--format", "json") == 1
+    recs = json.loads(capsys.readouterr().out)
+    assert any(r["verdict"] == "slower" for r in recs)
+
+
+@pytest.mark.parametrize(
+    "a, b, want",
+    [
+        ({"median": 10, "p10": 9, "p90": 11}, {"median": 10.5, "p10": 10.8, "p90": 12}, "same"),
+        ({"median": 10, "p10": 9, "p90": 11}, {"median": 12, "p10": 11.5, "p90": 13}, "slower"),
+        ({"median": 10, "p10": 9, "p90": 11}, {"median": 8, "p10": 7, "p90": 8.9}, "faster"),
+        ({"median": 10}, {"median": 10}, "same"),
+        ({"median": 10, "p10": None, "p90": None}, {"median": 11}, "slower"),
+    ],
+)
+def test_verdict(a, b, want):
+    assert verdict(a, b) == want
+
+
+def test_bad_input_exit_2(capsys):
+    assert run(RUN1, str(FIXTURES / "schema_v99.json")) == 2
+    assert "schema_v99.json" in capsys.readouterr().err
+    assert run(RUN1, RUN2, "--format", "excel") == 2
+
+
+def test_cpu_files_fall_back_to_cpu(capsys):
+    cpu = str(FIXTURES / "cpu.json")
+    assert run(cpu, cpu) == 0
+    out = capsys.readouterr().out
+    assert "cpu median" in out and "A cpu µs" in out

@@ -1,0 +1,61 @@
+"""Tests for qbench.plot: PNGs are written (skipped without matplotlib); missing matplotlib is
+one clear line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+from qbench import plot
+from qbench.results import read_results
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def run(*argv):
+    parser = argparse.ArgumentParser()
+    plot.register(parser.add_subparsers())
+    args = parser.parse_args(["plot", *argv])
+    return args.func(args)
+
+
+@pytest.mark.parametrize("fixture", ["cuda_run1.json", "cpu.json"])
+def test_writes_both_pngs(fixture, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install 'qbench[plot]')")
+    out = tmp_path / "fig" / "r.png"
+    assert run(str(FIXTURES / fixture), "-o", str(out)) == 0
+    for p in (out, tmp_path / "fig" / "r-pareto.png"):
+        data = p.read_bytes()
+        assert len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_what_roofline_only(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install 'qbench[plot]')")
+    out = tmp_path / "r.png"
+    assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(out), "--what", "roofline") == 0
+    assert out.exists() and not (tmp_path / "r-pareto.png").exists()
+
+
+def test_points_attained_tflops():
+    pts = {p["label"]: p for p in plot.points(read_results(FIXTURES / "cuda_run1.json"), "cold")}
+    bf16 = pts["bf16 M=512"]
+    assert bf16["tflops"] == pytest.approx(2 * 512 * 4096 * 4096 / 31.0 / 1e6)
+    assert "int4-weight-only M=1" not in pts and "w8a8-int8 M=1" not in pts
+    assert pts["fp16 M=512"]["rel_fro"] is None  # non-finite: not placed on the error axis
+
+
+def test_missing_matplotlib(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(tmp_path / "r.png")) == 2
+    err = capsys.readouterr().err
+    assert "qbench[plot]" in err and err.count("\n") == 1
+    assert not (tmp_path / "r.png").exists()
+
+
+def test_bad_input_exit_2(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert run(str(FIXTURES / "schema_v99.json"), "-o", str(tmp_path / "r.png")) == 2
+    assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(tmp_path / "r.svg")) == 2

@@ -1,0 +1,129 @@
+"""Tests for qbench.recommend: picks per M at two budgets, reasons, Pareto front."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from qbench import recommend as rec_mod
+from qbench.recommend import pareto_front, recommend
+from qbench.results import read_results
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CUDA = read_results(FIXTURES / "cuda_run1.json")
+CPU = read_results(FIXTURES / "cpu.json")
+
+
+def run(*argv):
+    parser = argparse.ArgumentParser()
+    rec_mod.register(parser.add_subparsers())
+    args = parser.parse_args(["recommend", *argv])
+    return args.func(args)
+
+
+def _picks(result):
+    return {g["m"]: g["pick"]["scheme"] if g["pick"] else None for g in result["by_m"]}
+
+
+def _reasons(result, m):
+    g = next(g for g in result["by_m"] if g["m"] == m)
+    return {o["scheme"]: o["reason"] for o in g["others"]}
+
+
+def test_budget_001():
+    r = recommend(CUDA, 0.01, "cold")
+    assert _picks(r) == {1: "bf16", 16: "w8a8-int8", 512: "w8a8-int8"}
+    why = _reasons(r, 1)
+    assert why["int8-weight-only"] == "slower: 23.1 µs vs 11.0 µs (2.10×)"
+    assert why["nf4"] == "over error budget (rel_fro 0.092 > 0.01)"
+    assert why["fp8-rowwise"] == "over error budget (rel_fro 0.035 > 0.01)"
+    assert why["w8a8-int8"].startswith("failed: RuntimeError")
+    assert why["int4-weight-only"].startswith("skipped: torchao Int4WeightOnlyConfig")
+    assert why["fp16"] == "slower: 11.2 µs vs 11.0 µs (1.02×)"
+    assert _reasons(r, 512)["fp16"] == "non-finite outputs (12)"
+    # every scheme at every M is either the pick or has a reason
+    for g in r["by_m"]:
+        assert len(g["others"]) + 1 == 9
+
+
+def test_budget_01():
+    r = recommend(CUDA, 0.1, "cold")
+    assert _picks(r) == {1: "fp8-rowwise", 16: "fp8-rowwise", 512: "fp8-rowwise"}
+    assert _reasons(r, 16)["w8a8-int8"] == "slower: 8.9 µs vs 8.4 µs (1.06×)"
+    assert _reasons(r, 1)["nf4"] == "slower: 14.2 µs vs 8.1 µs (1.75×)"
+
+
+def test_tiny_budget_leaves_only_fp32():
+    assert _picks(recommend(CUDA, 1e-6, "cold")) == {1: "fp32", 16: "fp32", 512: "fp32"}
+    assert _picks(recommend(CUDA, 1e-9, "cold")) == {1: None, 16: None, 512: None}
+
+
+def test_nonfinite_row_is_never_picked_even_when_fastest():
+    doc = copy.deepcopy(CUDA)
+    row = next(r for r in doc["rows"] if r["scheme"] == "fp16" and r["m"] == 512)
+    row["latency_us"]["cold"]["median"] = 1.0
+    row["error"]["rel_fro"] = 1e-4  # a runner that measured rel_fro over finite entries only
+    r = recommend(doc, 0.01, "cold")
+    assert _picks(r)[512] == "w8a8-int8"
+    assert _reasons(r, 512)["fp16"] == "non-finite outputs (12)"
+    g512 = next(g for g in r["by_m"] if g["m"] == 512)
+    assert "fp16" not in {p["scheme"] for p in g512["pareto"]}
+
+
+def test_pareto_front_on_fixture_m1():
+    g1 = recommend(CUDA, 0.01, "cold")["by_m"][0]
+    front = {p["scheme"] for p in g1["pareto"]}
+    # tf32 (19.5 µs, 4.6e-4, 64 MiB) is dominated by fp16 (11.2 µs, 2.9e-4, 32 MiB)
+    assert front == {"fp8-rowwise", "bf16", "fp16", "nf4", "fp32", "int8-weight-only"}
+
+
+def test_pareto_front_handmade():
+    pts = [
+        {"name": "a", "latency_us": 1, "rel_fro": 0.1, "stored_bytes": 4},
+        {"name": "b", "latency_us": 2, "rel_fro": 0.01, "stored_bytes": 8},
+        {"name": "c", "latency_us": 3, "rel_fro": 0.01, "stored_bytes": 8},   # dominated by b
+        {"name": "d", "latency_us": 3, "rel_fro": 0.001, "stored_bytes": 16},
+        {"name": "e", "latency_us": 5, "rel_fro": 0.5, "stored_bytes": 1},    # smallest
+        {"name": "f", "latency_us": 1, "rel_fro": 0.1, "stored_bytes": 4},    # equal to a: kept
+        {"name": "g", "latency_us": 6, "rel_fro": 0.5, "stored_bytes": 2},    # dominated by e
+        {"name": "h", "latency_us": None, "rel_fro": 0.0, "stored_bytes": 0},  # not measured
+    ]
+    assert [p["name"] for p in pareto_front(pts)] == ["a", "b", "d", "e", "f"]
+    assert [p["name"] for p in pareto_front(pts, ("latency_us", "rel_fro"))] == ["a", "b", "d", "f"]
+    assert pareto_front([]) == []
+
+
+def test_cpu_fallback_only_without_explicit_method(capsys):
+    assert run(str(FIXTURES / "cpu.json"), "--max-rel-err", "0.01") == 0
+    out = capsys.readouterr().out
+    assert "cpu median" in out and "no cold latency in this file" in out
+    assert "use fp32" in out
+    assert run(str(FIXTURES / "cpu.json"), "--max-rel-err", "0.01", "--method", "cold") == 1
+    out = capsys.readouterr().out
+    assert "WARNING: no row has cold latency" in out and "no cold latency" in out
+    r = recommend(CPU, 0.01, "cold")
+    assert set(_reasons(r, 1).values()) >= {"no cold latency"}
+
+
+def test_cli_json_and_text(capsys):
+    assert run(str(FIXTURES / "cuda_run1.json"), "--max-rel-err", "0.01", "--format", "json") == 0
+    r = json.loads(capsys.readouterr().out)
+    assert _picks(r) == {1: "bf16", 16: "w8a8-int8", 512: "w8a8-int8"}
+    assert run(str(FIXTURES / "cuda_run1.json"), "--max-rel-err", "0.1") == 0
+    out = capsys.readouterr().out
+    assert "M=1 (K=4096, N=4096): use fp8-rowwise" in out and "Pareto front" in out
+
+
+@pytest.mark.parametrize("argv", [["--format", "csv"], ["--max-rel-err", "-1"]])
+def test_bad_input_exit_2(argv, capsys):
+    args = ["--max-rel-err", "0.01", *argv] if "--max-rel-err" not in argv else argv
+    assert run(str(FIXTURES / "cuda_run1.json"), *args) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_schema_99_exit_2(capsys):
+    assert run(str(FIXTURES / "schema_v99.json"), "--max-rel-err", "0.01") == 2

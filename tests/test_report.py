@@ -1,0 +1,130 @@
+"""Tests for qbench.report and qbench.sweep_report (crossover)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from qbench import report
+from qbench.render import FORMATS
+from qbench.results import read_results
+from qbench.sweep_report import crossover, m_ranges, render_crossover
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CUDA = str(FIXTURES / "cuda_run1.json")
+CPU = str(FIXTURES / "cpu.json")
+
+
+def run(*argv):
+    parser = argparse.ArgumentParser()
+    report.register(parser.add_subparsers())
+    args = parser.parse_args(["report", *argv])
+    return args.func(args)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_every_format(fmt, capsys):
+    assert run(CUDA, "--format", fmt) == 0
+    out = capsys.readouterr().out
+    assert "bf16" in out
+    assert ("NVIDIA H200" in out) == (fmt not in ("csv", "json"))  # data formats: no header
+
+
+def test_columns_sort_status(capsys):
+    assert run(CUDA, "--format", "csv", "--columns", "scheme,m,cold", "--sort", "cold",
+               "--status", "ok") == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    colds = [float(r["cold"]) for r in rows]
+    assert colds == sorted(colds) and rows[0]["scheme"] == "fp8-rowwise"
+    assert {r["scheme"] for r in rows}.isdisjoint({"int4-weight-only"})
+    assert len(rows) == 23  # 27 rows - 3 skipped - 1 failed
+
+
+def test_sort_descending_puts_missing_last(capsys):
+    assert run(CUDA, "--format", "json", "--columns", "scheme,m,cold", "--sort=-cold") == 0
+    recs = json.loads(capsys.readouterr().out)
+    assert recs[0]["scheme"] == "fp32" and recs[0]["m"] == 512
+    assert all(r["cold"] is None for r in recs[-4:])
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--columns", "scheme,bogus"], "unknown column 'bogus'; allowed: scheme"),
+        (["--format", "excel"], "unknown format 'excel'; allowed:"),
+        (["--sort", "nope"], "unknown column 'nope'"),
+        (["--crossover", "--baseline", "fp64"], "baseline 'fp64' is not in this file"),
+    ],
+)
+def test_bad_values_exit_2_with_one_line(argv, needle, capsys):
+    assert run(CUDA, *argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+def test_schema_99_exit_2(capsys):
+    assert run(str(FIXTURES / "schema_v99.json")) == 2
+    err = capsys.readouterr().err
+    assert "schema_v99.json" in err and "99" in err
+
+
+def test_cpu_report_shows_cpu_not_cuda(capsys):
+    assert run(CPU) == 0
+    out = capsys.readouterr().out
+    assert "cpu µs" in out and "cold µs" not in out and "CPU" in out
+
+
+def test_help_columns(capsys):
+    assert run(CUDA, "--help-columns") == 0
+    assert "stored_mib" in capsys.readouterr().out
+
+
+# ---- crossover ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "wins, sweep, want",
+    [
+        ([1, 16, 64], [1, 16, 64, 512], "1–64"),
+        ([1, 16, 512], [1, 16, 64, 512], "1–16, 512"),
+        ([64], [1, 16, 64, 512], "64"),
+        ([], [1, 16], ""),
+        ([1, 16], [1, 16], "1–16"),
+        ([1, 4, 8, 16, 256], [1, 2, 4, 8, 16, 256], "1, 4–256"),
+        ([1, 4, 8, 256], [1, 2, 4, 8, 16, 256], "1, 4–8, 256"),
+    ],
+)
+def test_m_ranges(wins, sweep, want):
+    assert m_ranges(wins, sweep) == want
+
+
+def test_crossover_fixture():
+    recs = {r["scheme"]: r for r in crossover(read_results(CUDA), "bf16", "cold")}
+    assert "bf16" not in recs
+    assert recs["fp8-rowwise"]["wins"] == [1, 16, 512] and recs["fp8-rowwise"]["ranges"] == "1–512"
+    assert recs["w8a8-int8"]["wins"] == [16, 512] and recs["w8a8-int8"]["untimed"] == [1]
+    assert recs["w8a8-int8"]["ranges"] == "16–512"
+    assert recs["fp16"]["wins"] == [] and recs["fp16"]["ranges"] == ""
+    assert recs["int4-weight-only"]["untimed"] == [1, 16, 512]
+    assert recs["fp8-rowwise"]["best_ratio"] == pytest.approx(18.5 / 31.0)  # best at M=512
+
+
+def test_crossover_handmade_with_gap():
+    def row(s, m, us):
+        return {"scheme": s, "m": m, "k": 8, "n": 8, "status": "ok",
+                "latency_us": {"cold": {"median": us}}}
+    doc = {"rows": [row("bf16", m, 10.0) for m in (1, 2, 4, 8)]
+           + [row("q", 1, 5.0), row("q", 2, 6.0), row("q", 4, 12.0), row("q", 8, 9.0)]}
+    (rec,) = crossover(doc)
+    assert rec["wins"] == [1, 2, 8] and rec["losses"] == [4] and rec["ranges"] == "1–2, 8"
+    assert "1–2, 8" in render_crossover([rec], "bf16", "cold")
+
+
+def test_crossover_cli_falls_back_to_cpu(capsys):
+    assert run(CPU, "--crossover", "--baseline", "fp32") == 0
+    out = capsys.readouterr().out
+    assert "cpu median" in out and "no cold latency" in out
