@@ -1,0 +1,174 @@
+"""Measured ceilings of the CUDA device: copy bandwidth and dense matmul peaks.
+
+Run once per CUDA run (about 2-3 s on an H200). The roofline uses these measured
+numbers first and the datasheet (:mod:`qbench.hardware`) as a fallback
+(docs/results-schema.md, ``ceilings``). Method per /work/.library/device/METHOD.md:
+a large device-to-device copy counting bytes read plus written, and a large matrix
+product on random data (never zeros: zeros ran 13 % faster on an H200, KINDS.md).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable
+
+import torch
+
+from qbench.hardware import lookup
+
+MATMUL_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+#: Copy source size: 1 GiB (>= 16x the H200's 60 MiB L2, so the copy streams from HBM).
+COPY_BYTES = 1 << 30
+#: Square matmul size; 8192^3 fills an H200 (132 SMs) with 128x128 tiles many times over.
+MATMUL_N = 8192
+WARMUP = 3
+REPS = 10
+#: fp32 check: relative Frobenius error vs float64 below this means no TF32 (TF32 lands
+#: near 3e-4, fp32 far under 1e-5 at K=1024; METHOD.md).
+FP32_MAX_REL_ERR = 1e-5
+
+
+def _median_ms(fn: Callable[[], object], warmup: int = WARMUP, reps: int = REPS) -> float:
+    """Median CUDA-event time of fn in ms, after warm-up; events around each call."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for start, end in pairs:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in pairs)
+
+
+def measure_bandwidth_gbps(device: torch.device, nbytes: int = COPY_BYTES) -> float:
+    """Device-to-device copy bandwidth, GB/s (1e9 B/s): 2 x nbytes / median copy time."""
+    src = torch.rand(nbytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    ms = _median_ms(lambda: dst.copy_(src))
+    del src, dst
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def _rel_err_vs_fp64(device: torch.device) -> float:
+    """Relative Frobenius error of a 1024^3 fp32 GPU matmul vs float64 on the CPU."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(1024, 1024, generator=g)
+    b = torch.randn(1024, 1024, generator=g)
+    out = (a.to(device) @ b.to(device)).cpu().double()
+    ref = a.double() @ b.double()
+    return float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref))
+
+
+def _matmul_fn(dtype: str, device: torch.device, n: int) -> Callable[[], object]:
+    """A zero-argument n x n x n product for `dtype` on random operands."""
+    if dtype in ("fp32", "tf32", "fp16", "bf16"):
+        t = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        a = torch.randn(n, n, device=device, dtype=t)
+        b = torch.randn(n, n, device=device, dtype=t)
+        return lambda: torch.mm(a, b)
+    if dtype == "fp8":
+        a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()  # column-major
+        one = torch.tensor(1.0, device=device)
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    if dtype == "int8":
+        a = torch.randint(-128, 128, (n, n), device=device, dtype=torch.int8)
+        b = torch.randint(-128, 128, (n, n), device=device, dtype=torch.int8).t()  # column-major
+        return lambda: torch._int_mm(a, b)
+    raise ValueError(f"unknown matmul dtype {dtype!r}")
+
+
+def _measure_matmul(dtype: str, device: torch.device, n: int) -> tuple[float | None, str | None, str]:
+    """(TFLOP/s or None, reason if None, method string) for one dtype."""
+    method = f"median of {REPS} CUDA-event-timed {n}^3 products after {WARMUP} warm-ups, random operands"
+    if dtype == "fp8":
+        cc = torch.cuda.get_device_capability(device)
+        if cc < (8, 9):
+            return None, f"fp8 needs compute capability >= 8.9, device has {cc[0]}.{cc[1]}", method
+        method = f"torch._scaled_mm e4m3 x e4m3 (second operand column-major), unit scales, out bf16; {method}"
+    elif dtype == "int8":
+        method = f"torch._int_mm int8 x int8 -> int32 (second operand column-major); {method}"
+    else:
+        method = f"torch.mm {dtype}; {method}"
+    prev_precision = torch.get_float32_matmul_precision()
+    try:
+        if dtype in ("fp32", "tf32"):
+            torch.set_float32_matmul_precision("highest" if dtype == "fp32" else "high")
+            err = _rel_err_vs_fp64(device)
+            if dtype == "fp32" and err > FP32_MAX_REL_ERR:
+                return None, f"TF32 still active with precision 'highest' (rel err {err:.1e}; NVIDIA_TF32_OVERRIDE?)", method
+            method += f"; float32_matmul_precision={torch.get_float32_matmul_precision()!r}, rel err vs fp64 {err:.1e}"
+        fn = _matmul_fn(dtype, device, n)
+        ms = _median_ms(fn)
+        return 2 * n**3 / (ms * 1e-3) / 1e12, None, method
+    except Exception as exc:  # noqa: BLE001 - becomes a null entry with its reason
+        return None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}", method
+    finally:
+        torch.set_float32_matmul_precision(prev_precision)
+        torch.cuda.empty_cache()
+
+
+def measure_ceilings(device: torch.device | str, dtypes: list[str], n: int = MATMUL_N) -> dict:
+    """Measure copy bandwidth and the dense matmul peak of each requested dtype.
+
+    Args:
+        device: a CUDA device ("cuda", "cuda:0", torch.device).
+        dtypes: subset of MATMUL_DTYPES ("fp32" is measured with TF32 off and checked
+            against a float64 product; "tf32" with float32_matmul_precision "high").
+        n: matmul size (n x n x n, 2*n^3 FLOPs); default 8192.
+
+    Returns:
+        ``{"measured": {"memory_gbps": float|None, "tflops": {dtype: float|None},
+        "method": {"memory": str, "matmul": str, "matmul_by_dtype": {dtype: str}},
+        "reasons": {key: str}}, "datasheet": {...} | None, "datasheet_reason"?: str}``.
+        Units GB/s (1e9 B/s) and TFLOP/s (1e12/s; TOPS for int8). A dtype that cannot
+        be measured is None with its reason under ``reasons``.
+
+    Raises:
+        ValueError: device is not CUDA, or an unknown dtype (value in the message).
+        RuntimeError: CUDA unavailable.
+    """
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"measure_ceilings: device must be CUDA, got {str(dev)!r}")
+    bad = [d for d in dtypes if d not in MATMUL_DTYPES]
+    if bad:
+        raise ValueError(f"measure_ceilings: dtypes must be among {MATMUL_DTYPES}, got {bad[0]!r}")
+    if not torch.cuda.is_available():
+        raise RuntimeError("measure_ceilings: torch.cuda.is_available() is False")
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    reasons: dict[str, str] = {}
+    with torch.cuda.device(dev):
+        try:
+            gbps: float | None = measure_bandwidth_gbps(dev)
+        except Exception as exc:  # noqa: BLE001 - becomes a null entry with its reason
+            gbps = None
+            reasons["memory"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        tflops: dict[str, float | None] = {}
+        by_dtype: dict[str, str] = {}
+        for d in dict.fromkeys(dtypes):
+            value, reason, method = _measure_matmul(d, dev, n)
+            tflops[d] = value
+            by_dtype[d] = method
+            if reason:
+                reasons[d] = reason
+    measured = {
+        "memory_gbps": gbps,
+        "tflops": tflops,
+        "method": {
+            "memory": f"device-to-device copy of {COPY_BYTES} bytes (fp32 random), bytes read + written "
+                      f"over the median of {REPS} CUDA-event-timed copies after {WARMUP} warm-ups",
+            "matmul": f"{n}x{n}x{n} products, 2*n^3 FLOPs over the median CUDA-event time",
+            "matmul_by_dtype": by_dtype,
+        },
+        "reasons": reasons,
+    }
+    name = torch.cuda.get_device_name(dev)
+    spec = lookup(name)
+    out: dict = {"measured": measured, "datasheet": spec.to_dict() if spec else None}
+    if spec is None:
+        out["datasheet_reason"] = f"no datasheet entry for {name!r} in qbench.hardware"
+    return out

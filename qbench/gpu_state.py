@@ -1,0 +1,106 @@
+"""GPU clock, temperature and power through NVML (package nvidia-ml-py, module pynvml).
+
+Read before and after a row's timing; a clock that dropped while timing (thermal or power
+capping) makes the later samples slower than the earlier ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _pci_bus_id(device_index: int) -> str | None:
+    """NVML PCI bus id ("00000000:19:00.0") of torch's CUDA device `device_index`, so that
+    CUDA_VISIBLE_DEVICES renumbering does not point NVML at another GPU; None if unknown."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        p = torch.cuda.get_device_properties(device_index)
+        return f"{p.pci_domain_id:08x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
+    except (ImportError, AttributeError, RuntimeError, AssertionError):
+        return None
+
+
+def read_gpu_state_with_reason(device_index: int) -> tuple[dict[str, Any] | None, str | None]:
+    """Like :func:`read_gpu_state`, plus the reason when the state is None.
+
+    Returns:
+        (state, None) or (None, one-line reason).
+    """
+    try:
+        import pynvml
+    except ImportError as exc:
+        return None, f"nvidia-ml-py (pynvml) not installed: {exc}"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return None, f"NVML unavailable: {exc}"
+    try:
+        bus = _pci_bus_id(device_index)
+        if bus is not None:
+            handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
+        else:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        state: dict[str, Any] = {}
+        reasons: dict[str, str] = {}
+
+        def read(key: str, getter, scale: float = 1.0) -> None:
+            try:
+                state[key] = getter() * scale
+            except pynvml.NVMLError as exc:
+                state[key] = None
+                reasons[key] = str(exc)
+
+        read("sm_clock_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+        read("mem_clock_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM))
+        read("temp_c", lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
+        # nvmlDeviceGetPowerUsage returns milliwatts (NVML API reference).
+        read("power_w", lambda: pynvml.nvmlDeviceGetPowerUsage(handle), 1e-3)
+        if reasons:
+            state["reasons"] = reasons
+        return state, None
+    except pynvml.NVMLError as exc:
+        return None, f"NVML could not open device {device_index}: {exc}"
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass  # shutdown after a failed init/open: nothing left to release
+
+
+def read_gpu_state(device_index: int) -> dict[str, Any] | None:
+    """SM clock, memory clock, temperature and power of one GPU, or None without NVML.
+
+    Args:
+        device_index: torch's CUDA device index (mapped to NVML by PCI bus id when torch
+            sees CUDA, else used as the NVML index).
+
+    Returns:
+        ``{"sm_clock_mhz": int, "mem_clock_mhz": int, "temp_c": int, "power_w": float}``
+        (MHz, °C, W); a field NVML cannot read is None and named in ``"reasons"``.
+        None when pynvml is missing, NVML fails to initialize (e.g. no NVIDIA driver,
+        as on a CPU machine) or the device cannot be opened; the reason is given by
+        :func:`read_gpu_state_with_reason`. Never raises for those cases.
+    """
+    return read_gpu_state_with_reason(device_index)[0]
+
+
+def clock_dropped(before: dict | None, after: dict | None, tolerance: float = 0.05) -> bool:
+    """True when the SM clock after is more than `tolerance` (fraction) below before.
+
+    Returns False when either reading or its ``sm_clock_mhz`` is missing (unknown is
+    not reported as a drop). Read `before` after the warm-up, not at idle: an idle GPU
+    sits at a low clock (345 MHz idle vs 1980 MHz under load on an H200, KINDS.md).
+
+    Raises:
+        ValueError: tolerance outside [0, 1).
+    """
+    if not 0.0 <= tolerance < 1.0:
+        raise ValueError(f"clock_dropped: tolerance must be in [0, 1), got {tolerance}")
+    b = (before or {}).get("sm_clock_mhz")
+    a = (after or {}).get("sm_clock_mhz")
+    if not b or a is None:
+        return False
+    return a < b * (1.0 - tolerance)

@@ -1,0 +1,135 @@
+"""Cold timing: L2 flushed, launch hidden behind a busy GPU, per-call CUDA events."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import torch
+
+from qbench.timing._cuda import chunks, event_pairs, require_cuda
+from qbench.timing.adaptive import collect
+from qbench.timing.flush import L2Flusher
+from qbench.timing.settings import TimingSettings
+from qbench.timing.stats import Stats, summarize
+
+#: Host enqueue trials; the largest is kept (a GC pause only makes the sleep longer).
+ENQUEUE_TRIALS = 5
+#: Busy period = BUSY_FACTOR x host enqueue time + BUSY_MARGIN_US (project choice: 2x
+#: covers host jitter of the same size as the enqueue itself).
+BUSY_FACTOR = 2.0
+BUSY_MARGIN_US = 20.0
+#: Cap on the busy period, µs. A fn that synchronizes inside cannot be hidden anyway;
+#: the cap only bounds the wall time spent sleeping.
+MAX_BUSY_US = 20_000.0
+#: Cycles of torch.cuda._sleep used to calibrate µs per cycle (~1 ms at 2 GHz).
+CAL_CYCLES = 2_000_000
+CAL_TRIALS = 3
+
+
+def busy_cycles(enqueue_us: float, us_per_cycle: float) -> int:
+    """Spin cycles for ``torch.cuda._sleep`` so the GPU stays busy longer than the host
+    needs to enqueue one sample.
+
+    busy_us = min(MAX_BUSY_US, BUSY_FACTOR * enqueue_us + BUSY_MARGIN_US);
+    cycles = ceil(busy_us / us_per_cycle).
+
+    Args:
+        enqueue_us: host time to enqueue flush + event + fn + event, µs (>= 0).
+        us_per_cycle: µs per _sleep cycle at the fastest clock seen, > 0.
+
+    Raises:
+        ValueError: us_per_cycle <= 0 or enqueue_us < 0 (value in the message).
+    """
+    if not us_per_cycle > 0:
+        raise ValueError(f"busy_cycles: us_per_cycle must be > 0, got {us_per_cycle}")
+    if enqueue_us < 0:
+        raise ValueError(f"busy_cycles: enqueue_us must be >= 0, got {enqueue_us}")
+    busy_us = min(MAX_BUSY_US, BUSY_FACTOR * enqueue_us + BUSY_MARGIN_US)
+    return int(math.ceil(busy_us / us_per_cycle))
+
+
+def sleep_us_per_cycle(cycles: int = CAL_CYCLES, trials: int = CAL_TRIALS) -> float:
+    """µs per ``torch.cuda._sleep`` cycle, the smallest of `trials` event-timed runs.
+
+    _sleep spins on the SM clock (clock64), so its duration depends on the clock; the
+    smallest value (fastest clock) makes ``busy_cycles`` err on the long side.
+    """
+    start, end = event_pairs(1)[0]
+    vals = []
+    for _ in range(trials):
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        vals.append(start.elapsed_time(end) * 1e3 / cycles)
+    return min(vals)
+
+
+def enqueue_us(fn: Callable[[], object], flusher: L2Flusher, trials: int = ENQUEUE_TRIALS) -> float:
+    """Largest host time (µs) to enqueue flush, start event, fn, end event, GPU idle first."""
+    start, end = event_pairs(1)[0]
+    worst = 0.0
+    for _ in range(trials):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        flusher.flush()
+        start.record()
+        fn()
+        end.record()
+        worst = max(worst, (time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return worst
+
+
+def time_cold(fn: Callable[[], object], settings: TimingSettings, flusher: L2Flusher) -> Stats:
+    """GPU time of one call of ``fn`` with a cold L2, µs (method label ``cold``).
+
+    Per sample, enqueued without waiting: ``torch.cuda._sleep(c)`` (keeps the GPU busy),
+    ``flusher.flush()`` (L2 now holds the flush buffer, not the weight), start event,
+    ``fn()``, end event. ``c`` is calibrated once so the sleep lasts longer than the
+    host needs to enqueue flush + events + fn (measured first, :func:`enqueue_us`), so
+    when the start event fires fn's kernels are already queued: launch overhead is
+    hidden wherever fn enqueues its work without waiting on the host. Up to
+    ``MAX_INFLIGHT`` samples are recorded before one synchronize. The time is start-to-
+    end event time: fn's kernels and the gaps between them, with the weight read from
+    HBM. A fn that synchronizes inside (e.g. ``.item()``) shows its host round trip.
+
+    Args:
+        fn: zero-argument callable enqueuing work on the current CUDA stream.
+        settings: warmup (calls, each after a flush), min_reps, max_reps,
+            target_rel_ci, budget_s.
+        flusher: an :class:`L2Flusher` on fn's device.
+
+    Returns:
+        Stats, µs per call (event resolution ~0.5 µs per the CUDA runtime docs of
+        cudaEventElapsedTime).
+
+    Raises:
+        RuntimeError: no CUDA device. Whatever fn raises.
+    """
+    require_cuda("time_cold")
+    for _ in range(settings.warmup):
+        flusher.flush()
+        fn()
+    torch.cuda.synchronize()
+    cycles = busy_cycles(enqueue_us(fn, flusher), sleep_us_per_cycle())
+    pool = event_pairs(min(settings.max_reps, 64))
+
+    def sample_batch(n: int) -> list[float]:
+        out: list[float] = []
+        for size in chunks(n, len(pool)):
+            pairs = pool[:size]
+            for start, end in pairs:
+                torch.cuda._sleep(cycles)
+                flusher.flush()
+                start.record()
+                fn()
+                end.record()
+            torch.cuda.synchronize()
+            out.extend(start.elapsed_time(end) * 1e3 for start, end in pairs)
+        return out
+
+    samples, converged = collect(sample_batch, settings)
+    return summarize(samples, converged)

@@ -1,0 +1,55 @@
+import pytest
+
+from qbench.dispatch import LABELS, classify_dispatch, is_float_gemm, is_quantized_gemm
+
+CUBLAS_BF16 = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+NVJET = "nvjet_hsh_64x8_64x16_2x1_v_bz_splitK_TNT"
+TINYGEMM = "void at::native::(anonymous namespace)::_weight_int4pack_mm_kernel<1, 2, 64, 1>(unsigned int const*, ...)"
+CUTLASS_WMMA = "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x1_tn_align8>(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x1_tn_align8::Params)"
+ELEMENTWISE = "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&, ...)>(int, ...)"
+FP8_CAST = "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(c10::Float8_e4m3fn)#1}, std::array<char*, 2ul> >(int, ...)"
+CUTLASS_I8 = "void cutlass::Kernel2<cutlass_80_tensorop_i16832gemm_s8_256x128_64x3_tn_align16>(Params)"
+CUBLAS_FP8 = "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128_cublas"
+MEMCPY = "Memcpy DtoH (Device -> Pageable)"
+
+CASES = [
+    # (kernels, family, label)
+    ([CUBLAS_BF16], "float", "float-gemm"),
+    ([NVJET], "float", "float-gemm"),
+    ([CUTLASS_WMMA, ELEMENTWISE], "float", "float-gemm"),
+    ([NVJET, "void splitKreduce_kernel<32, 16, int, float, __nv_bfloat16>(...)"], "float", "float-gemm"),
+    (["triton_tem_fused_mm_0"], "float", "float-gemm"),
+    ([TINYGEMM], "weight-only", "fused-quantized"),
+    (["triton_poi_fused__to_copy_mul_0", "triton_tem_fused_mm_1"], "weight-only", "fused-quantized"),
+    (["triton_red_fused_mm_0"], "weight-only", "fused-quantized"),
+    (["triton_red_fused__to_copy_mul_sum_0"], "weight-only", "fused-quantized"),
+    ([ELEMENTWISE, CUBLAS_BF16], "weight-only", "dequantize+gemm"),
+    ([FP8_CAST, NVJET], "weight-only", "dequantize+gemm"),
+    ([CUBLAS_BF16], "weight-only", "float-gemm"),
+    (["triton_red_fused_abs_amax_0", "triton_poi_fused_div_round_1", CUTLASS_I8], "dynamic", "fused-quantized"),
+    ([FP8_CAST, CUBLAS_FP8], "dynamic", "fused-quantized"),
+    (["void at::native::_scaled_mm_kernel"], "dynamic", "fused-quantized"),
+    (["kgemm_4bit_inference_naive<__nv_bfloat16, 128, 16>"], "bnb", "fused-quantized"),
+    (["kDequantizeBlockwise<__nv_bfloat16, 512, 64, 8, 2>", CUBLAS_BF16], "bnb", "dequantize+gemm"),
+    (["kInt8VectorQuant<__half, 1024, 0>", "sm80_xmma_gemm_i8i8_i32i32_i32_tn_n_tilesize"], "bnb", "fused-quantized"),
+    ([ELEMENTWISE], "weight-only", "unknown"),
+    ([MEMCPY], "float", "unknown"),
+    ([], "bnb", "unknown"),
+    ([MEMCPY, CUBLAS_BF16], "float", "float-gemm"),
+]
+
+
+@pytest.mark.parametrize("names,family,label", CASES)
+def test_classify(names, family, label):
+    assert classify_dispatch(names, family) == label
+    assert label in LABELS
+
+
+def test_unknown_family():
+    with pytest.raises(ValueError, match="'int4'"):
+        classify_dispatch([CUBLAS_BF16], "int4")
+
+
+def test_cast_to_fp8_is_not_a_gemm():
+    assert not is_quantized_gemm(FP8_CAST) and not is_float_gemm(FP8_CAST)
+    assert is_float_gemm(CUTLASS_WMMA) and not is_quantized_gemm(CUTLASS_WMMA)

@@ -1,0 +1,29 @@
+import pytest
+import torch
+
+from qbench.gpu_state import clock_dropped, read_gpu_state, read_gpu_state_with_reason
+
+
+def test_clock_dropped():
+    assert clock_dropped({"sm_clock_mhz": 1980}, {"sm_clock_mhz": 1800})
+    assert not clock_dropped({"sm_clock_mhz": 1980}, {"sm_clock_mhz": 1900})
+    assert not clock_dropped(None, {"sm_clock_mhz": 1})
+    assert not clock_dropped({"sm_clock_mhz": None}, {"sm_clock_mhz": 1})
+    with pytest.raises(ValueError):
+        clock_dropped({}, {}, tolerance=1.5)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_read_gpu_state_none_without_gpu():
+    state, reason = read_gpu_state_with_reason(0)
+    assert state is None and reason
+    assert read_gpu_state(0) is None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_read_gpu_state_on_gpu():
+    state, reason = read_gpu_state_with_reason(torch.cuda.current_device())
+    if state is None:
+        pytest.skip(f"NVML not usable here: {reason}")
+    assert state["sm_clock_mhz"] > 0 and state["temp_c"] > 0
