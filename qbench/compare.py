@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qbench.render import FORMATS, Column, render
+from qbench.render import Column, check_format, render
 from qbench.render.columns import DASH, fmt_num, fmt_us
-from qbench.results import ResultsError, read_results, resolve_method
+from qbench.results import ResultsError, latency_stats, read_results, resolve_method
 
 __all__ = ["compare_docs", "register", "render_compare", "run_compare", "verdict"]
 
@@ -26,13 +26,6 @@ Key = tuple
 
 def _key(row: dict) -> Key:
     return (row.get("scheme"), row.get("m"), row.get("k"), row.get("n"))
-
-
-def _stats(row: dict | None, method: str) -> dict | None:
-    if row is None or row.get("status") != "ok":
-        return None
-    s = (row.get("latency_us") or {}).get(method)
-    return s if s and s.get("median") is not None else None
 
 
 def _rel(row: dict | None) -> float | None:
@@ -67,7 +60,8 @@ def compare_docs(a: dict, b: dict, method: str = "cold", threshold: float = 1.05
     out = []
     for key in keys:
         ra, rb = rows_a.get(key), rows_b.get(key)
-        sa, sb = _stats(ra, method), _stats(rb, method)
+        sa = latency_stats(ra, method) if ra else None
+        sb = latency_stats(rb, method) if rb else None
         rec = {"scheme": key[0], "m": key[1], "k": key[2], "n": key[3],
                "a_us": sa["median"] if sa else None, "b_us": sb["median"] if sb else None,
                "ratio": None, "a_rel_fro": _rel(ra), "b_rel_fro": _rel(rb), "rel_fro_diff": None,
@@ -142,13 +136,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def run_compare(args: argparse.Namespace) -> int:
     """Run ``qbench compare`` from parsed ``args``; returns the exit status (0, 1 or 2)."""
-    if args.format not in FORMATS:
-        print(f"qbench compare: unknown format {args.format!r}; allowed: "
-              f"{', '.join(sorted(FORMATS))}", file=sys.stderr)
-        return 2
     try:
+        check_format(args.format)
         a, b = read_results(args.a), read_results(args.b)
-    except ResultsError as exc:
+    except (ValueError, ResultsError) as exc:
         print(f"qbench compare: {exc}", file=sys.stderr)
         return 2
     method, note_a = resolve_method(a, args.method)

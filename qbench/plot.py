@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from qbench.recommend import pareto_front
-from qbench.results import ResultsError, read_results, resolve_method
+from qbench.results import ResultsError, latency_stats, read_results, resolve_method
 
 __all__ = ["plot_pareto", "plot_roofline", "points", "register", "run_plot"]
 
@@ -30,8 +30,8 @@ def points(doc: dict, method: str) -> list[dict]:
     "ai" (FLOP/byte), "tflops" (attained, 1e12 FLOP/s), "latency_us", "rel_fro"}``."""
     out = []
     for r in doc.get("rows") or []:
-        stats = (r.get("latency_us") or {}).get(method)
-        if r.get("status") != "ok" or not stats or not stats.get("median"):
+        stats = latency_stats(r, method)
+        if not stats or stats["median"] <= 0:
             continue
         err = r.get("error") or {}
         rel = None if err.get("nonfinite") else err.get("rel_fro")

@@ -21,7 +21,13 @@ from typing import Sequence
 
 from qbench.render import FORMATS, Column, render
 from qbench.render.columns import DASH, fmt_num, fmt_us
-from qbench.results import ResultsError, methods_present, read_results, resolve_method
+from qbench.results import (
+    ResultsError,
+    latency_stats,
+    methods_present,
+    read_results,
+    resolve_method,
+)
 
 __all__ = ["pareto_front", "recommend", "register", "render_recommendation", "run_recommend"]
 
@@ -47,7 +53,7 @@ def _lose_reason(row: dict, method: str, max_rel_err: float) -> str | None:
     status = row.get("status")
     if status != "ok":
         return f"{status}: {row.get('reason') or 'no reason given'}"
-    if not (row.get("latency_us") or {}).get(method):
+    if latency_stats(row, method) is None:
         why = (row.get("latency_reasons") or {}).get(method)
         return f"no {method} latency" + (f" ({why})" if why else "")
     err = row.get("error") or {}
@@ -101,11 +107,11 @@ def recommend(doc: dict, max_rel_err: float, method: str = "cold") -> dict:
 
 def _point(row: dict, method: str) -> dict | None:
     """(latency, rel_fro, stored bytes) of an ``ok`` row with finite outputs, else None."""
-    stats = (row.get("latency_us") or {}).get(method)
+    stats = latency_stats(row, method)
     err = row.get("error") or {}
-    if row.get("status") != "ok" or not stats or err.get("nonfinite") or err.get("rel_fro") is None:
+    if not stats or err.get("nonfinite") or err.get("rel_fro") is None:
         return None
-    return {"scheme": row.get("scheme"), "latency_us": stats.get("median"),
+    return {"scheme": row.get("scheme"), "latency_us": stats["median"],
             "rel_fro": err["rel_fro"], "stored_bytes": row.get("stored_bytes")}
 
 
@@ -163,7 +169,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def run_recommend(args: argparse.Namespace) -> int:
     """Run ``qbench recommend`` from parsed ``args``; returns the exit status (0, 1 or 2)."""
-    if args.format not in FORMATS or args.format == "csv":
+    if args.format not in FORMATS or args.format == "csv":  # csv: no single table to write
         allowed = sorted(f for f in FORMATS if f != "csv")
         print(f"qbench recommend: unknown format {args.format!r}; allowed: {', '.join(allowed)}",
               file=sys.stderr)

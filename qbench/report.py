@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qbench.render import COLUMNS, DATA_FORMATS, FORMATS, render, render_header
+from qbench.render import COLUMNS, DATA_FORMATS, check_format, render, render_header
 from qbench.render.columns import resolve_columns
 from qbench.results import ResultsError, read_results, resolve_method
 
@@ -62,11 +62,10 @@ def run_report(args: argparse.Namespace) -> int:
         for c in COLUMNS.values():
             print(f"{c.key:18} {c.header:16} {c.help}")
         return 0
-    if args.format not in FORMATS:
-        return _fail(f"unknown format {args.format!r}; allowed: {', '.join(sorted(FORMATS))}")
     try:
+        check_format(args.format)
         doc = read_results(args.result)
-    except ResultsError as exc:
+    except (ValueError, ResultsError) as exc:
         return _fail(str(exc))
     table = args.format not in DATA_FORMATS
     if args.crossover:

@@ -33,6 +33,7 @@ __all__ = [
     "ResultsSchemaError",
     "SCHEMA_VERSION",
     "finite_or_none",
+    "latency_stats",
     "methods_present",
     "read_results",
     "resolve_method",
@@ -150,6 +151,15 @@ def read_results(path: str | os.PathLike) -> dict:
     if not isinstance(doc.get("rows"), list):
         raise ResultsError(f"{path}: not a qbench result (no 'rows' list)")
     return doc
+
+
+def latency_stats(row: dict, method: str) -> dict | None:
+    """The STATS (µs) of ``row`` for ``method`` when the row is ``ok`` and has a median there,
+    else ``None`` (skipped, failed, or not timed by that method)."""
+    if row.get("status") != "ok":
+        return None
+    stats = (row.get("latency_us") or {}).get(method)
+    return stats if stats and stats.get("median") is not None else None
 
 
 def methods_present(rows: list[dict]) -> list[str]:

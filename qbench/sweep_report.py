@@ -11,15 +11,14 @@ from typing import Sequence
 
 from qbench.render import Column, render
 from qbench.render.columns import DASH
+from qbench.results import latency_stats
 
 __all__ = ["crossover", "m_ranges", "render_crossover"]
 
 
 def _median(row: dict, method: str) -> float | None:
-    if row.get("status") != "ok":
-        return None
-    stats = (row.get("latency_us") or {}).get(method)
-    return stats.get("median") if stats else None
+    stats = latency_stats(row, method)
+    return stats["median"] if stats else None
 
 
 def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:

@@ -33,6 +33,7 @@ __all__ = [
     "Column",
     "UnknownColumnError",
     "UnknownFormatError",
+    "check_format",
     "default_columns",
     "render",
     "render_header",
@@ -60,6 +61,13 @@ class UnknownFormatError(ValueError):
     """An output format that is not in :data:`FORMATS`; the message lists the allowed ones."""
 
 
+def check_format(fmt: str) -> None:
+    """Raise :class:`UnknownFormatError` (naming ``fmt`` and the allowed formats) unless ``fmt``
+    is in :data:`FORMATS`."""
+    if fmt not in FORMATS:
+        raise UnknownFormatError(f"unknown format {fmt!r}; allowed: {', '.join(sorted(FORMATS))}")
+
+
 def render(
     rows: Sequence[dict],
     columns: Iterable[str | Column] | None = None,
@@ -72,9 +80,8 @@ def render(
     newline. Raises :class:`UnknownFormatError` or :class:`UnknownColumnError` (one line, naming
     the bad value and the allowed ones).
     """
-    renderer = FORMATS.get(fmt)
-    if renderer is None:
-        raise UnknownFormatError(f"unknown format {fmt!r}; allowed: {', '.join(sorted(FORMATS))}")
+    check_format(fmt)
+    renderer = FORMATS[fmt]
     rows = list(rows)
     if columns is None and fmt in DATA_FORMATS:
         columns = [*default_columns(rows), "reason"]
