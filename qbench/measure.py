@@ -72,12 +72,16 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
     if reason:
         return failed_rows(rows, "skipped", reason)
     torch.manual_seed(scenario.seed)
+    t0 = time.perf_counter()
     try:
         weight, bias = inputs.make_weight(scenario, device)
         module = scheme.build(weight, bias, entry.options)
         book = ledger.count(scheme.parts(module))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
     except Exception as exc:  # the scheme could not be built here: a failed row, the run goes on
         return failed_rows(rows, "failed", f"build: {type(exc).__name__}: {exc}")
+    built = time.perf_counter()
     with torch.inference_mode():
         runner = _Runner(scenario, entry, scheme, module, weight, bias, book, device, ceilings)
         for row in rows:
@@ -86,6 +90,7 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
             runner.measure_warm(rows)
     for row in rows:
         finish_row(row, ceilings)
+        row["worker_phases_s"] = {"build": built - t0, "measure": time.perf_counter() - built}
     return rows
 
 

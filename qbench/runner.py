@@ -12,7 +12,6 @@ import datetime as _dt
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -99,7 +98,9 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
         "env": envmod.collect(dev), "scenario": scenario.to_dict(), "ceilings": None, "rows": [],
     }
     if dev.type == "cuda":
+        t0 = time.perf_counter()
         doc["ceilings"] = _ceilings(dev, scenario)
+        doc["ceilings_wall_s"] = time.perf_counter() - t0
     write_results(path, doc, force=force)
     entries = list(enumerate(scenario.schemes))
     bar = _bar(len(entries)) if show_bar else None
@@ -107,7 +108,10 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
         for index, entry in entries:
             if bar is not None:
                 bar.set_description(entry.label)
+            t0 = time.perf_counter()
             rows = _run_worker(scenario, index, dev, doc["ceilings"])
+            for row in rows:
+                row["worker_wall_s"] = time.perf_counter() - t0
             doc["rows"].extend(rows)
             doc["wall_s"] = time.perf_counter() - started
             write_results(path, doc, force=True)
@@ -146,7 +150,23 @@ def _ceilings(dev, scenario: Scenario) -> Optional[dict]:
     return measure_ceilings(dev, dtypes)
 
 
+_CONTEXT = None
+
+
+def _context():
+    """The forkserver context, its server preloading torch (started on first use)."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        import multiprocessing
+
+        _CONTEXT = multiprocessing.get_context("forkserver")
+        _CONTEXT.set_forkserver_preload(["qbench._preload"])
+    return _CONTEXT
+
+
 def _run_worker(scenario: Scenario, index: int, dev, ceilings: Optional[dict]) -> list[dict]:
+    from qbench import worker
+
     entry = scenario.schemes[index]
     scheme = schemes.get(entry.name)
     with tempfile.TemporaryDirectory(prefix="qbench-") as tmp:
@@ -161,14 +181,16 @@ def _run_worker(scenario: Scenario, index: int, dev, ceilings: Optional[dict]) -
                 env.pop(key, None)
             else:
                 env[key] = value
-        cmd = [sys.executable, "-m", "qbench.worker", job_path, rows_path]
         timeout = scenario.timing.scheme_timeout_s
-        with open(log_path, "w", encoding="utf-8") as log:
-            try:
-                proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
-                code = proc.returncode
-            except subprocess.TimeoutExpired:
-                code = None
+        proc = _context().Process(target=worker.child, args=(job_path, rows_path, log_path, env), daemon=True)
+        proc.start()
+        proc.join(timeout)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+            code = None
+        else:
+            code = proc.exitcode
         if code == 0 and os.path.exists(rows_path):
             with open(rows_path, encoding="utf-8") as f:
                 return json.load(f)

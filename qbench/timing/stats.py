@@ -9,6 +9,7 @@ which the adaptive repetition loop (:mod:`qbench.timing.adaptive`) uses as its s
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
@@ -113,13 +114,14 @@ def median_ci_ranks(n: int, tail: float = CI_TAIL) -> tuple[int, int] | None:
     """
     if n < 1:
         return None
+    # Exact rational comparison: a float ``tail * 2**n`` overflows past n = 1023.
+    frac = Fraction(tail).limit_denominator(10**9)
     total = 1 << n
-    limit = tail * total
     cum = 0  # P(B <= l-1) * 2^n
     l = 0
     for i in range(n):
         nxt = cum + math.comb(n, i)
-        if nxt > limit:
+        if nxt * frac.denominator > frac.numerator * total:
             break
         cum = nxt
         l = i + 1
