@@ -10,6 +10,8 @@ Code past :func:`load` trusts the :class:`Scenario` it gets. The format is docum
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -22,6 +24,12 @@ from qbench.schemes.base import SchemeOptions
 
 METHODS = ("cold", "warm", "eager", "kernel")
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+#: Largest M a scenario may ask for (rows = batch x tokens).
+M_MAX = 1 << 20
+#: safetensors dtypes a weight may be stored in (header names, safetensors format spec).
+_SAFETENSORS_FLOAT = ("F64", "F32", "F16", "BF16")
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_VALUE_CHARS = 120
 
 
 class ScenarioError(ValueError):
@@ -33,7 +41,8 @@ class ScenarioError(ValueError):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # allow_inf_nan=False: TOML has ``inf`` and ``nan`` floats; no scenario number may be either.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class LayerSpec(_Frozen):
@@ -57,8 +66,15 @@ class TimingSpec(_Frozen):
     budget_s: float = Field(default=2.0, gt=0, le=600)
     graph_calls: int = Field(default=20, ge=1, le=10_000)
     flush_multiple: int = Field(default=4, ge=1, le=64)
-    methods: tuple[Literal["cold", "warm", "eager", "kernel"], ...] = METHODS
-    scheme_timeout_s: float = Field(default=600.0, gt=0)
+    methods: tuple[Literal["cold", "warm", "eager", "kernel"], ...] = Field(default=METHODS, min_length=1)
+    scheme_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
+
+    @field_validator("methods")
+    @classmethod
+    def _methods(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError("timing methods must be distinct")
+        return value
 
 
 class InputsSpec(_Frozen):
@@ -90,7 +106,8 @@ class SchemeEntry(_Frozen):
 class Scenario(_Frozen):
     """A validated scenario. ``m`` lists the M values (rows = batch x tokens)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, arbitrary_types_allowed=True,
+                              allow_inf_nan=False)
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
     seed: int = Field(default=0, ge=0, lt=2**63)
@@ -115,8 +132,8 @@ class Scenario(_Frozen):
     @classmethod
     def _m(cls, value: tuple[int, ...]) -> tuple[int, ...]:
         for i, m in enumerate(value):
-            if m <= 0 or m > 1 << 20:
-                raise ValueError(f"every M must be an integer in 1..1048576, item {i} is {m}")
+            if m <= 0 or m > M_MAX:
+                raise ValueError(f"every M must be an integer in 1..{M_MAX}, item {i} is {m}")
         if len(set(value)) != len(value):
             raise ValueError("M values must be distinct")
         return value
@@ -126,8 +143,7 @@ class Scenario(_Frozen):
         data = self.model_dump(exclude={"schemes"})
         data["m"] = list(self.m)
         data["timing"]["methods"] = list(self.timing.methods)
-        data["schemes"] = [{"name": e.name, "label": e.label, **e.options.model_dump(exclude={"label"})}
-                           for e in self.schemes]
+        data["schemes"] = [{"name": e.name, **e.options.model_dump(exclude_none=True)} for e in self.schemes]
         return data
 
 
@@ -250,7 +266,9 @@ def _as_scenario_error(exc: ValidationError, source: str, root: type[BaseModel],
     if kind == "missing":
         return ScenarioError(source, key, "missing")
     value = err.get("input")
-    msg = msg.removeprefix("Value error, ")
+    if isinstance(value, tuple):  # lists become tuples before validation; show what the file says
+        value = list(value)
+    msg = msg.removeprefix("Value error, ").replace("Tuple should", "List should").replace("tuple should", "list should")
     return ScenarioError(source, key.rstrip(".") or "scenario", f"{msg[0].lower() + msg[1:]}{what}, got {value!r}")
 
 

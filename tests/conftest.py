@@ -1,0 +1,18 @@
+"""Shared test helpers: small scenarios, the CUDA skip reason."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA (no CUDA device on this machine)")
+
+
+def small_scenario_toml(schemes: list[str], m=(1, 4), k: int = 256, n: int = 128, extra: str = "") -> str:
+    """A scenario TOML text for a small layer (fast on CPU)."""
+    lines = ['name = "tiny"', "seed = 3", f"m = {list(m)}", extra, "[layer]", f"in_features = {k}",
+             f"out_features = {n}", "[timing]", "warmup = 1", "min_reps = 3", "max_reps = 10", "budget_s = 0.05"]
+    for s in schemes:
+        lines += ["[[schemes]]", f'name = "{s}"']
+    return "\n".join(lines) + "\n"

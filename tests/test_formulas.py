@@ -1,0 +1,60 @@
+"""formulas: hand-computed values from the seed page (fp16, K = N = 4096)."""
+
+import pytest
+
+from qbench import formulas
+
+K = N = 4096
+FP16_WEIGHT = K * N * 2  # 33,554,432 bytes
+
+
+@pytest.mark.parametrize("m, want_ai", [(1, 0.99951), (16, 15.876), (512, 409.6)])
+def test_fp16_arithmetic_intensity_matches_seed_page(m, want_ai):
+    f = formulas.flops(m, K, N)
+    b = formulas.min_bytes(m, K, N, weight_bytes=FP16_WEIGHT, act_itemsize=2, out_itemsize=2)
+    assert b == (m * K + K * N + m * N) * 2  # the seed page's Q_min with s = 2
+    assert formulas.arithmetic_intensity(f, b) == pytest.approx(want_ai, rel=1e-4)
+
+
+def test_flops_and_min_bytes_exact():
+    assert formulas.flops(1, 4096, 4096) == 33_554_432
+    assert formulas.flops(512, 4096, 4096) == 17_179_869_184
+    # int8 weight-only at M=1: bf16 activations and output, 16 MiB + 16 KiB of row scales
+    assert formulas.min_bytes(1, 4096, 4096, weight_bytes=16_777_216 + 16_384, act_itemsize=2,
+                              out_itemsize=2) == 8192 + 16_793_600 + 8192
+
+
+def test_roofline_memory_and_compute_bound():
+    # fp16 M=1 on an H200 datasheet (989.4 TFLOP/s, 4800 GB/s): memory-bound, 33.57 MB / 4.8 TB/s
+    b = formulas.min_bytes(1, K, N, weight_bytes=FP16_WEIGHT, act_itemsize=2, out_itemsize=2)
+    r = formulas.roofline(formulas.flops(1, K, N), b, peak_tflops=989.4, bandwidth_gbps=4800)
+    assert r.bound == "memory"
+    assert r.time_us == pytest.approx(33_570_816 / 4.8e12 * 1e6)
+    assert r.ridge_intensity == pytest.approx(989.4e12 / 4.8e12)
+    # M=512: AI 409.6 > ridge 206: compute-bound
+    b = formulas.min_bytes(512, K, N, weight_bytes=FP16_WEIGHT, act_itemsize=2, out_itemsize=2)
+    r = formulas.roofline(formulas.flops(512, K, N), b, peak_tflops=989.4, bandwidth_gbps=4800)
+    assert r.bound == "compute"
+    assert r.time_us == pytest.approx(17_179_869_184 / 989.4e12 * 1e6)
+
+
+def test_bits_per_weight_and_achieved():
+    assert formulas.bits_per_weight(FP16_WEIGHT, K, N) == 16.0
+    gbps, tflops = formulas.achieved(33_554_432, 33_570_816, 10.0)
+    assert gbps == pytest.approx(3357.0816)
+    assert tflops == pytest.approx(3.3554432)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "4"])
+def test_bad_dimensions_raise(bad):
+    with pytest.raises(ValueError):
+        formulas.flops(bad, 4, 4)
+
+
+def test_bad_rates_raise():
+    with pytest.raises(ValueError):
+        formulas.roofline(1, 1, peak_tflops=0, bandwidth_gbps=1)
+    with pytest.raises(ValueError):
+        formulas.arithmetic_intensity(1, 0)
+    with pytest.raises(ValueError):
+        formulas.achieved(1, 1, 0)

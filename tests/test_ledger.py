@@ -1,0 +1,87 @@
+"""ledger: bytes counted from the real tensors, checked against hand-computed values."""
+
+import pytest
+import torch
+
+from qbench import ledger, schemes
+from qbench.schemes.base import TensorPart
+from tests.conftest import needs_cuda
+
+K = N = 4096
+
+
+@pytest.fixture(scope="module")
+def weight():
+    return torch.randn(N, K, generator=torch.Generator().manual_seed(0)) / 64
+
+
+def _ledger(name, weight, device="cpu", **options):
+    scheme = schemes.get(name)
+    module = scheme.build(weight.to(device), None, scheme.options_model(**options))
+    return ledger.count(scheme.parts(module))
+
+
+def test_fp16_ledger(weight):
+    book = _ledger("fp16", weight)
+    assert book.payload_bytes == 33_554_432 and book.metadata_bytes == 0
+    assert book.fields(K, N)["bits_per_weight"] == 16.0
+
+
+@pytest.mark.slow
+def test_nf4_double_quant_ledger(weight):
+    """nf4, block 64, double quantization: 8,388,608 B of packed codes; metadata = 262,144 uint8
+    absmax codes + 16 float32 code values + one float32 offset + 1,024 float32 second-level absmax
+    (blocks of 256) + 256 float32 second-level code values = 267,332 B: 4.1275 bits/weight."""
+    book = _ledger("nf4-bnb", weight)
+    assert book.payload_bytes == 8_388_608
+    assert book.metadata_bytes == 262_144 + 64 + 4 + 4_096 + 1_024
+    assert book.fields(K, N)["bits_per_weight"] == pytest.approx(4.1275, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_nf4_without_double_quant(weight):
+    """Without double quantization the absmax stays float32: 262,144 x 4 B + the 16-entry code."""
+    book = _ledger("nf4-bnb", weight, double_quant=False)
+    assert book.metadata_bytes == 262_144 * 4 + 64
+
+
+@pytest.mark.slow
+def test_int4_intx_stores_one_value_per_int8(weight):
+    """int4-intx keeps each 4-bit value in an int8: payload = K*N bytes (not K*N/2); per-group 128
+    scales (bf16) and zero points (int8): 4096 x 32 x (2 + 1) B."""
+    book = _ledger("int4-intx", weight)
+    assert book.payload_bytes == K * N
+    assert book.metadata_bytes == 4096 * 32 * 3
+    dtypes = {p["name"]: p["dtype"] for p in book.parts}
+    assert dtypes["weight.qdata"] == "int8"
+
+
+@pytest.mark.slow
+def test_int8_bnb_ledger(weight):
+    book = _ledger("int8-bnb", weight)
+    assert book.payload_bytes == K * N and book.metadata_bytes == N * 4  # float32 SCB per row
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_int4_tinygemm_ledger_cuda(weight):
+    """tinygemm int4, group 128: 8,388,608 B packed payload + 524,288 B of bf16 scale-and-zero
+    ([K/128, N, 2] x 2 B)."""
+    book = _ledger("int4-weight-only", weight, device="cuda")
+    assert book.payload_bytes == 8_388_608
+    assert book.metadata_bytes == 524_288
+
+
+def test_same_storage_counted_once():
+    t = torch.zeros(10, dtype=torch.float32)
+    book = ledger.count([TensorPart("a", "payload", t), TensorPart("a-again", "payload", t)])
+    assert book.payload_bytes == 40
+
+
+def test_roles_and_bias():
+    book = ledger.count([TensorPart("w", "payload", torch.zeros(4, 4, dtype=torch.int8)),
+                         TensorPart("s", "metadata", torch.zeros(4, dtype=torch.float32)),
+                         TensorPart("b", "bias", torch.zeros(4, dtype=torch.bfloat16))])
+    assert (book.payload_bytes, book.metadata_bytes, book.bias_bytes, book.stored_bytes) == (16, 16, 8, 40)
+    with pytest.raises(ValueError):
+        ledger.count([TensorPart("x", "weird", torch.zeros(1))])

@@ -1,0 +1,92 @@
+"""runner: one worker per scheme; a dying worker fails only its own rows; results survive."""
+
+import json
+
+import pytest
+
+from qbench import runner, scenario
+from qbench.results import read_results
+from tests.conftest import small_scenario_toml
+
+
+def _load(tmp_path, text, name="s.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return scenario.load(path)
+
+
+def test_worker_that_aborts_fails_only_its_rows(tmp_path, monkeypatch):
+    import tests.plugins.abort_scheme  # noqa: F401  registers "abort-test" here
+
+    monkeypatch.setenv("QBENCH_PLUGINS", "tests.plugins.abort_scheme")
+    sc = _load(tmp_path, small_scenario_toml(["fp32", "abort-test", "bf16"], m=(1, 2)))
+    out = runner.run(sc, device="cpu", out=str(tmp_path / "r.json"))
+    by = {(r["scheme"], r["m"]): r for r in out.doc["rows"]}
+    assert out.exit_code == 0
+    for m in (1, 2):
+        assert by[("fp32", m)]["status"] == "ok"
+        assert by[("bf16", m)]["status"] == "ok"
+        bad = by[("abort-test", m)]
+        assert bad["status"] == "failed"
+        assert "SIGABRT" in bad["reason"] and "about to abort" in bad["reason"]
+    saved = read_results(tmp_path / "r.json")
+    assert saved["complete"] is True and len(saved["rows"]) == 6
+
+
+def test_all_rows_skipped_exits_nonzero(tmp_path):
+    sc = _load(tmp_path, small_scenario_toml(["int4-weight-only", "fp8-dynamic"], m=(1,)))
+    out = runner.run(sc, device="cpu", out=str(tmp_path / "r.json"))
+    assert out.exit_code == 1 and "skipped or failed" in out.message
+    assert {r["status"] for r in out.doc["rows"]} == {"skipped"}
+    assert all("CUDA" in r["reason"] for r in out.doc["rows"])
+
+
+def test_existing_output_is_refused_before_measuring(tmp_path):
+    target = tmp_path / "r.json"
+    target.write_text('{"keep": true}')
+    sc = _load(tmp_path, small_scenario_toml(["fp16"], m=(1,)))
+    with pytest.raises(runner.RunError, match="--force"):
+        runner.run(sc, device="cpu", out=str(target))
+    assert json.loads(target.read_text()) == {"keep": True}
+
+
+def test_rows_written_after_each_scheme_survive_interrupt(tmp_path, monkeypatch):
+    sc = _load(tmp_path, small_scenario_toml(["fp16", "bf16"], m=(1,)))
+    real = runner._run_worker
+    calls = []
+
+    def interrupted(scenario_, index, dev, ceilings):
+        calls.append(index)
+        if index == 1:
+            raise KeyboardInterrupt
+        return real(scenario_, index, dev, ceilings)
+
+    monkeypatch.setattr(runner, "_run_worker", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(sc, device="cpu", out=str(tmp_path / "r.json"))
+    saved = read_results(tmp_path / "r.json")
+    assert saved["complete"] is False
+    assert [r["scheme"] for r in saved["rows"]] == ["fp16"] and saved["rows"][0]["status"] == "ok"
+
+
+def test_cpu_rows_are_labelled_cpu_never_cuda(tmp_path):
+    sc = _load(tmp_path, small_scenario_toml(["fp32"], m=(1,)))
+    row = runner.run(sc, device="cpu", out=str(tmp_path / "r.json")).doc["rows"][0]
+    assert row["latency_us"]["cpu"]["median"] > 0 and row["latency_us"]["cpu"]["n"] >= 3
+    for method in ("cold", "warm", "eager", "kernel"):
+        assert row["latency_us"][method] is None and "CPU" in row["latency_reasons"][method]
+    assert row["roofline_us"] is None and row["roofline_reason"]
+    assert row["flops"] == 2 * 1 * 256 * 128
+    assert row["min_bytes"] == 256 * 4 + 256 * 128 * 4 + 128 * 4
+    assert row["error"]["rel_fro"] < 1e-6
+
+
+def test_cuda_requested_without_cuda_is_a_run_error(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    sc = _load(tmp_path, small_scenario_toml(["fp16"], m=(1,)))
+    with pytest.raises(runner.RunError, match="CUDA is not available"):
+        runner.run(sc, device="cuda", out=str(tmp_path / "r.json"))
+    assert not (tmp_path / "r.json").exists()

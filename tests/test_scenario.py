@@ -1,0 +1,73 @@
+"""scenario: the shipped files load; options are validated; errors name file, key and value."""
+
+from pathlib import Path
+
+import pytest
+
+from qbench import scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((ROOT / "scenarios").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_scenarios_load(path):
+    sc = scenario.load(path)
+    assert sc.schemes and sc.m
+    assert scenario.from_dict(sc.to_dict(), str(path)) == sc  # the JSON "scenario as run" round-trips
+
+
+def test_decode_has_every_scheme_and_compiled_variants():
+    sc = scenario.load(ROOT / "scenarios" / "decode.toml")
+    assert sc.m == (1,) and sc.layer.in_features == 4096 and sc.layer.out_features == 4096
+    labels = [e.label for e in sc.schemes]
+    from qbench import schemes
+
+    assert set(schemes.names()) <= {e.name for e in sc.schemes}
+    assert {"fp8-weight-only+compiled", "int8-weight-only+compiled", "int4-weight-only+compiled"} <= set(labels)
+
+
+def test_seed_scenario_is_the_seed_pages_experiment():
+    sc = scenario.load(ROOT / "scenarios" / "seed.toml")
+    assert sc.m == (1, 16, 512) and [e.name for e in sc.schemes] == ["fp16"] and sc.seed == 61
+
+
+def _err(tmp_path, text):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(scenario.ScenarioError) as info:
+        scenario.load(path)
+    return str(info.value)
+
+
+def test_options_validated_and_labelled(tmp_path):
+    path = tmp_path / "ok.toml"
+    path.write_text('name = "x"\nm = 4\n[[schemes]]\nname = "fp8-dynamic"\ngranularity = "per-tensor"\n'
+                    '[[schemes]]\nname = "int8-bnb"\nthreshold = 0.0\nmode = "compiled"\n'
+                    'schemes_extra = 1\n' if False else
+                    'name = "x"\nm = 4\n[[schemes]]\nname = "fp8-dynamic"\ngranularity = "per-tensor"\n'
+                    '[[schemes]]\nname = "int8-bnb"\nthreshold = 0.0\nmode = "compiled"\n')
+    sc = scenario.load(path)
+    assert sc.m == (4,)
+    assert [e.label for e in sc.schemes] == ["fp8-dynamic[granularity=per-tensor]", "int8-bnb+compiled[threshold=0.0]"]
+
+
+@pytest.mark.parametrize("text, key, words", [
+    ('name = "x"\nm = [1]\n[layer]\nin_features = 4000\n[[schemes]]\nname = "nf4-bnb"\n', "layer.in_features", "4000"),
+    ('name = "x"\nm = [1]\n[[schemes]]\nname = "int4-intx"\ngroup_size = 100\n', "schemes[0].group_size", "100"),
+    ('name = "x"\nm = [1]\nschemes = ["fp16", "fp16"]\n', "schemes[1]", "duplicate"),
+    ('name = "x"\nm = [1]\ndevice = "gpu"\nschemes = ["fp16"]\n', "device", "'gpu'"),
+    ('name = "x"\nm = [1, 1]\nschemes = ["fp16"]\n', "m", "distinct"),
+    ('name = "x"\nm = []\nschemes = ["fp16"]\n', "m", "[]"),
+    ('name = "x"\nm = [1]\nschemes = []\n', "schemes", "empty"),
+    ('name = "x"\nm = [1.5]\nschemes = ["fp16"]\n', "m[0]", "1.5"),
+    ('name = "x"\nm = [1]\n[timing]\nmethods = ["hot"]\n[[schemes]]\nname = "fp16"\n', "timing.methods[0]", "'hot'"),
+])
+def test_errors_name_key_and_value(tmp_path, text, key, words):
+    msg = _err(tmp_path, text)
+    assert msg.startswith(str(tmp_path / "bad.toml") + f": {key}:"), msg
+    assert words in msg and "\n" not in msg
+
+
+def test_not_toml(tmp_path):
+    assert "not valid TOML" in _err(tmp_path, "name = \n")
