@@ -17,6 +17,7 @@ for step in $steps; do
     repeat) for i in 1 2 3 4 5; do timeout 240 python3 -m qbench run scenarios/decode.toml --quiet --out "$out/decode-repeat-$i.json" > "$out/decode-repeat-$i.log" 2>&1; done ;;
     *) timeout 400 python3 -m qbench run "scenarios/$step.toml" --quiet --out "$out/$step.json" > "$out/$step.log" 2>&1 ;;
   esac
+  rc=$?
   tar -czf "$out.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"
-  echo "$step rc=$? wall_s=$(python3 -c "import time; print(round(time.time() - $start, 1))")" | tee -a "$out/suite.log"
+  echo "$step rc=$rc wall_s=$(python3 -c "import time; print(round(time.time() - $start, 1))")" | tee -a "$out/suite.log"
 done
