@@ -8,12 +8,11 @@ activations ``X [M, K]`` (converted to the scheme's activation dtype), drawn fro
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Optional
 
 import torch
 
-from qbench.scenario import Scenario
+from qbench.scenario import Scenario, weight_path
 
 #: Largest finite float8 e4m3fn value (OCP 8-bit floating point spec, "E4M3": 448).
 FP8_E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)
@@ -47,9 +46,7 @@ def load_safetensors_weight(scenario: Scenario, n: int, k: int) -> torch.Tensor:
     """
     from safetensors import safe_open
 
-    path = Path(scenario.weight.path)
-    if not path.is_absolute():
-        path = Path(scenario.source).parent / path
+    path = weight_path(scenario)  # the loader already checked file, name, shape and dtype (header only)
     if not path.exists():
         raise ValueError(f"{scenario.source}: weight.path: no such file, got {str(path)!r}")
     with safe_open(str(path), framework="pt") as f:

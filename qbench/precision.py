@@ -49,6 +49,24 @@ def cuda_matmul_fp32_precision() -> str:
     return value
 
 
+def cpu_matmul_fp32_precision() -> str:
+    """The precision oneDNN (CPU) matmuls of float32 tensors run with now: ``"ieee"``, ``"tf32"``
+    or ``"bf16"``.
+
+    ``torch.backends.mkldnn.matmul.fp32_precision`` already resolves to its parents
+    (``mkldnn.fp32_precision``, then the global ``fp32_precision``) when it is ``"none"``;
+    ``"none"`` all the way up is PyTorch's default, strict IEEE FP32.
+    ``torch.set_float32_matmul_precision("medium")`` sets it to ``"bf16"`` and ``"high"`` to
+    ``"tf32"`` (PyTorch >= 2.9).
+    """
+    value = _new_api("mkldnn.matmul.fp32_precision") or "none"
+    if value == "none":
+        value = _new_api("mkldnn.fp32_precision") or "none"
+    if value == "none":
+        value = _new_api("fp32_precision") or "none"
+    return "ieee" if value == "none" else value
+
+
 def set_cuda_matmul_fp32_precision(value: str) -> None:
     """Set the FP32 precision of cuBLAS matmuls and cuDNN convolutions: ``"ieee"`` or ``"tf32"``.
 
@@ -78,8 +96,13 @@ def precision_state() -> dict:
         "mkldnn_matmul_fp32_precision": _new_api("mkldnn.matmul.fp32_precision"),
         "global_fp32_precision": _new_api("fp32_precision"),
         "effective_cuda_matmul": cuda_matmul_fp32_precision(),
+        "effective_cpu_matmul": cpu_matmul_fp32_precision(),
         ENV_OVERRIDE: os.environ.get(ENV_OVERRIDE),
     }
+    matmul = torch.backends.cuda.matmul
+    for key in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
+        value = getattr(matmul, key, None)  # cuBLAS may reduce fp16 / bf16 GEMM partial sums in 16 bits
+        state[f"cuda_matmul_{key}"] = value if isinstance(value, (bool, type(None))) else str(value)
     for key, getter in (
         ("float32_matmul_precision", torch.get_float32_matmul_precision),
         ("cuda_matmul_allow_tf32", lambda: torch.backends.cuda.matmul.allow_tf32),

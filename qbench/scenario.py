@@ -150,6 +150,9 @@ class Scenario(_Frozen):
 def load(path: str | Path) -> Scenario:
     """Read and validate a TOML scenario file.
 
+    Besides :func:`from_dict`'s checks, a file may not set ``source`` (qbench records it) and its
+    ``output``, when set, must be a path qbench can create or replace (:func:`check_output_path`).
+
     Raises:
         ScenarioError: the file is missing or unreadable, not TOML, or not a valid scenario.
     """
@@ -159,13 +162,50 @@ def load(path: str | Path) -> Scenario:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise ScenarioError(source, "", "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(source, "", f"cannot read: {exc}") from None
+    except IsADirectoryError:
+        raise ScenarioError(source, "", "is a directory, not a TOML scenario file") from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(source, "", f"not valid TOML: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ScenarioError(source, "", f"cannot read: {exc.strerror or exc}") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(source, "", f"not valid TOML: {exc}") from None
-    return from_dict(data, source)
+        raise ScenarioError(source, "", f"not valid TOML: {_one_line(str(exc))}") from None
+    except RecursionError:
+        raise ScenarioError(source, "", "not valid TOML: arrays or tables nested too deeply") from None
+    if "source" in data:
+        raise ScenarioError(source, "source", f"unknown key (qbench records the file itself); allowed: "
+                                              f"{', '.join(k for k in Scenario.model_fields if k != 'source')}")
+    scenario = from_dict(data, source)
+    if scenario.output is not None:
+        problem = check_output_path(scenario.output)
+        if problem:
+            raise ScenarioError(source, "output", f"{problem}, got {_show(scenario.output)}")
+    return scenario
+
+
+def check_output_path(output: str) -> Optional[str]:
+    """Why a result file cannot be written at ``output`` (relative to the working directory),
+    or None when it can. Touches nothing: checks the path is not empty or a folder, that the
+    nearest existing ancestor is a folder, and that it is writable (``os.access``).
+    """
+    if not output.strip():
+        return "must be a file path, not empty"
+    try:
+        target = Path(output)
+        if target.is_dir():
+            return "is a directory; give a file path such as results/run.json"
+        parent = target.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if parent.exists() and not parent.is_dir():
+            return f"cannot be written: {parent} is a file, not a folder"
+        if parent.exists() and not os.access(parent, os.W_OK | os.X_OK):
+            return f"cannot be written: no permission to write in {parent}"
+    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL character
+        return f"cannot be written: {_one_line(str(exc))}"
+    return None
 
 
 def from_dict(data: Any, source: str = "<scenario>") -> Scenario:
@@ -180,11 +220,8 @@ def from_dict(data: Any, source: str = "<scenario>") -> Scenario:
     data.pop("source", None)
     raw_schemes = data.pop("schemes", None)
     entries = _scheme_entries(raw_schemes, source)
-    if "m" in data and isinstance(data["m"], int) and not isinstance(data["m"], bool):
-        data["m"] = [data["m"]]
-    for key in ("m",):
-        if isinstance(data.get(key), list):
-            data[key] = tuple(data[key])
+    if "m" in data:
+        data["m"] = _m_values(data["m"], source)
     if isinstance(data.get("timing"), dict) and isinstance(data["timing"].get("methods"), list):
         data["timing"] = {**data["timing"], "methods": tuple(data["timing"]["methods"])}
     try:
@@ -195,11 +232,25 @@ def from_dict(data: Any, source: str = "<scenario>") -> Scenario:
     return scenario
 
 
+def _m_values(raw: Any, source: str) -> tuple:
+    """``m`` as a tuple, each out-of-range item named ``m[i]``; wrong item types go on to pydantic."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        raw = [raw]
+    if not isinstance(raw, (list, tuple)):
+        raise ScenarioError(source, "m", f"must be a list of integers (rows = batch x tokens) or one integer, got {_show(raw)}")
+    if not raw:
+        raise ScenarioError(source, "m", "is empty: list at least one M (rows = batch x tokens), got []")
+    for i, m in enumerate(raw):
+        if isinstance(m, int) and not isinstance(m, bool) and not 1 <= m <= M_MAX:
+            raise ScenarioError(source, f"m[{i}]", f"must be an integer in 1..{M_MAX} (rows = batch x tokens), got {m}")
+    return tuple(raw)
+
+
 def _scheme_entries(raw: Any, source: str) -> tuple[SchemeEntry, ...]:
     if raw is None:
         raise ScenarioError(source, "schemes", "missing: list at least one scheme ([[schemes]] name = \"fp16\")")
     if not isinstance(raw, list):
-        raise ScenarioError(source, "schemes", f"must be a list of scheme names or [[schemes]] tables, got {raw!r}")
+        raise ScenarioError(source, "schemes", f"must be a list of scheme names or [[schemes]] tables, got {_show(raw)}")
     if not raw:
         raise ScenarioError(source, "schemes", "is empty: list at least one scheme")
     entries, labels = [], set()
@@ -208,11 +259,12 @@ def _scheme_entries(raw: Any, source: str) -> tuple[SchemeEntry, ...]:
         if isinstance(item, str):
             item = {"name": item}
         if not isinstance(item, dict):
-            raise ScenarioError(source, key, f"must be a scheme name or a table with 'name', got {item!r}")
+            raise ScenarioError(source, key, f"must be a scheme name or a table with 'name', got {_show(item)}")
         item = dict(item)
         name = item.pop("name", None)
         if not isinstance(name, str):
-            raise ScenarioError(source, f"{key}.name", f"missing or not a string, got {name!r}")
+            raise ScenarioError(source, f"{key}.name", f"missing or not a string: give a registered scheme name "
+                                                       f"(qbench list), got {_show(name)}")
         try:
             scheme = schemes.get(name)
         except schemes.UnknownSchemeError as exc:
@@ -248,28 +300,120 @@ def _check_cross_fields(scenario: Scenario) -> None:
         raise ScenarioError(scenario.source, "timing.max_reps",
                             f"must be >= timing.min_reps={scenario.timing.min_reps}, got {scenario.timing.max_reps}")
     weight = scenario.weight
-    if weight.source == "safetensors" and (not weight.path or not weight.tensor):
-        raise ScenarioError(scenario.source, "weight", "source = 'safetensors' needs both 'path' and 'tensor'")
+    if weight.source == "safetensors":
+        missing = [k for k in ("path", "tensor") if not getattr(weight, k)]
+        if missing:
+            raise ScenarioError(scenario.source, f"weight.{missing[0]}",
+                                f"missing: source = 'safetensors' needs both 'path' and 'tensor', got {weight.model_dump()}")
+        _check_safetensors(scenario)
+    elif weight.path is not None or weight.tensor is not None:
+        key = "weight.path" if weight.path is not None else "weight.tensor"
+        raise ScenarioError(scenario.source, key, f"only used with source = 'safetensors', got source = {weight.source!r}")
     if scenario.inputs.outlier_fraction > 0 and scenario.inputs.outlier_magnitude <= 0:
         raise ScenarioError(scenario.source, "inputs.outlier_magnitude",
                             f"must be > 0 when outlier_fraction > 0, got {scenario.inputs.outlier_magnitude}")
 
 
+def weight_path(scenario: Scenario) -> Path:
+    """The safetensors weight file: ``weight.path``, relative to the scenario file's folder."""
+    path = Path(scenario.weight.path or "")
+    return path if path.is_absolute() else Path(scenario.source).parent / path
+
+
+def _check_safetensors(scenario: Scenario) -> None:
+    """The weight file exists and holds ``weight.tensor`` as a float tensor of shape ``[N, K]``.
+
+    Reads only the file's header (8-byte little-endian length, then JSON; safetensors format
+    spec), never the tensor data.
+    """
+    source, path, name = scenario.source, weight_path(scenario), scenario.weight.tensor
+    n, k = scenario.layer.out_features, scenario.layer.in_features
+    if not path.is_file():
+        raise ScenarioError(source, "weight.path", f"no such file (relative to the scenario's folder), "
+                                                   f"got {_show(str(path))}")
+    try:
+        header = _safetensors_header(path)
+    except (OSError, ValueError) as exc:
+        raise ScenarioError(source, "weight.path", f"not a readable safetensors file ({_one_line(str(exc))}), "
+                                                   f"got {_show(str(path))}") from None
+    entry = header.get(name)
+    if not isinstance(entry, dict) or name == "__metadata__":
+        names = sorted(key for key in header if key != "__metadata__")
+        have = (", ".join(names[:8]) + (", ..." if len(names) > 8 else "")) if names else "no tensors"
+        raise ScenarioError(source, "weight.tensor", f"not in {path.name} (it has {have}), got {_show(name)}")
+    shape, dtype = entry.get("shape"), entry.get("dtype")
+    if shape != [n, k]:
+        raise ScenarioError(source, "weight.tensor", f"shape must be [out_features, in_features] = [{n}, {k}], "
+                                                     f"got {name!r} of shape {_show(shape)}")
+    if dtype not in _SAFETENSORS_FLOAT:
+        raise ScenarioError(source, "weight.tensor", f"dtype must be one of {', '.join(_SAFETENSORS_FLOAT)}, "
+                                                     f"got {name!r} of dtype {_show(dtype)}")
+
+
+def _safetensors_header(path: Path) -> dict:
+    """The JSON header of a safetensors file: ``{name: {"dtype", "shape", "data_offsets"}}``.
+
+    Raises:
+        ValueError: the file is too short or its header is not a JSON object (json's
+            ``JSONDecodeError`` and ``UnicodeDecodeError`` are ValueErrors).
+    """
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError("shorter than the 8-byte header length")
+        length = int.from_bytes(head, "little")
+        if length > min(size - 8, 100 << 20):
+            raise ValueError(f"header length {length} does not fit the file ({size} bytes)")
+        header = json.loads(f.read(length).decode("utf-8"))
+    if not isinstance(header, dict):
+        raise ValueError("header is not a JSON object")
+    return header
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _show(value: Any) -> str:
+    """``repr(value)`` on one line, cut to ``_VALUE_CHARS`` characters."""
+    if isinstance(value, tuple):  # lists become tuples before validation; show what the file says
+        value = list(value)
+    text = repr(value)
+    return text if len(text) <= _VALUE_CHARS else text[: _VALUE_CHARS - 3] + "..."
+
+
+def _key_part(part: Any) -> str:
+    if isinstance(part, int):
+        return f"[{part}]"
+    part = str(part)
+    return part if _BARE_KEY.match(part) else json.dumps(part)  # TOML's quoted-key spelling, one line
+
+
+#: pydantic's wording -> the scenario file's (TOML arrays and tables, not tuples and dicts).
+_REWORDS = (
+    (re.compile(r"^input should be a valid (tuple|list)$"), "must be a list"),
+    (re.compile(r"^input should be a valid dictionary or instance of \w+$"), "must be a table ([section] or {...})"),
+    (re.compile(r"^(tuple|list) should have at least 1 item after validation, not 0$"), "must not be empty"),
+    (re.compile(r"^input should be a finite number$"), "must be a finite number (not inf or nan)"),
+)
+
+
 def _as_scenario_error(exc: ValidationError, source: str, root: type[BaseModel], prefix: str = "", what: str = "") -> ScenarioError:
     err = exc.errors(include_url=False)[0]
     loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
-    key = prefix + ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
+    key = prefix + ".".join(_key_part(p) for p in loc).replace(".[", "[")
     kind, msg = err["type"], err["msg"]
     if kind == "extra_forbidden":
         allowed = _allowed_keys(root, loc)
         return ScenarioError(source, key, f"unknown key{what}" + (f"; allowed: {', '.join(allowed)}" if allowed else ""))
     if kind == "missing":
-        return ScenarioError(source, key, "missing")
-    value = err.get("input")
-    if isinstance(value, tuple):  # lists become tuples before validation; show what the file says
-        value = list(value)
-    msg = msg.removeprefix("Value error, ").replace("Tuple should", "List should").replace("tuple should", "list should")
-    return ScenarioError(source, key.rstrip(".") or "scenario", f"{msg[0].lower() + msg[1:]}{what}, got {value!r}")
+        return ScenarioError(source, key, f"missing{what}: this key is required")
+    msg = _one_line(msg.removeprefix("Value error, ")) or "invalid"
+    msg = msg[0].lower() + msg[1:]
+    for pattern, wording in _REWORDS:
+        msg = pattern.sub(wording, msg)
+    return ScenarioError(source, key.rstrip(".") or "scenario", f"{msg}{what}, got {_show(err.get('input'))}")
 
 
 def _allowed_keys(root: type[BaseModel], loc: list) -> list[str]:

@@ -41,8 +41,10 @@ class PrecisionCheckedLinear(torch.nn.Module):
             now = precision.cuda_matmul_fp32_precision()
             if now != self.expect:
                 raise RuntimeError(f"FP32 matmul precision is {now!r} at call time, this layer needs {self.expect!r}")
-        elif torch.backends.mkldnn.matmul.fp32_precision not in ("ieee", "none"):
-            raise RuntimeError("oneDNN FP32 matmul precision is not 'ieee': CPU FP32 would not be strict")
+        else:
+            now = precision.cpu_matmul_fp32_precision()
+            if now != "ieee":
+                raise RuntimeError(f"oneDNN FP32 matmul precision is {now!r} at call time: CPU FP32 would not be strict")
         return F.linear(x, self.weight, self.bias)
 
 

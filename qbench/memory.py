@@ -1,0 +1,152 @@
+"""Peak device memory of a scenario, estimated before anything is allocated.
+
+A worker measures one scheme at a time (:mod:`qbench.runner`), so the peak is that of the worst
+scheme, plus what every scheme shares: the FP32 weight, the activations and the float64
+reference at the largest M, the output and the error-metric temporaries, and on CUDA the L2
+flush buffer of the cold timing method. :func:`check_fits` compares the estimate with the free
+memory of the device and refuses, as a :class:`~qbench.scenario.ScenarioError` naming ``layer``
+or ``m``, a scenario that cannot fit, so the run stops with one line before a worker is started
+or a result file is written.
+
+The estimate is an upper bound built from the tensors :mod:`qbench.measure` and
+:mod:`qbench.inputs` allocate (``numel * element size``); it is meant to catch shapes that cannot
+fit at all (a 131072 x 131072 layer, M = 1048576), not to predict the allocator's peak to the
+byte.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+
+from qbench import schemes
+from qbench.scenario import Scenario, ScenarioError
+
+#: Worker process overhead counted on every device (bytes): on CUDA the worker's context and the
+#: cuBLAS workspace, on the CPU the worker's own torch and library code.
+PROCESS_OVERHEAD = 512 << 20
+#: L2 size assumed when a CUDA device's properties cannot be read (bytes); larger than the L2 of
+#: any current NVIDIA GPU (H100: 50 MiB, B200: 126 MiB), so the flush buffer is not underestimated.
+FALLBACK_L2_BYTES = 128 << 20
+_FP32, _BF16, _FP64 = 4, 2, 8
+
+
+def estimate_bytes(scenario: Scenario, device: torch.device | str, *, l2_bytes: Optional[int] = None) -> dict:
+    """Peak memory (bytes) of one worker of ``scenario`` on ``device``, by part.
+
+    With K = ``in_features``, N = ``out_features``, M = the largest ``m``:
+
+    * ``weights``: the FP32 weight (4 NK), the 16-bit copy a quantizer starts from (2 NK), one
+      FP32-sized quantization temporary (4 NK), and the largest stored weight over the
+      scenario's schemes, bounded by NK times the element size of the scheme's activation dtype
+      (the dtype it is built from: FP32 for fp32 / tf32, 16-bit for every other scheme, whose
+      quantized payload plus scales is smaller than its 16-bit source); plus the bias (4 N).
+    * ``activations``: the FP32 activations at M (4 MK) and the converted activations the
+      worker keeps for every M (sum of M times K times the widest activation element size).
+    * ``reference``: the float64 reference ``X @ W^T``: X and W upcast (8 MK + 8 NK) and Y_ref
+      (8 MN).
+    * ``outputs``: the layer's output (at most 4 MN) and three float64 [M, N] temporaries of
+      :func:`qbench.metrics.error_metrics` (24 MN).
+    * ``flush``: on CUDA, when the ``cold`` method runs, ``timing.flush_multiple`` x the L2 size
+      (``l2_bytes``; read from the device when None, :data:`FALLBACK_L2_BYTES` if that fails).
+    * ``overhead``: :data:`PROCESS_OVERHEAD`.
+
+    Returns:
+        ``{"weights", "activations", "reference", "outputs", "flush", "overhead", "total"}``,
+        ints in bytes, plus ``"m"``: the M the activation terms were taken at.
+    """
+    device = torch.device(device)
+    k, n = scenario.layer.in_features, scenario.layer.out_features
+    m = max(scenario.m)
+    act_sizes = [_itemsize(schemes.get(e.name).activation_dtype) for e in scenario.schemes]
+    stored = max(act_sizes) * n * k
+    weights = (_FP32 + _BF16 + _FP32) * n * k + stored + (_FP32 * n if scenario.layer.bias else 0)
+    activations = _FP32 * m * k + sum(scenario.m) * k * max(act_sizes)
+    reference = _FP64 * (m * k + n * k + m * n)
+    outputs = _FP32 * m * n + 3 * _FP64 * m * n
+    flush = 0
+    if device.type == "cuda" and "cold" in scenario.timing.methods:
+        flush = scenario.timing.flush_multiple * (l2_bytes if l2_bytes is not None else _l2_bytes(device))
+    parts = {"weights": weights, "activations": activations, "reference": reference, "outputs": outputs,
+             "flush": flush, "overhead": PROCESS_OVERHEAD}
+    return {**parts, "total": sum(parts.values()), "m": m}
+
+
+def free_bytes(device: torch.device | str) -> Optional[int]:
+    """Free memory of ``device`` in bytes, or None when it cannot be read.
+
+    CUDA: ``torch.cuda.mem_get_info`` (free device memory, other processes' use included).
+    CPU: ``MemAvailable`` of ``/proc/meminfo`` (Linux), else ``os.sysconf`` available pages
+    times the page size.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(device)[0])
+        except (RuntimeError, AssertionError, ValueError):
+            return None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # the file's unit is kB (KiB)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(scenario: Scenario, device: torch.device | str, *, free: Optional[int] = None,
+               l2_bytes: Optional[int] = None) -> None:
+    """Refuse a scenario whose estimated peak (:func:`estimate_bytes`) exceeds the free memory.
+
+    Args:
+        free: free bytes; default :func:`free_bytes` of ``device`` (no check when unreadable).
+        l2_bytes: passed to :func:`estimate_bytes`.
+
+    Raises:
+        ScenarioError: ``layer`` when the layer would not fit even at M = 1, else ``m``;
+            the message gives the estimate by part and the free memory.
+    """
+    device = torch.device(device)
+    free = free_bytes(device) if free is None else free
+    if free is None:
+        return
+    est = estimate_bytes(scenario, device, l2_bytes=l2_bytes)
+    if est["total"] <= free:
+        return
+    k, n = scenario.layer.in_features, scenario.layer.out_features
+    parts = ", ".join(f"{name} {fmt_bytes(est[name])}" for name in
+                      ("weights", "activations", "reference", "outputs", "flush", "overhead") if est[name])
+    need = f"needs about {fmt_bytes(est['total'])} of {device} memory at M={est['m']} ({parts}), " \
+           f"only {fmt_bytes(free)} is free"
+    at_one = scenario.model_copy(update={"m": (1,)})
+    if estimate_bytes(at_one, device, l2_bytes=l2_bytes)["total"] > free:
+        raise ScenarioError(scenario.source, "layer", f"{need}; it would not fit even at M=1: use a smaller layer, "
+                                                      f"got in_features={k}, out_features={n}")
+    raise ScenarioError(scenario.source, "m", f"{need}: use smaller M values, got {list(scenario.m)}")
+
+
+def fmt_bytes(n: int) -> str:
+    """``1536`` -> ``"1.5 KiB"`` (binary units)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _l2_bytes(device: torch.device) -> int:
+    try:
+        return int(torch.cuda.get_device_properties(device).L2_cache_size)
+    except (RuntimeError, AssertionError, AttributeError):
+        return FALLBACK_L2_BYTES

@@ -1,0 +1,149 @@
+"""Malformed scenario files: each gives one clear line on stderr, exit status 2, and writes nothing.
+
+Every file under tests/bad_scenarios/ holds one mistake, named by the comment on its line 1. Each
+runs through the real command line, ``python -m qbench run FILE --out <tmp>/x.json``, in a fresh
+process. The processes are started together (a few at a time) by a module fixture, since each
+spends ~2 s importing torch; the parametrized tests then check one file each.
+
+The memory limit (RLIMIT_AS) on the child processes is a safety net, not part of what is tested:
+``too_big_for_memory.toml`` must be refused by the memory estimate before anything is allocated;
+should that check ever be missing, the run fails on its first allocation instead of pushing the
+CI machine into swap.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BAD = sorted((ROOT / "tests" / "bad_scenarios").glob("*.toml"))
+MEMORY_LIMIT = 8 << 30
+TIMEOUT_S = 120
+
+#: The key path each file's error line must name ("" for file-level errors: not TOML, not UTF-8).
+EXPECTED_KEY = {
+    "device_unknown": "device",
+    "duplicate_label": "schemes[1]",
+    "duplicate_toml_key": "",
+    "k_not_multiple_of_block": "layer.in_features",
+    "k_not_multiple_of_group": "layer.in_features",
+    "m_empty": "m",
+    "m_negative": "m[0]",
+    "m_not_integer": "m[1]",
+    "m_zero": "m[1]",
+    "max_reps_below_min_reps": "timing.max_reps",
+    "name_missing": "name",
+    "not_toml": "",
+    "not_utf8": "",
+    "outlier_without_magnitude": "inputs.outlier_magnitude",
+    "output_is_directory": "output",
+    "output_unwritable": "output",
+    "safetensors_missing_file": "weight.path",
+    "safetensors_not_safetensors": "weight.path",
+    "scheme_mode_unknown": "schemes[0].mode",
+    "schemes_empty": "schemes",
+    "schemes_not_a_list": "schemes",
+    "source_key": "source",
+    "timing_method_unknown": "timing.methods[1]",
+    "timing_nan": "timing.budget_s",
+    "too_big_for_memory": "layer",
+    "unknown_layer_key": "layer.in_feature",
+    "unknown_scheme": "schemes[1].name",
+    "unknown_scheme_option": "schemes[0].group_size",
+    "unknown_top_key": "warmup",
+    "wrong_type_bias": "layer.bias",
+    "wrong_type_in_features": "layer.in_features",
+}
+#: Words the line must hold besides the key: the bad value or what is allowed.
+EXPECTED_WORDS = {
+    "device_unknown": ["'gpu0'", "cuda:N"],
+    "duplicate_toml_key": ["not valid TOML", "line 4"],
+    "k_not_multiple_of_block": ["64", "96"],
+    "k_not_multiple_of_group": ["128", "200"],
+    "m_negative": ["-4"],
+    "m_not_integer": ["2.5", "integer"],
+    "m_zero": ["got 0"],
+    "not_toml": ["not valid TOML"],
+    "not_utf8": ["UTF-8"],
+    "output_unwritable": ["/dev/null/results.json"],
+    "safetensors_missing_file": ["no_such_weights.safetensors"],
+    "too_big_for_memory": ["free", "131072"],
+    "unknown_scheme": ["'int4_intx'", "did you mean int4-intx"],
+    "unknown_scheme_option": ["blocksize"],
+    "unknown_top_key": ["allowed", "timing"],
+    "wrong_type_bias": ["'yes'", "boolean"],
+    "wrong_type_in_features": ["'256'", "integer"],
+}
+
+
+def _limit_memory() -> None:  # runs in the child, before exec
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory) -> dict:
+    """``{file stem: (exit status, stdout, stderr, files left in its tmp folder)}`` for every file."""
+    jobs = max(2, os.cpu_count() or 2)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    pending = list(BAD)
+    running: dict[str, tuple[subprocess.Popen, Path, float]] = {}
+    results: dict = {}
+    while pending or running:
+        while pending and len(running) < jobs:
+            path = pending.pop(0)
+            tmp = tmp_path_factory.mktemp(path.stem)
+            cmd = [sys.executable, "-m", "qbench", "run", str(path.relative_to(ROOT)), "--out", str(tmp / "x.json")]
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, preexec_fn=_limit_memory)
+            running[path.stem] = (proc, tmp, time.monotonic())
+        for stem, (proc, tmp, started) in list(running.items()):
+            if proc.poll() is None and time.monotonic() - started < TIMEOUT_S:
+                continue
+            if proc.poll() is None:
+                proc.kill()
+            out, err = proc.communicate()
+            results[stem] = (proc.returncode, out, err, sorted(p.name for p in tmp.rglob("*")))
+            del running[stem]
+        time.sleep(0.02)
+    return results
+
+
+def test_enough_files_one_mistake_each():
+    assert len(BAD) >= 20
+    assert {p.stem for p in BAD} == set(EXPECTED_KEY), "every file needs its expected key here"
+    for path in BAD:
+        first = path.read_bytes().splitlines()[0].decode("ascii")
+        assert first.startswith("# mistake: "), f"{path.name}: line 1 must say which mistake it holds"
+
+
+@pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
+def test_one_line_exit_2_nothing_written(outcomes, path):
+    code, out, err, written = outcomes[path.stem]
+    lines = err.splitlines()
+    assert code == 2, f"exit status {code}; stderr: {err[-2000:]}"
+    assert len(lines) == 1, f"want exactly one line on stderr, got {len(lines)}: {err[-2000:]}"
+    assert "Traceback" not in err and "Traceback" not in out
+    line = lines[0].removeprefix("qbench: ")
+    rel = str(path.relative_to(ROOT))
+    assert line.startswith(rel + ": "), line
+    key = EXPECTED_KEY[path.stem]
+    if key:
+        assert line.startswith(f"{rel}: {key}: "), line
+    for words in EXPECTED_WORDS.get(path.stem, []):
+        assert words in line, line
+    assert written == [], f"wrote {written}"
+
+
+def test_debug_flag_shows_the_traceback(tmp_path):
+    path = ROOT / "tests" / "bad_scenarios" / "m_zero.toml"
+    proc = subprocess.run([sys.executable, "-m", "qbench", "--debug", "run", str(path), "--out", str(tmp_path / "x.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode != 0 and "Traceback" in proc.stderr and "ScenarioError" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
