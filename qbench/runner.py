@@ -104,12 +104,14 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
     write_results(path, doc, force=force)
     entries = list(enumerate(scenario.schemes))
     bar = _bar(len(entries)) if show_bar else None
+    tmp = tempfile.TemporaryDirectory(prefix="qbench-")
+    workers = _Workers(scenario, dev, doc["ceilings"], tmp.name)
     try:
         for index, entry in entries:
             if bar is not None:
                 bar.set_description(entry.label)
             t0 = time.perf_counter()
-            rows = _run_worker(scenario, index, dev, doc["ceilings"])
+            rows = workers.rows(index)
             for row in rows:
                 row["worker_wall_s"] = time.perf_counter() - t0
             doc["rows"].extend(rows)
@@ -122,6 +124,8 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
                     if row["status"] != "ok":
                         progress(f"{row['scheme']} M={row['m']}: {row['status']}: {row['reason']}")
     finally:
+        workers.close()
+        tmp.cleanup()
         if bar is not None:
             bar.close()
     doc["complete"] = True
@@ -164,16 +168,29 @@ def _context():
     return _CONTEXT
 
 
-def _run_worker(scenario: Scenario, index: int, dev, ceilings: Optional[dict]) -> list[dict]:
-    from qbench import worker
+class _Workers:
+    """One worker process per scheme, the next one started ahead of time.
 
-    entry = scenario.schemes[index]
-    scheme = schemes.get(entry.name)
-    with tempfile.TemporaryDirectory(prefix="qbench-") as tmp:
-        job_path, rows_path, log_path = (os.path.join(tmp, n) for n in ("job.json", "rows.json", "worker.log"))
+    On CUDA, while worker ``i`` measures, worker ``i + 1`` starts: it imports its libraries and creates
+    its CUDA context (seconds on some hosts), launches no GPU work, and waits for ``go``, which
+    is given only after worker ``i`` has exited. Timing is therefore never shared with another
+    process's kernels; only the next worker's host-side start-up overlaps it.
+    """
+
+    def __init__(self, scenario: Scenario, dev, ceilings: Optional[dict], folder: str):
+        self.scenario, self.dev, self.ceilings, self.folder = scenario, dev, ceilings, folder
+        self.started: dict[int, tuple] = {}
+
+    def _start(self, index: int) -> tuple:
+        from qbench import worker
+
+        scheme = schemes.get(self.scenario.schemes[index].name)
+        folder = os.path.join(self.folder, str(index))
+        os.makedirs(folder)
+        job_path, rows_path, log_path = (os.path.join(folder, n) for n in ("job.json", "rows.json", "worker.log"))
         with open(job_path, "w", encoding="utf-8") as f:
-            json.dump({"scenario": scenario.to_dict(), "source": scenario.source, "entry_index": index,
-                       "device": str(dev), "ceilings": ceilings}, f)
+            json.dump({"scenario": self.scenario.to_dict(), "source": self.scenario.source, "entry_index": index,
+                       "device": str(self.dev), "ceilings": self.ceilings}, f)
         env = os.environ.copy()
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         for key, value in scheme.worker_env.items():
@@ -181,9 +198,19 @@ def _run_worker(scenario: Scenario, index: int, dev, ceilings: Optional[dict]) -
                 env.pop(key, None)
             else:
                 env[key] = value
-        timeout = scenario.timing.scheme_timeout_s
-        proc = _context().Process(target=worker.child, args=(job_path, rows_path, log_path, env), daemon=True)
+        go = _context().Event()
+        proc = _context().Process(target=worker.child, args=(job_path, rows_path, log_path, env, go), daemon=True)
         proc.start()
+        return proc, go, rows_path, log_path
+
+    def rows(self, index: int) -> list[dict]:
+        """Run scheme ``index`` (started ahead or now) to completion and return its rows."""
+        proc, go, rows_path, log_path = self.started.pop(index, None) or self._start(index)
+        go.set()
+        if self.dev.type == "cuda" and index + 1 < len(self.scenario.schemes):
+            # On the CPU the start-up would compete with the timed work for cores: no overlap.
+            self.started[index + 1] = self._start(index + 1)
+        timeout = self.scenario.timing.scheme_timeout_s
         proc.join(timeout)
         if proc.is_alive():
             proc.kill()
@@ -194,8 +221,17 @@ def _run_worker(scenario: Scenario, index: int, dev, ceilings: Optional[dict]) -
         if code == 0 and os.path.exists(rows_path):
             with open(rows_path, encoding="utf-8") as f:
                 return json.load(f)
-        rows = [base_row(scenario, entry, scheme, m, dev) for m in scenario.m]
+        entry = self.scenario.schemes[index]
+        rows = [base_row(self.scenario, entry, schemes.get(entry.name), m, self.dev) for m in self.scenario.m]
         return failed_rows(rows, "failed", _death_reason(code, log_path, timeout))
+
+    def close(self) -> None:
+        """Stop workers started ahead that will not run (interrupt, error)."""
+        for proc, *_ in self.started.values():
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        self.started.clear()
 
 
 def _death_reason(code: Optional[int], log_path: str, timeout: float) -> str:

@@ -19,24 +19,41 @@ import sys
 import time
 
 
-def main(argv: list[str]) -> int:
-    """Run the job in ``argv[0]`` and write its rows to ``argv[1]``; returns 0."""
+def main(argv: list[str], go=None) -> int:
+    """Run the job in ``argv[0]`` and write its rows to ``argv[1]``; returns 0.
+
+    With ``go`` (a multiprocessing Event), first prepare without launching GPU work (import the
+    scheme's packages, create the CUDA context), then wait for ``go`` before measuring.
+    """
     started = time.perf_counter()
     job_path, rows_path = argv
     with open(job_path, encoding="utf-8") as f:
         job = json.load(f)
+    import importlib.util
+
     import torch
 
+    from qbench import schemes
     from qbench.measure import measure_scheme
     from qbench.results import finite_or_none
     from qbench.scenario import from_dict
 
     scenario = from_dict(job["scenario"], job["source"])
-    imported = time.perf_counter()
-    rows = measure_scheme(scenario, job["entry_index"], torch.device(job["device"]), job.get("ceilings"))
+    device = torch.device(job["device"])
+    for package in schemes.get(scenario.schemes[job["entry_index"]].name).packages:
+        if importlib.util.find_spec(package) is not None:
+            importlib.import_module(package)
+    if device.type == "cuda":
+        torch.cuda.init()
+        torch.empty(1, device=device)  # creates the context; allocates, launches no kernel
+    prepared = time.perf_counter()
+    if go is not None:
+        go.wait()
+    go_at = time.perf_counter()
+    rows = measure_scheme(scenario, job["entry_index"], device, job.get("ceilings"))
     for row in rows:
-        row["worker_phases_s"] = {"start_and_import": imported - started, **row.get("worker_phases_s", {}),
-                                  "total": time.perf_counter() - started}
+        row["worker_phases_s"] = {"prepare": prepared - started, "waited_for_go": go_at - prepared,
+                                  **row.get("worker_phases_s", {}), "after_go": time.perf_counter() - go_at}
     tmp = rows_path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(finite_or_none(rows), f, allow_nan=False)
@@ -44,7 +61,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def child(job_path: str, rows_path: str, log_path: str, environ: dict) -> None:
+def child(job_path: str, rows_path: str, log_path: str, environ: dict, go=None) -> None:
     """Entry point of a forked worker: take the runner's environment (with the scheme's
     ``worker_env`` applied), send stdout and stderr to ``log_path``, run :func:`main`."""
     os.environ.clear()
@@ -53,7 +70,7 @@ def child(job_path: str, rows_path: str, log_path: str, environ: dict) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    sys.exit(main([job_path, rows_path]))
+    sys.exit(main([job_path, rows_path], go))
 
 
 if __name__ == "__main__":

@@ -52,16 +52,14 @@ def test_existing_output_is_refused_before_measuring(tmp_path):
 
 def test_rows_written_after_each_scheme_survive_interrupt(tmp_path, monkeypatch):
     sc = _load(tmp_path, small_scenario_toml(["fp16", "bf16"], m=(1,)))
-    real = runner._run_worker
-    calls = []
+    real = runner._Workers.rows
 
-    def interrupted(scenario_, index, dev, ceilings):
-        calls.append(index)
+    def interrupted(self, index):
         if index == 1:
             raise KeyboardInterrupt
-        return real(scenario_, index, dev, ceilings)
+        return real(self, index)
 
-    monkeypatch.setattr(runner, "_run_worker", interrupted)
+    monkeypatch.setattr(runner._Workers, "rows", interrupted)
     with pytest.raises(KeyboardInterrupt):
         runner.run(sc, device="cpu", out=str(tmp_path / "r.json"))
     saved = read_results(tmp_path / "r.json")
