@@ -1,9 +1,15 @@
 """Malformed scenario files: each gives one clear line on stderr, exit status 2, and writes nothing.
 
-Every file under tests/bad_scenarios/ holds one mistake, named by the comment on its line 1. Each
-runs through the real command line, ``python -m qbench run FILE --out <tmp>/x.json``, in a fresh
-process. The processes are started together (a few at a time) by a module fixture, since each
-spends ~2 s importing torch; the parametrized tests then check one file each.
+Every file under tests/bad_scenarios/ holds one mistake, named by the comment on its line 1.
+
+* Every file runs through the command line's entry point, ``qbench.cli.main(["run", FILE, "--out",
+  <tmp>/x.json])``, in this process: exit status, stderr, nothing written, and nothing reached
+  (the runner's ``write_results`` and worker start are replaced by a stub that fails the test).
+* A sample covering each kind of check (TOML, UTF-8, unknown key, unknown scheme, type, M,
+  group size, memory, output path, safetensors) also runs as ``python -m qbench run FILE --out
+  <tmp>/x.json`` in a fresh process, a few at a time: that proves the interpreter-level path
+  (imports, ``__main__``, exit status) prints one line and no traceback. Running all 31 files that
+  way costs ~2 s of torch import each, ~60 CPU-seconds, more than this suite's budget.
 
 The memory limit (RLIMIT_AS) on the child processes is a safety net, not part of what is tested:
 ``too_big_for_memory.toml`` must be refused by the memory estimate before anything is allocated;
@@ -26,6 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BAD = sorted((ROOT / "tests" / "bad_scenarios").glob("*.toml"))
 MEMORY_LIMIT = 8 << 30
 TIMEOUT_S = 120
+#: Files that also run as a real ``python -m qbench`` process: one per kind of check.
+SUBPROCESS_SAMPLE = ("not_toml", "not_utf8", "unknown_top_key", "unknown_scheme", "wrong_type_in_features", "m_zero",
+                     "k_not_multiple_of_group", "too_big_for_memory", "output_unwritable", "safetensors_missing_file")
 
 #: The key path each file's error line must name ("" for file-level errors: not TOML, not UTF-8).
 EXPECTED_KEY = {
@@ -92,7 +101,7 @@ def outcomes(tmp_path_factory) -> dict:
     """``{file stem: (exit status, stdout, stderr, files left in its tmp folder)}`` for every file."""
     jobs = max(2, os.cpu_count() or 2)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    pending = list(BAD)
+    pending = [p for p in BAD if p.stem in SUBPROCESS_SAMPLE]
     running: dict[str, tuple[subprocess.Popen, Path, float]] = {}
     results: dict = {}
     while pending or running:
@@ -123,9 +132,7 @@ def test_enough_files_one_mistake_each():
         assert first.startswith("# mistake: "), f"{path.name}: line 1 must say which mistake it holds"
 
 
-@pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
-def test_one_line_exit_2_nothing_written(outcomes, path):
-    code, out, err, written = outcomes[path.stem]
+def _check(path: Path, code: int, out: str, err: str, written: list) -> None:
     lines = err.splitlines()
     assert code == 2, f"exit status {code}; stderr: {err[-2000:]}"
     assert len(lines) == 1, f"want exactly one line on stderr, got {len(lines)}: {err[-2000:]}"
@@ -139,6 +146,27 @@ def test_one_line_exit_2_nothing_written(outcomes, path):
     for words in EXPECTED_WORDS.get(path.stem, []):
         assert words in line, line
     assert written == [], f"wrote {written}"
+
+
+@pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
+def test_cli_main_one_line_exit_2_nothing_written(path, tmp_path, monkeypatch, capsys):
+    from qbench import cli, runner
+
+    def no_worker(*args, **kwargs):
+        raise AssertionError(f"{path.name}: a result was written or a worker started for a malformed scenario")
+
+    for name in ("write_results", "_Workers", "_run_worker"):  # whichever this runner has
+        monkeypatch.setattr(runner, name, no_worker, raising=False)
+    monkeypatch.chdir(ROOT)
+    code = cli.main(["run", str(path.relative_to(ROOT)), "--out", str(tmp_path / "x.json")])
+    captured = capsys.readouterr()
+    _check(path, code, captured.out, captured.err, sorted(p.name for p in tmp_path.rglob("*")))
+
+
+@pytest.mark.parametrize("stem", SUBPROCESS_SAMPLE)
+def test_python_m_qbench_one_line_exit_2_nothing_written(outcomes, stem):
+    path = ROOT / "tests" / "bad_scenarios" / f"{stem}.toml"
+    _check(path, *outcomes[stem])
 
 
 def test_debug_flag_shows_the_traceback(tmp_path):
