@@ -19,7 +19,7 @@ cuBLAS / cuBLASLt (``sm90_xmma_gemm_<types>_...``, ``nvjet_<typecode>_...``,
 ``gemv2T_kernel``, ``splitKreduce_kernel``), CUTLASS (``cutlass::Kernel2<cutlass_80_
 wmma_tensorop_bf16_s161616gemm...>``, int8 ``i16832gemm``), Inductor (``triton_poi_``,
 ``triton_red_``, ``triton_per_``, ``triton_tem_fused_mm``) and bitsandbytes
-(``kgemm_4bit_inference*``, ``gemv_4bit``, ``kDequantizeBlockwise``,
+(``kgemm_4bit_inference*``, ``gemm_4bit_simt`` (seen on the H200, bnb 0.50), ``gemv_4bit``, ``kDequantizeBlockwise``,
 ``kInt8VectorQuant``). They are heuristics: a new library version may rename kernels;
 unmatched names fall to ``unknown``. The ``nvjet`` type code decoding (``q``/``e`` for
 FP8, ``i`` for int8, ``h``/``s``/``t`` float) is inferred from observed names, not
@@ -36,7 +36,7 @@ LABELS = ("fused-quantized", "dequantize+gemm", "float-gemm", "unknown")
 
 #: Kernels that are quantized GEMMs/GEMVs by name alone.
 _QUANT_GEMM_NAME = re.compile(
-    r"_weight_int4pack_mm|int4pack|tinygemm|kgemm_4bit|gemv_4bit|_int_mm|scaled_mm"
+    r"_weight_int4pack_mm|int4pack|tinygemm|gemm_4bit|gemv_4bit|_int_mm|scaled_mm"
     r"|imma|igemm|i\d{4,5}gemm",
     re.IGNORECASE,
 )

@@ -21,6 +21,7 @@ from typing import Callable, Optional
 
 import qbench
 from qbench import env as envmod
+from qbench import memory
 from qbench import schemes
 from qbench.measure import base_row, failed_rows
 from qbench.results import write_results
@@ -90,6 +91,7 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
         dev = envmod.resolve_device(device or scenario.device)
     except (ValueError, RuntimeError) as exc:
         raise RunError(str(exc)) from None
+    memory.check_fits(scenario, dev)  # ScenarioError (exit 2) before anything is allocated or written
     path = Path(out or scenario.output or default_output(scenario, str(dev)))
     check_output(path, force)
     doc = {

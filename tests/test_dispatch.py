@@ -30,6 +30,8 @@ CASES = [
     ([FP8_CAST, CUBLAS_FP8], "dynamic", "fused-quantized"),
     (["void at::native::_scaled_mm_kernel"], "dynamic", "fused-quantized"),
     (["kgemm_4bit_inference_naive<__nv_bfloat16, 128, 16>"], "bnb", "fused-quantized"),
+    # seen on the H200 (bitsandbytes 0.50.2, nf4 at M = 1): labelled float-gemm before the fix
+    (["void gemm_4bit_simt<__nv_bfloat16, 1>(__nv_bfloat16 const*, unsigned char const*)"], "bnb", "fused-quantized"),
     (["kDequantizeBlockwise<__nv_bfloat16, 512, 64, 8, 2>", CUBLAS_BF16], "bnb", "dequantize+gemm"),
     (["kInt8VectorQuant<__half, 1024, 0>", "sm80_xmma_gemm_i8i8_i32i32_i32_tn_n_tilesize"], "bnb", "fused-quantized"),
     ([ELEMENTWISE], "weight-only", "unknown"),

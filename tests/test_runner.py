@@ -15,8 +15,22 @@ def _load(tmp_path, text, name="s.toml"):
     return scenario.load(path)
 
 
-def test_worker_that_aborts_fails_only_its_rows(tmp_path, monkeypatch):
-    import tests.plugins.abort_scheme  # noqa: F401  registers "abort-test" here
+@pytest.fixture
+def abort_scheme():
+    """Register the test-only "abort-test" scheme here, and remove it again afterwards."""
+    from qbench import schemes
+
+    import tests.plugins.abort_scheme  # noqa: F401  registers "abort-test" on first import
+
+    if "abort-test" not in schemes.names():
+        import importlib
+
+        importlib.reload(tests.plugins.abort_scheme)
+    yield
+    schemes._REGISTRY.pop("abort-test", None)
+
+
+def test_worker_that_aborts_fails_only_its_rows(tmp_path, monkeypatch, abort_scheme):
 
     monkeypatch.setenv("QBENCH_PLUGINS", "tests.plugins.abort_scheme")
     sc = _load(tmp_path, small_scenario_toml(["fp32", "abort-test", "bf16"], m=(1, 2)))
