@@ -1,0 +1,62 @@
+"""Repeatability of the cold (and warm) medians over several result files of the same scenario.
+
+    python scripts/repeatability.py results/h200/repeat/decode-*.json --out results/h200/repeatability.json
+
+For each scheme x M present in the files: the per-run medians, their coefficient of variation
+(population stdev / mean, %), and the runs it was missing from (an incomplete run, a failed row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from qbench.results import read_results, write_results
+
+
+def summarize(paths: list[Path], methods=("cold", "warm")) -> dict:
+    """Per (scheme, M, method): medians across runs and their CV (%)."""
+    docs = [(p, read_results(p)) for p in paths]
+    keys = []
+    for _, doc in docs:
+        for row in doc["rows"]:
+            if (row["scheme"], row["m"]) not in keys:
+                keys.append((row["scheme"], row["m"]))
+    rows = []
+    for scheme, m in keys:
+        for method in methods:
+            medians, missing = [], []
+            for path, doc in docs:
+                row = next((r for r in doc["rows"] if r["scheme"] == scheme and r["m"] == m), None)
+                stats = (row or {}).get("latency_us", {}).get(method) if row and row["status"] == "ok" else None
+                if stats:
+                    medians.append(stats["median"])
+                else:
+                    missing.append(path.name)
+            cv = statistics.pstdev(medians) / statistics.mean(medians) * 100 if len(medians) > 1 else None
+            rows.append({"scheme": scheme, "m": m, "method": method, "runs": len(medians), "medians_us": medians,
+                         "cv_pct": cv, "missing_from": missing})
+    return {"files": [str(p) for p, _ in docs], "complete": {str(p): d["complete"] for p, d in docs},
+            "wall_s": {str(p): d["wall_s"] for p, d in docs}, "rows": rows}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    summary = summarize(args.files)
+    for r in summary["rows"]:
+        cv = "—" if r["cv_pct"] is None else f"{r['cv_pct']:.2f} %"
+        print(f"{r['scheme']:28s} M={r['m']:<4d} {r['method']:5s} runs={r['runs']} cv={cv:>8s}  "
+              + " ".join(f"{x:.2f}" for x in r["medians_us"]))
+    if args.out:
+        write_results(args.out, {"schema_version": 1, "kind": "repeatability", **summary}, force=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
