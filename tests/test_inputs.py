@@ -170,3 +170,19 @@ def test_bad_safetensors_is_a_scenario_error_at_load(tmp_path, case, key, words)
 def test_weight_path_without_safetensors_source_is_refused(tmp_path):
     with pytest.raises(ScenarioError, match=r"weight\.path: only used with source = 'safetensors'"):
         _st_scenario(tmp_path, {"path": "w.safetensors"})
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (fp8-dynamic has no CPU kernel)")
+def test_fp8_dynamic_row_counts_saturated_activations_cuda():
+    """fp8-dynamic quantizes activations per row with a dynamic scale, so values beyond e4m3's
+    448 do not clip; the row still reports how many there were, and the output stays finite."""
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8-dynamic needs compute capability >= 8.9")
+    sc = _scenario(["fp8-dynamic"], inputs=OUTLIERS)
+    cuda = torch.device("cuda")
+    expected = int((inputs.make_activations(sc, 16, cuda).abs() > 448).sum())
+    row, = measure_scheme(sc, 0, cuda)
+    assert row["status"] == "ok", row["reason"]
+    assert row["error"]["fp8_saturated"] == expected > 0
+    assert row["error"]["nonfinite"] == 0
