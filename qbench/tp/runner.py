@@ -1,0 +1,189 @@
+"""Run a scenario with a ``[tp]`` table: one job per (scheme, tp_size, split), each in its own processes.
+
+For every scheme: tp_size 1 once (``split = "none"``, the unsharded baseline of both splits),
+run as ``python -m qbench.tp.worker``; then every (split, tp_size > 1) under
+``torchrun --standalone --nproc-per-node P -m qbench.tp.worker`` (:mod:`qbench.tp.worker`). A
+job is skipped, with the reason in its rows, when the scheme cannot run on the device, cannot be
+sharded that way (:func:`qbench.tp.shard.plan`), or needs more ranks than the host has (CUDA
+devices; on the CPU, cores, at most :data:`MAX_CPU_RANKS`). A job that exits badly or outlives
+``timing.scheme_timeout_s`` gives failed rows with its last log line; the others go on.
+
+The result file is the same versioned document as :func:`qbench.runner.run` writes, rewritten
+after every job (``"complete": false`` until the end).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import qbench
+from qbench import env as envmod
+from qbench import memory, schemes
+from qbench.measure import failed_rows
+from qbench.results import write_results
+from qbench.runner import RunError, RunOutcome, check_output, default_output
+from qbench.scenario import Scenario
+from qbench.tp import shard
+from qbench.tp.measure import tp_row
+
+_PACKAGE_ROOT = str(Path(qbench.__file__).resolve().parent.parent)
+#: Most gloo ranks started on one CPU host (each needs a core of its own to mean anything).
+MAX_CPU_RANKS = 8
+
+
+def jobs(scenario: Scenario) -> list[tuple[int, int, str]]:
+    """``(entry_index, tp_size, split)`` in run order: per scheme, tp_size 1 (``none``) first,
+    then each split's tp_sizes in the scenario's order."""
+    out = []
+    for index in range(len(scenario.schemes)):
+        if 1 in scenario.tp.tp_size:
+            out.append((index, 1, "none"))
+        out += [(index, p, split) for split in scenario.tp.split for p in scenario.tp.tp_size if p > 1]
+    return out
+
+
+def skip_reason(scenario: Scenario, index: int, tp_size: int, split: str, device, ranks_available: int) -> Optional[str]:
+    """Why a job cannot run here (one line), or None."""
+    entry = scenario.schemes[index]
+    reason = schemes.get(entry.name).unavailable_reason(device, entry.options)
+    if reason:
+        return reason
+    if split != "none":
+        verdict = shard.plan(entry.name, entry.options, split, tp_size, scenario.layer.in_features,
+                             scenario.layer.out_features)
+        if verdict.reason:
+            return verdict.reason
+    if tp_size > ranks_available:
+        what = "CUDA devices" if device.type == "cuda" else f"CPU ranks (cores, at most {MAX_CPU_RANKS})"
+        return f"tp_size {tp_size} needs {tp_size} processes; this host allows {ranks_available} {what}"
+    return None
+
+
+def ranks_available(device) -> int:
+    """CUDA devices visible, or on the CPU min(cores, :data:`MAX_CPU_RANKS`)."""
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.device_count()
+    return min(os.cpu_count() or 1, MAX_CPU_RANKS)
+
+
+def command(tp_size: int, job_path: str, out_dir: str) -> list[str]:
+    """The worker's command line: plain python for tp_size 1, torchrun otherwise."""
+    worker = ["-m", "qbench.tp.worker", job_path, out_dir]
+    if tp_size == 1:
+        return [sys.executable, *worker]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={tp_size}", *worker]
+
+
+def run_tp(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] = None, force: bool = False,
+           progress: Optional[Callable[[str], None]] = None, show_bar: bool = False) -> RunOutcome:
+    """Measure every (scheme, tp_size, split) of ``scenario`` (which has a ``tp`` table) and write
+    the result file; the arguments are :func:`qbench.runner.run`'s (``show_bar`` is accepted and
+    ignored).
+
+    Raises:
+        RunError: the device or the output path is unusable (nothing measured or written).
+        ValueError: the scenario has no ``tp`` table.
+    """
+    if scenario.tp is None:
+        raise ValueError("run_tp: the scenario has no [tp] table; use qbench.runner.run")
+    started = time.perf_counter()
+    try:
+        dev = envmod.resolve_device(device or scenario.device)
+    except (ValueError, RuntimeError) as exc:
+        raise RunError(str(exc)) from None
+    memory.check_fits(scenario, dev)  # the unsharded worker bounds every rank
+    path = Path(out or scenario.output or default_output(scenario, str(dev)))
+    check_output(path, force)
+    doc = {
+        "schema_version": qbench.SCHEMA_VERSION, "complete": False, "qbench_version": qbench.__version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "wall_s": None,
+        "env": envmod.collect(dev), "scenario": scenario.to_dict(), "ceilings": None, "rows": [],
+    }
+    write_results(path, doc, force=force)
+    available = ranks_available(dev)
+    with tempfile.TemporaryDirectory(prefix="qbench-tp-") as tmp:
+        for number, (index, tp_size, split) in enumerate(jobs(scenario)):
+            t0 = time.perf_counter()
+            reason = skip_reason(scenario, index, tp_size, split, dev, available)
+            if reason:
+                rows = failed_rows(_rows(scenario, index, dev, tp_size, split), "skipped", reason)
+            else:
+                rows = run_job(scenario, index, tp_size, split, dev, os.path.join(tmp, str(number)))
+            for row in rows:
+                row["worker_wall_s"] = time.perf_counter() - t0
+            doc["rows"].extend(rows)
+            doc["wall_s"] = time.perf_counter() - started
+            write_results(path, doc, force=True)
+            if progress is not None:
+                for row in rows:
+                    if row["status"] != "ok":
+                        progress(f"{row['scheme']} tp={tp_size} {split} M={row['m']}: {row['status']}: {row['reason']}")
+    doc["complete"] = True
+    doc["wall_s"] = time.perf_counter() - started
+    write_results(path, doc, force=True)
+    if not any(r["status"] == "ok" for r in doc["rows"]):
+        return RunOutcome(doc, path, 1, f"no row was measured: all {len(doc['rows'])} rows were skipped or failed")
+    return RunOutcome(doc, path, 0)
+
+
+def _rows(scenario: Scenario, index: int, dev, tp_size: int, split: str) -> list[dict]:
+    return [tp_row(scenario, index, m, dev, tp_size, split) for m in scenario.m]
+
+
+def run_job(scenario: Scenario, index: int, tp_size: int, split: str, dev, folder: str) -> list[dict]:
+    """Run one job's processes to completion (or the timeout) and return its rows."""
+    os.makedirs(folder)
+    job_path, log_path = os.path.join(folder, "job.json"), os.path.join(folder, "worker.log")
+    with open(job_path, "w", encoding="utf-8") as f:
+        json.dump({"scenario": scenario.to_dict(), "source": scenario.source, "entry_index": index,
+                   "split": split, "device": str(dev)}, f)
+    env = os.environ.copy()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // tp_size)))  # silences torchrun's notice
+    for key, value in schemes.get(scenario.schemes[index].name).worker_env.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    timeout = scenario.timing.scheme_timeout_s
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(command(tp_size, job_path, folder), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        try:
+            code: Optional[int] = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the job's own session: torchrun and its ranks
+            proc.wait()
+            code = None
+    rows_path = os.path.join(folder, "rows.json")
+    if code == 0 and os.path.exists(rows_path):
+        with open(rows_path, encoding="utf-8") as f:
+            return json.load(f)
+    what = f"timed out after {timeout:g} s" if code is None else f"exited with status {code}"
+    last = _last_line(log_path)
+    reason = f"tp worker ({'torchrun, ' if tp_size > 1 else ''}{tp_size} rank{'s' if tp_size > 1 else ''}) {what}"
+    return failed_rows(_rows(scenario, index, dev, tp_size, split), "failed", f"{reason}; last output: {last}" if last else reason)
+
+
+def _last_line(log_path: str) -> str:
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f.read().splitlines()[-200:] if line.strip()]
+    except OSError:
+        return ""
+    if not lines:
+        return ""
+    # torchrun ends with its own summary; the rank's exception line says more
+    errors = [line for line in lines if line.split(":", 1)[0].endswith(("Error", "Exception"))]
+    return (errors or lines)[-1][:240]

@@ -1,0 +1,169 @@
+"""Timing across ranks: every rank takes the same samples, and a sample is the slowest rank's.
+
+A tensor-parallel layer is as fast as its slowest rank: the collective waits for it. So each
+sample is taken on every rank at once (a barrier first) and the sample kept is the maximum over
+ranks; the per-rank medians are kept too. The adaptive loop (:func:`qbench.timing.collect`) runs
+on every rank with the same, maximum-over-ranks samples and a clock that is the maximum over
+ranks, so every rank makes the same stop decision and calls the collectives the same number of
+times (a rank that stopped early would hang the others).
+
+* CPU (gloo): host time of one call, ``time.perf_counter`` around it, barrier before each sample
+  (the ``time_cpu`` idea without blocks: a call of a 4096-wide layer is far above the clock's
+  resolution).
+* CUDA (NCCL): ``cold`` as in :func:`qbench.timing.time_cold`: ``torch.cuda._sleep`` keeps the GPU
+  busy while the host enqueues (the same number of cycles on every rank: the maximum of each
+  rank's calibration), the L2 is flushed when asked, and CUDA events bracket the call; one
+  sample at a time, synchronized, with a barrier before each.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+
+from qbench.timing import TimingSettings, collect, summarize
+
+
+@dataclass
+class RankGroup:
+    """This process's place in the tensor-parallel group (``size`` 1: no torch.distributed)."""
+
+    rank: int
+    size: int
+    device: torch.device
+    group: object = None
+    _flusher: Optional[object] = field(default=None, repr=False)
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    def barrier(self) -> None:
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.barrier(group=self.group)
+
+    def gather_floats(self, values: list[float]) -> torch.Tensor:
+        """``[size, len(values)]`` float64 on the CPU: every rank's ``values`` (same length on every rank)."""
+        local = torch.tensor(values, dtype=torch.float64, device=self.device)
+        if not self.distributed:
+            return local.view(1, -1).cpu()
+        import torch.distributed as dist
+
+        out = torch.empty(self.size * local.numel(), dtype=torch.float64, device=self.device)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        gather(out, local, group=self.group)
+        return out.view(self.size, -1).cpu()
+
+    def max_float(self, value: float) -> float:
+        return float(self.gather_floats([value]).max())
+
+    def sum_int(self, value: int) -> int:
+        return int(self.gather_floats([float(value)]).sum())
+
+    def flusher(self, multiple: int):
+        if self._flusher is None:
+            from qbench.timing import L2Flusher
+
+            self._flusher = L2Flusher(self.device, multiple)
+        return self._flusher
+
+
+@dataclass
+class RankStats:
+    """Stats of the maximum-over-ranks samples (schema STATS via ``stats.to_dict()``) and each
+    rank's median (µs)."""
+
+    stats: object
+    per_rank_median: list[float]
+
+
+def synced_time(fn: Callable[[], object], settings: TimingSettings, ranks: RankGroup, *,
+                flush: bool = False) -> RankStats:
+    """Time ``fn`` on every rank at once, µs per call, as described in the module docstring.
+
+    Args:
+        fn: zero-argument callable; may call collectives (every rank calls it equally often).
+        settings: warmup, min_reps, max_reps, target_rel_ci, budget_s (flush_multiple on CUDA).
+        ranks: the group.
+        flush: CUDA only: flush the L2 before each sample (``cold``).
+
+    Raises:
+        whatever fn raises (on one rank; the others then fail in their next collective).
+    """
+    cuda = ranks.device.type == "cuda"
+    sample = _cuda_sampler(fn, settings, ranks, flush) if cuda else _cpu_sampler(fn, ranks)
+    for _ in range(settings.warmup):
+        sample()
+    per_rank: list[torch.Tensor] = []
+
+    def sample_batch(n: int) -> list[float]:
+        local = [sample() for _ in range(n)]
+        table = ranks.gather_floats(local)
+        per_rank.append(table)
+        return table.max(dim=0).values.tolist()
+
+    def clock() -> float:
+        return ranks.max_float(time.perf_counter())
+
+    samples, converged = collect(sample_batch, settings, clock=clock)
+    table = torch.cat(per_rank, dim=1)
+    return RankStats(summarize(samples, converged), table.median(dim=1).values.tolist())
+
+
+def _cpu_sampler(fn: Callable[[], object], ranks: RankGroup) -> Callable[[], float]:
+    def sample() -> float:
+        ranks.barrier()
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e6
+
+    return sample
+
+
+def _cuda_sampler(fn: Callable[[], object], settings: TimingSettings, ranks: RankGroup, flush: bool):
+    from qbench.timing.cold import busy_cycles, sleep_us_per_cycle
+
+    flusher = ranks.flusher(settings.flush_multiple) if flush else None
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    if flusher is not None:
+        flusher.flush()
+    fn()
+    torch.cuda.synchronize()
+    enqueue = (time.perf_counter() - t0) * 1e6  # an upper bound: it includes the GPU time
+    cycles = int(ranks.max_float(busy_cycles(enqueue, sleep_us_per_cycle())))
+
+    def sample() -> float:
+        torch.cuda.synchronize()
+        ranks.barrier()
+        torch.cuda._sleep(cycles)
+        if flusher is not None:
+            flusher.flush()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3
+
+    return sample
+
+
+def per_rank_cold(fn: Callable[[], object], settings: TimingSettings, ranks: RankGroup) -> RankStats:
+    """CUDA: :func:`qbench.timing.time_cold` of a collective-free ``fn`` on each rank on its own
+    (ranks run at once; nothing is shared), then the slowest rank's stats and every rank's median."""
+    from qbench.timing import time_cold
+
+    stats = time_cold(fn, settings, ranks.flusher(settings.flush_multiple))
+    medians = ranks.gather_floats([stats.median]).view(-1).tolist()
+    slowest = max(range(len(medians)), key=medians.__getitem__)
+    table = ranks.gather_floats([stats.median, stats.p10, stats.p90, stats.mean, stats.cv, float(stats.n)])
+    median, p10, p90, mean, cv, n = table[slowest].tolist()
+    from qbench.timing import Stats
+
+    return RankStats(Stats(median, p10, p90, mean, cv, int(n), stats.converged), medians)
