@@ -26,7 +26,8 @@ __all__ = ["plot_pareto", "plot_roofline", "points", "register", "run_plot"]
 
 
 def points(doc: dict, method: str) -> list[dict]:
-    """Plottable rows: ``ok`` rows with a ``method`` median; each ``{"label", "scheme", "m",
+    """Plottable rows: ``ok`` rows with a ``method`` median; each ``{"label", "scheme", "m", "base"
+    (registry name), "compiled" (bool),
     "ai" (FLOP/byte), "tflops" (attained, 1e12 FLOP/s), "latency_us", "rel_fro"}``."""
     out = []
     for r in doc.get("rows") or []:
@@ -36,6 +37,7 @@ def points(doc: dict, method: str) -> list[dict]:
         err = r.get("error") or {}
         rel = None if err.get("nonfinite") else err.get("rel_fro")
         out.append({"label": f"{r['scheme']} M={r['m']}", "scheme": r["scheme"], "m": r["m"],
+                    "base": r.get("base_scheme") or r["scheme"], "compiled": r.get("mode") == "compiled",
                     "ai": r.get("arithmetic_intensity"),
                     "tflops": r["flops"] / stats["median"] / 1e6 if r.get("flops") else None,
                     "latency_us": stats["median"], "rel_fro": rel})
@@ -50,77 +52,150 @@ def _ceilings(doc: dict) -> tuple[dict | None, str]:
     return None, "none"
 
 
+#: Marker per M (in ascending M order), so one chart can hold a sweep of M values.
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
+
+
+def _styles(pts: list[dict]) -> tuple[dict, dict]:
+    """Colour per registry scheme (first-seen order; tab20's dark shades first, then the light
+    ones) and marker per M (ascending). A compiled variant shares its eager scheme's colour."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab20"]
+    order = [2 * i for i in range(10)] + [2 * i + 1 for i in range(10)]
+    bases = list(dict.fromkeys(p["base"] for p in pts))
+    colours = {b: cmap(order[i % 20]) for i, b in enumerate(bases)}
+    markers = {m: _MARKERS[i % len(_MARKERS)] for i, m in enumerate(sorted({p["m"] for p in pts}))}
+    return colours, markers
+
+
+def _scatter_with_legend(ax, pts: list[dict], x: str, y: str) -> list:
+    """One point per row, coloured by registry scheme, shaped by M, hollow when compiled; returns
+    the legend handles (every scheme label and, when there are several, every M)."""
+    from matplotlib.lines import Line2D
+
+    colours, markers = _styles(pts)
+    labels: dict[str, tuple] = {}
+    for p in pts:
+        colour = colours[p["base"]]
+        face = "white" if p["compiled"] else colour
+        ax.scatter(p[x], p[y], s=40, facecolors=[face], edgecolors=[colour if p["compiled"] else "black"],
+                   linewidths=1.6 if p["compiled"] else 0.4, marker=markers[p["m"]], zorder=3)
+        labels.setdefault(p["scheme"], (colour, face, p["compiled"]))
+    handles = [Line2D([], [], ls="", marker="o", markerfacecolor=face, markeredgecolor=colour if compiled else "black",
+                      markeredgewidth=1.6 if compiled else 0.4, markersize=7, label=s)
+               for s, (colour, face, compiled) in labels.items()]
+    if len(markers) > 1:
+        handles += [Line2D([], [], ls="", marker=mk, color="grey", label=f"M={m}") for m, mk in markers.items()]
+    elif markers:
+        handles.append(Line2D([], [], ls="", label=f"(all points M={next(iter(markers))})"))
+    return handles
+
+
 def plot_roofline(doc: dict, method: str, path: Path) -> Path:
-    """Write the roofline chart of ``doc`` (``method`` medians) to ``path`` (PNG)."""
+    """Write the roofline chart of ``doc`` (``method`` medians) to ``path`` (PNG).
+
+    Points are coloured by scheme and shaped by M (legend on the right, no text on the points, so
+    schemes at the same AI cannot hide each other's names). The ceilings come from
+    ``doc["ceilings"]["measured"]`` (else ``["datasheet"]``): the bandwidth slope and one
+    horizontal line per distinct compute peak, named in the legend with its dtypes and TFLOP/s;
+    when both are present the datasheet bandwidth is drawn dashed for comparison.
+    """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     pts = [p for p in points(doc, method) if p["ai"] and p["tflops"]]
-    fig, ax = plt.subplots(figsize=(9, 6))
+    fig, ax = plt.subplots(figsize=(11.5, 7))
     ceil, source = _ceilings(doc)
     xs = [p["ai"] for p in pts] or [1.0]
     lo, hi = min(xs) / 2, max(xs) * 2
+    ceiling_handles = []
     if ceil:
         bw = ceil["memory_gbps"]
+        peaks = {d: v for d, v in (ceil.get("tflops") or {}).items() if v}
+        top = max(peaks.values(), default=1.0)
+        right = max(hi, top * 1000 / bw * 2)
+        line, = ax.plot([lo, top * 1000 / bw], [lo * bw / 1000, top], "k-", lw=1.4,
+                        label=f"memory {bw:.0f} GB/s ({source})")
+        ceiling_handles.append(line)
+        sheet = ((doc.get("ceilings") or {}).get("datasheet") or {})
+        if source == "measured" and sheet.get("memory_gbps"):
+            sbw = sheet["memory_gbps"]
+            stop = max((v for v in (sheet.get("tflops") or {}).values() if v), default=top)
+            line, = ax.plot([lo, stop * 1000 / sbw], [lo * sbw / 1000, stop], color="grey", ls="--", lw=1,
+                            label=f"memory {sbw:.0f} GB/s (datasheet)")
+            ceiling_handles.append(line)
         by_peak: dict[float, list[str]] = {}  # dtypes sharing a peak share one line
-        for dtype, peak in (ceil.get("tflops") or {}).items():
+        for dtype, peak in peaks.items():
             by_peak.setdefault(peak, []).append(dtype)
-        for peak, dtypes in sorted(by_peak.items()):
+        styles = ("-", "--", "-.", ":")
+        for i, (peak, dtypes) in enumerate(sorted(by_peak.items(), reverse=True)):
             ridge = peak * 1000 / bw  # AI where the bandwidth slope meets this peak
-            ax.plot([max(ridge, lo), max(hi, ridge * 2)], [peak, peak], lw=1, alpha=0.6)
-            ax.annotate(f"{'/'.join(dtypes)} {peak:g} TFLOP/s", (max(hi, ridge * 2), peak),
-                        fontsize=7, ha="right", va="bottom")
-        top = max((ceil.get("tflops") or {"x": 1}).values())
-        ax.plot([lo, top * 1000 / bw], [lo * bw / 1000, top], "k-", lw=1.2,
-                label=f"{bw:g} GB/s ({source})")
-    for p in pts:
-        ax.scatter(p["ai"], p["tflops"], s=18)
-        ax.annotate(p["label"], (p["ai"], p["tflops"]), fontsize=6, xytext=(3, 3),
-                    textcoords="offset points")
+            line, = ax.plot([max(ridge, lo), right], [peak, peak], lw=1.2, ls=styles[i % len(styles)],
+                            color=plt.cm.Dark2(i % 8),
+                            label=f"{'/'.join(dtypes)} peak {peak:.0f} TFLOP/s (ridge AI {ridge:.0f})")
+            ceiling_handles.append(line)
+    point_handles = _scatter_with_legend(ax, pts, "ai", "tflops")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte of minimum traffic)")
     ax.set_ylabel(f"attained TFLOP/s (FLOPs / {method} median)")
     name = (doc.get("env") or {}).get("device_name") or (doc.get("env") or {}).get("device", "")
-    ax.set_title(f"roofline: {name}, ceilings {source}")
-    if ceil:
-        ax.legend(loc="lower right", fontsize=8)
+    scen = (doc.get("scenario") or {}).get("name", "")
+    ax.set_title(f"roofline: {scen} on {name}; ceilings {source}")
+    if pts or ceiling_handles:  # one legend, outside the axes: ceilings first, then the schemes
+        from matplotlib.lines import Line2D
+
+        gap = [Line2D([], [], ls="", label=" ")] if ceiling_handles and pts else []
+        ax.legend(handles=ceiling_handles + gap + (point_handles if pts else []), loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0), fontsize=7.5, borderaxespad=0)
     ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # keep the legends outside the axes
     plt.close(fig)
     return path
 
 
 def plot_pareto(doc: dict, method: str, path: Path) -> Path:
-    """Write latency (µs) against rel_fro, with each M's Pareto front, to ``path`` (PNG)."""
+    """Write latency (µs) against rel_fro, with each M's Pareto front, to ``path`` (PNG).
+
+    Points are coloured by scheme and shaped by M (legend on the right); the schemes on a Pareto
+    front are also named next to their point, and each M's front is a grey step line.
+    """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     pts = [p for p in points(doc, method) if p["rel_fro"] and p["rel_fro"] > 0]
-    fig, ax = plt.subplots(figsize=(9, 6))
-    for m in sorted({p["m"] for p in pts}):
+    fig, ax = plt.subplots(figsize=(11, 6.5))
+    handles = _scatter_with_legend(ax, pts, "latency_us", "rel_fro")
+    styles = ("-", "--", "-.", ":")
+    placed: list[tuple[float, float]] = []
+    for i, m in enumerate(sorted({p["m"] for p in pts})):
         group = [p for p in pts if p["m"] == m]
-        sc = ax.scatter([p["latency_us"] for p in group], [p["rel_fro"] for p in group],
-                        s=18, label=f"M={m}")
-        for p in group:
-            ax.annotate(p["scheme"], (p["latency_us"], p["rel_fro"]), fontsize=6,
-                        xytext=(3, 3), textcoords="offset points")
         front = sorted(pareto_front(group, ("latency_us", "rel_fro")), key=lambda p: p["latency_us"])
         ax.step([p["latency_us"] for p in front], [p["rel_fro"] for p in front], where="post",
-                color=sc.get_facecolor()[0], lw=1)
+                color="grey", ls=styles[i % len(styles)], lw=1, zorder=2)
+        for p in front:
+            if any(abs(p["latency_us"] / qx - 1) < 0.15 and abs(p["rel_fro"] / qy - 1) < 0.3 for qx, qy in placed):
+                continue  # a name already sits there (same scheme at a neighbouring M); colour and shape tell
+            placed.append((p["latency_us"], p["rel_fro"]))
+            ax.annotate(p["scheme"] + (f" M={m}" if len({q['m'] for q in pts}) > 1 else ""),
+                        (p["latency_us"], p["rel_fro"]), fontsize=7, xytext=(5, -3),
+                        textcoords="offset points", va="top")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(f"latency, {method} median (µs)")
     ax.set_ylabel("relative Frobenius error vs float64")
-    ax.set_title("latency vs error; lines: Pareto front per M")
+    scen = (doc.get("scenario") or {}).get("name", "")
+    ax.set_title(f"latency vs error: {scen}; grey steps: Pareto front per M (named points)")
     if pts:
-        ax.legend(fontsize=8)
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5,
+                  title="scheme", title_fontsize=8, borderaxespad=0)
     ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # keep the legends outside the axes
     plt.close(fig)
     return path
 

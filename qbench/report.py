@@ -79,6 +79,7 @@ def run_report(args: argparse.Namespace) -> int:
         if table:
             print(render_header(doc))
             print(f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else ""))
+            print()
         print(render_crossover(records, args.baseline, method, args.format))
         return 0
 
@@ -94,5 +95,6 @@ def run_report(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if table:
         print(render_header(doc))
+        print()  # Markdown: a table right under a text line would not start a new block
     print(text)
     return 0

@@ -1,0 +1,225 @@
+"""Markdown tables for docs/ that ``qbench report`` does not make, read from committed result files.
+
+    python scripts/docs_tables.py scheme int4-weight-only results/h200/decode.json results/h200/small_batch.json
+    python scripts/docs_tables.py repeatability results/h200/repeatability.json
+    python scripts/docs_tables.py crosscheck results/h200/crosscheck.json results/h200/crosscheck-first-run.json
+
+``scheme NAME FILE...``: for registry scheme NAME (eager and compiled rows alike), the byte ledger
+of its first ``ok`` row (tensor, role, dtype, shape, bytes) and, per row of every FILE, the cold
+and kernel medians (µs), the dispatch label, whether a host sync happened inside the call, why the
+CUDA-graph (``warm``) method failed if it did, and the GPU kernels of one call with their µs
+(``dispatch.kernels``; names shortened by :func:`short_kernel`, the full names are in the JSON).
+Where today's classifier labels those kernels differently from the file, both labels are shown.
+
+``repeatability FILE``: the output of ``scripts/repeatability.py``: per scheme and method, the
+medians of the runs (µs) and their CV (%).
+
+``crosscheck FILE...``: the output of ``scripts/crosscheck_timing.py``: qbench's cold and warm
+medians next to ``triton.testing.do_bench`` / ``do_bench_cudagraph``, per file.
+
+Output is GitHub Markdown on stdout; ``scripts/gen_docs.py`` pastes it between the markers of
+docs/*.md. Exit status 0, or 2 on a bad file or an unknown scheme.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from tabulate import tabulate
+
+from qbench.render.columns import fmt_us
+from qbench.results import ResultsError, read_results
+
+_TEMPLATE_HINT = re.compile(r"([A-Za-z_]\w*(?:Functor\w*|_kernel_cuda|_kernel|gemm\w*)|launch_\w+)")
+#: Wrappers that say little about what the kernel computes; named only when nothing else is.
+_GENERIC = {"BinaryFunctor", "BUnaryFunctor", "AUnaryFunctor", "gpu_kernel"}
+_MAX_NAME = 72
+
+
+def short_kernel(name: str) -> str:
+    """A readable kernel name: ``void`` and namespaces dropped, long template argument lists
+    replaced by the functor or kernel they name.
+
+    ``void at::native::elementwise_kernel<128, 2, ...MulFunctor<float>...>(...)`` ->
+    ``elementwise_kernel<MulFunctor>``; ``void cutlass::Kernel2<cutlass_80_tensorop_i16832gemm_s8_...>``
+    -> ``cutlass_80_tensorop_i16832gemm_s8_...``; a name of at most 72 characters is kept whole
+    (minus ``void`` and the argument list).
+    """
+    s = name.strip()
+    if re.match(r"^(Memcpy|Memset)\b", s):  # "Memcpy DtoH (Device -> Pinned)": keep whole
+        return s
+    s = s.replace("(anonymous namespace)::", "")
+    s = re.sub(r"^void\s+", "", s)
+    if s.startswith("std::enable_if<"):  # cuBLAS: "std::enable_if<..., void>::type internal::gemvx::kernel<...>"
+        s = re.sub(r"^std::enable_if<.*?>::type\s+", "", s, count=1)
+    cut = len(s)
+    depth = 0
+    for i, ch in enumerate(s):  # drop the (argument list) that follows the template arguments
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0 and i > 0:
+            cut = i
+            break
+    s = s[:cut]
+    lt = s.find("<")
+    base = s if lt < 0 else s[:lt]
+    parts = base.split("::")
+    base = "::".join(parts[-2:]) if parts[-1] == "kernel" else parts[-1]  # gemvx::kernel
+    args = "" if lt < 0 else s[lt + 1: s.rfind(">") if s.rfind(">") > lt else len(s)]
+    if base.startswith("Kernel") and args:  # cutlass::Kernel2<the real kernel name>
+        return args.split(",")[0].strip()
+    whole = base + (f"<{args}>" if args else "")
+    if len(whole) <= _MAX_NAME:
+        return whole
+    hints = []
+    for h in _TEMPLATE_HINT.findall(args):
+        h = h.rsplit("::", 1)[-1]
+        if h != base and h not in hints and not h.startswith("gpu_kernel_impl"):
+            hints.append(h)
+    hints = [h for h in hints if h not in _GENERIC] or hints
+    return f"{base}<{', '.join(hints[:2])}>" if hints else base
+
+
+def _code(text: str) -> str:
+    return f"`{text}`" if text else ""
+
+
+def _table(rows: list[list], headers: list[str], right: Sequence[int] = ()) -> str:
+    align = ["right" if i in right else "left" for i in range(len(headers))]
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True, colalign=align)
+
+
+def _median(row: dict, method: str):
+    stats = (row.get("latency_us") or {}).get(method)
+    return stats.get("median") if stats else None
+
+
+def _graph_cell(row: dict) -> str:
+    why = (row.get("latency_reasons") or {}).get("warm")
+    if why:
+        # "CUDA graph capture failed at M=1: CUDA graph capture failed: AcceleratorError: ..." -> the error
+        core = why.split("capture failed: ", 2)[-1]
+        return "no: " + core.split(" (then ")[0]
+    return "yes" if _median(row, "warm") is not None else "—"
+
+
+def _classify_now(row: dict) -> str | None:
+    """The dispatch label today's :func:`qbench.dispatch.classify_dispatch` gives the row's kernels
+    (a file written before a classifier fix keeps its old label), or None without kernels."""
+    from qbench import dispatch, schemes
+
+    kernels = (row.get("dispatch") or {}).get("kernels")
+    if not kernels:
+        return None
+    try:
+        family = schemes.get(row["base_scheme"]).family
+    except Exception:  # a scheme no longer registered: keep the file's label
+        return None
+    return dispatch.classify_dispatch([k["name"] for k in kernels], family)
+
+
+def scheme_tables(name: str, paths: Sequence[str]) -> str:
+    """The ledger and kernel tables of registry scheme ``name`` over result files ``paths``."""
+    docs = [(p, read_results(p)) for p in paths]
+    rows = [(p, r) for p, d in docs for r in d["rows"] if r.get("base_scheme") == name]
+    if not rows:
+        raise ValueError(f"no rows of scheme {name!r} in {', '.join(paths)}")
+    out = []
+    first_path, first = next(((p, r) for p, r in rows if r.get("status") == "ok" and r.get("ledger")), rows[0])
+    ledger = [[_code(t["name"]), t["role"], t["dtype"], "×".join(map(str, t["shape"])) or "scalar", f"{t['bytes']:,}"]
+              for t in first.get("ledger") or []]
+    k, n = first.get("k"), first.get("n")
+    out.append(f"Ledger (`{first_path}`, K = {k}, N = {n}): stored {first.get('stored_bytes', 0):,} bytes = "
+               f"{first.get('bits_per_weight', 0):.3f} bits per weight; nominal {first.get('nominal_bits'):g} bits.")
+    out.append("")
+    out.append(_table(ledger, ["tensor", "role", "dtype", "shape", "bytes"], right=(4,)))
+    out.append("")
+    body = []
+    for p, r in rows:
+        if r.get("status") != "ok":
+            body.append([r["scheme"], str(r["m"]), Path(p).name, "—", "—", r.get("status"), "—", "—", r.get("reason") or ""])
+            continue
+        d = r.get("dispatch") or {}
+        label = d.get("label") or "—"
+        now = _classify_now(r)
+        if now and now != label:
+            label += f" (current classifier: {now})"
+        kernels = "<br>".join(f"{_code(short_kernel(x['name']))}"
+                              + (f" ×{x['count']:g}" if x.get("count", 1) != 1 else "")
+                              + f" {x['us']:.1f}" for x in d.get("kernels") or [])
+        body.append([r["scheme"], str(r["m"]), Path(p).name, fmt_us(_median(r, "cold")), fmt_us(_median(r, "kernel")),
+                     label, "yes" if d.get("host_sync") else "no", _graph_cell(r), kernels])
+    out.append(_table(body, ["row", "M", "file", "cold µs", "kernel µs", "dispatch", "host sync", "CUDA graph",
+                             "kernels of one call (µs each)"], right=(1, 3, 4)))
+    return "\n".join(out)
+
+
+def repeatability_table(path: str) -> str:
+    """Per (scheme, M, method): runs, the per-run medians (µs) and their CV (%)."""
+    doc = json.loads(Path(path).read_text())
+    if doc.get("kind") != "repeatability":
+        raise ValueError(f"{path}: not a repeatability summary (kind {doc.get('kind')!r})")
+    incomplete = [Path(f).name for f, ok in (doc.get("complete") or {}).items() if not ok]
+    body = []
+    for r in doc["rows"]:
+        medians = ", ".join(fmt_us(v) for v in r["medians_us"])
+        cv = "—" if r.get("cv_pct") is None else f"{r['cv_pct']:.1f}"
+        missing = ", ".join(r.get("missing_from") or []) or ""
+        body.append([r["scheme"], str(r["m"]), r["method"], str(r["runs"]), medians, cv, missing])
+    text = _table(body, ["scheme", "M", "method", "runs", "medians µs", "CV %", "missing from"], right=(1, 3, 5))
+    note = (f"{len(doc['files'])} files; incomplete: {', '.join(incomplete)}" if incomplete
+            else f"{len(doc['files'])} files, all complete")
+    return note + "\n\n" + text
+
+
+def crosscheck_table(paths: Sequence[str]) -> str:
+    """qbench's medians against triton's do_bench / do_bench_cudagraph, one table per file."""
+    out = []
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        tol = doc.get("tolerance")
+        out.append(f"`{path}`: {doc.get('device')}, torch {doc.get('torch')}, triton {doc.get('triton')}; "
+                   f"pass when the ratio is within {tol:g} of 1")
+        out.append("")
+        body = [[r["scheme"], str(r["m"]), r["method"], fmt_us(r["ours_us"]), fmt_us(r["triton_us"]),
+                 f"{r['ratio']:.2f}", "pass" if r["pass"] else "**FAIL**"] for r in doc["rows"]]
+        out.append(_table(body, ["scheme", "M", "comparison", "qbench µs", "triton µs", "ratio", "verdict"],
+                          right=(1, 3, 4, 5)))
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("scheme", help="ledger and kernels of one scheme")
+    p.add_argument("name")
+    p.add_argument("files", nargs="+")
+    p = sub.add_parser("repeatability", help="scripts/repeatability.py output as a table")
+    p.add_argument("file")
+    p = sub.add_parser("crosscheck", help="scripts/crosscheck_timing.py output as a table")
+    p.add_argument("files", nargs="+")
+    args = parser.parse_args(argv)
+    try:
+        if args.what == "scheme":
+            text = scheme_tables(args.name, args.files)
+        elif args.what == "repeatability":
+            text = repeatability_table(args.file)
+        else:
+            text = crosscheck_table(args.files)
+    except (OSError, ValueError, KeyError, ResultsError) as exc:
+        print(f"docs_tables: {exc}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
