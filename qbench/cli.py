@@ -51,8 +51,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser with every subcommand."""
-    parser = argparse.ArgumentParser(prog="qbench", description=__doc__.splitlines()[0])
-    parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    parser = argparse.ArgumentParser(prog="qbench", description="Compare quantization schemes for one LLM linear layer.")
+    parser.add_argument("--debug", action="store_true",
+                        help="show tracebacks instead of one-line errors (before the subcommand: qbench --debug run ...)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run a TOML scenario and write a result JSON")
@@ -84,6 +85,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:  # `qbench report ... | head`: the reader left; not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("qbench: interrupted; rows measured so far are in the result file (\"complete\": false)", file=sys.stderr)
         return 130

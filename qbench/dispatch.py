@@ -37,7 +37,7 @@ LABELS = ("fused-quantized", "dequantize+gemm", "float-gemm", "unknown")
 #: Kernels that are quantized GEMMs/GEMVs by name alone.
 _QUANT_GEMM_NAME = re.compile(
     r"_weight_int4pack_mm|int4pack|tinygemm|gemm_4bit|gemv_4bit|_int_mm|scaled_mm"
-    r"|imma|igemm|i\d{4,5}gemm",
+    r"|imma|igemm|i\d{4,6}gemm",
     re.IGNORECASE,
 )
 #: A quantized operand type in a GEMM-like name (cuBLAS "gemm_e4m3e4m3_...", cuBLASLt

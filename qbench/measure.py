@@ -107,6 +107,14 @@ class _Runner:
         self.module = module
         self.compiled = entry.options.mode == "compiled"
         if self.compiled:
+            # One static-shape graph per M: keep Dynamo from falling back to eager after its
+            # default limit of 8 recompilations (a sweep has 11 M values).
+            import torch._dynamo
+
+            limit = max(8, len(scenario.m) + 2)
+            for name in ("recompile_limit", "cache_size_limit"):
+                if hasattr(torch._dynamo.config, name):
+                    setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
             self.module = torch.compile(module, dynamic=False)
         self.settings = _settings(scenario)
         self.inputs: dict[int, torch.Tensor] = {}

@@ -1,7 +1,7 @@
 """Error metrics of a layer's output against the float64 reference ``Y_ref = X @ W^T``.
 
 ``Y_ref`` is computed in float64 from the FP32 activations and the FP32 weight, so it carries
-no rounding of any scheme under test (see :mod:`qbench.reference`). All metrics compare the
+no rounding of any scheme under test (see :func:`qbench.inputs.reference`). All metrics compare the
 output upcast to float64.
 
 Conventions for degenerate inputs (documented in docs/methodology.md):

@@ -86,6 +86,10 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
     Raises:
         RunError: the device or the output path is unusable (nothing is measured or written).
     """
+    if scenario.tp is not None:  # tensor parallel: qbench.tp runs one torchrun job per (scheme, tp_size, split)
+        from qbench.tp import runner as tp_runner
+
+        return tp_runner.run_tp(scenario, device=device, out=out, force=force, progress=progress, show_bar=show_bar)
     started = time.perf_counter()
     try:
         dev = envmod.resolve_device(device or scenario.device)
@@ -122,8 +126,8 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
             if bar is not None:
                 bar.update(1)
             if progress is not None:
-                for row in rows:
-                    if row["status"] != "ok":
+                for row in rows:  # skipped rows are listed under the table; failures are news
+                    if row["status"] == "failed":
                         progress(f"{row['scheme']} M={row['m']}: {row['status']}: {row['reason']}")
     finally:
         workers.close()

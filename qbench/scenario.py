@@ -466,7 +466,9 @@ _REWORDS = (
 
 
 def _as_scenario_error(exc: ValidationError, source: str, root: type[BaseModel], prefix: str = "", what: str = "") -> ScenarioError:
-    err = exc.errors(include_url=False)[0]
+    # An unknown key first: `mm = [1]` is a typo of `m`, better reported than "m: missing".
+    errors = exc.errors(include_url=False)
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
     key = prefix + ".".join(_key_part(p) for p in loc).replace(".[", "[")
     kind, msg = err["type"], err["msg"]

@@ -9,6 +9,8 @@ CUTLASS_WMMA = "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_
 ELEMENTWISE = "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&, ...)>(int, ...)"
 FP8_CAST = "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(c10::Float8_e4m3fn)#1}, std::array<char*, 2ul> >(int, ...)"
 CUTLASS_I8 = "void cutlass::Kernel2<cutlass_80_tensorop_i16832gemm_s8_256x128_64x3_tn_align16>(Params)"
+#: seen on the H200 (w8a8-dynamic at M = 512): six digits, missed by a {4,5} pattern before
+CUTLASS_I8_6 = "void cutlass::Kernel2<cutlass_80_wmma_tensorop_i161616gemm_s8_32x32_128x1_tn_align16>(Params)"
 CUBLAS_FP8 = "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128_cublas"
 MEMCPY = "Memcpy DtoH (Device -> Pageable)"
 
@@ -30,6 +32,7 @@ CASES = [
     ([FP8_CAST, CUBLAS_FP8], "dynamic", "fused-quantized"),
     (["void at::native::_scaled_mm_kernel"], "dynamic", "fused-quantized"),
     (["kgemm_4bit_inference_naive<__nv_bfloat16, 128, 16>"], "bnb", "fused-quantized"),
+    ([CUTLASS_I8_6], "dynamic", "fused-quantized"),
     # seen on the H200 (bitsandbytes 0.50.2, nf4 at M = 1): labelled float-gemm before the fix
     (["void gemm_4bit_simt<__nv_bfloat16, 1>(__nv_bfloat16 const*, unsigned char const*)"], "bnb", "fused-quantized"),
     (["kDequantizeBlockwise<__nv_bfloat16, 512, 64, 8, 2>", CUBLAS_BF16], "bnb", "dequantize+gemm"),

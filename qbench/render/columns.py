@@ -114,6 +114,25 @@ def _latency(method: str, stat: str = "median") -> Getter:
     return get
 
 
+#: Coefficient of variation above which a latency cell is marked ``*`` (noisy): the spread is
+#: then too wide for the median alone to rank schemes (this project's threshold).
+NOISY_CV = 0.25
+
+
+def is_noisy(row: dict, method: str) -> bool:
+    """True when ``latency_us[method].cv`` exceeds :data:`NOISY_CV`."""
+    cv = _latency(method, "cv")(row)
+    return cv is not None and cv > NOISY_CV
+
+
+def _latency_cell(method: str) -> Getter:
+    def cell(row: dict) -> str:
+        text = fmt_us(_latency(method)(row))
+        return text + "*" if text != DASH and is_noisy(row, method) else text
+
+    return cell
+
+
 def _meta_pct(row: dict) -> Any:
     meta, stored = row.get("metadata_bytes"), row.get("stored_bytes")
     if meta is None or not stored:
@@ -129,7 +148,7 @@ def _rel_err_cell(row: dict) -> str:
     bad = _nonfinite(row)
     if bad:
         return f"NaN/Inf×{bad}"
-    return fmt_num(".3g")(_get("error", "rel_fro")(row))
+    return fmt_num(".2e")(_get("error", "rel_fro")(row))
 
 
 def _kernels(row: dict) -> Any:
@@ -179,7 +198,8 @@ _CATALOGUE: list[Column] = [
     Column("bound", "bound", _get("roofline_bound"), help="memory or compute"),
     Column("roofline_source", "ceilings", _get("roofline_source"), help="measured or datasheet"),
     *[
-        Column(m, f"{m} µs", _latency(m), fmt_us, True, f"median of latency_us.{m}")
+        Column(m, f"{m} µs", _latency(m), fmt_us, True, f"median of latency_us.{m}; * = noisy (cv > 25 %)",
+               cell_override=_latency_cell(m))
         for m in (*CUDA_METHODS, CPU_METHOD)
     ],
     *[

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from tabulate import tabulate
 
-from qbench.render.columns import Column
+from qbench.render.columns import NOISY_CV, Column
 
 __all__ = ["render_table", "footnotes"]
 
@@ -35,6 +35,9 @@ def footnotes(rows: Sequence[dict]) -> list[str]:
     ]
 
 
+_LATENCY_KEYS = ("cold", "warm", "eager", "kernel", "cpu")
+
+
 def render_table(rows: Sequence[dict], columns: Sequence[Column], tablefmt: str = "simple") -> str:
     """Render ``rows`` (result rows, or any records the ``columns`` getters read) as a table in
     tabulate format ``tablefmt``. Returns the text without a trailing newline."""
@@ -50,6 +53,8 @@ def render_table(rows: Sequence[dict], columns: Sequence[Column], tablefmt: str 
     if "reason" in keys or "status" not in keys:
         return text
     notes = footnotes(rows)
+    if any(c.cell(r).endswith("*") for c in columns if c.key in _LATENCY_KEYS for r in rows):
+        notes.append(f"* noisy: the method's cv (stdev/mean) is over {NOISY_CV:.0%}; compare with care")
     if not notes:
         return text
     if tablefmt.startswith("html"):

@@ -83,7 +83,7 @@ register(Scheme(
 for _name, _dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
     register(Scheme(
         name=_name, library="torch", family="float",
-        summary=f"{_name.upper()} weight and activations, {_name} tensor-core GEMM with FP32 accumulate",
+        summary=f"{_name.upper()} weight and activations; on CUDA a {_name} cuBLAS GEMM/GEMV with FP32 accumulate",
         weight_dtype=str(_dtype).removeprefix("torch."), activation_dtype=_dtype, compute_dtype=_name,
         nominal_bits=16,
         build=lambda weight, bias, options, _dtype=_dtype: plain_linear(weight, bias, _dtype),

@@ -45,7 +45,7 @@ def test_known_values(cuda):
     assert COLUMNS["bits_per_weight"].cell(bf16) == "16.00"
     assert COLUMNS["cold"].cell(bf16) == "11.0"
     assert COLUMNS["cold"].value(bf16) == 11.0
-    assert COLUMNS["rel_err"].cell(bf16) == "0.0023"
+    assert COLUMNS["rel_err"].cell(bf16) == "2.30e-03"
     assert COLUMNS["sqnr"].cell(bf16) == "52.8"  # -20 log10(0.0023)
     assert COLUMNS["gflop"].value(bf16) == pytest.approx(2 * 4096 * 4096 * 1e-9)
     nf4 = _row(cuda, "nf4", 1)
