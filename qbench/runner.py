@@ -183,8 +183,11 @@ class _Workers:
     process's kernels; only the next worker's host-side start-up overlaps it.
     """
 
-    def __init__(self, scenario: Scenario, dev, ceilings: Optional[dict], folder: str):
+    def __init__(self, scenario: Scenario, dev, ceilings: Optional[dict], folder: str,
+                 prestart: Optional[bool] = None):
         self.scenario, self.dev, self.ceilings, self.folder = scenario, dev, ceilings, folder
+        # On the CPU the start-up would compete with the timed work for cores: no overlap.
+        self.prestart = dev.type == "cuda" if prestart is None else prestart
         self.started: dict[int, tuple] = {}
 
     def _start(self, index: int) -> tuple:
@@ -204,17 +207,24 @@ class _Workers:
                 env.pop(key, None)
             else:
                 env[key] = value
-        go = _context().Event()
-        proc = _context().Process(target=worker.child, args=(job_path, rows_path, log_path, env, go), daemon=True)
+        # "go" is one message on a pipe (not an Event: no named semaphore for the resource
+        # tracker to report at exit; and a worker whose runner died sees EOF and exits).
+        go_reader, go_writer = _context().Pipe(duplex=False)
+        proc = _context().Process(target=worker.child, args=(job_path, rows_path, log_path, env, go_reader),
+                                  daemon=True)
         proc.start()
-        return proc, go, rows_path, log_path
+        go_reader.close()
+        return proc, go_writer, rows_path, log_path
 
     def rows(self, index: int) -> list[dict]:
         """Run scheme ``index`` (started ahead or now) to completion and return its rows."""
         proc, go, rows_path, log_path = self.started.pop(index, None) or self._start(index)
-        go.set()
-        if self.dev.type == "cuda" and index + 1 < len(self.scenario.schemes):
-            # On the CPU the start-up would compete with the timed work for cores: no overlap.
+        try:
+            go.send_bytes(b"go")
+        except OSError:  # the worker already died while preparing; its exit code tells why
+            pass
+        go.close()
+        if self.prestart and index + 1 < len(self.scenario.schemes):
             self.started[index + 1] = self._start(index + 1)
         timeout = self.scenario.timing.scheme_timeout_s
         proc.join(timeout)
@@ -233,7 +243,8 @@ class _Workers:
 
     def close(self) -> None:
         """Stop workers started ahead that will not run (interrupt, error)."""
-        for proc, *_ in self.started.values():
+        for proc, go, *_ in self.started.values():
+            go.close()
             if proc.is_alive():
                 proc.kill()
                 proc.join()

@@ -22,8 +22,8 @@ import time
 def main(argv: list[str], go=None) -> int:
     """Run the job in ``argv[0]`` and write its rows to ``argv[1]``; returns 0.
 
-    With ``go`` (a multiprocessing Event), first prepare without launching GPU work (import the
-    scheme's packages, create the CUDA context), then wait for ``go`` before measuring.
+    With ``go`` (the read end of a multiprocessing pipe), first prepare without launching GPU work (import the
+    scheme's packages, create the CUDA context), then wait for one message on ``go`` before measuring.
     """
     started = time.perf_counter()
     job_path, rows_path = argv
@@ -48,7 +48,10 @@ def main(argv: list[str], go=None) -> int:
         torch.empty(1, device=device)  # creates the context; allocates, launches no kernel
     prepared = time.perf_counter()
     if go is not None:
-        go.wait()
+        try:
+            go.recv_bytes()
+        except EOFError:  # the runner went away before giving "go": nothing to measure for
+            return 3
     go_at = time.perf_counter()
     rows = measure_scheme(scenario, job["entry_index"], device, job.get("ceilings"))
     for row in rows:

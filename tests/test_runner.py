@@ -102,3 +102,39 @@ def test_cuda_requested_without_cuda_is_a_run_error(tmp_path):
     with pytest.raises(runner.RunError, match="CUDA is not available"):
         runner.run(sc, device="cuda", out=str(tmp_path / "r.json"))
     assert not (tmp_path / "r.json").exists()
+
+
+def test_prestarted_workers_wait_for_go_and_survive_a_crash(tmp_path, monkeypatch, abort_scheme):
+    """The CUDA path starts worker i + 1 while worker i measures; exercised here on the CPU."""
+    import tempfile
+
+    monkeypatch.setenv("QBENCH_PLUGINS", "tests.plugins.abort_scheme")
+    sc = _load(tmp_path, small_scenario_toml(["fp16", "abort-test", "bf16"], m=(1,)))
+    import torch
+
+    with tempfile.TemporaryDirectory() as folder:
+        workers = runner._Workers(sc, torch.device("cpu"), None, folder, prestart=True)
+        try:
+            first = workers.rows(0)
+            assert 1 in workers.started  # started ahead, waiting for go
+            second, third = workers.rows(1), workers.rows(2)
+        finally:
+            workers.close()
+    assert first[0]["status"] == "ok" and third[0]["status"] == "ok"
+    assert second[0]["status"] == "failed" and "SIGABRT" in second[0]["reason"]
+    assert first[0]["worker_phases_s"]["waited_for_go"] >= 0
+    assert not workers.started
+
+
+def test_close_stops_a_prestarted_worker(tmp_path):
+    import tempfile
+
+    import torch
+
+    sc = _load(tmp_path, small_scenario_toml(["fp16", "bf16"], m=(1,)))
+    with tempfile.TemporaryDirectory() as folder:
+        workers = runner._Workers(sc, torch.device("cpu"), None, folder, prestart=True)
+        workers.rows(0)
+        proc = workers.started[1][0]
+        workers.close()
+        assert not proc.is_alive()
