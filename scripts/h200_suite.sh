@@ -15,7 +15,7 @@ for step in $steps; do
     tests) timeout 300 python3 -m pytest -q -m cuda -rs tests > "$out/pytest-cuda.log" 2>&1 ;;
     crosscheck) timeout 240 python3 scripts/crosscheck_timing.py --out "$out/crosscheck.json" > "$out/crosscheck.log" 2>&1 ;;
     repeat) for i in 1 2 3 4 5; do timeout 240 python3 -m qbench run scenarios/decode.toml --quiet --out "$out/decode-repeat-$i.json" > "$out/decode-repeat-$i.log" 2>&1; done ;;
-    *) timeout 400 python3 -m qbench run "scenarios/$step.toml" --quiet --out "$out/$step.json" > "$out/$step.log" 2>&1 ;;
+    *) timeout 900 python3 -m qbench run "scenarios/$step.toml" --quiet --out "$out/$step.json" > "$out/$step.log" 2>&1 ;;
   esac
   rc=$?
   tar -czf "$out.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"
