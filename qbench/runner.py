@@ -71,6 +71,31 @@ def check_output(path: Path, force: bool) -> None:
         raise RunError(f"{path}: cannot write there: {exc.strerror or exc}") from None
 
 
+def prepare(scenario: Scenario, device: Optional[str], out: Optional[str], force: bool):
+    """The checks every run makes before it measures or writes anything, and its empty document.
+
+    Returns ``(device, path, doc)``: the resolved torch device, the result path, and the result
+    document with ``env`` and ``scenario`` filled, ``"complete": false`` and no rows.
+
+    Raises:
+        RunError: the device or the output path is unusable.
+        ScenarioError: the layer does not fit in the device's free memory (:mod:`qbench.memory`).
+    """
+    try:
+        dev = envmod.resolve_device(device or scenario.device)
+    except (ValueError, RuntimeError) as exc:
+        raise RunError(str(exc)) from None
+    memory.check_fits(scenario, dev)  # before anything is allocated or written
+    path = Path(out or scenario.output or default_output(scenario, str(dev)))
+    check_output(path, force)
+    doc = {
+        "schema_version": qbench.SCHEMA_VERSION, "complete": False, "qbench_version": qbench.__version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "wall_s": None,
+        "env": envmod.collect(dev), "scenario": scenario.to_dict(), "ceilings": None, "rows": [],
+    }
+    return dev, path, doc
+
+
 def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] = None, force: bool = False,
         progress: Optional[Callable[[str], None]] = None, show_bar: bool = False) -> RunOutcome:
     """Measure every scheme of ``scenario`` and write the result file.
@@ -91,18 +116,7 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
 
         return tp_runner.run_tp(scenario, device=device, out=out, force=force, progress=progress, show_bar=show_bar)
     started = time.perf_counter()
-    try:
-        dev = envmod.resolve_device(device or scenario.device)
-    except (ValueError, RuntimeError) as exc:
-        raise RunError(str(exc)) from None
-    memory.check_fits(scenario, dev)  # ScenarioError (exit 2) before anything is allocated or written
-    path = Path(out or scenario.output or default_output(scenario, str(dev)))
-    check_output(path, force)
-    doc = {
-        "schema_version": qbench.SCHEMA_VERSION, "complete": False, "qbench_version": qbench.__version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "wall_s": None,
-        "env": envmod.collect(dev), "scenario": scenario.to_dict(), "ceilings": None, "rows": [],
-    }
+    dev, path, doc = prepare(scenario, device, out, force)
     if dev.type == "cuda":
         t0 = time.perf_counter()
         doc["ceilings"] = _ceilings(dev, scenario)

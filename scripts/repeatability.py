@@ -9,7 +9,6 @@ For each scheme x M present in the files: the per-run medians, their coefficient
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path

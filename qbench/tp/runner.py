@@ -14,7 +14,6 @@ after every job (``"complete": false`` until the end).
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import signal
@@ -26,11 +25,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import qbench
-from qbench import env as envmod
-from qbench import memory, schemes
+from qbench import schemes
 from qbench.measure import failed_rows
 from qbench.results import write_results
-from qbench.runner import RunError, RunOutcome, check_output, default_output
+from qbench.runner import RunOutcome, prepare
 from qbench.scenario import Scenario
 from qbench.tp import shard
 from qbench.tp.measure import tp_row
@@ -98,18 +96,7 @@ def run_tp(scenario: Scenario, *, device: Optional[str] = None, out: Optional[st
     if scenario.tp is None:
         raise ValueError("run_tp: the scenario has no [tp] table; use qbench.runner.run")
     started = time.perf_counter()
-    try:
-        dev = envmod.resolve_device(device or scenario.device)
-    except (ValueError, RuntimeError) as exc:
-        raise RunError(str(exc)) from None
-    memory.check_fits(scenario, dev)  # the unsharded worker bounds every rank
-    path = Path(out or scenario.output or default_output(scenario, str(dev)))
-    check_output(path, force)
-    doc = {
-        "schema_version": qbench.SCHEMA_VERSION, "complete": False, "qbench_version": qbench.__version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "wall_s": None,
-        "env": envmod.collect(dev), "scenario": scenario.to_dict(), "ceilings": None, "rows": [],
-    }
+    dev, path, doc = prepare(scenario, device, out, force)  # the unsharded worker's memory bounds every rank
     write_results(path, doc, force=force)
     available = ranks_available(dev)
     with tempfile.TemporaryDirectory(prefix="qbench-tp-") as tmp:
