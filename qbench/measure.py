@@ -10,7 +10,6 @@ capture can leave the process's CUDA state (its RNG among it) broken.
 from __future__ import annotations
 
 import time
-import traceback
 from typing import Any, Callable, Optional
 
 import torch
@@ -304,7 +303,3 @@ def _graph_count() -> int:
 def _dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
-
-def format_exception(exc: BaseException) -> str:
-    """The exception's last traceback line, for a failed row's reason."""
-    return traceback.format_exception_only(type(exc), exc)[-1].strip()
