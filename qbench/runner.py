@@ -132,11 +132,7 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
                 bar.set_description(entry.label)
             t0 = time.perf_counter()
             rows = workers.rows(index)
-            for row in rows:
-                row["worker_wall_s"] = time.perf_counter() - t0
-            doc["rows"].extend(rows)
-            doc["wall_s"] = time.perf_counter() - started
-            write_results(path, doc, force=True)
+            record(doc, path, rows, t0, started)
             if bar is not None:
                 bar.update(1)
             if progress is not None:
@@ -148,11 +144,26 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
         tmp.cleanup()
         if bar is not None:
             bar.close()
+    return finish(doc, path, started)
+
+
+def record(doc: dict, path: Path, rows: list[dict], t0: float, started: float) -> None:
+    """Add one job's rows (stamped with ``worker_wall_s`` since ``t0``) and rewrite the result
+    file, still ``"complete": false``, so that measured rows survive a later crash."""
+    now = time.perf_counter()
+    for row in rows:
+        row["worker_wall_s"] = now - t0
+    doc["rows"].extend(rows)
+    doc["wall_s"] = now - started
+    write_results(path, doc, force=True)
+
+
+def finish(doc: dict, path: Path, started: float) -> RunOutcome:
+    """Mark the run complete, write it, and give the exit code: 1 when no row is ``ok``."""
     doc["complete"] = True
     doc["wall_s"] = time.perf_counter() - started
     write_results(path, doc, force=True)
-    ok = sum(r["status"] == "ok" for r in doc["rows"])
-    if ok == 0:
+    if not any(r["status"] == "ok" for r in doc["rows"]):
         return RunOutcome(doc, path, 1, f"no row was measured: all {len(doc['rows'])} rows were skipped or failed")
     return RunOutcome(doc, path, 0)
 

@@ -28,7 +28,7 @@ import qbench
 from qbench import schemes
 from qbench.measure import failed_rows
 from qbench.results import write_results
-from qbench.runner import RunOutcome, prepare
+from qbench.runner import RunOutcome, finish, prepare, record
 from qbench.scenario import Scenario
 from qbench.tp import shard
 from qbench.tp.measure import tp_row
@@ -107,21 +107,12 @@ def run_tp(scenario: Scenario, *, device: Optional[str] = None, out: Optional[st
                 rows = failed_rows(_rows(scenario, index, dev, tp_size, split), "skipped", reason)
             else:
                 rows = run_job(scenario, index, tp_size, split, dev, os.path.join(tmp, str(number)))
-            for row in rows:
-                row["worker_wall_s"] = time.perf_counter() - t0
-            doc["rows"].extend(rows)
-            doc["wall_s"] = time.perf_counter() - started
-            write_results(path, doc, force=True)
+            record(doc, path, rows, t0, started)
             if progress is not None:
                 for row in rows:
                     if row["status"] != "ok":
                         progress(f"{row['scheme']} tp={tp_size} {split} M={row['m']}: {row['status']}: {row['reason']}")
-    doc["complete"] = True
-    doc["wall_s"] = time.perf_counter() - started
-    write_results(path, doc, force=True)
-    if not any(r["status"] == "ok" for r in doc["rows"]):
-        return RunOutcome(doc, path, 1, f"no row was measured: all {len(doc['rows'])} rows were skipped or failed")
-    return RunOutcome(doc, path, 0)
+    return finish(doc, path, started)
 
 
 def _rows(scenario: Scenario, index: int, dev, tp_size: int, split: str) -> list[dict]:
