@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The H200 suite: everything a GPU run must back, in one device call. Usage on the GPU host:
 #   bash scripts/h200_suite.sh OUTDIR [STEP ...]   (steps: tests crosscheck decode small_batch prefill seed repeat)
-# Writes result JSON, logs and the environment into OUTDIR and a tarball OUTDIR.tar.gz.
+# Writes result JSON, logs and the environment into OUTDIR and, after every step, a tarball
+# ($QBENCH_TARBALL, default OUTDIR.tar.gz): a device call cut off at its time limit still brings
+# back every finished step, and the JSON of the step it cut (rows written after every scheme,
+# "complete": false). QBENCH_STEP_TIMEOUT (s, default 900) bounds one scenario step.
 set -u
 out=${1:?OUTDIR}; shift
 steps=${*:-tests crosscheck decode small_batch prefill seed}
+tarball=${QBENCH_TARBALL:-$out.tar.gz}
+step_timeout=${QBENCH_STEP_TIMEOUT:-900}
 . scripts/device_setup.sh || exit 1
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw,driver_version --format=csv > "$out/nvidia-smi.csv"
@@ -15,9 +20,10 @@ for step in $steps; do
     tests) timeout 300 python3 -m pytest -q -m cuda -rs tests > "$out/pytest-cuda.log" 2>&1 ;;
     crosscheck) timeout 240 python3 scripts/crosscheck_timing.py --out "$out/crosscheck.json" > "$out/crosscheck.log" 2>&1 ;;
     repeat) for i in 1 2 3 4 5; do timeout 240 python3 -m qbench run scenarios/decode.toml --quiet --out "$out/decode-repeat-$i.json" > "$out/decode-repeat-$i.log" 2>&1; done ;;
-    *) timeout 900 python3 -m qbench run "scenarios/$step.toml" --quiet --out "$out/$step.json" > "$out/$step.log" 2>&1 ;;
+    *) timeout "$step_timeout" python3 -m qbench run "scenarios/$step.toml" --quiet --out "$out/$step.json" > "$out/$step.log" 2>&1 ;;
   esac
   rc=$?
-  tar -czf "$out.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"
+  tar -czf "$tarball.tmp" -C "$(dirname "$out")" "$(basename "$out")"
+  mv "$tarball.tmp" "$tarball"
   echo "$step rc=$rc wall_s=$(python3 -c "import time; print(round(time.time() - $start, 1))")" | tee -a "$out/suite.log"
 done
