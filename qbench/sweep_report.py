@@ -1,14 +1,20 @@
 """Crossover: at which M does a scheme beat a baseline (default ``bf16``)?
 
-For each scheme, the M values where its latency median is below the baseline's median at the same
-(M, K, N), summarised as ranges over the M values the sweep measured (with M = 1, 16, 64, 512 and
-wins at 1, 16 and 64 the range is ``1–64``; a gap in the sweep's M values starts a new range).
+For each scheme and each M of the sweep, the verdict of :func:`qbench.compare.verdict` against the
+baseline at the same (M, K, N): ``faster`` when the scheme's [p10, p90] interval lies wholly below
+the baseline's, ``slower`` when wholly above, ``same`` when the two overlap (the difference is
+within the runs' own noise; NVBench's compare draws the same line). Without the ``same`` class a
+sweep of two equal-speed schemes (fp16 against bf16: the same cuBLAS kernels) reads as a random
+pattern of wins and losses. The wins are summarised as ranges over the M values the sweep
+measured (with M = 1, 16, 64, 512 and wins at 1, 16 and 64 the range is ``1–64``; a gap in the
+sweep's M values starts a new range).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+from qbench.compare import verdict
 from qbench.render import Column, render
 from qbench.render.columns import DASH
 from qbench.results import latency_stats
@@ -16,9 +22,9 @@ from qbench.results import latency_stats
 __all__ = ["crossover", "m_ranges", "render_crossover"]
 
 
-def _median(row: dict, method: str) -> float | None:
+def _stats(row: dict, method: str) -> dict | None:
     stats = latency_stats(row, method)
-    return stats["median"] if stats else None
+    return stats if stats and stats.get("median") is not None else None
 
 
 def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:
@@ -39,16 +45,19 @@ def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:
 
 
 def crossover(doc: dict, baseline: str = "bf16", method: str = "cold") -> list[dict]:
-    """For each scheme other than ``baseline`` (first-seen order), compare its ``method`` median
+    """For each scheme other than ``baseline`` (first-seen order), compare its ``method`` timing
     with the baseline's at every (M, K, N) where both are ``ok`` and timed.
 
-    Returns ``[{"scheme", "k", "n", "wins": [M...], "losses": [M...], "untimed": [M...],
-    "ranges": "1–64", "best_ratio": min scheme/baseline or None}]``; ``untimed`` lists the
-    sweep's M values where either side has no time. Raises ``ValueError`` (one line) when the
-    file has no rows for ``baseline``.
+    Returns ``[{"scheme", "k", "n", "wins": [M...], "ties": [M...], "losses": [M...],
+    "untimed": [M...], "ranges": "1–64", "best_ratio": min scheme/baseline median or None}]``:
+    ``wins`` / ``losses`` are the M values where the [p10, p90] intervals do not overlap and the
+    scheme's median is below / above the baseline's, ``ties`` those where they overlap (a row
+    without p10/p90 compares by its median alone), ``untimed`` those where either side has no
+    time. ``ranges`` summarises ``wins``. Raises ``ValueError`` (one line) when the file has no
+    rows for ``baseline``.
     """
     rows = doc.get("rows") or []
-    base = {(r["m"], r["k"], r["n"]): _median(r, method) for r in rows if r.get("scheme") == baseline}
+    base = {(r["m"], r["k"], r["n"]): _stats(r, method) for r in rows if r.get("scheme") == baseline}
     if not base:
         schemes = sorted({r.get("scheme") for r in rows})
         raise ValueError(f"baseline {baseline!r} is not in this file; schemes: {', '.join(schemes)}")
@@ -58,14 +67,15 @@ def crossover(doc: dict, baseline: str = "bf16", method: str = "cold") -> list[d
             continue
         key = (r["scheme"], r["k"], r["n"])
         rec = out.setdefault(key, {"scheme": r["scheme"], "k": r["k"], "n": r["n"], "wins": [],
-                                   "losses": [], "untimed": [], "best_ratio": None, "_sweep": []})
+                                   "ties": [], "losses": [], "untimed": [], "best_ratio": None, "_sweep": []})
         rec["_sweep"].append(r["m"])
-        mine, theirs = _median(r, method), base.get((r["m"], r["k"], r["n"]))
+        mine, theirs = _stats(r, method), base.get((r["m"], r["k"], r["n"]))
         if mine is None or theirs is None:
             rec["untimed"].append(r["m"])
             continue
-        rec["wins" if mine < theirs else "losses"].append(r["m"])
-        ratio = mine / theirs
+        said = verdict(theirs, mine)
+        rec["wins" if said == "faster" else "losses" if said == "slower" else "ties"].append(r["m"])
+        ratio = mine["median"] / theirs["median"]
         rec["best_ratio"] = ratio if rec["best_ratio"] is None else min(rec["best_ratio"], ratio)
     for rec in out.values():
         sweep = rec.pop("_sweep")
@@ -78,6 +88,7 @@ def _cols(baseline: str, method: str) -> list[Column]:
     return [
         Column("scheme", "scheme", lambda r: r["scheme"]),
         Column("ranges", f"faster than {baseline} at M", lambda r: r["ranges"] or None),
+        Column("ties", "same at M (p10–p90 overlap)", lambda r: r["ties"], ms),
         Column("losses", "slower at M", lambda r: r["losses"], ms),
         Column("untimed", "not timed at M", lambda r: r["untimed"], ms),
         Column("best_ratio", f"best {method} ratio", lambda r: r["best_ratio"],

@@ -124,6 +124,25 @@ def test_crossover_handmade_with_gap():
     assert "1–2, 8" in render_crossover([rec], "bf16", "cold")
 
 
+def test_crossover_overlapping_spread_is_same_not_a_win():
+    """Two equal-speed schemes must not read as a pattern of wins and losses: where the [p10, p90]
+    intervals overlap the M is a tie, whatever the medians say."""
+    def row(s, m, p10, med, p90):
+        return {"scheme": s, "m": m, "k": 8, "n": 8, "status": "ok",
+                "latency_us": {"cold": {"median": med, "p10": p10, "p90": p90}}}
+    doc = {"rows": [row("bf16", 1, 9.0, 10.0, 11.0), row("bf16", 2, 9.0, 10.0, 11.0),
+                    row("bf16", 4, 9.0, 10.0, 11.0),
+                    row("q", 1, 9.5, 9.8, 10.5),     # median below, intervals overlap: same
+                    row("q", 2, 10.5, 10.2, 12.0),   # median above, overlap: same
+                    row("q", 4, 7.0, 8.0, 8.9)]}     # wholly below: a win
+    (rec,) = crossover(doc)
+    assert rec["ties"] == [1, 2] and rec["wins"] == [4] and rec["losses"] == []
+    assert rec["ranges"] == "4"
+    assert rec["best_ratio"] == pytest.approx(0.8)
+    out = render_crossover([rec], "bf16", "cold", "github")
+    assert "same at M" in out and "1, 2" in out
+
+
 def test_crossover_cli_falls_back_to_cpu(capsys):
     assert run(CPU, "--crossover", "--baseline", "fp32") == 0
     out = capsys.readouterr().out
