@@ -5,10 +5,18 @@ and whose output had no NaN/Inf; the Pareto front over (latency median, rel_fro,
 all minimised; and for every other scheme the reason it lost, in this order of precedence:
 ``skipped: …``, ``failed: …``, ``no cold latency``, ``non-finite outputs (12)``,
 ``no error measured``, ``over error budget (rel_fro 0.092 > 0.01)``,
-``slower: 23.1 µs vs 11.0 µs (2.10×)``.
+``same speed within noise: 11.2 µs vs 11.0 µs (1.02×, p10–p90 overlap)``,
+``slower: 23.1 µs vs 11.0 µs (2.10×)``. A candidate whose [p10, p90] interval overlaps the pick's
+is a tie (the rule of :func:`qbench.compare.verdict`): the pick is the lower median, and the
+output names the tied schemes so a reader does not take a 1 % median difference for a ranking.
 
 Without ``--method`` the cold median is used, or the cpu median on a CPU result (said in the
 output); an explicit ``--method`` is used as given, with no fallback.
+
+``--summary`` gives one line per (file, M) instead: the pick, its latency and error, the
+baseline's (default ``bf16``) latency at the same shape, the speed-up over it, and the schemes tied
+with the pick within noise; several result files (the four projection shapes of a decoder block)
+go into one table.
 
 Exit status: 0 when at least one M got a recommendation, 1 when none did, 2 on bad input.
 """
@@ -19,6 +27,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from qbench.compare import verdict
 from qbench.render import FORMATS, Column, render
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.results import (
@@ -29,7 +38,8 @@ from qbench.results import (
     resolve_method,
 )
 
-__all__ = ["pareto_front", "recommend", "register", "render_recommendation", "run_recommend"]
+__all__ = ["pareto_front", "recommend", "register", "render_recommendation", "render_summary",
+           "run_recommend", "summary_rows"]
 
 PARETO_KEYS = ("latency_us", "rel_fro", "stored_bytes")
 
@@ -74,7 +84,7 @@ def recommend(doc: dict, max_rel_err: float, method: str = "cold") -> dict:
     ``method``: timing method whose median is compared (µs).
 
     Returns ``{"method", "max_rel_err", "methods_present", "by_m": [{"m", "k", "n",
-    "pick": {"scheme", "latency_us", "rel_fro", "stored_bytes"} or None,
+    "pick": {"scheme", "latency_us", "rel_fro", "stored_bytes", "ties": [scheme...]} or None,
     "others": [{"scheme", "reason"}], "pareto": [{"scheme", "latency_us", "rel_fro",
     "stored_bytes"}]}]}`` with ``by_m`` in ascending M.
     """
@@ -94,11 +104,18 @@ def recommend(doc: dict, max_rel_err: float, method: str = "cold") -> dict:
             else:
                 lost.append({"scheme": r.get("scheme"), "reason": reason})
         cands.sort(key=lambda p: p["latency_us"])
-        pick = cands[0] if cands else None
+        pick = dict(cands[0], ties=[]) if cands else None
         for c in cands[1:]:
             ratio = c["latency_us"] / pick["latency_us"]
-            lost.append({"scheme": c["scheme"], "reason": f"slower: {c['latency_us']:.1f} µs vs "
-                                                          f"{pick['latency_us']:.1f} µs ({ratio:.2f}×)"})
+            versus = f"{c['latency_us']:.1f} µs vs {pick['latency_us']:.1f} µs ({ratio:.2f}×"
+            if verdict(pick["_stats"], c["_stats"]) == "same":
+                pick["ties"].append(c["scheme"])
+                lost.append({"scheme": c["scheme"], "reason": f"same speed within noise: {versus}, p10–p90 overlap)"})
+            else:
+                lost.append({"scheme": c["scheme"], "reason": f"slower: {versus})"})
+        for p in [pick, *points]:
+            if p is not None:
+                p.pop("_stats", None)
         by_m.append({"m": m, "k": k, "n": n, "pick": pick, "others": lost,
                      "pareto": sorted(pareto_front(points), key=lambda p: p["latency_us"])})
     return {"method": method, "max_rel_err": max_rel_err,
@@ -112,7 +129,7 @@ def _point(row: dict, method: str) -> dict | None:
     if not stats or err.get("nonfinite") or err.get("rel_fro") is None:
         return None
     return {"scheme": row.get("scheme"), "latency_us": stats["median"],
-            "rel_fro": err["rel_fro"], "stored_bytes": row.get("stored_bytes")}
+            "rel_fro": err["rel_fro"], "stored_bytes": row.get("stored_bytes"), "_stats": stats}
 
 
 _MIB = 2.0**-20
@@ -145,6 +162,8 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
         head = f"\nM={g['m']} (K={g['k']}, N={g['n']}): "
         head += (f"use {pick['scheme']} ({pick['latency_us']:.1f} µs, rel_fro {pick['rel_fro']:.3g})"
                  if pick else f"{DASH} no scheme within the budget")
+        if pick and pick["ties"]:
+            head += f"; as fast within noise: {', '.join(pick['ties'])}"
         lines.append(head)
         if g["others"]:
             lines.append(render(g["others"], others_cols, fmt))
@@ -153,16 +172,59 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
     return "\n".join(lines)
 
 
+def summary_rows(doc: dict, rec: dict, baseline: str = "bf16") -> list[dict]:
+    """One dict per M of :func:`recommend`'s ``rec`` for result ``doc``: ``{"scenario", "m", "k",
+    "n", "pick", "latency_us", "rel_fro", "baseline_us", "speedup", "ties"}``. ``baseline_us`` is
+    ``baseline``'s median (same method) at the same (M, K, N), ``None`` when it has none;
+    ``speedup`` = baseline_us / latency_us (> 1: the pick is faster)."""
+    method = rec["method"]
+    base = {(r.get("m"), r.get("k"), r.get("n")): latency_stats(r, method)
+            for r in doc.get("rows") or [] if r.get("scheme") == baseline}
+    out = []
+    for g in rec["by_m"]:
+        pick = g["pick"] or {}
+        stats = base.get((g["m"], g["k"], g["n"]))
+        base_us = stats["median"] if stats else None
+        lat = pick.get("latency_us")
+        out.append({"scenario": (doc.get("scenario") or {}).get("name"), "m": g["m"], "k": g["k"],
+                    "n": g["n"], "pick": pick.get("scheme"), "latency_us": lat,
+                    "rel_fro": pick.get("rel_fro"), "baseline_us": base_us,
+                    "speedup": base_us / lat if base_us and lat else None,
+                    "ties": pick.get("ties") or []})
+    return out
+
+
+def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "simple") -> str:
+    """Render :func:`summary_rows` (of one or more files) as one table in format ``fmt``."""
+    cols = [
+        Column("scenario", "scenario", lambda r: r["scenario"]),
+        Column("m", "M", lambda r: r["m"], str, True),
+        Column("k", "K", lambda r: r["k"], str, True),
+        Column("n", "N", lambda r: r["n"], str, True),
+        Column("pick", "pick", lambda r: r["pick"] or f"{DASH} none within budget"),
+        Column("latency_us", f"{method} µs", lambda r: r["latency_us"], fmt_us, True),
+        Column("rel_fro", "rel err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+        Column("baseline_us", f"{baseline} µs", lambda r: r["baseline_us"], fmt_us, True),
+        Column("speedup", f"vs {baseline}", lambda r: r["speedup"],
+               lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("ties", "as fast within noise", lambda r: ", ".join(r["ties"]) or DASH),
+    ]
+    return render(rows, cols, fmt)
+
+
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``recommend`` subcommand to ``subparsers``; it sets ``func=run_recommend``."""
     p = subparsers.add_parser("recommend", help="the fastest scheme within an error budget, per M",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("result", help="result JSON written by qbench run")
+    p.add_argument("result", nargs="+", help="result JSON written by qbench run (one or more)")
     p.add_argument("--max-rel-err", type=float, required=True,
                    help="largest acceptable relative Frobenius error, e.g. 0.01")
     p.add_argument("--method", default=None,
                    help="timing method (default cold; cpu on a CPU result)")
     p.add_argument("--format", default="simple", help="table format, or json")
+    p.add_argument("--summary", action="store_true",
+                   help="one line per (file, M): pick, latency, error, speed-up over --baseline")
+    p.add_argument("--baseline", default="bf16", help="baseline scheme of --summary (default bf16)")
     p.set_defaults(func=run_recommend)
     return p
 
@@ -177,12 +239,35 @@ def run_recommend(args: argparse.Namespace) -> int:
     if not args.max_rel_err >= 0:
         print(f"qbench recommend: --max-rel-err must be >= 0, got {args.max_rel_err}", file=sys.stderr)
         return 2
+    paths = [args.result] if isinstance(args.result, str) else list(args.result)
     try:
-        doc = read_results(args.result)
+        docs = [read_results(path) for path in paths]
     except ResultsError as exc:
         print(f"qbench recommend: {exc}", file=sys.stderr)
         return 2
-    method, note = resolve_method(doc, args.method)
-    rec = recommend(doc, args.max_rel_err, method)
-    print(render_recommendation(rec, args.format, note))
-    return 0 if any(g["pick"] for g in rec["by_m"]) else 1
+    picked, summary, methods = False, [], set()
+    for i, doc in enumerate(docs):
+        method, note = resolve_method(doc, args.method)
+        rec = recommend(doc, args.max_rel_err, method)
+        picked = picked or any(g["pick"] for g in rec["by_m"])
+        if args.summary:
+            summary += summary_rows(doc, rec, args.baseline)
+            methods.add(method)
+            continue
+        if len(docs) > 1:
+            print(("\n" if i else "") + f"== {paths[i]}")
+        print(render_recommendation(rec, args.format, note))
+    if args.summary:
+        if len(methods) > 1:
+            print(f"qbench recommend: --summary needs one timing method, these files give {sorted(methods)}; "
+                  "pass --method", file=sys.stderr)
+            return 2
+        (method,) = methods
+        if args.format == "json":
+            import json
+            print(json.dumps(summary, indent=2, ensure_ascii=False))
+        else:
+            print(f"budget rel_fro <= {args.max_rel_err:g}; latency = {method} median; the pick is the fastest "
+                  f"within the budget; 'as fast within noise': p10–p90 overlaps the pick's")
+            print(render_summary(summary, method, args.baseline, args.format))
+    return 0 if picked else 1

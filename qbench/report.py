@@ -3,6 +3,7 @@
     qbench report results/h200/decode.json --format github --columns scheme,m,cold,rel_err
     qbench report RESULT.json --sort cold --status ok      (--sort=-cold: descending)
     qbench report RESULT.json --crossover --baseline bf16
+    qbench report RESULT.json --by-m cold      (a sweep as a grid: scheme x M)
 
 Exit status: 0 on success, 2 on bad input (unreadable file, unknown column/format/sort key,
 unknown baseline), with one line on stderr naming the bad value.
@@ -34,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="ok: only rows that ran; all (default): skipped and failed rows too")
     p.add_argument("--crossover", action="store_true",
                    help="instead of rows: for each scheme, the M where it beats --baseline")
+    p.add_argument("--by-m", metavar="COLUMN",
+                   help="instead of rows: one line per scheme, one column per M, cells from COLUMN "
+                        "(e.g. cold, warm, rel_err, roofline_pct)")
     p.add_argument("--baseline", default="bf16", help="baseline scheme for --crossover")
     p.add_argument("--method", default=None,
                    help="timing method for --crossover (default cold, or cpu on a CPU result)")
@@ -81,6 +85,20 @@ def run_report(args: argparse.Namespace) -> int:
             print(f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else ""))
             print()
         print(render_crossover(records, args.baseline, method, args.format))
+        return 0
+
+    if getattr(args, "by_m", None):
+        from qbench.sweep_report import by_m, render_by_m
+
+        try:
+            records, ms = by_m(doc, args.by_m)
+        except ValueError as exc:
+            return _fail(str(exc))
+        header = COLUMNS[args.by_m].header if args.by_m in COLUMNS else args.by_m
+        if table:
+            print(render_header(doc))
+            print()
+        print(render_by_m(records, ms, header, args.format))
         return 0
 
     rows = list(doc["rows"])

@@ -16,10 +16,10 @@ from typing import Sequence
 
 from qbench.compare import verdict
 from qbench.render import Column, render
-from qbench.render.columns import DASH
+from qbench.render.columns import DASH, resolve_columns
 from qbench.results import latency_stats
 
-__all__ = ["crossover", "m_ranges", "render_crossover"]
+__all__ = ["by_m", "crossover", "m_ranges", "render_by_m", "render_crossover"]
 
 
 def _stats(row: dict, method: str) -> dict | None:
@@ -99,3 +99,33 @@ def _cols(baseline: str, method: str) -> list[Column]:
 def render_crossover(records: list[dict], baseline: str, method: str, fmt: str = "simple") -> str:
     """Render :func:`crossover`'s records in any :data:`qbench.render.FORMATS` format."""
     return render(records, _cols(baseline, method), fmt)
+
+
+def by_m(doc: dict, column: str) -> tuple[list[dict], list[int]]:
+    """A sweep as a grid: one record per (scheme, K, N) in first-seen order, one cell per M, each
+    cell the text that ``qbench report``'s column ``column`` shows for that row (``cold`` gives the
+    cold median with its ``*`` noisy mark, ``rel_err`` the error, ``dispatch`` the label...).
+
+    Returns ``(records, ms)``: records ``{"scheme", "k", "n", "cells": {M: text}}`` and the sorted
+    M values of the file. A (scheme, M) the file lacks shows as a dash when rendered. Raises
+    ``ValueError`` (one line) for an unknown column key.
+    """
+    rows = doc.get("rows") or []
+    (col,) = resolve_columns([column], rows)
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        rec = out.setdefault((r.get("scheme"), r.get("k"), r.get("n")),
+                             {"scheme": r.get("scheme"), "k": r.get("k"), "n": r.get("n"), "cells": {}})
+        rec["cells"][r.get("m")] = col.cell(r) if r.get("status") == "ok" else r.get("status")
+    ms = sorted({r.get("m") for r in rows if r.get("m") is not None})
+    return list(out.values()), ms
+
+
+def render_by_m(records: list[dict], ms: list[int], header: str, fmt: str = "simple") -> str:
+    """Render :func:`by_m`'s grid: a ``scheme`` column, then ``M=1``, ``M=2``... whose cells are
+    ``header`` values (the column's header names the unit)."""
+    cols = [Column("scheme", "scheme", lambda r: r["scheme"])]
+    if len({(r["k"], r["n"]) for r in records}) > 1:
+        cols.append(Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"))
+    cols += [Column(f"m{m}", f"M={m}", lambda r, m=m: r["cells"].get(m) or DASH, str, True) for m in ms]
+    return f"{header}, by M\n\n" + render(records, cols, fmt) if fmt not in ("csv", "json") else render(records, cols, fmt)

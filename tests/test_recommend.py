@@ -43,7 +43,9 @@ def test_budget_001():
     assert why["fp8-rowwise"] == "over error budget (rel_fro 0.035 > 0.01)"
     assert why["w8a8-int8"].startswith("failed: RuntimeError")
     assert why["int4-weight-only"].startswith("skipped: torchao Int4WeightOnlyConfig")
-    assert why["fp16"] == "slower: 11.2 µs vs 11.0 µs (1.02×)"
+    # fp16's [10.96, 11.83] µs overlaps bf16's p10-p90: a tie, named on the pick
+    assert why["fp16"] == "same speed within noise: 11.2 µs vs 11.0 µs (1.02×, p10–p90 overlap)"
+    assert r["by_m"][0]["pick"]["ties"] == ["fp16"]
     assert _reasons(r, 512)["fp16"] == "non-finite outputs (12)"
     # every scheme at every M is either the pick or has a reason
     for g in r["by_m"]:
@@ -53,8 +55,26 @@ def test_budget_001():
 def test_budget_01():
     r = recommend(CUDA, 0.1, "cold")
     assert _picks(r) == {1: "fp8-rowwise", 16: "fp8-rowwise", 512: "fp8-rowwise"}
-    assert _reasons(r, 16)["w8a8-int8"] == "slower: 8.9 µs vs 8.4 µs (1.06×)"
+    assert _reasons(r, 16)["w8a8-int8"] == "same speed within noise: 8.9 µs vs 8.4 µs (1.06×, p10–p90 overlap)"
     assert _reasons(r, 1)["nf4"] == "slower: 14.2 µs vs 8.1 µs (1.75×)"
+
+
+def test_tie_only_when_spreads_overlap():
+    """A 2 % median gap is a tie when the p10-p90 intervals overlap and a ranking when they do
+    not; the rendered pick line names the tie."""
+    def row(scheme, med, p10, p90):
+        return {"scheme": scheme, "m": 1, "k": 8, "n": 8, "status": "ok", "stored_bytes": 128,
+                "latency_us": {"cold": {"median": med, "p10": p10, "p90": p90}},
+                "error": {"rel_fro": 1e-3, "nonfinite": 0}}
+    wide = recommend({"rows": [row("a", 10.0, 9.5, 10.5), row("b", 10.2, 9.9, 10.6)]}, 0.01)
+    (g,) = wide["by_m"]
+    assert g["pick"]["scheme"] == "a" and g["pick"]["ties"] == ["b"]
+    assert g["others"][0]["reason"].startswith("same speed within noise: 10.2 µs vs 10.0 µs")
+    assert "use a (10.0 µs, rel_fro 0.001); as fast within noise: b" in rec_mod.render_recommendation(wide)
+    tight = recommend({"rows": [row("a", 10.0, 9.95, 10.05), row("b", 10.2, 10.15, 10.25)]}, 0.01)
+    (g,) = tight["by_m"]
+    assert g["pick"]["ties"] == [] and g["others"][0]["reason"] == "slower: 10.2 µs vs 10.0 µs (1.02×)"
+    assert "_stats" not in g["pick"] and all("_stats" not in p for p in g["pareto"])
 
 
 def test_tiny_budget_leaves_only_fp32():
@@ -127,3 +147,44 @@ def test_bad_input_exit_2(argv, capsys):
 
 def test_schema_99_exit_2(capsys):
     assert run(str(FIXTURES / "schema_v99.json"), "--max-rel-err", "0.01") == 2
+
+
+# ---- --summary and several files ----------------------------------------------------------------
+
+def test_summary_rows_hand_checked():
+    """One row per M: the pick at 0.01 on the fixture and its speed-up over bf16 at the same shape."""
+    rows = rec_mod.summary_rows(CUDA, recommend(CUDA, 0.01, "cold"), "bf16")
+    assert [r["m"] for r in rows] == [1, 16, 512]
+    r1 = rows[0]
+    assert r1["pick"] == "bf16" and r1["speedup"] == pytest.approx(1.0) and r1["ties"] == ["fp16"]
+    r16 = rows[1]
+    bf16_16 = next(r for r in CUDA["rows"] if r["scheme"] == "bf16" and r["m"] == 16)["latency_us"]["cold"]["median"]
+    assert r16["pick"] == "w8a8-int8"
+    assert r16["speedup"] == pytest.approx(bf16_16 / r16["latency_us"])
+    # a baseline that is not in the file leaves the column empty instead of failing
+    assert all(r["baseline_us"] is None and r["speedup"] is None
+               for r in rec_mod.summary_rows(CUDA, recommend(CUDA, 0.01, "cold"), "fp64"))
+
+
+def test_cli_summary_over_two_files(capsys, tmp_path):
+    a = FIXTURES / "cuda_run1.json"
+    b = FIXTURES / "cuda_run2_noise.json"
+    assert run(str(a), str(b), "--max-rel-err", "0.01", "--summary", "--format", "github") == 0
+    out = capsys.readouterr().out
+    assert out.count("| w8a8-int8") >= 2 and "vs bf16" in out and "as fast within noise" in out
+    assert run(str(a), str(b), "--max-rel-err", "0.01", "--summary", "--format", "json") == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 6 and {r["m"] for r in rows} == {1, 16, 512}
+
+
+def test_cli_two_files_without_summary_names_each(capsys):
+    a, b = FIXTURES / "cuda_run1.json", FIXTURES / "cuda_run2_noise.json"
+    assert run(str(a), str(b), "--max-rel-err", "0.01") == 0
+    out = capsys.readouterr().out
+    assert f"== {a}" in out and f"== {b}" in out and out.count("Pareto front") == 6
+
+
+def test_cli_summary_mixed_methods_is_bad_input(capsys):
+    assert run(str(FIXTURES / "cuda_run1.json"), str(FIXTURES / "cpu.json"),
+               "--max-rel-err", "0.01", "--summary") == 2
+    assert "--summary needs one timing method" in capsys.readouterr().err

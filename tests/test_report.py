@@ -147,3 +147,44 @@ def test_crossover_cli_falls_back_to_cpu(capsys):
     assert run(CPU, "--crossover", "--baseline", "fp32") == 0
     out = capsys.readouterr().out
     assert "cpu median" in out and "no cold latency" in out
+
+
+# ---- --by-m grid --------------------------------------------------------------------------------
+
+def test_by_m_grid_cells_are_the_report_cells():
+    from qbench.sweep_report import by_m, render_by_m
+
+    doc = read_results(CUDA)
+    records, ms = by_m(doc, "cold")
+    assert ms == [1, 16, 512]
+    recs = {r["scheme"]: r for r in records}
+    bf16_1 = next(r for r in doc["rows"] if r["scheme"] == "bf16" and r["m"] == 1)
+    med = bf16_1["latency_us"]["cold"]["median"]
+    assert recs["bf16"]["cells"][1] == (f"{med:.2f}" if med < 10 else f"{med:.1f}" if med < 100 else f"{med:.0f}")
+    # a skipped scheme shows its status, not an empty cell
+    assert set(recs["int4-weight-only"]["cells"].values()) == {"skipped"}
+    out = render_by_m(records, ms, "cold µs", "github")
+    assert out.startswith("cold µs, by M")
+    assert [h.strip() for h in out.splitlines()[2].strip("|").split("|")] == ["scheme", "M=1", "M=16", "M=512"]
+    assert out.count("\n| ") == len(records) + 1  # header + one line per scheme
+
+
+def test_by_m_cli_and_bad_column(capsys):
+    assert run(CUDA, "--by-m", "rel_err", "--format", "github") == 0
+    out = capsys.readouterr().out
+    assert "rel err, by M" in out and "M=512" in out
+    assert run(CUDA, "--by-m", "bogus") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown column 'bogus'" in err
+
+
+def test_by_m_missing_m_is_a_dash():
+    from qbench.sweep_report import by_m, render_by_m
+
+    def row(s, m):
+        return {"scheme": s, "m": m, "k": 8, "n": 8, "status": "ok", "latency_us": {"cold": {"median": 5.0}}}
+    records, ms = by_m({"rows": [row("a", 1), row("a", 2), row("b", 2)]}, "cold")
+    assert ms == [1, 2]
+    text = render_by_m(records, ms, "cold µs", "plain")
+    line_b = next(line for line in text.splitlines() if line.startswith("b"))
+    assert line_b.split()[1:] == ["—", "5.00"]
