@@ -268,6 +268,6 @@ def run_recommend(args: argparse.Namespace) -> int:
             print(json.dumps(summary, indent=2, ensure_ascii=False))
         else:
             print(f"budget rel_fro <= {args.max_rel_err:g}; latency = {method} median; the pick is the fastest "
-                  f"within the budget; 'as fast within noise': p10–p90 overlaps the pick's")
+                  f"within the budget; 'as fast within noise': p10–p90 overlaps the pick's\n")
             print(render_summary(summary, method, args.baseline, args.format))
     return 0 if picked else 1

@@ -23,7 +23,7 @@ for step in $steps; do
     *) timeout "$step_timeout" python3 -m qbench run "scenarios/$step.toml" --quiet --out "$out/$step.json" > "$out/$step.log" 2>&1 ;;
   esac
   rc=$?
+  echo "$step rc=$rc wall_s=$(python3 -c "import time; print(round(time.time() - $start, 1))")" | tee -a "$out/suite.log"
   tar -czf "$tarball.tmp" -C "$(dirname "$out")" "$(basename "$out")"
   mv "$tarball.tmp" "$tarball"
-  echo "$step rc=$rc wall_s=$(python3 -c "import time; print(round(time.time() - $start, 1))")" | tee -a "$out/suite.log"
 done
