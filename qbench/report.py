@@ -33,9 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--sort", help="column key to sort by, ascending; --sort=-cold for descending")
     p.add_argument("--status", choices=("ok", "all"), default="all",
                    help="ok: only rows that ran; all (default): skipped and failed rows too")
-    p.add_argument("--crossover", action="store_true",
+    view = p.add_mutually_exclusive_group()
+    view.add_argument("--crossover", action="store_true",
                    help="instead of rows: for each scheme, the M where it beats --baseline")
-    p.add_argument("--by-m", metavar="COLUMN",
+    view.add_argument("--by-m", metavar="COLUMN",
                    help="instead of rows: one line per scheme, one column per M, cells from COLUMN "
                         "(e.g. cold, warm, rel_err, roofline_pct)")
     p.add_argument("--baseline", default="bf16", help="baseline scheme for --crossover")

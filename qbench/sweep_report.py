@@ -106,17 +106,22 @@ def by_m(doc: dict, column: str) -> tuple[list[dict], list[int]]:
     cell the text that ``qbench report``'s column ``column`` shows for that row (``cold`` gives the
     cold median with its ``*`` noisy mark, ``rel_err`` the error, ``dispatch`` the label...).
 
-    Returns ``(records, ms)``: records ``{"scheme", "k", "n", "cells": {M: text}}`` and the sorted
-    M values of the file. A (scheme, M) the file lacks shows as a dash when rendered. Raises
-    ``ValueError`` (one line) for an unknown column key.
+    Returns ``(records, ms)``: records ``{"scheme", "k", "n", "cells": {M: text}, "values": {M:
+    raw value}}`` and the sorted M values of the file. Tables show ``cells``; CSV and JSON carry
+    ``values`` (unformatted, as ``qbench report --format csv`` does; a row that is not ``ok``
+    gives its status). A (scheme, M) the file lacks is a dash in a table and null in CSV/JSON.
+    Raises ``ValueError`` (one line) for an unknown column key.
     """
     rows = doc.get("rows") or []
     (col,) = resolve_columns([column], rows)
     out: dict[tuple, dict] = {}
     for r in rows:
         rec = out.setdefault((r.get("scheme"), r.get("k"), r.get("n")),
-                             {"scheme": r.get("scheme"), "k": r.get("k"), "n": r.get("n"), "cells": {}})
-        rec["cells"][r.get("m")] = col.cell(r) if r.get("status") == "ok" else r.get("status")
+                             {"scheme": r.get("scheme"), "k": r.get("k"), "n": r.get("n"), "cells": {},
+                              "values": {}})
+        ok = r.get("status") == "ok"
+        rec["cells"][r.get("m")] = col.cell(r) if ok else r.get("status")
+        rec["values"][r.get("m")] = col.value(r) if ok else r.get("status")
     ms = sorted({r.get("m") for r in rows if r.get("m") is not None})
     return list(out.values()), ms
 
@@ -127,5 +132,6 @@ def render_by_m(records: list[dict], ms: list[int], header: str, fmt: str = "sim
     cols = [Column("scheme", "scheme", lambda r: r["scheme"])]
     if len({(r["k"], r["n"]) for r in records}) > 1:
         cols.append(Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"))
-    cols += [Column(f"m{m}", f"M={m}", lambda r, m=m: r["cells"].get(m) or DASH, str, True) for m in ms]
+    cols += [Column(f"m{m}", f"M={m}", lambda r, m=m: r["values"].get(m), str, True,
+                    cell_override=lambda r, m=m: r["cells"].get(m) or DASH) for m in ms]
     return f"{header}, by M\n\n" + render(records, cols, fmt) if fmt not in ("csv", "json") else render(records, cols, fmt)

@@ -188,3 +188,22 @@ def test_by_m_missing_m_is_a_dash():
     text = render_by_m(records, ms, "cold µs", "plain")
     line_b = next(line for line in text.splitlines() if line.startswith("b"))
     assert line_b.split()[1:] == ["—", "5.00"]
+
+
+def test_by_m_csv_carries_raw_values(capsys):
+    assert run(CUDA, "--by-m", "cold", "--format", "csv") == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "scheme,m1,m16,m512"
+    doc = read_results(CUDA)
+    med = next(r for r in doc["rows"] if r["scheme"] == "bf16" and r["m"] == 16)["latency_us"]["cold"]["median"]
+    bf16 = next(line for line in lines if line.startswith("bf16,")).split(",")
+    assert float(bf16[2]) == med  # full precision, not the table's rounded text
+    skipped = next(line for line in lines if line.startswith("int4-weight-only,")).split(",")
+    assert skipped[1:] == ["skipped"] * 3
+
+
+def test_by_m_and_crossover_are_exclusive(capsys):
+    with pytest.raises(SystemExit) as exc:
+        run(CUDA, "--by-m", "cold", "--crossover")
+    assert exc.value.code == 2
+    assert "not allowed with" in capsys.readouterr().err
