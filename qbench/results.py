@@ -150,7 +150,90 @@ def read_results(path: str | os.PathLike) -> dict:
         )
     if not isinstance(doc.get("rows"), list):
         raise ResultsError(f"{path}: not a qbench result (no 'rows' list)")
+    check_rows(doc["rows"], str(path))
     return doc
+
+
+def _row_model():
+    """The pydantic models of what the readers (report, compare, recommend, plot) rely on in a row;
+    every other field is allowed and left alone. Built on first use (pydantic is imported late)."""
+    global _ROW_MODEL
+    if _ROW_MODEL is not None:
+        return _ROW_MODEL
+    from typing import Literal, Optional
+
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class _Stats(BaseModel):
+        model_config = ConfigDict(strict=True, extra="allow")
+        median: Optional[float] = Field(default=None, gt=0)
+        p10: Optional[float] = Field(default=None, ge=0)
+        p90: Optional[float] = Field(default=None, ge=0)
+
+    class _Error(BaseModel):
+        model_config = ConfigDict(strict=True, extra="allow")
+        rel_fro: Optional[float] = Field(default=None, ge=0)
+        nonfinite: Optional[int] = Field(default=None, ge=0)
+
+    class _Row(BaseModel):
+        model_config = ConfigDict(strict=True, extra="allow")
+        scheme: str = Field(min_length=1)
+        m: int = Field(gt=0)
+        k: int = Field(gt=0)
+        n: int = Field(gt=0)
+        status: Literal["ok", "skipped", "failed"]
+        latency_us: Optional[dict[str, Optional[_Stats]]] = None
+        error: Optional[_Error] = None
+        stored_bytes: Optional[int] = Field(default=None, ge=0)
+
+    _ROW_MODEL = _Row
+    return _Row
+
+
+_ROW_MODEL = None
+
+#: Fields beyond (scheme, M, K, N) that tell two rows of one file apart (tensor-parallel rows).
+ROW_IDENTITY_EXTRA = ("tp_size", "split")
+
+
+def row_key(row: dict) -> tuple:
+    """The identity of a row in its file: (scheme, M, K, N) plus any of :data:`ROW_IDENTITY_EXTRA`."""
+    return (row.get("scheme"), row.get("m"), row.get("k"), row.get("n"),
+            *(row.get(f) for f in ROW_IDENTITY_EXTRA))
+
+
+def check_rows(rows: list, source: str) -> None:
+    """Check every row of a result file against the fields the readers use.
+
+    A row must be an object with ``scheme`` (non-empty string), ``m``, ``k``, ``n`` (integers
+    > 0) and ``status`` (``ok``, ``skipped`` or ``failed``); ``latency_us.<method>`` STATS, when
+    present, hold numbers (median > 0, p10/p90 >= 0) or null; ``error.rel_fro`` is a number >= 0
+    or null. Two rows may not share an identity (:func:`row_key`).
+
+    Raises:
+        ResultsError: one line naming ``source``, the row's index and key path, the bad value and
+            what is allowed, e.g. ``x.json: rows[3].latency_us.cold.median: Input should be
+            greater than 0 (got 0)``.
+    """
+    from pydantic import ValidationError
+
+    model = _row_model()
+    seen: dict[tuple, int] = {}
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ResultsError(f"{source}: rows[{i}]: a row is an object, got {type(row).__name__}")
+        try:
+            model.model_validate(row)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"])
+            got = "missing" if err["type"] == "missing" else f"got {err.get('input')!r}"
+            raise ResultsError(f"{source}: rows[{i}].{loc}: {err['msg']} ({got})"[:400]) from None
+        key = row_key(row)
+        if key in seen:
+            raise ResultsError(f"{source}: rows[{i}] repeats rows[{seen[key]}] (scheme {row['scheme']!r}, "
+                               f"M={row['m']}, K={row['k']}, N={row['n']}): one row per scheme and shape")
+        seen[key] = i
 
 
 def latency_stats(row: dict, method: str) -> dict | None:

@@ -29,9 +29,13 @@ def _doc(**extra):
     return {"schema_version": SCHEMA_VERSION, "complete": True, "rows": [], **extra}
 
 
+def _row(**fields):
+    return {"scheme": "bf16", "m": 1, "k": 8, "n": 8, "status": "ok", **fields}
+
+
 def test_round_trip(tmp_path):
     p = tmp_path / "sub" / "r.json"
-    doc = _doc(rows=[{"scheme": "bf16", "m": 1, "latency_us": {"cold": {"median": 11.0}}}])
+    doc = _doc(rows=[_row(latency_us={"cold": {"median": 11.0}})])
     assert write_results(p, doc) == p
     assert read_results(p) == doc
     assert [f.name for f in p.parent.iterdir()] == ["r.json"]  # no temp file left behind
@@ -60,8 +64,8 @@ def test_force_overwrites(tmp_path):
 def test_nonfinite_floats_become_null(tmp_path):
     """Documented choice: NaN/Inf are written as null (strict JSON), never as NaN tokens."""
     p = tmp_path / "r.json"
-    doc = _doc(rows=[{"error": {"rel_fro": math.nan, "max_abs": math.inf, "sqnr_db": -math.inf,
-                                "nonfinite": 12}, "ok": [1.5, math.nan]}])
+    doc = _doc(rows=[_row(error={"rel_fro": math.nan, "max_abs": math.inf, "sqnr_db": -math.inf,
+                                 "nonfinite": 12}, ok=[1.5, math.nan])])
     write_results(p, doc)
     text = p.read_text()
     assert "NaN" not in text and "Infinity" not in text
@@ -138,3 +142,51 @@ def test_atomic_write_uses_replace_in_same_folder(tmp_path, monkeypatch):
     write_results(tmp_path / "r.json", _doc(), force=True)
     assert seen == [(str(tmp_path), str(tmp_path))]
     assert json.loads((tmp_path / "r.json").read_text())["schema_version"] == SCHEMA_VERSION
+
+
+
+# ---- the row contract: malformed rows are one line naming file, row and key, never a traceback ----
+
+@pytest.mark.parametrize(
+    "row, where",
+    [
+        (None, "rows[1]: a row is an object, got NoneType"),
+        ([1, 2], "rows[1]: a row is an object, got list"),
+        ({}, "rows[1].scheme: Field required (missing)"),
+        ({"scheme": "x", "k": 8, "n": 8, "status": "ok"}, "rows[1].m: Field required (missing)"),
+        (_row(m="16"), "rows[1].m: Input should be a valid integer (got '16')"),
+        (_row(m=0), "rows[1].m: Input should be greater than 0 (got 0)"),
+        (_row(m=1.5), "rows[1].m: Input should be a valid integer"),
+        (_row(status="done"), "rows[1].status: Input should be 'ok', 'skipped' or 'failed' (got 'done')"),
+        (_row(latency_us={"cold": {"median": 0}}), "rows[1].latency_us.cold.median: Input should be greater than 0 (got 0)"),
+        (_row(latency_us={"cold": {"median": "11"}}), "rows[1].latency_us.cold.median: Input should be a valid number (got '11')"),
+        (_row(latency_us={"cold": [11.0]}), "rows[1].latency_us.cold: Input should be a valid dictionary"),
+        (_row(error={"rel_fro": "0.01"}), "rows[1].error.rel_fro: Input should be a valid number (got '0.01')"),
+        (_row(error={"rel_fro": -1.0}), "rows[1].error.rel_fro: Input should be greater than or equal to 0"),
+        (_row(scheme="bf16", m=1), "rows[1] repeats rows[0] (scheme 'bf16', M=1, K=8, N=8)"),
+    ],
+)
+def test_malformed_rows_are_one_clear_line(tmp_path, row, where):
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(_doc(rows=[_row(), row])))
+    with pytest.raises(ResultsError) as exc:
+        read_results(p)
+    msg = str(exc.value)
+    assert msg.startswith(f"{p}: ") and where in msg and "\n" not in msg
+
+
+def test_rows_that_differ_only_by_tp_size_are_distinct(tmp_path):
+    p = tmp_path / "tp.json"
+    p.write_text(json.dumps(_doc(rows=[_row(tp_size=1, split="column"), _row(tp_size=2, split="column"),
+                                       _row(tp_size=2, split="row")])))
+    assert len(read_results(p)["rows"]) == 3
+
+
+def test_committed_results_all_pass_the_row_contract():
+    root = Path(__file__).parent.parent / "results"
+    files = sorted(root.rglob("*.json"))
+    assert len(files) >= 10
+    for f in files:
+        doc = json.loads(f.read_text())
+        if isinstance(doc, dict) and "rows" in doc and "schema_version" in doc and "kind" not in doc:
+            read_results(f)  # run results; "kind" marks derived summaries (repeatability.json)
