@@ -17,7 +17,7 @@ import sys
 
 from qbench.render import Column, check_format, render
 from qbench.render.columns import DASH, fmt_num, fmt_us
-from qbench.results import ResultsError, latency_stats, read_results, resolve_method
+from qbench.results import ResultsError, latency_stats, read_results, resolve_method, METHOD_CHOICES
 
 __all__ = ["compare_docs", "register", "render_compare", "run_compare", "verdict"]
 
@@ -32,14 +32,21 @@ def _rel(row: dict | None) -> float | None:
     return ((row or {}).get("error") or {}).get("rel_fro")
 
 
+def _interval(stats: dict) -> tuple[float, float]:
+    """[p10, p90] of STATS, widened to hold the median; the median alone when p10 or p90 is missing."""
+    med, lo, hi = stats["median"], stats.get("p10"), stats.get("p90")
+    if lo is None or hi is None:
+        return med, med
+    return min(lo, med), max(hi, med)
+
+
 def verdict(a: dict, b: dict) -> str:
-    """``same`` when the [p10, p90] intervals of STATS ``a`` and ``b`` overlap (a missing p10 or
-    p90 counts as the median), else ``faster`` (B's median below A's) or ``slower``."""
-    lo_a, hi_a = a.get("p10", a["median"]), a.get("p90", a["median"])
-    lo_b, hi_b = b.get("p10", b["median"]), b.get("p90", b["median"])
-    if lo_a is None or hi_a is None or lo_b is None or hi_b is None:
-        lo_a = hi_a = a["median"]
-        lo_b = hi_b = b["median"]
+    """``same`` when the [p10, p90] intervals of STATS ``a`` and ``b`` overlap, else ``faster`` (B's
+    median below A's) or ``slower``. A side without p10 or p90 is its median alone (a point), so
+    it is ``same`` only when that point lies inside the other side's interval; with neither side
+    having an interval the medians decide."""
+    lo_a, hi_a = _interval(a)
+    lo_b, hi_b = _interval(b)
     if lo_b <= hi_a and lo_a <= hi_b:
         return "same"
     return "faster" if b["median"] < a["median"] else "slower"
@@ -125,7 +132,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                               description=__doc__.split("\n\n")[0])
     p.add_argument("a", help="result JSON, before")
     p.add_argument("b", help="result JSON, after")
-    p.add_argument("--method", default=None,
+    p.add_argument("--method", default=None, choices=METHOD_CHOICES,
                    help="timing method (default cold, or cpu when both files are CPU results)")
     p.add_argument("--threshold", type=float, default=1.05,
                    help="a 'slower' row with B/A above this fails the compare (exit 1)")

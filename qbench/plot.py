@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from qbench.recommend import pareto_front
-from qbench.results import ResultsError, latency_stats, read_results, resolve_method
+from qbench.results import ResultsError, latency_stats, read_results, resolve_method, METHOD_CHOICES
 
 __all__ = ["plot_pareto", "plot_roofline", "points", "register", "run_plot"]
 
@@ -208,7 +208,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True,
                    help="FILE.png: the roofline; the Pareto chart goes to FILE-pareto.png")
     p.add_argument("--what", choices=("roofline", "pareto", "both"), default="both")
-    p.add_argument("--method", default=None, help="timing method (default cold; cpu on CPU)")
+    p.add_argument("--method", default=None, choices=METHOD_CHOICES, help="timing method (default cold; cpu on CPU)")
     p.set_defaults(func=run_plot)
     return p
 

@@ -36,6 +36,7 @@ from qbench.results import (
     methods_present,
     read_results,
     resolve_method,
+    METHOD_CHOICES,
 )
 
 __all__ = ["pareto_front", "recommend", "register", "render_recommendation", "render_summary",
@@ -219,7 +220,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("result", nargs="+", help="result JSON written by qbench run (one or more)")
     p.add_argument("--max-rel-err", type=float, required=True,
                    help="largest acceptable relative Frobenius error, e.g. 0.01")
-    p.add_argument("--method", default=None,
+    p.add_argument("--method", default=None, choices=METHOD_CHOICES,
                    help="timing method (default cold; cpu on a CPU result)")
     p.add_argument("--format", default="simple", help="table format, or json")
     p.add_argument("--summary", action="store_true",
@@ -229,45 +230,69 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+def _fail(msg: str) -> int:
+    print(f"qbench recommend: {msg}", file=sys.stderr)
+    return 2
+
+
 def run_recommend(args: argparse.Namespace) -> int:
-    """Run ``qbench recommend`` from parsed ``args``; returns the exit status (0, 1 or 2)."""
-    if args.format not in FORMATS or args.format == "csv":  # csv: no single table to write
+    """Run ``qbench recommend`` from parsed ``args``; returns the exit status (0, 1 or 2).
+
+    Bad input (exit 2, one line): an unknown format (csv only with ``--summary``, the one case
+    that is a single table), a negative or NaN ``--max-rel-err``, an unreadable result file; with
+    ``--summary`` also a ``--baseline`` that is not a scheme of some file, a timing method that
+    some file has no data for, or files that resolve to different methods.
+    """
+    summary_mode = getattr(args, "summary", False)
+    if args.format not in FORMATS or (args.format == "csv" and not summary_mode):
         allowed = sorted(f for f in FORMATS if f != "csv")
-        print(f"qbench recommend: unknown format {args.format!r}; allowed: {', '.join(allowed)}",
-              file=sys.stderr)
-        return 2
+        return _fail(f"unknown format {args.format!r}; allowed: {', '.join(allowed)}"
+                     + ("" if args.format != "csv" else "; csv needs --summary (one table)"))
     if not args.max_rel_err >= 0:
-        print(f"qbench recommend: --max-rel-err must be >= 0, got {args.max_rel_err}", file=sys.stderr)
-        return 2
+        return _fail(f"--max-rel-err must be >= 0, got {args.max_rel_err}")
     paths = [args.result] if isinstance(args.result, str) else list(args.result)
     try:
         docs = [read_results(path) for path in paths]
     except ResultsError as exc:
-        print(f"qbench recommend: {exc}", file=sys.stderr)
-        return 2
-    picked, summary, methods = False, [], set()
-    for i, doc in enumerate(docs):
+        return _fail(str(exc))
+    baseline = getattr(args, "baseline", "bf16")
+    picked, summary, methods, records = False, [], set(), []
+    for path, doc in zip(paths, docs):
         method, note = resolve_method(doc, args.method)
+        if summary_mode:
+            if method not in methods_present(doc["rows"]):
+                present = ", ".join(methods_present(doc["rows"])) or "none"
+                return _fail(f"{path}: no row has {method} latency; methods in this file: {present}")
+            if not any(r.get("scheme") == baseline for r in doc["rows"]):
+                return _fail(f"{path}: --baseline {baseline!r} is not a scheme of this file")
         rec = recommend(doc, args.max_rel_err, method)
         picked = picked or any(g["pick"] for g in rec["by_m"])
-        if args.summary:
-            summary += summary_rows(doc, rec, args.baseline)
+        if summary_mode:
+            summary += [dict(row, file=path) for row in summary_rows(doc, rec, baseline)]
             methods.add(method)
-            continue
-        if len(docs) > 1:
-            print(("\n" if i else "") + f"== {paths[i]}")
-        print(render_recommendation(rec, args.format, note))
-    if args.summary:
-        if len(methods) > 1:
-            print(f"qbench recommend: --summary needs one timing method, these files give {sorted(methods)}; "
-                  "pass --method", file=sys.stderr)
-            return 2
-        (method,) = methods
-        if args.format == "json":
-            import json
-            print(json.dumps(summary, indent=2, ensure_ascii=False))
         else:
+            records.append((path, rec, note))
+    if not summary_mode:
+        if args.format == "json" and len(records) > 1:  # one JSON document, not several
+            import json
+            print(json.dumps([{"file": path, **rec} for path, rec, _ in records], indent=2, ensure_ascii=False))
+        for i, (path, rec, note) in enumerate(records if args.format != "json" or len(records) == 1 else []):
+            if len(records) > 1:
+                print(("\n" if i else "") + f"== {path}")
+            print(render_recommendation(rec, args.format, note))
+        return 0 if picked else 1
+    if len(methods) > 1:
+        return _fail(f"--summary needs one timing method, these files give {sorted(methods)}; pass --method")
+    (method,) = methods
+    if len({(row["scenario"], row["m"], row["k"], row["n"]) for row in summary}) < len(summary):
+        for row in summary:  # two files of one scenario: name them by path
+            row["scenario"] = row["file"]
+    if args.format == "json":
+        import json
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        if args.format != "csv":
             print(f"budget rel_fro <= {args.max_rel_err:g}; latency = {method} median; the pick is the fastest "
                   f"within the budget; 'as fast within noise': p10–p90 overlaps the pick's\n")
-            print(render_summary(summary, method, args.baseline, args.format))
+        print(render_summary(summary, method, baseline, args.format))
     return 0 if picked else 1

@@ -16,7 +16,7 @@ import sys
 
 from qbench.render import COLUMNS, DATA_FORMATS, check_format, render, render_header
 from qbench.render.columns import resolve_columns
-from qbench.results import ResultsError, read_results, resolve_method
+from qbench.results import ResultsError, read_results, resolve_method, METHOD_CHOICES
 
 __all__ = ["register", "run_report", "sort_rows"]
 
@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="instead of rows: one line per scheme, one column per M, cells from COLUMN "
                         "(e.g. cold, warm, rel_err, roofline_pct)")
     p.add_argument("--baseline", default="bf16", help="baseline scheme for --crossover")
-    p.add_argument("--method", default=None,
+    p.add_argument("--method", default=None, choices=METHOD_CHOICES,
                    help="timing method for --crossover (default cold, or cpu on a CPU result)")
     p.set_defaults(func=run_report)
     return p
@@ -80,7 +80,7 @@ def run_report(args: argparse.Namespace) -> int:
         try:
             records = crossover(doc, args.baseline, method)
         except ValueError as exc:
-            return _fail(str(exc))
+            return _fail(f"{args.result}: {exc}")
         if table:
             print(render_header(doc))
             print(f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else ""))
@@ -88,18 +88,25 @@ def run_report(args: argparse.Namespace) -> int:
         print(render_crossover(records, args.baseline, method, args.format))
         return 0
 
-    if getattr(args, "by_m", None):
+    if args.by_m is not None:
+        from qbench.results import METHOD_CHOICES, methods_present
         from qbench.sweep_report import by_m, render_by_m
 
-        try:
-            records, ms = by_m(doc, args.by_m)
-        except ValueError as exc:
-            return _fail(str(exc))
-        header = COLUMNS[args.by_m].header if args.by_m in COLUMNS else args.by_m
+        if args.columns or args.sort:
+            return _fail("--columns and --sort do not apply to --by-m (its columns are the M values)")
+        if args.by_m not in COLUMNS:
+            return _fail(f"--by-m: unknown column {args.by_m!r}; allowed: {', '.join(COLUMNS)}")
+        if args.by_m in METHOD_CHOICES and args.by_m not in methods_present(doc["rows"]):
+            present = ", ".join(methods_present(doc["rows"])) or "none"
+            return _fail(f"--by-m {args.by_m}: no row of {args.result} has {args.by_m} latency; "
+                         f"methods in this file: {present}")
+        kept = dict(doc, rows=[r for r in doc["rows"] if args.status == "all" or r.get("status") == "ok"])
+        records, ms = by_m(kept, args.by_m)
+        col = COLUMNS[args.by_m]
         if table:
             print(render_header(doc))
             print()
-        print(render_by_m(records, ms, header, args.format))
+        print(render_by_m(records, ms, col.header, args.format, col.numeric))
         return 0
 
     rows = list(doc["rows"])

@@ -236,6 +236,10 @@ def check_rows(rows: list, source: str) -> None:
         seen[key] = i
 
 
+#: The values a ``--method`` option accepts (CLI choices of report, compare, recommend, plot).
+METHOD_CHOICES = (*CUDA_METHODS, CPU_METHOD)
+
+
 def latency_stats(row: dict, method: str) -> dict | None:
     """The STATS (µs) of ``row`` for ``method`` when the row is ``ok`` and has a median there,
     else ``None`` (skipped, failed, or not timed by that method)."""

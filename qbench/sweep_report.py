@@ -53,14 +53,20 @@ def crossover(doc: dict, baseline: str = "bf16", method: str = "cold") -> list[d
     ``wins`` / ``losses`` are the M values where the [p10, p90] intervals do not overlap and the
     scheme's median is below / above the baseline's, ``ties`` those where they overlap (a row
     without p10/p90 compares by its median alone), ``untimed`` those where either side has no
-    time. ``ranges`` summarises ``wins``. Raises ``ValueError`` (one line) when the file has no
-    rows for ``baseline``.
+    time. ``ranges`` summarises ``wins`` over the sweep's M values (an M that is a tie, a loss or
+    untimed splits a range). Raises ``ValueError`` (one line) when the file has no rows for
+    ``baseline`` or none of them has ``method`` latency.
     """
     rows = doc.get("rows") or []
     base = {(r["m"], r["k"], r["n"]): _stats(r, method) for r in rows if r.get("scheme") == baseline}
     if not base:
         schemes = sorted({r.get("scheme") for r in rows})
-        raise ValueError(f"baseline {baseline!r} is not in this file; schemes: {', '.join(schemes)}")
+        raise ValueError(f"--baseline {baseline!r} is not a scheme of this file; schemes: "
+                         f"{', '.join(schemes) or 'none (the file has no rows)'}")
+    if all(v is None for v in base.values()):
+        states = sorted({r.get("status") for r in rows if r.get("scheme") == baseline})
+        raise ValueError(f"--baseline {baseline!r} has no {method} latency at any M in this file "
+                         f"(its rows: {', '.join(states)}); choose another --baseline or --method")
     out: dict[tuple, dict] = {}
     for r in rows:
         if r.get("scheme") == baseline:
@@ -79,14 +85,15 @@ def crossover(doc: dict, baseline: str = "bf16", method: str = "cold") -> list[d
         rec["best_ratio"] = ratio if rec["best_ratio"] is None else min(rec["best_ratio"], ratio)
     for rec in out.values():
         sweep = rec.pop("_sweep")
-        rec["ranges"] = m_ranges(rec["wins"], [m for m in sweep if m not in rec["untimed"]])
+        rec["ranges"] = m_ranges(rec["wins"], sweep)  # an untimed M between two wins splits the range
     return list(out.values())
 
 
-def _cols(baseline: str, method: str) -> list[Column]:
+def _cols(baseline: str, method: str, shapes: int = 1) -> list[Column]:
     ms = lambda v: ", ".join(map(str, v)) or DASH  # noqa: E731
     return [
         Column("scheme", "scheme", lambda r: r["scheme"]),
+        *([Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}")] if shapes > 1 else []),
         Column("ranges", f"faster than {baseline} at M", lambda r: r["ranges"] or None),
         Column("ties", "same at M (p10–p90 overlap)", lambda r: r["ties"], ms),
         Column("losses", "slower at M", lambda r: r["losses"], ms),
@@ -97,8 +104,17 @@ def _cols(baseline: str, method: str) -> list[Column]:
 
 
 def render_crossover(records: list[dict], baseline: str, method: str, fmt: str = "simple") -> str:
-    """Render :func:`crossover`'s records in any :data:`qbench.render.FORMATS` format."""
-    return render(records, _cols(baseline, method), fmt)
+    """Render :func:`crossover`'s records in any :data:`qbench.render.FORMATS` format. A file with
+    several K×N shapes gets a K×N column; CSV and JSON also carry ``k``, ``n``, ``wins``,
+    ``baseline`` and ``method`` on every record, so a script needs no header line."""
+    cols = _cols(baseline, method, len({(r["k"], r["n"]) for r in records}))
+    if fmt in ("csv", "json"):
+        cols = [cols[0],
+                Column("k", "K", lambda r: r["k"]), Column("n", "N", lambda r: r["n"]),
+                Column("baseline", "baseline", lambda r: baseline), Column("method", "method", lambda r: method),
+                Column("wins", "wins", lambda r: r["wins"]),
+                *[c for c in cols[1:] if c.key != "kn"]]
+    return render(records, cols, fmt)
 
 
 def by_m(doc: dict, column: str) -> tuple[list[dict], list[int]]:
@@ -126,12 +142,13 @@ def by_m(doc: dict, column: str) -> tuple[list[dict], list[int]]:
     return list(out.values()), ms
 
 
-def render_by_m(records: list[dict], ms: list[int], header: str, fmt: str = "simple") -> str:
+def render_by_m(records: list[dict], ms: list[int], header: str, fmt: str = "simple",
+                numeric: bool = True) -> str:
     """Render :func:`by_m`'s grid: a ``scheme`` column, then ``M=1``, ``M=2``... whose cells are
-    ``header`` values (the column's header names the unit)."""
+    ``header`` values (the column's header names the unit); ``numeric`` right-aligns them."""
     cols = [Column("scheme", "scheme", lambda r: r["scheme"])]
     if len({(r["k"], r["n"]) for r in records}) > 1:
         cols.append(Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"))
-    cols += [Column(f"m{m}", f"M={m}", lambda r, m=m: r["values"].get(m), str, True,
+    cols += [Column(f"m{m}", f"M={m}", lambda r, m=m: r["values"].get(m), str, numeric,
                     cell_override=lambda r, m=m: r["cells"].get(m) or DASH) for m in ms]
     return f"{header}, by M\n\n" + render(records, cols, fmt) if fmt not in ("csv", "json") else render(records, cols, fmt)

@@ -188,3 +188,30 @@ def test_cli_summary_mixed_methods_is_bad_input(capsys):
     assert run(str(FIXTURES / "cuda_run1.json"), str(FIXTURES / "cpu.json"),
                "--max-rel-err", "0.01", "--summary") == 2
     assert "--summary needs one timing method" in capsys.readouterr().err
+
+
+
+def test_cli_two_files_json_is_one_document(capsys):
+    a, b = FIXTURES / "cuda_run1.json", FIXTURES / "cuda_run2_noise.json"
+    assert run(str(a), str(b), "--max-rel-err", "0.01", "--format", "json") == 0
+    docs = json.loads(capsys.readouterr().out)
+    assert [d["file"] for d in docs] == [str(a), str(b)] and all("by_m" in d for d in docs)
+
+
+def test_cli_summary_bad_baseline_and_missing_method_are_bad_input(capsys):
+    a = str(FIXTURES / "cuda_run1.json")
+    assert run(a, "--max-rel-err", "0.01", "--summary", "--baseline", "nope") == 2
+    err = capsys.readouterr().err
+    assert a in err and "--baseline 'nope' is not a scheme" in err and err.count("\n") == 1
+    assert run(str(FIXTURES / "cpu.json"), "--max-rel-err", "0.01", "--summary", "--method", "cold") == 2
+    assert "no row has cold latency; methods in this file: cpu" in capsys.readouterr().err
+
+
+def test_cli_summary_csv_and_same_scenario_twice(capsys):
+    a = str(FIXTURES / "cuda_run1.json")
+    assert run(a, a, "--max-rel-err", "0.01", "--summary", "--format", "csv") == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].startswith("scenario,m,k,n,pick,") and len(out) == 1 + 6
+    assert out[1].startswith(a + ",1,")  # two files of one scenario are told apart by path
+    assert run(a, "--max-rel-err", "0.01", "--format", "csv") == 2
+    assert "csv needs --summary" in capsys.readouterr().err

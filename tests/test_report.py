@@ -58,7 +58,7 @@ def test_sort_descending_puts_missing_last(capsys):
         (["--columns", "scheme,bogus"], "unknown column 'bogus'; allowed: scheme"),
         (["--format", "excel"], "unknown format 'excel'; allowed:"),
         (["--sort", "nope"], "unknown column 'nope'"),
-        (["--crossover", "--baseline", "fp64"], "baseline 'fp64' is not in this file"),
+        (["--crossover", "--baseline", "fp64"], "--baseline 'fp64' is not a scheme of this file"),
     ],
 )
 def test_bad_values_exit_2_with_one_line(argv, needle, capsys):
@@ -207,3 +207,70 @@ def test_by_m_and_crossover_are_exclusive(capsys):
         run(CUDA, "--by-m", "cold", "--crossover")
     assert exc.value.code == 2
     assert "not allowed with" in capsys.readouterr().err
+
+
+# ---- edge cases found by trying to break the sweep views -------------------------------------
+
+def _sweep_doc(rows):
+    return {"schema_version": 1, "rows": rows}
+
+
+def _r(s, m, med, p10=None, p90=None, k=8, n=8, status="ok"):
+    stats = {"median": med, "p10": p10, "p90": p90}
+    return {"scheme": s, "m": m, "k": k, "n": n, "status": status,
+            "latency_us": {"cold": stats if status == "ok" else None}}
+
+
+def test_crossover_untimed_m_splits_a_win_range():
+    doc = _sweep_doc([_r("bf16", m, 10.0) for m in (1, 2, 4)]
+                     + [_r("q", 1, 5.0), _r("q", 2, 5.0, status="skipped"), _r("q", 4, 5.0)])
+    (rec,) = crossover(doc)
+    assert rec["wins"] == [1, 4] and rec["untimed"] == [2] and rec["ranges"] == "1, 4"
+
+
+def test_crossover_baseline_without_any_time_is_bad_input(tmp_path, capsys):
+    p = tmp_path / "basefail.json"
+    p.write_text(json.dumps(_sweep_doc([_r("bf16", 1, 1.0, status="failed"), _r("q", 1, 5.0)])))
+    with pytest.raises(ValueError, match="has no cold latency at any M"):
+        crossover(read_results(p))
+    assert run(str(p), "--crossover") == 2
+    err = capsys.readouterr().err
+    assert str(p) in err and "its rows: failed" in err and err.count("\n") == 1
+
+
+def test_crossover_two_shapes_get_a_kn_column_and_data_formats_are_scriptable():
+    doc = _sweep_doc([_r("bf16", 1, 10.0), _r("q", 1, 5.0),
+                      _r("bf16", 1, 10.0, k=16), _r("q", 1, 20.0, k=16)])
+    recs = crossover(doc)
+    text = render_crossover(recs, "bf16", "cold", "plain")
+    assert "K×N" in text and "8×8" in text and "16×8" in text
+    rows = list(csv.DictReader(io.StringIO(render_crossover(recs, "bf16", "cold", "csv"))))
+    assert rows[0]["k"] == "8" and rows[0]["wins"] == "1" and rows[0]["baseline"] == "bf16"
+    assert rows[1]["losses"] == "1" and rows[1]["method"] == "cold"
+    data = json.loads(render_crossover(recs, "bf16", "cold", "json"))
+    assert data[0]["wins"] == [1] and data[1]["losses"] == [1]
+
+
+def test_verdict_point_against_interval():
+    """One side without p10/p90 is a point: same only inside the other's interval."""
+    from qbench.compare import verdict
+
+    assert verdict({"median": 10.0, "p10": 9.0, "p90": 11.0}, {"median": 9.99}) == "same"
+    assert verdict({"median": 10.0, "p10": 9.9, "p90": 10.1}, {"median": 9.0}) == "faster"
+    assert verdict({"median": 10.0}, {"median": 10.01}) == "slower"
+
+
+def test_by_m_refuses_options_that_do_not_apply(capsys):
+    assert run(CUDA, "--by-m", "cold", "--columns", "scheme") == 2
+    assert "do not apply to --by-m" in capsys.readouterr().err
+    assert run(CUDA, "--by-m", "") == 2
+    assert "unknown column ''" in capsys.readouterr().err
+    assert run(CPU, "--by-m", "cold") == 2
+    err = capsys.readouterr().err
+    assert "no row of" in err and "methods in this file: cpu" in err
+
+
+def test_by_m_status_ok_drops_skipped_rows(capsys):
+    assert run(CUDA, "--by-m", "dispatch", "--status", "ok", "--format", "json") == 0
+    schemes = {r["scheme"] for r in json.loads(capsys.readouterr().out)}
+    assert "int4-weight-only" not in schemes and "bf16" in schemes

@@ -1,7 +1,7 @@
 """CSV: one header line of column keys, then one line per row with the raw values.
 
-Raw means unformatted: floats at full precision (``repr``), ``null`` as an empty field, so the
-file reads back into the same numbers. Headers are the column keys (``stored_mib``, ``cold``) rather
+Raw means unformatted: floats at full precision (``repr``), ``null`` as an empty field, lists as
+``;``-separated values, so the file reads back into the same numbers. Headers are the column keys (``stored_mib``, ``cold``) rather
 than the table's display headers; units are those of the catalogue (MiB, µs, %).
 """
 
@@ -21,6 +21,8 @@ def _field(v) -> str:
         return ""
     if isinstance(v, float):
         return repr(v)
+    if isinstance(v, (list, tuple)):  # e.g. the M values of a crossover record: "1;16;512"
+        return ";".join(_field(x) for x in v)
     return str(v)
 
 
