@@ -46,8 +46,6 @@ def main(argv: list[str], go=None) -> int:
     if device.type == "cuda":
         torch.cuda.init()
         torch.empty(1, device=device)  # creates the context; allocates, launches no kernel
-        if "kernel" in scenario.timing.methods:
-            _start_profiler_once()
     prepared = time.perf_counter()
     if go is not None:
         try:
@@ -66,21 +64,6 @@ def main(argv: list[str], go=None) -> int:
     return 0
 
 
-def _start_profiler_once() -> None:
-    """Open and close an empty CUDA profiler session: the first one in a process costs about 6 s
-    on the H200 host (``results/h200/import-costs.log``, kineto and CUPTI start-up). Done here it
-    overlaps the previous worker's measurement instead of adding to this one's; the session
-    records no work and this process launches no kernel."""
-    import warnings
-
-    from torch.profiler import ProfilerActivity, profile
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "no events" from an empty session
-        with profile(activities=[ProfilerActivity.CUDA]):
-            pass
-
-
 def child(job_path: str, rows_path: str, log_path: str, environ: dict, go=None) -> None:
     """Entry point of a forked worker: take the runner's environment (with the scheme's
     ``worker_env`` applied), send stdout and stderr to ``log_path``, run :func:`main`."""
@@ -90,10 +73,6 @@ def child(job_path: str, rows_path: str, log_path: str, environ: dict, go=None) 
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    preload_log = getattr(sys.modules.get("qbench._preload"), "PRELOAD_LOG", "")
-    if preload_log:
-        sys.stderr.write(f"[qbench._preload, before this worker was forked]\n{preload_log}\n")
-        sys.stderr.flush()
     sys.exit(main([job_path, rows_path], go))
 
 
