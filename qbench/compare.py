@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qbench.render import Column, check_format, render
+from qbench.render import Column, check_format, render, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.results import ResultsError, latency_stats, read_results, resolve_method, METHOD_CHOICES
 
@@ -157,7 +157,7 @@ def run_compare(args: argparse.Namespace) -> int:
     records = compare_docs(a, b, method, args.threshold)
     print(render_compare(records, method, args.format))
     bad = [r for r in records if r["regression"]]
-    if args.format not in ("csv", "json"):
+    if wants_prose(args.format):
         counts = {}
         for r in records:
             counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1

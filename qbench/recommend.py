@@ -28,7 +28,7 @@ import sys
 from typing import Sequence
 
 from qbench.compare import verdict
-from qbench.render import FORMATS, Column, render
+from qbench.render import FORMATS, Column, render, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.results import (
     ResultsError,
@@ -291,7 +291,7 @@ def run_recommend(args: argparse.Namespace) -> int:
         import json
         print(json.dumps(summary, indent=2, ensure_ascii=False))
     else:
-        if args.format != "csv":
+        if wants_prose(args.format):
             print(f"budget rel_fro <= {args.max_rel_err:g}; latency = {method} median; the pick is the fastest "
                   f"within the budget; 'as fast within noise': p10–p90 overlaps the pick's\n")
         print(render_summary(summary, method, baseline, args.format))

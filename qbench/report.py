@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qbench.render import COLUMNS, DATA_FORMATS, check_format, render, render_header
+from qbench.render import COLUMNS, check_format, render, render_header, wants_prose
 from qbench.render.columns import resolve_columns
 from qbench.results import ResultsError, read_results, resolve_method, METHOD_CHOICES
 
@@ -72,7 +72,7 @@ def run_report(args: argparse.Namespace) -> int:
         doc = read_results(args.result)
     except (ValueError, ResultsError) as exc:
         return _fail(str(exc))
-    table = args.format not in DATA_FORMATS
+    table = wants_prose(args.format)  # prose lines (device header) only around terminal tables
     if args.crossover:
         from qbench.sweep_report import crossover, render_crossover
 

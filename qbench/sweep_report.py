@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from qbench.compare import verdict
-from qbench.render import Column, render
+from qbench.render import Column, render, wants_prose
 from qbench.render.columns import DASH, resolve_columns
 from qbench.results import latency_stats
 
@@ -151,4 +151,4 @@ def render_by_m(records: list[dict], ms: list[int], header: str, fmt: str = "sim
         cols.append(Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"))
     cols += [Column(f"m{m}", f"M={m}", lambda r, m=m: r["values"].get(m), str, numeric,
                     cell_override=lambda r, m=m: r["cells"].get(m) or DASH) for m in ms]
-    return f"{header}, by M\n\n" + render(records, cols, fmt) if fmt not in ("csv", "json") else render(records, cols, fmt)
+    return f"{header}, by M\n\n" + render(records, cols, fmt) if wants_prose(fmt) else render(records, cols, fmt)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from qbench import report
-from qbench.render import FORMATS
+from qbench.render import FORMATS, MARKUP_FORMATS
 from qbench.results import read_results
 from qbench.sweep_report import crossover, m_ranges, render_crossover
 
@@ -32,7 +32,8 @@ def test_every_format(fmt, capsys):
     assert run(CUDA, "--format", fmt) == 0
     out = capsys.readouterr().out
     assert "bf16" in out
-    assert ("NVIDIA H200" in out) == (fmt not in ("csv", "json"))  # data formats: no header
+    # data formats and formats meant to be pasted or parsed (LaTeX, HTML, TSV, wikis): no header
+    assert ("NVIDIA H200" in out) == (fmt not in ("csv", "json") and fmt not in MARKUP_FORMATS)
 
 
 def test_columns_sort_status(capsys):
@@ -274,3 +275,14 @@ def test_by_m_status_ok_drops_skipped_rows(capsys):
     assert run(CUDA, "--by-m", "dispatch", "--status", "ok", "--format", "json") == 0
     schemes = {r["scheme"] for r in json.loads(capsys.readouterr().out)}
     assert "int4-weight-only" not in schemes and "bf16" in schemes
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "latex", "html"])
+def test_markup_formats_print_the_table_alone(capsys, fmt):
+    """Formats meant to be pasted or parsed get no device header or title lines around them."""
+    assert run(CUDA, "--format", fmt, "--columns", "scheme,m,cold", "--status", "ok") == 0
+    out = capsys.readouterr().out
+    assert "NVIDIA" not in out and "times:" not in out
+    assert run(CUDA, "--by-m", "cold", "--format", fmt) == 0
+    out = capsys.readouterr().out
+    assert "by M" not in out.splitlines()[0] and "NVIDIA" not in out

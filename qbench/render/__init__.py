@@ -30,6 +30,7 @@ __all__ = [
     "COLUMNS",
     "DASH",
     "FORMATS",
+    "MARKUP_FORMATS",
     "Column",
     "UnknownColumnError",
     "UnknownFormatError",
@@ -37,6 +38,7 @@ __all__ = [
     "default_columns",
     "render",
     "render_header",
+    "wants_prose",
 ]
 
 Renderer = Callable[[Sequence[dict], Sequence[Column]], str]
@@ -55,6 +57,19 @@ FORMATS: dict[str, Renderer] = {
 #: Formats that are data, not tables: they carry the ``reason`` column by default instead of
 #: the table's footnotes, and take no header.
 DATA_FORMATS = frozenset({"csv", "json"})
+
+#: Table formats meant to be parsed or pasted into another document (LaTeX, HTML, wikis, TSV):
+#: the commands print the table alone, without the prose lines (device header, notes, summaries)
+#: they print around a table in the terminal formats.
+MARKUP_FORMATS = frozenset({"tsv", "html", "unsafehtml", "latex", "latex_raw", "latex_booktabs",
+                            "latex_longtable", "mediawiki", "moinmoin", "jira", "textile",
+                            "asciidoc", "youtrack"})
+
+
+def wants_prose(fmt: str) -> bool:
+    """Whether a command may print text lines around a table in format ``fmt``: not for data
+    formats (:data:`DATA_FORMATS`) nor markup formats (:data:`MARKUP_FORMATS`)."""
+    return fmt not in DATA_FORMATS and fmt not in MARKUP_FORMATS
 
 
 class UnknownFormatError(ValueError):

@@ -57,7 +57,7 @@ def render_table(rows: Sequence[dict], columns: Sequence[Column], tablefmt: str 
         notes.append(f"* noisy: the method's cv (stdev/mean) is over {NOISY_CV:.0%}; compare with care")
     if not notes:
         return text
-    if tablefmt.startswith("html"):
+    if tablefmt in ("html", "unsafehtml"):
         return text + "\n<p>" + "<br>\n".join(html.escape(n) for n in notes) + "</p>"
     # A blank line first: Markdown would read a line right under a pipe table as another row.
     return text + "\n\n" + "\n".join(f"  {n}" for n in notes)
