@@ -264,7 +264,7 @@ def from_dict(data: Any, source: str = "<scenario>") -> Scenario:
     data = dict(data)
     data.pop("source", None)
     raw_schemes = data.pop("schemes", None)
-    entries = _scheme_entries(raw_schemes, source)
+    entries = _scheme_entries(raw_schemes, source, data)
     if "m" in data:
         data["m"] = _m_values(data["m"], source)
     if isinstance(data.get("timing"), dict) and isinstance(data["timing"].get("methods"), list):
@@ -291,9 +291,20 @@ def _m_values(raw: Any, source: str) -> tuple:
     return tuple(raw)
 
 
-def _scheme_entries(raw: Any, source: str) -> tuple[SchemeEntry, ...]:
+def _misplaced(data: dict, key: str) -> str:
+    """`` (found 'layer.schemes': ...)`` when ``key`` is missing at the top level but a table has
+    it: in TOML a ``key = value`` line after a ``[table]`` header belongs to that table."""
+    for name, value in data.items():
+        if isinstance(value, dict) and key in value:
+            return (f"; found '{name}.{key}': in TOML a key written after the [{name}] header belongs to "
+                    f"that table, so put '{key} = ...' above the first [table] header")
+    return ""
+
+
+def _scheme_entries(raw: Any, source: str, data: Optional[dict] = None) -> tuple[SchemeEntry, ...]:
     if raw is None:
-        raise ScenarioError(source, "schemes", "missing: list at least one scheme ([[schemes]] name = \"fp16\")")
+        raise ScenarioError(source, "schemes", "missing: list at least one scheme ([[schemes]] name = \"fp16\")"
+                            + _misplaced(data or {}, "schemes"))
     if not isinstance(raw, list):
         raise ScenarioError(source, "schemes", f"must be a list of scheme names or [[schemes]] tables, got {_show(raw)}")
     if not raw:
@@ -474,7 +485,11 @@ def _as_scenario_error(exc: ValidationError, source: str, root: type[BaseModel],
     kind, msg = err["type"], err["msg"]
     if kind == "extra_forbidden":
         allowed = _allowed_keys(root, loc)
-        return ScenarioError(source, key, f"unknown key{what}" + (f"; allowed: {', '.join(allowed)}" if allowed else ""))
+        hint = ""
+        if len(loc) == 2 and isinstance(loc[-1], str) and loc[-1] in root.model_fields and not prefix:
+            hint = (f"; '{loc[-1]}' is a top-level key: in TOML a key written after the [{loc[0]}] header "
+                    f"belongs to that table, so put it above the first [table] header")
+        return ScenarioError(source, key, f"unknown key{what}" + (f"; allowed: {', '.join(allowed)}" if allowed else "") + hint)
     if kind == "missing":
         return ScenarioError(source, key, f"missing{what}: this key is required")
     msg = _one_line(msg.removeprefix("Value error, ")) or "invalid"

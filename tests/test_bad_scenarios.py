@@ -8,7 +8,7 @@ Every file under tests/bad_scenarios/ holds one mistake, named by the comment on
 * A sample covering each kind of check (TOML, UTF-8, unknown key, unknown scheme, type, M,
   group size, memory, output path, safetensors) also runs as ``python -m qbench run FILE --out
   <tmp>/x.json`` in a fresh process, a few at a time: that proves the interpreter-level path
-  (imports, ``__main__``, exit status) prints one line and no traceback. Running all 31 files that
+  (imports, ``__main__``, exit status) prints one line and no traceback. Running all 33 files that
   way costs ~2 s of torch import each, ~60 CPU-seconds, more than this suite's budget.
 
 The memory limit (RLIMIT_AS) on the child processes is a safety net, not part of what is tested:
@@ -44,6 +44,7 @@ EXPECTED_KEY = {
     "k_not_multiple_of_block": "layer.in_features",
     "k_not_multiple_of_group": "layer.in_features",
     "m_empty": "m",
+    "m_under_layer": "layer.m",
     "m_negative": "m[0]",
     "m_not_integer": "m[1]",
     "m_zero": "m[1]",
@@ -58,6 +59,7 @@ EXPECTED_KEY = {
     "safetensors_not_safetensors": "weight.path",
     "scheme_mode_unknown": "schemes[0].mode",
     "schemes_empty": "schemes",
+    "schemes_under_layer": "schemes",
     "schemes_not_a_list": "schemes",
     "source_key": "source",
     "timing_method_unknown": "timing.methods[1]",
@@ -79,6 +81,8 @@ EXPECTED_WORDS = {
     "m_negative": ["-4"],
     "m_not_integer": ["2.5", "integer"],
     "m_zero": ["got 0"],
+    "m_under_layer": ["top-level key", "above the first [table] header"],
+    "schemes_under_layer": ["found 'layer.schemes'", "above the first [table] header"],
     "not_toml": ["not valid TOML"],
     "not_utf8": ["UTF-8"],
     "output_unwritable": ["/dev/null/results.json"],

@@ -152,13 +152,31 @@ def _rel_err_cell(row: dict) -> str:
 
 
 def _kernels(row: dict) -> Any:
+    """Every kernel of one call, full names (CSV and JSON carry these)."""
     kernels = (row.get("dispatch") or {}).get("kernels")
     if not kernels:
         return None
     return ", ".join(
-        f"{k.get('name')}×{k.get('count')}" if k.get("count", 1) != 1 else str(k.get("name"))
+        f"{k.get('name')}×{k.get('count'):g}" if k.get("count", 1) != 1 else str(k.get("name"))
         for k in kernels
     )
+
+
+_KERNELS_SHOWN = 3
+
+
+def _kernels_cell(row: dict) -> str:
+    """A table cell: the (at most 3) longest-running kernels of one call, names shortened by
+    :func:`qbench.dispatch.short_kernel` (demangled C++ names run to thousands of characters)."""
+    from qbench.dispatch import short_kernel
+
+    kernels = (row.get("dispatch") or {}).get("kernels")
+    if not kernels:
+        return DASH
+    shown = [short_kernel(str(k.get("name"))) + (f"×{k['count']:g}" if k.get("count", 1) != 1 else "")
+             for k in kernels[:_KERNELS_SHOWN]]
+    more = len(kernels) - _KERNELS_SHOWN
+    return ", ".join(shown) + (f" (+{more} more)" if more > 0 else "")
 
 
 def _pct(getter: Getter) -> Getter:
@@ -228,7 +246,8 @@ _CATALOGUE: list[Column] = [
     Column("status", "status", _get("status")),
     Column("reason", "reason", _get("reason")),
     Column("dispatch", "dispatch", _get("dispatch", "label")),
-    Column("kernels", "kernels", _kernels),
+    Column("kernels", "kernels", _kernels, help="GPU kernels of one call; tables: the 3 longest, short names",
+           cell_override=_kernels_cell),
     Column("host_sync", "host sync", _get("dispatch", "host_sync")),
     Column("graph_ok", "graph ok", _get("dispatch", "graph_capturable")),
     Column("clock_dropped", "clock dropped", _get("gpu_state", "clock_dropped")),
