@@ -208,13 +208,15 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True,
                    help="FILE.png: the roofline; the Pareto chart goes to FILE-pareto.png")
     p.add_argument("--what", choices=("roofline", "pareto", "both"), default="both")
+    p.add_argument("--force", action="store_true", help="overwrite existing PNG files")
     p.add_argument("--method", default=None, choices=METHOD_CHOICES, help="timing method (default cold; cpu on CPU)")
     p.set_defaults(func=run_plot)
     return p
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    """Run ``qbench plot`` from parsed ``args``; returns the exit status (0 or 2)."""
+    """Run ``qbench plot`` from parsed ``args``; returns the exit status (0 or 2). Like ``qbench
+    run``, it never overwrites a file without ``--force``."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -230,6 +232,13 @@ def run_plot(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.suffix.lower() != ".png":
         print(f"qbench plot: -o must name a .png file, got {out}", file=sys.stderr)
+        return 2
+    targets = ([out] if args.what in ("roofline", "both") else []) + \
+              ([out.with_name(f"{out.stem}-pareto.png")] if args.what in ("pareto", "both") else [])
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not getattr(args, "force", False):
+        print(f"qbench plot: {', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
+              "pass --force to overwrite", file=sys.stderr)
         return 2
     out.parent.mkdir(parents=True, exist_ok=True)
     if note:

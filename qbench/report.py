@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``report`` subcommand to ``subparsers``; it sets ``func=run_report``."""
     p = subparsers.add_parser("report", help="show a result JSON as a table, CSV or JSON",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("result", help="result JSON written by qbench run")
+    p.add_argument("result", nargs="?", help="result JSON written by qbench run")
     p.add_argument("--format", default="simple",
                    help="table format (any tabulate format, markdown, csv, json); default simple")
     p.add_argument("--columns", help="comma-separated column keys; see the list in --help-columns")
@@ -67,6 +67,8 @@ def run_report(args: argparse.Namespace) -> int:
         for c in COLUMNS.values():
             print(f"{c.key:18} {c.header:16} {c.help}")
         return 0
+    if args.result is None:
+        return _fail("give a result JSON file (qbench report RESULT.json); --help-columns needs none")
     try:
         check_format(args.format)
         doc = read_results(args.result)

@@ -59,3 +59,17 @@ def test_bad_input_exit_2(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     assert run(str(FIXTURES / "schema_v99.json"), "-o", str(tmp_path / "r.png")) == 2
     assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(tmp_path / "r.svg")) == 2
+
+
+def test_existing_png_is_not_overwritten_without_force(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install 'qbench[plot]')")
+    out = tmp_path / "r.png"
+    (tmp_path / "r-pareto.png").write_bytes(b"mine")
+    assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(out)) == 2
+    err = capsys.readouterr().err
+    assert "r-pareto.png already exists" in err and "--force" in err and err.count("\n") == 1
+    assert (tmp_path / "r-pareto.png").read_bytes() == b"mine" and not out.exists()
+    # --what roofline does not touch the Pareto file, so it needs no --force
+    assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(out), "--what", "roofline") == 0
+    assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(out), "--force") == 0
+    assert (tmp_path / "r-pareto.png").read_bytes()[:4] == b"\x89PNG"

@@ -286,3 +286,10 @@ def test_markup_formats_print_the_table_alone(capsys, fmt):
     assert run(CUDA, "--by-m", "cold", "--format", fmt) == 0
     out = capsys.readouterr().out
     assert "by M" not in out.splitlines()[0] and "NVIDIA" not in out
+
+
+def test_help_columns_needs_no_file_but_a_report_does(capsys):
+    assert run("--help-columns") == 0
+    assert "stored_mib" in capsys.readouterr().out
+    assert run() == 2
+    assert "give a result JSON file" in capsys.readouterr().err
