@@ -291,10 +291,15 @@ def _death_reason(code: Optional[int], log_path: str, timeout: float) -> str:
     return f"{what}; last output: {last}" if last else what
 
 
-def _last_line(log_path: str) -> str:
+def log_tail(log_path: str, lines: int = 200) -> list[str]:
+    """The last ``lines`` non-blank lines of a worker log, stripped; ``[]`` if it cannot be read."""
     try:
         with open(log_path, encoding="utf-8", errors="replace") as f:
-            lines = [line.strip() for line in f.read().splitlines()[-200:] if line.strip()]
+            return [line.strip() for line in f.read().splitlines()[-lines:] if line.strip()]
     except OSError:
-        return ""
+        return []
+
+
+def _last_line(log_path: str) -> str:
+    lines = log_tail(log_path)
     return lines[-1][:240] if lines else ""

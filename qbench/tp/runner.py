@@ -28,7 +28,7 @@ import qbench
 from qbench import schemes
 from qbench.measure import failed_rows
 from qbench.results import write_results
-from qbench.runner import RunOutcome, finish, prepare, record
+from qbench.runner import RunOutcome, finish, log_tail, prepare, record
 from qbench.scenario import Scenario
 from qbench.tp import shard
 from qbench.tp.measure import tp_row
@@ -155,11 +155,7 @@ def run_job(scenario: Scenario, index: int, tp_size: int, split: str, dev, folde
 
 
 def _last_line(log_path: str) -> str:
-    try:
-        with open(log_path, encoding="utf-8", errors="replace") as f:
-            lines = [line.strip() for line in f.read().splitlines()[-200:] if line.strip()]
-    except OSError:
-        return ""
+    lines = log_tail(log_path)
     if not lines:
         return ""
     # torchrun ends with its own summary; the rank's exception line says more
