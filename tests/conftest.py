@@ -1,6 +1,8 @@
-"""Shared test helpers: small scenarios, the CUDA skip reason."""
+"""Shared test helpers: small scenarios, the CUDA skip reason, running one subcommand."""
 
 from __future__ import annotations
+
+import argparse
 
 import pytest
 import torch
@@ -16,3 +18,12 @@ def small_scenario_toml(schemes: list[str], m=(1, 4), k: int = 256, n: int = 128
     for s in schemes:
         lines += ["[[schemes]]", f'name = "{s}"']
     return "\n".join(lines) + "\n"
+
+
+def run_subcommand(module, name: str, *argv: str):
+    """Parse ``name ARGV`` with only ``module``'s subcommand registered (``module.register``) and
+    return what its handler returns (the exit status); argparse errors raise SystemExit(2)."""
+    parser = argparse.ArgumentParser()
+    module.register(parser.add_subparsers())
+    args = parser.parse_args([name, *argv])
+    return args.func(args)

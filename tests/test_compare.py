@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from qbench import compare
 from qbench.compare import compare_docs, verdict
 from qbench.results import read_results
+from tests.conftest import run_subcommand
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUN1, RUN2, RUN3 = (str(FIXTURES / f) for f in
@@ -18,10 +18,7 @@ RUN1, RUN2, RUN3 = (str(FIXTURES / f) for f in
 
 
 def run(*argv):
-    parser = argparse.ArgumentParser()
-    compare.register(parser.add_subparsers())
-    args = parser.parse_args(["compare", *argv])
-    return args.func(args)
+    return run_subcommand(compare, "compare", *argv)
 
 
 def test_noise_only_pair_is_all_same():

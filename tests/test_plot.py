@@ -3,7 +3,6 @@ one clear line and exit 2."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -11,15 +10,13 @@ import pytest
 
 from qbench import plot
 from qbench.results import read_results
+from tests.conftest import run_subcommand
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def run(*argv):
-    parser = argparse.ArgumentParser()
-    plot.register(parser.add_subparsers())
-    args = parser.parse_args(["plot", *argv])
-    return args.func(args)
+    return run_subcommand(plot, "plot", *argv)
 
 
 @pytest.mark.parametrize("fixture", ["cuda_run1.json", "cpu.json"])

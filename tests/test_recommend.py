@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 from qbench import recommend as rec_mod
 from qbench.recommend import pareto_front, recommend
 from qbench.results import read_results
+from tests.conftest import run_subcommand
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CUDA = read_results(FIXTURES / "cuda_run1.json")
@@ -19,10 +19,7 @@ CPU = read_results(FIXTURES / "cpu.json")
 
 
 def run(*argv):
-    parser = argparse.ArgumentParser()
-    rec_mod.register(parser.add_subparsers())
-    args = parser.parse_args(["recommend", *argv])
-    return args.func(args)
+    return run_subcommand(rec_mod, "recommend", *argv)
 
 
 def _picks(result):

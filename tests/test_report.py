@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -14,6 +13,7 @@ from qbench import report
 from qbench.render import FORMATS, MARKUP_FORMATS
 from qbench.results import read_results
 from qbench.sweep_report import crossover, m_ranges, render_crossover
+from tests.conftest import run_subcommand
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CUDA = str(FIXTURES / "cuda_run1.json")
@@ -21,10 +21,7 @@ CPU = str(FIXTURES / "cpu.json")
 
 
 def run(*argv):
-    parser = argparse.ArgumentParser()
-    report.register(parser.add_subparsers())
-    args = parser.parse_args(["report", *argv])
-    return args.func(args)
+    return run_subcommand(report, "report", *argv)
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
