@@ -24,6 +24,7 @@ Exit status: 0 when at least one M got a recommendation, 1 when none did, 2 on b
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Optional, Sequence
 
@@ -110,12 +111,13 @@ def recommend(doc: dict, max_rel_err: float, method: str = "cold") -> dict:
         groups.setdefault((r.get("m"), r.get("k"), r.get("n")), []).append(r)
     by_m = []
     for (m, k, n), rows in sorted(groups.items(), key=lambda kv: tuple(x or 0 for x in kv[0])):
-        lost, cands, points = [], [], []
+        lost, cands, points, stats = [], [], [], {}
         for r in rows:
             reason = _lose_reason(r, method, max_rel_err)
             point = _point(r, method)
             if point is not None:
                 points.append(point)
+                stats[point["scheme"]] = latency_stats(r, method)
             if reason is None:
                 cands.append(point)
             else:
@@ -125,14 +127,11 @@ def recommend(doc: dict, max_rel_err: float, method: str = "cold") -> dict:
         for c in cands[1:]:
             ratio = c["latency_us"] / pick["latency_us"]
             versus = f"{fmt_us(c['latency_us'])} µs vs {fmt_us(pick['latency_us'])} µs ({ratio:.2f}×"
-            if verdict(pick["_stats"], c["_stats"]) == "same":
+            if verdict(stats[pick["scheme"]], stats[c["scheme"]]) == "same":
                 pick["ties"].append(c["scheme"])
                 lost.append({"scheme": c["scheme"], "reason": f"same speed within noise: {versus}, p10–p90 overlap)"})
             else:
                 lost.append({"scheme": c["scheme"], "reason": f"slower: {versus})"})
-        for p in [pick, *points]:
-            if p is not None:
-                p.pop("_stats", None)
         by_m.append({"m": m, "k": k, "n": n, "pick": pick, "others": lost,
                      "pareto": sorted(pareto_front(points), key=lambda p: p["latency_us"])})
     return {"method": method, "max_rel_err": max_rel_err,
@@ -146,7 +145,7 @@ def _point(row: dict, method: str) -> dict | None:
     if not stats or err.get("nonfinite") or err.get("rel_fro") is None:
         return None
     return {"scheme": row.get("scheme"), "latency_us": stats["median"],
-            "rel_fro": err["rel_fro"], "stored_bytes": row.get("stored_bytes"), "_stats": stats}
+            "rel_fro": err["rel_fro"], "stored_bytes": row.get("stored_bytes")}
 
 
 _MIB = 2.0**-20
@@ -157,7 +156,6 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
     schemes with their reasons, and the Pareto front. ``fmt`` is any table format of
     :data:`qbench.render.FORMATS`; ``json`` gives the whole record instead."""
     if fmt == "json":
-        import json
         return json.dumps(rec, indent=2, ensure_ascii=False)
     method = rec["method"]
     lines = [f"budget rel_fro <= {rec['max_rel_err']:g}; latency = {method} median"
@@ -290,12 +288,13 @@ def run_recommend(args: argparse.Namespace) -> int:
             records.append((path, rec, note))
     if not summary_mode:
         if args.format == "json" and len(records) > 1:  # one JSON document, not several
-            import json
             print(json.dumps([{"file": path, **rec} for path, rec, _ in records], indent=2, ensure_ascii=False))
-        for i, (path, rec, note) in enumerate(records if args.format != "json" or len(records) == 1 else []):
-            if len(records) > 1:
+        elif len(records) == 1:
+            print(render_recommendation(records[0][1], args.format, records[0][2]))
+        else:
+            for i, (path, rec, note) in enumerate(records):
                 print(("\n" if i else "") + f"== {path}")
-            print(render_recommendation(rec, args.format, note))
+                print(render_recommendation(rec, args.format, note))
         return 0 if picked else 1
     if len(methods) > 1:
         return _fail(f"--summary needs one timing method, these files give {sorted(methods)}; pass --method")
@@ -304,7 +303,6 @@ def run_recommend(args: argparse.Namespace) -> int:
         for row in summary:  # two files of one scenario: name them by path
             row["scenario"] = row["file"]
     if args.format == "json":
-        import json
         print(json.dumps(summary, indent=2, ensure_ascii=False))
     else:
         if wants_prose(args.format):
