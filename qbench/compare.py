@@ -17,7 +17,7 @@ import sys
 
 from qbench.render import Column, check_format, render, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
-from qbench.results import ResultsError, latency_stats, read_results, resolve_method, METHOD_CHOICES
+from qbench.results import METHOD_CHOICES, ResultsError, latency_stats, read_results, resolve_method
 
 __all__ = ["compare_docs", "register", "render_compare", "run_compare", "verdict"]
 

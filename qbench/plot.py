@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from qbench.recommend import pareto_front
-from qbench.results import ResultsError, latency_stats, read_results, resolve_method, METHOD_CHOICES
+from qbench.results import METHOD_CHOICES, ResultsError, latency_stats, read_results, resolve_method
 
 __all__ = ["plot_pareto", "plot_roofline", "points", "register", "run_plot"]
 

@@ -16,7 +16,7 @@ import sys
 
 from qbench.render import COLUMNS, check_format, render, render_header, wants_prose
 from qbench.render.columns import resolve_columns
-from qbench.results import ResultsError, read_results, resolve_method, METHOD_CHOICES
+from qbench.results import METHOD_CHOICES, ResultsError, methods_present, read_results, resolve_method
 
 __all__ = ["register", "run_report", "sort_rows"]
 
@@ -91,7 +91,6 @@ def run_report(args: argparse.Namespace) -> int:
         return 0
 
     if args.by_m is not None:
-        from qbench.results import METHOD_CHOICES, methods_present
         from qbench.sweep_report import by_m, render_by_m
 
         if args.columns or args.sort:

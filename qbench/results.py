@@ -18,6 +18,7 @@ Errors are one line each and derive from :class:`ResultsError`.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -154,12 +155,10 @@ def read_results(path: str | os.PathLike) -> dict:
     return doc
 
 
+@functools.cache
 def _row_model():
     """The pydantic models of what the readers (report, compare, recommend, plot) rely on in a row;
     every other field is allowed and left alone. Built on first use (pydantic is imported late)."""
-    global _ROW_MODEL
-    if _ROW_MODEL is not None:
-        return _ROW_MODEL
     from typing import Literal, Optional
 
     from pydantic import BaseModel, ConfigDict, Field
@@ -186,11 +185,7 @@ def _row_model():
         error: Optional[_Error] = None
         stored_bytes: Optional[int] = Field(default=None, ge=0)
 
-    _ROW_MODEL = _Row
     return _Row
-
-
-_ROW_MODEL = None
 
 #: Fields beyond (scheme, M, K, N) that tell two rows of one file apart (tensor-parallel rows).
 ROW_IDENTITY_EXTRA = ("tp_size", "split")

@@ -291,13 +291,18 @@ def _m_values(raw: Any, source: str) -> tuple:
     return tuple(raw)
 
 
+def _under_table(table: str, key: str) -> str:
+    """Why a top-level ``key`` turned up inside ``[table]``, and the fix."""
+    return (f"in TOML a key written after the [{table}] header belongs to that table, so put "
+            f"'{key} = ...' above the first [table] header")
+
+
 def _misplaced(data: dict, key: str) -> str:
-    """`` (found 'layer.schemes': ...)`` when ``key`` is missing at the top level but a table has
-    it: in TOML a ``key = value`` line after a ``[table]`` header belongs to that table."""
+    """``; found 'layer.schemes': ...`` when ``key`` is missing at the top level but a table has
+    it (see :func:`_under_table`), else ``""``."""
     for name, value in data.items():
         if isinstance(value, dict) and key in value:
-            return (f"; found '{name}.{key}': in TOML a key written after the [{name}] header belongs to "
-                    f"that table, so put '{key} = ...' above the first [table] header")
+            return f"; found '{name}.{key}': {_under_table(name, key)}"
     return ""
 
 
@@ -487,8 +492,7 @@ def _as_scenario_error(exc: ValidationError, source: str, root: type[BaseModel],
         allowed = _allowed_keys(root, loc)
         hint = ""
         if len(loc) == 2 and isinstance(loc[-1], str) and loc[-1] in root.model_fields and not prefix:
-            hint = (f"; '{loc[-1]}' is a top-level key: in TOML a key written after the [{loc[0]}] header "
-                    f"belongs to that table, so put it above the first [table] header")
+            hint = f"; '{loc[-1]}' is a top-level key: {_under_table(loc[0], loc[-1])}"
         return ScenarioError(source, key, f"unknown key{what}" + (f"; allowed: {', '.join(allowed)}" if allowed else "") + hint)
     if kind == "missing":
         return ScenarioError(source, key, f"missing{what}: this key is required")
