@@ -104,6 +104,22 @@ def roofline(flop_count: int, byte_count: int, *, peak_tflops: float, bandwidth_
     return Roofline(max(compute_us, memory_us), compute_us, memory_us, bound, ridge)
 
 
+def hbm_floor_us(stored_bytes: int, bandwidth_gbps: float) -> float:
+    """HBM floor of one call, µs: ``stored_bytes / (bandwidth_gbps * 1e9) * 1e6``.
+
+    The time to read the layer's stored weight (payload + metadata + bias, bytes) once from device
+    memory at ``bandwidth_gbps`` (GB/s, 1e9 bytes/s): a call that streams its weight from HBM, as
+    in a decode step, cannot be faster (the activation and output terms of :func:`min_bytes` are
+    left out: in decode they are small and L2-resident). E.g. 33,554,432 B at 4,000 GB/s: 8.389 µs.
+
+    Raises:
+        ValueError: stored_bytes < 0 or bandwidth_gbps <= 0.
+    """
+    if stored_bytes < 0 or not bandwidth_gbps > 0:
+        raise ValueError(f"stored_bytes must be >= 0 and bandwidth_gbps > 0, got {stored_bytes}, {bandwidth_gbps}")
+    return stored_bytes / (bandwidth_gbps * 1e9) * 1e6
+
+
 def bits_per_weight(stored_bytes: int, k: int, n: int) -> float:
     """Stored bits per weight element: ``8 * stored_bytes / (k * n)`` (metadata included)."""
     _check_dims(k=k, n=n)

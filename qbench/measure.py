@@ -2,9 +2,13 @@
 
 Called by :mod:`qbench.worker` (one worker process per scheme, so a crash, a CUDA error or a
 broken CUDA graph capture only fails that scheme's rows). For each M: build inputs, run once and
-compare with the float64 reference, then time with every method the device allows. On CUDA the
-CUDA-graph method (``warm``) runs last, after every other method at every M, because a failed
-capture can leave the process's CUDA state (its RNG among it) broken.
+compare with the float64 reference, then time with every method the device allows (names and
+order from :mod:`qbench.timing.registry`). On CUDA the CUDA-graph methods (``warm``, then
+``stream``) run last, after every other method at every M, because a failed capture can leave the
+process's CUDA state (its RNG among it) broken; after one failed capture no other is attempted.
+
+``stream`` needs L distinct copies of the built layer (:func:`make_copies`): deep copies of the
+module, or the scheme built again from the same FP32 weight when a deep copy shares storage.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ def base_row(scenario: Scenario, entry: SchemeEntry, scheme: Scheme, m: int, dev
         "roofline_us": None, "roofline_bound": None, "roofline_source": None,
         "roofline_reason": None,
         "latency_us": {}, "latency_reasons": {}, "launch_overhead_us": None,
-        "roofline_fraction": None, "achieved_gbps": None, "achieved_tflops": None,
+        "roofline_fraction": None, "achieved_gbps": None, "achieved_tflops": None, "achieved_method": None,
+        "hbm_floor_us": None, "hbm_floor_fraction": None,
         "error": None, "dispatch": None, "gpu_state": None, "compile": None,
     }
 
@@ -81,16 +86,88 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
     except Exception as exc:  # the scheme could not be built here: a failed row, the run goes on
         return failed_rows(rows, "failed", f"build: {type(exc).__name__}: {exc}")
     built = time.perf_counter()
+    copies, stream_why = None, None
+    if "stream" in scenario.timing.methods:
+        try:
+            copies = make_copies(module, scheme, weight, bias, entry, book.stored_bytes, device)
+        except Exception as exc:  # no stream for this scheme; every other method still runs
+            stream_why = f"copies for stream: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+    copied = time.perf_counter()
     with torch.inference_mode():
         runner = _Runner(scenario, entry, scheme, module, weight, bias, book, device, ceilings)
+        runner.copies, runner.stream_why = copies, stream_why
         for row in rows:
             runner.measure(row)
-        if device.type == "cuda" and "warm" in scenario.timing.methods:
-            runner.measure_warm(rows)
+        if device.type == "cuda" and ({"warm", "stream"} & set(scenario.timing.methods)):
+            runner.measure_graphs(rows)
     for row in rows:
         finish_row(row, ceilings)
-        row["worker_phases_s"] = {"build": built - t0, "measure": time.perf_counter() - built}
+        row["worker_phases_s"] = {"build": built - t0, "copies": copied - built,
+                                  "measure": time.perf_counter() - copied}
     return rows
+
+
+class Copies:
+    """The L distinct copies of one built layer that ``stream`` calls in order.
+
+    Attributes:
+        modules: the eager modules, the original first (L of them).
+        plan: the :class:`~qbench.timing.stream.StreamPlan` (copy count and what it covers).
+        how: ``"deepcopy"`` or ``"rebuilt"`` (the scheme built again from the FP32 weight).
+    """
+
+    def __init__(self, modules: list, plan, how: str) -> None:
+        self.modules, self.plan, self.how = modules, plan, how
+
+
+def _storage_ptrs(scheme: Scheme, module: torch.nn.Module) -> set[int]:
+    return {part.tensor.untyped_storage().data_ptr() for part in scheme.parts(module)}
+
+
+def make_copies(module: torch.nn.Module, scheme: Scheme, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                entry: SchemeEntry, stored_bytes: int, device: torch.device) -> Copies:
+    """L distinct copies of ``module`` for ``stream`` (:func:`qbench.timing.stream.plan_copies`).
+
+    L x stored_bytes >= 4 x the cache (L2 on CUDA, the CPU's last-level cache), at least 4, at
+    most half the free memory. Each copy is ``copy.deepcopy(module)``; when that raises or the copy
+    shares a storage with the original (the ledger's parts), the scheme is built again from the
+    same FP32 ``weight`` (identical quantized values, new storage).
+
+    Raises:
+        StreamPlanError: fewer than 4 copies fit in memory (the reason goes on the rows).
+        RuntimeError: no cache size is readable, or a rebuilt copy still shares storage.
+    """
+    import copy
+
+    from qbench.memory import free_bytes
+    from qbench.timing import stream
+
+    if device.type == "cuda":
+        cache = int(torch.cuda.get_device_properties(device).L2_cache_size)
+    else:
+        cache = stream.last_level_cache_bytes()
+    if not cache:
+        raise RuntimeError(f"no cache size readable for {device}")
+    plan = stream.plan_copies(stored_bytes, cache, free_bytes(device))
+    original = _storage_ptrs(scheme, module)
+    modules, how = [module], "deepcopy"
+    for _ in range(plan.copies - 1):
+        dup = None
+        if how == "deepcopy":
+            try:
+                dup = copy.deepcopy(module)
+                if _storage_ptrs(scheme, dup) & original:
+                    dup, how = None, "rebuilt"
+            except Exception:  # a tensor subclass without deepcopy support: build again
+                dup, how = None, "rebuilt"
+        if dup is None:
+            dup = scheme.build(weight, bias, entry.options)
+            if _storage_ptrs(scheme, dup) & original:
+                raise RuntimeError("a rebuilt copy shares storage with the original layer")
+        modules.append(dup)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return Copies(modules, plan, how)
 
 
 def _have_compiler() -> bool:
@@ -115,9 +192,13 @@ class _Runner:
                 if hasattr(torch._dynamo.config, name):
                     setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
             self.module = torch.compile(module, dynamic=False)
+        self.eager_module = module
         self.settings = _settings(scenario)
         self.inputs: dict[int, torch.Tensor] = {}
         self.flusher = None
+        self.copies: Optional[Copies] = None
+        self.stream_why: Optional[str] = None
+        self._stream_calls: Optional[list] = None
 
     def _fn(self, x: torch.Tensor) -> Callable[[], Any]:
         module = self.module
@@ -154,8 +235,11 @@ class _Runner:
         if self.device.type == "cpu":
             self._time(row, "cpu", lambda: _timing().time_cpu(fn, self.settings))
             for method in self.scenario.timing.methods:
-                row["latency_us"][method] = None
-                row["latency_reasons"][method] = "CUDA method; this row ran on the CPU"
+                if method == "stream":
+                    self._measure_stream(row, x)
+                else:
+                    row["latency_us"][method] = None
+                    row["latency_reasons"][method] = "CUDA method; this row ran on the CPU"
         else:
             self._measure_cuda(row, fn)
         if self.compiled:
@@ -175,7 +259,9 @@ class _Runner:
             self._time(row, "eager", lambda: timing.time_eager(fn, self.settings))
         if "kernel" in methods:
             try:
-                profile = timing.profile_kernels(fn, self.settings)
+                if self.flusher is None:
+                    self.flusher = timing.L2Flusher(self.device, self.settings.flush_multiple)
+                profile = timing.profile_kernels(fn, self.settings, flusher=self.flusher)
                 prof = profile.to_dict()
                 row["latency_us"]["kernel"] = prof.get("kernel_us")
                 from qbench.dispatch import classify_dispatch
@@ -200,51 +286,100 @@ class _Runner:
             row["latency_us"][method] = None
             row["latency_reasons"][method] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 
-    def measure_warm(self, rows: list[dict]) -> None:
+    def _calls(self, x: torch.Tensor) -> list:
+        """One zero-argument call per copy on input ``x``; compiled schemes compile every copy with
+        the same options (Dynamo reuses the compiled code: recompilations are recorded)."""
+        if self._stream_calls is None:
+            mods = self.copies.modules
+            if self.compiled:
+                mods = [self.module] + [torch.compile(mod, dynamic=False) for mod in mods[1:]]
+            self._stream_calls = mods
+        return [(lambda mod=mod: mod(x)) for mod in self._stream_calls]
+
+    def _measure_stream(self, row: dict, x: torch.Tensor) -> None:
+        """``latency_us.stream``: STATS plus ``copies``, ``cache_multiple``, ``bounded_by``, ``how``
+        and, for compiled schemes, ``recompilations`` during the stream timing."""
+        if self.copies is None:
+            row["latency_us"]["stream"] = None
+            row["latency_reasons"]["stream"] = self.stream_why or "no copies were built"
+            return
         timing = _timing()
+        before = _graph_count()
+        calls = self._calls(x)
+        if self.device.type == "cpu":
+            stats = timing.time_stream_cpu(calls, self.settings)
+        else:
+            stats = timing.time_stream(calls, self.settings)
+        record = {**stats.to_dict(), **self.copies.plan.to_dict(), "how": self.copies.how}
+        if self.compiled:
+            record["recompilations"] = _graph_count() - before
+        row["latency_us"]["stream"] = record
+
+    def measure_graphs(self, rows: list[dict]) -> None:
+        """The CUDA-graph methods, last: ``warm`` then ``stream`` at every M. The first failed
+        capture ends all capturing in this process; later rows say "not attempted"."""
+        timing = _timing()
+        methods = [m for m in ("warm", "stream") if m in self.scenario.timing.methods]
         failure = None
         for row in rows:
             if row["status"] != "ok":
                 continue
-            if failure is not None:
-                row["latency_us"]["warm"] = None
-                row["latency_reasons"]["warm"] = f"not attempted: {failure}"
-            else:
-                x = self.inputs[row["m"]]
+            x = self.inputs[row["m"]]
+            for method in methods:
+                if failure is not None:
+                    row["latency_us"][method] = None
+                    row["latency_reasons"][method] = f"not attempted: {failure}"
+                    continue
                 try:
-                    row["latency_us"]["warm"] = timing.time_warm(self._fn(x), self.settings).to_dict()
+                    if method == "warm":
+                        row["latency_us"]["warm"] = timing.time_warm(self._fn(x), self.settings).to_dict()
+                    else:
+                        self._measure_stream(row, x)
                 except timing.GraphCaptureError as exc:
                     failure = f"CUDA graph capture failed at M={row['m']}: {exc}"
-                    row["latency_us"]["warm"] = None
-                    row["latency_reasons"]["warm"] = failure
+                    row["latency_us"][method] = None
+                    row["latency_reasons"][method] = failure
                 except Exception as exc:
                     failure = f"M={row['m']}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
-                    row["latency_us"]["warm"] = None
-                    row["latency_reasons"]["warm"] = failure
+                    row["latency_us"][method] = None
+                    row["latency_reasons"][method] = failure
             if row["dispatch"] is not None:
                 row["dispatch"]["graph_capturable"] = failure is None
 
 
 def finish_row(row: dict, ceilings: Optional[dict]) -> None:
-    """Derived fields: roofline (measured ceilings first, datasheet second), launch overhead,
-    roofline fraction and attained GB/s and TFLOP/s from the cold median (µs)."""
+    """Derived fields: roofline (measured ceilings first, datasheet second), the HBM floor, launch
+    overhead, and the roofline fraction and attained GB/s and TFLOP/s.
+
+    ``hbm_floor_us`` = stored bytes / memory bandwidth (the same ceiling as the roofline): no call
+    that reads its weight from HBM can be faster. ``hbm_floor_fraction`` = hbm_floor_us / stream
+    median (1.0 = at the floor). ``roofline_fraction``, ``achieved_gbps`` and ``achieved_tflops``
+    use the ``stream`` median when the row has one, else ``cold`` (``achieved_method`` says which).
+    """
     if row["status"] != "ok" or row["min_bytes"] is None:
         return
     peak, bandwidth, source, why = _ceiling(ceilings, row["compute_dtype"], row["device"])
     if peak and bandwidth:
         roof = formulas.roofline(row["flops"], row["min_bytes"], peak_tflops=peak, bandwidth_gbps=bandwidth)
         row.update(roofline_us=roof.time_us, roofline_bound=roof.bound, roofline_source=source)
+        if row.get("stored_bytes"):
+            row["hbm_floor_us"] = formulas.hbm_floor_us(row["stored_bytes"], bandwidth)
     else:
         row["roofline_reason"] = why
     lat = row["latency_us"]
     eager, kernel = (lat.get("eager") or {}).get("median"), (lat.get("kernel") or {}).get("median")
     if eager is not None and kernel is not None:
         row["launch_overhead_us"] = eager - kernel
-    cold = (lat.get("cold") or {}).get("median")
-    if cold:
+    stream = (lat.get("stream") or {}).get("median")
+    if stream and row["hbm_floor_us"] is not None:
+        row["hbm_floor_fraction"] = row["hbm_floor_us"] / stream
+    method = "stream" if stream else "cold"
+    time_us = (lat.get(method) or {}).get("median")
+    if time_us:
         if row["roofline_us"] is not None:
-            row["roofline_fraction"] = row["roofline_us"] / cold
-        row["achieved_gbps"], row["achieved_tflops"] = formulas.achieved(row["flops"], row["min_bytes"], cold)
+            row["roofline_fraction"] = row["roofline_us"] / time_us
+        row["achieved_gbps"], row["achieved_tflops"] = formulas.achieved(row["flops"], row["min_bytes"], time_us)
+        row["achieved_method"] = method
 
 
 def _ceiling(ceilings: Optional[dict], dtype: str, device: str) -> tuple[Optional[float], Optional[float], Optional[str], str]:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from qbench import SCHEMA_VERSION
+from qbench.timing import registry
 
 __all__ = [
     "ResultsError",
@@ -41,10 +42,12 @@ __all__ = [
     "write_results",
 ]
 
-#: CUDA timing methods, in the order tables show them (see ``docs/results-schema.md``).
-CUDA_METHODS = ("cold", "warm", "eager", "kernel")
-#: The one CPU timing method.
-CPU_METHOD = "cpu"
+#: CUDA timing methods, in the order tables show them (the registry, :mod:`qbench.timing.registry`).
+CUDA_METHODS = registry.CUDA_METHODS
+#: The CPU method every CPU row has (CPU rows may also have ``stream``).
+CPU_METHOD = registry.CPU_METHOD
+#: The method decisions read by default (``stream``: weights from HBM, graph-captured).
+DECISION_METHOD = registry.DECISION_METHOD
 
 
 class ResultsError(Exception):

@@ -21,8 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from qbench import schemes
 from qbench.schemes.base import SchemeOptions
+from qbench.timing import registry
 
-METHODS = ("cold", "warm", "eager", "kernel")
+METHODS = registry.SCENARIO_METHODS
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 #: Largest M a scenario may ask for (rows = batch x tokens).
 M_MAX = 1 << 20
@@ -66,7 +67,7 @@ class TimingSpec(_Frozen):
     budget_s: float = Field(default=2.0, gt=0, le=600)
     graph_calls: int = Field(default=20, ge=1, le=10_000)
     flush_multiple: int = Field(default=4, ge=1, le=64)
-    methods: tuple[Literal["cold", "warm", "eager", "kernel"], ...] = Field(default=METHODS, min_length=1)
+    methods: tuple[Literal[METHODS], ...] = Field(default=METHODS, min_length=1)
     scheme_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
 
     @field_validator("methods")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -14,6 +14,8 @@ from qbench.timing.stats import Stats, summarize
 
 #: record_function range name prefix marking call i ("qbench_call_3").
 CALL_PREFIX = "qbench_call_"
+#: record_function range name prefix marking the L2 flush before call i; its GPU work is dropped.
+FLUSH_PREFIX = "qbench_flush_"
 
 #: Host-side events that block the host on the GPU (aten ops and CUDA runtime calls as
 #: torch.profiler / kineto name them).
@@ -102,23 +104,27 @@ def work_kind(name: str) -> str:
 
 
 def split_by_call(
-    call_ranges: Sequence[tuple[float, float]], gpu_events: Sequence[TraceEvent]
+    call_ranges: Sequence[tuple[float, float]], gpu_events: Sequence[TraceEvent],
+    skip_ranges: Sequence[tuple[float, float]] = (),
 ) -> list[list[TraceEvent]]:
     """Assign each GPU event to the last call whose host range started before it.
 
-    Valid because the profiled loop synchronizes after every call: call i's GPU work
-    starts after call i's host range starts and ends before call i+1's starts. Events
-    before the first call are dropped. `call_ranges` must be in call order.
+    Valid because the profiled loop synchronizes after every call (and after every flush):
+    call i's GPU work starts after call i's host range starts and ends before the next range
+    starts. An event whose last preceding range is one of ``skip_ranges`` (the L2 flush
+    before a call) is dropped, as are events before the first range. `call_ranges` must be in
+    call order.
     """
-    starts = [s for s, _ in call_ranges]
-    per_call: list[list[TraceEvent]] = [[] for _ in starts]
+    marks = sorted([(s, i) for i, (s, _) in enumerate(call_ranges)] + [(s, None) for s, _ in skip_ranges],
+                   key=lambda t: t[0])
+    per_call: list[list[TraceEvent]] = [[] for _ in call_ranges]
     for ev in sorted(gpu_events, key=lambda e: e.start_us):
-        idx = None
-        for i, s in enumerate(starts):
+        owner, seen = None, False
+        for s, idx in marks:
             if s <= ev.start_us:
-                idx = i
-        if idx is not None:
-            per_call[idx].append(ev)
+                owner, seen = idx, True
+        if seen and owner is not None:
+            per_call[owner].append(ev)
     return per_call
 
 
@@ -162,11 +168,13 @@ def aggregate(per_call_gpu: Sequence[Sequence[TraceEvent]]) -> tuple[list[Kernel
     return entries, sums
 
 
-def _events(prof: torch.profiler.profile) -> tuple[list[tuple[float, float]], list[TraceEvent], list[TraceEvent]]:
-    """(call ranges in call order, CPU events, GPU events) from a finished profile."""
+def _events(prof: torch.profiler.profile) -> tuple[list[tuple[float, float]], list[tuple[float, float]],
+                                                   list[TraceEvent], list[TraceEvent]]:
+    """(call ranges in call order, flush ranges, CPU events, GPU events) from a finished profile."""
     from torch.autograd import DeviceType
 
     ranges: dict[int, tuple[float, float]] = {}
+    flushes: list[tuple[float, float]] = []
     cpu: list[TraceEvent] = []
     gpu: list[TraceEvent] = []
     for evt in prof.events():
@@ -177,27 +185,37 @@ def _events(prof: torch.profiler.profile) -> tuple[list[tuple[float, float]], li
             if not is_gpu:  # the GPU-side user annotation of the range is skipped
                 ranges[int(name[len(CALL_PREFIX):])] = (start, end)
             continue
+        if name.startswith(FLUSH_PREFIX):
+            if not is_gpu:
+                flushes.append((start, end))
+            continue
         if is_gpu:
             if getattr(evt, "is_user_annotation", False):
                 continue
             gpu.append(TraceEvent(name, start, end, True))
         else:
             cpu.append(TraceEvent(name, start, end, False))
-    return [ranges[i] for i in sorted(ranges)], cpu, gpu
+    return [ranges[i] for i in sorted(ranges)], flushes, cpu, gpu
 
 
-def profile_kernels(fn: Callable[[], object], settings: TimingSettings, calls: int = 10) -> KernelProfile:
-    """Profile ``calls`` calls of fn with torch.profiler (CPU + CUDA activities).
+def profile_kernels(fn: Callable[[], object], settings: TimingSettings, calls: Optional[int] = None,
+                    flusher: Optional[object] = None) -> KernelProfile:
+    """Profile ``calls`` calls of fn with torch.profiler (CPU + CUDA activities), L2 flushed.
 
-    After ``settings.warmup`` calls and a synchronize, each call runs inside a
-    ``record_function(f"qbench_call_{i}")`` range followed (outside the range, inside
-    the profile) by ``torch.cuda.synchronize()``. GPU events (kernels, memcpy, memset)
-    are grouped per call by time (:func:`split_by_call`).
+    After ``settings.warmup`` calls and a synchronize, each call is preceded by
+    ``flusher.flush()`` and a synchronize inside a ``record_function("qbench_flush_{i}")``
+    range (its GPU work is dropped), then runs inside a ``record_function(f"qbench_call_{i}")``
+    range followed (outside the range, inside the profile) by ``torch.cuda.synchronize()``.
+    GPU events (kernels, memcpy, memset) are grouped per call by time (:func:`split_by_call`).
+    So ``kernel_us`` is the sum of one call's kernel durations with the weight read from HBM
+    (the kernels themselves, no launch gaps, no host), comparable with ``cold``; without a
+    flusher the L2 is whatever the previous call left (hot for a weight smaller than L2).
 
     Args:
         fn: zero-argument callable enqueuing work on CUDA.
-        settings: warmup is used.
-        calls: calls profiled, >= 1.
+        settings: warmup is used; ``min_reps`` is the default number of calls.
+        calls: calls profiled, >= 1 (default ``settings.min_reps``).
+        flusher: an :class:`~qbench.timing.flush.L2Flusher`, or None for no flush.
 
     Returns:
         KernelProfile: kernels of one call (count, µs per call, kind), kernel_us Stats
@@ -209,6 +227,7 @@ def profile_kernels(fn: Callable[[], object], settings: TimingSettings, calls: i
             work at all (CUPTI unavailable, or fn does no GPU work).
     """
     require_cuda("profile_kernels")
+    calls = settings.min_reps if calls is None else calls
     if calls < 1:
         raise ValueError(f"profile_kernels: calls must be >= 1, got {calls}")
     for _ in range(settings.warmup):
@@ -217,13 +236,17 @@ def profile_kernels(fn: Callable[[], object], settings: TimingSettings, calls: i
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as prof:
         for i in range(calls):
+            if flusher is not None:
+                with torch.profiler.record_function(f"{FLUSH_PREFIX}{i}"):
+                    flusher.flush()
+                    torch.cuda.synchronize()
             with torch.profiler.record_function(f"{CALL_PREFIX}{i}"):
                 fn()
             torch.cuda.synchronize()
-    ranges, cpu, gpu = _events(prof)
+    ranges, flushes, cpu, gpu = _events(prof)
     if len(ranges) != calls:
         raise RuntimeError(f"profile_kernels: found {len(ranges)} call ranges, expected {calls}")
-    per_call = split_by_call(ranges, gpu)
+    per_call = split_by_call(ranges, gpu, flushes)
     if not any(per_call):
         raise RuntimeError(
             f"profile_kernels: torch.profiler recorded no GPU work in {calls} calls "
