@@ -82,6 +82,7 @@ def cold(fn, flush, sleep_cycles, reps=200):
 
 
 def cold_sync_samples(fn, flush, sleep_cycles, reps=50):
+    """Median cold time (µs) of a host-syncing fn: ``reps`` samples, each synchronized."""
     out = []
     s, e = events(1)[0]
     for _ in range(reps):
@@ -163,6 +164,31 @@ def main():
             "nosleep_synced": [cold_sync_samples(syncing, flush_read, 0) for _ in range(5)]}
     report["host_sync"] = sync
     print("host_sync", json.dumps(sync), flush=True)
+
+    try:  # the row that scattered: bitsandbytes LLM.int8 (host sync inside), M = 1
+        import bitsandbytes as bnb
+
+        lin = bnb.nn.Linear8bitLt(4096, 4096, bias=False, has_fp16_weights=False, threshold=6.0)
+        lin.weight = bnb.nn.Int8Params(torch.randn(4096, 4096, dtype=torch.float16) / 64,
+                                       requires_grad=False, has_fp16_weights=False)
+        lin = lin.to(dev)
+        xb = torch.randn(1, 4096, device=dev, dtype=torch.float16)
+        with torch.inference_mode():
+            bnb_call = lambda: lin(xb)  # noqa: E731
+            t0 = time.perf_counter()
+            for _ in range(20):
+                bnb_call()
+            torch.cuda.synchronize()
+            host_us = (time.perf_counter() - t0) / 20 * 1e6
+            busy = int(min(20_000.0, 2 * host_us + 20) / us_per_cycle)
+            report["host_sync_bnb"] = {
+                "eager_us": host_us,
+                "sleep": [cold_sync_samples(bnb_call, flush_read, busy) for _ in range(5)],
+                "nosleep_synced": [cold_sync_samples(bnb_call, flush_read, 0) for _ in range(5)],
+            }
+        print("host_sync_bnb", json.dumps(report["host_sync_bnb"]), flush=True)
+    except Exception as exc:
+        report["host_sync_bnb"] = {"error": f"{type(exc).__name__}: {exc}"}
 
     try:
         from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, quantize_

@@ -54,9 +54,18 @@ def _quantized(config_factory):
 
 
 class Fp8DynamicOptions(SchemeOptions):
-    """Options of ``fp8-dynamic``: ``granularity`` of the activation and weight scales."""
+    """Options of ``fp8-dynamic``: ``granularity`` of the activation and weight scales, and
+    ``kernel_preference``: torchao's ``KernelPreference`` for the activation quantization and the
+    GEMM. ``torch`` (the default here): eager aten ops quantize the activation (abs, amax, divide,
+    clamp, cast: 7 kernels) and ``torch._scaled_mm`` (cuBLAS) multiplies. ``mslk``: one Triton
+    kernel quantizes per row and mslk's CUTLASS ``f8f8bf16_rowwise`` multiplies (needs the
+    ``mslk-cuda`` package and SM90+). torchao's own default, AUTO, silently picks mslk when that
+    package is importable, so a row's kernels would depend on what happens to be installed; qbench
+    asks for one explicitly (H200, graph of 8 copies, M = 1: torch 28.3 µs, mslk 10.4 µs,
+    ``results/h200/cold-experiment.json``)."""
 
     granularity: Literal["per-row", "per-tensor"] = "per-row"
+    kernel_preference: Literal["torch", "mslk"] = "torch"
 
 
 class GroupOptions(SchemeOptions):
@@ -80,8 +89,24 @@ def _fp8_weight_only(options):
 def _fp8_dynamic(options):
     from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, PerTensor
 
+    from torchao.quantization.quantize_.common import KernelPreference
+
     granularity = PerRow() if options.granularity == "per-row" else PerTensor()
-    return Float8DynamicActivationFloat8WeightConfig(granularity=granularity)
+    preference = KernelPreference.MSLK if options.kernel_preference == "mslk" else KernelPreference.TORCH
+    return Float8DynamicActivationFloat8WeightConfig(granularity=granularity, kernel_preference=preference)
+
+
+def _fp8_dynamic_check(device: torch.device, options) -> Optional[str]:
+    """mslk needs its package and per-row scales (torchao 0.18 has no tensorwise mslk GEMM)."""
+    import importlib.util
+
+    if options.kernel_preference != "mslk":
+        return None
+    if importlib.util.find_spec("mslk") is None:
+        return "kernel_preference=mslk needs the mslk-cuda package (pip install mslk-cuda)"
+    if options.granularity != "per-row":
+        return "kernel_preference=mslk needs granularity=per-row (torchao 0.18 has no tensorwise mslk GEMM)"
+    return None
 
 
 def _int8_weight_only(options):
@@ -126,7 +151,7 @@ register(Scheme(
     name="fp8-dynamic", family="dynamic", weight_dtype="float8_e4m3fn", compute_dtype="fp8", nominal_bits=8,
     summary="torchao Float8DynamicActivationFloat8WeightConfig: e4m3 weight and dynamically quantized activations, FP8 GEMM",
     build=_quantized(_fp8_dynamic), parts=torchao_parts, options_model=Fp8DynamicOptions,
-    cuda_only=True, min_compute_capability=(8, 9), **_COMMON,
+    extra_check=_fp8_dynamic_check, cuda_only=True, min_compute_capability=(8, 9), **_COMMON,
 ))
 register(Scheme(
     name="int8-weight-only", family="weight-only", weight_dtype="int8", compute_dtype="bf16", nominal_bits=8,
