@@ -254,7 +254,10 @@ class _Runner:
         if "cold" in methods:
             if self.flusher is None:
                 self.flusher = timing.L2Flusher(self.device, self.settings.flush_multiple)
-            self._time(row, "cold", lambda: timing.time_cold(fn, self.settings, self.flusher))
+            host_sync = _cold_module().syncs_host(fn)
+            self._time(row, "cold", lambda: timing.time_cold(fn, self.settings, self.flusher, host_sync=host_sync))
+            if row["latency_us"].get("cold"):
+                row["latency_us"]["cold"]["launch"] = "exposed (host sync inside the call)" if host_sync else "hidden"
         if "eager" in methods:
             self._time(row, "eager", lambda: timing.time_eager(fn, self.settings))
         if "kernel" in methods:
@@ -417,6 +420,12 @@ def _timing():
     import qbench.timing as timing
 
     return timing
+
+
+def _cold_module():
+    import qbench.timing.cold as cold
+
+    return cold
 
 
 def _gpu_state_module():

@@ -83,8 +83,58 @@ def enqueue_us(fn: Callable[[], object], flusher: L2Flusher, trials: int = ENQUE
     return worst
 
 
-def time_cold(fn: Callable[[], object], settings: TimingSettings, flusher: L2Flusher) -> Stats:
+def syncs_host(fn: Callable[[], object]) -> bool:
+    """True when one call of ``fn`` blocks the host on the GPU (``.item()``, a DtoH copy, ...).
+
+    Runs fn once under ``torch.cuda.set_sync_debug_mode("error")``, which makes every
+    synchronizing CUDA call torch knows of raise (PyTorch docs, ``torch.cuda.set_sync_debug_mode``).
+    """
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        fn()
+    except RuntimeError as exc:
+        if "synchroniz" in str(exc):
+            return True
+        raise
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+        torch.cuda.synchronize()
+    return False
+
+
+def _time_cold_synced(fn: Callable[[], object], settings: TimingSettings, flusher: L2Flusher) -> Stats:
+    """Cold for a host-syncing fn: per sample flush, synchronize, start event, fn, end event,
+    synchronize. The GPU is idle when fn starts, so its launch is in the number, as in a real
+    loop, where fn's own sync drains the queue and the host launches the rest on an idle GPU."""
+    start, end = event_pairs(1)[0]
+
+    def sample_batch(n: int) -> list[float]:
+        out: list[float] = []
+        for _ in range(n):
+            flusher.flush()
+            torch.cuda.synchronize()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) * 1e3)
+        return out
+
+    samples, converged = collect(sample_batch, settings)
+    return summarize(samples, converged)
+
+
+def time_cold(fn: Callable[[], object], settings: TimingSettings, flusher: L2Flusher,
+              host_sync: bool = False) -> Stats:
     """GPU time of one call of ``fn`` with a cold L2, µs (method label ``cold``).
+
+    With ``host_sync`` (fn blocks the host inside; :func:`syncs_host`) the launch cannot be
+    hidden: each sample starts on an idle GPU after a flush and includes fn's host work
+    (:func:`_time_cold_synced`). A busy period before such a fn made its time depend on how
+    long the GPU slept (int8-bnb, H200: 138-441 µs over runs with the busy period, 197-206 µs
+    over five repeats without; ``results/h200/cold-experiment.json``, docs/methodology.md).
 
     Per sample, enqueued without waiting: ``torch.cuda._sleep(c)`` (keeps the GPU busy),
     ``flusher.flush()`` (L2 now holds the flush buffer, not the weight), start event,
@@ -114,6 +164,8 @@ def time_cold(fn: Callable[[], object], settings: TimingSettings, flusher: L2Flu
         flusher.flush()
         fn()
     torch.cuda.synchronize()
+    if host_sync:
+        return _time_cold_synced(fn, settings, flusher)
     cycles = busy_cycles(enqueue_us(fn, flusher), sleep_us_per_cycle())
     pool = event_pairs(min(settings.max_reps, 64))
 
