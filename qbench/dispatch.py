@@ -128,6 +128,24 @@ _GENERIC = {"BinaryFunctor", "BUnaryFunctor", "AUnaryFunctor", "gpu_kernel"}
 _MAX_NAME = 72
 
 
+def _mangled_identifiers(name: str, limit: int) -> list[str]:
+    """The first ``limit`` length-prefixed identifiers of an Itanium-mangled name, in order
+    (``_ZN12cutlass_mslk13device_kernelINS_4gemm...`` -> ``cutlass_mslk``, ``device_kernel``, ``gemm``)."""
+    out, i = [], 0
+    while i < len(name) and len(out) < limit:
+        match = re.compile(r"\d+").search(name, i)
+        if match is None:
+            break
+        length, start = int(match.group()), match.end()
+        ident = name[start:start + length]
+        if len(ident) == length and re.fullmatch(r"[A-Za-z_]\w*", ident):
+            out.append(ident)
+            i = start + length
+        else:
+            i = match.end()
+    return out
+
+
 def short_kernel(name: str) -> str:
     """A readable kernel name: ``void`` and namespaces dropped, long template argument lists
     replaced by the functor or kernel they name.
@@ -140,6 +158,11 @@ def short_kernel(name: str) -> str:
     s = name.strip()
     if re.match(r"^(Memcpy|Memset)\b", s):  # "Memcpy DtoH (Device -> Pinned)": keep whole
         return s
+    if s.startswith("_ZN"):  # an Itanium-mangled name (CUTLASS kernels of mslk): its first identifiers
+        names = _mangled_identifiers(s, 5)
+        if len(names) >= 2:
+            inner = "::".join(names[2:])
+            return "::".join(names[:2]) + (f"<{inner}>" if inner else "")
     s = s.replace("(anonymous namespace)::", "")
     s = re.sub(r"^void\s+", "", s)
     if s.startswith("std::enable_if<"):  # cuBLAS: "std::enable_if<..., void>::type internal::gemvx::kernel<...>"

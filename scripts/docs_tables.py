@@ -11,6 +11,11 @@ CUDA-graph (``warm``) method failed if it did, and the GPU kernels of one call w
 (``dispatch.kernels``; names shortened by :func:`short_kernel`, the full names are in the JSON).
 Where today's classifier labels those kernels differently from the file, both labels are shown.
 
+``headline FILE [SCHEME...]``: the README's headline table: per row of FILE (the SCHEMEs given,
+in that order; every ok row without them), stored MiB, bits per weight, the HBM floor (stored bytes
+/ measured bandwidth), the ``stream`` median and the floor as a share of it, then cold, warm, eager
+and kernel medians (µs), rel err and the three longest kernels (short names).
+
 ``repeatability FILE``: the output of ``scripts/repeatability.py``: per scheme and method, the
 medians of the runs (µs) and their CV (%).
 
@@ -144,12 +149,49 @@ def crosscheck_table(paths: Sequence[str]) -> str:
     return "\n".join(out).rstrip()
 
 
+def _sig(value, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}g}"
+
+
+def headline_table(path: str, schemes: Sequence[str] = ()) -> str:
+    """The README's headline rows of one result file (see the module docstring)."""
+    doc = read_results(path)
+    rows = [r for r in doc["rows"] if r.get("status") == "ok"]
+    if schemes:
+        by_name = {r["scheme"]: r for r in rows}
+        missing = [s for s in schemes if s not in by_name]
+        if missing:
+            raise KeyError(f"{path}: no ok row for {', '.join(missing)}")
+        rows = [by_name[s] for s in schemes]
+    body = []
+    for r in rows:
+        stream = _median(r, "stream")
+        floor = r.get("hbm_floor_us")
+        share = f"{100 * floor / stream:.0f} %" if stream and floor else "—"
+        if stream is None:
+            why = (r.get("latency_reasons") or {}).get("stream") or ""
+            stream_cell = "— (host sync)" if "capture" in why else "—"
+        else:
+            stream_cell = fmt_us(stream)
+        kernels = sorted((r.get("dispatch") or {}).get("kernels") or [], key=lambda k: -k["us"])[:3]
+        body.append([r["scheme"], f"{r['stored_bytes'] / 2**20:.2f}", f"{r['bits_per_weight']:.2f}",
+                     fmt_us(floor) if floor is not None else "—", stream_cell, share,
+                     fmt_us(_median(r, "cold")), fmt_us(_median(r, "warm")), fmt_us(_median(r, "eager")),
+                     fmt_us(_median(r, "kernel")), _sig((r.get("error") or {}).get("rel_fro"), 2),
+                     ", ".join(_code(short_kernel(k["name"])) for k in kernels)])
+    return _table(body, ["scheme", "stored MiB", "bits/w", "HBM floor", "stream", "floor/stream", "cold", "warm",
+                         "eager", "kernel", "rel err", "kernels (longest first)"], right=tuple(range(1, 11)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
     p = sub.add_parser("scheme", help="ledger and kernels of one scheme")
     p.add_argument("name")
     p.add_argument("files", nargs="+")
+    p = sub.add_parser("headline", help="the README's headline rows of one result file")
+    p.add_argument("file")
+    p.add_argument("schemes", nargs="*")
     p = sub.add_parser("repeatability", help="scripts/repeatability.py output as a table")
     p.add_argument("file")
     p = sub.add_parser("crosscheck", help="scripts/crosscheck_timing.py output as a table")
@@ -158,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.what == "scheme":
             text = scheme_tables(args.name, args.files)
+        elif args.what == "headline":
+            text = headline_table(args.file, args.schemes)
         elif args.what == "repeatability":
             text = repeatability_table(args.file)
         else:

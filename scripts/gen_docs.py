@@ -1,4 +1,4 @@
-"""Regenerate the generated blocks of docs/*.md from the committed result files.
+"""Regenerate the generated blocks of README.md and docs/*.md from the committed result files.
 
     python scripts/gen_docs.py            # rewrite every block (and every chart with --images)
     python scripts/gen_docs.py --check    # exit 1 with a diff when a block is out of date
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images", action="store_true", help="also redraw the charts (qbench plot)")
     parser.add_argument("files", nargs="*", type=Path, help="Markdown files (default: docs/*.md)")
     args = parser.parse_args(argv)
-    files = args.files or sorted(DOCS.glob("*.md"))
+    files = args.files or [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
     stale = 0
     try:
         for path in files:
