@@ -19,7 +19,7 @@ def _gen_docs():
 
 
 gen_docs = _gen_docs()
-DOCS = sorted((ROOT / "docs").glob("*.md"))
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def test_every_h200_table_is_generated():
