@@ -5,8 +5,8 @@
     python scripts/docs_tables.py crosscheck results/h200/crosscheck.json results/h200/crosscheck-first-run.json
 
 ``scheme NAME FILE...``: for registry scheme NAME (eager and compiled rows alike), the byte ledger
-of its first ``ok`` row (tensor, role, dtype, shape, bytes) and, per row of every FILE, the cold
-and kernel medians (µs), the dispatch label, whether a host sync happened inside the call, why the
+of its first ``ok`` row (tensor, role, dtype, shape, bytes) and, per row of every FILE, the stream,
+cold and kernel medians (µs), the dispatch label, whether a host sync happened inside the call, why the
 CUDA-graph (``warm``) method failed if it did, and the GPU kernels of one call with their µs
 (``dispatch.kernels``; names shortened by :func:`short_kernel`, the full names are in the JSON).
 Where today's classifier labels those kernels differently from the file, both labels are shown.
@@ -97,7 +97,8 @@ def scheme_tables(name: str, paths: Sequence[str]) -> str:
     body = []
     for p, r in rows:
         if r.get("status") != "ok":
-            body.append([r["scheme"], str(r["m"]), Path(p).name, "—", "—", r.get("status"), "—", "—", r.get("reason") or ""])
+            body.append([r["scheme"], str(r["m"]), Path(p).name, "—", "—", "—", r.get("status"), "—", "—",
+                         r.get("reason") or ""])
             continue
         d = r.get("dispatch") or {}
         label = d.get("label") or "—"
@@ -107,10 +108,11 @@ def scheme_tables(name: str, paths: Sequence[str]) -> str:
         kernels = "<br>".join(f"{_code(short_kernel(x['name']))}"
                               + (f" ×{x['count']:g}" if x.get("count", 1) != 1 else "")
                               + f" {x['us']:.1f}" for x in d.get("kernels") or [])
-        body.append([r["scheme"], str(r["m"]), Path(p).name, fmt_us(_median(r, "cold")), fmt_us(_median(r, "kernel")),
+        body.append([r["scheme"], str(r["m"]), Path(p).name, fmt_us(_median(r, "stream")),
+                     fmt_us(_median(r, "cold")), fmt_us(_median(r, "kernel")),
                      label, "yes" if d.get("host_sync") else "no", _graph_cell(r), kernels])
-    out.append(_table(body, ["row", "M", "file", "cold µs", "kernel µs", "dispatch", "host sync", "CUDA graph",
-                             "kernels of one call (µs each)"], right=(1, 3, 4)))
+    out.append(_table(body, ["row", "M", "file", "stream µs", "cold µs", "kernel µs", "dispatch", "host sync",
+                             "CUDA graph", "kernels of one call (µs each)"], right=(1, 3, 4, 5)))
     return "\n".join(out)
 
 
