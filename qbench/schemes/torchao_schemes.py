@@ -57,7 +57,7 @@ class Fp8DynamicOptions(SchemeOptions):
     """Options of ``fp8-dynamic``: ``granularity`` of the activation and weight scales, and
     ``kernel_preference``: torchao's ``KernelPreference`` for the activation quantization and the
     GEMM. ``torch`` (the default here): eager aten ops quantize the activation (abs, amax, divide,
-    clamp, cast: 7 kernels) and ``torch._scaled_mm`` (cuBLAS) multiplies. ``mslk``: one Triton
+    clamp, cast, scale: 8 kernels around the GEMM) and ``torch._scaled_mm`` (cuBLAS) multiplies. ``mslk``: one Triton
     kernel quantizes per row and mslk's CUTLASS ``f8f8bf16_rowwise`` multiplies (needs the
     ``mslk-cuda`` package and SM90+). torchao's own default, AUTO, silently picks mslk when that
     package is importable, so a row's kernels would depend on what happens to be installed; qbench
