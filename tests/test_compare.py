@@ -28,7 +28,7 @@ def test_noise_only_pair_is_all_same():
     assert {r["verdict"] for r in timed} == {"same"}
     assert not any(r["regression"] for r in recs)
     untimed = {(r["scheme"], r["m"]) for r in recs if r["verdict"] == "not comparable"}
-    assert untimed == {("w8a8-int8", 1), ("int4-weight-only", 1), ("int4-weight-only", 16),
+    assert untimed == {("w8a8-dynamic", 1), ("int4-weight-only", 1), ("int4-weight-only", 16),
                        ("int4-weight-only", 512)}
 
 
@@ -44,7 +44,7 @@ def test_slower_pair():
         assert by[("int8-weight-only", m)]["verdict"] == "slower"
         assert by[("int8-weight-only", m)]["regression"]
         assert by[("int8-weight-only", m)]["ratio"] == pytest.approx(1.45, rel=0.03)
-        assert by[("nf4", m)]["verdict"] == "faster"
+        assert by[("nf4-bnb", m)]["verdict"] == "faster"
         assert by[("tf32", m)]["verdict"] == "only in A"
         assert by[("int8-weight-only+compiled", m)]["verdict"] == "only in B"
     assert {r["scheme"] for r in recs if r["regression"]} == {"int8-weight-only"}

@@ -40,7 +40,7 @@ def test_points_attained_tflops():
     pts = {p["label"]: p for p in plot.points(read_results(FIXTURES / "cuda_run1.json"), "cold")}
     bf16 = pts["bf16 M=512"]
     assert bf16["tflops"] == pytest.approx(2 * 512 * 4096 * 4096 / 31.0 / 1e6)
-    assert "int4-weight-only M=1" not in pts and "w8a8-int8 M=1" not in pts
+    assert "int4-weight-only M=1" not in pts and "w8a8-dynamic M=1" not in pts
     assert pts["fp16 M=512"]["rel_fro"] is None  # non-finite: not placed on the error axis
 
 

@@ -33,12 +33,12 @@ def _reasons(result, m):
 
 def test_budget_001():
     r = recommend(CUDA, 0.01, "cold")
-    assert _picks(r) == {1: "bf16", 16: "w8a8-int8", 512: "w8a8-int8"}
+    assert _picks(r) == {1: "bf16", 16: "w8a8-dynamic", 512: "w8a8-dynamic"}
     why = _reasons(r, 1)
     assert why["int8-weight-only"] == "slower: 23.1 µs vs 11.0 µs (2.10×)"
-    assert why["nf4"] == "over error budget (rel_fro 0.092 > 0.01)"
-    assert why["fp8-rowwise"] == "over error budget (rel_fro 0.035 > 0.01)"
-    assert why["w8a8-int8"].startswith("failed: RuntimeError")
+    assert why["nf4-bnb"] == "over error budget (rel_fro 0.092 > 0.01)"
+    assert why["fp8-dynamic"] == "over error budget (rel_fro 0.035 > 0.01)"
+    assert why["w8a8-dynamic"].startswith("failed: RuntimeError")
     assert why["int4-weight-only"].startswith("skipped: torchao Int4WeightOnlyConfig")
     # fp16's [10.96, 11.83] µs overlaps bf16's p10-p90: a tie, named on the pick
     assert why["fp16"] == "same speed within noise: 11.2 µs vs 11.0 µs (1.02×, p10–p90 overlap)"
@@ -51,9 +51,9 @@ def test_budget_001():
 
 def test_budget_01():
     r = recommend(CUDA, 0.1, "cold")
-    assert _picks(r) == {1: "fp8-rowwise", 16: "fp8-rowwise", 512: "fp8-rowwise"}
-    assert _reasons(r, 16)["w8a8-int8"] == "same speed within noise: 8.90 µs vs 8.40 µs (1.06×, p10–p90 overlap)"
-    assert _reasons(r, 1)["nf4"] == "slower: 14.2 µs vs 8.10 µs (1.75×)"
+    assert _picks(r) == {1: "fp8-dynamic", 16: "fp8-dynamic", 512: "fp8-dynamic"}
+    assert _reasons(r, 16)["w8a8-dynamic"] == "same speed within noise: 8.90 µs vs 8.40 µs (1.06×, p10–p90 overlap)"
+    assert _reasons(r, 1)["nf4-bnb"] == "slower: 14.2 µs vs 8.10 µs (1.75×)"
 
 
 def test_tie_only_when_spreads_overlap():
@@ -85,7 +85,7 @@ def test_nonfinite_row_is_never_picked_even_when_fastest():
     row["latency_us"]["cold"]["median"] = 1.0
     row["error"]["rel_fro"] = 1e-4  # a runner that measured rel_fro over finite entries only
     r = recommend(doc, 0.01, "cold")
-    assert _picks(r)[512] == "w8a8-int8"
+    assert _picks(r)[512] == "w8a8-dynamic"
     assert _reasons(r, 512)["fp16"] == "non-finite outputs (12)"
     g512 = next(g for g in r["by_m"] if g["m"] == 512)
     assert "fp16" not in {p["scheme"] for p in g512["pareto"]}
@@ -95,7 +95,7 @@ def test_pareto_front_on_fixture_m1():
     g1 = recommend(CUDA, 0.01, "cold")["by_m"][0]
     front = {p["scheme"] for p in g1["pareto"]}
     # tf32 (19.5 µs, 4.6e-4, 64 MiB) is dominated by fp16 (11.2 µs, 2.9e-4, 32 MiB)
-    assert front == {"fp8-rowwise", "bf16", "fp16", "nf4", "fp32", "int8-weight-only"}
+    assert front == {"fp8-dynamic", "bf16", "fp16", "nf4-bnb", "fp32", "int8-weight-only"}
 
 
 def test_pareto_front_handmade():
@@ -129,10 +129,10 @@ def test_cpu_fallback_only_without_explicit_method(capsys):
 def test_cli_json_and_text(capsys):
     assert run(str(FIXTURES / "cuda_run1.json"), "--max-rel-err", "0.01", "--format", "json") == 0
     r = json.loads(capsys.readouterr().out)
-    assert _picks(r) == {1: "bf16", 16: "w8a8-int8", 512: "w8a8-int8"}
+    assert _picks(r) == {1: "bf16", 16: "w8a8-dynamic", 512: "w8a8-dynamic"}
     assert run(str(FIXTURES / "cuda_run1.json"), "--max-rel-err", "0.1") == 0
     out = capsys.readouterr().out
-    assert "M=1 (K=4096, N=4096): use fp8-rowwise" in out and "Pareto front" in out
+    assert "M=1 (K=4096, N=4096): use fp8-dynamic" in out and "Pareto front" in out
 
 
 @pytest.mark.parametrize("argv", [["--format", "csv"], ["--max-rel-err", "-1"]])
@@ -156,7 +156,7 @@ def test_summary_rows_hand_checked():
     assert r1["pick"] == "bf16" and r1["speedup"] == pytest.approx(1.0) and r1["ties"] == ["fp16"]
     r16 = rows[1]
     bf16_16 = next(r for r in CUDA["rows"] if r["scheme"] == "bf16" and r["m"] == 16)["latency_us"]["cold"]["median"]
-    assert r16["pick"] == "w8a8-int8"
+    assert r16["pick"] == "w8a8-dynamic"
     assert r16["speedup"] == pytest.approx(bf16_16 / r16["latency_us"])
     # a baseline that is not in the file leaves the column empty instead of failing
     assert all(r["baseline_us"] is None and r["speedup"] is None
@@ -168,7 +168,7 @@ def test_cli_summary_over_two_files(capsys, tmp_path):
     b = FIXTURES / "cuda_run2_noise.json"
     assert run(str(a), str(b), "--max-rel-err", "0.01", "--summary", "--format", "github") == 0
     out = capsys.readouterr().out
-    assert out.count("| w8a8-int8") >= 2 and "vs bf16" in out and "as fast within noise" in out
+    assert out.count("| w8a8-dynamic") >= 2 and "vs bf16" in out and "as fast within noise" in out
     assert run(str(a), str(b), "--max-rel-err", "0.01", "--summary", "--format", "json") == 0
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 6 and {r["m"] for r in rows} == {1, 16, 512}

@@ -38,7 +38,7 @@ def test_columns_sort_status(capsys):
                "--status", "ok") == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     colds = [float(r["cold"]) for r in rows]
-    assert colds == sorted(colds) and rows[0]["scheme"] == "fp8-rowwise"
+    assert colds == sorted(colds) and rows[0]["scheme"] == "fp8-dynamic"
     assert {r["scheme"] for r in rows}.isdisjoint({"int4-weight-only"})
     assert len(rows) == 23  # 27 rows - 3 skipped - 1 failed
 
@@ -103,12 +103,12 @@ def test_m_ranges(wins, sweep, want):
 def test_crossover_fixture():
     recs = {r["scheme"]: r for r in crossover(read_results(CUDA), "bf16", "cold")}
     assert "bf16" not in recs
-    assert recs["fp8-rowwise"]["wins"] == [1, 16, 512] and recs["fp8-rowwise"]["ranges"] == "1–512"
-    assert recs["w8a8-int8"]["wins"] == [16, 512] and recs["w8a8-int8"]["untimed"] == [1]
-    assert recs["w8a8-int8"]["ranges"] == "16–512"
+    assert recs["fp8-dynamic"]["wins"] == [1, 16, 512] and recs["fp8-dynamic"]["ranges"] == "1–512"
+    assert recs["w8a8-dynamic"]["wins"] == [16, 512] and recs["w8a8-dynamic"]["untimed"] == [1]
+    assert recs["w8a8-dynamic"]["ranges"] == "16–512"
     assert recs["fp16"]["wins"] == [] and recs["fp16"]["ranges"] == ""
     assert recs["int4-weight-only"]["untimed"] == [1, 16, 512]
-    assert recs["fp8-rowwise"]["best_ratio"] == pytest.approx(18.5 / 31.0)  # best at M=512
+    assert recs["fp8-dynamic"]["best_ratio"] == pytest.approx(18.5 / 31.0)  # best at M=512
 
 
 def test_crossover_handmade_with_gap():

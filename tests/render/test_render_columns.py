@@ -48,7 +48,7 @@ def test_known_values(cuda):
     assert COLUMNS["rel_err"].cell(bf16) == "2.30e-03"
     assert COLUMNS["sqnr"].cell(bf16) == "52.8"  # -20 log10(0.0023)
     assert COLUMNS["gflop"].value(bf16) == pytest.approx(2 * 4096 * 4096 * 1e-9)
-    nf4 = _row(cuda, "nf4", 1)
+    nf4 = _row(cuda, "nf4-bnb", 1)
     assert COLUMNS["meta_pct"].value(nf4) == pytest.approx(100 * 267268 / (8388608 + 267268))
     assert COLUMNS["kernels"].cell(nf4) == "kgemm_4bit_inference_naive, kDequantizeBlockwise"
     assert COLUMNS["cold_cv"].value(nf4) == pytest.approx(100 * nf4["latency_us"]["cold"]["cv"])
@@ -60,7 +60,7 @@ def test_skipped_failed_and_nonfinite_rows(cuda):
     assert COLUMNS["stored_mib"].cell(skipped) == DASH
     assert COLUMNS["status"].cell(skipped) == "skipped"
     assert "fbgemm" in COLUMNS["reason"].cell(skipped)
-    failed = _row(cuda, "w8a8-int8", 1)
+    failed = _row(cuda, "w8a8-dynamic", 1)
     assert COLUMNS["cold"].cell(failed) == DASH and COLUMNS["status"].cell(failed) == "failed"
     bad = _row(cuda, "fp16", 512)
     assert COLUMNS["rel_err"].cell(bad) == "NaN/Inf×12"

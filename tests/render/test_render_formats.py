@@ -24,7 +24,7 @@ COLUMN_SETS = [None, ["scheme", "m", "cold", "rel_err"], list(COLUMNS)]
 def test_every_format_and_column_set(fmt, columns):
     text = render(CUDA["rows"], columns, fmt)
     assert text and not text.endswith("\n")
-    assert "bf16" in text and "nf4" in text
+    assert "bf16" in text and "nf4-bnb" in text
     if fmt not in ("csv", "json", "tsv"):
         assert "int4-weight-only" in text
 
@@ -38,7 +38,7 @@ def test_table_shows_reasons_as_footnotes_after_a_blank_line():
     table, notes = text.split("\n\n")
     assert "fbgemm" not in table
     assert "int4-weight-only (M=1,16,512) skipped: torchao Int4WeightOnlyConfig" in notes
-    assert "w8a8-int8 (M=1) failed: RuntimeError" in notes
+    assert "w8a8-dynamic (M=1) failed: RuntimeError" in notes
     assert "NaN/Inf×12" in table
 
 
