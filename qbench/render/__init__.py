@@ -24,7 +24,8 @@ from qbench.render.columns import (
 from qbench.render.csv import render_csv
 from qbench.render.json import render_json
 from qbench.render.table import render_table
-from qbench.results import CPU_METHOD, CUDA_METHODS, methods_present
+from qbench.results import CPU_METHOD, DECISION_METHOD, methods_present
+from qbench.timing import registry
 
 __all__ = [
     "COLUMNS",
@@ -108,12 +109,42 @@ def _versions(env: dict) -> str:
     return ", ".join(parts)
 
 
+#: How the header names ``stream`` (the decision method) on each kind of device.
+_STREAM_GLOSS = {"cuda": "graph over weight copies > L2", "cpu": "copies > LLC"}
+
+
+def _times_line(rows: list[dict], env: dict) -> str:
+    """The ``times: ...`` line: the methods the rows have, in the registry's order, saying which
+    are CUDA timings; ``stream`` is glossed (on CUDA a graph over L weight copies that overflow
+    L2, on CPU copies that overflow the last-level cache: not a CUDA timing there)."""
+    methods = methods_present(rows)
+    if not methods:
+        return "times: none measured"
+    devices = [str(r.get("device") or "") for r in rows] + [str(env.get("device") or "")]
+    cuda_only = [m for m in methods if registry.METHODS.get(m) and not registry.METHODS[m].cpu]
+    on_cuda = bool(cuda_only) or any(d.startswith("cuda") for d in devices)
+    parts = []
+    if DECISION_METHOD in methods:
+        parts.append(f"{DECISION_METHOD} ({_STREAM_GLOSS['cuda' if on_cuda else 'cpu']})")
+    if cuda_only:
+        parts.append(f"CUDA {', '.join(cuda_only)}")
+    if CPU_METHOD in methods:
+        parts.append(CPU_METHOD if DECISION_METHOD in methods or cuda_only else
+                     "CPU wall clock (method cpu; no CUDA timings)")
+    parts += [m for m in methods if m not in registry.METHODS]  # a newer qbench's method
+    tail = "; CPU run, no CUDA timings" if not on_cuda and DECISION_METHOD in methods else ""
+    return f"times: {' + '.join(parts)}{tail}; µs per call, median"
+
+
 def render_header(doc: dict) -> str:
     """One or two lines describing a result document, plus a warning line when the document
     says ``complete: false``:
 
     ``NVIDIA H200 (cuda:0, sm 9.0) | torch 2.11.0+cu130, torchao 0.18.0, bitsandbytes 0.50.2``
-    ``times: CUDA cold, warm, eager, kernel (µs, median per call)``
+    ``times: stream (graph over weight copies > L2) + CUDA cold, warm, eager, kernel; µs per call, median``
+
+    (a CPU run: ``times: stream (copies > LLC) + cpu; CPU run, no CUDA timings; ...``; a file
+    written before ``stream`` existed: ``times: CUDA cold, warm, eager, kernel; ...``).
     """
     env = doc.get("env") or {}
     device = env.get("device") or DASH
@@ -122,18 +153,7 @@ def render_header(doc: dict) -> str:
     cc = env.get("compute_capability")
     where += f", sm {cc[0]}.{cc[1]})" if cc else ")"
     where = where.replace(" ()", "")
-    lines = [f"{where} | {_versions(env)}"]
-
-    methods = methods_present(doc.get("rows") or [])
-    cuda = [m for m in methods if m in CUDA_METHODS]
-    times = []
-    if cuda:
-        times.append(f"CUDA {', '.join(cuda)}")
-    if CPU_METHOD in methods:
-        times.append("CPU wall clock (method cpu; no CUDA timings)" if not cuda else "CPU cpu")
-    lines.append(
-        f"times: {' + '.join(times)}; µs per call, median" if times else "times: none measured"
-    )
+    lines = [f"{where} | {_versions(env)}", _times_line(doc.get("rows") or [], env)]
     if doc.get("complete") is False:
         lines.append("WARNING: incomplete result (complete: false): the run was interrupted or "
                      "is in progress; rows may be missing")

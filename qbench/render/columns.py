@@ -11,7 +11,10 @@ column or the table's footnotes) says why. A row whose output had non-finite val
 ``NaN/Inf×<count>`` in the ``rel_err`` column instead of an error figure.
 
 Latency columns read exactly one method each (``cold`` reads ``latency_us.cold``), so a CPU time
-is never shown under a CUDA header: CPU results carry only ``latency_us.cpu``.
+is never shown under a CUDA header. They are generated from the timing registry
+(:data:`qbench.timing.registry.METHODS`: one column per method, its ``includes`` line as the
+help), as are their ``_cv``, ``_p10`` and ``_p90`` columns; ``hbm_floor_us`` and ``floor_pct``
+put the ``stream`` time against the HBM floor (stored bytes / measured bandwidth).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from qbench.results import CPU_METHOD, CUDA_METHODS, methods_present
+from qbench.results import CPU_METHOD, methods_present
+from qbench.timing import registry
 
 __all__ = [
     "COLUMNS",
@@ -216,27 +220,37 @@ _CATALOGUE: list[Column] = [
     Column("bound", "bound", _get("roofline_bound"), help="memory or compute"),
     Column("roofline_source", "ceilings", _get("roofline_source"), help="measured or datasheet"),
     *[
-        Column(m, f"{m} µs", _latency(m), fmt_us, True, f"median of latency_us.{m}; * = noisy (cv > 25 %)",
+        Column(m, f"{m} µs", _latency(m), fmt_us, True,
+               f"median of latency_us.{m}: {info.includes}; * = noisy (cv > {NOISY_CV:.0%})",
                cell_override=_latency_cell(m))
-        for m in (*CUDA_METHODS, CPU_METHOD)
+        for m, info in registry.METHODS.items()
     ],
     *[
         Column(f"{m}_cv", f"{m} cv %", _pct(_latency(m, "cv")), fmt_num(".1f"), True,
                f"stdev/mean of latency_us.{m}")
-        for m in (*CUDA_METHODS, CPU_METHOD)
+        for m in registry.METHODS
     ],
     *[
         Column(f"{m}_{p}", f"{m} {p} µs", _latency(m, p), fmt_us, True)
-        for m in (*CUDA_METHODS, CPU_METHOD)
+        for m in registry.METHODS
         for p in ("p10", "p90")
     ],
+    Column("stream_copies", "stream copies", _latency("stream", "copies"), fmt_num("d"), True,
+           "L: distinct weight copies the stream graph (CPU: loop) calls in order (latency_us.stream.copies)"),
+    Column("hbm_floor_us", "HBM floor µs", _get("hbm_floor_us"), fmt_us, True,
+           "stored bytes / measured memory bandwidth: no call that reads its weight from HBM is faster"),
+    Column("floor_pct", "floor %", _pct(_get("hbm_floor_fraction")), fmt_num(".0f"), True,
+           "HBM floor / stream median (100 = at the floor)"),
     Column("launch_us", "launch µs", _get("launch_overhead_us"), fmt_us, True,
            "eager median - kernel median"),
     Column("roofline_pct", "roofline %", _pct(_get("roofline_fraction")), fmt_num(".0f"), True,
-           "roofline / cold median"),
-    Column("gbps", "GB/s", _get("achieved_gbps"), fmt_num(".0f"), True, "min bytes / cold median"),
+           "roofline / median of achieved_method (stream; cold on rows without stream)"),
+    Column("gbps", "GB/s", _get("achieved_gbps"), fmt_num(".0f"), True,
+           "min bytes / median of achieved_method (stream; cold on rows without stream)"),
     Column("tflops", "TFLOP/s", _get("achieved_tflops"), fmt_num(".1f"), True,
-           "FLOPs / cold median"),
+           "FLOPs / median of achieved_method (stream; cold on rows without stream)"),
+    Column("achieved_method", "rates from", _get("achieved_method"),
+           help="the method roofline %, GB/s and TFLOP/s divide by"),
     Column("rel_err", "rel err", _get("error", "rel_fro"), fmt_num(".3g"), True,
            "relative Frobenius error vs float64", cell_override=_rel_err_cell),
     Column("max_abs", "max abs err", _get("error", "max_abs"), fmt_num(".3g"), True),
@@ -251,28 +265,55 @@ _CATALOGUE: list[Column] = [
     Column("host_sync", "host sync", _get("dispatch", "host_sync")),
     Column("graph_ok", "graph ok", _get("dispatch", "graph_capturable")),
     Column("clock_dropped", "clock dropped", _get("gpu_state", "clock_dropped")),
-    Column("compile_s", "compile s", _get("compile", "compile_s"), fmt_num(".1f"), True),
+    Column("compile_s", "compile s", _get("compile", "first_call_s"), fmt_num(".1f"), True,
+           "first call of a compiled scheme: compile + run (compile.first_call_s)"),
 ]
 
 #: key -> Column, in catalogue order.
 COLUMNS: dict[str, Column] = {c.key: c for c in _CATALOGUE}
 
 _COMMON_HEAD = ["scheme", "m", "stored_mib", "meta_pct", "bits_per_weight", "ai", "roofline_us"]
-_CUDA_DEFAULT = ["cold", "warm", "eager"]
+#: Methods a table shows only when asked (``--columns``): ``kernel`` is a profiler sum without the
+#: gaps between kernels, a diagnostic rather than a time a caller sees.
+_ASKED_ONLY = frozenset({"kernel"})
+#: The columns that put the stream time against the HBM floor (CUDA rows).
+_FLOOR = ["hbm_floor_us", "floor_pct"]
+
+
+def _knows(rows: Sequence[dict], method: str) -> bool:
+    """Whether ``rows`` were timed with ``method`` at all: some row names it under ``latency_us``
+    (STATS or null) or ``latency_reasons``. Files written before a method existed do not."""
+    return any(method in (r.get("latency_us") or {}) or method in (r.get("latency_reasons") or {})
+               for r in rows)
+
+
+def _is_cuda(rows: Sequence[dict]) -> bool:
+    """Rows of a CUDA run: a CUDA device, or a time of a method that runs on CUDA only."""
+    present = methods_present(list(rows))
+    cuda_only = [m for m, info in registry.METHODS.items() if info.cuda and not info.cpu]
+    return any(m in present for m in cuda_only) or any(str(r.get("device", "")).startswith("cuda") for r in rows)
 
 
 def default_columns(rows: Sequence[dict]) -> list[str]:
-    """Default column keys for ``qbench run``'s table over ``rows``.
+    """Default column keys for ``qbench run``'s and ``qbench report``'s table over ``rows``.
 
-    CUDA results get ``cold warm eager`` µs; CPU results (``latency_us.cpu`` only) get ``cpu``
-    instead, so a CPU time never sits under a CUDA header. A file with both shows both.
+    CUDA results get the registry's CUDA methods in its order (``stream cold warm eager``; not
+    ``kernel``, which ``--columns`` adds), then ``hbm_floor_us`` and ``floor_pct``; CPU results get
+    ``stream`` beside ``cpu``, so a CPU time never sits under a CUDA-only header. A method (and
+    the floor) is left out when no row was timed with it at all: a file written before ``stream``
+    existed shows ``cold warm eager`` (CUDA) or ``cpu`` (CPU), as it did. No rows: every default.
     """
-    present = methods_present(list(rows))
-    devices = {str(r.get("device", "")) for r in rows}
-    cuda = any(m in present for m in CUDA_METHODS) or any(d.startswith("cuda") for d in devices)
-    cpu = CPU_METHOD in present or (not cuda and bool(rows))
-    times = (_CUDA_DEFAULT if cuda or not rows else []) + ([CPU_METHOD] if cpu else [])
-    return [*_COMMON_HEAD, *times, "rel_err", "status"]
+    rows = list(rows)
+    cuda = _is_cuda(rows)
+    cpu = CPU_METHOD in methods_present(rows) or (not cuda and bool(rows))
+    times: list[str] = []
+    for m, info in registry.METHODS.items():
+        if m in _ASKED_ONLY or (rows and not _knows(rows, m)):
+            continue
+        if ((cuda or not rows) and info.cuda) or (cpu and info.cpu):
+            times.append(m)
+    floor = _FLOOR if (cuda or not rows) and (not rows or any("hbm_floor_us" in r for r in rows)) else []
+    return [*_COMMON_HEAD, *times, *floor, "rel_err", "status"]
 
 
 def resolve_columns(columns: Iterable[str | Column] | None, rows: Sequence[dict]) -> list[Column]:

@@ -15,6 +15,7 @@ from typing import Sequence
 from tabulate import tabulate
 
 from qbench.render.columns import NOISY_CV, Column
+from qbench.timing import registry
 
 __all__ = ["render_table", "footnotes"]
 
@@ -35,7 +36,8 @@ def footnotes(rows: Sequence[dict]) -> list[str]:
     ]
 
 
-_LATENCY_KEYS = ("cold", "warm", "eager", "kernel", "cpu")
+#: Columns whose cells carry the ``*`` noisy mark: one per timing method of the registry.
+_LATENCY_KEYS = frozenset(registry.METHODS)
 
 
 def render_table(rows: Sequence[dict], columns: Sequence[Column], tablefmt: str = "simple") -> str:

@@ -88,3 +88,61 @@ def test_unknown_column_names_bad_and_allowed():
         resolve_columns(["scheme", "latency"], [])
     msg = str(exc.value)
     assert "'latency'" in msg and "cold" in msg and "\n" not in msg
+
+
+# ---- stream and the HBM floor ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def stream():
+    return read_results(FIXTURES / "cuda_stream.json")
+
+
+@pytest.fixture(scope="module")
+def cpu_stream():
+    return read_results(FIXTURES / "cpu_stream.json")
+
+
+def test_method_columns_come_from_the_registry():
+    from qbench.timing import registry
+
+    for name, info in registry.METHODS.items():
+        for key in (name, f"{name}_cv", f"{name}_p10", f"{name}_p90"):
+            assert key in COLUMNS, key
+        assert COLUMNS[name].header == f"{name} µs" and info.includes in COLUMNS[name].help
+
+
+def test_default_columns_with_stream(stream, cpu_stream):
+    tail = lambda cols: cols[cols.index("roofline_us") + 1:]  # noqa: E731
+    assert tail(default_columns(stream["rows"])) == ["stream", "cold", "warm", "eager", "hbm_floor_us", "floor_pct",
+                                                     "rel_err", "status"]
+    assert tail(default_columns(cpu_stream["rows"])) == ["stream", "cpu", "rel_err", "status"]
+    assert tail(default_columns([])) == ["stream", "cold", "warm", "eager", "hbm_floor_us", "floor_pct",
+                                         "rel_err", "status"]
+
+
+def test_stream_and_floor_values(stream, cpu_stream):
+    bf16 = _row(stream, "bf16", 1)
+    floor = 32 * 2**20 / 4310e3  # stored bytes over the fixture's measured 4310 GB/s, in µs
+    assert COLUMNS["stream"].cell(bf16) == "9.40" and COLUMNS["stream"].value(bf16) == 9.4
+    assert COLUMNS["hbm_floor_us"].value(bf16) == pytest.approx(floor)
+    assert COLUMNS["hbm_floor_us"].header == "HBM floor µs" and COLUMNS["floor_pct"].header == "floor %"
+    assert COLUMNS["floor_pct"].value(bf16) == pytest.approx(100 * floor / 9.4)
+    assert COLUMNS["stream_copies"].value(bf16) == 8  # 4 x 60 MiB of L2 over 32 MiB copies: 7.5 -> 8
+    assert COLUMNS["achieved_method"].value(bf16) == "stream"
+    sync = _row(stream, "w8a8-dynamic", 1)
+    assert COLUMNS["stream"].cell(sync) == DASH and COLUMNS["floor_pct"].cell(sync) == DASH
+    assert COLUMNS["achieved_method"].value(sync) == "cold"
+    assert COLUMNS["compile_s"].value(_row(stream, "int8-weight-only+compiled", 1)) == 14.2
+    cpu_fp32 = _row(cpu_stream, "fp32", 1)
+    assert COLUMNS["stream"].value(cpu_fp32) == 251.0 and COLUMNS["cpu"].value(cpu_fp32) == 60.9
+    assert COLUMNS["hbm_floor_us"].cell(cpu_fp32) == DASH
+    assert COLUMNS["stream_copies"].value(cpu_fp32) == 32  # 4 x 32 MiB of LLC over 4 MiB copies
+
+
+def test_noisy_stream_cell_is_marked():
+    from qbench.render import render
+
+    row = {"scheme": "bf16", "m": 1, "k": 8, "n": 8, "status": "ok",
+           "latency_us": {"stream": {"median": 9.4, "p10": 5.0, "p90": 15.0, "cv": 0.4}}}
+    assert COLUMNS["stream"].cell(row) == "9.40*"
+    assert "* noisy" in render([row], ["scheme", "stream", "status"], "simple")

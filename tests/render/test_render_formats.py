@@ -103,3 +103,14 @@ def test_header_cuda_cpu_and_incomplete():
     partial = dict(CUDA, complete=False)
     lines = render_header(partial).splitlines()
     assert len(lines) == 3 and "WARNING" in lines[2] and "complete: false" in lines[2]
+
+
+def test_header_names_stream_per_device():
+    stream = read_results(FIXTURES / "cuda_stream.json")
+    cpu_stream = read_results(FIXTURES / "cpu_stream.json")
+    assert render_header(stream).splitlines()[1] == (
+        "times: stream (graph over weight copies > L2) + CUDA cold, warm, eager, kernel; µs per call, median")
+    line = render_header(cpu_stream).splitlines()[1]
+    assert line == "times: stream (copies > LLC) + cpu; CPU run, no CUDA timings; µs per call, median"
+    assert "CUDA stream" not in line
+    assert render_header({"rows": []}).splitlines()[1] == "times: none measured"
