@@ -6,6 +6,11 @@ compare, the runs' own noise is the threshold: when the [p10, p90] intervals of 
 verdict is ``same``; otherwise ``faster`` or ``slower`` by the medians. Rows in only one file are
 listed as ``only in A`` / ``only in B``; rows not timed in either file get ``not comparable``.
 
+Without ``--method`` both files are read by ``stream`` (the decision method); a file without any
+stream time (written before it existed) falls back to ``cold`` (or ``cpu``), and when the two
+files then resolve to different methods the first of stream, cold, cpu that both have is used,
+said in the output.
+
 Exit status: 1 when some row is ``slower`` with ratio > ``--threshold`` (default 1.05), else 0;
 2 on bad input (unreadable file, unknown format).
 """
@@ -17,9 +22,31 @@ import sys
 
 from qbench.render import Column, check_format, render, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
-from qbench.results import METHOD_CHOICES, ResultsError, latency_stats, read_results, resolve_method
+from qbench.results import (
+    DECISION_METHOD,
+    FALLBACK_METHODS,
+    METHOD_CHOICES,
+    ResultsError,
+    latency_stats,
+    methods_present,
+    read_results,
+    resolve_method,
+)
+from qbench.timing import registry
 
-__all__ = ["compare_docs", "register", "render_compare", "run_compare", "verdict"]
+__all__ = ["UNUSABLE", "capture_failure", "compare_docs", "register", "render_compare", "run_compare",
+           "unusable_note", "verdict"]
+
+#: What a scheme is called whose ``ok`` row has no time for a graph-captured method because its
+#: call cannot be captured in a CUDA graph (a host sync: ``.item()``, a device-to-host copy).
+UNUSABLE = "unusable in a graph-captured decode loop"
+
+#: Words of ``latency_reasons.<method>`` that say the call was not captured: the capture failed
+#: (qbench.measure writes "CUDA graph capture failed at M=...") or was not attempted after an
+#: earlier failure of the same worker ("not attempted: ..."), or the call syncs with the host.
+#: Not a bare "capture": tensor-parallel rows say "do not time stream yet (graph-captured call +
+#: collective)", which is not the scheme's fault.
+_CAPTURE_WORDS = ("capture failed", "cannot be captured", "host sync", "not attempted")
 
 Key = tuple
 
@@ -52,7 +79,41 @@ def verdict(a: dict, b: dict) -> str:
     return "faster" if b["median"] < a["median"] else "slower"
 
 
-def compare_docs(a: dict, b: dict, method: str = "cold", threshold: float = 1.05) -> list[dict]:
+def capture_failure(row: dict, method: str) -> str | None:
+    """Why ``row`` has no ``method`` time when the reason is that its call cannot be captured in a
+    CUDA graph, else ``None``.
+
+    That is: the row is ``ok``, ``method`` needs a capture (``stream`` and ``warm``, the
+    registry's ``needs_capture``), its STATS are null and ``latency_reasons[method]`` says the
+    capture failed or cannot be done, mentions a host sync, or says "not attempted". Such a scheme cannot run in a decode engine's
+    graph-captured step at all (:data:`UNUSABLE`); its eager time is what it costs outside one.
+    """
+    info = registry.METHODS.get(method)
+    if info is None or not info.needs_capture or row.get("status") != "ok":
+        return None
+    if latency_stats(row, method) is not None:
+        return None
+    why = (row.get("latency_reasons") or {}).get(method) or ""
+    return why if any(word in why.lower() for word in _CAPTURE_WORDS) else None
+
+
+def unusable_note(pairs: list[tuple[str, int]], method: str) -> str | None:
+    """One line naming the schemes (with their M values) that :func:`capture_failure` found, from
+    ``(scheme, M)`` pairs in first-seen order; ``None`` when there are none."""
+    by_scheme: dict[str, list] = {}
+    for scheme, m in pairs:
+        ms = by_scheme.setdefault(scheme, [])
+        if m not in ms:
+            ms.append(m)
+    if not by_scheme:
+        return None
+    names = ", ".join(f"{s} (M={','.join(str(m) for m in sorted(ms, key=lambda v: (v is None, v)))})"
+                      for s, ms in by_scheme.items())
+    return (f"{UNUSABLE} (no {method} time: the call cannot be captured in a CUDA graph, "
+            f"e.g. a host sync): {names}")
+
+
+def compare_docs(a: dict, b: dict, method: str = DECISION_METHOD, threshold: float = 1.05) -> list[dict]:
     """Compare result documents ``a`` (before) and ``b`` (after) row by row.
 
     Returns one record per (scheme, m, k, n) in either file, A's order first then B-only rows:
@@ -93,6 +154,8 @@ def compare_docs(a: dict, b: dict, method: str = "cold", threshold: float = 1.05
 def _why(row: dict, method: str) -> str:
     if row.get("status") != "ok":
         return f"{row.get('status')}: {row.get('reason') or 'no reason given'}"
+    if capture_failure(row, method):
+        return UNUSABLE
     reason = (row.get("latency_reasons") or {}).get(method)
     return f"no {method} latency" + (f" ({reason})" if reason else "")
 
@@ -122,8 +185,12 @@ def _columns(method: str) -> list[Column]:
 
 def render_compare(records: list[dict], method: str, fmt: str = "simple") -> str:
     """Render :func:`compare_docs`'s records in any :data:`qbench.render.FORMATS` format; a
-    regression's verdict is marked ``slower !`` in tables."""
-    return render(records, _columns(method), fmt)
+    regression's verdict is marked ``slower !`` in tables. CSV and JSON carry the ``method`` on
+    every record (their headers are keys, which do not name it)."""
+    cols = _columns(method)
+    if fmt in ("csv", "json"):
+        cols.insert(2, Column("method", "method", lambda r: method))
+    return render(records, cols, fmt)
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -133,7 +200,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("a", help="result JSON, before")
     p.add_argument("b", help="result JSON, after")
     p.add_argument("--method", default=None, choices=METHOD_CHOICES,
-                   help="timing method (default cold, or cpu when both files are CPU results)")
+                   help=f"timing method (default {DECISION_METHOD}; files without it: cold, or cpu on CPU results)")
     p.add_argument("--threshold", type=float, default=1.05,
                    help="a 'slower' row with B/A above this fails the compare (exit 1)")
     p.add_argument("--format", default="simple", help="output format (as qbench report)")
@@ -151,9 +218,16 @@ def run_compare(args: argparse.Namespace) -> int:
         return 2
     method, note_a = resolve_method(a, args.method)
     method_b, note_b = resolve_method(b, args.method)
-    note = note_a if method == method_b else None
-    if method != method_b:  # one CPU file, one CUDA file: compare like with like or not at all
-        method, note = (args.method or "cold"), None
+    note = note_a or note_b
+    if method != method_b:  # e.g. an old file (no stream) and a new one: a method both files have
+        have_a, have_b = methods_present(a["rows"]), methods_present(b["rows"])
+        common = next((m for m in (DECISION_METHOD, *FALLBACK_METHODS) if m in have_a and m in have_b), None)
+        if common is None:  # one CPU file, one CUDA file: nothing to compare like with like
+            method, note = DECISION_METHOD, None
+        else:
+            lacks = " and ".join(side for side, have in (("A", have_a), ("B", have_b)) if DECISION_METHOD not in have)
+            verb = "has" if len(lacks) == 1 else "have"
+            method, note = common, f"{lacks} {verb} no {DECISION_METHOD} latency; comparing {common} times"
     records = compare_docs(a, b, method, args.threshold)
     print(render_compare(records, method, args.format))
     bad = [r for r in records if r["regression"]]

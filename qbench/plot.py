@@ -9,6 +9,10 @@ scheme x M.
 Figure 2 (``FILE-pareto.png``): latency median (µs) against rel_fro, log-log, one colour per M,
 with each M's Pareto front over (latency, rel_fro) drawn as a step line.
 
+The method is ``stream`` unless ``--method`` says otherwise; a file without any stream time
+(written before it existed) falls back to ``cold``, or ``cpu`` on a CPU result. The command
+prints the method it used.
+
 matplotlib is optional (``pip install 'qbench[plot]'``) and is imported only here, with the Agg
 backend. Exit status: 0, or 2 on bad input or missing matplotlib.
 """
@@ -20,7 +24,14 @@ import sys
 from pathlib import Path
 
 from qbench.recommend import pareto_front
-from qbench.results import METHOD_CHOICES, ResultsError, latency_stats, read_results, resolve_method
+from qbench.results import (
+    DECISION_METHOD,
+    METHOD_CHOICES,
+    ResultsError,
+    latency_stats,
+    read_results,
+    resolve_method,
+)
 
 __all__ = ["plot_pareto", "plot_roofline", "points", "register", "run_plot"]
 
@@ -209,7 +220,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="FILE.png: the roofline; the Pareto chart goes to FILE-pareto.png")
     p.add_argument("--what", choices=("roofline", "pareto", "both"), default="both")
     p.add_argument("--force", action="store_true", help="overwrite existing PNG files")
-    p.add_argument("--method", default=None, choices=METHOD_CHOICES, help="timing method (default cold; cpu on CPU)")
+    p.add_argument("--method", default=None, choices=METHOD_CHOICES,
+                   help=f"timing method (default {DECISION_METHOD}; a file without it: cold, or cpu on CPU)")
     p.set_defaults(func=run_plot)
     return p
 
@@ -241,8 +253,7 @@ def run_plot(args: argparse.Namespace) -> int:
               "pass --force to overwrite", file=sys.stderr)
         return 2
     out.parent.mkdir(parents=True, exist_ok=True)
-    if note:
-        print(note)
+    print(f"latency = {method} median" + (f" ({note})" if note else ""))
     if args.what in ("roofline", "both"):
         print(plot_roofline(doc, method, out))
     if args.what in ("pareto", "both"):

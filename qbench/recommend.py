@@ -3,20 +3,25 @@
 For each (M, K, N): the fastest ``ok`` scheme whose relative Frobenius error is within the budget
 and whose output had no NaN/Inf; the Pareto front over (latency median, rel_fro, stored bytes),
 all minimised; and for every other scheme the reason it lost, in this order of precedence:
-``skipped: …``, ``failed: …``, ``no cold latency``, ``non-finite outputs (12)``,
-``no error measured``, ``over error budget (rel_fro 0.092 > 0.01)``,
+``skipped: …``, ``failed: …``,
+``unusable in a graph-captured decode loop (eager 911 µs): CUDA graph capture failed at M=1: …``
+(an ``ok`` row whose call cannot be captured in a CUDA graph, e.g. a host sync, so it has no
+``stream`` time; its eager time is what it costs outside a graph), ``no stream latency``,
+``non-finite outputs (12)``, ``no error measured``, ``over error budget (rel_fro 0.092 > 0.01)``,
 ``same speed within noise: 11.2 µs vs 11.0 µs (1.02×, p10–p90 overlap)``,
 ``slower: 23.1 µs vs 11.0 µs (2.10×)``. A candidate whose [p10, p90] interval overlaps the pick's
 is a tie (the rule of :func:`qbench.compare.verdict`): the pick is the lower median, and the
 output names the tied schemes so a reader does not take a 1 % median difference for a ranking.
 
-Without ``--method`` the cold median is used, or the cpu median on a CPU result (said in the
-output); an explicit ``--method`` is used as given, with no fallback.
+Without ``--method`` the ``stream`` median is used (a CUDA graph over weight copies that
+overflow L2: weights from HBM, no launch gaps, what a decode engine's graph-captured step sees);
+a file without any stream time (written before it existed) falls back to ``cold``, or ``cpu`` on a
+CPU result, said in the output. An explicit ``--method`` is used as given, with no fallback.
 
 ``--summary`` gives one line per (file, M) instead: the pick, its latency and error, the
 baseline's (default ``bf16``) latency at the same shape, the speed-up over it, and the schemes tied
 with the pick within noise; several result files (the four projection shapes of a decoder block)
-go into one table.
+go into one table, and a note under it names the schemes unusable in a graph-captured loop.
 
 Exit status: 0 when at least one M got a recommendation, 1 when none did, 2 on bad input.
 """
@@ -28,16 +33,17 @@ import json
 import sys
 from typing import Optional, Sequence
 
-from qbench.compare import verdict
+from qbench.compare import UNUSABLE, capture_failure, unusable_note, verdict
 from qbench.render import FORMATS, Column, render, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.results import (
+    DECISION_METHOD,
+    METHOD_CHOICES,
     ResultsError,
     latency_stats,
     methods_present,
     read_results,
     resolve_method,
-    METHOD_CHOICES,
 )
 
 __all__ = ["pareto_front", "recommend", "register", "render_recommendation", "render_summary",
@@ -76,11 +82,33 @@ def pareto_front(points: Sequence[dict], keys: Sequence[str] = PARETO_KEYS,
     return [p for p in pts if not any(dominates(q, p) for q in pts if q is not p)]
 
 
+def _eager_us(row: dict) -> float | None:
+    stats = latency_stats(row, "eager")
+    return stats["median"] if stats else None
+
+
+#: Longest capture reason a "why not" cell quotes; the JSON record keeps the whole text.
+_REASON_CHARS = 160
+
+
+def _short_capture_reason(why: str) -> str:
+    """A capture reason for a table cell: without qbench's "not attempted: " prefix (the stream
+    capture was skipped because an earlier capture of the same scheme failed; the reason that
+    follows is that failure) and the chained "(then ...)" errors, at most :data:`_REASON_CHARS`."""
+    why = why.removeprefix("not attempted: ").split(" (then ")[0]
+    return why if len(why) <= _REASON_CHARS else why[:_REASON_CHARS - 1].rstrip() + "…"
+
+
 def _lose_reason(row: dict, method: str, max_rel_err: float) -> str | None:
     """Why ``row`` cannot be picked at all (``None`` if it is a candidate)."""
     status = row.get("status")
     if status != "ok":
         return f"{status}: {row.get('reason') or 'no reason given'}"
+    uncaptured = capture_failure(row, method)
+    if uncaptured:
+        eager = _eager_us(row)
+        eager_text = "no eager time" if eager is None else f"eager {fmt_us(eager)} µs"
+        return f"{UNUSABLE} ({eager_text}): {_short_capture_reason(uncaptured)}"
     if latency_stats(row, method) is None:
         why = (row.get("latency_reasons") or {}).get(method)
         return f"no {method} latency" + (f" ({why})" if why else "")
@@ -95,25 +123,32 @@ def _lose_reason(row: dict, method: str, max_rel_err: float) -> str | None:
     return None
 
 
-def recommend(doc: dict, max_rel_err: float, method: str = "cold") -> dict:
+def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> dict:
     """Recommend a scheme per (M, K, N) of result ``doc`` for an error budget.
 
     ``max_rel_err``: largest acceptable ``error.rel_fro`` (relative Frobenius error vs float64).
-    ``method``: timing method whose median is compared (µs).
+    ``method``: timing method whose median is compared (µs); ``stream`` by default.
 
     Returns ``{"method", "max_rel_err", "methods_present", "by_m": [{"m", "k", "n",
     "pick": {"scheme", "latency_us", "rel_fro", "stored_bytes", "ties": [scheme...]} or None,
-    "others": [{"scheme", "reason"}], "pareto": [{"scheme", "latency_us", "rel_fro",
-    "stored_bytes"}]}]}`` with ``by_m`` in ascending M.
+    "others": [{"scheme", "reason"}], "unusable": [{"scheme", "eager_us", "rel_fro", "reason"}],
+    "pareto": [{"scheme", "latency_us", "rel_fro", "stored_bytes"}]}]}`` with ``by_m`` in
+    ascending M. ``unusable`` lists the ``ok`` rows without a ``method`` time because their call
+    cannot be captured in a CUDA graph (:func:`qbench.compare.capture_failure`); they are also in
+    ``others``, with a reason that starts "unusable in a graph-captured decode loop".
     """
     groups: dict[tuple, list[dict]] = {}
     for r in doc.get("rows") or []:
         groups.setdefault((r.get("m"), r.get("k"), r.get("n")), []).append(r)
     by_m = []
     for (m, k, n), rows in sorted(groups.items(), key=lambda kv: tuple(x or 0 for x in kv[0])):
-        lost, cands, points, stats = [], [], [], {}
+        lost, cands, points, stats, unusable = [], [], [], {}, []
         for r in rows:
             reason = _lose_reason(r, method, max_rel_err)
+            uncaptured = capture_failure(r, method)
+            if uncaptured:
+                unusable.append({"scheme": r.get("scheme"), "eager_us": _eager_us(r),
+                                 "rel_fro": (r.get("error") or {}).get("rel_fro"), "reason": uncaptured})
             point = _point(r, method)
             if point is not None:
                 points.append(point)
@@ -132,7 +167,7 @@ def recommend(doc: dict, max_rel_err: float, method: str = "cold") -> dict:
                 lost.append({"scheme": c["scheme"], "reason": f"same speed within noise: {versus}, p10–p90 overlap)"})
             else:
                 lost.append({"scheme": c["scheme"], "reason": f"slower: {versus})"})
-        by_m.append({"m": m, "k": k, "n": n, "pick": pick, "others": lost,
+        by_m.append({"m": m, "k": k, "n": n, "pick": pick, "others": lost, "unusable": unusable,
                      "pareto": sorted(pareto_front(points), key=lambda p: p["latency_us"])})
     return {"method": method, "max_rel_err": max_rel_err,
             "methods_present": methods_present(doc.get("rows") or []), "by_m": by_m}
@@ -189,9 +224,10 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
 
 def summary_rows(doc: dict, rec: dict, baseline: str = "bf16") -> list[dict]:
     """One dict per M of :func:`recommend`'s ``rec`` for result ``doc``: ``{"scenario", "m", "k",
-    "n", "pick", "latency_us", "rel_fro", "baseline_us", "speedup", "ties"}``. ``baseline_us`` is
-    ``baseline``'s median (same method) at the same (M, K, N), ``None`` when it has none;
-    ``speedup`` = baseline_us / latency_us (> 1: the pick is faster)."""
+    "n", "pick", "latency_us", "rel_fro", "baseline_us", "speedup", "ties", "unusable"}``.
+    ``baseline_us`` is ``baseline``'s median (same method) at the same (M, K, N), ``None`` when it
+    has none; ``speedup`` = baseline_us / latency_us (> 1: the pick is faster); ``unusable`` names
+    the schemes whose call cannot be captured in a CUDA graph at that shape."""
     method = rec["method"]
     base = {(r.get("m"), r.get("k"), r.get("n")): latency_stats(r, method)
             for r in doc.get("rows") or [] if r.get("scheme") == baseline}
@@ -205,7 +241,8 @@ def summary_rows(doc: dict, rec: dict, baseline: str = "bf16") -> list[dict]:
                     "n": g["n"], "pick": pick.get("scheme"), "latency_us": lat,
                     "rel_fro": pick.get("rel_fro"), "baseline_us": base_us,
                     "speedup": base_us / lat if base_us and lat else None,
-                    "ties": pick.get("ties") or []})
+                    "ties": pick.get("ties") or [],
+                    "unusable": [u["scheme"] for u in g.get("unusable") or []]})
     return out
 
 
@@ -235,7 +272,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--max-rel-err", type=float, required=True,
                    help="largest acceptable relative Frobenius error, e.g. 0.01")
     p.add_argument("--method", default=None, choices=METHOD_CHOICES,
-                   help="timing method (default cold; cpu on a CPU result)")
+                   help=f"timing method (default {DECISION_METHOD}; a file without it: cold, or cpu "
+                        "on a CPU result)")
     p.add_argument("--format", default="simple", help="table format, or json")
     p.add_argument("--summary", action="store_true",
                    help="one line per (file, M): pick, latency, error, speed-up over --baseline")
@@ -270,9 +308,11 @@ def run_recommend(args: argparse.Namespace) -> int:
     except ResultsError as exc:
         return _fail(str(exc))
     baseline = getattr(args, "baseline", "bf16")
-    picked, summary, methods, records = False, [], set(), []
+    picked, summary, methods, records, notes = False, [], set(), [], []
     for path, doc in zip(paths, docs):
         method, note = resolve_method(doc, args.method)
+        if note and note not in notes:
+            notes.append(note)
         if summary_mode:
             if method not in methods_present(doc["rows"]):
                 present = ", ".join(methods_present(doc["rows"])) or "none"
@@ -306,7 +346,11 @@ def run_recommend(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2, ensure_ascii=False))
     else:
         if wants_prose(args.format):
-            print(f"budget rel_fro <= {args.max_rel_err:g}; latency = {method} median; the pick is the fastest "
+            print(f"budget rel_fro <= {args.max_rel_err:g}; latency = {method} median"
+                  + "".join(f" ({n})" for n in notes) + "; the pick is the fastest "
                   f"within the budget; 'as fast within noise': p10–p90 overlaps the pick's\n")
         print(render_summary(summary, method, baseline, args.format))
+        unusable = unusable_note([(s, row["m"]) for row in summary for s in row["unusable"]], method)
+        if unusable and wants_prose(args.format):
+            print(f"\n{unusable}")
     return 0 if picked else 1

@@ -3,7 +3,12 @@
     qbench report results/h200/decode.json --format github --columns scheme,m,cold,rel_err
     qbench report RESULT.json --sort cold --status ok      (--sort=-cold: descending)
     qbench report RESULT.json --crossover --baseline bf16
-    qbench report RESULT.json --by-m cold      (a sweep as a grid: scheme x M)
+    qbench report RESULT.json --by-m           (a sweep as a grid: scheme x M, stream times)
+    qbench report RESULT.json --by-m rel_err   (the grid of any column)
+
+``--crossover`` and ``--by-m`` without a column read ``stream`` (or ``--method``); a file without
+any stream time (written before it existed) falls back to ``cold``, or ``cpu`` on a CPU result,
+with a one-line note.
 
 Exit status: 0 on success, 2 on bad input (unreadable file, unknown column/format/sort key,
 unknown baseline), with one line on stderr naming the bad value.
@@ -14,9 +19,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+from qbench.compare import capture_failure, unusable_note
 from qbench.render import COLUMNS, check_format, render, render_header, wants_prose
 from qbench.render.columns import resolve_columns
-from qbench.results import METHOD_CHOICES, ResultsError, methods_present, read_results, resolve_method
+from qbench.results import (
+    DECISION_METHOD,
+    METHOD_CHOICES,
+    ResultsError,
+    methods_present,
+    read_results,
+    resolve_method,
+)
 
 __all__ = ["register", "run_report", "sort_rows"]
 
@@ -36,14 +49,20 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     view = p.add_mutually_exclusive_group()
     view.add_argument("--crossover", action="store_true",
                    help="instead of rows: for each scheme, the M where it beats --baseline")
-    view.add_argument("--by-m", metavar="COLUMN",
+    view.add_argument("--by-m", metavar="COLUMN", nargs="?", const=_BY_M_METHOD,
                    help="instead of rows: one line per scheme, one column per M, cells from COLUMN "
-                        "(e.g. cold, warm, rel_err, roofline_pct)")
+                        f"(e.g. stream, cold, rel_err, roofline_pct); without COLUMN the --method "
+                        f"times (default {DECISION_METHOD})")
     p.add_argument("--baseline", default="bf16", help="baseline scheme for --crossover")
     p.add_argument("--method", default=None, choices=METHOD_CHOICES,
-                   help="timing method for --crossover (default cold, or cpu on a CPU result)")
+                   help=f"timing method for --crossover and a bare --by-m (default {DECISION_METHOD}; "
+                        "a file without it: cold, or cpu on a CPU result)")
     p.set_defaults(func=run_report)
     return p
+
+
+#: What ``--by-m`` given without a column stands for: the timing method (``--method`` or the default).
+_BY_M_METHOD = object()
 
 
 def _fail(msg: str) -> int:
@@ -59,6 +78,12 @@ def sort_rows(rows: list[dict], key: str) -> list[dict]:
     have = [r for r in rows if col.value(r) is not None]
     missing = [r for r in rows if col.value(r) is None]
     return sorted(have, key=col.value, reverse=desc) + missing
+
+
+def _unusable(rows: list[dict], method: str) -> str | None:
+    """The one-line note naming the schemes without a ``method`` time because their call cannot be
+    captured in a CUDA graph, or ``None``."""
+    return unusable_note([(r.get("scheme"), r.get("m")) for r in rows if capture_failure(r, method)], method)
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -88,6 +113,9 @@ def run_report(args: argparse.Namespace) -> int:
             print(f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else ""))
             print()
         print(render_crossover(records, args.baseline, method, args.format))
+        unusable = _unusable(doc["rows"], method)
+        if table and unusable:
+            print(f"\n{unusable}")
         return 0
 
     if args.by_m is not None:
@@ -95,6 +123,12 @@ def run_report(args: argparse.Namespace) -> int:
 
         if args.columns or args.sort:
             return _fail("--columns and --sort do not apply to --by-m (its columns are the M values)")
+        note = None
+        if args.by_m is _BY_M_METHOD:
+            args.by_m, note = resolve_method(doc, args.method)
+        elif args.method is not None:
+            return _fail(f"--method does not apply to --by-m {args.by_m} (the column says what it shows); "
+                         f"--by-m --method {args.method} shows that method's times")
         if args.by_m not in COLUMNS:
             return _fail(f"--by-m: unknown column {args.by_m!r}; allowed: {', '.join(COLUMNS)}")
         if args.by_m in METHOD_CHOICES and args.by_m not in methods_present(doc["rows"]):
@@ -106,8 +140,13 @@ def run_report(args: argparse.Namespace) -> int:
         col = COLUMNS[args.by_m]
         if table:
             print(render_header(doc))
+            if note:
+                print(note)
             print()
         print(render_by_m(records, ms, col.header, args.format, col.numeric))
+        unusable = _unusable(kept["rows"], args.by_m) if args.by_m in METHOD_CHOICES else None
+        if table and unusable:
+            print(f"\n{unusable}")
         return 0
 
     rows = list(doc["rows"])

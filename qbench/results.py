@@ -234,8 +234,12 @@ def check_rows(rows: list, source: str) -> None:
         seen[key] = i
 
 
-#: The values a ``--method`` option accepts (CLI choices of report, compare, recommend, plot).
-METHOD_CHOICES = (*CUDA_METHODS, CPU_METHOD)
+#: The values a ``--method`` option accepts (CLI choices of report, compare, recommend, plot):
+#: every method of the registry, in table order.
+METHOD_CHOICES = tuple(registry.METHODS)
+#: What a file without the decision method's data falls back to, in this order: ``cold`` on a CUDA
+#: result, ``cpu`` on a CPU result (files written before ``stream`` existed have neither stream).
+FALLBACK_METHODS = ("cold", CPU_METHOD)
 
 
 def latency_stats(row: dict, method: str) -> dict | None:
@@ -248,23 +252,31 @@ def latency_stats(row: dict, method: str) -> dict | None:
 
 
 def methods_present(rows: list[dict]) -> list[str]:
-    """Timing methods with at least one non-null STATS in ``rows``, CUDA methods first."""
+    """Timing methods with at least one non-null STATS in ``rows``, in the registry's order
+    (``stream``, ``cold``, ``warm``, ``eager``, ``kernel``, ``cpu``), unknown names last."""
     seen = {m for r in rows for m, s in (r.get("latency_us") or {}).items() if s}
-    order = [*CUDA_METHODS, CPU_METHOD]
+    order = list(registry.METHODS)
     return [m for m in order if m in seen] + sorted(seen - set(order))
 
 
-def resolve_method(doc: dict, requested: str | None, default: str = "cold") -> tuple[str, str | None]:
+def resolve_method(doc: dict, requested: str | None,
+                   default: str = DECISION_METHOD) -> tuple[str, str | None]:
     """Choose the timing method to read from ``doc``.
 
     ``requested`` is what the user passed (``None`` when they passed nothing). An explicit method
-    is always used as given. Without one, ``default`` is used if the file has data for it, else
-    ``cpu`` if the file has CPU times. Returns ``(method, note)``; ``note`` is a one-line
-    explanation when a fallback happened, else ``None``.
+    is always used as given. Without one, ``default`` (``stream``) is used if some row of the file
+    has it; otherwise the first of :data:`FALLBACK_METHODS` the file has (``cold`` on a CUDA
+    result, ``cpu`` on a CPU result: files written before ``stream`` existed). Returns
+    ``(method, note)``; ``note`` is a one-line explanation when a fallback happened, else ``None``.
+    A file with none of them gives ``(default, None)``: the caller says that nothing is timed.
     """
     if requested is not None:
         return requested, None
     present = methods_present(doc.get("rows", []))
-    if default in present or CPU_METHOD not in present:
+    if default in present:
         return default, None
-    return CPU_METHOD, f"no {default} latency in this file; using {CPU_METHOD} times"
+    fallback = next((m for m in FALLBACK_METHODS if m in present and m != default), None)
+    if fallback is None:
+        return default, None
+    return fallback, (f"no {default} latency in this file: an older result, or {default} not timed; "
+                      f"using {fallback} times")

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from qbench.compare import verdict
+from qbench.compare import capture_failure, verdict
 from qbench.render import Column, render, wants_prose
 from qbench.render.columns import DASH, resolve_columns
-from qbench.results import latency_stats
+from qbench.results import DECISION_METHOD, latency_stats
 
 __all__ = ["by_m", "crossover", "m_ranges", "render_by_m", "render_crossover"]
 
@@ -44,15 +44,17 @@ def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:
     return ", ".join(parts)
 
 
-def crossover(doc: dict, baseline: str = "bf16", method: str = "cold") -> list[dict]:
+def crossover(doc: dict, baseline: str = "bf16", method: str = DECISION_METHOD) -> list[dict]:
     """For each scheme other than ``baseline`` (first-seen order), compare its ``method`` timing
     with the baseline's at every (M, K, N) where both are ``ok`` and timed.
 
     Returns ``[{"scheme", "k", "n", "wins": [M...], "ties": [M...], "losses": [M...],
-    "untimed": [M...], "ranges": "1–64", "best_ratio": min scheme/baseline median or None}]``:
-    ``wins`` / ``losses`` are the M values where the [p10, p90] intervals do not overlap and the
-    scheme's median is below / above the baseline's, ``ties`` those where they overlap (a row
-    without p10/p90 compares by its median alone), ``untimed`` those where either side has no
+    "untimed": [M...], "unusable": [M...], "ranges": "1–64", "best_ratio": min scheme/baseline
+    median or None}]``: ``wins`` / ``losses`` are the M values where the [p10, p90] intervals do
+    not overlap and the scheme's median is below / above the baseline's, ``ties`` those where they
+    overlap (a row without p10/p90 compares by its median alone), ``untimed`` those where either
+    side has no time, and ``unusable`` the part of ``untimed`` where the scheme's call cannot be
+    captured in a CUDA graph (:func:`qbench.compare.capture_failure`), so it has no ``stream``
     time. ``ranges`` summarises ``wins`` over the sweep's M values (an M that is a tie, a loss or
     untimed splits a range). Raises ``ValueError`` (one line) when the file has no rows for
     ``baseline`` or none of them has ``method`` latency.
@@ -73,11 +75,14 @@ def crossover(doc: dict, baseline: str = "bf16", method: str = "cold") -> list[d
             continue
         key = (r["scheme"], r["k"], r["n"])
         rec = out.setdefault(key, {"scheme": r["scheme"], "k": r["k"], "n": r["n"], "wins": [],
-                                   "ties": [], "losses": [], "untimed": [], "best_ratio": None, "_sweep": []})
+                                   "ties": [], "losses": [], "untimed": [], "unusable": [], "best_ratio": None,
+                                   "_sweep": []})
         rec["_sweep"].append(r["m"])
         mine, theirs = _stats(r, method), base.get((r["m"], r["k"], r["n"]))
         if mine is None or theirs is None:
             rec["untimed"].append(r["m"])
+            if capture_failure(r, method):
+                rec["unusable"].append(r["m"])
             continue
         said = verdict(theirs, mine)
         rec["wins" if said == "faster" else "losses" if said == "slower" else "ties"].append(r["m"])
@@ -113,14 +118,15 @@ def render_crossover(records: list[dict], baseline: str, method: str, fmt: str =
                 Column("k", "K", lambda r: r["k"]), Column("n", "N", lambda r: r["n"]),
                 Column("baseline", "baseline", lambda r: baseline), Column("method", "method", lambda r: method),
                 Column("wins", "wins", lambda r: r["wins"]),
-                *[c for c in cols[1:] if c.key != "kn"]]
+                *[c for c in cols[1:] if c.key != "kn"],
+                Column("unusable", "unusable in a graph at M", lambda r: r["unusable"])]
     return render(records, cols, fmt)
 
 
 def by_m(doc: dict, column: str) -> tuple[list[dict], list[int]]:
     """A sweep as a grid: one record per (scheme, K, N) in first-seen order, one cell per M, each
-    cell the text that ``qbench report``'s column ``column`` shows for that row (``cold`` gives the
-    cold median with its ``*`` noisy mark, ``rel_err`` the error, ``dispatch`` the label...).
+    cell the text that ``qbench report``'s column ``column`` shows for that row (``stream`` gives
+    the stream median with its ``*`` noisy mark, ``rel_err`` the error, ``dispatch`` the label...).
 
     Returns ``(records, ms)``: records ``{"scheme", "k", "n", "cells": {M: text}, "values": {M:
     raw value}}`` and the sorted M values of the file. Tables show ``cells``; CSV and JSON carry

@@ -99,3 +99,32 @@ def test_cpu_files_fall_back_to_cpu(capsys):
     assert run(cpu, cpu) == 0
     out = capsys.readouterr().out
     assert "cpu median" in out and "A cpu µs" in out
+
+
+# ---- stream: the decision method ------------------------------------------------------------------
+
+STREAM = str(FIXTURES / "cuda_stream.json")
+
+
+def test_stream_files_compare_by_stream_and_name_unusable_rows(capsys):
+    assert run(STREAM, STREAM) == 0
+    out = capsys.readouterr().out
+    assert "A stream µs" in out and "\nstream median, B/A" in out
+    recs = compare_docs(read_results(STREAM), read_results(STREAM))
+    sync = next(r for r in recs if r["scheme"] == "w8a8-dynamic" and r["m"] == 1)
+    assert sync["verdict"] == "not comparable" and sync["note"] == "both unusable in a graph-captured decode loop"
+    assert run(STREAM, STREAM, "--format", "json") == 0
+    assert {r["method"] for r in json.loads(capsys.readouterr().out)} == {"stream"}
+    assert run(STREAM, STREAM, "--method", "cold") == 0
+    assert "A cold µs" in capsys.readouterr().out
+
+
+def test_old_file_against_a_stream_file_compares_cold_and_says_so(capsys):
+    run(RUN1, STREAM)
+    out = capsys.readouterr().out
+    assert "A cold µs" in out and "(A has no stream latency; comparing cold times)" in out
+    run(STREAM, RUN1)
+    assert "(B has no stream latency; comparing cold times)" in capsys.readouterr().out
+    assert run(RUN1, RUN2) == 0
+    out = capsys.readouterr().out
+    assert "A cold µs" in out and "no stream latency in this file" in out

@@ -70,3 +70,13 @@ def test_existing_png_is_not_overwritten_without_force(tmp_path, capsys):
     assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(out), "--what", "roofline") == 0
     assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(out), "--force") == 0
     assert (tmp_path / "r-pareto.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_says_which_method(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install 'qbench[plot]')")
+    assert run(str(FIXTURES / "cuda_stream.json"), "-o", str(tmp_path / "s.png"), "--what", "pareto") == 0
+    assert capsys.readouterr().out.splitlines()[0] == "latency = stream median"
+    assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(tmp_path / "c.png"), "--what", "pareto") == 0
+    assert capsys.readouterr().out.startswith("latency = cold median (no stream latency in this file")
+    pts = {p["label"] for p in plot.points(read_results(FIXTURES / "cuda_stream.json"), "stream")}
+    assert "nf4-bnb M=1" in pts and "w8a8-dynamic M=1" not in pts  # no stream time: not placed

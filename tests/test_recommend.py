@@ -61,7 +61,7 @@ def test_tie_only_when_spreads_overlap():
     not; the rendered pick line names the tie."""
     def row(scheme, med, p10, p90):
         return {"scheme": scheme, "m": 1, "k": 8, "n": 8, "status": "ok", "stored_bytes": 128,
-                "latency_us": {"cold": {"median": med, "p10": p10, "p90": p90}},
+                "latency_us": {"stream": {"median": med, "p10": p10, "p90": p90}},
                 "error": {"rel_fro": 1e-3, "nonfinite": 0}}
     wide = recommend({"rows": [row("a", 10.0, 9.5, 10.5), row("b", 10.2, 9.9, 10.6)]}, 0.01)
     (g,) = wide["by_m"]
@@ -117,7 +117,7 @@ def test_pareto_front_handmade():
 def test_cpu_fallback_only_without_explicit_method(capsys):
     assert run(str(FIXTURES / "cpu.json"), "--max-rel-err", "0.01") == 0
     out = capsys.readouterr().out
-    assert "cpu median" in out and "no cold latency in this file" in out
+    assert "cpu median" in out and "no stream latency in this file" in out
     assert "use fp32" in out
     assert run(str(FIXTURES / "cpu.json"), "--max-rel-err", "0.01", "--method", "cold") == 1
     out = capsys.readouterr().out
@@ -226,3 +226,134 @@ def test_pareto_stored_bytes_within_one_percent_are_equal():
     # a real storage difference (half the bytes) still counts
     half = dict(slow, scheme="int4", stored_bytes=8_912_896)
     assert {p["scheme"] for p in pareto_front([fast, half])} == {"int8-weight-only+compiled", "int4"}
+
+
+# ---- stream: the decision method ------------------------------------------------------------------
+
+STREAM = read_results(FIXTURES / "cuda_stream.json")
+UNUSABLE = "unusable in a graph-captured decode loop"
+
+
+def test_stream_is_the_default_and_can_pick_otherwise_than_cold():
+    """cuda_stream.json at rel_fro <= 0.1, M=1: nf4-bnb streams at 3.90 µs where
+    int4-weight-only+compiled takes 4.60; cold (L2 flushed, launch gaps) ranks them the other way
+    round (14.6 µs against 10.0)."""
+    r = recommend(STREAM, 0.1)
+    assert r["method"] == "stream"
+    assert _picks(r) == {1: "nf4-bnb", 16: "bf16"}
+    assert _reasons(r, 1)["int4-weight-only+compiled"] == "slower: 4.60 µs vs 3.90 µs (1.18×)"
+    assert _picks(recommend(STREAM, 0.1, "cold")) == {1: "int4-weight-only+compiled", 16: "bf16"}
+    tight = recommend(STREAM, 0.01)
+    assert _picks(tight) == {1: "int8-weight-only+compiled", 16: "bf16"}
+    assert tight["by_m"][1]["pick"]["ties"] == ["fp16"]
+    assert tight["by_m"][0]["pick"]["latency_us"] == 5.2
+
+
+def test_host_syncing_row_is_named_unusable_with_its_eager_time():
+    r = recommend(STREAM, 0.01)
+    why = _reasons(r, 1)
+    # the cell drops qbench's "not attempted: " (the stream capture was skipped after the warm one
+    # failed); the JSON record keeps the whole reason
+    assert why["w8a8-dynamic"] == (f"{UNUSABLE} (eager 911 µs): CUDA graph capture failed at M=1: CUDA graph "
+                                   "capture failed: AcceleratorError: CUDA error: operation not permitted when "
+                                   "stream is capturing")
+    assert why["int8-bnb"].startswith(f"{UNUSABLE} (eager 169 µs): CUDA graph capture failed at M=1")
+    assert _reasons(r, 16)["w8a8-dynamic"].startswith(f"{UNUSABLE} (eager 1538 µs)")
+    unusable = {u["scheme"]: u for u in r["by_m"][0]["unusable"]}
+    assert set(unusable) == {"w8a8-dynamic", "int8-bnb"}
+    assert unusable["w8a8-dynamic"]["eager_us"] == pytest.approx(911.3)
+    assert unusable["w8a8-dynamic"]["reason"].startswith("not attempted: CUDA graph capture failed at M=1")
+    # cold times them (launch hidden, host round trip shown): plain slower candidates there
+    assert _reasons(recommend(STREAM, 0.01, "cold"), 1)["w8a8-dynamic"].startswith("slower: 513 µs vs 11.2 µs")
+
+
+def test_unusable_only_for_capture_reasons_on_hand_built_rows():
+    """A null stream is 'unusable' only when the reason says the call was not captured; a row
+    whose copies did not fit in memory is just 'no stream latency'."""
+    def row(scheme, stream, reason=None, eager=None):
+        lat = {"stream": None if stream is None else {"median": stream, "p10": stream, "p90": stream},
+               "eager": None if eager is None else {"median": eager, "p10": eager, "p90": eager}}
+        return {"scheme": scheme, "m": 1, "k": 4096, "n": 4096, "status": "ok", "stored_bytes": 33554432,
+                "latency_us": lat, "latency_reasons": {"stream": reason} if reason else {},
+                "error": {"rel_fro": 1e-3, "nonfinite": 0}}
+    doc = {"rows": [row("bf16", 9.4),
+                    row("int8-bnb", None, "CUDA graph capture failed at M=1: cudaErrorStreamCaptureUnsupported",
+                        eager=168.9),
+                    row("w8a8-dynamic", None, "not attempted: CUDA graph capture failed at M=1: host sync"),
+                    row("fp32", None, "stream needs 4 copies of 67108864 B; only 2 fit in 50% of the 201326592 B free"),
+                    row("fp16", None, "tensor-parallel rows do not time stream yet (graph-captured call + collective)")]}
+    r = recommend(doc, 0.01)
+    why = _reasons(r, 1)
+    assert _picks(r) == {1: "bf16"}
+    assert why["int8-bnb"] == f"{UNUSABLE} (eager 169 µs): CUDA graph capture failed at M=1: cudaErrorStreamCaptureUnsupported"
+    assert why["w8a8-dynamic"] == f"{UNUSABLE} (no eager time): CUDA graph capture failed at M=1: host sync"
+    assert why["fp32"].startswith("no stream latency (stream needs 4 copies")
+    assert why["fp16"].startswith("no stream latency (tensor-parallel rows do not time stream yet")
+    assert [u["scheme"] for u in r["by_m"][0]["unusable"]] == ["int8-bnb", "w8a8-dynamic"]
+
+
+def test_cli_default_is_stream_and_says_so(capsys):
+    assert run(str(FIXTURES / "cuda_stream.json"), "--max-rel-err", "0.01") == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "budget rel_fro <= 0.01; latency = stream median"
+    assert "M=1 (K=4096, N=4096): use int8-weight-only+compiled (5.20 µs, rel_fro 0.0093)" in out
+    assert f"w8a8-dynamic               {UNUSABLE} (eager 911 µs)" in out
+    assert "stream µs" in out  # the Pareto table's header
+
+
+def test_cli_method_cold_still_works(capsys):
+    assert run(str(FIXTURES / "cuda_stream.json"), "--max-rel-err", "0.1", "--method", "cold") == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "budget rel_fro <= 0.1; latency = cold median"
+    assert "M=1 (K=4096, N=4096): use int4-weight-only+compiled (10.0 µs" in out and UNUSABLE not in out
+
+
+def test_cli_file_without_stream_falls_back_to_cold_with_a_note(capsys):
+    assert run(str(FIXTURES / "cuda_run1.json"), "--max-rel-err", "0.01") == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == ("budget rel_fro <= 0.01; latency = cold median (no stream latency in this file: an older "
+                     "result, or stream not timed; using cold times)")
+    assert run(str(FIXTURES / "cuda_run1.json"), "--max-rel-err", "0.01", "--method", "stream") == 1
+    assert "WARNING: no row has stream latency; methods in this file: cold, warm, eager, kernel" in capsys.readouterr().out
+
+
+def test_cpu_result_with_stream_reads_stream(capsys):
+    assert run(str(FIXTURES / "cpu_stream.json"), "--max-rel-err", "0.01") == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "budget rel_fro <= 0.01; latency = stream median"
+    # cpu (one cache-hot weight) would pick fp32 at 60.9 µs; streamed from DRAM bf16 wins
+    assert "M=1 (K=1024, N=1024): use bf16 (122 µs" in out
+
+
+def test_summary_names_the_unusable_schemes(capsys):
+    a = str(FIXTURES / "cuda_stream.json")
+    assert run(a, "--max-rel-err", "0.01", "--summary") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("budget rel_fro <= 0.01; latency = stream median; the pick")
+    assert out.rstrip().splitlines()[-1] == (
+        f"{UNUSABLE} (no stream time: the call cannot be captured in a CUDA graph, e.g. a host sync): "
+        "w8a8-dynamic (M=1,16), int8-bnb (M=1,16)")
+    assert run(a, "--max-rel-err", "0.01", "--summary", "--format", "json") == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["unusable"] for r in rows] == [["w8a8-dynamic", "int8-bnb"]] * 2
+    assert rows[0]["speedup"] == pytest.approx(9.40 / 5.20)
+    # an old file's summary says it fell back
+    assert run(str(FIXTURES / "cuda_run1.json"), "--max-rel-err", "0.01", "--summary") == 0
+    assert "latency = cold median (no stream latency in this file" in capsys.readouterr().out
+
+
+def test_long_capture_reason_is_shortened_in_the_cell_only():
+    long = ("not attempted: CUDA graph capture failed at M=1: CUDA graph capture failed: AcceleratorError: CUDA "
+            "error: operation not permitted when stream is capturing (then AcceleratorError: CUDA error: "
+            "operation failed due to a previous error during capture)")
+    row = {"scheme": "int8-bnb", "m": 1, "k": 8, "n": 8, "status": "ok", "stored_bytes": 128,
+           "latency_us": {"stream": None, "eager": {"median": 175.0}}, "latency_reasons": {"stream": long},
+           "error": {"rel_fro": 1e-3, "nonfinite": 0}}
+    (g,) = recommend({"rows": [row]}, 0.01)["by_m"]
+    assert g["others"][0]["reason"] == (f"{UNUSABLE} (eager 175 µs): CUDA graph capture failed at M=1: CUDA graph "
+                                        "capture failed: AcceleratorError: CUDA error: operation not permitted when "
+                                        "stream is capturing")
+    assert g["unusable"][0]["reason"] == long
+    row["latency_reasons"]["stream"] = "CUDA graph capture failed: " + "x" * 300
+    (g,) = recommend({"rows": [row]}, 0.01)["by_m"]
+    assert g["others"][0]["reason"].endswith("x…") and len(g["others"][0]["reason"]) < 220

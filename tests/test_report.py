@@ -114,12 +114,12 @@ def test_crossover_fixture():
 def test_crossover_handmade_with_gap():
     def row(s, m, us):
         return {"scheme": s, "m": m, "k": 8, "n": 8, "status": "ok",
-                "latency_us": {"cold": {"median": us}}}
+                "latency_us": {"stream": {"median": us}}}
     doc = {"rows": [row("bf16", m, 10.0) for m in (1, 2, 4, 8)]
            + [row("q", 1, 5.0), row("q", 2, 6.0), row("q", 4, 12.0), row("q", 8, 9.0)]}
     (rec,) = crossover(doc)
     assert rec["wins"] == [1, 2, 8] and rec["losses"] == [4] and rec["ranges"] == "1–2, 8"
-    assert "1–2, 8" in render_crossover([rec], "bf16", "cold")
+    assert "1–2, 8" in render_crossover([rec], "bf16", "stream")
 
 
 def test_crossover_overlapping_spread_is_same_not_a_win():
@@ -127,7 +127,7 @@ def test_crossover_overlapping_spread_is_same_not_a_win():
     intervals overlap the M is a tie, whatever the medians say."""
     def row(s, m, p10, med, p90):
         return {"scheme": s, "m": m, "k": 8, "n": 8, "status": "ok",
-                "latency_us": {"cold": {"median": med, "p10": p10, "p90": p90}}}
+                "latency_us": {"stream": {"median": med, "p10": p10, "p90": p90}}}
     doc = {"rows": [row("bf16", 1, 9.0, 10.0, 11.0), row("bf16", 2, 9.0, 10.0, 11.0),
                     row("bf16", 4, 9.0, 10.0, 11.0),
                     row("q", 1, 9.5, 9.8, 10.5),     # median below, intervals overlap: same
@@ -137,14 +137,14 @@ def test_crossover_overlapping_spread_is_same_not_a_win():
     assert rec["ties"] == [1, 2] and rec["wins"] == [4] and rec["losses"] == []
     assert rec["ranges"] == "4"
     assert rec["best_ratio"] == pytest.approx(0.8)
-    out = render_crossover([rec], "bf16", "cold", "github")
+    out = render_crossover([rec], "bf16", "stream", "github")
     assert "same at M" in out and "1, 2" in out
 
 
 def test_crossover_cli_falls_back_to_cpu(capsys):
     assert run(CPU, "--crossover", "--baseline", "fp32") == 0
     out = capsys.readouterr().out
-    assert "cpu median" in out and "no cold latency" in out
+    assert "cpu median" in out and "no stream latency in this file" in out
 
 
 # ---- --by-m grid --------------------------------------------------------------------------------
@@ -216,7 +216,7 @@ def _sweep_doc(rows):
 def _r(s, m, med, p10=None, p90=None, k=8, n=8, status="ok"):
     stats = {"median": med, "p10": p10, "p90": p90}
     return {"scheme": s, "m": m, "k": k, "n": n, "status": status,
-            "latency_us": {"cold": stats if status == "ok" else None}}
+            "latency_us": {"stream": stats if status == "ok" else None}}
 
 
 def test_crossover_untimed_m_splits_a_win_range():
@@ -229,7 +229,7 @@ def test_crossover_untimed_m_splits_a_win_range():
 def test_crossover_baseline_without_any_time_is_bad_input(tmp_path, capsys):
     p = tmp_path / "basefail.json"
     p.write_text(json.dumps(_sweep_doc([_r("bf16", 1, 1.0, status="failed"), _r("q", 1, 5.0)])))
-    with pytest.raises(ValueError, match="has no cold latency at any M"):
+    with pytest.raises(ValueError, match="has no stream latency at any M"):
         crossover(read_results(p))
     assert run(str(p), "--crossover") == 2
     err = capsys.readouterr().err
@@ -240,12 +240,12 @@ def test_crossover_two_shapes_get_a_kn_column_and_data_formats_are_scriptable():
     doc = _sweep_doc([_r("bf16", 1, 10.0), _r("q", 1, 5.0),
                       _r("bf16", 1, 10.0, k=16), _r("q", 1, 20.0, k=16)])
     recs = crossover(doc)
-    text = render_crossover(recs, "bf16", "cold", "plain")
+    text = render_crossover(recs, "bf16", "stream", "plain")
     assert "K×N" in text and "8×8" in text and "16×8" in text
-    rows = list(csv.DictReader(io.StringIO(render_crossover(recs, "bf16", "cold", "csv"))))
+    rows = list(csv.DictReader(io.StringIO(render_crossover(recs, "bf16", "stream", "csv"))))
     assert rows[0]["k"] == "8" and rows[0]["wins"] == "1" and rows[0]["baseline"] == "bf16"
-    assert rows[1]["losses"] == "1" and rows[1]["method"] == "cold"
-    data = json.loads(render_crossover(recs, "bf16", "cold", "json"))
+    assert rows[1]["losses"] == "1" and rows[1]["method"] == "stream"
+    data = json.loads(render_crossover(recs, "bf16", "stream", "json"))
     assert data[0]["wins"] == [1] and data[1]["losses"] == [1]
 
 
@@ -290,3 +290,109 @@ def test_help_columns_needs_no_file_but_a_report_does(capsys):
     assert "stored_mib" in capsys.readouterr().out
     assert run() == 2
     assert "give a result JSON file" in capsys.readouterr().err
+
+
+# ---- stream: the decision method ------------------------------------------------------------------
+
+STREAM = str(FIXTURES / "cuda_stream.json")
+CPU_STREAM = str(FIXTURES / "cpu_stream.json")
+UNUSABLE = "unusable in a graph-captured decode loop"
+
+
+def _table_header(out: str) -> list[str]:
+    line = next(line for line in out.splitlines() if line.startswith("| scheme"))
+    return [h.strip() for h in line.strip("|").split("|")]
+
+
+def test_report_default_columns_put_stream_first_with_the_hbm_floor(capsys):
+    assert run(STREAM, "--format", "github") == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1] == ("times: stream (graph over weight copies > L2) + CUDA cold, warm, eager, kernel; "
+                                   "µs per call, median")
+    head = _table_header(out)
+    assert head[head.index("roofline µs") + 1:] == ["stream µs", "cold µs", "warm µs", "eager µs", "HBM floor µs",
+                                                    "floor %", "rel err", "status"]
+    bf16 = next(line for line in out.splitlines() if line.startswith("| bf16 ") and "|   1 |" in line)
+    cells = [c.strip() for c in bf16.strip("|").split("|")]
+    floor = 32 * 2**20 / 4310e3  # stored bytes / measured GB/s of the fixture's ceilings, µs
+    assert cells[head.index("stream µs")] == "9.40" and cells[head.index("HBM floor µs")] == f"{floor:.2f}"
+    assert cells[head.index("floor %")] == f"{100 * floor / 9.40:.0f}"
+
+
+def test_report_on_a_file_without_stream_is_unchanged(capsys):
+    assert run(CUDA, "--format", "github") == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1] == "times: CUDA cold, warm, eager, kernel; µs per call, median"
+    head = _table_header(out)
+    assert "stream µs" not in head and "HBM floor µs" not in head
+    assert head[head.index("roofline µs") + 1:] == ["cold µs", "warm µs", "eager µs", "rel err", "status"]
+
+
+def test_cpu_report_shows_stream_beside_cpu(capsys):
+    assert run(CPU_STREAM, "--format", "github") == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1] == "times: stream (copies > LLC) + cpu; CPU run, no CUDA timings; µs per call, median"
+    head = _table_header(out)
+    assert head[head.index("roofline µs") + 1:] == ["stream µs", "cpu µs", "rel err", "status"]
+
+
+def test_crossover_reads_stream_and_names_unusable_schemes(capsys):
+    recs = {r["scheme"]: r for r in crossover(read_results(STREAM))}
+    assert recs["w8a8-dynamic"]["untimed"] == [1, 16] and recs["w8a8-dynamic"]["unusable"] == [1, 16]
+    assert recs["nf4-bnb"]["wins"] == [1] and recs["nf4-bnb"]["losses"] == [16]
+    assert recs["nf4-bnb"]["best_ratio"] == pytest.approx(3.90 / 9.40)
+    assert recs["fp16"]["ties"] == [1, 16]
+    assert run(STREAM, "--crossover") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2] == "crossover vs bf16, stream median"
+    assert out[-1] == (f"{UNUSABLE} (no stream time: the call cannot be captured in a CUDA graph, e.g. a host "
+                       "sync): w8a8-dynamic (M=1,16), int8-bnb (M=1,16)")
+    assert run(STREAM, "--crossover", "--format", "csv") == 0
+    rows = {r["scheme"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert rows["int8-bnb"]["unusable"] == "1;16" and rows["int8-bnb"]["method"] == "stream"
+    assert run(STREAM, "--crossover", "--method", "cold") == 0
+    out = capsys.readouterr().out
+    assert "crossover vs bf16, cold median\n" in out and UNUSABLE not in out
+
+
+def test_crossover_on_a_file_without_stream_falls_back_to_cold(capsys):
+    assert run(CUDA, "--crossover") == 0
+    assert ("crossover vs bf16, cold median (no stream latency in this file: an older result, or stream not "
+            "timed; using cold times)") in capsys.readouterr().out
+
+
+def test_by_m_without_a_column_reads_the_method(capsys):
+    assert run(STREAM, "--by-m", "--format", "github") == 0
+    out = capsys.readouterr().out
+    assert "stream µs, by M" in out and out.rstrip().splitlines()[-1].startswith(UNUSABLE)
+    assert run(CUDA, "--by-m", "--format", "github") == 0
+    out = capsys.readouterr().out
+    assert "cold µs, by M" in out and "no stream latency in this file" in out
+    assert run(STREAM, "--by-m", "--method", "cold", "--format", "github") == 0
+    out = capsys.readouterr().out
+    assert "cold µs, by M" in out and UNUSABLE not in out
+    assert run(STREAM, "--by-m", "rel_err", "--method", "cold") == 2
+    assert "--method does not apply to --by-m rel_err" in capsys.readouterr().err
+    assert run(CUDA, "--by-m", "stream") == 2  # explicit: no fallback
+    assert "no row of" in capsys.readouterr().err
+
+
+def test_by_m_bare_through_the_main_parser(capsys):
+    from qbench import cli
+
+    assert cli.main(["report", STREAM, "--by-m"]) == 0
+    assert "stream µs, by M" in capsys.readouterr().out
+    assert cli.main(["report", STREAM, "--by-m", "floor_pct", "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "scheme,m1,m16" and next(line for line in lines if line.startswith("w8a8-dynamic,")) == "w8a8-dynamic,,"
+
+
+def test_help_columns_lists_every_registry_method_with_its_includes(capsys):
+    from qbench.timing import registry
+
+    assert run("--help-columns") == 0
+    out = capsys.readouterr().out
+    for name, info in registry.METHODS.items():
+        line = next(line for line in out.splitlines() if line.startswith(f"{name} "))
+        assert info.includes in line
+    assert "hbm_floor_us" in out and "floor_pct" in out and "stream_copies" in out

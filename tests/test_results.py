@@ -124,10 +124,30 @@ def test_methods_and_resolve_method():
     cpu = read_results(FIXTURES / "cpu.json")
     assert methods_present(cuda["rows"]) == ["cold", "warm", "eager", "kernel"]
     assert methods_present(cpu["rows"]) == ["cpu"]
-    assert resolve_method(cuda, None) == ("cold", None)
+    # files written before stream existed: cold (CUDA) or cpu (CPU), with a note saying so
+    method, note = resolve_method(cuda, None)
+    assert method == "cold" and note.startswith("no stream latency in this file") and "using cold" in note
     method, note = resolve_method(cpu, None)
-    assert method == "cpu" and "cpu" in note
+    assert method == "cpu" and note.startswith("no stream latency in this file") and "using cpu" in note
     assert resolve_method(cpu, "cold") == ("cold", None)  # explicit: no fallback
+    assert resolve_method(cuda, "stream") == ("stream", None)
+    # files with stream read it, CUDA and CPU alike; the methods come in the registry's order
+    stream = read_results(FIXTURES / "cuda_stream.json")
+    cpu_stream = read_results(FIXTURES / "cpu_stream.json")
+    assert methods_present(stream["rows"]) == ["stream", "cold", "warm", "eager", "kernel"]
+    assert methods_present(cpu_stream["rows"]) == ["stream", "cpu"]
+    assert resolve_method(stream, None) == ("stream", None)
+    assert resolve_method(cpu_stream, None) == ("stream", None)
+    assert resolve_method(stream, "cold") == ("cold", None)
+    # no method at all: the default, no note (the command says nothing is timed)
+    assert resolve_method({"rows": []}, None) == ("stream", None)
+
+
+def test_method_choices_are_the_registry():
+    from qbench.results import METHOD_CHOICES
+    from qbench.timing import registry
+
+    assert METHOD_CHOICES == tuple(registry.METHODS) == ("stream", "cold", "warm", "eager", "kernel", "cpu")
 
 
 def test_atomic_write_uses_replace_in_same_folder(tmp_path, monkeypatch):
