@@ -58,3 +58,26 @@ def test_bad_rates_raise():
         formulas.arithmetic_intensity(1, 0)
     with pytest.raises(ValueError):
         formulas.achieved(1, 1, 0)
+
+
+def test_hbm_floor_hand_computed():
+    # 4096 x 4096 bf16 = 33,554,432 B at 4000 GB/s: 33,554,432 / 4e12 s = 8.388608 µs
+    assert formulas.hbm_floor_us(33_554_432, 4000) == pytest.approx(8.388608, rel=1e-12)
+    # the H200 datasheet's 4.8 TB/s: 6.990507 µs; int4 tinygemm (8.5 MiB) at 4.8 TB/s: 1.856853 µs
+    assert formulas.hbm_floor_us(33_554_432, 4800) == pytest.approx(6.990506666, rel=1e-9)
+    assert formulas.hbm_floor_us(8_912_896, 4800) == pytest.approx(1.856853333, rel=1e-9)
+    assert formulas.hbm_floor_us(0, 4000) == 0.0
+
+
+def test_hbm_floor_is_below_the_memory_roofline():
+    """The floor counts the stored weight only; min_bytes adds activations and output."""
+    b = formulas.min_bytes(1, K, N, weight_bytes=FP16_WEIGHT, act_itemsize=2, out_itemsize=2)
+    r = formulas.roofline(formulas.flops(1, K, N), b, peak_tflops=989.4, bandwidth_gbps=4800)
+    floor = formulas.hbm_floor_us(FP16_WEIGHT, 4800)
+    assert floor < r.memory_us == pytest.approx(floor * b / FP16_WEIGHT)
+
+
+@pytest.mark.parametrize("stored, bandwidth", [(-1, 4000), (1, 0), (1, -4000), (1, float("nan"))])
+def test_hbm_floor_rejects(stored, bandwidth):
+    with pytest.raises(ValueError):
+        formulas.hbm_floor_us(stored, bandwidth)
