@@ -236,7 +236,11 @@ class _Runner:
             self._time(row, "cpu", lambda: _timing().time_cpu(fn, self.settings))
             for method in self.scenario.timing.methods:
                 if method == "stream":
-                    self._measure_stream(row, x)
+                    try:
+                        self._measure_stream(row, x)
+                    except Exception as exc:  # the copies failed: stream's reason, the row keeps its cpu time
+                        row["latency_us"]["stream"] = None
+                        row["latency_reasons"]["stream"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                 else:
                     row["latency_us"][method] = None
                     row["latency_reasons"][method] = "CUDA method; this row ran on the CPU"

@@ -422,11 +422,6 @@ def fragile_scheme():
     schemes._REGISTRY.pop(scheme.name, None)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG qbench.measure._Runner.measure: on the CPU, _measure_stream runs outside any try/except, so an "
-    "exception while timing the copies escapes measure_scheme (documented to never raise for a scheme's own "
-    "failure) and the worker loses every row of the scheme; on CUDA measure_graphs catches it and records "
-    "latency_reasons.stream"))
 def test_cpu_stream_failure_is_a_reason_not_an_exception(fragile_scheme):
     rows = measure_scheme(_scenario([fragile_scheme.name]), 0, CPU)
     for row in rows:
