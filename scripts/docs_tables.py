@@ -20,7 +20,8 @@ and kernel medians (µs), rel err and the three longest kernels (short names).
 medians of the runs (µs) and their CV (%).
 
 ``crosscheck FILE...``: the output of ``scripts/crosscheck_timing.py``: qbench's cold and warm
-medians next to ``triton.testing.do_bench`` / ``do_bench_cudagraph``, per file.
+medians next to ``triton.testing.do_bench`` / ``do_bench_cudagraph``, and (newer files) qbench's
+``stream`` next to a plain-torch graph of weight copies, per file.
 
 Output is GitHub Markdown on stdout; ``scripts/gen_docs.py`` pastes it between the markers of
 docs/*.md. Exit status 0, or 2 on a bad file or an unknown scheme.
@@ -144,10 +145,19 @@ def crosscheck_table(paths: Sequence[str]) -> str:
                    f"pass when the ratio is within {tol:g} of 1")
         out.append("")
         body = [[r["scheme"], str(r["m"]), r["method"], fmt_us(r["ours_us"]), fmt_us(r["triton_us"]),
-                 f"{r['ratio']:.2f}", "pass" if r["pass"] else "**FAIL**"] for r in doc["rows"]]
-        out.append(_table(body, ["scheme", "M", "comparison", "qbench µs", "triton µs", "ratio", "verdict"],
-                          right=(1, 3, 4, 5)))
-        out.append("")
+                 f"{r['ratio']:.2f}", "pass" if r["pass"] else "**FAIL**"] for r in doc.get("rows") or []]
+        if body:
+            out.append(_table(body, ["scheme", "M", "comparison", "qbench µs", "triton µs", "ratio", "verdict"],
+                              right=(1, 3, 4, 5)))
+            out.append("")
+        body = [[r["scheme"], str(r["m"]), fmt_us(r["qbench_us"]), fmt_us(r["reference_us"]),
+                 "—" if r["ratio"] is None else f"{r['ratio']:.2f}", str(r.get("qbench_copies")),
+                 str(r.get("reference_copies")), "pass" if r["pass"] else "**FAIL**"]
+                for r in doc.get("stream_rows") or []]
+        if body:
+            out.append(_table(body, ["scheme", "M", "qbench stream µs", "plain-torch graph of copies µs", "ratio",
+                                     "qbench copies", "reference copies", "verdict"], right=(1, 2, 3, 4)))
+            out.append("")
     return "\n".join(out).rstrip()
 
 

@@ -1,4 +1,4 @@
-"""Repeatability of the cold (and warm) medians over several result files of the same scenario.
+"""Repeatability of the stream, cold and warm medians over several result files of the same scenario.
 
     python scripts/repeatability.py results/h200/repeat/decode-*.json --out results/h200/repeatability.json
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from qbench.results import read_results, write_results
 
 
-def summarize(paths: list[Path], methods=("cold", "warm")) -> dict:
+def summarize(paths: list[Path], methods=("stream", "cold", "warm")) -> dict:
     """Per (scheme, M, method): medians across runs and their CV (%)."""
     docs = [(p, read_results(p)) for p in paths]
     keys = []
