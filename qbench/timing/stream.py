@@ -205,12 +205,28 @@ def time_stream(calls: Sequence[Callable[[], object]], settings: TimingSettings)
     return summarize(samples, converged)
 
 
-def time_stream_cpu(calls: Sequence[Callable[[], object]], settings: TimingSettings) -> Stats:
-    """Host time per call of ``calls`` called once each in order on the CPU, µs (``stream`` on CPU).
+def rotate(calls: Sequence[Callable[[], object]]) -> Callable[[], None]:
+    """One callable that calls ``calls[0]`` on its first use, ``calls[1]`` on the next, ..., wrapping
+    around: consecutive uses touch different copies, each copy every L-th use."""
+    calls = tuple(calls)
+    state = {"next": 0}
 
-    Each sample is one pass over the L copies (torch.utils.benchmark.Timer, as
-    :func:`qbench.timing.cpu.time_cpu`), divided by L: with copies that together exceed the
-    last-level cache, each call reads its weight from DRAM.
+    def run() -> None:
+        i = state["next"]
+        state["next"] = (i + 1) % len(calls)
+        calls[i]()
+
+    return run
+
+
+def time_stream_cpu(calls: Sequence[Callable[[], object]], settings: TimingSettings) -> Stats:
+    """Host time per call of ``calls`` called in rotation on the CPU, µs (``stream`` on CPU).
+
+    After one pass over every copy (a bitsandbytes 4-bit CPU layer repacks its weight on its first
+    call), :func:`qbench.timing.cpu.time_cpu` times a callable that calls the next copy each time
+    (:func:`rotate`): each timed call reads a copy that L - 1 other calls have pushed out of the
+    last-level cache, so its weight comes from DRAM. A sample is a block of such calls (>= 100 µs),
+    so a slow layer costs as many calls as the ``cpu`` method, not L times more.
 
     Raises:
         ValueError: no calls. Whatever a call raises.
@@ -219,4 +235,5 @@ def time_stream_cpu(calls: Sequence[Callable[[], object]], settings: TimingSetti
 
     if not calls:
         raise ValueError("time_stream_cpu: needs at least one call")
-    return scale_stats(time_cpu(in_order(calls), settings), 1.0 / len(calls))
+    in_order(calls)()
+    return time_cpu(rotate(calls), settings)

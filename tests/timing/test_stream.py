@@ -223,7 +223,7 @@ def test_in_order_propagates_and_stops():
 
 # --- time_stream_cpu / time_stream without CUDA ---
 
-def test_time_stream_cpu_divides_one_pass_by_the_copies(monkeypatch):
+def test_time_stream_cpu_warms_every_copy_then_times_one_copy_per_call(monkeypatch):
     import qbench.timing.cpu as cpu
 
     seen = []
@@ -231,15 +231,27 @@ def test_time_stream_cpu_divides_one_pass_by_the_copies(monkeypatch):
 
     def fake_time_cpu(fn, settings):
         got["settings"] = settings
-        fn()
+        for _ in range(11):  # the timed callable: one copy per call, in rotation
+            fn()
         return Stats(median=80.0, p10=40.0, p90=120.0, mean=90.0, cv=0.2, n=7, converged=False)
 
     monkeypatch.setattr(cpu, "time_cpu", fake_time_cpu)
     s = TimingSettings(min_reps=3)
     out = time_stream_cpu([lambda i=i: seen.append(i) for i in range(8)], s)
-    assert seen == list(range(8))  # one pass: every copy once, in order
+    # a warm-up pass over the 8 copies in order, then 11 timed calls rotating 0..7, 0, 1, 2
+    assert seen == list(range(8)) + list(range(8)) + [0, 1, 2]
     assert got["settings"] is s
-    assert (out.median, out.p10, out.p90, out.mean, out.cv, out.n, out.converged) == (10.0, 5.0, 15.0, 11.25, 0.2, 7, False)
+    assert out.median == 80.0 and out.n == 7  # per call already: no scaling
+
+
+def test_rotate_wraps_around():
+    from qbench.timing.stream import rotate
+
+    seen = []
+    run = rotate([lambda i=i: seen.append(i) for i in range(3)])
+    for _ in range(7):
+        run()
+    assert seen == [0, 1, 2, 0, 1, 2, 0]
 
 
 def test_time_stream_cpu_real_copies():
