@@ -93,6 +93,7 @@ def write_results(path: str | os.PathLike, doc: dict, *, force: bool = False) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file gets the umask's mode
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text + "\n")
             fh.flush()
@@ -106,6 +107,13 @@ def write_results(path: str | os.PathLike, doc: dict, *, force: bool = False) ->
             os.unlink(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    """The process's umask (read by setting and restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _place_new(tmp: str, path: Path) -> None:

@@ -1,8 +1,11 @@
 """Run a scenario: one worker process per scheme, rows gathered into one versioned result file.
 
-The result file is written after every scheme (atomically, ``"complete": false``) so the rows
-already measured survive a crash or Ctrl-C during a later scheme; the last write sets
-``"complete": true``. A worker that dies (signal, CUDA error, timeout) turns into ``failed`` rows
+While the run goes, its rows are written after every scheme (atomically, ``"complete": false``) to
+a partial file beside the result, ``<name>.partial.json`` (:func:`partial_path`), so the rows
+already measured survive a crash or Ctrl-C during a later scheme; only the complete run is written
+to the result path (``"complete": true``), and then the partial file is removed. So an interrupted
+``--force`` run leaves the old result file byte-identical, and its own rows in the partial file.
+A worker that dies (signal, CUDA error, timeout) turns into ``failed`` rows
 with the reason; every other scheme is unaffected.
 """
 
@@ -49,6 +52,11 @@ def default_output(scenario: Scenario, device: str) -> Path:
     """``results/runs/<scenario>-<device>-<UTC timestamp>.json``: a fresh file every run."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return Path("results") / "runs" / f"{scenario.name}-{device.replace(':', '')}-{stamp}.json"
+
+
+def partial_path(path: Path) -> Path:
+    """Where an unfinished run keeps its rows: ``keep.json`` -> ``keep.partial.json``."""
+    return path.with_name(f"{path.stem}.partial{path.suffix or '.json'}")
 
 
 def check_output(path: Path, force: bool) -> None:
@@ -121,7 +129,8 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
         t0 = time.perf_counter()
         doc["ceilings"] = _ceilings(dev, scenario)
         doc["ceilings_wall_s"] = time.perf_counter() - t0
-    write_results(path, doc, force=force)
+    partial = partial_path(path)
+    write_results(partial, doc, force=True)
     entries = list(enumerate(scenario.schemes))
     bar = _bar(len(entries)) if show_bar else None
     tmp = tempfile.TemporaryDirectory(prefix="qbench-")
@@ -132,7 +141,7 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
                 bar.set_description(entry.label)
             t0 = time.perf_counter()
             rows = workers.rows(index)
-            record(doc, path, rows, t0, started)
+            record(doc, partial, rows, t0, started)
             if bar is not None:
                 bar.update(1)
             if progress is not None:
@@ -144,7 +153,7 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
         tmp.cleanup()
         if bar is not None:
             bar.close()
-    return finish(doc, path, started)
+    return finish(doc, path, started, force=force)
 
 
 def record(doc: dict, path: Path, rows: list[dict], t0: float, started: float) -> None:
@@ -158,11 +167,15 @@ def record(doc: dict, path: Path, rows: list[dict], t0: float, started: float) -
     write_results(path, doc, force=True)
 
 
-def finish(doc: dict, path: Path, started: float) -> RunOutcome:
-    """Mark the run complete, write it, and give the exit code: 1 when no row is ``ok``."""
+def finish(doc: dict, path: Path, started: float, *, force: bool = False) -> RunOutcome:
+    """Mark the run complete, write it to ``path`` (replacing an existing file only with ``force``),
+    remove its partial file, and give the exit code: 1 when no row is ``ok``."""
     doc["complete"] = True
     doc["wall_s"] = time.perf_counter() - started
-    write_results(path, doc, force=True)
+    write_results(path, doc, force=force)
+    partial = partial_path(path)
+    if partial.exists():
+        partial.unlink()
     if not any(r["status"] == "ok" for r in doc["rows"]):
         return RunOutcome(doc, path, 1, f"no row was measured: all {len(doc['rows'])} rows were skipped or failed")
     return RunOutcome(doc, path, 0)

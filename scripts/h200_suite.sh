@@ -3,8 +3,8 @@
 #   bash scripts/h200_suite.sh OUTDIR [STEP ...]   (steps: tests crosscheck decode small_batch prefill seed repeat)
 # Writes result JSON, logs and the environment into OUTDIR and, after every step, a tarball
 # ($QBENCH_TARBALL, default OUTDIR.tar.gz): a device call cut off at its time limit still brings
-# back every finished step, and the JSON of the step it cut (rows written after every scheme,
-# "complete": false). QBENCH_STEP_TIMEOUT (s, default 900) bounds one scenario step.
+# back every finished step, and the rows of the step it cut (OUTDIR/<step>.partial.json, written
+# after every scheme, "complete": false). QBENCH_STEP_TIMEOUT (s, default 900) bounds one scenario step.
 set -u
 out=${1:?OUTDIR}; shift
 steps=${*:-tests crosscheck decode small_batch prefill seed}

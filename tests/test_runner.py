@@ -76,9 +76,43 @@ def test_rows_written_after_each_scheme_survive_interrupt(tmp_path, monkeypatch)
     monkeypatch.setattr(runner._Workers, "rows", interrupted)
     with pytest.raises(KeyboardInterrupt):
         runner.run(sc, device="cpu", out=str(tmp_path / "r.json"))
-    saved = read_results(tmp_path / "r.json")
+    assert not (tmp_path / "r.json").exists()  # only a complete run is written to the result path
+    saved = read_results(tmp_path / "r.partial.json")
     assert saved["complete"] is False
     assert [r["scheme"] for r in saved["rows"]] == ["fp16"] and saved["rows"][0]["status"] == "ok"
+
+
+def test_interrupted_force_run_leaves_the_old_file_byte_identical(tmp_path, monkeypatch):
+    sc = _load(tmp_path, small_scenario_toml(["fp16", "bf16"], m=(1,)))
+    out = tmp_path / "keep.json"
+    first = runner.run(sc, device="cpu", out=str(out))
+    assert first.exit_code == 0 and not (tmp_path / "keep.partial.json").exists()
+    before = out.read_bytes()
+    real = runner._Workers.rows
+
+    def interrupted(self, index):
+        if index == 1:
+            raise KeyboardInterrupt
+        return real(self, index)
+
+    monkeypatch.setattr(runner._Workers, "rows", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(sc, device="cpu", out=str(out), force=True)
+    assert out.read_bytes() == before
+    partial = read_results(tmp_path / "keep.partial.json")
+    assert partial["complete"] is False and [r["scheme"] for r in partial["rows"]] == ["fp16"]
+
+
+def test_result_files_get_the_umask_mode(tmp_path):
+    import os
+
+    sc = _load(tmp_path, small_scenario_toml(["fp16"], m=(1,)))
+    old = os.umask(0o022)
+    try:
+        runner.run(sc, device="cpu", out=str(tmp_path / "m.json"))
+    finally:
+        os.umask(old)
+    assert (tmp_path / "m.json").stat().st_mode & 0o777 == 0o644
 
 
 def test_cpu_rows_are_labelled_cpu_never_cuda(tmp_path):

@@ -28,7 +28,7 @@ import qbench
 from qbench import schemes
 from qbench.measure import failed_rows
 from qbench.results import write_results
-from qbench.runner import RunOutcome, finish, log_tail, prepare, record
+from qbench.runner import RunOutcome, finish, log_tail, partial_path, prepare, record
 from qbench.scenario import Scenario
 from qbench.tp import shard
 from qbench.tp.measure import tp_row
@@ -97,7 +97,8 @@ def run_tp(scenario: Scenario, *, device: Optional[str] = None, out: Optional[st
         raise ValueError("run_tp: the scenario has no [tp] table; use qbench.runner.run")
     started = time.perf_counter()
     dev, path, doc = prepare(scenario, device, out, force)  # the unsharded worker's memory bounds every rank
-    write_results(path, doc, force=force)
+    partial = partial_path(path)
+    write_results(partial, doc, force=True)
     available = ranks_available(dev)
     with tempfile.TemporaryDirectory(prefix="qbench-tp-") as tmp:
         for number, (index, tp_size, split) in enumerate(jobs(scenario)):
@@ -107,12 +108,12 @@ def run_tp(scenario: Scenario, *, device: Optional[str] = None, out: Optional[st
                 rows = failed_rows(_rows(scenario, index, dev, tp_size, split), "skipped", reason)
             else:
                 rows = run_job(scenario, index, tp_size, split, dev, os.path.join(tmp, str(number)))
-            record(doc, path, rows, t0, started)
+            record(doc, partial, rows, t0, started)
             if progress is not None:
                 for row in rows:
                     if row["status"] != "ok":
                         progress(f"{row['scheme']} tp={tp_size} {split} M={row['m']}: {row['status']}: {row['reason']}")
-    return finish(doc, path, started)
+    return finish(doc, path, started, force=force)
 
 
 def _rows(scenario: Scenario, index: int, dev, tp_size: int, split: str) -> list[dict]:
