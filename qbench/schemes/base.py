@@ -9,6 +9,7 @@ scenario's options are validated at the edge with the bad key and value named).
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Optional
 
@@ -74,6 +75,12 @@ class Scheme:
         worker_env: environment variables set (str) or removed (None) in the scheme's worker
             process, e.g. ``NVIDIA_TF32_OVERRIDE=0`` to force strict FP32 in cuBLAS.
         extra_check: ``extra_check(device, options) -> reason | None`` for anything else.
+        storage_format: the storage format the weight is counted under when kernels of one
+            format are compared (``qbench recommend --by-format``): one of
+            :data:`STORAGE_FORMATS`; ``None`` (the default) derives it from ``weight_dtype``
+            (:func:`storage_format_of`). Set it only for a label that function cannot read.
+            (``dataclasses.replace`` with a new ``weight_dtype`` keeps the old format unless it
+            passes ``storage_format=None`` too.)
     """
 
     name: str
@@ -93,6 +100,14 @@ class Scheme:
     k_multiple: Callable[[SchemeOptions], int] = field(default=lambda options: 1)
     worker_env: dict = field(default_factory=dict)
     extra_check: Optional[Callable[[torch.device, SchemeOptions], Optional[str]]] = None
+    storage_format: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.storage_format is None:
+            object.__setattr__(self, "storage_format", storage_format_of(self.weight_dtype))
+        elif self.storage_format not in STORAGE_FORMATS:
+            raise ValueError(f"scheme {self.name!r}: storage_format {self.storage_format!r} is not one of "
+                             f"{', '.join(STORAGE_FORMATS)}")
 
     def unavailable_reason(self, device: torch.device, options: SchemeOptions) -> Optional[str]:
         """One line saying why this scheme cannot run on ``device`` here, or None if it can."""
@@ -113,6 +128,38 @@ class Scheme:
         if self.extra_check is not None:
             return self.extra_check(device, options)
         return None
+
+
+#: The storage formats of :func:`storage_format_of`, in the order ``--by-format`` lists them: the
+#: quantized formats first, then the float references; ``other`` for a label it cannot read.
+STORAGE_FORMATS = ("8-bit float", "8-bit int", "4-bit int", "4-bit float", "16-bit float",
+                   "32-bit float", "other")
+
+#: Leading token of a ``weight_dtype`` label -> storage format. NF4 (NormalFloat: 16 levels at the
+#: quantiles of a normal distribution, read through a code table) counts as a 4-bit float, as
+#: bitsandbytes and the QLoRA paper class it, beside FP4 (e2m1).
+_FORMAT_OF_TOKEN = (
+    (re.compile(r"(float|fp)32|tf32"), "32-bit float"),
+    (re.compile(r"(b?float|b?fp|bf)16|half"), "16-bit float"),
+    (re.compile(r"(float|fp)8|e4m3|e5m2"), "8-bit float"),
+    (re.compile(r"u?int8"), "8-bit int"),
+    (re.compile(r"u?int4"), "4-bit int"),
+    (re.compile(r"nf4|(float|fp)4|e2m1|mxfp4|nvfp4"), "4-bit float"),
+)
+
+
+def storage_format_of(weight_dtype: Optional[str]) -> str:
+    """The storage format of a ``weight_dtype`` label, read from its first word: ``float8_e4m3fn``
+    -> ``8-bit float``, ``int8`` -> ``8-bit int``, ``int4 (tinygemm packed int32)`` and ``int4 (in
+    int8)`` -> ``4-bit int``, ``nf4 (2 per uint8)`` and ``fp4 (2 per uint8)`` -> ``4-bit float``,
+    ``bfloat16`` / ``float16`` -> ``16-bit float``, ``float32`` -> ``32-bit float``; anything else
+    (or ``None``) -> ``other``. The words in parentheses describe the container, not the format."""
+    token = str(weight_dtype or "").strip().lower().split(" ", 1)[0].split("(", 1)[0]
+    token = token.removeprefix("torch.")
+    for pattern, fmt in _FORMAT_OF_TOKEN:
+        if pattern.fullmatch(token) or pattern.fullmatch(token.split("_", 1)[0]):
+            return fmt
+    return "other"
 
 
 def linear_parts(module: torch.nn.Module) -> list[TensorPart]:
