@@ -49,14 +49,32 @@ def base_row(scenario: Scenario, entry: SchemeEntry, scheme: Scheme, m: int, dev
         "latency_us": {}, "latency_reasons": {}, "launch_overhead_us": None,
         "roofline_fraction": None, "achieved_gbps": None, "achieved_tflops": None, "achieved_method": None,
         "hbm_floor_us": None, "hbm_floor_fraction": None,
-        "error": None, "dispatch": None, "gpu_state": None, "compile": None,
+        "error": None, "dispatch": None, "gpu_state": None, "compile": None, "flags": [],
     }
 
 
+def describe_exception(exc: BaseException, limit: int = 300) -> str:
+    """``Type: first line … last line`` of an exception's message, at most ``limit`` characters.
+
+    Libraries often end a message with a pointer ("See https://...opcheck") and put the assertion on
+    the first line; a row keeps both.
+    """
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        text = type(exc).__name__
+    elif len(lines) == 1:
+        text = f"{type(exc).__name__}: {lines[0]}"
+    else:
+        text = f"{type(exc).__name__}: {lines[0]} … {lines[-1]}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def failed_rows(rows: list[dict], status: str, reason: str) -> list[dict]:
-    """Mark every row ``status`` with ``reason`` (one line)."""
+    """Mark every row ``status`` with ``reason`` (one line: newlines joined with " … ", 400 characters)."""
+    lines = [line.strip() for line in reason.strip().splitlines() if line.strip()]
+    text = " … ".join([lines[0], lines[-1]] if len(lines) > 1 else lines) if lines else status
     for row in rows:
-        row["status"], row["reason"] = status, reason.strip().splitlines()[-1][:300] if reason.strip() else status
+        row["status"], row["reason"] = status, text[:400]
     return rows
 
 
@@ -84,7 +102,7 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     except Exception as exc:  # the scheme could not be built here: a failed row, the run goes on
-        return failed_rows(rows, "failed", f"build: {type(exc).__name__}: {exc}")
+        return failed_rows(rows, "failed", f"build: {describe_exception(exc)}")
     built = time.perf_counter()
     copies, stream_why = None, None
     if "stream" in scenario.timing.methods:
@@ -193,6 +211,8 @@ class _Runner:
                     setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
             self.module = torch.compile(module, dynamic=False)
         self.eager_module = module
+        self.graphs_total = 0
+        self._repacked: Optional[str] = None
         self.settings = _settings(scenario)
         self.inputs: dict[int, torch.Tensor] = {}
         self.flusher = None
@@ -206,26 +226,35 @@ class _Runner:
 
     def measure(self, row: dict) -> None:
         m, k, n = row["m"], row["k"], row["n"]
-        row.update(self.book.fields(k, n))
         try:
             x32 = inputs.make_activations(self.scenario, m, self.device)
             y_ref = inputs.reference(x32, self.weight, self.bias)
             x = x32.to(self.scheme.activation_dtype)
             self.inputs[m] = x
-            graphs_before = _graph_count()
+            graphs_before, breaks_before = _graph_count(), _graph_break_count()
             t0 = time.perf_counter()
             y = self.module(x)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             first_call_s = time.perf_counter() - t0
+            self._recount_ledger(row)
             row["output_dtype"] = dtype_name(y.dtype)
             row["error"] = metrics.error_metrics(y, y_ref)
             row["error"].update(_input_stats(self.scenario, self.scheme, self.entry, x32))
             del y, y_ref
             if self.compiled:
-                row["compile"] = {"first_call_s": first_call_s, "graphs_compiled": _graph_count() - graphs_before}
+                graphs = _graph_count() - graphs_before
+                self.graphs_total += graphs
+                row["compile"] = {"first_call_s": first_call_s, "graphs_compiled": graphs,
+                                  "graph_breaks": _graph_break_count() - breaks_before}
+                if self.graphs_total == 0:
+                    row["flags"].append("not-compiled: torch.compile compiled no graph for this scheme; "
+                                        "the call ran eagerly")
+                if row["compile"]["graph_breaks"]:
+                    row["flags"].append(f"graph-breaks: {row['compile']['graph_breaks']} graph break(s) "
+                                        "in the compiled call (parts of it ran eagerly)")
         except Exception as exc:
-            failed_rows([row], "failed", f"run: {type(exc).__name__}: {exc}")
+            failed_rows([row], "failed", f"run: {describe_exception(exc)}")
             return
         act, out = x.element_size(), torch.empty((), dtype=_dtype(row["output_dtype"])).element_size()
         row["min_bytes"] = formulas.min_bytes(m, k, n, weight_bytes=self.book.stored_bytes, act_itemsize=act, out_itemsize=out)
@@ -292,6 +321,22 @@ class _Runner:
         except Exception as exc:
             row["latency_us"][method] = None
             row["latency_reasons"][method] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+    def _recount_ledger(self, row: dict) -> None:
+        """Count the ledger again after the first call: the timed state. A library that repacks its
+        weight on the first call (bitsandbytes' 4-bit layer on the CPU: absmax to bf16, double
+        quantization undone) changes the bytes; the row then carries the new ledger and a flag."""
+        k, n = row["k"], row["n"]
+        now = ledger.count(self.scheme.parts(self.eager_module))
+        if now.stored_bytes != self.book.stored_bytes:
+            row["flags"].append(f"repacked: the weight changed on the first call ({self.book.stored_bytes} -> "
+                                f"{now.stored_bytes} stored bytes); the ledger is the timed, repacked state")
+            self.book = now
+        elif self._repacked:
+            row["flags"].append(self._repacked)
+        if row["flags"] and row["flags"][-1].startswith("repacked:"):
+            self._repacked = row["flags"][-1]
+        row.update(self.book.fields(k, n))
 
     def _calls(self, x: torch.Tensor) -> list:
         """One zero-argument call per copy on input ``x``; compiled schemes compile every copy with
@@ -438,6 +483,15 @@ def _gpu_state_module():
     except ImportError:
         return None
     return gpu_state
+
+
+def _graph_break_count() -> int:
+    """Graph breaks Dynamo has counted in this process (``counters["graph_break"]``, reason -> count)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return 0
+    return int(sum(counters["graph_break"].values()))
 
 
 def _graph_count() -> int:

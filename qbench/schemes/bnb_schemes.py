@@ -8,7 +8,9 @@
   codes per byte, one absmax per block of ``blocksize`` (64) weights, a 16-entry code table;
   with double quantization the absmax values are themselves quantized to 8 bits in blocks of
   256 with a float32 absmax per block, a 256-entry code table and a float32 offset. bf16
-  activations and compute.
+  activations; the compute dtype is an option (``compute_dtype``: bf16, fp16 or fp32, the
+  ``bnb_4bit_compute_dtype`` of transformers' ``BitsAndBytesConfig``; fp32 is the slow path, see
+  :class:`FourBitOptions`).
 
 The ledger counts the packed weight and every tensor of ``weight.quant_state`` (bitsandbytes'
 ``QuantState``), the nested state included.
@@ -32,12 +34,30 @@ class Int8BnbOptions(SchemeOptions):
     threshold: float = Field(default=6.0, ge=0.0)
 
 
+#: ``compute_dtype`` option -> the ``Linear4bit(compute_dtype=...)`` it builds.
+COMPUTE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
 class FourBitOptions(SchemeOptions):
-    """Options of the bitsandbytes 4-bit schemes: ``blocksize`` (weights per absmax) and
-    ``double_quant`` (quantize the absmax values too; bitsandbytes' ``compress_statistics``)."""
+    """Options of the bitsandbytes 4-bit schemes: ``blocksize`` (weights per absmax),
+    ``double_quant`` (quantize the absmax values too; bitsandbytes' ``compress_statistics``) and
+    ``compute_dtype`` (``Linear4bit``'s ``compute_dtype``, transformers' ``bnb_4bit_compute_dtype``):
+    ``bf16`` (default), ``fp16`` or ``fp32``.
+
+    The layer still takes and returns bf16 (the model's dtype): ``Linear4bit.forward`` converts X
+    to the compute dtype and the output back (two elementwise kernels when they differ), and the
+    4-bit kernel runs in the compute dtype. **fp32 is the slow path**, and bitsandbytes warns
+    only when the input is fp16: in bitsandbytes 0.50 (``backends/cuda/ops.py``,
+    ``_gemm_4bit_use_custom_cuda``) fp32 has no tensor-core (MMA) 4-bit kernel, so its own kernel
+    (SIMT, fp32 activations) serves M < 8 only, and from M = 8 the weight is dequantized to fp32
+    and multiplied by an fp32 GEMM, without tensor cores while TF32 is off (torch's default):
+    fp32's 51 TFLOP/s on an H200 against bf16's ~990. The row's ``compute_dtype`` field still
+    says bf16 (the scheme's declared dtype, whose peak bounds the roofline); the label says
+    ``[compute_dtype=fp32]``."""
 
     blocksize: Literal[32, 64, 128, 256, 512, 1024, 2048, 4096] = 64
     double_quant: bool = True
+    compute_dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
 
 
 def _build_int8(weight: torch.Tensor, bias: Optional[torch.Tensor], options: Int8BnbOptions) -> torch.nn.Module:
@@ -58,9 +78,12 @@ def int8_parts(module: torch.nn.Module) -> list[TensorPart]:
         TypeError: if the weight was not quantized to int8.
     """
     weight = module.weight
-    if weight.dtype != torch.int8 or getattr(weight, "SCB", None) is None:
+    scb = getattr(weight, "SCB", None)
+    if scb is None:  # the first forward moves SCB from the weight to the layer's MatmulLtState
+        scb = getattr(getattr(module, "state", None), "SCB", None)
+    if weight.dtype != torch.int8 or scb is None:
         raise TypeError(f"Linear8bitLt weight is {weight.dtype} without SCB: not quantized")
-    return [TensorPart("weight", "payload", weight.data), TensorPart("weight.SCB", "metadata", weight.SCB)] + bias_parts(module)
+    return [TensorPart("weight", "payload", weight.data), TensorPart("weight.SCB", "metadata", scb)] + bias_parts(module)
 
 
 def _build_4bit(quant_type: str):
@@ -68,7 +91,7 @@ def _build_4bit(quant_type: str):
         import bitsandbytes as bnb
 
         n, k = weight.shape
-        layer = bnb.nn.Linear4bit(k, n, bias=bias is not None, compute_dtype=torch.bfloat16,
+        layer = bnb.nn.Linear4bit(k, n, bias=bias is not None, compute_dtype=COMPUTE_DTYPES[options.compute_dtype],
                                   compress_statistics=options.double_quant, quant_type=quant_type)
         layer.weight = bnb.nn.Params4bit(weight.detach().to("cpu", torch.bfloat16), requires_grad=False,
                                          blocksize=options.blocksize, compress_statistics=options.double_quant,
@@ -117,6 +140,7 @@ for _qt in ("nf4", "fp4"):
     register(Scheme(
         name=f"{_qt}-bnb", library="bitsandbytes", family="bnb", weight_dtype=f"{_qt} (2 per uint8)",
         activation_dtype=torch.bfloat16, compute_dtype="bf16", nominal_bits=4, packages=("bitsandbytes",),
-        summary=f"bitsandbytes Linear4bit {_qt.upper()}: block size 64, absmax per block, double quantization on",
+        summary=f"bitsandbytes Linear4bit {_qt.upper()}: block size 64, absmax per block, double quantization on; "
+                "compute_dtype bf16 (fp16, or fp32: the slow path, no tensor-core 4-bit kernel)",
         build=_build_4bit(_qt), parts=four_bit_parts, options_model=FourBitOptions, k_multiple=_blocksize,
     ))

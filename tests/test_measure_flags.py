@@ -1,0 +1,149 @@
+"""measure: the flags a row carries when it could mislead a reader, each tripped by an input made
+to trip it (issue 12, item 4): a weight repacked on the first call, a compiled call that compiled
+nothing or broke its graph, and a failed row's reason that keeps the exception's first and last line."""
+
+from __future__ import annotations
+
+import torch
+
+from qbench import ledger, scenario, schemes
+from qbench.measure import describe_exception, failed_rows, measure_scheme
+from qbench.schemes.base import Scheme, TensorPart
+from tests.conftest import small_scenario_toml
+
+CPU = torch.device("cpu")
+
+
+class _Repacking(torch.nn.Module):
+    """A linear whose stored weight becomes smaller on its first call (as bitsandbytes' 4-bit CPU
+    layer repacks): a float32 weight, then the same values kept as bf16."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
+
+    def forward(self, x):
+        if self.weight.dtype == torch.float32:
+            self.weight = torch.nn.Parameter(self.weight.to(torch.bfloat16), requires_grad=False)
+        return torch.nn.functional.linear(x, self.weight.float())
+
+
+class _Broken(torch.nn.Module):
+    """A linear whose forward breaks the Dynamo graph once (a print of a traced value)."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
+
+    def forward(self, x):
+        y = torch.nn.functional.linear(x, self.weight)
+        torch._dynamo.graph_break()
+        return y * 1.0
+
+
+def _register(name, build):
+    if name not in schemes.names():
+        schemes.register(Scheme(
+            name=name, library="torch", family="float", summary=f"{name} (test only)", weight_dtype="float32",
+            activation_dtype=torch.float32, compute_dtype="fp32", nominal_bits=32, build=build,
+            parts=lambda m: [TensorPart("weight", "payload", m.weight.detach())],
+        ))
+
+
+def _rows(tmp_path, name, mode="eager"):
+    text = small_scenario_toml([name], m=(1, 2)).replace(f'name = "{name}"', f'name = "{name}"\nmode = "{mode}"')
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    sc = scenario.load(path)
+    return measure_scheme(sc, 0, CPU)
+
+
+def test_a_weight_repacked_on_the_first_call_is_counted_as_timed_and_flagged(tmp_path):
+    _register("repack-test", lambda w, b, o: _Repacking(w))
+    try:
+        rows = _rows(tmp_path, "repack-test")
+    finally:
+        schemes._REGISTRY.pop("repack-test", None)
+    k, n = 256, 128
+    for row in rows:
+        assert row["status"] == "ok", row["reason"]
+        assert row["stored_bytes"] == k * n * 2  # bf16 after the first call, not the 4-byte build
+        assert any(f.startswith("repacked:") and f"{k * n * 4} -> {k * n * 2}" in f for f in row["flags"])
+
+
+def test_an_unchanged_weight_has_no_flags(tmp_path):
+    rows = _rows(tmp_path, "fp32")
+    assert [r["flags"] for r in rows] == [[], []]
+    assert rows[0]["stored_bytes"] == 256 * 128 * 4
+
+
+def test_graph_breaks_are_counted_and_flagged(tmp_path):
+    import shutil
+
+    if not any(shutil.which(cc) for cc in ("cc", "gcc", "g++", "clang", "c++")):
+        import pytest
+
+        pytest.skip("torch.compile on CPU needs a C++ compiler (none found)")
+    _register("break-test", lambda w, b, o: _Broken(w))
+    try:
+        rows = _rows(tmp_path, "break-test", mode="compiled")
+    finally:
+        schemes._REGISTRY.pop("break-test", None)
+    row = rows[0]
+    assert row["status"] == "ok", row["reason"]
+    assert row["compile"]["graph_breaks"] >= 1
+    assert any(f.startswith("graph-breaks:") for f in row["flags"])
+
+
+class _Uncompilable(torch.nn.Module):
+    """A linear whose forward Dynamo is told to skip: torch.compile compiles no graph."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
+
+    @torch._dynamo.disable
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.weight)
+
+
+def test_a_compiled_row_that_compiled_nothing_is_flagged(tmp_path):
+    import shutil
+
+    if not any(shutil.which(cc) for cc in ("cc", "gcc", "g++", "clang", "c++")):
+        import pytest
+
+        pytest.skip("compiled rows on CPU need a C++ compiler (none found): the row would be skipped")
+    _register("nocompile-test", lambda w, b, o: _Uncompilable(w))
+    try:
+        rows = _rows(tmp_path, "nocompile-test", mode="compiled")
+    finally:
+        schemes._REGISTRY.pop("nocompile-test", None)
+    for row in rows:
+        assert row["status"] == "ok", row["reason"]
+        assert row["compile"]["graphs_compiled"] == 0
+        assert any(f.startswith("not-compiled:") for f in row["flags"])
+
+
+def test_describe_exception_keeps_type_first_and_last_line():
+    exc = AssertionError("expected 16 | K, got 4000\n  more context\nSee https://example.org/opcheck")
+    assert describe_exception(exc) == ("AssertionError: expected 16 | K, got 4000 … "
+                                       "See https://example.org/opcheck")
+    assert describe_exception(ValueError("one line")) == "ValueError: one line"
+    assert describe_exception(RuntimeError()) == "RuntimeError"
+    assert len(describe_exception(ValueError("x" * 1000))) == 300
+
+
+def test_failed_rows_keeps_first_and_last_line():
+    rows = failed_rows([{}, {}], "failed", "run: AssertionError: the assertion\nframe\nSee https://x/opcheck")
+    assert [r["reason"] for r in rows] == ["run: AssertionError: the assertion … See https://x/opcheck"] * 2
+    assert failed_rows([{}], "skipped", "")[0]["reason"] == "skipped"
+
+
+def test_ledger_count_is_the_repacked_state():
+    # the hand value behind the first test: 256 x 128 float32 -> bf16
+    module = _Repacking(torch.randn(128, 256))
+    before = ledger.count([TensorPart("weight", "payload", module.weight.detach())]).stored_bytes
+    module(torch.randn(1, 256))
+    after = ledger.count([TensorPart("weight", "payload", module.weight.detach())]).stored_bytes
+    assert (before, after) == (131072, 65536)
