@@ -49,7 +49,8 @@ def test_known_values(cuda):
     assert COLUMNS["sqnr"].cell(bf16) == "52.8"  # -20 log10(0.0023)
     assert COLUMNS["gflop"].value(bf16) == pytest.approx(2 * 4096 * 4096 * 1e-9)
     nf4 = _row(cuda, "nf4-bnb", 1)
-    assert COLUMNS["meta_pct"].value(nf4) == pytest.approx(100 * 267268 / (8388608 + 267268))
+    # nf4 at 4096 x 4096 (results/h200/decode.json): absmax 262,144 B + code 64 + offset 4 + state2 absmax 4,096 + code 1,024
+    assert COLUMNS["meta_pct"].value(nf4) == pytest.approx(100 * 267332 / (8388608 + 267332))
     assert COLUMNS["kernels"].cell(nf4) == "kgemm_4bit_inference_naive, kDequantizeBlockwise"
     assert COLUMNS["cold_cv"].value(nf4) == pytest.approx(100 * nf4["latency_us"]["cold"]["cv"])
 
@@ -146,3 +147,19 @@ def test_noisy_stream_cell_is_marked():
            "latency_us": {"stream": {"median": 9.4, "p10": 5.0, "p90": 15.0, "cv": 0.4}}}
     assert COLUMNS["stream"].cell(row) == "9.40*"
     assert "* noisy" in render([row], ["scheme", "stream", "status"], "simple")
+
+
+def test_flags_are_listed_under_the_table_and_in_their_column():
+    from qbench.render.columns import COLUMNS
+    from qbench.render.table import footnotes, render_table
+
+    rows = [{"scheme": "nf4-bnb", "m": m, "status": "ok",
+             "flags": ["repacked: the weight changed on the first call (34880 -> 35328 stored bytes)"]}
+            for m in (1, 16)] + [{"scheme": "bf16", "m": 1, "status": "ok", "flags": []}]
+    assert footnotes(rows) == ["nf4-bnb (M=1,16) flag: repacked: the weight changed on the first call "
+                               "(34880 -> 35328 stored bytes)"]
+    cols = [c for c in COLUMNS if c.key in ("scheme", "m", "flags", "status")]
+    text = render_table(rows, cols)
+    assert "flag: repacked" in text
+    flags = next(c for c in COLUMNS if c.key == "flags")
+    assert flags.cell(rows[0]) == "repacked" and flags.cell(rows[2]) == "—"
