@@ -267,6 +267,14 @@ _CATALOGUE: list[Column] = [
     Column("clock_dropped", "clock dropped", _get("gpu_state", "clock_dropped")),
     Column("compile_s", "compile s", _get("compile", "first_call_s"), fmt_num(".1f"), True,
            "first call of a compiled scheme: compile + run (compile.first_call_s)"),
+    Column("graphs", "graphs", _get("compile", "graphs_compiled"), fmt_num("d"), True,
+           "Dynamo graphs compiled by this row's first call (compile.graphs_compiled; 0 on every row: "
+           "nothing ran compiled)"),
+    Column("graph_breaks", "graph breaks", _get("compile", "graph_breaks"), fmt_num("d"), True,
+           "Dynamo graph breaks during the row's first call (compile.graph_breaks)"),
+    Column("flags", "flags", lambda row: "; ".join(f.split(":", 1)[0] for f in row.get("flags") or []) or None,
+           help="what could mislead a reader (repacked, not-compiled, graph-breaks): the row's flags list, "
+                "names only (the JSON has each flag's sentence)"),
 ]
 
 #: key -> Column, in catalogue order.

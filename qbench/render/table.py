@@ -21,8 +21,9 @@ __all__ = ["render_table", "footnotes"]
 
 
 def footnotes(rows: Sequence[dict]) -> list[str]:
-    """One line per distinct (scheme, status, reason) among rows whose status is not ``ok``:
-    ``int4-weight-only (M=1,16,512) skipped: needs CUDA``."""
+    """One line per distinct (scheme, status, reason) among rows whose status is not ``ok``
+    (``int4-weight-only (M=1,16,512) skipped: needs CUDA``), then one per distinct (scheme, flag)
+    among the rows' ``flags`` (``nf4-bnb (M=1) flag: repacked: ...``)."""
     groups: dict[tuple, list] = {}
     for r in rows:
         status = r.get("status")
@@ -30,10 +31,16 @@ def footnotes(rows: Sequence[dict]) -> list[str]:
             continue
         key = (r.get("scheme"), status, r.get("reason") or "no reason given")
         groups.setdefault(key, []).append(r.get("m"))
-    return [
+    out = [
         f"{scheme} (M={','.join(str(m) for m in ms)}) {status}: {reason}"
         for (scheme, status, reason), ms in groups.items()
     ]
+    flagged: dict[tuple, list] = {}
+    for r in rows:  # what could mislead a reader about an ok row (measure's row["flags"])
+        for flag in r.get("flags") or []:
+            flagged.setdefault((r.get("scheme"), flag), []).append(r.get("m"))
+    out += [f"{scheme} (M={','.join(str(m) for m in ms)}) flag: {flag}" for (scheme, flag), ms in flagged.items()]
+    return out
 
 
 #: Columns whose cells carry the ``*`` noisy mark: one per timing method of the registry.
