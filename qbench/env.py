@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib.metadata
+import importlib.util
 import os
 import platform
+import subprocess
+from pathlib import Path
 
 import torch
 
@@ -59,6 +62,8 @@ def collect(device: torch.device) -> dict:
         "torch": torch.__version__,
         "torchao": _version("torchao"),
         "bitsandbytes": _version("bitsandbytes"),
+        "gemlite": _version("gemlite"),
+        "mslk": _version("mslk-cuda"),  # import name mslk, distribution mslk-cuda
         "triton": _version("triton"),
         "cuda": torch.version.cuda,
         "device": str(device),
@@ -66,6 +71,10 @@ def collect(device: torch.device) -> dict:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "tf32": precision.precision_state(),
+        "git": git_state(),
+        "torchao_extensions": torchao_extension_state(),
+        "bitsandbytes_library": bitsandbytes_library(),
+        "cublas": _version("nvidia-cublas") or _version("nvidia-cublas-cu13") or _version("nvidia-cublas-cu12"),
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -77,9 +86,107 @@ def collect(device: torch.device) -> dict:
             memory_bytes=props.total_memory,
             driver=_driver_version(),
         )
+        from qbench import gpu_state
+
+        env.update(gpu_state.static_info(device.index or 0))
     else:
         env.update(device_name=env["cpu"], compute_capability=None)
+        env.update(cpu_load(env["torch_threads"]))
+    env["warnings"] = warnings_of(env)
     return env
+
+
+def git_state(root: Path | None = None) -> dict | None:
+    """``{"commit": sha, "dirty": bool}`` of the checkout qbench runs from, or None outside one
+    (an installed wheel) or without git. ``dirty``: ``git status --porcelain`` lists a tracked
+    change (untracked files do not count)."""
+    root = root or Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": sha, "dirty": bool(status.strip())}
+
+
+def torchao_extension_state() -> dict | None:
+    """Whether torchao will load its C++ extensions (``_C*.so``), read without importing torchao
+    (its import costs seconds and queries the GPU). Mirrors torchao 0.18's ``__init__``: the
+    extensions are skipped when ``TORCHAO_FORCE_SKIP_LOADING_SO_FILES=1`` or when torch is older
+    than the one the wheel was built for (2.11). None when torchao is not installed.
+
+    Returns ``{"loaded": bool, "reason": str | None, "so_files": [names]}``; ``loaded`` is what
+    torchao's rules predict (a library that fails to dlopen is reported in the worker's log).
+    """
+    spec = importlib.util.find_spec("torchao")
+    if spec is None or not spec.origin:
+        return None
+    so_files = sorted(p.name for p in Path(spec.origin).parent.glob("_C*.so"))
+    reason = None
+    if os.environ.get("TORCHAO_FORCE_SKIP_LOADING_SO_FILES", "0") == "1":
+        reason = "TORCHAO_FORCE_SKIP_LOADING_SO_FILES=1"
+    else:
+        version = _version("torchao") or ""
+        if "+git" not in version and _version_tuple(torch.__version__) < (2, 11):
+            reason = f"torch {torch.__version__} is older than 2.11, which torchao {version} needs for its extensions"
+    if reason is None and not so_files:
+        reason = "the torchao package has no _C*.so files"
+    return {"loaded": reason is None, "reason": reason, "so_files": so_files}
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+def bitsandbytes_library() -> dict | None:
+    """The native library bitsandbytes will load, read without importing it (its import
+    initialises CUDA): ``libbitsandbytes_cuda<XY>.so`` for torch's CUDA version, else the CPU one;
+    ``{"file": name, "present": bool, "available": [names]}``, or None without bitsandbytes."""
+    spec = importlib.util.find_spec("bitsandbytes")
+    if spec is None or not spec.origin:
+        return None
+    folder = Path(spec.origin).parent
+    available = sorted(p.name for p in folder.glob("libbitsandbytes_*"))
+    cuda = torch.version.cuda
+    stem = f"libbitsandbytes_cuda{cuda.replace('.', '')}" if cuda and torch.cuda.is_available() else "libbitsandbytes_cpu"
+    match = next((name for name in available if name.startswith(stem + ".")), None)
+    return {"file": match or stem + ".so", "present": match is not None, "available": available}
+
+
+def cpu_load(threads: int) -> dict:
+    """On CPU runs: the 1-minute load average (``os.getloadavg``), the cores it leaves free and
+    whether torch's threads exceed them (then timings share cores with other work)."""
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return {"load_avg_1min": None, "free_cores": None, "oversubscribed": None}
+    free = max(0.0, (os.cpu_count() or 1) - load)
+    return {"load_avg_1min": load, "free_cores": free, "oversubscribed": threads > free + 0.5}
+
+
+def warnings_of(env: dict) -> list[str]:
+    """One line per fact in ``env`` that could make numbers misleading (printed by ``qbench run``)."""
+    out = []
+    ext = env.get("torchao_extensions")
+    if ext and not ext["loaded"]:
+        out.append(f"torchao's C++ extensions will not load ({ext['reason']}): torchao schemes may run "
+                   "slower fallbacks or fail")
+    lib = env.get("bitsandbytes_library")
+    if lib and not lib["present"]:
+        out.append(f"bitsandbytes has no {lib['file']} (has {', '.join(lib['available']) or 'none'})")
+    if env.get("oversubscribed"):
+        out.append(f"CPU busy: load {env['load_avg_1min']:.1f} on {env['cpu_count']} cores leaves "
+                   f"{env['free_cores']:.1f} free for {env['torch_threads']} torch threads: timings will be noisy")
+    git = env.get("git")
+    if git and git["dirty"]:
+        out.append(f"the qbench checkout has uncommitted changes (commit {git['commit'][:10]} + changes)")
+    return out
 
 
 def _driver_version() -> str | None:

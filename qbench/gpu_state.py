@@ -58,6 +58,12 @@ def read_gpu_state_with_reason(device_index: int) -> tuple[dict[str, Any] | None
         read("temp_c", lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
         # nvmlDeviceGetPowerUsage returns milliwatts (NVML API reference).
         read("power_w", lambda: pynvml.nvmlDeviceGetPowerUsage(handle), 1e-3)
+        try:
+            mask = _throttle_mask(pynvml, handle)
+            state["throttle_reasons"] = throttle_names(mask, pynvml)
+        except (pynvml.NVMLError, AttributeError) as exc:
+            state["throttle_reasons"] = None
+            reasons["throttle_reasons"] = str(exc)
         if reasons:
             state["reasons"] = reasons
         return state, None
@@ -70,6 +76,63 @@ def read_gpu_state_with_reason(device_index: int) -> tuple[dict[str, Any] | None
             pass  # shutdown after a failed init/open: nothing left to release
 
 
+#: NVML clock-event (throttle) reason bits that slow a measurement, by the name qbench records
+#: (NVML API reference, "Clocks Event Reasons"; GpuIdle and ApplicationsClocksSetting are not
+#: slow-downs and are left out).
+SLOWDOWN_REASONS = {
+    "sw_power_cap": "nvmlClocksThrottleReasonSwPowerCap",
+    "hw_slowdown": "nvmlClocksThrottleReasonHwSlowdown",
+    "sync_boost": "nvmlClocksThrottleReasonSyncBoost",
+    "sw_thermal": "nvmlClocksThrottleReasonSwThermalSlowdown",
+    "hw_thermal": "nvmlClocksThrottleReasonHwThermalSlowdown",
+    "hw_power_brake": "nvmlClocksThrottleReasonHwPowerBrakeSlowdown",
+}
+
+
+def _throttle_mask(pynvml, handle) -> int:
+    getter = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    return int(getter(handle))
+
+
+def throttle_names(mask: int, pynvml) -> list[str]:
+    """The slow-down reasons set in an NVML clock-event mask, by :data:`SLOWDOWN_REASONS` name
+    (bits the installed pynvml does not define are skipped)."""
+    return [name for name, const in SLOWDOWN_REASONS.items()
+            if getattr(pynvml, const, None) is not None and mask & int(getattr(pynvml, const))]
+
+
+def static_info(device_index: int) -> dict[str, Any]:
+    """UUID and enforced power limit (W) of one GPU through NVML; ``{}`` without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no NVML: nothing to record
+        return {}
+    try:
+        bus = _pci_bus_id(device_index)
+        handle = (pynvml.nvmlDeviceGetHandleByPciBusId(bus) if bus is not None
+                  else pynvml.nvmlDeviceGetHandleByIndex(device_index))
+        out: dict[str, Any] = {}
+        for key, getter, scale in (("gpu_uuid", pynvml.nvmlDeviceGetUUID, None),
+                                   ("power_limit_w", pynvml.nvmlDeviceGetEnforcedPowerLimit, 1e-3)):
+            try:
+                value = getter(handle)
+                value = value.decode() if isinstance(value, bytes) else value
+                out[key] = value * scale if scale else value
+            except pynvml.NVMLError:
+                out[key] = None
+        return out
+    except pynvml.NVMLError:
+        return {}
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
 def read_gpu_state(device_index: int) -> dict[str, Any] | None:
     """SM clock, memory clock, temperature and power of one GPU, or None without NVML.
 
@@ -78,7 +141,8 @@ def read_gpu_state(device_index: int) -> dict[str, Any] | None:
             sees CUDA, else used as the NVML index).
 
     Returns:
-        ``{"sm_clock_mhz": int, "mem_clock_mhz": int, "temp_c": int, "power_w": float}``
+        ``{"sm_clock_mhz": int, "mem_clock_mhz": int, "temp_c": int, "power_w": float,
+        "throttle_reasons": [names of :data:`SLOWDOWN_REASONS` active, e.g. "sw_power_cap"]}``
         (MHz, °C, W); a field NVML cannot read is None and named in ``"reasons"``.
         None when pynvml is missing, NVML fails to initialize (e.g. no NVIDIA driver,
         as on a CPU machine) or the device cannot be opened; the reason is given by

@@ -263,6 +263,7 @@ class _Runner:
         graphs_before_timing = _graph_count()
         if self.device.type == "cpu":
             self._time(row, "cpu", lambda: _timing().time_cpu(fn, self.settings))
+            self._cpu_load_flag(row)
             for method in self.scenario.timing.methods:
                 if method == "stream":
                     try:
@@ -291,8 +292,10 @@ class _Runner:
             self._time(row, "cold", lambda: timing.time_cold(fn, self.settings, self.flusher, host_sync=host_sync))
             if row["latency_us"].get("cold"):
                 row["latency_us"]["cold"]["launch"] = "exposed (host sync inside the call)" if host_sync else "hidden"
+            self._reading(row, "cold")
         if "eager" in methods:
             self._time(row, "eager", lambda: timing.time_eager(fn, self.settings))
+            self._reading(row, "eager")
         if "kernel" in methods:
             try:
                 if self.flusher is None:
@@ -310,10 +313,39 @@ class _Runner:
             except Exception as exc:
                 row["latency_us"]["kernel"] = None
                 row["latency_reasons"]["kernel"] = f"profiler: {type(exc).__name__}: {exc}"
+            self._reading(row, "kernel")
         after = gpu.read_gpu_state(index) if gpu else None
         if before is not None or after is not None:
-            row["gpu_state"] = {"before": before, "after": after,
+            row["gpu_state"] = {**(row.get("gpu_state") or {}), "before": before, "after": after,
                                 "clock_dropped": bool(before and after and gpu.clock_dropped(before, after))}
+
+    def _cpu_load_flag(self, row: dict) -> None:
+        """``cpu-busy`` when the 1-minute load average leaves fewer free cores than torch's threads
+        (:func:`qbench.env.cpu_load`): the CPU times shared cores with other work."""
+        from qbench.env import cpu_load
+
+        load = cpu_load(torch.get_num_threads())
+        row["cpu_load"] = load
+        if load.get("oversubscribed"):
+            row["flags"].append(f"cpu-busy: load {load['load_avg_1min']:.1f} leaves {load['free_cores']:.1f} "
+                                f"free cores for {torch.get_num_threads()} threads: noisy")
+
+    def _reading(self, row: dict, method: str) -> None:
+        """A fresh NVML reading right after ``method``'s last sample (SM and memory clocks, power,
+        temperature, slow-down reasons) into ``gpu_state.by_method``; a ``throttled`` flag when
+        a slow-down reason (power cap, thermal, ...) was active."""
+        gpu = _gpu_state_module()
+        if gpu is None or self.device.type != "cuda":
+            return
+        reading = gpu.read_gpu_state(self.device.index or 0)
+        if reading is None:
+            return
+        state = row.get("gpu_state") or {}
+        state.setdefault("by_method", {})[method] = reading
+        row["gpu_state"] = state
+        active = reading.get("throttle_reasons") or []
+        if active:
+            row["flags"].append(f"throttled: {', '.join(active)} active right after {method}")
 
     def _time(self, row: dict, method: str, run: Callable[[], Any]) -> None:
         try:
@@ -387,6 +419,7 @@ class _Runner:
                         row["latency_us"]["warm"] = timing.time_warm(self._fn(x), self.settings).to_dict()
                     else:
                         self._measure_stream(row, x)
+                    self._reading(row, method)
                 except timing.GraphCaptureError as exc:
                     failure = f"CUDA graph capture failed at M={row['m']}: {exc}"
                     row["latency_us"][method] = None

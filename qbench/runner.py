@@ -131,6 +131,9 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
         doc["ceilings_wall_s"] = time.perf_counter() - t0
     partial = partial_path(path)
     write_results(partial, doc, force=True)
+    if progress is not None:
+        for line in doc["env"].get("warnings") or []:
+            progress(f"warning: {line}")
     entries = list(enumerate(scenario.schemes))
     bar = _bar(len(entries)) if show_bar else None
     tmp = tempfile.TemporaryDirectory(prefix="qbench-")

@@ -27,3 +27,15 @@ def test_read_gpu_state_on_gpu():
     if state is None:
         pytest.skip(f"NVML not usable here: {reason}")
     assert state["sm_clock_mhz"] > 0 and state["temp_c"] > 0
+
+
+def test_throttle_names_decode_the_nvml_mask():
+    import types
+
+    from qbench.gpu_state import throttle_names
+
+    # bit values of the NVML API reference (nvmlClocksThrottleReason*)
+    fake = types.SimpleNamespace(nvmlClocksThrottleReasonSwPowerCap=0x4, nvmlClocksThrottleReasonHwSlowdown=0x8,
+                                 nvmlClocksThrottleReasonSwThermalSlowdown=0x20)
+    assert throttle_names(0x4 | 0x20 | 0x1, fake) == ["sw_power_cap", "sw_thermal"]  # 0x1 (idle) is no slow-down
+    assert throttle_names(0, fake) == []

@@ -71,10 +71,41 @@ def test_a_weight_repacked_on_the_first_call_is_counted_as_timed_and_flagged(tmp
         assert any(f.startswith("repacked:") and f"{k * n * 4} -> {k * n * 2}" in f for f in row["flags"])
 
 
-def test_an_unchanged_weight_has_no_flags(tmp_path):
+def test_an_unchanged_weight_has_no_flags(tmp_path, monkeypatch):
+    monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle machine
     rows = _rows(tmp_path, "fp32")
     assert [r["flags"] for r in rows] == [[], []]
     assert rows[0]["stored_bytes"] == 256 * 128 * 4
+
+
+def test_a_busy_cpu_flags_every_cpu_row(tmp_path, monkeypatch):
+    import os
+
+    cores = os.cpu_count()
+    monkeypatch.setattr("os.getloadavg", lambda: (float(cores), 0.0, 0.0))  # every core busy
+    rows = _rows(tmp_path, "fp32")
+    for row in rows:
+        assert row["cpu_load"]["free_cores"] == 0.0 and row["cpu_load"]["oversubscribed"] is True
+        assert [f.split(":")[0] for f in row["flags"]] == ["cpu-busy"]
+
+
+def test_a_throttle_reason_after_a_method_is_a_flag():
+    import types
+
+    from qbench import measure
+
+    runner = measure._Runner.__new__(measure._Runner)
+    runner.device = torch.device("cuda", 0)
+    fake = types.SimpleNamespace(read_gpu_state=lambda index: {"sm_clock_mhz": 1500, "throttle_reasons": ["sw_power_cap"]})
+    row = {"flags": [], "gpu_state": None}
+    original = measure._gpu_state_module
+    measure._gpu_state_module = lambda: fake
+    try:
+        runner._reading(row, "stream")
+    finally:
+        measure._gpu_state_module = original
+    assert row["gpu_state"]["by_method"]["stream"]["sm_clock_mhz"] == 1500
+    assert row["flags"] == ["throttled: sw_power_cap active right after stream"]
 
 
 def test_graph_breaks_are_counted_and_flagged(tmp_path):

@@ -1,0 +1,78 @@
+"""env: what explains a surprising number (issue 12 item 3), read without importing torchao or
+bitsandbytes: the checkout's commit, torchao's extension state, bitsandbytes' native library, the
+CPU load; and the warnings a run prints."""
+
+from __future__ import annotations
+
+import subprocess
+
+import torch
+
+from qbench import env
+
+
+def test_git_state_is_this_checkout():
+    got = env.git_state()
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert got is not None and got["commit"] == sha and isinstance(got["dirty"], bool)
+
+
+def test_git_state_outside_a_checkout_is_none(tmp_path):
+    assert env.git_state(tmp_path) is None
+
+
+def test_torchao_extensions_forced_off_say_so(monkeypatch):
+    import importlib.util
+
+    if importlib.util.find_spec("torchao") is None:
+        assert env.torchao_extension_state() is None
+        return
+    monkeypatch.setenv("TORCHAO_FORCE_SKIP_LOADING_SO_FILES", "1")
+    state = env.torchao_extension_state()
+    assert state["loaded"] is False and state["reason"] == "TORCHAO_FORCE_SKIP_LOADING_SO_FILES=1"
+    warnings = env.warnings_of({"torchao_extensions": state})
+    assert warnings == ["torchao's C++ extensions will not load (TORCHAO_FORCE_SKIP_LOADING_SO_FILES=1): "
+                        "torchao schemes may run slower fallbacks or fail"]
+
+
+def test_torchao_extensions_need_torch_2_11(monkeypatch):
+    import importlib.util
+
+    if importlib.util.find_spec("torchao") is None:
+        return
+    monkeypatch.delenv("TORCHAO_FORCE_SKIP_LOADING_SO_FILES", raising=False)
+    monkeypatch.setattr(torch, "__version__", "2.10.0+cpu")
+    state = env.torchao_extension_state()
+    assert state["loaded"] is False and "older than 2.11" in state["reason"]
+
+
+def test_version_tuple():
+    assert env._version_tuple("2.11.0+cu130") == (2, 11, 0)
+    assert env._version_tuple("2.13.0.dev20261101") == (2, 13, 0)
+
+
+def test_bitsandbytes_library_on_cpu():
+    import importlib.util
+
+    lib = env.bitsandbytes_library()
+    if importlib.util.find_spec("bitsandbytes") is None:
+        assert lib is None
+        return
+    if not torch.cuda.is_available():
+        assert lib["file"] == "libbitsandbytes_cpu.so" and lib["present"] is True
+
+
+def test_cpu_load_hand_values(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 0.0, 0.0))
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert env.cpu_load(2) == {"load_avg_1min": 1.5, "free_cores": 2.5, "oversubscribed": False}
+    assert env.cpu_load(4)["oversubscribed"] is True  # 4 threads > 2.5 free + 0.5
+
+
+def test_collect_has_the_new_records():
+    got = env.collect(torch.device("cpu"))
+    for key in ("git", "torchao_extensions", "bitsandbytes_library", "cublas", "load_avg_1min", "free_cores",
+                "oversubscribed", "warnings"):
+        assert key in got
