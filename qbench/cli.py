@@ -1,4 +1,4 @@
-"""Command line: ``qbench run | list | report | compare | recommend | plot``.
+"""Command line: ``qbench run | list | report | compare | recommend | model | plot``.
 
 ``python -m qbench run scenarios/decode.toml`` is the main job. Bad input gets one line on stderr
 naming the file, key and value, and exit status 2; ``--debug`` shows the traceback instead.
@@ -12,7 +12,7 @@ import sys
 from typing import Optional
 
 #: Modules that add a subcommand through ``register(subparsers)``.
-_COMMAND_MODULES = ("qbench.report", "qbench.compare", "qbench.recommend", "qbench.plot")
+_COMMAND_MODULES = ("qbench.report", "qbench.compare", "qbench.recommend", "qbench.model", "qbench.plot")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -23,17 +23,31 @@ baseline's (default ``bf16``) latency at the same shape, the speed-up over it, a
 with the pick within noise; several result files (the four projection shapes of a decoder block)
 go into one table, and a note under it names the schemes unusable in a graph-captured loop.
 
-Exit status: 0 when at least one M got a recommendation, 1 when none did, 2 on bad input.
+``--by-format`` gives, per M and storage format (8-bit float, 8-bit int, 4-bit int, 4-bit float,
+and 16-bit and 32-bit float as references; the row's ``weight_dtype`` read by the scheme
+registry, :attr:`qbench.schemes.base.Scheme.storage_format`), the fastest scheme of that format by
+the method, its library and longest kernel, and how far each other scheme of the format is (its
+median / the fastest's, ``(tie)`` when their p10–p90 intervals overlap, or why it has no time):
+which kernel serves a format best, a choice the format alone does not make (tinygemm int4 against
+torchao's int4 through a dequantization at M = 1). ``--max-rel-err`` is optional there (a format
+fixes most of the error); when given, schemes over it are not candidates. It is a ``recommend``
+view rather than a ``report`` one because it is a decision by the same rules (the decision method,
+ties within noise, schemes unusable in a graph-captured decode loop named as such).
+
+Exit status: 0 when at least one M got a recommendation (``--by-format``: some format has a
+fastest scheme), 1 when none did, 2 on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Optional, Sequence
 
 from qbench.compare import UNUSABLE, capture_failure, unusable_note, verdict
+from qbench.dispatch import short_kernel
 from qbench.render import FORMATS, Column, render, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.results import (
@@ -46,8 +60,8 @@ from qbench.results import (
     resolve_method,
 )
 
-__all__ = ["pareto_front", "recommend", "register", "render_recommendation", "render_summary",
-           "run_recommend", "summary_rows"]
+__all__ = ["by_format", "main_kernel", "pareto_front", "recommend", "register", "render_by_format",
+           "render_recommendation", "render_summary", "row_storage_format", "run_recommend", "summary_rows"]
 
 PARETO_KEYS = ("latency_us", "rel_fro", "stored_bytes")
 
@@ -264,20 +278,166 @@ def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "sim
     return render(rows, cols, fmt)
 
 
+# ---- --by-format: the fastest kernel of each storage format -------------------------------------
+
+def row_storage_format(row: dict) -> str:
+    """The storage format of a result row (one of :data:`qbench.schemes.base.STORAGE_FORMATS`).
+
+    The scheme registry says it (:attr:`~qbench.schemes.base.Scheme.storage_format`) when the
+    row's base scheme is registered with the ``weight_dtype`` the row has; otherwise (a scheme
+    this qbench does not know, or whose stored dtype changed since the file was written) it is
+    read from the row's ``weight_dtype`` (:func:`~qbench.schemes.base.storage_format_of`).
+    """
+    from qbench import schemes
+    from qbench.schemes.base import storage_format_of
+
+    wd = row.get("weight_dtype")
+    base = row.get("base_scheme") or re.split(r"[+\[]", str(row.get("scheme") or ""), maxsplit=1)[0]
+    try:
+        scheme = schemes.get(base)
+    except schemes.UnknownSchemeError:
+        scheme = None
+    if scheme is not None and (wd is None or wd == scheme.weight_dtype):
+        return scheme.storage_format
+    return storage_format_of(wd)
+
+
+def main_kernel(row: dict) -> str | None:
+    """The short name (:func:`qbench.dispatch.short_kernel`) of the longest kernel of one call in
+    ``dispatch.kernels`` (memory copies only when there is no kernel), or ``None``."""
+    kernels = (row.get("dispatch") or {}).get("kernels") or []
+    real = [k for k in kernels if k.get("kind", "kernel") == "kernel"] or kernels
+    if not real:
+        return None
+    return short_kernel(str(max(real, key=lambda k: k.get("us") or 0.0).get("name")))
+
+
+def _short_lose_reason(row: dict, method: str, max_rel_err: float) -> str | None:
+    reason = _lose_reason(row, method, max_rel_err)
+    if reason is None:
+        return None
+    if reason.startswith(UNUSABLE):
+        return UNUSABLE
+    status = row.get("status")
+    return status if status != "ok" else reason
+
+
+def by_format(doc: dict, method: str = DECISION_METHOD, max_rel_err: Optional[float] = None,
+              baseline: str = "bf16") -> list[dict]:
+    """The fastest scheme of each storage format per (M, K, N) of result ``doc``.
+
+    One record per (M, K, N) and format present (formats in the order of
+    :data:`qbench.schemes.base.STORAGE_FORMATS`, M ascending): ``{"scenario", "m", "k", "n",
+    "format", "pick" (scheme or None), "library", "kernel" (:func:`main_kernel`), "latency_us",
+    "rel_fro", "baseline_us", "speedup" (baseline / pick, same shape and method), "others":
+    [{"scheme", "ratio" (its median / the pick's, or None), "tie" (p10–p90 overlap), "reason"
+    (why it has no ratio, or None)}]}``; ``others`` lists the candidates by ratio, then the rest.
+    A candidate is an ``ok`` row with a ``method`` time, finite outputs, an error measured and,
+    when ``max_rel_err`` is given, ``rel_fro`` within it (:func:`recommend`'s rules).
+    """
+    from qbench.schemes.base import STORAGE_FORMATS
+
+    budget = float("inf") if max_rel_err is None else max_rel_err
+    scenario = (doc.get("scenario") or {}).get("name")
+    groups: dict[tuple, list[dict]] = {}
+    for r in doc.get("rows") or []:
+        groups.setdefault((r.get("m"), r.get("k"), r.get("n")), []).append(r)
+    order = {f: i for i, f in enumerate(STORAGE_FORMATS)}
+    out = []
+    for (m, k, n), rows in sorted(groups.items(), key=lambda kv: tuple(x or 0 for x in kv[0])):
+        base_stats = next((latency_stats(r, method) for r in rows if r.get("scheme") == baseline), None)
+        base_us = base_stats["median"] if base_stats else None
+        by_fmt: dict[str, list[dict]] = {}
+        for r in rows:
+            by_fmt.setdefault(row_storage_format(r), []).append(r)
+        for fmt in sorted(by_fmt, key=lambda f: (order.get(f, len(order)), f)):
+            rows_f = by_fmt[fmt]
+            cands = sorted((r for r in rows_f if _lose_reason(r, method, budget) is None),
+                           key=lambda r: latency_stats(r, method)["median"])
+            rec = {"scenario": scenario, "m": m, "k": k, "n": n, "format": fmt, "pick": None,
+                   "library": None, "kernel": None, "latency_us": None, "rel_fro": None,
+                   "baseline_us": base_us, "speedup": None, "others": []}
+            if cands:
+                best = cands[0]
+                best_stats = latency_stats(best, method)
+                lat = best_stats["median"]
+                rec.update(pick=best.get("scheme"), library=best.get("library"), kernel=main_kernel(best),
+                           latency_us=lat, rel_fro=(best.get("error") or {}).get("rel_fro"),
+                           speedup=base_us / lat if base_us else None)
+                for c in cands[1:]:
+                    stats = latency_stats(c, method)
+                    rec["others"].append({"scheme": c.get("scheme"), "ratio": stats["median"] / lat,
+                                          "tie": verdict(best_stats, stats) == "same", "reason": None})
+            for r in rows_f:
+                why = _short_lose_reason(r, method, budget)
+                if why is not None:
+                    rec["others"].append({"scheme": r.get("scheme"), "ratio": None, "tie": False, "reason": why})
+            out.append(rec)
+    return out
+
+
+def _ratio(v: float) -> str:
+    return f"{v:.2f}×" if v < 10 else f"{v:.1f}×" if v < 100 else f"{v:.0f}×"
+
+
+def _others_cell(others: list[dict]) -> str:
+    """``fp8-dynamic 3.42×, fp4-bnb 1.00× (tie); w8a8-dynamic, int8-bnb: unusable in a ...``:
+    the timed schemes with their ratio, then the others grouped by reason."""
+    timed = [f"{o['scheme']} {_ratio(o['ratio'])}" + (" (tie)" if o["tie"] else "")
+             for o in others if o["ratio"] is not None]
+    why: dict[str, list[str]] = {}
+    for o in others:
+        if o["ratio"] is None:
+            why.setdefault(o["reason"], []).append(o["scheme"])
+    parts = [", ".join(timed)] if timed else []
+    parts += [f"{', '.join(names)}: {reason}" for reason, names in why.items()]
+    return "; ".join(parts) or DASH
+
+
+def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "simple",
+                     several: bool = False) -> str:
+    """Render :func:`by_format` records (of one or more files) as one table in ``fmt``; with
+    ``several`` the scenario, K and N columns are shown too. ``json`` gives the records."""
+    if fmt == "json":
+        return json.dumps(rows, indent=2, ensure_ascii=False)
+    cols = [Column("scenario", "scenario", lambda r: r["scenario"]),
+            Column("k", "K", lambda r: r["k"], str, True),
+            Column("n", "N", lambda r: r["n"], str, True)] if several else []
+    cols += [
+        Column("m", "M", lambda r: r["m"], str, True),
+        Column("format", "format", lambda r: r["format"]),
+        Column("pick", "fastest", lambda r: r["pick"] or f"{DASH} no candidate"),
+        Column("library", "library", lambda r: r["library"]),
+        Column("kernel", "longest kernel", lambda r: r["kernel"]),
+        Column("latency_us", f"{method} µs", lambda r: r["latency_us"], fmt_us, True),
+        Column("rel_fro", "rel err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+        Column("speedup", f"vs {baseline}", lambda r: r["speedup"],
+               lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("others", "others of the format (× the fastest)", lambda r: _others_cell(r["others"])),
+    ]
+    return render(rows, cols, fmt)
+
+
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``recommend`` subcommand to ``subparsers``; it sets ``func=run_recommend``."""
     p = subparsers.add_parser("recommend", help="the fastest scheme within an error budget, per M",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("result", nargs="+", help="result JSON written by qbench run (one or more)")
-    p.add_argument("--max-rel-err", type=float, required=True,
-                   help="largest acceptable relative Frobenius error, e.g. 0.01")
+    p.add_argument("--max-rel-err", type=float, default=None,
+                   help="largest acceptable relative Frobenius error, e.g. 0.01 (required, except "
+                        "with --by-format)")
     p.add_argument("--method", default=None, choices=METHOD_CHOICES,
                    help=f"timing method (default {DECISION_METHOD}; a file without it: cold, or cpu "
                         "on a CPU result)")
     p.add_argument("--format", default="simple", help="table format, or json")
     p.add_argument("--summary", action="store_true",
                    help="one line per (file, M): pick, latency, error, speed-up over --baseline")
-    p.add_argument("--baseline", default="bf16", help="baseline scheme of --summary (default bf16)")
+    p.add_argument("--by-format", action="store_true",
+                   help="per M and storage format (8-bit float, 8-bit int, 4-bit int, 4-bit float; "
+                        "16/32-bit float as references): the fastest scheme, its library and kernel, "
+                        "and how far the others of the format are")
+    p.add_argument("--baseline", default="bf16",
+                   help="baseline scheme of --summary and --by-format (default bf16)")
     p.set_defaults(func=run_recommend)
     return p
 
@@ -290,23 +450,33 @@ def _fail(msg: str) -> int:
 def run_recommend(args: argparse.Namespace) -> int:
     """Run ``qbench recommend`` from parsed ``args``; returns the exit status (0, 1 or 2).
 
-    Bad input (exit 2, one line): an unknown format (csv only with ``--summary``, the one case
-    that is a single table), a negative or NaN ``--max-rel-err``, an unreadable result file; with
-    ``--summary`` also a ``--baseline`` that is not a scheme of some file, a timing method that
-    some file has no data for, or files that resolve to different methods.
+    Bad input (exit 2, one line): an unknown format (csv only with ``--summary`` or
+    ``--by-format``, the cases that are a single table), a missing (except with ``--by-format``),
+    negative or NaN ``--max-rel-err``, ``--summary`` with ``--by-format``, an unreadable result
+    file; with ``--summary`` or ``--by-format`` also a timing method that some file has no data
+    for, or files that resolve to different methods, and with ``--summary`` a ``--baseline`` that
+    is not a scheme of some file.
     """
     summary_mode = getattr(args, "summary", False)
-    if args.format not in FORMATS or (args.format == "csv" and not summary_mode):
+    format_mode = getattr(args, "by_format", False)
+    if summary_mode and format_mode:
+        return _fail("--summary and --by-format are two views; pass one of them")
+    if args.format not in FORMATS or (args.format == "csv" and not (summary_mode or format_mode)):
         allowed = sorted(f for f in FORMATS if f != "csv")
         return _fail(f"unknown format {args.format!r}; allowed: {', '.join(allowed)}"
-                     + ("" if args.format != "csv" else "; csv needs --summary (one table)"))
-    if not args.max_rel_err >= 0:
+                     + ("" if args.format != "csv" else "; csv needs --summary or --by-format (one table)"))
+    if args.max_rel_err is None:
+        if not format_mode:
+            return _fail("--max-rel-err is required (e.g. 0.01), except with --by-format")
+    elif not args.max_rel_err >= 0:
         return _fail(f"--max-rel-err must be >= 0, got {args.max_rel_err}")
     paths = [args.result] if isinstance(args.result, str) else list(args.result)
     try:
         docs = [read_results(path) for path in paths]
     except ResultsError as exc:
         return _fail(str(exc))
+    if format_mode:
+        return _run_by_format(args, paths, docs)
     baseline = getattr(args, "baseline", "bf16")
     picked, summary, methods, records, notes = False, [], set(), [], []
     for path, doc in zip(paths, docs):
@@ -354,3 +524,31 @@ def run_recommend(args: argparse.Namespace) -> int:
         if unusable and wants_prose(args.format):
             print(f"\n{unusable}")
     return 0 if picked else 1
+
+
+def _run_by_format(args: argparse.Namespace, paths: list[str], docs: list[dict]) -> int:
+    """``--by-format`` over the files read: one table (one JSON list) of :func:`by_format` records."""
+    baseline = getattr(args, "baseline", "bf16")
+    records, methods, notes = [], set(), []
+    for path, doc in zip(paths, docs):
+        method, note = resolve_method(doc, args.method)
+        if note and note not in notes:
+            notes.append(note)
+        if method not in methods_present(doc["rows"]):
+            present = ", ".join(methods_present(doc["rows"])) or "none"
+            return _fail(f"{path}: no row has {method} latency; methods in this file: {present}")
+        methods.add(method)
+        records += [dict(r, file=path) for r in by_format(doc, method, args.max_rel_err, baseline)]
+    if len(methods) > 1:
+        return _fail(f"--by-format needs one timing method, these files give {sorted(methods)}; pass --method")
+    (method,) = methods
+    if len({(r["scenario"], r["m"], r["k"], r["n"], r["format"]) for r in records}) < len(records):
+        for r in records:  # two files of one scenario: name them by path
+            r["scenario"] = r["file"]
+    if wants_prose(args.format):
+        budget = "" if args.max_rel_err is None else f" within rel_fro <= {args.max_rel_err:g}"
+        print(f"latency = {method} median" + "".join(f" ({n})" for n in notes)
+              + f"; per M and storage format the fastest scheme{budget}, its library and longest "
+              "kernel; others: their median / the fastest's, '(tie)': p10–p90 overlaps the fastest's\n")
+    print(render_by_format(records, method, baseline, args.format, several=len(paths) > 1))
+    return 0 if any(r["pick"] for r in records) else 1

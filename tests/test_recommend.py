@@ -357,3 +357,132 @@ def test_long_capture_reason_is_shortened_in_the_cell_only():
     row["latency_reasons"]["stream"] = "CUDA graph capture failed: " + "x" * 300
     (g,) = recommend({"rows": [row]}, 0.01)["by_m"]
     assert g["others"][0]["reason"].endswith("x…") and len(g["others"][0]["reason"]) < 220
+
+
+# ---- --by-format ---------------------------------------------------------------------------------
+
+_MSLK = "_ZN12cutlass_mslk13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEE"
+_CAPTURE = ("not attempted: CUDA graph capture failed at M=1: CUDA graph capture failed: AcceleratorError: "
+            "CUDA error: operation not permitted when stream is capturing")
+
+
+def _fmt_row(scheme, weight_dtype, library, us, kernels=(), m=1, rel=0.01, spread=0.01, stream_reason=None,
+             status="ok"):
+    """A row with the keys of results/h200/decode.json: ``stream`` median ``us`` ± ``spread`` (p10/p90)."""
+    return {"scheme": scheme, "base_scheme": scheme.split("+")[0].split("[")[0], "library": library,
+            "mode": "compiled" if "+compiled" in scheme else "eager", "m": m, "k": 4096, "n": 4096,
+            "weight_dtype": weight_dtype, "status": status, "reason": None if status == "ok" else "no kernel",
+            "stored_bytes": 16793600,
+            "latency_us": {"stream": None if us is None else
+                           {"median": us, "p10": us * (1 - spread), "p90": us * (1 + spread)},
+                           "eager": {"median": 200.0, "p10": 190.0, "p90": 210.0}},
+            "latency_reasons": {} if stream_reason is None else {"stream": stream_reason},
+            "error": {"rel_fro": rel, "nonfinite": 0},
+            "dispatch": {"label": "fused-quantized", "host_sync": stream_reason is not None,
+                         "graph_capturable": stream_reason is None,
+                         "kernels": [{"name": name, "count": 1.0, "us": k_us, "kind": kind}
+                                     for name, k_us, kind in kernels]}}
+
+
+FORMAT_DOC = {"schema_version": 1, "scenario": {"name": "hand"}, "rows": [
+    _fmt_row("bf16", "bfloat16", "torch", 13.5, [("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_TNT", 10.7, "kernel"),
+                                                  ("void cublasLt::splitKreduce_kernel<32, 16>(float*)", 1.7, "kernel")],
+             rel=0.0029),
+    _fmt_row("fp16", "float16", "torch", 13.9, rel=0.00036),
+    _fmt_row("fp8-weight-only+compiled", "float8_e4m3fn", "torchao", 8.0,
+             [("triton_red_fused__to_copy_mm_mul_t_0", 8.3, "kernel")], rel=0.027),
+    _fmt_row("fp8-dynamic[kernel_preference=mslk]", "float8_e4m3fn", "torchao", 10.0,
+             [("_kernel_quantize_fp8_row", 2.4, "kernel"), (_MSLK, 7.1, "kernel")], rel=0.038),
+    _fmt_row("fp8-dynamic", "float8_e4m3fn", "torchao", 28.0, rel=0.038),
+    _fmt_row("int8-weight-only+compiled", "int8", "torchao", 9.0, rel=0.0093),
+    _fmt_row("int8-bnb", "int8", "bitsandbytes", None, stream_reason=_CAPTURE),
+    _fmt_row("w8a8-dynamic", "int8", "torchao", None, stream_reason=_CAPTURE),
+    _fmt_row("int4-weight-only", "int4 (tinygemm packed int32)", "torchao", 8.0,
+             [("Memcpy DtoD (Device -> Device)", 9.9, "memcpy"),
+              ("void at::native::tinygemm_m16n8k16_chunk_kernel<256, 1, 8, 8, 4, 8>(const unsigned char*)", 6.7, "kernel")],
+             rel=0.1),
+    _fmt_row("int4-intx", "int4 (in int8)", "torchao", 160.0, rel=0.11),
+    _fmt_row("nf4-bnb", "nf4 (2 per uint8)", "bitsandbytes", 10.8, rel=0.093, spread=0.02),
+    _fmt_row("fp4-bnb", "fp4 (2 per uint8)", "bitsandbytes", 10.9, rel=0.12, spread=0.02),
+    _fmt_row("fp32", "float32", "torch", 23.0, rel=1e-7),
+    _fmt_row("tf32", "float32", "torch", None, status="skipped"),
+]}
+
+
+def _by_fmt(records):
+    return {r["format"]: r for r in records}
+
+
+def test_by_format_hand_checked():
+    recs = rec_mod.by_format(FORMAT_DOC)
+    assert [r["format"] for r in recs] == ["8-bit float", "8-bit int", "4-bit int", "4-bit float",
+                                          "16-bit float", "32-bit float"]
+    f = _by_fmt(recs)
+    fp8 = f["8-bit float"]
+    assert (fp8["pick"], fp8["library"], fp8["kernel"]) == (
+        "fp8-weight-only+compiled", "torchao", "triton_red_fused__to_copy_mm_mul_t_0")
+    assert fp8["latency_us"] == 8.0 and fp8["speedup"] == pytest.approx(13.5 / 8.0)
+    assert [(o["scheme"], round(o["ratio"], 4), o["tie"]) for o in fp8["others"]] == [
+        ("fp8-dynamic[kernel_preference=mslk]", 1.25, False), ("fp8-dynamic", 3.5, False)]
+    i8 = f["8-bit int"]
+    assert i8["pick"] == "int8-weight-only+compiled" and i8["speedup"] == pytest.approx(1.5)
+    assert [(o["scheme"], o["reason"]) for o in i8["others"]] == [
+        ("int8-bnb", "unusable in a graph-captured decode loop"),
+        ("w8a8-dynamic", "unusable in a graph-captured decode loop")]
+    i4 = f["4-bit int"]
+    # the longest kernel, not the longest item: the DtoD copy is not a kernel
+    assert i4["pick"] == "int4-weight-only" and i4["kernel"] == "tinygemm_m16n8k16_chunk_kernel<256, 1, 8, 8, 4, 8>"
+    assert i4["others"][0]["ratio"] == pytest.approx(20.0)
+    f4 = f["4-bit float"]  # NF4 and FP4: p10–p90 overlap, a tie
+    assert f4["pick"] == "nf4-bnb" and f4["others"][0]["tie"] is True
+    assert f4["others"][0]["ratio"] == pytest.approx(10.9 / 10.8)
+    assert f["16-bit float"]["pick"] == "bf16" and f["16-bit float"]["kernel"].startswith("nvjet_sm90_tst")
+    f32 = f["32-bit float"]
+    assert f32["pick"] == "fp32" and f32["others"] == [
+        {"scheme": "tf32", "ratio": None, "tie": False, "reason": "skipped"}]
+    assert f32["speedup"] == pytest.approx(13.5 / 23.0)
+    # a budget leaves the schemes over it out of the ranking, with the reason
+    within = _by_fmt(rec_mod.by_format(FORMAT_DOC, max_rel_err=0.1))
+    assert within["4-bit int"]["pick"] == "int4-weight-only"
+    assert within["4-bit int"]["others"][0]["reason"] == "over error budget (rel_fro 0.11 > 0.1)"
+    tight = _by_fmt(rec_mod.by_format(FORMAT_DOC, max_rel_err=0.02))
+    assert tight["8-bit float"]["pick"] is None
+    assert tight["8-bit float"]["others"][0]["reason"] == "over error budget (rel_fro 0.027 > 0.02)"
+    assert rec_mod.main_kernel(FORMAT_DOC["rows"][3]) == "cutlass_mslk::device_kernel<gemm::kernel::GemmUniversal>"
+
+
+def test_by_format_reads_the_registry_then_the_row():
+    assert rec_mod.row_storage_format({"scheme": "fp8-dynamic[kernel_preference=mslk]",
+                                       "weight_dtype": "float8_e4m3fn"}) == "8-bit float"
+    # a scheme this qbench does not know: the row's weight_dtype says it
+    assert rec_mod.row_storage_format({"scheme": "gemlite-int4", "weight_dtype": "int4 (gemlite)"}) == "4-bit int"
+    # a file without weight_dtype: the registry's scheme
+    assert rec_mod.row_storage_format({"scheme": "nf4-bnb"}) == "4-bit float"
+
+
+def test_cli_by_format(capsys, tmp_path):
+    path = tmp_path / "hand.json"
+    path.write_text(json.dumps(FORMAT_DOC))
+    assert run(str(path), "--by-format") == 0  # no --max-rel-err needed
+    out = capsys.readouterr().out
+    assert "fp8-dynamic[kernel_preference=mslk] 1.25×, fp8-dynamic 3.50×" in out
+    assert "int8-bnb, w8a8-dynamic: unusable in a graph-captured decode loop" in out
+    assert "fp4-bnb 1.01× (tie)" in out
+    assert run(str(path), "--by-format", "--format", "csv") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "m,format,pick,library,kernel,latency_us,rel_fro,speedup,others" and len(lines) == 7
+    assert run(str(path), str(path), "--by-format", "--format", "json") == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 12 and rows[0]["scenario"] == str(path)  # one scenario twice: named by path
+    assert run(str(path), "--by-format", "--summary") == 2
+    assert run(str(path)) == 2  # --max-rel-err is required without --by-format
+    assert "--max-rel-err is required" in capsys.readouterr().err
+
+
+def test_cli_by_format_on_the_h200_sweep(capsys):
+    sweep = Path(__file__).resolve().parent.parent / "results" / "h200" / "sweep.json"
+    assert run(str(sweep), "--by-format", "--format", "json") == 0
+    recs = json.loads(capsys.readouterr().out)
+    assert {r["m"] for r in recs} == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+    at1 = {r["format"]: r["pick"] for r in recs if r["m"] == 1}
+    assert at1["4-bit int"] == "int4-weight-only+compiled" and at1["16-bit float"] == "bf16"

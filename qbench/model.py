@@ -1,0 +1,421 @@
+"""``qbench model NAME RESULT.json...``: the linear layers of one decode step of a model, from
+per-layer results.
+
+A model preset (:data:`PRESETS`) lists the linear shapes of one decoder block with how many of
+each a block has, the number of blocks, and the LM head. For every scheme and M the step is
+
+    step µs    = Σ over the shapes of count × blocks × (the row's ``stream`` median)
+                 + the LM head's median (when a file has its shape)
+    stored     = Σ count × blocks × stored bytes (+ the LM head's)
+    HBM floor  = Σ count × blocks × the row's ``hbm_floor_us`` (stored bytes / the file's measured
+                 bandwidth, ``ceilings.measured.memory_gbps``, for a row without one)
+    tokens/s   = M / step (of the linear layers only)
+    vs bf16    = bf16's step / this step, at the same M
+
+``stream`` is a CUDA graph over distinct weight copies (weights from HBM, no launch gaps), so the
+per-layer times add up the way the layers of a graph-captured step do. **Attention (scores,
+softmax, RoPE), the KV cache, norms, embeddings and sampling are not included**, and the output
+says so: the step is a floor for the linear layers' share of a decode step, not a model's
+latency. A scheme without a row, or with a skipped or failed row, at any of the shapes is
+``incomplete`` and is not summed; a scheme whose rows have no ``stream`` time because the call
+cannot be captured in a CUDA graph (a host sync) is ``unusable in a graph-captured decode loop``.
+The LM head (e.g. 4096 → 128256) is rarely measured: when no file has its shape it is left out of
+every sum and the output says so and names the scenario that measures it.
+
+When several files hold the same (scheme, M, K, N) the first file given wins (a note names the
+others). The pure functions (:func:`index_rows`, :func:`model_step`) take row dicts; the
+subcommand reads the files and renders.
+
+Exit status: 0 when some scheme has a complete step at some M; 1 when none does (a block shape
+that no file measures: the command names each missing shape and the scenario that measures it,
+on stderr); 2 on bad input (an unknown model, an unreadable file, an unknown format, files that
+resolve to different timing methods, a negative ``--max-rel-err``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from qbench.compare import UNUSABLE, capture_failure, unusable_note
+from qbench.render import FORMATS, Column, render, wants_prose
+from qbench.render.columns import DASH, fmt_num, fmt_us
+from qbench.results import (
+    DECISION_METHOD,
+    METHOD_CHOICES,
+    ResultsError,
+    latency_stats,
+    read_results,
+    resolve_method,
+)
+
+__all__ = ["LinearShape", "ModelPreset", "PRESETS", "index_rows", "model_step", "register",
+           "render_model", "row_floor_us", "run_model"]
+
+
+@dataclass(frozen=True)
+class LinearShape:
+    """One linear shape of a model.
+
+    Attributes:
+        names: the projections of that shape, e.g. ``"q_proj, o_proj"``.
+        k: in_features.
+        n: out_features.
+        count: how many of them one block has (the LM head: how many the model has, 1).
+        scenario: the scenario file that measures this shape.
+    """
+
+    names: str
+    k: int
+    n: int
+    count: int
+    scenario: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.names} {self.k}→{self.n}"
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """A model's linear layers: ``blocks`` decoder blocks of ``block`` shapes, plus ``lm_head``."""
+
+    name: str
+    title: str
+    blocks: int
+    block: tuple[LinearShape, ...]
+    lm_head: LinearShape
+    source: str
+
+
+def _llama(name: str, title: str, blocks: int, hidden: int, kv: int, ffn: int, vocab: int,
+           prefix: str, source: str) -> ModelPreset:
+    """A Llama-architecture preset: q/o hidden→hidden, k/v hidden→kv (KV heads × head dim),
+    gate/up hidden→ffn, down ffn→hidden, LM head hidden→vocab (untied)."""
+    return ModelPreset(
+        name=name, title=title, blocks=blocks, source=source,
+        block=(LinearShape("q_proj, o_proj", hidden, hidden, 2, f"scenarios/{prefix}_q_o.toml"),
+               LinearShape("k_proj, v_proj", hidden, kv, 2, f"scenarios/{prefix}_k_v.toml"),
+               LinearShape("gate_proj, up_proj", hidden, ffn, 2, f"scenarios/{prefix}_gate_up.toml"),
+               LinearShape("down_proj", ffn, hidden, 1, f"scenarios/{prefix}_down.toml")),
+        lm_head=LinearShape("lm_head", hidden, vocab, 1, f"scenarios/{prefix}_lm_head.toml"),
+    )
+
+
+#: The model presets, by the name ``qbench model`` takes. Shapes from Meta's config.json files
+#: (head dim 128 in both; o_proj is hidden→hidden because heads × head dim = hidden).
+PRESETS: dict[str, ModelPreset] = {
+    "llama3-8b": _llama("llama3-8b", "Llama-3-8B", 32, 4096, 1024, 14336, 128256, "llama3_8b",
+                        "hidden 4096, 32 heads, 8 KV heads of 128, FFN 14336, vocab 128256, 32 layers"),
+    "llama3.1-70b": _llama("llama3.1-70b", "Llama-3.1-70B", 80, 8192, 1024, 28672, 128256,
+                           "llama31_70b",
+                           "hidden 8192, 64 heads, 8 KV heads of 128, FFN 28672, vocab 128256, 80 layers"),
+}
+
+
+def row_floor_us(row: dict, memory_gbps: Optional[float]) -> Optional[float]:
+    """The row's HBM floor (µs): its ``hbm_floor_us``, else its stored bytes / ``memory_gbps``
+    (GB/s, 1e9 B/s), else ``None``."""
+    floor = row.get("hbm_floor_us")
+    if floor is not None:
+        return floor
+    stored = row.get("stored_bytes")
+    if stored is None or not memory_gbps:
+        return None
+    return stored / (memory_gbps * 1e3)
+
+
+def index_rows(sources: Sequence[tuple[str, dict]]) -> tuple[dict, list[str]]:
+    """Index the rows of result documents by (scheme, M, K, N).
+
+    ``sources``: ``(path, doc)`` pairs in the order given. Each indexed row is a copy with two
+    keys added: ``source`` (the path) and ``floor_us`` (:func:`row_floor_us` with the file's
+    measured bandwidth). Tensor-parallel rows (``tp_size`` > 1) are left out. Returns
+    ``(index, notes)``; the first file holding a key wins, and a note names the files whose rows
+    were not used.
+    """
+    index: dict[tuple, dict] = {}
+    shadowed: dict[tuple, list[str]] = {}
+    for path, doc in sources:
+        gbps = (((doc.get("ceilings") or {}).get("measured") or {}).get("memory_gbps"))
+        for row in doc.get("rows") or []:
+            if row.get("tp_size") not in (None, 1):
+                continue
+            key = (row.get("scheme"), row.get("m"), row.get("k"), row.get("n"))
+            if key in index:
+                shadowed.setdefault((row.get("k"), row.get("n"), index[key]["source"]), []).append(path)
+                continue
+            index[key] = dict(row, source=path, floor_us=row_floor_us(row, gbps))
+    notes = [f"K={k}, N={n}: rows of {', '.join(sorted(set(paths)))} not used ({used} has them, given first)"
+             for (k, n, used), paths in shadowed.items()]
+    return index, notes
+
+
+def _shape_record(shape: LinearShape, role: str, per_step: int, index: dict) -> dict:
+    files = sorted({r["source"] for (_, _, k, n), r in index.items() if (k, n) == (shape.k, shape.n)})
+    return {"role": role, "names": shape.names, "k": shape.k, "n": shape.n, "count": shape.count,
+            "per_step": per_step, "scenario": shape.scenario, "measured": bool(files), "files": files}
+
+
+def _sum(values: list) -> Optional[float]:
+    return None if any(v is None for v in values) else sum(values)
+
+
+def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
+               baseline: str = "bf16", max_rel_err: Optional[float] = None) -> dict:
+    """The linear layers of one decode step of ``preset`` per scheme and M, from ``index``
+    (:func:`index_rows`; any dict (scheme, M, K, N) -> row works, ``floor_us`` optional).
+
+    Returns ``{"model", "title", "blocks", "method", "baseline", "max_rel_err", "shapes",
+    "missing", "lm_head_included", "ms", "rows", "fastest"}``:
+
+    - ``shapes``: one record per block shape and the LM head: ``{"role": "block" | "lm_head",
+      "names", "k", "n", "count" (per block), "per_step" (count × blocks), "scenario",
+      "measured" (some row has that K, N), "files"}``;
+    - ``missing``: the block shapes no row has (every scheme is then incomplete);
+    - ``lm_head_included``: whether the LM head is summed (some row has its shape; then it is
+      required like a block shape);
+    - ``rows``: per M ascending, the schemes with a step fastest first, then the others in the
+      order first seen: ``{"scheme", "m", "status", "step_us", "hbm_floor_us", "floor_fraction",
+      "stored_bytes", "tokens_per_s", "speedup", "rel_fro_max", "note"}``; ``status`` is ``ok``,
+      ``over error budget`` (``rel_fro_max`` > ``max_rel_err``), ``non-finite outputs``,
+      ``incomplete`` (a shape without an ``ok`` row timed by ``method``; the sums are ``None``)
+      or ``unusable`` (some shape's call cannot be captured in a CUDA graph: :data:`UNUSABLE`);
+      ``speedup`` = ``baseline``'s step / this step at the same M;
+    - ``fastest``: M -> the ``ok`` scheme with the smallest step (``None`` when there is none).
+    """
+    block = [(s, "block", s.count * preset.blocks) for s in preset.block]
+    records = [_shape_record(s, role, per, index) for s, role, per in block]
+    head = _shape_record(preset.lm_head, "lm_head", preset.lm_head.count, index)
+    records.append(head)
+    used = block + ([(preset.lm_head, "lm_head", preset.lm_head.count)] if head["measured"] else [])
+    wanted = {(s.k, s.n) for s, _, _ in used}
+    ms = sorted({m for (_, m, k, n) in index if (k, n) in wanted and m is not None})
+    schemes: list[str] = []
+    for (scheme, _, k, n) in index:
+        if (k, n) in wanted and scheme not in schemes:
+            schemes.append(scheme)
+
+    rows = []
+    for m in ms:
+        at_m = [_scheme_step(scheme, m, used, index, method, max_rel_err) for scheme in schemes]
+        timed = sorted((r for r in at_m if r["step_us"] is not None), key=lambda r: r["step_us"])
+        rows += timed + [r for r in at_m if r["step_us"] is None]
+    base = {r["m"]: r["step_us"] for r in rows if r["scheme"] == baseline and r["step_us"] is not None}
+    fastest: dict = {}
+    for r in rows:
+        b = base.get(r["m"])
+        r["speedup"] = b / r["step_us"] if b and r["step_us"] else None
+        if r["status"] == "ok" and fastest.get(r["m"]) is None:
+            fastest[r["m"]] = r["scheme"]
+    return {"model": preset.name, "title": preset.title, "blocks": preset.blocks, "method": method,
+            "baseline": baseline, "max_rel_err": max_rel_err, "shapes": records,
+            "missing": [r for r in records if r["role"] == "block" and not r["measured"]],
+            "lm_head_included": head["measured"], "ms": ms, "rows": rows,
+            "fastest": {m: fastest.get(m) for m in ms}}
+
+
+def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
+                 max_rel_err: Optional[float]) -> dict:
+    """One (scheme, M) record of :func:`model_step` (``speedup`` filled in by the caller)."""
+    times, stored, floors, rels, problems, unusable, nonfinite = [], [], [], [], [], [], 0
+    for shape, _, per_step in used:
+        where = f"{shape.k}→{shape.n}"
+        row = index.get((scheme, m, shape.k, shape.n))
+        if row is None:
+            problems.append(f"no row at {where}")
+            continue
+        if row.get("status") != "ok":
+            problems.append(f"{row.get('status')} at {where}: {row.get('reason') or 'no reason given'}")
+            continue
+        stats = latency_stats(row, method)
+        if stats is None:
+            if capture_failure(row, method):
+                unusable.append(where)
+            else:
+                why = (row.get("latency_reasons") or {}).get(method)
+                problems.append(f"no {method} time at {where}" + (f" ({why})" if why else ""))
+            continue
+        times.append(per_step * stats["median"])
+        stored.append(None if row.get("stored_bytes") is None else per_step * row["stored_bytes"])
+        floors.append(None if row.get("floor_us") is None else per_step * row["floor_us"])
+        err = row.get("error") or {}
+        rels.append(err.get("rel_fro"))
+        nonfinite += err.get("nonfinite") or 0
+    rec = {"scheme": scheme, "m": m, "status": "ok", "step_us": None, "hbm_floor_us": None,
+           "floor_fraction": None, "stored_bytes": None, "tokens_per_s": None, "speedup": None,
+           "rel_fro_max": None, "note": None}
+    if unusable:
+        where = "every shape" if len(unusable) == len(used) else ", ".join(unusable)
+        return dict(rec, status="unusable", note=f"{UNUSABLE} (no {method} time at {where})"
+                    + (f"; also {'; '.join(problems)}" if problems else ""))
+    if problems:
+        return dict(rec, status="incomplete", note="incomplete: " + "; ".join(problems))
+    step = sum(times)
+    floor = _sum(floors)
+    stored_total = _sum(stored)
+    rec.update(step_us=step, hbm_floor_us=floor, floor_fraction=None if floor is None else floor / step,
+               stored_bytes=None if stored_total is None else int(stored_total),
+               tokens_per_s=m * 1e6 / step, rel_fro_max=None if any(v is None for v in rels) else max(rels))
+    if nonfinite:
+        rec.update(status="non-finite outputs", note=f"non-finite outputs ({nonfinite})")
+    elif max_rel_err is not None and (rec["rel_fro_max"] is None or rec["rel_fro_max"] > max_rel_err):
+        rec.update(status="over error budget",
+                   note=f"over error budget (rel_fro {fmt_num('.3g')(rec['rel_fro_max'])} > {max_rel_err:g})")
+    return rec
+
+
+# ---- rendering ---------------------------------------------------------------------------------
+
+_GIB = 2.0**-30
+
+NOT_INCLUDED = ("the linear layers only: attention (scores, softmax, RoPE), the KV cache, norms, "
+                "embeddings and sampling are not included")
+
+
+def _columns(result: dict) -> list[Column]:
+    method, baseline = result["method"], result["baseline"]
+    return [
+        Column("m", "M", lambda r: r["m"], str, True),
+        Column("scheme", "scheme", lambda r: r["scheme"]),
+        Column("step_us", f"step µs ({method})", lambda r: r["step_us"], fmt_us, True),
+        Column("hbm_floor_us", "HBM floor µs", lambda r: r["hbm_floor_us"], fmt_us, True),
+        Column("floor_pct", "floor/step", lambda r: None if r["floor_fraction"] is None
+               else 100 * r["floor_fraction"], lambda v: DASH if v is None else f"{v:.0f} %", True),
+        Column("stored_gib", "stored GiB", lambda r: None if r["stored_bytes"] is None
+               else r["stored_bytes"] * _GIB, fmt_num(".2f"), True),
+        Column("tokens_per_s", "tokens/s (linear only)", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
+        Column("speedup", f"vs {baseline}", lambda r: r["speedup"],
+               lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
+        Column("note", "note", lambda r: r["note"]),
+    ]
+
+
+def describe(result: dict) -> list[str]:
+    """The prose lines above the table: the model's shapes, what the step is and is not, and
+    whether the LM head is in it."""
+    block = [s for s in result["shapes"] if s["role"] == "block"]
+    head = next(s for s in result["shapes"] if s["role"] == "lm_head")
+    parts = "; ".join(f"{s['names']} {s['k']}→{s['n']} ×{s['count']}" for s in block)
+    lines = [f"{result['title']} ({result['model']}): {result['blocks']} blocks × [{parts}] + LM head "
+             f"{head['k']}→{head['n']}",
+             f"step = Σ count × blocks × per-layer {result['method']} median (µs per decode step); "
+             f"{NOT_INCLUDED}; tokens/s = M / step, of the linear layers only; HBM floor = stored "
+             f"bytes / measured bandwidth"]
+    if result["lm_head_included"]:
+        lines.append(f"LM head {head['k']}→{head['n']}: included ({', '.join(head['files'])})")
+    else:
+        lines.append(f"LM head {head['k']}→{head['n']}: missing, not measured in these files, so not "
+                     f"included in any step (python -m qbench run {head['scenario']})")
+    return lines
+
+
+def missing_lines(result: dict) -> list[str]:
+    """One line per block shape that no file has, with the command that measures it."""
+    return [f"missing {s['names']} {s['k']}→{s['n']} (×{s['count']} per block): "
+            f"python -m qbench run {s['scenario']}" for s in result["missing"]]
+
+
+def render_model(result: dict, fmt: str = "simple") -> str:
+    """Render :func:`model_step`'s ``result`` in ``fmt``: ``json`` gives the whole record, ``csv``
+    the table alone; a table format gives the prose lines (when :func:`wants_prose`), the table,
+    the fastest scheme per M and the unusable schemes."""
+    if fmt == "json":
+        return json.dumps(result, indent=2, ensure_ascii=False)
+    table = render(result["rows"], _columns(result), fmt)
+    if not wants_prose(fmt):
+        return table
+    lines = [*describe(result), *missing_lines(result), "", table, ""]
+    for m in result["ms"]:
+        name = result["fastest"].get(m)
+        if name is None:
+            lines.append(f"- M={m}: no scheme has a complete step")
+            continue
+        r = next(r for r in result["rows"] if r["m"] == m and r["scheme"] == name)
+        speed = DASH if r["speedup"] is None else f"{r['speedup']:.2f}× {result['baseline']}"
+        lines.append(f"- M={m}: fastest {name}: {fmt_us(r['step_us'])} µs per step, "
+                     f"{r['tokens_per_s']:.0f} tokens/s of the linear layers only, {speed}, "
+                     f"max rel_fro {fmt_num('.3g')(r['rel_fro_max'])}")
+    unusable = unusable_note([(r["scheme"], r["m"]) for r in result["rows"] if r["status"] == "unusable"],
+                             result["method"])
+    if unusable:
+        lines.append(unusable)
+    return "\n".join(lines).rstrip("\n")
+
+
+# ---- the subcommand ----------------------------------------------------------------------------
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``model`` subcommand to ``subparsers``; it sets ``func=run_model``."""
+    p = subparsers.add_parser("model", help="the linear layers of a model's decode step, per scheme and M",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("name", help=f"model preset: {', '.join(PRESETS)}")
+    p.add_argument("result", nargs="*", help="per-layer result JSON files (qbench run); none: list "
+                                             "the shapes the model needs and their scenarios")
+    p.add_argument("--method", default=None, choices=METHOD_CHOICES,
+                   help=f"timing method (default {DECISION_METHOD}; a file without it: cold, or cpu "
+                        "on a CPU result)")
+    p.add_argument("--baseline", default="bf16", help="scheme the speed-up is against (default bf16)")
+    p.add_argument("--max-rel-err", type=float, default=None,
+                   help="mark schemes whose largest per-layer rel_fro is over this; they are not "
+                        "named fastest")
+    p.add_argument("--format", default="simple", help="table format, or csv / json")
+    p.set_defaults(func=run_model)
+    return p
+
+
+def _fail(msg: str) -> int:
+    print(f"qbench model: {msg}", file=sys.stderr)
+    return 2
+
+
+def run_model(args: argparse.Namespace) -> int:
+    """Run ``qbench model`` from parsed ``args``; returns the exit status (0, 1 or 2, see the
+    module docstring)."""
+    preset = PRESETS.get(args.name)
+    if preset is None:
+        return _fail(f"unknown model {args.name!r}; presets: {', '.join(PRESETS)}")
+    if args.format not in FORMATS:
+        return _fail(f"unknown format {args.format!r}; allowed: {', '.join(sorted(FORMATS))}")
+    if args.max_rel_err is not None and not args.max_rel_err >= 0:
+        return _fail(f"--max-rel-err must be >= 0, got {args.max_rel_err}")
+    paths = [args.result] if isinstance(args.result, str) else list(args.result or [])
+    try:
+        docs = [read_results(path) for path in paths]
+    except ResultsError as exc:
+        return _fail(str(exc))
+    methods, notes = {}, []
+    for path, doc in zip(paths, docs):
+        method, note = resolve_method(doc, args.method)
+        methods[path] = method
+        if note and note not in notes:
+            notes.append(note)
+    if len(set(methods.values())) > 1:
+        return _fail(f"the files resolve to different timing methods ({', '.join(f'{p}: {m}' for p, m in methods.items())}); "
+                     "pass --method")
+    method = next(iter(methods.values()), args.method or DECISION_METHOD)
+    index, dup_notes = index_rows(list(zip(paths, docs)))
+    result = model_step(preset, index, method, args.baseline, args.max_rel_err)
+    result["notes"] = notes + dup_notes
+    if result["missing"]:
+        have = ", ".join(f"{k}→{n}" for k, n in dict.fromkeys((k, n) for (_, _, k, n) in index)) or "none"
+        head = (f"{len(result['missing'])} of its {len(preset.block)} block shapes are in none of the "
+                f"files given (K→N in them: {have}); nothing summed" if paths else
+                f"no result file given; it needs these {len(preset.block)} block shapes")
+        print(f"qbench model: {preset.title}: {head}", file=sys.stderr)
+        for line in missing_lines(result):
+            print(f"  {line}", file=sys.stderr)
+        if not result["lm_head_included"]:
+            head = preset.lm_head
+            print(f"  missing LM head {head.k}→{head.n} (optional): python -m qbench run {head.scenario}",
+                  file=sys.stderr)
+        return 1
+    print(render_model(result, args.format))
+    if wants_prose(args.format):
+        for note in result["notes"]:
+            print(f"note: {note}")
+    return 0 if any(m is not None for m in result["fastest"].values()) else 1
