@@ -81,3 +81,58 @@ def test_hbm_floor_is_below_the_memory_roofline():
 def test_hbm_floor_rejects(stored, bandwidth):
     with pytest.raises(ValueError):
         formulas.hbm_floor_us(stored, bandwidth)
+
+
+# ---- exact answers and boundaries (mutation testing, docs/testing.md) ---------------------------
+
+@pytest.mark.parametrize("call, names", [
+    (lambda **d: formulas.flops(d["m"], d["k"], d["n"]), ("m", "k", "n")),
+    (lambda **d: formulas.min_bytes(d["m"], d["k"], d["n"], weight_bytes=0, act_itemsize=d["act_itemsize"],
+                                    out_itemsize=d["out_itemsize"]), ("m", "k", "n", "act_itemsize", "out_itemsize")),
+    (lambda **d: formulas.bits_per_weight(8, d["k"], d["n"]), ("k", "n")),
+])
+def test_every_dimension_is_checked_by_name(call, names):
+    good = {"m": 1, "k": 2, "n": 3, "act_itemsize": 2, "out_itemsize": 2}
+    call(**good)
+    for name in names:
+        with pytest.raises(ValueError, match=f"^{name} must be a positive integer, got 0$"):
+            call(**{**good, name: 0})
+
+
+def test_min_bytes_weight_bytes_boundary():
+    # a zero-byte weight is allowed (the activation and output terms remain): 1*2*2 + 0 + 1*3*4
+    assert formulas.min_bytes(1, 2, 3, weight_bytes=0, act_itemsize=2, out_itemsize=4) == 4 + 12
+    with pytest.raises(ValueError, match="^weight_bytes must be >= 0, got -1$"):
+        formulas.min_bytes(1, 2, 3, weight_bytes=-1, act_itemsize=2, out_itemsize=4)
+
+
+def test_rate_boundaries_and_messages():
+    assert formulas.arithmetic_intensity(3, 1) == 3.0  # one byte is a valid count
+    with pytest.raises(ValueError, match="^byte_count must be > 0, got 0$"):
+        formulas.arithmetic_intensity(3, 0)
+    r = formulas.roofline(10**12, 10**9, peak_tflops=0.5, bandwidth_gbps=0.5)  # rates below 1 are valid
+    assert (r.compute_us, r.memory_us) == (2e6, 2e6)
+    for peak, bw in ((0, 1), (1, 0), (-1, 1), (1, -1)):
+        with pytest.raises(ValueError, match=f"^peak_tflops and bandwidth_gbps must be > 0, got {peak}, {bw}$"):
+            formulas.roofline(1, 1, peak_tflops=peak, bandwidth_gbps=bw)
+    assert formulas.hbm_floor_us(1000, 0.5) == pytest.approx(2.0, rel=1e-15)
+    with pytest.raises(ValueError, match="^stored_bytes must be >= 0 and bandwidth_gbps > 0, got 1, 0$"):
+        formulas.hbm_floor_us(1, 0)
+    assert formulas.achieved(10**6, 2000, 0.5) == pytest.approx((4.0, 2.0), rel=1e-15)
+    with pytest.raises(ValueError, match="^latency_us must be > 0, got 0$"):
+        formulas.achieved(1, 1, 0)
+
+
+def test_roofline_exact_terms_and_tie():
+    # 2e12 FLOP at 1 TFLOP/s = 2 s; 4e9 B at 1 GB/s = 4 s; ridge 1e12 / 1e9 = 1000 FLOP/B
+    r = formulas.roofline(2 * 10**12, 4 * 10**9, peak_tflops=1.0, bandwidth_gbps=1.0)
+    assert r == formulas.Roofline(time_us=4e6, compute_us=2e6, memory_us=4e6, bound="memory", ridge_intensity=1000.0)
+    r = formulas.roofline(4 * 10**12, 2 * 10**9, peak_tflops=1.0, bandwidth_gbps=1.0)
+    assert r == formulas.Roofline(time_us=4e6, compute_us=4e6, memory_us=2e6, bound="compute", ridge_intensity=1000.0)
+    # equal terms: "memory" (compute-bound only when the compute term is strictly larger)
+    assert formulas.roofline(10**12, 10**9, peak_tflops=1.0, bandwidth_gbps=1.0).bound == "memory"
+
+
+def test_bits_per_weight_exact():
+    assert formulas.bits_per_weight(16_797_696, 4096, 4096) == 8.009765625  # int8-weight-only's real ledger
+    assert formulas.bits_per_weight(1, 2, 4) == 1.0
