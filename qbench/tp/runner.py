@@ -28,7 +28,7 @@ import qbench
 from qbench import schemes
 from qbench.measure import failed_rows
 from qbench.results import write_results
-from qbench.runner import RunOutcome, finish, log_tail, partial_path, prepare, record
+from qbench.lifecycle import RunOutcome, finish, log_tail, partial_path, prepare, record
 from qbench.scenario import Scenario
 from qbench.tp import shard
 from qbench.tp.measure import tp_row
