@@ -395,6 +395,10 @@ class _Runner:
         else:
             stats = timing.time_stream(calls, self.settings)
         record = {**stats.to_dict(), **self.copies.plan.to_dict(), "how": self.copies.how}
+        if self.book.stored_bytes != record["copy_bytes"]:  # the weight was repacked on its first call
+            record["planned_copy_bytes"] = record["copy_bytes"]
+            record["copy_bytes"] = self.book.stored_bytes
+            record["cache_multiple"] = record["copies"] * self.book.stored_bytes / record["cache_bytes"]
         if self.compiled:
             record["recompilations"] = _graph_count() - before
         row["latency_us"]["stream"] = record
