@@ -31,6 +31,7 @@ from qbench.results import (
     methods_present,
     read_results,
     resolve_method,
+    row_key,
 )
 from qbench.timing import registry
 
@@ -52,7 +53,8 @@ Key = tuple
 
 
 def _key(row: dict) -> Key:
-    return (row.get("scheme"), row.get("m"), row.get("k"), row.get("n"))
+    """The row's identity in its file (:func:`qbench.results.row_key`: scheme, M, K, N, tp_size, split)."""
+    return row_key(row)
 
 
 def _rel(row: dict | None) -> float | None:
@@ -131,6 +133,7 @@ def compare_docs(a: dict, b: dict, method: str = DECISION_METHOD, threshold: flo
         sa = latency_stats(ra, method) if ra else None
         sb = latency_stats(rb, method) if rb else None
         rec = {"scheme": key[0], "m": key[1], "k": key[2], "n": key[3],
+               **({"tp_size": key[4], "split": key[5]} if key[4] is not None else {}),
                "a_us": sa["median"] if sa else None, "b_us": sb["median"] if sb else None,
                "ratio": None, "a_rel_fro": _rel(ra), "b_rel_fro": _rel(rb), "rel_fro_diff": None,
                "verdict": None, "note": None, "regression": False}

@@ -153,9 +153,11 @@ def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> d
     """
     groups: dict[tuple, list[dict]] = {}
     for r in doc.get("rows") or []:
-        groups.setdefault((r.get("m"), r.get("k"), r.get("n")), []).append(r)
+        groups.setdefault((r.get("m"), r.get("k"), r.get("n"), r.get("tp_size"), r.get("split")), []).append(r)
     by_m = []
-    for (m, k, n), rows in sorted(groups.items(), key=lambda kv: tuple(x or 0 for x in kv[0])):
+    for (m, k, n, tp_size, split), rows in sorted(groups.items(),
+                                                   key=lambda kv: tuple(str(x) if isinstance(x, str) else (x or 0)
+                                                                        for x in kv[0])):
         lost, cands, points, stats, unusable = [], [], [], {}, []
         for r in rows:
             reason = _lose_reason(r, method, max_rel_err)
@@ -181,7 +183,8 @@ def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> d
                 lost.append({"scheme": c["scheme"], "reason": f"same speed within noise: {versus}, p10–p90 overlap)"})
             else:
                 lost.append({"scheme": c["scheme"], "reason": f"slower: {versus})"})
-        by_m.append({"m": m, "k": k, "n": n, "pick": pick, "others": lost, "unusable": unusable,
+        tp = {"tp_size": tp_size, "split": split} if tp_size is not None else {}
+        by_m.append({"m": m, "k": k, "n": n, **tp, "pick": pick, "others": lost, "unusable": unusable,
                      "pareto": sorted(pareto_front(points), key=lambda p: p["latency_us"])})
     return {"method": method, "max_rel_err": max_rel_err,
             "methods_present": methods_present(doc.get("rows") or []), "by_m": by_m}
@@ -223,7 +226,8 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
     ]
     for g in rec["by_m"]:
         pick = g["pick"]
-        head = f"\nM={g['m']} (K={g['k']}, N={g['n']}): "
+        tp = f", tp_size={g['tp_size']} {g['split']}" if g.get("tp_size") is not None else ""
+        head = f"\nM={g['m']} (K={g['k']}, N={g['n']}{tp}): "
         head += (f"use {pick['scheme']} ({fmt_us(pick['latency_us'])} µs, rel_fro {pick['rel_fro']:.3g})"
                  if pick else f"{DASH} no scheme within the budget")
         if pick and pick["ties"]:
@@ -243,12 +247,12 @@ def summary_rows(doc: dict, rec: dict, baseline: str = "bf16") -> list[dict]:
     has none; ``speedup`` = baseline_us / latency_us (> 1: the pick is faster); ``unusable`` names
     the schemes whose call cannot be captured in a CUDA graph at that shape."""
     method = rec["method"]
-    base = {(r.get("m"), r.get("k"), r.get("n")): latency_stats(r, method)
+    base = {(r.get("m"), r.get("k"), r.get("n"), r.get("tp_size"), r.get("split")): latency_stats(r, method)
             for r in doc.get("rows") or [] if r.get("scheme") == baseline}
     out = []
     for g in rec["by_m"]:
         pick = g["pick"] or {}
-        stats = base.get((g["m"], g["k"], g["n"]))
+        stats = base.get((g["m"], g["k"], g["n"], g.get("tp_size"), g.get("split")))
         base_us = stats["median"] if stats else None
         lat = pick.get("latency_us")
         out.append({"scenario": (doc.get("scenario") or {}).get("name"), "m": g["m"], "k": g["k"],
@@ -341,10 +345,12 @@ def by_format(doc: dict, method: str = DECISION_METHOD, max_rel_err: Optional[fl
     scenario = (doc.get("scenario") or {}).get("name")
     groups: dict[tuple, list[dict]] = {}
     for r in doc.get("rows") or []:
-        groups.setdefault((r.get("m"), r.get("k"), r.get("n")), []).append(r)
+        groups.setdefault((r.get("m"), r.get("k"), r.get("n"), r.get("tp_size"), r.get("split")), []).append(r)
     order = {f: i for i, f in enumerate(STORAGE_FORMATS)}
     out = []
-    for (m, k, n), rows in sorted(groups.items(), key=lambda kv: tuple(x or 0 for x in kv[0])):
+    for (m, k, n, tp_size, split), rows in sorted(groups.items(),
+                                                   key=lambda kv: tuple(str(x) if isinstance(x, str) else (x or 0)
+                                                                        for x in kv[0])):
         base_stats = next((latency_stats(r, method) for r in rows if r.get("scheme") == baseline), None)
         base_us = base_stats["median"] if base_stats else None
         by_fmt: dict[str, list[dict]] = {}

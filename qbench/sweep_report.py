@@ -60,7 +60,9 @@ def crossover(doc: dict, baseline: str = "bf16", method: str = DECISION_METHOD) 
     ``baseline`` or none of them has ``method`` latency.
     """
     rows = doc.get("rows") or []
-    base = {(r["m"], r["k"], r["n"]): _stats(r, method) for r in rows if r.get("scheme") == baseline}
+    # tensor-parallel rows compare with the baseline at the same tp_size and split
+    base = {(r["m"], r["k"], r["n"], r.get("tp_size"), r.get("split")): _stats(r, method)
+            for r in rows if r.get("scheme") == baseline}
     if not base:
         schemes = sorted({r.get("scheme") for r in rows})
         raise ValueError(f"--baseline {baseline!r} is not a scheme of this file; schemes: "
@@ -73,12 +75,13 @@ def crossover(doc: dict, baseline: str = "bf16", method: str = DECISION_METHOD) 
     for r in rows:
         if r.get("scheme") == baseline:
             continue
-        key = (r["scheme"], r["k"], r["n"])
-        rec = out.setdefault(key, {"scheme": r["scheme"], "k": r["k"], "n": r["n"], "wins": [],
+        key = (r["scheme"], r["k"], r["n"], r.get("tp_size"), r.get("split"))
+        tp = {"tp_size": r["tp_size"], "split": r.get("split")} if r.get("tp_size") is not None else {}
+        rec = out.setdefault(key, {"scheme": r["scheme"], "k": r["k"], "n": r["n"], **tp, "wins": [],
                                    "ties": [], "losses": [], "untimed": [], "unusable": [], "best_ratio": None,
                                    "_sweep": []})
         rec["_sweep"].append(r["m"])
-        mine, theirs = _stats(r, method), base.get((r["m"], r["k"], r["n"]))
+        mine, theirs = _stats(r, method), base.get((r["m"], r["k"], r["n"], r.get("tp_size"), r.get("split")))
         if mine is None or theirs is None:
             rec["untimed"].append(r["m"])
             if capture_failure(r, method):

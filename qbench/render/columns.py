@@ -272,6 +272,18 @@ _CATALOGUE: list[Column] = [
            "nothing ran compiled)"),
     Column("graph_breaks", "graph breaks", _get("compile", "graph_breaks"), fmt_num("d"), True,
            "Dynamo graph breaks during the row's first call (compile.graph_breaks)"),
+    Column("tp_size", "tp", _get("tp_size"), fmt_num("d"), True,
+           "tensor-parallel ranks the layer is sharded over (tensor-parallel rows only)"),
+    Column("split", "split", _get("split"), help="column (N sharded, all-gather) or row (K sharded, all-reduce)"),
+    Column("collective", "collective", _get("collective"), help="the collective after the local GEMM"),
+    Column("local_us", "local GEMM µs", _get("local_gemm_us", "median"), fmt_us, True,
+           "median of local_gemm_us: the sharded GEMM on one rank"),
+    Column("collective_us", "collective µs", _get("collective_us", "median"), fmt_us, True,
+           "median of collective_us: the all-gather or all-reduce alone"),
+    Column("end_to_end_us", "end-to-end µs", _get("end_to_end_us", "median"), fmt_us, True,
+           "median of end_to_end_us: local GEMM + collective"),
+    Column("busbw_gbps", "bus GB/s", _get("collective_busbw_gbps"), fmt_num(".1f"), True,
+           "collective bus bandwidth (nccl-tests' definition)"),
     Column("flags", "flags", lambda row: "; ".join(f.split(":", 1)[0] for f in row.get("flags") or []) or None,
            help="what could mislead a reader (repacked, not-compiled, graph-breaks): the row's flags list, "
                 "names only (the JSON has each flag's sentence)"),
@@ -310,6 +322,8 @@ def default_columns(rows: Sequence[dict]) -> list[str]:
     ``stream`` beside ``cpu``, so a CPU time never sits under a CUDA-only header. A method (and
     the floor) is left out when no row was timed with it at all: a file written before ``stream``
     existed shows ``cold warm eager`` (CUDA) or ``cpu`` (CPU), as it did. No rows: every default.
+    Tensor-parallel rows add ``tp_size``, ``split``, ``collective`` after ``m`` and the local GEMM,
+    collective and end-to-end medians before the methods, so two ranks' rows never read alike.
     """
     rows = list(rows)
     cuda = _is_cuda(rows)
@@ -321,6 +335,11 @@ def default_columns(rows: Sequence[dict]) -> list[str]:
         if ((cuda or not rows) and info.cuda) or (cpu and info.cpu):
             times.append(m)
     floor = _FLOOR if (cuda or not rows) and (not rows or any("hbm_floor_us" in r for r in rows)) else []
+    if any(r.get("tp_size") is not None for r in rows):
+        # tensor-parallel rows: which sharding, and its local GEMM, collective and end-to-end times
+        head = [c for c in _COMMON_HEAD if c not in ("scheme", "m")]
+        return ["scheme", "m", "tp_size", "split", "collective", *head, "local_us", "collective_us",
+                "end_to_end_us", *times, "rel_err", "status"]
     return [*_COMMON_HEAD, *times, *floor, "rel_err", "status"]
 
 
