@@ -178,3 +178,22 @@ def test_ledger_count_is_the_repacked_state():
     module(torch.randn(1, 256))
     after = ledger.count([TensorPart("weight", "payload", module.weight.detach())]).stored_bytes
     assert (before, after) == (131072, 65536)
+
+
+def test_a_row_faster_than_its_roofline_is_flagged():
+    from qbench.measure import finish_row
+
+    # 2*1*4096*4096 FLOPs, 33,570,816 min bytes; ceilings 4000 GB/s -> 8.39 µs roofline; stream 7.0 µs
+    row = {"status": "ok", "min_bytes": 33570816, "flops": 2 * 4096 * 4096, "compute_dtype": "bf16",
+           "device": "cuda:0", "stored_bytes": 33554432, "roofline_us": None, "roofline_bound": None,
+           "roofline_source": None, "roofline_reason": None, "hbm_floor_us": None, "hbm_floor_fraction": None,
+           "launch_overhead_us": None, "roofline_fraction": None, "achieved_gbps": None, "achieved_tflops": None,
+           "achieved_method": None, "flags": [],
+           "latency_us": {"stream": {"median": 7.0}, "cold": {"median": 9.0}}}
+    finish_row(row, {"measured": {"memory_gbps": 4000.0, "tflops": {"bf16": 800.0}}})
+    assert abs(row["roofline_us"] - 33570816 / 4000e9 * 1e6) < 1e-9
+    assert row["achieved_method"] == "stream" and row["roofline_fraction"] > 1
+    assert len(row["flags"]) == 1 and row["flags"][0].startswith("above-ceiling: stream 7 µs is below the measured")
+    row2 = dict(row, flags=[], latency_us={"stream": {"median": 9.0}})
+    finish_row(row2, {"measured": {"memory_gbps": 4000.0, "tflops": {"bf16": 800.0}}})
+    assert row2["flags"] == []
