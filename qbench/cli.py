@@ -11,6 +11,10 @@ import importlib
 import sys
 from typing import Optional
 
+#: --format values whose output is a document for a program (stdout holds it alone).
+MACHINE_FORMATS = frozenset({"csv", "json", "tsv", "latex", "latex_raw", "latex_booktabs", "latex_longtable",
+                             "html", "unsafehtml"})
+
 #: Modules that add a subcommand through ``register(subparsers)``.
 _COMMAND_MODULES = ("qbench.report", "qbench.compare", "qbench.recommend", "qbench.model", "qbench.plot")
 
@@ -19,12 +23,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from qbench import render, runner, scenario
 
     loaded = scenario.load(args.scenario)
+    render.check_format(args.format)  # a bad --format is refused before anything is measured
     say = None if args.quiet else (lambda line: print(line, file=sys.stderr))
+    terminal = sys.stderr.isatty()
     outcome = runner.run(loaded, device=args.device, out=args.out, force=args.force, progress=say,
-                         show_bar=not args.quiet and sys.stderr.isatty())
-    print(render.render_header(outcome.doc))
+                         show_bar=not args.quiet and terminal, per_scheme=say if not terminal else None)
+    machine = args.format in MACHINE_FORMATS
+    # a document meant to be parsed (csv, json, tsv, latex, html) is alone on stdout; the rest goes to stderr
+    print(render.render_header(outcome.doc), file=sys.stderr if machine else sys.stdout)
     print(render.render(outcome.doc["rows"], fmt=args.format))
-    print(f"\nwrote {outcome.path} ({len(outcome.doc['rows'])} rows, {outcome.doc['wall_s']:.1f} s)")
+    print(f"\nwrote {outcome.path} ({len(outcome.doc['rows'])} rows, {outcome.doc['wall_s']:.1f} s)",
+          file=sys.stderr if machine else sys.stdout)
     if outcome.exit_code:
         print(f"qbench: {outcome.message}", file=sys.stderr)
     return outcome.exit_code
@@ -37,7 +46,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from qbench import env as envmod
     from qbench import schemes
 
-    device = envmod.resolve_device(args.device)
+    device = envmod.resolve_device(args.device)  # a bad --device is one line (ValueError "device ...")
     rows = []
     for s in schemes.all_schemes():
         reason = s.unavailable_reason(device, s.options_model())
@@ -53,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser with every subcommand."""
     parser = argparse.ArgumentParser(prog="qbench", description="Compare quantization schemes for one LLM linear layer.")
     parser.add_argument("--debug", action="store_true",
-                        help="show tracebacks instead of one-line errors (before the subcommand: qbench --debug run ...)")
+                        help="show tracebacks instead of one-line errors (anywhere on the command line)")
+    from qbench import __version__
+
+    parser.add_argument("--version", action="version", version=f"qbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run a TOML scenario and write a result JSON")
@@ -82,7 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``qbench`` and ``python -m qbench``; returns the exit status."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # --debug is accepted anywhere (before or after the subcommand), as users type it
+    debug = "--debug" in argv[: argv.index("--")] if "--" in argv else "--debug" in argv
+    if debug:
+        argv = [a for a in argv if a != "--debug"]
     args = parser.parse_args(argv)
+    args.debug = debug
     try:
         return args.func(args)
     except BrokenPipeError:  # `qbench report ... | head`: the reader left; not an error of ours
@@ -91,7 +109,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
-        print("qbench: interrupted; rows measured so far are in the result file (\"complete\": false)", file=sys.stderr)
+        print("qbench: interrupted; rows measured so far are in <out>.partial.json (\"complete\": false); "
+              "an existing result file was left as it was", file=sys.stderr)
         return 130
     except Exception as exc:
         if args.debug or not _is_user_error(exc):

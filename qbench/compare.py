@@ -29,6 +29,7 @@ from qbench.results import (
     ResultsError,
     latency_stats,
     methods_present,
+    incomplete_warning,
     read_results,
     resolve_method,
     row_key,
@@ -216,6 +217,9 @@ def run_compare(args: argparse.Namespace) -> int:
     try:
         check_format(args.format)
         a, b = read_results(args.a), read_results(args.b)
+        for path, doc in ((args.a, a), (args.b, b)):
+            if incomplete_warning(doc, path):
+                print(incomplete_warning(doc, path), file=sys.stderr)
     except (ValueError, ResultsError) as exc:
         print(f"qbench compare: {exc}", file=sys.stderr)
         return 2

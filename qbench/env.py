@@ -37,8 +37,13 @@ def resolve_device(requested: str) -> torch.device:
     """``auto`` becomes ``cuda:0`` when CUDA is available, else ``cpu``; ``cuda`` becomes ``cuda:0``.
 
     Raises:
-        ValueError: CUDA was asked for but is not available, or the index is out of range.
+        ValueError: not one of auto, cpu, cuda, cuda:N (``gpu``, ``CPU``, ``cpu:1``), CUDA was asked for
+            but is not available, or the index is out of range.
     """
+    import re
+
+    if not isinstance(requested, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", requested):
+        raise ValueError(f"device {requested!r}: must be auto, cpu, cuda or cuda:N (lower case)")
     if requested == "auto":
         return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     device = torch.device(requested)

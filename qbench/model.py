@@ -48,6 +48,7 @@ from qbench.results import (
     METHOD_CHOICES,
     ResultsError,
     latency_stats,
+    incomplete_warning,
     read_results,
     resolve_method,
 )
@@ -386,6 +387,9 @@ def run_model(args: argparse.Namespace) -> int:
     paths = [args.result] if isinstance(args.result, str) else list(args.result or [])
     try:
         docs = [read_results(path) for path in paths]
+        for path, doc in zip(paths, docs):
+            if incomplete_warning(doc, path):
+                print(incomplete_warning(doc, path), file=sys.stderr)
     except ResultsError as exc:
         return _fail(str(exc))
     methods, notes = {}, []

@@ -29,6 +29,7 @@ from qbench.results import (
     METHOD_CHOICES,
     ResultsError,
     latency_stats,
+    incomplete_warning,
     read_results,
     resolve_method,
 )
@@ -237,6 +238,8 @@ def run_plot(args: argparse.Namespace) -> int:
         return 2
     try:
         doc = read_results(args.result)
+        if incomplete_warning(doc, args.result):
+            print(incomplete_warning(doc, args.result), file=sys.stderr)
     except ResultsError as exc:
         print(f"qbench plot: {exc}", file=sys.stderr)
         return 2

@@ -56,6 +56,7 @@ from qbench.results import (
     ResultsError,
     latency_stats,
     methods_present,
+    incomplete_warning,
     read_results,
     resolve_method,
 )
@@ -444,6 +445,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "and how far the others of the format are")
     p.add_argument("--baseline", default="bf16",
                    help="baseline scheme of --summary and --by-format (default bf16)")
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help="accept result files of interrupted runs (\"complete\": false); refused otherwise, "
+                        "since a missing scheme would silently change the pick")
     p.set_defaults(func=run_recommend)
     return p
 
@@ -481,6 +485,13 @@ def run_recommend(args: argparse.Namespace) -> int:
         docs = [read_results(path) for path in paths]
     except ResultsError as exc:
         return _fail(str(exc))
+    for path, doc in zip(paths, docs):
+        warning = incomplete_warning(doc, path)
+        if warning and not getattr(args, "allow_incomplete", False):
+            return _fail(f"{path} is incomplete (\"complete\": false): a scheme missing from it would change "
+                         "the pick; pass --allow-incomplete to use it anyway")
+        if warning:
+            print(warning, file=sys.stderr)
     if format_mode:
         return _run_by_format(args, paths, docs)
     baseline = getattr(args, "baseline", "bf16")

@@ -288,3 +288,15 @@ def resolve_method(doc: dict, requested: str | None,
         return default, None
     return fallback, (f"no {default} latency in this file: an older result, or {default} not timed; "
                       f"using {fallback} times")
+
+
+def incomplete_warning(doc: dict, path: str | os.PathLike) -> str | None:
+    """One line when ``doc`` says ``"complete": false`` (an interrupted or still running run: some
+    schemes may be missing), else None. Readers print it; ``recommend`` refuses such a file unless
+    asked (``--allow-incomplete``)."""
+    if doc.get("complete") is not False:
+        return None
+    rows = doc.get("rows") or []
+    schemes = len({r.get("scheme") for r in rows})
+    return (f"warning: {path} is incomplete (\"complete\": false, {len(rows)} rows of {schemes} schemes): "
+            "the run was interrupted or is still going; schemes may be missing")

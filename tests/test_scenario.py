@@ -43,13 +43,15 @@ def _err(tmp_path, text):
 def test_options_validated_and_labelled(tmp_path):
     path = tmp_path / "ok.toml"
     path.write_text('name = "x"\nm = 4\n[[schemes]]\nname = "fp8-dynamic"\ngranularity = "per-tensor"\n'
-                    '[[schemes]]\nname = "int8-bnb"\nthreshold = 0.0\nmode = "compiled"\n'
-                    'schemes_extra = 1\n' if False else
-                    'name = "x"\nm = 4\n[[schemes]]\nname = "fp8-dynamic"\ngranularity = "per-tensor"\n'
                     '[[schemes]]\nname = "int8-bnb"\nthreshold = 0.0\nmode = "compiled"\n')
     sc = scenario.load(path)
     assert sc.m == (4,)
     assert [e.label for e in sc.schemes] == ["fp8-dynamic[granularity=per-tensor]", "int8-bnb+compiled[threshold=0.0]"]
+    fp8, bnb = (e.options for e in sc.schemes)
+    assert (fp8.granularity, fp8.mode) == ("per-tensor", "eager") and (bnb.threshold, bnb.mode) == (0.0, "compiled")
+    # a key that is no option of the scheme is refused with the scheme's name, not ignored
+    path.write_text('name = "x"\nm = 4\n[[schemes]]\nname = "int8-bnb"\nthreshold = 0.0\nschemes_extra = 1\n')
+    assert "schemes[0].schemes_extra" in _err(tmp_path, path.read_text())
 
 
 @pytest.mark.parametrize("text, key, words", [

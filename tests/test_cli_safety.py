@@ -1,0 +1,74 @@
+"""CLI behaviour users of this field expect (issue 13): machine formats alone on stdout, --version,
+--debug anywhere, one-line device errors, incomplete files refused by recommend and flagged by
+the other readers, one progress line per scheme off a terminal."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from qbench import cli
+from tests.conftest import small_scenario_toml
+
+
+def _qbench(*argv, cwd=None):
+    return subprocess.run([sys.executable, "-m", "qbench", *argv], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("run")
+    (folder / "tiny.toml").write_text(small_scenario_toml(["fp32", "bf16"], m=(1,)))
+    proc = _qbench("run", str(folder / "tiny.toml"), "--format", "json", "--out", str(folder / "x.json"))
+    return folder, proc
+
+
+def test_run_format_json_stdout_is_the_document_alone(tiny_run):
+    folder, proc = tiny_run
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)  # nothing but the document on stdout
+    assert [r["scheme"] for r in rows] == ["fp32", "bf16"]
+    assert "wrote" in proc.stderr and "times:" in proc.stderr
+
+
+def test_progress_is_one_line_per_scheme_off_a_terminal(tiny_run):
+    _, proc = tiny_run
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("[")]
+    assert len(lines) == 2 and lines[0].startswith("[1/2] fp32: ok x1 (") and lines[1].startswith("[2/2] bf16: ok x1 (")
+
+
+def test_version():
+    proc = _qbench("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("qbench ")
+
+
+def test_debug_after_the_subcommand_shows_the_traceback(tmp_path):
+    missing = str(tmp_path / "nope.toml")
+    plain = _qbench("run", missing)
+    debug = _qbench("run", missing, "--debug")
+    assert plain.returncode == 2 and plain.stderr.strip() == f"qbench: {missing}: no such file"
+    assert "Traceback" in debug.stderr
+
+
+@pytest.mark.parametrize("device", ["gpu", "CPU", "cpu:1"])
+def test_a_bad_device_is_one_line(device, capsys):
+    assert cli.main(["list", "--device", device]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"qbench: device {device!r}: must be auto, cpu, cuda or cuda:N (lower case)"
+
+
+def test_incomplete_files_are_refused_by_recommend_and_flagged_by_compare(tiny_run, tmp_path, capsys):
+    folder, _ = tiny_run
+    doc = json.loads((folder / "x.json").read_text())
+    doc["complete"] = False
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps(doc))
+    assert cli.main(["recommend", str(cut), "--max-rel-err", "0.01"]) == 2
+    assert "is incomplete" in capsys.readouterr().err
+    assert cli.main(["recommend", str(cut), "--max-rel-err", "0.01", "--allow-incomplete"]) in (0, 1)
+    assert "warning:" in capsys.readouterr().err
+    cli.main(["compare", str(cut), str(folder / "x.json")])
+    assert f"warning: {cut} is incomplete" in capsys.readouterr().err
