@@ -175,13 +175,25 @@ def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> d
             else:
                 lost.append({"scheme": r.get("scheme"), "reason": reason})
         cands.sort(key=lambda p: p["latency_us"])
-        pick = dict(cands[0], ties=[]) if cands else None
+        pick = None
+        if cands:
+            # Among the schemes as fast as the fastest within noise, the lower error wins, then fewer
+            # stored bytes: a median difference inside the runs' own spread is no reason to accept
+            # 10x the error.
+            fastest = cands[0]
+            tied = [c for c in cands if c is fastest or verdict(stats[fastest["scheme"]], stats[c["scheme"]]) == "same"]
+            best = min(tied, key=lambda c: (c["rel_fro"], c["stored_bytes"] or 0, c["latency_us"]))
+            pick = dict(best, ties=[], fastest_median=fastest["scheme"] if best is not fastest else None)
+            cands = [best] + [c for c in cands if c is not best]
         for c in cands[1:]:
             ratio = c["latency_us"] / pick["latency_us"]
             versus = f"{fmt_us(c['latency_us'])} µs vs {fmt_us(pick['latency_us'])} µs ({ratio:.2f}×"
             if verdict(stats[pick["scheme"]], stats[c["scheme"]]) == "same":
                 pick["ties"].append(c["scheme"])
-                lost.append({"scheme": c["scheme"], "reason": f"same speed within noise: {versus}, p10–p90 overlap)"})
+                why = "same speed within noise"
+                if c["rel_fro"] > pick["rel_fro"]:
+                    why += f", higher error (rel_fro {c['rel_fro']:.3g} vs {pick['rel_fro']:.3g})"
+                lost.append({"scheme": c["scheme"], "reason": f"{why}: {versus}, p10–p90 overlap)"})
             else:
                 lost.append({"scheme": c["scheme"], "reason": f"slower: {versus})"})
         tp = {"tp_size": tp_size, "split": split} if tp_size is not None else {}

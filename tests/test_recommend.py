@@ -33,16 +33,19 @@ def _reasons(result, m):
 
 def test_budget_001():
     r = recommend(CUDA, 0.01, "cold")
-    assert _picks(r) == {1: "bf16", 16: "w8a8-dynamic", 512: "w8a8-dynamic"}
+    # M = 1: fp16 (11.2 µs, rel_fro 0.00029) and bf16 (11.0 µs, 0.0023) are the same speed within
+    # noise, so the lower error wins (issue 13): fp16, with bf16 named as tied
+    assert _picks(r) == {1: "fp16", 16: "w8a8-dynamic", 512: "w8a8-dynamic"}
     why = _reasons(r, 1)
-    assert why["int8-weight-only"] == "slower: 23.1 µs vs 11.0 µs (2.10×)"
+    assert why["int8-weight-only"] == "slower: 23.1 µs vs 11.2 µs (2.06×)"
     assert why["nf4-bnb"] == "over error budget (rel_fro 0.092 > 0.01)"
     assert why["fp8-dynamic"] == "over error budget (rel_fro 0.035 > 0.01)"
     assert why["w8a8-dynamic"].startswith("failed: RuntimeError")
     assert why["int4-weight-only"].startswith("skipped: torchao Int4WeightOnlyConfig")
     # fp16's [10.96, 11.83] µs overlaps bf16's p10-p90: a tie, named on the pick
-    assert why["fp16"] == "same speed within noise: 11.2 µs vs 11.0 µs (1.02×, p10–p90 overlap)"
-    assert r["by_m"][0]["pick"]["ties"] == ["fp16"]
+    assert why["bf16"] == ("same speed within noise, higher error (rel_fro 0.0023 vs 0.00029): "
+                           "11.0 µs vs 11.2 µs (0.98×, p10–p90 overlap)")
+    assert r["by_m"][0]["pick"]["ties"] == ["bf16"]
     assert _reasons(r, 512)["fp16"] == "non-finite outputs (12)"
     # every scheme at every M is either the pick or has a reason
     for g in r["by_m"]:
@@ -51,8 +54,10 @@ def test_budget_001():
 
 def test_budget_01():
     r = recommend(CUDA, 0.1, "cold")
-    assert _picks(r) == {1: "fp8-dynamic", 16: "fp8-dynamic", 512: "fp8-dynamic"}
-    assert _reasons(r, 16)["w8a8-dynamic"] == "same speed within noise: 8.90 µs vs 8.40 µs (1.06×, p10–p90 overlap)"
+    # M = 16: w8a8-dynamic (8.90 µs, rel_fro 0.0087) ties fp8-dynamic (8.40 µs, 0.035): lower error wins
+    assert _picks(r) == {1: "fp8-dynamic", 16: "w8a8-dynamic", 512: "fp8-dynamic"}
+    assert _reasons(r, 16)["fp8-dynamic"] == ("same speed within noise, higher error (rel_fro 0.035 vs 0.0087): "
+                                              "8.40 µs vs 8.90 µs (0.94×, p10–p90 overlap)")
     assert _reasons(r, 1)["nf4-bnb"] == "slower: 14.2 µs vs 8.10 µs (1.75×)"
 
 
@@ -129,7 +134,7 @@ def test_cpu_fallback_only_without_explicit_method(capsys):
 def test_cli_json_and_text(capsys):
     assert run(str(FIXTURES / "cuda_run1.json"), "--max-rel-err", "0.01", "--format", "json") == 0
     r = json.loads(capsys.readouterr().out)
-    assert _picks(r) == {1: "bf16", 16: "w8a8-dynamic", 512: "w8a8-dynamic"}
+    assert _picks(r) == {1: "fp16", 16: "w8a8-dynamic", 512: "w8a8-dynamic"}
     assert run(str(FIXTURES / "cuda_run1.json"), "--max-rel-err", "0.1") == 0
     out = capsys.readouterr().out
     assert "M=1 (K=4096, N=4096): use fp8-dynamic" in out and "Pareto front" in out
@@ -153,7 +158,8 @@ def test_summary_rows_hand_checked():
     rows = rec_mod.summary_rows(CUDA, recommend(CUDA, 0.01, "cold"), "bf16")
     assert [r["m"] for r in rows] == [1, 16, 512]
     r1 = rows[0]
-    assert r1["pick"] == "bf16" and r1["speedup"] == pytest.approx(1.0) and r1["ties"] == ["fp16"]
+    # fp16 ties bf16 with the lower error: picked, speed-up 11.0 / 11.2 over bf16 (slower median, same within noise)
+    assert r1["pick"] == "fp16" and r1["speedup"] == pytest.approx(11.0 / 11.2) and r1["ties"] == ["bf16"]
     r16 = rows[1]
     bf16_16 = next(r for r in CUDA["rows"] if r["scheme"] == "bf16" and r["m"] == 16)["latency_us"]["cold"]["median"]
     assert r16["pick"] == "w8a8-dynamic"
@@ -240,12 +246,13 @@ def test_stream_is_the_default_and_can_pick_otherwise_than_cold():
     round (14.6 µs against 10.0)."""
     r = recommend(STREAM, 0.1)
     assert r["method"] == "stream"
-    assert _picks(r) == {1: "nf4-bnb", 16: "bf16"}
+    # M = 16: fp16 (9.65 µs, rel_fro 0.00029) ties bf16 (9.60 µs, 0.0023): the lower error wins
+    assert _picks(r) == {1: "nf4-bnb", 16: "fp16"}
     assert _reasons(r, 1)["int4-weight-only+compiled"] == "slower: 4.60 µs vs 3.90 µs (1.18×)"
-    assert _picks(recommend(STREAM, 0.1, "cold")) == {1: "int4-weight-only+compiled", 16: "bf16"}
+    assert _picks(recommend(STREAM, 0.1, "cold")) == {1: "int4-weight-only+compiled", 16: "fp16"}
     tight = recommend(STREAM, 0.01)
-    assert _picks(tight) == {1: "int8-weight-only+compiled", 16: "bf16"}
-    assert tight["by_m"][1]["pick"]["ties"] == ["fp16"]
+    assert _picks(tight) == {1: "int8-weight-only+compiled", 16: "fp16"}
+    assert tight["by_m"][1]["pick"]["ties"] == ["bf16"]
     assert tight["by_m"][0]["pick"]["latency_us"] == 5.2
 
 
