@@ -20,7 +20,10 @@ cuBLAS / cuBLASLt (``sm90_xmma_gemm_<types>_...``, ``nvjet_<typecode>_...``,
 wmma_tensorop_bf16_s161616gemm...>``, int8 ``i16832gemm``), Inductor (``triton_poi_``,
 ``triton_red_``, ``triton_per_``, ``triton_tem_fused_mm``) and bitsandbytes
 (``kgemm_4bit_inference*``, ``gemm_4bit_simt`` (seen on the H200, bnb 0.50), ``gemv_4bit``, ``kDequantizeBlockwise``,
-``kInt8VectorQuant``). They are heuristics: a new library version may rename kernels;
+``kInt8VectorQuant``), mslk's CUTLASS int4 GEMMs (``cutlass::int4b_t`` is ``integer_subbyte`` in
+the mangled name) and gemlite's Triton kernels (``gemv_INT_revsplitK_kernel``,
+``gemm_splitK_INT_kernel``: the function names in gemlite 0.6's ``triton_kernels``; neither of the
+last two seen in a profile yet). They are heuristics: a new library version may rename kernels;
 unmatched names fall to ``unknown``. The ``nvjet`` type code decoding (``q``/``e`` for
 FP8, ``i`` for int8, ``h``/``s``/``t`` float) is inferred from observed names, not
 documented by NVIDIA; check it against a profile on the GPU.
@@ -37,13 +40,19 @@ LABELS = ("fused-quantized", "dequantize+gemm", "float-gemm", "unknown")
 #: Kernels that are quantized GEMMs/GEMVs by name alone.
 _QUANT_GEMM_NAME = re.compile(
     r"_weight_int4pack_mm|int4pack|tinygemm|gemm_4bit|gemv_4bit|_int_mm|scaled_mm"
-    r"|imma|igemm|i\d{4,6}gemm",
+    r"|imma|igemm|i\d{4,6}gemm"
+    # gemlite's Triton kernels (gemv_INT_revsplitK_kernel, gemm_splitK_INT_kernel, gemm_MX_kernel):
+    # they read the packed or 8-bit weight themselves
+    r"|gem[mv]\w*_(?:int|mx)_\w*kernel",
     re.IGNORECASE,
 )
 #: A quantized operand type in a GEMM-like name (cuBLAS "gemm_e4m3e4m3_...", cuBLASLt
 #: "gemm_i8i8_...", CUTLASS "...gemm_e4m3_e4m3_f32..."). Alone it is not enough: a cast
 #: kernel "elementwise_kernel<..., c10::Float8_e4m3fn>" is a dequantization, not a GEMM.
-_QUANT_TYPE = re.compile(r"i8i8|s8s8|u8s8|s8u8|f8f8|e4m3|e5m2|fp8|float8|int8|int4", re.IGNORECASE)
+#: CUTLASS's int4 type is ``integer_subbyte<4, true>`` in a mangled name (mslk's int4 GEMMs), and
+#: its mixed-input mainloops say ``MixedInput``.
+_QUANT_TYPE = re.compile(r"i8i8|s8s8|u8s8|s8u8|f8f8|e4m3|e5m2|fp8|float8|int8|int4|integer_subbyte|mixedinput",
+                         re.IGNORECASE)
 _GEMM_LIKE = re.compile(r"gemm|gemv|xmma|nvjet|cutlass|matmul|_mm\b|_mm_", re.IGNORECASE)
 
 #: Float (or any) GEMM/GEMV library kernels.

@@ -40,9 +40,15 @@ def main(argv: list[str], go=None) -> int:
 
     scenario = from_dict(job["scenario"], job["source"])
     device = torch.device(job["device"])
-    for package in schemes.get(scenario.schemes[job["entry_index"]].name).packages:
-        if importlib.util.find_spec(package) is not None:
-            importlib.import_module(package)
+    entry = scenario.schemes[job["entry_index"]]
+    scheme = schemes.get(entry.name)
+    # Preload the scheme's packages only where it can run: a skipped scheme's package may not even
+    # import here (gemlite reads the CUDA device's properties at import), and measure_scheme gives
+    # its skipped rows without it.
+    if scheme.unavailable_reason(device, entry.options) is None:
+        for package in scheme.packages:
+            if importlib.util.find_spec(package) is not None:
+                importlib.import_module(package)
     if device.type == "cuda":
         torch.cuda.init()
         torch.empty(1, device=device)  # creates the context; allocates, launches no kernel

@@ -13,6 +13,8 @@ CUTLASS_I8 = "void cutlass::Kernel2<cutlass_80_tensorop_i16832gemm_s8_256x128_64
 CUTLASS_I8_6 = "void cutlass::Kernel2<cutlass_80_wmma_tensorop_i161616gemm_s8_32x32_128x1_tn_align16>(Params)"
 CUBLAS_FP8 = "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128_cublas"
 MEMCPY = "Memcpy DtoH (Device -> Pageable)"
+MSLK_INT4 = ("_ZN12cutlass_mslk13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiEEENS1_10collective"
+             "13CollectiveMmaINS1_49MainloopSm90TmaGmmaRmemAWarpSpecializedMixedInputILi4EEENS_15integer_subbyteILi4ELb1EEE")
 
 CASES = [
     # (kernels, family, label)
@@ -41,6 +43,13 @@ CASES = [
     ([MEMCPY], "float", "unknown"),
     ([], "bnb", "unknown"),
     ([MEMCPY, CUBLAS_BF16], "float", "float-gemm"),
+    # gemlite's Triton kernels (gemlite 0.6 triton_kernels/*: the function names Triton launches)
+    (["gemv_INT_revsplitK_kernel"], "weight-only", "fused-quantized"),
+    (["gemm_splitK_INT_kernel"], "weight-only", "fused-quantized"),
+    (["gemm_INT_kernel"], "weight-only", "fused-quantized"),
+    (["scale_activations_per_token_triton_v4_kernel", "gemv_INT_splitK_kernel"], "dynamic", "fused-quantized"),
+    # mslk's CUTLASS int4 GEMM: CUTLASS's int4b_t is integer_subbyte<4, true> in the mangled name
+    ([MSLK_INT4], "weight-only", "fused-quantized"),
 ]
 
 
@@ -68,3 +77,8 @@ def test_short_kernel_reads_a_mangled_cutlass_name():
 
     assert short_kernel(name) == "cutlass_mslk::device_kernel<gemm::kernel::GemmUniversal>"
     assert short_kernel("_kernel_quantize_fp8_row") == "_kernel_quantize_fp8_row"
+
+
+def test_float_kernels_are_not_read_as_gemlite():
+    assert not is_quantized_gemm("void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false>")
+    assert is_float_gemm("void gemmSN_NN_kernel<float, 256, 4, 2, 8, 3, 4, false>")

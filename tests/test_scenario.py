@@ -27,6 +27,23 @@ def test_decode_has_every_scheme_and_compiled_variants():
     assert {"fp8-weight-only+compiled", "int8-weight-only+compiled", "int4-weight-only+compiled"} <= set(labels)
 
 
+@pytest.mark.parametrize("stem", ["decode", "small_batch", "prefill"])
+def test_every_scheme_scenario_has_the_compiled_dynamic_schemes(stem):
+    labels = {e.label for e in scenario.load(ROOT / "scenarios" / f"{stem}.toml").schemes}
+    assert {"fp8-dynamic+compiled", "w8a8-dynamic+compiled"} <= labels
+
+
+def test_decode_kernels_has_every_int4_int8_fp8_kernel():
+    sc = scenario.load(ROOT / "scenarios" / "decode_kernels.toml")
+    assert sc.m == (1, 16, 128) and sc.layer.in_features == sc.layer.out_features == 4096
+    assert sc.timing.scheme_timeout_s == 180
+    assert [e.label for e in sc.schemes] == [
+        "bf16", "int4-weight-only", "int4-weight-only+compiled", "int4-plain", "int4-preshuffled",
+        "int4-weight-only-gemlite", "nf4-bnb", "fp8-int4", "int8-weight-only+compiled", "int8-weight-only-gemlite",
+        "fp8-weight-only+compiled", "fp8-weight-only-gemlite", "fp8-dynamic", "fp8-dynamic[kernel_preference=mslk]",
+        "fp8-dynamic-gemlite"]
+
+
 def test_seed_scenario_is_the_seed_pages_experiment():
     sc = scenario.load(ROOT / "scenarios" / "seed.toml")
     assert sc.m == (1, 16, 512) and [e.name for e in sc.schemes] == ["fp16"] and sc.seed == 61

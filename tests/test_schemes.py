@@ -17,7 +17,9 @@ def _devices():
 
 def test_registry_has_the_mission_schemes():
     assert set(ALL) >= {"fp32", "tf32", "fp16", "bf16", "fp8-weight-only", "fp8-dynamic", "int8-weight-only",
-                        "w8a8-dynamic", "int8-bnb", "int4-weight-only", "int4-intx", "nf4-bnb", "fp4-bnb"}
+                        "w8a8-dynamic", "int8-bnb", "int4-weight-only", "int4-intx", "nf4-bnb", "fp4-bnb",
+                        "int4-plain", "int4-preshuffled", "fp8-int4", "int4-weight-only-gemlite",
+                        "int8-weight-only-gemlite", "fp8-weight-only-gemlite", "fp8-dynamic-gemlite"}
 
 
 def test_unknown_scheme_suggests_close_names():
@@ -33,7 +35,7 @@ def test_duplicate_registration_refused():
 @pytest.mark.parametrize("name", ALL)
 def test_scheme_declaration(name):
     s = schemes.get(name)
-    assert s.library in {"torch", "torchao", "bitsandbytes"}
+    assert s.library in {"torch", "torchao", "bitsandbytes", "gemlite"}
     assert s.compute_dtype in {"fp32", "tf32", "fp16", "bf16", "fp8", "int8"}
     assert s.family in {"float", "weight-only", "dynamic", "bnb"}
     assert issubclass(s.options_model, SchemeOptions) and s.summary

@@ -15,7 +15,8 @@ import os
 from qbench.schemes.base import Scheme, SchemeOptions, TensorPart
 
 _REGISTRY: dict[str, Scheme] = {}
-_BUILTIN_MODULES = ("qbench.schemes.float_schemes", "qbench.schemes.torchao_schemes", "qbench.schemes.bnb_schemes")
+_BUILTIN_MODULES = ("qbench.schemes.float_schemes", "qbench.schemes.torchao_schemes", "qbench.schemes.bnb_schemes",
+                    "qbench.schemes.gemlite_schemes")
 _loaded = False
 
 

@@ -1,7 +1,7 @@
 """torchao schemes (torchao >= 0.18): FP8, INT8 and INT4, weight-only and dynamic-activation.
 
-Each builds a bf16 ``nn.Linear`` from the FP32 weight and applies ``torchao.quantization.quantize_``
-with one config. The quantized weight is a torchao tensor subclass that declares its parts in
+Each builds a bf16 (or, with ``activation_dtype = "fp16"``, fp16) ``nn.Linear`` from the FP32
+weight and applies ``torchao.quantization.quantize_`` with one config. The quantized weight is a torchao tensor subclass that declares its parts in
 ``tensor_data_names`` (plus ``optional_tensor_data_names``); the ledger counts exactly those:
 ``qdata`` (or ``packed_weights``) is payload, every other part (scales, zero points, packed
 scale-and-zero) is metadata. Configs and defaults: torchao docs, ``torchao/quantization/quant_api.py``.
@@ -9,9 +9,11 @@ scale-and-zero) is metadata. Configs and defaults: torchao docs, ``torchao/quant
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Literal, Optional
 
 import torch
+import torch.nn.functional as F
 
 from qbench.schemes import register
 from qbench.schemes.base import Scheme, SchemeOptions, TensorPart, bias_parts, plain_linear
@@ -39,21 +41,66 @@ def torchao_parts(module: torch.nn.Module) -> list[TensorPart]:
     return parts + bias_parts(module)
 
 
+_ACTIVATION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class CastInputLinear(torch.nn.Module):
+    """A quantized linear whose activations are ``input_dtype`` (fp16), fed by a bf16 caller.
+
+    qbench converts the FP32 activations to the scheme's declared ``activation_dtype`` (bf16 for
+    every torchao scheme) before the call; a layer built with ``activation_dtype = "fp16"`` holds
+    fp16 scales and returns fp16, so this wrapper converts X to fp16 first: one elementwise kernel
+    of M x K elements inside the timed call (listed among the row's kernels; under
+    ``torch.compile`` Inductor may fuse it). The conversion is exact for magnitudes between
+    2^-14 and 65504 (bf16's 8 significant bits fit in fp16's 11), so the row's error is that of
+    bf16-rounded activations, a little above what an fp16 model would see.
+
+    Attributes:
+        weight, bias: the quantized layer's parameters (the ledger reads ``weight``).
+        input_dtype: the dtype X is converted to.
+    """
+
+    def __init__(self, layer: torch.nn.Linear, input_dtype: torch.dtype):
+        super().__init__()
+        self.weight = layer.weight
+        self.bias = layer.bias
+        self.input_dtype = input_dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != self.input_dtype:
+            x = x.to(self.input_dtype)
+        return F.linear(x, self.weight, self.bias)
+
+
 def _quantized(config_factory):
-    """A ``build`` that quantizes a bf16 linear in place with ``config_factory(options)``."""
+    """A ``build`` that quantizes a bf16 (or fp16, from ``options.activation_dtype``) linear in
+    place with ``config_factory(options)``; fp16 layers come wrapped in :class:`CastInputLinear`."""
 
     def build(weight: torch.Tensor, bias: Optional[torch.Tensor], options: SchemeOptions) -> torch.nn.Module:
         from torchao.quantization import quantize_
 
-        layer = plain_linear(weight, bias, torch.bfloat16)
+        dtype = _ACTIVATION_DTYPES[getattr(options, "activation_dtype", "bf16")]
+        layer = plain_linear(weight, bias, dtype)
         quantize_(layer, config_factory(options))
         torchao_parts(layer)  # raises when quantize_ silently skipped the layer
-        return layer
+        return layer if dtype == torch.bfloat16 else CastInputLinear(layer, dtype)
 
     return build
 
 
-class Fp8DynamicOptions(SchemeOptions):
+class TorchaoOptions(SchemeOptions):
+    """Options every torchao scheme takes: ``activation_dtype``, the float dtype of the layer
+    (its activations, its output, and its float scales and zero points): ``bf16`` (default) or
+    ``fp16``. Kernels that take bf16 only make an fp16 row ``skipped`` with the constraint in the
+    reason (tinygemm int4, mslk int4, mslk FP8 GEMM; :func:`_fp16_check`). qbench feeds every
+    torchao scheme bf16 activations, so an fp16 layer converts them first
+    (:class:`CastInputLinear`: one cast kernel inside the timed call); the row's
+    ``activation_dtype`` field still says bfloat16 (the dtype handed to the layer)."""
+
+    activation_dtype: Literal["bf16", "fp16"] = "bf16"
+
+
+class Fp8DynamicOptions(TorchaoOptions):
     """Options of ``fp8-dynamic``: ``granularity`` of the activation and weight scales, and
     ``kernel_preference``: torchao's ``KernelPreference`` for the activation quantization and the
     GEMM. ``torch`` (the default here): eager aten ops quantize the activation (abs, amax, divide,
@@ -68,10 +115,29 @@ class Fp8DynamicOptions(SchemeOptions):
     kernel_preference: Literal["torch", "mslk"] = "torch"
 
 
-class GroupOptions(SchemeOptions):
-    """Options of the per-group int4 schemes: ``group_size`` (K elements sharing one scale)."""
+class Fp8Int4Options(TorchaoOptions):
+    """Options of ``fp8-int4``: ``int4_packing_format``, the weight layout torchao's
+    ``Float8DynamicActivationInt4WeightConfig`` builds: ``preshuffled`` (default; torchao's
+    default too: ``Int4PreshuffledTensor``, mslk ``f8i4bf16_shuffled``) or ``plain``
+    (``Int4Tensor``, mslk ``f8i4bf16_rowwise``). The group size is fixed at 128 by torchao."""
+
+    int4_packing_format: Literal["preshuffled", "plain"] = "preshuffled"
+
+
+class GroupOptions(TorchaoOptions):
+    """Options of the per-group int4 schemes: ``group_size`` (K elements sharing one scale) and
+    ``activation_dtype`` (:class:`TorchaoOptions`)."""
 
     group_size: Literal[32, 64, 128, 256] = 128
+
+
+class MslkGroupOptions(TorchaoOptions):
+    """Options of ``int4-plain`` and ``int4-preshuffled``: ``group_size`` 128 (default) or 256:
+    mslk's int4 quantizer documents "must be at least 128" (``mslk.quantize.shuffle.
+    quantize_int4_preshuffle``), and torchao says of its FP8 x int4 config that the kernel
+    "only supports 128 and above"; and ``activation_dtype`` (bf16 only: fp16 is a skipped row)."""
+
+    group_size: Literal[128, 256] = 128
 
 
 class IntxOptions(GroupOptions):
@@ -96,17 +162,56 @@ def _fp8_dynamic(options):
     return Float8DynamicActivationFloat8WeightConfig(granularity=granularity, kernel_preference=preference)
 
 
-def _fp8_dynamic_check(device: torch.device, options) -> Optional[str]:
-    """mslk needs its package and per-row scales (torchao 0.18 has no tensorwise mslk GEMM)."""
-    import importlib.util
+#: The pip name of the package whose import name is ``mslk`` (``Scheme.packages`` would tell
+#: users to ``pip install mslk``, a different name), and qbench's extra that pins it.
+MSLK_MISSING = "needs the mslk-cuda package (pip install mslk-cuda, or qbench's extra: pip install -e '.[kernels]')"
 
+
+def _mslk_missing() -> bool:
+    return importlib.util.find_spec("mslk") is None
+
+
+def _fp8_dynamic_check(device: torch.device, options) -> Optional[str]:
+    """mslk needs its package and per-row scales (torchao 0.18 has no tensorwise mslk GEMM), and
+    writes bf16 only."""
     if options.kernel_preference != "mslk":
         return None
-    if importlib.util.find_spec("mslk") is None:
-        return "kernel_preference=mslk needs the mslk-cuda package (pip install mslk-cuda)"
+    if _mslk_missing():
+        return f"kernel_preference=mslk {MSLK_MISSING}"
     if options.granularity != "per-row":
         return "kernel_preference=mslk needs granularity=per-row (torchao 0.18 has no tensorwise mslk GEMM)"
+    if options.activation_dtype != "bf16":
+        return "kernel_preference=mslk takes bf16 only: mslk's f8f8bf16_rowwise GEMM writes a bf16 output"
     return None
+
+
+def _fp16_check(constraint: str):
+    """An ``extra_check`` that refuses ``activation_dtype = "fp16"`` with ``constraint`` as the reason."""
+
+    def check(device: torch.device, options) -> Optional[str]:
+        if options.activation_dtype != "bf16":
+            return f"activation_dtype={options.activation_dtype}: {constraint}"
+        return None
+
+    return check
+
+
+def _mslk_check(constraint: str):
+    """``extra_check`` of the mslk int4 schemes: the mslk-cuda package, then bf16 activations."""
+    fp16 = _fp16_check(constraint)
+
+    def check(device: torch.device, options) -> Optional[str]:
+        if _mslk_missing():
+            return MSLK_MISSING
+        return fp16(device, options)
+
+    return check
+
+
+_TINYGEMM_BF16 = ("tinygemm (aten._weight_int4pack_mm) takes bf16 only: torchao's Int4TilePackedTo4dTensor "
+                  "is bf16 and converts any other input to bf16")
+_MSLK_INT4_BF16 = "mslk's bf16i4bf16 int4 kernels take bf16 activations and write bf16 only"
+_MSLK_FP8_INT4_BF16 = "mslk's f8i4bf16 kernels write bf16 only (torchao quantizes the activations to FP8 itself)"
 
 
 def _int8_weight_only(options):
@@ -129,6 +234,25 @@ def _int4_weight_only(options):
     return Int4WeightOnlyConfig(group_size=options.group_size, int4_packing_format="tile_packed_to_4d")
 
 
+def _int4_mslk(packing: str):
+    """Config factory of ``int4-plain`` / ``int4-preshuffled``: torchao's default int4 config
+    with ``int4_packing_format`` ``plain`` (``Int4Tensor``: mslk ``bf16i4bf16_rowwise``) or
+    ``preshuffled`` (``Int4PreshuffledTensor``: mslk ``bf16i4bf16_shuffled``)."""
+
+    def factory(options):
+        from torchao.quantization import Int4WeightOnlyConfig
+
+        return Int4WeightOnlyConfig(group_size=options.group_size, int4_packing_format=packing)
+
+    return factory
+
+
+def _fp8_int4(options):
+    from torchao.quantization import Float8DynamicActivationInt4WeightConfig
+
+    return Float8DynamicActivationInt4WeightConfig(int4_packing_format=options.int4_packing_format)
+
+
 def _int4_intx(options):
     from torchao.quantization import IntxWeightOnlyConfig, MappingType, PerGroup
 
@@ -141,11 +265,13 @@ def _group_size(options) -> int:
 
 
 _COMMON = dict(library="torchao", packages=("torchao",), activation_dtype=torch.bfloat16)
+#: The mslk schemes: CUTLASS kernels built for Hopper (WGMMA), SM90.
+_MSLK = dict(cuda_only=True, min_compute_capability=(9, 0), **_COMMON)
 
 register(Scheme(
     name="fp8-weight-only", family="weight-only", weight_dtype="float8_e4m3fn", compute_dtype="bf16", nominal_bits=8,
     summary="torchao Float8WeightOnlyConfig: e4m3 weight, per-row scales, bf16 activations",
-    build=_quantized(_fp8_weight_only), parts=torchao_parts, **_COMMON,
+    build=_quantized(_fp8_weight_only), parts=torchao_parts, options_model=TorchaoOptions, **_COMMON,
 ))
 register(Scheme(
     name="fp8-dynamic", family="dynamic", weight_dtype="float8_e4m3fn", compute_dtype="fp8", nominal_bits=8,
@@ -156,22 +282,49 @@ register(Scheme(
 register(Scheme(
     name="int8-weight-only", family="weight-only", weight_dtype="int8", compute_dtype="bf16", nominal_bits=8,
     summary="torchao Int8WeightOnlyConfig: int8 weight, per-row scales, bf16 activations",
-    build=_quantized(_int8_weight_only), parts=torchao_parts, **_COMMON,
+    build=_quantized(_int8_weight_only), parts=torchao_parts, options_model=TorchaoOptions, **_COMMON,
 ))
 register(Scheme(
     name="w8a8-dynamic", family="dynamic", weight_dtype="int8", compute_dtype="int8", nominal_bits=8,
     summary="torchao Int8DynamicActivationInt8WeightConfig: int8 weight (per-row), per-token dynamic int8 activations",
-    build=_quantized(_w8a8_dynamic), parts=torchao_parts, **_COMMON,
+    build=_quantized(_w8a8_dynamic), parts=torchao_parts, options_model=TorchaoOptions, **_COMMON,
 ))
 register(Scheme(
     name="int4-weight-only", family="weight-only", weight_dtype="int4 (tinygemm packed int32)", compute_dtype="bf16",
     nominal_bits=4,
     summary="torchao Int4WeightOnlyConfig, tile_packed_to_4d (tinygemm): uint4 per-group asymmetric, bf16 scale+zero",
     build=_quantized(_int4_weight_only), parts=torchao_parts, options_model=GroupOptions,
-    cuda_only=True, min_compute_capability=(8, 0), k_multiple=_group_size, **_COMMON,
+    extra_check=_fp16_check(_TINYGEMM_BF16), cuda_only=True, min_compute_capability=(8, 0), k_multiple=_group_size,
+    **_COMMON,
 ))
 register(Scheme(
     name="int4-intx", family="weight-only", weight_dtype="int4 (in int8)", compute_dtype="bf16", nominal_bits=4,
     summary="torchao IntxWeightOnlyConfig(int4, PerGroup): int4 values stored one per int8, per-group scales; runs on CPU",
     build=_quantized(_int4_intx), parts=torchao_parts, options_model=IntxOptions, k_multiple=_group_size, **_COMMON,
+))
+
+# --- mslk kernels (the mslk-cuda package, SM90): torchao 0.18's default int4 path and FP8 x int4 ---
+register(Scheme(
+    name="int4-plain", family="weight-only", weight_dtype="int4 (2 per int8, plain)", compute_dtype="bf16",
+    nominal_bits=4,
+    summary="torchao Int4WeightOnlyConfig, plain packing (torchao's default): int4 per-group asymmetric, bf16 scale "
+            "and zero point; mslk CUTLASS bf16i4bf16_rowwise (needs mslk-cuda, SM90)",
+    build=_quantized(_int4_mslk("plain")), parts=torchao_parts, options_model=MslkGroupOptions,
+    extra_check=_mslk_check(_MSLK_INT4_BF16), k_multiple=_group_size, **_MSLK,
+))
+register(Scheme(
+    name="int4-preshuffled", family="weight-only", weight_dtype="int4 (2 per int8, mslk preshuffled)",
+    compute_dtype="bf16", nominal_bits=4,
+    summary="torchao Int4WeightOnlyConfig, preshuffled packing: int4 per-group asymmetric in mslk's WGMMA load order, "
+            "bf16 scale and zero point; mslk CUTLASS bf16i4bf16_shuffled (needs mslk-cuda, SM90)",
+    build=_quantized(_int4_mslk("preshuffled")), parts=torchao_parts, options_model=MslkGroupOptions,
+    extra_check=_mslk_check(_MSLK_INT4_BF16), k_multiple=_group_size, **_MSLK,
+))
+register(Scheme(
+    name="fp8-int4", family="dynamic", weight_dtype="int4 (2 per int8, symmetric)", compute_dtype="fp8",
+    nominal_bits=4,
+    summary="torchao Float8DynamicActivationInt4WeightConfig: symmetric int4 weight (group 128, fp8 group scales, "
+            "fp32 row scales), per-row dynamic FP8 activations; mslk f8i4bf16_shuffled (needs mslk-cuda, SM90)",
+    build=_quantized(_fp8_int4), parts=torchao_parts, options_model=Fp8Int4Options,
+    extra_check=_mslk_check(_MSLK_FP8_INT4_BF16), k_multiple=lambda options: 128, **_MSLK,
 ))

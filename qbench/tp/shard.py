@@ -131,6 +131,11 @@ _GROUP_ROW = ShardRule(True, "per-group scales along K: K/p is a multiple of gro
                        multiple=lambda options: options.group_size, why_multiple="group_size")
 
 
+_GEMLITE_PER_ROW_ROW = ShardRule(True, "per-row scales over K: each row shard takes the absmax of its own K/p columns",
+                                 multiple=lambda options: 32, why_multiple="gemlite's in_features multiple of 32",
+                                 same_as_slice=_always(False))
+
+
 def _fp8_dynamic_column(options) -> bool:
     return getattr(options, "granularity", "per-row") == "per-row"
 
@@ -163,6 +168,25 @@ RULES: dict[str, dict[str, ShardRule]] = {
                                       "multiple of 1024: a smaller shard would store and read padding)"),
     },
     "int4-intx": {"column": ShardRule(True, "per-group scales along K: a column shard keeps whole groups"), "row": _GROUP_ROW},
+    **{name: {"column": ShardRule(True, "per-group scales along K: a column shard keeps whole groups"), "row": _GROUP_ROW}
+       for name in ("int4-plain", "int4-preshuffled", "int4-weight-only-gemlite")},
+    "fp8-int4": {
+        "column": ShardRule(True, "per-group int4 scales along K and (preshuffled) per-row FP8 scales split with N; "
+                                  "per-token activation scales are over all of K on every rank"),
+        "row": ShardRule(True, "groups of 128 along K stay whole; preshuffled: the per-row FP8 scale of the weight is "
+                               "taken over each rank's K/p columns",
+                         multiple=lambda options: 128, why_multiple="torchao's fixed group size 128",
+                         same_as_slice=lambda options: options.int4_packing_format == "plain"),
+    },
+    **{name: {"column": _PER_ROW_COLUMN, "row": _GEMLITE_PER_ROW_ROW}
+       for name in ("int8-weight-only-gemlite", "fp8-weight-only-gemlite")},
+    "fp8-dynamic-gemlite": {
+        "column": ShardRule(True, "per-row weight scales split with N; per-token activation scales are over all of K on "
+                                  "every rank"),
+        "row": ShardRule(True, "weight and per-token activation scales are taken over each rank's K/p columns",
+                         multiple=lambda options: 32, why_multiple="gemlite's in_features multiple of 32",
+                         same_as_slice=_always(False)),
+    },
     "int8-bnb": {
         "column": ShardRule(True, "per-row absmax (SCB) split with N; outlier columns of X are seen by every rank"),
         "row": ShardRule(True, "per-row absmax (SCB) over each rank's K/p columns; outlier columns are partitioned",

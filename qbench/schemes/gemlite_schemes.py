@@ -1,0 +1,146 @@
+"""gemlite schemes (gemlite 0.6): Triton GEMV / GEMM kernels for low-bit weights (Mobius Labs).
+
+gemlite is a pure-Python package of Triton kernels; one module class, ``GemLiteLinearTriton``,
+serves every format, and ``gemlite.helper`` turns an ``nn.Linear`` into one (``A16W8_INT8``,
+``A16W8_FP8``, ``A8W8_fp8_dynamic``: ``.from_linear(layer)``; the grouped int4 helper,
+``A16W4_HQQ_INT``, takes quantized values: ``.from_weights(W_q, scales, zeros)``). Its forward
+picks the kernel by M (``gemlite.core.get_matmul_type``): a GEMV (``GEMV_REVSPLITK`` for 4-bit,
+``GEMV_SPLITK`` for 8-bit) up to M = 4 (4-bit) or 2 (8-bit), ``GEMM_SPLITK`` below 64, ``GEMM``
+from 64; each is autotuned by Triton on its first call at a new M bucket (qbench's untimed first
+call; no tuned config ships for the H200, only for the H100 and others).
+
+Each scheme builds a bf16 ``nn.Linear`` from the FP32 weight (as the torchao and bitsandbytes
+schemes do: a bf16 checkpoint quantized) and hands it to gemlite's helper; activations and output
+are bf16. The ledger counts the module's own tensors (:func:`gemlite_parts`): ``W_q`` (the packed
+or plain weight) is payload; ``scales``, ``zeros``, ``meta_scale`` and the int32 ``metadata`` /
+``orig_shape`` records are metadata; empty placeholders (an unused ``zeros``) are left out.
+
+Importing gemlite needs a CUDA device (it reads the device's properties at import), so this
+module imports it only inside ``build``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import torch
+
+from qbench.schemes import register
+from qbench.schemes.base import Scheme, SchemeOptions, TensorPart, bias_parts, plain_linear
+
+#: ``GemLiteLinearTriton`` tensors other than the weight, in the order the kernel receives the
+#: first three (``get_tensor_args``: W_q, scales, zeros, meta_scale); ``metadata`` and
+#: ``orig_shape`` are the int32 records a checkpoint carries (12 + 2 values).
+_METADATA_NAMES = ("scales", "zeros", "meta_scale", "metadata", "orig_shape")
+
+#: ``GemLiteLinearTriton.MIN_SIZE``: in_features must be a multiple of 32.
+_MIN_K = 32
+
+
+def gemlite_parts(module: torch.nn.Module) -> list[TensorPart]:
+    """Ledger parts of a ``GemLiteLinearTriton``: ``W_q`` (payload), then every non-empty tensor
+    of :data:`_METADATA_NAMES` (metadata), then the bias.
+
+    ``W_q`` is int32 with 8 int4 values each (K/8 x N) for the 4-bit scheme, and the plain
+    ``[N, K]`` int8 / float8 weight seen through a transpose for the 8-bit ones.
+
+    Raises:
+        TypeError: if the module holds no packed weight (``pack`` did not run).
+    """
+    w_q = getattr(module, "W_q", None)
+    if not isinstance(w_q, torch.Tensor) or w_q.numel() == 0:
+        raise TypeError(f"{type(module).__name__} holds no packed W_q: gemlite's pack() did not run")
+    parts = [TensorPart("W_q", "payload", w_q.detach())]
+    for name in _METADATA_NAMES:
+        tensor = getattr(module, name, None)
+        if isinstance(tensor, torch.Tensor) and tensor.numel():
+            parts.append(TensorPart(name, "metadata", tensor.detach()))
+    return parts + bias_parts(module)
+
+
+class GemliteInt4Options(SchemeOptions):
+    """Options of ``int4-weight-only-gemlite``: ``group_size``, K elements sharing one scale and
+    zero point: 128 (default) or 64 (gemlite's README: any multiple of 32, with autotuning, on by
+    default, below 128)."""
+
+    group_size: Literal[64, 128] = 128
+
+
+def rtn_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Round-to-nearest asymmetric int4 per group of ``group_size`` K elements, min-max range.
+
+    ``scale = (max - min) / 15`` (rounded to bf16, the dtype gemlite stores), ``zero =
+    round(-min / scale)`` clamped to 0..15 (an integer, exact in bf16), ``W_q = clamp(round(w /
+    scale) + zero, 0, 15)``; gemlite's HQQ-format dequantization is ``(W_q - zero) * scale``. HQQ's
+    optimizer (the ``hqq`` package, which ``A16W4_HQQ_INT.from_hqqlinear`` expects) is not used:
+    this is the plain min-max rule of torchao's int4 quantizers, so the formats compare on their
+    kernels, not on their calibration.
+
+    Args:
+        weight: ``[N, K]`` float weight; K a multiple of ``group_size``.
+        group_size: K elements per group.
+
+    Returns:
+        ``W_q`` uint8 ``[N, K]`` in 0..15, ``scales`` and ``zeros`` bf16 ``[N, K / group_size]``.
+    """
+    n, k = weight.shape
+    w = weight.detach().float().reshape(n, k // group_size, group_size)
+    lo, hi = w.amin(dim=-1), w.amax(dim=-1)
+    scale = ((hi - lo).clamp(min=1e-6) / 15).to(torch.bfloat16)
+    s = scale.float()
+    zero = torch.round(-lo / s).clamp(0, 15)
+    w_q = (torch.round(w / s.unsqueeze(-1)) + zero.unsqueeze(-1)).clamp(0, 15).to(torch.uint8)
+    return w_q.reshape(n, k), scale, zero.to(torch.bfloat16)
+
+
+def _build_int4(weight: torch.Tensor, bias: Optional[torch.Tensor], options: GemliteInt4Options) -> torch.nn.Module:
+    from gemlite.helper import A16W4_HQQ_INT
+
+    layer = plain_linear(weight, bias, torch.bfloat16)
+    w_q, scales, zeros = rtn_int4(layer.weight, options.group_size)
+    b = None if layer.bias is None else layer.bias.detach()
+    return A16W4_HQQ_INT(device=weight.device, dtype=torch.bfloat16).from_weights(w_q, scales, zeros, bias=b).eval()
+
+
+def _from_linear(helper_name: str):
+    """A ``build`` that converts a bf16 ``nn.Linear`` with ``gemlite.helper.<helper_name>``."""
+
+    def build(weight: torch.Tensor, bias: Optional[torch.Tensor], options: SchemeOptions) -> torch.nn.Module:
+        from gemlite import helper
+
+        processor = getattr(helper, helper_name)(device=weight.device, dtype=torch.bfloat16)
+        return processor.from_linear(plain_linear(weight, bias, torch.bfloat16)).eval()
+
+    return build
+
+
+_COMMON = dict(library="gemlite", packages=("gemlite",), activation_dtype=torch.bfloat16, cuda_only=True)
+
+register(Scheme(
+    name="int4-weight-only-gemlite", family="weight-only", weight_dtype="uint4 (8 per int32)", compute_dtype="bf16",
+    nominal_bits=4,
+    summary="gemlite A16W4 (GemLiteLinearTriton, 4-bit grouped): min-max asymmetric int4 per group, bf16 scale and "
+            "zero; Triton GEMV (RevSplit-K) at M <= 4, split-K GEMM below 64, GEMM above",
+    build=_build_int4, parts=gemlite_parts, options_model=GemliteInt4Options,
+    min_compute_capability=(8, 0), k_multiple=lambda options: options.group_size, **_COMMON,
+))
+register(Scheme(
+    name="int8-weight-only-gemlite", family="weight-only", weight_dtype="int8", compute_dtype="bf16", nominal_bits=8,
+    summary="gemlite A16W8_INT8: int8 weight, fp32 per-row scale, bf16 activations; Triton split-K GEMV at M <= 2",
+    build=_from_linear("A16W8_INT8"), parts=gemlite_parts,
+    min_compute_capability=(8, 0), k_multiple=lambda options: _MIN_K, **_COMMON,
+))
+register(Scheme(
+    name="fp8-weight-only-gemlite", family="weight-only", weight_dtype="float8_e4m3fn", compute_dtype="bf16",
+    nominal_bits=8,
+    summary="gemlite A16W8_FP8: e4m3 weight, fp32 per-row scale, bf16 activations; Triton split-K GEMV at M <= 2",
+    build=_from_linear("A16W8_FP8"), parts=gemlite_parts,
+    min_compute_capability=(8, 9), k_multiple=lambda options: _MIN_K, **_COMMON,
+))
+register(Scheme(
+    name="fp8-dynamic-gemlite", family="dynamic", weight_dtype="float8_e4m3fn", compute_dtype="fp8", nominal_bits=8,
+    summary="gemlite A8W8_fp8_dynamic: e4m3 weight (fp32 per-row scale), per-token dynamic e4m3 activations "
+            "(Triton quantize kernel), FP8 Triton GEMV / GEMM",
+    build=_from_linear("A8W8_fp8_dynamic"), parts=gemlite_parts,
+    min_compute_capability=(8, 9), k_multiple=lambda options: _MIN_K, **_COMMON,
+))
