@@ -85,3 +85,50 @@ def test_roles_and_bias():
     assert (book.payload_bytes, book.metadata_bytes, book.bias_bytes, book.stored_bytes) == (16, 16, 8, 40)
     with pytest.raises(ValueError):
         ledger.count([TensorPart("x", "weird", torch.zeros(1))])
+
+
+# ---- count() and fields() on hand-made parts (fast; mutation testing, docs/testing.md) ----------
+
+def test_count_and_fields_by_hand():
+    w = torch.zeros(4, 8, dtype=torch.int8)  # 32 B
+    scale = torch.ones(4, 1, dtype=torch.float32)  # 16 B
+    bias = torch.ones(4, dtype=torch.bfloat16)  # 8 B
+    book = ledger.count([TensorPart("weight.qdata", "payload", w), TensorPart("weight.scale", "metadata", scale),
+                         TensorPart("bias", "bias", bias)])
+    assert (book.payload_bytes, book.metadata_bytes, book.bias_bytes, book.stored_bytes) == (32, 16, 8, 56)
+    assert book.fields(8, 4) == {
+        "payload_bytes": 32, "metadata_bytes": 16, "bias_bytes": 8, "stored_bytes": 56,
+        "bits_per_weight": 8 * 56 / 32,
+        "ledger": [{"name": "weight.qdata", "role": "payload", "dtype": "int8", "shape": [4, 8], "bytes": 32},
+                   {"name": "weight.scale", "role": "metadata", "dtype": "float32", "shape": [4, 1], "bytes": 16},
+                   {"name": "bias", "role": "bias", "dtype": "bfloat16", "shape": [4], "bytes": 8}]}
+
+
+def test_count_dedupes_one_storage_under_two_names_and_goes_on():
+    a = torch.ones(16, dtype=torch.float32)  # 64 B
+    alias = a.detach()  # another tensor object over the same storage, offset and shape
+    view = a[8:]  # the same storage at another offset: its own 32 B
+    b = torch.ones(2, dtype=torch.float16)  # 4 B, after the duplicate
+    book = ledger.count([TensorPart("a", "payload", a), TensorPart("a.alias", "payload", alias),
+                         TensorPart("a.same", "payload", a), TensorPart("a.tail", "metadata", view),
+                         TensorPart("b", "metadata", b)])
+    assert [p["name"] for p in book.parts] == ["a", "a.tail", "b"]
+    assert (book.payload_bytes, book.metadata_bytes) == (64, 36)
+
+
+def test_count_lists_every_empty_part():
+    """An empty tensor has no storage to share: every empty part is listed (0 bytes), never deduped."""
+    e1, e2 = torch.empty(0), torch.empty(0, dtype=torch.int8)
+    book = ledger.count([TensorPart("e1", "metadata", e1), TensorPart("e2", "metadata", e2),
+                         TensorPart("e1.again", "metadata", e1)])
+    assert [p["name"] for p in book.parts] == ["e1", "e2", "e1.again"] and book.stored_bytes == 0
+
+
+def test_count_refuses_an_unknown_role():
+    with pytest.raises(ValueError, match="^unknown ledger role 'scale' for weight.scale$"):
+        ledger.count([TensorPart("weight.scale", "scale", torch.ones(1))])
+
+
+def test_tensor_bytes_counts_a_views_own_elements():
+    t = torch.ones(10, 10, dtype=torch.float64)
+    assert ledger.tensor_bytes(t) == 800 and ledger.tensor_bytes(t[:2]) == 160

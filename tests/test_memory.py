@@ -48,9 +48,15 @@ def test_cuda_adds_the_flush_buffer_only_for_cold_timing():
 
 
 def test_estimate_does_not_allocate():
-    """A 131072 x 131072 layer at M = 2^20 is estimated (terabytes) without touching memory."""
+    """A 131072 x 131072 layer at M = 2^20 is estimated (terabytes) without touching memory; by
+    hand, with NK = 2^34, MK = MN = 2^37 and fp16 (2 bytes) the widest activation and stored weight:
+    weights (4 + 2 + 4 + 2) NK, activations 4 MK + 2 MK, reference 8 (MK + NK + MN), outputs
+    (4 + 24) MN, overhead 512 MiB = 2^29."""
     est = memory.estimate_bytes(_scenario(1 << 17, 1 << 17, (1 << 20,)), "cpu")
-    assert est["total"] > 4 * (1 << 40)
+    nk, mk = 1 << 34, 1 << 37
+    assert est["weights"] == 12 * nk and est["activations"] == 6 * mk
+    assert est["reference"] == 8 * (2 * mk + nk) and est["outputs"] == 28 * mk
+    assert est["total"] == 12 * nk + 6 * mk + 8 * (2 * mk + nk) + 28 * mk + (1 << 29) == 7_216_081_928_192
 
 
 def test_check_fits_passes_a_small_scenario():
@@ -85,13 +91,44 @@ def test_check_fits_on_cuda_counts_the_flush(monkeypatch):
 
 
 def test_unknown_free_memory_skips_the_check(monkeypatch):
+    huge = _scenario(1 << 17, 1 << 17, (1 << 20,))
+    with pytest.raises(ScenarioError):  # with the free memory known, this scenario is refused
+        memory.check_fits(huge, "cpu", free=8 * GiB)
     monkeypatch.setattr(memory, "free_bytes", lambda device: None)
-    memory.check_fits(_scenario(1 << 17, 1 << 17, (1 << 20,)), "cpu")
+    monkeypatch.setattr(memory, "estimate_bytes", lambda *a, **k: pytest.fail("estimated without free memory"))
+    assert memory.check_fits(huge, "cpu") is None
 
 
 def test_free_bytes_on_cpu_is_plausible():
     free = memory.free_bytes("cpu")
     assert free is None or 64 * MiB < free < 1 << 50
+
+
+def _meminfo(monkeypatch, text=None):
+    import io
+
+    def fake_open(path, *a, **k):
+        assert path == "/proc/meminfo"
+        if text is None:
+            raise OSError("no /proc here")
+        return io.StringIO(text)
+
+    monkeypatch.setattr(memory, "open", fake_open, raising=False)
+
+
+def test_free_bytes_reads_memavailable_in_kib(monkeypatch):
+    _meminfo(monkeypatch, "MemTotal:       16384 kB\nMemFree:  1 kB\nMemAvailable:    2048 kB\n")
+    assert memory.free_bytes("cpu") == 2048 * 1024
+
+
+@pytest.mark.parametrize("text", [None, "MemTotal: 16384 kB\n", "MemAvailable: lots\n"])
+def test_free_bytes_falls_back_to_sysconf(monkeypatch, text):
+    _meminfo(monkeypatch, text)
+    conf = {"SC_AVPHYS_PAGES": 10, "SC_PAGE_SIZE": 4096}
+    monkeypatch.setattr(memory.os, "sysconf", lambda name: conf[name])
+    assert memory.free_bytes("cpu") == 40960
+    monkeypatch.setattr(memory.os, "sysconf", lambda name: (_ for _ in ()).throw(ValueError(name)))
+    assert memory.free_bytes("cpu") is None
 
 
 def test_fmt_bytes():

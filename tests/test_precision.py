@@ -133,8 +133,13 @@ def test_precision_state_records_every_flag(monkeypatch):
 def test_precision_state_survives_mixed_apis():
     torch.backends.cuda.matmul.fp32_precision = "ieee"  # new API
     torch.backends.cuda.matmul.allow_tf32 = False  # legacy API
+    state = precision.precision_state()  # does not raise, and reads the same answer through both APIs
+    assert state["float32_matmul_precision"] == "highest" and state["cuda_matmul_allow_tf32"] is False
+    assert state["cuda_matmul_fp32_precision"] == "ieee" and state["effective_cuda_matmul"] == "ieee"
+    torch.backends.cuda.matmul.allow_tf32 = True  # legacy API on top of the new one
     state = precision.precision_state()
-    assert state["float32_matmul_precision"] in ("highest", "high", "medium", "unreadable (mixed APIs)")
+    assert state["float32_matmul_precision"] == "high" and state["cuda_matmul_allow_tf32"] is True
+    assert state["effective_cuda_matmul"] == "tf32"
 
 
 def test_fp32_worker_forces_override_and_tf32_refuses_it(monkeypatch):

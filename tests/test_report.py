@@ -156,9 +156,10 @@ def test_by_m_grid_cells_are_the_report_cells():
     records, ms = by_m(doc, "cold")
     assert ms == [1, 16, 512]
     recs = {r["scheme"]: r for r in records}
-    bf16_1 = next(r for r in doc["rows"] if r["scheme"] == "bf16" and r["m"] == 1)
-    med = bf16_1["latency_us"]["cold"]["median"]
-    assert recs["bf16"]["cells"][1] == (f"{med:.2f}" if med < 10 else f"{med:.1f}" if med < 100 else f"{med:.0f}")
+    # the fixture's bf16 cold medians (tests/fixtures/make_fixtures.py): 11.0, 11.4, 31.0 µs at M = 1, 16, 512
+    assert [recs["bf16"]["cells"][m] for m in ms] == ["11.0", "11.4", "31.0"]
+    assert [recs["bf16"]["values"][m] for m in ms] == [11.0, 11.4, 31.0]
+    assert recs["fp32"]["cells"][512] == "395" and recs["nf4-bnb"]["cells"][1] == "14.2"  # 3 significant digits
     # a skipped scheme shows its status, not an empty cell
     assert set(recs["int4-weight-only"]["cells"].values()) == {"skipped"}
     out = render_by_m(records, ms, "cold µs", "github")

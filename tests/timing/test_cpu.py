@@ -8,5 +8,17 @@ def test_time_cpu_trivial_op():
     a = torch.randn(64, 64)
     b = torch.randn(64, 64)
     s = time_cpu(lambda: a @ b, TimingSettings(warmup=2, min_reps=5, max_reps=50, budget_s=0.5))
-    assert s.n >= 5 and s.median > 0 and s.p10 <= s.median <= s.p90
-    assert s.converged in (True, False)
+    assert 5 <= s.n <= 50 and 0 < s.p10 <= s.median <= s.p90
+    assert s.median < 0.5e6  # a 64 x 64 product is not half a second
+
+
+def test_time_cpu_converged_flag_is_the_loops_verdict():
+    """Five samples never meet a CI target (no distribution-free CI of the median below n = 6):
+    not converged, stopped at max_reps; six samples with a target no spread can miss: converged."""
+    calls = []
+    fn = lambda: calls.append(1)  # noqa: E731
+    s = time_cpu(fn, TimingSettings(warmup=0, min_reps=5, max_reps=5, budget_s=10.0))
+    assert s.n == 5 and s.converged is False
+    s = time_cpu(fn, TimingSettings(warmup=0, min_reps=6, max_reps=100, budget_s=10.0, target_rel_ci=1e9))
+    assert s.n == 6 and s.converged is True
+    assert len(calls) >= 11  # every sample is at least one call

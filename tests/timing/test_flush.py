@@ -11,11 +11,53 @@ def test_rejects_cpu_device():
         L2Flusher("cpu")
 
 
+def _fake_cuda(monkeypatch, l2_bytes=1001, available=True):
+    """qbench.timing.flush on a CPU torch that claims a CUDA device with ``l2_bytes`` of L2 (the
+    buffers are CPU tensors, so flush() really runs)."""
+    import types
+
+    from qbench.timing import flush
+
+    props = []
+    fake = types.SimpleNamespace(
+        device=torch.device, int32=torch.int32, int64=torch.int64, sum=torch.sum,
+        ones=lambda n, dtype, device: torch.ones(n, dtype=dtype),
+        zeros=lambda shape, dtype, device: torch.zeros(shape, dtype=dtype),
+        cuda=types.SimpleNamespace(is_available=lambda: available, current_device=lambda: 3,
+                                   get_device_properties=lambda dev: props.append(dev) or
+                                   types.SimpleNamespace(L2_cache_size=l2_bytes)))
+    monkeypatch.setattr(flush, "torch", fake)
+    return props
+
+
+def test_flusher_size_and_flush_by_hand(monkeypatch):
+    props = _fake_cuda(monkeypatch, l2_bytes=1001)
+    f = L2Flusher("cuda", multiple=3)
+    # 3 x 1001 = 3003 bytes, rounded down to whole int32: 3000 bytes, 750 elements
+    assert (f.l2_bytes, f.nbytes, f._buf.numel(), f.device) == (1001, 3000, 750, torch.device("cuda", 3))
+    assert props == [torch.device("cuda", 3)]  # the current device when none is named
+    f.flush()
+    assert int(f._sink) == 750 and bool((f._buf == 1).all())  # a read: the sum of the ones, buffer unchanged
+    assert L2Flusher(1, multiple=1).nbytes == 1000 and props[-1] == torch.device("cuda", 1)
+
+
+def test_flusher_refusals(monkeypatch):
+    _fake_cuda(monkeypatch, l2_bytes=0)
+    with pytest.raises(RuntimeError, match="reports L2_cache_size=0"):
+        L2Flusher("cuda:0")
+    with pytest.raises(ValueError, match="multiple must be >= 1, got 0"):
+        L2Flusher("cuda:0", multiple=0)
+    _fake_cuda(monkeypatch, available=False)
+    with pytest.raises(RuntimeError, match="is_available"):
+        L2Flusher("cuda:0")
+
+
 @pytest.mark.cuda
 @needs_cuda
 def test_flusher_size_and_flush():
     f = L2Flusher("cuda", multiple=4)
-    assert f.l2_bytes > 0 and f.nbytes == (4 * f.l2_bytes) // 4 * 4
+    assert f.l2_bytes == torch.cuda.get_device_properties(f.device).L2_cache_size
+    assert f.nbytes == 4 * f.l2_bytes - (4 * f.l2_bytes) % 4
     f.flush()
     f.flush()
     torch.cuda.synchronize()
