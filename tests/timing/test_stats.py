@@ -50,3 +50,49 @@ def test_median_ci_rel():
     assert median_ci_rel([1.0, 2.0, 3.0]) == math.inf
     xs = list(range(1, 101))
     assert median_ci_rel(xs) == pytest.approx((61 - 40) / 2 / 50.5)
+
+
+# ---- boundaries and exact answers (mutation testing, docs/testing.md) ---------------------------
+
+def test_messages():
+    with pytest.raises(ValueError, match=r"^samples: need at least one sample, got none$"):
+        summarize([])
+    with pytest.raises(ValueError, match=r"^samples: must be finite, got nan$"):
+        median_ci_rel([1.0, float("nan")])
+    with pytest.raises(ValueError, match=r"^percentile: empty sequence$"):
+        percentile([], 50)
+    for q in (-0.5, 100.5):
+        with pytest.raises(ValueError, match=rf"^percentile: q must be in \[0, 100\], got {q}$"):
+            percentile([1.0], q)
+
+
+def test_percentile_ends_and_interpolation():
+    xs = [1.0, 2.0, 3.0]
+    assert (percentile(xs, 0), percentile(xs, 0.5), percentile(xs, 100)) == (1.0, 1.01, 3.0)
+    assert percentile(xs, 95) == pytest.approx(2.9, rel=1e-15)  # pos 1.9: 2 + 0.9 x (3 - 2)
+
+
+def test_summarize_two_samples_and_zero_mean():
+    s = summarize([1.0, 3.0])  # mean 2, sample variance ((1-2)^2 + (3-2)^2) / 1 = 2
+    assert s.cv == pytest.approx(math.sqrt(2) / 2, rel=1e-15)
+    assert summarize([0.0, 2.0]).cv == pytest.approx(math.sqrt(2), rel=1e-15)  # mean 1
+    assert summarize([-1.0, 1.0]).cv == math.inf  # mean 0: no relative spread
+    assert summarize([1.0], converged=True).converged is True
+    assert summarize([1.0, 2.0], converged=False).converged is False
+
+
+def test_median_ci_ranks_boundaries():
+    assert median_ci_ranks(0) is None
+    assert median_ci_ranks(1, tail=0.5) == (1, 1)  # P(B <= 0) = 1/2 <= 0.5 exactly
+    assert median_ci_ranks(6, tail=1 / 64) == (1, 6)  # P(B <= 0) = 1/64: equality is inside
+    assert median_ci_ranks(6, tail=1 / 65) is None
+    # the tail is read to 9 digits: 0.00999 is not 1/90 (which would give rank 2 at n = 10)
+    assert median_ci_ranks(10, tail=0.00999) == (1, 10)
+
+
+def test_median_ci_rel_tail_and_zero_median():
+    assert median_ci_rel([1, 2, 3, 4, 5]) == math.inf  # too few for the default 95 %
+    assert median_ci_rel([1, 2, 3, 4, 5], tail=0.5) == 0.0  # ranks (3, 3): width 0
+    assert median_ci_rel([0.0] * 6) == 0.0
+    assert median_ci_rel([-1, 0, 0, 0, 0, 0, 1]) == math.inf  # median 0, width 2
+    assert median_ci_rel([0, 1, 1, 1, 1, 1, 2]) == 1.0  # ranks (1, 7): (2 - 0) / 2 / 1
