@@ -1,0 +1,168 @@
+"""compare on hand-built documents: every field of every record kind, the notes word for word,
+capture_failure's conditions one by one, the unusable line (mutation testing, docs/testing.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from qbench.compare import UNUSABLE, capture_failure, compare_docs, unusable_note, verdict
+
+
+def _stats(median, lo=None, hi=None):
+    s = {"median": median, "n": 20}
+    if lo is not None:
+        s["p10"] = lo
+    if hi is not None:
+        s["p90"] = hi
+    return s
+
+
+def _row(scheme, m=1, stream=None, status="ok", reason=None, rel=0.01, reasons=None, **extra):
+    return {"scheme": scheme, "m": m, "k": 64, "n": 32, "status": status, "reason": reason,
+            "error": {"rel_fro": rel} if rel is not None else None,
+            "latency_us": {"stream": stream}, "latency_reasons": reasons or {}, **extra}
+
+
+def test_every_record_kind_field_by_field():
+    a = {"rows": [_row("fast", stream=_stats(10.0, 9.9, 10.1), rel=0.01),
+                  _row("slow", stream=_stats(10.0, 9.9, 10.1), rel=0.02),
+                  _row("same", stream=_stats(10.0, 9.0, 11.0)),
+                  _row("gone"),
+                  _row("both-failed", stream=None, status="failed", reason="RuntimeError: x"),
+                  _row("one-untimed", stream=_stats(5.0, 4.9, 5.1))]}
+    b = {"rows": [_row("fast", stream=_stats(5.0, 4.9, 5.1), rel=0.015),
+                  _row("slow", stream=_stats(10.6, 10.5, 10.7), rel=0.01),
+                  _row("same", stream=_stats(10.5, 10.2, 12.0), rel=None),
+                  _row("both-failed", stream=None, status="failed", reason="RuntimeError: x"),
+                  _row("one-untimed", stream=None, status="skipped", reason=None),
+                  _row("new", m=16, stream=_stats(1.0))]}
+    recs = {r["scheme"]: r for r in compare_docs(a, b, "stream")}  # the default threshold, 1.05
+    assert [r["scheme"] for r in compare_docs(a, b, "stream")] == [
+        "fast", "slow", "same", "gone", "both-failed", "one-untimed", "new"]
+    assert recs["fast"] == {"scheme": "fast", "m": 1, "k": 64, "n": 32, "a_us": 10.0, "b_us": 5.0, "ratio": 0.5,
+                            "a_rel_fro": 0.01, "b_rel_fro": 0.015, "rel_fro_diff": pytest.approx(0.005, rel=1e-12),
+                            "verdict": "faster", "note": None, "regression": False}
+    assert recs["slow"]["verdict"] == "slower" and recs["slow"]["ratio"] == pytest.approx(1.06)
+    assert recs["slow"]["regression"] is True and recs["slow"]["rel_fro_diff"] == pytest.approx(-0.01)
+    assert recs["same"]["verdict"] == "same" and recs["same"]["rel_fro_diff"] is None
+    assert recs["same"]["b_rel_fro"] is None and recs["same"]["regression"] is False
+    assert recs["gone"]["verdict"] == "only in A" and recs["gone"]["b_us"] is None
+    assert recs["new"] == {"scheme": "new", "m": 16, "k": 64, "n": 32, "a_us": None, "b_us": 1.0, "ratio": None,
+                           "a_rel_fro": None, "b_rel_fro": 0.01, "rel_fro_diff": None, "verdict": "only in B",
+                           "note": None, "regression": False}
+    assert recs["both-failed"]["verdict"] == "not comparable"
+    assert recs["both-failed"]["note"] == "both failed: RuntimeError: x"
+    assert recs["one-untimed"]["note"] == "B: skipped: no reason given" and recs["one-untimed"]["a_us"] == 5.0
+
+
+def test_not_comparable_notes_word_for_word():
+    a = {"rows": [_row("x", stream=None, reasons={"stream": "not timed on this device"}), _row("y", stream=None)]}
+    b = {"rows": [_row("x", stream=None, status="failed", reason="boom"), _row("y", stream=None)]}
+    x, y = compare_docs(a, b, "stream")
+    assert x["note"] == "A: no stream latency (not timed on this device); B: failed: boom"
+    assert y["note"] == "both no stream latency"
+    host = {"rows": [_row("h", stream=None, reasons={"stream": "not attempted: host sync"})]}
+    (h,) = compare_docs(host, host, "stream")
+    assert h["note"] == f"both {UNUSABLE}"
+
+
+def test_threshold_default_and_boundary():
+    a = {"rows": [_row("x", stream=_stats(1.0, 0.99, 1.01))]}
+    for median, regression in ((1.05, False), (1.051, True)):
+        b = {"rows": [_row("x", stream=_stats(median, median - 0.01, median + 0.01))]}
+        (rec,) = compare_docs(a, b, "stream")
+        assert rec["verdict"] == "slower" and rec["regression"] is regression
+
+
+def test_tensor_parallel_rows_carry_their_sharding():
+    a = {"rows": [_row("x", stream=_stats(1.0), tp_size=2, split="row"), _row("x", stream=_stats(1.0))]}
+    recs = compare_docs(a, a, "stream")
+    assert recs[0]["tp_size"] == 2 and recs[0]["split"] == "row" and recs[0]["verdict"] == "same"
+    assert "tp_size" not in recs[1] and "split" not in recs[1]
+
+
+def test_interval_of_a_side_without_p10_or_p90():
+    wide = _stats(10.0, 9.0, 11.0)
+    assert verdict(wide, _stats(10.5, None, 12.0)) == "same"  # no p10: the point 10.5, inside [9, 11]
+    assert verdict(wide, _stats(11.5, 11.2, None)) == "slower"  # no p90: the point 11.5, outside
+    assert verdict(_stats(12.0), _stats(11.0)) == "faster"  # two points: the medians decide
+    assert verdict(_stats(5.0, 6.0, 7.0), _stats(5.5, 5.4, 5.6)) == "same"  # A's interval widened to hold 5.0
+
+
+def test_capture_failure_conditions():
+    reason = "CUDA graph capture failed at M=1: host sync"
+    row = _row("h", stream=None, reasons={"stream": reason, "warm": reason, "cold": reason},
+               latency_us=None)
+    row["latency_us"] = {"stream": None, "warm": None, "cold": None}
+    assert capture_failure(row, "stream") == reason and capture_failure(row, "warm") == reason
+    assert capture_failure(row, "cold") is None  # cold needs no capture
+    assert capture_failure(row, "bogus") is None  # an unknown method
+    assert capture_failure({**row, "status": "failed"}, "stream") is None
+    timed = {**row, "latency_us": {"stream": _stats(3.0)}}
+    assert capture_failure(timed, "stream") is None  # it has a time, whatever its reasons say
+    for words in ("cannot be captured here", "HOST SYNC inside", "not attempted: earlier failure", "capture failed"):
+        assert capture_failure({**row, "latency_reasons": {"stream": words}}, "stream") == words
+    for words in ("do not time stream yet (graph-captured call + collective)", "failed: not timed", ""):
+        assert capture_failure({**row, "latency_reasons": {"stream": words}}, "stream") is None
+    assert capture_failure({**row, "latency_reasons": None}, "stream") is None
+
+
+def test_unusable_note_word_for_word():
+    assert unusable_note([], "stream") is None
+    pairs = [("int8-bnb", 16), ("w8a8-dynamic", 1), ("int8-bnb", 1), ("int8-bnb", 16), ("x", None), ("x", 4)]
+    assert unusable_note(pairs, "warm") == (
+        f"{UNUSABLE} (no warm time: the call cannot be captured in a CUDA graph, e.g. a host sync): "
+        "int8-bnb (M=1,16), w8a8-dynamic (M=1), x (M=4,None)")
+
+
+# ---- run_compare: method resolution, the summary line, warnings ---------------------------------
+
+def _cli(*argv):
+    from qbench import compare
+    from tests.conftest import run_subcommand
+
+    return run_subcommand(compare, "compare", *argv)
+
+
+FIX = __import__("pathlib").Path(__file__).parent / "fixtures"
+
+
+def test_summary_line_counts_by_hand(capsys):
+    """run3 against run1 (tests/fixtures/make_fixtures.py): int8-weight-only 1.45x slower at 3 M,
+    nf4-bnb 1.3x faster at 3, tf32 only in A (3), int8-weight-only+compiled only in B (3),
+    int4-weight-only skipped in both (3) and w8a8-dynamic failed at M=1 in both: 4 not comparable;
+    the other 14 of run1's 27 rows the same."""
+    assert _cli(str(FIX / "cuda_run1.json"), str(FIX / "cuda_run3_slower.json")) == 1
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[-2] == ("cold median, B/A; [p10, p90] overlap = same. 14 same, 3 only in A, 3 slower, "
+                         "4 not comparable, 3 faster, 3 only in B. (no stream latency in this file: an older "
+                         "result, or stream not timed; using cold times)")
+    assert lines[-1].startswith("REGRESSION: 3 row(s) slower by more than 1.05×: int8-weight-only M=1 (1.4")
+    assert ", int8-weight-only M=16 (1.4" in lines[-1] and ", int8-weight-only M=512 (1.4" in lines[-1]
+    assert err == ""
+
+
+@pytest.mark.parametrize("a, b, lacks", [("cuda_run1.json", "cuda_stream.json", "A has"),
+                                         ("cuda_stream.json", "cuda_run1.json", "B has")])
+def test_one_file_without_stream_compares_cold(capsys, a, b, lacks):
+    _cli(str(FIX / a), str(FIX / b))
+    assert capsys.readouterr().out.splitlines()[-2 if lacks == "A has" else -1].endswith(
+        f"({lacks} no stream latency; comparing cold times)")
+
+
+def test_both_files_without_stream_name_both(tmp_path, capsys):
+    from qbench.results import write_results
+
+    cold_cpu = {"median": 5.0, "p10": 4.9, "p90": 5.1, "mean": 5.0, "cv": 0.01, "n": 20}
+    row = {"scheme": "x", "m": 1, "k": 8, "n": 8, "status": "ok", "error": {"rel_fro": 0.01}}
+    doc_a = {"schema_version": 1, "complete": True, "rows": [{**row, "latency_us": {"cold": cold_cpu, "cpu": cold_cpu}}]}
+    doc_b = {"schema_version": 1, "complete": False, "rows": [{**row, "latency_us": {"cpu": cold_cpu}}]}
+    write_results(tmp_path / "a.json", doc_a, force=True)
+    write_results(tmp_path / "b.json", doc_b, force=True)
+    assert _cli(str(tmp_path / "a.json"), str(tmp_path / "b.json")) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == ("cpu median, B/A; [p10, p90] overlap = same. 1 same. "
+                                    "(A and B have no stream latency; comparing cpu times)")
+    assert err == (f"warning: {tmp_path / 'b.json'} is incomplete (\"complete\": false, 1 rows of 1 schemes): "
+                   "the run was interrupted or is still going; schemes may be missing\n")
