@@ -492,8 +492,11 @@ def _ceiling(ceilings: Optional[dict], dtype: str, device: str) -> tuple[Optiona
 
 def _input_stats(scenario: Scenario, scheme: Scheme, entry: SchemeEntry, x32: torch.Tensor) -> dict:
     extra = {}
-    if scheme.compute_dtype == "fp8" or "float8" in scheme.weight_dtype:
-        extra["fp8_saturated"] = inputs.count_over(x32, inputs.FP8_E4M3_MAX)
+    if scheme.compute_dtype == "fp8":
+        # Activations cast to e4m3 (dynamic schemes only; weight-only rows keep bf16 activations).
+        # The dynamic per-row/per-tensor scale maps them into range, so nothing is clamped: this
+        # counts the elements a static (calibrated) scale of 1 would have clamped at 448.
+        extra["activations_over_fp8_max"] = inputs.count_over(x32, inputs.FP8_E4M3_MAX)
     threshold = getattr(entry.options, "threshold", None)
     if threshold is not None:
         extra["outlier_columns"] = inputs.count_outlier_columns(x32.to(scheme.activation_dtype).float(), threshold)

@@ -353,11 +353,17 @@ def _auto_label(name: str, options: SchemeOptions) -> str:
 
 def _check_cross_fields(scenario: Scenario) -> None:
     k = scenario.layer.in_features
+    n = scenario.layer.out_features
     for i, entry in enumerate(scenario.schemes):
         multiple = schemes.get(entry.name).k_multiple(entry.options)
         if k % multiple:
             raise ScenarioError(scenario.source, "layer.in_features",
-                                f"must be a multiple of {multiple} (group/block size of schemes[{i}] {entry.label}), got {k}")
+                                f"must be a multiple of {multiple} (group/block size or kernel constraint of schemes[{i}] "
+                                f"{entry.label}), got {k}")
+        multiple = schemes.get(entry.name).n_multiple(entry.options)
+        if n % multiple:
+            raise ScenarioError(scenario.source, "layer.out_features",
+                                f"must be a multiple of {multiple} (kernel constraint of schemes[{i}] {entry.label}), got {n}")
     if scenario.timing.max_reps < scenario.timing.min_reps:
         raise ScenarioError(scenario.source, "timing.max_reps",
                             f"must be >= timing.min_reps={scenario.timing.min_reps}, got {scenario.timing.max_reps}")

@@ -90,3 +90,14 @@ def test_errors_name_key_and_value(tmp_path, text, key, words):
 
 def test_not_toml(tmp_path):
     assert "not valid TOML" in _err(tmp_path, "name = \n")
+
+
+def test_fp8_dynamic_names_its_multiple_of_16_before_anything_runs(tmp_path):
+    # torchao 0.18 would leave the layer unquantized ("quantize_ did not apply"); the scenario says why
+    for k, n, key in ((4096, 4004, "layer.out_features"), (4004, 4096, "layer.in_features")):  # 4004 = 16 x 250.25
+        path = tmp_path / "f.toml"
+        path.write_text(f'name = "x"\nm = 1\n[layer]\nin_features = {k}\nout_features = {n}\n'
+                        '[[schemes]]\nname = "fp8-dynamic"\n')
+        with pytest.raises(scenario.ScenarioError) as err:
+            scenario.load(path)
+        assert err.value.key == key and "multiple of 16" in str(err.value) and "fp8-dynamic" in str(err.value)

@@ -70,6 +70,8 @@ class Scheme:
         packages: import names the scheme needs (a missing one makes the row ``skipped``).
         cuda_only: the scheme has no CPU kernel.
         min_compute_capability: lowest CUDA compute capability, e.g. ``(8, 9)`` for FP8.
+        n_multiple: ``n_multiple(options) -> int``: out_features must be a multiple of this
+            (checked when the scenario is read, like ``k_multiple``).
         k_multiple: ``k_multiple(options) -> int``: in_features must be a multiple of this
             (group size, block size); 1 when there is no constraint.
         worker_env: environment variables set (str) or removed (None) in the scheme's worker
@@ -98,6 +100,7 @@ class Scheme:
     cuda_only: bool = False
     min_compute_capability: Optional[tuple[int, int]] = None
     k_multiple: Callable[[SchemeOptions], int] = field(default=lambda options: 1)
+    n_multiple: Callable[[SchemeOptions], int] = field(default=lambda options: 1)
     worker_env: dict = field(default_factory=dict)
     extra_check: Optional[Callable[[torch.device, SchemeOptions], Optional[str]]] = None
     storage_format: Optional[str] = None

@@ -171,6 +171,12 @@ def _mslk_missing() -> bool:
     return importlib.util.find_spec("mslk") is None
 
 
+def _multiple_of_16(options) -> int:
+    """FP8 GEMMs (``torch._scaled_mm``, cuBLASLt; mslk's rowwise GEMM) need K and N multiples of 16;
+    torchao 0.18's ``quantize_`` silently leaves other shapes unquantized."""
+    return 16
+
+
 def _fp8_dynamic_check(device: torch.device, options) -> Optional[str]:
     """mslk needs its package and per-row scales (torchao 0.18 has no tensorwise mslk GEMM), and
     writes bf16 only."""
@@ -277,7 +283,7 @@ register(Scheme(
     name="fp8-dynamic", family="dynamic", weight_dtype="float8_e4m3fn", compute_dtype="fp8", nominal_bits=8,
     summary="torchao Float8DynamicActivationFloat8WeightConfig: e4m3 weight and dynamically quantized activations, FP8 GEMM",
     build=_quantized(_fp8_dynamic), parts=torchao_parts, options_model=Fp8DynamicOptions,
-    extra_check=_fp8_dynamic_check, cuda_only=True, min_compute_capability=(8, 9), **_COMMON,
+    extra_check=_fp8_dynamic_check, k_multiple=_multiple_of_16, n_multiple=_multiple_of_16, cuda_only=True, min_compute_capability=(8, 9), **_COMMON,
 ))
 register(Scheme(
     name="int8-weight-only", family="weight-only", weight_dtype="int8", compute_dtype="bf16", nominal_bits=8,
