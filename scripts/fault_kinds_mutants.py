@@ -46,6 +46,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="qbench-fault-kinds-") as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        pytest = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", TESTS]
+        if subprocess.run(pytest, cwd=tmp, capture_output=True).returncode != 0:
+            print(f"{TESTS} fails without any mutant: fix it first")
+            return 2
         for path, old, new, what in MUTANTS:
             file = Path(tmp) / path
             text = file.read_text()
@@ -55,8 +59,7 @@ def main() -> int:
                 continue
             file.write_text(text.replace(old, new, 1))
             try:
-                result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", TESTS],
-                                        cwd=tmp, capture_output=True, text=True)
+                result = subprocess.run(pytest, cwd=tmp, capture_output=True, text=True)
             finally:
                 file.write_text(text)
             killed = result.returncode != 0

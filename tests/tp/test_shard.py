@@ -87,3 +87,45 @@ def test_same_as_slice_holds(name, split):
         assert torch.equal(part, sliced)
     else:
         assert not torch.equal(part, sliced)
+
+
+# ---- every ShardPlan field and message by hand (mutation testing, docs/testing.md) -------------
+
+def test_messages_and_integer_shapes():
+    with pytest.raises(ValueError, match=r"^shard_range: need 0 <= rank < tp_size, got rank=2, tp_size=2$"):
+        shard.shard_range(8, 2, 2)
+    with pytest.raises(ValueError, match=r"^shard_range: length 10 does not divide by tp_size 4$"):
+        shard.shard_range(10, 4, 0)
+    assert shard.shard_shape(64, 12, "column", 8) == (64, 1) and type(shard.shard_shape(64, 12, "column", 8)[1]) is int
+    assert shard.shard_shape(12, 64, "row", 8) == (1, 64) and type(shard.shard_shape(12, 64, "row", 8)[0]) is int
+
+
+def test_plan_every_branch_field_by_field(monkeypatch):
+    int8 = schemes.get("int8-weight-only").options_model()
+    note = shard.RULES["int8-weight-only"]["row"].note
+    assert shard.plan("int8-weight-only", int8, "row", 1, 256, 64) == shard.ShardPlan(256, 64, True, note, None)
+    assert shard.plan("int8-weight-only", int8, "row", 2, 256, 64) == shard.ShardPlan(128, 64, False, note, None)
+    col = shard.RULES["int8-weight-only"]["column"].note
+    assert shard.plan("int8-weight-only", int8, "column", 4, 256, 64) == shard.ShardPlan(256, 16, True, col, None)
+    assert shard.plan("nope", int8, "row", 2, 256, 64) == shard.ShardPlan(
+        128, 64, False, "", "no row sharding rule for scheme 'nope' (add one to qbench.tp.shard.RULES)")
+    int4 = schemes.get("int4-weight-only").options_model()
+    int4_note = shard.RULES["int4-weight-only"]["column"].note
+    assert shard.plan("int4-weight-only", int4, "column", 2, 4096, 12) == shard.ShardPlan(
+        4096, 6, False, int4_note, "column shard N = 6 is not a multiple of 8 (the tinygemm N tile (torchao pads N "
+                                   "to a multiple of 8)) for int4-weight-only")
+    packed = shard.ShardRule(False, "packed tiles")
+    monkeypatch.setitem(shard.RULES, "packed", {"column": packed, "row": packed})
+    assert shard.plan("packed", int8, "column", 2, 256, 64) == shard.ShardPlan(
+        256, 32, False, "packed tiles", "packed cannot be split along N: packed tiles")
+    assert shard.plan("packed", int8, "row", 2, 256, 64).reason == "packed cannot be split along K: packed tiles"
+
+
+def test_rule_helpers():
+    import types
+
+    assert shard._always(True)(None) is True and shard._always(False)(None) is False
+    assert shard._fp8_dynamic_column(types.SimpleNamespace()) is True  # options without granularity: per-row
+    assert shard._fp8_dynamic_column(types.SimpleNamespace(granularity="per-tensor")) is False
+    rule = shard.ShardRule(True, "n")
+    assert rule.multiple(None) == 1 and rule.same_as_slice(None) is True and rule.why_multiple == ""
