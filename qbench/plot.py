@@ -49,7 +49,7 @@ def points(doc: dict, method: str) -> list[dict]:
         err = r.get("error") or {}
         rel = None if err.get("nonfinite") else err.get("rel_fro")
         out.append({"label": f"{r['scheme']} M={r['m']}", "scheme": r["scheme"], "m": r["m"],
-                    "base": r.get("base_scheme") or r["scheme"], "compiled": r.get("mode") == "compiled",
+                    "base": r["scheme"].replace("+compiled", ""), "compiled": r.get("mode") == "compiled",
                     "ai": r.get("arithmetic_intensity"),
                     "tflops": r["flops"] / stats["median"] / 1e6 if r.get("flops") else None,
                     "latency_us": stats["median"], "rel_fro": rel})
@@ -68,15 +68,34 @@ def _ceilings(doc: dict) -> tuple[dict | None, str]:
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 
 
+def scheme_colour_index(base: str) -> int:
+    """A scheme's fixed colour slot: its place in the registry (``qbench.schemes.names()``), so a
+    scheme has the same colour in every chart of every file; a name outside the registry (an old
+    file) comes after them, in a slot from its name."""
+    from qbench import schemes
+
+    names = schemes.names()
+    if base in names:
+        return names.index(base)
+    return len(names) + sum(map(ord, base)) % 20
+
+
 def _styles(pts: list[dict]) -> tuple[dict, dict]:
-    """Colour per registry scheme (first-seen order; tab20's dark shades first, then the light
-    ones) and marker per M (ascending). A compiled variant shares its eager scheme's colour."""
+    """Colour per scheme fixed by the registry order (:func:`scheme_colour_index`; tab20's dark
+    shades for the registry's first ten, then the light ones, then around again), the same in every
+    chart; marker per M (ascending). A compiled variant shares its eager scheme's colour; an option
+    variant (``fp8-dynamic[kernel_preference=mslk]``) takes the slot ten further on."""
     import matplotlib
 
     cmap = matplotlib.colormaps["tab20"]
     order = [2 * i for i in range(10)] + [2 * i + 1 for i in range(10)]
     bases = list(dict.fromkeys(p["base"] for p in pts))
-    colours = {b: cmap(order[i % 20]) for i, b in enumerate(bases)}
+
+    def slot(base: str) -> int:
+        name, variant = (base.split("[", 1)[0], True) if "[" in base else (base, False)
+        return scheme_colour_index(name) + (10 if variant else 0)
+
+    colours = {b: cmap(order[slot(b) % 20]) for b in bases}
     markers = {m: _MARKERS[i % len(_MARKERS)] for i, m in enumerate(sorted({p["m"] for p in pts}))}
     return colours, markers
 
@@ -218,7 +237,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                               description=__doc__.split("\n\n")[0])
     p.add_argument("result", help="result JSON written by qbench run")
     p.add_argument("-o", "--output", required=True,
-                   help="FILE.png: the roofline; the Pareto chart goes to FILE-pareto.png")
+                   help="FILE.png, .svg or .pdf: the roofline; the Pareto chart goes to FILE-pareto.<same suffix>")
     p.add_argument("--what", choices=("roofline", "pareto", "both"), default="both")
     p.add_argument("--force", action="store_true", help="overwrite existing PNG files")
     p.add_argument("--method", default=None, choices=METHOD_CHOICES,
@@ -245,11 +264,13 @@ def run_plot(args: argparse.Namespace) -> int:
         return 2
     method, note = resolve_method(doc, args.method)
     out = Path(args.output)
-    if out.suffix.lower() != ".png":
-        print(f"qbench plot: -o must name a .png file, got {out}", file=sys.stderr)
+    suffix = out.suffix.lower()
+    if suffix not in (".png", ".svg", ".pdf"):
+        print(f"qbench plot: -o must name a .png, .svg or .pdf file, got {out}", file=sys.stderr)
         return 2
+    pareto_path = out.with_name(f"{out.stem}-pareto{out.suffix}")
     targets = ([out] if args.what in ("roofline", "both") else []) + \
-              ([out.with_name(f"{out.stem}-pareto.png")] if args.what in ("pareto", "both") else [])
+              ([pareto_path] if args.what in ("pareto", "both") else [])
     existing = [str(t) for t in targets if t.exists()]
     if existing and not getattr(args, "force", False):
         print(f"qbench plot: {', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
@@ -260,5 +281,5 @@ def run_plot(args: argparse.Namespace) -> int:
     if args.what in ("roofline", "both"):
         print(plot_roofline(doc, method, out))
     if args.what in ("pareto", "both"):
-        print(plot_pareto(doc, method, out.with_name(f"{out.stem}-pareto.png")))
+        print(plot_pareto(doc, method, pareto_path))
     return 0

@@ -55,7 +55,7 @@ def test_missing_matplotlib(monkeypatch, tmp_path, capsys):
 def test_bad_input_exit_2(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     assert run(str(FIXTURES / "schema_v99.json"), "-o", str(tmp_path / "r.png")) == 2
-    assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(tmp_path / "r.svg")) == 2
+    assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(tmp_path / "r.gif")) == 2  # .png, .svg, .pdf only
 
 
 def test_existing_png_is_not_overwritten_without_force(tmp_path, capsys):
@@ -80,3 +80,25 @@ def test_says_which_method(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("latency = cold median (no stream latency in this file")
     pts = {p["label"] for p in plot.points(read_results(FIXTURES / "cuda_stream.json"), "stream")}
     assert "nf4-bnb M=1" in pts and "w8a8-dynamic M=1" not in pts  # no stream time: not placed
+
+
+def test_scheme_colours_are_fixed_by_the_registry():
+    from qbench import schemes
+    from qbench.plot import scheme_colour_index
+
+    names = schemes.names()
+    assert [scheme_colour_index(n) for n in names] == list(range(len(names)))
+    assert scheme_colour_index("not-a-scheme") >= len(names)
+
+
+def test_plot_writes_svg_and_pdf(tmp_path):
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    from qbench import cli
+
+    for suffix in (".svg", ".pdf"):
+        out = tmp_path / f"chart{suffix}"
+        assert cli.main(["plot", str(FIXTURES / "cuda_run1.json"), "-o", str(out)]) == 0
+        assert out.is_file() and (tmp_path / f"chart-pareto{suffix}").is_file()
+    assert cli.main(["plot", str(FIXTURES / "cuda_run1.json"), "-o", str(tmp_path / "chart.gif")]) == 2
