@@ -81,21 +81,26 @@ def scheme_colour_index(base: str) -> int:
 
 
 def _styles(pts: list[dict]) -> tuple[dict, dict]:
-    """Colour per scheme fixed by the registry order (:func:`scheme_colour_index`; tab20's dark
-    shades for the registry's first ten, then the light ones, then around again), the same in every
-    chart; marker per M (ascending). A compiled variant shares its eager scheme's colour; an option
-    variant (``fp8-dynamic[kernel_preference=mslk]``) takes the slot ten further on."""
+    """Colour per scheme fixed by the registry order (:func:`scheme_colour_index`; 40 colours:
+    tab20's dark shades, its light ones, then tab20b), the same in every chart; marker per M
+    (ascending). A compiled variant shares its eager scheme's colour; an option variant
+    (``fp8-dynamic[kernel_preference=mslk]``) takes its scheme's slot plus the registry's size."""
     import matplotlib
 
-    cmap = matplotlib.colormaps["tab20"]
-    order = [2 * i for i in range(10)] + [2 * i + 1 for i in range(10)]
+    from qbench import schemes
+
+    # 40 distinct colours: tab20 (dark shades first, then light) then tab20b
+    tab20, tab20b = matplotlib.colormaps["tab20"], matplotlib.colormaps["tab20b"]
+    palette = [tab20(2 * i) for i in range(10)] + [tab20(2 * i + 1) for i in range(10)] + \
+        [tab20b(i) for i in range(20)]
     bases = list(dict.fromkeys(p["base"] for p in pts))
+    count = len(schemes.names())
 
     def slot(base: str) -> int:
         name, variant = (base.split("[", 1)[0], True) if "[" in base else (base, False)
-        return scheme_colour_index(name) + (10 if variant else 0)
+        return scheme_colour_index(name) + (count if variant else 0)
 
-    colours = {b: cmap(order[slot(b) % 20]) for b in bases}
+    colours = {b: palette[slot(b) % len(palette)] for b in bases}
     markers = {m: _MARKERS[i % len(_MARKERS)] for i, m in enumerate(sorted({p["m"] for p in pts}))}
     return colours, markers
 
