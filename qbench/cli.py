@@ -15,6 +15,18 @@ from typing import Optional
 MACHINE_FORMATS = frozenset({"csv", "json", "tsv", "latex", "latex_raw", "latex_booktabs", "latex_longtable",
                              "html", "unsafehtml"})
 
+#: What each subcommand's exit status means (printed under its --help).
+EXIT_CODES = {
+    "run": "0 at least one row ok; 1 every row skipped or failed; 2 bad input, nothing measured or written; "
+           "130 interrupted (rows so far in <out>.partial.json)",
+    "list": "0; 2 bad --device",
+    "report": "0; 2 bad input",
+    "compare": "0 no regression; 1 a row got slower than --threshold; 2 bad input",
+    "recommend": "0 some M got a pick; 1 no M did; 2 bad input (an incomplete file without --allow-incomplete)",
+    "model": "0 some scheme has a complete step; 1 none does (missing shapes named); 2 bad input",
+    "plot": "0; 2 bad input (an existing chart without --force, a suffix other than .png/.svg/.pdf)",
+}
+
 #: Modules that add a subcommand through ``register(subparsers)``.
 _COMMAND_MODULES = ("qbench.report", "qbench.compare", "qbench.recommend", "qbench.model", "qbench.plot")
 
@@ -71,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a TOML scenario and write a result JSON")
     p.add_argument("scenario", help="scenario file, e.g. scenarios/decode.toml")
     p.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N (default: the scenario's, else auto)")
-    p.add_argument("--out", default=None, help="result JSON path (default: results/runs/<name>-<device>-<time>.json)")
+    p.add_argument("-o", "--out", default=None,
+                   help="result JSON path (default: results/runs/<name>-<device>-<time>.json)")
     p.add_argument("--force", action="store_true", help="overwrite an existing result file")
     p.add_argument("--format", default="simple", help="table format: any tabulate format, or csv / json")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-row notes")
@@ -88,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
         except ImportError:
             continue
         module.register(sub)
+    for name, subparser in sub.choices.items():
+        codes = EXIT_CODES.get(name, "0 success; 2 bad input (one line naming file, key and value)")
+        subparser.epilog = ((subparser.epilog + "\n\n") if subparser.epilog else "") + f"exit status: {codes}"
     return parser
 
 

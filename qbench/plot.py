@@ -241,7 +241,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("plot", help="roofline and latency/error charts (PNG)",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("result", help="result JSON written by qbench run")
-    p.add_argument("-o", "--output", required=True,
+    p.add_argument("-o", "--out", "--output", dest="output", required=True,
                    help="FILE.png, .svg or .pdf: the roofline; the Pareto chart goes to FILE-pareto.<same suffix>")
     p.add_argument("--what", choices=("roofline", "pareto", "both"), default="both")
     p.add_argument("--force", action="store_true", help="overwrite existing PNG files")

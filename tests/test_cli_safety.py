@@ -72,3 +72,29 @@ def test_incomplete_files_are_refused_by_recommend_and_flagged_by_compare(tiny_r
     assert "warning:" in capsys.readouterr().err
     cli.main(["compare", str(cut), str(folder / "x.json")])
     assert f"warning: {cut} is incomplete" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", sorted(cli.EXIT_CODES))
+def test_every_subcommand_help_names_its_exit_codes(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, "--help"])
+    assert done.value.code == 0
+    assert "exit status: " in capsys.readouterr().out
+
+
+def test_one_output_flag_spelling(tmp_path):
+    parser = cli.build_parser()
+    assert parser.parse_args(["run", "s.toml", "-o", "x.json"]).out == "x.json"
+    assert parser.parse_args(["plot", "r.json", "--out", "c.png"]).output == "c.png"
+
+
+def test_scheme_options_are_not_coerced_from_strings(tmp_path):
+    from qbench import scenario
+
+    for option in ('threshold = "6"', 'double_quant = "off"'):
+        name = "int8-bnb" if "threshold" in option else "nf4-bnb"
+        path = tmp_path / "o.toml"
+        path.write_text(f'name = "x"\nm = 1\n[[schemes]]\nname = "{name}"\n{option}\n')
+        with pytest.raises(scenario.ScenarioError) as err:
+            scenario.load(path)
+        assert err.value.key == f"schemes[0].{option.split(' ')[0]}"

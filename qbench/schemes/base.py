@@ -26,7 +26,9 @@ class SchemeOptions(BaseModel):
         label: the row's ``scheme`` label; default ``name`` or ``name+compiled``.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a TOML string is never coerced to a number or a bool (threshold = "6", double_quant =
+    # "off" are refused like seed = "7"); an integer is still accepted for a float option.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     mode: Literal["eager", "compiled"] = "eager"
     label: Optional[str] = Field(default=None, min_length=1, max_length=64)
