@@ -64,9 +64,28 @@ def _cmd_list(args: argparse.Namespace) -> int:
         reason = s.unavailable_reason(device, s.options_model())
         rows.append([s.name, s.library, s.weight_dtype, str(s.activation_dtype).removeprefix("torch."),
                      s.compute_dtype, s.nominal_bits, "yes" if reason is None else "no", reason or s.summary])
+    headers = ["scheme", "library", "weight", "activations", "compute", "nominal bits", "runs here",
+               "why not / what it is"]
+    if args.format == "csv":
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(headers)
+        writer.writerows(rows)
+        return 0
+    if args.format == "json":
+        import json
+
+        print(json.dumps([dict(zip(headers, r)) for r in rows], indent=2))
+        return 0
+    from tabulate import tabulate_formats
+
+    if args.format not in tabulate_formats:
+        print(f"qbench: list: unknown format {args.format!r}; allowed: csv, json, {', '.join(tabulate_formats)}",
+              file=sys.stderr)
+        return 2
     print(f"schemes on {device} (torch {torch.__version__}):")
-    print(tabulate(rows, headers=["scheme", "library", "weight", "activations", "compute", "nominal bits",
-                                  "runs here", "why not / what it is"], tablefmt=args.format))
+    print(tabulate(rows, headers=headers, tablefmt=args.format))
     return 0
 
 

@@ -98,3 +98,17 @@ def test_scheme_options_are_not_coerced_from_strings(tmp_path):
         with pytest.raises(scenario.ScenarioError) as err:
             scenario.load(path)
         assert err.value.key == f"schemes[0].{option.split(' ')[0]}"
+
+
+def test_list_honours_csv_and_json_and_refuses_unknown(capsys):
+    import csv
+    import io
+
+    from qbench import schemes
+
+    assert cli.main(["list", "--device", "cpu", "--format", "csv"]) == 0
+    table = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    assert table[0][0] == "scheme" and [r[0] for r in table[1:]] == schemes.names()
+    assert cli.main(["list", "--device", "cpu", "--format", "json"]) == 0
+    assert [r["scheme"] for r in json.loads(capsys.readouterr().out)] == schemes.names()
+    assert cli.main(["list", "--format", "bogus"]) == 2
