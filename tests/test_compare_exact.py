@@ -166,3 +166,25 @@ def test_both_files_without_stream_name_both(tmp_path, capsys):
                                     "(A and B have no stream latency; comparing cpu times)")
     assert err == (f"warning: {tmp_path / 'b.json'} is incomplete (\"complete\": false, 1 rows of 1 schemes): "
                    "the run was interrupted or is still going; schemes may be missing\n")
+
+
+def test_a_file_compared_with_itself_has_no_note(capsys):
+    """cuda_stream.json: 8 schemes x 2 M; w8a8-dynamic and int8-bnb sync with the host (no stream
+    time): 4 not comparable, the other 12 the same; both files have stream, so no note."""
+    assert _cli(str(FIX / "cuda_stream.json"), str(FIX / "cuda_stream.json")) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "stream median, B/A; [p10, p90] overlap = same. 12 same, 4 not comparable.")
+
+
+def test_a_cpu_file_and_a_cuda_file_share_no_method(capsys):
+    """cpu.json (5 schemes x 2 M, 1024 x 1024) and cuda_run1.json (27 rows, 4096 x 4096): no row in
+    common and no method both have; compared by stream, without a note."""
+    assert _cli(str(FIX / "cpu.json"), str(FIX / "cuda_run1.json")) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "stream median, B/A; [p10, p90] overlap = same. 10 only in A, 27 only in B.")
+
+
+def test_a_tensor_parallel_row_without_a_split():
+    (rec,) = compare_docs({"rows": [_row("x", stream=_stats(1.0), tp_size=1)]},
+                          {"rows": [_row("x", stream=_stats(1.0), tp_size=1)]}, "stream")
+    assert rec["tp_size"] == 1 and rec["split"] is None

@@ -45,3 +45,11 @@ def test_refusals_word_for_word():
                             _row("a", 1, _s(1.0))]}, "bf16", "stream")
     assert str(info.value) == ("--baseline 'bf16' has no stream latency at any M in this file (its rows: failed, "
                                "skipped); choose another --baseline or --method")
+
+
+def test_each_tp_size_is_its_own_record():
+    doc = {"rows": [_row("bf16", 1, _s(10.0), tp_size=2, split="row"), _row("bf16", 1, _s(6.0), tp_size=4, split="row"),
+                    _row("x", 1, _s(5.0), tp_size=2, split="row"), _row("x", 1, _s(8.0), tp_size=4, split="row")]}
+    two, four = crossover(doc, "bf16", "stream")
+    assert (two["tp_size"], two["wins"], two["best_ratio"]) == (2, [1], 0.5)
+    assert (four["tp_size"], four["losses"], four["best_ratio"]) == (4, [1], 8.0 / 6.0)

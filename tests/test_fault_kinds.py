@@ -294,6 +294,8 @@ def test_worker_timeout_is_a_timeout_not_an_exit(tmp_path):
     rows = _ended(tmp_path, proc, rows=[{"scheme": "bf16", "m": 1, "status": "ok"}])
     assert proc.killed and proc.joins == [7.5, None]
     assert [r["m"] for r in rows] == [1, 2] and {r["status"] for r in rows} == {"failed"}
+    assert [(r["scheme"], r["base_scheme"], r["device"], r["k"], r["n"]) for r in rows] == [
+        ("bf16", "bf16", "cpu", 64, 64)] * 2  # the failed rows keep the scheme's identity
     assert rows[0]["reason"] == "worker timed out after 7.5 s; last output: last words"
 
 
@@ -310,6 +312,42 @@ def test_worker_exit_0_without_rows_file_and_empty_log(tmp_path):
     assert rows[0]["reason"] == "worker exited with status 0" and rows[0]["status"] == "failed"
 
 
+def test_a_scheme_without_a_cpu_kernel_is_skipped_without_a_worker(tmp_path, monkeypatch):
+    from qbench import runner
+
+    sc = from_dict({"name": "w", "m": [1, 4], "layer": {"in_features": 64, "out_features": 64},
+                    "schemes": ["tf32"]}, "w.toml")
+    workers = runner._Workers(sc, torch.device("cpu"), None, str(tmp_path), prestart=False)
+    monkeypatch.setattr(workers, "_start", lambda index: pytest.fail("a worker was started"))
+    rows = workers.rows(0)
+    assert [(r["scheme"], r["m"], r["device"], r["status"]) for r in rows] == [
+        ("tf32", 1, "cpu", "skipped"), ("tf32", 4, "cpu", "skipped")]
+    assert rows[0]["reason"] == rows[1]["reason"] == "tf32 has no CPU kernel: needs CUDA"  # results/cpu/decode.json
+
+
+def test_prestart_starts_the_next_worker_after_go(tmp_path, monkeypatch):
+    """With prestart, rows(i) gives worker i its go and then starts worker i + 1 (none after the last)."""
+    from qbench import runner
+
+    sc = from_dict({"name": "w", "m": [1], "layer": {"in_features": 64, "out_features": 64},
+                    "schemes": ["bf16", "fp16", "fp32"]}, "w.toml")
+    workers = runner._Workers(sc, torch.device("cpu"), None, str(tmp_path), prestart=True)
+    started, gos = [], {}
+
+    def fake_start(index):
+        started.append(index)
+        rows_path = tmp_path / f"rows{index}.json"
+        rows_path.write_text(json.dumps([{"scheme": sc.schemes[index].label, "m": 1, "status": "ok"}]))
+        gos[index] = _Go()
+        return _Proc(0), gos[index], str(rows_path), str(tmp_path / "none.log")
+
+    monkeypatch.setattr(workers, "_start", fake_start)
+    assert workers.rows(0)[0]["scheme"] == "bf16"
+    assert started == [0, 1] and list(workers.started) == [1] and gos[0].sent == [b"go"] and gos[1].sent == []
+    assert workers.rows(1)[0]["scheme"] == "fp16" and started == [0, 1, 2] and list(workers.started) == [2]
+    assert workers.rows(2)[0]["scheme"] == "fp32" and started == [0, 1, 2] and workers.started == {}
+
+
 def test_death_reason_log_tail(tmp_path):
     from qbench import runner
 
@@ -318,6 +356,9 @@ def test_death_reason_log_tail(tmp_path):
     assert runner.log_tail(str(log), 3) == ["line 299", "x" * 500]  # the last 3 lines, blanks dropped
     assert len(runner.log_tail(str(log))) == 199 and runner.log_tail(str(log))[0] == "line 102"
     assert runner.log_tail(str(tmp_path / "missing.log")) == []
+    torn = tmp_path / "torn.log"  # a worker killed mid-write leaves bytes that are not UTF-8
+    torn.write_bytes(b"ok\n\xff\xfe half a character\n")
+    assert runner.log_tail(str(torn)) == ["ok", "\ufffd\ufffd half a character"]
     assert runner._death_reason(1, str(log), 1.0) == "worker exited with status 1; last output: " + "x" * 240
 
 
