@@ -288,8 +288,10 @@ def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "sim
         Column("latency_us", f"{method} µs", lambda r: r["latency_us"], fmt_us, True),
         Column("rel_fro", "rel err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
         Column("baseline_us", f"{baseline} µs", lambda r: r["baseline_us"], fmt_us, True),
-        Column("speedup", f"vs {baseline}", lambda r: r["speedup"],
-               lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", lambda r: r["speedup"],
+               lambda v: DASH if v is None else f"{v:.2f}×", True,
+               cell_override=lambda r: (DASH if r["speedup"] is None else f"{r['speedup']:.2f}×"
+                                        + (" (same within noise)" if baseline in (r["ties"] or []) else ""))),
         Column("ties", "as fast within noise", lambda r: ", ".join(r["ties"]) or DASH),
     ]
     return render(rows, cols, fmt)
@@ -546,8 +548,9 @@ def run_recommend(args: argparse.Namespace) -> int:
     else:
         if wants_prose(args.format):
             print(f"budget rel_fro <= {args.max_rel_err:g}; latency = {method} median"
-                  + "".join(f" ({n})" for n in notes) + "; the pick is the fastest "
-                  f"within the budget; 'as fast within noise': p10–p90 overlaps the pick's\n")
+                  + "".join(f" ({n})" for n in notes) + "; the pick: among the schemes within the budget "
+                  f"as fast as the fastest within noise (p10–p90 overlap), the lowest error, then the fewest "
+                  f"stored bytes; speed-up = baseline time / pick time\n")
         print(render_summary(summary, method, baseline, args.format))
         unusable = unusable_note([(s, row["m"]) for row in summary for s in row["unusable"]], method)
         if unusable and wants_prose(args.format):
