@@ -36,7 +36,7 @@ FILE[crossover]=qbench/sweep_report.py
 TESTS[crossover]="tests/test_report.py tests/test_crossover_exact.py"
 ONLY[crossover]="qbench.sweep_report.x_m_ranges__mutmut_* qbench.sweep_report.x_crossover__mutmut_* qbench.sweep_report.x__stats__mutmut_*"
 FILE[recommend]=qbench/recommend.py
-TESTS[recommend]="tests/test_recommend.py"
+TESTS[recommend]="tests/test_recommend.py tests/test_recommend_exact.py"
 ONLY[recommend]="qbench.recommend.x_pareto_front__mutmut_* qbench.recommend.x_recommend__mutmut_* qbench.recommend.x__lose_reason__mutmut_* qbench.recommend.x__point__mutmut_* qbench.recommend.x_summary_rows__mutmut_* qbench.recommend.x__eager_us__mutmut_*"
 # the runner's failure paths: how a worker's end becomes rows (runner.py) and its reason (lifecycle.py)
 FILE[runner]="qbench/runner.py qbench/lifecycle.py"
