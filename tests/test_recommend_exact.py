@@ -56,3 +56,20 @@ def test_summary_rows_default_baseline_scenario_and_tp():
     assert plain == {"scenario": "decode", "m": 1, "k": 64, "n": 32, "pick": "x", "latency_us": 6.0,
                      "rel_fro": 0.002, "baseline_us": 12.0, "speedup": 2.0, "ties": [], "unusable": []}
     assert (tp["baseline_us"], tp["speedup"]) == (8.0, 4.0)  # against bf16 at the same sharding
+
+
+def test_why_a_row_cannot_be_picked_word_for_word():
+    doc = {"rows": [{**_row("gone", None), "status": "failed", "reason": None},
+                    {**_row("noerr", _s(5.0)), "error": {"rel_fro": None, "nonfinite": 0}},
+                    _row("over", _s(4.0), rel=0.5)]}
+    (g,) = recommend(doc, 0.01, "stream")["by_m"]
+    assert g["pick"] is None  # nothing qualifies
+    assert g["others"] == [{"scheme": "gone", "reason": "failed: no reason given"},
+                           {"scheme": "noerr", "reason": "no error measured"},
+                           {"scheme": "over", "reason": "over error budget (rel_fro 0.5 > 0.01)"}]
+
+
+def test_plain_rows_sort_before_tp_size_1():
+    doc = {"rows": [_row("a", _s(2.0), tp_size=1, split="none"), _row("a", _s(3.0))]}
+    assert [(g.get("tp_size"), g.get("split")) for g in recommend(doc, 0.01, "stream")["by_m"]] == [
+        (None, None), (1, "none")]
