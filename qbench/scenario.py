@@ -417,6 +417,12 @@ def _check_safetensors(scenario: Scenario) -> None:
     """
     source, path, name = scenario.source, weight_path(scenario), scenario.weight.tensor
     n, k = scenario.layer.out_features, scenario.layer.in_features
+    import importlib.util
+
+    if importlib.util.find_spec("safetensors") is None:  # the workers load the weight with it
+        raise ScenarioError(source, "weight.source", "'safetensors' needs the safetensors package "
+                                                     "(pip install safetensors, or qbench's extra: pip install -e '.[safetensors]'), "
+                                                     "got source = 'safetensors'")
     if not path.is_file():
         raise ScenarioError(source, "weight.path", f"no such file (relative to the scenario's folder), "
                                                    f"got {_show(str(path))}")

@@ -179,3 +179,19 @@ def test_debug_flag_shows_the_traceback(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "ScenarioError" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_safetensors_weight_without_the_package_is_refused_at_load(tmp_path, monkeypatch):
+    """Checked when the scenario is read, not after every worker failed (issue 13)."""
+    import importlib.util
+
+    from qbench import scenario
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "safetensors" else real(name, *a))
+    path = tmp_path / "w.toml"
+    path.write_text('name = "x"\nm = 1\n[weight]\nsource = "safetensors"\npath = "w.safetensors"\ntensor = "w"\n'
+                    '[[schemes]]\nname = "bf16"\n')
+    with pytest.raises(scenario.ScenarioError) as err:
+        scenario.load(path)
+    assert err.value.key == "weight.source" and "pip install safetensors" in str(err.value)
