@@ -101,7 +101,16 @@ def render(
     rows = list(rows)
     if columns is None and fmt in DATA_FORMATS:
         columns = [*default_columns(rows), "reason"]
-    return renderer(rows, resolve_columns(columns, rows))
+    text = renderer(rows, resolve_columns(columns, rows))
+    if fmt.startswith("latex") and fmt != "latex_raw":
+        # tabulate escapes % and _ but leaves µ and the em dash of an empty cell as raw UTF-8, which
+        # pdflatex without inputenc rejects; the footnotes under a table become LaTeX comments
+        text = text.replace("µ", r"\textmu{}").replace("—", "---")
+        head, sep, tail = text.partition("\\end{tabular}")
+        if sep and tail.strip():
+            tail = "\n".join(("% " + line) if line.strip() else line for line in tail.splitlines())
+        text = head + sep + tail
+    return text
 
 
 def _versions(env: dict) -> str:
