@@ -106,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="result JSON path (default: results/runs/<name>-<device>-<time>.json)")
     p.add_argument("--force", action="store_true", help="overwrite an existing result file")
     p.add_argument("--format", default="simple", help="table format: any tabulate format, or csv / json")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or per-row notes")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress bar, per-scheme lines or warnings (anywhere on the command line)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("list", help="list every scheme and whether it can run here")
@@ -131,11 +132,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # --debug is accepted anywhere (before or after the subcommand), as users type it
-    debug = "--debug" in argv[: argv.index("--")] if "--" in argv else "--debug" in argv
-    if debug:
-        argv = [a for a in argv if a != "--debug"]
+    head = argv[: argv.index("--")] if "--" in argv else argv
+    debug = "--debug" in head
+    quiet = "--quiet" in head or "-q" in head
+    # --debug and --quiet/-q are accepted anywhere (before or after the subcommand), as users type them
+    argv = [a for a in argv if a not in ("--debug", "--quiet", "-q")]
     args = parser.parse_args(argv)
     args.debug = debug
+    if quiet:
+        args.quiet = True
     try:
         return args.func(args)
     except BrokenPipeError:  # `qbench report ... | head`: the reader left; not an error of ours

@@ -112,3 +112,11 @@ def test_list_honours_csv_and_json_and_refuses_unknown(capsys):
     assert cli.main(["list", "--device", "cpu", "--format", "json"]) == 0
     assert [r["scheme"] for r in json.loads(capsys.readouterr().out)] == schemes.names()
     assert cli.main(["list", "--format", "bogus"]) == 2
+
+
+def test_quiet_before_the_subcommand(tmp_path):
+    folder = tmp_path
+    (folder / "t.toml").write_text(small_scenario_toml(["bf16"], m=(1,)))
+    proc = _qbench("-q", "run", str(folder / "t.toml"), "--out", str(folder / "q.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert not [line for line in proc.stderr.splitlines() if line.startswith(("[1/", "warning:"))]
