@@ -171,11 +171,13 @@ def test_fp32_tf32_guard_checks_cuda_precision_at_call_time(name, expect, monkey
     from qbench.schemes import float_schemes
 
     scheme = schemes.get(name)
-    saved = torch.backends.cuda.matmul.fp32_precision, torch.backends.mkldnn.matmul.fp32_precision
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.mkldnn.matmul)
+    saved = [f.fp32_precision for f in flags]  # the build sets them process-wide
     try:
         module = scheme.build(torch.randn(4, 8), None, scheme.options_model())
     finally:
-        torch.backends.cuda.matmul.fp32_precision, torch.backends.mkldnn.matmul.fp32_precision = saved
+        for f, value in zip(flags, saved):
+            f.fp32_precision = value
     assert module.expect == expect
     monkeypatch.setattr(float_schemes, "F", types.SimpleNamespace(linear=lambda x, w, b: "ran"))
     other = "tf32" if expect == "ieee" else "ieee"
