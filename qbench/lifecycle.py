@@ -137,7 +137,8 @@ def log_tail(log_path: str, lines: int = 200) -> list[str]:
     """The last ``lines`` non-blank lines of a worker log, stripped; ``[]`` if it cannot be read."""
     try:
         with open(log_path, encoding="utf-8", errors="replace") as f:
-            return [line.strip() for line in f.read().splitlines()[-lines:] if line.strip()]
+            kept = [line.strip() for line in f.read().splitlines() if line.strip()]
+        return kept[-lines:] if lines > 0 else []
     except OSError:
         return []
 

@@ -355,8 +355,9 @@ def test_death_reason_log_tail(tmp_path):
 
     log = tmp_path / "w.log"
     log.write_text("".join(f"line {i}\n" for i in range(300)) + "x" * 500 + "\n\n")
-    assert runner.log_tail(str(log), 3) == ["line 299", "x" * 500]  # the last 3 lines, blanks dropped
-    assert len(runner.log_tail(str(log))) == 199 and runner.log_tail(str(log))[0] == "line 102"
+    # the last 3 NON-BLANK lines (the two trailing blank lines do not count against the 3)
+    assert runner.log_tail(str(log), 3) == ["line 298", "line 299", "x" * 500]
+    assert len(runner.log_tail(str(log))) == 200 and runner.log_tail(str(log))[0] == "line 101"
     assert runner.log_tail(str(tmp_path / "missing.log")) == []
     torn = tmp_path / "torn.log"  # a worker killed mid-write leaves bytes that are not UTF-8
     torn.write_bytes(b"ok\n\xff\xfe half a character\n")
