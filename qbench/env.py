@@ -164,14 +164,17 @@ def bitsandbytes_library() -> dict | None:
     return {"file": match or stem + ".so", "present": match is not None, "available": available}
 
 
-def cpu_load(threads: int) -> dict:
-    """On CPU runs: the 1-minute load average (``os.getloadavg``), the cores it leaves free and
-    whether torch's threads exceed them (then timings share cores with other work)."""
+def cpu_load(threads: int, own_running: int = 0) -> dict:
+    """The CPU left for timing: the 1-minute load average (``os.getloadavg``), the cores other work
+    takes (load minus ``own_running``, this run's own busy threads, which the average counts too:
+    a worker that just timed with 2 threads adds about 2), the cores left free, and whether
+    torch's ``threads`` exceed them (then timings share cores with other work)."""
     try:
         load = os.getloadavg()[0]
     except (OSError, AttributeError):
         return {"load_avg_1min": None, "free_cores": None, "oversubscribed": None}
-    free = max(0.0, (os.cpu_count() or 1) - load)
+    others = max(0.0, load - own_running)
+    free = max(0.0, (os.cpu_count() or 1) - others)
     return {"load_avg_1min": load, "free_cores": free, "oversubscribed": threads > free + 0.5}
 
 

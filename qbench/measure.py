@@ -324,7 +324,7 @@ class _Runner:
         (:func:`qbench.env.cpu_load`): the CPU times shared cores with other work."""
         from qbench.env import cpu_load
 
-        load = cpu_load(torch.get_num_threads())
+        load = cpu_load(torch.get_num_threads(), own_running=torch.get_num_threads())
         row["cpu_load"] = load
         if load.get("oversubscribed"):
             row["flags"].append(f"cpu-busy: load {load['load_avg_1min']:.1f} leaves {load['free_cores']:.1f} "

@@ -69,6 +69,8 @@ def test_cpu_load_hand_values(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     assert env.cpu_load(2) == {"load_avg_1min": 1.5, "free_cores": 2.5, "oversubscribed": False}
     assert env.cpu_load(4)["oversubscribed"] is True  # 4 threads > 2.5 free + 0.5
+    # a worker's own 2 busy threads are in the load average: not other work
+    assert env.cpu_load(2, own_running=2) == {"load_avg_1min": 1.5, "free_cores": 4.0, "oversubscribed": False}
 
 
 def test_collect_has_the_new_records():
