@@ -3,7 +3,7 @@
     python scripts/repeatability.py results/h200/repeat/decode-*.json --out results/h200/repeatability.json
 
 For each scheme x M present in the files: the per-run medians, their coefficient of variation
-(population stdev / mean, %), and the runs it was missing from (an incomplete run, a failed row).
+(sample standard deviation, n - 1, over the mean, %; the same definition as a row's cv), and the runs it was missing from (an incomplete run, a failed row).
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ def summarize(paths: list[Path], methods=("stream", "cold", "warm")) -> dict:
             if (row["scheme"], row["m"]) not in keys:
                 keys.append((row["scheme"], row["m"]))
     rows = []
+    # a method no file timed at all (stream in files written before it existed) gives no rows
+    timed = {mt for _, doc in docs for r in doc["rows"] for mt, st in (r.get("latency_us") or {}).items() if st}
     for scheme, m in keys:
-        for method in methods:
+        for method in (mt for mt in methods if mt in timed):
             medians, missing = [], []
             for path, doc in docs:
                 row = next((r for r in doc["rows"] if r["scheme"] == scheme and r["m"] == m), None)
@@ -35,7 +37,7 @@ def summarize(paths: list[Path], methods=("stream", "cold", "warm")) -> dict:
                     medians.append(stats["median"])
                 else:
                     missing.append(path.name)
-            cv = statistics.pstdev(medians) / statistics.mean(medians) * 100 if len(medians) > 1 else None
+            cv = statistics.stdev(medians) / statistics.mean(medians) * 100 if len(medians) > 1 else None
             rows.append({"scheme": scheme, "m": m, "method": method, "runs": len(medians), "medians_us": medians,
                          "cv_pct": cv, "missing_from": missing})
     return {"files": [str(p) for p, _ in docs], "complete": {str(p): d["complete"] for p, d in docs},
