@@ -2,9 +2,10 @@
 
 Run once per CUDA run (about 2-3 s on an H200). The roofline uses these measured
 numbers first and the datasheet (:mod:`qbench.hardware`) as a fallback
-(docs/results-schema.md, ``ceilings``). Method per /work/.library/device/METHOD.md:
-a large device-to-device copy counting bytes read plus written, and a large matrix
-product on random data (never zeros: zeros ran 13 % faster on an H200, KINDS.md).
+(docs/results-schema.md, ``ceilings``). Method: a large device-to-device copy counting
+bytes read plus written (bandwidth), and a large matrix product on random data (the
+matrix rate; never zeros: a bf16 matrix product has been seen to run 13 % faster on
+zeros on an H200).
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ class L2Flusher:
     """Evicts the weight from L2 by reading a buffer of ``multiple`` x L2 bytes.
 
     The L2 size comes from ``torch.cuda.get_device_properties(dev).L2_cache_size``
-    (bytes; 60 MiB on the H200 per /work/.library/device/KINDS.md). Reading 4 x L2 (the
-    default of ``TimingSettings.flush_multiple``) leaves, under any reasonable replacement
-    policy, no line of the previous call's data.
+    (bytes; 62,914,560 = 60 MiB on the H200, ``env.l2_bytes`` of ``results/h200/decode.json``).
+    Reading 4 x L2 (the default of ``TimingSettings.flush_multiple``) leaves, under any
+    reasonable replacement policy, no line of the previous call's data.
 
     Why a read and not a write (triton's ``do_bench`` zeroes a 256 MB buffer): the GPU's L2
     is write-back, so a flush that *writes* leaves L2 full of dirty lines, and the timed
