@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -137,12 +137,6 @@ def last_level_cache_bytes() -> Optional[int]:
         if value > 0:
             return value
     return None
-
-
-def scale_stats(stats: Stats, factor: float) -> Stats:
-    """Stats of samples multiplied by ``factor`` > 0 (cv and n unchanged)."""
-    return replace(stats, median=stats.median * factor, p10=stats.p10 * factor, p90=stats.p90 * factor,
-                   mean=stats.mean * factor)
 
 
 def in_order(calls: Sequence[Callable[[], object]]) -> Callable[[], None]:

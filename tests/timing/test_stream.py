@@ -3,7 +3,6 @@ CPU path, and on CUDA the graph over distinct copies against the HBM floor and t
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from qbench.timing.stream import (
     in_order,
     last_level_cache_bytes,
     plan_copies,
-    scale_stats,
     time_stream,
     time_stream_cpu,
 )
@@ -189,15 +187,7 @@ def test_last_level_cache_bytes_falls_back_to_sysconf(monkeypatch, tmp_path):
     assert last_level_cache_bytes() is None
 
 
-# --- scale_stats, in_order ---
-
-def test_scale_stats_hand_computed():
-    s = Stats(median=10.0, p10=8.0, p90=12.0, mean=10.5, cv=0.1, n=50, converged=True)
-    q = scale_stats(s, 0.25)
-    assert (q.median, q.p10, q.p90, q.mean, q.cv, q.n, q.converged) == (2.5, 2.0, 3.0, 2.625, 0.1, 50, True)
-    assert s.median == 10.0  # the original is unchanged (frozen dataclass, a new one returned)
-    assert scale_stats(s, 1.0) == s
-
+# --- in_order ---
 
 def test_in_order_calls_each_once_in_order():
     seen = []
