@@ -53,26 +53,27 @@ def base_row(scenario: Scenario, entry: SchemeEntry, scheme: Scheme, m: int, dev
     }
 
 
+def first_and_last_line(text: str) -> str:
+    """The first and the last non-blank line of ``text`` joined by " … " (one line when there is
+    one; "" when there is none)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " … ".join([lines[0], lines[-1]] if len(lines) > 1 else lines)
+
+
 def describe_exception(exc: BaseException, limit: int = 300) -> str:
     """``Type: first line … last line`` of an exception's message, at most ``limit`` characters.
 
     Libraries often end a message with a pointer ("See https://...opcheck") and put the assertion on
     the first line; a row keeps both.
     """
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    if not lines:
-        text = type(exc).__name__
-    elif len(lines) == 1:
-        text = f"{type(exc).__name__}: {lines[0]}"
-    else:
-        text = f"{type(exc).__name__}: {lines[0]} … {lines[-1]}"
+    message = first_and_last_line(str(exc))
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def failed_rows(rows: list[dict], status: str, reason: str) -> list[dict]:
-    """Mark every row ``status`` with ``reason`` (one line: newlines joined with " … ", 400 characters)."""
-    lines = [line.strip() for line in reason.strip().splitlines() if line.strip()]
-    text = " … ".join([lines[0], lines[-1]] if len(lines) > 1 else lines) if lines else status
+    """Mark every row ``status`` with ``reason`` (one line: its first and last line, 400 characters)."""
+    text = first_and_last_line(reason) or status
     for row in rows:
         row["status"], row["reason"] = status, text[:400]
     return rows
