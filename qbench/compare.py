@@ -1,18 +1,21 @@
 """``qbench compare A.json B.json``: did B get faster or slower than A, row by row?
 
-Rows are matched by (scheme, M, K, N). For each pair: the latency ratio B/A of the chosen
-method's median, the change in relative Frobenius error (B - A), and a verdict. Like NVBench's
-compare, the runs' own noise is the threshold: when the [p10, p90] intervals of A and B overlap the
-verdict is ``same``; otherwise ``faster`` or ``slower`` by the medians. Rows in only one file are
-listed as ``only in A`` / ``only in B``; rows not timed in either file get ``not comparable``.
+Rows are matched by (scheme, M, K, N). For each pair: B's speed-up over A, A's median / B's of
+the chosen method (> 1: B is faster; qbench's one ratio convention, speed-up = baseline time /
+scheme time, with A as the baseline), the change in relative Frobenius error (B - A), and a
+verdict. Like NVBench's compare, the runs' own noise is the threshold: when the [p10, p90]
+intervals of A and B overlap the verdict is ``same``; otherwise ``faster`` or ``slower`` by the
+medians. Rows in only one file are listed as ``only in A`` / ``only in B``; rows not timed in
+either file get ``not comparable``.
 
 Without ``--method`` both files are read by ``stream`` (the decision method); a file without any
 stream time (written before it existed) falls back to ``cold`` (or ``cpu``), and when the two
 files then resolve to different methods the first of stream, cold, cpu that both have is used,
 said in the output.
 
-Exit status: 1 when some row is ``slower`` with ratio > ``--threshold`` (default 1.05), else 0;
-2 on bad input (unreadable file, unknown format).
+Exit status: 1 when some row is ``slower`` and B's median exceeds A's by more than the factor
+``--threshold`` (default 1.05: B takes over 1.05× A's time, a speed-up below 1/1.05 = 0.952×),
+else 0; 2 on bad input (unreadable file, unknown format, a ``--threshold`` not > 0).
 """
 
 from __future__ import annotations
@@ -120,10 +123,11 @@ def compare_docs(a: dict, b: dict, method: str = DECISION_METHOD, threshold: flo
     """Compare result documents ``a`` (before) and ``b`` (after) row by row.
 
     Returns one record per (scheme, m, k, n) in either file, A's order first then B-only rows:
-    ``{"scheme", "m", "k", "n", "a_us", "b_us" (medians, µs, or None), "ratio" (b/a or None),
+    ``{"scheme", "m", "k", "n", "a_us", "b_us" (medians, µs, or None), "speedup" (a/b: > 1 when B
+    is faster; or None),
     "a_rel_fro", "b_rel_fro", "rel_fro_diff" (b - a or None), "verdict" ("faster" | "slower" |
     "same" | "only in A" | "only in B" | "not comparable"), "note" (why not comparable, or None),
-    "regression" (verdict slower and ratio > threshold)}``.
+    "regression" (verdict slower and b > threshold × a, i.e. speedup < 1/threshold)}``.
     """
     rows_a = {_key(r): r for r in a.get("rows") or []}
     rows_b = {_key(r): r for r in b.get("rows") or []}
@@ -136,7 +140,7 @@ def compare_docs(a: dict, b: dict, method: str = DECISION_METHOD, threshold: flo
         rec = {"scheme": key[0], "m": key[1], "k": key[2], "n": key[3],
                **({"tp_size": key[4], "split": key[5]} if key[4] is not None else {}),
                "a_us": sa["median"] if sa else None, "b_us": sb["median"] if sb else None,
-               "ratio": None, "a_rel_fro": _rel(ra), "b_rel_fro": _rel(rb), "rel_fro_diff": None,
+               "speedup": None, "a_rel_fro": _rel(ra), "b_rel_fro": _rel(rb), "rel_fro_diff": None,
                "verdict": None, "note": None, "regression": False}
         if rec["a_rel_fro"] is not None and rec["b_rel_fro"] is not None:
             rec["rel_fro_diff"] = rec["b_rel_fro"] - rec["a_rel_fro"]
@@ -148,9 +152,10 @@ def compare_docs(a: dict, b: dict, method: str = DECISION_METHOD, threshold: flo
             same = len(why) == 2 and why["A"] == why["B"]
             rec["note"] = f"both {why['A']}" if same else "; ".join(f"{k}: {v}" for k, v in why.items())
         else:
-            rec["ratio"] = sb["median"] / sa["median"]
+            rec["speedup"] = sa["median"] / sb["median"]
             rec["verdict"] = verdict(sa, sb)
-            rec["regression"] = rec["verdict"] == "slower" and rec["ratio"] > threshold
+            # compared as times, not through 1/speedup: B at exactly threshold x A is no regression
+            rec["regression"] = rec["verdict"] == "slower" and sb["median"] > threshold * sa["median"]
         out.append(rec)
     return out
 
@@ -165,7 +170,7 @@ def _why(row: dict, method: str) -> str:
 
 
 def _columns(method: str) -> list[Column]:
-    def ratio_show(v):
+    def speedup_show(v):
         return DASH if v is None else f"{v:.3f}×"
 
     def diff_show(v):
@@ -180,7 +185,7 @@ def _columns(method: str) -> list[Column]:
         Column("m", "M", lambda r: r["m"], fmt_num("d"), True),
         Column("a_us", f"A {method} µs", lambda r: r["a_us"], fmt_us, True),
         Column("b_us", f"B {method} µs", lambda r: r["b_us"], fmt_us, True),
-        Column("ratio", "B/A", lambda r: r["ratio"], ratio_show, True),
+        Column("speedup", "speed-up vs A (A/B)", lambda r: r["speedup"], speedup_show, True),
         Column("rel_fro_diff", "Δ rel err", lambda r: r["rel_fro_diff"], diff_show, True),
         Column("verdict", "verdict", lambda r: r["verdict"], cell_override=verdict_cell),
         Column("note", "note", lambda r: r["note"]),
@@ -206,7 +211,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--method", default=None, choices=METHOD_CHOICES,
                    help=f"timing method (default {DECISION_METHOD}; files without it: cold, or cpu on CPU results)")
     p.add_argument("--threshold", type=float, default=1.05,
-                   help="a 'slower' row with B/A above this fails the compare (exit 1)")
+                   help="a 'slower' row whose B median is more than this factor times A's (a speed-up "
+                        "below 1/THRESHOLD) fails the compare (exit 1); default 1.05")
     p.add_argument("--format", default="simple", help="output format (as qbench report)")
     p.set_defaults(func=run_compare)
     return p
@@ -214,6 +220,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def run_compare(args: argparse.Namespace) -> int:
     """Run ``qbench compare`` from parsed ``args``; returns the exit status (0, 1 or 2)."""
+    if not args.threshold > 0:  # NaN too: a factor on A's time, a speed-up of 1/threshold
+        print(f"qbench compare: --threshold must be > 0 (a factor on A's time, e.g. 1.05), got {args.threshold}",
+              file=sys.stderr)
+        return 2
     try:
         check_format(args.format)
         a, b = read_results(args.a), read_results(args.b)
@@ -243,9 +253,10 @@ def run_compare(args: argparse.Namespace) -> int:
         for r in records:
             counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
         summary = ", ".join(f"{n} {v}" for v, n in counts.items())
-        print(f"\n{method} median, B/A; [p10, p90] overlap = same. {summary}."
-              + (f" ({note})" if note else ""))
+        print(f"\n{method} median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap "
+              f"= same. {summary}." + (f" ({note})" if note else ""))
         if bad:
-            print(f"REGRESSION: {len(bad)} row(s) slower by more than {args.threshold}×: "
-                  + ", ".join(f"{r['scheme']} M={r['m']} ({r['ratio']:.2f}×)" for r in bad))
+            print(f"REGRESSION: {len(bad)} row(s) slower than A by more than {args.threshold:g}× its time "
+                  f"(speed-up below {1 / args.threshold:.3f}×): "
+                  + ", ".join(f"{r['scheme']} M={r['m']} (speed-up {r['speedup']:.2f}×)" for r in bad))
     return 1 if bad else 0

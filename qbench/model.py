@@ -10,7 +10,8 @@ each a block has, the number of blocks, and the LM head. For every scheme and M 
     HBM floor  = Σ count × blocks × the row's ``hbm_floor_us`` (stored bytes / the file's measured
                  bandwidth, ``ceilings.measured.memory_gbps``, for a row without one)
     tokens/s   = M / step (of the linear layers only)
-    vs bf16    = bf16's step / this step, at the same M
+    speed-up   = bf16's step / this step, at the same M (> 1: faster than bf16; qbench's one ratio
+                 convention, baseline time / scheme time)
 
 ``stream`` is a CUDA graph over distinct weight copies (weights from HBM, no launch gaps), so the
 per-layer times add up the way the layers of a graph-captured step do. **Attention (scores,
@@ -289,7 +290,7 @@ def _columns(result: dict) -> list[Column]:
         Column("stored_gib", "stored GiB", lambda r: None if r["stored_bytes"] is None
                else r["stored_bytes"] * _GIB, fmt_num(".2f"), True),
         Column("tokens_per_s", "tokens/s (linear only)", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-        Column("speedup", f"vs {baseline}", lambda r: r["speedup"],
+        Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", lambda r: r["speedup"],
                lambda v: DASH if v is None else f"{v:.2f}×", True),
         Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
         Column("note", "note", lambda r: r["note"]),

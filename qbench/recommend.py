@@ -10,8 +10,12 @@ all minimised; and for every other scheme the reason it lost, in this order of p
 ``non-finite outputs (12)``, ``no error measured``, ``over error budget (rel_fro 0.092 > 0.01)``,
 ``same speed within noise: 11.2 µs vs 11.0 µs (1.02×, p10–p90 overlap)``,
 ``slower: 23.1 µs vs 11.0 µs (2.10×)``. A candidate whose [p10, p90] interval overlaps the pick's
-is a tie (the rule of :func:`qbench.compare.verdict`): the pick is the lower median, and the
-output names the tied schemes so a reader does not take a 1 % median difference for a ranking.
+is a tie (the rule of :func:`qbench.compare.verdict`). Among the schemes tied with the fastest,
+the pick is, in this order: the scheme picked at the neighbouring (next smaller) M of the same
+shape, when it is among them, so that the pick does not flip between two schemes inside noise as
+M grows (a deployment stores one weight format for every batch size); else the lower error; else
+the fewer stored bytes; else the lower median. The output names the tied schemes so a reader does
+not take a 1 % median difference for a ranking.
 
 Without ``--method`` the ``stream`` median is used (a CUDA graph over weight copies that
 overflow L2: weights from HBM, no launch gaps, what a decode engine's graph-captured step sees);
@@ -145,7 +149,10 @@ def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> d
     ``method``: timing method whose median is compared (µs); ``stream`` by default.
 
     Returns ``{"method", "max_rel_err", "methods_present", "by_m": [{"m", "k", "n",
-    "pick": {"scheme", "latency_us", "rel_fro", "stored_bytes", "ties": [scheme...]} or None,
+    "pick": {"scheme", "latency_us", "rel_fro", "stored_bytes", "ties": [scheme...],
+    "fastest_median" (the tied scheme with the lowest median when it is not the pick, else None),
+    "kept_from_m" (the smaller M whose pick was kept by the neighbour rule over a tied scheme of
+    lower error or fewer bytes, else None)} or None,
     "others": [{"scheme", "reason"}], "unusable": [{"scheme", "eager_us", "rel_fro", "reason"}],
     "pareto": [{"scheme", "latency_us", "rel_fro", "stored_bytes"}]}]}`` with ``by_m`` in
     ascending M. ``unusable`` lists the ``ok`` rows without a ``method`` time because their call
@@ -156,6 +163,7 @@ def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> d
     for r in doc.get("rows") or []:
         groups.setdefault((r.get("m"), r.get("k"), r.get("n"), r.get("tp_size"), r.get("split")), []).append(r)
     by_m = []
+    neighbour: dict[tuple, tuple] = {}  # (K, N, tp_size, split) -> (M, scheme picked) at the last M seen
     for (m, k, n, tp_size, split), rows in sorted(groups.items(),
                                                    key=lambda kv: tuple(str(x) if isinstance(x, str) else (x or 0)
                                                                         for x in kv[0])):
@@ -176,15 +184,21 @@ def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> d
                 lost.append({"scheme": r.get("scheme"), "reason": reason})
         cands.sort(key=lambda p: p["latency_us"])
         pick = None
+        shape = (k, n, tp_size, split)
         if cands:
-            # Among the schemes as fast as the fastest within noise, the lower error wins, then fewer
-            # stored bytes: a median difference inside the runs' own spread is no reason to accept
-            # 10x the error.
+            # Among the schemes as fast as the fastest within noise: the scheme picked at the
+            # neighbouring M when it is one of them (M ascending, so the pick cannot flip between two
+            # schemes tied within noise), else the lower error, then fewer stored bytes: a median
+            # difference inside the runs' own spread is no reason to accept 10x the error.
             fastest = cands[0]
             tied = [c for c in cands if c is fastest or verdict(stats[fastest["scheme"]], stats[c["scheme"]]) == "same"]
-            best = min(tied, key=lambda c: (c["rel_fro"], c["stored_bytes"] or 0, c["latency_us"]))
-            pick = dict(best, ties=[], fastest_median=fastest["scheme"] if best is not fastest else None)
+            by_error = min(tied, key=lambda c: (c["rel_fro"], c["stored_bytes"] or 0, c["latency_us"]))
+            prev_m, prev_scheme = neighbour.get(shape, (None, None))
+            best = next((c for c in tied if c["scheme"] == prev_scheme), by_error)
+            pick = dict(best, ties=[], fastest_median=fastest["scheme"] if best is not fastest else None,
+                        kept_from_m=prev_m if best is not by_error else None)
             cands = [best] + [c for c in cands if c is not best]
+        neighbour[shape] = (m, pick["scheme"]) if pick else (None, None)
         for c in cands[1:]:
             ratio = c["latency_us"] / pick["latency_us"]
             versus = f"{fmt_us(c['latency_us'])} µs vs {fmt_us(pick['latency_us'])} µs ({ratio:.2f}×"
@@ -193,6 +207,8 @@ def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> d
                 why = "same speed within noise"
                 if c["rel_fro"] > pick["rel_fro"]:
                     why += f", higher error (rel_fro {c['rel_fro']:.3g} vs {pick['rel_fro']:.3g})"
+                elif pick["kept_from_m"] is not None:
+                    why += f", {pick['scheme']} kept from M={pick['kept_from_m']}"
                 lost.append({"scheme": c["scheme"], "reason": f"{why}: {versus}, p10–p90 overlap)"})
             else:
                 lost.append({"scheme": c["scheme"], "reason": f"slower: {versus})"})
@@ -245,6 +261,8 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
                  if pick else f"{DASH} no scheme within the budget")
         if pick and pick["ties"]:
             head += f"; as fast within noise: {', '.join(pick['ties'])}"
+        if pick and pick.get("kept_from_m") is not None:
+            head += f" (kept from M={pick['kept_from_m']}: tied within noise, the pick does not flip)"
         lines.append(head)
         if g["others"]:
             lines.append(render(g["others"], others_cols, fmt))
@@ -255,7 +273,8 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
 
 def summary_rows(doc: dict, rec: dict, baseline: str = "bf16") -> list[dict]:
     """One dict per M of :func:`recommend`'s ``rec`` for result ``doc``: ``{"scenario", "m", "k",
-    "n", "pick", "latency_us", "rel_fro", "baseline_us", "speedup", "ties", "unusable"}``.
+    "n", "pick", "latency_us", "rel_fro", "baseline_us", "speedup", "ties", "kept_from_m",
+    "unusable"}`` (``kept_from_m``: the pick's, see :func:`recommend`).
     ``baseline_us`` is ``baseline``'s median (same method) at the same (M, K, N), ``None`` when it
     has none; ``speedup`` = baseline_us / latency_us (> 1: the pick is faster); ``unusable`` names
     the schemes whose call cannot be captured in a CUDA graph at that shape."""
@@ -272,7 +291,7 @@ def summary_rows(doc: dict, rec: dict, baseline: str = "bf16") -> list[dict]:
                     "n": g["n"], "pick": pick.get("scheme"), "latency_us": lat,
                     "rel_fro": pick.get("rel_fro"), "baseline_us": base_us,
                     "speedup": base_us / lat if base_us and lat else None,
-                    "ties": pick.get("ties") or [],
+                    "ties": pick.get("ties") or [], "kept_from_m": pick.get("kept_from_m"),
                     "unusable": [u["scheme"] for u in g.get("unusable") or []]})
     return out
 
@@ -284,7 +303,9 @@ def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "sim
         Column("m", "M", lambda r: r["m"], str, True),
         Column("k", "K", lambda r: r["k"], str, True),
         Column("n", "N", lambda r: r["n"], str, True),
-        Column("pick", "pick", lambda r: r["pick"] or f"{DASH} none within budget"),
+        Column("pick", "pick", lambda r: r["pick"] or f"{DASH} none within budget",
+               cell_override=lambda r: (r["pick"] or f"{DASH} none within budget")
+               + (f" (kept from M={r['kept_from_m']})" if r.get("kept_from_m") is not None else "")),
         Column("latency_us", f"{method} µs", lambda r: r["latency_us"], fmt_us, True),
         Column("rel_fro", "rel err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
         Column("baseline_us", f"{baseline} µs", lambda r: r["baseline_us"], fmt_us, True),
@@ -432,9 +453,9 @@ def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "s
         Column("kernel", "longest kernel", lambda r: r["kernel"]),
         Column("latency_us", f"{method} µs", lambda r: r["latency_us"], fmt_us, True),
         Column("rel_fro", "rel err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
-        Column("speedup", f"vs {baseline}", lambda r: r["speedup"],
+        Column("speedup", f"speed-up vs {baseline} ({baseline} time / fastest's)", lambda r: r["speedup"],
                lambda v: DASH if v is None else f"{v:.2f}×", True),
-        Column("others", "others of the format (× the fastest)", lambda r: _others_cell(r["others"])),
+        Column("others", "others of the format (their time / the fastest's)", lambda r: _others_cell(r["others"])),
     ]
     return render(rows, cols, fmt)
 
@@ -549,8 +570,9 @@ def run_recommend(args: argparse.Namespace) -> int:
         if wants_prose(args.format):
             print(f"budget rel_fro <= {args.max_rel_err:g}; latency = {method} median"
                   + "".join(f" ({n})" for n in notes) + "; the pick: among the schemes within the budget "
-                  f"as fast as the fastest within noise (p10–p90 overlap), the lowest error, then the fewest "
-                  f"stored bytes; speed-up = baseline time / pick time\n")
+                  "as fast as the fastest within noise (p10–p90 overlap), the one picked at the next smaller M "
+                  "('kept from M=...'), else the lowest error, then the fewest stored bytes; "
+                  f"speed-up = {baseline} time / pick time (> 1: the pick is faster)\n")
         print(render_summary(summary, method, baseline, args.format))
         unusable = unusable_note([(s, row["m"]) for row in summary for s in row["unusable"]], method)
         if unusable and wants_prose(args.format):

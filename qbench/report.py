@@ -110,7 +110,8 @@ def run_report(args: argparse.Namespace) -> int:
             return _fail(f"{args.result}: {exc}")
         if table:
             print(render_header(doc))
-            print(f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else ""))
+            print(f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else "")
+                  + f"; speed-up = {args.baseline} time / scheme time (> 1: the scheme is faster)")
             print()
         print(render_crossover(records, args.baseline, method, args.format))
         unusable = _unusable(doc["rows"], method)

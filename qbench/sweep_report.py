@@ -49,8 +49,9 @@ def crossover(doc: dict, baseline: str = "bf16", method: str = DECISION_METHOD) 
     with the baseline's at every (M, K, N) where both are ``ok`` and timed.
 
     Returns ``[{"scheme", "k", "n", "wins": [M...], "ties": [M...], "losses": [M...],
-    "untimed": [M...], "unusable": [M...], "ranges": "1–64", "best_ratio": min scheme/baseline
-    median or None}]``: ``wins`` / ``losses`` are the M values where the [p10, p90] intervals do
+    "untimed": [M...], "unusable": [M...], "ranges": "1–64", "best_speedup": the largest speed-up
+    over the baseline, baseline median / scheme median (> 1: the scheme is faster), over the timed
+    M values, or None}]``: ``wins`` / ``losses`` are the M values where the [p10, p90] intervals do
     not overlap and the scheme's median is below / above the baseline's, ``ties`` those where they
     overlap (a row without p10/p90 compares by its median alone), ``untimed`` those where either
     side has no time, and ``unusable`` the part of ``untimed`` where the scheme's call cannot be
@@ -78,7 +79,7 @@ def crossover(doc: dict, baseline: str = "bf16", method: str = DECISION_METHOD) 
         key = (r["scheme"], r["k"], r["n"], r.get("tp_size"), r.get("split"))
         tp = {"tp_size": r["tp_size"], "split": r.get("split")} if r.get("tp_size") is not None else {}
         rec = out.setdefault(key, {"scheme": r["scheme"], "k": r["k"], "n": r["n"], **tp, "wins": [],
-                                   "ties": [], "losses": [], "untimed": [], "unusable": [], "best_ratio": None,
+                                   "ties": [], "losses": [], "untimed": [], "unusable": [], "best_speedup": None,
                                    "_sweep": []})
         rec["_sweep"].append(r["m"])
         mine, theirs = _stats(r, method), base.get((r["m"], r["k"], r["n"], r.get("tp_size"), r.get("split")))
@@ -89,8 +90,8 @@ def crossover(doc: dict, baseline: str = "bf16", method: str = DECISION_METHOD) 
             continue
         said = verdict(theirs, mine)
         rec["wins" if said == "faster" else "losses" if said == "slower" else "ties"].append(r["m"])
-        ratio = mine["median"] / theirs["median"]
-        rec["best_ratio"] = ratio if rec["best_ratio"] is None else min(rec["best_ratio"], ratio)
+        speedup = theirs["median"] / mine["median"]
+        rec["best_speedup"] = speedup if rec["best_speedup"] is None else max(rec["best_speedup"], speedup)
     for rec in out.values():
         sweep = rec.pop("_sweep")
         rec["ranges"] = m_ranges(rec["wins"], sweep)  # an untimed M between two wins splits the range
@@ -106,8 +107,8 @@ def _cols(baseline: str, method: str, shapes: int = 1) -> list[Column]:
         Column("ties", "same at M (p10–p90 overlap)", lambda r: r["ties"], ms),
         Column("losses", "slower at M", lambda r: r["losses"], ms),
         Column("untimed", "not timed at M", lambda r: r["untimed"], ms),
-        Column("best_ratio", f"best {method} ratio", lambda r: r["best_ratio"],
-               lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})",
+               lambda r: r["best_speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
     ]
 
 

@@ -23,7 +23,7 @@ def run(*argv):
 
 def test_noise_only_pair_is_all_same():
     recs = compare_docs(read_results(RUN1), read_results(RUN2), "cold", 1.05)
-    timed = [r for r in recs if r["ratio"] is not None]
+    timed = [r for r in recs if r["speedup"] is not None]
     assert len(timed) == 23
     assert {r["verdict"] for r in timed} == {"same"}
     assert not any(r["regression"] for r in recs)
@@ -43,7 +43,7 @@ def test_slower_pair():
     for m in (1, 16, 512):
         assert by[("int8-weight-only", m)]["verdict"] == "slower"
         assert by[("int8-weight-only", m)]["regression"]
-        assert by[("int8-weight-only", m)]["ratio"] == pytest.approx(1.45, rel=0.03)
+        assert by[("int8-weight-only", m)]["speedup"] == pytest.approx(1 / 1.45, rel=0.03)
         assert by[("nf4-bnb", m)]["verdict"] == "faster"
         assert by[("tf32", m)]["verdict"] == "only in A"
         assert by[("int8-weight-only+compiled", m)]["verdict"] == "only in B"
@@ -109,7 +109,8 @@ STREAM = str(FIXTURES / "cuda_stream.json")
 def test_stream_files_compare_by_stream_and_name_unusable_rows(capsys):
     assert run(STREAM, STREAM) == 0
     out = capsys.readouterr().out
-    assert "A stream µs" in out and "\nstream median, B/A" in out
+    assert "A stream µs" in out and "speed-up vs A (A/B)" in out
+    assert "\nstream median; speed-up = A time / B time (> 1: B is faster)" in out
     recs = compare_docs(read_results(STREAM), read_results(STREAM))
     sync = next(r for r in recs if r["scheme"] == "w8a8-dynamic" and r["m"] == 1)
     assert sync["verdict"] == "not comparable" and sync["note"] == "both unusable in a graph-captured decode loop"

@@ -39,15 +39,15 @@ def test_every_record_kind_field_by_field():
     recs = {r["scheme"]: r for r in compare_docs(a, b, "stream")}  # the default threshold, 1.05
     assert [r["scheme"] for r in compare_docs(a, b, "stream")] == [
         "fast", "slow", "same", "gone", "both-failed", "one-untimed", "new"]
-    assert recs["fast"] == {"scheme": "fast", "m": 1, "k": 64, "n": 32, "a_us": 10.0, "b_us": 5.0, "ratio": 0.5,
+    assert recs["fast"] == {"scheme": "fast", "m": 1, "k": 64, "n": 32, "a_us": 10.0, "b_us": 5.0, "speedup": 2.0,
                             "a_rel_fro": 0.01, "b_rel_fro": 0.015, "rel_fro_diff": pytest.approx(0.005, rel=1e-12),
                             "verdict": "faster", "note": None, "regression": False}
-    assert recs["slow"]["verdict"] == "slower" and recs["slow"]["ratio"] == pytest.approx(1.06)
+    assert recs["slow"]["verdict"] == "slower" and recs["slow"]["speedup"] == pytest.approx(10.0 / 10.6)
     assert recs["slow"]["regression"] is True and recs["slow"]["rel_fro_diff"] == pytest.approx(-0.01)
     assert recs["same"]["verdict"] == "same" and recs["same"]["rel_fro_diff"] is None
     assert recs["same"]["b_rel_fro"] is None and recs["same"]["regression"] is False
     assert recs["gone"]["verdict"] == "only in A" and recs["gone"]["b_us"] is None
-    assert recs["new"] == {"scheme": "new", "m": 16, "k": 64, "n": 32, "a_us": None, "b_us": 1.0, "ratio": None,
+    assert recs["new"] == {"scheme": "new", "m": 16, "k": 64, "n": 32, "a_us": None, "b_us": 1.0, "speedup": None,
                            "a_rel_fro": None, "b_rel_fro": 0.01, "rel_fro_diff": None, "verdict": "only in B",
                            "note": None, "regression": False}
     assert recs["both-failed"]["verdict"] == "not comparable"
@@ -135,11 +135,14 @@ def test_summary_line_counts_by_hand(capsys):
     assert _cli(str(FIX / "cuda_run1.json"), str(FIX / "cuda_run3_slower.json")) == 1
     out, err = capsys.readouterr()
     lines = out.splitlines()
-    assert lines[-2] == ("cold median, B/A; [p10, p90] overlap = same. 14 same, 3 only in A, 3 slower, "
+    assert lines[-2] == ("cold median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap = same. "
+                         "14 same, 3 only in A, 3 slower, "
                          "4 not comparable, 3 faster, 3 only in B. (no stream latency in this file: an older "
                          "result, or stream not timed; using cold times)")
-    assert lines[-1].startswith("REGRESSION: 3 row(s) slower by more than 1.05×: int8-weight-only M=1 (1.4")
-    assert ", int8-weight-only M=16 (1.4" in lines[-1] and ", int8-weight-only M=512 (1.4" in lines[-1]
+    # 1.45x A's time is a speed-up of 1 / 1.45 = 0.69; the threshold 1.05 is a speed-up of 1 / 1.05 = 0.952
+    assert lines[-1].startswith("REGRESSION: 3 row(s) slower than A by more than 1.05× its time (speed-up below "
+                                "0.952×): int8-weight-only M=1 (speed-up 0.6")
+    assert ", int8-weight-only M=16 (speed-up 0.6" in lines[-1] and ", int8-weight-only M=512 (speed-up 0.6" in lines[-1]
     assert err == ""
 
 
@@ -162,7 +165,7 @@ def test_both_files_without_stream_name_both(tmp_path, capsys):
     write_results(tmp_path / "b.json", doc_b, force=True)
     assert _cli(str(tmp_path / "a.json"), str(tmp_path / "b.json")) == 0
     out, err = capsys.readouterr()
-    assert out.splitlines()[-1] == ("cpu median, B/A; [p10, p90] overlap = same. 1 same. "
+    assert out.splitlines()[-1] == ("cpu median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap = same. 1 same. "
                                     "(A and B have no stream latency; comparing cpu times)")
     assert err == (f"warning: {tmp_path / 'b.json'} is incomplete (\"complete\": false, 1 rows of 1 schemes): "
                    "the run was interrupted or is still going; schemes may be missing\n")
@@ -173,7 +176,8 @@ def test_a_file_compared_with_itself_has_no_note(capsys):
     time): 4 not comparable, the other 12 the same; both files have stream, so no note."""
     assert _cli(str(FIX / "cuda_stream.json"), str(FIX / "cuda_stream.json")) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "stream median, B/A; [p10, p90] overlap = same. 12 same, 4 not comparable.")
+        "stream median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap = same. 12 same, "
+        "4 not comparable.")
 
 
 def test_a_cpu_file_and_a_cuda_file_share_no_method(capsys):
@@ -181,10 +185,30 @@ def test_a_cpu_file_and_a_cuda_file_share_no_method(capsys):
     common and no method both have; compared by stream, without a note."""
     assert _cli(str(FIX / "cpu.json"), str(FIX / "cuda_run1.json")) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "stream median, B/A; [p10, p90] overlap = same. 10 only in A, 27 only in B.")
+        "stream median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap = same. 10 only in A, "
+        "27 only in B.")
 
 
 def test_a_tensor_parallel_row_without_a_split():
     (rec,) = compare_docs({"rows": [_row("x", stream=_stats(1.0), tp_size=1)]},
                           {"rows": [_row("x", stream=_stats(1.0), tp_size=1)]}, "stream")
     assert rec["tp_size"] == 1 and rec["split"] is None
+
+
+def test_speed_up_column_and_a_threshold_not_above_zero(tmp_path, capsys):
+    """The table's ratio is the speed-up A/B, labelled so; --threshold is a factor on A's time and
+    must be > 0 (its speed-up, 1/threshold, is printed with a regression)."""
+    from qbench.compare import render_compare
+    from qbench.results import write_results
+
+    a = {"rows": [_row("x", stream=_stats(10.0, 9.9, 10.1))]}
+    b = {"rows": [_row("x", stream=_stats(8.0, 7.9, 8.1))]}
+    (rec,) = compare_docs(a, b, "stream")
+    assert rec["speedup"] == 10.0 / 8.0 and rec["verdict"] == "faster"
+    table = render_compare([rec], "stream")
+    assert "speed-up vs A (A/B)" in table and "1.250×" in table and "B/A" not in table
+    write_results(tmp_path / "a.json", {"schema_version": 1, "complete": True, **a}, force=True)
+    for bad in ("0", "-1", "nan"):
+        assert _cli(str(tmp_path / "a.json"), str(tmp_path / "a.json"), "--threshold", bad) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("qbench compare: --threshold must be > 0") and err.count("\n") == 1

@@ -27,10 +27,10 @@ def test_tensor_parallel_rows_meet_the_baseline_at_their_sharding():
     ]}
     plain, row_split, column_split = crossover(doc, "bf16", "stream")
     assert plain == {"scheme": "x", "k": 64, "n": 32, "wins": [1], "ties": [], "losses": [], "untimed": [2],
-                     "unusable": [], "best_ratio": 0.5, "ranges": "1"}
+                     "unusable": [], "best_speedup": 2.0, "ranges": "1"}
     assert row_split == {"scheme": "x", "k": 64, "n": 32, "tp_size": 2, "split": "row", "wins": [], "ties": [],
-                         "losses": [1], "untimed": [], "unusable": [], "best_ratio": 1.5, "ranges": ""}
-    assert column_split["split"] == "column" and column_split["untimed"] == [1] and column_split["best_ratio"] is None
+                         "losses": [1], "untimed": [], "unusable": [], "best_speedup": 4.0 / 6.0, "ranges": ""}
+    assert column_split["split"] == "column" and column_split["untimed"] == [1] and column_split["best_speedup"] is None
 
 
 def test_refusals_word_for_word():
@@ -51,5 +51,5 @@ def test_each_tp_size_is_its_own_record():
     doc = {"rows": [_row("bf16", 1, _s(10.0), tp_size=2, split="row"), _row("bf16", 1, _s(6.0), tp_size=4, split="row"),
                     _row("x", 1, _s(5.0), tp_size=2, split="row"), _row("x", 1, _s(8.0), tp_size=4, split="row")]}
     two, four = crossover(doc, "bf16", "stream")
-    assert (two["tp_size"], two["wins"], two["best_ratio"]) == (2, [1], 0.5)
-    assert (four["tp_size"], four["losses"], four["best_ratio"]) == (4, [1], 8.0 / 6.0)
+    assert (two["tp_size"], two["wins"], two["best_speedup"]) == (2, [1], 2.0)  # 10 / 5
+    assert (four["tp_size"], four["losses"], four["best_speedup"]) == (4, [1], 6.0 / 8.0)

@@ -54,10 +54,12 @@ def test_budget_001():
 
 def test_budget_01():
     r = recommend(CUDA, 0.1, "cold")
-    # M = 16: w8a8-dynamic (8.90 µs, rel_fro 0.0087) ties fp8-dynamic (8.40 µs, 0.035): lower error wins
-    assert _picks(r) == {1: "fp8-dynamic", 16: "w8a8-dynamic", 512: "fp8-dynamic"}
-    assert _reasons(r, 16)["fp8-dynamic"] == ("same speed within noise, higher error (rel_fro 0.035 vs 0.0087): "
-                                              "8.40 µs vs 8.90 µs (0.94×, p10–p90 overlap)")
+    # M = 16: w8a8-dynamic (8.90 µs, rel_fro 0.0087) ties fp8-dynamic (8.40 µs, 0.035); fp8-dynamic, the
+    # pick at M = 1, is one of the tied, so it is kept (the neighbour rule comes before the lower error)
+    assert _picks(r) == {1: "fp8-dynamic", 16: "fp8-dynamic", 512: "fp8-dynamic"}
+    assert r["by_m"][1]["pick"]["kept_from_m"] == 1 and r["by_m"][1]["pick"]["ties"] == ["w8a8-dynamic"]
+    assert _reasons(r, 16)["w8a8-dynamic"] == ("same speed within noise, fp8-dynamic kept from M=1: "
+                                               "8.90 µs vs 8.40 µs (1.06×, p10–p90 overlap)")
     assert _reasons(r, 1)["nf4-bnb"] == "slower: 14.2 µs vs 8.10 µs (1.75×)"
 
 

@@ -108,7 +108,7 @@ def test_crossover_fixture():
     assert recs["w8a8-dynamic"]["ranges"] == "16–512"
     assert recs["fp16"]["wins"] == [] and recs["fp16"]["ranges"] == ""
     assert recs["int4-weight-only"]["untimed"] == [1, 16, 512]
-    assert recs["fp8-dynamic"]["best_ratio"] == pytest.approx(18.5 / 31.0)  # best at M=512
+    assert recs["fp8-dynamic"]["best_speedup"] == pytest.approx(31.0 / 18.5)  # bf16 / fp8-dynamic, best at M=512
 
 
 def test_crossover_handmade_with_gap():
@@ -136,7 +136,7 @@ def test_crossover_overlapping_spread_is_same_not_a_win():
     (rec,) = crossover(doc)
     assert rec["ties"] == [1, 2] and rec["wins"] == [4] and rec["losses"] == []
     assert rec["ranges"] == "4"
-    assert rec["best_ratio"] == pytest.approx(0.8)
+    assert rec["best_speedup"] == pytest.approx(10.0 / 8.0)  # bf16 / q at M = 4, the largest
     out = render_crossover([rec], "bf16", "stream", "github")
     assert "same at M" in out and "1, 2" in out
 
@@ -341,11 +341,11 @@ def test_crossover_reads_stream_and_names_unusable_schemes(capsys):
     recs = {r["scheme"]: r for r in crossover(read_results(STREAM))}
     assert recs["w8a8-dynamic"]["untimed"] == [1, 16] and recs["w8a8-dynamic"]["unusable"] == [1, 16]
     assert recs["nf4-bnb"]["wins"] == [1] and recs["nf4-bnb"]["losses"] == [16]
-    assert recs["nf4-bnb"]["best_ratio"] == pytest.approx(3.90 / 9.40)
+    assert recs["nf4-bnb"]["best_speedup"] == pytest.approx(9.40 / 3.90)  # bf16 / nf4-bnb at M = 1
     assert recs["fp16"]["ties"] == [1, 16]
     assert run(STREAM, "--crossover") == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[2] == "crossover vs bf16, stream median"
+    assert out[2] == "crossover vs bf16, stream median; speed-up = bf16 time / scheme time (> 1: the scheme is faster)"
     assert out[-1] == (f"{UNUSABLE} (no stream time: the call cannot be captured in a CUDA graph, e.g. a host "
                        "sync): w8a8-dynamic (M=1,16), int8-bnb (M=1,16)")
     assert run(STREAM, "--crossover", "--format", "csv") == 0
@@ -353,7 +353,7 @@ def test_crossover_reads_stream_and_names_unusable_schemes(capsys):
     assert rows["int8-bnb"]["unusable"] == "1;16" and rows["int8-bnb"]["method"] == "stream"
     assert run(STREAM, "--crossover", "--method", "cold") == 0
     out = capsys.readouterr().out
-    assert "crossover vs bf16, cold median\n" in out and UNUSABLE not in out
+    assert "crossover vs bf16, cold median; speed-up = bf16 time / scheme time" in out and UNUSABLE not in out
 
 
 def test_crossover_on_a_file_without_stream_falls_back_to_cold(capsys):

@@ -43,7 +43,7 @@ def test_crossover_compares_with_the_baseline_at_the_same_sharding():
     out = sweep_report.crossover(DOC, baseline="bf16", method="cpu")
     by = {(r["tp_size"], r["split"]): r for r in out}
     assert set(by) == {(1, "none"), (2, "column"), (2, "row")}
-    assert by[(2, "column")]["best_ratio"] == 95.0 / 60.0  # not 95 / 100 (the unsharded bf16)
+    assert by[(2, "column")]["best_speedup"] == 60.0 / 95.0  # not 100 / 95 (the unsharded bf16)
 
 
 def test_tables_show_the_sharding():
