@@ -6,8 +6,13 @@ Figure 1 (``FILE.png``): x = arithmetic intensity (FLOP/byte), y = attained TFLO
 ``doc["ceilings"]["measured"]``, else ``["datasheet"]`` (none on CPU). One labelled point per
 scheme x M.
 
-Figure 2 (``FILE-pareto.png``): latency median (µs) against rel_fro, log-log, one colour per M,
-with each M's Pareto front over (latency, rel_fro) drawn as a step line.
+Figure 2 (``FILE-pareto.png``): latency median (µs) against rel_fro, log-log, one panel per M
+(per M and shape when a file has several), one colour per scheme (the registry's order, the same in
+every chart). The points of ``qbench recommend``'s Pareto front, over (latency, rel_fro, stored
+bytes), are ringed and named with their stored MiB: the front is computed by the one function
+recommend uses (:func:`qbench.recommend.pareto_front`), so a point that looks dominated on the two
+axes drawn can be on it for its bytes. Labels are placed by :func:`place_labels` (deterministic,
+no dependency beyond matplotlib) so that none overlaps another or a point.
 
 The method is ``stream`` unless ``--method`` says otherwise; a file without any stream time
 (written before it existed) falls back to ``cold``, or ``cpu`` on a CPU result. The command
@@ -34,13 +39,14 @@ from qbench.results import (
     resolve_method,
 )
 
-__all__ = ["plot_pareto", "plot_roofline", "points", "register", "run_plot"]
+__all__ = ["draw_pareto", "pareto_groups", "place_labels", "plot_pareto", "plot_roofline", "points", "register",
+           "run_plot"]
 
 
 def points(doc: dict, method: str) -> list[dict]:
-    """Plottable rows: ``ok`` rows with a ``method`` median; each ``{"label", "scheme", "m", "base"
-    (registry name), "compiled" (bool),
-    "ai" (FLOP/byte), "tflops" (attained, 1e12 FLOP/s), "latency_us", "rel_fro"}``."""
+    """Plottable rows: ``ok`` rows with a ``method`` median; each ``{"label", "scheme", "m", "k", "n",
+    "tp_size", "split", "stored_bytes", "base" (registry name), "compiled" (bool), "ai" (FLOP/byte),
+    "tflops" (attained, 1e12 FLOP/s), "latency_us", "rel_fro" (None with non-finite outputs)}``."""
     out = []
     for r in doc.get("rows") or []:
         stats = latency_stats(r, method)
@@ -49,6 +55,8 @@ def points(doc: dict, method: str) -> list[dict]:
         err = r.get("error") or {}
         rel = None if err.get("nonfinite") else err.get("rel_fro")
         out.append({"label": f"{r['scheme']} M={r['m']}", "scheme": r["scheme"], "m": r["m"],
+                    "k": r.get("k"), "n": r.get("n"), "tp_size": r.get("tp_size"), "split": r.get("split"),
+                    "stored_bytes": r.get("stored_bytes"),
                     "base": r["scheme"].replace("+compiled", ""), "compiled": r.get("mode") == "compiled",
                     "ai": r.get("arithmetic_intensity"),
                     "tflops": r["flops"] / stats["median"] / 1e6 if r.get("flops") else None,
@@ -193,44 +201,233 @@ def plot_roofline(doc: dict, method: str, path: Path) -> Path:
     return path
 
 
-def plot_pareto(doc: dict, method: str, path: Path) -> Path:
-    """Write latency (µs) against rel_fro, with each M's Pareto front, to ``path`` (PNG).
+#: Offsets (points) tried for a label, nearest first, and the directions at each (degrees,
+#: lower right first: where a label sat before placement was checked).
+_LABEL_RADII = (7, 13, 21, 31, 43, 57, 73, 91, 112, 136, 165)
+_LABEL_ANGLES = (-30, 30, -150, 150, 0, 180, -90, 90, -60, 60, -120, 120, -10, 10, -170, 170)
 
-    Points are coloured by scheme and shaped by M (legend on the right); the schemes on a Pareto
-    front are also named next to their point, and each M's front is a grey step line.
+
+def place_labels(ax, items: list[tuple[float, float, str]], obstacles: list[tuple[float, float]],
+                 fontsize: float = 6.5, marker_pt: float = 6.0) -> tuple[list, int]:
+    """Annotate ``items`` (x, y, text in data coordinates) on ``ax`` so that no two labels overlap,
+    no label covers a point of ``obstacles`` (data coordinates; a square of ``marker_pt`` points
+    either side) and every label stays inside the axes.
+
+    Deterministic greedy placement, no dependency: items in order of x then y; for each, the
+    first free spot of :data:`_LABEL_RADII` x :data:`_LABEL_ANGLES` around its point (text
+    aligned away from the point), measured with the figure's renderer; a label further than the
+    first radius gets a thin leader line to its point, placed where it crosses no other label or
+    leader line if such a spot exists (else where it crosses fewest). An item with no free spot
+    goes where it overlaps least and is counted. The axes limits and position must be final (call after the
+    layout). Returns ``(annotations, crowded)``: the annotations in placement order and how many
+    items found no free spot.
     """
+    import math
+
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    px = fig.dpi / 72.0
+    frame = ax.get_window_extent(renderer)
+    half = marker_pt * px
+    taken = [Bbox.from_bounds(x - half, y - half, 2 * half, 2 * half)
+             for x, y in ax.transData.transform(obstacles)] if obstacles else []
+    labels: list[Bbox] = []
+    leaders: list[list[tuple[float, float]]] = []  # points along each leader line drawn, pixels
+    ends: list[tuple[tuple[float, float], tuple[float, float]]] = []  # each leader: point, label centre
+    pad = 1.5
+
+    def cross(p: tuple, q: tuple, a: tuple, b: tuple) -> bool:
+        """Whether segments p-q and a-b properly intersect."""
+        def side(o, u, v):
+            return (u[0] - o[0]) * (v[1] - o[1]) - (u[1] - o[1]) * (v[0] - o[0])
+        return side(p, q, a) * side(p, q, b) < 0 and side(a, b, p) * side(a, b, q) < 0
+
+    def along(x0: float, y0: float, box: Bbox) -> list[tuple[float, float]]:
+        """Points on the segment from (x0, y0) to ``box``'s centre, outside the box itself."""
+        cx, cy = (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
+        pts = [(x0 + (cx - x0) * t / 24, y0 + (cy - y0) * t / 24) for t in range(2, 24)]
+        return [(u, v) for u, v in pts if not box.contains(u, v)]
+
+    def crossings(box: Bbox, segment: list[tuple[float, float]]) -> int:
+        """Leader lines drawn that pass through ``box``, and labels that ``segment`` passes through."""
+        return sum(any(box.contains(u, v) for u, v in line) for line in leaders) + \
+            sum(any(other.contains(u, v) for u, v in segment) for other in labels)
+
+    def overlap(a: Bbox, b: Bbox) -> float:
+        w = min(a.x1, b.x1) - max(a.x0, b.x0)
+        h = min(a.y1, b.y1) - max(a.y0, b.y0)
+        return w * h if w > 0 and h > 0 else 0.0
+
+    out, crowded = [], 0
+    for x, y, text in sorted(items, key=lambda it: (it[0], it[1], it[2])):
+        probe = Text(0, 0, text, fontsize=fontsize, figure=fig)
+        size = probe.get_window_extent(renderer)
+        w, h = size.width, size.height
+        ax_px, ay_px = ax.transData.transform((x, y))
+        best = None  # ((overlap area, leader crossings), dx, dy, ha, va, box)
+        for r in _LABEL_RADII:
+            for deg in _LABEL_ANGLES:
+                c, s_ = math.cos(math.radians(deg)), math.sin(math.radians(deg))
+                dx, dy = r * c, r * s_
+                ha = "left" if c > 0.3 else "right" if c < -0.3 else "center"
+                va = "bottom" if s_ > 0.3 else "top" if s_ < -0.3 else "center"
+                x0 = ax_px + dx * px - {"left": 0.0, "right": w, "center": w / 2}[ha]
+                y0 = ay_px + dy * px - {"bottom": 0.0, "top": h, "center": h / 2}[va]
+                box = Bbox.from_bounds(x0 - pad, y0 - pad, w + 2 * pad, h + 2 * pad)
+                outside = box.x0 < frame.x0 or box.x1 > frame.x1 or box.y0 < frame.y0 or box.y1 > frame.y1
+                area = float(sum(overlap(box, o) for o in labels) + sum(overlap(box, o) for o in taken))
+                if outside:
+                    area += w * h * 10
+                if r > _LABEL_RADII[0]:  # a leader line: better not across a label or another leader
+                    centre = ((box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2)
+                    crossed = crossings(box, along(ax_px, ay_px, box)) + \
+                        sum(cross((ax_px, ay_px), centre, a, b) for a, b in ends)
+                else:
+                    crossed = crossings(box, []) if leaders else 0
+                cost = (area, crossed)
+                if best is None or cost < best[0]:
+                    best = (cost, dx, dy, ha, va, box)
+                if cost == (0.0, 0):
+                    break
+            if best[0] == (0.0, 0):
+                break
+        (area, _), dx, dy, ha, va, box = best
+        crowded += int(area > 0)
+        arrow = None if math.hypot(dx, dy) <= _LABEL_RADII[0] else \
+            {"arrowstyle": "-", "color": "0.45", "lw": 0.5, "shrinkA": 0, "shrinkB": 3}
+        out.append(ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
+                               fontsize=fontsize, arrowprops=arrow, zorder=4, annotation_clip=False))
+        if arrow is not None:
+            leaders.append(along(ax_px, ay_px, box))
+            ends.append(((ax_px, ay_px), ((box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2)))
+        labels.append(box)
+    return out, crowded
+
+
+def pareto_groups(doc: dict, method: str) -> list[dict]:
+    """The latency/error points of ``doc`` by (M, K, N, tp_size, split), as :func:`qbench.recommend.
+    recommend` groups rows, ascending; each group ``{"m", "k", "n", "tp_size", "split", "points"
+    (:func:`points`), "front" (the schemes on the Pareto front)}``.
+
+    The front is :func:`qbench.recommend.pareto_front` over (latency median, rel_fro, stored
+    bytes), the one recommend reports, computed on every point with an error (also an exact
+    rel_fro of 0, which a log axis cannot show).
+    """
+    groups: dict[tuple, dict] = {}
+    for p in points(doc, method):
+        key = (p["m"], p["k"], p["n"], p["tp_size"], p["split"])
+        groups.setdefault(key, {"m": p["m"], "k": p["k"], "n": p["n"], "tp_size": p["tp_size"],
+                                "split": p["split"], "points": []})["points"].append(p)
+    out = []
+    for key in sorted(groups, key=lambda k: tuple(str(x) if isinstance(x, str) else (x or 0) for x in k)):
+        g = groups[key]
+        g["front"] = {p["scheme"] for p in pareto_front([p for p in g["points"] if p["rel_fro"] is not None])}
+        out.append(g)
+    return out
+
+
+def draw_pareto(doc: dict, method: str):
+    """The latency-vs-error figure of ``doc``: one panel per (M, shape) group of
+    :func:`pareto_groups`, log-log, every point coloured by scheme, the Pareto front's points ringed
+    and named with their stored MiB (:func:`place_labels`: no two labels overlap). Returns
+    ``(figure, annotations, crowded)``; the caller saves and closes the figure."""
+    import math
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    pts = [p for p in points(doc, method) if p["rel_fro"] and p["rel_fro"] > 0]
-    fig, ax = plt.subplots(figsize=(11, 6.5))
-    handles = _scatter_with_legend(ax, pts, "latency_us", "rel_fro")
-    styles = ("-", "--", "-.", ":")
-    placed: list[tuple[float, float]] = []
-    for i, m in enumerate(sorted({p["m"] for p in pts})):
-        group = [p for p in pts if p["m"] == m]
-        front = sorted(pareto_front(group, ("latency_us", "rel_fro")), key=lambda p: p["latency_us"])
-        ax.step([p["latency_us"] for p in front], [p["rel_fro"] for p in front], where="post",
-                color="grey", ls=styles[i % len(styles)], lw=1, zorder=2)
-        for p in front:
-            if any(abs(p["latency_us"] / qx - 1) < 0.15 and abs(p["rel_fro"] / qy - 1) < 0.3 for qx, qy in placed):
-                continue  # a name already sits there (same scheme at a neighbouring M); colour and shape tell
-            placed.append((p["latency_us"], p["rel_fro"]))
-            ax.annotate(p["scheme"] + (f" M={m}" if len({q['m'] for q in pts}) > 1 else ""),
-                        (p["latency_us"], p["rel_fro"]), fontsize=7, xytext=(5, -3),
-                        textcoords="offset points", va="top")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel(f"latency, {method} median (µs)")
-    ax.set_ylabel("relative Frobenius error vs float64")
+    groups = [g for g in pareto_groups(doc, method) if any(p["rel_fro"] and p["rel_fro"] > 0 for p in g["points"])]
+    n = max(len(groups), 1)
+    single = n == 1
+    ncols = 1 if single else min(3, n)
+    nrows = math.ceil(n / ncols)
+    slot_for_legend = not single and nrows * ncols > n
+    figsize = (11, 6.5) if single else (5.8 * ncols, 4.3 * nrows)
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, dpi=120, sharey=True, squeeze=False)
+    flat = list(axes.flat)
+    shapes = len({(g["k"], g["n"], g["tp_size"], g["split"]) for g in groups})
+    colours, _ = _styles([p for g in groups for p in g["points"]])
+    plotted = [(g, [p for p in g["points"] if p["rel_fro"] and p["rel_fro"] > 0]) for g in groups]
+    legend_entries: dict[str, tuple] = {}
+    for ax, (g, pts) in zip(flat, plotted):
+        for p in pts:
+            colour = colours[p["base"]]
+            face = "white" if p["compiled"] else colour
+            ax.scatter(p["latency_us"], p["rel_fro"], s=40, facecolors=[face],
+                       edgecolors=[colour if p["compiled"] else "black"],
+                       linewidths=1.6 if p["compiled"] else 0.4, marker="o", zorder=3)
+            legend_entries.setdefault(p["scheme"], (colour, face, p["compiled"]))
+            if p["scheme"] in g["front"]:
+                ax.scatter(p["latency_us"], p["rel_fro"], s=150, facecolors="none", edgecolors="black",
+                           linewidths=0.9, zorder=2)
+        xs = [p["latency_us"] for p in pts] or [1.0]
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(min(xs) / 1.6, max(xs) * 1.6)
+        title = f"M={g['m']}" + (f", K={g['k']}, N={g['n']}" if shapes > 1 else "") + \
+            (f", tp_size={g['tp_size']} {g['split']}" if g["tp_size"] is not None else "")
+        if not single:
+            ax.set_title(title, fontsize=9)
+        ax.grid(True, which="both", alpha=0.2)
+        ax.tick_params(labelsize=7.5, labelleft=True)
+        ax.set_xlabel(f"{method} median (µs)", fontsize=8)
+        ax.set_ylabel("rel. Frobenius error", fontsize=8)
+    errs = [p["rel_fro"] for _, pts in plotted for p in pts]
+    if errs:
+        flat[0].set_ylim(min(errs) / 3, max(errs) * 3)
+    for ax in flat[len(plotted):]:
+        ax.set_axis_off()
     scen = (doc.get("scenario") or {}).get("name", "")
-    ax.set_title(f"latency vs error: {scen}; grey steps: Pareto front per M (named points)")
-    if pts:
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5,
-                  title="scheme", title_fontsize=8, borderaxespad=0)
-    ax.grid(True, which="both", alpha=0.2)
-    fig.tight_layout()
+    m_note = f" (all points M={groups[0]['m']})" if single and groups else ""
+    heading = (f"latency vs error: {scen}{m_note}; ringed and named: the Pareto front over (latency, error, "
+               f"stored MiB), as qbench recommend")
+    handles = [Line2D([], [], ls="", marker="o", markerfacecolor=face, markeredgecolor=colour if compiled else "black",
+                      markeredgewidth=1.6 if compiled else 0.4, markersize=7, label=s)
+               for s, (colour, face, compiled) in legend_entries.items()]
+    handles.append(Line2D([], [], ls="", marker="o", markersize=11, markerfacecolor="none", markeredgecolor="black",
+                          label="on the Pareto front"))
+    if single:
+        flat[0].set_title(heading, fontsize=10)
+        flat[0].set_xlabel(f"latency, {method} median (µs)")
+        flat[0].set_ylabel("relative Frobenius error vs float64")
+        if legend_entries:
+            flat[0].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5,
+                           title="scheme", title_fontsize=8, borderaxespad=0)
+        fig.tight_layout()
+    else:
+        fig.suptitle(heading, fontsize=11)
+        if slot_for_legend:
+            flat[-1].legend(handles=handles, loc="upper left", fontsize=7.5, title="scheme", title_fontsize=8,
+                            ncols=1 if len(handles) <= 20 else 2)
+            fig.tight_layout(rect=(0, 0, 1, 0.975))  # leave the suptitle its own line
+        else:
+            fig.tight_layout(rect=(0, 0, 0.84, 0.975))
+            fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.85, 0.95), fontsize=7.5,
+                       title="scheme", title_fontsize=8)
+    annotations, crowded = [], 0
+    for ax, (g, pts) in zip(flat, plotted):
+        items = [(p["latency_us"], p["rel_fro"], f"{p['scheme']} {p['stored_bytes'] * _MIB:.2f} MiB"
+                  if p.get("stored_bytes") else p["scheme"]) for p in pts if p["scheme"] in g["front"]]
+        placed, bad = place_labels(ax, items, [(p["latency_us"], p["rel_fro"]) for p in pts])
+        annotations += placed
+        crowded += bad
+    return fig, annotations, crowded
+
+
+_MIB = 2.0**-20
+
+
+def plot_pareto(doc: dict, method: str, path: Path) -> Path:
+    """Write :func:`draw_pareto`'s chart (latency against rel_fro, the Pareto front of
+    ``qbench recommend`` ringed and named, one panel per M) to ``path`` (.png, .svg or .pdf)."""
+    import matplotlib.pyplot as plt
+
+    fig, _, _ = draw_pareto(doc, method)
     fig.savefig(path, dpi=120, bbox_inches="tight")  # keep the legends outside the axes
     plt.close(fig)
     return path
@@ -244,7 +441,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", "--output", dest="output", required=True,
                    help="FILE.png, .svg or .pdf: the roofline; the Pareto chart goes to FILE-pareto.<same suffix>")
     p.add_argument("--what", choices=("roofline", "pareto", "both"), default="both")
-    p.add_argument("--force", action="store_true", help="overwrite existing PNG files")
+    p.add_argument("--force", action="store_true", help="overwrite existing chart files")
     p.add_argument("--method", default=None, choices=METHOD_CHOICES,
                    help=f"timing method (default {DECISION_METHOD}; a file without it: cold, or cpu on CPU)")
     p.set_defaults(func=run_plot)

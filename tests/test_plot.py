@@ -102,3 +102,99 @@ def test_plot_writes_svg_and_pdf(tmp_path):
         assert cli.main(["plot", str(FIXTURES / "cuda_run1.json"), "-o", str(out)]) == 0
         assert out.is_file() and (tmp_path / f"chart-pareto{suffix}").is_file()
     assert cli.main(["plot", str(FIXTURES / "cuda_run1.json"), "-o", str(tmp_path / "chart.gif")]) == 2
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _row(scheme, median, rel, stored, m=1):
+    return {"scheme": scheme, "m": m, "k": 64, "n": 32, "status": "ok", "flops": 2 * m * 64 * 32,
+            "stored_bytes": stored, "error": {"rel_fro": rel, "nonfinite": 0},
+            "latency_us": {"stream": {"median": median, "p10": median * 0.99, "p90": median * 1.01}}}
+
+
+def test_chart_front_uses_three_axes_like_recommend():
+    """a: 10 µs, rel 0.01, 1000 B; b: 12 µs, rel 0.02, 500 B; c: 13 µs, rel 0.02, 1000 B. On the two
+    drawn axes only a is on the front; with the stored bytes b is too (fewest bytes); c is dominated
+    by a on all three."""
+    doc = {"rows": [_row("a", 10.0, 0.01, 1000), _row("b", 12.0, 0.02, 500), _row("c", 13.0, 0.02, 1000)]}
+    (g,) = plot.pareto_groups(doc, "stream")
+    assert (g["m"], g["k"], g["n"], g["front"]) == (1, 64, 32, {"a", "b"})
+
+
+@pytest.mark.parametrize("path, method", [(FIXTURES / "cuda_stream.json", "stream"),
+                                          (FIXTURES / "cuda_run1.json", "cold"),
+                                          (ROOT / "results" / "h200" / "sweep.json", "stream"),
+                                          (ROOT / "results" / "h200" / "decode.json", "stream")])
+def test_chart_front_is_recommends_front(path, method):
+    from qbench.recommend import recommend
+
+    doc = read_results(path)
+    rec = recommend(doc, float("inf"), method)
+    want = {(g["m"], g["k"], g["n"], g.get("tp_size"), g.get("split")): {p["scheme"] for p in g["pareto"]}
+            for g in rec["by_m"]}
+    got = {(g["m"], g["k"], g["n"], g["tp_size"], g["split"]): g["front"] for g in plot.pareto_groups(doc, method)}
+    assert {k: v for k, v in got.items() if v} == {k: v for k, v in want.items() if v}
+
+
+def _text_boxes(fig, annotations):
+    from matplotlib.text import Text
+
+    fig.canvas.draw()  # an annotation's text is positioned when drawn
+    renderer = fig.canvas.get_renderer()
+    return [Text.get_window_extent(a, renderer) for a in annotations]  # the text alone, not its leader
+
+
+def _overlaps(a, b):
+    return min(a.x1, b.x1) > max(a.x0, b.x0) and min(a.y1, b.y1) > max(a.y0, b.y0)
+
+
+def test_sweep_pareto_labels_do_not_overlap():
+    """results/h200/sweep.json, 11 M values: one label per front point (7 + 10 + 10 + 10 + 10 + 8 + 8
+    + 9 + 9 + 9 + 9 = 99, recommend's fronts), none overlapping another, each inside its panel."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    fig, annotations, crowded = plot.draw_pareto(read_results(ROOT / "results" / "h200" / "sweep.json"), "stream")
+    try:
+        assert len(annotations) == 99 and crowded == 0
+        boxes = _text_boxes(fig, annotations)
+        assert not [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes)) if _overlaps(boxes[i], boxes[j])]
+        renderer = fig.canvas.get_renderer()
+        for a, box in zip(annotations, boxes):
+            frame = a.axes.get_window_extent(renderer)
+            assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+        assert len([ax for ax in fig.axes if ax.axison]) == 11  # one panel per M, the 12th holds the legend
+    finally:
+        plt.close(fig)
+
+
+def test_labels_of_points_on_one_spot_are_spread():
+    """Five labels for one point: the first four sit 7 pt from it (right, left, below, above; no
+    leader line), the nearest spots left at 7 pt overlap them, so the fifth goes further out with a
+    leader line; no two overlap."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 10)
+    try:
+        items = [(5.0, 5.0, f"label {i}") for i in range(1, 6)]
+        annotations, crowded = plot.place_labels(ax, items, [(5.0, 5.0)])
+        assert crowded == 0 and [a.get_text() for a in annotations] == [f"label {i}" for i in range(1, 6)]
+        # at 7 pt, -30° and the other slanted spots put the box (less its 1.5 px padding) 6.06 pt to the
+        # side, inside the 6 pt marker square; straight right (0°) leaves it 7 - 1.5 / (120 / 72) = 6.1 pt
+        # away. Then left (180°, the 6th angle tried), below (-90°, the 7th), above (90°, the 8th).
+        assert [a.xyann for a in annotations[:4]] == [pytest.approx((7.0, 0.0), abs=1e-9),
+                                                      pytest.approx((-7.0, 0.0), abs=1e-9),
+                                                      pytest.approx((0.0, -7.0), abs=1e-9),
+                                                      pytest.approx((0.0, 7.0), abs=1e-9)]
+        assert all(a.arrow_patch is None for a in annotations[:4])
+        assert annotations[4].arrow_patch is not None and abs(complex(*annotations[4].xyann)) > 7
+        boxes = _text_boxes(fig, annotations)
+        assert not any(_overlaps(boxes[i], boxes[j]) for i in range(5) for j in range(i + 1, 5))
+    finally:
+        plt.close(fig)
