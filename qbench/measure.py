@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from qbench import formulas, inputs, ledger, metrics
+from qbench.row import check_row
 from qbench.scenario import Scenario, SchemeEntry
 from qbench.schemes import get as get_scheme
 from qbench.schemes.base import Scheme
@@ -32,9 +33,10 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def base_row(scenario: Scenario, entry: SchemeEntry, scheme: Scheme, m: int, device: torch.device) -> dict:
-    """The row's identity fields and every measured field preset to null."""
+    """The row's identity fields and every measured field preset to null (checked against
+    :class:`qbench.row.Row` with the producer's rules: every field a row always carries)."""
     k, n = scenario.layer.in_features, scenario.layer.out_features
-    return {
+    return check_row({
         "scheme": entry.label, "base_scheme": scheme.name, "library": scheme.library,
         "mode": entry.options.mode, "options": entry.options.model_dump(exclude={"label", "mode"}),
         "m": m, "k": k, "n": n, "device": str(device),
@@ -50,7 +52,20 @@ def base_row(scenario: Scenario, entry: SchemeEntry, scheme: Scheme, m: int, dev
         "roofline_fraction": None, "achieved_gbps": None, "achieved_tflops": None, "achieved_method": None,
         "hbm_floor_us": None, "hbm_floor_fraction": None,
         "error": None, "dispatch": None, "gpu_state": None, "compile": None, "flags": [],
-    }
+    }, writing=True)
+
+
+def checked(rows: list[dict]) -> list[dict]:
+    """``rows``, each checked against :class:`qbench.row.Row` with the producer's rules (no unknown
+    key, every value of its field's type, every always-written field present, no legacy field).
+
+    Raises:
+        qbench.row.RowError: a row that does not fit (a bug in the producer: the worker fails loudly
+            instead of writing a row that readers would misread).
+    """
+    for row in rows:
+        check_row(row, writing=True)
+    return rows
 
 
 def first_and_last_line(text: str) -> str:
@@ -85,6 +100,7 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
 
     Never raises for a scheme's own failure: an unavailable scheme gives ``skipped`` rows, an
     exception while building or running gives ``failed`` rows with the exception's last line.
+    Every row is checked against :class:`qbench.row.Row` before it is returned (:func:`checked`).
     """
     entry = scenario.schemes[entry_index]
     scheme = get_scheme(entry.name)
@@ -93,7 +109,7 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
     if reason is None and entry.options.mode == "compiled" and device.type == "cpu" and not _have_compiler():
         reason = "torch.compile on CPU needs a C++ compiler (none found)"
     if reason:
-        return failed_rows(rows, "skipped", reason)
+        return checked(failed_rows(rows, "skipped", reason))
     torch.manual_seed(scenario.seed)
     t0 = time.perf_counter()
     try:
@@ -103,7 +119,7 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     except Exception as exc:  # the scheme could not be built here: a failed row, the run goes on
-        return failed_rows(rows, "failed", f"build: {describe_exception(exc)}")
+        return checked(failed_rows(rows, "failed", f"build: {describe_exception(exc)}"))
     built = time.perf_counter()
     copies, stream_why = None, None
     if "stream" in scenario.timing.methods:
@@ -123,7 +139,7 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
         finish_row(row, ceilings)
         row["worker_phases_s"] = {"build": built - t0, "copies": copied - built,
                                   "measure": time.perf_counter() - copied}
-    return rows
+    return checked(rows)
 
 
 class Copies:

@@ -18,7 +18,6 @@ Errors are one line each and derive from :class:`ResultsError`.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from qbench import SCHEMA_VERSION
+from qbench.row import RowError, row_key, validate_row  # row_key: re-exported (compare imports it from here)
 from qbench.timing import registry
 
 __all__ = [
@@ -79,15 +79,24 @@ def write_results(path: str | os.PathLike, doc: dict, *, force: bool = False) ->
 
     Non-finite floats become ``null`` (see the module docstring). Parent folders are created.
 
+    Every row is checked against the row model first (:func:`check_rows`: a key that is not a
+    field of :class:`qbench.row.Row`, or a value of the wrong type, is refused before anything is
+    written), so a producer that writes a wrong key fails at once. A derived summary (a document
+    with a ``"kind"``, e.g. ``scripts/repeatability.py``'s) has rows of its own and is not checked.
+
     Returns the path written. Raises :class:`ResultsExistError` when ``path`` exists and
-    ``force`` is false (the existing file is left untouched), and :class:`ResultsError` when
-    ``doc`` cannot be serialised (e.g. a value that is not JSON) or the folder is not writable.
+    ``force`` is false (the existing file is left untouched), and :class:`ResultsError` when a
+    row does not fit the model, ``doc`` cannot be serialised (e.g. a value that is not JSON) or
+    the folder is not writable.
     """
     path = Path(path)
     if path.exists() and not force:
         raise ResultsExistError(f"{path}: already exists; pass --force to overwrite it")
+    clean = finite_or_none(doc)
+    if isinstance(clean, dict) and "kind" not in clean and isinstance(clean.get("rows"), list):
+        check_rows(clean["rows"], f"{path}: not written")
     try:
-        text = json.dumps(finite_or_none(doc), indent=2, allow_nan=False, ensure_ascii=False)
+        text = json.dumps(clean, indent=2, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise ResultsError(f"{path}: cannot write result JSON: {exc}") from None
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -166,75 +175,29 @@ def read_results(path: str | os.PathLike) -> dict:
     return doc
 
 
-@functools.cache
-def _row_model():
-    """The pydantic models of what the readers (report, compare, recommend, plot) rely on in a row;
-    every other field is allowed and left alone. Built on first use (pydantic is imported late)."""
-    from typing import Literal, Optional
-
-    from pydantic import BaseModel, ConfigDict, Field
-
-    class _Stats(BaseModel):
-        model_config = ConfigDict(strict=True, extra="allow")
-        median: Optional[float] = Field(default=None, gt=0)
-        p10: Optional[float] = Field(default=None, ge=0)
-        p90: Optional[float] = Field(default=None, ge=0)
-
-    class _Error(BaseModel):
-        model_config = ConfigDict(strict=True, extra="allow")
-        rel_fro: Optional[float] = Field(default=None, ge=0)
-        nonfinite: Optional[int] = Field(default=None, ge=0)
-
-    class _Row(BaseModel):
-        model_config = ConfigDict(strict=True, extra="allow")
-        scheme: str = Field(min_length=1)
-        m: int = Field(gt=0)
-        k: int = Field(gt=0)
-        n: int = Field(gt=0)
-        status: Literal["ok", "skipped", "failed"]
-        latency_us: Optional[dict[str, Optional[_Stats]]] = None
-        error: Optional[_Error] = None
-        stored_bytes: Optional[int] = Field(default=None, ge=0)
-
-    return _Row
-
-#: Fields beyond (scheme, M, K, N) that tell two rows of one file apart (tensor-parallel rows).
-ROW_IDENTITY_EXTRA = ("tp_size", "split")
-
-
-def row_key(row: dict) -> tuple:
-    """The identity of a row in its file: (scheme, M, K, N) plus any of :data:`ROW_IDENTITY_EXTRA`."""
-    return (row.get("scheme"), row.get("m"), row.get("k"), row.get("n"),
-            *(row.get(f) for f in ROW_IDENTITY_EXTRA))
-
-
 def check_rows(rows: list, source: str) -> None:
-    """Check every row of a result file against the fields the readers use.
-
-    A row must be an object with ``scheme`` (non-empty string), ``m``, ``k``, ``n`` (integers
-    > 0) and ``status`` (``ok``, ``skipped`` or ``failed``); ``latency_us.<method>`` STATS, when
-    present, hold numbers (median > 0, p10/p90 >= 0) or null; ``error.rel_fro`` is a number >= 0
-    or null. Two rows may not share an identity (:func:`row_key`).
+    """Check every row of a result file against the row model (:func:`qbench.row.validate_row`,
+    reading rules): every key a field of :class:`qbench.row.Row` at every depth (a misspelt or
+    invented key is an error), every value of its field's type and range (``m``, ``k``, ``n``
+    integers > 0, ``status`` one of ``ok``/``skipped``/``failed``, a STATS ``median`` > 0,
+    ``error.rel_fro`` >= 0, timing methods from the registry), the identity present. Older files
+    lack the fields added since they were written (:data:`qbench.row.ADDED_SINCE`) and may carry
+    legacy ones (:data:`qbench.row.LEGACY`); both are accepted. Two rows may not share an
+    identity (:func:`row_key`).
 
     Raises:
         ResultsError: one line naming ``source``, the row's index and key path, the bad value and
             what is allowed, e.g. ``x.json: rows[3].latency_us.cold.median: Input should be
             greater than 0 (got 0)``.
     """
-    from pydantic import ValidationError
-
-    model = _row_model()
     seen: dict[tuple, int] = {}
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise ResultsError(f"{source}: rows[{i}]: a row is an object, got {type(row).__name__}")
         try:
-            model.model_validate(row)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"])
-            got = "missing" if err["type"] == "missing" else f"got {err.get('input')!r}"
-            raise ResultsError(f"{source}: rows[{i}].{loc}: {err['msg']} ({got})"[:400]) from None
+            validate_row(row)
+        except RowError as exc:
+            raise ResultsError(f"{source}: rows[{i}].{exc}"[:400]) from None
         key = row_key(row)
         if key in seen:
             raise ResultsError(f"{source}: rows[{i}] repeats rows[{seen[key]}] (scheme {row['scheme']!r}, "

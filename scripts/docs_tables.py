@@ -23,6 +23,9 @@ medians of the runs (µs) and their CV (%).
 medians next to ``triton.testing.do_bench`` / ``do_bench_cudagraph``, and (newer files) qbench's
 ``stream`` next to a plain-torch graph of weight copies, per file.
 
+``row-schema``: the ROW tables of ``docs/results-schema.md``, generated from the row model
+(:func:`qbench.row.schema_markdown`): every field, its type, when it is written, its meaning.
+
 Output is GitHub Markdown on stdout; ``scripts/gen_docs.py`` pastes it between the markers of
 docs/*.md. Exit status 0, or 2 on a bad file or an unknown scheme.
 """
@@ -208,9 +211,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file")
     p = sub.add_parser("crosscheck", help="scripts/crosscheck_timing.py output as a table")
     p.add_argument("files", nargs="+")
+    sub.add_parser("row-schema", help="the row model's tables for docs/results-schema.md")
     args = parser.parse_args(argv)
     try:
-        if args.what == "scheme":
+        if args.what == "row-schema":
+            from qbench.row import schema_markdown
+
+            text = schema_markdown()
+        elif args.what == "scheme":
             text = scheme_tables(args.name, args.files)
         elif args.what == "headline":
             text = headline_table(args.file, args.schemes)

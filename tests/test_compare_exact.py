@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from qbench.compare import UNUSABLE, capture_failure, compare_docs, unusable_note, verdict
+from tests.rows import make_row
 
 
 def _stats(median, lo=None, hi=None):
@@ -18,9 +19,9 @@ def _stats(median, lo=None, hi=None):
 
 
 def _row(scheme, m=1, stream=None, status="ok", reason=None, rel=0.01, reasons=None, **extra):
-    return {"scheme": scheme, "m": m, "k": 64, "n": 32, "status": status, "reason": reason,
-            "error": {"rel_fro": rel} if rel is not None else None,
-            "latency_us": {"stream": stream}, "latency_reasons": reasons or {}, **extra}
+    return make_row(**{"scheme": scheme, "m": m, "k": 64, "n": 32, "status": status, "reason": reason,
+                       "error": {"rel_fro": rel} if rel is not None else None,
+                       "latency_us": {"stream": stream}, "latency_reasons": reasons or {}, **extra})
 
 
 def test_every_record_kind_field_by_field():
@@ -91,8 +92,7 @@ def test_interval_of_a_side_without_p10_or_p90():
 
 def test_capture_failure_conditions():
     reason = "CUDA graph capture failed at M=1: host sync"
-    row = _row("h", stream=None, reasons={"stream": reason, "warm": reason, "cold": reason},
-               latency_us=None)
+    row = _row("h", stream=None, reasons={"stream": reason, "warm": reason, "cold": reason})
     row["latency_us"] = {"stream": None, "warm": None, "cold": None}
     assert capture_failure(row, "stream") == reason and capture_failure(row, "warm") == reason
     assert capture_failure(row, "cold") is None  # cold needs no capture

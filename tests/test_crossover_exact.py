@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from qbench.sweep_report import crossover
+from tests.rows import make_row
 
 
 def _s(median, spread=0.01):
@@ -13,8 +14,8 @@ def _s(median, spread=0.01):
 
 
 def _row(scheme, m, stream, status="ok", **extra):
-    return {"scheme": scheme, "m": m, "k": 64, "n": 32, "status": status, "latency_us": {"stream": stream},
-            "latency_reasons": {}, **extra}
+    return make_row(scheme=scheme, m=m, k=64, n=32, status=status, latency_us={"stream": stream},
+                    latency_reasons={}, **extra)
 
 
 def test_tensor_parallel_rows_meet_the_baseline_at_their_sharding():

@@ -19,6 +19,7 @@ import torch
 
 from qbench import schemes
 from qbench.scenario import from_dict
+from tests.rows import make_row
 
 # ---- quantized-row wiring: min_bytes and AI from the stored bytes --------------------------------
 
@@ -195,9 +196,9 @@ def test_fp32_tf32_guard_checks_cuda_precision_at_call_time(name, expect, monkey
 
 
 def _doc(median, spread=0.01):
-    return {"rows": [{"scheme": "bf16", "m": 1, "k": 8, "n": 8, "status": "ok", "error": {"rel_fro": 0.01},
-                      "latency_us": {"stream": {"median": median, "p10": median * (1 - spread),
-                                                "p90": median * (1 + spread), "n": 20}}}]}
+    return {"rows": [make_row(scheme="bf16", m=1, k=8, n=8, status="ok", error={"rel_fro": 0.01},
+                              latency_us={"stream": {"median": median, "p10": median * (1 - spread),
+                                                     "p90": median * (1 + spread), "n": 20}})]}
 
 
 @pytest.mark.parametrize("b_median, regression", [(1.05, False), (1.0500001, True), (2.0, True), (1.04, False)])

@@ -15,6 +15,7 @@ from qbench import model as model_mod
 from qbench.model import PRESETS, LinearShape, ModelPreset, index_rows, model_step, row_floor_us
 from qbench.results import read_results
 from tests.conftest import run_subcommand
+from tests.rows import make_row
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "results" / "h200"
@@ -41,7 +42,7 @@ def row(scheme, m, k, n, us=None, stored=256, floor=0.1, rel=0.001, status="ok",
          "error": {"rel_fro": rel, "nonfinite": nonfinite}}
     if floor is not None:
         r["hbm_floor_us"] = floor
-    return r
+    return make_row(**r)
 
 
 def doc(rows, gbps=1000.0):

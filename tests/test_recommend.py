@@ -12,6 +12,7 @@ from qbench import recommend as rec_mod
 from qbench.recommend import pareto_front, recommend
 from qbench.results import read_results
 from tests.conftest import run_subcommand
+from tests.rows import make_row
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CUDA = read_results(FIXTURES / "cuda_run1.json")
@@ -67,9 +68,9 @@ def test_tie_only_when_spreads_overlap():
     """A 2 % median gap is a tie when the p10-p90 intervals overlap and a ranking when they do
     not; the rendered pick line names the tie."""
     def row(scheme, med, p10, p90):
-        return {"scheme": scheme, "m": 1, "k": 8, "n": 8, "status": "ok", "stored_bytes": 128,
-                "latency_us": {"stream": {"median": med, "p10": p10, "p90": p90}},
-                "error": {"rel_fro": 1e-3, "nonfinite": 0}}
+        return make_row(scheme=scheme, m=1, k=8, n=8, status="ok", stored_bytes=128,
+                        latency_us={"stream": {"median": med, "p10": p10, "p90": p90}},
+                        error={"rel_fro": 1e-3, "nonfinite": 0})
     wide = recommend({"rows": [row("a", 10.0, 9.5, 10.5), row("b", 10.2, 9.9, 10.6)]}, 0.01)
     (g,) = wide["by_m"]
     assert g["pick"]["scheme"] == "a" and g["pick"]["ties"] == ["b"]
@@ -282,9 +283,9 @@ def test_unusable_only_for_capture_reasons_on_hand_built_rows():
     def row(scheme, stream, reason=None, eager=None):
         lat = {"stream": None if stream is None else {"median": stream, "p10": stream, "p90": stream},
                "eager": None if eager is None else {"median": eager, "p10": eager, "p90": eager}}
-        return {"scheme": scheme, "m": 1, "k": 4096, "n": 4096, "status": "ok", "stored_bytes": 33554432,
-                "latency_us": lat, "latency_reasons": {"stream": reason} if reason else {},
-                "error": {"rel_fro": 1e-3, "nonfinite": 0}}
+        return make_row(scheme=scheme, m=1, k=4096, n=4096, status="ok", stored_bytes=33554432,
+                        latency_us=lat, latency_reasons={"stream": reason} if reason else {},
+                        error={"rel_fro": 1e-3, "nonfinite": 0})
     doc = {"rows": [row("bf16", 9.4),
                     row("int8-bnb", None, "CUDA graph capture failed at M=1: cudaErrorStreamCaptureUnsupported",
                         eager=168.9),

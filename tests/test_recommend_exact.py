@@ -4,6 +4,7 @@ the summary's baseline and scenario (mutation testing, docs/testing.md)."""
 from __future__ import annotations
 
 from qbench.recommend import recommend, render_recommendation, render_summary, summary_rows
+from tests.rows import make_row
 
 
 def _s(median, spread=0.01):
@@ -11,9 +12,9 @@ def _s(median, spread=0.01):
 
 
 def _row(scheme, stream, rel=0.001, stored=1000, m=1, eager=None, reasons=None, **extra):
-    return {"scheme": scheme, "m": m, "k": 64, "n": 32, "status": "ok", "stored_bytes": stored,
-            "error": {"rel_fro": rel, "nonfinite": 0},
-            "latency_us": {"stream": stream, "eager": eager}, "latency_reasons": reasons or {}, **extra}
+    return make_row(scheme=scheme, m=m, k=64, n=32, status="ok", stored_bytes=stored,
+                    error={"rel_fro": rel, "nonfinite": 0},
+                    latency_us={"stream": stream, "eager": eager}, latency_reasons=reasons or {}, **extra)
 
 
 def test_tensor_parallel_groups_are_apart_and_ordered():

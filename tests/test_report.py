@@ -14,6 +14,7 @@ from qbench.render import FORMATS, MARKUP_FORMATS
 from qbench.results import read_results
 from qbench.sweep_report import crossover, m_ranges, render_crossover
 from tests.conftest import run_subcommand
+from tests.rows import make_row
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CUDA = str(FIXTURES / "cuda_run1.json")
@@ -113,8 +114,7 @@ def test_crossover_fixture():
 
 def test_crossover_handmade_with_gap():
     def row(s, m, us):
-        return {"scheme": s, "m": m, "k": 8, "n": 8, "status": "ok",
-                "latency_us": {"stream": {"median": us}}}
+        return make_row(scheme=s, m=m, k=8, n=8, status="ok", latency_us={"stream": {"median": us}})
     doc = {"rows": [row("bf16", m, 10.0) for m in (1, 2, 4, 8)]
            + [row("q", 1, 5.0), row("q", 2, 6.0), row("q", 4, 12.0), row("q", 8, 9.0)]}
     (rec,) = crossover(doc)
@@ -126,8 +126,8 @@ def test_crossover_overlapping_spread_is_same_not_a_win():
     """Two equal-speed schemes must not read as a pattern of wins and losses: where the [p10, p90]
     intervals overlap the M is a tie, whatever the medians say."""
     def row(s, m, p10, med, p90):
-        return {"scheme": s, "m": m, "k": 8, "n": 8, "status": "ok",
-                "latency_us": {"stream": {"median": med, "p10": p10, "p90": p90}}}
+        return make_row(scheme=s, m=m, k=8, n=8, status="ok",
+                        latency_us={"stream": {"median": med, "p10": p10, "p90": p90}})
     doc = {"rows": [row("bf16", 1, 9.0, 10.0, 11.0), row("bf16", 2, 9.0, 10.0, 11.0),
                     row("bf16", 4, 9.0, 10.0, 11.0),
                     row("q", 1, 9.5, 9.8, 10.5),     # median below, intervals overlap: same
@@ -181,7 +181,7 @@ def test_by_m_missing_m_is_a_dash():
     from qbench.sweep_report import by_m, render_by_m
 
     def row(s, m):
-        return {"scheme": s, "m": m, "k": 8, "n": 8, "status": "ok", "latency_us": {"cold": {"median": 5.0}}}
+        return make_row(scheme=s, m=m, k=8, n=8, status="ok", latency_us={"cold": {"median": 5.0}})
     records, ms = by_m({"rows": [row("a", 1), row("a", 2), row("b", 2)]}, "cold")
     assert ms == [1, 2]
     text = render_by_m(records, ms, "cold µs", "plain")

@@ -30,7 +30,7 @@ def _doc(**extra):
 
 
 def _row(**fields):
-    return {"scheme": "bf16", "m": 1, "k": 8, "n": 8, "status": "ok", **fields}
+    return {"scheme": "bf16", "m": 1, "k": 8, "n": 8, "status": "ok", **fields}  # malformed on purpose below
 
 
 def test_round_trip(tmp_path):
@@ -65,13 +65,13 @@ def test_nonfinite_floats_become_null(tmp_path):
     """Documented choice: NaN/Inf are written as null (strict JSON), never as NaN tokens."""
     p = tmp_path / "r.json"
     doc = _doc(rows=[_row(error={"rel_fro": math.nan, "max_abs": math.inf, "sqnr_db": -math.inf,
-                                 "nonfinite": 12}, ok=[1.5, math.nan])])
+                                 "nonfinite": 12}, per_rank_median_us={"local_gemm": [1.5, math.nan]})])
     write_results(p, doc)
     text = p.read_text()
     assert "NaN" not in text and "Infinity" not in text
     row = read_results(p)["rows"][0]
     assert row["error"] == {"rel_fro": None, "max_abs": None, "sqnr_db": None, "nonfinite": 12}
-    assert row["ok"] == [1.5, None]
+    assert row["per_rank_median_us"] == {"local_gemm": [1.5, None]}
     assert doc["rows"][0]["error"]["nonfinite"] == 12 and math.isnan(doc["rows"][0]["error"]["rel_fro"])
 
 
@@ -184,6 +184,15 @@ def test_atomic_write_uses_replace_in_same_folder(tmp_path, monkeypatch):
         (_row(error={"rel_fro": "0.01"}), "rows[1].error.rel_fro: Input should be a valid number (got '0.01')"),
         (_row(error={"rel_fro": -1.0}), "rows[1].error.rel_fro: Input should be greater than or equal to 0"),
         (_row(scheme="bf16", m=1), "rows[1] repeats rows[0] (scheme 'bf16', M=1, K=8, N=8)"),
+        # keys no row carries: the compile_s column's old fixture key, a misspelt field, a method
+        (_row(compile={"compile_s": 14.2}), "rows[1].compile.compile_s: Extra inputs are not permitted (got 14.2)"),
+        (_row(stored_byte=10), "rows[1].stored_byte: Extra inputs are not permitted (got 10)"),
+        (_row(latency_us={"hot": {"median": 1.0}}), "rows[1].latency_us: unknown timing method 'hot'"),
+        (_row(latency_us={"cold": {"median": 1.0, "copies": 8}}),
+         "rows[1].latency_us.cold.copies: a stream key on a cold record"),
+        (_row(tp_size=0, split="row"), "rows[1].tp_size: Input should be greater than or equal to 1 (got 0)"),
+        (_row(split="diagonal"), "rows[1].split: Input should be 'column', 'row' or 'none' (got 'diagonal')"),
+        (_row(flags="repacked"), "rows[1].flags: Input should be a valid list (got 'repacked')"),
     ],
 )
 def test_malformed_rows_are_one_clear_line(tmp_path, row, where):

@@ -6,15 +6,16 @@ from __future__ import annotations
 from qbench import compare, recommend, sweep_report
 from qbench.render import render
 from qbench.render.columns import default_columns
+from tests.rows import make_row
 
 
 def _row(scheme, m, tp, split, median, rel=0.003):
     stats = {"median": median, "p10": median * 0.99, "p90": median * 1.01, "mean": median, "cv": 0.01, "n": 20}
-    return {"scheme": scheme, "base_scheme": scheme, "m": m, "k": 4096, "n": 4096, "device": "cpu",
+    return make_row(**{"scheme": scheme, "base_scheme": scheme, "m": m, "k": 4096, "n": 4096, "device": "cpu",
             "status": "ok", "reason": None, "tp_size": tp, "split": split,
             "collective": {"column": "all_gather", "row": "all_reduce"}.get(split),
             "latency_us": {"cpu": stats}, "latency_reasons": {}, "local_gemm_us": stats, "collective_us": None,
-            "end_to_end_us": stats, "error": {"rel_fro": rel, "nonfinite": 0}, "stored_bytes": 33554432 // tp}
+            "end_to_end_us": stats, "error": {"rel_fro": rel, "nonfinite": 0}, "stored_bytes": 33554432 // tp})
 
 
 ROWS = [_row("bf16", 1, 1, "none", 100.0), _row("bf16", 1, 2, "column", 60.0), _row("bf16", 1, 2, "row", 70.0),

@@ -21,15 +21,15 @@ from typing import Callable, Optional
 import torch
 
 from qbench import inputs, ledger, metrics
-from qbench.measure import _settings, base_row, dtype_name, failed_rows
+from qbench.measure import _settings, base_row, checked, dtype_name, failed_rows
+from qbench.row import TP_ROW_FIELDS, check_row
 from qbench.scenario import Scenario
 from qbench.schemes import get as get_scheme
 from qbench.tp import collectives, shard
 from qbench.tp.timing import RankGroup, per_rank_cold, synced_time
 
-TP_FIELDS = ("tp_size", "split", "collective", "reduce_dtype", "shard", "local_gemm_us", "collective_us",
-             "end_to_end_us", "per_rank_median_us", "collective_bytes", "collective_data_bytes",
-             "collective_busbw_gbps", "unsharded_error", "sharded_vs_unsharded", "stored_bytes_all_ranks")
+#: The tensor-parallel fields of a row: those :class:`qbench.row.Row` marks ``tp``.
+TP_FIELDS = TP_ROW_FIELDS
 
 
 def tp_row(scenario: Scenario, entry_index: int, m: int, device: torch.device, tp_size: int, split: str) -> dict:
@@ -44,7 +44,7 @@ def tp_row(scenario: Scenario, entry_index: int, m: int, device: torch.device, t
     row.update({key: None for key in TP_FIELDS})
     row.update(tp_size=tp_size, split=split, collective=collectives.collective_name(split, tp_size),
                roofline_reason="no roofline for tensor-parallel rows")
-    return row
+    return check_row(row, writing=True)
 
 
 def measure_tp(scenario: Scenario, entry_index: int, split: str, ranks: RankGroup) -> list[dict]:
@@ -52,7 +52,8 @@ def measure_tp(scenario: Scenario, entry_index: int, split: str, ranks: RankGrou
 
     Every rank must call this with the same arguments. Never raises for the scheme's own failure:
     a build or first-call error on any rank gives ``failed`` rows on every rank (the ranks agree
-    on it before going on, so none is left waiting in a collective). Rows are complete on rank 0.
+    on it before going on, so none is left waiting in a collective). Rows are complete on rank 0
+    and checked against :class:`qbench.row.Row` (:func:`qbench.measure.checked`).
     """
     p, device = ranks.size, ranks.device
     entry = scenario.schemes[entry_index]
@@ -75,7 +76,7 @@ def measure_tp(scenario: Scenario, entry_index: int, split: str, ranks: RankGrou
     except Exception as exc:
         problem = f"build (rank {ranks.rank}): {type(exc).__name__}: {exc}"
     if _agree_failed(ranks, problem):
-        return failed_rows(rows, "failed", problem or "build failed on another rank")
+        return checked(failed_rows(rows, "failed", problem or "build failed on another rank"))
     built = time.perf_counter()
     sk, sn = (k, n) if verdict is None else (verdict.k, verdict.n)
     reduce_dtype = None
@@ -91,7 +92,7 @@ def measure_tp(scenario: Scenario, entry_index: int, split: str, ranks: RankGrou
             _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ranks, reduce_dtype)
     for row in rows:
         row["worker_phases_s"] = {"build": built - t0, "measure": time.perf_counter() - built}
-    return rows
+    return checked(rows)
 
 
 def _agree_failed(ranks: RankGroup, problem: Optional[str]) -> bool:

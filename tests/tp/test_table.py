@@ -1,12 +1,13 @@
 """qbench.tp.table: speedup against tp_size 1 from hand-made rows."""
 
 from qbench.tp.table import markdown, speedup_rows
+from tests.rows import make_row
 
 
 def _row(tp, split, e2e, status="ok"):
-    return {"scheme": "bf16", "m": 1, "tp_size": tp, "split": split, "status": status, "reason": None,
-            "end_to_end_us": {"median": e2e} if e2e else None, "local_gemm_us": None, "collective_us": None,
-            "collective_bytes": 0, "collective_busbw_gbps": None, "error": {"rel_fro": 0.003}}
+    return make_row(scheme="bf16", m=1, k=64, n=32, tp_size=tp, split=split, status=status, reason=None,
+                    end_to_end_us={"median": e2e} if e2e else None, local_gemm_us=None, collective_us=None,
+                    collective_bytes=0, collective_busbw_gbps=None, error={"rel_fro": 0.003})
 
 
 def test_speedup_against_tp1():

@@ -1,0 +1,635 @@
+"""The typed model of one result row: every field a row carries, its type, unit and meaning.
+
+:class:`Row` (pydantic) is the one definition of a row of a qbench result file
+(``docs/results-schema.md``; its ROW tables are generated from this module:
+``python scripts/docs_tables.py row-schema``). The producers (:mod:`qbench.measure`,
+:mod:`qbench.tp.measure`) build rows as plain dicts and check them here before they leave the
+process that measured them (producer rules, below); :func:`qbench.results.write_results` checks
+every row again before a file is written and :func:`qbench.results.read_results` every row it
+reads (reading rules: an old file copied through qbench keeps its legacy keys). The
+readers (report, compare, recommend, crossover, model, plot, the column catalogue) keep reading
+dicts; tests check that every key they read is a field of this model
+(``tests/test_row_model.py``).
+
+Two strengths of check (:func:`validate_row`):
+
+* **reading** (``writing=False``): every key must be a field of the model (at every depth: a
+  typo or an invented key is an error), every value must have the field's type, and the
+  identity (scheme, M, K, N) and ``status`` must be present. Other fields may be absent: files
+  written by older versions lack the fields added since (:data:`ADDED_SINCE`), and tests build
+  partial rows.
+* **writing** (``writing=True``): additionally every field marked *always* (the fields
+  :func:`qbench.measure.base_row` sets, the six STATS numbers, ...) must be present, and no
+  legacy field (:data:`LEGACY`) may be written.
+
+Legacy fields, read but never written (:data:`LEGACY`): ``error.fp8_saturated`` (files before
+2026-11-30: activation elements above 448 counted on every fp8 row, weight-only rows included;
+now ``error.activations_over_fp8_max`` on rows that cast activations to fp8). Readers do not use
+it.
+
+Units: times µs, sizes bytes, rates GB/s (1e9 B/s) and TFLOP/s (1e12 FLOP/s), seconds where a
+name ends in ``_s``. JSON ``null`` means "not measured"; a sibling ``reason`` / ``*_reason`` /
+``latency_reasons`` entry says why.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from qbench.timing import registry
+
+__all__ = [
+    "ADDED_SINCE",
+    "DOCUMENT_KEYS",
+    "IDENTITY",
+    "LEGACY",
+    "Row",
+    "RowError",
+    "Stats",
+    "TP_ROW_FIELDS",
+    "check_row",
+    "field_paths",
+    "field_names",
+    "row_key",
+    "schema_markdown",
+    "validate_row",
+]
+
+#: The fields that tell two rows of one file apart (:func:`row_key`): scheme label, M, K, N and,
+#: on tensor-parallel rows, tp_size and split. Every row of a file has the same ``device``.
+IDENTITY = ("scheme", "m", "k", "n", "tp_size", "split")
+
+#: The top-level keys of a result document (``docs/results-schema.md``); ``rows`` holds the rows.
+#: ``kind`` marks a derived summary (``scripts/repeatability.py``), whose rows are not result rows.
+DOCUMENT_KEYS = ("schema_version", "complete", "qbench_version", "created", "wall_s", "env", "scenario",
+                 "ceilings_wall_s", "ceilings", "rows", "kind")
+
+#: Fields a reader accepts in older files and the producer never writes: dotted path -> why.
+LEGACY: dict[str, str] = {
+    "error.fp8_saturated": "files written before 2026-11-30: activation elements with |x| > 448 counted on every "
+                           "fp8 row (weight-only rows too, whose activations are never cast); now "
+                           "error.activations_over_fp8_max, on rows that cast activations to fp8 only",
+}
+
+#: Fields the producer always writes that files of older versions lack: dotted path -> since when.
+ADDED_SINCE: dict[str, str] = {
+    "hbm_floor_us": "2026-11-29",  # with the stream method
+    "hbm_floor_fraction": "2026-11-29",
+    "achieved_method": "2026-11-29",
+    "flags": "2026-11-30",
+    "compile.graph_breaks": "2026-11-30",
+}
+
+
+class RowError(ValueError):
+    """A row does not fit the model; the message is one line: the key path, what is wrong, the value."""
+
+
+def _always(**extra: Any) -> dict:
+    return {"always": True, **extra}
+
+
+class _Part(BaseModel):
+    """Base of every part of a row: unknown keys are errors, types are strict (an int is accepted
+    for a float, nothing else is converted); writing checks presence and legacy fields."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _writing_rules(cls, data: Any, info) -> Any:
+        if not (info.context or {}).get("writing") or not isinstance(data, dict):
+            return data
+        for name, f in cls.model_fields.items():
+            extra = f.json_schema_extra or {}
+            if extra.get("always") and name not in data:
+                raise ValueError(f"{name}: missing (the producer writes it on every row)")
+            if extra.get("legacy") and name in data:
+                raise ValueError(f"{name}: a legacy field, read from old files but never written ({extra['legacy']})")
+        return data
+
+
+# ---- parts ----------------------------------------------------------------------------------------
+
+class Stats(_Part):
+    """STATS: the samples of one timing method, µs per call. Stream and cold records carry extra keys."""
+
+    median: Optional[float] = Field(None, gt=0, description="median, µs per call", json_schema_extra=_always())
+    p10: Optional[float] = Field(None, ge=0, description="10th percentile (linear interpolation), µs",
+                                 json_schema_extra=_always())
+    p90: Optional[float] = Field(None, ge=0, description="90th percentile, µs", json_schema_extra=_always())
+    mean: Optional[float] = Field(None, ge=0, description="mean, µs", json_schema_extra=_always())
+    cv: Optional[float] = Field(None, ge=0, description="coefficient of variation: sample standard deviation "
+                                "(n - 1) / mean, dimensionless; 0 when n = 1", json_schema_extra=_always())
+    n: Optional[int] = Field(None, ge=1, description="number of samples", json_schema_extra=_always())
+    # stream only
+    copies: Optional[int] = Field(None, ge=1, description="stream: L, the distinct copies of the built layer "
+                                  "the graph calls in order (bf16 4096 x 4096: 8)")
+    copy_bytes: Optional[int] = Field(None, ge=0, description="stream: stored bytes of one copy (after a repack: "
+                                      "the repacked bytes)")
+    planned_copy_bytes: Optional[int] = Field(None, ge=0, description="stream: the stored bytes the copies were "
+                                              "planned for, when the weight was repacked on its first call")
+    cache_bytes: Optional[int] = Field(None, ge=0, description="stream: the cache the copies must overflow, bytes "
+                                       "(L2 on CUDA, the last-level cache on CPU)")
+    cache_multiple: Optional[float] = Field(None, ge=0, description="stream: copies x copy_bytes / cache_bytes "
+                                            "(>= 4 unless a bound cut L)")
+    bounded_by: Optional[Literal["memory", "max_copies"]] = Field(
+        None, description="stream: what cut L below the 4 x cache target: `memory` (half the free memory), "
+        "`max_copies` (512), null when nothing did")
+    how: Optional[Literal["deepcopy", "rebuilt"]] = Field(
+        None, description="stream: `deepcopy` (copy.deepcopy of the built module) or `rebuilt` (the scheme "
+        "built again from the same FP32 weight)")
+    recompilations: Optional[int] = Field(None, ge=0, description="stream, compiled rows: Dynamo graphs compiled "
+                                          "while stream ran (0 expected)")
+    # cold only
+    launch: Optional[str] = Field(None, description="cold: `hidden` (a busy GPU hides the host launch) or "
+                                  "`exposed (host sync inside the call)`")
+
+
+#: STATS keys only ``stream`` records carry, and only ``cold`` records.
+STREAM_ONLY = ("copies", "copy_bytes", "planned_copy_bytes", "cache_bytes", "cache_multiple", "bounded_by", "how",
+               "recompilations")
+COLD_ONLY = ("launch",)
+
+
+class LedgerPart(_Part):
+    """One tensor the layer stores, as counted by :mod:`qbench.ledger`."""
+
+    name: Optional[str] = Field(None, description="the tensor's name in the module", json_schema_extra=_always())
+    role: Optional[Literal["payload", "metadata", "bias"]] = Field(None, description="what the bytes are for",
+                                                                   json_schema_extra=_always())
+    dtype: Optional[str] = Field(None, description="torch dtype without the `torch.` prefix",
+                                 json_schema_extra=_always())
+    shape: Optional[list[int]] = Field(None, description="the tensor's shape", json_schema_extra=_always())
+    bytes: Optional[int] = Field(None, ge=0, description="numel x element size, bytes", json_schema_extra=_always())
+
+
+class ErrorMetrics(_Part):
+    """The output against the float64 reference (:func:`qbench.metrics.error_metrics`). With any
+    non-finite output every figure but ``nonfinite`` is null."""
+
+    rel_fro: Optional[float] = Field(None, ge=0, description="relative Frobenius error ||Y - Y_ref|| / ||Y_ref||",
+                                     json_schema_extra=_always())
+    abs_fro: Optional[float] = Field(None, ge=0, description="||Y - Y_ref||, Frobenius")
+    max_abs: Optional[float] = Field(None, ge=0, description="largest |Y - Y_ref| element")
+    sqnr_db: Optional[float] = Field(None, description="signal-to-quantization-noise ratio, dB (null when exact)")
+    cosine: Optional[float] = Field(None, description="cosine similarity of Y and Y_ref, flattened")
+    nonfinite: Optional[int] = Field(None, ge=0, description="non-finite output elements",
+                                     json_schema_extra=_always())
+    exact: Optional[bool] = Field(None, description="Y equals Y_ref exactly")
+    rel_fro_note: Optional[str] = Field(None, description="why rel_fro is null or undefined (non-finite output, "
+                                        "all-zero reference, overflow)")
+    reference_nonfinite: Optional[int] = Field(None, ge=0, description="non-finite reference elements")
+    activations_over_fp8_max: Optional[int] = Field(
+        None, ge=0, description="rows that cast activations to e4m3 (fp8-dynamic): activation elements with "
+        "|x| > 448 (e4m3 max) before the dynamic scale (nothing is clamped: the scale maps each row into range; "
+        "a static scale of 1 would clamp these)")
+    outlier_columns: Optional[int] = Field(None, ge=0, description="int8-bnb rows: activation columns with any "
+                                           "|x| > the LLM.int8 threshold")
+    fp8_saturated: Optional[int] = Field(None, ge=0, description="legacy: " + LEGACY["error.fp8_saturated"],
+                                         json_schema_extra={"legacy": LEGACY["error.fp8_saturated"]})
+
+
+class Kernel(_Part):
+    """One GPU work item of one call (the ``kernel`` profile, L2 flushed)."""
+
+    name: Optional[str] = Field(None, description="the kernel's (demangled) name, or `Memcpy ...` / `Memset ...`",
+                                json_schema_extra=_always())
+    count: Optional[float] = Field(None, ge=0, description="mean launches per call", json_schema_extra=_always())
+    us: Optional[float] = Field(None, ge=0, description="total µs per call", json_schema_extra=_always())
+    kind: Optional[Literal["kernel", "memcpy", "memset"]] = Field(None, description="work kind",
+                                                                  json_schema_extra=_always())
+
+
+class Dispatch(_Part):
+    """The GPU work of one call, from the ``kernel`` profile."""
+
+    label: Optional[str] = Field(None, description="`fused-quantized`, `dequantize+gemm`, `float-gemm` or "
+                                 "`unknown` (qbench.dispatch.classify_dispatch)", json_schema_extra=_always())
+    kernels: list[Kernel] = Field(default_factory=list, description="the work items, longest first",
+                                  json_schema_extra=_always())
+    host_sync: Optional[bool] = Field(None, description="a device-to-host copy or a host-blocking call happened "
+                                      "inside the call", json_schema_extra=_always())
+    graph_capturable: Optional[bool] = Field(None, description="false after a failed CUDA graph capture, null "
+                                             "when neither warm nor stream ran", json_schema_extra=_always())
+
+    @field_validator("label")
+    @classmethod
+    def _known_label(cls, v: Optional[str]) -> Optional[str]:
+        from qbench.dispatch import LABELS
+
+        if v is not None and v not in LABELS:
+            raise ValueError(f"dispatch label {v!r} is not one of {', '.join(LABELS)}")
+        return v
+
+
+class GpuReading(_Part):
+    """One NVML reading (:func:`qbench.gpu_state.read_gpu_state`)."""
+
+    sm_clock_mhz: Optional[float] = Field(None, description="SM clock, MHz")
+    mem_clock_mhz: Optional[float] = Field(None, description="memory clock, MHz")
+    temp_c: Optional[float] = Field(None, description="GPU temperature, °C")
+    power_w: Optional[float] = Field(None, description="board power draw, W")
+    throttle_reasons: Optional[list[str]] = Field(None, description="active NVML slow-down reasons "
+                                                  "(e.g. `sw_power_cap`); null when unreadable")
+    reasons: Optional[dict[str, str]] = Field(None, description="reading -> why NVML could not give it")
+
+
+class GpuState(_Part):
+    """NVML readings around and during the row's timing (null on CPU)."""
+
+    before: Optional[GpuReading] = Field(None, description="before the first method")
+    after: Optional[GpuReading] = Field(None, description="after cold, eager and kernel")
+    by_method: dict[str, GpuReading] = Field(default_factory=dict, description="method -> a fresh reading right "
+                                             "after its last sample")
+    clock_dropped: Optional[bool] = Field(None, description="the SM clock fell between before and after")
+
+    @field_validator("by_method")
+    @classmethod
+    def _methods(cls, v: dict) -> dict:
+        return _known_methods(v)
+
+
+class CompileInfo(_Part):
+    """torch.compile counters of a compiled row's first call (null for eager rows)."""
+
+    first_call_s: Optional[float] = Field(None, ge=0, description="the first call, compilation included, s",
+                                          json_schema_extra=_always())
+    graphs_compiled: Optional[int] = Field(None, ge=0, description="Dynamo graphs compiled by the first call",
+                                           json_schema_extra=_always())
+    graph_breaks: Optional[int] = Field(None, ge=0, description="Dynamo graph breaks during the first call",
+                                        json_schema_extra=_always())
+    recompilations_during_timing: Optional[int] = Field(None, ge=0, description="graphs compiled while timing "
+                                                        "(0 expected)")
+
+
+class CpuLoad(_Part):
+    """The CPU left for timing when a CPU row was timed (:func:`qbench.env.cpu_load`)."""
+
+    load_avg_1min: Optional[float] = Field(None, ge=0, description="1-minute load average")
+    free_cores: Optional[float] = Field(None, description="cores not busy with other work")
+    oversubscribed: Optional[bool] = Field(None, description="torch's threads exceed the free cores")
+
+
+class WorkerPhases(_Part):
+    """Seconds inside the worker process, by phase."""
+
+    prepare: Optional[float] = Field(None, ge=0, description="imports and CUDA context, s")
+    waited_for_go: Optional[float] = Field(None, ge=0, description="waiting for the previous worker to exit, s")
+    build: Optional[float] = Field(None, ge=0, description="building the layer, s")
+    copies: Optional[float] = Field(None, ge=0, description="building the L weight copies for stream, s")
+    measure: Optional[float] = Field(None, ge=0, description="measuring every M, s")
+    after_go: Optional[float] = Field(None, ge=0, description="everything after go, s")
+
+
+class Shard(_Part):
+    """The shape of one rank's shard (tensor-parallel rows)."""
+
+    k: Optional[int] = Field(None, gt=0, description="the shard's in_features", json_schema_extra=_always())
+    n: Optional[int] = Field(None, gt=0, description="the shard's out_features", json_schema_extra=_always())
+    same_as_slice: Optional[bool] = Field(None, description="the shard is the plain slice of the weight (no padding "
+                                          "or regrouping)", json_schema_extra=_always())
+    note: Optional[str] = Field(None, description="how the shard was cut, or `unsharded`")
+
+
+def _known_methods(v: dict) -> dict:
+    unknown = [m for m in v if m not in registry.METHODS]
+    if unknown:
+        raise ValueError(f"unknown timing method {unknown[0]!r} (known: {', '.join(registry.METHODS)})")
+    return v
+
+
+OptionValue = Union[bool, int, float, str, None]
+
+
+# ---- the row --------------------------------------------------------------------------------------
+
+class Row(_Part):
+    """One result row: one scheme at one M (and, for tensor-parallel rows, one tp_size and split)."""
+
+    # identity
+    scheme: str = Field(min_length=1, description="row label: registry name plus variant, e.g. "
+                        "`int8-weight-only+compiled`, `fp8-dynamic[kernel_preference=mslk]`",
+                        json_schema_extra=_always(identity=True))
+    base_scheme: Optional[str] = Field(None, description="registry name (`qbench list`)", json_schema_extra=_always())
+    library: Optional[str] = Field(None, description="`torch`, `torchao`, `bitsandbytes`, `gemlite`",
+                                   json_schema_extra=_always())
+    mode: Optional[Literal["eager", "compiled"]] = Field(None, description="`eager` or `compiled` (torch.compile)",
+                                                         json_schema_extra=_always())
+    options: dict[str, OptionValue] = Field(default_factory=dict, description="the scheme's validated options "
+                                            "(group_size, threshold, `kernel_preference`, ...)",
+                                            json_schema_extra=_always())
+    m: int = Field(gt=0, description="M, rows of X: batch x tokens", json_schema_extra=_always(identity=True))
+    k: int = Field(gt=0, description="K, in_features", json_schema_extra=_always(identity=True))
+    n: int = Field(gt=0, description="N, out_features", json_schema_extra=_always(identity=True))
+    device: Optional[str] = Field(None, description="`cpu` or `cuda:N`", json_schema_extra=_always())
+    weight_dtype: Optional[str] = Field(None, description="storage dtype of the weight values, e.g. `int4 (in int8)`",
+                                        json_schema_extra=_always())
+    activation_dtype: Optional[str] = Field(None, description="dtype fed to the layer, e.g. `bfloat16`",
+                                            json_schema_extra=_always())
+    output_dtype: Optional[str] = Field(None, description="dtype the layer returns (null until it ran)",
+                                        json_schema_extra=_always())
+    compute_dtype: Optional[str] = Field(None, description="dtype whose peak bounds the math: `fp32`, `tf32`, "
+                                         "`fp16`, `bf16`, `fp8`, `int8`", json_schema_extra=_always())
+    status: Literal["ok", "skipped", "failed"] = Field(description="`ok`, `skipped` (cannot run here; not an error), "
+                                                       "`failed` (an error; `reason` says which)",
+                                                       json_schema_extra=_always())
+    reason: Optional[str] = Field(None, description="one line, for skipped and failed rows (a failure: the "
+                                  "exception's type, first and last line)", json_schema_extra=_always())
+    # bytes
+    payload_bytes: Optional[int] = Field(None, ge=0, description="bytes of the weight values as stored, counted "
+                                         "from the module's tensors", json_schema_extra=_always())
+    metadata_bytes: Optional[int] = Field(None, ge=0, description="bytes of scales, zero points, absmax, code "
+                                          "tables, double-quantization statistics", json_schema_extra=_always())
+    bias_bytes: Optional[int] = Field(None, ge=0, description="bytes of the bias, if any", json_schema_extra=_always())
+    stored_bytes: Optional[int] = Field(None, ge=0, description="payload + metadata + bias, bytes",
+                                        json_schema_extra=_always())
+    ledger: Optional[list[LedgerPart]] = Field(None, description="the tensors counted (after the first call: "
+                                               "the timed state)", json_schema_extra=_always())
+    nominal_bits: Optional[float] = Field(None, description="the format's nominal bit width (a label, not a "
+                                          "measurement)", json_schema_extra=_always())
+    bits_per_weight: Optional[float] = Field(None, ge=0, description="8 x stored_bytes / (K x N), measured",
+                                             json_schema_extra=_always())
+    # work and roofline
+    flops: Optional[int] = Field(None, ge=0, description="2 x M x K x N, FLOP", json_schema_extra=_always())
+    min_bytes: Optional[int] = Field(None, ge=0, description="M x K x activation itemsize + stored_bytes + M x N x "
+                                     "output itemsize, bytes", json_schema_extra=_always())
+    arithmetic_intensity: Optional[float] = Field(None, ge=0, description="flops / min_bytes, FLOP/byte",
+                                                  json_schema_extra=_always())
+    roofline_us: Optional[float] = Field(None, ge=0, description="max(flops / peak(compute_dtype), min_bytes / "
+                                         "bandwidth), µs", json_schema_extra=_always())
+    roofline_bound: Optional[Literal["memory", "compute"]] = Field(None, description="which term of roofline_us "
+                                                                   "is larger", json_schema_extra=_always())
+    roofline_source: Optional[Literal["measured", "datasheet"]] = Field(None, description="the ceilings used",
+                                                                        json_schema_extra=_always())
+    roofline_reason: Optional[str] = Field(None, description="why roofline_us is null", json_schema_extra=_always())
+    # timing
+    latency_us: dict[str, Optional[Stats]] = Field(default_factory=dict, description="method -> STATS (µs per "
+                                                   "call) or null, one key per method the scenario's "
+                                                   "`timing.methods` lists (CPU rows: `cpu` and `stream`)",
+                                                   json_schema_extra=_always())
+    latency_reasons: dict[str, str] = Field(default_factory=dict, description="method -> why its latency is null, "
+                                            "e.g. `CUDA graph capture failed at M=1: ...` (warm), `not attempted: ...` "
+                                            "(stream after a failed capture), `copies for stream: ...`, `CUDA method; "
+                                            "this row ran on the CPU`",
+                                            json_schema_extra=_always())
+    launch_overhead_us: Optional[float] = Field(None, description="eager median - kernel median, µs",
+                                                json_schema_extra=_always())
+    hbm_floor_us: Optional[float] = Field(None, ge=0, description="stored_bytes / the roofline's memory bandwidth: "
+                                          "the time to read the weight once from HBM, µs; null on CPU",
+                                          json_schema_extra=_always())
+    hbm_floor_fraction: Optional[float] = Field(None, ge=0, description="hbm_floor_us / stream median (1.0 = at "
+                                                "the floor)", json_schema_extra=_always())
+    roofline_fraction: Optional[float] = Field(None, ge=0, description="roofline_us / the achieved_method median",
+                                               json_schema_extra=_always())
+    achieved_gbps: Optional[float] = Field(None, ge=0, description="min_bytes / the achieved_method median, GB/s",
+                                           json_schema_extra=_always())
+    achieved_tflops: Optional[float] = Field(None, ge=0, description="flops / the achieved_method median, TFLOP/s",
+                                             json_schema_extra=_always())
+    achieved_method: Optional[str] = Field(None, description="the method the three fields above divide by: "
+                                           "`stream` when the row has it, else `cold`", json_schema_extra=_always())
+    # what ran
+    error: Optional[ErrorMetrics] = Field(None, description="the output against the float64 reference",
+                                          json_schema_extra=_always())
+    dispatch: Optional[Dispatch] = Field(None, description="the GPU work of one call; null on CPU",
+                                         json_schema_extra=_always())
+    gpu_state: Optional[GpuState] = Field(None, description="NVML readings; null on CPU or without nvidia-ml-py",
+                                          json_schema_extra=_always())
+    compile: Optional[CompileInfo] = Field(None, description="compiled rows: torch.compile counters",
+                                           json_schema_extra=_always())
+    flags: list[str] = Field(default_factory=list, description="what could mislead a reader about an `ok` row, one "
+                             "sentence each, its name before the colon: `repacked` (the library changed the stored "
+                             "weight on the first call; the ledger is the timed state), `not-compiled` (a compiled "
+                             "scheme compiled no graph), `graph-breaks`, `throttled` (an NVML slow-down reason right "
+                             "after a method), `above-ceiling` (faster than the roofline of the ceilings used: the "
+                             "ceiling underestimates the device), `cpu-busy` (CPU threads exceed the free cores); "
+                             "tables list them under the table", json_schema_extra=_always())
+    cpu_load: Optional[CpuLoad] = Field(None, description="CPU rows that were timed: the CPU left for timing")
+    worker_wall_s: Optional[float] = Field(None, ge=0, description="host wall time of the scheme's worker (all its "
+                                           "M), seen by the runner, s (stamped when the runner records the rows)")
+    worker_phases_s: Optional[WorkerPhases] = Field(None, description="seconds inside the worker, by phase")
+    # tensor parallel (rows of a scenario with a [tp] table)
+    tp_size: Optional[int] = Field(None, ge=1, description="tensor-parallel: ranks the layer is sharded over",
+                                   json_schema_extra={"identity": True, "tp": True})
+    split: Optional[Literal["column", "row", "none"]] = Field(
+        None, description="tensor-parallel: `column` (N sharded, all-gather), `row` (K sharded, all-reduce), "
+        "`none` (tp_size 1)", json_schema_extra={"identity": True, "tp": True})
+    collective: Optional[Literal["all_gather", "all_reduce", "none"]] = Field(
+        None, description="tensor-parallel: the collective after the local GEMM", json_schema_extra={"tp": True})
+    reduce_dtype: Optional[str] = Field(None, description="tensor-parallel, all_reduce rows: the dtype summed",
+                                        json_schema_extra={"tp": True})
+    shard: Optional[Shard] = Field(None, description="tensor-parallel: one rank's shard",
+                                   json_schema_extra={"tp": True})
+    local_gemm_us: Optional[Stats] = Field(None, description="tensor-parallel: the rank's own layer call, STATS µs",
+                                           json_schema_extra={"tp": True})
+    collective_us: Optional[Stats] = Field(None, description="tensor-parallel: the collective alone, STATS µs",
+                                           json_schema_extra={"tp": True})
+    end_to_end_us: Optional[Stats] = Field(None, description="tensor-parallel: the call and the collective, STATS "
+                                           "µs (also latency_us.cold, or .cpu)", json_schema_extra={"tp": True})
+    per_rank_median_us: Optional[dict[str, list[Optional[float]]]] = Field(
+        None, description="tensor-parallel: `local_gemm`, `collective`, `end_to_end` -> each rank's median, µs",
+        json_schema_extra={"tp": True})
+    collective_bytes: Optional[int] = Field(None, ge=0, description="tensor-parallel: bus bytes of the collective",
+                                            json_schema_extra={"tp": True})
+    collective_data_bytes: Optional[int] = Field(None, ge=0, description="tensor-parallel: data bytes of the "
+                                                 "collective", json_schema_extra={"tp": True})
+    collective_busbw_gbps: Optional[float] = Field(None, ge=0, description="tensor-parallel: bus bandwidth "
+                                                   "(nccl-tests' definition), GB/s", json_schema_extra={"tp": True})
+    unsharded_error: Optional[ErrorMetrics] = Field(None, description="tensor-parallel: the unsharded layer of the "
+                                                    "same scheme against the float64 reference",
+                                                    json_schema_extra={"tp": True})
+    sharded_vs_unsharded: Optional[ErrorMetrics] = Field(None, description="tensor-parallel: the sharded output "
+                                                         "against the unsharded one", json_schema_extra={"tp": True})
+    stored_bytes_all_ranks: Optional[int] = Field(None, ge=0, description="tensor-parallel: stored bytes summed "
+                                                  "over the ranks", json_schema_extra={"tp": True})
+    cpu_threads_per_rank: Optional[int] = Field(None, ge=1, description="tensor-parallel CPU rows: intra-op "
+                                                "threads of each rank", json_schema_extra={"tp": True})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tp_fields_together(cls, data: Any, info) -> Any:
+        if (info.context or {}).get("writing") and isinstance(data, dict) and "tp_size" in data:
+            missing = [f for f in TP_ROW_FIELDS if f not in data]
+            if missing:
+                raise ValueError(f"{missing[0]}: missing (every tensor-parallel row carries all of "
+                                 f"{', '.join(TP_ROW_FIELDS)})")
+        return data
+
+    @field_validator("latency_us", "latency_reasons")
+    @classmethod
+    def _methods(cls, v: dict) -> dict:
+        return _known_methods(v)
+
+    @model_validator(mode="after")
+    def _method_extras(self) -> "Row":
+        for method, stats in self.latency_us.items():
+            if stats is None:
+                continue
+            for keys, owner in ((STREAM_ONLY, "stream"), (COLD_ONLY, "cold")):
+                wrong = [k for k in keys if getattr(stats, k) is not None and method != owner]
+                if wrong:
+                    raise ValueError(f"latency_us.{method}.{wrong[0]}: a {owner} key on a {method} record")
+        return self
+
+
+#: The fields only tensor-parallel rows carry, in the model's order (all of them on every such row).
+TP_ROW_FIELDS: tuple[str, ...] = tuple(name for name, f in Row.model_fields.items()
+                                       if (f.json_schema_extra or {}).get("tp"))
+
+
+# ---- checking -------------------------------------------------------------------------------------
+
+def validate_row(row: Any, *, writing: bool = False) -> Row:
+    """Check ``row`` (a dict) against :class:`Row` and return the model.
+
+    Args:
+        row: the row as a dict (JSON types).
+        writing: the producer's check: every *always* field present, no legacy field (see the
+            module docstring); reading only checks keys and types.
+
+    Raises:
+        RowError: one line: ``<key path>: <what is wrong> (got <value>)``.
+    """
+    if not isinstance(row, dict):
+        raise RowError(f"a row is an object, got {type(row).__name__}")
+    try:
+        return Row.model_validate(row, context={"writing": writing})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        got = "missing" if err["type"] == "missing" else f"got {err.get('input')!r}"
+        msg = err["msg"].removeprefix("Value error, ")
+        text = f"{loc}: {msg} ({got})" if loc else msg
+        raise RowError(text[:400]) from None
+
+
+def check_row(row: dict, *, writing: bool = False) -> dict:
+    """:func:`validate_row`, returning ``row`` itself (unchanged) so a producer or a test can write
+    ``rows.append(check_row({...}))``."""
+    validate_row(row, writing=writing)
+    return row
+
+
+def row_key(row: dict) -> tuple:
+    """The identity of a row in its file: the values of :data:`IDENTITY` (None where absent)."""
+    return tuple(row.get(f) for f in IDENTITY)
+
+
+# ---- introspection --------------------------------------------------------------------------------
+
+def _models_in(annotation: Any) -> list[tuple[str, type]]:
+    """(suffix, model) pairs inside a field annotation: ``""`` for a model field, ``".*"`` for a
+    dict of models, ``"[]"`` for a list of models."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [("", annotation)]
+    if origin in (Union, types.UnionType):
+        return [pair for a in args for pair in _models_in(a)]
+    if origin is dict:
+        return [(".*" + s, m) for s, m in _models_in(args[1])]
+    if origin is list:
+        return [("[]" + s, m) for s, m in _models_in(args[0])]
+    return []
+
+
+def _is_mapping(annotation: Any) -> bool:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (Union, types.UnionType):
+        return any(_is_mapping(a) for a in args)
+    return origin is dict
+
+
+def field_paths(model: type[BaseModel] = Row, prefix: str = "") -> frozenset[str]:
+    """Every dotted key path a row can carry: ``scheme``, ``latency_us``, ``latency_us.*``,
+    ``latency_us.*.median``, ``dispatch.kernels[].name``, ... (``*``: a key named by data, such
+    as a method; ``[]``: the elements of a list)."""
+    out: set[str] = set()
+    for name, f in model.model_fields.items():
+        path = f"{prefix}{name}"
+        out.add(path)
+        if _is_mapping(f.annotation):
+            out.add(path + ".*")
+        for suffix, sub in _models_in(f.annotation):
+            out |= field_paths(sub, f"{path}{suffix}.")
+    return frozenset(out)
+
+
+def field_names() -> frozenset[str]:
+    """Every key name used anywhere in a row (the last part of each of :func:`field_paths`)."""
+    return frozenset(p.rsplit(".", 1)[-1].removesuffix("[]") for p in field_paths() if not p.endswith("*"))
+
+
+def _type_text(annotation: Any) -> str:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (Union, types.UnionType):
+        parts = [a for a in args if a is not type(None)]
+        if annotation == OptionValue:
+            return "bool, int, float, str or null"
+        text = " or ".join(_type_text(a) for a in parts)
+        return f"{text} or null" if len(parts) < len(args) else text
+    if origin is Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin is dict:
+        return f"{{str: {_type_text(args[1])}}}"
+    if origin is list:
+        return f"list of {_type_text(args[0])}"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "STATS" if annotation is Stats else annotation.__name__
+    return {int: "int", float: "float", str: "str", bool: "bool"}.get(annotation, str(annotation))
+
+
+def _table(model: type[BaseModel], prefix: str = "") -> list[str]:
+    lines = ["| field | type | written | meaning |", "|---|---|---|---|"]
+    for name, f in model.model_fields.items():
+        extra = f.json_schema_extra or {}
+        path = f"{prefix}{name}"
+        if extra.get("legacy"):
+            written = "never (legacy)"
+        elif extra.get("tp"):
+            written = "tensor-parallel rows"
+        elif extra.get("always"):
+            written = "always"
+        else:
+            written = "when known"
+        since = ADDED_SINCE.get(path)
+        meaning = (f.description or "").replace("|", "\\|")
+        if extra.get("identity"):
+            meaning += "; part of the row identity"
+        if since:
+            meaning += f"; absent in files written before {since}"
+        lines.append(f"| `{name}` | {_type_text(f.annotation)} | {written} | {meaning} |")
+    return lines
+
+
+#: The parts of a row, in the order the schema shows them: (model, the key paths where it appears).
+_PARTS: tuple[tuple[type[BaseModel], str], ...] = (
+    (Stats, "latency_us.<method>, local_gemm_us, collective_us, end_to_end_us"),
+    (ErrorMetrics, "error, unsharded_error, sharded_vs_unsharded"),
+    (LedgerPart, "ledger[]"),
+    (Dispatch, "dispatch"),
+    (Kernel, "dispatch.kernels[]"),
+    (GpuState, "gpu_state"),
+    (GpuReading, "gpu_state.before, gpu_state.after, gpu_state.by_method.<method>"),
+    (CompileInfo, "compile"),
+    (CpuLoad, "cpu_load"),
+    (WorkerPhases, "worker_phases_s"),
+    (Shard, "shard"),
+)
+
+
+def schema_markdown() -> str:
+    """The ROW tables of ``docs/results-schema.md``: :class:`Row` and each of its parts, one
+    Markdown table each (field, type, when it is written, meaning with units)."""
+    prefixes = {ErrorMetrics: "error.", CompileInfo: "compile."}
+    out = ["### ROW", "", *_table(Row)]
+    for model, where in _PARTS:
+        name = "STATS" if model is Stats else model.__name__
+        out += ["", f"### {name}", "", f"At `{where}`. {model.__doc__.strip()}", "",
+                *_table(model, prefixes.get(model, ""))]
+    out += ["", "Legacy fields (read, never written):", ""]
+    out += [f"- `{path}`: {why}" for path, why in LEGACY.items()]
+    return "\n".join(out)

@@ -1,0 +1,396 @@
+"""The typed row model (qbench/row.py, issue 12 item 1) and what it guards against: a column that
+reads a key no row carries, a reader or a fixture that names a wrong key, a producer that writes a
+key or a type the model does not have. Every committed result file still loads."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from qbench import row as rowmod
+from qbench.render.columns import COLUMNS, Column, _get
+from qbench.results import ResultsError, read_results, write_results
+from qbench.row import (ADDED_SINCE, DOCUMENT_KEYS, IDENTITY, LEGACY, TP_ROW_FIELDS, Row, RowError, check_row,
+                        field_names, field_paths, row_key, schema_markdown, validate_row)
+from qbench.timing import registry
+from tests.rows import full_cpu_row, full_failed_row, full_row, full_tp_row, make_row, stats
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _result_files() -> list[Path]:
+    out = []
+    for path in sorted((ROOT / "results").rglob("*.json")):
+        doc = json.loads(path.read_text())
+        if isinstance(doc, dict) and "schema_version" in doc and isinstance(doc.get("rows"), list) and "kind" not in doc:
+            out.append(path)
+    return out
+
+
+# ---- the model ----------------------------------------------------------------------------------------
+
+def test_field_paths_name_every_level():
+    paths = field_paths()
+    for path in ("scheme", "latency_us", "latency_us.*", "latency_us.*.median", "latency_us.*.copies",
+                 "error.rel_fro", "dispatch.kernels[].name", "gpu_state.by_method.*.throttle_reasons",
+                 "compile.first_call_s", "compile.graph_breaks", "per_rank_median_us.*", "shard.same_as_slice",
+                 "end_to_end_us.median", "unsharded_error.rel_fro", "ledger[].bytes", "error.fp8_saturated"):
+        assert path in paths, path
+    for wrong in ("compile.compile_s", "latency_us.*.p50", "error.rel_err", "stored_byte", "compile_s"):
+        assert wrong not in paths
+    assert {"median", "rel_fro", "first_call_s", "kind", "sm_clock_mhz"} <= field_names()
+    assert "compile_s" not in field_names()
+
+
+def test_identity_and_tp_fields():
+    assert IDENTITY == ("scheme", "m", "k", "n", "tp_size", "split")
+    assert row_key(make_row(scheme="bf16", m=1, k=8, n=4, status="ok")) == ("bf16", 1, 8, 4, None, None)
+    assert row_key(full_tp_row()) == ("int8-weight-only+compiled", 1, 4096, 4096, 2, "row")
+    assert TP_ROW_FIELDS == ("tp_size", "split", "collective", "reduce_dtype", "shard", "local_gemm_us",
+                             "collective_us", "end_to_end_us", "per_rank_median_us", "collective_bytes",
+                             "collective_data_bytes", "collective_busbw_gbps", "unsharded_error",
+                             "sharded_vs_unsharded", "stored_bytes_all_ranks", "cpu_threads_per_rank")
+    from qbench.tp.measure import TP_FIELDS
+
+    assert TP_FIELDS == TP_ROW_FIELDS
+
+
+def test_full_rows_are_complete_for_the_producer():
+    for row in (full_row(), full_failed_row(), full_cpu_row(), full_tp_row()):
+        assert isinstance(validate_row(row, writing=True), Row)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r.pop("flags"), "flags: missing (the producer writes it on every row)"),
+    (lambda r: r["latency_us"]["cold"].pop("cv"), "latency_us.cold: cv: missing"),
+    (lambda r: r["error"].update(fp8_saturated=3), "error: fp8_saturated: a legacy field"),
+    (lambda r: r["compile"].pop("graph_breaks"), "compile: graph_breaks: missing"),
+    (lambda r: r.update(tp_size=2, split="row"), "collective: missing (every tensor-parallel row carries all of"),
+])
+def test_the_producer_rules_refuse_what_reading_accepts(change, message):
+    row = full_row()
+    change(row)
+    validate_row(row)  # an older file may look like this
+    with pytest.raises(RowError) as exc:
+        validate_row(row, writing=True)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(compile={"compile_s": 14.2}), "compile.compile_s: Extra inputs are not permitted (got 14.2)"),
+    (dict(latency_us={"stream": {"median": 1.0, "p50": 1.0}}), "latency_us.stream.p50: Extra inputs are not permitted"),
+    (dict(latency_us={"cold": stats(1.0, how="deepcopy")}), "latency_us.cold.how: a stream key on a cold record"),
+    (dict(latency_us={"stream": stats(1.0, launch="hidden")}), "latency_us.stream.launch: a cold key on a stream record"),
+    (dict(gpu_state={"by_method": {"hot": {}}}), "gpu_state.by_method: unknown timing method 'hot'"),
+    (dict(dispatch={"label": "fused"}), "dispatch.label: dispatch label 'fused' is not one of"),
+    (dict(stored_bytes=1.5), "stored_bytes: Input should be a valid integer (got 1.5)"),
+    (dict(flops="2"), "flops: Input should be a valid integer (got '2')"),
+    (dict(mode="jit"), "mode: Input should be 'eager' or 'compiled' (got 'jit')"),
+])
+def test_a_wrong_key_or_type_is_one_line(fields, message):
+    with pytest.raises(RowError) as exc:
+        make_row(scheme="bf16", m=1, k=8, n=8, status="ok", **fields)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+# ---- every committed result file loads; legacy keys are handled explicitly -----------------------------
+
+def test_every_committed_result_file_loads():
+    files = _result_files()
+    assert len(files) == 22
+    rows = 0
+    for path in files:
+        rows += len(read_results(path)["rows"])
+    assert rows == 715
+
+
+def test_legacy_and_added_fields_are_real_and_explicit():
+    """Each legacy field is in some committed file and in no row the producer writes; each field
+    added since is absent from some committed file and present in another."""
+    docs = {p: json.loads(p.read_text()) for p in _result_files()}
+
+    def has(row: dict, path: str) -> bool:
+        cur = row
+        for part in path.split("."):
+            if not isinstance(cur, dict) or part not in cur:
+                return False
+            cur = cur[part]
+        return True
+
+    assert set(LEGACY) == {"error.fp8_saturated"}
+    with_legacy = [p for p, d in docs.items() if any(has(r, "error.fp8_saturated") for r in d["rows"])]
+    assert len(with_legacy) == 19
+    for path in ADDED_SINCE:
+        candidates = [r for d in docs.values() for r in d["rows"]
+                      if r["status"] == "ok" and (not path.startswith("compile.") or r.get("compile"))]
+        assert any(has(r, path) for r in candidates) and not all(has(r, path) for r in candidates), path
+        assert path in field_paths()
+
+
+def test_reading_then_writing_an_old_file_keeps_its_legacy_keys(tmp_path):
+    doc = read_results(ROOT / "results" / "h200" / "decode.json")
+    assert any("fp8_saturated" in (r.get("error") or {}) for r in doc["rows"])
+    write_results(tmp_path / "copy.json", doc)  # the writer checks keys and types, not the producer's rules
+    assert read_results(tmp_path / "copy.json") == doc
+
+
+# ---- the producer checks its rows ------------------------------------------------------------------------
+
+def _scenario(tmp_path, names=("fp32",), k=64, n=32):
+    from qbench import scenario
+    from tests.conftest import small_scenario_toml
+
+    path = tmp_path / "s.toml"
+    path.write_text(small_scenario_toml(list(names), m=(1, 2), k=k, n=n))
+    return scenario.load(path)
+
+
+def test_measured_rows_fit_the_producer_rules(tmp_path):
+    from qbench.measure import measure_scheme
+
+    rows = measure_scheme(_scenario(tmp_path), 0, torch.device("cpu"))
+    assert [(r["scheme"], r["m"], r["status"]) for r in rows] == [("fp32", 1, "ok"), ("fp32", 2, "ok")]
+    for row in rows:
+        validate_row(row, writing=True)
+        assert row["payload_bytes"] == 64 * 32 * 4 and row["latency_us"]["cpu"]["n"] >= 3
+
+
+def test_a_producer_writing_an_unknown_key_fails_loudly(tmp_path, monkeypatch):
+    from qbench import measure, metrics
+    from qbench.measure import measure_scheme
+
+    real = metrics.error_metrics
+    monkeypatch.setattr(measure.metrics, "error_metrics", lambda y, ref: {**real(y, ref), "rel_err": 0.0})
+    with pytest.raises(RowError, match=r"^error\.rel_err: Extra inputs are not permitted \(got 0\.0\)$"):
+        measure_scheme(_scenario(tmp_path), 0, torch.device("cpu"))
+
+
+def test_a_producer_writing_a_wrong_type_fails_loudly(tmp_path, monkeypatch):
+    from qbench import formulas
+    from qbench.measure import measure_scheme
+
+    monkeypatch.setattr(formulas, "flops", lambda m, k, n: 2.0 * m * k * n)
+    with pytest.raises(RowError, match=r"^flops: Input should be a valid integer \(got 4096\.0\)$"):
+        measure_scheme(_scenario(tmp_path), 0, torch.device("cpu"))
+
+
+def test_skipped_rows_of_every_scheme_fit(tmp_path):
+    from qbench import schemes
+    from qbench.measure import base_row, checked, failed_rows
+
+    sc = _scenario(tmp_path, sorted(schemes.names()), k=256, n=256)
+    rows = [base_row(sc, e, schemes.get(e.name), 1, torch.device("cpu")) for e in sc.schemes]
+    assert len(checked(failed_rows(rows, "skipped", "why"))) == len(schemes.names())
+
+
+def test_tp_rows_fit_the_producer_rules(tmp_path):
+    from qbench.tp.measure import tp_row
+
+    row = tp_row(_scenario(tmp_path), 0, 1, torch.device("cpu"), 2, "column")
+    assert (row["tp_size"], row["split"], row["collective"]) == (2, "column", "all_gather")
+    assert all(f in row for f in TP_ROW_FIELDS)
+    validate_row(row, writing=True)
+
+
+def test_the_writer_refuses_a_row_with_an_unknown_key_and_writes_nothing(tmp_path):
+    row = full_row()
+    row["compile"]["compile_s"] = 14.2
+    doc = {"schema_version": 1, "complete": True, "rows": [row]}
+    path = tmp_path / "r.json"
+    with pytest.raises(ResultsError) as exc:
+        write_results(path, doc)
+    assert str(exc.value) == (f"{path}: not written: rows[0].compile.compile_s: Extra inputs are not permitted "
+                              "(got 14.2)")
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+
+
+# ---- the column catalogue reads fields of the model --------------------------------------------------------
+
+class _Traced(dict):
+    """A row (or a part of one) that records every key path read from it."""
+
+    def __init__(self, data: dict, path: str, seen: set):
+        super().__init__(data)
+        self._path, self._seen = path, seen
+
+    def _at(self, key) -> str:
+        mapped = f"{self._path}.*" if self._path else None
+        if mapped and mapped in field_paths():  # a key named by data (a method)
+            return mapped
+        return f"{self._path}.{key}" if self._path else str(key)
+
+    def _wrap(self, key, value):
+        return _wrap(value, self._at(key), self._seen)
+
+    def __getitem__(self, key):
+        self._seen.add(self._at(key))
+        return self._wrap(key, super().__getitem__(key))
+
+    def get(self, key, default=None):
+        self._seen.add(self._at(key))
+        return self._wrap(key, super().__getitem__(key)) if key in self.keys() else default
+
+    def __contains__(self, key):
+        self._seen.add(self._at(key))
+        return super().__contains__(key)
+
+    def items(self):
+        return [(k, self._wrap(k, v)) for k, v in super().items()]
+
+    def values(self):
+        return [v for _, v in self.items()]
+
+
+def _wrap(value, path: str, seen: set):
+    if isinstance(value, dict):
+        return _Traced(value, path, seen)
+    if isinstance(value, list):
+        return [_wrap(v, f"{path}[]", seen) for v in value]
+    return value
+
+
+_FULL_ROWS = {"ok": full_row, "failed": full_failed_row, "cpu": full_cpu_row, "tp": full_tp_row}
+
+
+def _reads(column: Column) -> tuple[set, list]:
+    seen: set = set()
+    values = []
+    for make in _FULL_ROWS.values():
+        row = _Traced(make(), "", seen)
+        values.append(column.value(row))
+        column.cell(row)
+    return seen, values
+
+
+@pytest.mark.parametrize("key", list(COLUMNS))
+def test_every_column_reads_fields_of_the_model_and_shows_a_value(key):
+    seen, values = _reads(COLUMNS[key])
+    assert seen, f"column {key} reads nothing"
+    assert seen <= field_paths(), f"column {key} reads {sorted(seen - field_paths())}: no row carries them"
+    assert any(v is not None for v in values), f"column {key} is empty on every complete row"
+
+
+def test_the_column_check_catches_a_key_no_row_carries():
+    """The issue's example: a compile_s column that read compile.compile_s was always a dash."""
+    bad = Column("compile_s", "compile s", _get("compile", "compile_s"))
+    seen, values = _reads(bad)
+    assert seen - field_paths() == {"compile.compile_s"} and values == [None] * 4
+    assert COLUMNS["compile_s"].value(full_row()) == 5.5
+
+
+def test_known_values_of_complete_rows():
+    ok, cpu, tp = full_row(), full_cpu_row(), full_tp_row()
+    assert COLUMNS["stream_copies"].value(ok) == 15 and COLUMNS["graphs"].value(ok) == 1
+    assert COLUMNS["graph_breaks"].value(ok) == 0 and COLUMNS["flags"].value(ok) == "above-ceiling"
+    assert COLUMNS["cpu"].value(cpu) == 61.0 and COLUMNS["cold"].value(cpu) is None
+    assert (COLUMNS["tp_size"].value(tp), COLUMNS["split"].value(tp), COLUMNS["end_to_end_us"].value(tp)) == (2, "row", 14.5)
+    assert COLUMNS["reason"].value(full_failed_row()) == "run: RuntimeError: an example failure"
+
+
+# ---- readers name only fields of the model ----------------------------------------------------------------
+
+#: The modules that read result rows (and the one script that tabulates them for the docs).
+READERS = ("qbench/compare.py", "qbench/recommend.py", "qbench/report.py", "qbench/plot.py", "qbench/model.py",
+           "qbench/sweep_report.py", "qbench/render/__init__.py", "qbench/render/columns.py",
+           "qbench/render/table.py", "qbench/render/csv.py", "qbench/render/json.py", "qbench/tp/table.py",
+           "qbench/cli.py", "qbench/results.py", "scripts/docs_tables.py")
+
+#: Keys a reader may read that are neither row fields nor its own records' keys, each for a reason.
+NOT_ROW_KEYS = {
+    # the document's env and ceilings (qbench.env.collect, qbench.ceilings), not rows
+    "qbench/plot.py": {"device_name", "datasheet", "memory_gbps", "tflops",
+                       "tab20", "tab20b"},  # matplotlib colour map names
+    "qbench/model.py": {"measured", "memory_gbps"},
+    "qbench/render/__init__.py": {"device_name", "compute_capability"},
+    "qbench/compare.py": {"A", "B"},  # the two files' sides in a dict built by a comprehension
+    # derived summaries: scripts/repeatability.py's and scripts/crosscheck_timing.py's rows, and the env
+    "scripts/docs_tables.py": {"cv_pct", "files", "medians_us", "method", "missing_from", "runs", "ours_us",
+                               "triton_us", "pass", "ratio", "qbench_us", "reference_us", "qbench_copies",
+                               "reference_copies", "stream_rows", "tolerance", "torch", "triton"},
+}
+
+
+def string_keys(source: str) -> tuple[list[tuple[int, str]], set[str]]:
+    """``(line, key)`` of every string-key read in ``source`` (``x["key"]``, ``x.get("key")``,
+    ``x.setdefault("key")``, ``x.pop("key")``) and the set of keys the module itself puts into
+    dicts it builds (dict displays, ``dict(key=...)`` / ``.update(key=...)``, ``x["key"] = ...``)."""
+    reads, built = [], set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            if isinstance(node.ctx, ast.Store):
+                built.add(node.slice.value)
+            else:
+                reads.append((node.lineno, node.slice.value))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("get", "setdefault", "pop") and node.args and isinstance(node.args[0], ast.Constant) \
+                    and isinstance(node.args[0].value, str):
+                reads.append((node.lineno, node.args[0].value))
+            if node.func.attr == "update":
+                built |= {kw.arg for kw in node.keywords if kw.arg}
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
+            built |= {kw.arg for kw in node.keywords if kw.arg}
+        elif isinstance(node, ast.Dict):
+            built |= {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+    return reads, built
+
+
+def unknown_keys(source: str, allowed: set[str] = frozenset()) -> list[str]:
+    """The string keys ``source`` reads that are no field of the row model, no timing method, no
+    document key, not built by the module itself, and not in ``allowed``."""
+    reads, built = string_keys(source)
+    known = field_names() | set(registry.METHODS) | set(DOCUMENT_KEYS) | built | set(allowed)
+    return [f"line {line}: {key!r}" for line, key in reads if key not in known]
+
+
+@pytest.mark.parametrize("module", READERS)
+def test_readers_read_only_fields_of_the_model(module):
+    source = (ROOT / module).read_text()
+    assert unknown_keys(source, NOT_ROW_KEYS.get(module, set())) == []
+
+
+def test_the_reader_scan_catches_a_wrong_key():
+    source = ('def f(row):\n'
+              '    a = (row.get("compile") or {}).get("compile_s")\n'
+              '    b = row["stored_byte"]\n'
+              '    c = row["latency_us"]["stream"]["median"]\n'
+              '    rec = {"ratio": 1.0}\n'
+              '    return rec["ratio"], row.get("tp_size")\n')
+    assert unknown_keys(source) == ["line 2: 'compile_s'", "line 3: 'stored_byte'"]
+
+
+def test_every_exemption_is_still_needed():
+    for module, keys in NOT_ROW_KEYS.items():
+        reads, _ = string_keys((ROOT / module).read_text())
+        assert keys <= {key for _, key in reads}, f"{module}: {sorted(keys - {k for _, k in reads})} no longer read"
+
+
+# ---- the docs -----------------------------------------------------------------------------------------------
+
+def test_results_schema_doc_is_generated_from_the_model():
+    text = (ROOT / "docs" / "results-schema.md").read_text()
+    marker = "<!-- BEGIN: python scripts/docs_tables.py row-schema -->\n"
+    assert marker in text
+    body = text.split(marker, 1)[1].split("<!-- END -->", 1)[0]
+    assert body == schema_markdown() + "\n"
+    for name in Row.model_fields:
+        assert f"| `{name}` |" in body, name
+    assert "| `compile_s` |" not in body
+
+
+def test_schema_markdown_marks_when_fields_are_written():
+    text = schema_markdown()
+    assert "| `tp_size` | int or null | tensor-parallel rows |" in text
+    assert "| `flags` | list of str | always |" in text and "absent in files written before 2026-11-30" in text
+    assert "| `fp8_saturated` | int or null | never (legacy) |" in text
+    assert "| `median` | float or null | always | median, µs per call |" in text
+
+
+def test_check_row_returns_the_row_unchanged():
+    row = {"scheme": "bf16", "m": 1, "k": 8, "n": 8, "status": "ok", "nominal_bits": 16}
+    assert check_row(row) is row and row == {"scheme": "bf16", "m": 1, "k": 8, "n": 8, "status": "ok",
+                                             "nominal_bits": 16}
+    assert rowmod.validate_row(row).nominal_bits == 16.0
