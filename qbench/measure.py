@@ -138,7 +138,7 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
     for row in rows:
         finish_row(row, ceilings)
         row["worker_phases_s"] = {"build": built - t0, "copies": copied - built,
-                                  "measure": time.perf_counter() - copied}
+                                  "measure": time.perf_counter() - copied, "by_method": dict(runner.spent)}
     return checked(rows)
 
 
@@ -236,6 +236,10 @@ class _Runner:
         self.copies: Optional[Copies] = None
         self.stream_why: Optional[str] = None
         self._stream_calls: Optional[list] = None
+        self.spent: dict[str, float] = {}  # seconds per timing method, summed over M (worker_phases_s.by_method)
+
+    def _spend(self, method: str, since: float) -> None:
+        self.spent[method] = self.spent.get(method, 0.0) + time.perf_counter() - since
 
     def _fn(self, x: torch.Tensor) -> Callable[[], Any]:
         module = self.module
@@ -283,11 +287,13 @@ class _Runner:
             self._cpu_load_flag(row)
             for method in self.scenario.timing.methods:
                 if method == "stream":
+                    t0 = time.perf_counter()
                     try:
                         self._measure_stream(row, x)
                     except Exception as exc:  # the copies failed: stream's reason, the row keeps its cpu time
                         row["latency_us"]["stream"] = None
                         row["latency_reasons"]["stream"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                    self._spend("stream", t0)
                 else:
                     row["latency_us"][method] = None
                     row["latency_reasons"][method] = "CUDA method; this row ran on the CPU"
@@ -314,6 +320,7 @@ class _Runner:
             self._time(row, "eager", lambda: timing.time_eager(fn, self.settings))
             self._reading(row, "eager")
         if "kernel" in methods:
+            t0 = time.perf_counter()
             try:
                 if self.flusher is None:
                     self.flusher = timing.L2Flusher(self.device, self.settings.flush_multiple)
@@ -331,6 +338,7 @@ class _Runner:
                 row["latency_us"]["kernel"] = None
                 row["latency_reasons"]["kernel"] = f"profiler: {type(exc).__name__}: {exc}"
             self._reading(row, "kernel")
+            self._spend("kernel", t0)
         after = gpu.read_gpu_state(index) if gpu else None
         if before is not None or after is not None:
             row["gpu_state"] = {**(row.get("gpu_state") or {}), "before": before, "after": after,
@@ -365,11 +373,13 @@ class _Runner:
             row["flags"].append(f"throttled: {', '.join(active)} active right after {method}")
 
     def _time(self, row: dict, method: str, run: Callable[[], Any]) -> None:
+        t0 = time.perf_counter()
         try:
             row["latency_us"][method] = run().to_dict()
         except Exception as exc:
             row["latency_us"][method] = None
             row["latency_reasons"][method] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        self._spend(method, t0)
 
     def _recount_ledger(self, row: dict) -> None:
         """Count the ledger again after the first call: the timed state. A library that repacks its
@@ -435,6 +445,7 @@ class _Runner:
                     row["latency_us"][method] = None
                     row["latency_reasons"][method] = f"not attempted: {failure}"
                     continue
+                t0 = time.perf_counter()
                 try:
                     if method == "warm":
                         row["latency_us"]["warm"] = timing.time_warm(self._fn(x), self.settings).to_dict()
@@ -449,6 +460,8 @@ class _Runner:
                     failure = f"M={row['m']}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
                     row["latency_us"][method] = None
                     row["latency_reasons"][method] = failure
+                finally:
+                    self._spend(method, t0)
             if row["dispatch"] is not None:
                 row["dispatch"]["graph_capturable"] = failure is None
 

@@ -66,7 +66,7 @@ IDENTITY = ("scheme", "m", "k", "n", "tp_size", "split")
 #: The top-level keys of a result document (``docs/results-schema.md``); ``rows`` holds the rows.
 #: ``kind`` marks a derived summary (``scripts/repeatability.py``), whose rows are not result rows.
 DOCUMENT_KEYS = ("schema_version", "complete", "qbench_version", "created", "wall_s", "env", "scenario",
-                 "ceilings_wall_s", "ceilings", "rows", "kind")
+                 "ceilings_wall_s", "ceilings", "workers", "rows", "kind")
 
 #: Fields a reader accepts in older files and the producer never writes: dotted path -> why.
 LEGACY: dict[str, str] = {
@@ -126,6 +126,10 @@ class Stats(_Part):
     cv: Optional[float] = Field(None, ge=0, description="coefficient of variation: sample standard deviation "
                                 "(n - 1) / mean, dimensionless; 0 when n = 1", json_schema_extra=_always())
     n: Optional[int] = Field(None, ge=1, description="number of samples", json_schema_extra=_always())
+    stop: Optional[Literal["ci-target", "budget", "max-reps"]] = Field(
+        None, description="why the adaptive loop stopped: `ci-target` (the median's 95 % CI half-width fell under "
+        "target_rel_ci), `budget` (budget_s ran out first, after at least min_reps samples), `max-reps`; absent "
+        "on kernel readings and on files written before it was recorded")
     # stream only
     copies: Optional[int] = Field(None, ge=1, description="stream: L, the distinct copies of the built layer "
                                   "the graph calls in order (bf16 4096 x 4096: 8)")
@@ -284,6 +288,8 @@ class WorkerPhases(_Part):
     copies: Optional[float] = Field(None, ge=0, description="building the L weight copies for stream, s")
     measure: Optional[float] = Field(None, ge=0, description="measuring every M, s")
     after_go: Optional[float] = Field(None, ge=0, description="everything after go, s")
+    by_method: Optional[dict[str, float]] = Field(None, description="seconds in each timing method (its set-up, "
+                                                  "warm-up, samples and GPU readings), summed over every M")
 
 
 class Shard(_Part):

@@ -69,6 +69,7 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
     bar = _bar(len(entries)) if show_bar else None
     tmp = tempfile.TemporaryDirectory(prefix="qbench-")
     workers = _Workers(scenario, dev, doc["ceilings"], tmp.name)
+    doc["workers"] = {"design": "one process per scheme", "preloaded": preload_modules(), "ahead": workers.ahead}
     try:
         for index, entry in entries:
             if bar is not None:
@@ -116,31 +117,67 @@ def _ceilings(dev, scenario: Scenario) -> Optional[dict]:
 _CONTEXT = None
 
 
+def preload_enabled() -> bool:
+    """Whether the forkserver preloads qbench's measurement modules and the fork-safe scheme packages
+    (default); ``QBENCH_PRELOAD=0`` preloads torch alone, one worker per scheme importing the rest
+    itself (the design before issue 15, kept for ``scripts/bench_decode.py``'s comparison)."""
+    return os.environ.get("QBENCH_PRELOAD", "1") != "0"
+
+
+def preload_modules() -> list[str]:
+    """Modules the forkserver imports once before forking any worker: ``qbench._preload`` (torch,
+    Dynamo, torch.profiler, qbench's measurement modules) and each installed package of
+    :data:`qbench._preload.FORK_SAFE_PACKAGES`; ``["torch"]`` when :func:`preload_enabled` is False.
+    Checked with ``importlib.util.find_spec`` only: nothing is imported in the runner."""
+    if not preload_enabled():
+        return ["torch"]
+    import importlib.util
+
+    safe = ("torchao", "bitsandbytes", "mslk")  # qbench._preload.FORK_SAFE_PACKAGES (not imported here: torch)
+    return ["qbench._preload"] + [name for name in safe if importlib.util.find_spec(name) is not None]
+
+
 def _context():
-    """The forkserver context, its server preloading torch (started on first use)."""
+    """The forkserver context, its server preloading :func:`preload_modules` (started on first use)."""
     global _CONTEXT
     if _CONTEXT is None:
         import multiprocessing
 
         _CONTEXT = multiprocessing.get_context("forkserver")
-        _CONTEXT.set_forkserver_preload(["qbench._preload"])
+        _CONTEXT.set_forkserver_preload(preload_modules())
     return _CONTEXT
 
 
-class _Workers:
-    """One worker process per scheme, the next one started ahead of time.
+def default_ahead(dev) -> int:
+    """Workers started ahead of the measuring one: ``QBENCH_AHEAD`` if set, else 2 on CUDA (a worker's
+    start-up, ~1 s with preloading and ~6 s without on the H200, overlaps the measuring worker's
+    1-6 s) when the host has at least 8 cores, 1 below that, and 0 on the CPU, where start-up would
+    compete with the timed work for cores."""
+    value = os.environ.get("QBENCH_AHEAD")
+    if value is not None:
+        return max(0, int(value))
+    if dev.type != "cuda":
+        return 0
+    return 2 if (os.cpu_count() or 1) >= 8 else 1
 
-    On CUDA, while worker ``i`` measures, worker ``i + 1`` starts: it imports its libraries and creates
-    its CUDA context (seconds on some hosts), launches no GPU work, and waits for ``go``, which
-    is given only after worker ``i`` has exited. Timing is therefore never shared with another
-    process's kernels; only the next worker's host-side start-up overlaps it.
+
+class _Workers:
+    """One worker process per scheme, the next ones started ahead of time.
+
+    On CUDA, while worker ``i`` measures, workers ``i + 1 .. i + ahead`` start: each imports what its
+    forkserver did not preload and creates its CUDA context, launches no GPU work, and waits for
+    ``go``, which is given only after worker ``i`` has exited. Timing is therefore never shared with
+    another process's kernels; only the next workers' host-side start-up overlaps it.
+
+    Args:
+        prestart: workers started ahead (int), True for 1, False for 0; None: :func:`default_ahead`.
     """
 
     def __init__(self, scenario: Scenario, dev, ceilings: Optional[dict], folder: str,
-                 prestart: Optional[bool] = None):
+                 prestart: "Optional[bool | int]" = None):
         self.scenario, self.dev, self.ceilings, self.folder = scenario, dev, ceilings, folder
-        # On the CPU the start-up would compete with the timed work for cores: no overlap.
-        self.prestart = dev.type == "cuda" if prestart is None else prestart
+        self.ahead = default_ahead(dev) if prestart is None else int(prestart)
+        self.prestart = self.ahead > 0
         self.started: dict[int, tuple] = {}
 
     def _start(self, index: int) -> tuple:
@@ -198,8 +235,9 @@ class _Workers:
         except OSError:  # the worker already died while preparing; its exit code tells why
             pass
         go.close()
-        if self.prestart and index + 1 < len(self.scenario.schemes):
-            self.started[index + 1] = self._start(index + 1)
+        for ahead in range(index + 1, min(index + 1 + self.ahead, len(self.scenario.schemes))):
+            if ahead not in self.started:
+                self.started[ahead] = self._start(ahead)
         timeout = self.scenario.timing.scheme_timeout_s
         proc.join(timeout)
         if proc.is_alive():

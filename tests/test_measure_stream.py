@@ -72,7 +72,10 @@ def _check_stream_row(row: dict) -> dict:
     assert row["latency_us"]["cpu"]["median"] > 0
     for method in ("cold", "warm", "eager", "kernel"):
         assert row["latency_us"][method] is None and "CUDA method" in row["latency_reasons"][method]
-    assert set(row["worker_phases_s"]) == {"build", "copies", "measure"}
+    assert set(row["worker_phases_s"]) == {"build", "copies", "measure", "by_method"}
+    # CPU rows spend time in cpu and stream only; the two are part of measure
+    spent = row["worker_phases_s"]["by_method"]
+    assert set(spent) == {"cpu", "stream"} and 0 < sum(spent.values()) <= row["worker_phases_s"]["measure"]
     return rec
 
 

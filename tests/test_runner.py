@@ -172,3 +172,71 @@ def test_close_stops_a_prestarted_worker(tmp_path):
         proc = workers.started[1][0]
         workers.close()
         assert not proc.is_alive()
+
+
+def test_preload_modules_default_and_off(monkeypatch):
+    """Default: qbench's measurement modules and every installed fork-safe scheme package, never
+    gemlite (it reads CUDA device properties at import); QBENCH_PRELOAD=0: torch alone."""
+    import importlib.util
+
+    from qbench import _preload
+
+    monkeypatch.delenv("QBENCH_PRELOAD", raising=False)
+    mods = runner.preload_modules()
+    assert mods[0] == "qbench._preload"
+    assert mods[1:] == [p for p in _preload.FORK_SAFE_PACKAGES if importlib.util.find_spec(p) is not None]
+    assert "gemlite" not in mods and tuple(("torchao", "bitsandbytes", "mslk")) == _preload.FORK_SAFE_PACKAGES
+    monkeypatch.setenv("QBENCH_PRELOAD", "0")
+    assert runner.preload_modules() == ["torch"] and not runner.preload_enabled()
+
+
+def test_default_ahead(monkeypatch):
+    import torch
+
+    monkeypatch.delenv("QBENCH_AHEAD", raising=False)
+    assert runner.default_ahead(torch.device("cpu")) == 0
+    monkeypatch.setattr(runner.os, "cpu_count", lambda: 16)
+    assert runner.default_ahead(torch.device("cuda:0")) == 2
+    monkeypatch.setattr(runner.os, "cpu_count", lambda: 4)
+    assert runner.default_ahead(torch.device("cuda:0")) == 1
+    monkeypatch.setenv("QBENCH_AHEAD", "3")
+    assert runner.default_ahead(torch.device("cpu")) == 3
+
+
+def test_two_ahead_starts_the_next_two_workers(tmp_path, monkeypatch):
+    """ahead = 2: rows(0) gives worker 0 its go and starts workers 1 and 2; rows(1) starts 3 only."""
+    import json
+
+    import torch
+
+    sc = _load(tmp_path, small_scenario_toml(["bf16", "fp16", "fp32", "tf32"], m=(1,)))
+    workers = runner._Workers(sc, torch.device("cpu"), None, str(tmp_path), prestart=2)
+    started = []
+
+    class Go:
+        def send_bytes(self, b):
+            pass
+
+        def close(self):
+            pass
+
+    class Proc:
+        exitcode = 0
+
+        def join(self, timeout=None):
+            pass
+
+        def is_alive(self):
+            return False
+
+    def fake_start(index):
+        started.append(index)
+        rows_path = tmp_path / f"rows{index}.json"
+        rows_path.write_text(json.dumps([{"scheme": "x", "m": 1, "status": "ok", "i": index}]))
+        return Proc(), Go(), str(rows_path), str(tmp_path / "none.log")
+
+    monkeypatch.setattr(workers, "_start", fake_start)
+    assert workers.rows(0)[0]["i"] == 0 and started == [0, 1, 2] and sorted(workers.started) == [1, 2]
+    assert workers.rows(1)[0]["i"] == 1 and started == [0, 1, 2, 3] and sorted(workers.started) == [2, 3]
+    assert workers.rows(2)[0]["i"] == 2 and workers.rows(3)[0]["i"] == 3 and started == [0, 1, 2, 3]
+    assert workers.started == {}

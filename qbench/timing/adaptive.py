@@ -9,11 +9,21 @@ from qbench.timing.settings import TimingSettings
 from qbench.timing.stats import median_ci_rel
 
 
+#: Why the loop stopped (``Stats.stop``, the ``stop`` key of a row's timing reading).
+STOP_REASONS = {
+    "ci-target": "the median's 95 % CI half-width fell under target_rel_ci",
+    "budget": "budget_s ran out before the CI target was met (at least min_reps samples)",
+    "max-reps": "max_reps samples before the CI target was met",
+}
+
+
 class Collected(NamedTuple):
-    """Samples (µs, in collection order) and whether the CI target was met."""
+    """Samples (µs, in collection order), whether the CI target was met, and why the loop stopped
+    (a key of :data:`STOP_REASONS`)."""
 
     samples: list[float]
     converged: bool
+    stop: str = "ci-target"
 
 
 def collect(
@@ -37,8 +47,8 @@ def collect(
         clock: seconds; injectable for tests.
 
     Returns:
-        ``Collected(samples, converged)``, a (list[float], bool) named tuple; never more
-        than max_reps samples.
+        ``Collected(samples, converged, stop)``, a (list[float], bool, str) named tuple; never
+        more than max_reps samples; ``stop`` is a key of :data:`STOP_REASONS`.
 
     Raises:
         ValueError: sample_batch returned a different count than asked.
@@ -56,11 +66,13 @@ def collect(
             want = settings.min_reps - n
             continue
         if median_ci_rel(samples) < settings.target_rel_ci:
-            return Collected(samples, True)
+            return Collected(samples, True, "ci-target")
         elapsed = clock() - t0
         left = settings.budget_s - elapsed
-        if left <= 0 or n >= settings.max_reps:
-            return Collected(samples, False)
+        if n >= settings.max_reps:
+            return Collected(samples, False, "max-reps")
+        if left <= 0:
+            return Collected(samples, False, "budget")
         want = min(max(1, n // 2), settings.max_reps - n)
         per_sample = elapsed / n
         if per_sample > 0:

@@ -122,8 +122,8 @@ def _time_cold_synced(fn: Callable[[], object], settings: TimingSettings, flushe
             out.append(start.elapsed_time(end) * 1e3)
         return out
 
-    samples, converged = collect(sample_batch, settings)
-    return summarize(samples, converged)
+    samples, converged, stop = collect(sample_batch, settings)
+    return summarize(samples, converged, stop)
 
 
 def time_cold(fn: Callable[[], object], settings: TimingSettings, flusher: L2Flusher,
@@ -183,5 +183,5 @@ def time_cold(fn: Callable[[], object], settings: TimingSettings, flusher: L2Flu
             out.extend(start.elapsed_time(end) * 1e3 for start, end in pairs)
         return out
 
-    samples, converged = collect(sample_batch, settings)
-    return summarize(samples, converged)
+    samples, converged, stop = collect(sample_batch, settings)
+    return summarize(samples, converged, stop)

@@ -69,5 +69,5 @@ def time_cpu(fn: Callable[[], object], settings: TimingSettings) -> Stats:
     def sample_batch(n: int) -> list[float]:
         return [timer.timeit(number).times[0] * 1e6 for _ in range(n)]
 
-    samples, converged = collect(sample_batch, settings)
-    return summarize(samples, converged)
+    samples, converged, stop = collect(sample_batch, settings)
+    return summarize(samples, converged, stop)

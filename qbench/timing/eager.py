@@ -46,5 +46,5 @@ def time_eager(fn: Callable[[], object], settings: TimingSettings) -> Stats:
             out.append((time.perf_counter() - t0) * 1e6)
         return out
 
-    samples, converged = collect(sample_batch, settings)
-    return summarize(samples, converged)
+    samples, converged, stop = collect(sample_batch, settings)
+    return summarize(samples, converged, stop)

@@ -30,6 +30,9 @@ class Stats:
         converged: True when the adaptive loop met its CI target, False when it stopped on
             budget or max_reps, None when not produced by the adaptive loop (e.g. the
             kernel profile). Not part of the schema's STATS; `to_dict` leaves it out.
+        stop: why the adaptive loop stopped ("ci-target", "budget", "max-reps";
+            :data:`qbench.timing.adaptive.STOP_REASONS`), None when not produced by it.
+            ``to_dict`` writes it as ``stop`` when set.
     """
 
     median: float
@@ -39,11 +42,15 @@ class Stats:
     cv: float
     n: int
     converged: bool | None = None
+    stop: str | None = None
 
     def to_dict(self) -> dict:
-        """The schema's STATS object: {median, p10, p90, mean, cv, n} (µs, n an int)."""
+        """The schema's STATS object: {median, p10, p90, mean, cv, n} (µs, n an int), and ``stop``
+        when the adaptive loop produced it."""
         d = asdict(self)
         d.pop("converged")
+        if d["stop"] is None:
+            d.pop("stop")
         return d
 
 
@@ -74,12 +81,12 @@ def percentile(sorted_xs: Sequence[float], q: float) -> float:
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * frac
 
 
-def summarize(samples_us: Sequence[float], converged: bool | None = None) -> Stats:
+def summarize(samples_us: Sequence[float], converged: bool | None = None, stop: str | None = None) -> Stats:
     """Summarize per-call samples (µs) into a :class:`Stats`.
 
     Args:
         samples_us: per-call times in µs, any order, at least one, all finite.
-        converged: passed through to ``Stats.converged``.
+        converged, stop: passed through to ``Stats.converged`` and ``Stats.stop``.
 
     Raises:
         ValueError: empty input or a non-finite sample (the value is in the message).
@@ -100,6 +107,7 @@ def summarize(samples_us: Sequence[float], converged: bool | None = None) -> Sta
         cv=cv,
         n=n,
         converged=converged,
+        stop=stop,
     )
 
 

@@ -193,10 +193,10 @@ def time_stream(calls: Sequence[Callable[[], object]], settings: TimingSettings)
         return out
 
     try:
-        samples, converged = collect(sample_batch, settings)
+        samples, converged, stop = collect(sample_batch, settings)
     finally:
         graph.reset()
-    return summarize(samples, converged)
+    return summarize(samples, converged, stop)
 
 
 def rotate(calls: Sequence[Callable[[], object]]) -> Callable[[], None]:

@@ -140,7 +140,7 @@ def time_warm(fn: Callable[[], object], settings: TimingSettings) -> Stats:
         return out
 
     try:
-        samples, converged = collect(sample_batch, settings)
+        samples, converged, stop = collect(sample_batch, settings)
     finally:
         graph.reset()
-    return summarize(samples, converged)
+    return summarize(samples, converged, stop)

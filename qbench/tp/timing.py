@@ -110,9 +110,9 @@ def synced_time(fn: Callable[[], object], settings: TimingSettings, ranks: RankG
     def clock() -> float:
         return ranks.max_float(time.perf_counter())
 
-    samples, converged = collect(sample_batch, settings, clock=clock)
+    samples, converged, stop = collect(sample_batch, settings, clock=clock)
     table = torch.cat(per_rank, dim=1)
-    return RankStats(summarize(samples, converged), table.median(dim=1).values.tolist())
+    return RankStats(summarize(samples, converged, stop), table.median(dim=1).values.tolist())
 
 
 def _cpu_sampler(fn: Callable[[], object], ranks: RankGroup) -> Callable[[], float]:

@@ -13,15 +13,15 @@ def test_identical_samples_stop_at_min_reps():
         calls.append(n)
         return [10.0] * n
 
-    samples, converged = collect(batch, TimingSettings(min_reps=20))
-    assert len(samples) == 20 and converged and calls == [20]
+    samples, converged, stop = collect(batch, TimingSettings(min_reps=20))
+    assert len(samples) == 20 and converged and calls == [20] and stop == "ci-target"
 
 
 def test_noisy_samples_run_to_max_reps():
     rng = random.Random(0)
     s = TimingSettings(min_reps=10, max_reps=300, budget_s=60.0)
-    samples, converged = collect(lambda n: [rng.uniform(1, 1000) for _ in range(n)], s)
-    assert len(samples) == 300 and not converged
+    samples, converged, stop = collect(lambda n: [rng.uniform(1, 1000) for _ in range(n)], s)
+    assert len(samples) == 300 and not converged and stop == "max-reps"
 
 
 def test_noisy_samples_stop_on_budget():
@@ -36,8 +36,8 @@ def test_noisy_samples_stop_on_budget():
         return [rng.uniform(1, 1000) for _ in range(n)]
 
     s = TimingSettings(min_reps=10, max_reps=100_000, budget_s=1.0)
-    samples, converged = collect(batch, s, clock=clock)
-    assert not converged
+    samples, converged, stop = collect(batch, s, clock=clock)
+    assert not converged and stop == "budget"
     assert 10 <= len(samples) <= 120  # ~100 samples fit in 1 s of fake time
     assert now[0] <= 1.2
 
@@ -49,8 +49,8 @@ def test_min_reps_even_if_budget_spent():
         now[0] += 100.0
         return [float(i) for i in range(1, n + 1)]
 
-    samples, _ = collect(batch, TimingSettings(min_reps=20, budget_s=0.001), clock=lambda: now[0])
-    assert len(samples) == 20
+    samples, _, stop = collect(batch, TimingSettings(min_reps=20, budget_s=0.001), clock=lambda: now[0])
+    assert len(samples) == 20 and stop == "budget"
 
 
 def test_wrong_count_raises():
@@ -70,7 +70,7 @@ def _noisy_run(settings, cost_s):
         now[0] += cost_s * n
         return [1.0 if (len(asked) + i) % 2 else 1000.0 for i in range(n)]
 
-    samples, converged = collect(batch, settings, clock=lambda: now[0])
+    samples, converged, _ = collect(batch, settings, clock=lambda: now[0])
     return asked, samples, converged
 
 
@@ -98,11 +98,22 @@ def test_batches_of_one():
 def test_converged_only_strictly_under_the_target():
     samples = [0.75, 1.0, 1.0, 1.0, 1.0, 1.25]  # ranks (1, 6): (1.25 - 0.75) / 2 / 1 = 0.25
     s = TimingSettings(min_reps=6, max_reps=6, target_rel_ci=0.25)
-    assert collect(lambda n: samples[:n], s) == (samples, False)
+    assert collect(lambda n: samples[:n], s) == (samples, False, "max-reps")
     s = TimingSettings(min_reps=6, max_reps=6, target_rel_ci=0.2500001)
-    assert collect(lambda n: samples[:n], s) == (samples, True)
+    assert collect(lambda n: samples[:n], s) == (samples, True, "ci-target")
 
 
 def test_wrong_count_message():
     with pytest.raises(ValueError, match=r"^sample_batch\(5\) returned 1 samples$"):
         collect(lambda n: [1.0], TimingSettings(min_reps=5))
+
+
+def test_stop_reaches_the_stats_dict_only_when_set():
+    """``stop`` travels from collect through summarize into the row's STATS dict; a kernel-profile
+    Stats (no adaptive loop) has no ``stop`` key."""
+    from qbench.timing.stats import summarize
+
+    got = collect(lambda n: [5.0] * n, TimingSettings(min_reps=6))
+    d = summarize(got.samples, got.converged, got.stop).to_dict()
+    assert d["stop"] == "ci-target" and d["median"] == 5.0 and d["n"] == 6
+    assert "stop" not in summarize([1.0, 2.0, 3.0]).to_dict()

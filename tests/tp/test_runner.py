@@ -30,12 +30,13 @@ def test_run_tp_two_ranks_both_splits(tmp_path):
     ok = {(r["split"], r["m"]): r for r in rows if r["base_scheme"] == "int8-weight-only"}
     assert all(r["status"] == "ok" for r in ok.values()), [r["reason"] for r in ok.values()]
     for (split, m), r in ok.items():
-        assert set(r["end_to_end_us"]) == STATS and set(r["local_gemm_us"]) == STATS
+        assert set(r["end_to_end_us"]) == STATS | {"stop"} and set(r["local_gemm_us"]) == STATS | {"stop"}
+        assert r["end_to_end_us"]["stop"] in ("ci-target", "budget", "max-reps")
         assert r["latency_us"]["cpu"] == r["end_to_end_us"] and r["output_dtype"] == "bfloat16"
         if split == "none":
             assert r["tp_size"] == 1 and r["collective_us"] is None and r["collective_bytes"] == 0
             continue
-        assert r["tp_size"] == 2 and set(r["collective_us"]) == STATS
+        assert r["tp_size"] == 2 and set(r["collective_us"]) == STATS | {"stop"}
         assert len(r["per_rank_median_us"]["collective"]) == 2
         bus = (1 if split == "column" else 2) * m * 256 * 2 // 2  # (p-1)/p or 2(p-1)/p of M N bf16
         assert r["collective_bytes"] == bus and r["collective"] == {"column": "all_gather", "row": "all_reduce"}[split]
