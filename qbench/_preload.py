@@ -1,7 +1,7 @@
 """Imported once by the runner's forkserver, so that every worker forked from it starts with the
-heavy imports done: torch, qbench's measurement modules, torch.profiler and Dynamo, and (listed by
-the runner, :func:`qbench.runner.preload_modules`) the scenario's scheme packages that are fork-safe
-(:data:`FORK_SAFE_PACKAGES`).
+heavy imports done: torch, qbench's measurement modules, torch.profiler and Dynamo (4.6 s on the
+H200 host, ``results/h200/speed/probe-preload.json``). Scheme packages are not preloaded: none
+that takes time to import is fork-safe (:data:`FORK_SAFE_PACKAGES`).
 
 Nothing here may initialise CUDA: every forked worker creates its own CUDA context, and a CUDA
 runtime initialised before ``fork`` cannot be used in the child. A worker checks this first
@@ -24,9 +24,10 @@ import qbench.timing.kernel  # noqa: F401
 import qbench.timing.stream  # noqa: F401
 import qbench.timing.warm  # noqa: F401
 
-#: Scheme packages that import without initialising CUDA, so they may be imported before ``fork``.
-#: Checked on the H200 by ``scripts/probe_preload.py`` (``results/h200/speed/probe-preload.json``:
-#: after the import ``torch.cuda.is_initialized()`` is False and a forked child runs a CUDA matmul).
-#: gemlite is not: it reads the CUDA device's properties when imported.
-FORK_SAFE_PACKAGES = ("torchao", "bitsandbytes", "mslk")
+#: Scheme packages that import without initialising CUDA, so they may be imported before ``fork``,
+#: measured on the H200 by ``scripts/probe_preload.py`` (``results/h200/speed/probe-preload.json``):
+#: a forked child of a process that imported torchao fails its CUDA matmul, bitsandbytes and gemlite
+#: initialise CUDA at import; only mslk (0.007 s) and this module pass. None is worth preloading:
+#: the scheme packages are imported by each worker while it prepares, started ahead.
+FORK_SAFE_PACKAGES: tuple[str, ...] = ()
 

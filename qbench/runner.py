@@ -118,23 +118,18 @@ _CONTEXT = None
 
 
 def preload_enabled() -> bool:
-    """Whether the forkserver preloads qbench's measurement modules and the fork-safe scheme packages
-    (default); ``QBENCH_PRELOAD=0`` preloads torch alone, one worker per scheme importing the rest
-    itself (the design before issue 15, kept for ``scripts/bench_decode.py``'s comparison)."""
+    """Whether the forkserver preloads qbench's measurement modules (default); ``QBENCH_PRELOAD=0``
+    preloads torch alone, each worker importing the rest after its go (the design before issue 15,
+    kept for ``scripts/bench_decode.py``'s comparison)."""
     return os.environ.get("QBENCH_PRELOAD", "1") != "0"
 
 
 def preload_modules() -> list[str]:
-    """Modules the forkserver imports once before forking any worker: ``qbench._preload`` (torch,
-    Dynamo, torch.profiler, qbench's measurement modules) and each installed package of
-    :data:`qbench._preload.FORK_SAFE_PACKAGES`; ``["torch"]`` when :func:`preload_enabled` is False.
-    Checked with ``importlib.util.find_spec`` only: nothing is imported in the runner."""
-    if not preload_enabled():
-        return ["torch"]
-    import importlib.util
-
-    safe = ("torchao", "bitsandbytes", "mslk")  # qbench._preload.FORK_SAFE_PACKAGES (not imported here: torch)
-    return ["qbench._preload"] + [name for name in safe if importlib.util.find_spec(name) is not None]
+    """Modules the forkserver imports once before forking any worker: ``["qbench._preload"]`` (torch,
+    Dynamo, torch.profiler, qbench's measurement modules; no scheme package is both fork-safe and
+    slow to import, :data:`qbench._preload.FORK_SAFE_PACKAGES`); ``["torch"]`` when
+    :func:`preload_enabled` is False. Nothing is imported in the runner."""
+    return ["qbench._preload"] if preload_enabled() else ["torch"]
 
 
 def _context():
@@ -149,16 +144,17 @@ def _context():
 
 
 def default_ahead(dev) -> int:
-    """Workers started ahead of the measuring one: ``QBENCH_AHEAD`` if set, else 2 on CUDA (a worker's
-    start-up, ~1 s with preloading and ~6 s without on the H200, overlaps the measuring worker's
-    1-6 s) when the host has at least 8 cores, 1 below that, and 0 on the CPU, where start-up would
-    compete with the timed work for cores."""
+    """Workers started ahead of the measuring one: ``QBENCH_AHEAD`` if set; on CUDA
+    ``clamp((cores - 2) // 2, 1, 6)``, and 0 on the CPU, where start-up would compete with the timed
+    work for cores. On the H200 host (16 cores: 6 ahead) a torchao or bitsandbytes worker prepares
+    in 5-7 s (its package import) while most schemes measure in 0.5-2 s after their go
+    (``results/h200/speed/``), so one worker ahead leaves the runner waiting on imports."""
     value = os.environ.get("QBENCH_AHEAD")
     if value is not None:
         return max(0, int(value))
     if dev.type != "cuda":
         return 0
-    return 2 if (os.cpu_count() or 1) >= 8 else 1
+    return max(1, min(6, ((os.cpu_count() or 1) - 2) // 2))
 
 
 class _Workers:
