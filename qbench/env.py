@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import importlib.metadata
 import importlib.util
 import os
@@ -77,6 +78,7 @@ def collect(device: torch.device) -> dict:
         "torch_threads": torch.get_num_threads(),
         "tf32": precision.precision_state(),
         "git": git_state(),
+        "source_digest": source_digest(),
         "torchao_extensions": torchao_extension_state(),
         "bitsandbytes_library": bitsandbytes_library(),
         "cublas": _version("nvidia-cublas") or _version("nvidia-cublas-cu13") or _version("nvidia-cublas-cu12"),
@@ -114,6 +116,21 @@ def git_state(root: Path | None = None) -> dict | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": sha, "dirty": bool(status.strip())}
+
+
+def source_digest(root: Path | None = None) -> str:
+    """SHA-256 over the sorted lines ``"<path> <git blob sha1>"`` of every ``qbench/**/*.py`` file
+    (path relative to the checkout, blob sha1 as git computes it: sha1 of ``b"blob <size>\\0" +
+    content``). It names the measuring code even where ``git_state`` cannot (a copy with a stale
+    ``.git``, an installed tree): ``scripts/find_commit.py DIGEST`` lists the commits whose
+    ``qbench/`` has the same digest, from ``git ls-tree`` alone."""
+    root = root or Path(__file__).resolve().parent.parent
+    lines = []
+    for path in sorted((root / "qbench").rglob("*.py")):
+        data = path.read_bytes()
+        blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        lines.append(f"{path.relative_to(root).as_posix()} {blob}")
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
 def torchao_extension_state() -> dict | None:

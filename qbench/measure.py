@@ -110,6 +110,12 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
         reason = "torch.compile on CPU needs a C++ compiler (none found)"
     if reason:
         return checked(failed_rows(rows, "skipped", reason))
+    for row in rows:  # a kernel that cannot take this M: that row is skipped, the others run
+        m_reason = scheme.m_reason(row["m"], device, entry.options)
+        if m_reason:
+            failed_rows([row], "skipped", m_reason)
+    if all(row["status"] == "skipped" for row in rows):
+        return checked(rows)
     torch.manual_seed(scenario.seed)
     t0 = time.perf_counter()
     try:
@@ -132,7 +138,8 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
         runner = _Runner(scenario, entry, scheme, module, weight, bias, book, device, ceilings)
         runner.copies, runner.stream_why = copies, stream_why
         for row in rows:
-            runner.measure(row)
+            if row["status"] == "ok":
+                runner.measure(row)
         if device.type == "cuda" and ({"warm", "stream"} & set(scenario.timing.methods)):
             runner.measure_graphs(rows)
     for row in rows:

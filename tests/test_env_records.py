@@ -78,3 +78,44 @@ def test_collect_has_the_new_records():
     for key in ("git", "torchao_extensions", "bitsandbytes_library", "cublas", "load_avg_1min", "free_cores",
                 "oversubscribed", "warnings"):
         assert key in got
+
+
+def test_source_digest_of_a_known_tree(tmp_path):
+    """One file qbench/a.py holding "x\\n": git's blob id is 587be6b4... (``git hash-object``), and the
+    digest is the SHA-256 of the single line "qbench/a.py 587be6b4..."; non-.py files do not count."""
+    import hashlib
+
+    from qbench.env import source_digest
+
+    (tmp_path / "qbench").mkdir()
+    (tmp_path / "qbench" / "a.py").write_text("x\n")
+    (tmp_path / "qbench" / "notes.txt").write_text("ignored\n")
+    line = "qbench/a.py 587be6b4c3f93f93c489c0111bba5596147a26cb"
+    assert source_digest(tmp_path) == hashlib.sha256(line.encode()).hexdigest()
+
+
+def test_find_commit_recomputes_the_digest_of_a_clean_checkout():
+    """scripts/find_commit.py's digest of HEAD (from git ls-tree) equals env's digest of the files,
+    when qbench/ has no uncommitted change (CI's clean clone)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "qbench"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip("no git checkout here")
+    if dirty:
+        pytest.skip("qbench/ has uncommitted changes in this checkout")
+    sys.path.insert(0, str(root / "scripts"))
+    try:
+        from find_commit import digest_at
+    finally:
+        sys.path.pop(0)
+    from qbench.env import source_digest
+
+    assert digest_at("HEAD") == source_digest()

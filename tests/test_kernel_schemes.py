@@ -302,3 +302,47 @@ def test_worker_does_not_import_the_package_of_a_skipped_scheme(tmp_path, monkey
     assert "gemlite" not in imported
     assert [(r["status"], r["reason"]) for r in json.loads(rows.read_text())] == [
         ("skipped", "int8-weight-only-gemlite has no CPU kernel: needs CUDA")]
+
+
+# --- a kernel that cannot take an M: that row is skipped with the constraint, the others run ---
+
+def test_compiled_w8a8_on_cuda_names_int_mm_for_m_up_to_16():
+    """torch._int_mm's CUDA kernel refuses M <= 16 (results/h200/2026-12-01/decode.json's failed row);
+    eager w8a8 and the CPU take any M, so only compiled CUDA rows at M <= 16 are refused."""
+    import torch
+
+    from qbench import schemes
+
+    scheme = schemes.get("w8a8-dynamic")
+    compiled = scheme.options_model(mode="compiled")
+    eager = scheme.options_model()
+    cuda = torch.device("cuda:0")
+    assert "needs M > 16 (M = 1)" in scheme.m_reason(1, cuda, compiled)
+    assert "needs M > 16 (M = 16)" in scheme.m_reason(16, cuda, compiled)
+    assert scheme.m_reason(17, cuda, compiled) is None
+    assert scheme.m_reason(1, cuda, eager) is None
+    assert scheme.m_reason(1, torch.device("cpu"), compiled) is None
+    assert schemes.get("bf16").m_reason(1, cuda, schemes.get("bf16").options_model()) is None
+
+
+def test_m_check_skips_only_its_rows(monkeypatch):
+    """A scheme whose kernel refuses M = 1: the M = 1 row is skipped with the reason, M = 4 is measured."""
+    import dataclasses
+
+    import torch
+
+    from qbench import measure, schemes
+    from qbench.scenario import from_dict
+
+    bf16 = schemes.get("bf16")
+    picky = dataclasses.replace(bf16, m_check=lambda m, device, options: "no M = 1 here" if m == 1 else None)
+    monkeypatch.setattr(measure, "get_scheme", lambda name: picky)
+    sc = from_dict({"name": "t", "m": [1, 4], "layer": {"in_features": 64, "out_features": 32},
+                    "timing": {"warmup": 1, "min_reps": 3, "max_reps": 5, "budget_s": 0.05, "methods": ["cold"]},
+                    "schemes": ["bf16"]}, "t.toml")
+    rows = measure.measure_scheme(sc, 0, torch.device("cpu"))
+    assert [(r["m"], r["status"], r["reason"]) for r in rows] == [(1, "skipped", "no M = 1 here"), (4, "ok", None)]
+    assert rows[1]["latency_us"]["cpu"]["median"] > 0 and rows[0]["latency_us"].get("cpu") is None
+    all_refused = dataclasses.replace(bf16, m_check=lambda m, device, options: "never")
+    monkeypatch.setattr(measure, "get_scheme", lambda name: all_refused)
+    assert {r["status"] for r in measure.measure_scheme(sc, 0, torch.device("cpu"))} == {"skipped"}

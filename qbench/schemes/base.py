@@ -79,6 +79,8 @@ class Scheme:
         worker_env: environment variables set (str) or removed (None) in the scheme's worker
             process, e.g. ``NVIDIA_TF32_OVERRIDE=0`` to force strict FP32 in cuBLAS.
         extra_check: ``extra_check(device, options) -> reason | None`` for anything else.
+        m_check: ``m_check(m, device, options) -> reason | None``: a kernel that cannot take this M
+            (the row at that M is ``skipped`` with the reason; the other M still run).
         storage_format: the storage format the weight is counted under when kernels of one
             format are compared (``qbench recommend --by-format``): one of
             :data:`STORAGE_FORMATS`; ``None`` (the default) derives it from ``weight_dtype``
@@ -106,6 +108,7 @@ class Scheme:
     worker_env: dict = field(default_factory=dict)
     extra_check: Optional[Callable[[torch.device, SchemeOptions], Optional[str]]] = None
     storage_format: Optional[str] = None
+    m_check: Optional[Callable[[int, torch.device, SchemeOptions], Optional[str]]] = None
 
     def __post_init__(self) -> None:
         if self.storage_format is None:
@@ -133,6 +136,10 @@ class Scheme:
         if self.extra_check is not None:
             return self.extra_check(device, options)
         return None
+
+    def m_reason(self, m: int, device: torch.device, options: SchemeOptions) -> Optional[str]:
+        """One line saying why the row at ``m`` cannot run on ``device`` (:attr:`m_check`), or None."""
+        return None if self.m_check is None else self.m_check(m, device, options)
 
 
 #: The storage formats of :func:`storage_format_of`, in the order ``--by-format`` lists them: the

@@ -290,10 +290,20 @@ register(Scheme(
     summary="torchao Int8WeightOnlyConfig: int8 weight, per-row scales, bf16 activations",
     build=_quantized(_int8_weight_only), parts=torchao_parts, options_model=TorchaoOptions, **_COMMON,
 ))
+def _int_mm_m(m: int, device: torch.device, options) -> Optional[str]:
+    """Compiled w8a8-dynamic on CUDA: Inductor lowers the int8 x int8 matmul to ``torch._int_mm``,
+    whose CUDA kernel refuses M <= 16 ("self.size(0) needs to be greater than 16", the H200 decode
+    row of results/h200/2026-12-01/decode.json). Eager w8a8-dynamic and the CPU kernel take any M."""
+    if device.type == "cuda" and getattr(options, "mode", "eager") == "compiled" and m <= 16:
+        return (f"compiled w8a8-dynamic lowers to torch._int_mm, whose CUDA kernel needs M > 16 (M = {m}); "
+                "the eager w8a8-dynamic row runs at this M")
+    return None
+
+
 register(Scheme(
     name="w8a8-dynamic", family="dynamic", weight_dtype="int8", compute_dtype="int8", nominal_bits=8,
     summary="torchao Int8DynamicActivationInt8WeightConfig: int8 weight (per-row), per-token dynamic int8 activations",
-    build=_quantized(_w8a8_dynamic), parts=torchao_parts, options_model=TorchaoOptions, **_COMMON,
+    build=_quantized(_w8a8_dynamic), parts=torchao_parts, options_model=TorchaoOptions, m_check=_int_mm_m, **_COMMON,
 ))
 register(Scheme(
     name="int4-weight-only", family="weight-only", weight_dtype="int4 (tinygemm packed int32)", compute_dtype="bf16",
