@@ -15,6 +15,9 @@ OUTDIR/preload-1.json`` shows whether any number moved.
 
 Usage: python scripts/bench_decode.py OUTDIR [--scenario scenarios/decode.toml] [--runs 3]
        [--designs preload,per-scheme-imports]
+       python scripts/bench_decode.py --summarize RESULT.json...   (a Markdown table per file: wall
+       time and phases; docs/speed.md)
+       python scripts/bench_decode.py --per-scheme RESULT.json     (each scheme's phases)
 """
 
 from __future__ import annotations
@@ -45,13 +48,74 @@ def phases(doc: dict) -> dict:
     return total
 
 
-def main() -> int:
+def _design(doc: dict) -> str:
+    workers = doc.get("workers")
+    if not workers:
+        return "one process per scheme, torch preloaded, 1 ahead (before issue 15)"
+    pre = "qbench preloaded" if "qbench._preload" in workers["preloaded"] else "torch preloaded"
+    return f"{pre}, {workers['ahead']} ahead"
+
+
+def summary_table(paths: list[str]) -> str:
+    """Markdown: per result file, qbench's wall_s and the seconds summed over schemes by phase.
+    ``measure, not in a method`` = measure minus the timing methods: first calls (compilation,
+    gemlite's autotuning), error metrics and imports made after the go."""
+    from tabulate import tabulate
+
+    rows = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        ph = phases(doc)
+        methods = sum(v for k, v in ph.items() if k.startswith("method:"))
+        rows.append([os.path.basename(path), _design(doc), len(doc["rows"]), f"{doc['wall_s']:.0f}",
+                     f"{ph.get('prepare', 0):.1f}", f"{ph.get('waited_for_go', 0):.1f}", f"{ph.get('build', 0):.1f}",
+                     f"{ph.get('copies', 0):.1f}", f"{methods:.1f}", f"{ph.get('measure', 0) - methods:.1f}",
+                     f"{ph.get('after_go', 0):.1f}", f"{ph.get('ceilings', 0):.1f}"])
+    return tabulate(rows, headers=["file", "runner", "rows", "wall_s", "prepare", "waited for go", "build",
+                                   "copies", "timing methods", "measure, not in a method", "after go (sum)",
+                                   "ceilings"], tablefmt="github", disable_numparse=True)
+
+
+def per_scheme_table(path: str) -> str:
+    """Markdown: each scheme's worker phases (s) in one result file, in run order."""
+    from tabulate import tabulate
+
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    rows, seen = [], set()
+    for row in doc["rows"]:
+        ph = row.get("worker_phases_s")
+        if row["scheme"] in seen or not ph:
+            continue
+        seen.add(row["scheme"])
+        methods = sum((ph.get("by_method") or {}).values())
+        first = (row.get("compile") or {}).get("first_call_s")
+        rows.append([row["scheme"], f"{ph.get('prepare', 0):.1f}", f"{ph.get('waited_for_go', 0):.1f}",
+                     f"{ph.get('build', 0):.1f}", f"{methods:.1f}", f"{ph.get('measure', 0) - methods:.1f}",
+                     "" if first is None else f"{first:.1f}", f"{ph.get('after_go', 0):.1f}"])
+    return tabulate(rows, headers=["scheme", "prepare", "waited for go", "build", "timing methods",
+                                   "measure, not in a method", "first call (compiled)", "after go"],
+                    tablefmt="github", disable_numparse=True)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("outdir")
+    parser.add_argument("outdir", nargs="?")
     parser.add_argument("--scenario", default="scenarios/decode.toml")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--designs", default="preload,per-scheme-imports")
-    args = parser.parse_args()
+    parser.add_argument("--summarize", nargs="+", metavar="RESULT")
+    parser.add_argument("--per-scheme", metavar="RESULT")
+    args = parser.parse_args(argv)
+    if args.summarize:
+        print(summary_table(args.summarize))
+        return 0
+    if args.per_scheme:
+        print(per_scheme_table(args.per_scheme))
+        return 0
+    if not args.outdir:
+        parser.error("OUTDIR is required to run the benchmark")
     os.makedirs(args.outdir, exist_ok=True)
     runs = []
     for design in args.designs.split(","):
