@@ -137,7 +137,7 @@ def _scatter_with_legend(ax, pts: list[dict], x: str, y: str) -> list:
 
 
 def plot_roofline(doc: dict, method: str, path: Path) -> Path:
-    """Write the roofline chart of ``doc`` (``method`` medians) to ``path`` (PNG).
+    """Write the roofline chart of ``doc`` (``method`` medians) to ``path`` (PNG, SVG or PDF, from its suffix).
 
     Points are coloured by scheme and shaped by M (legend on the right, no text on the points, so
     schemes at the same AI cannot hide each other's names). The ceilings come from
@@ -435,7 +435,7 @@ def plot_pareto(doc: dict, method: str, path: Path) -> Path:
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``plot`` subcommand to ``subparsers``; it sets ``func=run_plot``."""
-    p = subparsers.add_parser("plot", help="roofline and latency/error charts (PNG)",
+    p = subparsers.add_parser("plot", help="roofline and latency/error charts (.png, .svg or .pdf)",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("result", help="result JSON written by qbench run")
     p.add_argument("-o", "--out", "--output", dest="output", required=True,
