@@ -23,6 +23,13 @@ medians of the runs (µs) and their CV (%).
 medians next to ``triton.testing.do_bench`` / ``do_bench_cudagraph``, and (newer files) qbench's
 ``stream`` next to a plain-torch graph of weight copies, per file.
 
+``ceilings FILE``: the device ceilings a result file measured at the start of its run
+(``ceilings.measured``: memory bandwidth, matmul peak per dtype) beside the datasheet's.
+
+``cold-experiment FILE``: the output of ``scripts/cold_experiment.py``: per layer, the graph of
+weight copies (two runs) and the cold variants (write / read / write-then-read flush, with and
+without the busy sleep), medians in µs.
+
 ``row-schema``: the ROW tables of ``docs/results-schema.md``, generated from the row model
 (:func:`qbench.row.schema_markdown`): every field, its type, when it is written, its meaning.
 
@@ -198,6 +205,36 @@ def headline_table(path: str, schemes: Sequence[str] = ()) -> str:
                          "eager", "kernel", "rel err", "kernels (longest first)"], right=tuple(range(1, 11)))
 
 
+def ceilings_table(path: str) -> str:
+    """Measured and datasheet ceilings of one result file (``ceilings``)."""
+    ceilings = json.loads(Path(path).read_text())["ceilings"]
+    measured, sheet = ceilings.get("measured") or {}, ceilings.get("datasheet") or {}
+    mt, st = measured.get("tflops") or {}, sheet.get("tflops") or {}
+
+    def cell(value, unit=""):
+        return "—" if value is None else f"{value:.1f}{unit}" if value < 10000 else f"{value:.0f}{unit}"
+
+    body = [["memory", "—" if measured.get("memory_gbps") is None else f"{measured['memory_gbps']:.0f} GB/s",
+             "—" if sheet.get("memory_gbps") is None else f"{sheet['memory_gbps']:.0f} GB/s"]]
+    for dtype in ("fp32", "tf32", "fp16", "bf16", "fp8", "int8"):
+        unit = " TOPS" if dtype == "int8" else " TFLOP/s"
+        body.append([dtype, cell(mt.get(dtype), unit), cell(st.get(dtype), unit)])
+    return _table(body, ["ceiling", "measured", f"datasheet ({sheet.get('gpu', '—')})"], right=(1, 2))
+
+
+def cold_experiment_table(path: str) -> str:
+    """``scripts/cold_experiment.py``'s layers: graph of copies and the cold variants, medians (µs)."""
+    doc = json.loads(Path(path).read_text())
+    body = []
+    for layer in doc["layers"]:
+        body.append([f"{layer['k']} × {layer['n']} ({layer['weight_bytes'] / 2**20:.0f} MiB)",
+                     f"{fmt_us(layer['graph_stream'])} / {fmt_us(layer['graph_stream_repeat'])}",
+                     fmt_us(layer["cold_write_sleep"]), fmt_us(layer["cold_read_sleep"]),
+                     fmt_us(layer["cold_write_read_sleep"]), fmt_us(layer["cold_read_nosleep"])])
+    return _table(body, ["layer", "graph of copies (reference; two runs)", "cold, write flush (old)",
+                         "cold, read flush (new)", "write then read", "read, no busy sleep"], right=(2, 3, 4, 5))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -211,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file")
     p = sub.add_parser("crosscheck", help="scripts/crosscheck_timing.py output as a table")
     p.add_argument("files", nargs="+")
+    p = sub.add_parser("ceilings", help="measured and datasheet ceilings of one result file")
+    p.add_argument("file")
+    p = sub.add_parser("cold-experiment", help="scripts/cold_experiment.py output as a table")
+    p.add_argument("file")
     sub.add_parser("row-schema", help="the row model's tables for docs/results-schema.md")
     args = parser.parse_args(argv)
     try:
@@ -222,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
             text = scheme_tables(args.name, args.files)
         elif args.what == "headline":
             text = headline_table(args.file, args.schemes)
+        elif args.what == "ceilings":
+            text = ceilings_table(args.file)
+        elif args.what == "cold-experiment":
+            text = cold_experiment_table(args.file)
         elif args.what == "repeatability":
             text = repeatability_table(args.file)
         else:

@@ -309,7 +309,11 @@ NOT_ROW_KEYS = {
     # derived summaries: scripts/repeatability.py's and scripts/crosscheck_timing.py's rows, and the env
     "scripts/docs_tables.py": {"cv_pct", "files", "medians_us", "method", "missing_from", "runs", "ours_us",
                                "triton_us", "pass", "ratio", "qbench_us", "reference_us", "qbench_copies",
-                               "reference_copies", "stream_rows", "tolerance", "torch", "triton"},
+                               "reference_copies", "stream_rows", "tolerance", "torch", "triton",
+                               # a document's ceilings, and scripts/cold_experiment.py's layers
+                               "measured", "datasheet", "tflops", "memory_gbps", "gpu", "layers", "weight_bytes",
+                               "graph_stream", "graph_stream_repeat", "cold_write_sleep", "cold_read_sleep",
+                               "cold_write_read_sleep", "cold_read_nosleep"},
 }
 
 
