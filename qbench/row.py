@@ -437,7 +437,7 @@ class Row(_Part):
     end_to_end_us: Optional[Stats] = Field(None, description="tensor-parallel: the call and the collective, STATS "
                                            "µs (also latency_us.cold, or .cpu)", json_schema_extra={"tp": True})
     per_rank_median_us: Optional[dict[str, list[Optional[float]]]] = Field(
-        None, description="tensor-parallel: `local_gemm`, `collective`, `end_to_end` -> each rank's median, µs",
+        None, description="tensor-parallel: `local_gemm`, `collective`, `end_to_end`, `stream` -> each rank's median, µs",
         json_schema_extra={"tp": True})
     collective_bytes: Optional[int] = Field(None, ge=0, description="tensor-parallel: bus bytes of the collective",
                                             json_schema_extra={"tp": True})
@@ -452,6 +452,13 @@ class Row(_Part):
                                                          "against the unsharded one", json_schema_extra={"tp": True})
     stored_bytes_all_ranks: Optional[int] = Field(None, ge=0, description="tensor-parallel: stored bytes summed "
                                                   "over the ranks", json_schema_extra={"tp": True})
+    speedup_vs_tp1: Optional[float] = Field(None, gt=0, description="tensor-parallel: the tp_size 1 row's time / "
+                                            "this row's (same scheme, M, K, N; > 1: sharding is faster), by "
+                                            "`speedup_vs_tp1_method`; null on tp_size 1 rows and when either is "
+                                            "missing", json_schema_extra={"tp": True})
+    speedup_vs_tp1_method: Optional[Literal["stream", "cold", "cpu"]] = Field(
+        None, description="tensor-parallel: the time `speedup_vs_tp1` compares: `stream` when both rows have it, "
+        "else the end-to-end time (`cold` on CUDA, `cpu` on the CPU)", json_schema_extra={"tp": True})
     cpu_threads_per_rank: Optional[int] = Field(None, ge=1, description="tensor-parallel CPU rows: intra-op "
                                                 "threads of each rank", json_schema_extra={"tp": True})
 

@@ -73,7 +73,8 @@ _TP = {
     "per_rank_median_us": {"local_gemm": [6.0, 6.1], "collective": [8.0, 8.0], "end_to_end": [14.5, 14.4]},
     "collective_bytes": 16384, "collective_data_bytes": 8192, "collective_busbw_gbps": 2.0,
     "unsharded_error": {"rel_fro": 0.0093, "nonfinite": 0}, "sharded_vs_unsharded": {"rel_fro": 0.0001, "nonfinite": 0},
-    "stored_bytes_all_ranks": 16793600, "cpu_threads_per_rank": None,
+    "stored_bytes_all_ranks": 16793600, "speedup_vs_tp1": 1.25, "speedup_vs_tp1_method": "cold",
+    "cpu_threads_per_rank": None,
 }
 
 

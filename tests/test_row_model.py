@@ -53,7 +53,8 @@ def test_identity_and_tp_fields():
     assert TP_ROW_FIELDS == ("tp_size", "split", "collective", "reduce_dtype", "shard", "local_gemm_us",
                              "collective_us", "end_to_end_us", "per_rank_median_us", "collective_bytes",
                              "collective_data_bytes", "collective_busbw_gbps", "unsharded_error",
-                             "sharded_vs_unsharded", "stored_bytes_all_ranks", "cpu_threads_per_rank")
+                             "sharded_vs_unsharded", "stored_bytes_all_ranks", "speedup_vs_tp1",
+                             "speedup_vs_tp1_method", "cpu_threads_per_rank")
     from qbench.tp.measure import TP_FIELDS
 
     assert TP_FIELDS == TP_ROW_FIELDS

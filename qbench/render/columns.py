@@ -282,6 +282,8 @@ _CATALOGUE: list[Column] = [
            "median of collective_us: the all-gather or all-reduce alone"),
     Column("end_to_end_us", "end-to-end µs", _get("end_to_end_us", "median"), fmt_us, True,
            "median of end_to_end_us: local GEMM + collective"),
+    Column("tp_speedup", "speed-up vs tp 1 (tp1 time / this)", _get("speedup_vs_tp1"), fmt_num(".2f"), True,
+           "the tp_size 1 row's time / this row's (speedup_vs_tp1; stream when both have it, else end-to-end)"),
     Column("busbw_gbps", "bus GB/s", _get("collective_busbw_gbps"), fmt_num(".1f"), True,
            "collective bus bandwidth (nccl-tests' definition)"),
     Column("flags", "flags", lambda row: "; ".join(f.split(":", 1)[0] for f in row.get("flags") or []) or None,
@@ -339,7 +341,7 @@ def default_columns(rows: Sequence[dict]) -> list[str]:
         # tensor-parallel rows: which sharding, and its local GEMM, collective and end-to-end times
         head = [c for c in _COMMON_HEAD if c not in ("scheme", "m")]
         return ["scheme", "m", "tp_size", "split", "collective", *head, "local_us", "collective_us",
-                "end_to_end_us", *times, "rel_err", "status"]
+                "end_to_end_us", *times, "tp_speedup", "rel_err", "status"]
     return [*_COMMON_HEAD, *times, *floor, "rel_err", "status"]
 
 

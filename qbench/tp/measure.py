@@ -21,12 +21,12 @@ from typing import Callable, Optional
 import torch
 
 from qbench import inputs, ledger, metrics
-from qbench.measure import _settings, base_row, checked, dtype_name, failed_rows
+from qbench.measure import _settings, base_row, checked, dtype_name, failed_rows, make_copies
 from qbench.row import TP_ROW_FIELDS, check_row
 from qbench.scenario import Scenario
 from qbench.schemes import get as get_scheme
 from qbench.tp import collectives, shard
-from qbench.tp.timing import RankGroup, per_rank_cold, synced_time
+from qbench.tp.timing import RankGroup, per_rank_cold, synced_stream, synced_time
 
 #: The tensor-parallel fields of a row: those :class:`qbench.row.Row` marks ``tp``.
 TP_FIELDS = TP_ROW_FIELDS
@@ -83,16 +83,62 @@ def measure_tp(scenario: Scenario, entry_index: int, split: str, ranks: RankGrou
     if split == "row" and p > 1:
         reduce_dtype = torch.float32 if scenario.tp.reduce_dtype == "float32" else None
     stored_all = ranks.sum_int(book.stored_bytes)
+    copies, stream_why = None, None
+    if "stream" in scenario.timing.methods:
+        copies, stream_why = _shard_copies(module, scheme, w_local, b_local, entry, book.stored_bytes, ranks)
+    copied = time.perf_counter()
     with torch.inference_mode():
         for row in rows:
             row.update(book.fields(sk, sn))
             row["stored_bytes_all_ranks"] = stored_all
             row["shard"] = {"k": sk, "n": sn, "same_as_slice": True if verdict is None else verdict.same_as_slice,
                             "note": "unsharded" if verdict is None else verdict.note}
-            _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ranks, reduce_dtype)
+            _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ranks, reduce_dtype,
+                       copies, stream_why)
     for row in rows:
-        row["worker_phases_s"] = {"build": built - t0, "measure": time.perf_counter() - built}
+        row["worker_phases_s"] = {"build": built - t0, "copies": copied - built,
+                                  "measure": time.perf_counter() - copied}
     return checked(rows)
+
+
+def _shard_copies(module, scheme, w_local, b_local, entry, stored_bytes: int, ranks: RankGroup):
+    """The L copies of this rank's shard for ``stream`` (:func:`qbench.measure.make_copies`), with
+    one L on every rank (the smallest any rank planned: the ranks call copies and collectives in
+    lockstep). Returns ``(copies, None)`` or ``(None, reason)`` on every rank alike."""
+    copies, why = None, None
+    try:
+        copies = make_copies(module, scheme, w_local, b_local, entry, stored_bytes, ranks.device)
+    except Exception as exc:
+        why = f"copies for stream (rank {ranks.rank}): {type(exc).__name__}: {exc}".splitlines()[0][:300]
+    least = -ranks.max_float(-float(len(copies.modules) if copies else 0))
+    if least < 1 or _agree_failed(ranks, why):
+        return None, why or "copies for stream failed on another rank"
+    if len(copies.modules) > least:  # another rank had less free memory: keep as many as it has
+        import dataclasses
+
+        copies.modules = copies.modules[: int(least)]
+        copies.plan = dataclasses.replace(copies.plan, copies=int(least), bounded_by="memory",
+                                          cache_multiple=least * copies.plan.copy_bytes / copies.plan.cache_bytes)
+    return copies, None
+
+
+def add_speedup_vs_tp1(rows: list[dict], earlier: list[dict]) -> None:
+    """Set ``speedup_vs_tp1`` (tp_size 1 time / this row's time) and ``speedup_vs_tp1_method`` on
+    each ok tensor-parallel row of ``rows`` with tp_size > 1, against the ok tp_size 1 row of the
+    same scheme label, M, K and N in ``earlier`` (the run's rows so far: tp_size 1 runs first).
+    The time is ``stream`` when both rows have it, else the end-to-end ``cold`` (CUDA) or ``cpu``."""
+    base = {(r["scheme"], r["m"], r["k"], r["n"]): r for r in earlier
+            if r.get("tp_size") == 1 and r["status"] == "ok"}
+    for row in rows:
+        one = base.get((row["scheme"], row["m"], row["k"], row["n"]))
+        if row["status"] != "ok" or (row.get("tp_size") or 1) == 1 or one is None:
+            continue
+        for method in ("stream", "cold", "cpu"):
+            mine, theirs = (row["latency_us"].get(method) or {}), (one["latency_us"].get(method) or {})
+            if mine.get("median") and theirs.get("median"):
+                row["speedup_vs_tp1"] = theirs["median"] / mine["median"]
+                row["speedup_vs_tp1_method"] = method
+                break
 
 
 def _agree_failed(ranks: RankGroup, problem: Optional[str]) -> bool:
@@ -109,7 +155,8 @@ def _collective(split: str, ranks: RankGroup, bias: Optional[torch.Tensor],
     return lambda y: collectives.all_reduce_rows(y, reduce_dtype or y.dtype, bias, ranks.group)
 
 
-def _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ranks, reduce_dtype) -> None:
+def _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ranks, reduce_dtype,
+               copies=None, stream_why: Optional[str] = None) -> None:
     m, p = row["m"], ranks.size
     cuda = ranks.device.type == "cuda"
     problem = None
@@ -158,16 +205,27 @@ def _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ra
     except Exception as exc:  # past the agreement above; the other ranks fail or time out alike
         failed_rows([row], "failed", f"timing (rank {ranks.rank}): {type(exc).__name__}: {exc}")
         return
-    row["per_rank_median_us"] = medians
     method = "cold" if cuda else "cpu"
     row["latency_us"][method] = row["end_to_end_us"]
+    if "stream" in scenario.timing.methods:
+        if copies is None:
+            row["latency_us"]["stream"] = None
+            row["latency_reasons"]["stream"] = stream_why or "no copies were built"
+        else:  # every rank reaches this (the agreement above), so the collectives stay in lockstep
+            calls = [(lambda mod=mod: collect(mod(x_local))) for mod in copies.modules]
+            try:
+                got = synced_stream(calls, settings, ranks)
+                row["latency_us"]["stream"] = {**got.stats.to_dict(), **copies.plan.to_dict(), "how": copies.how}
+                medians["stream"] = got.per_rank_median
+            except Exception as exc:
+                row["latency_us"]["stream"] = None
+                row["latency_reasons"]["stream"] = f"rank {ranks.rank}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+    row["per_rank_median_us"] = medians
     for other in scenario.timing.methods:
-        if other == method:
+        if other in (method, "stream"):
             continue
         row["latency_us"][other] = None
-        if other == "stream":
-            row["latency_reasons"][other] = "tensor-parallel rows do not time stream yet (graph-captured call + collective)"
-        elif not cuda:
+        if not cuda:
             row["latency_reasons"][other] = "CUDA method; this row ran on the CPU"
         else:
             row["latency_reasons"][other] = "tensor-parallel rows time cold only (end_to_end_us)"

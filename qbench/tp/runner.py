@@ -31,7 +31,7 @@ from qbench.results import write_results
 from qbench.lifecycle import RunOutcome, finish, log_tail, partial_path, prepare, record
 from qbench.scenario import Scenario
 from qbench.tp import shard
-from qbench.tp.measure import tp_row
+from qbench.tp.measure import add_speedup_vs_tp1, tp_row
 
 _PACKAGE_ROOT = str(Path(qbench.__file__).resolve().parent.parent)
 #: Most gloo ranks started on one CPU host (each needs a core of its own to mean anything).
@@ -108,6 +108,7 @@ def run_tp(scenario: Scenario, *, device: Optional[str] = None, out: Optional[st
                 rows = failed_rows(_rows(scenario, index, dev, tp_size, split), "skipped", reason)
             else:
                 rows = run_job(scenario, index, tp_size, split, dev, os.path.join(tmp, str(number)))
+            add_speedup_vs_tp1(rows, doc["rows"])
             record(doc, partial, rows, t0, started)
             if progress is not None:
                 for row in rows:

@@ -167,3 +167,64 @@ def per_rank_cold(fn: Callable[[], object], settings: TimingSettings, ranks: Ran
     from qbench.timing import Stats
 
     return RankStats(Stats(median, p10, p90, mean, cv, int(n), stats.converged), medians)
+
+
+def _per_call(stats: RankStats, calls: int) -> RankStats:
+    """``stats`` of samples that each covered ``calls`` calls, as µs per call (cv unchanged)."""
+    from qbench.timing import Stats
+
+    s = stats.stats
+    return RankStats(Stats(s.median / calls, s.p10 / calls, s.p90 / calls, s.mean / calls, s.cv, s.n,
+                           s.converged, s.stop), [m / calls for m in stats.per_rank_median])
+
+
+def synced_stream(calls: list, settings: TimingSettings, ranks: RankGroup) -> RankStats:
+    """``stream`` across ranks: each of ``calls`` calls copy i of the rank's shard and then the
+    collective, on one input; µs per call (call + collective), the slowest rank's samples.
+
+    * CUDA (NCCL): after a warm-up, every rank captures one CUDA graph of calls[0..L-1]: L sharded
+      calls and L NCCL collectives (NCCL >= 2.9.6 collectives can be captured, every rank capturing
+      the same sequence); a sample is one replay on every rank at once (barrier, busy-wait, CUDA
+      events, as :func:`synced_time`) divided by L. With L shard copies that exceed L2 four times,
+      each call reads its weight shard from HBM, and neither launches nor host gaps are timed: the
+      decode engine's graph-captured step, per rank.
+    * CPU (gloo): one pass over the copies in order, then :func:`synced_time` of a callable that
+      calls the next copy each time (the CPU ``stream``: each copy's shard comes from DRAM).
+
+    Raises:
+        ValueError: no calls. GraphCaptureError: a call or collective cannot be captured (the row
+        records it; on one rank the others then fail in their next collective alike).
+    """
+    from qbench.timing.stream import in_order, rotate
+
+    if not calls:
+        raise ValueError("synced_stream: needs at least one call")
+    if ranks.device.type != "cuda":
+        in_order(calls)()
+        return synced_time(rotate(calls), settings, ranks)
+    from qbench.timing.warm import capture_graph
+
+    from qbench.timing.warm import GraphCaptureError
+
+    ranks.barrier()
+    graph, problem = None, None
+    try:
+        graph = capture_graph(in_order(calls), 1, settings.warmup)
+    except Exception as exc:  # agreed on below, so no rank waits in a replay's collective for this one
+        problem = exc
+    if ranks.max_float(1.0 if problem is not None else 0.0) > 0:
+        if graph is not None:
+            graph.reset()
+        if isinstance(problem, GraphCaptureError):
+            raise problem
+        raise GraphCaptureError(f"{type(problem).__name__}: {problem}" if problem is not None
+                                else "the capture failed on another rank")
+    try:
+        graph.replay()  # uploads the graph
+        torch.cuda.synchronize()
+        import dataclasses
+
+        once = dataclasses.replace(settings, warmup=1)  # the calls were warmed up before the capture
+        return _per_call(synced_time(graph.replay, once, ranks), len(calls))
+    finally:
+        graph.reset()

@@ -33,6 +33,12 @@ def test_run_tp_two_ranks_both_splits(tmp_path):
         assert set(r["end_to_end_us"]) == STATS | {"stop"} and set(r["local_gemm_us"]) == STATS | {"stop"}
         assert r["end_to_end_us"]["stop"] in ("ci-target", "budget", "max-reps")
         assert r["latency_us"]["cpu"] == r["end_to_end_us"] and r["output_dtype"] == "bfloat16"
+        # stream: every rank calls L shard copies in rotation (+ the collective); one L on every rank
+        st = r["latency_us"]["stream"]
+        assert st is not None, r["latency_reasons"].get("stream")
+        assert st["copies"] >= 4 and st["copy_bytes"] == r["stored_bytes"] and st["how"] in ("deepcopy", "rebuilt")
+        assert st["median"] > 0 and st["stop"] in ("ci-target", "budget", "max-reps")
+        assert len(r["per_rank_median_us"]["stream"]) == r["tp_size"]
         if split == "none":
             assert r["tp_size"] == 1 and r["collective_us"] is None and r["collective_bytes"] == 0
             continue
@@ -71,3 +77,24 @@ def test_run_tp_refuses_a_scenario_without_tp(tmp_path):
     path.write_text(small_scenario_toml(["bf16"]))
     with pytest.raises(ValueError, match="no \\[tp\\] table"):
         runner.run_tp(scenario.load(path), device="cpu", out=str(tmp_path / "x.json"))
+
+
+def test_speedup_vs_tp1_hand_computed():
+    """tp1 stream 10 µs, tp2 stream 4 µs: 2.5 (stream); without a tp2 stream: cold 12 / 8 = 1.5;
+    a failed row, a tp1 row and a row without a tp1 partner get none."""
+    from qbench.tp.measure import add_speedup_vs_tp1
+    from tests.rows import make_row
+
+    def row(tp, stream, cold, status="ok", scheme="bf16", m=1):
+        r = make_row(scheme=scheme, m=m, k=64, n=64, status=status, tp_size=tp, split="none" if tp == 1 else "row",
+                     latency_us={"stream": None if stream is None else {"median": stream},
+                                 "cold": None if cold is None else {"median": cold}})
+        return r
+
+    one = row(1, 10.0, 12.0)
+    a, b, failed, lonely = row(2, 4.0, 9.0), row(2, None, 8.0), row(2, 4.0, 8.0, status="failed"), row(2, 4.0, 8.0, m=2)
+    add_speedup_vs_tp1([a, b, failed, lonely, one], [one])
+    assert (a["speedup_vs_tp1"], a["speedup_vs_tp1_method"]) == (2.5, "stream")
+    assert (b["speedup_vs_tp1"], b["speedup_vs_tp1_method"]) == (1.5, "cold")
+    assert failed.get("speedup_vs_tp1") is None and lonely.get("speedup_vs_tp1") is None
+    assert one.get("speedup_vs_tp1") is None
