@@ -86,3 +86,47 @@ def test_fp8_int4_bytes(rows, section):
     scale = next(p for p in r["ledger"] if p["name"] == "weight.group_scale")
     assert scale["shape"] == [32, 8, 4096] and scale["bytes"] == 1 << 20 and scale["dtype"] == "float8_e4m3fn"
     assert f"stores {r['bits_per_weight']:.2f} bits per weight" in " ".join(section.split())
+
+
+SEEN = {  # docs/schemes.md "Kernels seen" lines: scheme -> M -> kernel names the profile must hold
+    "int4-plain": {1: ["cutlass_mslk"], 16: ["cutlass_mslk"], 128: ["cutlass_mslk"]},
+    "int4-preshuffled": {1: ["cutlass_mslk"], 16: ["cutlass_mslk"], 128: ["cutlass_mslk"]},
+    "fp8-int4": {m: ["_kernel_quantize_fp8_row", "cutlass_mslk"] for m in (1, 16, 128)},
+    "int4-weight-only-gemlite": {1: ["gemv_INT_revsplitK_kernel", "FillFunc"], 16: ["gemm_splitK_INT_kernel", "FillFunc"],
+                                 128: ["gemm_INT_kernel"]},
+    "int8-weight-only-gemlite": {1: ["gemv_INT_splitK_kernel"], 16: ["gemm_splitK_INT_kernel", "FillFunc"],
+                                 128: ["gemm_INT_kernel"]},
+    "fp8-weight-only-gemlite": {1: ["gemv_INT_splitK_kernel"], 16: ["gemm_splitK_INT_kernel"], 128: ["gemm_INT_kernel"]},
+    "fp8-dynamic-gemlite": {m: ["scale_activations_per_token_triton_v3_kernel", k] for m, k in
+                            ((1, "gemv_INT_splitK_kernel"), (16, "gemm_splitK_INT_kernel"), (128, "gemm_INT_kernel"))},
+}
+
+
+def test_schemes_md_kernels_seen_are_in_the_profiles(rows):
+    """Each kernel docs/schemes.md says was seen is in that row's profile, and each "Kernels seen"
+    line names them (the mslk kernel by its demangled prefix)."""
+    text = (ROOT / "docs" / "schemes.md").read_text()
+    for scheme, by_m in SEEN.items():
+        section = text[text.index(f"\n## {scheme}\n"):]
+        line = section[section.index("**Kernels seen**"):].split("\n", 1)[0]
+        for m, names in by_m.items():
+            profile = [k["name"] for k in rows[(scheme, m)]["dispatch"]["kernels"]]
+            for name in names:
+                assert any(name in p for p in profile), (scheme, m, name, profile)
+                shown = "cutlass_mslk::device_kernel" if name == "cutlass_mslk" else name
+                assert shown in line, (scheme, shown)
+            assert len(profile) == len(names), (scheme, m, profile)  # nothing else ran
+
+
+def test_schemes_md_counted_bytes(rows):
+    """The stored bytes and bits per weight docs/schemes.md gives each kernel scheme, counted on the H200."""
+    text = " ".join((ROOT / "docs" / "schemes.md").read_text().split())
+    for scheme in ("int4-plain", "int4-preshuffled", "fp8-int4", "int4-weight-only-gemlite", "int8-weight-only-gemlite",
+                   "fp8-weight-only-gemlite", "fp8-dynamic-gemlite"):
+        r = rows[(scheme, 1)]
+        section = text[text.index(f"## {scheme} "):]
+        storage = section[section.index("**Storage.**"):section.index("**Kernels expected.**")]
+        assert f"{r['stored_bytes']:,} bytes" in storage, scheme
+        assert f"{r['bits_per_weight']:.2f} bits per weight" in storage, scheme
+    assert "| fp8-int4 | torchao (mslk) | int4 (2 per int8, symmetric) | bfloat16 → e4m3 per call | fp8 | " \
+           f"{rows[('fp8-int4', 1)]['bits_per_weight']:.2f} † |" in text
