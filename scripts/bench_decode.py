@@ -7,8 +7,8 @@ a JSON summary written to ``OUTDIR/bench.json``. Designs (environment of the run
 
 - ``preload``: the default runner (the forkserver preloads qbench's measurement modules, Dynamo and
   torch.profiler; ``QBENCH_AHEAD`` workers started ahead, 6 on a 16-core host);
-- ``per-scheme-imports``: ``QBENCH_PRELOAD=0 QBENCH_AHEAD=1``, the runner before issue 15 (each
-  worker imports its packages; one worker started ahead on CUDA).
+- ``per-scheme-imports``: ``QBENCH_PRELOAD=0``, ``QBENCH_AHEAD=1`` on CUDA and 0 on the CPU: the
+  runner before issue 15 (each worker imports its packages; one worker started ahead on CUDA).
 
 Both designs keep one process per scheme; ``qbench compare OUTDIR/per-scheme-imports-1.json
 OUTDIR/preload-1.json`` shows whether any number moved.
@@ -29,7 +29,13 @@ import subprocess
 import sys
 import time
 
-DESIGNS = {"preload": {}, "per-scheme-imports": {"QBENCH_PRELOAD": "0", "QBENCH_AHEAD": "1"}}
+def designs() -> dict:
+    """Each design's environment. The old runner started one worker ahead on CUDA and none on the
+    CPU (its start-up would compete with the timed work for cores)."""
+    import torch
+
+    ahead = "1" if torch.cuda.is_available() else "0"
+    return {"preload": {}, "per-scheme-imports": {"QBENCH_PRELOAD": "0", "QBENCH_AHEAD": ahead}}
 
 
 def phases(doc: dict) -> dict:
@@ -119,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.outdir, exist_ok=True)
     runs = []
     for design in args.designs.split(","):
-        env = {**os.environ, **DESIGNS[design]}
+        env = {**os.environ, **designs()[design]}
         for i in range(1, args.runs + 1):
             out = os.path.join(args.outdir, f"{design}-{i}.json")
             t0 = time.perf_counter()

@@ -44,3 +44,22 @@ def test_the_one_row_that_moved_only_between_runners():
     a, f = med(old, "fp8-dynamic[kernel_preference=mslk]"), med(first, "fp8-dynamic[kernel_preference=mslk]")
     assert f["p90"] < a["p10"]  # moved between the two old runs too
     assert "the runners and not between the two old-runner runs: int4-weight-only (tinygemm), faster with the new runner" in TEXT
+
+
+def test_cpu_figures():
+    cpu = ROOT / "results" / "cpu" / "speed"
+    new = [json.loads((cpu / f"preload-{i}.json").read_text()) for i in (1, 2, 3)]
+    old = json.loads((cpu / "per-scheme-imports-1.json").read_text())
+    walls = sorted(round(d["wall_s"]) for d in new)
+    assert f"Preloading takes decode from {old['wall_s']:.0f} s to {walls[0]}-{walls[-1]} s" in TEXT
+    assert old["workers"]["ahead"] == 0 and old["workers"]["preloaded"] == ["torch"]
+    assert all(d["workers"] == {"design": "one process per scheme", "preloaded": ["qbench._preload"], "ahead": 0}
+               for d in new)
+    assert old["env"]["source_digest"] == new[0]["env"]["source_digest"]  # the same qbench code
+    ran = {r["scheme"] for r in new[0]["rows"] if r["status"] == "ok"}
+    assert len(ran) == 13 and "Only 13 of the 26 schemes run on a CPU" in TEXT
+    fp8 = next(r for r in new[0]["rows"] if r["scheme"] == "fp8-weight-only")
+    ms = fp8["latency_us"]["cpu"]["median"] / 1000
+    spent = fp8["worker_phases_s"]["after_go"]
+    assert f"fp8-weight-only takes {ms:.0f} ms per call on this CPU" in TEXT
+    assert f"cost it {spent:.0f} s of the {new[0]['wall_s']:.0f} s" in TEXT
