@@ -7,7 +7,7 @@
 | ``warm`` | :func:`time_warm` | CUDA-graph replay of one weight, per call | hot |
 | ``eager`` | :func:`time_eager` | launch + host overhead + kernels + synchronize | as left |
 | ``kernel`` | :func:`profile_kernels` | sum of GPU kernel durations (profiler) | flushed |
-| ``cpu`` | :func:`time_cpu` | whole host call (torch.utils.benchmark.Timer) | hot |
+| ``cpu`` | :func:`time_cpu` | whole host call (blocks timed with perf_counter, gc off) | hot |
 
 Names, order and what each includes: :mod:`qbench.timing.registry`. All times are µs per
 call, summarized as :class:`Stats`; repetitions are adaptive (:func:`collect`,

@@ -1,35 +1,54 @@
-"""CPU timing: ``torch.utils.benchmark.Timer`` blocks under the adaptive loop. No CUDA."""
+"""CPU timing: blocks of back-to-back calls under the adaptive loop. No CUDA.
+
+qbench times its blocks itself (``time.perf_counter`` around ``number`` calls, the garbage collector
+disabled around the block as ``timeit`` does) instead of with ``torch.utils.benchmark.Timer.timeit``:
+``Timer.timeit(number)`` runs ``max(number // 100, 2)`` untimed warm-up calls before every timed
+block (torch/utils/benchmark/utils/timer.py), so a sample of one slow call cost three calls: 12 s of
+the 2-core CPU decode's 44 s went to fp8-weight-only's 73 ms calls (results/cpu/speed/preload-1.json).
+The warm-up of ``settings.warmup`` calls is done once, before the first sample.
+"""
 
 from __future__ import annotations
 
+import gc
+import time
 from typing import Callable
-
-import torch
-from torch.utils.benchmark import Timer
 
 from qbench.timing.adaptive import collect
 from qbench.timing.settings import TimingSettings
 from qbench.timing.stats import Stats, summarize
 
 #: Shortest block of calls timed as one sample (s). 100 µs keeps perf_counter resolution
-#: (< 1 µs on Linux) and Timer's per-block overhead (a few µs) under ~1-2 % of a sample.
-#: Project choice, in the spirit of Timer.blocked_autorange's block sizing.
+#: (< 1 µs on Linux) and the block's own overhead (a loop iteration, well under 1 µs) under ~1 %
+#: of a sample. Project choice, in the spirit of Timer.blocked_autorange's block sizing.
 MIN_BLOCK_S = 1e-4
 
 #: Upper bound on calls per block, so a no-op fn cannot make calibration loop forever.
 MAX_BLOCK_CALLS = 1_000_000
 
 
-def block_size(timer: Timer, min_block_s: float = MIN_BLOCK_S) -> int:
-    """Calls per sample: the smallest power of ten whose block lasts >= min_block_s.
+def time_block(fn: Callable[[], object], number: int) -> float:
+    """Seconds per call of ``number`` back-to-back calls of ``fn`` (the garbage collector disabled
+    for the block, re-enabled after if it was on)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        return (time.perf_counter() - t0) / number
+    finally:
+        if was_enabled:
+            gc.enable()
 
-    Mirrors ``Timer._estimate_block_size`` (private API, so re-implemented here).
-    Returns an int in [1, MAX_BLOCK_CALLS].
-    """
+
+def block_size(fn: Callable[[], object], min_block_s: float = MIN_BLOCK_S) -> int:
+    """Calls per sample: the smallest power of ten whose block lasts >= min_block_s (as
+    ``Timer._estimate_block_size``). Returns an int in [1, MAX_BLOCK_CALLS]; a call of at least
+    ``min_block_s`` costs one calibration call."""
     number = 1
     while number < MAX_BLOCK_CALLS:
-        per_call = timer.timeit(number).times[0]
-        if per_call * number >= min_block_s:
+        if time_block(fn, number) * number >= min_block_s:
             break
         number *= 10
     return number
@@ -39,11 +58,10 @@ def time_cpu(fn: Callable[[], object], settings: TimingSettings) -> Stats:
     """Host time per call of ``fn`` on the CPU, µs (method label ``cpu``).
 
     What it includes: the whole Python call of fn (dispatch, allocation, the math), with
-    torch's intra-op thread count as the process has it (``torch.get_num_threads()``,
-    passed to Timer, whose own default is 1 thread). Each sample is the mean of a block
-    of ``block_size`` back-to-back calls timed by ``torch.utils.benchmark.Timer.timeit``
-    (which disables the garbage collector around the block); the adaptive loop
-    (:func:`qbench.timing.adaptive.collect`) decides how many samples.
+    torch's intra-op thread count as the process has it (``torch.get_num_threads()``). Each
+    sample is the mean of a block of ``block_size`` back-to-back calls (:func:`time_block`); the
+    adaptive loop (:func:`qbench.timing.adaptive.collect`) decides how many samples. Calls made:
+    ``settings.warmup`` + the block calibration + samples x block, nothing else.
 
     Args:
         fn: zero-argument callable; its result is discarded. Inputs must be bound already.
@@ -55,19 +73,12 @@ def time_cpu(fn: Callable[[], object], settings: TimingSettings) -> Stats:
     Raises:
         whatever fn raises.
     """
-    timer = Timer(
-        stmt="fn()",
-        globals={"fn": fn},
-        label="qbench",
-        description="cpu",
-        num_threads=torch.get_num_threads(),
-    )
-    if settings.warmup:
-        timer.timeit(settings.warmup)
-    number = block_size(timer)
+    for _ in range(settings.warmup):
+        fn()
+    number = block_size(fn)
 
     def sample_batch(n: int) -> list[float]:
-        return [timer.timeit(number).times[0] * 1e6 for _ in range(n)]
+        return [time_block(fn, number) * 1e6 for _ in range(n)]
 
     samples, converged, stop = collect(sample_batch, settings)
     return summarize(samples, converged, stop)

@@ -10,7 +10,7 @@ renderer take the method names and their order from here; a method is added in o
 | ``warm`` | per call of a graph of 20 calls on ONE weight | hot | yes | yes |
 | ``eager`` | host clock around call + synchronize: launch, Python, kernels, sync | as left | yes | no |
 | ``kernel`` | sum of the GPU kernel durations of one call (torch.profiler), gaps excluded | flushed before each call | yes | no |
-| ``cpu`` | host wall time per call (torch.utils.benchmark), one weight | hot | no (CPU only) | no |
+| ``cpu`` | host wall time per call (blocks of calls, perf_counter), one weight | hot | no (CPU only) | no |
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ METHODS: dict[str, TimingMethod] = {m.name: m for m in (
                  needs_capture=False),
     TimingMethod("kernel", "sum of one call's GPU kernel durations (torch.profiler), L2 flushed before each "
                  "profiled call, launch gaps excluded", "flushed", cuda=True, cpu=False, needs_capture=False),
-    TimingMethod("cpu", "host wall time per call on one weight (torch.utils.benchmark.Timer)",
+    TimingMethod("cpu", "host wall time per call on one weight (blocks of calls, perf_counter)",
                  "hot when the weight fits in the caches", cuda=False, cpu=True, needs_capture=False),
 )}
 

@@ -1,3 +1,5 @@
+import time
+
 import torch
 
 from qbench.timing.cpu import time_cpu
@@ -22,3 +24,26 @@ def test_time_cpu_converged_flag_is_the_loops_verdict():
     s = time_cpu(fn, TimingSettings(warmup=0, min_reps=6, max_reps=100, budget_s=10.0, target_rel_ci=1e9))
     assert s.n == 6 and s.converged is True
     assert len(calls) >= 11  # every sample is at least one call
+
+
+def test_calls_made_are_warmup_calibration_and_samples():
+    """A call slower than the 100 µs block: one calibration call, blocks of one call, so warmup 3 +
+    1 + 6 samples = 10 calls exactly (Timer.timeit would have added 2 warm-up calls per sample)."""
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(2e-4)
+
+    s = time_cpu(slow, TimingSettings(warmup=3, min_reps=6, max_reps=6, budget_s=10.0, target_rel_ci=1e9))
+    assert s.n == 6 and len(calls) == 3 + 1 + 6
+    assert s.median >= 200.0  # µs: at least the sleep
+
+
+def test_block_size_powers_of_ten():
+    from qbench.timing.cpu import block_size, time_block
+
+    assert block_size(lambda: time.sleep(2e-4)) == 1
+    fast = block_size(lambda: None)
+    assert fast in (10, 100, 1000, 10_000, 100_000) and time_block(lambda: None, fast) * fast >= 1e-4 * 0.5
+
