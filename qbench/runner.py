@@ -48,8 +48,10 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
             (the progress a log or CI shows when there is no terminal for the bar).
 
     Raises:
-        RunError: the device or the output path is unusable (nothing is measured or written).
+        RunError: the device or the output path is unusable, or ``QBENCH_AHEAD`` / ``QBENCH_PRELOAD``
+            is not a valid value (nothing is measured or written).
     """
+    _check_worker_env()
     if scenario.tp is not None:  # tensor parallel: qbench.tp runs one torchrun job per (scheme, tp_size, split)
         from qbench.tp import runner as tp_runner
 
@@ -117,6 +119,18 @@ def _ceilings(dev, scenario: Scenario) -> Optional[dict]:
 _CONTEXT = None
 
 
+def _check_worker_env() -> None:
+    """One line (RunError) for a bad ``QBENCH_PRELOAD`` (``0`` or ``1``) or ``QBENCH_AHEAD`` (a whole
+    number >= 0), before anything is measured or written."""
+    preload = os.environ.get("QBENCH_PRELOAD")
+    if preload is not None and preload not in ("0", "1"):
+        raise RunError(f"environment variable QBENCH_PRELOAD: must be 0 or 1, got {preload!r}")
+    ahead = os.environ.get("QBENCH_AHEAD")
+    if ahead is not None and not ahead.strip().isdigit():
+        raise RunError(f"environment variable QBENCH_AHEAD: must be a whole number >= 0 (workers started "
+                       f"ahead), got {ahead!r}")
+
+
 def preload_enabled() -> bool:
     """Whether the forkserver preloads qbench's measurement modules (default); ``QBENCH_PRELOAD=0``
     preloads torch alone, each worker importing the rest after its go (the design before issue 15,
@@ -151,7 +165,10 @@ def default_ahead(dev) -> int:
     (``results/h200/speed/``), so one worker ahead leaves the runner waiting on imports."""
     value = os.environ.get("QBENCH_AHEAD")
     if value is not None:
-        return max(0, int(value))
+        if not value.strip().isdigit():
+            raise RunError(f"environment variable QBENCH_AHEAD: must be a whole number >= 0 (workers started "
+                           f"ahead), got {value!r}")
+        return int(value)
     if dev.type != "cuda":
         return 0
     return max(1, min(6, ((os.cpu_count() or 1) - 2) // 2))

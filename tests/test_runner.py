@@ -234,3 +234,13 @@ def test_two_ahead_starts_the_next_two_workers(tmp_path, monkeypatch):
     assert workers.rows(1)[0]["i"] == 1 and started == [0, 1, 2, 3] and sorted(workers.started) == [2, 3]
     assert workers.rows(2)[0]["i"] == 2 and workers.rows(3)[0]["i"] == 3 and started == [0, 1, 2, 3]
     assert workers.started == {}
+
+
+@pytest.mark.parametrize("name,value", [("QBENCH_AHEAD", "abc"), ("QBENCH_AHEAD", "-1"), ("QBENCH_AHEAD", "1.5"),
+                                        ("QBENCH_PRELOAD", "yes"), ("QBENCH_PRELOAD", "")])
+def test_bad_worker_env_is_one_line_before_anything_is_written(tmp_path, monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    sc = _load(tmp_path, small_scenario_toml(["bf16"], m=(1,)))
+    with pytest.raises(runner.RunError, match=f"^environment variable {name}: must be .*, got {value!r}$"):
+        runner.run(sc, device="cpu", out=str(tmp_path / "r.json"))
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "r.partial.json").exists()
