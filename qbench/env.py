@@ -9,6 +9,7 @@ import importlib.util
 import os
 import platform
 import subprocess
+import time
 from pathlib import Path
 
 import torch
@@ -98,7 +99,7 @@ def collect(device: torch.device) -> dict:
         env.update(gpu_state.static_info(device.index or 0))
     else:
         env.update(device_name=env["cpu"], compute_capability=None)
-        env.update(cpu_load(env["torch_threads"]))
+        env.update(cpu_load(env["torch_threads"], window_s=0.2))
     env["warnings"] = warnings_of(env)
     return env
 
@@ -181,18 +182,68 @@ def bitsandbytes_library() -> dict | None:
     return {"file": match or stem + ".so", "present": match is not None, "available": available}
 
 
-def cpu_load(threads: int, own_running: int = 0) -> dict:
+def busy_cores(before: str, after: str) -> float:
+    """Cores busy between two readings of the aggregate ``cpu`` line of ``/proc/stat`` (proc(5):
+    user nice system idle iowait irq softirq steal ...; idle time is ``idle + iowait``):
+    (busy jiffies / all jiffies) x the CPUs counted (``os.cpu_count()``).
+
+    Raises:
+        ValueError: a line that is not an aggregate ``cpu`` line, or no time passed."""
+    def fields(line: str) -> list[int]:
+        parts = line.split()
+        if not parts or parts[0] != "cpu":
+            raise ValueError(f"not the aggregate cpu line of /proc/stat: {line!r}")
+        return [int(x) for x in parts[1:9]]
+
+    a, b = fields(before), fields(after)
+    total = sum(b) - sum(a)
+    idle = (b[3] + b[4]) - (a[3] + a[4])
+    if total <= 0:
+        raise ValueError("no time passed between the two /proc/stat readings")
+    return (total - idle) / total * (os.cpu_count() or 1)
+
+
+def _proc_stat_cpu() -> str | None:
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            return f.readline()
+    except OSError:
+        return None
+
+
+def cpu_load(threads: int, own_running: int = 0, window_s: float = 0.0) -> dict:
     """The CPU left for timing: the 1-minute load average (``os.getloadavg``), the cores other work
     takes (load minus ``own_running``, this run's own busy threads, which the average counts too:
     a worker that just timed with 2 threads adds about 2), the cores left free, and whether
-    torch's ``threads`` exceed them (then timings share cores with other work)."""
+    torch's ``threads`` exceed them (then timings share cores with other work).
+
+    With ``window_s`` > 0 (the run's start, where nothing of this run is busy) the cores busy
+    *now* are read from ``/proc/stat`` over that window (:func:`busy_cores`, ``busy_cores_now``)
+    and decide instead of the 1-minute average, which still counts work that just ended (a
+    previous run of a back-to-back benchmark read "load 1.8 on 2 cores" on an idle machine).
+    """
     try:
         load = os.getloadavg()[0]
     except (OSError, AttributeError):
+        load = None
+    now = None
+    if window_s > 0:
+        first = _proc_stat_cpu()
+        if first is not None:
+            time.sleep(window_s)
+            second = _proc_stat_cpu()
+            try:
+                now = busy_cores(first, second) if second is not None else None
+            except ValueError:
+                now = None
+    others = now if now is not None else (None if load is None else max(0.0, load - own_running))
+    if others is None:
         return {"load_avg_1min": None, "free_cores": None, "oversubscribed": None}
-    others = max(0.0, load - own_running)
     free = max(0.0, (os.cpu_count() or 1) - others)
-    return {"load_avg_1min": load, "free_cores": free, "oversubscribed": threads > free + 0.5}
+    out = {"load_avg_1min": load, "free_cores": free, "oversubscribed": threads > free + 0.5}
+    if window_s > 0:
+        out["busy_cores_now"] = now
+    return out
 
 
 def warnings_of(env: dict) -> list[str]:
@@ -206,7 +257,9 @@ def warnings_of(env: dict) -> list[str]:
     if lib and not lib["present"]:
         out.append(f"bitsandbytes has no {lib['file']} (has {', '.join(lib['available']) or 'none'})")
     if env.get("oversubscribed"):
-        out.append(f"CPU busy: load {env['load_avg_1min']:.1f} on {env['cpu_count']} cores leaves "
+        busy = (f"{env['busy_cores_now']:.1f} cores busy over 0.2 s" if env.get("busy_cores_now") is not None
+                else f"load {env['load_avg_1min']:.1f}")
+        out.append(f"CPU busy: {busy} on {env['cpu_count']} cores leaves "
                    f"{env['free_cores']:.1f} free for {env['torch_threads']} torch threads: timings will be noisy")
     git = env.get("git")
     if git and git["dirty"]:

@@ -119,3 +119,40 @@ def test_find_commit_recomputes_the_digest_of_a_clean_checkout():
     from qbench.env import source_digest
 
     assert digest_at("HEAD") == source_digest()
+
+
+def test_busy_cores_from_two_proc_stat_lines(monkeypatch):
+    """4 CPUs; between the readings 400 jiffies passed, 300 idle (200 idle + 100 iowait): 1.0 core busy."""
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    before = "cpu  1000 0 500 8000 100 0 0 0 0 0"
+    after = "cpu  1080 0 520 8200 200 0 0 0 0 0"
+    assert env.busy_cores(before, after) == 1.0
+    import pytest
+
+    with pytest.raises(ValueError, match="not the aggregate cpu line"):
+        env.busy_cores("cpu0 1 2 3 4 5 6 7 8", after)
+    with pytest.raises(ValueError, match="no time passed"):
+        env.busy_cores(before, before)
+
+
+def test_cpu_load_prefers_the_cores_busy_now(monkeypatch):
+    """A 1-minute load of 1.8 on 2 cores (a run that just ended) but 0.1 cores busy now: not busy."""
+    import os
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.8, 0.0, 0.0))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    lines = iter(["cpu  0 0 0 0 0 0 0 0", "cpu  5 0 0 95 0 0 0 0"])  # 5 % of 2 CPUs busy
+    monkeypatch.setattr(env, "_proc_stat_cpu", lambda: next(lines))
+    monkeypatch.setattr(env.time, "sleep", lambda s: None)
+    got = env.cpu_load(2, window_s=0.2)
+    assert got == {"load_avg_1min": 1.8, "free_cores": 1.9, "oversubscribed": False, "busy_cores_now": 0.1}
+    assert env.cpu_load(2)["oversubscribed"] is True  # the average alone would have said busy
+    lines = iter(["cpu  0 0 0 0 0 0 0 0", "cpu  90 0 0 10 0 0 0 0"])  # 1.8 cores busy now
+    got = env.cpu_load(2, window_s=0.2)
+    assert got["oversubscribed"] is True and abs(got["busy_cores_now"] - 1.8) < 1e-12
+    text = env.warnings_of({"oversubscribed": True, "busy_cores_now": 1.8, "load_avg_1min": 1.8, "cpu_count": 2,
+                            "free_cores": got["free_cores"], "torch_threads": 2})
+    assert text == ["CPU busy: 1.8 cores busy over 0.2 s on 2 cores leaves 0.2 free for 2 torch threads: "
+                    "timings will be noisy"]
