@@ -31,6 +31,7 @@ from qbench.results import (
     METHOD_CHOICES,
     ResultsError,
     latency_stats,
+    machine_of,
     methods_present,
     incomplete_warning,
     read_results,
@@ -245,7 +246,13 @@ def run_compare(args: argparse.Namespace) -> int:
             lacks = " and ".join(side for side, have in (("A", have_a), ("B", have_b)) if DECISION_METHOD not in have)
             verb = "has" if len(lacks) == 1 else "have"
             method, note = common, f"{lacks} {verb} no {DECISION_METHOD} latency; comparing {common} times"
+    machine_a, machine_b = machine_of(a), machine_of(b)
+    if machine_a != machine_b:
+        print(f"warning: A ({args.a}) ran on {machine_a}, B ({args.b}) on {machine_b}: the speed-ups compare "
+              "machines as much as schemes", file=sys.stderr)
     records = compare_docs(a, b, method, args.threshold)
+    if wants_prose(args.format):
+        print(f"A = {args.a} ({machine_a}); B = {args.b} ({machine_b})")
     print(render_compare(records, method, args.format))
     bad = [r for r in records if r["regression"]]
     if wants_prose(args.format):

@@ -50,6 +50,7 @@ from qbench.results import (
     ResultsError,
     latency_stats,
     incomplete_warning,
+    machine_of,
     read_results,
     resolve_method,
 )
@@ -339,7 +340,11 @@ def render_model(result: dict, fmt: str = "simple") -> str:
             continue
         r = next(r for r in result["rows"] if r["m"] == m and r["scheme"] == name)
         speed = DASH if r["speedup"] is None else f"{r['speedup']:.2f}× {result['baseline']}"
-        lines.append(f"- M={m}: fastest {name}: {fmt_us(r['step_us'])} µs per step, "
+        at_m = [x for x in result["rows"] if x["m"] == m]
+        complete = sum(1 for x in at_m if x["step_us"] is not None)
+        which = (f"fastest of the {complete} schemes with a complete step ({len(at_m) - complete} without)"
+                 if complete < len(at_m) else "fastest")
+        lines.append(f"- M={m}: {which} {name}: {fmt_us(r['step_us'])} µs per step, "
                      f"{r['tokens_per_s']:.0f} tokens/s of the linear layers only, {speed}, "
                      f"max rel_fro {fmt_num('.3g')(r['rel_fro_max'])}")
     unusable = unusable_note([(r["scheme"], r["m"]) for r in result["rows"] if r["status"] == "unusable"],
@@ -393,6 +398,11 @@ def run_model(args: argparse.Namespace) -> int:
                 print(incomplete_warning(doc, path), file=sys.stderr)
     except ResultsError as exc:
         return _fail(str(exc))
+    machines = {path: machine_of(doc) for path, doc in zip(paths, docs)}
+    if len(set(machines.values())) > 1:  # a step sums per-layer times: they must come from one machine
+        return _fail("the files were measured on different machines ("
+                     + "; ".join(f"{p}: {m}" for p, m in machines.items())
+                     + "): a decode step adds per-layer times of one machine")
     methods, notes = {}, []
     for path, doc in zip(paths, docs):
         method, note = resolve_method(doc, args.method)

@@ -263,3 +263,12 @@ def incomplete_warning(doc: dict, path: str | os.PathLike) -> str | None:
     schemes = len({r.get("scheme") for r in rows})
     return (f"warning: {path} is incomplete (\"complete\": false, {len(rows)} rows of {schemes} schemes): "
             "the run was interrupted or is still going; schemes may be missing")
+
+
+def machine_of(doc: dict) -> str:
+    """The machine a result was measured on, as one label: ``"cuda NVIDIA H200"`` or ``"cpu AMD EPYC"``
+    (the device type of ``env.device`` and ``env.device_name``). Readers that add or divide times of
+    several files (``model``, ``compare``) compare these labels."""
+    env = doc.get("env") or {}
+    kind = str(env.get("device", "?")).split(":", 1)[0]
+    return f"{kind} {env.get('device_name') or '?'}"

@@ -129,3 +129,18 @@ def test_old_file_against_a_stream_file_compares_cold_and_says_so(capsys):
     assert run(RUN1, RUN2) == 0
     out = capsys.readouterr().out
     assert "A cold µs" in out and "no stream latency in this file" in out
+
+
+def test_two_machines_are_named_and_warned(capsys):
+    from pathlib import Path
+
+    from qbench import compare
+    from tests.conftest import run_subcommand
+
+    root = Path(__file__).resolve().parent.parent
+    a, b = str(root / "results/cpu/decode.json"), str(root / "results/h200/speed/preload-1.json")
+    run_subcommand(compare, "compare", a, b)
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == f"A = {a} (cpu AMD EPYC); B = {b} (cuda NVIDIA H200)"
+    assert err.strip() == (f"warning: A ({a}) ran on cpu AMD EPYC, B ({b}) on cuda NVIDIA H200: the speed-ups "
+                           "compare machines as much as schemes")

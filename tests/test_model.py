@@ -221,3 +221,33 @@ def test_cli_70b_names_the_missing_shapes(capsys):
 def test_bad_input_exit_2(argv, capsys):
     assert run(*argv) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_files_of_two_machines_are_refused(capsys):
+    """A CPU file and an H200 file: a step would add CPU and GPU times; one line, exit 2."""
+    from pathlib import Path
+
+    from qbench import model
+    from tests.conftest import run_subcommand
+
+    root = Path(__file__).resolve().parent.parent
+    code = run_subcommand(model, "model", "llama3-8b", str(root / "results/cpu/decode.json"),
+                          str(root / "results/h200/llama3_8b_k_v.json"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith("qbench model: the files were measured on different machines (")
+    assert "cpu AMD EPYC" in err[0] and "cuda NVIDIA H200" in err[0]
+
+
+def test_summary_counts_the_schemes_without_a_complete_step(capsys):
+    """Llama-3.1-70B from the committed 2026-12-01 files: 4 float schemes complete, 13 without."""
+    from pathlib import Path
+
+    from qbench import model
+    from tests.conftest import run_subcommand
+
+    folder = Path(__file__).resolve().parent.parent / "results/h200/2026-12-01"
+    files = sorted(str(p) for p in folder.glob("llama31_70b_*.json"))
+    assert run_subcommand(model, "model", "llama3.1-70b", *files) == 0
+    out = capsys.readouterr().out
+    assert "- M=1: fastest of the 4 schemes with a complete step (13 without) bf16:" in out

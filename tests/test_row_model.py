@@ -306,6 +306,7 @@ NOT_ROW_KEYS = {
                        "tab20", "tab20b"},  # matplotlib colour map names
     "qbench/model.py": {"measured", "memory_gbps"},
     "qbench/render/__init__.py": {"device_name", "compute_capability"},
+    "qbench/results.py": {"device_name"},  # machine_of: the document's env
     "qbench/compare.py": {"A", "B"},  # the two files' sides in a dict built by a comprehension
     # derived summaries: scripts/repeatability.py's and scripts/crosscheck_timing.py's rows, and the env
     "scripts/docs_tables.py": {"cv_pct", "files", "medians_us", "method", "missing_from", "runs", "ours_us",
