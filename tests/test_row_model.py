@@ -296,7 +296,7 @@ def test_known_values_of_complete_rows():
 #: The modules that read result rows (and the one script that tabulates them for the docs).
 READERS = ("qbench/compare.py", "qbench/recommend.py", "qbench/report.py", "qbench/plot.py", "qbench/model.py",
            "qbench/sweep_report.py", "qbench/render/__init__.py", "qbench/render/columns.py",
-           "qbench/render/table.py", "qbench/render/csv.py", "qbench/render/json.py", "qbench/tp/table.py",
+           "qbench/render/table.py", "qbench/render/csv.py", "qbench/render/json.py",
            "qbench/cli.py", "qbench/results.py", "scripts/docs_tables.py")
 
 #: Keys a reader may read that are neither row fields nor its own records' keys, each for a reason.

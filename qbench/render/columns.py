@@ -283,7 +283,14 @@ _CATALOGUE: list[Column] = [
     Column("end_to_end_us", "end-to-end µs", _get("end_to_end_us", "median"), fmt_us, True,
            "median of end_to_end_us: local GEMM + collective"),
     Column("tp_speedup", "speed-up vs tp 1 (tp1 time / this)", _get("speedup_vs_tp1"), fmt_num(".2f"), True,
-           "the tp_size 1 row's time / this row's (speedup_vs_tp1; stream when both have it, else end-to-end)"),
+           "the tp_size 1 row's time / this row's, and the method it compares (speedup_vs_tp1: stream when both "
+           "rows have it, else end-to-end cold or cpu)",
+           cell_override=lambda row: DASH if row.get("speedup_vs_tp1") is None
+           else f"{row['speedup_vs_tp1']:.2f}× {row.get('speedup_vs_tp1_method') or ''}".rstrip()),
+    Column("collective_bytes", "coll. bytes", _get("collective_bytes"), fmt_num("d"), True,
+           "bus bytes each rank sends and receives in the collective (nccl-tests' definition)"),
+    Column("vs_unsharded", "rel err vs unsharded", _get("sharded_vs_unsharded", "rel_fro"), fmt_num(".3g"), True,
+           "rel_fro of the sharded output with the unsharded layer's output (same scheme) as reference"),
     Column("busbw_gbps", "bus GB/s", _get("collective_busbw_gbps"), fmt_num(".1f"), True,
            "collective bus bandwidth (nccl-tests' definition)"),
     Column("flags", "flags", lambda row: "; ".join(f.split(":", 1)[0] for f in row.get("flags") or []) or None,

@@ -98,3 +98,17 @@ def test_speedup_vs_tp1_hand_computed():
     assert (b["speedup_vs_tp1"], b["speedup_vs_tp1_method"]) == (1.5, "cold")
     assert failed.get("speedup_vs_tp1") is None and lonely.get("speedup_vs_tp1") is None
     assert one.get("speedup_vs_tp1") is None
+
+
+def test_report_columns_of_tp_rows():
+    """The one TP table is qbench report's: speed-up with its method, collective bytes, error vs unsharded."""
+    from qbench.render import render
+    from qbench.render.columns import resolve_columns
+    from tests.rows import full_tp_row
+
+    row = full_tp_row()
+    cols = resolve_columns(["scheme", "tp_size", "split", "tp_speedup", "collective_bytes", "vs_unsharded"], [row])
+    cells = [c.cell(row) for c in cols]
+    assert cells == ["int8-weight-only+compiled", "2", "row", "1.25× cold", "16384", "0.0001"]
+    assert cols[3].value(row) == 1.25  # csv/json get the number
+    assert "speed-up vs tp 1 (tp1 time / this)" in render([row], cols, "simple")
