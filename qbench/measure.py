@@ -352,15 +352,20 @@ class _Runner:
                                 "clock_dropped": bool(before and after and gpu.clock_dropped(before, after))}
 
     def _cpu_load_flag(self, row: dict) -> None:
-        """``cpu-busy`` when the 1-minute load average leaves fewer free cores than torch's threads
-        (:func:`qbench.env.cpu_load`): the CPU times shared cores with other work."""
+        """``cpu-busy`` when other work leaves fewer free cores than torch's threads
+        (:func:`qbench.env.cpu_load`): the cores busy over 0.1 s right after the ``cpu`` timing,
+        while this worker sleeps (``/proc/stat``), or, where that cannot be read, the 1-minute load
+        average minus this worker's threads. The CPU times shared cores with other work."""
         from qbench.env import cpu_load
 
-        load = cpu_load(torch.get_num_threads(), own_running=torch.get_num_threads())
+        threads = torch.get_num_threads()
+        load = cpu_load(threads, own_running=threads, window_s=0.1)
         row["cpu_load"] = load
         if load.get("oversubscribed"):
-            row["flags"].append(f"cpu-busy: load {load['load_avg_1min']:.1f} leaves {load['free_cores']:.1f} "
-                                f"free cores for {torch.get_num_threads()} threads: noisy")
+            busy = (f"{load['busy_cores_now']:.1f} cores busy with other work" if load.get("busy_cores_now") is not None
+                    else f"load {load['load_avg_1min']:.1f}")
+            row["flags"].append(f"cpu-busy: {busy} leaves {load['free_cores']:.1f} free cores for {threads} "
+                                "threads: noisy")
 
     def _reading(self, row: dict, method: str) -> None:
         """A fresh NVML reading right after ``method``'s last sample (SM and memory clocks, power,

@@ -277,6 +277,9 @@ class CpuLoad(_Part):
     load_avg_1min: Optional[float] = Field(None, ge=0, description="1-minute load average")
     free_cores: Optional[float] = Field(None, description="cores not busy with other work")
     oversubscribed: Optional[bool] = Field(None, description="torch's threads exceed the free cores")
+    busy_cores_now: Optional[float] = Field(None, ge=0, description="cores busy with other work over 0.1 s right "
+                                            "after the timing, from /proc/stat (absent in files before 2026-12-01; "
+                                            "null where /proc/stat cannot be read)")
 
 
 class WorkerPhases(_Part):

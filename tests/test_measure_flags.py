@@ -71,8 +71,18 @@ def test_a_weight_repacked_on_the_first_call_is_counted_as_timed_and_flagged(tmp
         assert any(f.startswith("repacked:") and f"{k * n * 4} -> {k * n * 2}" in f for f in row["flags"])
 
 
+def _proc_stat(monkeypatch, busy_fraction: float) -> None:
+    """/proc/stat as the row's 0.1 s window sees it: ``busy_fraction`` of every CPU busy."""
+    from qbench import env
+
+    lines = iter(["cpu  0 0 0 0 0 0 0 0", f"cpu  {busy_fraction * 1000:.0f} 0 0 {(1 - busy_fraction) * 1000:.0f} 0 0 0 0"] * 100)
+    monkeypatch.setattr(env, "_proc_stat_cpu", lambda: next(lines))
+    monkeypatch.setattr(env.time, "sleep", lambda s: None)
+
+
 def test_an_unchanged_weight_has_no_flags(tmp_path, monkeypatch):
     monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle machine
+    _proc_stat(monkeypatch, 0.0)
     rows = _rows(tmp_path, "fp32")
     assert [r["flags"] for r in rows] == [[], []]
     assert rows[0]["stored_bytes"] == 256 * 128 * 4
@@ -82,12 +92,29 @@ def test_a_busy_cpu_flags_every_cpu_row(tmp_path, monkeypatch):
     import os
 
     cores = os.cpu_count()
-    # every core busy with other work, on top of this worker's own threads
-    monkeypatch.setattr("os.getloadavg", lambda: (float(cores + torch.get_num_threads()), 0.0, 0.0))
+    # every core busy with other work while the worker sleeps after its timing
+    _proc_stat(monkeypatch, 1.0)
     rows = _rows(tmp_path, "fp32")
     for row in rows:
         assert row["cpu_load"]["free_cores"] == 0.0 and row["cpu_load"]["oversubscribed"] is True
+        assert row["cpu_load"]["busy_cores_now"] == float(cores)
         assert [f.split(":")[0] for f in row["flags"]] == ["cpu-busy"]
+        assert f"{float(cores):.1f} cores busy with other work leaves 0.0 free cores" in row["flags"][0]
+
+
+def test_a_busy_load_average_without_proc_stat_still_flags(tmp_path, monkeypatch):
+    """No /proc/stat: the 1-minute average minus the worker's own threads decides."""
+    import os
+
+    from qbench import env
+
+    monkeypatch.setattr(env, "_proc_stat_cpu", lambda: None)
+    cores = os.cpu_count()
+    monkeypatch.setattr("os.getloadavg", lambda: (float(cores + torch.get_num_threads()), 0.0, 0.0))
+    rows = _rows(tmp_path, "fp32")
+    for row in rows:
+        assert row["cpu_load"]["free_cores"] == 0.0 and row["cpu_load"]["busy_cores_now"] is None
+        assert row["flags"][0].startswith(f"cpu-busy: load {cores + torch.get_num_threads():.1f} leaves 0.0 free")
 
 
 def test_a_throttle_reason_after_a_method_is_a_flag():
