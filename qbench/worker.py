@@ -34,8 +34,8 @@ def main(argv: list[str], go=None) -> int:
     import torch
 
     if torch.cuda._is_in_bad_fork():  # the forkserver initialised CUDA before forking (qbench._preload)
-        raise RuntimeError("the runner's forkserver initialised CUDA before forking this worker (a preloaded "
-                           "package is not fork-safe; QBENCH_PRELOAD=0 turns package preloading off)")
+        raise RuntimeError("the runner's forkserver initialised CUDA before forking this worker (a module "
+                           "qbench._preload imports is not fork-safe; QBENCH_PRELOAD=0 preloads torch alone)")
 
     from qbench import schemes
     from qbench.measure import measure_scheme

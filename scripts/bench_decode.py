@@ -57,7 +57,7 @@ def phases(doc: dict) -> dict:
 def _design(doc: dict) -> str:
     workers = doc.get("workers")
     if not workers:
-        return "one process per scheme, torch preloaded, 1 ahead (before issue 15)"
+        return "not recorded (a file from before 2026-12-01)"
     pre = "qbench preloaded" if "qbench._preload" in workers["preloaded"] else "torch preloaded"
     return f"{pre}, {workers['ahead']} ahead"
 
@@ -73,10 +73,12 @@ def summary_table(paths: list[str]) -> str:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
         ph = phases(doc)
+        known = any(k.startswith("method:") for k in ph)  # by_method: files from 2026-12-01 on
         methods = sum(v for k, v in ph.items() if k.startswith("method:"))
         rows.append([os.path.basename(path), _design(doc), len(doc["rows"]), f"{doc['wall_s']:.0f}",
                      f"{ph.get('prepare', 0):.1f}", f"{ph.get('waited_for_go', 0):.1f}", f"{ph.get('build', 0):.1f}",
-                     f"{ph.get('copies', 0):.1f}", f"{methods:.1f}", f"{ph.get('measure', 0) - methods:.1f}",
+                     f"{ph.get('copies', 0):.1f}", f"{methods:.1f}" if known else "not recorded",
+                     f"{ph.get('measure', 0) - methods:.1f}" if known else "not recorded",
                      f"{ph.get('after_go', 0):.1f}", f"{ph.get('ceilings', 0):.1f}"])
     return tabulate(rows, headers=["file", "runner", "rows", "wall_s", "prepare", "waited for go", "build",
                                    "copies", "timing methods", "measure, not in a method", "after go (sum)",
@@ -105,23 +107,49 @@ def per_scheme_table(path: str) -> str:
                     tablefmt="github", disable_numparse=True)
 
 
+def _check_results(paths: list[str]) -> str | None:
+    """One line naming the first path that is not a qbench result file (rows and env), else None."""
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as exc:
+            return f"{path}: cannot read a JSON result file ({type(exc).__name__}: {exc})"
+        if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list) or "env" not in doc:
+            return f"{path}: not a qbench result file (no rows and env)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("outdir", nargs="?")
-    parser.add_argument("--scenario", default="scenarios/decode.toml")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--designs", default="preload,per-scheme-imports")
-    parser.add_argument("--summarize", nargs="+", metavar="RESULT")
-    parser.add_argument("--per-scheme", metavar="RESULT")
+    """Exit status: 0; 1 when a benchmark run failed; 2 on bad arguments or files."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     epilog="exit status: 0; 1 a benchmark run failed; 2 bad arguments or files")
+    parser.add_argument("outdir", nargs="?", help="folder for the runs' result files, logs and bench.json")
+    parser.add_argument("--scenario", default="scenarios/decode.toml", help="scenario to run (default: decode)")
+    parser.add_argument("--runs", type=int, default=3, help="runs per design (>= 1, default 3)")
+    parser.add_argument("--designs", default="preload,per-scheme-imports",
+                        help="comma-separated: preload (the current runner), per-scheme-imports (the runner "
+                             "before issue 15)")
+    parser.add_argument("--summarize", nargs="+", metavar="RESULT",
+                        help="print a Markdown table of wall time and phases per result file, run nothing")
+    parser.add_argument("--per-scheme", metavar="RESULT", help="print each scheme's phases in one result file")
     args = parser.parse_args(argv)
-    if args.summarize:
-        print(summary_table(args.summarize))
-        return 0
-    if args.per_scheme:
-        print(per_scheme_table(args.per_scheme))
+    if args.summarize or args.per_scheme:
+        bad = _check_results(args.summarize or [args.per_scheme])
+        if bad:
+            print(f"bench_decode: {bad}", file=sys.stderr)
+            return 2
+        print(summary_table(args.summarize) if args.summarize else per_scheme_table(args.per_scheme))
         return 0
     if not args.outdir:
         parser.error("OUTDIR is required to run the benchmark")
+    unknown = [d for d in args.designs.split(",") if d not in ("preload", "per-scheme-imports")]
+    if unknown:
+        parser.error(f"--designs: unknown design {unknown[0]!r}; choose from preload, per-scheme-imports")
+    if args.runs < 1:
+        parser.error(f"--runs must be >= 1, got {args.runs}")
+    if not os.path.isfile(args.scenario):
+        parser.error(f"--scenario: no such file {args.scenario!r}")
     os.makedirs(args.outdir, exist_ok=True)
     runs = []
     for design in args.designs.split(","):
@@ -150,14 +178,19 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({k: record[k] for k in ("design", "run", "wall_s", "rows")}), file=sys.stderr)
     with open(os.path.join(args.outdir, "bench.json"), "w", encoding="utf-8") as f:
         json.dump({"kind": "bench-decode", "scenario": args.scenario, "runs": runs}, f, indent=1)
+    failed = [r for r in runs if "wall_s" not in r]
+    status = 1 if failed else 0
     try:
         from tabulate import tabulate
     except ImportError:
-        return 0
+        return status
     keys = sorted({k for r in runs for k in r.get("phases_s", {})})
     table = [[r["design"], r["run"], r.get("wall_s")] + [r.get("phases_s", {}).get(k) for k in keys] for r in runs]
     print(tabulate(table, headers=["design", "run", "wall_s"] + keys, floatfmt=".1f"))
-    return 0
+    if failed:
+        print(f"bench_decode: {len(failed)} run(s) failed (rc {', '.join(str(r['rc']) for r in failed)}); "
+              f"their logs are in {args.outdir}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 from ``git ls-tree`` (no checkout) and prints the commits that match.
 
 Usage: python scripts/find_commit.py RESULT.json | DIGEST [--max-count 500]
+Exit status: 0 found; 1 no commit matches; 2 the file has no digest, is not readable, or git failed.
 """
 
 from __future__ import annotations
@@ -35,16 +36,29 @@ def main() -> int:
     args = parser.parse_args()
     target = args.target
     if target.endswith(".json"):
-        with open(target, encoding="utf-8") as f:
-            target = json.load(f)["env"].get("source_digest")
-        if not target:
-            print(f"{args.target}: env.source_digest: absent (written before it was recorded)", file=sys.stderr)
+        try:
+            with open(target, encoding="utf-8") as f:
+                doc = json.load(f)
+            target = (doc.get("env") or {}).get("source_digest") if isinstance(doc, dict) else None
+        except (OSError, ValueError) as exc:
+            print(f"find_commit: {args.target}: cannot read a JSON result file ({type(exc).__name__})", file=sys.stderr)
             return 2
-    commits = subprocess.run(["git", "rev-list", f"--max-count={args.max_count}", "HEAD"], capture_output=True,
-                             text=True, check=True).stdout.split()
-    found = [c for c in commits if digest_at(c) == target]
+        if not target:
+            print(f"find_commit: {args.target}: env.source_digest: absent (a file written before 2026-12-01 or not a "
+                  "result file)", file=sys.stderr)
+            return 2
+    try:
+        commits = subprocess.run(["git", "rev-list", f"--max-count={args.max_count}", "HEAD"], capture_output=True,
+                                 text=True, check=True).stdout.split()
+        found = [c for c in commits if digest_at(c) == target]
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"find_commit: git failed ({type(exc).__name__}); run it inside the qbench checkout", file=sys.stderr)
+        return 2
     for c in found:
         print(c)
+    if not found:
+        print(f"find_commit: no commit of the last {args.max_count} has qbench/ with digest {target[:16]}...",
+              file=sys.stderr)
     return 0 if found else 1
 
 

@@ -60,7 +60,14 @@ def test_flat_in_m_figures(rows, section, scheme):
 def test_tinygemm_growth_and_the_m16_winners(rows, section):
     text = " ".join(section.split())
     figs = [_sig(stream(rows, "int4-weight-only", m)) for m in (1, 16, 128)]
-    assert f"Eager tinygemm grows from {figs[0]} to {figs[1]} and {figs[2]} µs" in text
+    assert f"tinygemm (int4-weight-only, not compiled) grows from {figs[0]} to {figs[1]} and {figs[2]} µs" in text
+    r16, r128 = (stream(rows, "bf16", m) / stream(rows, "fp8-int4", m) for m in (16, 128))
+    assert f"fp8-int4 reads {r16:.2f}× and {r128:.2f}× bf16 at M = 16 and 128" in text and r16 < 1 and r128 < 1
+    beat = {m: sorted(s for (s, mm) in rows if mm == m and stream(rows, s, m) < stream(rows, "bf16", m))
+            for m in (16, 128)}
+    assert beat == {16: ["fp8-dynamic[kernel_preference=mslk]", "int8-weight-only-gemlite"],
+                    128: ["fp8-dynamic-gemlite", "fp8-dynamic[kernel_preference=mslk]"]}
+    assert "No 4-bit kernel beats bf16 there" in text and "Two rows beat bf16 at each of these M" in text
     for m in (16, 128):
         int4 = min((stream(rows, s, m), s) for (s, mm) in rows
                    if mm == m and s in ("int4-weight-only", "int4-weight-only+compiled", "int4-plain",

@@ -24,7 +24,7 @@ def test_wall_times_and_scheme_count():
 
 def test_probe_facts():
     probe = {r["package"]: r for r in _load("probe-preload.json")["results"]}
-    assert f"({probe['qbench._preload']['import_s']:.1f} s of imports on the H200 host" in TEXT
+    assert f"({probe['qbench._preload']['import_s']:.1f} s of imports on the H200 host after torch's own" in TEXT
     assert probe["qbench._preload"]["fork_safe"] and probe["-"]["fork_safe"]
     assert not probe["torchao"]["cuda_initialized_after_import"] and probe["torchao"]["forked_child_exit"] != 0
     assert probe["bitsandbytes"]["cuda_initialized_after_import"] and probe["gemlite"]["cuda_initialized_after_import"]
