@@ -198,6 +198,9 @@ def render_compare(records: list[dict], method: str, fmt: str = "simple") -> str
     regression's verdict is marked ``slower !`` in tables. CSV and JSON carry the ``method`` on
     every record (their headers are keys, which do not name it)."""
     cols = _columns(method)
+    if any(r.get("tp_size") is not None for r in records):  # tensor-parallel rows: which sharding
+        cols[2:2] = [Column("tp_size", "tp", lambda r: r.get("tp_size"), fmt_num("d"), True),
+                     Column("split", "split", lambda r: r.get("split"))]
     if fmt in ("csv", "json"):
         cols.insert(2, Column("method", "method", lambda r: method))
     return render(records, cols, fmt)

@@ -396,7 +396,8 @@ def by_format(doc: dict, method: str = DECISION_METHOD, max_rel_err: Optional[fl
             rows_f = by_fmt[fmt]
             cands = sorted((r for r in rows_f if _lose_reason(r, method, budget) is None),
                            key=lambda r: latency_stats(r, method)["median"])
-            rec = {"scenario": scenario, "m": m, "k": k, "n": n, "format": fmt, "pick": None,
+            rec = {"scenario": scenario, "m": m, "k": k, "n": n,
+                   **({"tp_size": tp_size, "split": split} if tp_size is not None else {}), "format": fmt, "pick": None,
                    "library": None, "kernel": None, "latency_us": None, "rel_fro": None,
                    "baseline_us": base_us, "speedup": None, "others": []}
             if cands:
@@ -445,8 +446,11 @@ def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "s
     cols = [Column("scenario", "scenario", lambda r: r["scenario"]),
             Column("k", "K", lambda r: r["k"], str, True),
             Column("n", "N", lambda r: r["n"], str, True)] if several else []
+    cols += [Column("m", "M", lambda r: r["m"], str, True)]
+    if any(r.get("tp_size") is not None for r in rows):  # tensor-parallel groups: which sharding
+        cols += [Column("tp_size", "tp", lambda r: r.get("tp_size"), fmt_num("d"), True),
+                 Column("split", "split", lambda r: r.get("split"))]
     cols += [
-        Column("m", "M", lambda r: r["m"], str, True),
         Column("format", "format", lambda r: r["format"]),
         Column("pick", "fastest", lambda r: r["pick"] or f"{DASH} no candidate"),
         Column("library", "library", lambda r: r["library"]),

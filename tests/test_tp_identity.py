@@ -52,3 +52,24 @@ def test_tables_show_the_sharding():
     assert cols[:5] == ["scheme", "m", "tp_size", "split", "collective"]
     text = render(ROWS, columns=["scheme", "tp_size", "split"])
     assert "column" in text and "row" in text and "none" in text
+
+
+def test_compare_and_by_format_show_the_sharding():
+    """Three rows of one scheme at tp 1, tp 2 column and tp 2 row: compare and recommend --by-format
+    print tp and split, so the three lines do not read alike."""
+    from qbench.compare import compare_docs, render_compare
+    from qbench.recommend import by_format, render_by_format
+    from tests.rows import make_row, stats
+
+    def row(tp, split, us):
+        return make_row(scheme="int8-weight-only", m=1, k=64, n=64, status="ok", tp_size=tp, split=split,
+                        weight_dtype="int8", library="torchao", error={"rel_fro": 0.01, "nonfinite": 0},
+                        latency_us={"stream": stats(us)}, dispatch=None)
+
+    doc = {"scenario": {"name": "t"}, "rows": [row(1, "none", 40.0), row(2, "column", 500.0), row(2, "row", 590.0)]}
+    lines = render_compare(compare_docs(doc, doc, "stream", 1.05), "stream").splitlines()
+    assert lines[0].split()[:4] == ["scheme", "M", "tp", "split"]
+    assert [l.split()[2:4] for l in lines[2:]] == [["1", "none"], ["2", "column"], ["2", "row"]]
+    table = render_by_format(by_format(doc, "stream"), "stream", "bf16").splitlines()
+    assert table[0].split()[:3] == ["M", "tp", "split"]
+    assert sorted(tuple(l.split()[1:3]) for l in table[2:]) == [("1", "none"), ("2", "column"), ("2", "row")]
