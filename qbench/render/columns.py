@@ -204,6 +204,8 @@ _CATALOGUE: list[Column] = [
     Column("compute_dtype", "compute dtype", _get("compute_dtype")),
     Column("stored_mib", "stored MiB", _scaled(_get("stored_bytes"), _MIB), fmt_num(".2f"), True,
            "payload + metadata + bias"),
+    Column("shard_mib", "stored MiB per rank", _scaled(_get("stored_bytes"), _MIB), fmt_num(".2f"), True,
+           "tensor-parallel rows: one rank's shard (rank 0's), payload + metadata + bias"),
     Column("payload_mib", "payload MiB", _scaled(_get("payload_bytes"), _MIB), fmt_num(".2f"), True),
     Column("meta_mib", "meta MiB", _scaled(_get("metadata_bytes"), _MIB), fmt_num(".3f"), True),
     Column("meta_pct", "meta %", _meta_pct, fmt_num(".1f"), True, "metadata / stored bytes"),
@@ -346,7 +348,7 @@ def default_columns(rows: Sequence[dict]) -> list[str]:
     floor = _FLOOR if (cuda or not rows) and (not rows or any("hbm_floor_us" in r for r in rows)) else []
     if any(r.get("tp_size") is not None for r in rows):
         # tensor-parallel rows: which sharding, and its local GEMM, collective and end-to-end times
-        head = [c for c in _COMMON_HEAD if c not in ("scheme", "m")]
+        head = ["shard_mib" if c == "stored_mib" else c for c in _COMMON_HEAD if c not in ("scheme", "m")]
         return ["scheme", "m", "tp_size", "split", "collective", *head, "local_us", "collective_us",
                 "end_to_end_us", *times, "tp_speedup", "rel_err", "status"]
     return [*_COMMON_HEAD, *times, *floor, "rel_err", "status"]

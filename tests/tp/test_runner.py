@@ -112,3 +112,12 @@ def test_report_columns_of_tp_rows():
     assert cells == ["int8-weight-only+compiled", "2", "row", "1.25× cold", "16384", "0.0001"]
     assert cols[3].value(row) == 1.25  # csv/json get the number
     assert "speed-up vs tp 1 (tp1 time / this)" in render([row], cols, "simple")
+
+
+def test_default_tp_table_says_the_bytes_are_per_rank():
+    from qbench.render.columns import default_columns
+    from tests.rows import full_tp_row
+
+    cols = default_columns([full_tp_row()])
+    assert "shard_mib" in cols and "stored_mib" not in cols
+    assert cols[:5] == ["scheme", "m", "tp_size", "split", "collective"]
