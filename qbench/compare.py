@@ -24,7 +24,7 @@ import argparse
 import sys
 
 from qbench.render import Column, check_format, render, wants_prose
-from qbench.render.columns import DASH, fmt_num, fmt_us
+from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
 from qbench.results import (
     DECISION_METHOD,
     FALLBACK_METHODS,
@@ -199,8 +199,7 @@ def render_compare(records: list[dict], method: str, fmt: str = "simple") -> str
     every record (their headers are keys, which do not name it)."""
     cols = _columns(method)
     if any(r.get("tp_size") is not None for r in records):  # tensor-parallel rows: which sharding
-        cols[2:2] = [Column("tp_size", "tp", lambda r: r.get("tp_size"), fmt_num("d"), True),
-                     Column("split", "split", lambda r: r.get("split"))]
+        cols[2:2] = [COLUMNS["tp_size"], COLUMNS["split"]]
     if fmt in ("csv", "json"):
         cols.insert(2, Column("method", "method", lambda r: method))
     return render(records, cols, fmt)

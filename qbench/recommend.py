@@ -53,7 +53,7 @@ from typing import Optional, Sequence
 from qbench.compare import UNUSABLE, capture_failure, unusable_note, verdict
 from qbench.dispatch import short_kernel
 from qbench.render import FORMATS, Column, render, wants_prose
-from qbench.render.columns import DASH, fmt_num, fmt_us
+from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
 from qbench.results import (
     DECISION_METHOD,
     METHOD_CHOICES,
@@ -448,8 +448,7 @@ def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "s
             Column("n", "N", lambda r: r["n"], str, True)] if several else []
     cols += [Column("m", "M", lambda r: r["m"], str, True)]
     if any(r.get("tp_size") is not None for r in rows):  # tensor-parallel groups: which sharding
-        cols += [Column("tp_size", "tp", lambda r: r.get("tp_size"), fmt_num("d"), True),
-                 Column("split", "split", lambda r: r.get("split"))]
+        cols += [COLUMNS["tp_size"], COLUMNS["split"]]
     cols += [
         Column("format", "format", lambda r: r["format"]),
         Column("pick", "fastest", lambda r: r["pick"] or f"{DASH} no candidate"),

@@ -119,16 +119,27 @@ def _ceilings(dev, scenario: Scenario) -> Optional[dict]:
 _CONTEXT = None
 
 
+def _env_ahead() -> Optional[int]:
+    """``QBENCH_AHEAD`` as an int, None when unset.
+
+    Raises:
+        RunError: not a whole number >= 0 (one line naming the variable and the value)."""
+    ahead = os.environ.get("QBENCH_AHEAD")
+    if ahead is None:
+        return None
+    if not ahead.strip().isdigit():
+        raise RunError(f"environment variable QBENCH_AHEAD: must be a whole number >= 0 (workers started "
+                       f"ahead), got {ahead!r}")
+    return int(ahead)
+
+
 def _check_worker_env() -> None:
     """One line (RunError) for a bad ``QBENCH_PRELOAD`` (``0`` or ``1``) or ``QBENCH_AHEAD`` (a whole
     number >= 0), before anything is measured or written."""
     preload = os.environ.get("QBENCH_PRELOAD")
     if preload is not None and preload not in ("0", "1"):
         raise RunError(f"environment variable QBENCH_PRELOAD: must be 0 or 1, got {preload!r}")
-    ahead = os.environ.get("QBENCH_AHEAD")
-    if ahead is not None and not ahead.strip().isdigit():
-        raise RunError(f"environment variable QBENCH_AHEAD: must be a whole number >= 0 (workers started "
-                       f"ahead), got {ahead!r}")
+    _env_ahead()
 
 
 def preload_enabled() -> bool:
@@ -163,12 +174,9 @@ def default_ahead(dev) -> int:
     work for cores. On the H200 host (16 cores: 6 ahead) a torchao or bitsandbytes worker prepares
     in 5-7 s (its package import) while most schemes measure in 0.5-2 s after their go
     (``results/h200/speed/``), so one worker ahead leaves the runner waiting on imports."""
-    value = os.environ.get("QBENCH_AHEAD")
+    value = _env_ahead()
     if value is not None:
-        if not value.strip().isdigit():
-            raise RunError(f"environment variable QBENCH_AHEAD: must be a whole number >= 0 (workers started "
-                           f"ahead), got {value!r}")
-        return int(value)
+        return value
     if dev.type != "cuda":
         return 0
     return max(1, min(6, ((os.cpu_count() or 1) - 2) // 2))
@@ -190,7 +198,6 @@ class _Workers:
                  prestart: "Optional[bool | int]" = None):
         self.scenario, self.dev, self.ceilings, self.folder = scenario, dev, ceilings, folder
         self.ahead = default_ahead(dev) if prestart is None else int(prestart)
-        self.prestart = self.ahead > 0
         self.started: dict[int, tuple] = {}
 
     def _start(self, index: int) -> tuple:

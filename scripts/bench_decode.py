@@ -38,13 +38,21 @@ def designs() -> dict:
     return {"preload": {}, "per-scheme-imports": {"QBENCH_PRELOAD": "0", "QBENCH_AHEAD": ahead}}
 
 
-def phases(doc: dict) -> dict:
-    """Seconds by phase, summed over schemes (one row per scheme: its M rows share one worker)."""
-    seen, total = set(), {}
+def scheme_rows(doc: dict) -> list[dict]:
+    """The first row of each scheme that has worker phases: a scheme's M rows share one worker, so
+    its phases are counted once."""
+    seen, out = set(), []
     for row in doc["rows"]:
-        if row["scheme"] in seen or not row.get("worker_phases_s"):
-            continue
-        seen.add(row["scheme"])
+        if row["scheme"] not in seen and row.get("worker_phases_s"):
+            seen.add(row["scheme"])
+            out.append(row)
+    return out
+
+
+def phases(doc: dict) -> dict:
+    """Seconds by phase, summed over schemes (:func:`scheme_rows`)."""
+    total = {}
+    for row in scheme_rows(doc):
         ph = dict(row["worker_phases_s"])
         for method, s in (ph.pop("by_method", None) or {}).items():
             total[f"method:{method}"] = total.get(f"method:{method}", 0.0) + s
@@ -91,12 +99,9 @@ def per_scheme_table(path: str) -> str:
 
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
-    rows, seen = [], set()
-    for row in doc["rows"]:
-        ph = row.get("worker_phases_s")
-        if row["scheme"] in seen or not ph:
-            continue
-        seen.add(row["scheme"])
+    rows = []
+    for row in scheme_rows(doc):
+        ph = row["worker_phases_s"]
         methods = sum((ph.get("by_method") or {}).values())
         first = (row.get("compile") or {}).get("first_call_s")
         rows.append([row["scheme"], f"{ph.get('prepare', 0):.1f}", f"{ph.get('waited_for_go', 0):.1f}",
