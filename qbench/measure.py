@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from qbench import formulas, inputs, ledger, metrics
+from qbench import formulas, inputs, ledger, metrics, tuning_cache
 from qbench.row import check_row
 from qbench.scenario import Scenario, SchemeEntry
 from qbench.schemes import get as get_scheme
@@ -118,7 +118,9 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
         return checked(rows)
     torch.manual_seed(scenario.seed)
     t0 = time.perf_counter()
+    tuning = tuning_cache.Session(scheme.tuning_cache, device)
     try:
+        tuning.open()
         weight, bias = inputs.make_weight(scenario, device)
         module = scheme.build(weight, bias, entry.options)
         book = ledger.count(scheme.parts(module))
@@ -142,10 +144,14 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
                 runner.measure(row)
         if device.type == "cuda" and ({"warm", "stream"} & set(scenario.timing.methods)):
             runner.measure_graphs(rows)
+    measured = time.perf_counter()
+    record = tuning.close()
     for row in rows:
         finish_row(row, ceilings)
         row["worker_phases_s"] = {"build": built - t0, "copies": copied - built,
-                                  "measure": time.perf_counter() - copied, "by_method": dict(runner.spent)}
+                                  "measure": measured - copied, "by_method": dict(runner.spent)}
+        if record is not None:
+            row["tuning_cache"] = dict(record)
     return checked(rows)
 
 
@@ -259,7 +265,7 @@ class _Runner:
             y_ref = inputs.reference(x32, self.weight, self.bias)
             x = x32.to(self.scheme.activation_dtype)
             self.inputs[m] = x
-            graphs_before, breaks_before = _graph_count(), _graph_break_count()
+            graphs_before, breaks_before, caches_before = _graph_count(), _graph_break_count(), _cache_counters()
             t0 = time.perf_counter()
             y = self.module(x)
             if self.device.type == "cuda":
@@ -273,8 +279,10 @@ class _Runner:
             if self.compiled:
                 graphs = _graph_count() - graphs_before
                 self.graphs_total += graphs
+                caches = {key: n - caches_before.get(key, 0) for key, n in _cache_counters().items()}
                 row["compile"] = {"first_call_s": first_call_s, "graphs_compiled": graphs,
-                                  "graph_breaks": _graph_break_count() - breaks_before}
+                                  "graph_breaks": _graph_break_count() - breaks_before,
+                                  "cache_counters": {key: n for key, n in caches.items() if n}}
                 if self.graphs_total == 0:
                     row["flags"].append("not-compiled: torch.compile compiled no graph for this scheme; "
                                         "the call ran eagerly")
@@ -587,6 +595,16 @@ def _graph_count() -> int:
     except ImportError:
         return 0
     return int(counters["stats"]["unique_graphs"])
+
+
+def _cache_counters() -> dict[str, int]:
+    """Inductor's cache counters (``torch._dynamo.utils.counters["inductor"]`` keys naming a cache:
+    ``fxgraph_cache_hit`` / ``_miss`` / ``_bypass``, ``async_compile_cache_hit`` / ``_miss``, ...)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return {}
+    return {key: int(value) for key, value in counters["inductor"].items() if "cache" in key}
 
 
 def _dtype(name: str) -> torch.dtype:

@@ -269,6 +269,23 @@ class CompileInfo(_Part):
                                         json_schema_extra=_always())
     recompilations_during_timing: Optional[int] = Field(None, ge=0, description="graphs compiled while timing "
                                                         "(0 expected)")
+    cache_counters: Optional[dict[str, int]] = Field(None, description="Inductor's cache counters during the first "
+                                                     "call (`fxgraph_cache_hit` / `_miss` / `_bypass`, "
+                                                     "`async_compile_cache_hit` / `_miss`, ...; zero counts left "
+                                                     "out): whether the compile time was paid here or read from the "
+                                                     "on-disk caches of an earlier run")
+
+
+class TuningCacheInfo(_Part):
+    """A library's autotune configs kept between runs (:mod:`qbench.tuning_cache`; gemlite rows)."""
+
+    file: Optional[str] = Field(None, description="the cache file (per library and compiler version and GPU); "
+                                "null when none was used")
+    loaded: int = Field(ge=0, description="tuned configs the library held after reading the file before the build "
+                        "(0: none, every kernel was tuned in this run)")
+    saved: int = Field(ge=0, description="tuned configs written to the file after measuring")
+    note: Optional[str] = Field(None, description="why nothing was read or written (`QBENCH_TUNING_CACHE=0`, an "
+                                "unreadable file), else null")
 
 
 class CpuLoad(_Part):
@@ -408,6 +425,9 @@ class Row(_Part):
                                          json_schema_extra=_always())
     gpu_state: Optional[GpuState] = Field(None, description="NVML readings; null on CPU or without nvidia-ml-py",
                                           json_schema_extra=_always())
+    tuning_cache: Optional[TuningCacheInfo] = Field(None, description="schemes whose library autotunes on the "
+                                                    "first call (gemlite): the configs read from and saved to the "
+                                                    "cache kept between runs")
     compile: Optional[CompileInfo] = Field(None, description="compiled rows: torch.compile counters",
                                            json_schema_extra=_always())
     flags: list[str] = Field(default_factory=list, description="what could mislead a reader about an `ok` row, one "
@@ -631,6 +651,7 @@ _PARTS: tuple[tuple[type[BaseModel], str], ...] = (
     (GpuState, "gpu_state"),
     (GpuReading, "gpu_state.before, gpu_state.after, gpu_state.by_method.<method>"),
     (CompileInfo, "compile"),
+    (TuningCacheInfo, "tuning_cache"),
     (CpuLoad, "cpu_load"),
     (WorkerPhases, "worker_phases_s"),
     (Shard, "shard"),

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import qbench
-from qbench import schemes
+from qbench import schemes, tuning_cache
 from qbench.lifecycle import (  # noqa: F401 - re-exported: the runner's public names stay where they were
     RunError, RunOutcome, _death_reason, check_output, default_output, finish, log_tail, partial_path, prepare,
     record,
@@ -49,7 +49,7 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
 
     Raises:
         RunError: the device or the output path is unusable, or ``QBENCH_AHEAD`` / ``QBENCH_PRELOAD``
-            is not a valid value (nothing is measured or written).
+            / ``QBENCH_TUNING_CACHE`` is not a valid value (nothing is measured or written).
     """
     _check_worker_env()
     if scenario.tp is not None:  # tensor parallel: qbench.tp runs one torchrun job per (scheme, tp_size, split)
@@ -58,6 +58,7 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
         return tp_runner.run_tp(scenario, device=device, out=out, force=force, progress=progress, show_bar=show_bar)
     started = time.perf_counter()
     dev, path, doc = prepare(scenario, device, out, force)
+    _start_forkserver()  # its preload imports overlap the ceilings measurement below
     if dev.type == "cuda":
         t0 = time.perf_counter()
         doc["ceilings"] = _ceilings(dev, scenario)
@@ -134,12 +135,16 @@ def _env_ahead() -> Optional[int]:
 
 
 def _check_worker_env() -> None:
-    """One line (RunError) for a bad ``QBENCH_PRELOAD`` (``0`` or ``1``) or ``QBENCH_AHEAD`` (a whole
-    number >= 0), before anything is measured or written."""
+    """One line (RunError) for a bad ``QBENCH_PRELOAD`` (``0`` or ``1``), ``QBENCH_AHEAD`` (a whole
+    number >= 0) or ``QBENCH_TUNING_CACHE`` (``0`` or ``1``), before anything is measured or written."""
     preload = os.environ.get("QBENCH_PRELOAD")
     if preload is not None and preload not in ("0", "1"):
         raise RunError(f"environment variable QBENCH_PRELOAD: must be 0 or 1, got {preload!r}")
     _env_ahead()
+    try:
+        tuning_cache.check_env()
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
 
 
 def preload_enabled() -> bool:
@@ -166,6 +171,16 @@ def _context():
         _CONTEXT = multiprocessing.get_context("forkserver")
         _CONTEXT.set_forkserver_preload(preload_modules())
     return _CONTEXT
+
+
+def _start_forkserver() -> None:
+    """Start the forkserver now, without waiting for its preload (it imports :func:`preload_modules`,
+    about 5 s on the H200 host, while the runner measures the ceilings); the first worker's start
+    waits for it. Only host work overlaps: the forkserver never touches CUDA."""
+    import multiprocessing.forkserver
+
+    _context()
+    multiprocessing.forkserver.ensure_running()
 
 
 def default_ahead(dev) -> int:

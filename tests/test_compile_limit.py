@@ -21,3 +21,7 @@ def test_compiled_rows_stay_compiled_past_eight_m_values():
     rows = measure_scheme(sc, 0, torch.device("cpu"))
     assert [r["status"] for r in rows] == ["ok"] * len(m), [r["reason"] for r in rows]
     assert all(r["compile"]["graphs_compiled"] >= 1 for r in rows), [r["compile"] for r in rows]
+    # every graph compiled went through Inductor's FX graph cache: a hit, a miss or a bypass
+    for r in rows:
+        counts = r["compile"]["cache_counters"]
+        assert sum(counts.get(f"fxgraph_cache_{k}", 0) for k in ("hit", "miss", "bypass")) >= 1, counts

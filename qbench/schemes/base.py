@@ -16,6 +16,8 @@ from typing import Callable, Literal, Optional
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from qbench.tuning_cache import TuningCache
+
 
 class SchemeOptions(BaseModel):
     """Options every scheme takes.
@@ -87,6 +89,9 @@ class Scheme:
             (:func:`storage_format_of`). Set it only for a label that function cannot read.
             (``dataclasses.replace`` with a new ``weight_dtype`` keeps the old format unless it
             passes ``storage_format=None`` too.)
+        tuning_cache: a :class:`qbench.tuning_cache.TuningCache` for a library that autotunes its
+            kernels on the first call (gemlite): tuned configs are read before the build and saved
+            after measuring, so later runs on this GPU skip the tuning. None: nothing kept.
     """
 
     name: str
@@ -109,6 +114,7 @@ class Scheme:
     extra_check: Optional[Callable[[torch.device, SchemeOptions], Optional[str]]] = None
     storage_format: Optional[str] = None
     m_check: Optional[Callable[[int, torch.device, SchemeOptions], Optional[str]]] = None
+    tuning_cache: Optional[TuningCache] = None
 
     def __post_init__(self) -> None:
         if self.storage_format is None:

@@ -16,17 +16,24 @@ or plain weight) is payload; ``scales``, ``zeros``, ``meta_scale`` and the int32
 ``orig_shape`` records are metadata; empty placeholders (an unused ``zeros``) are left out.
 
 Importing gemlite needs a CUDA device (it reads the device's properties at import), so this
-module imports it only inside ``build``.
+module imports it only inside ``build`` and the tuning-cache hooks.
+
+Autotuning costs seconds per scheme and run; the tuned configs are kept between runs on the same GPU
+and versions (:data:`TUNING_CACHE`, :mod:`qbench.tuning_cache`), with gemlite's own
+``cache_config`` / ``load_config``.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Literal, Optional
 
 import torch
 
 from qbench.schemes import register
 from qbench.schemes.base import Scheme, SchemeOptions, TensorPart, bias_parts, plain_linear
+from qbench.tuning_cache import TuningCache
 
 #: ``GemLiteLinearTriton`` tensors other than the weight, in the order the kernel receives the
 #: first three (``get_tensor_args``: W_q, scales, zeros, meta_scale); ``metadata`` and
@@ -114,7 +121,50 @@ def _from_linear(helper_name: str):
     return build
 
 
-_COMMON = dict(library="gemlite", packages=("gemlite",), activation_dtype=torch.bfloat16, cuda_only=True)
+def _tuned_entries() -> int:
+    """Tuned configs gemlite holds in memory (``GEMLITE_TRITON_CONFIG_CACHE``: kernel -> key -> config)."""
+    from gemlite import core
+
+    return sum(len(configs) for configs in core.GEMLITE_TRITON_CONFIG_CACHE.values())
+
+
+def _cache_version(device) -> str:
+    import gemlite
+    import triton
+
+    return f"{gemlite.__version__}-triton-{triton.__version__}-{torch.cuda.get_device_name(device)}"
+
+
+def _cache_load(path: str) -> int:
+    from gemlite.core import GemLiteLinearTriton
+
+    if not GemLiteLinearTriton.load_config(path, print_error=False):
+        raise ValueError(f"gemlite could not read {path}")
+    return _tuned_entries()
+
+
+def _cache_save(path: str) -> int:
+    """gemlite's ``cache_config`` merges the file with what this process tuned and writes it back;
+    it runs on a copy that then replaces the file, so a crash mid-write leaves the old file."""
+    import json
+
+    from gemlite.core import GemLiteLinearTriton
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    if os.path.exists(path):
+        shutil.copyfile(path, tmp)
+    GemLiteLinearTriton.cache_config(tmp)
+    with open(tmp, encoding="utf-8") as f:
+        saved = sum(len(configs) for configs in json.load(f).values())
+    os.replace(tmp, path)
+    return saved
+
+
+#: gemlite's autotune configs, kept per gemlite / Triton version and GPU (:mod:`qbench.tuning_cache`).
+TUNING_CACHE = TuningCache(library="gemlite", version=_cache_version, load=_cache_load, save=_cache_save)
+
+_COMMON = dict(library="gemlite", packages=("gemlite",), activation_dtype=torch.bfloat16, cuda_only=True,
+               tuning_cache=TUNING_CACHE)
 
 register(Scheme(
     name="int4-weight-only-gemlite", family="weight-only", weight_dtype="uint4 (8 per int32)", compute_dtype="bf16",
