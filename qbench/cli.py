@@ -35,6 +35,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from qbench import render, runner, scenario
 
     loaded = scenario.load(args.scenario)
+    if args.schemes is not None:
+        loaded = scenario.only_schemes(loaded, args.schemes.split(","))
     render.check_format(args.format)  # a bad --format is refused before anything is measured
     say = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     terminal = sys.stderr.isatty()
@@ -108,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="simple", help="table format: any tabulate format, or csv / json")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress bar, per-scheme lines or warnings (anywhere on the command line)")
+    p.add_argument("--schemes", default=None, metavar="LABEL[,LABEL...]",
+                   help="run only these schemes of the scenario, by row label (e.g. int4-weight-only+compiled); "
+                        "the result file's scenario lists only them")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("list", help="list every scheme and whether it can run here")

@@ -254,6 +254,24 @@ def check_output_path(output: str) -> Optional[str]:
     return None
 
 
+def only_schemes(scenario: Scenario, labels: list[str]) -> Scenario:
+    """``scenario`` with only the schemes whose row label is in ``labels``, in the scenario's order
+    (``qbench run --schemes``: re-measure some schemes, complete a run that was cut off).
+
+    Raises:
+        ScenarioError: a label no scheme of the scenario has, or no label at all (one line naming the
+            scenario file, the option and the value, with the labels it has).
+    """
+    wanted = [label.strip() for label in labels if label.strip()]
+    have = [entry.label for entry in scenario.schemes]
+    unknown = [label for label in wanted if label not in have]
+    if not wanted or unknown:
+        value = unknown[0] if unknown else ",".join(labels)
+        raise ScenarioError(scenario.source, "--schemes", f"no scheme labelled {value!r} in this scenario "
+                            f"(its labels: {', '.join(have)})")
+    return scenario.model_copy(update={"schemes": tuple(e for e in scenario.schemes if e.label in wanted)})
+
+
 def from_dict(data: Any, source: str = "<scenario>") -> Scenario:
     """Validate a parsed scenario (a dict as tomllib returns it, or :meth:`Scenario.to_dict`).
 

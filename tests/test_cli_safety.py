@@ -120,3 +120,23 @@ def test_quiet_before_the_subcommand(tmp_path):
     proc = _qbench("-q", "run", str(folder / "t.toml"), "--out", str(folder / "q.json"))
     assert proc.returncode == 0, proc.stderr
     assert not [line for line in proc.stderr.splitlines() if line.startswith(("[1/", "warning:"))]
+
+
+def test_run_schemes_measures_only_the_labels_given_in_the_scenarios_order(tmp_path):
+    (tmp_path / "s.toml").write_text(small_scenario_toml(["fp32", "bf16", "fp16"], m=(1,)))
+    proc = _qbench("run", str(tmp_path / "s.toml"), "--schemes", "fp16,fp32", "--out", str(tmp_path / "x.json"),
+                   "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "x.json").read_text())
+    assert [r["scheme"] for r in doc["rows"]] == ["fp32", "fp16"]
+    assert [s["name"] for s in doc["scenario"]["schemes"]] == ["fp32", "fp16"]
+
+
+@pytest.mark.parametrize("value", ["int9", "fp32,int9", ","])
+def test_run_schemes_with_a_label_the_scenario_lacks_is_one_line_and_writes_nothing(tmp_path, value):
+    (tmp_path / "s.toml").write_text(small_scenario_toml(["fp32", "bf16"], m=(1,)))
+    proc = _qbench("run", str(tmp_path / "s.toml"), "--schemes", value, "--out", str(tmp_path / "x.json"))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "s.toml: --schemes: no scheme labelled" in lines[0] and "fp32, bf16" in lines[0]
+    assert list(tmp_path.iterdir()) == [tmp_path / "s.toml"]
