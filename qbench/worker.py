@@ -29,8 +29,6 @@ def main(argv: list[str], go=None) -> int:
     job_path, rows_path = argv
     with open(job_path, encoding="utf-8") as f:
         job = json.load(f)
-    import importlib.util
-
     import torch
 
     if torch.cuda._is_in_bad_fork():  # the forkserver initialised CUDA before forking (qbench._preload)
@@ -46,13 +44,7 @@ def main(argv: list[str], go=None) -> int:
     device = torch.device(job["device"])
     entry = scenario.schemes[job["entry_index"]]
     scheme = schemes.get(entry.name)
-    # Preload the scheme's packages only where it can run: a skipped scheme's package may not even
-    # import here (gemlite reads the CUDA device's properties at import), and measure_scheme gives
-    # its skipped rows without it.
-    if scheme.unavailable_reason(device, entry.options) is None:
-        for package in scheme.packages:
-            if importlib.util.find_spec(package) is not None:
-                importlib.import_module(package)
+    import_ahead(scheme, entry, device)
     if device.type == "cuda":
         torch.cuda.init()
         torch.empty(1, device=device)  # creates the context; allocates, launches no kernel
@@ -72,6 +64,29 @@ def main(argv: list[str], go=None) -> int:
         json.dump(finite_or_none(rows), f, allow_nan=False)
     os.replace(tmp, rows_path)
     return 0
+
+
+def import_ahead(scheme, entry, device) -> list[str]:
+    """Import what measuring ``entry`` will import, before the go (hidden behind the measuring
+    worker when this one runs ahead); returns the modules imported.
+
+    The scheme's packages, only where it can run: a skipped scheme's package may not even import
+    here (gemlite reads the CUDA device's properties at import), and measure_scheme gives its
+    skipped rows without it. For a compiled scheme, Inductor: ``torch.compile()`` imports
+    ``torch._inductor.compile_fx`` (and Triton) when called, about 2 s on the H200 host that a
+    compiled scheme paid after its go (``docs/speed.md``).
+    """
+    import importlib
+    import importlib.util
+
+    if scheme.unavailable_reason(device, entry.options) is not None:
+        return []
+    names = [p for p in scheme.packages if importlib.util.find_spec(p) is not None]
+    if entry.options.mode == "compiled":
+        names.append("torch._inductor.compile_fx")
+    for name in names:
+        importlib.import_module(name)
+    return names
 
 
 def child(job_path: str, rows_path: str, log_path: str, environ: dict, go=None) -> None:

@@ -244,3 +244,29 @@ def test_bad_worker_env_is_one_line_before_anything_is_written(tmp_path, monkeyp
     with pytest.raises(runner.RunError, match=f"^environment variable {name}: must be .*, got {value!r}$"):
         runner.run(sc, device="cpu", out=str(tmp_path / "r.json"))
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "r.partial.json").exists()
+
+
+def test_a_compiled_scheme_imports_inductor_before_its_go_and_an_eager_one_does_not():
+    """torch.compile() imports Inductor when called (about 2 s on the H200 host): a compiled scheme's
+    worker imports it while it prepares, before the go (a fresh interpreter, so sys.modules is clean)."""
+    code = (
+        "import sys, torch\n"
+        "from qbench import schemes, scenario, worker\n"
+        "from tests.conftest import small_scenario_toml\n"
+        "text = small_scenario_toml(['fp32', 'fp32'], m=(1,)).replace('name = \"fp32\"\\n', 'name = \"fp32\"\\nmode = \"compiled\"\\n', 1)\n"
+        "import tomllib\n"
+        "sc = scenario.from_dict(tomllib.loads(text), 't.toml')\n"
+        "eager, compiled = sc.schemes[1], sc.schemes[0]\n"
+        "assert compiled.options.mode == 'compiled' and eager.options.mode == 'eager'\n"
+        "cpu = torch.device('cpu')\n"
+        "print(worker.import_ahead(schemes.get('fp32'), eager, cpu), 'torch._inductor.compile_fx' in sys.modules)\n"
+        "print(worker.import_ahead(schemes.get('fp32'), compiled, cpu), 'torch._inductor.compile_fx' in sys.modules)\n"
+    )
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["[] False", "['torch._inductor.compile_fx'] True"]
