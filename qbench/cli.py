@@ -32,6 +32,11 @@ _COMMAND_MODULES = ("qbench.report", "qbench.compare", "qbench.recommend", "qben
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from qbench import forkserver
+
+    # First, before this process imports torch (the scenario's scheme registry does): the
+    # forkserver's own imports (torch, qbench._preload) then overlap this process's.
+    forkserver.start()
     from qbench import render, runner, scenario
 
     loaded = scenario.load(args.scenario)

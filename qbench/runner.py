@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import qbench
-from qbench import schemes, tuning_cache
+from qbench import forkserver, schemes, tuning_cache
+from qbench.forkserver import preload_enabled, preload_modules  # noqa: F401 - the runner's public names
 from qbench.lifecycle import (  # noqa: F401 - re-exported: the runner's public names stay where they were
     RunError, RunOutcome, _death_reason, check_output, default_output, finish, log_tail, partial_path, prepare,
     record,
@@ -58,7 +59,7 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
         return tp_runner.run_tp(scenario, device=device, out=out, force=force, progress=progress, show_bar=show_bar)
     started = time.perf_counter()
     dev, path, doc = prepare(scenario, device, out, force)
-    _start_forkserver()  # its preload imports overlap the ceilings measurement below
+    forkserver.start()  # no-op when the command line started it; else its preload overlaps the ceilings
     if dev.type == "cuda":
         t0 = time.perf_counter()
         doc["ceilings"] = _ceilings(dev, scenario)
@@ -117,8 +118,6 @@ def _ceilings(dev, scenario: Scenario) -> Optional[dict]:
     return measure_ceilings(dev, dtypes)
 
 
-_CONTEXT = None
-
 
 def _env_ahead() -> Optional[int]:
     """``QBENCH_AHEAD`` as an int, None when unset.
@@ -145,42 +144,6 @@ def _check_worker_env() -> None:
         tuning_cache.check_env()
     except ValueError as exc:
         raise RunError(str(exc)) from None
-
-
-def preload_enabled() -> bool:
-    """Whether the forkserver preloads qbench's measurement modules (default); ``QBENCH_PRELOAD=0``
-    preloads torch alone, each worker importing the rest after its go (the design before issue 15,
-    kept for ``scripts/bench_decode.py``'s comparison)."""
-    return os.environ.get("QBENCH_PRELOAD", "1") != "0"
-
-
-def preload_modules() -> list[str]:
-    """Modules the forkserver imports once before forking any worker: ``["qbench._preload"]`` (torch,
-    Dynamo, torch.profiler, qbench's measurement modules; no scheme package is both fork-safe and
-    slow to import, :data:`qbench._preload.FORK_SAFE_PACKAGES`); ``["torch"]`` when
-    :func:`preload_enabled` is False. Nothing is imported in the runner."""
-    return ["qbench._preload"] if preload_enabled() else ["torch"]
-
-
-def _context():
-    """The forkserver context, its server preloading :func:`preload_modules` (started on first use)."""
-    global _CONTEXT
-    if _CONTEXT is None:
-        import multiprocessing
-
-        _CONTEXT = multiprocessing.get_context("forkserver")
-        _CONTEXT.set_forkserver_preload(preload_modules())
-    return _CONTEXT
-
-
-def _start_forkserver() -> None:
-    """Start the forkserver now, without waiting for its preload (it imports :func:`preload_modules`,
-    about 5 s on the H200 host, while the runner measures the ceilings); the first worker's start
-    waits for it. Only host work overlaps: the forkserver never touches CUDA."""
-    import multiprocessing.forkserver
-
-    _context()
-    multiprocessing.forkserver.ensure_running()
 
 
 def default_ahead(dev) -> int:
@@ -234,8 +197,8 @@ class _Workers:
                 env[key] = value
         # "go" is one message on a pipe (not an Event: no named semaphore for the resource
         # tracker to report at exit; and a worker whose runner died sees EOF and exits).
-        go_reader, go_writer = _context().Pipe(duplex=False)
-        proc = _context().Process(target=worker.child, args=(job_path, rows_path, log_path, env, go_reader),
+        go_reader, go_writer = forkserver.context().Pipe(duplex=False)
+        proc = forkserver.context().Process(target=worker.child, args=(job_path, rows_path, log_path, env, go_reader),
                                   daemon=True)
         proc.start()
         go_reader.close()

@@ -1,0 +1,50 @@
+"""The multiprocessing forkserver the runner forks its workers from, and what it preloads.
+
+This module imports neither torch nor any qbench module that does, so the command line can start
+the forkserver first thing (:func:`start`): its imports (torch, then :mod:`qbench._preload`, about
+7.5 s on the H200 host, ``results/h200/speed/probe-preload.json``) then run at the same time as the
+runner's own (torch, the scenario, the environment record, the ceilings) instead of after them.
+"""
+
+from __future__ import annotations
+
+import os
+
+_CONTEXT = None
+
+
+def preload_enabled() -> bool:
+    """Whether the forkserver preloads qbench's measurement modules (default); ``QBENCH_PRELOAD=0``
+    preloads torch alone, each worker importing the rest after its go (the design before issue 15,
+    kept for ``scripts/bench_decode.py``'s comparison)."""
+    return os.environ.get("QBENCH_PRELOAD", "1") != "0"
+
+
+def preload_modules() -> list[str]:
+    """Modules the forkserver imports once before forking any worker: ``["qbench._preload"]`` (torch,
+    Dynamo, torch.profiler, qbench's measurement modules; no scheme package is both fork-safe and
+    slow to import, :data:`qbench._preload.FORK_SAFE_PACKAGES`); ``["torch"]`` when
+    :func:`preload_enabled` is False. Nothing is imported in the calling process."""
+    return ["qbench._preload"] if preload_enabled() else ["torch"]
+
+
+def context():
+    """The forkserver context, its server preloading :func:`preload_modules` (started on first use
+    or by :func:`start`)."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        import multiprocessing
+
+        _CONTEXT = multiprocessing.get_context("forkserver")
+        _CONTEXT.set_forkserver_preload(preload_modules())
+    return _CONTEXT
+
+
+def start() -> None:
+    """Start the forkserver now without waiting for its preload; the first worker's start waits for
+    it. Only host work overlaps with the caller: the forkserver never touches CUDA. A second call,
+    or a call after a worker started, does nothing."""
+    import multiprocessing.forkserver
+
+    context()
+    multiprocessing.forkserver.ensure_running()
