@@ -371,6 +371,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="mark schemes whose largest per-layer rel_fro is over this; they are not "
                         "named fastest")
     p.add_argument("--format", default="simple", help="table format, or csv / json")
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help="read files marked incomplete (a run cut off, completed by another file) without a "
+                        "warning on stderr; each is named in a note under the table instead")
     p.set_defaults(func=run_model)
     return p
 
@@ -393,9 +396,6 @@ def run_model(args: argparse.Namespace) -> int:
     paths = [args.result] if isinstance(args.result, str) else list(args.result or [])
     try:
         docs = [read_results(path) for path in paths]
-        for path, doc in zip(paths, docs):
-            if incomplete_warning(doc, path):
-                print(incomplete_warning(doc, path), file=sys.stderr)
     except ResultsError as exc:
         return _fail(str(exc))
     machines = {path: machine_of(doc) for path, doc in zip(paths, docs)}
@@ -412,6 +412,13 @@ def run_model(args: argparse.Namespace) -> int:
     if len(set(methods.values())) > 1:
         return _fail(f"the files resolve to different timing methods ({', '.join(f'{p}: {m}' for p, m in methods.items())}); "
                      "pass --method")
+    for path, doc in zip(paths, docs):
+        warning = incomplete_warning(doc, path)
+        if warning and getattr(args, "allow_incomplete", False):
+            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.get('rows') or [])} rows), read "
+                         "with --allow-incomplete")
+        elif warning:
+            print(warning, file=sys.stderr)
     method = next(iter(methods.values()), args.method or DECISION_METHOD)
     index, dup_notes = index_rows(list(zip(paths, docs)))
     result = model_step(preset, index, method, args.baseline, args.max_rel_err)

@@ -240,7 +240,8 @@ def test_files_of_two_machines_are_refused(capsys):
 
 
 def test_summary_counts_the_schemes_without_a_complete_step(capsys):
-    """Llama-3.1-70B from the committed 2026-12-01 files: 4 float schemes complete, 13 without."""
+    """Llama-3.1-70B from the committed 2026-12-01 files (two of them per cut-off shape): 13 schemes
+    complete, 4 without (two not graph-capturable, two compiled schemes with a shape missing)."""
     from pathlib import Path
 
     from qbench import model
@@ -250,4 +251,23 @@ def test_summary_counts_the_schemes_without_a_complete_step(capsys):
     files = sorted(str(p) for p in folder.glob("llama31_70b_*.json"))
     assert run_subcommand(model, "model", "llama3.1-70b", *files) == 0
     out = capsys.readouterr().out
-    assert "- M=1: fastest of the 4 schemes with a complete step (13 without) bf16:" in out
+    assert "- M=1: fastest of the 13 schemes with a complete step (4 without) fp8-weight-only+compiled:" in out
+
+
+def test_allow_incomplete_turns_the_warning_into_a_note(capsys):
+    """A run cut off and completed by a second file: without the flag each partial file is a warning
+    on stderr; with it, stderr is empty and a note under the table names each one."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "results/h200/2026-12-01"
+    files = [str(folder / f"llama31_70b_{s}.json") for s in ("q_o", "k_v", "gate_up")]
+    files += [str(folder / f"llama31_70b_down{s}.partial.json") for s in ("", "-rest")]
+    assert run("llama3.1-70b", *files) == 0
+    err = capsys.readouterr().err
+    assert err.count("is incomplete") == 2
+    assert run("llama3.1-70b", *files, "--allow-incomplete") == 0
+    cap = capsys.readouterr()
+    assert cap.err == ""
+    notes = [line for line in cap.out.splitlines() if line.startswith("note: ") and "incomplete" in line]
+    assert len(notes) == 2 and all("read with --allow-incomplete" in n for n in notes)
+    assert notes[0].startswith(f"note: {files[3]}: incomplete (\"complete\": false, 12 rows)")
