@@ -70,6 +70,15 @@ def _design(doc: dict) -> str:
     return f"{pre}, {workers['ahead']} ahead"
 
 
+def _label(path: str, paths: list[str]) -> str:
+    """The file's path below the folder all ``paths`` share (its name when they share its folder):
+    two calls' ``preload-1.json`` read ``call6/new/preload-1.json`` and ``call8/bench/preload-1.json``."""
+    folders = {os.path.dirname(os.path.abspath(p)) for p in paths}
+    if len(folders) == 1:
+        return os.path.basename(path)
+    return os.path.relpath(os.path.abspath(path), os.path.commonpath(sorted(folders)))
+
+
 def summary_table(paths: list[str]) -> str:
     """Markdown: per result file, qbench's wall_s and the seconds summed over schemes by phase.
     ``measure, not in a method`` = measure minus the timing methods: first calls (compilation,
@@ -83,7 +92,7 @@ def summary_table(paths: list[str]) -> str:
         ph = phases(doc)
         known = any(k.startswith("method:") for k in ph)  # by_method: files from 2026-12-01 on
         methods = sum(v for k, v in ph.items() if k.startswith("method:"))
-        rows.append([os.path.basename(path), _design(doc), len(doc["rows"]), f"{doc['wall_s']:.0f}",
+        rows.append([_label(path, paths), _design(doc), len(doc["rows"]), f"{doc['wall_s']:.0f}",
                      f"{ph.get('prepare', 0):.1f}", f"{ph.get('waited_for_go', 0):.1f}", f"{ph.get('build', 0):.1f}",
                      f"{ph.get('copies', 0):.1f}", f"{methods:.1f}" if known else "not recorded",
                      f"{ph.get('measure', 0) - methods:.1f}" if known else "not recorded",

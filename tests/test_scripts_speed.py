@@ -63,3 +63,13 @@ def test_find_commit_refuses_files_without_a_digest(capsys):
     finally:
         sys.argv = argv
     assert "env.source_digest: absent" in capsys.readouterr().err
+
+
+def test_files_of_two_calls_with_one_name_are_told_apart(capsys):
+    bench = _script("bench_decode")
+    base = ROOT / "results/h200/speed/2026-12-01"
+    paths = [base / "call6/new/preload-4.json", base / "call8/bench/preload-4.json"]
+    assert bench.main(["--summarize", *map(str, paths)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()[2:]
+    assert [line.strip("|").split("|")[0].strip() for line in lines] == ["call6/new/preload-4.json",
+                                                                          "call8/bench/preload-4.json"]
