@@ -99,7 +99,9 @@ def collect(device: torch.device) -> dict:
         env.update(gpu_state.static_info(device.index or 0))
     else:
         env.update(device_name=env["cpu"], compute_capability=None)
-        env.update(cpu_load(env["torch_threads"], window_s=0.2))
+        from qbench import forkserver
+
+        env.update(cpu_load(env["torch_threads"], window_s=0.2, own_pids=forkserver.pids()))
     env["warnings"] = warnings_of(env)
     return env
 
@@ -182,10 +184,12 @@ def bitsandbytes_library() -> dict | None:
     return {"file": match or stem + ".so", "present": match is not None, "available": available}
 
 
-def busy_cores(before: str, after: str) -> float:
+def busy_cores(before: str, after: str, own_ticks: int = 0) -> float:
     """Cores busy between two readings of the aggregate ``cpu`` line of ``/proc/stat`` (proc(5):
     user nice system idle iowait irq softirq steal ...; idle time is ``idle + iowait``):
-    (busy jiffies / all jiffies) x the CPUs counted (``os.cpu_count()``).
+    ((busy jiffies - ``own_ticks``) / all jiffies) x the CPUs counted (``os.cpu_count()``), at
+    least 0. ``own_ticks``: jiffies this run's own processes spent in the same interval
+    (:func:`_proc_pid_ticks`), which are not "other work".
 
     Raises:
         ValueError: a line that is not an aggregate ``cpu`` line, or no time passed."""
@@ -200,7 +204,21 @@ def busy_cores(before: str, after: str) -> float:
     idle = (b[3] + b[4]) - (a[3] + a[4])
     if total <= 0:
         raise ValueError("no time passed between the two /proc/stat readings")
-    return (total - idle) / total * (os.cpu_count() or 1)
+    return max(0, total - idle - own_ticks) / total * (os.cpu_count() or 1)
+
+
+def _proc_pid_ticks(pids: list[int]) -> int:
+    """utime + stime of ``pids`` in clock ticks (``/proc/<pid>/stat`` fields 14 and 15, proc(5): the
+    same USER_HZ unit as ``/proc/stat``); a pid that cannot be read counts 0."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after "(comm)", field 3 is fields[0]
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
 
 
 def _proc_stat_cpu() -> str | None:
@@ -211,7 +229,7 @@ def _proc_stat_cpu() -> str | None:
         return None
 
 
-def cpu_load(threads: int, own_running: int = 0, window_s: float = 0.0) -> dict:
+def cpu_load(threads: int, own_running: int = 0, window_s: float = 0.0, own_pids: tuple[int, ...] = ()) -> dict:
     """The CPU left for timing: the 1-minute load average (``os.getloadavg``), the cores other work
     takes (load minus ``own_running``, this run's own busy threads, which the average counts too:
     a worker that just timed with 2 threads adds about 2), the cores left free, and whether
@@ -221,6 +239,8 @@ def cpu_load(threads: int, own_running: int = 0, window_s: float = 0.0) -> dict:
     *now* are read from ``/proc/stat`` over that window (:func:`busy_cores`, ``busy_cores_now``)
     and decide instead of the 1-minute average, which still counts work that just ended (a
     previous run of a back-to-back benchmark read "load 1.8 on 2 cores" on an idle machine).
+    The CPU time of ``own_pids`` over the window is not counted: this run's forkserver, importing
+    torch while the run starts (:mod:`qbench.forkserver`), is not other work.
     """
     try:
         load = os.getloadavg()[0]
@@ -228,12 +248,12 @@ def cpu_load(threads: int, own_running: int = 0, window_s: float = 0.0) -> dict:
         load = None
     now = None
     if window_s > 0:
-        first = _proc_stat_cpu()
+        first, own_first = _proc_stat_cpu(), _proc_pid_ticks(list(own_pids))
         if first is not None:
             time.sleep(window_s)
-            second = _proc_stat_cpu()
+            second, own = _proc_stat_cpu(), _proc_pid_ticks(list(own_pids)) - own_first
             try:
-                now = busy_cores(first, second) if second is not None else None
+                now = busy_cores(first, second, own) if second is not None else None
             except ValueError:
                 now = None
     others = now if now is not None else (None if load is None else max(0.0, load - own_running))

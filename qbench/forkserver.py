@@ -48,3 +48,12 @@ def start() -> None:
 
     context()
     multiprocessing.forkserver.ensure_running()
+
+
+def pids() -> tuple[int, ...]:
+    """The forkserver's process id when it runs (a 1-tuple), else ``()``: the environment record's
+    CPU-busy check leaves its CPU time out (:func:`qbench.env.cpu_load`)."""
+    import multiprocessing.forkserver
+
+    pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    return (pid,) if pid else ()
