@@ -186,3 +186,17 @@ TEMPLATES = ["""- **The issue's H200 target (at most 45 s) is still not met**: t
   run 4) to {c8comp} s.""", """fp8-dynamic's stream median reads {fp8d}, and
 fp8-weight-only+compiled's spreads from {fp8c_lo} to {fp8c_hi} µs""", """reads {i4_old} µs with the old runner and {i4_new} µs with the new one in
 call 6, and {i4_odd} µs in one of the new runner's eight runs"""]
+
+
+def test_cpu_second_session_figures():
+    folder = ROOT / "results" / "cpu" / "speed" / "second-session"
+    new = [json.loads((folder / f"preload-{i}.json").read_text()) for i in (1, 2, 3)]
+    old = [json.loads((folder / f"old-tree-{i}.json").read_text()) for i in (1, 2)]
+    assert {d["env"]["git"]["commit"][:7] for d in new} == {"47c87df"} and not new[0]["env"]["git"]["dirty"]
+    assert {d["env"]["git"]["commit"][:7] for d in old} == {"9905f25"} and not old[0]["env"]["git"]["dirty"]
+    lo, hi = min(d["wall_s"] for d in new), max(d["wall_s"] for d in new)
+    olo, ohi = min(d["wall_s"] for d in old), max(d["wall_s"] for d in old)
+    assert f"(`47c87df`, three runs) took {lo:.1f}-{hi:.1f} s" in TEXT
+    assert f"(`9905f25`, two runs right before, in a worktree) {olo:.1f}-{ohi:.1f} s" in TEXT
+    assert hi < 40 and ohi < 40
+    assert not any(d["env"].get("warnings") for d in new)  # the forkserver no longer reads as "CPU busy"
