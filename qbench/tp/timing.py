@@ -160,13 +160,26 @@ def per_rank_cold(fn: Callable[[], object], settings: TimingSettings, ranks: Ran
     from qbench.timing import time_cold
 
     stats = time_cold(fn, settings, ranks.flusher(settings.flush_multiple))
-    medians = ranks.gather_floats([stats.median]).view(-1).tolist()
-    slowest = max(range(len(medians)), key=medians.__getitem__)
-    table = ranks.gather_floats([stats.median, stats.p10, stats.p90, stats.mean, stats.cv, float(stats.n)])
-    median, p10, p90, mean, cv, n = table[slowest].tolist()
-    from qbench.timing import Stats
+    return RankStats(*_slowest_rank(stats, ranks))
 
-    return RankStats(Stats(median, p10, p90, mean, cv, int(n), stats.converged), medians)
+
+def _slowest_rank(stats, ranks: RankGroup) -> tuple:
+    """(the slowest rank's Stats, every rank's median): each rank's STATS gathered as floats, its
+    ``converged`` as 0/1 and its ``stop`` as an index into :data:`qbench.timing.adaptive.STOP_REASONS`
+    (-1: none), so the row says why the slowest rank's loop stopped, as every other reading does."""
+    from qbench.timing import Stats
+    from qbench.timing.adaptive import STOP_REASONS
+
+    reasons = list(STOP_REASONS)
+    stop = float(reasons.index(stats.stop)) if stats.stop in reasons else -1.0
+    converged = -1.0 if stats.converged is None else float(bool(stats.converged))
+    table = ranks.gather_floats([stats.median, stats.p10, stats.p90, stats.mean, stats.cv, float(stats.n),
+                                 converged, stop])
+    medians = table[:, 0].tolist()
+    slowest = max(range(len(medians)), key=medians.__getitem__)
+    median, p10, p90, mean, cv, n, conv, why = table[slowest].tolist()
+    return (Stats(median, p10, p90, mean, cv, int(n), None if conv < 0 else bool(conv),
+                  reasons[int(why)] if why >= 0 else None), medians)
 
 
 def _per_call(stats: RankStats, calls: int) -> RankStats:
