@@ -51,7 +51,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # a document meant to be parsed (csv, json, tsv, latex, html) is alone on stdout; the rest goes to stderr
     print(render.render_header(outcome.doc), file=sys.stderr if machine else sys.stdout)
     print(render.render(outcome.doc["rows"], fmt=args.format))
-    print(f"\nwrote {outcome.path} ({len(outcome.doc['rows'])} rows, {outcome.doc['wall_s']:.1f} s)",
+    n = len(outcome.doc["rows"])
+    print(f"\nwrote {outcome.path} ({n} row{'' if n == 1 else 's'}, {outcome.doc['wall_s']:.1f} s)",
           file=sys.stderr if machine else sys.stdout)
     if outcome.exit_code:
         print(f"qbench: {outcome.message}", file=sys.stderr)

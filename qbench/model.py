@@ -252,7 +252,7 @@ def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
            "floor_fraction": None, "stored_bytes": None, "tokens_per_s": None, "speedup": None,
            "rel_fro_max": None, "note": None}
     if unusable:
-        where = "every shape" if len(unusable) == len(used) else ", ".join(unusable)
+        where = "any shape" if len(unusable) == len(used) else ", ".join(unusable)
         return dict(rec, status="unusable", note=f"{UNUSABLE} (no {method} time at {where})"
                     + (f"; also {'; '.join(problems)}" if problems else ""))
     if problems:

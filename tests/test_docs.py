@@ -239,12 +239,6 @@ def _crosscheck_stream() -> tuple[str, ...]:
             f"{failing[0]['ratio']:.2f}")
 
 
-def _cpu_rows() -> tuple[str, ...]:
-    rows = _json("cpu/decode.json")["rows"]
-    return (str(_json("cpu/decode.json")["env"]["cpu_count"]), _wall("cpu/decode.json"),
-            str(sum(r["status"] == "ok" for r in rows)), str(sum(r["status"] == "skipped" for r in rows)))
-
-
 D, S, P, SW = "h200/decode.json", "h200/small_batch.json", "h200/prefill.json", "h200/sweep.json"
 MSLK = "fp8-dynamic[kernel_preference=mslk]"
 FIGURES = [
@@ -280,11 +274,7 @@ FIGURES = [
     ("README.md", "int8-bnb {} µs `cpu` against {} µs `stream` on a {}-core machine",
      lambda: (f"{_us('cpu/decode.json', 'int8-bnb', 'cpu'):.0f}", f"{_us('cpu/decode.json', 'int8-bnb'):.0f}",
               str(_json("cpu/decode.json")["env"]["cpu_count"]))),
-    ("README.md", "qbench's `wall_s` was {} s for the current `results/h200/decode.json` (2026-11-30: {} scheme rows",
-     lambda: (_wall(D), str(len(_json(D)["rows"])))),
-    ("README.md", "it was {}, {}, {} and {} s in four complete back-to-back runs", _repeat_walls),
-    ("README.md", "{}-core CPU (this project's CI machine kind), same command: qbench's `wall_s` was {} s for "
-                  "`results/cpu/decode.json` ({} rows measured, {} skipped", _cpu_rows),
+    # (README's "Speed of qbench itself" figures: tests/test_docs_speed.py::test_readme_speed_figures)
     # docs/methodology.md
     ("docs/methodology.md", "column of `results/h200/seed.json` shows {}, {} and {}",
      lambda: tuple(f"{r['arithmetic_intensity']:.1f}" for r in _json("h200/seed.json")["rows"])),

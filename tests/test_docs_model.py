@@ -105,3 +105,14 @@ def test_the_cut_off_int8_compiled_run_is_as_described():
 
 if __name__ == "__main__":
     print("\n".join(fragments()))
+
+
+def test_readme_model_figures():
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    r8, r70 = _step("llama3-8b", FILES_8B), _step("llama3.1-70b", FILES_70B)
+    b8, b70 = _ok(r8, 1)[0], _ok(r70, 1)[0]
+    assert (f"on Llama-3-8B at M = 1 the fastest step is {b8['scheme']}, {b8['speedup']:.2f}× bf16 "
+            f"(rel_fro {b8['rel_fro_max']:.3g}); on Llama-3.1-70B {b70['scheme']}, {b70['speedup']:.2f}× "
+            f"(rel_fro {b70['rel_fro_max']:.3g})") in readme
+    mslk = "fp8-dynamic[kernel_preference=mslk]"
+    assert all(r["fastest"][m] == mslk for r in (r8, r70) for m in (16, 512))

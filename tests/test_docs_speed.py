@@ -200,3 +200,19 @@ def test_cpu_second_session_figures():
     assert f"(`9905f25`, two runs right before, in a worktree) {olo:.1f}-{ohi:.1f} s" in TEXT
     assert hi < 40 and ohi < 40
     assert not any(d["env"].get("warnings") for d in new)  # the forkserver no longer reads as "CPU busy"
+
+
+def test_readme_speed_figures():
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    call8 = [json.loads((SPEED / "2026-12-01" / "call8" / "bench" / f"preload-{i}.json").read_text())
+             for i in (1, 2, 3, 4)]
+    assert (f"{call8[0]['wall_s']:.1f} s for a first run (empty compile and autotune caches), then "
+            f"{call8[1]['wall_s']:.1f}, {call8[2]['wall_s']:.1f} and {call8[3]['wall_s']:.1f} s") in readme
+    old = json.loads((SPEED / "per-scheme-imports-1.json").read_text())
+    assert f"the runner before issue 15 took {old['wall_s']:.0f} s on the same scenario" in readme
+    cpu = [json.loads((ROOT / "results/cpu/speed/second-session" / f"preload-{i}.json").read_text()) for i in (1, 2, 3)]
+    walls = [d["wall_s"] for d in cpu]
+    assert f"2-core CPU (this project's CI machine kind): {min(walls):.1f}-{max(walls):.1f} s" in readme
+    skipped = [r for r in cpu[0]["rows"] if r["status"] == "skipped"]
+    assert len(skipped) == 13 and len(cpu[0]["rows"]) == 26
+    assert "(13 rows measured, 13 skipped;" in readme and "(13 of decode's 26:" in readme

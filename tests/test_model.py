@@ -103,7 +103,7 @@ def test_incomplete_and_unusable_are_not_summed():
     assert "skipped at 8→16: package 'bitsandbytes' is not installed" in nf4["note"]
     bnb = _get(r, "int8-bnb", 1)
     assert bnb["status"] == "unusable" and bnb["step_us"] is None
-    assert bnb["note"] == "unusable in a graph-captured decode loop (no stream time at every shape)"
+    assert bnb["note"] == "unusable in a graph-captured decode loop (no stream time at any shape)"
     # a scheme seen only at M = 1 has an incomplete record at M = 16 too
     assert _get(r, "int8-bnb", 16)["note"] == "incomplete: no row at 8→16; no row at 16→8"
 

@@ -124,7 +124,11 @@ class Scheme:
                              f"{', '.join(STORAGE_FORMATS)}")
 
     def unavailable_reason(self, device: torch.device, options: SchemeOptions) -> Optional[str]:
-        """One line saying why this scheme cannot run on ``device`` here, or None if it can."""
+        """One line saying why this scheme cannot run on ``device`` here, or None if it can. A
+        CUDA-only scheme on the CPU says so before any missing package: installing the package
+        would not make it run there."""
+        if device.type != "cuda" and self.cuda_only:
+            return f"{self.name} has no CPU kernel: needs CUDA"
         for package in self.packages:
             if importlib.util.find_spec(package) is None:
                 return f"package {package!r} is not installed (pip install {package})"
