@@ -24,7 +24,7 @@ import argparse
 import sys
 
 from qbench.render import Column, check_format, render, wants_prose
-from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
+from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us, row_caveats
 from qbench.results import (
     DECISION_METHOD,
     FALLBACK_METHODS,
@@ -127,7 +127,8 @@ def compare_docs(a: dict, b: dict, method: str = DECISION_METHOD, threshold: flo
     ``{"scheme", "m", "k", "n", "a_us", "b_us" (medians, µs, or None), "speedup" (a/b: > 1 when B
     is faster; or None),
     "a_rel_fro", "b_rel_fro", "rel_fro_diff" (b - a or None), "verdict" ("faster" | "slower" |
-    "same" | "only in A" | "only in B" | "not comparable"), "note" (why not comparable, or None),
+    "same" | "only in A" | "only in B" | "not comparable"), "note" (why not comparable; for a
+    compared pair :func:`caveats`: flags and noise; or None),
     "regression" (verdict slower and b > threshold × a, i.e. speedup < 1/threshold)}``.
     """
     rows_a = {_key(r): r for r in a.get("rows") or []}
@@ -155,10 +156,24 @@ def compare_docs(a: dict, b: dict, method: str = DECISION_METHOD, threshold: flo
         else:
             rec["speedup"] = sa["median"] / sb["median"]
             rec["verdict"] = verdict(sa, sb)
+            rec["note"] = caveats(ra, rb, sa, sb)
             # compared as times, not through 1/speedup: B at exactly threshold x A is no regression
             rec["regression"] = rec["verdict"] == "slower" and sb["median"] > threshold * sa["median"]
         out.append(rec)
     return out
+
+
+def caveats(ra: dict, rb: dict, sa: dict, sb: dict) -> str | None:
+    """What could mislead a reader of one compared pair, or None: each side's row flags (their
+    names: ``cpu-busy``, ``throttled``, ``repacked``, ...) and a noisy reading (cv over
+    :data:`~qbench.render.columns.NOISY_CV`), e.g. ``"B: cpu-busy, noisy (cv 0.90)"``. A row that
+    reads slower only because its machine was busy says so next to its verdict."""
+    parts = []
+    for side, row, stats in (("A", ra, sa), ("B", rb, sb)):
+        said = row_caveats(row, stats)
+        if said:
+            parts.append(f"{side}: {', '.join(said)}")
+    return "; ".join(parts) or None
 
 
 def _why(row: dict, method: str) -> str:
@@ -267,5 +282,6 @@ def run_compare(args: argparse.Namespace) -> int:
         if bad:
             print(f"REGRESSION: {len(bad)} row(s) slower than A by more than {args.threshold:g}× its time "
                   f"(speed-up below {1 / args.threshold:.3f}×): "
-                  + ", ".join(f"{r['scheme']} M={r['m']} (speed-up {r['speedup']:.2f}×)" for r in bad))
+                  + ", ".join(f"{r['scheme']} M={r['m']} (speed-up {r['speedup']:.2f}×"
+                              + (f"; {r['note']}" if r["note"] else "") + ")" for r in bad))
     return 1 if bad else 0

@@ -53,7 +53,7 @@ from typing import Optional, Sequence
 from qbench.compare import UNUSABLE, capture_failure, unusable_note, verdict
 from qbench.dispatch import short_kernel
 from qbench.render import FORMATS, Column, render, wants_prose
-from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
+from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us, row_caveats
 from qbench.results import (
     DECISION_METHOD,
     METHOD_CHOICES,
@@ -152,7 +152,8 @@ def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> d
     "pick": {"scheme", "latency_us", "rel_fro", "stored_bytes", "ties": [scheme...],
     "fastest_median" (the tied scheme with the lowest median when it is not the pick, else None),
     "kept_from_m" (the smaller M whose pick was kept by the neighbour rule over a tied scheme of
-    lower error or fewer bytes, else None)} or None,
+    lower error or fewer bytes, else None), "caveats" (the pick's flags and noise,
+    :func:`qbench.render.columns.row_caveats`)} or None,
     "others": [{"scheme", "reason"}], "unusable": [{"scheme", "eager_us", "rel_fro", "reason"}],
     "pareto": [{"scheme", "latency_us", "rel_fro", "stored_bytes"}]}]}`` with ``by_m`` in
     ascending M. ``unusable`` lists the ``ok`` rows without a ``method`` time because their call
@@ -167,8 +168,9 @@ def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> d
     for (m, k, n, tp_size, split), rows in sorted(groups.items(),
                                                    key=lambda kv: tuple(str(x) if isinstance(x, str) else (x or 0)
                                                                         for x in kv[0])):
-        lost, cands, points, stats, unusable = [], [], [], {}, []
+        lost, cands, points, stats, unusable, by_scheme = [], [], [], {}, [], {}
         for r in rows:
+            by_scheme[r.get("scheme")] = r
             reason = _lose_reason(r, method, max_rel_err)
             uncaptured = capture_failure(r, method)
             if uncaptured:
@@ -196,12 +198,15 @@ def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> d
             prev_m, prev_scheme = neighbour.get(shape, (None, None))
             best = next((c for c in tied if c["scheme"] == prev_scheme), by_error)
             pick = dict(best, ties=[], fastest_median=fastest["scheme"] if best is not fastest else None,
-                        kept_from_m=prev_m if best is not by_error else None)
+                        kept_from_m=prev_m if best is not by_error else None,
+                        caveats=row_caveats(by_scheme[best["scheme"]], stats[best["scheme"]]))
             cands = [best] + [c for c in cands if c is not best]
         neighbour[shape] = (m, pick["scheme"]) if pick else (None, None)
         for c in cands[1:]:
             ratio = c["latency_us"] / pick["latency_us"]
             versus = f"{fmt_us(c['latency_us'])} µs vs {fmt_us(pick['latency_us'])} µs ({ratio:.2f}×"
+            said = row_caveats(by_scheme[c["scheme"]], stats[c["scheme"]])
+            caveat = f"; {c['scheme']}: {', '.join(said)}" if said else ""
             if verdict(stats[pick["scheme"]], stats[c["scheme"]]) == "same":
                 pick["ties"].append(c["scheme"])
                 why = "same speed within noise"
@@ -209,9 +214,9 @@ def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> d
                     why += f", higher error (rel_fro {c['rel_fro']:.3g} vs {pick['rel_fro']:.3g})"
                 elif pick["kept_from_m"] is not None:
                     why += f", {pick['scheme']} kept from M={pick['kept_from_m']}"
-                lost.append({"scheme": c["scheme"], "reason": f"{why}: {versus}, p10–p90 overlap)"})
+                lost.append({"scheme": c["scheme"], "reason": f"{why}: {versus}, p10–p90 overlap{caveat})"})
             else:
-                lost.append({"scheme": c["scheme"], "reason": f"slower: {versus})"})
+                lost.append({"scheme": c["scheme"], "reason": f"slower: {versus}{caveat})"})
         tp = {"tp_size": tp_size, "split": split} if tp_size is not None else {}
         by_m.append({"m": m, "k": k, "n": n, **tp, "pick": pick, "others": lost, "unusable": unusable,
                      "pareto": sorted(pareto_front(points), key=lambda p: p["latency_us"])})
@@ -259,6 +264,8 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
         head = f"\nM={g['m']} (K={g['k']}, N={g['n']}{tp}): "
         head += (f"use {pick['scheme']} ({fmt_us(pick['latency_us'])} µs, rel_fro {pick['rel_fro']:.3g})"
                  if pick else f"{DASH} no scheme within the budget")
+        if pick and pick.get("caveats"):
+            head += f" [{', '.join(pick['caveats'])}]"
         if pick and pick["ties"]:
             head += f"; as fast within noise: {', '.join(pick['ties'])}"
         if pick and pick.get("kept_from_m") is not None:

@@ -144,3 +144,30 @@ def test_two_machines_are_named_and_warned(capsys):
     assert out.splitlines()[0] == f"A = {a} (cpu AMD EPYC); B = {b} (cuda NVIDIA H200)"
     assert err.strip() == (f"warning: A ({a}) ran on cpu AMD EPYC, B ({b}) on cuda NVIDIA H200: the speed-ups "
                            "compare machines as much as schemes")
+
+
+def test_a_flagged_or_noisy_side_is_named_next_to_its_verdict(tmp_path, capsys):
+    """B read 30x slower on a machine that other work kept busy: the row's cpu-busy flag and its
+    noise appear in compare's note and in the REGRESSION line, so it does not read as a real
+    regression (a new user's report: 7995 µs against 264 µs, no sign of why)."""
+    from tests.rows import make_row, stats
+
+    def doc(us, cv, flags):
+        s = dict(stats(us), cv=cv)
+        row = make_row(scheme="nf4-bnb", m=1, k=256, n=128, device="cpu", status="ok",
+                       latency_us={"stream": s}, flags=flags)
+        return {"schema_version": 1, "complete": True, "env": {"device": "cpu", "device_name": "AMD EPYC"},
+                "rows": [row]}
+
+    a = doc(264.0, 0.05, [])
+    b = doc(7995.0, 0.9, ["cpu-busy: 2.0 cores busy with other work leaves 0.0 free cores for 2 threads: noisy"])
+    rec, = compare_docs(a, b, "stream", 1.05)
+    assert rec["verdict"] == "slower" and rec["regression"]
+    assert rec["note"] == "B: cpu-busy, noisy (cv 0.90)"
+    clean, = compare_docs(a, a, "stream", 1.05)
+    assert clean["note"] is None
+    for name, d in (("a.json", a), ("b.json", b)):
+        (tmp_path / name).write_text(json.dumps(d))
+    assert run(str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--method", "stream") == 1
+    out = capsys.readouterr().out
+    assert "nf4-bnb M=1 (speed-up 0.03×; B: cpu-busy, noisy (cv 0.90))" in out

@@ -496,3 +496,24 @@ def test_cli_by_format_on_the_h200_sweep(capsys):
     assert {r["m"] for r in recs} == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
     at1 = {r["format"]: r["pick"] for r in recs if r["m"] == 1}
     assert at1["4-bit int"] == "int4-weight-only+compiled" and at1["16-bit float"] == "bf16"
+
+
+def test_the_pick_and_the_others_name_their_flags_and_noise():
+    """A pick timed while other work kept the CPU busy, and a loser with a noisy reading: both say so
+    next to their numbers (a new user's report: recommend was silent about them)."""
+    from qbench.recommend import recommend, render_recommendation
+    from tests.rows import make_row, stats
+
+    def row(scheme, us, cv, flags, rel):
+        return make_row(scheme=scheme, m=1, k=256, n=128, device="cpu", status="ok", stored_bytes=1000,
+                        latency_us={"stream": dict(stats(us, us * 0.99, us * 1.01), cv=cv)}, flags=flags,
+                        error={"rel_fro": rel})
+
+    doc = {"rows": [row("int8-weight-only+compiled", 600.0, 0.05, ["cpu-busy: 1.2 cores busy with other work"], 0.009),
+                    row("bf16", 1500.0, 0.98, [], 0.003)]}
+    result = recommend(doc, 0.01, "stream")
+    pick = result["by_m"][0]["pick"]
+    assert pick["scheme"] == "int8-weight-only+compiled" and pick["caveats"] == ["cpu-busy"]
+    text = render_recommendation(result, "simple")
+    assert "use int8-weight-only+compiled (600 µs, rel_fro 0.009) [cpu-busy]" in text
+    assert "slower: 1500 µs vs 600 µs (2.50×; bf16: noisy (cv 0.98))" in text

@@ -123,6 +123,17 @@ def _latency(method: str, stat: str = "median") -> Getter:
 NOISY_CV = 0.25
 
 
+def row_caveats(row: dict, stats: Optional[dict]) -> list[str]:
+    """What could mislead a reader of one row's time: its flags by name (``cpu-busy``,
+    ``throttled``, ``repacked``, ...) and ``noisy (cv X)`` when ``stats``' cv exceeds
+    :data:`NOISY_CV`. Readers that compare rows (compare, recommend) print these next to the row."""
+    said = list(dict.fromkeys(f.split(":", 1)[0] for f in row.get("flags") or []))
+    cv = (stats or {}).get("cv")
+    if cv is not None and cv > NOISY_CV:
+        said.append(f"noisy (cv {cv:.2f})")
+    return said
+
+
 def is_noisy(row: dict, method: str) -> bool:
     """True when ``latency_us[method].cv`` exceeds :data:`NOISY_CV`."""
     cv = _latency(method, "cv")(row)
