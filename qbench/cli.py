@@ -36,12 +36,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     # First, before this process imports torch (the scenario's scheme registry does): the
     # forkserver's own imports (torch, qbench._preload) then overlap this process's.
-    forkserver.start()
+    if forkserver.worth_starting_early(args.scenario):
+        forkserver.start()
     from qbench import render, runner, scenario
 
     loaded = scenario.load(args.scenario)
     if args.schemes is not None:
-        loaded = scenario.only_schemes(loaded, args.schemes.split(","))
+        loaded = scenario.only_schemes(loaded, args.schemes)
     render.check_format(args.format)  # a bad --format is refused before anything is measured
     say = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     terminal = sys.stderr.isatty()
@@ -116,9 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="simple", help="table format: any tabulate format, or csv / json")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress bar, per-scheme lines or warnings (anywhere on the command line)")
-    p.add_argument("--schemes", default=None, metavar="LABEL[,LABEL...]",
+    p.add_argument("--schemes", default=None, action="append", metavar="LABEL[,LABEL...]",
                    help="run only these schemes of the scenario, by row label (e.g. int4-weight-only+compiled); "
-                        "the result file's scenario lists only them")
+                        "repeatable; a value that is itself a label is taken whole (labels may hold commas: "
+                        "int4-weight-only[activation_dtype=fp16,group_size=64]); the result file's scenario "
+                        "lists only them")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("list", help="list every scheme and whether it can run here")

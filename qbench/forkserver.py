@@ -43,11 +43,56 @@ def context():
 def start() -> None:
     """Start the forkserver now without waiting for its preload; the first worker's start waits for
     it. Only host work overlaps with the caller: the forkserver never touches CUDA. A second call,
-    or a call after a worker started, does nothing."""
+    or a call after a worker started, does nothing.
+
+    The forkserver gets ``/dev/null`` for stdout and stderr (each worker writes its own log): one
+    that outlives its run (a run refused right after the start, its preload still importing) holds
+    no pipe of the caller open, and a Ctrl-C during its preload prints no traceback. (Python's
+    forkserver ignores a failed preload import silently either way; a worker then imports what it
+    needs.)"""
     import multiprocessing.forkserver
+    import sys
 
     context()
-    multiprocessing.forkserver.ensure_running()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, ValueError):
+            pass
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+
+
+def worth_starting_early(scenario_path: str) -> bool:
+    """Whether ``qbench run`` should start the forkserver before it reads the scenario: the file is a
+    TOML document without a ``[tp]`` table (tensor-parallel runs use torchrun, not the forkserver) and
+    ``QBENCH_PRELOAD``, ``QBENCH_AHEAD`` and ``QBENCH_TUNING_CACHE`` hold valid values. Anything
+    else is refused later, with its one-line reason, and a forkserver started for it would only
+    keep importing after the refusal. Reads the file with tomllib: no torch import."""
+    import tomllib
+
+    if os.environ.get("QBENCH_PRELOAD") not in (None, "0", "1"):
+        return False
+    if os.environ.get("QBENCH_TUNING_CACHE") not in (None, "0", "1"):
+        return False
+    ahead = os.environ.get("QBENCH_AHEAD")
+    if ahead is not None and not ahead.strip().isdigit():
+        return False
+    try:
+        with open(scenario_path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, ValueError):
+        return False
+    return "tp" not in data
 
 
 def pids() -> tuple[int, ...]:

@@ -254,21 +254,26 @@ def check_output_path(output: str) -> Optional[str]:
     return None
 
 
-def only_schemes(scenario: Scenario, labels: list[str]) -> Scenario:
-    """``scenario`` with only the schemes whose row label is in ``labels``, in the scenario's order
-    (``qbench run --schemes``: re-measure some schemes, complete a run that was cut off).
+def only_schemes(scenario: Scenario, values: list[str]) -> Scenario:
+    """``scenario`` with only the schemes whose row label ``values`` name, in the scenario's order
+    (``qbench run --schemes``: re-measure some schemes, complete a run that was cut off). A value
+    that is itself a label is taken whole (a label may hold commas:
+    ``int4-weight-only[activation_dtype=fp16,group_size=64]``); otherwise it is split on commas.
 
     Raises:
         ScenarioError: a label no scheme of the scenario has, or no label at all (one line naming the
-            scenario file, the option and the value, with the labels it has).
+            scenario file, the option and the value, with the labels it has, separated by ``; ``).
     """
-    wanted = [label.strip() for label in labels if label.strip()]
     have = [entry.label for entry in scenario.schemes]
+    wanted: list[str] = []
+    for value in values:
+        parts = [value.strip()] if value.strip() in have else [p.strip() for p in value.split(",")]
+        wanted += [p for p in parts if p]
     unknown = [label for label in wanted if label not in have]
     if not wanted or unknown:
-        value = unknown[0] if unknown else ",".join(labels)
+        value = unknown[0] if unknown else ",".join(values)
         raise ScenarioError(scenario.source, "--schemes", f"no scheme labelled {value!r} in this scenario "
-                            f"(its labels: {', '.join(have)})")
+                            f"(its labels: {'; '.join(have)})")
     return scenario.model_copy(update={"schemes": tuple(e for e in scenario.schemes if e.label in wanted)})
 
 

@@ -67,7 +67,7 @@ def enabled() -> bool:
 def folder() -> Path:
     """``QBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/qbench``, else ``~/.cache/qbench``."""
     if os.environ.get(FOLDER):
-        return Path(os.environ[FOLDER])
+        return Path(os.environ[FOLDER]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "qbench"
 
@@ -84,7 +84,9 @@ class Session:
     ``record`` is the row's ``tuning_cache`` value: ``{"file", "loaded", "saved", "note"}``
     (``loaded``: configs held after reading the file, 0 when there was none; ``saved``: configs
     written; ``note``: why nothing was read or written, else null). A cache that cannot be read or
-    written never fails a row: the library tunes as if there were none, and ``note`` says why.
+    written never fails a row: the library tunes as if there were none, and ``note`` says why. A
+    file that cannot be read (corrupt, empty) is replaced by this run's configs when it is saved,
+    so the next run reads them.
     """
 
     def __init__(self, cache: Optional[TuningCache], device) -> None:
@@ -99,24 +101,31 @@ class Session:
             self.record = {"file": None, "loaded": 0, "saved": 0, "note": f"{SWITCH}=0: tuned from scratch"}
             return
         try:
-            self.path = path_for(self.cache, self.device)
-        except Exception as exc:  # the library could not say its version: tune as if uncached
-            self.record = {"file": None, "loaded": 0, "saved": 0,
-                           "note": f"no cache: {type(exc).__name__}: {exc}".splitlines()[0][:200]}
+            path = path_for(self.cache, self.device)
+            exists = path.exists()  # may raise: a name too long, a folder it may not enter
+        except Exception as exc:  # no usable cache file: tune as if uncached
+            self.record = {"file": None, "loaded": 0, "saved": 0, "note": _why("no cache", exc)}
             return
-        self.record = {"file": str(self.path), "loaded": 0, "saved": 0, "note": None}
-        if self.path.exists():
+        self.path = path
+        self.record = {"file": str(path), "loaded": 0, "saved": 0, "note": None}
+        if exists:
             try:
-                self.record["loaded"] = int(self.cache.load(str(self.path)))
+                self.record["loaded"] = int(self.cache.load(str(path)))
             except Exception as exc:
-                self.record["note"] = f"not read: {type(exc).__name__}: {exc}".splitlines()[0][:200]
+                self.record["note"] = _why("not read", exc) + " (replaced when saved)"
 
     def close(self) -> Optional[dict]:
-        """Save the library's cache (when :meth:`open` found a file to use) and return ``record``."""
-        if self.path is not None and self.record is not None and self.record["note"] is None:
+        """Save the library's cache (merged with the file where it can be read) when :meth:`open`
+        chose a file, and return ``record``."""
+        if self.path is not None and self.record is not None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.record["saved"] = int(self.cache.save(str(self.path)))
             except Exception as exc:
-                self.record["note"] = f"not saved: {type(exc).__name__}: {exc}".splitlines()[0][:200]
+                said = self.record["note"]
+                self.record["note"] = (f"{said}; " if said else "") + _why("not saved", exc)
         return self.record
+
+
+def _why(what: str, exc: BaseException) -> str:
+    return f"{what}: {type(exc).__name__}: {exc}".splitlines()[0][:200]

@@ -138,5 +138,23 @@ def test_run_schemes_with_a_label_the_scenario_lacks_is_one_line_and_writes_noth
     proc = _qbench("run", str(tmp_path / "s.toml"), "--schemes", value, "--out", str(tmp_path / "x.json"))
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "s.toml: --schemes: no scheme labelled" in lines[0] and "fp32, bf16" in lines[0]
+    assert len(lines) == 1 and "s.toml: --schemes: no scheme labelled" in lines[0] and "fp32; bf16" in lines[0]
     assert list(tmp_path.iterdir()) == [tmp_path / "s.toml"]
+
+
+def test_run_schemes_takes_a_label_with_a_comma_whole_and_is_repeatable(tmp_path):
+    """Labels of schemes with two options hold a comma; a value that is a label is taken whole, and
+    --schemes may be given more than once."""
+    from qbench import scenario
+
+    text = small_scenario_toml(["int4-intx", "fp32", "bf16"], m=(1,)).replace(
+        'name = "int4-intx"', 'name = "int4-intx"\ngroup_size = 64\nlabel = "intx, g64"')
+    (tmp_path / "s.toml").write_text(text)
+    sc = scenario.load(tmp_path / "s.toml")
+    assert [e.label for e in scenario.only_schemes(sc, ["intx, g64"]).schemes] == ["intx, g64"]
+    assert [e.label for e in scenario.only_schemes(sc, ["bf16", "intx, g64"]).schemes] == ["intx, g64", "bf16"]
+    assert [e.label for e in scenario.only_schemes(sc, ["fp32,bf16"]).schemes] == ["fp32", "bf16"]
+    proc = _qbench("run", str(tmp_path / "s.toml"), "--schemes", "fp32", "--schemes", "bf16",
+                   "--out", str(tmp_path / "x.json"), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["scheme"] for r in json.loads((tmp_path / "x.json").read_text())["rows"]] == ["fp32", "bf16"]

@@ -271,3 +271,16 @@ def test_allow_incomplete_turns_the_warning_into_a_note(capsys):
     notes = [line for line in cap.out.splitlines() if line.startswith("note: ") and "incomplete" in line]
     assert len(notes) == 2 and all("read with --allow-incomplete" in n for n in notes)
     assert notes[0].startswith(f"note: {files[3]}: incomplete (\"complete\": false, 12 rows)")
+
+
+def test_allow_incomplete_keeps_the_warning_where_csv_has_no_place_for_a_note(capsys):
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "results/h200/2026-12-01"
+    files = [str(folder / f"llama31_70b_{s}.json") for s in ("q_o", "k_v", "gate_up")]
+    files += [str(folder / f"llama31_70b_down{s}.partial.json") for s in ("", "-rest")]
+    assert run("llama3.1-70b", *files, "--format", "csv", "--allow-incomplete") == 0
+    assert capsys.readouterr().err.count("is incomplete") == 2
+    assert run("llama3.1-70b", *files, "--format", "json", "--allow-incomplete") == 0
+    cap = capsys.readouterr()
+    assert cap.err == "" and sum("read with --allow-incomplete" in n for n in json.loads(cap.out)["notes"]) == 2

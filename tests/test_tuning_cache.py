@@ -38,10 +38,10 @@ class _FakeLibrary:
 
     def save(self, path):
         merged = {}
-        try:
+        try:  # as gemlite's cache_config: a file it cannot read is replaced
             with open(path, encoding="utf-8") as f:
                 merged = json.load(f)
-        except FileNotFoundError:
+        except (FileNotFoundError, json.JSONDecodeError):
             pass
         merged.update(self.configs)
         with open(path, "w", encoding="utf-8") as f:
@@ -103,7 +103,9 @@ def test_switched_off_nothing_is_read_or_written(cache_dir, monkeypatch):
     assert not cache_dir.exists()
 
 
-def test_an_unreadable_file_is_left_untouched_and_the_row_says_why(cache_dir):
+def test_an_unreadable_file_is_replaced_and_the_row_says_why(cache_dir):
+    """A corrupt file is not read (this run tunes from scratch) and is replaced by this run's
+    configs, so the next run reads them instead of tuning from scratch forever."""
     cache_dir.mkdir()
     path = cache_dir / "fakelib-1.0_GPU_X_80GB.json"
     path.write_text("{not json")
@@ -112,9 +114,29 @@ def test_an_unreadable_file_is_left_untouched_and_the_row_says_why(cache_dir):
     session.open()
     lib.tune(1, 128, 256)
     record = session.close()
-    assert record["loaded"] == 0 and record["saved"] == 0
-    assert record["note"].startswith("not read: JSONDecodeError")
-    assert path.read_text() == "{not json"
+    assert record["loaded"] == 0 and record["saved"] == 1
+    assert record["note"].startswith("not read: JSONDecodeError") and record["note"].endswith("(replaced when saved)")
+    assert json.loads(path.read_text()) == {"(1, 128, 256)": {"BLOCK_SIZE_K": 64, "num_warps": 4}}
+    again = tuning_cache.Session(_cache(_FakeLibrary()), CPU)
+    again.open()
+    assert again.record == {"file": str(path), "loaded": 1, "saved": 0, "note": None}
+
+
+def test_a_path_that_cannot_even_be_checked_is_a_note_not_a_failure(tmp_path, monkeypatch):
+    """A folder name too long for the file system: Path.exists() raises (not ENOENT); the row says
+    "no cache" and the library tunes as if there were none."""
+    monkeypatch.setenv("QBENCH_CACHE_DIR", str(tmp_path / ("a" * 300)))
+    session = tuning_cache.Session(_cache(_FakeLibrary()), CPU)
+    session.open()
+    record = session.close()
+    assert (record["file"], record["loaded"], record["saved"]) == (None, 0, 0)
+    assert record["note"].startswith("no cache: OSError: [Errno 36] File name too long")
+
+
+def test_the_folder_expands_a_home_relative_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("QBENCH_CACHE_DIR", "~/qb-cache")
+    assert tuning_cache.folder() == tmp_path / "qb-cache"
 
 
 def test_a_folder_that_cannot_be_written_is_a_note_not_a_failure(tmp_path, monkeypatch):

@@ -151,12 +151,16 @@ def _cache_save(path: str) -> int:
     from gemlite.core import GemLiteLinearTriton
 
     tmp = f"{path}.{os.getpid()}.tmp"
-    if os.path.exists(path):
-        shutil.copyfile(path, tmp)
-    GemLiteLinearTriton.cache_config(tmp)
-    with open(tmp, encoding="utf-8") as f:
-        saved = sum(len(configs) for configs in json.load(f).values())
-    os.replace(tmp, path)
+    try:
+        if os.path.isfile(path):
+            shutil.copyfile(path, tmp)
+        GemLiteLinearTriton.cache_config(tmp)  # an unreadable copy is replaced, not merged
+        with open(tmp, encoding="utf-8") as f:
+            saved = sum(len(configs) for configs in json.load(f).values())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
     return saved
 
 
