@@ -22,8 +22,10 @@ import time
 def main(argv: list[str], go=None) -> int:
     """Run the job in ``argv[0]`` and write its rows to ``argv[1]``; returns 0.
 
-    With ``go`` (the read end of a multiprocessing pipe), first prepare without launching GPU work (import the
-    scheme's packages, create the CUDA context), then wait for one message on ``go`` before measuring.
+    With ``go`` (the worker's end of a multiprocessing pipe), first prepare without launching GPU work
+    (import the scheme's packages, create the CUDA context), then wait for one message on ``go`` before
+    measuring, and send ``done`` on it once the rows are on disk (the runner then lets the next worker
+    measure while this process exits).
     """
     started = time.perf_counter()
     job_path, rows_path = argv
@@ -63,6 +65,13 @@ def main(argv: list[str], go=None) -> int:
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(finite_or_none(rows), f, allow_nan=False)
     os.replace(tmp, rows_path)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # nothing of this worker's is still running on the GPU
+    if go is not None:
+        try:
+            go.send_bytes(b"done")
+        except OSError:  # the runner went away; the rows are on disk either way
+            pass
     return 0
 
 

@@ -12,6 +12,7 @@ the comments, not taken from the code under test.
 from __future__ import annotations
 
 import json
+import os
 import types
 
 import pytest
@@ -240,6 +241,10 @@ def test_compare_cli_exit_status_at_the_threshold(tmp_path, capsys):
 class _Proc:
     def __init__(self, exitcode, alive=False):
         self.exitcode, self.alive, self.killed, self.joins = exitcode, alive, False, []
+        # the runner waits on the sentinel and the pipe (multiprocessing.connection.wait): a readable
+        # fd (a pipe whose write end is closed) lets it go on at once, to join and read is_alive
+        self.sentinel, w = os.pipe()
+        os.close(w)
 
     def join(self, timeout=None):
         self.joins.append(timeout)
@@ -254,8 +259,14 @@ class _Proc:
 
 
 class _Go:
+    """The runner's end of the go/done pipe of a worker that never says "done"."""
+
     def __init__(self):
         self.sent, self.closed = [], False
+        self.r, self._w = os.pipe()
+
+    def fileno(self):
+        return self.r
 
     def send_bytes(self, b):
         self.sent.append(b)
@@ -289,13 +300,13 @@ def test_worker_exit_0_with_rows_file_gives_its_rows(tmp_path):
     proc = _Proc(0)
     assert _ended(tmp_path, proc, rows=[{"scheme": "bf16", "m": 1, "status": "ok"}]) == [
         {"scheme": "bf16", "m": 1, "status": "ok"}]
-    assert proc.joins == [7.5] and not proc.killed
+    assert proc.joins == [pytest.approx(7.5, abs=0.5)] and not proc.killed
 
 
 def test_worker_timeout_is_a_timeout_not_an_exit(tmp_path):
     proc = _Proc(None, alive=True)
     rows = _ended(tmp_path, proc, rows=[{"scheme": "bf16", "m": 1, "status": "ok"}])
-    assert proc.killed and proc.joins == [7.5, None]
+    assert proc.killed and proc.joins == [pytest.approx(7.5, abs=0.5), None]
     assert [r["m"] for r in rows] == [1, 2] and {r["status"] for r in rows} == {"failed"}
     assert [(r["scheme"], r["base_scheme"], r["device"], r["k"], r["n"]) for r in rows] == [
         ("bf16", "bf16", "cpu", 64, 64)] * 2  # the failed rows keep the scheme's identity

@@ -207,7 +207,15 @@ def test_two_ahead_starts_the_next_two_workers(tmp_path, monkeypatch):
     workers = runner._Workers(sc, torch.device("cpu"), None, str(tmp_path), prestart=2)
     started = []
 
-    class Go:
+    import os
+
+    class Go:  # a pipe end that never has a message: the worker exits without saying "done"
+        def __init__(self):
+            self.r, self.w = os.pipe()
+
+        def fileno(self):
+            return self.r
+
         def send_bytes(self, b):
             pass
 
@@ -216,6 +224,10 @@ def test_two_ahead_starts_the_next_two_workers(tmp_path, monkeypatch):
 
     class Proc:
         exitcode = 0
+
+        def __init__(self):  # an exited process: its sentinel is readable
+            self.sentinel, w = os.pipe()
+            os.close(w)
 
         def join(self, timeout=None):
             pass
@@ -270,3 +282,42 @@ def test_a_compiled_scheme_imports_inductor_before_its_go_and_an_eager_one_does_
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["[] False", "['torch._inductor.compile_fx'] True"]
+
+
+@pytest.fixture
+def slow_exit_scheme():
+    """Register the test-only "slow-exit-test" scheme here, and remove it again afterwards."""
+    import importlib
+
+    from qbench import schemes
+
+    import tests.plugins.slow_exit_scheme  # registers "slow-exit-test" on first import
+
+    if "slow-exit-test" not in schemes.names():
+        importlib.reload(tests.plugins.slow_exit_scheme)
+    yield
+    schemes._REGISTRY.pop("slow-exit-test", None)
+
+
+def test_the_next_worker_measures_while_the_previous_one_exits(tmp_path, monkeypatch, slow_exit_scheme):
+    """A worker that says "done" and then takes 3 s to exit (a finalizer that sleeps, standing in for
+    a CUDA context's teardown): the next worker, started ahead, gets its go at "done", so the run takes about
+    3 s, not 3 s plus the next scheme; the slow one's rows still count (it exits with status 0)."""
+    import time
+
+    monkeypatch.setenv("QBENCH_PLUGINS", "tests.plugins.slow_exit_scheme")  # the worker registers it too
+
+    sc = _load(tmp_path, small_scenario_toml(["slow-exit-test", "fp32"], m=(1,)))
+    monkeypatch.setenv("QBENCH_AHEAD", "1")
+    t0 = time.perf_counter()
+    outcome = runner.run(sc, device="cpu", out=str(tmp_path / "r.json"))
+    wall = time.perf_counter() - t0
+    rows = {r["scheme"]: r for r in outcome.doc["rows"]}
+    assert rows["slow-exit-test"]["status"] == "ok" and rows["fp32"]["status"] == "ok"
+    slow = rows["slow-exit-test"]
+    assert slow["worker_wall_s"] - slow["worker_phases_s"]["after_go"] - slow["worker_phases_s"]["prepare"] > 2.5
+    # (the runner did wait for its exit before counting its rows)
+    # fp32, prepared ahead, was given its go at "done", not 3 s later when the slow worker had exited
+    fp32 = rows["fp32"]["worker_phases_s"]
+    assert fp32["waited_for_go"] < slow["worker_phases_s"]["after_go"] + 1.5, (fp32, slow["worker_phases_s"])
+    assert wall < slow["worker_wall_s"] + fp32["after_go"] + 2.0
