@@ -66,7 +66,15 @@ def main(argv: list[str], go=None) -> int:
         json.dump(finite_or_none(rows), f, allow_nan=False)
     os.replace(tmp, rows_path)
     if device.type == "cuda":
-        torch.cuda.synchronize(device)  # nothing of this worker's is still running on the GPU
+        # Nothing of this worker's is still running on the GPU, and the memory its layer, copies
+        # and flush buffer held goes back to the driver now: the next worker builds while this
+        # process exits, and must find the memory it found before "done" existed.
+        import gc
+
+        del rows
+        gc.collect()
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
     if go is not None:
         try:
             go.send_bytes(b"done")
