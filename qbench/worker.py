@@ -46,7 +46,7 @@ def main(argv: list[str], go=None) -> int:
     device = torch.device(job["device"])
     entry = scenario.schemes[job["entry_index"]]
     scheme = schemes.get(entry.name)
-    import_ahead(scheme, entry, device)
+    import_ahead(scheme, entry, device, scenario.m)
     if device.type == "cuda":
         torch.cuda.init()
         torch.empty(1, device=device)  # creates the context; allocates, launches no kernel
@@ -83,13 +83,14 @@ def main(argv: list[str], go=None) -> int:
     return 0
 
 
-def import_ahead(scheme, entry, device) -> list[str]:
-    """Import what measuring ``entry`` will import, before the go (hidden behind the measuring
-    worker when this one runs ahead); returns the modules imported.
+def import_ahead(scheme, entry, device, ms=()) -> list[str]:
+    """Import what measuring ``entry`` at the M values ``ms`` will import, before the go (hidden
+    behind the measuring worker when this one runs ahead); returns the modules imported.
 
     The scheme's packages, only where it can run: a skipped scheme's package may not even import
     here (gemlite reads the CUDA device's properties at import), and measure_scheme gives its
-    skipped rows without it. For a compiled scheme, Inductor: ``torch.compile()`` imports
+    skipped rows without it; nothing when every M is skipped (``Scheme.m_check``: compiled
+    w8a8-dynamic at M = 1 on CUDA). For a compiled scheme, Inductor: ``torch.compile()`` imports
     ``torch._inductor.compile_fx`` (and Triton) when called, about 2 s on the H200 host that a
     compiled scheme paid after its go (``docs/speed.md``).
     """
@@ -97,6 +98,8 @@ def import_ahead(scheme, entry, device) -> list[str]:
     import importlib.util
 
     if scheme.unavailable_reason(device, entry.options) is not None:
+        return []
+    if ms and all(scheme.m_reason(m, device, entry.options) for m in ms):
         return []
     names = [p for p in scheme.packages if importlib.util.find_spec(p) is not None]
     if entry.options.mode == "compiled":

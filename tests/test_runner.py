@@ -273,6 +273,9 @@ def test_a_compiled_scheme_imports_inductor_before_its_go_and_an_eager_one_does_
         "cpu = torch.device('cpu')\n"
         "print(worker.import_ahead(schemes.get('fp32'), eager, cpu), 'torch._inductor.compile_fx' in sys.modules)\n"
         "print(worker.import_ahead(schemes.get('fp32'), compiled, cpu), 'torch._inductor.compile_fx' in sys.modules)\n"
+        "import dataclasses\n"
+        "never = dataclasses.replace(schemes.get('fp32'), m_check=lambda m, d, o: 'not at this M')\n"
+        "print(worker.import_ahead(never, compiled, cpu, [1, 2]), worker.import_ahead(never, compiled, cpu, []))\n"
     )
     import os
     import subprocess
@@ -281,7 +284,8 @@ def test_a_compiled_scheme_imports_inductor_before_its_go_and_an_eager_one_does_
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["[] False", "['torch._inductor.compile_fx'] True"]
+    assert proc.stdout.splitlines() == ["[] False", "['torch._inductor.compile_fx'] True",
+                                        "[] ['torch._inductor.compile_fx']"]  # every M skipped: nothing
 
 
 @pytest.fixture
