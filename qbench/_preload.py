@@ -13,16 +13,9 @@ import has no state a measurement reads (``scripts/bench_decode.py`` compares th
 designs on one machine; ``results/h200/speed/``).
 """
 
-import torch  # noqa: F401
-import torch._dynamo  # noqa: F401  compiled schemes; ~1 s per worker otherwise
-import torch.profiler  # noqa: F401  the kernel method
+import torch._dynamo  # noqa: F401  compiled schemes and torchao; ~3 s on the H200 host, ~1 s per worker otherwise
 
-import qbench.measure  # noqa: F401  formulas, inputs, ledger, metrics, the scheme registry
-import qbench.timing.cold  # noqa: F401
-import qbench.timing.eager  # noqa: F401
-import qbench.timing.kernel  # noqa: F401
-import qbench.timing.stream  # noqa: F401
-import qbench.timing.warm  # noqa: F401
+import qbench._preload_lean  # noqa: F401  torch, torch.profiler, qbench's measurement modules
 
 #: Scheme packages that import without initialising CUDA, so they may be imported before ``fork``,
 #: measured on the H200 by ``scripts/probe_preload.py`` (``results/h200/speed/probe-preload.json``):

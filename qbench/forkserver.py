@@ -13,6 +13,10 @@ import os
 _CONTEXT = None
 
 
+#: ``QBENCH_PRELOAD`` values -> what the forkserver imports (:func:`preload_modules`).
+PRELOADS = {"1": ["qbench._preload"], "lean": ["qbench._preload_lean"], "0": ["torch"]}
+
+
 def preload_enabled() -> bool:
     """Whether the forkserver preloads qbench's measurement modules (default); ``QBENCH_PRELOAD=0``
     preloads torch alone, each worker importing the rest after its go (the design before issue 15,
@@ -21,11 +25,13 @@ def preload_enabled() -> bool:
 
 
 def preload_modules() -> list[str]:
-    """Modules the forkserver imports once before forking any worker: ``["qbench._preload"]`` (torch,
-    Dynamo, torch.profiler, qbench's measurement modules; no scheme package is both fork-safe and
-    slow to import, :data:`qbench._preload.FORK_SAFE_PACKAGES`); ``["torch"]`` when
-    :func:`preload_enabled` is False. Nothing is imported in the calling process."""
-    return ["qbench._preload"] if preload_enabled() else ["torch"]
+    """Modules the forkserver imports once before forking any worker, by ``QBENCH_PRELOAD``:
+    ``1`` (default) ``["qbench._preload"]`` (torch, Dynamo, torch.profiler, qbench's measurement
+    modules; no scheme package is both fork-safe and slow to import,
+    :data:`qbench._preload.FORK_SAFE_PACKAGES`); ``lean`` ``["qbench._preload_lean"]`` (the same
+    without Dynamo, an experiment); ``0`` ``["torch"]``. An unknown value reads as the default here;
+    the runner refuses it first. Nothing is imported in the calling process."""
+    return PRELOADS.get(os.environ.get("QBENCH_PRELOAD", "1"), PRELOADS["1"])
 
 
 def context():
@@ -80,7 +86,7 @@ def worth_starting_early(scenario_path: str) -> bool:
     keep importing after the refusal. Reads the file with tomllib: no torch import."""
     import tomllib
 
-    if os.environ.get("QBENCH_PRELOAD") not in (None, "0", "1"):
+    if os.environ.get("QBENCH_PRELOAD") not in (None, *PRELOADS):
         return False
     if os.environ.get("QBENCH_TUNING_CACHE") not in (None, "0", "1"):
         return False

@@ -134,11 +134,11 @@ def _env_ahead() -> Optional[int]:
 
 
 def _check_worker_env() -> None:
-    """One line (RunError) for a bad ``QBENCH_PRELOAD`` (``0`` or ``1``), ``QBENCH_AHEAD`` (a whole
+    """One line (RunError) for a bad ``QBENCH_PRELOAD`` (``0``, ``1``, ``lean``), ``QBENCH_AHEAD`` (a whole
     number >= 0) or ``QBENCH_TUNING_CACHE`` (``0`` or ``1``), before anything is measured or written."""
     preload = os.environ.get("QBENCH_PRELOAD")
-    if preload is not None and preload not in ("0", "1"):
-        raise RunError(f"environment variable QBENCH_PRELOAD: must be 0 or 1, got {preload!r}")
+    if preload is not None and preload not in forkserver.PRELOADS:
+        raise RunError(f"environment variable QBENCH_PRELOAD: must be 0, 1 or lean, got {preload!r}")
     _env_ahead()
     try:
         tuning_cache.check_env()

@@ -7,6 +7,8 @@ a JSON summary written to ``OUTDIR/bench.json``. Designs (environment of the run
 
 - ``preload``: the default runner (the forkserver preloads qbench's measurement modules, Dynamo and
   torch.profiler; ``QBENCH_AHEAD`` workers started ahead, 6 on a 16-core host);
+- ``lean-preload``: ``QBENCH_PRELOAD=lean``: the forkserver preloads the same without Dynamo (an
+  experiment: the first workers start sooner, the ones that need Dynamo import it while ahead);
 - ``per-scheme-imports``: ``QBENCH_PRELOAD=0``, ``QBENCH_AHEAD=1`` on CUDA and 0 on the CPU: the
   runner before issue 15 (each worker imports its packages; one worker started ahead on CUDA).
 
@@ -35,7 +37,8 @@ def designs() -> dict:
     import torch
 
     ahead = "1" if torch.cuda.is_available() else "0"
-    return {"preload": {}, "per-scheme-imports": {"QBENCH_PRELOAD": "0", "QBENCH_AHEAD": ahead}}
+    return {"preload": {}, "lean-preload": {"QBENCH_PRELOAD": "lean"},
+            "per-scheme-imports": {"QBENCH_PRELOAD": "0", "QBENCH_AHEAD": ahead}}
 
 
 def scheme_rows(doc: dict) -> list[dict]:
@@ -66,7 +69,8 @@ def _design(doc: dict) -> str:
     workers = doc.get("workers")
     if not workers:
         return "not recorded (a file from before 2026-12-01)"
-    pre = "qbench preloaded" if "qbench._preload" in workers["preloaded"] else "torch preloaded"
+    pre = {"qbench._preload": "qbench preloaded", "qbench._preload_lean": "qbench preloaded, no Dynamo"}.get(
+        (workers["preloaded"] or ["torch"])[0], "torch preloaded")
     return f"{pre}, {workers['ahead']} ahead"
 
 
@@ -142,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", default="scenarios/decode.toml", help="scenario to run (default: decode)")
     parser.add_argument("--runs", type=int, default=3, help="runs per design (>= 1, default 3)")
     parser.add_argument("--designs", default="preload,per-scheme-imports",
-                        help="comma-separated: preload (the current runner), per-scheme-imports (the runner "
-                             "before issue 15)")
+                        help="comma-separated: preload (the current runner), lean-preload (the same, Dynamo "
+                             "not preloaded), per-scheme-imports (the runner before issue 15)")
     parser.add_argument("--summarize", nargs="+", metavar="RESULT",
                         help="print a Markdown table of wall time and phases per result file, run nothing")
     parser.add_argument("--per-scheme", metavar="RESULT", help="print each scheme's phases in one result file")
@@ -157,9 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.outdir:
         parser.error("OUTDIR is required to run the benchmark")
-    unknown = [d for d in args.designs.split(",") if d not in ("preload", "per-scheme-imports")]
+    known = ("preload", "lean-preload", "per-scheme-imports")
+    unknown = [d for d in args.designs.split(",") if d not in known]
     if unknown:
-        parser.error(f"--designs: unknown design {unknown[0]!r}; choose from preload, per-scheme-imports")
+        parser.error(f"--designs: unknown design {unknown[0]!r}; choose from {', '.join(known)}")
     if args.runs < 1:
         parser.error(f"--runs must be >= 1, got {args.runs}")
     if not os.path.isfile(args.scenario):

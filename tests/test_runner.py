@@ -183,6 +183,23 @@ def test_preload_modules_default_and_off(monkeypatch):
     assert runner.preload_modules() == ["qbench._preload"] and _preload.FORK_SAFE_PACKAGES == ()
     monkeypatch.setenv("QBENCH_PRELOAD", "0")
     assert runner.preload_modules() == ["torch"] and not runner.preload_enabled()
+    monkeypatch.setenv("QBENCH_PRELOAD", "lean")
+    assert runner.preload_modules() == ["qbench._preload_lean"] and runner.preload_enabled()
+
+
+def test_the_lean_preload_leaves_dynamo_out_and_the_full_one_has_it():
+    """A fresh interpreter each: qbench._preload_lean imports qbench's measurement modules without
+    torch._dynamo (nothing else pulls it in), qbench._preload adds it; neither initialises CUDA."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, importlib; importlib.import_module(sys.argv[1]); "
+            "print('torch._dynamo' in sys.modules, 'qbench.timing.stream' in sys.modules, torch.cuda.is_initialized())")
+    got = [subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).stdout.strip()
+           for name in ("qbench._preload_lean", "qbench._preload")]
+    assert got == ["False True False", "True True False"]
 
 
 def test_default_ahead(monkeypatch):
@@ -249,7 +266,8 @@ def test_two_ahead_starts_the_next_two_workers(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name,value", [("QBENCH_AHEAD", "abc"), ("QBENCH_AHEAD", "-1"), ("QBENCH_AHEAD", "1.5"),
-                                        ("QBENCH_PRELOAD", "yes"), ("QBENCH_PRELOAD", "")])
+                                        ("QBENCH_PRELOAD", "yes"), ("QBENCH_PRELOAD", ""),
+                                        ("QBENCH_PRELOAD", "Lean")])
 def test_bad_worker_env_is_one_line_before_anything_is_written(tmp_path, monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     sc = _load(tmp_path, small_scenario_toml(["bf16"], m=(1,)))
