@@ -15,19 +15,24 @@ def _load(tmp_path, text, name="s.toml"):
     return scenario.load(path)
 
 
-@pytest.fixture
-def abort_scheme():
-    """Register the test-only "abort-test" scheme here, and remove it again afterwards."""
+def _registered(module_name: str, scheme_name: str):
+    """Register a test-only scheme from ``tests.plugins.<module_name>`` (importing it registers it;
+    reloading it registers it again after an earlier test removed it), and remove it afterwards."""
+    import importlib
+
     from qbench import schemes
 
-    import tests.plugins.abort_scheme  # noqa: F401  registers "abort-test" on first import
-
-    if "abort-test" not in schemes.names():
-        import importlib
-
-        importlib.reload(tests.plugins.abort_scheme)
+    module = importlib.import_module(f"tests.plugins.{module_name}")
+    if scheme_name not in schemes.names():
+        importlib.reload(module)
     yield
-    schemes._REGISTRY.pop("abort-test", None)
+    schemes._REGISTRY.pop(scheme_name, None)
+
+
+@pytest.fixture
+def abort_scheme():
+    """The test-only "abort-test" scheme (it aborts its worker), registered for one test."""
+    yield from _registered("abort_scheme", "abort-test")
 
 
 def test_worker_that_aborts_fails_only_its_rows(tmp_path, monkeypatch, abort_scheme):
@@ -308,17 +313,8 @@ def test_a_compiled_scheme_imports_inductor_before_its_go_and_an_eager_one_does_
 
 @pytest.fixture
 def slow_exit_scheme():
-    """Register the test-only "slow-exit-test" scheme here, and remove it again afterwards."""
-    import importlib
-
-    from qbench import schemes
-
-    import tests.plugins.slow_exit_scheme  # registers "slow-exit-test" on first import
-
-    if "slow-exit-test" not in schemes.names():
-        importlib.reload(tests.plugins.slow_exit_scheme)
-    yield
-    schemes._REGISTRY.pop("slow-exit-test", None)
+    """The test-only "slow-exit-test" scheme (its worker takes 3 s to exit), registered for one test."""
+    yield from _registered("slow_exit_scheme", "slow-exit-test")
 
 
 def test_the_next_worker_measures_while_the_previous_one_exits(tmp_path, monkeypatch, slow_exit_scheme):
