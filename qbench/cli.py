@@ -18,7 +18,7 @@ MACHINE_FORMATS = frozenset({"csv", "json", "tsv", "latex", "latex_raw", "latex_
 #: What each subcommand's exit status means (printed under its --help).
 EXIT_CODES = {
     "run": "0 at least one row ok; 1 every row skipped or failed; 2 bad input, nothing measured or written; "
-           "130 interrupted (rows so far in <out>.partial.json)",
+           "130 interrupted (the message names the partial file holding the rows so far, <out>.partial.json)",
     "list": "0; 2 bad --device",
     "report": "0; 2 bad input",
     "compare": "0 no regression; 1 a row got slower than --threshold; 2 bad input",
@@ -162,9 +162,9 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt:
-        print("qbench: interrupted; rows measured so far are in <out>.partial.json (\"complete\": false); "
-              "an existing result file was left as it was", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        said = exc.message() if hasattr(exc, "message") else "interrupted; an existing result file was left as it was"
+        print(f"qbench: {said}", file=sys.stderr)
         return 130
     except Exception as exc:
         if args.debug or not _is_user_error(exc):

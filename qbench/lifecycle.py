@@ -26,6 +26,24 @@ class RunError(Exception):
     """A run that cannot start (bad device, output not writable); one line, exit status 2."""
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run, with what was kept: ``partial`` (the partial file's path, None when the
+    run had not written one yet) and ``rows`` (the rows in it)."""
+
+    def __init__(self, partial=None, rows: int = 0):
+        super().__init__()
+        self.partial, self.rows = partial, rows
+
+    def message(self) -> str:
+        """One line for the user: where the rows measured so far are, or that there are none."""
+        kept = "an existing result file was left as it was"
+        if self.partial is None:
+            return f"interrupted before any scheme was measured; nothing was written ({kept})"
+        if not self.rows:
+            return f"interrupted before any scheme finished; {self.partial} holds no rows ({kept})"
+        return f"interrupted; the {self.rows} rows measured so far are in {self.partial} (\"complete\": false; {kept})"
+
+
 @dataclass
 class RunOutcome:
     """What :func:`run` produced: the result document, where it was written, and the exit code

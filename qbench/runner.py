@@ -23,7 +23,7 @@ import qbench
 from qbench import forkserver, schemes, tuning_cache
 from qbench.forkserver import preload_enabled, preload_modules  # noqa: F401 - the runner's public names
 from qbench.lifecycle import (  # noqa: F401 - re-exported: the runner's public names stay where they were
-    RunError, RunOutcome, _death_reason, check_output, default_output, finish, log_tail, partial_path, prepare,
+    RunError, RunInterrupted, RunOutcome, _death_reason, check_output, default_output, finish, log_tail, partial_path, prepare,
     record,
 )
 from qbench.measure import base_row, failed_rows
@@ -58,12 +58,15 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
 
         return tp_runner.run_tp(scenario, device=device, out=out, force=force, progress=progress, show_bar=show_bar)
     started = time.perf_counter()
-    dev, path, doc = prepare(scenario, device, out, force)
-    forkserver.start()  # no-op when the command line started it; else its preload overlaps the ceilings
-    if dev.type == "cuda":
-        t0 = time.perf_counter()
-        doc["ceilings"] = _ceilings(dev, scenario)
-        doc["ceilings_wall_s"] = time.perf_counter() - t0
+    try:
+        dev, path, doc = prepare(scenario, device, out, force)
+        forkserver.start()  # no-op when the command line started it; else its preload overlaps the ceilings
+        if dev.type == "cuda":
+            t0 = time.perf_counter()
+            doc["ceilings"] = _ceilings(dev, scenario)
+            doc["ceilings_wall_s"] = time.perf_counter() - t0
+    except KeyboardInterrupt:
+        raise RunInterrupted() from None
     partial = partial_path(path)
     write_results(partial, doc, force=True)
     if progress is not None:
@@ -93,6 +96,8 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
                 for row in rows:  # skipped rows are listed under the table; failures are news
                     if row["status"] == "failed":
                         progress(f"{row['scheme']} M={row['m']}: {row['status']}: {row['reason']}")
+    except KeyboardInterrupt:
+        raise RunInterrupted(partial, len(doc["rows"])) from None
     finally:
         workers.close()
         tmp.cleanup()

@@ -216,3 +216,9 @@ def test_readme_speed_figures():
     skipped = [r for r in cpu[0]["rows"] if r["status"] == "skipped"]
     assert len(skipped) == 13 and len(cpu[0]["rows"]) == 26
     assert "(13 rows measured, 13 skipped;" in readme and "(13 of decode's 26:" in readme
+    named = ("tf32", "fp8-dynamic", "int4-weight-only", "int4-plain", "int4-preshuffled", "fp8-int4")
+    assert {r["base_scheme"] for r in skipped} == set(named) | {f"{k}-gemlite" for k in
+                                                                 ("int4-weight-only", "int8-weight-only",
+                                                                  "fp8-weight-only", "fp8-dynamic")}
+    assert sum(r["base_scheme"] == "fp8-dynamic" for r in skipped) == 3  # "fp8-dynamic in its three forms"
+    assert sum(r["base_scheme"] == "int4-weight-only" for r in skipped) == 2

@@ -339,3 +339,43 @@ def test_the_next_worker_measures_while_the_previous_one_exits(tmp_path, monkeyp
     fp32 = rows["fp32"]["worker_phases_s"]
     assert fp32["waited_for_go"] < slow["worker_phases_s"]["after_go"] + 1.5, (fp32, slow["worker_phases_s"])
     assert wall < slow["worker_wall_s"] + fp32["after_go"] + 2.0
+
+
+def test_ctrl_c_says_where_the_rows_measured_so_far_are(tmp_path, monkeypatch, capsys):
+    """Ctrl-C after one scheme: the message names the real partial file and its row count (it said
+    "<out>.partial.json" literally); before any scheme: that none finished; before the partial file:
+    that nothing was written. Exit 130 each time."""
+    from qbench import cli, lifecycle
+
+    sc_path = tmp_path / "s.toml"
+    sc_path.write_text(small_scenario_toml(["fp32", "bf16"], m=(1, 2)))
+    real_rows = runner._Workers.rows
+
+    def rows_then_interrupt(self, index):
+        if index == 1:
+            raise KeyboardInterrupt
+        return real_rows(self, index)
+
+    monkeypatch.setattr(runner._Workers, "rows", rows_then_interrupt)
+    out = tmp_path / "r.json"
+    assert cli.main(["run", str(sc_path), "--out", str(out), "--quiet"]) == 130
+    partial = tmp_path / "r.partial.json"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f'qbench: interrupted; the 2 rows measured so far are in {partial} ("complete": false; '
+                   "an existing result file was left as it was)"]
+    assert len(json.loads(partial.read_text())["rows"]) == 2 and not out.exists()
+
+    monkeypatch.setattr(runner._Workers, "rows", lambda self, index: (_ for _ in ()).throw(KeyboardInterrupt()))
+    assert cli.main(["run", str(sc_path), "--out", str(tmp_path / "r2.json"), "--quiet"]) == 130
+    assert capsys.readouterr().err.strip() == (f"qbench: interrupted before any scheme finished; "
+                                               f"{tmp_path / 'r2.partial.json'} holds no rows (an existing result "
+                                               "file was left as it was)")
+
+    def prepare_interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "prepare", prepare_interrupted)
+    assert cli.main(["run", str(sc_path), "--out", str(tmp_path / "r3.json"), "--quiet"]) == 130
+    assert capsys.readouterr().err.strip() == ("qbench: interrupted before any scheme was measured; nothing was "
+                                               "written (an existing result file was left as it was)")
+    assert isinstance(lifecycle.RunInterrupted(), KeyboardInterrupt)
