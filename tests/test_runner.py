@@ -69,16 +69,21 @@ def test_existing_output_is_refused_before_measuring(tmp_path):
     assert json.loads(target.read_text()) == {"keep": True}
 
 
-def test_rows_written_after_each_scheme_survive_interrupt(tmp_path, monkeypatch):
-    sc = _load(tmp_path, small_scenario_toml(["fp16", "bf16"], m=(1,)))
+def _interrupt_at(monkeypatch, at: int) -> None:
+    """Ctrl-C when the runner asks for scheme ``at``'s rows; the schemes before it run for real."""
     real = runner._Workers.rows
 
     def interrupted(self, index):
-        if index == 1:
+        if index == at:
             raise KeyboardInterrupt
         return real(self, index)
 
     monkeypatch.setattr(runner._Workers, "rows", interrupted)
+
+
+def test_rows_written_after_each_scheme_survive_interrupt(tmp_path, monkeypatch):
+    sc = _load(tmp_path, small_scenario_toml(["fp16", "bf16"], m=(1,)))
+    _interrupt_at(monkeypatch, 1)
     with pytest.raises(KeyboardInterrupt):
         runner.run(sc, device="cpu", out=str(tmp_path / "r.json"))
     assert not (tmp_path / "r.json").exists()  # only a complete run is written to the result path
@@ -349,14 +354,7 @@ def test_ctrl_c_says_where_the_rows_measured_so_far_are(tmp_path, monkeypatch, c
 
     sc_path = tmp_path / "s.toml"
     sc_path.write_text(small_scenario_toml(["fp32", "bf16"], m=(1, 2)))
-    real_rows = runner._Workers.rows
-
-    def rows_then_interrupt(self, index):
-        if index == 1:
-            raise KeyboardInterrupt
-        return real_rows(self, index)
-
-    monkeypatch.setattr(runner._Workers, "rows", rows_then_interrupt)
+    _interrupt_at(monkeypatch, 1)
     out = tmp_path / "r.json"
     assert cli.main(["run", str(sc_path), "--out", str(out), "--quiet"]) == 130
     partial = tmp_path / "r.partial.json"
@@ -365,7 +363,7 @@ def test_ctrl_c_says_where_the_rows_measured_so_far_are(tmp_path, monkeypatch, c
                    "an existing result file was left as it was)"]
     assert len(json.loads(partial.read_text())["rows"]) == 2 and not out.exists()
 
-    monkeypatch.setattr(runner._Workers, "rows", lambda self, index: (_ for _ in ()).throw(KeyboardInterrupt()))
+    _interrupt_at(monkeypatch, 0)
     assert cli.main(["run", str(sc_path), "--out", str(tmp_path / "r2.json"), "--quiet"]) == 130
     assert capsys.readouterr().err.strip() == (f"qbench: interrupted before any scheme finished; "
                                                f"{tmp_path / 'r2.partial.json'} holds no rows (an existing result "
