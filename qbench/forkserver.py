@@ -1,4 +1,6 @@
-"""The multiprocessing forkserver the runner forks its workers from, and what it preloads.
+"""The multiprocessing forkserver the runner forks its workers from, what it preloads, and the
+workers' environment variables (``QBENCH_PRELOAD``, ``QBENCH_AHEAD``, ``QBENCH_TUNING_CACHE``),
+checked here once for both the runner and the early start.
 
 This module imports neither torch nor any qbench module that does, so the command line can start
 the forkserver first thing (:func:`start`): its imports (torch, then :mod:`qbench._preload`, about
@@ -9,6 +11,9 @@ runner's own (torch, the scenario, the environment record, the ceilings) instead
 from __future__ import annotations
 
 import os
+from typing import Optional
+
+from qbench import tuning_cache
 
 _CONTEXT = None
 
@@ -32,6 +37,31 @@ def preload_modules() -> list[str]:
     without Dynamo, an experiment); ``0`` ``["torch"]``. An unknown value reads as the default here;
     the runner refuses it first. Nothing is imported in the calling process."""
     return PRELOADS.get(os.environ.get("QBENCH_PRELOAD", "1"), PRELOADS["1"])
+
+
+def env_ahead() -> Optional[int]:
+    """``QBENCH_AHEAD`` (workers started ahead) as an int, None when unset.
+
+    Raises:
+        ValueError: not a whole number >= 0 (one line naming the variable and the value)."""
+    ahead = os.environ.get("QBENCH_AHEAD")
+    if ahead is None:
+        return None
+    if not ahead.strip().isdigit():
+        raise ValueError(f"environment variable QBENCH_AHEAD: must be a whole number >= 0 (workers started "
+                         f"ahead), got {ahead!r}")
+    return int(ahead)
+
+
+def check_env() -> None:
+    """Raise ValueError (one line naming the variable and the value) for a bad ``QBENCH_PRELOAD``
+    (``0``, ``1``, ``lean``), ``QBENCH_AHEAD`` (:func:`env_ahead`) or ``QBENCH_TUNING_CACHE``
+    (:func:`qbench.tuning_cache.check_env`)."""
+    preload = os.environ.get("QBENCH_PRELOAD")
+    if preload is not None and preload not in PRELOADS:
+        raise ValueError(f"environment variable QBENCH_PRELOAD: must be 0, 1 or lean, got {preload!r}")
+    env_ahead()
+    tuning_cache.check_env()
 
 
 def context():
@@ -81,17 +111,14 @@ def start() -> None:
 def worth_starting_early(scenario_path: str) -> bool:
     """Whether ``qbench run`` should start the forkserver before it reads the scenario: the file is a
     TOML document without a ``[tp]`` table (tensor-parallel runs use torchrun, not the forkserver) and
-    ``QBENCH_PRELOAD``, ``QBENCH_AHEAD`` and ``QBENCH_TUNING_CACHE`` hold valid values. Anything
-    else is refused later, with its one-line reason, and a forkserver started for it would only
-    keep importing after the refusal. Reads the file with tomllib: no torch import."""
+    the workers' environment variables pass :func:`check_env`. Anything else is refused later, with
+    its one-line reason, and a forkserver started for it would only keep importing after the
+    refusal. Reads the file with tomllib: no torch import."""
     import tomllib
 
-    if os.environ.get("QBENCH_PRELOAD") not in (None, *PRELOADS):
-        return False
-    if os.environ.get("QBENCH_TUNING_CACHE") not in (None, "0", "1"):
-        return False
-    ahead = os.environ.get("QBENCH_AHEAD")
-    if ahead is not None and not ahead.strip().isdigit():
+    try:
+        check_env()
+    except ValueError:
         return False
     try:
         with open(scenario_path, "rb") as f:

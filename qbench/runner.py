@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import qbench
-from qbench import forkserver, schemes, tuning_cache
+from qbench import forkserver, schemes
 from qbench.forkserver import preload_enabled, preload_modules  # noqa: F401 - the runner's public names
 from qbench.lifecycle import (  # noqa: F401 - re-exported: the runner's public names stay where they were
     RunError, RunInterrupted, RunOutcome, _death_reason, check_output, default_output, finish, log_tail, partial_path, prepare,
@@ -125,28 +125,22 @@ def _ceilings(dev, scenario: Scenario) -> Optional[dict]:
 
 
 def _env_ahead() -> Optional[int]:
-    """``QBENCH_AHEAD`` as an int, None when unset.
+    """``QBENCH_AHEAD`` as an int, None when unset (:func:`qbench.forkserver.env_ahead`).
 
     Raises:
         RunError: not a whole number >= 0 (one line naming the variable and the value)."""
-    ahead = os.environ.get("QBENCH_AHEAD")
-    if ahead is None:
-        return None
-    if not ahead.strip().isdigit():
-        raise RunError(f"environment variable QBENCH_AHEAD: must be a whole number >= 0 (workers started "
-                       f"ahead), got {ahead!r}")
-    return int(ahead)
+    try:
+        return forkserver.env_ahead()
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
 
 
 def _check_worker_env() -> None:
     """One line (RunError) for a bad ``QBENCH_PRELOAD`` (``0``, ``1``, ``lean``), ``QBENCH_AHEAD`` (a whole
-    number >= 0) or ``QBENCH_TUNING_CACHE`` (``0`` or ``1``), before anything is measured or written."""
-    preload = os.environ.get("QBENCH_PRELOAD")
-    if preload is not None and preload not in forkserver.PRELOADS:
-        raise RunError(f"environment variable QBENCH_PRELOAD: must be 0, 1 or lean, got {preload!r}")
-    _env_ahead()
+    number >= 0) or ``QBENCH_TUNING_CACHE`` (``0`` or ``1``), before anything is measured or written
+    (:func:`qbench.forkserver.check_env`)."""
     try:
-        tuning_cache.check_env()
+        forkserver.check_env()
     except ValueError as exc:
         raise RunError(str(exc)) from None
 

@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.outdir:
         parser.error("OUTDIR is required to run the benchmark")
-    known = ("preload", "lean-preload", "per-scheme-imports")
+    known = tuple(designs())
     unknown = [d for d in args.designs.split(",") if d not in known]
     if unknown:
         parser.error(f"--designs: unknown design {unknown[0]!r}; choose from {', '.join(known)}")
