@@ -23,6 +23,12 @@ def _pci_bus_id(device_index: int) -> str | None:
         return None
 
 
+#: device index -> NVML handle, NVML initialised once per process and left open until it exits
+#: (:func:`read_gpu_state_with_reason`): a worker reads the GPU state about seven times per row, and
+#: ``nvmlInit`` enumerates every GPU each time, where the reading itself is a few driver queries.
+_HANDLES: dict[int, Any] = {}
+
+
 def read_gpu_state_with_reason(device_index: int) -> tuple[dict[str, Any] | None, str | None]:
     """Like :func:`read_gpu_state`, plus the reason when the state is None.
 
@@ -33,16 +39,24 @@ def read_gpu_state_with_reason(device_index: int) -> tuple[dict[str, Any] | None
         import pynvml
     except ImportError as exc:
         return None, f"nvidia-ml-py (pynvml) not installed: {exc}"
+    handle = _HANDLES.get(device_index)
+    if handle is None:
+        try:
+            pynvml.nvmlInit()  # reference-counted by NVML: one per device opened, never shut down
+        except pynvml.NVMLError as exc:
+            return None, f"NVML unavailable: {exc}"
+        try:
+            bus = _pci_bus_id(device_index)
+            handle = (pynvml.nvmlDeviceGetHandleByPciBusId(bus) if bus is not None
+                      else pynvml.nvmlDeviceGetHandleByIndex(device_index))
+        except pynvml.NVMLError as exc:
+            try:
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError:
+                pass
+            return None, f"NVML could not open device {device_index}: {exc}"
+        _HANDLES[device_index] = handle
     try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return None, f"NVML unavailable: {exc}"
-    try:
-        bus = _pci_bus_id(device_index)
-        if bus is not None:
-            handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
-        else:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
         state: dict[str, Any] = {}
         reasons: dict[str, str] = {}
 
@@ -67,13 +81,9 @@ def read_gpu_state_with_reason(device_index: int) -> tuple[dict[str, Any] | None
         if reasons:
             state["reasons"] = reasons
         return state, None
-    except pynvml.NVMLError as exc:
-        return None, f"NVML could not open device {device_index}: {exc}"
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass  # shutdown after a failed init/open: nothing left to release
+    except pynvml.NVMLError as exc:  # a handle gone stale (GPU reset): open it again next time
+        _HANDLES.pop(device_index, None)
+        return None, f"NVML could not read device {device_index}: {exc}"
 
 
 #: NVML clock-event (throttle) reason bits that slow a measurement, by the name qbench records

@@ -13,6 +13,7 @@ module, or the scheme built again from the same FP32 weight when a deep copy sha
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any, Callable, Optional
 
@@ -580,29 +581,31 @@ def _gpu_state_module():
     return gpu_state
 
 
+def _dynamo_counters():
+    """``torch._dynamo.utils.counters``, or None when Dynamo was never imported in this process (then
+    it compiled nothing): reading the counters must not import Dynamo, about 3 s on the H200 host,
+    into an eager scheme's worker after its go (``QBENCH_PRELOAD=lean`` does not preload it)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return getattr(utils, "counters", None)
+
+
 def _graph_break_count() -> int:
     """Graph breaks Dynamo has counted in this process (``counters["graph_break"]``, reason -> count)."""
-    try:
-        from torch._dynamo.utils import counters
-    except ImportError:
-        return 0
-    return int(sum(counters["graph_break"].values()))
+    counters = _dynamo_counters()
+    return 0 if counters is None else int(sum(counters["graph_break"].values()))
 
 
 def _graph_count() -> int:
-    try:
-        from torch._dynamo.utils import counters
-    except ImportError:
-        return 0
-    return int(counters["stats"]["unique_graphs"])
+    """Graphs Dynamo has compiled in this process (``counters["stats"]["unique_graphs"]``)."""
+    counters = _dynamo_counters()
+    return 0 if counters is None else int(counters["stats"]["unique_graphs"])
 
 
 def _cache_counters() -> dict[str, int]:
     """Inductor's cache counters (``torch._dynamo.utils.counters["inductor"]`` keys naming a cache:
     ``fxgraph_cache_hit`` / ``_miss`` / ``_bypass``, ``async_compile_cache_hit`` / ``_miss``, ...)."""
-    try:
-        from torch._dynamo.utils import counters
-    except ImportError:
+    counters = _dynamo_counters()
+    if counters is None:
         return {}
     return {key: int(value) for key, value in counters["inductor"].items() if "cache" in key}
 

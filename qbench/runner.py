@@ -75,8 +75,9 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
     entries = list(enumerate(scenario.schemes))
     bar = _bar(len(entries)) if show_bar else None
     tmp = tempfile.TemporaryDirectory(prefix="qbench-")
-    workers = _Workers(scenario, dev, doc["ceilings"], tmp.name)
-    doc["workers"] = {"design": "one process per scheme", "preloaded": preload_modules(), "ahead": workers.ahead}
+    workers = _Workers(scenario, dev, doc["ceilings"], tmp.name, started=started)
+    doc["workers"] = {"design": "one process per scheme", "preloaded": preload_modules(), "ahead": workers.ahead,
+                      "timeline": workers.timeline}
     try:
         for index, entry in entries:
             if bar is not None:
@@ -84,6 +85,7 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
             t0 = time.perf_counter()
             rows = workers.rows(index)
             record(doc, partial, rows, t0, started)
+            workers.stamp(index, "recorded", new=False)
             if per_scheme is not None:
                 counts: dict[str, int] = {}
                 for row in rows:
@@ -145,6 +147,26 @@ def _check_worker_env() -> None:
         raise RunError(str(exc)) from None
 
 
+#: The events of ``workers.timeline`` in a result file: each entry is ``{"scheme": label, event: s}``,
+#: seconds since the run's start (:func:`run`'s ``wall_s`` origin). ``worker_*`` events are the
+#: worker's own clock, absent where ``time.perf_counter`` is not CLOCK_MONOTONIC or the worker sent no
+#: ``done`` (it died); a scheme skipped in the runner (CPU) has no entry.
+TIMELINE_EVENTS = {
+    "spawn": "the runner asked the forkserver for the worker",
+    "forked": "the forkserver forked it (the first waits for the forkserver's preload)",
+    "worker_started": "the worker's main() began",
+    "worker_prepared": "imports and CUDA context done; waiting for its go",
+    "go": "the runner sent go",
+    "worker_go": "the worker received go",
+    "worker_measured": "every M measured",
+    "worker_written": "its rows file written",
+    "worker_released": "GPU work synchronized, memory given back; it sends done",
+    "done": "the runner received done (and sent the next worker its go)",
+    "exited": "the worker process exited",
+    "recorded": "its rows were added to the partial result file",
+}
+
+
 def default_ahead(dev) -> int:
     """Workers started ahead of the measuring one: ``QBENCH_AHEAD`` if set; on CUDA
     ``clamp((cores - 2) // 2, 1, 6)``, and 0 on the CPU, where start-up would compete with the timed
@@ -172,14 +194,34 @@ class _Workers:
 
     Args:
         prestart: workers started ahead (int), True for 1, False for 0; None: :func:`default_ahead`.
+        started: the run's start (``time.perf_counter()``), the origin of :attr:`timeline`; None: now.
+
+    Attributes:
+        timeline: one entry per scheme that got a worker, in the order they ran
+            (:data:`TIMELINE_EVENTS`): where a run's wall time went between the workers' phases.
     """
 
     def __init__(self, scenario: Scenario, dev, ceilings: Optional[dict], folder: str,
-                 prestart: "Optional[bool | int]" = None):
+                 prestart: "Optional[bool | int]" = None, started: Optional[float] = None):
         self.scenario, self.dev, self.ceilings, self.folder = scenario, dev, ceilings, folder
         self.ahead = default_ahead(dev) if prestart is None else int(prestart)
         self.started: dict[int, tuple] = {}
         self.gone: set[int] = set()  # workers already given their go (by the previous one's "done")
+        self.origin = time.perf_counter() if started is None else started
+        self.timeline: list[dict] = []
+        self._entries: dict[int, dict] = {}
+
+    def stamp(self, index: int, event: str, at: Optional[float] = None, new: bool = True) -> None:
+        """Record ``event`` of scheme ``index``'s worker at ``at`` (``time.perf_counter()``; None:
+        now) in :attr:`timeline`, as seconds since the run's start; with ``new=False`` only for a
+        scheme that already has an entry (one that got a worker)."""
+        entry = self._entries.get(index)
+        if entry is None and not new:
+            return
+        if entry is None:
+            entry = self._entries[index] = {"scheme": self.scenario.schemes[index].label}
+            self.timeline.append(entry)
+        entry[event] = round((time.perf_counter() if at is None else at) - self.origin, 4)
 
     def _start(self, index: int) -> tuple:
         from qbench import worker
@@ -204,7 +246,9 @@ class _Workers:
         mine, theirs = forkserver.context().Pipe(duplex=True)
         proc = forkserver.context().Process(target=worker.child, args=(job_path, rows_path, log_path, env, theirs),
                                             daemon=True)
-        proc.start()
+        self.stamp(index, "spawn")
+        proc.start()  # returns once the forkserver has forked the worker: it waits for the preload first
+        self.stamp(index, "forked")
         theirs.close()
         return proc, mine, rows_path, log_path
 
@@ -212,6 +256,7 @@ class _Workers:
         if index in self.gone:
             return
         self.gone.add(index)
+        self.stamp(index, "go")
         try:
             conn.send_bytes(b"go")
         except OSError:  # the worker already died while preparing; its exit code tells why
@@ -243,7 +288,7 @@ class _Workers:
         proc, conn, rows_path, log_path = self.started.pop(index, None) or self._start(index)
         self._go(index, conn)
         for ahead in range(index + 1, min(index + 1 + self.ahead, len(self.scenario.schemes))):
-            if ahead not in self.started:
+            if ahead not in self.started and self.skip_reason(ahead) is None:  # none for a scheme skipped here
                 self.started[ahead] = self._start(ahead)
         timeout = self.scenario.timing.scheme_timeout_s
         deadline = time.monotonic() + timeout
@@ -255,10 +300,14 @@ class _Workers:
                 said = conn.recv_bytes()
             except (EOFError, OSError):
                 said = b""
-            if said == b"done" and index + 1 in self.started:  # the next one measures while this one exits
-                self._go(index + 1, self.started[index + 1][1])
+            if said.split(b" ", 1)[0] == b"done":
+                self.stamp(index, "done")
+                if index + 1 in self.started:  # the next one measures while this one exits
+                    self._go(index + 1, self.started[index + 1][1])
+                self._worker_stamps(index, said)
         conn.close()
         proc.join(max(0.0, deadline - time.monotonic()))
+        self.stamp(index, "exited")
         if proc.is_alive():
             proc.kill()
             proc.join()
@@ -271,6 +320,20 @@ class _Workers:
         entry = self.scenario.schemes[index]
         rows = [base_row(self.scenario, entry, schemes.get(entry.name), m, self.dev) for m in self.scenario.m]
         return failed_rows(rows, "failed", _death_reason(code, log_path, timeout))
+
+    def _worker_stamps(self, index: int, said: bytes) -> None:
+        """The worker's own clock readings from its ``done`` message, into the timeline as
+        ``worker_<event>``. Only where ``time.perf_counter`` is CLOCK_MONOTONIC (Linux: one clock for
+        every process of the host, so the worker's readings and the runner's share an origin)."""
+        if "CLOCK_MONOTONIC" not in time.get_clock_info("perf_counter").implementation:
+            return
+        try:
+            stamps = json.loads(said.split(b" ", 1)[1])
+        except (IndexError, ValueError):
+            return
+        for event, at in stamps.items():
+            if isinstance(at, (int, float)):
+                self.stamp(index, f"worker_{event}", at)
 
     def close(self) -> None:
         """Stop workers started ahead that will not run (interrupt, error)."""

@@ -25,7 +25,9 @@ def main(argv: list[str], go=None) -> int:
     With ``go`` (the worker's end of a multiprocessing pipe), first prepare without launching GPU work
     (import the scheme's packages, create the CUDA context), then wait for one message on ``go`` before
     measuring, and send ``done`` on it once the rows are on disk (the runner then lets the next worker
-    measure while this process exits).
+    measure while this process exits). ``done`` carries this worker's clock readings (``time.perf_counter``,
+    s: ``started``, ``prepared``, ``go``, ``measured``, ``written``, ``released``) as JSON after a space,
+    for the runner's timeline (:data:`qbench.runner.TIMELINE_EVENTS`).
     """
     started = time.perf_counter()
     job_path, rows_path = argv
@@ -58,6 +60,7 @@ def main(argv: list[str], go=None) -> int:
             return 3
     go_at = time.perf_counter()
     rows = measure_scheme(scenario, job["entry_index"], device, job.get("ceilings"))
+    measured = time.perf_counter()
     for row in rows:
         row["worker_phases_s"] = {"prepare": prepared - started, "waited_for_go": go_at - prepared,
                                   **row.get("worker_phases_s", {}), "after_go": time.perf_counter() - go_at}
@@ -65,6 +68,7 @@ def main(argv: list[str], go=None) -> int:
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(finite_or_none(rows), f, allow_nan=False)
     os.replace(tmp, rows_path)
+    written = time.perf_counter()
     if device.type == "cuda":
         # Nothing of this worker's is still running on the GPU, and the memory its layer, copies
         # and flush buffer held goes back to the driver now: the next worker builds while this
@@ -76,8 +80,10 @@ def main(argv: list[str], go=None) -> int:
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
     if go is not None:
+        stamps = {"started": started, "prepared": prepared, "go": go_at, "measured": measured, "written": written,
+                  "released": time.perf_counter()}
         try:
-            go.send_bytes(b"done")
+            go.send_bytes(b"done " + json.dumps(stamps).encode())
         except OSError:  # the runner went away; the rows are on disk either way
             pass
     return 0

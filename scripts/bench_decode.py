@@ -20,6 +20,8 @@ Usage: python scripts/bench_decode.py OUTDIR [--scenario scenarios/decode.toml] 
        python scripts/bench_decode.py --summarize RESULT.json...   (a Markdown table per file: wall
        time and phases; docs/speed.md)
        python scripts/bench_decode.py --per-scheme RESULT.json     (each scheme's phases)
+       python scripts/bench_decode.py --timeline RESULT.json...    (where wall_s went between the
+       workers: the start, measuring, hand-offs, the end)
 """
 
 from __future__ import annotations
@@ -63,6 +65,54 @@ def phases(doc: dict) -> dict:
             total[key] = total.get(key, 0.0) + (s or 0.0)
     total["ceilings"] = doc.get("ceilings_wall_s") or 0.0
     return total
+
+
+def timeline_split(doc: dict) -> dict | None:
+    """Where the run's wall time went, from its ``workers.timeline`` (qbench.runner.TIMELINE_EVENTS;
+    None for files written before it existed), in s. The parts add up to ``wall_s``:
+
+    - ``first go``: the run's start to the first worker receiving its go (the forkserver's preload,
+      of which ``forkserver ready`` is the first fork, and the first worker's own preparation);
+    - ``measuring``: summed over workers, go received to every M measured (the workers' ``after_go``);
+    - ``write and release``: rows written, GPU synchronized, memory given back, ``done`` sent;
+    - ``to the next go``: one worker's done sent to the next one's go sent (the runner's turnaround);
+    - ``next not ready``: the next go sent to the next worker receiving it (its preparation not
+      finished, or the pipe);
+    - ``end``: the last worker's done to the run's end (its exit, the result file).
+
+    A worker that died has no readings of its own; its go and exit stand in."""
+    timeline = (doc.get("workers") or {}).get("timeline")
+    if not timeline:
+        return None
+    go = [e.get("worker_go", e.get("go")) for e in timeline]
+    released = [e.get("worker_released", e.get("exited")) for e in timeline]
+    measured = [e.get("worker_measured", e.get("exited")) for e in timeline]
+    if None in go or None in released or None in measured:
+        return None
+    sent = [e.get("go", g) for e, g in zip(timeline, go)]
+    return {"forkserver ready": timeline[0].get("forked"), "first go": go[0],
+            "measuring": sum(m - g for g, m in zip(go, measured)),
+            "write and release": sum(r - m for m, r in zip(measured, released)),
+            "to the next go": sum(max(0.0, s - r) for r, s in zip(released, sent[1:])),
+            "next not ready": sum(g - max(s, r) for r, s, g in zip(released, sent[1:], go[1:])),
+            "end": doc["wall_s"] - released[-1]}
+
+
+def timeline_table(paths: list[str]) -> str:
+    """Markdown: per result file, ``wall_s`` split by :func:`timeline_split`."""
+    from tabulate import tabulate
+
+    keys = ["forkserver ready", "first go", "measuring", "write and release", "to the next go", "next not ready",
+            "end"]
+    rows = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        split = timeline_split(doc)
+        cells = ["no timeline (written before 2026-12-01, third session)"] + [""] * (len(keys) - 1) if split is None \
+            else [f"{split[k]:.1f}" if split[k] is not None else "" for k in keys]
+        rows.append([_label(path, paths), _design(doc), f"{doc['wall_s']:.1f}", *cells])
+    return tabulate(rows, headers=["file", "runner", "wall_s", *keys], tablefmt="github", disable_numparse=True)
 
 
 def _design(doc: dict) -> str:
@@ -151,13 +201,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--summarize", nargs="+", metavar="RESULT",
                         help="print a Markdown table of wall time and phases per result file, run nothing")
     parser.add_argument("--per-scheme", metavar="RESULT", help="print each scheme's phases in one result file")
+    parser.add_argument("--timeline", nargs="+", metavar="RESULT",
+                        help="print a Markdown table of where each file's wall_s went between the workers "
+                             "(workers.timeline), run nothing")
     args = parser.parse_args(argv)
-    if args.summarize or args.per_scheme:
-        bad = _check_results(args.summarize or [args.per_scheme])
+    if args.summarize or args.per_scheme or args.timeline:
+        bad = _check_results(args.summarize or args.timeline or [args.per_scheme])
         if bad:
             print(f"bench_decode: {bad}", file=sys.stderr)
             return 2
-        print(summary_table(args.summarize) if args.summarize else per_scheme_table(args.per_scheme))
+        print(summary_table(args.summarize) if args.summarize else timeline_table(args.timeline) if args.timeline
+              else per_scheme_table(args.per_scheme))
         return 0
     if not args.outdir:
         parser.error("OUTDIR is required to run the benchmark")
@@ -192,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                 statuses[row["status"]] = statuses.get(row["status"], 0) + 1
             record = {"design": design, "run": i, "rc": proc.returncode, "wall_s": doc["wall_s"],
                       "process_s": process_s, "rows": statuses, "workers": doc.get("workers"),
-                      "phases_s": phases(doc)}
+                      "phases_s": phases(doc), "timeline_s": timeline_split(doc)}
             runs.append(record)
             print(json.dumps({k: record[k] for k in ("design", "run", "wall_s", "rows")}), file=sys.stderr)
     with open(os.path.join(args.outdir, "bench.json"), "w", encoding="utf-8") as f:

@@ -225,7 +225,8 @@ def test_default_ahead(monkeypatch):
 
 
 def test_two_ahead_starts_the_next_two_workers(tmp_path, monkeypatch):
-    """ahead = 2: rows(0) gives worker 0 its go and starts workers 1 and 2; rows(1) starts 3 only."""
+    """ahead = 2: rows(0) gives worker 0 its go and starts workers 1 and 2; rows(1) would start 3, but
+    scheme 3 is skipped on the CPU (decided in the runner), so it never gets a worker."""
     import json
 
     import torch
@@ -270,9 +271,11 @@ def test_two_ahead_starts_the_next_two_workers(tmp_path, monkeypatch):
 
     monkeypatch.setattr(workers, "_start", fake_start)
     assert workers.rows(0)[0]["i"] == 0 and started == [0, 1, 2] and sorted(workers.started) == [1, 2]
-    assert workers.rows(1)[0]["i"] == 1 and started == [0, 1, 2, 3] and sorted(workers.started) == [2, 3]
-    assert workers.rows(2)[0]["i"] == 2 and workers.rows(3)[0]["i"] == 3 and started == [0, 1, 2, 3]
-    assert workers.started == {}
+    # tf32 (index 3) has no CPU kernel: skipped in the runner, so no worker starts ahead for it
+    assert workers.rows(1)[0]["i"] == 1 and started == [0, 1, 2] and sorted(workers.started) == [2]
+    assert workers.rows(2)[0]["i"] == 2 and started == [0, 1, 2] and workers.started == {}
+    skipped = workers.rows(3)
+    assert skipped[0]["status"] == "skipped" and "needs CUDA" in skipped[0]["reason"] and started == [0, 1, 2]
 
 
 @pytest.mark.parametrize("name,value", [("QBENCH_AHEAD", "abc"), ("QBENCH_AHEAD", "-1"), ("QBENCH_AHEAD", "1.5"),
@@ -344,6 +347,41 @@ def test_the_next_worker_measures_while_the_previous_one_exits(tmp_path, monkeyp
     fp32 = rows["fp32"]["worker_phases_s"]
     assert fp32["waited_for_go"] < slow["worker_phases_s"]["after_go"] + 1.5, (fp32, slow["worker_phases_s"])
     assert wall < slow["worker_wall_s"] + fp32["after_go"] + 2.0
+    # the timeline says the same: fp32's go is the slow worker's done, about 3 s before it exited
+    slow_t, fp32_t = outcome.doc["workers"]["timeline"]
+    assert (slow_t["scheme"], fp32_t["scheme"]) == ("slow-exit-test", "fp32")
+    assert fp32_t["go"] - slow_t["done"] < 0.1 and slow_t["exited"] - slow_t["done"] > 2.5
+
+
+def test_the_timeline_orders_each_workers_events_and_a_dead_worker_has_no_done(tmp_path, monkeypatch, abort_scheme):
+    """``workers.timeline``: one entry per worker, in run order, every event in the order
+    :data:`qbench.runner.TIMELINE_EVENTS` lists them (the runner's clock and the worker's are one
+    clock on Linux); the worker that aborts never says done, so its entry has no ``done`` and no
+    ``worker_*`` event after its go; a scheme skipped in the runner (CUDA-only, on the CPU) has none."""
+    monkeypatch.setenv("QBENCH_PLUGINS", "tests.plugins.abort_scheme")
+    monkeypatch.setenv("QBENCH_AHEAD", "1")
+    sc = _load(tmp_path, small_scenario_toml(["fp32", "abort-test", "fp8-dynamic", "bf16"], m=(1,)))
+    doc = runner.run(sc, device="cpu", out=str(tmp_path / "r.json")).doc
+    timeline = doc["workers"]["timeline"]
+    assert [e["scheme"] for e in timeline] == ["fp32", "abort-test", "bf16"]
+    assert read_results(tmp_path / "r.json")["workers"]["timeline"] == timeline
+    order = list(runner.TIMELINE_EVENTS)
+    # what must come before what; a worker started ahead prepares before its go, the first one after it
+    chains = [("spawn", "forked", "worker_started", "worker_prepared", "worker_go"),
+              ("spawn", "forked", "go", "worker_go", "worker_measured", "worker_written", "worker_released", "done",
+               "exited", "recorded")]
+    for entry in timeline:
+        events = [e for e in order if e in entry]
+        assert set(entry) - {"scheme"} == set(events)
+        if entry["scheme"] == "abort-test":
+            assert events == ["spawn", "forked", "go", "exited", "recorded"], events
+        else:
+            assert events == order, events
+        for chain in chains:
+            times = [(e, entry[e]) for e in chain if e in entry]
+            assert [t for _, t in times] == sorted(t for _, t in times), (entry["scheme"], times)
+    assert 0 < timeline[0]["spawn"] < timeline[-1]["recorded"] <= doc["wall_s"]
+    assert timeline[2]["go"] >= timeline[1]["exited"]  # after a worker that died, the next one's go waits for its exit
 
 
 def test_ctrl_c_says_where_the_rows_measured_so_far_are(tmp_path, monkeypatch, capsys):

@@ -73,3 +73,32 @@ def test_files_of_two_calls_with_one_name_are_told_apart(capsys):
     lines = capsys.readouterr().out.strip().splitlines()[2:]
     assert [line.strip("|").split("|")[0].strip() for line in lines] == ["call6/new/preload-4.json",
                                                                           "call8/bench/preload-4.json"]
+
+
+def test_timeline_split_hand_computed():
+    """Two workers; the second was not ready when its go was sent (it received it 0.5 s later).
+    Start 3.0 + measuring (4 + 2) + write and release (0.25 + 0.25) + turnaround 0.1 + not ready 0.5
+    + end 0.4 = wall 10.5 s."""
+    bench = _script("bench_decode")
+    doc = {"wall_s": 10.5, "workers": {"timeline": [
+        {"scheme": "a", "spawn": 0.2, "forked": 2.5, "go": 2.5, "worker_go": 3.0, "worker_measured": 7.0,
+         "worker_released": 7.25, "done": 7.3, "exited": 7.6},
+        {"scheme": "b", "spawn": 3.1, "forked": 3.2, "go": 7.35, "worker_go": 7.85, "worker_measured": 9.85,
+         "worker_released": 10.1, "done": 10.12, "exited": 10.3}]}}
+    split = bench.timeline_split(doc)
+    expected = {"forkserver ready": 2.5, "first go": 3.0, "measuring": 6.0, "write and release": 0.5,
+                "to the next go": 0.1, "next not ready": 0.5, "end": 0.4}
+    assert split.keys() == expected.keys() and all(abs(split[k] - v) < 1e-9 for k, v in expected.items()), split
+    assert abs(sum(v for k, v in split.items() if k != "forkserver ready") - doc["wall_s"]) < 1e-9
+
+
+def test_timeline_of_a_worker_that_died_and_of_an_old_file(capsys):
+    """A dead worker has no readings of its own: its go and exit stand in (no measuring time lost);
+    a file without a timeline gets one cell that says so."""
+    bench = _script("bench_decode")
+    doc = {"wall_s": 5.0, "workers": {"timeline": [
+        {"scheme": "a", "spawn": 0.1, "forked": 1.0, "go": 1.0, "exited": 4.0, "recorded": 4.1}]}}
+    split = bench.timeline_split(doc)
+    assert (split["first go"], split["measuring"], split["write and release"], split["end"]) == (1.0, 3.0, 0.0, 1.0)
+    assert bench.main(["--timeline", str(ROOT / "results/h200/speed/preload-1.json")]) == 0
+    assert "no timeline (written before 2026-12-01, third session)" in capsys.readouterr().out
