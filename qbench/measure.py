@@ -240,6 +240,7 @@ class _Runner:
             for name in ("recompile_limit", "cache_size_limit"):
                 if hasattr(torch._dynamo.config, name):
                     setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
+            single_compile_thread()  # done already where the worker imported Inductor ahead of its go
             self.module = torch.compile(module, dynamic=False)
         self.eager_module = module
         self.graphs_total = 0
@@ -283,7 +284,8 @@ class _Runner:
                 caches = {key: n - caches_before.get(key, 0) for key, n in _cache_counters().items()}
                 row["compile"] = {"first_call_s": first_call_s, "graphs_compiled": graphs,
                                   "graph_breaks": _graph_break_count() - breaks_before,
-                                  "cache_counters": {key: n for key, n in caches.items() if n}}
+                                  "cache_counters": {key: n for key, n in caches.items() if n},
+                                  "compile_threads": _compile_threads()}
                 if self.graphs_total == 0:
                     row["flags"].append("not-compiled: torch.compile compiled no graph for this scheme; "
                                         "the call ran eagerly")
@@ -608,6 +610,30 @@ def _cache_counters() -> dict[str, int]:
     if counters is None:
         return {}
     return {key: int(value) for key, value in counters["inductor"].items() if "cache" in key}
+
+
+def single_compile_thread() -> int:
+    """Make Inductor compile in this worker's own process (``torch._inductor.config.compile_threads =
+    1``) unless ``TORCHINDUCTOR_COMPILE_THREADS`` is set; returns the value in force. Call before
+    ``torch._inductor.async_compile`` is imported, which otherwise starts a pool of compile
+    processes (one per core, up to 32; each imports torch) the moment it is imported: in a worker
+    started ahead, 16 processes per compiled scheme on the 16-core H200 host, competing with the
+    measuring worker for the CPU, and a first call that took 0.9 to 10.3 s with the same cache
+    hits (``results/h200/speed/2026-12-01/call10``). A scheme compiles a handful of kernels, read
+    from Inductor's on-disk cache after the first run: one process is enough."""
+    import os
+
+    import torch._inductor.config as inductor_config
+
+    if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+        inductor_config.compile_threads = 1
+    return inductor_config.compile_threads
+
+
+def _compile_threads() -> Optional[int]:
+    """Inductor's ``compile_threads`` in this process (:func:`single_compile_thread`)."""
+    config = sys.modules.get("torch._inductor.config")
+    return getattr(config, "compile_threads", None)
 
 
 def _dtype(name: str) -> torch.dtype:

@@ -274,6 +274,10 @@ class CompileInfo(_Part):
                                                      "`async_compile_cache_hit` / `_miss`, ...; zero counts left "
                                                      "out): whether the compile time was paid here or read from the "
                                                      "on-disk caches of an earlier run")
+    compile_threads: Optional[int] = Field(None, ge=1, description="Inductor's compile_threads in the worker: 1 "
+                                           "(kernels compiled in the worker itself, no pool of compile processes) "
+                                           "unless TORCHINDUCTOR_COMPILE_THREADS says otherwise (absent before "
+                                           "2026-12-01, third session)")
 
 
 class TuningCacheInfo(_Part):

@@ -167,6 +167,24 @@ TIMELINE_EVENTS = {
 }
 
 
+def must_release(scenario: Scenario, dev, ahead: int) -> bool:
+    """Whether a CUDA worker must give its memory back to the driver (``gc.collect`` and
+    ``torch.cuda.empty_cache``, about 0.2 s per scheme on the H200 host, ``results/h200/speed/
+    2026-12-01/call10``) before it says ``done``: only when two workers' peaks (the measuring one
+    and the exiting one, :func:`qbench.memory.estimate_bytes`, an upper bound) and the contexts of the
+    workers waiting ahead (:data:`qbench.memory.PROCESS_OVERHEAD` each) would not fit in the free
+    memory; otherwise its memory goes back when it exits, while the next one measures. True when the
+    free memory cannot be read; False on the CPU (no ``done``-time release there)."""
+    if dev.type != "cuda":
+        return False
+    from qbench import memory
+
+    free = memory.free_bytes(dev)
+    if free is None:
+        return True
+    return 2 * memory.estimate_bytes(scenario, dev)["total"] + ahead * memory.PROCESS_OVERHEAD > free
+
+
 def default_ahead(dev) -> int:
     """Workers started ahead of the measuring one: ``QBENCH_AHEAD`` if set; on CUDA
     ``clamp((cores - 2) // 2, 1, 6)``, and 0 on the CPU, where start-up would compete with the timed
@@ -207,6 +225,7 @@ class _Workers:
         self.ahead = default_ahead(dev) if prestart is None else int(prestart)
         self.started: dict[int, tuple] = {}
         self.gone: set[int] = set()  # workers already given their go (by the previous one's "done")
+        self.release = must_release(scenario, dev, self.ahead)
         self.origin = time.perf_counter() if started is None else started
         self.timeline: list[dict] = []
         self._entries: dict[int, dict] = {}
@@ -232,7 +251,7 @@ class _Workers:
         job_path, rows_path, log_path = (os.path.join(folder, n) for n in ("job.json", "rows.json", "worker.log"))
         with open(job_path, "w", encoding="utf-8") as f:
             json.dump({"scenario": self.scenario.to_dict(), "source": self.scenario.source, "entry_index": index,
-                       "device": str(self.dev), "ceilings": self.ceilings}, f)
+                       "device": str(self.dev), "ceilings": self.ceilings, "release_before_done": self.release}, f)
         env = os.environ.copy()
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         for key, value in scheme.worker_env.items():

@@ -7,7 +7,8 @@ context, and a crash (signal, CUDA fault, broken graph capture) ends only that w
 
 ``python -m qbench.worker JOB.json ROWS.json`` runs one job by hand. ``JOB.json`` holds
 ``{"scenario": Scenario.to_dict(), "source": str, "entry_index": int, "device": "cuda:0",
-"ceilings": {...} | null}``; ``ROWS.json`` receives the list of row dicts (failed and skipped
+"ceilings": {...} | null, "release_before_done": bool}`` (the last one optional, default true:
+:func:`qbench.runner.must_release`); ``ROWS.json`` receives the list of row dicts (failed and skipped
 rows included). Any exit other than 0 is turned into ``failed`` rows by the runner.
 """
 
@@ -70,15 +71,17 @@ def main(argv: list[str], go=None) -> int:
     os.replace(tmp, rows_path)
     written = time.perf_counter()
     if device.type == "cuda":
-        # Nothing of this worker's is still running on the GPU, and the memory its layer, copies
-        # and flush buffer held goes back to the driver now: the next worker builds while this
-        # process exits, and must find the memory it found before "done" existed.
-        import gc
-
-        del rows
-        gc.collect()
+        # Nothing of this worker's is still running on the GPU. Where two workers' memory would not
+        # fit together (the runner decides, qbench.runner.must_release), the memory its layer,
+        # copies and flush buffer held goes back to the driver now: the next worker builds while
+        # this process exits, and must find the memory it found before "done" existed.
         torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
+        if job.get("release_before_done", True):
+            import gc
+
+            del rows
+            gc.collect()
+            torch.cuda.empty_cache()
     if go is not None:
         stamps = {"started": started, "prepared": prepared, "go": go_at, "measured": measured, "written": written,
                   "released": time.perf_counter()}
@@ -109,6 +112,9 @@ def import_ahead(scheme, entry, device, ms=()) -> list[str]:
         return []
     names = [p for p in scheme.packages if importlib.util.find_spec(p) is not None]
     if entry.options.mode == "compiled":
+        from qbench.measure import single_compile_thread
+
+        single_compile_thread()
         names.append("torch._inductor.compile_fx")
     for name in names:
         importlib.import_module(name)

@@ -307,16 +307,30 @@ def test_a_compiled_scheme_imports_inductor_before_its_go_and_an_eager_one_does_
         "import dataclasses\n"
         "never = dataclasses.replace(schemes.get('fp32'), m_check=lambda m, d, o: 'not at this M')\n"
         "print(worker.import_ahead(never, compiled, cpu, [1, 2]), worker.import_ahead(never, compiled, cpu, []))\n"
+        "import multiprocessing, torch._inductor.async_compile as ac, torch._inductor.config as cfg\n"
+        "print(cfg.compile_threads, len(ac._pool_set), len(multiprocessing.active_children()))\n"
     )
     import os
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_COMPILE_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["[] False", "['torch._inductor.compile_fx'] True",
-                                        "[] ['torch._inductor.compile_fx']"]  # every M skipped: nothing
+                                        "[] ['torch._inductor.compile_fx']",  # every M skipped: nothing
+                                        "1 0 0"]  # Inductor compiles in the worker: no pool of compile processes
+    # without qbench's setting, importing Inductor starts the pool where Triton is installed (a CUDA
+    # host; Inductor's maybe_warm_pool skips it without Triton): what the worker avoids
+    plain = subprocess.run([sys.executable, "-c", "import torch._inductor.async_compile as ac, "
+                            "torch._inductor.config as cfg; print(cfg.compile_threads > 1, len(ac._pool_set))"],
+                           capture_output=True, text=True, cwd=root, env={**env, "TORCH_WARM_POOL": "1"})
+    assert plain.returncode == 0, plain.stderr
+    import importlib.util
+
+    if os.cpu_count() > 1:
+        assert plain.stdout.split() == ["True", "1" if importlib.util.find_spec("triton") else "0"]
 
 
 @pytest.fixture
@@ -415,3 +429,22 @@ def test_ctrl_c_says_where_the_rows_measured_so_far_are(tmp_path, monkeypatch, c
     assert capsys.readouterr().err.strip() == ("qbench: interrupted before any scheme was measured; nothing was "
                                                "written (an existing result file was left as it was)")
     assert isinstance(lifecycle.RunInterrupted(), KeyboardInterrupt)
+
+
+def test_must_release_only_when_two_workers_would_not_fit(monkeypatch, tmp_path):
+    """Two peaks plus the waiting workers' contexts against the free memory, hand-computed: a peak
+    of 40 GiB, 6 workers ahead at 512 MiB each: 83 GiB needed; 100 GiB free: no release; 82 GiB
+    free: release; unreadable free memory: release; the CPU: never."""
+    import torch
+
+    from qbench import memory
+
+    gib = 1 << 30
+    sc = _load(tmp_path, small_scenario_toml(["bf16"], m=(1,)))
+    monkeypatch.setattr(memory, "estimate_bytes", lambda scenario, dev: {"total": 40 * gib})
+    cuda = torch.device("cuda", 0)
+    for free, expected in ((100 * gib, False), (83 * gib, False), (83 * gib - 1, True), (None, True)):
+        monkeypatch.setattr(memory, "free_bytes", lambda dev, free=free: free)
+        assert runner.must_release(sc, cuda, 6) is expected, free
+    assert memory.PROCESS_OVERHEAD == 512 << 20
+    assert runner.must_release(sc, torch.device("cpu"), 6) is False
