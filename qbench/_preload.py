@@ -11,11 +11,24 @@ reason.
 Isolation is unchanged: each scheme still runs in its own process; only imports are shared, and an
 import has no state a measurement reads (``scripts/bench_decode.py`` compares the numbers of both
 designs on one machine; ``results/h200/speed/``).
+
+Dynamo stays in: without it (``QBENCH_PRELOAD=lean``, tried in the third session) the forkserver was
+ready 4-6 s sooner, but every worker then imported Inductor after its go, because starting
+torch.profiler (the kernel method) evaluates ``hasattr(torch, "_inductor")``, a lazy import of
+Inductor and Dynamo: decode took 64-73 s against 54-61 s on the same machines
+(``results/h200/speed/2026-12-01/call9``, ``call10``).
 """
 
+import torch  # noqa: F401
 import torch._dynamo  # noqa: F401  compiled schemes and torchao; ~3 s on the H200 host, ~1 s per worker otherwise
+import torch.profiler  # noqa: F401  the kernel method (its start imports torch._inductor: hasattr(torch, "_inductor"))
 
-import qbench._preload_lean  # noqa: F401  torch, torch.profiler, qbench's measurement modules
+import qbench.measure  # noqa: F401  formulas, inputs, ledger, metrics, the scheme registry
+import qbench.timing.cold  # noqa: F401
+import qbench.timing.eager  # noqa: F401
+import qbench.timing.kernel  # noqa: F401
+import qbench.timing.stream  # noqa: F401
+import qbench.timing.warm  # noqa: F401
 
 #: Scheme packages that import without initialising CUDA, so they may be imported before ``fork``,
 #: measured on the H200 by ``scripts/probe_preload.py`` (``results/h200/speed/probe-preload.json``):

@@ -19,7 +19,7 @@ _CONTEXT = None
 
 
 #: ``QBENCH_PRELOAD`` values -> what the forkserver imports (:func:`preload_modules`).
-PRELOADS = {"1": ["qbench._preload"], "lean": ["qbench._preload_lean"], "0": ["torch"]}
+PRELOADS = {"1": ["qbench._preload"], "0": ["torch"]}
 
 
 def preload_enabled() -> bool:
@@ -33,8 +33,7 @@ def preload_modules() -> list[str]:
     """Modules the forkserver imports once before forking any worker, by ``QBENCH_PRELOAD``:
     ``1`` (default) ``["qbench._preload"]`` (torch, Dynamo, torch.profiler, qbench's measurement
     modules; no scheme package is both fork-safe and slow to import,
-    :data:`qbench._preload.FORK_SAFE_PACKAGES`); ``lean`` ``["qbench._preload_lean"]`` (the same
-    without Dynamo, an experiment); ``0`` ``["torch"]``. An unknown value reads as the default here;
+    :data:`qbench._preload.FORK_SAFE_PACKAGES`); ``0`` ``["torch"]``. An unknown value reads as the default here;
     the runner refuses it first. Nothing is imported in the calling process."""
     return PRELOADS.get(os.environ.get("QBENCH_PRELOAD", "1"), PRELOADS["1"])
 
@@ -55,11 +54,11 @@ def env_ahead() -> Optional[int]:
 
 def check_env() -> None:
     """Raise ValueError (one line naming the variable and the value) for a bad ``QBENCH_PRELOAD``
-    (``0``, ``1``, ``lean``), ``QBENCH_AHEAD`` (:func:`env_ahead`) or ``QBENCH_TUNING_CACHE``
+    (``0``, ``1``), ``QBENCH_AHEAD`` (:func:`env_ahead`) or ``QBENCH_TUNING_CACHE``
     (:func:`qbench.tuning_cache.check_env`)."""
     preload = os.environ.get("QBENCH_PRELOAD")
     if preload is not None and preload not in PRELOADS:
-        raise ValueError(f"environment variable QBENCH_PRELOAD: must be 0, 1 or lean, got {preload!r}")
+        raise ValueError(f"environment variable QBENCH_PRELOAD: must be 0 or 1, got {preload!r}")
     env_ahead()
     tuning_cache.check_env()
 

@@ -586,7 +586,7 @@ def _gpu_state_module():
 def _dynamo_counters():
     """``torch._dynamo.utils.counters``, or None when Dynamo was never imported in this process (then
     it compiled nothing): reading the counters must not import Dynamo, about 3 s on the H200 host,
-    into an eager scheme's worker after its go (``QBENCH_PRELOAD=lean`` does not preload it)."""
+    into an eager scheme's worker after its go (``QBENCH_PRELOAD=0`` does not preload it)."""
     utils = sys.modules.get("torch._dynamo.utils")
     return getattr(utils, "counters", None)
 

@@ -138,7 +138,7 @@ def _env_ahead() -> Optional[int]:
 
 
 def _check_worker_env() -> None:
-    """One line (RunError) for a bad ``QBENCH_PRELOAD`` (``0``, ``1``, ``lean``), ``QBENCH_AHEAD`` (a whole
+    """One line (RunError) for a bad ``QBENCH_PRELOAD`` (``0``, ``1``), ``QBENCH_AHEAD`` (a whole
     number >= 0) or ``QBENCH_TUNING_CACHE`` (``0`` or ``1``), before anything is measured or written
     (:func:`qbench.forkserver.check_env`)."""
     try:

@@ -7,8 +7,6 @@ a JSON summary written to ``OUTDIR/bench.json``. Designs (environment of the run
 
 - ``preload``: the default runner (the forkserver preloads qbench's measurement modules, Dynamo and
   torch.profiler; ``QBENCH_AHEAD`` workers started ahead, 6 on a 16-core host);
-- ``lean-preload``: ``QBENCH_PRELOAD=lean``: the forkserver preloads the same without Dynamo (an
-  experiment: the first workers start sooner, the ones that need Dynamo import it while ahead);
 - ``per-scheme-imports``: ``QBENCH_PRELOAD=0``, ``QBENCH_AHEAD=1`` on CUDA and 0 on the CPU: the
   runner before issue 15 (each worker imports its packages; one worker started ahead on CUDA).
 
@@ -39,8 +37,7 @@ def designs() -> dict:
     import torch
 
     ahead = "1" if torch.cuda.is_available() else "0"
-    return {"preload": {}, "lean-preload": {"QBENCH_PRELOAD": "lean"},
-            "per-scheme-imports": {"QBENCH_PRELOAD": "0", "QBENCH_AHEAD": ahead}}
+    return {"preload": {}, "per-scheme-imports": {"QBENCH_PRELOAD": "0", "QBENCH_AHEAD": ahead}}
 
 
 def scheme_rows(doc: dict) -> list[dict]:
@@ -119,6 +116,7 @@ def _design(doc: dict) -> str:
     workers = doc.get("workers")
     if not workers:
         return "not recorded (a file from before 2026-12-01)"
+    # qbench._preload_lean: QBENCH_PRELOAD=lean, tried and removed in the third session (call9, call10 files)
     pre = {"qbench._preload": "qbench preloaded", "qbench._preload_lean": "qbench preloaded, no Dynamo"}.get(
         (workers["preloaded"] or ["torch"])[0], "torch preloaded")
     return f"{pre}, {workers['ahead']} ahead"
@@ -196,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", default="scenarios/decode.toml", help="scenario to run (default: decode)")
     parser.add_argument("--runs", type=int, default=3, help="runs per design (>= 1, default 3)")
     parser.add_argument("--designs", default="preload,per-scheme-imports",
-                        help="comma-separated: preload (the current runner), lean-preload (the same, Dynamo "
-                             "not preloaded), per-scheme-imports (the runner before issue 15)")
+                        help="comma-separated: preload (the current runner), per-scheme-imports (the runner "
+                             "before issue 15)")
     parser.add_argument("--summarize", nargs="+", metavar="RESULT",
                         help="print a Markdown table of wall time and phases per result file, run nothing")
     parser.add_argument("--per-scheme", metavar="RESULT", help="print each scheme's phases in one result file")

@@ -2,9 +2,8 @@
 # The H200 suite: everything a GPU run must back, in one device call. Usage on the GPU host:
 #   bash scripts/h200_suite.sh OUTDIR [STEP ...]   (steps: tests crosscheck decode small_batch prefill seed repeat
 #   speed models-rest, or any scenario name)
-# speed: scripts/bench_decode.py, three decode runs of the default runner, then three with
-# QBENCH_PRELOAD=lean (issue 15). On a fresh machine the first run fills the compile and autotune
-# caches; compare the default's runs 2-3 with the lean runs. models-rest: the compiled int4/int8 rows
+# speed: scripts/bench_decode.py, three decode runs of the default runner (issue 15). On a fresh
+# machine the first run fills the compile and autotune caches; runs 2-3 find them. models-rest: the compiled int4/int8 rows
 # the committed model files lack (issue 11; docs/results-h200.md says which).
 # Writes result JSON, logs and the environment into OUTDIR and, after every step, a tarball
 # ($QBENCH_TARBALL, default OUTDIR.tar.gz): a device call cut off at its time limit still brings
@@ -24,7 +23,7 @@ for step in $steps; do
   case $step in
     tests) timeout 300 python3 -m pytest -q -m cuda -rs tests > "$out/pytest-cuda.log" 2>&1 ;;
     crosscheck) timeout 240 python3 scripts/crosscheck_timing.py --out "$out/crosscheck.json" > "$out/crosscheck.log" 2>&1 ;;
-    speed) timeout 600 python3 scripts/bench_decode.py "$out/speed" --runs 3 --designs preload,lean-preload > "$out/speed.log" 2>&1 ;;
+    speed) timeout 600 python3 scripts/bench_decode.py "$out/speed" --runs 3 --designs preload > "$out/speed.log" 2>&1 ;;
     models-rest)
       for s in llama31_70b_down llama31_70b_lm_head; do
         timeout "$step_timeout" python3 -m qbench run "scenarios/$s.toml" --quiet --schemes int4-weight-only+compiled \
