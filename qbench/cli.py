@@ -36,8 +36,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     # First, before this process imports torch (the scenario's scheme registry does): the
     # forkserver's own imports (torch, qbench._preload) then overlap this process's.
-    if forkserver.worth_starting_early(args.scenario):
-        forkserver.start()
+    forkserver.start_early(args.scenario, args.device)
     from qbench import render, runner, scenario
 
     loaded = scenario.load(args.scenario)

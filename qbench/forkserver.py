@@ -16,10 +16,13 @@ from typing import Optional
 from qbench import tuning_cache
 
 _CONTEXT = None
+_PRELOADED: Optional[list[str]] = None  # what the forkserver of _CONTEXT preloads
 
 
 #: ``QBENCH_PRELOAD`` values -> what the forkserver imports (:func:`preload_modules`).
 PRELOADS = {"1": ["qbench._preload"], "0": ["torch"]}
+#: Added to the default preload on CPU runs: the scheme packages and Inductor (:mod:`qbench._preload_cpu`).
+CPU_PRELOAD = "qbench._preload_cpu"
 
 
 def preload_enabled() -> bool:
@@ -29,13 +32,15 @@ def preload_enabled() -> bool:
     return os.environ.get("QBENCH_PRELOAD", "1") != "0"
 
 
-def preload_modules() -> list[str]:
+def preload_modules(cpu: bool = False) -> list[str]:
     """Modules the forkserver imports once before forking any worker, by ``QBENCH_PRELOAD``:
     ``1`` (default) ``["qbench._preload"]`` (torch, Dynamo, torch.profiler, qbench's measurement
     modules; no scheme package is both fork-safe and slow to import,
-    :data:`qbench._preload.FORK_SAFE_PACKAGES`); ``0`` ``["torch"]``. An unknown value reads as the default here;
-    the runner refuses it first. Nothing is imported in the calling process."""
-    return PRELOADS.get(os.environ.get("QBENCH_PRELOAD", "1"), PRELOADS["1"])
+    :data:`qbench._preload.FORK_SAFE_PACKAGES`), plus :data:`CPU_PRELOAD` for a run on the CPU
+    (``cpu=True``); ``0`` ``["torch"]``. An unknown value reads as the default here; the runner
+    refuses it first. Nothing is imported in the calling process."""
+    modules = PRELOADS.get(os.environ.get("QBENCH_PRELOAD", "1"), PRELOADS["1"])
+    return modules + [CPU_PRELOAD] if cpu and modules == PRELOADS["1"] else list(modules)
 
 
 def env_ahead() -> Optional[int]:
@@ -63,21 +68,62 @@ def check_env() -> None:
     tuning_cache.check_env()
 
 
-def context():
-    """The forkserver context, its server preloading :func:`preload_modules` (started on first use
-    or by :func:`start`)."""
-    global _CONTEXT
+def context(cpu: bool = False):
+    """The forkserver context, its server preloading :func:`preload_modules` (``cpu``: for a CPU
+    run; the first call decides), started on first use or by :func:`start`."""
+    global _CONTEXT, _PRELOADED
     if _CONTEXT is None:
         import multiprocessing
 
         _CONTEXT = multiprocessing.get_context("forkserver")
-        _CONTEXT.set_forkserver_preload(preload_modules())
+        _PRELOADED = preload_modules(cpu)
+        _CONTEXT.set_forkserver_preload(_PRELOADED)
     return _CONTEXT
 
 
-def start() -> None:
-    """Start the forkserver now without waiting for its preload; the first worker's start waits for
-    it. Only host work overlaps with the caller: the forkserver never touches CUDA. A second call,
+def preloaded() -> list[str]:
+    """What the forkserver of :func:`context` preloads (``[]`` before :func:`context`)."""
+    return list(_PRELOADED or [])
+
+
+def predicts_cpu(requested: Optional[str]) -> bool:
+    """Whether a run asked for device ``requested`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``; None:
+    ``auto``) will run on the CPU, decided without importing torch: ``auto`` means CUDA where
+    the host has an NVIDIA GPU's device node (``/dev/nvidiactl``, or ``/dev/dxg`` under WSL) and
+    ``CUDA_VISIBLE_DEVICES`` does not hide every GPU. A wrong guess costs time, not correctness:
+    :func:`ensure` replaces a forkserver started for the CPU when the run is on CUDA."""
+    requested = requested or "auto"
+    if requested == "cpu":
+        return True
+    if requested != "auto":
+        return False
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return True
+    return not any(os.path.exists(node) for node in ("/dev/nvidiactl", "/dev/dxg"))
+
+
+def ensure(cpu: bool) -> list[str]:
+    """Make sure the forkserver suits a run on the CPU (``cpu``) or CUDA, and return what it preloads.
+
+    Starts it if it is not running (:func:`start`). A forkserver started with :data:`CPU_PRELOAD`
+    for a run that is on CUDA is stopped and started again without it (its scheme packages are not
+    fork-safe with CUDA); one started for CUDA serves a CPU run as it is (its workers import the
+    scheme packages themselves)."""
+    global _CONTEXT, _PRELOADED
+    if not cpu and CPU_PRELOAD in (_PRELOADED or []):
+        import multiprocessing.forkserver
+
+        server = multiprocessing.forkserver._forkserver
+        if getattr(server, "_forkserver_pid", None):
+            server._stop()
+        _CONTEXT, _PRELOADED = None, None
+    start(cpu)
+    return preloaded()
+
+
+def start(cpu: bool = False) -> None:
+    """Start the forkserver now (preloading for a CPU run with ``cpu``, :func:`preload_modules`)
+    without waiting for its preload; the first worker's start waits for it. Only host work overlaps with the caller: the forkserver never touches CUDA. A second call,
     or a call after a worker started, does nothing.
 
     The forkserver gets ``/dev/null`` for stdout and stderr (each worker writes its own log): one
@@ -88,7 +134,7 @@ def start() -> None:
     import multiprocessing.forkserver
     import sys
 
-    context()
+    context(cpu)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -113,18 +159,35 @@ def worth_starting_early(scenario_path: str) -> bool:
     the workers' environment variables pass :func:`check_env`. Anything else is refused later, with
     its one-line reason, and a forkserver started for it would only keep importing after the
     refusal. Reads the file with tomllib: no torch import."""
+    return _early_toml(scenario_path) is not None
+
+
+def start_early(scenario_path: str, device: Optional[str] = None) -> bool:
+    """``qbench run``'s first step: start the forkserver when :func:`worth_starting_early`, for the
+    device the run will use (``device``: the ``--device`` option, else the file's ``device`` key;
+    :func:`predicts_cpu`). Returns whether it started."""
+    data = _early_toml(scenario_path)
+    if data is None:
+        return False
+    requested = device if device is not None else data.get("device")
+    start(cpu=predicts_cpu(requested if isinstance(requested, str) else None))
+    return True
+
+
+def _early_toml(scenario_path: str) -> Optional[dict]:
+    """The scenario file as TOML when the early start is worth it (:func:`worth_starting_early`)."""
     import tomllib
 
     try:
         check_env()
     except ValueError:
-        return False
+        return None
     try:
         with open(scenario_path, "rb") as f:
             data = tomllib.load(f)
     except (OSError, ValueError):
-        return False
-    return "tp" not in data
+        return None
+    return None if "tp" in data else data
 
 
 def pids() -> tuple[int, ...]:

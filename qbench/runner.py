@@ -60,7 +60,9 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
     started = time.perf_counter()
     try:
         dev, path, doc = prepare(scenario, device, out, force)
-        forkserver.start()  # no-op when the command line started it; else its preload overlaps the ceilings
+        # started by the command line, or now (its preload then overlaps the ceilings); replaced if it
+        # was started for the CPU and the run is on CUDA
+        preloaded = forkserver.ensure(cpu=dev.type == "cpu")
         if dev.type == "cuda":
             t0 = time.perf_counter()
             doc["ceilings"] = _ceilings(dev, scenario)
@@ -76,7 +78,7 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
     bar = _bar(len(entries)) if show_bar else None
     tmp = tempfile.TemporaryDirectory(prefix="qbench-")
     workers = _Workers(scenario, dev, doc["ceilings"], tmp.name, started=started)
-    doc["workers"] = {"design": "one process per scheme", "preloaded": preload_modules(), "ahead": workers.ahead,
+    doc["workers"] = {"design": "one process per scheme", "preloaded": preloaded, "ahead": workers.ahead,
                       "timeline": workers.timeline}
     try:
         for index, entry in entries:

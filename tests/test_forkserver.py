@@ -54,3 +54,88 @@ def test_the_forkserver_writes_to_dev_null_not_to_the_callers_pipes():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"{os.devnull}|{os.devnull}"
     assert proc.stderr.strip().splitlines()[-1] == "True"
+
+
+@pytest.mark.parametrize("requested,visible,nodes,expected", [
+    ("cpu", None, ("/dev/nvidiactl",), True),      # asked for: a GPU on the host does not matter
+    ("cuda", None, (), False),
+    ("cuda:1", None, (), False),
+    ("auto", None, (), True),                     # no NVIDIA device node: torch will not see a GPU
+    (None, None, (), True),
+    ("auto", None, ("/dev/nvidiactl",), False),
+    ("auto", None, ("/dev/dxg",), False),           # WSL
+    ("auto", "", ("/dev/nvidiactl",), True),        # CUDA_VISIBLE_DEVICES hides every GPU
+    ("auto", "-1", ("/dev/nvidiactl",), True),
+    ("auto", "0", ("/dev/nvidiactl",), False),
+])
+def test_predicts_cpu_without_importing_torch(monkeypatch, requested, visible, nodes, expected):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setattr(forkserver.os.path, "exists", lambda path: path in nodes)
+    assert forkserver.predicts_cpu(requested) is expected
+
+
+def test_the_cpu_preload_adds_the_scheme_packages_only_to_the_default(clean_env):
+    assert forkserver.preload_modules(cpu=True) == ["qbench._preload", "qbench._preload_cpu"]
+    assert forkserver.preload_modules() == ["qbench._preload"]
+    clean_env.setenv("QBENCH_PRELOAD", "0")
+    assert forkserver.preload_modules(cpu=True) == ["torch"]
+
+
+def test_the_cpu_preload_imports_the_packages_inductor_compiles_in_process_and_cuda_is_untouched():
+    """A fresh interpreter: qbench._preload_cpu imports every installed package of its list, sets
+    Inductor's compile_threads to 1 and starts no compile pool, and initialises no CUDA."""
+    code = ("import sys, importlib.util, multiprocessing, torch, qbench._preload, qbench._preload_cpu as p\n"
+            "import torch._inductor.config as c\n"
+            "print(all(n in sys.modules for n in p.MODULES if importlib.util.find_spec(n.split('.')[0])), "
+            "'torch._inductor.compile_fx' in sys.modules, c.compile_threads, len(multiprocessing.active_children()), "
+            "torch.cuda.is_initialized())\n")
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_COMPILE_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True", "1", "0", "False"]
+
+
+def test_ensure_replaces_a_forkserver_started_for_the_cpu_when_the_run_is_on_cuda():
+    """Started for the CPU (the early guess), then the run is on CUDA: a new forkserver without
+    qbench._preload_cpu; the other way round the running one is kept. A fresh interpreter, so the
+    test's own forkserver is left alone."""
+    code = (
+        "import os\n"
+        "from qbench import forkserver\n"
+        "forkserver.start(cpu=True)\n"
+        "first, = forkserver.pids()\n"
+        "print(forkserver.preloaded())\n"
+        "print(forkserver.ensure(cpu=True), forkserver.pids() == (first,))\n"
+        "print(forkserver.ensure(cpu=False))\n"
+        "second, = forkserver.pids()\n"
+        "print(second != first, forkserver.ensure(cpu=True), forkserver.pids() == (second,))\n"
+        "ctx = forkserver.context()\n"
+        "p = ctx.Process(target=os.getpid)\n"
+        "p.start(); p.join(); print(p.exitcode)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "['qbench._preload', 'qbench._preload_cpu']",
+        "['qbench._preload', 'qbench._preload_cpu'] True",
+        "['qbench._preload']",
+        "True ['qbench._preload'] True",
+        "0"]
+
+
+def test_a_cpu_run_from_the_command_line_preloads_the_scheme_packages(tmp_path):
+    """``qbench run --device cpu``: the forkserver started first thing preloads qbench._preload_cpu,
+    and the result file says so (``workers.preloaded``)."""
+    import json
+
+    from tests.conftest import small_scenario_toml
+
+    (tmp_path / "s.toml").write_text(small_scenario_toml(["fp32"], m=(1,)))
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "qbench", "run", str(tmp_path / "s.toml"), "--device", "cpu",
+                           "--quiet", "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["workers"]["preloaded"] == ["qbench._preload", "qbench._preload_cpu"]
