@@ -119,6 +119,8 @@ def _design(doc: dict) -> str:
     # qbench._preload_lean: QBENCH_PRELOAD=lean, tried and removed in the third session (call9, call10 files)
     pre = {"qbench._preload": "qbench preloaded", "qbench._preload_lean": "qbench preloaded, no Dynamo"}.get(
         (workers["preloaded"] or ["torch"])[0], "torch preloaded")
+    if "qbench._preload_cpu" in workers["preloaded"]:
+        pre = "qbench and scheme packages preloaded"
     return f"{pre}, {workers['ahead']} ahead"
 
 
