@@ -204,14 +204,15 @@ def test_cpu_second_session_figures():
 
 def test_readme_speed_figures():
     readme = " ".join((ROOT / "README.md").read_text().split())
-    call8 = [json.loads((SPEED / "2026-12-01" / "call8" / "bench" / f"preload-{i}.json").read_text())
-             for i in (1, 2, 3, 4)]
-    assert (f"{call8[0]['wall_s']:.1f} s for a first run (empty compile and autotune caches), then "
-            f"{call8[1]['wall_s']:.1f}, {call8[2]['wall_s']:.1f} and {call8[3]['wall_s']:.1f} s") in readme
+    call12 = _runs("call12", "bench")
+    assert (f"{call12[0]['wall_s']:.1f} s for a first run (empty compile and autotune caches), then "
+            f"{call12[1]['wall_s']:.1f}, {call12[2]['wall_s']:.1f} and {call12[3]['wall_s']:.1f} s") in readme
+    assert "(`results/h200/speed/2026-12-01/call12/`)" in readme
     old = json.loads((SPEED / "per-scheme-imports-1.json").read_text())
     assert f"the runner before issue 15 took {old['wall_s']:.0f} s on the same scenario" in readme
-    cpu = [json.loads((ROOT / "results/cpu/speed/second-session" / f"preload-{i}.json").read_text()) for i in (1, 2, 3)]
+    cpu = [json.loads((ROOT / "results/cpu/speed/third-session" / f"preload-{i}.json").read_text()) for i in (1, 2, 3)]
     walls = [d["wall_s"] for d in cpu]
+    assert "`results/cpu/speed/third-session/`" in readme
     assert f"2-core CPU (this project's CI machine kind): {min(walls):.1f}-{max(walls):.1f} s" in readme
     skipped = [r for r in cpu[0]["rows"] if r["status"] == "skipped"]
     assert len(skipped) == 13 and len(cpu[0]["rows"]) == 26
@@ -222,3 +223,209 @@ def test_readme_speed_figures():
                                                                   "fp8-weight-only", "fp8-dynamic")}
     assert sum(r["base_scheme"] == "fp8-dynamic" for r in skipped) == 3  # "fp8-dynamic in its three forms"
     assert sum(r["base_scheme"] == "int4-weight-only" for r in skipped) == 2
+
+
+def _bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_decode", ROOT / "scripts" / "bench_decode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _walls(docs: list[dict]) -> str:
+    """``38.6 and 43.4`` or ``43.8, 43.9 and 41.6``."""
+    walls = [f"{d['wall_s']:.1f}" for d in docs]
+    return walls[0] if len(walls) == 1 else ", ".join(walls[:-1]) + " and " + walls[-1]
+
+
+def _range(values: list[float], digits: int = 1) -> str:
+    lo, hi = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def third_session_figures() -> dict:
+    """The figures of docs/speed.md's third-session section, from calls 9 to 12."""
+    bench = _bench()
+    c9, c9lean = _runs("call9", "bench", n=3), _runs("call9", "bench", "lean-preload", n=3)
+    c10, c10lean = _runs("call10", "preload", n=3), _runs("call10", "lean", "lean-preload", n=2)
+    c11, c12 = _runs("call11", "bench", n=3), _runs("call12", "bench", n=4)
+    split = {id(d): bench.timeline_split(d) for d in c10 + c10lean + c11 + c12}
+
+    def part(docs, key):
+        return [split[id(d)][key] for d in docs]
+
+    def first_call(doc, scheme):
+        return next(r["compile"]["first_call_s"] for r in doc["rows"] if r["scheme"] == scheme and r.get("compile"))
+
+    nvml = (CALLS / "call10" / "nvml-cost.txt").read_text().split()
+    sweep = json.loads((CALLS / "call11" / "sweep-1.partial.json").read_text())
+    w8a8 = next(r for r in sweep["rows"] if r["scheme"] == "w8a8-dynamic")
+    return {
+        "c10rel": _range(part(c10, "write and release")), "c11rel": _range(part(c11 + c12, "write and release")),
+        "fp8c_c10": " and ".join(f"{first_call(d, 'fp8-weight-only+compiled'):.1f}" for d in c10[1:]),
+        "fp8c_after": _range([first_call(d, "fp8-weight-only+compiled") for d in c11[1:] + c12[1:]]),
+        "c10meas": _range(part(c10[1:], "measuring")), "c11meas": _range(part(c11[1:] + c12[1:], "measuring")),
+        "nvml_ms": f"{float(nvml[nvml.index('init+open+shutdown') + 2]) * 1e3:.0f}",
+        "read_us": f"{float(nvml[nvml.index('read') + 2]) * 1e6:.0f}",
+        "lean_ready": _range(part(c10lean, "forkserver ready")), "pre_ready": _range(part(c10, "forkserver ready")),
+        "lean9": _range([d["wall_s"] for d in c9lean]), "pre9": _range([d["wall_s"] for d in c9[1:]]),
+        "lean10": _range([d["wall_s"] for d in c10lean]), "pre10": _range([d["wall_s"] for d in c10[1:]]),
+        "lean_kernel": _range([bench.phases(d)["method:kernel"] for d in c10lean]),
+        "pre_kernel": _range([bench.phases(d)["method:kernel"] for d in c10]),
+        "c11w": _walls(c11[1:]), "c12w": _walls(c12[1:]), "c12c": f"{c12[0]['wall_s']:.1f}",
+        "c12go": _range(part(c12[1:], "first go")), "c12meas": _range(part(c12[1:], "measuring")),
+        "sweep_done": str(len({r["scheme"] for r in sweep["rows"]})), "sweep_wall": f"{sweep['wall_s']:.0f}",
+        "sweep_rows": str(len(sweep["rows"])), "sweep_w8a8": f"{w8a8['worker_phases_s']['after_go']:.0f}",
+    }
+
+
+THIRD = """## A timeline of each run, and the target reached (2026-12-01, third session)"""
+
+
+def _third_section() -> str:
+    raw = (ROOT / "docs" / "speed.md").read_text()
+    start = raw.index(THIRD)
+    return raw[start:raw.index("## The CPU (2 cores)", start)]
+
+
+def test_third_session_figures():
+    figures = third_session_figures()
+    section = _third_section()
+    assert "{" + "{" not in section  # every figure filled in
+    for key, value in figures.items():
+        assert value, key
+    # the template is the committed text with each figure replaced by its name: they must agree
+    filled = " ".join(THIRD_TEMPLATE.format(**figures).split())
+    assert filled == " ".join(_prose(section).split())
+
+
+def test_third_session_runs_are_what_the_text_says():
+    c11, c12 = _runs("call11", "bench", n=3), _runs("call12", "bench", n=4)
+    assert all(d["wall_s"] <= 45 for d in c11[1:] + c12[1:])  # "every one at most 45 s"
+    assert len({d["env"]["gpu_uuid"] for d in c12}) == 1 and len({d["env"]["gpu_uuid"] for d in c11}) == 1
+    for d in c11 + c12:
+        compiled = [r for r in d["rows"] if r.get("compile")]
+        assert compiled and all(r["compile"]["compile_threads"] == 1 for r in compiled)
+    sweep = json.loads((CALLS / "call11" / "sweep-1.partial.json").read_text())
+    assert sweep["complete"] is False and len({r["scheme"] for r in sweep["rows"]}) < 17
+    lean = _runs("call10", "lean", "lean-preload", n=2) + _runs("call9", "bench", "lean-preload", n=3)
+    default = _runs("call10", "preload", n=3) + _runs("call9", "bench", n=3)
+    assert min(d["wall_s"] for d in lean) > max(d["wall_s"] for d in default[1:3] + default[4:])  # warm runs
+
+
+def _prose(section: str) -> str:
+    """The section without its generated blocks (their content is checked by gen_docs --check)."""
+    import re
+
+    return re.sub(r"<!-- BEGIN: (.*?) -->.*?<!-- END -->", r"<!-- BEGIN: \1 --> <!-- END -->", section, flags=re.S)
+
+
+#: docs/speed.md's third-session section, its generated blocks empty and each figure a {name} of
+#: third_session_figures().
+THIRD_TEMPLATE = """## A timeline of each run, and the target reached (2026-12-01, third session)
+
+The phases above are each worker's own; they do not say where the run's wall time went *between*
+workers. Every result file now carries `workers.timeline`: per worker, when the runner asked for
+it, when it was forked, got its go, finished measuring, wrote its rows, said `done` and exited
+(seconds since the run's start; the worker's own readings share the runner's clock,
+`qbench.runner.TIMELINE_EVENTS`). `scripts/bench_decode.py --timeline` splits `wall_s` with it into
+parts that add up: the start (to the first worker's go), measuring (the workers' `after_go`),
+writing and releasing, the hand-offs, and the end.
+
+Calls 10 to 12 each got a fresh H200 (run 1 fills the caches; files and code in
+`results/h200/speed/README.md`). Call 10 is the code at the start of the session plus the timeline;
+call 11 adds the two fixes below; call 12 is call 11's code again, four runs:
+
+```sh
+python scripts/bench_decode.py --timeline results/h200/speed/2026-12-01/call10/preload/preload-1.json results/h200/speed/2026-12-01/call10/preload/preload-2.json results/h200/speed/2026-12-01/call10/preload/preload-3.json results/h200/speed/2026-12-01/call11/bench/preload-1.json results/h200/speed/2026-12-01/call11/bench/preload-2.json results/h200/speed/2026-12-01/call11/bench/preload-3.json results/h200/speed/2026-12-01/call12/bench/preload-1.json results/h200/speed/2026-12-01/call12/bench/preload-2.json results/h200/speed/2026-12-01/call12/bench/preload-3.json results/h200/speed/2026-12-01/call12/bench/preload-4.json
+```
+<!-- BEGIN: python scripts/bench_decode.py --timeline results/h200/speed/2026-12-01/call10/preload/preload-1.json results/h200/speed/2026-12-01/call10/preload/preload-2.json results/h200/speed/2026-12-01/call10/preload/preload-3.json results/h200/speed/2026-12-01/call11/bench/preload-1.json results/h200/speed/2026-12-01/call11/bench/preload-2.json results/h200/speed/2026-12-01/call11/bench/preload-3.json results/h200/speed/2026-12-01/call12/bench/preload-1.json results/h200/speed/2026-12-01/call12/bench/preload-2.json results/h200/speed/2026-12-01/call12/bench/preload-3.json results/h200/speed/2026-12-01/call12/bench/preload-4.json --> <!-- END -->
+
+What call 10's timeline showed, and what was done:
+
+- **Writing and releasing took {c10rel} s per run**, about 0.2 s per scheme: before saying `done`
+  each worker ran `gc.collect()` and `torch.cuda.empty_cache()`, so that the next worker, which
+  builds while this one exits, finds the memory it found before. It only matters where two
+  workers' memory would not fit together; the runner now decides that from the scenario's memory
+  estimate (`qbench.runner.must_release`: two peaks of `qbench.memory.estimate_bytes` plus the
+  waiting workers' contexts against the free memory) and tells the worker. Decode's layer needs a
+  fraction of a GiB: the part is {c11rel} s in calls 11 and 12.
+- **The compiled schemes' first call varied with the same cache hits**: fp8-weight-only+compiled's
+  took {fp8c_c10} s in call 10's warm runs, each an `fxgraph_cache_hit`. Importing Inductor's
+  `async_compile` (which the compiled workers do while they prepare, to save 2 s after the go) starts a
+  pool of compile processes, one per core: 16 per compiled worker on this host, each importing
+  torch, competing for the CPU with the measuring worker and the first call. qbench sets Inductor's
+  `compile_threads` to 1 in its workers (`qbench.measure.single_compile_thread`; rows record
+  `compile.compile_threads`; `TORCHINDUCTOR_COMPILE_THREADS` overrides): a scheme compiles a handful
+  of kernels, and after the first run reads them from Inductor's disk cache. In calls 11 and 12 the
+  same first call took {fp8c_after} s, and measuring fell from {c10meas} s to {c11meas} s.
+- Smaller: NVML is initialised once per process instead of at each of the seven readings of a row
+  (`nvmlInit` + open + `nvmlShutdown` took {nvml_ms} ms against {read_us} µs for one clock reading,
+  `call10/nvml-cost.txt`), and an eager worker no longer imports Dynamo just to read its counters.
+- **`QBENCH_PRELOAD=lean` was tried and removed.** Without Dynamo in the preload the forkserver was
+  ready sooner ({lean_ready} s after the start against {pre_ready} s), but every run was slower (all
+  lean runs came after the default's first run had filled the caches): call 9 {lean9} s against
+  {pre9} s for the default's warm runs, call 10 {lean10} s against {pre10} s. Starting
+  torch.profiler (the `kernel` method) evaluates `hasattr(torch, "_inductor")`, a lazy import of
+  Inductor and Dynamo, so each worker paid that import after its go: the `kernel` method took
+  {lean_kernel} s per run in call 10's lean runs against {pre_kernel} s.
+
+**The H200 target is met**: with both fixes, the warm runs took {c11w} s (call 11) and {c12w} s
+(call 12), every one at most 45 s; a first run on a fresh machine {c12c} s. What is left is the
+start ({c12go} s to the first go: the forkserver's preload of torch and Dynamo, which the first worker
+needs) and measuring itself ({c12meas} s), whose largest parts are the timing methods and the first
+calls of the compiled and gemlite schemes:
+
+```sh
+python scripts/bench_decode.py --summarize results/h200/speed/2026-12-01/call11/bench/preload-1.json results/h200/speed/2026-12-01/call11/bench/preload-2.json results/h200/speed/2026-12-01/call11/bench/preload-3.json results/h200/speed/2026-12-01/call12/bench/preload-1.json results/h200/speed/2026-12-01/call12/bench/preload-2.json results/h200/speed/2026-12-01/call12/bench/preload-3.json results/h200/speed/2026-12-01/call12/bench/preload-4.json
+```
+<!-- BEGIN: python scripts/bench_decode.py --summarize results/h200/speed/2026-12-01/call11/bench/preload-1.json results/h200/speed/2026-12-01/call11/bench/preload-2.json results/h200/speed/2026-12-01/call11/bench/preload-3.json results/h200/speed/2026-12-01/call12/bench/preload-1.json results/h200/speed/2026-12-01/call12/bench/preload-2.json results/h200/speed/2026-12-01/call12/bench/preload-3.json results/h200/speed/2026-12-01/call12/bench/preload-4.json --> <!-- END -->
+
+Numbers unchanged? Call 10 (before the fixes) against call 12 (after), two machines: the rows
+whose kernel does not depend on the process agree within a few percent; the gemlite and
+`+compiled` rows, whose kernels each process tunes or compiles anew, move as they did between two
+runs of one design (above):
+
+```sh
+qbench compare results/h200/speed/2026-12-01/call10/preload/preload-2.json results/h200/speed/2026-12-01/call12/bench/preload-3.json --format github --threshold 1.2
+```
+<!-- BEGIN: qbench compare results/h200/speed/2026-12-01/call10/preload/preload-2.json results/h200/speed/2026-12-01/call12/bench/preload-3.json --format github --threshold 1.2 --> <!-- END -->
+
+**The 11-M sweep is not at its 120 s target, and was not measured whole**: in call 11 it ran after
+the decode runs with its compile caches cold for M > 1 and was cut by its 200 s limit after
+{sweep_done} of its 17 schemes, {sweep_wall} s in (`call11/sweep-1.partial.json`; the first
+session's sweep took 209 s). Its time is measurement: {sweep_rows} rows, each timed by five methods
+to a 1 % CI or 0.5 s per method, and w8a8-dynamic alone took {sweep_w8a8} s after its go (host-synced
+calls of 1.6 ms). Meeting 120 s would mean a looser timing budget for the sweep, a trade the issue
+did not ask for; it is left open.
+
+"""
+
+
+def test_cpu_third_session_figures():
+    folder = ROOT / "results" / "cpu" / "speed" / "third-session"
+    load = lambda name: json.loads((folder / name).read_text())  # noqa: E731
+    before = [load(f"before-cpu-preload-{i}.json") for i in (1, 2, 3)]
+    old = [load(f"old-tree-{i}.json") for i in (1, 2)]
+    new = [load(f"preload-{i}.json") for i in (1, 2, 3)]
+    commits = lambda docs: {d["env"]["git"]["commit"][:7] for d in docs if not d["env"]["git"]["dirty"]}  # noqa: E731
+    assert commits(before) == {"5a9944a"} and commits(old) == {"392e9f2"} and commits(new) == {"7fb2d59"}
+    assert f"(`392e9f2`, two runs in a worktree) took {_walls(old)} s" in TEXT
+    assert f"the tree with the timeline {_range([d['wall_s'] for d in before])} s" in TEXT
+    bench = _bench()
+    last = bench.timeline_split(before[2])
+    assert f"{last['next not ready']:.1f} s of \"next not ready\" in a {before[2]['wall_s']:.1f} s run" in TEXT
+    after = [bench.timeline_split(d) for d in new]
+    assert {f"{a['next not ready']:.1f}" for a in after} == {"0.3"} and "hand-offs cost 0.3 s" in TEXT
+    assert all(0.5 < a["first go"] - last["first go"] < 1.5 for a in after)  # "about a second later"
+    assert f"three runs took {_walls(new)} s" in TEXT and max(d["wall_s"] for d in new) < 40
+    assert all(d["workers"]["preloaded"] == ["qbench._preload", "qbench._preload_cpu"] for d in new)
+    assert not any(d["env"].get("warnings") for d in before + old + new[:2])
+    assert new[2]["env"]["warnings"][0].startswith("CPU busy: 0.7 cores busy")
+    assert "the third one's environment record warns that 0.7 cores were busy" in TEXT
+
+
+def test_the_first_sessions_sweep_time():
+    assert round(_load("../sweep.json")["wall_s"]) == 209 and "the first session's sweep took 209 s" in TEXT
