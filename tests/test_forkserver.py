@@ -15,6 +15,15 @@ from qbench import forkserver
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _fresh(code: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter at the checkout's root (its own forkserver and imports,
+    none of this test process's), and require exit status 0."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
 @pytest.fixture
 def clean_env(monkeypatch):
     for name in ("QBENCH_PRELOAD", "QBENCH_AHEAD", "QBENCH_TUNING_CACHE"):
@@ -50,8 +59,7 @@ def test_the_forkserver_writes_to_dev_null_not_to_the_callers_pipes():
         "print(os.readlink(f'/proc/{pid}/fd/1'), os.readlink(f'/proc/{pid}/fd/2'), sep='|')\n"
         "print(os.readlink('/proc/self/fd/1').startswith('pipe:'), file=sys.stderr)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    proc = _fresh(code, timeout=120)
     assert proc.stdout.strip() == f"{os.devnull}|{os.devnull}"
     assert proc.stderr.strip().splitlines()[-1] == "True"
 
@@ -93,8 +101,7 @@ def test_the_cpu_preload_imports_the_packages_inductor_compiles_in_process_and_c
             "'torch._inductor.compile_fx' in sys.modules, c.compile_threads, len(multiprocessing.active_children()), "
             "torch.cuda.is_initialized())\n")
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_COMPILE_THREADS"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    proc = _fresh(code, env=env)
     assert proc.stdout.split() == ["True", "True", "1", "0", "False"]
 
 
@@ -116,8 +123,7 @@ def test_ensure_replaces_a_forkserver_started_for_the_cpu_when_the_run_is_on_cud
         "p = ctx.Process(target=os.getpid)\n"
         "p.start(); p.join(); print(p.exitcode)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    proc = _fresh(code)
     assert proc.stdout.splitlines() == [
         "['qbench._preload', 'qbench._preload_cpu']",
         "['qbench._preload', 'qbench._preload_cpu'] True",
