@@ -97,7 +97,7 @@ def predicts_cpu(requested: Optional[str]) -> bool:
         return True
     if requested != "auto":
         return False
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
         return True
     return not any(os.path.exists(node) for node in ("/dev/nvidiactl", "/dev/dxg"))
 
@@ -110,12 +110,11 @@ def ensure(cpu: bool) -> list[str]:
     fork-safe with CUDA); one started for CUDA serves a CPU run as it is (its workers import the
     scheme packages themselves)."""
     global _CONTEXT, _PRELOADED
-    if not cpu and CPU_PRELOAD in (_PRELOADED or []):
+    if not cpu and CPU_PRELOAD in preloaded():
         import multiprocessing.forkserver
 
-        server = multiprocessing.forkserver._forkserver
-        if getattr(server, "_forkserver_pid", None):
-            server._stop()
+        if pids():
+            multiprocessing.forkserver._forkserver._stop()
         _CONTEXT, _PRELOADED = None, None
     start(cpu)
     return preloaded()
@@ -123,8 +122,9 @@ def ensure(cpu: bool) -> list[str]:
 
 def start(cpu: bool = False) -> None:
     """Start the forkserver now (preloading for a CPU run with ``cpu``, :func:`preload_modules`)
-    without waiting for its preload; the first worker's start waits for it. Only host work overlaps with the caller: the forkserver never touches CUDA. A second call,
-    or a call after a worker started, does nothing.
+    without waiting for its preload; the first worker's start waits for it. Only host work overlaps
+    with the caller: the forkserver never touches CUDA. A second call, or a call after a worker
+    started, does nothing.
 
     The forkserver gets ``/dev/null`` for stdout and stderr (each worker writes its own log): one
     that outlives its run (a run refused right after the start, its preload still importing) holds

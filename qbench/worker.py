@@ -64,7 +64,7 @@ def main(argv: list[str], go=None) -> int:
     measured = time.perf_counter()
     for row in rows:
         row["worker_phases_s"] = {"prepare": prepared - started, "waited_for_go": go_at - prepared,
-                                  **row.get("worker_phases_s", {}), "after_go": time.perf_counter() - go_at}
+                                  **row.get("worker_phases_s", {}), "after_go": measured - go_at}
     tmp = rows_path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(finite_or_none(rows), f, allow_nan=False)
