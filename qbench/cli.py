@@ -49,8 +49,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
                          show_bar=not args.quiet and terminal, per_scheme=say if not terminal else None)
     machine = args.format in MACHINE_FORMATS
     # a document meant to be parsed (csv, json, tsv, latex, html) is alone on stdout; the rest goes to stderr
-    print(render.render_header(outcome.doc), file=sys.stderr if machine else sys.stdout)
-    print(render.render(outcome.doc["rows"], fmt=args.format))
+    if loaded.job == "step":  # the model-step table (qbench.step.view)
+        from qbench.step import view
+        from qbench.step.row import read_step_rows
+
+        for line in view.describe(outcome.doc):
+            print(line, file=sys.stderr if machine else sys.stdout)
+        print(view.step_table(read_step_rows(outcome.doc["rows"]), fmt=args.format))
+    else:
+        print(render.render_header(outcome.doc), file=sys.stderr if machine else sys.stdout)
+        print(render.render(outcome.doc["rows"], fmt=args.format))
     n = len(outcome.doc["rows"])
     print(f"\nwrote {outcome.path} ({n} row{'' if n == 1 else 's'}, {outcome.doc['wall_s']:.1f} s)",
           file=sys.stderr if machine else sys.stdout)

@@ -116,6 +116,9 @@ def check_fits(scenario: Scenario, device: torch.device | str, *, free: Optional
     free = free_bytes(device) if free is None else free
     if free is None:
         return
+    if scenario.model is not None:
+        _check_step_fits(scenario, device, free)
+        return
     est = estimate_bytes(scenario, device, l2_bytes=l2_bytes)
     if est["total"] <= free:
         return
@@ -129,6 +132,29 @@ def check_fits(scenario: Scenario, device: torch.device | str, *, free: Optional
         raise ScenarioError(scenario.source, "layer", f"{need}; it would not fit even at M=1: use a smaller layer, "
                                                       f"got in_features={k}, out_features={n}")
     raise ScenarioError(scenario.source, "m", f"{need}: use smaller M values, got {list(scenario.m)}")
+
+
+def _check_step_fits(scenario: Scenario, device: torch.device, free: int) -> None:
+    """Refuse a model-step scenario when not even one block fits: one block's seven linear layers
+    in 16 bits, its KV cache at the largest M and context (16 bits), the FP32 embedding and LM head
+    while they are built, one block's FP32 weights (the reference step) and the process overhead.
+    The worker builds as many blocks as fit (:mod:`qbench.step.measure`); this only refuses what
+    cannot run at all.
+
+    Raises:
+        ScenarioError: ``model`` naming the estimate, the free memory and the model.
+    """
+    from qbench.step.spec import check
+
+    config = check(scenario.model, scenario.source)
+    m, ctx = max(scenario.m), max(scenario.model.context)
+    need = (config.block_linear_params() * (_BF16 + _FP32) + m * (ctx + 1) * config.kv_elements_per_position() * _BF16
+            + 2 * config.vocab * config.hidden * _FP32 + PROCESS_OVERHEAD)
+    if need > free:
+        raise ScenarioError(scenario.source, "model", f"not even one block of {config.title} fits: one block, its KV cache "
+                            f"at M={m} and context {ctx}, the embedding and LM head need about {fmt_bytes(need)} of "
+                            f"{device} memory, only {fmt_bytes(free)} is free, got name={scenario.model.name!r}, "
+                            f"context={list(scenario.model.context)}")
 
 
 def fmt_bytes(n: int) -> str:

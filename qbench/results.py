@@ -191,6 +191,9 @@ def check_rows(rows: list, source: str) -> None:
             greater than 0 (got 0)``.
     """
     seen: dict[tuple, int] = {}
+    if any(isinstance(row, dict) and row.get("job") == "step" for row in rows):
+        _check_step_rows(rows, source)
+        return
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise ResultsError(f"{source}: rows[{i}]: a row is an object, got {type(row).__name__}")
@@ -205,9 +208,31 @@ def check_rows(rows: list, source: str) -> None:
         seen[key] = i
 
 
+def _check_step_rows(rows: list, source: str) -> None:
+    """The rows of a model-step result (:class:`qbench.step.row.StepRow`), one per identity."""
+    from pydantic import ValidationError
+
+    from qbench.step.row import StepRow
+
+    seen: dict[tuple, int] = {}
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or row.get("job") != "step":
+            raise ResultsError(f"{source}: rows[{i}]: a model-step result holds only step rows (job = 'step')")
+        try:
+            key = StepRow.model_validate(row).key
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise ResultsError(f"{source}: rows[{i}].{where}: {err['msg']} (got {err.get('input')!r})"[:400]) from None
+        if key in seen:
+            raise ResultsError(f"{source}: rows[{i}] repeats rows[{seen[key]}] (scheme {row['scheme']!r}, M={row['m']}, "
+                               f"context={row['context']}): one row per scheme, M and context")
+        seen[key] = i
+
+
 #: The values a ``--method`` option accepts (CLI choices of report, compare, recommend, plot):
 #: every method of the registry, in table order.
-METHOD_CHOICES = tuple(registry.METHODS)
+METHOD_CHOICES = registry.LAYER_METHODS
 #: What a file without the decision method's data falls back to, in this order: ``cold`` on a CUDA
 #: result, ``cpu`` on a CPU result (files written before ``stream`` existed have neither stream).
 FALLBACK_METHODS = ("cold", CPU_METHOD)

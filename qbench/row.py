@@ -327,9 +327,9 @@ class Shard(_Part):
 
 
 def _known_methods(v: dict) -> dict:
-    unknown = [m for m in v if m not in registry.METHODS]
+    unknown = [m for m in v if m not in registry.LAYER_METHODS]
     if unknown:
-        raise ValueError(f"unknown timing method {unknown[0]!r} (known: {', '.join(registry.METHODS)})")
+        raise ValueError(f"unknown timing method {unknown[0]!r} (known: {', '.join(registry.LAYER_METHODS)})")
     return v
 
 

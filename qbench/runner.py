@@ -110,6 +110,17 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
     return finish(doc, path, started, force=force)
 
 
+def blank_rows(scenario: Scenario, entry, dev) -> list[dict]:
+    """The rows of one scheme with their identity and nothing measured, for the scenario's job kind
+    (a layer row per M; a model-step row per context and M)."""
+    scheme = schemes.get(entry.name)
+    if scenario.job == "step":
+        from qbench.step.measure import blank_rows as step_rows
+
+        return step_rows(scenario, entry, scheme, dev)
+    return [base_row(scenario, entry, scheme, m, dev) for m in scenario.m]
+
+
 def _bar(total: int):
     try:
         from tqdm import tqdm
@@ -304,8 +315,7 @@ class _Workers:
         reason = self.skip_reason(index)
         if reason is not None:
             entry = self.scenario.schemes[index]
-            rows = [base_row(self.scenario, entry, schemes.get(entry.name), m, self.dev) for m in self.scenario.m]
-            return failed_rows(rows, "skipped", reason)
+            return failed_rows(blank_rows(self.scenario, entry, self.dev), "skipped", reason)
         proc, conn, rows_path, log_path = self.started.pop(index, None) or self._start(index)
         self._go(index, conn)
         for ahead in range(index + 1, min(index + 1 + self.ahead, len(self.scenario.schemes))):
@@ -339,8 +349,7 @@ class _Workers:
             with open(rows_path, encoding="utf-8") as f:
                 return json.load(f)
         entry = self.scenario.schemes[index]
-        rows = [base_row(self.scenario, entry, schemes.get(entry.name), m, self.dev) for m in self.scenario.m]
-        return failed_rows(rows, "failed", _death_reason(code, log_path, timeout))
+        return failed_rows(blank_rows(self.scenario, entry, self.dev), "failed", _death_reason(code, log_path, timeout))
 
     def _worker_stamps(self, index: int, said: bytes) -> None:
         """The worker's own clock readings from its ``done`` message, into the timeline as

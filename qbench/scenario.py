@@ -21,6 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from qbench import schemes
 from qbench.schemes.base import SchemeOptions
+from qbench.step.config import ConfigError
+from qbench.step.spec import ModelSpec
+from qbench.step.spec import check as check_model
 from qbench.timing import registry
 
 METHODS = registry.SCENARIO_METHODS
@@ -161,7 +164,14 @@ class Scenario(_Frozen):
     weight: WeightSpec = WeightSpec()
     schemes: tuple[SchemeEntry, ...] = Field(min_length=1)
     tp: Optional[TpSpec] = None
+    model: Optional[ModelSpec] = None
     source: str = "<scenario>"
+
+    @property
+    def job(self) -> str:
+        """The job kind: ``"step"`` (a ``[model]`` table: the whole decode step, :mod:`qbench.step`),
+        ``"tp"`` (a ``[tp]`` table) or ``"layer"``."""
+        return "step" if self.model is not None else "tp" if self.tp is not None else "layer"
 
     @field_validator("device")
     @classmethod
@@ -186,6 +196,13 @@ class Scenario(_Frozen):
         data["m"] = list(self.m)
         data["timing"]["methods"] = list(self.timing.methods)
         data["schemes"] = [{"name": e.name, **e.options.model_dump(exclude_none=True)} for e in self.schemes]
+        if self.model is None:
+            data.pop("model")
+        else:
+            data["model"] = self.model.to_dict()
+            for key in ("layer", "weight", "inputs"):
+                data.pop(key)
+            data["timing"].pop("methods")
         if self.tp is None:
             data.pop("tp")
         else:
@@ -291,6 +308,17 @@ def from_dict(data: Any, source: str = "<scenario>") -> Scenario:
     entries = _scheme_entries(raw_schemes, source, data)
     if "m" in data:
         data["m"] = _m_values(data["m"], source)
+    if isinstance(data.get("model"), dict):
+        if "layer" in data:
+            raise ScenarioError(source, "layer", "a model-step scenario ([model]) builds every layer of the model; "
+                                                 "remove [layer], got a [layer] table")
+        for key in ("tp", "weight", "inputs"):
+            if key in data:
+                raise ScenarioError(source, key, f"not used by a model-step scenario ([model]): its weights are seeded "
+                                                 f"per block and its inputs are token ids; remove [{key}]")
+        if isinstance(data.get("timing"), dict) and "methods" in data["timing"]:
+            raise ScenarioError(source, "timing.methods", "a model-step scenario lists its step methods in "
+                                                          f"model.methods, got {_show(data['timing']['methods'])}")
     if isinstance(data.get("timing"), dict) and isinstance(data["timing"].get("methods"), list):
         data["timing"] = {**data["timing"], "methods": tuple(data["timing"]["methods"])}
     try:
@@ -377,7 +405,8 @@ def _auto_label(name: str, options: SchemeOptions) -> str:
 def _check_cross_fields(scenario: Scenario) -> None:
     k = scenario.layer.in_features
     n = scenario.layer.out_features
-    for i, entry in enumerate(scenario.schemes):
+    # a model-step scenario's shapes are the model's: a scheme that cannot take one is a skipped row
+    for i, entry in enumerate(() if scenario.model is not None else scenario.schemes):
         multiple = schemes.get(entry.name).k_multiple(entry.options)
         if k % multiple:
             raise ScenarioError(scenario.source, "layer.in_features",
@@ -405,6 +434,11 @@ def _check_cross_fields(scenario: Scenario) -> None:
                             f"must be > 0 when outlier_fraction > 0, got {scenario.inputs.outlier_magnitude}")
     if scenario.tp is not None:
         _check_tp(scenario)
+    if scenario.model is not None:
+        try:
+            check_model(scenario.model, scenario.source)
+        except ConfigError as exc:
+            raise ScenarioError(scenario.source, exc.key, exc.message) from None
 
 
 def _check_tp(scenario: Scenario) -> None:

@@ -60,6 +60,8 @@ def main(argv: list[str], go=None) -> int:
         except EOFError:  # the runner went away before giving "go": nothing to measure for
             return 3
     go_at = time.perf_counter()
+    if scenario.job == "step":  # the model-step job kind (qbench.step): same worker life cycle
+        from qbench.step.measure import measure_step_scheme as measure_scheme
     rows = measure_scheme(scenario, job["entry_index"], device, job.get("ceilings"))
     measured = time.perf_counter()
     for row in rows:

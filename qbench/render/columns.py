@@ -236,12 +236,12 @@ _CATALOGUE: list[Column] = [
         Column(m, f"{m} µs", _latency(m), fmt_us, True,
                f"median of latency_us.{m}: {info.includes}; * = noisy (cv > {NOISY_CV:.0%})",
                cell_override=_latency_cell(m))
-        for m, info in registry.METHODS.items()
+        for m, info in registry.METHODS.items() if info.job == "layer"
     ],
     *[
         Column(f"{m}_cv", f"{m} cv %", _pct(_latency(m, "cv")), fmt_num(".1f"), True,
                f"stdev/mean of latency_us.{m}")
-        for m in registry.METHODS
+        for m in registry.LAYER_METHODS
     ],
     *[
         Column(f"{m}_{p}", f"{m} {p} µs", _latency(m, p), fmt_us, True)

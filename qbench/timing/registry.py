@@ -39,6 +39,7 @@ class TimingMethod:
     cpu: bool
     needs_capture: bool
     decision: bool = False
+    job: str = "layer"
 
 
 #: Every method, in the order tables show them.
@@ -59,16 +60,33 @@ METHODS: dict[str, TimingMethod] = {m.name: m for m in (
                  "profiled call, launch gaps excluded", "flushed", cuda=True, cpu=False, needs_capture=False),
     TimingMethod("cpu", "host wall time per call on one weight (blocks of calls, perf_counter)",
                  "hot when the weight fits in the caches", cuda=False, cpu=True, needs_capture=False),
+    # the model-step job's methods (qbench.step): one module each, qbench/timing/step_*.py
+    TimingMethod("step_graph", "µs per replay of one CUDA graph of the eager decode step (every block, the LM head, "
+                 "argmax): no launch gaps, no host work: the engine's view", "weights and KV cache from HBM",
+                 cuda=True, cpu=False, needs_capture=True, job="step"),
+    TimingMethod("step_compiled", "µs per replay of one CUDA graph of the step compiled by torch.compile (default mode, "
+                 "one compiled block reused by every block), captured by hand", "weights and KV cache from HBM",
+                 cuda=True, cpu=False, needs_capture=True, job="step"),
+    TimingMethod("step_reduce_overhead", "µs per step of torch.compile(mode='reduce-overhead') in a decode loop (token "
+                 "n feeds step n+1, no sync between): host included, hidden behind the GPU when it can be; extras: "
+                 "host_us (one call's host time), synced_us (one call + sync from idle)", "weights and KV cache from HBM",
+                 cuda=True, cpu=False, needs_capture=False, job="step"),
+    TimingMethod("step_cpu", "host wall time per eager decode step on the CPU (blocks of steps, perf_counter)",
+                 "weights from DRAM (a model exceeds the caches)", cuda=False, cpu=True, needs_capture=False, job="step"),
 )}
 
 #: Methods a scenario's ``timing.methods`` may list (run on CUDA; ``stream`` also on CPU).
-SCENARIO_METHODS: tuple[str, ...] = tuple(n for n, m in METHODS.items() if m.cuda)
+SCENARIO_METHODS: tuple[str, ...] = tuple(n for n, m in METHODS.items() if m.cuda and m.job == "layer")
+#: The model-step job's methods (:mod:`qbench.step`), in table order.
+STEP_METHODS: tuple[str, ...] = tuple(n for n, m in METHODS.items() if m.job == "step")
 #: CUDA methods in table order.
 CUDA_METHODS: tuple[str, ...] = SCENARIO_METHODS
 #: The method every CPU row has.
 CPU_METHOD = "cpu"
 #: The method decisions read by default, on CUDA and CPU results alike.
 DECISION_METHOD: str = next(n for n, m in METHODS.items() if m.decision)
+#: The layer methods (what a layer row's ``latency_us`` may hold).
+LAYER_METHODS: tuple[str, ...] = tuple(n for n, m in METHODS.items() if m.job == "layer")
 
 
 def get(name: str) -> TimingMethod:

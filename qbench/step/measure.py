@@ -1,0 +1,555 @@
+"""Measure one scheme of a model-step scenario in the current process: one row per (M, context).
+
+Called by :mod:`qbench.worker` for a scenario with a ``[model]`` table (one worker per scheme, like
+a layer scenario). In order:
+
+1. **Skips**: the scheme cannot run here, cannot take one of the model's linear shapes (its group
+   or block size, a kernel constraint), or an M: skipped rows naming the reason.
+2. **Build**: the seven linear layers of each block from seeded FP32 weights (distinct per block,
+   so every step streams every weight from HBM), the LM head (the scheme's when
+   ``quantize_lm_head``, else a float layer in the activation dtype), the embedding and norms. On
+   CUDA, block 0 is built first and its memory measured; as many blocks are built as fit beside the
+   largest KV cache and a workspace (fewer than the model has: the step is extrapolated, 5 below).
+3. **Cache**: per context, a prefill of one seeded prompt (bf16 on CUDA, FP32 on the CPU) through
+   the blocks fills positions ``0 .. context - 1``; each of the M sequences gets a copy (the step
+   still reads M distinct caches) and decodes its own seeded token at position ``context``. Every
+   scheme's worker fills the same cache (same seed, same weights), so the steps of all schemes
+   read identical histories.
+4. **Error**: the step's logits against the FP32 step (:func:`qbench.step.llama.reference_logits`)
+   on the same tokens and cache.
+5. **Timing**, by the step methods of the timing registry (:mod:`qbench.timing.step_graph`,
+   ``step_compiled``, ``step_reduce_overhead``, ``step_cpu``), each saying what it includes; with
+   fewer blocks built than the model has, each method also times the step of half the built blocks
+   and the row's step is extrapolated linearly in the block count (both readings kept).
+6. **Σ linear**: the ``stream`` time of each of the model's own linear layers (a CUDA graph calling
+   that layer of every built block in turn: distinct weights from HBM, no launch gaps; the compiled
+   module for a compiled scheme) times the count per step: the layer view of the same step,
+   measured in the same process.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Optional
+
+import torch
+
+from qbench import ledger
+from qbench.scenario import Scenario
+from qbench.schemes import get as get_scheme
+from qbench.step import floor, llama
+from qbench.step.config import StepModelConfig
+from qbench.step.row import StepRow
+from qbench.step.spec import COMPILED_ONLY, check as check_spec
+
+#: Device memory kept free beyond the estimate (bytes): CUDA graphs' pools, cuBLAS workspaces,
+#: the allocator's fragmentation. Project choice, from the H200 runs' peaks.
+HEADROOM = 3 << 30
+#: Positions per MLP chunk of the prefill.
+PREFILL_CHUNK = 4096
+#: A step method's p90 / p10 above which its reading is flagged as scattered.
+SCATTER = 1.25
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def blank_rows(scenario: Scenario, entry, scheme, device) -> list[dict]:
+    """One row per (context, M) with the identity filled and status ``ok`` (no measurement)."""
+    spec = scenario.model
+    config = check_spec(spec, scenario.source)
+    lm = "none" if not spec.lm_head else ("scheme" if spec.quantize_lm_head else "float")
+    return [StepRow(scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
+                    options=entry.options.model_dump(exclude={"label", "mode"}), model=spec.name or spec.config,
+                    title=config.title, m=m, context=context, device=str(device), weight_dtype=scheme.weight_dtype,
+                    activation_dtype=_dtype_name(scheme.activation_dtype), lm_head=lm, blocks=config.blocks,
+                    ).model_dump() for context in spec.context for m in scenario.m]
+
+
+def _fail(rows: list[dict], status: str, reason: str) -> list[dict]:
+    for row in rows:
+        if row["status"] == "ok":
+            row["status"], row["reason"] = status, reason.splitlines()[0][:400] if reason.strip() else status
+    return rows
+
+
+def _shape_reason(config: StepModelConfig, scheme, options, quantize_head: bool) -> Optional[str]:
+    for role, (k, n) in config.linear_shapes().items():
+        if role == "lm_head" and not quantize_head:
+            continue
+        km, nm = scheme.k_multiple(options), scheme.n_multiple(options)
+        if k % km or n % nm:
+            need = f"K a multiple of {km}" if k % km else f"N a multiple of {nm}"
+            return f"{scheme.name} cannot take {role} (K={k}, N={n}): needs {need}"
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _checked(rows: list[dict]) -> list[dict]:
+    return [StepRow.model_validate(r).model_dump() for r in rows]
+
+
+def measure_step_scheme(scenario: Scenario, entry_index: int, device: torch.device,
+                        ceilings: Optional[dict] = None) -> list[dict]:
+    """Rows (one per context and M) for ``scenario.schemes[entry_index]`` on ``device``.
+
+    Never raises for the scheme's own failure: an unavailable scheme gives ``skipped`` rows, an
+    exception while building gives ``failed`` rows, one while measuring a row fails that row.
+    Every row is checked against :class:`qbench.step.row.StepRow`.
+    """
+    entry = scenario.schemes[entry_index]
+    scheme = get_scheme(entry.name)
+    spec = scenario.model
+    config = check_spec(spec, scenario.source)
+    rows = blank_rows(scenario, entry, scheme, device)
+    reason = scheme.unavailable_reason(device, entry.options)
+    if reason is None and entry.options.mode == "compiled" and device.type == "cpu":
+        import shutil
+
+        if not any(shutil.which(cc) for cc in ("cc", "gcc", "g++", "clang", "c++")):
+            reason = "torch.compile on CPU needs a C++ compiler (none found)"
+    reason = reason or _shape_reason(config, scheme, entry.options, spec.lm_head and spec.quantize_lm_head)
+    if reason:
+        return _checked(_fail(rows, "skipped", reason))
+    for row in rows:
+        m_reason = scheme.m_reason(row["m"], device, entry.options)
+        if m_reason:
+            _fail([row], "skipped", m_reason)
+    if all(r["status"] != "ok" for r in rows):
+        return _checked(rows)
+    torch.manual_seed(scenario.seed)
+    t0 = time.perf_counter()
+    try:
+        built = _Built(scenario, config, scheme, entry, device)
+    except Exception as exc:  # the scheme could not be built here: failed rows, the run goes on
+        return _checked(_fail(rows, "failed", f"build: {_describe(exc)}"))
+    build_s = time.perf_counter() - t0
+    with torch.inference_mode():
+        for context in spec.context:
+            todo = [r for r in rows if r["context"] == context and r["status"] == "ok"]
+            if not todo:
+                continue
+            try:
+                prompt_cache = built.prefill(context)
+            except Exception as exc:
+                _fail(todo, "failed", f"prefill: {_describe(exc)}")
+                continue
+            for row in todo:
+                t1 = time.perf_counter()
+                try:
+                    built.measure(row, prompt_cache, ceilings)
+                except Exception as exc:
+                    _fail([row], "failed", f"run: {_describe(exc)}")
+                row["worker_phases_s"] = {"build": build_s, "row": time.perf_counter() - t1}
+            del prompt_cache
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    return _checked(rows)
+
+
+class _Built:
+    """The scheme's model parts, built once per worker and reused for every (context, M)."""
+
+    def __init__(self, scenario: Scenario, config: StepModelConfig, scheme, entry, device: torch.device):
+        self.scenario, self.config, self.scheme, self.entry, self.device = scenario, config, scheme, entry, device
+        self.spec = scenario.model
+        self.act = scheme.activation_dtype
+        self.prefill_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        self.compiled = entry.options.mode == "compiled"
+        self.weights = llama.Weights(config, scenario.seed, device)
+        self.capture_failure: Optional[str] = None
+        self.compiled_fns: dict[str, Any] = {}
+        want = min(self.spec.blocks or config.blocks, config.blocks)
+        self.linears: list[dict[str, torch.nn.Module]] = []
+        before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+        self.linears.append(self._build_block(0))
+        self.block_bytes = sum(ledger.count(scheme.parts(mod)).stored_bytes for mod in self.linears[0].values())
+        n = want
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            per_block = torch.cuda.memory_allocated(device) - before
+            n = min(want, self._blocks_that_fit(per_block))
+            if n < 1:
+                raise MemoryError(f"not even one block fits: a block takes {per_block / 2**30:.1f} GiB plus its KV cache")
+        for i in range(1, n):
+            self.linears.append(self._build_block(i))
+        self.blocks_built = n
+        self.embed = self.weights.get("model.embed_tokens.weight").to(self.act)
+        self.norm = self.weights.get("model.norm.weight")
+        self.head: Optional[torch.nn.Module] = None
+        self.head_bytes = 0
+        if self.spec.lm_head:
+            w = self.weights.get("lm_head.weight")
+            if self.spec.quantize_lm_head:
+                self.head = scheme.build(w, None, entry.options)
+                self.head_bytes = ledger.count(scheme.parts(self.head)).stored_bytes
+            else:
+                self.head = llama.FloatLinear(w.to(self.act))
+                self.head_bytes = w.numel() * torch.empty((), dtype=self.act).element_size()
+            del w
+        self.norms = [(self.weights.get(f"model.layers.{i}.input_layernorm.weight"),
+                       self.weights.get(f"model.layers.{i}.post_attention_layernorm.weight")) for i in range(n)]
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    # -- building ---------------------------------------------------------------------------
+    def _build_block(self, index: int) -> dict[str, torch.nn.Module]:
+        out = {}
+        for role in llama.BLOCK_LINEARS:
+            w = self.weights.get(llama.linear_name(index, role))
+            out[role] = self.scheme.build(w, None, self.entry.options)
+            del w
+        return out
+
+    def _blocks_that_fit(self, per_block: int) -> int:
+        """Blocks that fit in the free memory beside the largest KV cache, the embedding, the LM
+        head, the prefill's one-block working set and the FP32 reference's (one block of FP32
+        weights and an FP32 copy of one block's cache at the largest M and context)."""
+        c, itemsize = self.config, torch.empty((), dtype=self.act).element_size()
+        m, ctx = max(self.scenario.m), max(self.spec.context)
+        cache_per_block = m * (ctx + 1) * c.kv_elements_per_position() * itemsize
+        prompt_cache_per_block = (ctx + 1) * c.kv_elements_per_position() * 2
+        free = torch.cuda.mem_get_info(self.device)[0]
+        embed_head = 2 * c.vocab * c.hidden * 4  # the FP32 source of each while built
+        chunk = min(ctx, PREFILL_CHUNK)
+        prefill_ws = (6 * c.block_linear_params() + ctx * (3 * c.hidden + 4 * c.heads * c.head_dim) * 2
+                      + chunk * c.ffn * 2 * 3)
+        reference_ws = 4 * c.block_linear_params() + 2 * m * (ctx + 1) * c.kv_elements_per_position() * 4 + m * c.vocab * 8
+        spare = free - embed_head - max(prefill_ws, reference_ws) - HEADROOM
+        return int(spare // (per_block + cache_per_block + prompt_cache_per_block)) + 1  # block 0 is built already
+
+    # -- per context ------------------------------------------------------------------------
+    def prefill(self, context: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The shared prompt's K/V (one sequence) for every built block, in the prefill dtype."""
+        gen = torch.Generator(device="cpu").manual_seed(self.scenario.seed * 7919 + context)
+        prompt = torch.randint(0, self.config.vocab, (1, context), generator=gen).to(self.device)
+        cache = llama.new_cache(self.config, 1, context, self.prefill_dtype, self.device, self.blocks_built)
+        llama.prefill(self.weights, cache, prompt, self.prefill_dtype, chunk=PREFILL_CHUNK)
+        return cache
+
+    # -- per row ----------------------------------------------------------------------------
+    def _model(self, m: int, context: int, prompt_cache) -> llama.DecodeModel:
+        blocks = []
+        for i, (k1, v1) in enumerate(prompt_cache):
+            k = k1.to(self.act).expand(m, -1, -1, -1).contiguous()
+            v = v1.to(self.act).expand(m, -1, -1, -1).contiguous()
+            blocks.append(llama.Block(self.config, self.linears[i], self.norms[i][0], self.norms[i][1], k, v, context,
+                                      self.act))
+        return llama.DecodeModel(self.config, self.embed, blocks, self.norm, self.head, context, self.act)
+
+    def measure(self, row: dict, prompt_cache, ceilings: Optional[dict]) -> None:
+        m, context, dev = row["m"], row["context"], self.device
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        model = self._model(m, context, prompt_cache)
+        gen = torch.Generator(device="cpu").manual_seed(self.scenario.seed * 104729 + m * 131 + context)
+        tokens = torch.randint(0, self.config.vocab, (m,), generator=gen).to(dev)
+        row["blocks_built"] = self.blocks_built
+        self._error(row, model, tokens, context)
+        self._time(row, model, tokens)
+        if self.spec.linear_sum:
+            self._linear_sum(row, model, m)
+        self._derive(row, ceilings)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+            row["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(dev))
+        del model
+
+    def _error(self, row: dict, model: llama.DecodeModel, tokens: torch.Tensor, context: int) -> None:
+        caches = [(b.k_cache, b.v_cache) for b in model.blocks]
+        got = model.logits(tokens)
+        ref = llama.reference_logits(self.weights, caches, tokens, context, lm_head=self.spec.lm_head)
+        row["error"] = step_error(got, ref, "logits" if self.spec.lm_head else "hidden")
+        if self.blocks_built < self.config.blocks:
+            row["error"]["blocks"] = self.blocks_built
+
+    def _methods(self) -> list[str]:
+        if self.device.type == "cpu":
+            return [m for m in self.spec.methods if m == "step_cpu"]
+        wanted = [m for m in self.spec.methods if m != "step_cpu"]
+        return [m for m in wanted if self.compiled or m not in COMPILED_ONLY]
+
+    def _time(self, row: dict, model: llama.DecodeModel, tokens: torch.Tensor) -> None:
+        from qbench.timing import step_compiled, step_cpu, step_graph, step_reduce_overhead
+        from qbench.timing.settings import TimingSettings
+
+        t = self.scenario.timing
+        settings = TimingSettings(warmup=min(t.warmup, 5), min_reps=t.min_reps, max_reps=t.max_reps,
+                                  target_rel_ci=t.target_rel_ci, budget_s=t.budget_s, graph_calls=1,
+                                  flush_multiple=t.flush_multiple)
+        counts = [self.blocks_built]
+        if self.blocks_built < self.config.blocks:
+            if self.blocks_built < 2:
+                row["flags"].append(f"extrapolated-from-one: only 1 of {self.config.blocks} blocks fits; "
+                                    "the step is that block's times the block count")
+            else:
+                counts = [self.blocks_built // 2, self.blocks_built]
+        readings: dict[str, list[float]] = {}
+        for method in self._methods():
+            t0 = time.perf_counter()
+            stats_by_n = []
+            try:
+                if method != "step_cpu" and self.capture_failure:
+                    raise _NotAttempted(self.capture_failure)
+                for n in counts:
+                    if method == "step_cpu":
+                        stats = step_cpu.run(lambda n=n: model(tokens, n), settings).to_dict()
+                    elif method == "step_graph":
+                        model.block_call, model.head_call = _eager_block, model._head
+                        stats = step_graph.run(lambda n=n: model(tokens, n), settings).to_dict()
+                    elif method == "step_compiled":
+                        self._use_compiled(model, "default")
+                        stats = self._compiled_reading(row, lambda n=n: model(tokens, n), tokens,
+                                                       lambda fn: step_compiled.run(fn, settings).to_dict())
+                    else:
+                        self._use_compiled(model, "reduce-overhead")
+                        stats = self._compiled_reading(
+                            row, lambda n=n: model(tokens, n), tokens,
+                            lambda fn, n=n: _ro(step_reduce_overhead, model, tokens, n, settings))
+                    stats_by_n.append(stats)
+                row["latency_us"][method] = _combine(stats_by_n, counts, self.config.blocks)
+                if len(stats_by_n) == 2:
+                    ex = row["extrapolated"] or {"blocks": counts, "readings": {}}
+                    ex["readings"][method] = [s["median"] for s in stats_by_n]
+                    row["extrapolated"] = ex
+                readings[method] = [s["median"] for s in stats_by_n]
+            except _NotAttempted as exc:
+                row["latency_us"][method] = None
+                row["latency_reasons"][method] = f"not attempted: {exc}"
+            except Exception as exc:
+                from qbench.timing.warm import GraphCaptureError
+
+                why = _describe(exc)
+                row["latency_us"][method] = None
+                row["latency_reasons"][method] = why
+                if isinstance(exc, GraphCaptureError) or "captur" in why.lower():
+                    self.capture_failure = f"CUDA graph capture failed ({method}): {why}"
+            finally:
+                model.block_call, model.head_call = _eager_block, model._head
+                row["worker_phases_s"] = {**row["worker_phases_s"], method: time.perf_counter() - t0}
+            self._gpu_reading(row, method)
+        if row["extrapolated"] is not None:
+            n_small, n_large = counts
+            row["flags"].append(f"extrapolated: {n_large} of {self.config.blocks} blocks fit; each step is "
+                                f"t({n_large}) + ({self.config.blocks} - {n_large}) x (t({n_large}) - t({n_small})) / "
+                                f"{n_large - n_small} (both readings in 'extrapolated')")
+
+    # -- compiled forms ---------------------------------------------------------------------
+    def _use_compiled(self, model: llama.DecodeModel, mode: str) -> None:
+        import torch._dynamo
+
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
+        if mode not in self.compiled_fns:
+            self.compiled_fns[mode] = (torch.compile(_eager_block, mode=None if mode == "default" else mode, dynamic=False),
+                                       torch.compile(_head_fn, mode=None if mode == "default" else mode, dynamic=False))
+        block_fn, head_fn = self.compiled_fns[mode]
+        model.block_call = block_fn
+        model.head_call = lambda x: head_fn(model, x)
+
+    def _compiled_reading(self, row: dict, call: Callable[[], Any], tokens, timed: Callable) -> dict:
+        """Compile (first calls, outside the timed region), then ``timed(call)``; the compile
+        record goes to ``row["compile"]``."""
+        before = _counters()
+        t0 = time.perf_counter()
+        call()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        first = time.perf_counter() - t0
+        after = _counters()
+        record = row["compile"] or {}
+        record.setdefault("first_call_s", []).append(first)
+        record["graphs_compiled"] = record.get("graphs_compiled", 0) + after["graphs"] - before["graphs"]
+        record["graph_breaks"] = record.get("graph_breaks", 0) + after["breaks"] - before["breaks"]
+        record["cudagraph_skips"] = record.get("cudagraph_skips", 0) + after["cudagraph_skips"] - before["cudagraph_skips"]
+        row["compile"] = record
+        stats = timed(call)
+        return stats
+
+    # -- Σ linear ---------------------------------------------------------------------------
+    def _linear_sum(self, row: dict, model: llama.DecodeModel, m: int) -> None:
+        from qbench.timing.settings import TimingSettings
+        from qbench.timing.stream import time_stream, time_stream_cpu
+
+        t = self.scenario.timing
+        settings = TimingSettings(warmup=min(t.warmup, 5), min_reps=t.min_reps, max_reps=t.max_reps,
+                                  target_rel_ci=t.target_rel_ci, budget_s=t.budget_s, graph_calls=1,
+                                  flush_multiple=t.flush_multiple)
+        shapes = self.config.linear_shapes()
+        by_role: dict[str, dict] = {}
+        total: Optional[float] = 0.0
+        roles = list(llama.BLOCK_LINEARS) + (["lm_head"] if self.head is not None else [])
+        for role in roles:
+            k, n = shapes[role]
+            per_step = self.config.blocks if role != "lm_head" else 1
+            record: dict[str, Any] = {"k": k, "n": n, "count": per_step, "stream": None}
+            try:
+                if self.capture_failure and self.device.type == "cuda":
+                    raise _NotAttempted(self.capture_failure)
+                dtype = self.act
+                x = torch.randn((m, k), generator=torch.Generator(device="cpu").manual_seed(k * 7 + n),
+                                dtype=torch.float32).to(self.device, dtype)
+                mods = [self.linears[i][role] for i in range(self.blocks_built)] if role != "lm_head" else [self.head]
+                if self.compiled:
+                    mods = [torch.compile(mod, dynamic=False) for mod in mods]
+                calls = [(lambda mod=mod: mod(x)) for mod in mods]
+                if role == "lm_head":  # one copy: the LM head alone is many times the L2 on a real model
+                    calls = calls * 4
+                stats = (time_stream_cpu(calls, settings) if self.device.type == "cpu" else time_stream(calls, settings))
+                record["stream"] = stats.to_dict()
+                record["copies"] = len(mods)
+            except Exception as exc:
+                record["reason"] = f"not attempted: {exc}" if isinstance(exc, _NotAttempted) else _describe(exc)
+            by_role[role] = record
+            if record["stream"] is None or total is None:
+                total = None
+            else:
+                total += record["stream"]["median"] * per_step
+        row["linear"] = {"method": "stream", "by_role": by_role, "sum_us": total,
+                         "includes": "Σ over the model's linear layers (every block, and the LM head when the step has one) "
+                                     "of the layer's stream median: what the layer view predicts for the step"}
+
+    # -- derived ----------------------------------------------------------------------------
+    def _derive(self, row: dict, ceilings: Optional[dict]) -> None:
+        itemsize = torch.empty((), dtype=self.act).element_size()
+        row["bytes"] = floor.step_bytes(self.config, m=row["m"], context=row["context"], blocks=self.config.blocks,
+                                        block_weight_bytes=self.block_bytes, lm_head_bytes=self.head_bytes,
+                                        act_itemsize=itemsize, kv_itemsize=itemsize)
+        gbps = ((ceilings or {}).get("measured") or {}).get("memory_gbps")
+        row["hbm_floor_us"] = floor.floor_us(row["bytes"]["total"], gbps)
+        linear = (row["linear"] or {}).get("sum_us")
+        for method, stats in row["latency_us"].items():
+            if not stats:
+                continue
+            step = stats["median"]
+            row["tokens_per_s"][method] = row["m"] / step * 1e6
+            if row["hbm_floor_us"]:
+                row["floor_fraction"][method] = row["hbm_floor_us"] / step
+                if step < row["hbm_floor_us"]:
+                    row["flags"].append(f"below-floor: {method} {step:.0f} µs is under the HBM floor "
+                                        f"({row['hbm_floor_us']:.0f} µs): the measured bandwidth underestimates this device")
+            if linear is not None:
+                row["remainder_us"][method] = step - linear
+                row["remainder_share"][method] = (step - linear) / step
+                if linear > step * 1.02:
+                    row["flags"].append(f"linear-above-step: Σ linear {linear:.0f} µs exceeds the {method} step "
+                                        f"({step:.0f} µs) by more than 2 %: the layer view overstates this step")
+            if stats["p10"] > 0 and stats["p90"] / stats["p10"] > SCATTER:
+                row["flags"].append(f"noisy: {method} p90/p10 = {stats['p90'] / stats['p10']:.2f} (> {SCATTER})")
+        ro, comp = row["latency_us"].get("step_reduce_overhead"), row["latency_us"].get("step_compiled")
+        if ro and comp and ro["p10"] > comp["p90"]:
+            row["flags"].append(f"reduce-overhead-slower: the decode loop's {ro['median']:.0f} µs/step exceeds the "
+                                f"hand-captured compiled step ({comp['median']:.0f} µs) beyond both p10-p90 ranges: "
+                                "the compiled wrapper's host work per call is not hidden")
+        if self.compiled and row["compile"] is not None:
+            c = row["compile"]
+            if c.get("graphs_compiled", 0) == 0:
+                row["flags"].append("not-compiled: torch.compile compiled no graph; the step ran eagerly")
+            if c.get("graph_breaks"):
+                row["flags"].append(f"graph-breaks: {c['graph_breaks']} graph break(s) in the compiled step")
+            if c.get("cudagraph_skips"):
+                row["flags"].append(f"cudagraphs-skipped: reduce-overhead skipped CUDA graphs {c['cudagraph_skips']} time(s)")
+
+    def _gpu_reading(self, row: dict, method: str) -> None:
+        if self.device.type != "cuda":
+            return
+        try:
+            from qbench import gpu_state
+        except ImportError:
+            return
+        reading = gpu_state.read_gpu_state(self.device.index or 0)
+        if reading is None:
+            return
+        state = row["gpu_state"] or {}
+        state.setdefault("by_method", {})[method] = reading
+        row["gpu_state"] = state
+        if reading.get("throttle_reasons"):
+            row["flags"].append(f"throttled: {', '.join(reading['throttle_reasons'])} active right after {method}")
+
+
+class _NotAttempted(Exception):
+    pass
+
+
+def _eager_block(block: llama.Block, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return block(x, cos, sin)
+
+
+def _head_fn(model: llama.DecodeModel, x: torch.Tensor) -> torch.Tensor:
+    return model._head(x)
+
+
+def _ro(method_module, model: llama.DecodeModel, tokens: torch.Tensor, n: int, settings) -> dict:
+    """``step_reduce_overhead`` on the model's compiled step of ``n`` blocks (output cloned, as
+    gpt-fast clones the next token)."""
+    stats, extras = method_module.run(lambda t: model(t, n).clone(), tokens, settings, torch.cuda.synchronize,
+                                      torch.compiler.cudagraph_mark_step_begin)
+    return {**stats.to_dict(), **extras}
+
+
+def _counters() -> dict[str, int]:
+    import sys
+
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is None:
+        return {"graphs": 0, "breaks": 0, "cudagraph_skips": 0}
+    return {"graphs": int(counters["stats"]["unique_graphs"]), "breaks": int(sum(counters["graph_break"].values())),
+            "cudagraph_skips": int(counters["inductor"].get("cudagraph_skips", 0))}
+
+
+def _combine(stats_by_n: list[dict], counts: list[int], blocks: int) -> dict:
+    """One reading: the step at ``counts[-1]`` blocks, or, with two counts, every time statistic
+    extrapolated to ``blocks`` (:func:`qbench.step.floor.extrapolate`); ``n`` is the smaller."""
+    if len(stats_by_n) == 1:
+        out = dict(stats_by_n[0])
+        if counts[0] < blocks:  # one block built: its time, block-count times
+            for key in ("median", "p10", "p90", "mean"):
+                out[key] = out[key] * blocks / counts[0]
+        return out
+    small, large = stats_by_n
+    out = dict(large)
+    for key in ("median", "p10", "p90", "mean"):
+        out[key] = floor.extrapolate(small[key], large[key], counts[0], counts[1], blocks)
+    out["n"] = min(small["n"], large["n"])
+    for key in ("host_us", "synced_us"):
+        if key in small and key in large:
+            out[key] = floor.extrapolate(small[key], large[key], counts[0], counts[1], blocks)
+    return out
+
+
+def step_error(got: torch.Tensor, ref: torch.Tensor, compared: str) -> dict:
+    """The step's error against the FP32 step.
+
+    Args:
+        got: the scheme's logits ``[M, vocab]`` (any float dtype), or the normed hidden state.
+        ref: the FP32 step's, same shape.
+        compared: ``"logits"`` or ``"hidden"``.
+
+    Returns:
+        ``{"rel_fro", "kl_div", "top1_agree", "nonfinite", "compared"}``: ``rel_fro`` =
+        ||got - ref||_F / ||ref||_F; ``kl_div`` = mean over the M rows of KL(softmax(ref) ||
+        softmax(got)) in nats (logits only); ``top1_agree`` = share of rows whose argmax agree
+        (logits only); with non-finite values in ``got`` only ``nonfinite`` is set.
+    """
+    g, r = got.double(), ref.double()
+    nonfinite = int((~torch.isfinite(g)).sum().item())
+    out: dict[str, Any] = {"compared": compared, "nonfinite": nonfinite, "rel_fro": None, "kl_div": None,
+                           "top1_agree": None}
+    if nonfinite:
+        return out
+    denom = torch.linalg.vector_norm(r).item()
+    out["rel_fro"] = torch.linalg.vector_norm(g - r).item() / denom if denom else None
+    if compared == "logits":
+        logp_ref, logp = torch.log_softmax(r, dim=-1), torch.log_softmax(g, dim=-1)
+        kl = (logp_ref.exp() * (logp_ref - logp)).sum(-1)
+        out["kl_div"] = max(0.0, kl.mean().item())
+        out["top1_agree"] = (g.argmax(-1) == r.argmax(-1)).double().mean().item()
+    return out

@@ -1,0 +1,104 @@
+"""The typed row of a model-step result: one per (scheme, M, context). Torch-free.
+
+The producer (:mod:`qbench.step.measure`) fills a :class:`StepRow` and the readers use the same
+type (:func:`read_step_rows`). Units: µs for times, bytes, tokens/s; ``latency_us`` holds one
+STATS object per step method (``median``, ``p10``, ``p90``, ``mean``, ``cv``, ``n``, ``stop``,
+plus the method's extras), ``None`` with a reason in ``latency_reasons`` when the method did not
+run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: What ``weight_source`` says for generated weights (the layer job's N(0, 1/K)).
+SEEDED = "seeded Gaussian: linear weights N(0, 1/K), embedding N(0, 1), norms 1 (synthetic: errors are not a trained model's)"
+
+
+class StepRow(BaseModel):
+    """One measured decode step.
+
+    Attributes (beyond the identity: ``scheme``, ``m``, ``context``, ``model``, ``device``):
+        blocks: the model's block count; ``blocks_built``: how many were built (fewer: the step is
+            extrapolated, see ``extrapolated``).
+        latency_us: step µs per method (STATS + extras); ``latency_reasons``: why a method has none.
+        tokens_per_s: M / step per method.
+        bytes: one step's bytes by part (:func:`qbench.step.floor.step_bytes`).
+        hbm_floor_us: ``bytes.total`` / the measured bandwidth; ``floor_fraction``: floor / step per
+            method (1.0 = at the floor).
+        linear: the per-layer ``stream`` times of the model's own linear layers (``by_role``: K, N,
+            count per step, STATS) and their sum over one step (``sum_us``, every block and the LM
+            head), measured in the same worker.
+        remainder_us / remainder_share: step - Σ linear, and its share of the step, per method.
+        peak_memory_bytes: the worker's peak device memory while measuring this row.
+        error: the step's logits against the FP32 step on the same tokens and cache: ``rel_fro``
+            (relative Frobenius error of the logits), ``kl_div`` (mean over the batch of
+            KL(p_fp32 || p_scheme), nats), ``top1_agree`` (share of the M sequences whose argmax
+            matches), ``compared`` (``logits``, or ``hidden`` without an LM head).
+        extrapolated: when fewer blocks were built: ``{"blocks": [n_small, n_large], "readings":
+            {method: [median_small, median_large]}}``.
+        flags: ``name: text`` lines a reader must see (extrapolated, throttled, scatter, ...).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    job: Literal["step"] = "step"
+    scheme: str
+    base_scheme: str
+    library: str
+    mode: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    model: str
+    title: str
+    m: int = Field(gt=0)
+    context: int = Field(gt=0)
+    device: str
+    weight_dtype: str
+    activation_dtype: str
+    lm_head: Literal["scheme", "float", "none"]
+    weight_source: str = SEEDED
+    status: Literal["ok", "skipped", "failed"] = "ok"
+    reason: Optional[str] = None
+    blocks: int = Field(gt=0)
+    blocks_built: Optional[int] = None
+    latency_us: dict[str, Optional[dict[str, Any]]] = Field(default_factory=dict)
+    latency_reasons: dict[str, str] = Field(default_factory=dict)
+    tokens_per_s: dict[str, float] = Field(default_factory=dict)
+    bytes: Optional[dict[str, int]] = None
+    hbm_floor_us: Optional[float] = None
+    floor_fraction: dict[str, float] = Field(default_factory=dict)
+    linear: Optional[dict[str, Any]] = None
+    remainder_us: dict[str, float] = Field(default_factory=dict)
+    remainder_share: dict[str, float] = Field(default_factory=dict)
+    peak_memory_bytes: Optional[int] = None
+    error: Optional[dict[str, Any]] = None
+    extrapolated: Optional[dict[str, Any]] = None
+    compile: Optional[dict[str, Any]] = None
+    gpu_state: Optional[dict[str, Any]] = None
+    flags: list[str] = Field(default_factory=list)
+    worker_phases_s: dict[str, Any] = Field(default_factory=dict)
+    worker_wall_s: Optional[float] = None
+
+    @property
+    def key(self) -> tuple:
+        """The row's identity: (scheme, M, context, model, device)."""
+        return (self.scheme, self.m, self.context, self.model, self.device)
+
+    def step_us(self, method: str) -> Optional[float]:
+        """The median step (µs) by ``method``, or None."""
+        stats = self.latency_us.get(method)
+        return None if not stats else stats.get("median")
+
+    def best_method(self, order: tuple[str, ...]) -> Optional[str]:
+        """The first method of ``order`` this row has a step time for."""
+        return next((m for m in order if self.step_us(m) is not None), None)
+
+
+def read_step_rows(rows: list) -> list[StepRow]:
+    """The rows of a step result as :class:`StepRow` (validated).
+
+    Raises:
+        pydantic.ValidationError: a row that is not a step row.
+    """
+    return [StepRow.model_validate(r) for r in rows]

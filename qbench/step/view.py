@@ -1,0 +1,176 @@
+"""Tables of model-step rows (torch-free): the measured step beside the layer view's prediction.
+
+:func:`step_table` renders a step result's rows in any format of :mod:`qbench.render` (a tabulate
+table, csv, json); :func:`speedups` computes the end-to-end speed-up over a baseline per method;
+:func:`breakeven` says, for a context sweep, at which context a scheme stops beating the baseline.
+Speed-ups follow qbench's one ratio convention: baseline time / scheme time (> 1: faster).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Optional, Sequence
+
+from tabulate import tabulate
+
+from qbench.step.row import StepRow
+from qbench.step.spec import STEP_METHODS
+
+DASH = "—"
+#: Short column names of the step methods.
+SHORT = {"step_graph": "graph", "step_compiled": "compiled", "step_reduce_overhead": "loop (r-o)", "step_cpu": "cpu"}
+#: The method a step decision reads by default, first present wins: the compiled step captured in a
+#: graph (the fastest honest form), then the eager step in a graph, then the CPU step.
+DECISION_ORDER = ("step_compiled", "step_graph", "step_cpu", "step_reduce_overhead")
+
+
+def _us(value: Optional[float]) -> str:
+    if value is None:
+        return DASH
+    return f"{value / 1000:.3g} ms" if value >= 1000 else f"{value:.3g} µs"
+
+
+def _num(value: Optional[float], fmt: str = "{:.3g}") -> str:
+    return DASH if value is None else fmt.format(value)
+
+
+def methods_present(rows: Sequence[StepRow]) -> list[str]:
+    """The step methods some row has a time for, in registry order."""
+    return [m for m in STEP_METHODS if any(r.step_us(m) is not None for r in rows)]
+
+
+def speedups(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, dict[str, float]]:
+    """``{row.key: {method: baseline step / this step}}`` where the baseline scheme has a step by
+    the same method at the same (M, context, model, device)."""
+    base = {(r.m, r.context, r.model, r.device): r for r in rows if r.scheme == baseline and r.status == "ok"}
+    out: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        b = base.get((r.m, r.context, r.model, r.device))
+        if b is None or r.status != "ok":
+            continue
+        out[r.key] = {m: b.step_us(m) / r.step_us(m) for m in STEP_METHODS
+                      if r.step_us(m) and b.step_us(m)}
+        # a compiled row against the eager baseline's graph step when the baseline has no compiled form
+        if r.mode == "compiled" and b.step_us("step_compiled") is None and b.step_us("step_graph") and r.step_us("step_compiled"):
+            out[r.key]["step_compiled"] = b.step_us("step_graph") / r.step_us("step_compiled")
+    return out
+
+
+def linear_speedup(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, float]:
+    """``{row.key: baseline Σ linear / this Σ linear}``: what the layer view predicts."""
+    base = {(r.m, r.context, r.model, r.device): r for r in rows if r.scheme == baseline and r.linear}
+    out = {}
+    for r in rows:
+        b = base.get((r.m, r.context, r.model, r.device))
+        if b and r.linear and r.linear.get("sum_us") and b.linear.get("sum_us"):
+            out[r.key] = b.linear["sum_us"] / r.linear["sum_us"]
+    return out
+
+
+def decision_method(row: StepRow) -> Optional[str]:
+    """The method a row's decision reads (:data:`DECISION_ORDER`)."""
+    return row.best_method(DECISION_ORDER)
+
+
+def breakeven(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple[str, int], Optional[int]]:
+    """``{(scheme, M): the smallest context at which the scheme's decision step is no faster than
+    the baseline's}`` (``None``: faster at every context measured)."""
+    sp = speedups(rows, baseline)
+    out: dict[tuple[str, int], Optional[int]] = {}
+    for r in sorted(rows, key=lambda r: r.context):
+        if r.scheme == baseline or r.key not in sp:
+            continue
+        method = decision_method(r)
+        ratio = sp[r.key].get(method) if method else None
+        key = (r.scheme, r.m)
+        out.setdefault(key, None)
+        if ratio is not None and ratio <= 1.0 and out[key] is None:
+            out[key] = r.context
+    return out
+
+
+def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
+    """One flat record per row: the columns of the step table, numbers unformatted."""
+    sp, lsp = speedups(rows, baseline), linear_speedup(rows, baseline)
+    methods = methods_present(rows)
+    out = []
+    for r in rows:
+        rec = {"scheme": r.scheme, "M": r.m, "context": r.context, "status": r.status,
+               "blocks": f"{r.blocks_built}/{r.blocks}" if r.blocks_built is not None else str(r.blocks)}
+        for m in methods:
+            rec[f"{SHORT[m]} µs"] = r.step_us(m)
+        method = decision_method(r)
+        rec["tok/s"] = r.tokens_per_s.get(method) if method else None
+        rec["Σ linear µs"] = (r.linear or {}).get("sum_us")
+        rec["rest %"] = 100 * r.remainder_share[method] if method in r.remainder_share else None
+        rec["floor %"] = 100 * r.floor_fraction[method] if method in r.floor_fraction else None
+        rec["×base"] = sp.get(r.key, {}).get(method) if method else None
+        rec["×base (Σ lin)"] = lsp.get(r.key)
+        err = r.error or {}
+        rec["logits err"], rec["KL"], rec["top-1"] = err.get("rel_fro"), err.get("kl_div"), err.get("top1_agree")
+        rec["flags"] = ", ".join(f.split(":", 1)[0] for f in r.flags)
+        rec["reason"] = r.reason
+        out.append(rec)
+    return out
+
+
+def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16") -> str:
+    """The step rows as a table in ``fmt`` (any tabulate format, ``csv`` or ``json``).
+
+    Columns: scheme, M, context, blocks built / the model's, the step per method present (µs),
+    tokens/s and the rest by the decision method (:data:`DECISION_ORDER`), Σ linear (the layer
+    view's step), the remainder's share, HBM floor / step, the speed-up over ``baseline`` measured
+    and as Σ linear predicts it, the logits' error against the FP32 step, and the flags' names.
+    """
+    recs = table_records(rows, baseline)
+    if fmt == "json":
+        return json.dumps(recs, indent=1, ensure_ascii=False)
+    if fmt == "csv":
+        buf = io.StringIO()
+        if recs:
+            writer = csv.DictWriter(buf, fieldnames=list(recs[0]))
+            writer.writeheader()
+            writer.writerows(recs)
+        return buf.getvalue()
+    shown = []
+    for rec in recs:
+        out = {}
+        for key, value in rec.items():
+            if key == "reason":
+                continue
+            if key.endswith("µs"):
+                out[key] = _us(value)
+            elif key in ("rest %", "floor %"):
+                out[key] = _num(value, "{:.0f} %")
+            elif key.startswith("×base"):
+                out[key] = _num(value, "{:.2f}×")
+            elif key == "tok/s":
+                out[key] = _num(value, "{:.0f}")
+            elif key in ("logits err", "KL", "top-1"):
+                out[key] = _num(value, "{:.2g}")
+            else:
+                out[key] = value if value not in (None, "") else DASH
+        shown.append(out)
+    text = tabulate(shown, headers="keys", tablefmt=fmt, disable_numparse=True) if shown else "(no rows)"
+    notes = [f"{r.scheme} M={r.m} context={r.context}: {r.status}: {r.reason}" for r in rows if r.status != "ok"]
+    return text + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def describe(doc: dict) -> list[str]:
+    """Prose lines for a terminal under a step table: what the columns mean, where the weights came
+    from, and the step methods' inclusions."""
+    from qbench.timing import registry
+
+    rows = [StepRow.model_validate(r) for r in doc.get("rows") or []]
+    model = (doc.get("scenario") or {}).get("model") or {}
+    lines = [f"model step: {rows[0].title if rows else model.get('name')}; weights: {rows[0].weight_source if rows else ''}"]
+    for m in methods_present(rows):
+        meta = registry.METHODS.get(m)
+        if meta is not None:
+            lines.append(f"  {SHORT[m]}: {meta.includes}")
+    lines.append("  Σ linear: the per-layer stream times of the same linear layers, summed over one step (the layer "
+                 "view); rest % = (step - Σ linear) / step: attention over the KV cache, norms, RoPE, embedding, "
+                 "LM head argmax, launch gaps")
+    return lines

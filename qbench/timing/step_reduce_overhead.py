@@ -1,0 +1,81 @@
+"""``step_reduce_overhead``: ``torch.compile(mode="reduce-overhead")`` called in a decode loop.
+
+As gpt-fast's ``generate.py`` and torchao's ``_models/llama/generate.py`` call it: the token of step
+n is the input of step n + 1, with no host synchronization in between, so the compiled wrapper's
+host work per call (guards, CUDA-graph-tree bookkeeping, one graph launch per compiled region)
+overlaps the GPU's work on the previous step. A sample is the host wall time of ``LOOP_STEPS``
+such steps, from a synchronized start to a synchronize after the last, divided by the steps: the
+per-token time a decode loop sees, host included.
+
+Beside it (extras of the reading): ``host_us``, the median host time of one call (the time the
+call takes to return, GPU work not waited for), and ``synced_us``, the median of one call plus a
+synchronize from an idle GPU: what a loop that cannot pipeline (one that reads each token on the
+host before the next step) pays, the launch-time trap of timing one call at a time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+from qbench.timing.adaptive import collect
+from qbench.timing.settings import TimingSettings
+from qbench.timing.stats import Stats, summarize
+
+#: Decode steps per sample: long enough that the one synchronize ending a sample is a small
+#: share of it (a step is >= ~1 ms on a billion-parameter model), short enough for many samples.
+#: Project choice.
+LOOP_STEPS = 16
+#: Calls timed one at a time for ``host_us`` and ``synced_us``.
+SINGLE_CALLS = 10
+
+
+def run(step: Callable[[object], object], first: object, settings: TimingSettings,
+        synchronize: Callable[[], None], mark_step: Callable[[], None] = lambda: None) -> tuple[Stats, dict]:
+    """Per-step µs of ``step`` in a pipelined decode loop, and the single-call extras.
+
+    Args:
+        step: ``step(tokens) -> next tokens`` (the compiled step; CUDA-graph trees inside).
+        first: the first tokens.
+        settings: warmup (steps before timing), min_reps, max_reps, target_rel_ci, budget_s.
+        synchronize: waits for the device (``torch.cuda.synchronize``).
+        mark_step: called before each step (``torch.compiler.cudagraph_mark_step_begin``).
+
+    Returns:
+        ``(Stats, {"loop_steps", "host_us", "synced_us"})``, µs.
+    """
+    state = {"tokens": first}
+
+    def one() -> None:
+        mark_step()
+        state["tokens"] = step(state["tokens"])
+
+    for _ in range(max(3, settings.warmup)):
+        one()
+    synchronize()
+
+    def sample_batch(n: int) -> list[float]:
+        out = []
+        for _ in range(n):
+            synchronize()
+            t0 = time.perf_counter()
+            for _ in range(LOOP_STEPS):
+                one()
+            synchronize()
+            out.append((time.perf_counter() - t0) * 1e6 / LOOP_STEPS)
+        return out
+
+    samples, converged, stop = collect(sample_batch, settings)
+    host, synced = [], []
+    for _ in range(SINGLE_CALLS):
+        synchronize()
+        t0 = time.perf_counter()
+        one()
+        t1 = time.perf_counter()
+        synchronize()
+        t2 = time.perf_counter()
+        host.append((t1 - t0) * 1e6)
+        synced.append((t2 - t0) * 1e6)
+    extras = {"loop_steps": LOOP_STEPS, "host_us": statistics.median(host), "synced_us": statistics.median(synced)}
+    return summarize(samples, converged, stop), extras
