@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One device call of the model-step work: unpack the staged site packages, keep Inductor's and
+# Triton's caches in a carried folder (.compile-cache, brought back as a tarball), run the
+# scenarios given, and copy results and logs to $OUT.
+#   bash scripts/step_device.sh SCENARIO.toml [SCENARIO.toml ...]
+set -uo pipefail
+mkdir -p /tmp/site && tar -xJf .site.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site:$PWD
+mkdir -p .compile-cache
+[ -f .compile-cache/cache.tar ] && tar -xf .compile-cache/cache.tar -C .compile-cache
+export TORCHINDUCTOR_CACHE_DIR=$PWD/.compile-cache/inductor TRITON_CACHE_DIR=$PWD/.compile-cache/triton
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$OUT/nvidia-smi.csv" 2>&1
+for s in "$@"; do
+  n=$(basename "$s" .toml)
+  /usr/bin/time -v python3 -m qbench run "$s" -o "$OUT/$n.json" --force > "$OUT/$n.log" 2>&1
+  echo "$n rc=$?" >> "$OUT/summary.txt"
+  grep -E "Elapsed|Maximum resident" "$OUT/$n.log" >> "$OUT/summary.txt"
+done
+(cd .compile-cache && tar -cf /tmp/cache.tar inductor triton 2>/dev/null; gzip -c /tmp/cache.tar > "$OUT/compile-cache.tar.gz")
+ls -la "$OUT"
