@@ -10,9 +10,12 @@ mkdir -p .compile-cache
 export TORCHINDUCTOR_CACHE_DIR=$PWD/.compile-cache/inductor TRITON_CACHE_DIR=$PWD/.compile-cache/triton
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$OUT/nvidia-smi.csv" 2>&1
+# STEP_LIMIT_S: seconds left for the scenarios (the caches are saved after, whatever happened)
+end=$(( $(date +%s) + ${STEP_LIMIT_S:-520} ))
 for s in "$@"; do
   n=$(basename "$s" .toml)
-  /usr/bin/time -v python3 -m qbench run "$s" -o "$OUT/$n.json" --force > "$OUT/$n.log" 2>&1
+  left=$(( end - $(date +%s) )); [ $left -lt 20 ] && { echo "$n skipped: no time left" >> "$OUT/summary.txt"; continue; }
+  timeout -s INT $left /usr/bin/time -v python3 -m qbench run "$s" -o "$OUT/$n.json" --force > "$OUT/$n.log" 2>&1
   echo "$n rc=$?" >> "$OUT/summary.txt"
   grep -E "Elapsed|Maximum resident" "$OUT/$n.log" >> "$OUT/summary.txt"
 done

@@ -310,13 +310,14 @@ class _Built:
                         stats = step_graph.run(lambda n=n: model(tokens, n), settings).to_dict()
                     elif method == "step_compiled":
                         self._use_compiled(model, "default")
-                        stats = self._compiled_reading(row, lambda n=n: model(tokens, n), tokens,
+                        stats = self._compiled_reading(row, lambda n=n: model(tokens, n),
                                                        lambda fn: step_compiled.run(fn, settings).to_dict())
                     else:
                         self._use_compiled(model, "reduce-overhead")
                         stats = self._compiled_reading(
-                            row, lambda n=n: model(tokens, n), tokens,
-                            lambda fn, n=n: _ro(step_reduce_overhead, model, tokens, n, settings))
+                            row, lambda n=n: model(tokens, n).clone(),
+                            lambda fn, n=n: _ro(step_reduce_overhead, model, tokens, n, settings),
+                            mark=torch.compiler.cudagraph_mark_step_begin)
                     stats_by_n.append(stats)
                 row["latency_us"][method] = _combine(stats_by_n, counts, self.config.blocks)
                 if len(stats_by_n) == 2:
@@ -359,11 +360,15 @@ class _Built:
         model.block_call = block_fn
         model.head_call = lambda x: head_fn(model, x)
 
-    def _compiled_reading(self, row: dict, call: Callable[[], Any], tokens, timed: Callable) -> dict:
+    def _compiled_reading(self, row: dict, call: Callable[[], Any], timed: Callable,
+                          mark: Callable[[], None] = lambda: None) -> dict:
         """Compile (first calls, outside the timed region), then ``timed(call)``; the compile
-        record goes to ``row["compile"]``."""
+        record goes to ``row["compile"]``. ``mark`` is called before the first call: CUDA-graph
+        trees (reduce-overhead) must be told that a new step begins, or each block's call is taken
+        for a new step and the previous block's output is overwritten while still in use."""
         before = _counters()
         t0 = time.perf_counter()
+        mark()
         call()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
