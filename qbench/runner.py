@@ -190,6 +190,8 @@ def must_release(scenario: Scenario, dev, ahead: int) -> bool:
     free memory cannot be read; False on the CPU (no ``done``-time release there)."""
     if dev.type != "cuda":
         return False
+    if scenario.job == "step":  # a step worker holds a whole model and its KV cache: never two at once
+        return True
     from qbench import memory
 
     free = memory.free_bytes(dev)
