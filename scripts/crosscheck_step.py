@@ -78,16 +78,17 @@ def static_cache(model, m, slots, dtype, device):
 def hf_decoder(hf, cache, prompt, tok, context, device):
     """Prefill ``prompt`` into ``cache``, then return a zero-argument decode step at position
     ``context`` that can run again and again (same position, as qbench's step): transformers 5
-    keeps the write index of a static cache in a device counter (``cumulative_length``) that each
-    step advances, so the step first copies ``context`` back into every layer's counter (one
-    multi-tensor copy kernel); transformers 4 takes a ``cache_position`` tensor instead."""
+    keeps the write index of a static cache in a device counter per layer (``cumulative_length``)
+    that each step advances, so the step first copies ``context`` back into every layer's counter
+    (one multi-tensor copy kernel, inside the timed step); transformers 4 takes a ``cache_position``
+    tensor instead. The cache keyword is ``cache`` from 5.2x, ``past_key_values`` before."""
     import inspect
 
-    v5 = "cache" in inspect.signature(hf.model.forward).parameters
-    kw = "cache" if v5 else "past_key_values"
-    if v5:
-        hf(prompt, **{kw: cache}, use_cache=True)
-        counters = [layer.cumulative_length for layer in cache.layers]
+    kw = "cache" if "cache" in inspect.signature(hf.model.forward).parameters else "past_key_values"
+    hf(prompt, **{kw: cache}, use_cache=True)
+    counters = [layer.cumulative_length for layer in getattr(cache, "layers", [])
+                if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)]
+    if counters:  # the write index lives in the cache (transformers >= 5): set it back before each step
         base = [torch.full_like(c, context) for c in counters]
         pos = torch.tensor([[context]], device=device).expand(tok.shape[0], 1).contiguous()
 
@@ -96,7 +97,6 @@ def hf_decoder(hf, cache, prompt, tok, context, device):
             return hf(tok, **{kw: cache}, position_ids=pos, use_cache=True).logits
 
         return step
-    hf(prompt, **{kw: cache}, cache_position=torch.arange(prompt.shape[1], device=device), use_cache=True)
     cpos = torch.tensor([context], device=device)
     return lambda: hf(tok, **{kw: cache}, cache_position=cpos, use_cache=True).logits
 
