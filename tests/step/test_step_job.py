@@ -1,0 +1,208 @@
+"""The model-step job on a CPU: known answers for the formulas, the configuration checks, the rows of
+a tiny model's step, and the readers' speed-up arithmetic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from qbench.scenario import ScenarioError, from_dict, load
+from qbench.step import floor
+from qbench.step.config import PRESETS, ConfigError, from_hf_config
+from qbench.step.measure import measure_step_scheme, step_error
+from qbench.step.row import StepRow
+from qbench.step.view import breakeven, linear_speedup, speedups, step_table
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _scenario(schemes, *, m=(1,), context=(8,), model=None, **extra):
+    data = {"name": "step-test", "seed": 3, "device": "cpu", "m": list(m),
+            "model": model or {"name": "tiny", "context": list(context)},
+            "timing": {"warmup": 1, "min_reps": 3, "max_reps": 5, "budget_s": 0.05}, "schemes": schemes, **extra}
+    return from_dict(data, "<test>")
+
+
+# -- formulas --------------------------------------------------------------------------------
+def test_step_bytes_by_hand():
+    c = PRESETS["llama3-8b"]
+    # 32 blocks of 7 linear layers in bf16: 2 bytes x (2x4096x4096 + 2x4096x1024 + 3x4096x14336) each
+    block = 2 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
+    out = floor.step_bytes(c, m=16, context=4096, blocks=32, block_weight_bytes=block, lm_head_bytes=2 * 4096 * 128256,
+                           act_itemsize=2, kv_itemsize=2)
+    assert out["weights"] == 32 * 436207616 == 13958643712
+    assert out["kv_read"] == 32 * 16 * 4097 * (2 * 8 * 128) * 2
+    assert out["kv_write"] == 32 * 16 * 2 * 8 * 128 * 2
+    assert out["embedding"] == 16 * 4096 * 2 and out["norms"] == 65 * 4096 * 2
+    assert out["total"] == sum(v for k, v in out.items() if k != "total")
+    assert floor.floor_us(4_000_000, 4000.0) == pytest.approx(1.0)  # 4 MB at 4000 GB/s: 1 µs
+    assert floor.floor_us(1, None) is None
+
+
+def test_extrapolate_is_linear_in_blocks():
+    assert floor.extrapolate(10.0, 18.0, 2, 4, 32) == pytest.approx(18.0 + 28 * 4.0)
+    with pytest.raises(ValueError):
+        floor.extrapolate(1.0, 2.0, 4, 4, 8)
+
+
+def test_step_error_known_answers():
+    ref = torch.tensor([[0.0, 1.0, 2.0], [3.0, 0.0, 0.0]])
+    same = step_error(ref.clone(), ref, "logits")
+    assert same["rel_fro"] == 0 and same["kl_div"] == 0 and same["top1_agree"] == 1.0
+    swapped = ref.clone()
+    swapped[0] = torch.tensor([0.0, 2.0, 1.0])  # row 0's argmax moves: half the batch agrees
+    out = step_error(swapped, ref, "logits")
+    assert out["top1_agree"] == 0.5
+    assert out["rel_fro"] == pytest.approx(2 ** 0.5 / (14 ** 0.5))
+    assert out["kl_div"] > 0
+    bad = step_error(torch.tensor([[float("nan"), 0.0, 0.0], [0.0, 0.0, 0.0]]), ref, "logits")
+    assert bad["nonfinite"] == 1 and bad["rel_fro"] is None
+
+
+# -- configurations --------------------------------------------------------------------------
+def test_presets_match_the_layer_presets():
+    try:
+        from qbench.presets import PRESETS as LAYER
+    except ImportError:
+        from qbench.model import PRESETS as LAYER
+    for name in ("llama3-8b", "llama3.1-70b"):
+        shapes = PRESETS[name].linear_shapes()
+        layer = LAYER[name]
+        assert {(s.k, s.n) for s in layer.block} == {v for k, v in shapes.items() if k != "lm_head"}
+        assert (layer.lm_head.k, layer.lm_head.n) == shapes["lm_head"]
+        assert layer.blocks == PRESETS[name].blocks
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"model_type": "mistral"}, "model_type"),
+    ({"model_type": "llama", "attention_bias": True}, "attention_bias"),
+    ({"model_type": "llama", "hidden_act": "gelu"}, "hidden_act"),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 3,
+      "intermediate_size": 8, "vocab_size": 9, "num_hidden_layers": 1}, "num_key_value_heads"),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 9,
+      "num_hidden_layers": 1, "rope_scaling": {"rope_type": "yarn"}}, "rope_scaling.rope_type"),
+    ({"model_type": "llama", "num_attention_heads": 4}, "hidden_size"),
+])
+def test_not_llama_family_is_refused(data, key):
+    with pytest.raises(ConfigError) as exc:
+        from_hf_config(data, "c.json")
+    assert exc.value.key == key
+
+
+@pytest.mark.parametrize("model, m, key, value", [
+    ({"name": "llama4-400b", "context": [8]}, [1], "model.name", "llama4-400b"),
+    ({"name": "llama3-8b", "context": [8192]}, [1], "model.context", "8192"),
+    ({"name": "tiny", "context": [0]}, [1], "model.context", "0"),
+    ({"name": "tiny", "context": [-5]}, [1], "model.context", "-5"),
+    ({"name": "tiny", "context": [8]}, [0], "m", "0"),
+    ({"name": "tiny", "context": [8], "blocks": 3}, [1], "model.blocks", "3"),
+    ({"name": "tiny", "config": "x.json", "context": [8]}, [1], "model", "x.json"),
+])
+def test_bad_step_scenarios_name_key_and_value(model, m, key, value):
+    with pytest.raises(ScenarioError) as exc:
+        _scenario([{"name": "fp32"}], m=m, model=model)
+    assert exc.value.key.startswith(key), str(exc.value)
+    assert value in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_config_json_that_is_not_llama(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 64}))
+    toml = tmp_path / "s.toml"
+    toml.write_text('name = "s"\nm = [1]\n[model]\nconfig = "config.json"\ncontext = [4]\n[[schemes]]\nname = "fp32"\n')
+    with pytest.raises(ScenarioError) as exc:
+        load(toml)
+    assert str(exc.value).startswith(f"{toml}: model.config.model_type: not a Llama-family model")
+    assert "'gpt2'" in str(exc.value)
+
+
+def test_layer_table_beside_model_is_refused():
+    with pytest.raises(ScenarioError) as exc:
+        _scenario([{"name": "fp32"}], layer={"in_features": 64})
+    assert exc.value.key == "layer"
+
+
+def test_model_that_cannot_fit_one_block():
+    from qbench import memory
+
+    s = _scenario([{"name": "bf16"}], model={"name": "llama3.1-70b", "context": [4096]})
+    with pytest.raises(ScenarioError) as exc:
+        memory.check_fits(s, "cpu", free=8 << 30)
+    assert exc.value.key == "model" and "not even one block" in str(exc.value)
+    memory.check_fits(s, "cpu", free=1 << 40)  # a terabyte: fits
+
+
+# -- the step on a CPU -----------------------------------------------------------------------
+def test_tiny_step_rows_on_cpu():
+    s = _scenario([{"name": "fp32"}], m=(1, 2), context=(8,))
+    rows = [StepRow.model_validate(r) for r in measure_step_scheme(s, 0, torch.device("cpu"), None)]
+    assert [(r.m, r.context, r.status) for r in rows] == [(1, 8, "ok"), (2, 8, "ok")]
+    for r in rows:
+        assert r.step_us("step_cpu") > 0
+        assert r.tokens_per_s["step_cpu"] == pytest.approx(r.m / r.step_us("step_cpu") * 1e6)
+        assert r.linear["sum_us"] > 0 and set(r.linear["by_role"]) >= {"q_proj", "down_proj", "lm_head"}
+        assert r.remainder_us["step_cpu"] == pytest.approx(r.step_us("step_cpu") - r.linear["sum_us"])
+        # fp32 weights, strict fp32 math on the same cache: the step IS the reference
+        assert r.error["rel_fro"] == 0.0 and r.error["top1_agree"] == 1.0
+        assert r.blocks_built == 2 == r.blocks and r.extrapolated is None
+        assert r.bytes["kv_read"] == 2 * r.m * 9 * (2 * 2 * 64) * 4
+        assert "synthetic" in r.weight_source
+
+
+def test_scheme_that_cannot_take_a_shape_is_skipped(tmp_path):
+    cfg = {"model_type": "llama", "hidden_size": 96, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "intermediate_size": 192, "vocab_size": 64, "num_hidden_layers": 1, "max_position_embeddings": 64}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    s = _scenario([{"name": "int8-weight-only"}, {"name": "int4-intx"}],
+                  model={"config": str(tmp_path / "c.json"), "context": [4]})
+    rows = measure_step_scheme(s, 1, torch.device("cpu"), None)  # group size 128 > K = 96
+    assert rows[0]["status"] == "skipped"
+    assert "q_proj" in rows[0]["reason"] and "K=96" in rows[0]["reason"]
+
+
+def test_run_writes_a_step_result_file(tmp_path):
+    from qbench import runner
+    from qbench.results import read_results
+
+    s = _scenario([{"name": "fp32"}], context=(4,))
+    outcome = runner.run(s, device="cpu", out=str(tmp_path / "r.json"))
+    doc = read_results(tmp_path / "r.json")
+    rows = doc["rows"] if isinstance(doc, dict) else [r.model_dump() for r in doc.rows]
+    assert outcome.exit_code == 0 and len(rows) == 1 and rows[0]["job"] == "step" and rows[0]["status"] == "ok"
+
+
+# -- readers' arithmetic ---------------------------------------------------------------------
+def _row(scheme, context, graph, linear, mode="eager"):
+    return StepRow(scheme=scheme, base_scheme=scheme, library="torch", mode=mode, model="m", title="M", m=1,
+                   context=context, device="cuda:0", weight_dtype="x", activation_dtype="bfloat16", lm_head="float",
+                   blocks=2, latency_us={"step_graph": {"median": graph, "p10": graph, "p90": graph}},
+                   linear={"sum_us": linear})
+
+
+def test_speedups_and_breakeven():
+    rows = [_row("bf16", 128, 100.0, 80.0), _row("int4", 128, 50.0, 20.0),
+            _row("bf16", 4096, 200.0, 80.0), _row("int4", 4096, 190.0, 20.0),
+            _row("bf16", 32768, 1000.0, 80.0), _row("int4", 32768, 1010.0, 20.0)]
+    sp = speedups(rows)
+    assert sp[rows[1].key]["step_graph"] == pytest.approx(2.0)
+    assert linear_speedup(rows)[rows[1].key] == pytest.approx(4.0)
+    assert breakeven(rows) == {("int4", 1): 32768}
+    text = step_table(rows, fmt="github")
+    assert "2.00×" in text and "4.00×" in text
+
+
+def test_committed_h200_step_files_hold_their_claims():
+    """Every ok row of the committed H200 step files: each step >= its HBM floor, Σ linear <= step."""
+    for name in ("step_llama31_8b.json", "step_llama31_70b.json"):
+        doc = json.loads((ROOT / "results" / "h200" / name).read_text())
+        ok = [StepRow.model_validate(r) for r in doc["rows"] if r["status"] == "ok"]
+        assert ok
+        for r in ok:
+            for method, stats in r.latency_us.items():
+                if stats:
+                    assert stats["median"] >= r.hbm_floor_us, (name, r.key, method)
+                    assert r.linear["sum_us"] <= stats["median"] * 1.02 or any(
+                        f.startswith("linear-above-step") for f in r.flags), (name, r.key, method)
