@@ -41,29 +41,40 @@ def methods_present(rows: Sequence[StepRow]) -> list[str]:
     return [m for m in STEP_METHODS if any(r.step_us(m) is not None for r in rows)]
 
 
+def _baseline_for(r: StepRow, base: dict, baseline: str) -> Optional[StepRow]:
+    """The baseline row a row is compared with: the baseline's compiled form for a compiled row
+    when the file has it (compiled against compiled), else the baseline itself."""
+    where = (r.m, r.context, r.model, r.device)
+    if r.mode == "compiled" and (f"{baseline}+compiled", *where) in base:
+        return base[(f"{baseline}+compiled", *where)]
+    return base.get((baseline, *where))
+
+
 def speedups(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, dict[str, float]]:
-    """``{row.key: {method: baseline step / this step}}`` where the baseline scheme has a step by
-    the same method at the same (M, context, model, device)."""
-    base = {(r.m, r.context, r.model, r.device): r for r in rows if r.scheme == baseline and r.status == "ok"}
+    """``{row.key: {method: baseline step / this step}}``, per method the row and its baseline
+    both have; a compiled row is compared with ``<baseline>+compiled`` when present, and its
+    ``step_compiled`` with the eager baseline's ``step_graph`` when that is all there is."""
+    base = {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
+            if r.scheme in (baseline, f"{baseline}+compiled") and r.status == "ok"}
     out: dict[tuple, dict[str, float]] = {}
     for r in rows:
-        b = base.get((r.m, r.context, r.model, r.device))
+        b = _baseline_for(r, base, baseline)
         if b is None or r.status != "ok":
             continue
-        out[r.key] = {m: b.step_us(m) / r.step_us(m) for m in STEP_METHODS
-                      if r.step_us(m) and b.step_us(m)}
-        # a compiled row against the eager baseline's graph step when the baseline has no compiled form
+        out[r.key] = {m: b.step_us(m) / r.step_us(m) for m in STEP_METHODS if r.step_us(m) and b.step_us(m)}
         if r.mode == "compiled" and b.step_us("step_compiled") is None and b.step_us("step_graph") and r.step_us("step_compiled"):
             out[r.key]["step_compiled"] = b.step_us("step_graph") / r.step_us("step_compiled")
     return out
 
 
 def linear_speedup(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, float]:
-    """``{row.key: baseline Σ linear / this Σ linear}``: what the layer view predicts."""
-    base = {(r.m, r.context, r.model, r.device): r for r in rows if r.scheme == baseline and r.linear}
+    """``{row.key: baseline Σ linear / this Σ linear}``: what the layer view predicts (the same
+    baseline row as :func:`speedups`)."""
+    base = {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
+            if r.scheme in (baseline, f"{baseline}+compiled") and r.linear}
     out = {}
     for r in rows:
-        b = base.get((r.m, r.context, r.model, r.device))
+        b = _baseline_for(r, base, baseline)
         if b and r.linear and r.linear.get("sum_us") and b.linear.get("sum_us"):
             out[r.key] = b.linear["sum_us"] / r.linear["sum_us"]
     return out

@@ -1,0 +1,90 @@
+"""Markdown tables of committed model-step results (for docs/step.md and docs/results-h200.md).
+
+    python scripts/step_tables.py steps results/h200/step_llama31_8b.json
+    python scripts/step_tables.py decisions results/h200/step_llama31_8b.json
+
+``steps``: per scheme, M and context, the step by each method, Σ linear (the layer view), the
+remainder's share, HBM floor / step, and the speed-up over bf16 measured (the decision method:
+compiled step in a graph, else the eager step in a graph) against the one Σ linear predicts.
+``decisions``: per M and context, the fastest scheme by the measured step and by Σ linear, and
+whether they pick the same format (a compiled and an eager form of one scheme have the same Σ
+linear within noise, so the format is the decision the two views can disagree on). Rows without a step (host-syncing schemes) are listed under the table.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tabulate import tabulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from qbench.step.row import StepRow  # noqa: E402
+from qbench.step.view import decision_method, linear_speedup, speedups  # noqa: E402
+
+
+def _rows(path: str) -> list[StepRow]:
+    return [StepRow.model_validate(r) for r in json.loads(Path(path).read_text())["rows"]]
+
+
+def _ms(us):
+    return "—" if us is None else f"{us / 1000:.2f}"
+
+
+def steps(path: str) -> str:
+    rows = _rows(path)
+    sp, lsp = speedups(rows), linear_speedup(rows)
+    out, unusable = [], []
+    for r in rows:
+        method = decision_method(r)
+        if r.status != "ok" or method is None:
+            unusable.append(f"- {r.scheme} M={r.m} context={r.context}: no step time: "
+                            f"{r.reason or next(iter(r.latency_reasons.values()), '')}")
+            continue
+        lin = (r.linear or {}).get("sum_us")
+        out.append({"scheme": r.scheme, "M": r.m, "context": r.context,
+                    "blocks": f"{r.blocks_built}/{r.blocks}",
+                    "graph ms": _ms(r.step_us("step_graph")), "compiled ms": _ms(r.step_us("step_compiled")),
+                    "loop (r-o) ms": _ms(r.step_us("step_reduce_overhead")),
+                    "Σ linear ms": _ms(lin),
+                    "rest %": f"{100 * r.remainder_share[method]:.0f}" if method in r.remainder_share else "—",
+                    "floor %": f"{100 * r.floor_fraction[method]:.0f}" if method in r.floor_fraction else "—",
+                    "× bf16 (step)": f"{sp[r.key][method]:.2f}" if method in sp.get(r.key, {}) else "—",
+                    "× bf16 (Σ linear)": f"{lsp[r.key]:.2f}" if r.key in lsp else "—",
+                    "logits err": f"{r.error['rel_fro']:.3f}" if r.error and r.error.get("rel_fro") is not None else "—"})
+    text = tabulate(out, headers="keys", tablefmt="github", disable_numparse=True)
+    dedup = list(dict.fromkeys(line.split(": no step time")[0].split(" M=")[0] + ": " + line.split("no step time: ")[1]
+                               for line in unusable))
+    return text + ("\n\nNo step time (cannot be captured in a CUDA graph):\n" + "\n".join(dedup) if dedup else "")
+
+
+def decisions(path: str) -> str:
+    rows = [r for r in _rows(path) if r.status == "ok"]
+    out = []
+    for key in sorted({(r.m, r.context) for r in rows}):
+        here = [r for r in rows if (r.m, r.context) == key]
+        timed = [(r.step_us(decision_method(r)), r.scheme) for r in here if decision_method(r)]
+        linear = [(r.linear["sum_us"], r.scheme) for r in here if r.linear and r.linear.get("sum_us")]
+        if not timed or not linear:
+            continue
+        best, best_lin = min(timed), min(linear)
+        fmt = {r.scheme: r.base_scheme for r in here}
+        out.append({"M": key[0], "context": key[1], "fastest by the step": f"{best[1]} ({best[0] / 1000:.2f} ms)",
+                    "fastest by Σ linear": f"{best_lin[1]} ({best_lin[0] / 1000:.2f} ms)",
+                    "same format": "yes" if fmt[best[1]] == fmt[best_lin[1]] else "**no**"})
+    return tabulate(out, headers="keys", tablefmt="github", disable_numparse=True)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 2 or argv[0] not in ("steps", "decisions"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    print(steps(argv[1]) if argv[0] == "steps" else decisions(argv[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
