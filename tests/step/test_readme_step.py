@@ -1,0 +1,42 @@
+"""The README's model-step figures, recomputed from the committed H200 step files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from qbench.step.row import StepRow
+from qbench.step.view import decision_method, linear_speedup, speedups
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rows(name):
+    return [StepRow.model_validate(r) for r in json.loads((ROOT / "results/h200" / name).read_text())["rows"]]
+
+
+def _find(rows, scheme, m, context):
+    return next(r for r in rows if (r.scheme, r.m, r.context) == (scheme, m, context))
+
+
+def test_readme_step_figures():
+    text = (ROOT / "README.md").read_text()
+    rows = _rows("step_llama31_8b.json")
+    sp, lsp = speedups(rows), linear_speedup(rows)
+    eager, comp = _find(rows, "int4-weight-only", 1, 128), _find(rows, "int4-weight-only+compiled", 1, 128)
+    figures = {f"{sp[eager.key]['step_graph']:.2f}× bf16's eager", f"{sp[comp.key]['step_compiled']:.2f}× compiled",
+               f"predicts {lsp[eager.key]:.2f}× and {lsp[comp.key]:.2f}×"}
+    far_e, far_c = _find(rows, "int4-weight-only", 1, 32768), _find(rows, "int4-weight-only+compiled", 1, 32768)
+    figures.add(f"32768 positions {sp[far_e.key]['step_graph']:.2f}× and {sp[far_c.key]['step_compiled']:.2f}×")
+    m16 = [sp[r.key][decision_method(r)] for r in rows if r.m == 16 and r.base_scheme == "int4-weight-only"]
+    figures.add(f"({min(m16):.2f}-{max(m16):.2f}×)")
+    bf = [_find(rows, "bf16", 1, c) for c in (128, 32768)]
+    figures.add(f"is {100 * bf[0].remainder_share['step_graph']:.0f} % at 128 positions and "
+                f"{100 * bf[1].remainder_share['step_graph']:.0f} %")
+    r70 = _rows("step_llama31_70b.json")
+    i70 = _find(r70, "int4-weight-only", 1, 4096)
+    figures.add(f"int4 is {speedups(r70)[i70.key]['step_graph']:.2f}×")
+    figures.add(f"from {_find(r70, 'bf16', 1, 4096).blocks_built} of 80 blocks")
+    flat = " ".join(text.split())
+    for fig in figures:
+        assert fig in flat, fig
