@@ -42,8 +42,6 @@ __all__ = [
     "write_results",
 ]
 
-#: CUDA timing methods, in the order tables show them (the registry, :mod:`qbench.timing.registry`).
-CUDA_METHODS = registry.CUDA_METHODS
 #: The CPU method every CPU row has (CPU rows may also have ``stream``).
 CPU_METHOD = registry.CPU_METHOD
 #: The method decisions read by default (``stream``: weights from HBM, graph-captured).
@@ -206,11 +204,13 @@ def check_rows(rows: list, source: str) -> None:
 
 
 #: The values a ``--method`` option accepts (CLI choices of report, compare, recommend, plot):
-#: every method of the registry, in table order.
+#: every method of the registry, in table order, of every job (a model step's methods too: a file
+#: without a method's data says so when it is asked for).
 METHOD_CHOICES = tuple(registry.METHODS)
-#: What a file without the decision method's data falls back to, in this order: ``cold`` on a CUDA
-#: result, ``cpu`` on a CPU result (files written before ``stream`` existed have neither stream).
-FALLBACK_METHODS = ("cold", CPU_METHOD)
+#: What a file without the decision method's data falls back to, in this order (the registry's
+#: ``fallback_rank``): ``cold`` on a CUDA result, ``cpu`` on a CPU result (files written before
+#: ``stream`` existed have neither stream).
+FALLBACK_METHODS = registry.FALLBACK_METHODS
 
 
 def latency_stats(row: dict, method: str) -> dict | None:

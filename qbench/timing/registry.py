@@ -1,83 +1,136 @@
-"""The one registry of timing methods: name, what each includes, and what it needs.
+"""The one registry of timing methods: a method is one module plus one line in :data:`MODULES`.
 
-Scenario validation (``timing.methods``), :mod:`qbench.measure`, the results reader and every
-renderer take the method names and their order from here; a method is added in one place.
+Each module ``qbench.timing.<name>`` defines ``METHOD``, a :class:`~qbench.timing.method.TimingMethod`
+(its metadata and its ``run``). The modules are imported on first use of :data:`METHODS` (PEP 562)
+and import torch only when a method runs, so readers of results (report, compare, recommend) use
+the metadata without torch. Scenario validation (``timing.methods``), :mod:`qbench.measure`,
+:mod:`qbench.tp.measure`, the results reader and every renderer take the method names, their
+order and what each includes from here.
 
-| name | includes | L2 / cache | needs CUDA | needs capture |
-|---|---|---|---|---|
-| ``stream`` | per call of a CUDA graph over L distinct weight copies (>= 4 x L2): the decode engine's number | weight from HBM | no (CPU: copies > last-level cache, no graph) | yes on CUDA |
-| ``cold`` | one call's kernels and the gaps between them, launch hidden behind a busy GPU | flushed (read flush, clean lines) | yes | no |
-| ``warm`` | per call of a graph of 20 calls on ONE weight | hot | yes | yes |
-| ``eager`` | host clock around call + synchronize: launch, Python, kernels, sync | as left | yes | no |
-| ``kernel`` | sum of the GPU kernel durations of one call (torch.profiler), gaps excluded | flushed before each call | yes | no |
-| ``cpu`` | host wall time per call (blocks of calls, perf_counter), one weight | hot | no (CPU only) | no |
+Jobs: a method of job ``"layer"`` times one linear layer (:mod:`qbench.measure`, scenario
+``timing.methods``); a method of another job (``"step"``: a model step) is in :data:`METHODS`
+too, so that readers know its name and metadata (``--method`` choices, columns), but
+:func:`plan` gives it only to its own job and :data:`SCENARIO_METHODS`, :data:`DECISION_METHOD`,
+:data:`CPU_METHOD` and :data:`FALLBACK_METHODS` hold layer methods only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+from typing import Iterable
+
+from qbench.timing.method import TimingMethod
+
+#: The method modules under ``qbench.timing``, in the order tables show the methods.
+MODULES = ("stream", "cold", "warm", "eager", "kernel", "cpu")
+#: The job of a single linear layer (:mod:`qbench.measure`).
+LAYER = "layer"
+
+#: ``launch_overhead_us`` = median of the first - median of the second: the host clock around a call
+#: and its synchronize, minus the summed durations of its kernels.
+LAUNCH_OVERHEAD = ("eager", "kernel")
+
+_methods: dict[str, TimingMethod] = {}
 
 
-@dataclass(frozen=True)
-class TimingMethod:
-    """One timing method.
-
-    Attributes:
-        name: the JSON key under ``latency_us`` (``stream``, ``cold``, ...).
-        includes: one line saying what the number contains (shown by ``report --help-columns``).
-        cache: the L2 / CPU cache state the weight is read in.
-        cuda: runs on CUDA rows.
-        cpu: runs on CPU rows.
-        needs_capture: the call must be capturable in a CUDA graph (a host sync makes it null).
-        decision: decisions (recommend, crossover, --summary) read this method by default.
-    """
-
-    name: str
-    includes: str
-    cache: str
-    cuda: bool
-    cpu: bool
-    needs_capture: bool
-    decision: bool = False
-
-
-#: Every method, in the order tables show them.
-METHODS: dict[str, TimingMethod] = {m.name: m for m in (
-    TimingMethod("stream", "µs per call of one CUDA graph calling L distinct weight copies in order "
-                 "(copies together >= 4 x L2): weights streamed from HBM, no launch gaps, as a decode "
-                 "engine's graph-captured step; on CPU the copies exceed the last-level cache, no graph",
-                 "weight from HBM (DRAM on CPU)", cuda=True, cpu=True, needs_capture=True, decision=True),
-    TimingMethod("cold", "one call between CUDA events, L2 flushed by a read (no dirty lines), launch "
-                 "hidden behind a busy GPU: kernels and the gaps between them", "flushed", cuda=True,
-                 cpu=False, needs_capture=False),
-    TimingMethod("warm", "µs per call of a CUDA graph of 20 calls on one weight: L2-hot, no launch",
-                 "hot (weight < L2 is served from L2)", cuda=True, cpu=False, needs_capture=True),
-    TimingMethod("eager", "host clock around call + torch.cuda.synchronize(): Python, launch, kernels, sync "
-                 "(the seed page's method)", "as the previous call left it", cuda=True, cpu=False,
-                 needs_capture=False),
-    TimingMethod("kernel", "sum of one call's GPU kernel durations (torch.profiler), L2 flushed before each "
-                 "profiled call, launch gaps excluded", "flushed", cuda=True, cpu=False, needs_capture=False),
-    TimingMethod("cpu", "host wall time per call on one weight (blocks of calls, perf_counter)",
-                 "hot when the weight fits in the caches", cuda=False, cpu=True, needs_capture=False),
-)}
-
-#: Methods a scenario's ``timing.methods`` may list (run on CUDA; ``stream`` also on CPU).
-SCENARIO_METHODS: tuple[str, ...] = tuple(n for n, m in METHODS.items() if m.cuda)
-#: CUDA methods in table order.
-CUDA_METHODS: tuple[str, ...] = SCENARIO_METHODS
-#: The method every CPU row has.
-CPU_METHOD = "cpu"
-#: The method decisions read by default, on CUDA and CPU results alike.
-DECISION_METHOD: str = next(n for n, m in METHODS.items() if m.decision)
-
-
-def get(name: str) -> TimingMethod:
-    """The method called ``name``.
+def methods() -> dict[str, TimingMethod]:
+    """Every registered method (name -> method), in table order; imports the modules once.
 
     Raises:
-        KeyError: unknown name; the message lists the known ones.
+        ValueError: two modules define the same name, or a module has no ``METHOD``.
     """
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise KeyError(f"unknown timing method {name!r}; known: {', '.join(METHODS)}") from None
+    if not _methods:
+        found: dict[str, TimingMethod] = {}
+        for module in MODULES:
+            method = getattr(importlib.import_module(f"qbench.timing.{module}"), "METHOD", None)
+            if not isinstance(method, TimingMethod):
+                raise ValueError(f"qbench.timing.{module}: defines no METHOD (a TimingMethod)")
+            if method.name in found:
+                raise ValueError(f"timing method {method.name!r} is defined twice")
+            found[method.name] = method
+        _methods.update(found)
+    return _methods
+
+
+def load() -> None:
+    """Import every method module now (the forkserver's preload)."""
+    methods()
+
+
+def layer_methods() -> list[TimingMethod]:
+    """The methods of the layer job, in table order."""
+    return [m for m in methods().values() if m.job == LAYER]
+
+
+def plan(names: Iterable[str], device_type: str, job: str = LAYER) -> list[TimingMethod]:
+    """The methods of ``job`` to run on a ``device_type`` row, in run order.
+
+    A method runs when it is listed in ``names`` or is ``always`` run, and runs on the device
+    (:meth:`~qbench.timing.method.TimingMethod.runs_on`). Order: the plain phase, then the graph
+    phase (graph methods on CUDA only: :meth:`~qbench.timing.method.TimingMethod.phase_on`), each by
+    ``order``. Names listed that do not run there are the caller's to explain
+    (:meth:`~qbench.timing.method.TimingMethod.unavailable`).
+
+    Raises:
+        KeyError: a name that is not a registered method of ``job`` (the known ones in the message).
+    """
+    names = list(names)
+    known = {m.name: m for m in methods().values() if m.job == job}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise KeyError(f"unknown {job} timing method {unknown[0]!r}; known: {', '.join(known)}")
+    chosen = [m for m in known.values() if m.runs_on(device_type) and (m.name in names or m.always)]
+    return sorted(chosen, key=lambda m: (m.phase_on(device_type) == "graph", m.order))
+
+
+def fallback(device_type: str) -> TimingMethod:
+    """The layer method of lowest ``fallback_rank`` that runs on ``device_type`` (the end-to-end
+    time of a tensor-parallel row: ``cold`` on CUDA, ``cpu`` on the CPU)."""
+    return next(m for m in sorted(layer_methods(), key=_rank) if m.fallback_rank is not None
+                and m.runs_on(device_type))
+
+
+def extras_owner() -> dict[str, str]:
+    """STATS key -> the method whose records alone carry it (every method's ``extras``)."""
+    return {key: m.name for m in methods().values() for key in m.extras}
+
+
+def _rank(method: TimingMethod) -> int:
+    return method.fallback_rank if method.fallback_rank is not None else 1 << 30
+
+
+def _derived(name: str):
+    layer = layer_methods()
+    if name == "METHODS":
+        return methods()
+    if name == "SCENARIO_METHODS":
+        # Methods a scenario's ``timing.methods`` may list (the others run on every row they can).
+        return tuple(m.name for m in layer if not m.always)
+    if name == "CPU_METHOD":
+        # The method every CPU row has.
+        return next(m.name for m in layer if m.always and m.cpu)
+    if name == "DECISION_METHOD":
+        # The method decisions read by default, on CUDA and CPU results alike.
+        return next(m.name for m in layer if m.decision)
+    if name == "FALLBACK_METHODS":
+        # What readers read when a file lacks the decision method, in order.
+        return tuple(m.name for m in sorted(layer, key=_rank) if m.fallback_rank is not None)
+    if name == "COMPARISON_ORDER":
+        # The decision method, then the fallbacks (tensor-parallel speed-ups use the first both rows have).
+        return (_derived("DECISION_METHOD"), *_derived("FALLBACK_METHODS"))
+    raise AttributeError(f"module 'qbench.timing.registry' has no attribute {name!r}")
+
+
+_DERIVED = ("METHODS", "SCENARIO_METHODS", "CPU_METHOD", "DECISION_METHOD", "FALLBACK_METHODS", "COMPARISON_ORDER")
+
+
+def __getattr__(name: str):
+    if name not in _DERIVED:
+        raise AttributeError(f"module 'qbench.timing.registry' has no attribute {name!r}")
+    value = _derived(name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_DERIVED])
