@@ -128,10 +128,12 @@ def _cpu_sampler(fn: Callable[[], object], ranks: RankGroup) -> Callable[[], flo
 
 
 def _cuda_sampler(fn: Callable[[], object], settings: TimingSettings, ranks: RankGroup, flush: bool):
+    """One sample of ``fn`` (µs): cold's event sampling (:func:`qbench.timing._cuda.event_samples`)
+    with a barrier hook before each sample: synchronize, barrier, busy-wait, flush."""
+    from qbench.timing._cuda import event_samples
     from qbench.timing.cold import busy_cycles, sleep_us_per_cycle
 
     flusher = ranks.flusher(settings.flush_multiple) if flush else None
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     if flusher is not None:
@@ -141,19 +143,15 @@ def _cuda_sampler(fn: Callable[[], object], settings: TimingSettings, ranks: Ran
     enqueue = (time.perf_counter() - t0) * 1e6  # an upper bound: it includes the GPU time
     cycles = int(ranks.max_float(busy_cycles(enqueue, sleep_us_per_cycle())))
 
-    def sample() -> float:
+    def together() -> None:
         torch.cuda.synchronize()
         ranks.barrier()
         torch.cuda._sleep(cycles)
         if flusher is not None:
             flusher.flush()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3
 
-    return sample
+    one = event_samples(fn, 1, before=together)
+    return lambda: one(1)[0]
 
 
 def per_rank_cold(fn: Callable[[], object], settings: TimingSettings, ranks: RankGroup) -> RankStats:
