@@ -371,21 +371,22 @@ class _Runner:
 
     def _call(self, method: TimingMethod, x: torch.Tensor) -> Call | str:
         """The :class:`~qbench.timing.method.Call` for ``method`` on input ``x``, with what its
-        ``needs`` asks for; or the reason it cannot have it (no copies were built)."""
-        needs = self.device.type == "cuda" and method.needs
-        calls = copies = None
-        if method.needs.copies:
+        ``needs`` asks for (the flusher and the host-sync probe on CUDA only); or the reason it
+        cannot have it (no copies were built)."""
+        needs, cuda = method.needs, self.device.type == "cuda"
+        calls = None
+        if needs.copies:
             if self.copies is None:
                 return self.copies_why or "no copies were built"
-            copies, calls = self.copies, self._calls(x)
-        if needs and needs.flusher and self.flusher is None:
+            calls = self._calls(x)
+        if cuda and needs.flusher and self.flusher is None:
             from qbench.timing.flush import L2Flusher
 
             self.flusher = L2Flusher(self.device, self.settings.flush_multiple)
         fn = self._fn(x)
-        return Call(fn=fn, device=self.device, calls=calls, copies=copies, stored_bytes=self.book.stored_bytes,
-                    flusher=self.flusher if needs and needs.flusher else None,
-                    host_sync=bool(needs and needs.host_sync and syncs_host(fn)),
+        return Call(fn=fn, device=self.device, calls=calls, copies=self.copies if needs.copies else None,
+                    stored_bytes=self.book.stored_bytes, flusher=self.flusher if cuda and needs.flusher else None,
+                    host_sync=bool(cuda and needs.host_sync and syncs_host(fn)),
                     graphs=compile_info.graph_count if self.compiled else None)
 
     def _cpu_load_flag(self, row: dict) -> None:
