@@ -24,11 +24,10 @@ import torch._dynamo  # noqa: F401  compiled schemes and torchao; ~3 s on the H2
 import torch.profiler  # noqa: F401  the kernel method (its start imports torch._inductor: hasattr(torch, "_inductor"))
 
 import qbench.measure  # noqa: F401  formulas, inputs, ledger, metrics, the scheme registry
-import qbench.timing.cold  # noqa: F401
-import qbench.timing.eager  # noqa: F401
-import qbench.timing.kernel  # noqa: F401
-import qbench.timing.stream  # noqa: F401
-import qbench.timing.warm  # noqa: F401
+import qbench.timing.flush  # noqa: F401
+import qbench.timing.registry
+
+qbench.timing.registry.load()  # every timing method's module
 
 #: Scheme packages that import without initialising CUDA, so they may be imported before ``fork``,
 #: measured on the H200 by ``scripts/probe_preload.py`` (``results/h200/speed/probe-preload.json``):

@@ -1,6 +1,6 @@
 """Imported by the runner's forkserver after :mod:`qbench._preload` on CPU runs only: the scheme
 packages (torchao, bitsandbytes) and Inductor's ``compile_fx``, with Inductor set to compile in
-the worker's own process (:func:`qbench.measure.single_compile_thread`).
+the worker's own process (:func:`qbench.compile_info.single_compile_thread`).
 
 On the CPU no worker starts ahead (its imports would compete with the timed work for the cores),
 so each worker imported these after the previous one had exited: 7.4 s of a 40 s decode run on the
@@ -17,7 +17,7 @@ its scheme's rows.
 import importlib
 import importlib.util
 
-from qbench.measure import single_compile_thread
+from qbench.compile_info import single_compile_thread
 
 #: What this module imports, where installed.
 MODULES = ("torchao", "bitsandbytes", "torch._inductor.compile_fx")

@@ -304,11 +304,11 @@ class _Workers:
         decides, as before."""
         if self.dev.type != "cpu" or index in self.started:
             return None
-        from qbench.measure import _have_compiler
+        from qbench.compile_info import have_compiler
 
         entry = self.scenario.schemes[index]
         reason = schemes.get(entry.name).unavailable_reason(self.dev, entry.options)
-        if reason is None and entry.options.mode == "compiled" and not _have_compiler():
+        if reason is None and entry.options.mode == "compiled" and not have_compiler():
             reason = "torch.compile on CPU needs a C++ compiler (none found)"
         return reason
 

@@ -25,7 +25,9 @@ from qbench.step.config import ConfigError
 from qbench.step.spec import ModelSpec
 from qbench.step.spec import check as check_model
 from qbench.timing import registry
+from qbench.timing.settings import TimingSettings
 
+#: The layer timing methods a scenario's ``timing.methods`` may list (:mod:`qbench.timing.registry`).
 METHODS = registry.SCENARIO_METHODS
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 #: Largest M a scenario may ask for (rows = batch x tokens).
@@ -57,19 +59,13 @@ class LayerSpec(_Frozen):
     bias: bool = False
 
 
-class TimingSpec(_Frozen):
-    """Timing settings (see :mod:`qbench.timing`): warm-up calls, repetition bounds, the target
-    relative half-width of the median's confidence interval, the per-method budget (s), calls per
-    CUDA graph, the L2 flush buffer as a multiple of the L2 size, the CUDA methods to run, and the
-    per-scheme worker timeout (s)."""
+class TimingSpec(TimingSettings):
+    """A scenario's ``[timing]`` table: the timing knobs (:class:`~qbench.timing.settings.TimingSettings`:
+    warm-up calls, repetition bounds, the target relative half-width of the median's confidence
+    interval, the per-method budget (s), calls per CUDA graph, the L2 flush buffer as a multiple of
+    the L2 size) plus the layer methods to run and the per-scheme worker timeout (s). The timing
+    methods read it as their settings."""
 
-    warmup: int = Field(default=10, ge=0, le=10_000)
-    min_reps: int = Field(default=20, ge=3, le=100_000)
-    max_reps: int = Field(default=2000, ge=3, le=1_000_000)
-    target_rel_ci: float = Field(default=0.01, gt=0, lt=1)
-    budget_s: float = Field(default=2.0, gt=0, le=600)
-    graph_calls: int = Field(default=20, ge=1, le=10_000)
-    flush_multiple: int = Field(default=4, ge=1, le=64)
     methods: tuple[Literal[METHODS], ...] = Field(default=METHODS, min_length=1)
     scheme_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
 
@@ -416,9 +412,6 @@ def _check_cross_fields(scenario: Scenario) -> None:
         if n % multiple:
             raise ScenarioError(scenario.source, "layer.out_features",
                                 f"must be a multiple of {multiple} (kernel constraint of schemes[{i}] {entry.label}), got {n}")
-    if scenario.timing.max_reps < scenario.timing.min_reps:
-        raise ScenarioError(scenario.source, "timing.max_reps",
-                            f"must be >= timing.min_reps={scenario.timing.min_reps}, got {scenario.timing.max_reps}")
     weight = scenario.weight
     if weight.source == "safetensors":
         missing = [k for k in ("path", "tensor") if not getattr(weight, k)]

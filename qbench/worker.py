@@ -114,7 +114,7 @@ def import_ahead(scheme, entry, device, ms=()) -> list[str]:
         return []
     names = [p for p in scheme.packages if importlib.util.find_spec(p) is not None]
     if entry.options.mode == "compiled":
-        from qbench.measure import single_compile_thread
+        from qbench.compile_info import single_compile_thread
 
         single_compile_thread()
         names.append("torch._inductor.compile_fx")

@@ -357,7 +357,7 @@ What call 10's timeline showed, and what was done:
   `async_compile` (which the compiled workers do while they prepare, to save 2 s after the go) starts a
   pool of compile processes, one per core: 16 per compiled worker on this host, each importing
   torch, competing for the CPU with the measuring worker and the first call. qbench sets Inductor's
-  `compile_threads` to 1 in its workers (`qbench.measure.single_compile_thread`; rows record
+  `compile_threads` to 1 in its workers (`qbench.compile_info.single_compile_thread`; rows record
   `compile.compile_threads`; `TORCHINDUCTOR_COMPILE_THREADS` overrides): a scheme compiles a handful
   of kernels, and after the first run reads them from Inductor's disk cache. In calls 11 and 12 the
   same first call took {fp8c_after} s, and measuring fell from {c10meas} s to {c11meas} s.

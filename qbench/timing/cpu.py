@@ -15,6 +15,7 @@ import time
 from typing import Callable
 
 from qbench.timing.adaptive import collect
+from qbench.timing.method import Call, Needs, Reading, TimingMethod
 from qbench.timing.settings import TimingSettings
 from qbench.timing.stats import Stats, summarize
 
@@ -82,3 +83,16 @@ def time_cpu(fn: Callable[[], object], settings: TimingSettings) -> Stats:
 
     samples, converged, stop = collect(sample_batch, settings)
     return summarize(samples, converged, stop)
+
+
+class Cpu(TimingMethod):
+    """``cpu``: :func:`time_cpu` of the call; every CPU row has it, and the caller samples the CPU
+    load right after it (``needs.cpu_load``)."""
+
+    def run(self, call: Call, settings: TimingSettings) -> Reading:
+        return Reading(time_cpu(call.fn, settings).to_dict())
+
+
+METHOD = Cpu("cpu", "host wall time per call on one weight (blocks of calls, perf_counter)",
+             "hot when the weight fits in the caches", cuda=False, cpu=True, needs_capture=False,
+             order=0, needs=Needs(cpu_load=True), fallback_rank=2, always=True)
