@@ -281,6 +281,7 @@ def test_two_ahead_starts_the_next_two_workers(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name,value", [("QBENCH_AHEAD", "abc"), ("QBENCH_AHEAD", "-1"), ("QBENCH_AHEAD", "1.5"),
+                                        ("QBENCH_AHEAD", "\u00b2"),
                                         ("QBENCH_PRELOAD", "yes"), ("QBENCH_PRELOAD", ""),
                                         ("QBENCH_PRELOAD", "Lean")])
 def test_bad_worker_env_is_one_line_before_anything_is_written(tmp_path, monkeypatch, name, value):
@@ -414,7 +415,8 @@ def test_ctrl_c_says_where_the_rows_measured_so_far_are(tmp_path, monkeypatch, c
     partial = tmp_path / "r.partial.json"
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f'qbench: interrupted; the 2 rows measured so far are in {partial} ("complete": false; '
-                   "an existing result file was left as it was)"]
+                   "an existing result file was left as it was); run the same command with --resume to measure "
+                   "only the schemes it lacks"]
     assert len(json.loads(partial.read_text())["rows"]) == 2 and not out.exists()
 
     _interrupt_at(monkeypatch, 0)
