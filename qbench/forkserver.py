@@ -180,16 +180,21 @@ def start_early(scenario, device: Optional[str] = None) -> bool:
 
 
 def kill() -> None:
-    """SIGKILL the forkserver, if one runs (one that hangs or stopped answering; a
-    :func:`start` later starts a new one: Python's forkserver restarts when its process is gone)."""
+    """SIGKILL the forkserver, if one runs (one that hangs or stopped answering), and reap it; a
+    :func:`start` later starts a new one."""
+    import multiprocessing.forkserver
     import signal
 
     for pid in pids():
         try:
             os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ChildProcessError, ProcessLookupError, PermissionError):
+        except ProcessLookupError:
             pass
+        try:
+            multiprocessing.forkserver._forkserver._stop()  # closes its pipe, reaps it, forgets its address
+        except (ChildProcessError, OSError):
+            server = multiprocessing.forkserver._forkserver
+            server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None
 
 
 def pids() -> tuple[int, ...]:

@@ -106,11 +106,10 @@ class RunInterrupted(KeyboardInterrupt):
         """One line for the user: where the rows measured so far are, or that there are none."""
         kept = "an existing result file was left as it was"
         what = "interrupted" if self.signum == signal.SIGINT else f"stopped by {signal.Signals(self.signum).name}"
-        if self.partial is None:
-            return f"{what} before any scheme was measured; nothing was written ({kept})"
-        if not self.rows:
-            return f"{what} before any scheme finished; {self.partial} holds no rows ({kept})"
-        return (f"{what}; the {self.rows} rows measured so far are in {self.partial} (\"complete\": false; {kept}); "
+        if self.partial is None or not self.rows:
+            return f"{what} before any scheme finished; nothing was written ({kept})"
+        rows = f"the {self.rows} rows measured so far are" if self.rows != 1 else "the 1 row measured so far is"
+        return (f"{what}; {rows} in {self.partial} (\"complete\": false; {kept}); "
                 f"run the same command with --resume to measure only the schemes it lacks")
 
 
@@ -311,17 +310,26 @@ class Output:
         self.written = len(doc["rows"])
 
     def interrupted(self, exc: BaseException) -> RunInterrupted:
-        """The :class:`RunInterrupted` for a stop signal ``exc``, naming what is on disk."""
-        if self.written is None:
+        """The :class:`RunInterrupted` for a stop signal ``exc``, naming what is on disk (a partial
+        file without rows is removed by :meth:`release`: it is not named)."""
+        if not self.written:
             return RunInterrupted.of(exc)
         return RunInterrupted.of(exc, self.partial, self.written)
 
     def _kept(self) -> str:
         if not self.written:
             return "no row had been measured"
-        return f"the {self.written} rows measured so far are in {self.partial} (\"complete\": false)"
+        rows = f"the {self.written} rows measured so far are" if self.written != 1 else "the 1 row measured so far is"
+        return f"{rows} in {self.partial} (\"complete\": false)"
 
     def release(self) -> None:
+        """End the run's hold on the output: remove the partial file this run wrote if it holds no
+        row (a partial file with rows is kept, always), and release the lock (idempotent)."""
+        if self.lock.fd is not None and self.written == 0 and self.resumed_from is None:
+            try:
+                self.partial.unlink()
+            except OSError:
+                pass
         self.lock.release()
 
 
