@@ -448,3 +448,25 @@ def test_a_plugin_that_raises_or_registers_a_builtin_name_is_one_line(tmp_path):
                       {"QBENCH_PLUGINS": module, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"})
         assert proc.stdout.strip() == "2", proc.stderr
         assert proc.stderr.strip().splitlines() == [f"qbench: environment variable QBENCH_PLUGINS: module {module!r} {what}"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_tensor_parallel_run_leaves_no_rank_running(tmp_path, sig):
+    """A ``[tp]`` job runs in a session of its own (the terminal's Ctrl-C does not reach it): a stop
+    signal kills that session, and a SIGKILLed runner is noticed by the rank itself."""
+    sc = tmp_path / "tp.toml"
+    sc.write_text(small_scenario_toml(["fp32", "sleep-test"], m=(1,), extra="[tp]\ntp_size = [1]"))
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "qbench", "run", str(sc), "--out", str(out), "--quiet",
+                             "--device", "cpu"], cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    rank = _measuring_worker(tmp_path, proc)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == (128 + sig if sig != signal.SIGKILL else -sig)
+    assert _gone(rank, within=10), "a tensor-parallel rank outlived its run"
+    if sig == signal.SIGTERM:
+        assert err.strip().splitlines()[-1].startswith(f"qbench: stopped by SIGTERM; the 1 row measured so far is in "
+                                                       f"{tmp_path / 'r.partial.json'}")
+        assert not _temp_folders(tmp_path)
+    assert [r["scheme"] for r in read_results(tmp_path / "r.partial.json")["rows"]] == ["fp32"]
