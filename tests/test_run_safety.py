@@ -470,3 +470,19 @@ def test_a_stopped_tensor_parallel_run_leaves_no_rank_running(tmp_path, sig):
                                                        f"{tmp_path / 'r.partial.json'}")
         assert not _temp_folders(tmp_path)
     assert [r["scheme"] for r in read_results(tmp_path / "r.partial.json")["rows"]] == ["fp32"]
+
+
+@pytest.mark.parametrize("label,why", [
+    ("a\x1b]0;pwned\x07", "must be printable text without control characters, '|', '<', '>' or '`' (it is printed in "
+                          "tables), found '\\x1b'"),
+    ("a|b", "must be printable text without control characters, '|', '<', '>' or '`' (it is printed in tables), "
+            "found '|'"),
+    ("<img src=x onerror=alert(1)>", "must be printable text without control characters, '|', '<', '>' or '`' (it is "
+                                     "printed in tables), found '<'"),
+    ("=HYPERLINK(1)", "must not start with '=' (a spreadsheet would read it as a formula)"),
+])
+def test_a_label_that_would_inject_into_a_terminal_or_a_table_is_refused(tmp_path, capsys, label, why):
+    sc = tmp_path / "s.toml"
+    sc.write_text(small_scenario_toml(["fp16"]) + f"label = {json.dumps(label)}\n")
+    assert cli.main(["check", str(sc)]) == 2
+    assert _err_lines(capsys) == [f"qbench: {sc}: schemes[0].label: {why} (fp16), got {label!r}"]

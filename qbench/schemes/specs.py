@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import difflib
 import os
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class UnknownSchemeError(KeyError):
@@ -53,6 +54,22 @@ class SchemeOptions(BaseModel):
 
     mode: Literal["eager", "compiled"] = "eager"
     label: Optional[str] = Field(default=None, min_length=1, max_length=64)
+
+    @field_validator("label")
+    @classmethod
+    def _printable(cls, value: Optional[str]) -> Optional[str]:
+        """A label is printed in every table and written into CSV, Markdown and HTML: no control
+        character (terminal escapes, newlines), no ``|`` (a Markdown table's cell border), no ``<``,
+        ``>`` or backtick (markup), and no ``=``, ``+``, ``-`` or ``@`` first (a spreadsheet formula)."""
+        if value is None:
+            return value
+        bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") or c in "|<>`"), None)
+        if bad is not None:
+            raise ValueError(f"must be printable text without control characters, '|', '<', '>' or '`' "
+                             f"(it is printed in tables), found {bad!r}")
+        if value[0] in "=+-@":
+            raise ValueError(f"must not start with {value[0]!r} (a spreadsheet would read it as a formula)")
+        return value
 
 
 # --- torchao ---------------------------------------------------------------------------------------
