@@ -486,3 +486,30 @@ def test_a_label_that_would_inject_into_a_terminal_or_a_table_is_refused(tmp_pat
     sc.write_text(small_scenario_toml(["fp16"]) + f"label = {json.dumps(label)}\n")
     assert cli.main(["check", str(sc)]) == 2
     assert _err_lines(capsys) == [f"qbench: {sc}: schemes[0].label: {why} (fp16), got {label!r}"]
+
+
+def test_a_second_stop_signal_waits_for_the_clean_up_of_the_first():
+    """The first SIGINT or SIGTERM raises Stopped; a second one during the clean-up is ignored (a
+    double Ctrl-C exited -2 with a traceback); the handlers are restored afterwards."""
+    before = signal.getsignal(signal.SIGTERM)
+    cleaned = []
+    with pytest.raises(lifecycle.Stopped) as caught:
+        with lifecycle.stop_signals():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            finally:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.1)
+                cleaned.append(True)
+    assert caught.value.signum == signal.SIGTERM and cleaned == [True]
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_temp_file_left_by_a_killed_final_write_is_removed_by_the_next_run_on_that_out(tmp_path):
+    stale = tmp_path / ".r.json.k3j4h5.tmp"
+    stale.write_text("{}")
+    other = tmp_path / ".other.json.abc.tmp"
+    other.write_text("{}")
+    assert _run(_scenario(tmp_path, ["fp16"]), "--out", tmp_path / "r.json") == 0
+    assert not stale.exists() and other.exists()

@@ -257,9 +257,9 @@ def plugins() -> list[str]:
 
 
 def lookup(name: str) -> SchemeSpec:
-    """The spec of scheme ``name``: a built-in one from :data:`SPECS` (no torch import); one only a
-    ``QBENCH_PLUGINS`` module registers from the full registry (:func:`qbench.schemes.get`, which
-    imports torch and the plugins).
+    """The spec of scheme ``name``: a built-in one from :data:`SPECS` (no torch import); any other
+    from the registry (a scheme registered in this process, or by a ``QBENCH_PLUGINS`` module: then
+    the full registry is loaded, which imports torch and the plugins).
 
     Raises:
         UnknownSchemeError: no such scheme, with the closest names.
@@ -267,9 +267,11 @@ def lookup(name: str) -> SchemeSpec:
     """
     if name in SPECS:
         return SPECS[name]
-    if not plugins():
-        raise unknown(name, list(SPECS))
     from qbench import schemes
 
-    scheme = schemes.get(name)
+    scheme = schemes._REGISTRY.get(name)
+    if scheme is None and plugins():
+        scheme = schemes.get(name)
+    if scheme is None:
+        raise unknown(name, list(dict.fromkeys([*SPECS, *schemes._REGISTRY])))
     return SchemeSpec(scheme.name, scheme.options_model, scheme.k_multiple, scheme.n_multiple)
