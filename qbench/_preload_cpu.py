@@ -7,7 +7,7 @@ so each worker imported these after the previous one had exited: 7.4 s of a 40 s
 2-core machine (``scripts/bench_decode.py --timeline``, "next not ready"). Preloaded once, they
 are shared by every worker forked afterwards. A CUDA run never preloads them: a child forked
 after ``import torchao`` fails its CUDA matmul, and bitsandbytes initialises CUDA when imported
-(``results/h200/speed/probe-preload.json``); :func:`qbench.forkserver.ensure` replaces a
+(``results/h200/evidence/speed/probe-preload.json``); :func:`qbench.forkserver.ensure` replaces a
 forkserver started with this module when the run turns out to be on CUDA.
 
 A package that is missing or fails to import is left to the worker, which reports the failure in

@@ -74,7 +74,7 @@ def single_compile_thread() -> int:
     processes (one per core, up to 32; each imports torch) the moment it is imported: in a worker
     started ahead, 16 processes per compiled scheme on the 16-core H200 host, competing with the
     measuring worker for the CPU, and a first call that took 0.9 to 10.3 s with the same cache
-    hits (``results/h200/speed/2026-12-01/call10``). A scheme compiles a handful of kernels, read
+    hits (``results/h200/evidence/speed/2026-12-01/call10``). A scheme compiles a handful of kernels, read
     from Inductor's on-disk cache after the first run: one process is enough."""
     import torch._inductor.config as inductor_config
 

@@ -5,7 +5,7 @@ checked here once for both the runner and the early start.
 This module imports neither torch nor any qbench module that does, so the command line can start
 the forkserver as soon as the scenario is validated (torch-free, :func:`start_early`): its imports
 (torch, then :mod:`qbench._preload`, about 7.5 s on the H200 host,
-``results/h200/speed/probe-preload.json``) then run at the same time as the runner's own (torch,
+``results/h200/evidence/speed/probe-preload.json``) then run at the same time as the runner's own (torch,
 the environment record, the ceilings) instead of after them.
 """
 

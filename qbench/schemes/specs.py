@@ -95,7 +95,7 @@ class Fp8DynamicOptions(TorchaoOptions):
     ``mslk-cuda`` package and SM90+). torchao's own default, AUTO, silently picks mslk when that
     package is importable, so a row's kernels would depend on what happens to be installed; qbench
     asks for one explicitly (H200, graph of 8 copies, M = 1: torch 28.3 µs, mslk 10.4 µs,
-    ``results/h200/cold-experiment.json``)."""
+    ``results/h200/evidence/cold-experiment.json``)."""
 
     granularity: Literal["per-row", "per-tensor"] = "per-row"
     kernel_preference: Literal["torch", "mslk"] = "torch"
