@@ -306,8 +306,12 @@ NOT_ROW_KEYS = {
                        "tab20", "tab20b"},  # matplotlib colour map names
     "qbench/model.py": {"measured", "memory_gbps"},
     "qbench/render/__init__.py": {"device_name", "compute_capability"},
-    "qbench/results.py": {"device_name"},  # machine_of: the document's env
+    "qbench/results.py": {"device_name",  # machine_of: the document's env
+                          # _check_step_rows: a model-step row's job and context (qbench.step.row.StepRow),
+                          # and the keys of a pydantic error
+                          "job", "context", "loc", "msg", "input"},
     "qbench/compare.py": {"A", "B"},  # the two files' sides in a dict built by a comprehension
+    "qbench/cli.py": {"qbench.lifecycle"},  # sys.modules.get: RunError only where a run imported it
     # derived summaries: scripts/repeatability.py's and scripts/crosscheck_timing.py's rows, and the env
     "scripts/docs_tables.py": {"cv_pct", "files", "medians_us", "method", "missing_from", "runs", "ours_us",
                                "triton_us", "pass", "ratio", "qbench_us", "reference_us", "qbench_copies",

@@ -384,9 +384,20 @@ def test_check_and_run_answer_a_typo_without_importing_torch(tmp_path):
     proc = _fresh(code)
     assert proc.stdout.strip().splitlines()[-1] == "[2, 2, 0] False", proc.stderr
     assert proc.stderr.strip().splitlines() == [f"qbench: {bad}: ms: unknown key; allowed: name, description, seed, "
-                                                "device, output, m, layer, timing, inputs, weight, schemes, tp"] * 2
+                                                "device, output, m, layer, timing, inputs, weight, schemes, tp, model"] * 2
     assert proc.stdout.strip().splitlines()[0] == (f"{good}: ok: 2 schemes (fp16, nf4-bnb); M = [1]; K = 256, N = 128; "
                                                    "device auto")
+
+
+def test_check_a_model_step_scenario_without_importing_torch():
+    """``qbench check`` of a ``[model]`` scenario names the model and its contexts (not [layer]'s
+    K and N) and imports no torch."""
+    code = ("import sys\nfrom qbench import cli\n"
+            "print(cli.main(['check', 'scenarios/step_tiny.toml']), 'torch' in sys.modules)\n")
+    proc = _fresh(code)
+    assert proc.stdout.strip().splitlines() == [
+        "scenarios/step_tiny.toml: ok: 5 schemes (fp32, bf16, int8-weight-only, int4-weight-only, nf4-bnb); "
+        "M = [1, 3]; model tiny Llama (2 blocks, CPU), context [16, 128]; device auto", "0 False"], proc.stderr
 
 
 @pytest.mark.parametrize("line,message", [

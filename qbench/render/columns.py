@@ -245,7 +245,7 @@ _CATALOGUE: list[Column] = [
     ],
     *[
         Column(f"{m}_{p}", f"{m} {p} µs", _latency(m, p), fmt_us, True)
-        for m in registry.METHODS
+        for m in registry.LAYER_METHODS
         for p in ("p10", "p90")
     ],
     *[
