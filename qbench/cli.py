@@ -1,4 +1,4 @@
-"""Command line: ``qbench run | list | report | compare | recommend | model | plot``.
+"""Command line: ``qbench run | check | list | report | compare | recommend | model | plot``.
 
 ``python -m qbench run scenarios/decode.toml`` is the main job. Bad input gets one line on stderr
 naming the file, key and value, and exit status 2; ``--debug`` shows the traceback instead.
@@ -17,8 +17,11 @@ MACHINE_FORMATS = frozenset({"csv", "json", "tsv", "latex", "latex_raw", "latex_
 
 #: What each subcommand's exit status means (printed under its --help).
 EXIT_CODES = {
-    "run": "0 at least one row ok; 1 every row skipped or failed; 2 bad input, nothing measured or written; "
-           "130 interrupted (the message names the partial file holding the rows so far, <out>.partial.json)",
+    "run": "0 at least one row ok; 1 every row skipped or failed; 2 bad input (nothing measured or written), "
+           "another run on the same --out, or a write that failed mid-run (the message names the partial file "
+           "holding the rows so far); 130 interrupted (Ctrl-C), 143 SIGTERM, 129 SIGHUP (the message names "
+           "the partial file holding the rows so far, <out>.partial.json; --resume measures the rest)",
+    "check": "0 the scenario is valid; 2 it is not (one line naming the file, key and value)",
     "list": "0; 2 bad --device",
     "report": "0; 2 bad input",
     "compare": "0 no regression; 1 a row got slower than --threshold; 2 bad input",
@@ -31,22 +34,50 @@ EXIT_CODES = {
 _COMMAND_MODULES = ("qbench.report", "qbench.compare", "qbench.recommend", "qbench.model", "qbench.plot")
 
 
+def _validated(path: str, schemes: Optional[list[str]] = None):
+    """The scenario at ``path`` (read once: a pipe such as ``<(...)`` too), validated without
+    importing torch, narrowed to ``--schemes``."""
+    from qbench import scenario
+
+    loaded = scenario.loads(scenario.read_bytes(path), path)
+    return loaded if schemes is None else scenario.only_schemes(loaded, schemes)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    loaded = _validated(args.scenario, args.schemes)
+    labels = ", ".join(e.label for e in loaded.schemes)
+    tp = f", tp_size {list(loaded.tp.tp_size)} split {list(loaded.tp.split)}" if loaded.tp is not None else ""
+    if loaded.model is not None:  # a model-step scenario: the model's shapes, not [layer]'s (torch-free)
+        from qbench.step.spec import check as check_model
+
+        shape = f"model {check_model(loaded.model, loaded.source).title}, context {list(loaded.model.context)}"
+    else:
+        shape = f"K = {loaded.layer.in_features}, N = {loaded.layer.out_features}{tp}"
+    print(f"{args.scenario}: ok: {len(loaded.schemes)} scheme{'s' if len(loaded.schemes) != 1 else ''} ({labels}); "
+          f"M = {list(loaded.m)}; {shape}; device {loaded.device}")
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
-    from qbench import forkserver
+    from qbench import forkserver, render
 
-    # First, before this process imports torch (the scenario's scheme registry does): the
-    # forkserver's own imports (torch, qbench._preload) then overlap this process's.
-    forkserver.start_early(args.scenario, args.device)
-    from qbench import render, runner, scenario
-
-    loaded = scenario.load(args.scenario)
-    if args.schemes is not None:
-        loaded = scenario.only_schemes(loaded, args.schemes)
+    loaded = _validated(args.scenario, args.schemes)  # a typo is answered before any torch import
     render.check_format(args.format)  # a bad --format is refused before anything is measured
+    # Then, before this process imports torch: the forkserver's own imports (torch, qbench._preload)
+    # overlap this process's.
+    forkserver.start_early(loaded, args.device)
+    from qbench import lifecycle, runner
+
     say = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     terminal = sys.stderr.isatty()
-    outcome = runner.run(loaded, device=args.device, out=args.out, force=args.force, progress=say,
-                         show_bar=not args.quiet and terminal, per_scheme=say if not terminal else None)
+    with lifecycle.stop_signals():  # SIGTERM and SIGHUP stop a run as Ctrl-C does; a second signal waits
+        try:
+            outcome = runner.run(loaded, device=args.device, out=args.out, force=args.force, progress=say,
+                                 show_bar=not args.quiet and terminal, per_scheme=say if not terminal else None,
+                                 resume=args.resume)
+        except lifecycle.RunInterrupted as exc:
+            print(f"qbench: {exc.message()}", file=sys.stderr)
+            return exc.exit_code
     machine = args.format in MACHINE_FORMATS
     # a document meant to be parsed (csv, json, tsv, latex, html) is alone on stdout; the rest goes to stderr
     if loaded.job == "step":  # the model-step table (qbench.step.view)
@@ -120,7 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N (default: the scenario's, else auto)")
     p.add_argument("-o", "--out", default=None,
                    help="result JSON path (default: results/runs/<name>-<device>-<time>.json)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing result file")
+    p.add_argument("--force", action="store_true", help="overwrite an existing result file (never a partial file)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the rows of <out>.partial.json (else of <out>) and measure only the schemes it lacks, "
+                        "then write one complete file (without --out: the newest partial file of this scenario "
+                        "and device under results/runs)")
     p.add_argument("--format", default="simple", help="table format: any tabulate format, or csv / json")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress bar, per-scheme lines or warnings (anywhere on the command line)")
@@ -130,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "int4-weight-only[activation_dtype=fp16,group_size=64]); the result file's scenario "
                         "lists only them")
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("check", help="validate a TOML scenario without running it (no torch import: instant)")
+    p.add_argument("scenario", help="scenario file, e.g. scenarios/decode.toml")
+    p.add_argument("--schemes", default=None, action="append", metavar="LABEL[,LABEL...]",
+                   help="check that these row labels are in the scenario (as run --schemes would)")
+    p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("list", help="list every scheme and whether it can run here")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
@@ -172,7 +213,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt as exc:
         said = exc.message() if hasattr(exc, "message") else "interrupted; an existing result file was left as it was"
         print(f"qbench: {said}", file=sys.stderr)
-        return 130
+        return getattr(exc, "exit_code", 130)
     except Exception as exc:
         if args.debug or not _is_user_error(exc):
             raise
@@ -181,10 +222,13 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def _is_user_error(exc: Exception) -> bool:
-    from qbench.runner import RunError
     from qbench.scenario import ScenarioError
+    from qbench.schemes import PluginError
 
-    user = (ScenarioError, RunError)
+    user: tuple = (ScenarioError, PluginError)
+    lifecycle = sys.modules.get("qbench.lifecycle")  # imported (with torch) only by a run: `check` stays torch-free
+    if lifecycle is not None:
+        user += (lifecycle.RunError,)
     try:
         from qbench.results import ResultsError
 

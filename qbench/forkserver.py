@@ -3,9 +3,10 @@ workers' environment variables (``QBENCH_PRELOAD``, ``QBENCH_AHEAD``, ``QBENCH_T
 checked here once for both the runner and the early start.
 
 This module imports neither torch nor any qbench module that does, so the command line can start
-the forkserver first thing (:func:`start`): its imports (torch, then :mod:`qbench._preload`, about
-7.5 s on the H200 host, ``results/h200/speed/probe-preload.json``) then run at the same time as the
-runner's own (torch, the scenario, the environment record, the ceilings) instead of after them.
+the forkserver as soon as the scenario is validated (torch-free, :func:`start_early`): its imports
+(torch, then :mod:`qbench._preload`, about 7.5 s on the H200 host,
+``results/h200/evidence/speed/probe-preload.json``) then run at the same time as the runner's own (torch,
+the environment record, the ceilings) instead of after them.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def env_ahead() -> Optional[int]:
     ahead = os.environ.get("QBENCH_AHEAD")
     if ahead is None:
         return None
-    if not ahead.strip().isdigit():
+    if not (ahead.strip().isascii() and ahead.strip().isdigit()):  # isdigit alone takes '²', which int() refuses
         raise ValueError(f"environment variable QBENCH_AHEAD: must be a whole number >= 0 (workers started "
                          f"ahead), got {ahead!r}")
     return int(ahead)
@@ -153,41 +154,47 @@ def start(cpu: bool = False) -> None:
             os.close(fd)
 
 
-def worth_starting_early(scenario_path: str) -> bool:
-    """Whether ``qbench run`` should start the forkserver before it reads the scenario: the file is a
-    TOML document without a ``[tp]`` table (tensor-parallel runs use torchrun, not the forkserver) and
-    the workers' environment variables pass :func:`check_env`. Anything else is refused later, with
-    its one-line reason, and a forkserver started for it would only keep importing after the
-    refusal. Reads the file with tomllib: no torch import."""
-    return _early_toml(scenario_path) is not None
-
-
-def start_early(scenario_path: str, device: Optional[str] = None) -> bool:
-    """``qbench run``'s first step: start the forkserver when :func:`worth_starting_early`, for the
-    device the run will use (``device``: the ``--device`` option, else the file's ``device`` key;
-    :func:`predicts_cpu`). Returns whether it started."""
-    data = _early_toml(scenario_path)
-    if data is None:
+def worth_starting_early(scenario) -> bool:
+    """Whether ``qbench run`` should start the forkserver as soon as the scenario is validated
+    (before this process imports torch): a scenario (:class:`qbench.scenario.Scenario`) without a
+    ``[tp]`` table (tensor-parallel runs use torchrun, not the forkserver) and workers' environment
+    variables that pass :func:`check_env`. Anything else is refused later, with its one-line reason,
+    and a forkserver started for it would only keep importing after the refusal."""
+    if getattr(scenario, "tp", None) is not None:
         return False
-    requested = device if device is not None else data.get("device")
-    start(cpu=predicts_cpu(requested if isinstance(requested, str) else None))
-    return True
-
-
-def _early_toml(scenario_path: str) -> Optional[dict]:
-    """The scenario file as TOML when the early start is worth it (:func:`worth_starting_early`)."""
-    import tomllib
-
     try:
         check_env()
     except ValueError:
-        return None
-    try:
-        with open(scenario_path, "rb") as f:
-            data = tomllib.load(f)
-    except (OSError, ValueError):
-        return None
-    return None if "tp" in data else data
+        return False
+    return True
+
+
+def start_early(scenario, device: Optional[str] = None) -> bool:
+    """``qbench run``'s step after validating ``scenario``: start the forkserver when
+    :func:`worth_starting_early`, for the device the run will use (``device``: the ``--device``
+    option, else the scenario's ``device``; :func:`predicts_cpu`). Returns whether it started."""
+    if not worth_starting_early(scenario):
+        return False
+    start(cpu=predicts_cpu(device if device is not None else scenario.device))
+    return True
+
+
+def kill() -> None:
+    """SIGKILL the forkserver, if one runs (one that hangs or stopped answering), and reap it; a
+    :func:`start` later starts a new one."""
+    import multiprocessing.forkserver
+    import signal
+
+    for pid in pids():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            multiprocessing.forkserver._forkserver._stop()  # closes its pipe, reaps it, forgets its address
+        except (ChildProcessError, OSError):
+            server = multiprocessing.forkserver._forkserver
+            server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None
 
 
 def pids() -> tuple[int, ...]:

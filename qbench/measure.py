@@ -2,28 +2,33 @@
 
 Called by :mod:`qbench.worker` (one worker process per scheme, so a crash, a CUDA error or a
 broken CUDA graph capture only fails that scheme's rows). For each M: build inputs, run once and
-compare with the float64 reference, then time with every method the device allows (names and
-order from :mod:`qbench.timing.registry`). On CUDA the CUDA-graph methods (``warm``, then
-``stream``) run last, after every other method at every M, because a failed capture can leave the
-process's CUDA state (its RNG among it) broken; after one failed capture no other is attempted.
+compare with the float64 reference, then time with the planned methods
+(:func:`qbench.timing.registry.plan`: the scenario's ``timing.methods`` that run on the device, and
+those every row of the device has). Methods of the graph phase run last, after every plain method
+at every M, because a failed capture can leave the process's CUDA state (its RNG among it)
+broken; after one failed capture no other is attempted. This module names no method: what a
+method needs (copies, an L2 flusher, the host-sync probe, a CPU-load sample) is in its ``needs``.
 
-``stream`` needs L distinct copies of the built layer (:func:`make_copies`): deep copies of the
-module, or the scheme built again from the same FP32 weight when a deep copy shares storage.
+A method that needs copies gets L distinct copies of the built layer (:func:`make_copies`): deep
+copies of the module, or the scheme built again from the same FP32 weight when a deep copy shares
+storage.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any, Callable, Optional
 
 import torch
 
-from qbench import formulas, inputs, ledger, metrics, tuning_cache
+from qbench import compile_info, formulas, inputs, ledger, metrics, tuning_cache
 from qbench.row import check_row
 from qbench.scenario import Scenario, SchemeEntry
 from qbench.schemes import get as get_scheme
 from qbench.schemes.base import Scheme
+from qbench.timing import registry
+from qbench.timing._cuda import GraphCaptureError, syncs_host
+from qbench.timing.method import Call, TimingMethod
 
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -107,7 +112,7 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
     scheme = get_scheme(entry.name)
     rows = [base_row(scenario, entry, scheme, m, device) for m in scenario.m]
     reason = scheme.unavailable_reason(device, entry.options)
-    if reason is None and entry.options.mode == "compiled" and device.type == "cpu" and not _have_compiler():
+    if reason is None and entry.options.mode == "compiled" and device.type == "cpu" and not compile_info.have_compiler():
         reason = "torch.compile on CPU needs a C++ compiler (none found)"
     if reason:
         return checked(failed_rows(rows, "skipped", reason))
@@ -130,21 +135,22 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
     except Exception as exc:  # the scheme could not be built here: a failed row, the run goes on
         return checked(failed_rows(rows, "failed", f"build: {describe_exception(exc)}"))
     built = time.perf_counter()
-    copies, stream_why = None, None
-    if "stream" in scenario.timing.methods:
+    plan = registry.plan(scenario.timing.methods, device.type)
+    copies, copies_why = None, None
+    wants_copies = [m.name for m in plan if m.needs.copies]
+    if wants_copies:
         try:
             copies = make_copies(module, scheme, weight, bias, entry, book.stored_bytes, device)
-        except Exception as exc:  # no stream for this scheme; every other method still runs
-            stream_why = f"copies for stream: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+        except Exception as exc:  # no copies for this scheme; every other method still runs
+            copies_why = f"copies for {wants_copies[0]}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
     copied = time.perf_counter()
     with torch.inference_mode():
-        runner = _Runner(scenario, entry, scheme, module, weight, bias, book, device, ceilings)
-        runner.copies, runner.stream_why = copies, stream_why
+        runner = _Runner(scenario, entry, scheme, module, weight, bias, book, device, plan)
+        runner.copies, runner.copies_why = copies, copies_why
         for row in rows:
             if row["status"] == "ok":
                 runner.measure(row)
-        if device.type == "cuda" and ({"warm", "stream"} & set(scenario.timing.methods)):
-            runner.measure_graphs(rows)
+        runner.measure_graphs(rows)
     measured = time.perf_counter()
     record = tuning.close()
     for row in rows:
@@ -157,7 +163,7 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
 
 
 class Copies:
-    """The L distinct copies of one built layer that ``stream`` calls in order.
+    """The L distinct copies of one built layer that a method needing copies (``stream``) calls in order.
 
     Attributes:
         modules: the eager modules, the original first (L of them).
@@ -175,7 +181,7 @@ def _storage_ptrs(scheme: Scheme, module: torch.nn.Module) -> set[int]:
 
 def make_copies(module: torch.nn.Module, scheme: Scheme, weight: torch.Tensor, bias: Optional[torch.Tensor],
                 entry: SchemeEntry, stored_bytes: int, device: torch.device) -> Copies:
-    """L distinct copies of ``module`` for ``stream`` (:func:`qbench.timing.stream.plan_copies`).
+    """L distinct copies of ``module`` (:func:`qbench.timing.stream.plan_copies`).
 
     L x stored_bytes >= 4 x the cache (L2 on CUDA, the CPU's last-level cache), at least 4, at
     most half the free memory. Each copy is ``copy.deepcopy(module)``; when that raises or the copy
@@ -219,55 +225,51 @@ def make_copies(module: torch.nn.Module, scheme: Scheme, weight: torch.Tensor, b
     return Copies(modules, plan, how)
 
 
-def _have_compiler() -> bool:
-    import shutil
-
-    return any(shutil.which(cc) for cc in ("cc", "gcc", "g++", "clang", "c++"))
-
-
 class _Runner:
-    def __init__(self, scenario, entry, scheme, module, weight, bias, book, device, ceilings):
+    """Times one built scheme with the planned methods: :meth:`measure` per row (the first call, the
+    error metrics, the plain phase), then :meth:`measure_graphs` over every row (the graph phase).
+    Every method goes through :meth:`_run`, the one path that writes a reading or a reason."""
+
+    def __init__(self, scenario, entry, scheme, module, weight, bias, book, device, plan: list[TimingMethod]):
         self.scenario, self.entry, self.scheme = scenario, entry, scheme
         self.weight, self.bias, self.book, self.device = weight, bias, book, device
         self.module = module
         self.compiled = entry.options.mode == "compiled"
         if self.compiled:
-            # One static-shape graph per M: keep Dynamo from falling back to eager after its
-            # default limit of 8 recompilations (a sweep has 11 M values).
-            import torch._dynamo
-
-            limit = max(8, len(scenario.m) + 2)
-            for name in ("recompile_limit", "cache_size_limit"):
-                if hasattr(torch._dynamo.config, name):
-                    setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
-            single_compile_thread()  # done already where the worker imported Inductor ahead of its go
+            compile_info.allow_recompiles(max(8, len(scenario.m) + 2))  # one static-shape graph per M
+            compile_info.single_compile_thread()  # done already where the worker imported Inductor ahead of its go
             self.module = torch.compile(module, dynamic=False)
         self.eager_module = module
         self.graphs_total = 0
         self._repacked: Optional[str] = None
-        self.settings = _settings(scenario)
+        self.settings = scenario.timing  # a TimingSettings (scenario.TimingSpec extends it)
+        kind = device.type
+        self.plain = [m for m in plan if m.phase_on(kind) == "plain"]
+        self.graph = [m for m in plan if m.phase_on(kind) == "graph"]
+        planned = {m.name for m in plan}
+        self.absent = [registry.METHODS[n] for n in scenario.timing.methods if n not in planned]
         self.inputs: dict[int, torch.Tensor] = {}
         self.flusher = None
         self.copies: Optional[Copies] = None
-        self.stream_why: Optional[str] = None
-        self._stream_calls: Optional[list] = None
+        self.copies_why: Optional[str] = None
+        self._copy_modules: Optional[list] = None
         self.spent: dict[str, float] = {}  # seconds per timing method, summed over M (worker_phases_s.by_method)
-
-    def _spend(self, method: str, since: float) -> None:
-        self.spent[method] = self.spent.get(method, 0.0) + time.perf_counter() - since
 
     def _fn(self, x: torch.Tensor) -> Callable[[], Any]:
         module = self.module
         return lambda: module(x)
 
     def measure(self, row: dict) -> None:
+        """The first call (output dtype, error metrics, the ledger as timed, compile counters), then
+        the plain phase; a method that does not run on this device gets its reason."""
         m, k, n = row["m"], row["k"], row["n"]
         try:
             x32 = inputs.make_activations(self.scenario, m, self.device)
             y_ref = inputs.reference(x32, self.weight, self.bias)
             x = x32.to(self.scheme.activation_dtype)
             self.inputs[m] = x
-            graphs_before, breaks_before, caches_before = _graph_count(), _graph_break_count(), _cache_counters()
+            graphs_before = compile_info.graph_count()
+            breaks_before, caches_before = compile_info.graph_break_count(), compile_info.cache_counters()
             t0 = time.perf_counter()
             y = self.module(x)
             if self.device.type == "cuda":
@@ -279,13 +281,13 @@ class _Runner:
             row["error"].update(_input_stats(self.scenario, self.scheme, self.entry, x32))
             del y, y_ref
             if self.compiled:
-                graphs = _graph_count() - graphs_before
+                graphs = compile_info.graph_count() - graphs_before
                 self.graphs_total += graphs
-                caches = {key: n - caches_before.get(key, 0) for key, n in _cache_counters().items()}
+                caches = {key: n - caches_before.get(key, 0) for key, n in compile_info.cache_counters().items()}
                 row["compile"] = {"first_call_s": first_call_s, "graphs_compiled": graphs,
-                                  "graph_breaks": _graph_break_count() - breaks_before,
+                                  "graph_breaks": compile_info.graph_break_count() - breaks_before,
                                   "cache_counters": {key: n for key, n in caches.items() if n},
-                                  "compile_threads": _compile_threads()}
+                                  "compile_threads": compile_info.compile_threads()}
                 if self.graphs_total == 0:
                     row["flags"].append("not-compiled: torch.compile compiled no graph for this scheme; "
                                         "the call ran eagerly")
@@ -298,75 +300,100 @@ class _Runner:
         act, out = x.element_size(), torch.empty((), dtype=_dtype(row["output_dtype"])).element_size()
         row["min_bytes"] = formulas.min_bytes(m, k, n, weight_bytes=self.book.stored_bytes, act_itemsize=act, out_itemsize=out)
         row["arithmetic_intensity"] = formulas.arithmetic_intensity(row["flops"], row["min_bytes"])
-        fn = self._fn(x)
-        graphs_before_timing = _graph_count()
-        if self.device.type == "cpu":
-            self._time(row, "cpu", lambda: _timing().time_cpu(fn, self.settings))
-            self._cpu_load_flag(row)
-            for method in self.scenario.timing.methods:
-                if method == "stream":
-                    t0 = time.perf_counter()
-                    try:
-                        self._measure_stream(row, x)
-                    except Exception as exc:  # the copies failed: stream's reason, the row keeps its cpu time
-                        row["latency_us"]["stream"] = None
-                        row["latency_reasons"]["stream"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-                    self._spend("stream", t0)
-                else:
-                    row["latency_us"][method] = None
-                    row["latency_reasons"][method] = "CUDA method; this row ran on the CPU"
-        else:
-            self._measure_cuda(row, fn)
-        if self.compiled:
-            row["compile"]["recompilations_during_timing"] = _graph_count() - graphs_before_timing
-
-    def _measure_cuda(self, row: dict, fn: Callable[[], Any]) -> None:
-        timing = _timing()
-        methods = self.scenario.timing.methods
-        gpu = _gpu_state_module()
+        graphs_before_timing = compile_info.graph_count()
+        gpu = _gpu_state_module() if self.device.type == "cuda" else None
         index = self.device.index or 0
         before = gpu.read_gpu_state(index) if gpu else None
-        if "cold" in methods:
-            if self.flusher is None:
-                self.flusher = timing.L2Flusher(self.device, self.settings.flush_multiple)
-            host_sync = _cold_module().syncs_host(fn)
-            self._time(row, "cold", lambda: timing.time_cold(fn, self.settings, self.flusher, host_sync=host_sync))
-            if row["latency_us"].get("cold"):
-                row["latency_us"]["cold"]["launch"] = "exposed (host sync inside the call)" if host_sync else "hidden"
-            self._reading(row, "cold")
-        if "eager" in methods:
-            self._time(row, "eager", lambda: timing.time_eager(fn, self.settings))
-            self._reading(row, "eager")
-        if "kernel" in methods:
-            t0 = time.perf_counter()
-            try:
-                if self.flusher is None:
-                    self.flusher = timing.L2Flusher(self.device, self.settings.flush_multiple)
-                profile = timing.profile_kernels(fn, self.settings, flusher=self.flusher)
-                prof = profile.to_dict()
-                row["latency_us"]["kernel"] = prof.get("kernel_us")
-                from qbench.dispatch import classify_dispatch
-
-                kernels = prof.get("kernels", [])
-                row["dispatch"] = {
-                    "label": classify_dispatch([kk["name"] for kk in kernels], self.scheme.family),
-                    "kernels": kernels, "host_sync": prof.get("host_sync"), "graph_capturable": None,
-                }
-            except Exception as exc:
-                row["latency_us"]["kernel"] = None
-                row["latency_reasons"]["kernel"] = f"profiler: {type(exc).__name__}: {exc}"
-            self._reading(row, "kernel")
-            self._spend("kernel", t0)
+        for method in self.plain:
+            self._run(row, method, x, graph=False)
+        for method in self.absent:
+            row["latency_us"][method.name] = None
+            row["latency_reasons"][method.name] = method.unavailable(self.device.type)
         after = gpu.read_gpu_state(index) if gpu else None
         if before is not None or after is not None:
             row["gpu_state"] = {**(row.get("gpu_state") or {}), "before": before, "after": after,
                                 "clock_dropped": bool(before and after and gpu.clock_dropped(before, after))}
+        if self.compiled:
+            row["compile"]["recompilations_during_timing"] = compile_info.graph_count() - graphs_before_timing
+
+    def measure_graphs(self, rows: list[dict]) -> None:
+        """The graph phase, last: its methods in order at every M of the ok rows. The first failed
+        capture (or error) ends all capturing in this process; later ones say "not attempted"."""
+        if not self.graph:
+            return
+        failure = None
+        for row in rows:
+            if row["status"] != "ok":
+                continue
+            x = self.inputs[row["m"]]
+            for method in self.graph:
+                if failure is not None:
+                    row["latency_us"][method.name] = None
+                    row["latency_reasons"][method.name] = f"not attempted: {failure}"
+                    continue
+                failure = self._run(row, method, x, graph=True)
+            if row["dispatch"] is not None:
+                row["dispatch"]["graph_capturable"] = failure is None
+
+    def _run(self, row: dict, method: TimingMethod, x: torch.Tensor, graph: bool) -> Optional[str]:
+        """Run ``method`` on this row's input: its reading (and dispatch record) or its reason under
+        ``latency_us`` / ``latency_reasons``, then the GPU reading (not after a failed graph
+        method), the seconds spent, and the CPU-load sample where ``needs`` asks. Returns the
+        failure that ends the graph phase (graph methods only), else None."""
+        name, failure = method.name, None
+        t0 = time.perf_counter()
+        try:
+            call = self._call(method, x)
+            if isinstance(call, str):  # a need that cannot be met: the method's reason, not a failure
+                row["latency_us"][name], row["latency_reasons"][name] = None, call
+            else:
+                reading = method.run(call, self.settings)
+                row["latency_us"][name] = reading.record
+                if reading.dispatch is not None:
+                    from qbench.dispatch import classify_dispatch
+
+                    label = classify_dispatch([k["name"] for k in reading.dispatch["kernels"]], self.scheme.family)
+                    row["dispatch"] = {"label": label, **reading.dispatch}
+        except GraphCaptureError as exc:
+            failure = f"CUDA graph capture failed at M={row['m']}: {exc}"
+            row["latency_us"][name], row["latency_reasons"][name] = None, failure
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            why = (f"M={row['m']}: {text}" if graph else f"{method.error_prefix}{text}").splitlines()[0][:300]
+            failure = why if graph else None
+            row["latency_us"][name], row["latency_reasons"][name] = None, why
+        if not (graph and failure):
+            self._reading(row, name)
+        self.spent[name] = self.spent.get(name, 0.0) + time.perf_counter() - t0
+        if method.needs.cpu_load:
+            self._cpu_load_flag(row)
+        return failure
+
+    def _call(self, method: TimingMethod, x: torch.Tensor) -> Call | str:
+        """The :class:`~qbench.timing.method.Call` for ``method`` on input ``x``, with what its
+        ``needs`` asks for (the flusher and the host-sync probe on CUDA only); or the reason it
+        cannot have it (no copies were built)."""
+        needs, cuda = method.needs, self.device.type == "cuda"
+        calls = None
+        if needs.copies:
+            if self.copies is None:
+                return self.copies_why or "no copies were built"
+            calls = self._calls(x)
+        if cuda and needs.flusher and self.flusher is None:
+            from qbench.timing.flush import L2Flusher
+
+            self.flusher = L2Flusher(self.device, self.settings.flush_multiple)
+        fn = self._fn(x)
+        return Call(fn=fn, device=self.device, calls=calls, copies=self.copies if needs.copies else None,
+                    stored_bytes=self.book.stored_bytes, flusher=self.flusher if cuda and needs.flusher else None,
+                    host_sync=bool(cuda and needs.host_sync and syncs_host(fn)),
+                    graphs=compile_info.graph_count if self.compiled else None)
 
     def _cpu_load_flag(self, row: dict) -> None:
         """``cpu-busy`` when other work leaves fewer free cores than torch's threads
-        (:func:`qbench.env.cpu_load`): the cores busy over 0.1 s right after the ``cpu`` timing,
-        while this worker sleeps (``/proc/stat``), or, where that cannot be read, the 1-minute load
-        average minus this worker's threads. The CPU times shared cores with other work."""
+        (:func:`qbench.env.cpu_load`): the cores busy over 0.1 s right after the method, while this
+        worker sleeps (``/proc/stat``), or, where that cannot be read, the 1-minute load average
+        minus this worker's threads. The CPU times shared cores with other work."""
         from qbench.env import cpu_load
 
         threads = torch.get_num_threads()
@@ -395,15 +422,6 @@ class _Runner:
         if active:
             row["flags"].append(f"throttled: {', '.join(active)} active right after {method}")
 
-    def _time(self, row: dict, method: str, run: Callable[[], Any]) -> None:
-        t0 = time.perf_counter()
-        try:
-            row["latency_us"][method] = run().to_dict()
-        except Exception as exc:
-            row["latency_us"][method] = None
-            row["latency_reasons"][method] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        self._spend(method, t0)
-
     def _recount_ledger(self, row: dict) -> None:
         """Count the ledger again after the first call: the timed state. A library that repacks its
         weight on the first call (bitsandbytes' 4-bit layer on the CPU: absmax to bf16, double
@@ -423,70 +441,12 @@ class _Runner:
     def _calls(self, x: torch.Tensor) -> list:
         """One zero-argument call per copy on input ``x``; compiled schemes compile every copy with
         the same options (Dynamo reuses the compiled code: recompilations are recorded)."""
-        if self._stream_calls is None:
+        if self._copy_modules is None:
             mods = self.copies.modules
             if self.compiled:
                 mods = [self.module] + [torch.compile(mod, dynamic=False) for mod in mods[1:]]
-            self._stream_calls = mods
-        return [(lambda mod=mod: mod(x)) for mod in self._stream_calls]
-
-    def _measure_stream(self, row: dict, x: torch.Tensor) -> None:
-        """``latency_us.stream``: STATS plus ``copies``, ``cache_multiple``, ``bounded_by``, ``how``
-        and, for compiled schemes, ``recompilations`` during the stream timing."""
-        if self.copies is None:
-            row["latency_us"]["stream"] = None
-            row["latency_reasons"]["stream"] = self.stream_why or "no copies were built"
-            return
-        timing = _timing()
-        before = _graph_count()
-        calls = self._calls(x)
-        if self.device.type == "cpu":
-            stats = timing.time_stream_cpu(calls, self.settings)
-        else:
-            stats = timing.time_stream(calls, self.settings)
-        record = {**stats.to_dict(), **self.copies.plan.to_dict(), "how": self.copies.how}
-        if self.book.stored_bytes != record["copy_bytes"]:  # the weight was repacked on its first call
-            record["planned_copy_bytes"] = record["copy_bytes"]
-            record["copy_bytes"] = self.book.stored_bytes
-            record["cache_multiple"] = record["copies"] * self.book.stored_bytes / record["cache_bytes"]
-        if self.compiled:
-            record["recompilations"] = _graph_count() - before
-        row["latency_us"]["stream"] = record
-
-    def measure_graphs(self, rows: list[dict]) -> None:
-        """The CUDA-graph methods, last: ``warm`` then ``stream`` at every M. The first failed
-        capture ends all capturing in this process; later rows say "not attempted"."""
-        timing = _timing()
-        methods = [m for m in ("warm", "stream") if m in self.scenario.timing.methods]
-        failure = None
-        for row in rows:
-            if row["status"] != "ok":
-                continue
-            x = self.inputs[row["m"]]
-            for method in methods:
-                if failure is not None:
-                    row["latency_us"][method] = None
-                    row["latency_reasons"][method] = f"not attempted: {failure}"
-                    continue
-                t0 = time.perf_counter()
-                try:
-                    if method == "warm":
-                        row["latency_us"]["warm"] = timing.time_warm(self._fn(x), self.settings).to_dict()
-                    else:
-                        self._measure_stream(row, x)
-                    self._reading(row, method)
-                except timing.GraphCaptureError as exc:
-                    failure = f"CUDA graph capture failed at M={row['m']}: {exc}"
-                    row["latency_us"][method] = None
-                    row["latency_reasons"][method] = failure
-                except Exception as exc:
-                    failure = f"M={row['m']}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
-                    row["latency_us"][method] = None
-                    row["latency_reasons"][method] = failure
-                finally:
-                    self._spend(method, t0)
-            if row["dispatch"] is not None:
-                row["dispatch"]["graph_capturable"] = failure is None
+            self._copy_modules = mods
+        return [(lambda mod=mod: mod(x)) for mod in self._copy_modules]
 
 
 def finish_row(row: dict, ceilings: Optional[dict]) -> None:
@@ -509,14 +469,18 @@ def finish_row(row: dict, ceilings: Optional[dict]) -> None:
     else:
         row["roofline_reason"] = why
     lat = row["latency_us"]
-    eager, kernel = (lat.get("eager") or {}).get("median"), (lat.get("kernel") or {}).get("median")
-    if eager is not None and kernel is not None:
-        row["launch_overhead_us"] = eager - kernel
-    stream = (lat.get("stream") or {}).get("median")
-    if stream and row["hbm_floor_us"] is not None:
-        row["hbm_floor_fraction"] = row["hbm_floor_us"] / stream
-    method = "stream" if stream else "cold"
-    time_us = (lat.get(method) or {}).get("median")
+
+    def median(method: str) -> Optional[float]:
+        return (lat.get(method) or {}).get("median")
+
+    host, kernels = (median(method) for method in registry.LAUNCH_OVERHEAD)
+    if host is not None and kernels is not None:
+        row["launch_overhead_us"] = host - kernels
+    decision = median(registry.DECISION_METHOD)
+    if decision and row["hbm_floor_us"] is not None:
+        row["hbm_floor_fraction"] = row["hbm_floor_us"] / decision
+    method = registry.DECISION_METHOD if decision else registry.FALLBACK_METHODS[0]
+    time_us = median(method)
     if time_us:
         if row["roofline_us"] is not None:
             row["roofline_fraction"] = row["roofline_us"] / time_us
@@ -556,84 +520,12 @@ def _input_stats(scenario: Scenario, scheme: Scheme, entry: SchemeEntry, x32: to
     return extra
 
 
-def _settings(scenario: Scenario):
-    t = scenario.timing
-    return _timing().TimingSettings(warmup=t.warmup, min_reps=t.min_reps, max_reps=t.max_reps,
-                                    target_rel_ci=t.target_rel_ci, budget_s=t.budget_s,
-                                    graph_calls=t.graph_calls, flush_multiple=t.flush_multiple)
-
-
-def _timing():
-    import qbench.timing as timing
-
-    return timing
-
-
-def _cold_module():
-    import qbench.timing.cold as cold
-
-    return cold
-
-
 def _gpu_state_module():
     try:
         import qbench.gpu_state as gpu_state
     except ImportError:
         return None
     return gpu_state
-
-
-def _dynamo_counters():
-    """``torch._dynamo.utils.counters``, or None when Dynamo was never imported in this process (then
-    it compiled nothing): reading the counters must not import Dynamo, about 3 s on the H200 host,
-    into an eager scheme's worker after its go (``QBENCH_PRELOAD=0`` does not preload it)."""
-    utils = sys.modules.get("torch._dynamo.utils")
-    return getattr(utils, "counters", None)
-
-
-def _graph_break_count() -> int:
-    """Graph breaks Dynamo has counted in this process (``counters["graph_break"]``, reason -> count)."""
-    counters = _dynamo_counters()
-    return 0 if counters is None else int(sum(counters["graph_break"].values()))
-
-
-def _graph_count() -> int:
-    """Graphs Dynamo has compiled in this process (``counters["stats"]["unique_graphs"]``)."""
-    counters = _dynamo_counters()
-    return 0 if counters is None else int(counters["stats"]["unique_graphs"])
-
-
-def _cache_counters() -> dict[str, int]:
-    """Inductor's cache counters (``torch._dynamo.utils.counters["inductor"]`` keys naming a cache:
-    ``fxgraph_cache_hit`` / ``_miss`` / ``_bypass``, ``async_compile_cache_hit`` / ``_miss``, ...)."""
-    counters = _dynamo_counters()
-    if counters is None:
-        return {}
-    return {key: int(value) for key, value in counters["inductor"].items() if "cache" in key}
-
-
-def single_compile_thread() -> int:
-    """Make Inductor compile in this worker's own process (``torch._inductor.config.compile_threads =
-    1``) unless ``TORCHINDUCTOR_COMPILE_THREADS`` is set; returns the value in force. Call before
-    ``torch._inductor.async_compile`` is imported, which otherwise starts a pool of compile
-    processes (one per core, up to 32; each imports torch) the moment it is imported: in a worker
-    started ahead, 16 processes per compiled scheme on the 16-core H200 host, competing with the
-    measuring worker for the CPU, and a first call that took 0.9 to 10.3 s with the same cache
-    hits (``results/h200/speed/2026-12-01/call10``). A scheme compiles a handful of kernels, read
-    from Inductor's on-disk cache after the first run: one process is enough."""
-    import os
-
-    import torch._inductor.config as inductor_config
-
-    if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
-        inductor_config.compile_threads = 1
-    return inductor_config.compile_threads
-
-
-def _compile_threads() -> Optional[int]:
-    """Inductor's ``compile_threads`` in this process (:func:`single_compile_thread`)."""
-    config = sys.modules.get("torch._inductor.config")
-    return getattr(config, "compile_threads", None)
 
 
 def _dtype(name: str) -> torch.dtype:

@@ -3,7 +3,7 @@
 A worker measures one scheme at a time (:mod:`qbench.runner`), so the peak is that of the worst
 scheme, plus what every scheme shares: the FP32 weight, the activations and the float64
 reference at the largest M, the output and the error-metric temporaries, and on CUDA the L2
-flush buffer of the cold timing method. :func:`check_fits` compares the estimate with the free
+flush buffer of the timing methods that flush the L2 (``cold``, ``kernel``). :func:`check_fits` compares the estimate with the free
 memory of the device and refuses, as a :class:`~qbench.scenario.ScenarioError` naming ``layer``
 or ``m``, a scenario that cannot fit, so the run stops with one line before a worker is started
 or a result file is written.
@@ -23,6 +23,7 @@ import torch
 
 from qbench import schemes
 from qbench.scenario import Scenario, ScenarioError
+from qbench.timing import registry
 
 #: Worker process overhead counted on every device (bytes): on CUDA the worker's context and the
 #: cuBLAS workspace, on the CPU the worker's own torch and library code.
@@ -49,8 +50,9 @@ def estimate_bytes(scenario: Scenario, device: torch.device | str, *, l2_bytes: 
       (8 MN).
     * ``outputs``: the layer's output (at most 4 MN) and three float64 [M, N] temporaries of
       :func:`qbench.metrics.error_metrics` (24 MN).
-    * ``flush``: on CUDA, when the ``cold`` method runs, ``timing.flush_multiple`` x the L2 size
-      (``l2_bytes``; read from the device when None, :data:`FALLBACK_L2_BYTES` if that fails).
+    * ``flush``: on CUDA, when a method that flushes the L2 runs (``needs.flusher``: ``cold``,
+      ``kernel``), ``timing.flush_multiple`` x the L2 size (``l2_bytes``; read from the device when
+      None, :data:`FALLBACK_L2_BYTES` if that fails).
     * ``overhead``: :data:`PROCESS_OVERHEAD`.
 
     Returns:
@@ -67,7 +69,7 @@ def estimate_bytes(scenario: Scenario, device: torch.device | str, *, l2_bytes: 
     reference = _FP64 * (m * k + n * k + m * n)
     outputs = _FP32 * m * n + 3 * _FP64 * m * n
     flush = 0
-    if device.type == "cuda" and "cold" in scenario.timing.methods:
+    if device.type == "cuda" and any(m.needs.flusher for m in registry.plan(scenario.timing.methods, "cuda")):
         flush = scenario.timing.flush_multiple * (l2_bytes if l2_bytes is not None else _l2_bytes(device))
     parts = {"weights": weights, "activations": activations, "reference": reference, "outputs": outputs,
              "flush": flush, "overhead": PROCESS_OVERHEAD}

@@ -42,8 +42,6 @@ __all__ = [
     "write_results",
 ]
 
-#: CUDA timing methods, in the order tables show them (the registry, :mod:`qbench.timing.registry`).
-CUDA_METHODS = registry.CUDA_METHODS
 #: The CPU method every CPU row has (CPU rows may also have ``stream``).
 CPU_METHOD = registry.CPU_METHOD
 #: The method decisions read by default (``stream``: weights from HBM, graph-captured).
@@ -231,11 +229,13 @@ def _check_step_rows(rows: list, source: str) -> None:
 
 
 #: The values a ``--method`` option accepts (CLI choices of report, compare, recommend, plot):
-#: every method of the registry, in table order.
+#: every layer method of the registry, in table order (a model step's methods are not: step
+#: results have their own table, :mod:`qbench.step.view`).
 METHOD_CHOICES = registry.LAYER_METHODS
-#: What a file without the decision method's data falls back to, in this order: ``cold`` on a CUDA
-#: result, ``cpu`` on a CPU result (files written before ``stream`` existed have neither stream).
-FALLBACK_METHODS = ("cold", CPU_METHOD)
+#: What a file without the decision method's data falls back to, in this order (the registry's
+#: ``fallback_rank``): ``cold`` on a CUDA result, ``cpu`` on a CPU result (files written before
+#: ``stream`` existed have neither stream).
+FALLBACK_METHODS = registry.FALLBACK_METHODS
 
 
 def latency_stats(row: dict, method: str) -> dict | None:

@@ -41,6 +41,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from qbench.timing import registry
+from qbench.timing.adaptive import STOP_REASONS
 
 __all__ = [
     "ADDED_SINCE",
@@ -126,7 +127,7 @@ class Stats(_Part):
     cv: Optional[float] = Field(None, ge=0, description="coefficient of variation: sample standard deviation "
                                 "(n - 1) / mean, dimensionless; 0 when n = 1", json_schema_extra=_always())
     n: Optional[int] = Field(None, ge=1, description="number of samples", json_schema_extra=_always())
-    stop: Optional[Literal["ci-target", "budget", "max-reps"]] = Field(
+    stop: Optional[Literal[tuple(STOP_REASONS)]] = Field(
         None, description="why the adaptive loop stopped: `ci-target` (the median's 95 % CI half-width fell under "
         "target_rel_ci), `budget` (budget_s ran out first, after at least min_reps samples), `max-reps`; absent "
         "on kernel readings and on files written before it was recorded")
@@ -154,10 +155,8 @@ class Stats(_Part):
                                   "`exposed (host sync inside the call)`")
 
 
-#: STATS keys only ``stream`` records carry, and only ``cold`` records.
-STREAM_ONLY = ("copies", "copy_bytes", "planned_copy_bytes", "cache_bytes", "cache_multiple", "bounded_by", "how",
-               "recompilations")
-COLD_ONLY = ("launch",)
+#: STATS key -> the method whose records alone carry it (each method's ``extras``, :mod:`qbench.timing.registry`).
+EXTRAS_OWNER: dict[str, str] = registry.extras_owner()
 
 
 class LedgerPart(_Part):
@@ -483,7 +482,7 @@ class Row(_Part):
                                             "this row's (same scheme, M, K, N; > 1: sharding is faster), by "
                                             "`speedup_vs_tp1_method`; null on tp_size 1 rows and when either is "
                                             "missing", json_schema_extra={"tp": True})
-    speedup_vs_tp1_method: Optional[Literal["stream", "cold", "cpu"]] = Field(
+    speedup_vs_tp1_method: Optional[Literal[registry.COMPARISON_ORDER]] = Field(
         None, description="tensor-parallel: the time `speedup_vs_tp1` compares: `stream` when both rows have it, "
         "else the end-to-end time (`cold` on CUDA, `cpu` on the CPU)", json_schema_extra={"tp": True})
     cpu_threads_per_rank: Optional[int] = Field(None, ge=1, description="tensor-parallel CPU rows: intra-op "
@@ -509,10 +508,9 @@ class Row(_Part):
         for method, stats in self.latency_us.items():
             if stats is None:
                 continue
-            for keys, owner in ((STREAM_ONLY, "stream"), (COLD_ONLY, "cold")):
-                wrong = [k for k in keys if getattr(stats, k) is not None and method != owner]
-                if wrong:
-                    raise ValueError(f"latency_us.{method}.{wrong[0]}: a {owner} key on a {method} record")
+            for key, owner in EXTRAS_OWNER.items():
+                if owner != method and getattr(stats, key) is not None:
+                    raise ValueError(f"latency_us.{method}.{key}: a {owner} key on a {method} record")
         return self
 
 

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -23,8 +26,8 @@ import qbench
 from qbench import forkserver, schemes
 from qbench.forkserver import preload_enabled, preload_modules  # noqa: F401 - the runner's public names
 from qbench.lifecycle import (  # noqa: F401 - re-exported: the runner's public names stay where they were
-    RunError, RunInterrupted, RunOutcome, _death_reason, check_output, default_output, finish, log_tail, partial_path, prepare,
-    record,
+    RunError, RunInterrupted, RunOutcome, RunWriteError, _death_reason, check_output, default_output, done_labels, finish,
+    log_tail, partial_path, prepare, record,
 )
 from qbench.measure import base_row, failed_rows
 from qbench.results import write_results
@@ -35,31 +38,38 @@ _PACKAGE_ROOT = str(Path(qbench.__file__).resolve().parent.parent)
 
 def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] = None, force: bool = False,
         progress: Optional[Callable[[str], None]] = None, show_bar: bool = False,
-        per_scheme: Optional[Callable[[str], None]] = None) -> RunOutcome:
+        per_scheme: Optional[Callable[[str], None]] = None, resume: bool = False) -> RunOutcome:
     """Measure every scheme of ``scenario`` and write the result file.
 
     Args:
         scenario: a validated scenario.
         device: overrides ``scenario.device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``).
-        out: result path; default ``scenario.output`` or :func:`default_output`.
+        out: result path; default ``scenario.output`` or a fresh :func:`default_output`.
         force: overwrite an existing result file.
         progress: called with one line per finished scheme (``None``: silent).
         show_bar: draw a tqdm progress bar over the schemes.
         per_scheme: called with one line per finished scheme, ``[3/17] int8-bnb: ok x1 (6.2 s)``
             (the progress a log or CI shows when there is no terminal for the bar).
+        resume: keep the rows of the partial (else the complete) file at the output and measure
+            only the schemes it has no rows of (:func:`qbench.lifecycle.resume_rows`).
 
     Raises:
-        RunError: the device or the output path is unusable, or ``QBENCH_AHEAD`` / ``QBENCH_PRELOAD``
-            / ``QBENCH_TUNING_CACHE`` is not a valid value (nothing is measured or written).
+        RunError: the device or the output path is unusable, another run holds the output, a
+            partial file of an interrupted run is there (without ``resume``), or ``QBENCH_AHEAD`` /
+            ``QBENCH_PRELOAD`` / ``QBENCH_TUNING_CACHE`` is not a valid value (nothing is measured
+            or written); RunWriteError (a RunError): a write failed mid-run, the rows so far kept.
+        RunInterrupted: a stop signal; the rows so far are in the partial file.
     """
     _check_worker_env()
     if scenario.tp is not None:  # tensor parallel: qbench.tp runs one torchrun job per (scheme, tp_size, split)
         from qbench.tp import runner as tp_runner
 
-        return tp_runner.run_tp(scenario, device=device, out=out, force=force, progress=progress, show_bar=show_bar)
+        return tp_runner.run_tp(scenario, device=device, out=out, force=force, progress=progress, show_bar=show_bar,
+                                resume=resume)
     started = time.perf_counter()
+    output = None
     try:
-        dev, path, doc = prepare(scenario, device, out, force)
+        dev, output, doc = prepare(scenario, device, out, force, resume)
         # started by the command line, or now (its preload then overlaps the ceilings); replaced if it
         # was started for the CPU and the run is on CUDA
         preloaded = forkserver.ensure(cpu=dev.type == "cpu")
@@ -67,47 +77,121 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
             t0 = time.perf_counter()
             doc["ceilings"] = _ceilings(dev, scenario)
             doc["ceilings_wall_s"] = time.perf_counter() - t0
-    except KeyboardInterrupt:
-        raise RunInterrupted() from None
-    partial = partial_path(path)
-    write_results(partial, doc, force=True)
+    except KeyboardInterrupt as exc:
+        if output is not None:
+            output.release()
+        raise (output.interrupted(exc) if output is not None else RunInterrupted.of(exc)) from None
+    try:
+        return _measure(scenario, dev, output, doc, preloaded, started, force, progress, show_bar, per_scheme)
+    finally:
+        output.release()
+
+
+def _measure(scenario, dev, output, doc, preloaded, started, force, progress, show_bar, per_scheme) -> RunOutcome:
     if progress is not None:
         for line in doc["env"].get("warnings") or []:
             progress(f"warning: {line}")
-    entries = list(enumerate(scenario.schemes))
+        if output.resumed_from is not None:
+            progress(f"resuming {output.resumed_from}: {len(doc['rows'])} rows kept")
+    done = done_labels(doc)
+    entries = [(i, e) for i, e in enumerate(scenario.schemes) if e.label not in done]
     bar = _bar(len(entries)) if show_bar else None
-    tmp = tempfile.TemporaryDirectory(prefix="qbench-")
-    workers = _Workers(scenario, dev, doc["ceilings"], tmp.name, started=started)
-    doc["workers"] = {"design": "one process per scheme", "preloaded": preloaded, "ahead": workers.ahead,
-                      "timeline": workers.timeline}
+    tmp = None
     try:
-        for index, entry in entries:
-            if bar is not None:
-                bar.set_description(entry.label)
-            t0 = time.perf_counter()
-            rows = workers.rows(index)
-            record(doc, partial, rows, t0, started)
-            workers.stamp(index, "recorded", new=False)
-            if per_scheme is not None:
-                counts: dict[str, int] = {}
-                for row in rows:
-                    counts[row["status"]] = counts.get(row["status"], 0) + 1
-                said = ", ".join(f"{status} x{n}" for status, n in counts.items())
-                per_scheme(f"[{index + 1}/{len(entries)}] {entry.label}: {said} ({time.perf_counter() - t0:.1f} s)")
-            if bar is not None:
-                bar.update(1)
-            if progress is not None:
-                for row in rows:  # skipped rows are listed under the table; failures are news
-                    if row["status"] == "failed":
-                        progress(f"{row['scheme']} M={row['m']}: {row['status']}: {row['reason']}")
-    except KeyboardInterrupt:
-        raise RunInterrupted(partial, len(doc["rows"])) from None
+        remove_stale_temp_folders()
+        tmp = _temp_folder()
+        workers = _Workers(scenario, dev, doc["ceilings"], tmp, started=started, skip=done)
+        doc["workers"] = {**doc.get("workers", {}), "design": "one process per scheme", "preloaded": preloaded,
+                          "ahead": workers.ahead, "timeline": workers.timeline}
+        try:
+            for number, (index, entry) in enumerate(entries):
+                if bar is not None:
+                    bar.set_description(entry.label)
+                t0 = time.perf_counter()
+                rows = workers.rows(index)
+                record(doc, output, rows, t0, started)
+                workers.stamp(index, "recorded", new=False)
+                if per_scheme is not None:
+                    counts: dict[str, int] = {}
+                    for row in rows:
+                        counts[row["status"]] = counts.get(row["status"], 0) + 1
+                    said = ", ".join(f"{status} x{n}" for status, n in counts.items())
+                    per_scheme(f"[{number + 1}/{len(entries)}] {entry.label}: {said} ({time.perf_counter() - t0:.1f} s)")
+                if bar is not None:
+                    bar.update(1)
+                if progress is not None:
+                    for row in rows:  # skipped rows are listed under the table; failures are news
+                        if row["status"] == "failed":
+                            progress(f"{row['scheme']} M={row['m']}: {row['status']}: {row['reason']}")
+        finally:
+            workers.close()
+    except KeyboardInterrupt as exc:
+        raise output.interrupted(exc) from None
+    except WorkerFilesError as exc:
+        raise RunWriteError(f"{exc}; the run stopped; " + output._kept()) from None
     finally:
-        workers.close()
-        tmp.cleanup()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         if bar is not None:
             bar.close()
-    return finish(doc, path, started, force=force)
+    return finish(doc, output, started, force=force)
+
+
+#: Prefix of a run's temporary folder in ``TMPDIR``: ``qbench-<runner pid>-<random>``. A folder
+#: whose runner is gone (SIGKILL) is removed by the next run (:func:`remove_stale_temp_folders`), or
+#: by its measuring worker, which watches the runner (:mod:`qbench.worker`).
+TEMP_PREFIX = "qbench-"
+_TEMP_NAME = re.compile(r"^qbench-(?:tp-)?(\d+)-")
+
+
+class ForkserverGone(Exception):
+    """The forkserver died or stopped answering; the message is the failed rows' reason."""
+
+
+class WorkerFilesError(OSError):
+    """A worker's job file or temporary folder cannot be written (a full or read-only ``TMPDIR``)."""
+
+
+def _temp_folder() -> str:
+    try:
+        return tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
+    except OSError as exc:
+        raise WorkerFilesError(f"TMPDIR {tempfile.gettempdir()}: cannot create the workers' folder "
+                               f"({exc.strerror or exc})") from None
+
+
+def remove_stale_temp_folders(folder: Optional[str] = None) -> list[str]:
+    """Remove ``qbench-<pid>-*`` (and ``qbench-tp-<pid>-*``) folders of ``folder`` (default the temp
+    folder) that belong to this user and whose runner process no longer exists; returns them."""
+    folder = folder or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        match = _TEMP_NAME.match(name)
+        if not match or int(match.group(1)) == os.getpid():
+            continue
+        path = os.path.join(folder, name)
+        try:
+            if os.stat(path).st_uid != os.getuid() or _alive(int(match.group(1))):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def blank_rows(scenario: Scenario, entry, dev) -> list[dict]:
@@ -182,7 +266,7 @@ TIMELINE_EVENTS = {
 
 def must_release(scenario: Scenario, dev, ahead: int) -> bool:
     """Whether a CUDA worker must give its memory back to the driver (``gc.collect`` and
-    ``torch.cuda.empty_cache``, about 0.2 s per scheme on the H200 host, ``results/h200/speed/
+    ``torch.cuda.empty_cache``, about 0.2 s per scheme on the H200 host, ``results/h200/evidence/speed/
     2026-12-01/call10``) before it says ``done``: only when two workers' peaks (the measuring one
     and the exiting one, :func:`qbench.memory.estimate_bytes`, an upper bound) and the contexts of the
     workers waiting ahead (:data:`qbench.memory.PROCESS_OVERHEAD` each) would not fit in the free
@@ -205,7 +289,7 @@ def default_ahead(dev) -> int:
     ``clamp((cores - 2) // 2, 1, 6)``, and 0 on the CPU, where start-up would compete with the timed
     work for cores. On the H200 host (16 cores: 6 ahead) a torchao or bitsandbytes worker prepares
     in 5-7 s (its package import) while most schemes measure in 0.5-2 s after their go
-    (``results/h200/speed/``), so one worker ahead leaves the runner waiting on imports."""
+    (``results/h200/evidence/speed/``), so one worker ahead leaves the runner waiting on imports."""
     value = _env_ahead()
     if value is not None:
         return value
@@ -228,6 +312,12 @@ class _Workers:
     Args:
         prestart: workers started ahead (int), True for 1, False for 0; None: :func:`default_ahead`.
         started: the run's start (``time.perf_counter()``), the origin of :attr:`timeline`; None: now.
+        skip: labels of schemes not to measure (their rows were kept by ``--resume``): no worker
+            is started ahead for them.
+
+    A forkserver that dies, or does not fork a worker within ``timing.scheme_timeout_s`` (stopped,
+    hung, a preload that never ends), is killed, and that scheme and every later one get
+    ``failed`` rows saying so, instead of a traceback or a run that never ends.
 
     Attributes:
         timeline: one entry per scheme that got a worker, in the order they ran
@@ -235,8 +325,12 @@ class _Workers:
     """
 
     def __init__(self, scenario: Scenario, dev, ceilings: Optional[dict], folder: str,
-                 prestart: "Optional[bool | int]" = None, started: Optional[float] = None):
+                 prestart: "Optional[bool | int]" = None, started: Optional[float] = None, skip=()):
         self.scenario, self.dev, self.ceilings, self.folder = scenario, dev, ceilings, folder
+        #: the schemes this run measures, by index (those labelled in ``skip`` have rows already: --resume)
+        self.order = [i for i, e in enumerate(scenario.schemes) if e.label not in set(skip)]
+        self.current = None  # the measuring worker's process, stopped by close()
+        self.broken: Optional[str] = None  # why the forkserver can start no more workers
         self.ahead = default_ahead(dev) if prestart is None else int(prestart)
         self.started: dict[int, tuple] = {}
         self.gone: set[int] = set()  # workers already given their go (by the previous one's "done")
@@ -258,15 +352,27 @@ class _Workers:
         entry[event] = round((time.perf_counter() if at is None else at) - self.origin, 4)
 
     def _start(self, index: int) -> tuple:
+        """Start scheme ``index``'s worker (waiting for its go).
+
+        Raises:
+            WorkerFilesError: its job file cannot be written (TMPDIR full or read-only).
+            ForkserverGone: the forkserver died or did not fork it within the scheme timeout.
+        """
         from qbench import worker
 
+        if self.broken is not None:
+            raise ForkserverGone(self.broken)
         scheme = schemes.get(self.scenario.schemes[index].name)
         folder = os.path.join(self.folder, str(index))
-        os.makedirs(folder)
         job_path, rows_path, log_path = (os.path.join(folder, n) for n in ("job.json", "rows.json", "worker.log"))
-        with open(job_path, "w", encoding="utf-8") as f:
-            json.dump({"scenario": self.scenario.to_dict(), "source": self.scenario.source, "entry_index": index,
-                       "device": str(self.dev), "ceilings": self.ceilings, "release_before_done": self.release}, f)
+        try:
+            os.makedirs(folder)
+            with open(job_path, "w", encoding="utf-8") as f:
+                json.dump({"scenario": self.scenario.to_dict(), "source": self.scenario.source, "entry_index": index,
+                           "device": str(self.dev), "ceilings": self.ceilings, "release_before_done": self.release,
+                           "runner_pid": os.getpid()}, f)
+        except OSError as exc:
+            raise WorkerFilesError(f"{job_path}: cannot write the worker's job file ({exc.strerror or exc})") from None
         env = os.environ.copy()
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         for key, value in scheme.worker_env.items():
@@ -276,15 +382,45 @@ class _Workers:
                 env[key] = value
         # "go" (runner -> worker) and "done" (worker -> runner) are messages on one pipe (not Events:
         # no named semaphore for the resource tracker to report at exit; and a worker whose runner
-        # died sees EOF and exits).
+        # died sees EOF and exits: before its go at once, while measuring through a watcher thread).
         mine, theirs = forkserver.context().Pipe(duplex=True)
         proc = forkserver.context().Process(target=worker.child, args=(job_path, rows_path, log_path, env, theirs),
                                             daemon=True)
         self.stamp(index, "spawn")
-        proc.start()  # returns once the forkserver has forked the worker: it waits for the preload first
+        self._fork(proc, mine, theirs)  # returns once the forkserver has forked the worker (after its preload)
         self.stamp(index, "forked")
         theirs.close()
         return proc, mine, rows_path, log_path
+
+    def _fork(self, proc, mine, theirs) -> None:
+        """``proc.start()``, bounded by the scheme timeout: the forkserver answers with the worker's
+        pid; one that is stopped or hung would block the run for ever, one that died raises
+        (EOFError, ConnectionError) from inside multiprocessing."""
+        timeout = self.scenario.timing.scheme_timeout_s
+        failed: list[BaseException] = []
+
+        def start() -> None:
+            try:
+                proc.start()
+            except BaseException as exc:  # noqa: BLE001 - reported to the runner's thread
+                failed.append(exc)
+
+        thread = threading.Thread(target=start, name="qbench-fork", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive() or failed:
+            if thread.is_alive():
+                self.broken = (f"the forkserver did not start a worker within {timeout:g} s (timing.scheme_timeout_s; "
+                               "stopped or hung); it was killed, and no later scheme was measured")
+            else:
+                exc = failed[0]
+                self.broken = (f"the forkserver died ({type(exc).__name__}: {' '.join(str(exc).split())[:120]}); "
+                               "no later scheme was measured")
+            forkserver.kill()
+            thread.join(10)
+            mine.close()
+            theirs.close()
+            raise ForkserverGone(self.broken)
 
     def _go(self, index: int, conn) -> None:
         if index in self.gone:
@@ -304,30 +440,48 @@ class _Workers:
         decides, as before."""
         if self.dev.type != "cpu" or index in self.started:
             return None
-        from qbench.measure import _have_compiler
+        from qbench.compile_info import have_compiler
 
         entry = self.scenario.schemes[index]
         reason = schemes.get(entry.name).unavailable_reason(self.dev, entry.options)
-        if reason is None and entry.options.mode == "compiled" and not _have_compiler():
+        if reason is None and entry.options.mode == "compiled" and not have_compiler():
             reason = "torch.compile on CPU needs a C++ compiler (none found)"
         return reason
 
+    def _failed(self, index: int, reason: str) -> list[dict]:
+        entry = self.scenario.schemes[index]
+        return failed_rows(blank_rows(self.scenario, entry, self.dev), "failed", reason)
+
     def rows(self, index: int) -> list[dict]:
-        """Run scheme ``index`` (started ahead or now) to completion and return its rows."""
+        """Run scheme ``index`` (started ahead or now) to completion and return its rows.
+
+        Raises:
+            WorkerFilesError: a worker's job file cannot be written."""
         reason = self.skip_reason(index)
         if reason is not None:
             entry = self.scenario.schemes[index]
             return failed_rows(blank_rows(self.scenario, entry, self.dev), "skipped", reason)
-        proc, conn, rows_path, log_path = self.started.pop(index, None) or self._start(index)
+        try:
+            proc, conn, rows_path, log_path = self.started.pop(index, None) or self._start(index)
+        except ForkserverGone as exc:
+            return self._failed(index, str(exc))
+        self.current = proc
         self._go(index, conn)
-        for ahead in range(index + 1, min(index + 1 + self.ahead, len(self.scenario.schemes))):
+        position = self.order.index(index) if index in self.order else len(self.order)
+        for ahead in self.order[position + 1: position + 1 + self.ahead]:
             if ahead not in self.started and self.skip_reason(ahead) is None:  # none for a scheme skipped here
-                self.started[ahead] = self._start(ahead)
+                try:
+                    self.started[ahead] = self._start(ahead)
+                except ForkserverGone:  # that scheme fails when its turn comes; this one measures on
+                    break
         timeout = self.scenario.timing.scheme_timeout_s
         deadline = time.monotonic() + timeout
         from multiprocessing.connection import wait
 
         ready = wait([conn, proc.sentinel], timeout)
+        timed_out = not ready
+        if timed_out:  # killed before its pipe closes (a worker whose pipe closes stops itself)
+            proc.kill()
         if conn in ready:
             try:
                 said = conn.recv_bytes()
@@ -335,23 +489,23 @@ class _Workers:
                 said = b""
             if said.split(b" ", 1)[0] == b"done":
                 self.stamp(index, "done")
-                if index + 1 in self.started:  # the next one measures while this one exits
-                    self._go(index + 1, self.started[index + 1][1])
+                following = self.order[position + 1] if position + 1 < len(self.order) else None
+                if following in self.started:  # the next one measures while this one exits
+                    self._go(following, self.started[following][1])
                 self._worker_stamps(index, said)
         conn.close()
         proc.join(max(0.0, deadline - time.monotonic()))
         self.stamp(index, "exited")
         if proc.is_alive():
+            timed_out = True
             proc.kill()
             proc.join()
-            code = None
-        else:
-            code = proc.exitcode
+        code = None if timed_out else proc.exitcode
+        self.current = None
         if code == 0 and os.path.exists(rows_path):
             with open(rows_path, encoding="utf-8") as f:
                 return json.load(f)
-        entry = self.scenario.schemes[index]
-        return failed_rows(blank_rows(self.scenario, entry, self.dev), "failed", _death_reason(code, log_path, timeout))
+        return self._failed(index, _death_reason(code, log_path, timeout))
 
     def _worker_stamps(self, index: int, said: bytes) -> None:
         """The worker's own clock readings from its ``done`` message, into the timeline as
@@ -368,7 +522,13 @@ class _Workers:
                 self.stamp(index, f"worker_{event}", at)
 
     def close(self) -> None:
-        """Stop workers started ahead that will not run (interrupt, error)."""
+        """Stop the measuring worker, if one still runs, and the workers started ahead that will not
+        run (a stop signal, an error)."""
+        if self.current is not None:
+            if self.current.is_alive():
+                self.current.kill()
+                self.current.join()
+            self.current = None
         for proc, conn, *_ in self.started.values():
             conn.close()
             if proc.is_alive():

@@ -6,6 +6,9 @@ Every error names the file, the key path and the bad value, in one line::
 
 Code past :func:`load` trusts the :class:`Scenario` it gets. The format is documented in
 ``docs/scenarios.md`` and by the files under ``scenarios/``.
+
+Validation imports no torch: what it needs of a scheme is in :mod:`qbench.schemes.specs`
+(``qbench check`` answers in well under a torch import).
 """
 
 from __future__ import annotations
@@ -19,13 +22,15 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from qbench import schemes
-from qbench.schemes.base import SchemeOptions
+from qbench.schemes import specs
+from qbench.schemes.specs import SchemeOptions
 from qbench.step.config import ConfigError
 from qbench.step.spec import ModelSpec
 from qbench.step.spec import check as check_model
 from qbench.timing import registry
+from qbench.timing.settings import TimingSettings
 
+#: The layer timing methods a scenario's ``timing.methods`` may list (:mod:`qbench.timing.registry`).
 METHODS = registry.SCENARIO_METHODS
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 #: Largest M a scenario may ask for (rows = batch x tokens).
@@ -34,6 +39,9 @@ M_MAX = 1 << 20
 _SAFETENSORS_FLOAT = ("F64", "F32", "F16", "BF16")
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _VALUE_CHARS = 120
+#: Largest scenario file read (bytes): a scenario is a few hundred bytes; this bounds a read of
+#: ``/dev/zero`` or a huge file instead of filling the memory.
+MAX_SCENARIO_BYTES = 64 << 20
 
 
 class ScenarioError(ValueError):
@@ -57,19 +65,13 @@ class LayerSpec(_Frozen):
     bias: bool = False
 
 
-class TimingSpec(_Frozen):
-    """Timing settings (see :mod:`qbench.timing`): warm-up calls, repetition bounds, the target
-    relative half-width of the median's confidence interval, the per-method budget (s), calls per
-    CUDA graph, the L2 flush buffer as a multiple of the L2 size, the CUDA methods to run, and the
-    per-scheme worker timeout (s)."""
+class TimingSpec(TimingSettings):
+    """A scenario's ``[timing]`` table: the timing knobs (:class:`~qbench.timing.settings.TimingSettings`:
+    warm-up calls, repetition bounds, the target relative half-width of the median's confidence
+    interval, the per-method budget (s), calls per CUDA graph, the L2 flush buffer as a multiple of
+    the L2 size) plus the layer methods to run and the per-scheme worker timeout (s). The timing
+    methods read it as their settings."""
 
-    warmup: int = Field(default=10, ge=0, le=10_000)
-    min_reps: int = Field(default=20, ge=3, le=100_000)
-    max_reps: int = Field(default=2000, ge=3, le=1_000_000)
-    target_rel_ci: float = Field(default=0.01, gt=0, lt=1)
-    budget_s: float = Field(default=2.0, gt=0, le=600)
-    graph_calls: int = Field(default=20, ge=1, le=10_000)
-    flush_multiple: int = Field(default=4, ge=1, le=64)
     methods: tuple[Literal[METHODS], ...] = Field(default=METHODS, min_length=1)
     scheme_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
 
@@ -221,26 +223,54 @@ def load(path: str | Path) -> Scenario:
     """
     path = Path(path)
     source = str(path)
+    return loads(read_bytes(path), source)
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """The bytes of scenario file ``path``, read once (a pipe such as ``qbench run <(...)`` can be
+    read only once) and at most :data:`MAX_SCENARIO_BYTES`.
+
+    Raises:
+        ScenarioError: missing, a folder, unreadable, or larger than the limit.
+    """
+    source = str(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        with open(path, "rb") as f:
+            data = f.read(MAX_SCENARIO_BYTES + 1)
     except FileNotFoundError:
         raise ScenarioError(source, "", "no such file") from None
     except IsADirectoryError:
         raise ScenarioError(source, "", "is a directory, not a TOML scenario file") from None
+    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL in the path
+        raise ScenarioError(source, "", f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    if len(data) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(source, "", f"larger than {MAX_SCENARIO_BYTES >> 20} MiB: not a scenario file")
+    return data
+
+
+def loads(data: bytes, source: str) -> Scenario:
+    """Validate the bytes of a TOML scenario file (:func:`load`'s checks), ``source`` naming it.
+
+    Raises:
+        ScenarioError: not UTF-8, not TOML, nested too deeply, or not a valid scenario.
+    """
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ScenarioError(source, "", f"not valid TOML: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise ScenarioError(source, "", f"cannot read: {exc.strerror or exc}") from None
     try:
-        data = tomllib.loads(text)
+        parsed = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(source, "", f"not valid TOML: {_one_line(str(exc))}") from None
     except RecursionError:
         raise ScenarioError(source, "", "not valid TOML: arrays or tables nested too deeply") from None
-    if "source" in data:
+    if "source" in parsed:
         raise ScenarioError(source, "source", f"unknown key (qbench records the file itself); allowed: "
                                               f"{', '.join(k for k in Scenario.model_fields if k != 'source')}")
-    scenario = from_dict(data, source)
+    try:
+        scenario = from_dict(parsed, source)
+    except RecursionError:
+        raise ScenarioError(source, "", "arrays or tables nested too deeply for a scenario") from None
     if scenario.output is not None:
         problem = check_output_path(scenario.output)
         if problem:
@@ -249,14 +279,23 @@ def load(path: str | Path) -> Scenario:
 
 
 def check_output_path(output: str) -> Optional[str]:
-    """Why a result file cannot be written at ``output`` (relative to the working directory),
-    or None when it can. Touches nothing: checks the path is not empty or a folder, that the
-    nearest existing ancestor is a folder, and that it is writable (``os.access``).
+    """Why a scenario's ``output`` cannot be its result file, or None when it can. Touches
+    nothing. ``output`` is relative to the working directory and must stay inside it (no absolute
+    path, no ``..`` out of it: a downloaded scenario run with ``--force`` could otherwise replace
+    any file the user can write; ``--out`` takes any path), must end in ``.json``, hold no NUL or
+    other control character, not be a folder, and its nearest existing ancestor must be a
+    writable folder (``os.access``).
     """
     if not output.strip():
         return "must be a file path, not empty"
+    if any(ord(c) < 32 or ord(c) == 127 for c in output):
+        return "must not contain control characters (NUL, newline, escape)"
+    target = Path(output)
+    if target.suffix != ".json":
+        return "must end in .json (a result file)"
+    if target.is_absolute() or ".." in target.parts:
+        return "must be a path inside the working directory (no absolute path, no '..'); use --out for another place"
     try:
-        target = Path(output)
         if target.is_dir():
             return "is a directory; give a file path such as results/run.json"
         parent = target.parent
@@ -266,7 +305,7 @@ def check_output_path(output: str) -> Optional[str]:
             return f"cannot be written: {parent} is a file, not a folder"
         if parent.exists() and not os.access(parent, os.W_OK | os.X_OK):
             return f"cannot be written: no permission to write in {parent}"
-    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL character
+    except (OSError, ValueError) as exc:
         return f"cannot be written: {_one_line(str(exc))}"
     return None
 
@@ -379,8 +418,8 @@ def _scheme_entries(raw: Any, source: str, data: Optional[dict] = None) -> tuple
             raise ScenarioError(source, f"{key}.name", f"missing or not a string: give a registered scheme name "
                                                        f"(qbench list), got {_show(name)}")
         try:
-            scheme = schemes.get(name)
-        except schemes.UnknownSchemeError as exc:
+            scheme = specs.lookup(name)
+        except specs.UnknownSchemeError as exc:
             raise ScenarioError(source, f"{key}.name", str(exc)) from None
         try:
             options = scheme.options_model.model_validate(item)
@@ -407,18 +446,15 @@ def _check_cross_fields(scenario: Scenario) -> None:
     n = scenario.layer.out_features
     # a model-step scenario's shapes are the model's: a scheme that cannot take one is a skipped row
     for i, entry in enumerate(() if scenario.model is not None else scenario.schemes):
-        multiple = schemes.get(entry.name).k_multiple(entry.options)
+        multiple = specs.lookup(entry.name).k_multiple(entry.options)
         if k % multiple:
             raise ScenarioError(scenario.source, "layer.in_features",
                                 f"must be a multiple of {multiple} (group/block size or kernel constraint of schemes[{i}] "
                                 f"{entry.label}), got {k}")
-        multiple = schemes.get(entry.name).n_multiple(entry.options)
+        multiple = specs.lookup(entry.name).n_multiple(entry.options)
         if n % multiple:
             raise ScenarioError(scenario.source, "layer.out_features",
                                 f"must be a multiple of {multiple} (kernel constraint of schemes[{i}] {entry.label}), got {n}")
-    if scenario.timing.max_reps < scenario.timing.min_reps:
-        raise ScenarioError(scenario.source, "timing.max_reps",
-                            f"must be >= timing.min_reps={scenario.timing.min_reps}, got {scenario.timing.max_reps}")
     weight = scenario.weight
     if weight.source == "safetensors":
         missing = [k for k in ("path", "tensor") if not getattr(weight, k)]
@@ -453,7 +489,7 @@ def _check_tp(scenario: Scenario) -> None:
             if split != "row":
                 continue
             for i, entry in enumerate(scenario.schemes):
-                multiple = schemes.get(entry.name).k_multiple(entry.options)
+                multiple = specs.lookup(entry.name).k_multiple(entry.options)
                 if (k // p) % multiple:
                     raise ScenarioError(scenario.source, "tp.tp_size",
                                         f"a row shard's K = {k}/{p} = {k // p} must be a multiple of {multiple} "

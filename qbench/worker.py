@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 
 
@@ -54,11 +55,14 @@ def main(argv: list[str], go=None) -> int:
         torch.cuda.init()
         torch.empty(1, device=device)  # creates the context; allocates, launches no kernel
     prepared = time.perf_counter()
+    finished = None
     if go is not None:
         try:
             go.recv_bytes()
         except EOFError:  # the runner went away before giving "go": nothing to measure for
+            _remove_run_folder(job_path)
             return 3
+        finished = watch_runner(go, job_path)
     go_at = time.perf_counter()
     if scenario.job == "step":  # the model-step job kind (qbench.step): same worker life cycle
         from qbench.step.measure import measure_step_scheme as measure_scheme
@@ -87,11 +91,53 @@ def main(argv: list[str], go=None) -> int:
     if go is not None:
         stamps = {"started": started, "prepared": prepared, "go": go_at, "measured": measured, "written": written,
                   "released": time.perf_counter()}
+        finished.set()  # from here on the runner may close the pipe: that is no longer a reason to stop
         try:
             go.send_bytes(b"done " + json.dumps(stamps).encode())
         except OSError:  # the runner went away; the rows are on disk either way
             pass
     return 0
+
+
+#: Exit status of a worker that stopped because its runner went away (SIGKILL, a crash).
+RUNNER_GONE = 4
+
+
+def watch_runner(conn, job_path: str) -> threading.Event:
+    """Stop this worker when its runner goes away while it measures: a daemon thread waits on the
+    runner's pipe, on which the runner sends nothing after ``go``, so the pipe becomes readable only
+    when the runner's end closes: the runner died (even by SIGKILL: the kernel closes its end) or
+    stopped this worker. The thread then removes the run's temporary folder (no runner is left to)
+    and ends the process at once (exit status :data:`RUNNER_GONE`), so no orphan keeps the device
+    busy under the next run. Returns an Event to set before sending ``done``: from then on the
+    runner closing the pipe is expected, and the thread does nothing."""
+    finished = threading.Event()
+
+    def watch() -> None:
+        from multiprocessing.connection import wait
+
+        try:
+            wait([conn])
+        except (OSError, ValueError):
+            pass
+        if finished.is_set():
+            return
+        os.write(2, b"qbench worker: the runner went away; stopping\n")
+        _remove_run_folder(job_path)
+        os._exit(RUNNER_GONE)
+
+    threading.Thread(target=watch, name="qbench-watch-runner", daemon=True).start()
+    return finished
+
+
+def _remove_run_folder(job_path: str) -> None:
+    """Remove the run's temporary folder (``qbench-<pid>-*``, the parent of the job's folder), as
+    the runner would have; nothing for a job file elsewhere (``python -m qbench.worker`` by hand)."""
+    import shutil
+
+    run_folder = os.path.dirname(os.path.dirname(os.path.abspath(job_path)))
+    if os.path.basename(run_folder).startswith("qbench-"):
+        shutil.rmtree(run_folder, ignore_errors=True)
 
 
 def import_ahead(scheme, entry, device, ms=()) -> list[str]:
@@ -114,7 +160,7 @@ def import_ahead(scheme, entry, device, ms=()) -> list[str]:
         return []
     names = [p for p in scheme.packages if importlib.util.find_spec(p) is not None]
     if entry.options.mode == "compiled":
-        from qbench.measure import single_compile_thread
+        from qbench.compile_info import single_compile_thread
 
         single_compile_thread()
         names.append("torch._inductor.compile_fx")

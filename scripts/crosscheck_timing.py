@@ -289,7 +289,10 @@ def triton_pairs(k: int, n: int, ms: Sequence[int]) -> list[dict]:
     import torch
     import triton.testing
 
-    from qbench.timing import L2Flusher, TimingSettings, time_cold, time_warm
+    from qbench.timing.cold import time_cold
+    from qbench.timing.flush import L2Flusher
+    from qbench.timing.settings import TimingSettings
+    from qbench.timing.warm import time_warm
 
     settings = TimingSettings()
     flusher = L2Flusher("cuda", settings.flush_multiple)

@@ -1,8 +1,8 @@
 """Markdown tables for docs/ that ``qbench report`` does not make, read from committed result files.
 
     python scripts/docs_tables.py scheme int4-weight-only results/h200/decode.json results/h200/small_batch.json
-    python scripts/docs_tables.py repeatability results/h200/repeatability.json
-    python scripts/docs_tables.py crosscheck results/h200/crosscheck.json results/h200/crosscheck-first-run.json
+    python scripts/docs_tables.py repeatability results/h200/evidence/repeatability.json
+    python scripts/docs_tables.py crosscheck results/h200/evidence/crosscheck.json results/h200/evidence/crosscheck-first-run.json
 
 ``scheme NAME FILE...``: for registry scheme NAME (eager and compiled rows alike), the byte ledger
 of its first ``ok`` row (tensor, role, dtype, shape, bytes) and, per row of every FILE, the stream,

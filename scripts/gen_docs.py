@@ -23,6 +23,9 @@ Charts: a line ``<!-- IMAGE: qbench plot RESULT.json -o docs/img/NAME.png ... --
 command that draws the PNGs below it. ``--images`` reruns those commands; ``--check`` only checks
 that the PNGs exist (their bytes depend on the matplotlib version and fonts).
 
+Without FILES it also rewrites (``--check``: checks) ``results/<machine>/INDEX.md``
+(``scripts/results_index.py``), whose "claims it backs" come from these pages.
+
 Exit status: 0, 1 (``--check`` found a difference or a missing chart), 2 (a command failed or a
 marker is malformed).
 """
@@ -169,6 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     except DocsError as exc:
         print(f"gen_docs: {exc}", file=sys.stderr)
         return 2
+    if not args.files:
+        status = _load_script("scripts/results_index.py").main(["--check"] if args.check else [])
+        if status == 2:
+            return 2
+        stale += status
     if stale and args.check:
         print(f"\ngen_docs: {stale} out of date; run: python scripts/gen_docs.py", file=sys.stderr)
         return 1

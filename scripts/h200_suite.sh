@@ -9,6 +9,13 @@
 # ($QBENCH_TARBALL, default OUTDIR.tar.gz): a device call cut off at its time limit still brings
 # back every finished step, and the rows of the step it cut (OUTDIR/<step>.partial.json, written
 # after every scheme, "complete": false). QBENCH_STEP_TIMEOUT (s, default 900) bounds one scenario step.
+# Committing a suite's output (results/<machine>/ holds the current file of each scenario only; see its INDEX.md):
+#   OUTDIR/<scenario>.json -> results/h200/<scenario>.json (replacing the older run), OUTDIR/<scenario>.log ->
+#   results/h200/env/logs/, nvidia-smi.csv, pip-list.txt, suite.log, pytest-cuda.log -> results/h200/env/<date>/;
+#   a step cut off (<step>.partial.json) and completed by a later `qbench run --schemes` run is merged first:
+#   python scripts/merge_results.py OUTDIR/<step>.partial.json REST.json --out results/h200/<step>.json
+#   (models-rest: the same with the committed file as the base). Never commit a .partial.json. Then record the
+#   command and commit in results/h200/env/provenance.toml and run python scripts/results_index.py.
 set -u
 out=${1:?OUTDIR}; shift
 steps=${*:-tests crosscheck decode small_batch prefill seed}

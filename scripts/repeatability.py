@@ -1,6 +1,9 @@
 """Repeatability of the stream, cold and warm medians over several result files of the same scenario.
 
-    python scripts/repeatability.py results/h200/repeat/decode-*.json --out results/h200/repeatability.json
+    python scripts/repeatability.py OUT/decode-repeat-*.json --out results/h200/evidence/repeatability.json
+
+(``OUT``: the folder of ``bash scripts/h200_suite.sh OUT repeat``; the run files themselves stay out of
+``results/``: the summary is the evidence, see ``results/h200/INDEX.md``.)
 
 For each scheme x M present in the files: the per-run medians, their coefficient of variation
 (sample standard deviation, n - 1, over the mean, %; the same definition as a row's cv), and the runs it was missing from (an incomplete run, a failed row).

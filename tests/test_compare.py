@@ -138,7 +138,7 @@ def test_two_machines_are_named_and_warned(capsys):
     from tests.conftest import run_subcommand
 
     root = Path(__file__).resolve().parent.parent
-    a, b = str(root / "results/cpu/decode.json"), str(root / "results/h200/speed/preload-1.json")
+    a, b = str(root / "results/cpu/decode.json"), str(root / "results/h200/evidence/speed/preload-1.json")
     run_subcommand(compare, "compare", a, b)
     out, err = capsys.readouterr()
     assert out.splitlines()[0] == f"A = {a} (cpu AMD EPYC); B = {b} (cuda NVIDIA H200)"

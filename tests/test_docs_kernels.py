@@ -1,5 +1,5 @@
 """The figures in prose of docs/results-h200.md's decode-kernels section, recomputed from the committed
-file they cite (results/h200/2026-12-01/decode_kernels.json): a stale or mistyped figure fails here."""
+file they cite (results/h200/decode_kernels.json): a stale or mistyped figure fails here."""
 
 import json
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FILE = ROOT / "results" / "h200" / "2026-12-01" / "decode_kernels.json"
+FILE = ROOT / "results" / "h200" / "decode_kernels.json"
 DOC = ROOT / "docs" / "results-h200.md"
 
 

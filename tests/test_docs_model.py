@@ -13,12 +13,10 @@ from qbench.results import read_results
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "results-h200.md"
-D = "results/h200/2026-12-01/"
-BLOCKS_8B = [f"results/h200/llama3_8b_{s}.json" for s in ("q_o", "k_v", "gate_up", "down")]
-FILES_8B = BLOCKS_8B + [D + "llama3_8b_lm_head.partial.json", D + "llama3_8b_lm_head-int4c.json"]
-FILES_70B = [D + f for f in ("llama31_70b_q_o.json", "llama31_70b_k_v.json", "llama31_70b_gate_up.json",
-                             "llama31_70b_down.partial.json", "llama31_70b_down-rest.partial.json",
-                             "llama31_70b_lm_head.partial.json", "llama31_70b_lm_head-rest.partial.json")]
+D = "results/h200/"
+BLOCKS_8B = [f"{D}llama3_8b_{s}.json" for s in ("q_o", "k_v", "gate_up", "down")]
+FILES_8B = BLOCKS_8B + [D + "llama3_8b_lm_head.json"]
+FILES_70B = [D + f"llama31_70b_{s}.json" for s in ("q_o", "k_v", "gate_up", "down", "lm_head")]
 
 
 def _step(model: str, files: list[str], max_rel_err=None) -> dict:
@@ -89,18 +87,23 @@ def test_the_schemes_said_to_have_no_step_have_none():
 
 
 def test_the_cut_off_int8_compiled_run_is_as_described():
-    """int8-weight-only+compiled has no 8B LM-head row: the partial file ends with the scheme before it
-    (fp8-weight-only+compiled) at 151 s, and the suite log says the step was ended at 330 s."""
+    """int8-weight-only+compiled has no 8B LM-head row: the merged file's first source (the cut-off run)
+    holds the schemes before it, ending with fp8-weight-only+compiled at 151 s; the second source measured
+    int4-weight-only+compiled alone; the suite log says the step was ended at 330 s."""
     from qbench.scenario import from_dict
 
-    doc = read_results(ROOT / D / "llama3_8b_lm_head.partial.json")
+    doc = read_results(ROOT / D / "llama3_8b_lm_head.json")
     labels = [e.label for e in from_dict(doc["scenario"], "lm_head").schemes]
-    done = list(dict.fromkeys(r["scheme"] for r in doc["rows"]))
-    assert labels.index("int8-weight-only+compiled") == len(done) and done[-1] == "fp8-weight-only+compiled"
-    log = (ROOT / D / "suite-call5.log").read_text()
+    have = list(dict.fromkeys(r["scheme"] for r in doc["rows"]))
+    assert doc["complete"] is False and [s for s in labels if s not in have] == ["int8-weight-only+compiled"]
+    cut, rest = doc["merged_from"]
+    assert cut["complete"] is False and rest["schemes"] == ["int4-weight-only+compiled"]
+    assert labels.index("int8-weight-only+compiled") == labels.index("fp8-weight-only+compiled") + 1
+    assert cut["rows"] == 3 * (len(labels) - 2) and rest["rows"] == 3
+    log = (ROOT / D / "env" / "2026-12-01" / "suite-call5.log").read_text()
     assert "llama3_8b_lm_head rc=124 wall_s=330.3" in log
     text = " ".join(DOC.read_text(encoding="utf-8").split())
-    assert f"{330.3 - doc['wall_s']:.0f} s after the previous scheme finished" in text
+    assert f"{330.3 - cut['wall_s']:.0f} s after the previous scheme finished" in text
 
 
 if __name__ == "__main__":

@@ -31,11 +31,11 @@ def test_int8_row_min_bytes_and_ai_from_stored_bytes(monkeypatch):
     stored 66,816 B. M = 1, bf16 activations and output: min_bytes = 256 x 2 + 66,816 + 256 x 2 =
     67,840 B; FLOPs = 2 x 256 x 256 = 131,072; AI = 131,072 / 67,840 = 1.932075... FLOP/B (from
     the payload alone it would be 131,072 / 66,560 = 1.969...)."""
-    import qbench.timing
+    import qbench.timing.cpu
     from qbench.measure import measure_scheme
     from qbench.timing.stats import summarize
 
-    monkeypatch.setattr(qbench.timing, "time_cpu", lambda fn, settings: summarize([1.0]))  # the bytes are the point
+    monkeypatch.setattr(qbench.timing.cpu, "time_cpu", lambda fn, settings: summarize([1.0]))  # the bytes are the point
     sc = from_dict({"name": "wiring", "m": [1, 4], "layer": {"in_features": 256, "out_features": 256},
                     "timing": {"warmup": 1, "min_reps": 3, "max_reps": 3, "budget_s": 0.05, "methods": ["cold"]},
                     "schemes": ["int8-weight-only"]}, "wiring.toml")
@@ -74,16 +74,18 @@ class _Event:
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    """qbench.timing.cold on fake CUDA: a log of every flush, event record, sleep, sync and call."""
-    from qbench.timing import cold
+    """qbench.timing.cold on fake CUDA (and the event sampling it shares, qbench.timing._cuda): a log
+    of every flush, event record, sleep, sync and call."""
+    from qbench.timing import _cuda, cold
 
     log = _Log()
     monkeypatch.setattr(cold, "require_cuda", lambda what: None)
-    monkeypatch.setattr(cold, "event_pairs",
-                        lambda n: [(_Event(log, "start", 0.0125), _Event(log, "end", None)) for _ in range(n)])
     fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
         synchronize=log.fn("sync"), _sleep=lambda cycles: log.append(f"sleep {cycles}")))
-    monkeypatch.setattr(cold, "torch", fake_torch)
+    for module in (cold, _cuda):
+        monkeypatch.setattr(module, "event_pairs",
+                            lambda n: [(_Event(log, "start", 0.0125), _Event(log, "end", None)) for _ in range(n)])
+        monkeypatch.setattr(module, "torch", fake_torch)
     flusher = types.SimpleNamespace(flush=log.fn("flush"))
     return cold, log, flusher
 
@@ -144,7 +146,7 @@ def test_enqueue_us_and_sleep_calibration_protocol(fake_cuda):
 
 
 def test_syncs_host_reads_the_sync_debug_mode(monkeypatch):
-    from qbench.timing import cold
+    from qbench.timing import _cuda as cold  # the host-sync probe every method's needs share
 
     modes = []
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(

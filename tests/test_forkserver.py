@@ -31,19 +31,22 @@ def clean_env(monkeypatch):
     return monkeypatch
 
 
-def test_worth_starting_for_a_runnable_scenario_only(clean_env, tmp_path):
-    assert forkserver.worth_starting_early(str(ROOT / "scenarios" / "decode.toml"))
-    assert not forkserver.worth_starting_early(str(ROOT / "scenarios" / "tp_decode.toml"))  # torchrun, no forkserver
-    assert not forkserver.worth_starting_early(str(tmp_path / "missing.toml"))
-    (tmp_path / "bad.toml").write_text("name = [unclosed\n")
-    assert not forkserver.worth_starting_early(str(tmp_path / "bad.toml"))
+def _scenario(name: str):
+    from qbench import scenario
+
+    return scenario.load(ROOT / "scenarios" / name)
+
+
+def test_worth_starting_for_a_runnable_scenario_only(clean_env):
+    assert forkserver.worth_starting_early(_scenario("decode.toml"))
+    assert not forkserver.worth_starting_early(_scenario("tp_decode.toml"))  # torchrun, no forkserver
 
 
 @pytest.mark.parametrize("name,value", [("QBENCH_PRELOAD", "yes"), ("QBENCH_AHEAD", "-1"),
-                                        ("QBENCH_AHEAD", "two"), ("QBENCH_TUNING_CACHE", "2")])
+                                        ("QBENCH_AHEAD", "two"), ("QBENCH_AHEAD", "\u00b2"), ("QBENCH_TUNING_CACHE", "2")])
 def test_not_worth_starting_when_the_run_will_be_refused(clean_env, name, value):
     clean_env.setenv(name, value)
-    assert not forkserver.worth_starting_early(str(ROOT / "scenarios" / "decode.toml"))
+    assert not forkserver.worth_starting_early(_scenario("decode.toml"))
 
 
 def test_the_forkserver_writes_to_dev_null_not_to_the_callers_pipes():

@@ -302,7 +302,7 @@ def test_worker_does_not_import_the_package_of_a_skipped_scheme(tmp_path, monkey
 # --- a kernel that cannot take an M: that row is skipped with the constraint, the others run ---
 
 def test_compiled_w8a8_on_cuda_names_int_mm_for_m_up_to_16():
-    """torch._int_mm's CUDA kernel refuses M <= 16 (results/h200/2026-12-01/decode.json's failed row);
+    """torch._int_mm's CUDA kernel refuses M <= 16 (results/h200/decode.json's failed row);
     eager w8a8 and the CPU take any M, so only compiled CUDA rows at M <= 16 are refused."""
     import torch
 

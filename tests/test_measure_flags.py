@@ -139,9 +139,9 @@ def test_a_throttle_reason_after_a_method_is_a_flag():
 def test_graph_breaks_are_counted_and_flagged(tmp_path):
     import pytest
 
-    from qbench.measure import _have_compiler
+    from qbench.compile_info import have_compiler
 
-    if not _have_compiler():
+    if not have_compiler():
         pytest.skip("torch.compile on CPU needs a C++ compiler (none found)")
     _register("break-test", lambda w, b, o: _Broken(w))
     try:
@@ -169,9 +169,9 @@ class _Uncompilable(torch.nn.Module):
 def test_a_compiled_row_that_compiled_nothing_is_flagged(tmp_path):
     import pytest
 
-    from qbench.measure import _have_compiler
+    from qbench.compile_info import have_compiler
 
-    if not _have_compiler():
+    if not have_compiler():
         pytest.skip("compiled rows on CPU need a C++ compiler (none found): the row would be skipped")
     _register("nocompile-test", lambda w, b, o: _Uncompilable(w))
     try:

@@ -45,6 +45,8 @@ def test_cuda_adds_the_flush_buffer_only_for_cold_timing():
     assert memory.estimate_bytes(sc2, "cuda:0", l2_bytes=50 * MiB)["flush"] == 8 * 50 * MiB
     warm_only = _scenario(timing={"methods": ["warm", "eager"]})
     assert memory.estimate_bytes(warm_only, "cuda", l2_bytes=50 * MiB)["flush"] == 0
+    kernel_only = _scenario(timing={"methods": ["kernel"]})  # the kernel method flushes the L2 too
+    assert memory.estimate_bytes(kernel_only, "cuda", l2_bytes=50 * MiB)["flush"] == 4 * 50 * MiB
 
 
 def test_estimate_does_not_allocate():

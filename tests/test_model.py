@@ -240,28 +240,24 @@ def test_files_of_two_machines_are_refused(capsys):
 
 
 def test_summary_counts_the_schemes_without_a_complete_step(capsys):
-    """Llama-3.1-70B from the committed 2026-12-01 files (two of them per cut-off shape): 13 schemes
-    complete, 4 without (two not graph-capturable, two compiled schemes with a shape missing)."""
-    from pathlib import Path
-
+    """Llama-3.1-70B from the committed 2026-12-01 files (the cut-off shapes merged with the runs that
+    completed them, still without two compiled schemes): 13 schemes complete, 4 without (two not
+    graph-capturable, two compiled schemes with a shape missing)."""
     from qbench import model
     from tests.conftest import run_subcommand
 
-    folder = Path(__file__).resolve().parent.parent / "results/h200/2026-12-01"
-    files = sorted(str(p) for p in folder.glob("llama31_70b_*.json"))
+    files = sorted(str(p) for p in H200.glob("llama31_70b_*.json"))
+    assert len(files) == 5
     assert run_subcommand(model, "model", "llama3.1-70b", *files) == 0
     out = capsys.readouterr().out
     assert "- M=1: fastest of the 13 schemes with a complete step (4 without) fp8-weight-only+compiled:" in out
 
 
 def test_allow_incomplete_turns_the_warning_into_a_note(capsys):
-    """A run cut off and completed by a second file: without the flag each partial file is a warning
-    on stderr; with it, stderr is empty and a note under the table names each one."""
-    from pathlib import Path
-
-    folder = Path(__file__).resolve().parent.parent / "results/h200/2026-12-01"
-    files = [str(folder / f"llama31_70b_{s}.json") for s in ("q_o", "k_v", "gate_up")]
-    files += [str(folder / f"llama31_70b_down{s}.partial.json") for s in ("", "-rest")]
+    """Runs cut off, merged with the runs that completed them and still missing two schemes
+    (``"complete": false``): without the flag each such file is a warning on stderr; with it, stderr is
+    empty and a note under the table names each one."""
+    files = [str(H200 / f"llama31_70b_{s}.json") for s in ("q_o", "k_v", "gate_up", "down", "lm_head")]
     assert run("llama3.1-70b", *files) == 0
     err = capsys.readouterr().err
     assert err.count("is incomplete") == 2
@@ -270,15 +266,11 @@ def test_allow_incomplete_turns_the_warning_into_a_note(capsys):
     assert cap.err == ""
     notes = [line for line in cap.out.splitlines() if line.startswith("note: ") and "incomplete" in line]
     assert len(notes) == 2 and all("read with --allow-incomplete" in n for n in notes)
-    assert notes[0].startswith(f"note: {files[3]}: incomplete (\"complete\": false, 12 rows)")
+    assert notes[0].startswith(f"note: {files[3]}: incomplete (\"complete\": false, 45 rows)")
 
 
 def test_allow_incomplete_keeps_the_warning_where_csv_has_no_place_for_a_note(capsys):
-    from pathlib import Path
-
-    folder = Path(__file__).resolve().parent.parent / "results/h200/2026-12-01"
-    files = [str(folder / f"llama31_70b_{s}.json") for s in ("q_o", "k_v", "gate_up")]
-    files += [str(folder / f"llama31_70b_down{s}.partial.json") for s in ("", "-rest")]
+    files = [str(H200 / f"llama31_70b_{s}.json") for s in ("q_o", "k_v", "gate_up", "down", "lm_head")]
     assert run("llama3.1-70b", *files, "--format", "csv", "--allow-incomplete") == 0
     assert capsys.readouterr().err.count("is incomplete") == 2
     assert run("llama3.1-70b", *files, "--format", "json", "--allow-incomplete") == 0

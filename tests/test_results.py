@@ -147,7 +147,7 @@ def test_method_choices_are_the_registry():
     from qbench.results import METHOD_CHOICES
     from qbench.timing import registry
 
-    assert METHOD_CHOICES == tuple(registry.METHODS) == ("stream", "cold", "warm", "eager", "kernel", "cpu")
+    assert METHOD_CHOICES == registry.LAYER_METHODS == ("stream", "cold", "warm", "eager", "kernel", "cpu")
 
 
 def test_atomic_write_uses_replace_in_same_folder(tmp_path, monkeypatch):

@@ -281,6 +281,7 @@ def test_two_ahead_starts_the_next_two_workers(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name,value", [("QBENCH_AHEAD", "abc"), ("QBENCH_AHEAD", "-1"), ("QBENCH_AHEAD", "1.5"),
+                                        ("QBENCH_AHEAD", "\u00b2"),
                                         ("QBENCH_PRELOAD", "yes"), ("QBENCH_PRELOAD", ""),
                                         ("QBENCH_PRELOAD", "Lean")])
 def test_bad_worker_env_is_one_line_before_anything_is_written(tmp_path, monkeypatch, name, value):
@@ -402,8 +403,8 @@ def test_the_timeline_orders_each_workers_events_and_a_dead_worker_has_no_done(t
 
 def test_ctrl_c_says_where_the_rows_measured_so_far_are(tmp_path, monkeypatch, capsys):
     """Ctrl-C after one scheme: the message names the real partial file and its row count (it said
-    "<out>.partial.json" literally); before any scheme: that none finished; before the partial file:
-    that nothing was written. Exit 130 each time."""
+    "<out>.partial.json" literally) and --resume; before any scheme finished, or before the partial
+    file: that nothing was written (a partial file without rows is removed). Exit 130 each time."""
     from qbench import cli, lifecycle
 
     sc_path = tmp_path / "s.toml"
@@ -414,21 +415,22 @@ def test_ctrl_c_says_where_the_rows_measured_so_far_are(tmp_path, monkeypatch, c
     partial = tmp_path / "r.partial.json"
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f'qbench: interrupted; the 2 rows measured so far are in {partial} ("complete": false; '
-                   "an existing result file was left as it was)"]
+                   "an existing result file was left as it was); run the same command with --resume to measure "
+                   "only the schemes it lacks"]
     assert len(json.loads(partial.read_text())["rows"]) == 2 and not out.exists()
 
     _interrupt_at(monkeypatch, 0)
     assert cli.main(["run", str(sc_path), "--out", str(tmp_path / "r2.json"), "--quiet"]) == 130
-    assert capsys.readouterr().err.strip() == (f"qbench: interrupted before any scheme finished; "
-                                               f"{tmp_path / 'r2.partial.json'} holds no rows (an existing result "
-                                               "file was left as it was)")
+    assert capsys.readouterr().err.strip() == ("qbench: interrupted before any scheme finished; nothing was written "
+                                               "(an existing result file was left as it was)")
+    assert not (tmp_path / "r2.partial.json").exists()  # a partial file without rows is not kept
 
     def prepare_interrupted(*a, **k):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(runner, "prepare", prepare_interrupted)
     assert cli.main(["run", str(sc_path), "--out", str(tmp_path / "r3.json"), "--quiet"]) == 130
-    assert capsys.readouterr().err.strip() == ("qbench: interrupted before any scheme was measured; nothing was "
+    assert capsys.readouterr().err.strip() == ("qbench: interrupted before any scheme finished; nothing was "
                                                "written (an existing result file was left as it was)")
     assert isinstance(lifecycle.RunInterrupted(), KeyboardInterrupt)
 

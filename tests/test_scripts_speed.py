@@ -16,7 +16,7 @@ def _script(name: str):
 
 def test_summary_of_a_committed_run(capsys):
     bench = _script("bench_decode")
-    path = ROOT / "results/h200/speed/preload-1.json"
+    path = ROOT / "results/h200/evidence/speed/preload-1.json"
     doc = json.loads(path.read_text())
     assert bench.main(["--summarize", str(path)]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
@@ -32,7 +32,7 @@ def test_summary_of_a_committed_run(capsys):
 
 def test_old_files_say_not_recorded(capsys):
     bench = _script("bench_decode")
-    assert bench.main(["--summarize", str(ROOT / "results/h200/decode.json")]) == 0
+    assert bench.main(["--summarize", str(ROOT / "results/h200/evidence/decode-2026-11-30.json")]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert "not recorded (a file from before 2026-12-01)" in line and line.count("not recorded") == 3
 
@@ -58,7 +58,7 @@ def test_find_commit_refuses_files_without_a_digest(capsys):
 
     argv = sys.argv
     try:
-        sys.argv = ["find_commit.py", str(ROOT / "results/h200/decode.json")]
+        sys.argv = ["find_commit.py", str(ROOT / "results/h200/evidence/decode-2026-11-30.json")]
         assert find.main() == 2
     finally:
         sys.argv = argv
@@ -67,7 +67,7 @@ def test_find_commit_refuses_files_without_a_digest(capsys):
 
 def test_files_of_two_calls_with_one_name_are_told_apart(capsys):
     bench = _script("bench_decode")
-    base = ROOT / "results/h200/speed/2026-12-01"
+    base = ROOT / "results/h200/evidence/speed/2026-12-01"
     paths = [base / "call6/new/preload-4.json", base / "call8/bench/preload-4.json"]
     assert bench.main(["--summarize", *map(str, paths)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()[2:]
@@ -100,5 +100,5 @@ def test_timeline_of_a_worker_that_died_and_of_an_old_file(capsys):
         {"scheme": "a", "spawn": 0.1, "forked": 1.0, "go": 1.0, "exited": 4.0, "recorded": 4.1}]}}
     split = bench.timeline_split(doc)
     assert (split["first go"], split["measuring"], split["write and release"], split["end"]) == (1.0, 3.0, 0.0, 1.0)
-    assert bench.main(["--timeline", str(ROOT / "results/h200/speed/preload-1.json")]) == 0
+    assert bench.main(["--timeline", str(ROOT / "results/h200/evidence/speed/preload-1.json")]) == 0
     assert "no timeline (written before 2026-12-01, third session)" in capsys.readouterr().out

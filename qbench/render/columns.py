@@ -245,11 +245,14 @@ _CATALOGUE: list[Column] = [
     ],
     *[
         Column(f"{m}_{p}", f"{m} {p} µs", _latency(m, p), fmt_us, True)
-        for m in registry.METHODS
+        for m in registry.LAYER_METHODS
         for p in ("p10", "p90")
     ],
-    Column("stream_copies", "stream copies", _latency("stream", "copies"), fmt_num("d"), True,
-           "L: distinct weight copies the stream graph (CPU: loop) calls in order (latency_us.stream.copies)"),
+    *[
+        Column(f"{m}_copies", f"{m} copies", _latency(m, "copies"), fmt_num("d"), True,
+               f"L: distinct weight copies the {m} graph (CPU: loop) calls in order (latency_us.{m}.copies)")
+        for m, info in registry.METHODS.items() if "copies" in info.extras
+    ],
     Column("hbm_floor_us", "HBM floor µs", _get("hbm_floor_us"), fmt_us, True,
            "stored bytes / measured memory bandwidth: no call that reads its weight from HBM is faster"),
     Column("floor_pct", "floor %", _pct(_get("hbm_floor_fraction")), fmt_num(".0f"), True,
@@ -315,9 +318,6 @@ _CATALOGUE: list[Column] = [
 COLUMNS: dict[str, Column] = {c.key: c for c in _CATALOGUE}
 
 _COMMON_HEAD = ["scheme", "m", "stored_mib", "meta_pct", "bits_per_weight", "ai", "roofline_us"]
-#: Methods a table shows only when asked (``--columns``): ``kernel`` is a profiler sum without the
-#: gaps between kernels, a diagnostic rather than a time a caller sees.
-_ASKED_ONLY = frozenset({"kernel"})
 #: The columns that put the stream time against the HBM floor (CUDA rows).
 _FLOOR = ["hbm_floor_us", "floor_pct"]
 
@@ -339,8 +339,10 @@ def _is_cuda(rows: Sequence[dict]) -> bool:
 def default_columns(rows: Sequence[dict]) -> list[str]:
     """Default column keys for ``qbench run``'s and ``qbench report``'s table over ``rows``.
 
-    CUDA results get the registry's CUDA methods in its order (``stream cold warm eager``; not
-    ``kernel``, which ``--columns`` adds), then ``hbm_floor_us`` and ``floor_pct``; CPU results get
+    CUDA results get the registry's CUDA methods in its order (``stream cold warm eager``; not those
+    that are not ``shown_by_default``, ``kernel``, which ``--columns`` adds), then ``hbm_floor_us``
+    and ``floor_pct``; a method of another job than the layer's (a model step) only where some row
+    was timed with it; CPU results get
     ``stream`` beside ``cpu``, so a CPU time never sits under a CUDA-only header. A method (and
     the floor) is left out when no row was timed with it at all: a file written before ``stream``
     existed shows ``cold warm eager`` (CUDA) or ``cpu`` (CPU), as it did. No rows: every default.
@@ -352,7 +354,7 @@ def default_columns(rows: Sequence[dict]) -> list[str]:
     cpu = CPU_METHOD in methods_present(rows) or (not cuda and bool(rows))
     times: list[str] = []
     for m, info in registry.METHODS.items():
-        if m in _ASKED_ONLY or (rows and not _knows(rows, m)):
+        if not info.shown_by_default or ((rows or info.job != registry.LAYER) and not _knows(rows, m)):
             continue
         if ((cuda or not rows) and info.cuda) or (cpu and info.cpu):
             times.append(m)

@@ -4,27 +4,39 @@ Adding a scheme means adding one ``register(Scheme(...))`` call in one module of
 the CLI, the scenario loader and the parametrized tests pick it up. Extra modules named in the
 ``QBENCH_PLUGINS`` environment variable (comma-separated import paths) are imported too, in the
 parent and in every worker process, so tests and users can register schemes of their own.
+
+What a scenario needs of a scheme (its options, the multiples of K and N) is in the torch-free
+:mod:`qbench.schemes.specs`; importing this package does not import torch either (``Scheme``,
+``TensorPart`` and the scheme modules are imported when first used).
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
-import os
+from typing import TYPE_CHECKING
 
-from qbench.schemes.base import Scheme, SchemeOptions, TensorPart
+from qbench.schemes.specs import SchemeOptions, UnknownSchemeError, plugins, unknown
 
-_REGISTRY: dict[str, Scheme] = {}
+if TYPE_CHECKING:
+    from qbench.schemes.base import Scheme, TensorPart
+
+_REGISTRY: dict[str, "Scheme"] = {}
 _BUILTIN_MODULES = ("qbench.schemes.float_schemes", "qbench.schemes.torchao_schemes", "qbench.schemes.bnb_schemes",
                     "qbench.schemes.gemlite_schemes")
 _loaded = False
 
 
-class UnknownSchemeError(KeyError):
-    """A scheme name that is not registered; the message suggests the closest names."""
+class PluginError(ValueError):
+    """A ``QBENCH_PLUGINS`` module that cannot be imported, fails, or registers a name twice; one
+    line naming the variable, the module and what went wrong."""
 
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0])
+
+def __getattr__(name: str):
+    if name in ("Scheme", "TensorPart"):  # torch: imported on first use only
+        from qbench.schemes import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register(scheme: Scheme) -> Scheme:
@@ -44,9 +56,16 @@ def _load() -> None:
     if _loaded:
         return
     _loaded = True
-    plugins = [p.strip() for p in os.environ.get("QBENCH_PLUGINS", "").split(",") if p.strip()]
-    for module in (*_BUILTIN_MODULES, *plugins):
+    for module in _BUILTIN_MODULES:
         importlib.import_module(module)
+    for module in plugins():
+        try:
+            importlib.import_module(module)
+        except (Exception, RecursionError) as exc:
+            what = "cannot be imported" if isinstance(exc, ImportError) else "failed while importing"
+            detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:240]
+            _loaded = False  # the next call says it again
+            raise PluginError(f"environment variable QBENCH_PLUGINS: module {module!r} {what} ({detail})") from None
 
 
 def all_schemes() -> list[Scheme]:
@@ -70,9 +89,8 @@ def get(name: str) -> Scheme:
     try:
         return _REGISTRY[name]
     except KeyError:
-        close = difflib.get_close_matches(name, _REGISTRY, n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise UnknownSchemeError(f"unknown scheme {name!r}{hint} (known: {', '.join(_REGISTRY)})") from None
+        raise unknown(name, list(_REGISTRY)) from None
 
 
-__all__ = ["Scheme", "SchemeOptions", "TensorPart", "UnknownSchemeError", "all_schemes", "get", "names", "register"]
+__all__ = ["PluginError", "Scheme", "SchemeOptions", "TensorPart", "UnknownSchemeError", "all_schemes", "get", "names",
+           "register"]

@@ -14,26 +14,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Optional
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
+from qbench.schemes.specs import SchemeOptions  # noqa: F401 - re-exported: torch-free, for scenario validation
 from qbench.tuning_cache import TuningCache
-
-
-class SchemeOptions(BaseModel):
-    """Options every scheme takes.
-
-    Attributes:
-        mode: ``"eager"`` runs the module as built; ``"compiled"`` wraps it in ``torch.compile``
-            (compiled before timing; recompilations are counted in the row).
-        label: the row's ``scheme`` label; default ``name`` or ``name+compiled``.
-    """
-
-    # strict: a TOML string is never coerced to a number or a bool (threshold = "6", double_quant =
-    # "off" are refused like seed = "7"); an integer is still accepted for a float option.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    mode: Literal["eager", "compiled"] = "eager"
-    label: Optional[str] = Field(default=None, min_length=1, max_length=64)
 
 
 @dataclass(frozen=True)

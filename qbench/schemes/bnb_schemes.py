@@ -18,46 +18,17 @@ The ledger counts the packed weight and every tensor of ``weight.quant_state`` (
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Optional
 
 import torch
-from pydantic import Field
 
 from qbench.schemes import register
-from qbench.schemes.base import Scheme, SchemeOptions, TensorPart, bias_parts
-
-
-class Int8BnbOptions(SchemeOptions):
-    """Options of ``int8-bnb``: ``threshold``, the outlier magnitude above which an activation
-    column is computed in fp16 (0 disables the decomposition)."""
-
-    threshold: float = Field(default=6.0, ge=0.0)
+from qbench.schemes.base import Scheme, TensorPart, bias_parts
+from qbench.schemes.specs import FourBitOptions, Int8BnbOptions, spec
 
 
 #: ``compute_dtype`` option -> the ``Linear4bit(compute_dtype=...)`` it builds.
 COMPUTE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-
-class FourBitOptions(SchemeOptions):
-    """Options of the bitsandbytes 4-bit schemes: ``blocksize`` (weights per absmax),
-    ``double_quant`` (quantize the absmax values too; bitsandbytes' ``compress_statistics``) and
-    ``compute_dtype`` (``Linear4bit``'s ``compute_dtype``, transformers' ``bnb_4bit_compute_dtype``):
-    ``bf16`` (default), ``fp16`` or ``fp32``.
-
-    The layer still takes and returns bf16 (the model's dtype): ``Linear4bit.forward`` converts X
-    to the compute dtype and the output back (two elementwise kernels when they differ), and the
-    4-bit kernel runs in the compute dtype. **fp32 is the slow path**, and bitsandbytes warns
-    only when the input is fp16: in bitsandbytes 0.50 (``backends/cuda/ops.py``,
-    ``_gemm_4bit_use_custom_cuda``) fp32 has no tensor-core (MMA) 4-bit kernel, so its own kernel
-    (SIMT, fp32 activations) serves M < 8 only, and from M = 8 the weight is dequantized to fp32
-    and multiplied by an fp32 GEMM, without tensor cores while TF32 is off (torch's default):
-    fp32's 51 TFLOP/s on an H200 against bf16's ~990. The row's ``compute_dtype`` field still
-    says bf16 (the scheme's declared dtype, whose peak bounds the roofline); the label says
-    ``[compute_dtype=fp32]``."""
-
-    blocksize: Literal[32, 64, 128, 256, 512, 1024, 2048, 4096] = 64
-    double_quant: bool = True
-    compute_dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
 
 
 def _build_int8(weight: torch.Tensor, bias: Optional[torch.Tensor], options: Int8BnbOptions) -> torch.nn.Module:
@@ -126,21 +97,17 @@ def four_bit_parts(module: torch.nn.Module) -> list[TensorPart]:
     return parts + bias_parts(module)
 
 
-def _blocksize(options: FourBitOptions) -> int:
-    return options.blocksize
-
-
 register(Scheme(
-    name="int8-bnb", library="bitsandbytes", family="bnb", weight_dtype="int8", activation_dtype=torch.float16,
+    **spec("int8-bnb"), library="bitsandbytes", family="bnb", weight_dtype="int8", activation_dtype=torch.float16,
     compute_dtype="int8", nominal_bits=8, packages=("bitsandbytes",),
     summary="bitsandbytes Linear8bitLt (LLM.int8): int8 weight, per-row absmax, fp16 outlier columns above threshold",
-    build=_build_int8, parts=int8_parts, options_model=Int8BnbOptions,
+    build=_build_int8, parts=int8_parts,
 ))
 for _qt in ("nf4", "fp4"):
     register(Scheme(
-        name=f"{_qt}-bnb", library="bitsandbytes", family="bnb", weight_dtype=f"{_qt} (2 per uint8)",
+        **spec(f"{_qt}-bnb"), library="bitsandbytes", family="bnb", weight_dtype=f"{_qt} (2 per uint8)",
         activation_dtype=torch.bfloat16, compute_dtype="bf16", nominal_bits=4, packages=("bitsandbytes",),
         summary=f"bitsandbytes Linear4bit {_qt.upper()}: block size 64, absmax per block, double quantization on; "
                 "compute_dtype bf16 (fp16, or fp32: the slow path, no tensor-core 4-bit kernel)",
-        build=_build_4bit(_qt), parts=four_bit_parts, options_model=FourBitOptions, k_multiple=_blocksize,
+        build=_build_4bit(_qt), parts=four_bit_parts,
     ))

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from qbench import precision
 from qbench.schemes import register
 from qbench.schemes.base import Scheme, SchemeOptions, linear_parts, plain_linear
+from qbench.schemes.specs import spec
 
 
 class PrecisionCheckedLinear(torch.nn.Module):
@@ -65,7 +66,7 @@ def _tf32_check(device: torch.device, options: SchemeOptions) -> Optional[str]:
 
 
 register(Scheme(
-    name="fp32", library="torch", family="float",
+    **spec("fp32"), library="torch", family="float",
     summary="FP32 weight and activations, strict IEEE FP32 matmul (TF32 off, checked at each call)",
     weight_dtype="float32", activation_dtype=torch.float32, compute_dtype="fp32", nominal_bits=32,
     build=_build_fp32, parts=linear_parts,
@@ -73,7 +74,7 @@ register(Scheme(
 ))
 
 register(Scheme(
-    name="tf32", library="torch", family="float",
+    **spec("tf32"), library="torch", family="float",
     summary="FP32 storage, TF32 tensor-core matmul (10-bit mantissa products, FP32 accumulate)",
     weight_dtype="float32", activation_dtype=torch.float32, compute_dtype="tf32", nominal_bits=32,
     build=_build_tf32, parts=linear_parts, cuda_only=True, min_compute_capability=(8, 0),
@@ -82,7 +83,7 @@ register(Scheme(
 
 for _name, _dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
     register(Scheme(
-        name=_name, library="torch", family="float",
+        **spec(_name), library="torch", family="float",
         summary=f"{_name.upper()} weight and activations; on CUDA a {_name} cuBLAS GEMM/GEMV with FP32 accumulate",
         weight_dtype=str(_dtype).removeprefix("torch."), activation_dtype=_dtype, compute_dtype=_name,
         nominal_bits=16,

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Literal, Optional
+from typing import Optional
 
 import torch
 
 from qbench.schemes import register
 from qbench.schemes.base import Scheme, SchemeOptions, TensorPart, bias_parts, plain_linear
+from qbench.schemes.specs import GemliteInt4Options, spec
 from qbench.tuning_cache import TuningCache
 
 #: ``GemLiteLinearTriton`` tensors other than the weight, in the order the kernel receives the
@@ -40,8 +41,6 @@ from qbench.tuning_cache import TuningCache
 #: ``orig_shape`` are the int32 records a checkpoint carries (12 + 2 values).
 _METADATA_NAMES = ("scales", "zeros", "meta_scale", "metadata", "orig_shape")
 
-#: ``GemLiteLinearTriton.MIN_SIZE``: in_features must be a multiple of 32.
-_MIN_K = 32
 
 
 def gemlite_parts(module: torch.nn.Module) -> list[TensorPart]:
@@ -63,14 +62,6 @@ def gemlite_parts(module: torch.nn.Module) -> list[TensorPart]:
         if isinstance(tensor, torch.Tensor) and tensor.numel():
             parts.append(TensorPart(name, "metadata", tensor.detach()))
     return parts + bias_parts(module)
-
-
-class GemliteInt4Options(SchemeOptions):
-    """Options of ``int4-weight-only-gemlite``: ``group_size``, K elements sharing one scale and
-    zero point: 128 (default) or 64 (gemlite's README: any multiple of 32, with autotuning, on by
-    default, below 128)."""
-
-    group_size: Literal[64, 128] = 128
 
 
 def rtn_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -171,30 +162,30 @@ _COMMON = dict(library="gemlite", packages=("gemlite",), activation_dtype=torch.
                tuning_cache=TUNING_CACHE)
 
 register(Scheme(
-    name="int4-weight-only-gemlite", family="weight-only", weight_dtype="uint4 (8 per int32)", compute_dtype="bf16",
+    **spec("int4-weight-only-gemlite"), family="weight-only", weight_dtype="uint4 (8 per int32)", compute_dtype="bf16",
     nominal_bits=4,
     summary="gemlite A16W4 (GemLiteLinearTriton, 4-bit grouped): min-max asymmetric int4 per group, bf16 scale and "
             "zero; Triton GEMV (RevSplit-K) at M <= 4, split-K GEMM below 64, GEMM above",
-    build=_build_int4, parts=gemlite_parts, options_model=GemliteInt4Options,
-    min_compute_capability=(8, 0), k_multiple=lambda options: options.group_size, **_COMMON,
+    build=_build_int4, parts=gemlite_parts, 
+    min_compute_capability=(8, 0), **_COMMON,
 ))
 register(Scheme(
-    name="int8-weight-only-gemlite", family="weight-only", weight_dtype="int8", compute_dtype="bf16", nominal_bits=8,
+    **spec("int8-weight-only-gemlite"), family="weight-only", weight_dtype="int8", compute_dtype="bf16", nominal_bits=8,
     summary="gemlite A16W8_INT8: int8 weight, fp32 per-row scale, bf16 activations; Triton split-K GEMV at M <= 2",
     build=_from_linear("A16W8_INT8"), parts=gemlite_parts,
-    min_compute_capability=(8, 0), k_multiple=lambda options: _MIN_K, **_COMMON,
+    min_compute_capability=(8, 0), **_COMMON,
 ))
 register(Scheme(
-    name="fp8-weight-only-gemlite", family="weight-only", weight_dtype="float8_e4m3fn", compute_dtype="bf16",
+    **spec("fp8-weight-only-gemlite"), family="weight-only", weight_dtype="float8_e4m3fn", compute_dtype="bf16",
     nominal_bits=8,
     summary="gemlite A16W8_FP8: e4m3 weight, fp32 per-row scale, bf16 activations; Triton split-K GEMV at M <= 2",
     build=_from_linear("A16W8_FP8"), parts=gemlite_parts,
-    min_compute_capability=(8, 9), k_multiple=lambda options: _MIN_K, **_COMMON,
+    min_compute_capability=(8, 9), **_COMMON,
 ))
 register(Scheme(
-    name="fp8-dynamic-gemlite", family="dynamic", weight_dtype="float8_e4m3fn", compute_dtype="fp8", nominal_bits=8,
+    **spec("fp8-dynamic-gemlite"), family="dynamic", weight_dtype="float8_e4m3fn", compute_dtype="fp8", nominal_bits=8,
     summary="gemlite A8W8_fp8_dynamic: e4m3 weight (fp32 per-row scale), per-token dynamic e4m3 activations "
             "(Triton quantize kernel), FP8 Triton GEMV / GEMM",
     build=_from_linear("A8W8_fp8_dynamic"), parts=gemlite_parts,
-    min_compute_capability=(8, 9), k_multiple=lambda options: _MIN_K, **_COMMON,
+    min_compute_capability=(8, 9), **_COMMON,
 ))

@@ -10,13 +10,16 @@ scale-and-zero) is metadata. Configs and defaults: torchao docs, ``torchao/quant
 from __future__ import annotations
 
 import importlib.util
-from typing import Literal, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
 from qbench.schemes import register
 from qbench.schemes.base import Scheme, SchemeOptions, TensorPart, bias_parts, plain_linear
+from qbench.schemes.specs import (  # noqa: F401 - the options models, re-exported where they were
+    Fp8DynamicOptions, Fp8Int4Options, GroupOptions, IntxOptions, MslkGroupOptions, TorchaoOptions, spec,
+)
 
 _PAYLOAD_NAMES = ("qdata", "packed_weights", "qdata_and_metadata")
 
@@ -88,64 +91,6 @@ def _quantized(config_factory):
     return build
 
 
-class TorchaoOptions(SchemeOptions):
-    """Options every torchao scheme takes: ``activation_dtype``, the float dtype of the layer
-    (its activations, its output, and its float scales and zero points): ``bf16`` (default) or
-    ``fp16``. Kernels that take bf16 only make an fp16 row ``skipped`` with the constraint in the
-    reason (tinygemm int4, mslk int4, mslk FP8 GEMM; :func:`_fp16_check`). qbench feeds every
-    torchao scheme bf16 activations, so an fp16 layer converts them first
-    (:class:`CastInputLinear`: one cast kernel inside the timed call); the row's
-    ``activation_dtype`` field still says bfloat16 (the dtype handed to the layer)."""
-
-    activation_dtype: Literal["bf16", "fp16"] = "bf16"
-
-
-class Fp8DynamicOptions(TorchaoOptions):
-    """Options of ``fp8-dynamic``: ``granularity`` of the activation and weight scales, and
-    ``kernel_preference``: torchao's ``KernelPreference`` for the activation quantization and the
-    GEMM. ``torch`` (the default here): eager aten ops quantize the activation (abs, amax, divide,
-    clamp, cast, scale: 8 kernels around the GEMM) and ``torch._scaled_mm`` (cuBLAS) multiplies. ``mslk``: one Triton
-    kernel quantizes per row and mslk's CUTLASS ``f8f8bf16_rowwise`` multiplies (needs the
-    ``mslk-cuda`` package and SM90+). torchao's own default, AUTO, silently picks mslk when that
-    package is importable, so a row's kernels would depend on what happens to be installed; qbench
-    asks for one explicitly (H200, graph of 8 copies, M = 1: torch 28.3 µs, mslk 10.4 µs,
-    ``results/h200/cold-experiment.json``)."""
-
-    granularity: Literal["per-row", "per-tensor"] = "per-row"
-    kernel_preference: Literal["torch", "mslk"] = "torch"
-
-
-class Fp8Int4Options(TorchaoOptions):
-    """Options of ``fp8-int4``: ``int4_packing_format``, the weight layout torchao's
-    ``Float8DynamicActivationInt4WeightConfig`` builds: ``preshuffled`` (default; torchao's
-    default too: ``Int4PreshuffledTensor``, mslk ``f8i4bf16_shuffled``) or ``plain``
-    (``Int4Tensor``, mslk ``f8i4bf16_rowwise``). The group size is fixed at 128 by torchao."""
-
-    int4_packing_format: Literal["preshuffled", "plain"] = "preshuffled"
-
-
-class GroupOptions(TorchaoOptions):
-    """Options of the per-group int4 schemes: ``group_size`` (K elements sharing one scale) and
-    ``activation_dtype`` (:class:`TorchaoOptions`)."""
-
-    group_size: Literal[32, 64, 128, 256] = 128
-
-
-class MslkGroupOptions(TorchaoOptions):
-    """Options of ``int4-plain`` and ``int4-preshuffled``: ``group_size`` 128 (default) or 256:
-    mslk's int4 quantizer documents "must be at least 128" (``mslk.quantize.shuffle.
-    quantize_int4_preshuffle``), and torchao says of its FP8 x int4 config that the kernel
-    "only supports 128 and above"; and ``activation_dtype`` (bf16 only: fp16 is a skipped row)."""
-
-    group_size: Literal[128, 256] = 128
-
-
-class IntxOptions(GroupOptions):
-    """Options of ``int4-intx``: group size and ``mapping`` (symmetric stores zero points of 0)."""
-
-    mapping: Literal["symmetric", "asymmetric"] = "symmetric"
-
-
 def _fp8_weight_only(options):
     from torchao.quantization import Float8WeightOnlyConfig
 
@@ -169,12 +114,6 @@ MSLK_MISSING = "needs the mslk-cuda package (pip install mslk-cuda, or qbench's 
 
 def _mslk_missing() -> bool:
     return importlib.util.find_spec("mslk") is None
-
-
-def _multiple_of_16(options) -> int:
-    """FP8 GEMMs (``torch._scaled_mm``, cuBLASLt; mslk's rowwise GEMM) need K and N multiples of 16;
-    torchao 0.18's ``quantize_`` silently leaves other shapes unquantized."""
-    return 16
 
 
 def _fp8_dynamic_check(device: torch.device, options) -> Optional[str]:
@@ -266,34 +205,29 @@ def _int4_intx(options):
     return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(options.group_size), mapping_type=mapping)
 
 
-def _group_size(options) -> int:
-    return options.group_size
-
-
 _COMMON = dict(library="torchao", packages=("torchao",), activation_dtype=torch.bfloat16)
 #: The mslk schemes: CUTLASS kernels built for Hopper (WGMMA), SM90.
 _MSLK = dict(cuda_only=True, min_compute_capability=(9, 0), **_COMMON)
 
 register(Scheme(
-    name="fp8-weight-only", family="weight-only", weight_dtype="float8_e4m3fn", compute_dtype="bf16", nominal_bits=8,
+    **spec("fp8-weight-only"), family="weight-only", weight_dtype="float8_e4m3fn", compute_dtype="bf16", nominal_bits=8,
     summary="torchao Float8WeightOnlyConfig: e4m3 weight, per-row scales, bf16 activations",
-    build=_quantized(_fp8_weight_only), parts=torchao_parts, options_model=TorchaoOptions, **_COMMON,
+    build=_quantized(_fp8_weight_only), parts=torchao_parts, **_COMMON,
 ))
 register(Scheme(
-    name="fp8-dynamic", family="dynamic", weight_dtype="float8_e4m3fn", compute_dtype="fp8", nominal_bits=8,
+    **spec("fp8-dynamic"), family="dynamic", weight_dtype="float8_e4m3fn", compute_dtype="fp8", nominal_bits=8,
     summary="torchao Float8DynamicActivationFloat8WeightConfig: e4m3 weight and dynamically quantized activations, FP8 GEMM",
-    build=_quantized(_fp8_dynamic), parts=torchao_parts, options_model=Fp8DynamicOptions,
-    extra_check=_fp8_dynamic_check, k_multiple=_multiple_of_16, n_multiple=_multiple_of_16, cuda_only=True, min_compute_capability=(8, 9), **_COMMON,
+    build=_quantized(_fp8_dynamic), parts=torchao_parts, extra_check=_fp8_dynamic_check, cuda_only=True, min_compute_capability=(8, 9), **_COMMON,
 ))
 register(Scheme(
-    name="int8-weight-only", family="weight-only", weight_dtype="int8", compute_dtype="bf16", nominal_bits=8,
+    **spec("int8-weight-only"), family="weight-only", weight_dtype="int8", compute_dtype="bf16", nominal_bits=8,
     summary="torchao Int8WeightOnlyConfig: int8 weight, per-row scales, bf16 activations",
-    build=_quantized(_int8_weight_only), parts=torchao_parts, options_model=TorchaoOptions, **_COMMON,
+    build=_quantized(_int8_weight_only), parts=torchao_parts, **_COMMON,
 ))
 def _int_mm_m(m: int, device: torch.device, options) -> Optional[str]:
     """Compiled w8a8-dynamic on CUDA: Inductor lowers the int8 x int8 matmul to ``torch._int_mm``,
     whose CUDA kernel refuses M <= 16 ("self.size(0) needs to be greater than 16", the H200 decode
-    row of results/h200/2026-12-01/decode.json). Eager w8a8-dynamic and the CPU kernel take any M."""
+    row of results/h200/decode.json). Eager w8a8-dynamic and the CPU kernel take any M."""
     if device.type == "cuda" and getattr(options, "mode", "eager") == "compiled" and m <= 16:
         return (f"compiled w8a8-dynamic lowers to torch._int_mm, whose CUDA kernel needs M > 16 (M = {m}); "
                 "the eager w8a8-dynamic row runs at this M")
@@ -301,46 +235,41 @@ def _int_mm_m(m: int, device: torch.device, options) -> Optional[str]:
 
 
 register(Scheme(
-    name="w8a8-dynamic", family="dynamic", weight_dtype="int8", compute_dtype="int8", nominal_bits=8,
+    **spec("w8a8-dynamic"), family="dynamic", weight_dtype="int8", compute_dtype="int8", nominal_bits=8,
     summary="torchao Int8DynamicActivationInt8WeightConfig: int8 weight (per-row), per-token dynamic int8 activations",
-    build=_quantized(_w8a8_dynamic), parts=torchao_parts, options_model=TorchaoOptions, m_check=_int_mm_m, **_COMMON,
+    build=_quantized(_w8a8_dynamic), parts=torchao_parts, m_check=_int_mm_m, **_COMMON,
 ))
 register(Scheme(
-    name="int4-weight-only", family="weight-only", weight_dtype="int4 (tinygemm packed int32)", compute_dtype="bf16",
+    **spec("int4-weight-only"), family="weight-only", weight_dtype="int4 (tinygemm packed int32)", compute_dtype="bf16",
     nominal_bits=4,
     summary="torchao Int4WeightOnlyConfig, tile_packed_to_4d (tinygemm): uint4 per-group asymmetric, bf16 scale+zero",
-    build=_quantized(_int4_weight_only), parts=torchao_parts, options_model=GroupOptions,
-    extra_check=_fp16_check(_TINYGEMM_BF16), cuda_only=True, min_compute_capability=(8, 0), k_multiple=_group_size,
-    **_COMMON,
+    build=_quantized(_int4_weight_only), parts=torchao_parts, extra_check=_fp16_check(_TINYGEMM_BF16), cuda_only=True, min_compute_capability=(8, 0), **_COMMON,
 ))
 register(Scheme(
-    name="int4-intx", family="weight-only", weight_dtype="int4 (in int8)", compute_dtype="bf16", nominal_bits=4,
+    **spec("int4-intx"), family="weight-only", weight_dtype="int4 (in int8)", compute_dtype="bf16", nominal_bits=4,
     summary="torchao IntxWeightOnlyConfig(int4, PerGroup): int4 values stored one per int8, per-group scales; runs on CPU",
-    build=_quantized(_int4_intx), parts=torchao_parts, options_model=IntxOptions, k_multiple=_group_size, **_COMMON,
+    build=_quantized(_int4_intx), parts=torchao_parts, **_COMMON,
 ))
 
 # --- mslk kernels (the mslk-cuda package, SM90): torchao 0.18's default int4 path and FP8 x int4 ---
 register(Scheme(
-    name="int4-plain", family="weight-only", weight_dtype="int4 (2 per int8, plain)", compute_dtype="bf16",
+    **spec("int4-plain"), family="weight-only", weight_dtype="int4 (2 per int8, plain)", compute_dtype="bf16",
     nominal_bits=4,
     summary="torchao Int4WeightOnlyConfig, plain packing (torchao's default): int4 per-group asymmetric, bf16 scale "
             "and zero point; mslk CUTLASS bf16i4bf16_rowwise (needs mslk-cuda, SM90)",
-    build=_quantized(_int4_mslk("plain")), parts=torchao_parts, options_model=MslkGroupOptions,
-    extra_check=_mslk_check(_MSLK_INT4_BF16), k_multiple=_group_size, **_MSLK,
+    build=_quantized(_int4_mslk("plain")), parts=torchao_parts, extra_check=_mslk_check(_MSLK_INT4_BF16), **_MSLK,
 ))
 register(Scheme(
-    name="int4-preshuffled", family="weight-only", weight_dtype="int4 (2 per int8, mslk preshuffled)",
+    **spec("int4-preshuffled"), family="weight-only", weight_dtype="int4 (2 per int8, mslk preshuffled)",
     compute_dtype="bf16", nominal_bits=4,
     summary="torchao Int4WeightOnlyConfig, preshuffled packing: int4 per-group asymmetric in mslk's WGMMA load order, "
             "bf16 scale and zero point; mslk CUTLASS bf16i4bf16_shuffled (needs mslk-cuda, SM90)",
-    build=_quantized(_int4_mslk("preshuffled")), parts=torchao_parts, options_model=MslkGroupOptions,
-    extra_check=_mslk_check(_MSLK_INT4_BF16), k_multiple=_group_size, **_MSLK,
+    build=_quantized(_int4_mslk("preshuffled")), parts=torchao_parts, extra_check=_mslk_check(_MSLK_INT4_BF16), **_MSLK,
 ))
 register(Scheme(
-    name="fp8-int4", family="dynamic", weight_dtype="int4 (2 per int8, symmetric)", compute_dtype="fp8",
+    **spec("fp8-int4"), family="dynamic", weight_dtype="int4 (2 per int8, symmetric)", compute_dtype="fp8",
     nominal_bits=4,
     summary="torchao Float8DynamicActivationInt4WeightConfig: symmetric int4 weight (group 128, fp8 group scales, "
             "fp32 row scales), per-row dynamic FP8 activations; mslk f8i4bf16_shuffled (needs mslk-cuda, SM90)",
-    build=_quantized(_fp8_int4), parts=torchao_parts, options_model=Fp8Int4Options,
-    extra_check=_mslk_check(_MSLK_FP8_INT4_BF16), k_multiple=lambda options: 128, **_MSLK,
+    build=_quantized(_fp8_int4), parts=torchao_parts, extra_check=_mslk_check(_MSLK_FP8_INT4_BF16), **_MSLK,
 ))

@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from qbench import ledger
+from qbench import compile_info, ledger
 from qbench.scenario import Scenario
 from qbench.schemes import get as get_scheme
 from qbench.step import floor, llama
@@ -110,9 +110,7 @@ def measure_step_scheme(scenario: Scenario, entry_index: int, device: torch.devi
     rows = blank_rows(scenario, entry, scheme, device)
     reason = scheme.unavailable_reason(device, entry.options)
     if reason is None and entry.options.mode == "compiled" and device.type == "cpu":
-        import shutil
-
-        if not any(shutil.which(cc) for cc in ("cc", "gcc", "g++", "clang", "c++")):
+        if not compile_info.have_compiler():
             reason = "torch.compile on CPU needs a C++ compiler (none found)"
     reason = reason or _shape_reason(config, scheme, entry.options, spec.lm_head and spec.quantize_lm_head)
     if reason:
@@ -348,11 +346,7 @@ class _Built:
 
     # -- compiled forms ---------------------------------------------------------------------
     def _use_compiled(self, model: llama.DecodeModel, mode: str) -> None:
-        import torch._dynamo
-
-        for name in ("recompile_limit", "cache_size_limit"):
-            if hasattr(torch._dynamo.config, name):
-                setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
+        compile_info.allow_recompiles(64)
         if mode not in self.compiled_fns:
             self.compiled_fns[mode] = (torch.compile(_eager_block, mode=None if mode == "default" else mode, dynamic=False),
                                        torch.compile(_head_fn, mode=None if mode == "default" else mode, dynamic=False))
@@ -505,14 +499,10 @@ def _ro(method_module, model: llama.DecodeModel, tokens: torch.Tensor, n: int, s
 
 
 def _counters() -> dict[str, int]:
-    import sys
-
-    utils = sys.modules.get("torch._dynamo.utils")
-    counters = getattr(utils, "counters", None)
-    if counters is None:
-        return {"graphs": 0, "breaks": 0, "cudagraph_skips": 0}
-    return {"graphs": int(counters["stats"]["unique_graphs"]), "breaks": int(sum(counters["graph_break"].values())),
-            "cudagraph_skips": int(counters["inductor"].get("cudagraph_skips", 0))}
+    """Dynamo's graphs and graph breaks and Inductor's CUDA-graph skips so far in this process
+    (:mod:`qbench.compile_info`; zeros before Dynamo is imported)."""
+    return {"graphs": compile_info.graph_count(), "breaks": compile_info.graph_break_count(),
+            "cudagraph_skips": compile_info.cudagraph_skip_count()}
 
 
 def _combine(stats_by_n: list[dict], counts: list[int], blocks: int) -> dict:

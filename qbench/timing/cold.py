@@ -1,18 +1,21 @@
-"""Cold timing: L2 flushed, launch hidden behind a busy GPU, per-call CUDA events."""
+"""Cold timing: L2 flushed, launch hidden behind a busy GPU, per-call CUDA events (``cold``)."""
 
 from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
-
-from qbench.timing._cuda import chunks, event_pairs, require_cuda
+from qbench.timing._cuda import event_pairs, event_samples, require_cuda, syncs_host, torch
 from qbench.timing.adaptive import collect
-from qbench.timing.flush import L2Flusher
+from qbench.timing.method import Call, Needs, Reading, TimingMethod
 from qbench.timing.settings import TimingSettings
 from qbench.timing.stats import Stats, summarize
+
+if TYPE_CHECKING:
+    from qbench.timing.flush import L2Flusher
+
+__all__ = ["METHOD", "busy_cycles", "enqueue_us", "sleep_us_per_cycle", "syncs_host", "time_cold"]
 
 #: Host enqueue trials; the largest is kept (a GC pause only makes the sleep longer).
 ENQUEUE_TRIALS = 5
@@ -83,27 +86,6 @@ def enqueue_us(fn: Callable[[], object], flusher: L2Flusher, trials: int = ENQUE
     return worst
 
 
-def syncs_host(fn: Callable[[], object]) -> bool:
-    """True when one call of ``fn`` blocks the host on the GPU (``.item()``, a DtoH copy, ...).
-
-    Runs fn once under ``torch.cuda.set_sync_debug_mode("error")``, which makes every
-    synchronizing CUDA call torch knows of raise (PyTorch docs, ``torch.cuda.set_sync_debug_mode``).
-    """
-    previous = torch.cuda.get_sync_debug_mode()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        fn()
-    except RuntimeError as exc:
-        if "synchroniz" in str(exc):
-            return True
-        raise
-    finally:
-        torch.cuda.set_sync_debug_mode(previous)
-        torch.cuda.synchronize()
-    return False
-
-
 def _time_cold_synced(fn: Callable[[], object], settings: TimingSettings, flusher: L2Flusher) -> Stats:
     """Cold for a host-syncing fn: per sample flush, synchronize, start event, fn, end event,
     synchronize. The GPU is idle when fn starts, so its launch is in the number, as in a real
@@ -134,7 +116,7 @@ def time_cold(fn: Callable[[], object], settings: TimingSettings, flusher: L2Flu
     hidden: each sample starts on an idle GPU after a flush and includes fn's host work
     (:func:`_time_cold_synced`). A busy period before such a fn made its time depend on how
     long the GPU slept (int8-bnb, H200: 138-441 µs over runs with the busy period, 197-206 µs
-    over five repeats without; ``results/h200/cold-experiment.json``, docs/methodology.md).
+    over five repeats without; ``results/h200/evidence/cold-experiment.json``, docs/methodology.md).
 
     Per sample, enqueued without waiting: ``torch.cuda._sleep(c)`` (keeps the GPU busy),
     ``flusher.flush()`` (L2 now holds the flush buffer, not the weight), start event,
@@ -167,21 +149,30 @@ def time_cold(fn: Callable[[], object], settings: TimingSettings, flusher: L2Flu
     if host_sync:
         return _time_cold_synced(fn, settings, flusher)
     cycles = busy_cycles(enqueue_us(fn, flusher), sleep_us_per_cycle())
-    pool = event_pairs(min(settings.max_reps, 64))
+    sleep, flush = torch.cuda._sleep, flusher.flush
 
-    def sample_batch(n: int) -> list[float]:
-        out: list[float] = []
-        for size in chunks(n, len(pool)):
-            pairs = pool[:size]
-            for start, end in pairs:
-                torch.cuda._sleep(cycles)
-                flusher.flush()
-                start.record()
-                fn()
-                end.record()
-            torch.cuda.synchronize()
-            out.extend(start.elapsed_time(end) * 1e3 for start, end in pairs)
-        return out
+    def busy_then_flush() -> None:
+        sleep(cycles)
+        flush()
 
-    samples, converged, stop = collect(sample_batch, settings)
+    samples, converged, stop = collect(event_samples(fn, settings.max_reps, before=busy_then_flush), settings)
     return summarize(samples, converged, stop)
+
+
+#: Shown on a cold record: whether the host launch was hidden (``launch``).
+LAUNCH = {False: "hidden", True: "exposed (host sync inside the call)"}
+
+
+class Cold(TimingMethod):
+    """``cold``: :func:`time_cold` with the caller's flusher and host-sync probe; the record adds
+    ``launch`` (:data:`LAUNCH`)."""
+
+    def run(self, call: Call, settings: TimingSettings) -> Reading:
+        stats = time_cold(call.fn, settings, call.flusher, host_sync=call.host_sync)
+        return Reading({**stats.to_dict(), "launch": LAUNCH[call.host_sync]})
+
+
+METHOD = Cold(
+    "cold", "one call between CUDA events, L2 flushed by a read (no dirty lines), launch hidden behind a "
+    "busy GPU: kernels and the gaps between them", "flushed", cuda=True, cpu=False, needs_capture=False,
+    order=1, needs=Needs(flusher=True, host_sync=True), extras=("launch",), fallback_rank=1)

@@ -4,7 +4,7 @@ qbench times its blocks itself (``time.perf_counter`` around ``number`` calls, t
 disabled around the block as ``timeit`` does) instead of with ``torch.utils.benchmark.Timer.timeit``:
 ``Timer.timeit(number)`` runs ``max(number // 100, 2)`` untimed warm-up calls before every timed
 block (torch/utils/benchmark/utils/timer.py), so a sample of one slow call cost three calls: 12 s of
-the 2-core CPU decode's 44 s went to fp8-weight-only's 73 ms calls (results/cpu/speed/preload-1.json).
+the 2-core CPU decode's 44 s went to fp8-weight-only's 73 ms calls (results/cpu/evidence/speed/preload-1.json).
 The warm-up of ``settings.warmup`` calls is done once, before the first sample.
 """
 
@@ -15,6 +15,7 @@ import time
 from typing import Callable
 
 from qbench.timing.adaptive import collect
+from qbench.timing.method import Call, Needs, Reading, TimingMethod
 from qbench.timing.settings import TimingSettings
 from qbench.timing.stats import Stats, summarize
 
@@ -82,3 +83,16 @@ def time_cpu(fn: Callable[[], object], settings: TimingSettings) -> Stats:
 
     samples, converged, stop = collect(sample_batch, settings)
     return summarize(samples, converged, stop)
+
+
+class Cpu(TimingMethod):
+    """``cpu``: :func:`time_cpu` of the call; every CPU row has it, and the caller samples the CPU
+    load right after it (``needs.cpu_load``)."""
+
+    def run(self, call: Call, settings: TimingSettings) -> Reading:
+        return Reading(time_cpu(call.fn, settings).to_dict())
+
+
+METHOD = Cpu("cpu", "host wall time per call on one weight (blocks of calls, perf_counter)",
+             "hot when the weight fits in the caches", cuda=False, cpu=True, needs_capture=False,
+             order=0, needs=Needs(cpu_load=True), fallback_rank=2, always=True)

@@ -1,14 +1,13 @@
-"""Eager timing: host clock around one call plus a device synchronize."""
+"""Eager timing: host clock around one call plus a device synchronize (``eager``)."""
 
 from __future__ import annotations
 
 import time
 from typing import Callable
 
-import torch
-
-from qbench.timing._cuda import require_cuda
+from qbench.timing._cuda import require_cuda, torch
 from qbench.timing.adaptive import collect
+from qbench.timing.method import Call, Reading, TimingMethod
 from qbench.timing.settings import TimingSettings
 from qbench.timing.stats import Stats, summarize
 
@@ -33,18 +32,31 @@ def time_eager(fn: Callable[[], object], settings: TimingSettings) -> Stats:
         RuntimeError: no CUDA device. Whatever fn raises.
     """
     require_cuda("time_eager")
+    cuda = torch.cuda  # bound once: the timed region holds the call and the synchronize only
     for _ in range(settings.warmup):
         fn()
-    torch.cuda.synchronize()
+    cuda.synchronize()
 
     def sample_batch(n: int) -> list[float]:
         out = []
         for _ in range(n):
             t0 = time.perf_counter()
             fn()
-            torch.cuda.synchronize()
+            cuda.synchronize()
             out.append((time.perf_counter() - t0) * 1e6)
         return out
 
     samples, converged, stop = collect(sample_batch, settings)
     return summarize(samples, converged, stop)
+
+
+class Eager(TimingMethod):
+    """``eager``: :func:`time_eager` of the call."""
+
+    def run(self, call: Call, settings: TimingSettings) -> Reading:
+        return Reading(time_eager(call.fn, settings).to_dict())
+
+
+METHOD = Eager("eager", "host clock around call + torch.cuda.synchronize(): Python, launch, kernels, sync "
+               "(the seed page's method)", "as the previous call left it", cuda=True, cpu=False,
+               needs_capture=False, order=2)

@@ -16,7 +16,7 @@ class L2Flusher:
     Why a read and not a write (triton's ``do_bench`` zeroes a 256 MB buffer): the GPU's L2
     is write-back, so a flush that *writes* leaves L2 full of dirty lines, and the timed
     kernel pays their write-back to HBM while it reads its weight. Measured on an H200
-    (``results/h200/cold-experiment.json``, bf16, M = 1): an 8192 x 8192 layer read 44.4 µs
+    (``results/h200/evidence/cold-experiment.json``, bf16, M = 1): an 8192 x 8192 layer read 44.4 µs
     cold after a write flush, 37.8 µs after a read flush, against 34.9 µs per call in a CUDA
     graph streaming distinct weight copies from HBM (docs/methodology.md, "cold").
 

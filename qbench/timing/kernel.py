@@ -6,9 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-import torch
-
-from qbench.timing._cuda import require_cuda
+from qbench.timing._cuda import require_cuda, torch
+from qbench.timing.method import Call, Needs, Reading, TimingMethod
 from qbench.timing.settings import TimingSettings
 from qbench.timing.stats import Stats, summarize
 
@@ -168,7 +167,7 @@ def aggregate(per_call_gpu: Sequence[Sequence[TraceEvent]]) -> tuple[list[Kernel
     return entries, sums
 
 
-def _events(prof: torch.profiler.profile) -> tuple[list[tuple[float, float]], list[tuple[float, float]],
+def _events(prof) -> tuple[list[tuple[float, float]], list[tuple[float, float]],
                                                    list[TraceEvent], list[TraceEvent]]:
     """(call ranges in call order, flush ranges, CPU events, GPU events) from a finished profile."""
     from torch.autograd import DeviceType
@@ -261,3 +260,18 @@ def profile_kernels(fn: Callable[[], object], settings: TimingSettings, calls: O
         host_sync_evidence=tuple(evidence),
         calls=calls,
     )
+
+
+class Kernel(TimingMethod):
+    """``kernel``: :func:`profile_kernels` of the call with the caller's flusher; the record is
+    ``kernel_us`` and the reading carries the dispatch record (kernels, host_sync)."""
+
+    def run(self, call: Call, settings: TimingSettings) -> Reading:
+        prof = profile_kernels(call.fn, settings, flusher=call.flusher).to_dict()
+        return Reading(prof["kernel_us"], dispatch={"kernels": prof["kernels"], "host_sync": prof["host_sync"],
+                                                    "graph_capturable": None})
+
+
+METHOD = Kernel("kernel", "sum of one call's GPU kernel durations (torch.profiler), L2 flushed before each "
+                "profiled call, launch gaps excluded", "flushed", cuda=True, cpu=False, needs_capture=False,
+                order=3, needs=Needs(flusher=True), shown_by_default=False, error_prefix="profiler: ")

@@ -1,101 +1,149 @@
-"""The one registry of timing methods: name, what each includes, and what it needs.
+"""The one registry of timing methods: a method is one module plus one line in :data:`MODULES`.
 
-Scenario validation (``timing.methods``), :mod:`qbench.measure`, the results reader and every
-renderer take the method names and their order from here; a method is added in one place.
+Each module ``qbench.timing.<name>`` defines ``METHOD``, a :class:`~qbench.timing.method.TimingMethod`
+(its metadata and its ``run``). The modules are imported on first use of :data:`METHODS` (PEP 562)
+and import torch only when a method runs, so readers of results (report, compare, recommend) use
+the metadata without torch. Scenario validation (``timing.methods``), :mod:`qbench.measure`,
+:mod:`qbench.tp.measure`, the results reader and every renderer take the method names, their
+order and what each includes from here.
 
-| name | includes | L2 / cache | needs CUDA | needs capture |
-|---|---|---|---|---|
-| ``stream`` | per call of a CUDA graph over L distinct weight copies (>= 4 x L2): the decode engine's number | weight from HBM | no (CPU: copies > last-level cache, no graph) | yes on CUDA |
-| ``cold`` | one call's kernels and the gaps between them, launch hidden behind a busy GPU | flushed (read flush, clean lines) | yes | no |
-| ``warm`` | per call of a graph of 20 calls on ONE weight | hot | yes | yes |
-| ``eager`` | host clock around call + synchronize: launch, Python, kernels, sync | as left | yes | no |
-| ``kernel`` | sum of the GPU kernel durations of one call (torch.profiler), gaps excluded | flushed before each call | yes | no |
-| ``cpu`` | host wall time per call (blocks of calls, perf_counter), one weight | hot | no (CPU only) | no |
+Jobs: a method of job ``"layer"`` times one linear layer (:mod:`qbench.measure`, scenario
+``timing.methods``); a method of another job (``"step"``: a model step) is in :data:`METHODS`
+too, so that readers know its name and metadata (the step table's notes,
+:mod:`qbench.step.view`), but :func:`plan` gives it only to its own job, :func:`extras_owner`
+reads one job's methods, and :data:`LAYER_METHODS`, :data:`SCENARIO_METHODS`,
+:data:`DECISION_METHOD`, :data:`CPU_METHOD` and :data:`FALLBACK_METHODS` hold layer methods only
+(:data:`STEP_METHODS`: the step job's). The step methods (``qbench.timing.step_*``) are timed by
+:mod:`qbench.step.measure` through their modules' ``run`` functions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+from typing import Iterable
+
+from qbench.timing.method import TimingMethod
+
+#: The method modules under ``qbench.timing``, in the order tables show the methods: the layer
+#: job's, then the model-step job's (:mod:`qbench.step`).
+MODULES = ("stream", "cold", "warm", "eager", "kernel", "cpu",
+           "step_graph", "step_compiled", "step_reduce_overhead", "step_cpu")
+#: The job of a single linear layer (:mod:`qbench.measure`).
+LAYER = "layer"
+#: The job of a model's decode step (:mod:`qbench.step.measure`).
+STEP = "step"
+
+#: ``launch_overhead_us`` = median of the first - median of the second: the host clock around a call
+#: and its synchronize, minus the summed durations of its kernels.
+LAUNCH_OVERHEAD = ("eager", "kernel")
+
+_methods: dict[str, TimingMethod] = {}
 
 
-@dataclass(frozen=True)
-class TimingMethod:
-    """One timing method.
-
-    Attributes:
-        name: the JSON key under ``latency_us`` (``stream``, ``cold``, ...).
-        includes: one line saying what the number contains (shown by ``report --help-columns``).
-        cache: the L2 / CPU cache state the weight is read in.
-        cuda: runs on CUDA rows.
-        cpu: runs on CPU rows.
-        needs_capture: the call must be capturable in a CUDA graph (a host sync makes it null).
-        decision: decisions (recommend, crossover, --summary) read this method by default.
-    """
-
-    name: str
-    includes: str
-    cache: str
-    cuda: bool
-    cpu: bool
-    needs_capture: bool
-    decision: bool = False
-    job: str = "layer"
-
-
-#: Every method, in the order tables show them.
-METHODS: dict[str, TimingMethod] = {m.name: m for m in (
-    TimingMethod("stream", "µs per call of one CUDA graph calling L distinct weight copies in order "
-                 "(copies together >= 4 x L2): weights streamed from HBM, no launch gaps, as a decode "
-                 "engine's graph-captured step; on CPU the copies exceed the last-level cache, no graph",
-                 "weight from HBM (DRAM on CPU)", cuda=True, cpu=True, needs_capture=True, decision=True),
-    TimingMethod("cold", "one call between CUDA events, L2 flushed by a read (no dirty lines), launch "
-                 "hidden behind a busy GPU: kernels and the gaps between them", "flushed", cuda=True,
-                 cpu=False, needs_capture=False),
-    TimingMethod("warm", "µs per call of a CUDA graph of 20 calls on one weight: L2-hot, no launch",
-                 "hot (weight < L2 is served from L2)", cuda=True, cpu=False, needs_capture=True),
-    TimingMethod("eager", "host clock around call + torch.cuda.synchronize(): Python, launch, kernels, sync "
-                 "(the seed page's method)", "as the previous call left it", cuda=True, cpu=False,
-                 needs_capture=False),
-    TimingMethod("kernel", "sum of one call's GPU kernel durations (torch.profiler), L2 flushed before each "
-                 "profiled call, launch gaps excluded", "flushed", cuda=True, cpu=False, needs_capture=False),
-    TimingMethod("cpu", "host wall time per call on one weight (blocks of calls, perf_counter)",
-                 "hot when the weight fits in the caches", cuda=False, cpu=True, needs_capture=False),
-    # the model-step job's methods (qbench.step): one module each, qbench/timing/step_*.py
-    TimingMethod("step_graph", "µs per replay of one CUDA graph of the eager decode step (every block, the LM head, "
-                 "argmax): no launch gaps, no host work: the engine's view", "weights and KV cache from HBM",
-                 cuda=True, cpu=False, needs_capture=True, job="step"),
-    TimingMethod("step_compiled", "µs per replay of one CUDA graph of the step compiled by torch.compile (default mode, "
-                 "one compiled block reused by every block), captured by hand", "weights and KV cache from HBM",
-                 cuda=True, cpu=False, needs_capture=True, job="step"),
-    TimingMethod("step_reduce_overhead", "µs per step of torch.compile(mode='reduce-overhead') in a decode loop (token "
-                 "n feeds step n+1, no sync between): host included, hidden behind the GPU when it can be; extras: "
-                 "host_us (one call's host time), synced_us (one call + sync from idle)", "weights and KV cache from HBM",
-                 cuda=True, cpu=False, needs_capture=False, job="step"),
-    TimingMethod("step_cpu", "host wall time per eager decode step on the CPU (blocks of steps, perf_counter)",
-                 "weights from DRAM (a model exceeds the caches)", cuda=False, cpu=True, needs_capture=False, job="step"),
-)}
-
-#: Methods a scenario's ``timing.methods`` may list (run on CUDA; ``stream`` also on CPU).
-SCENARIO_METHODS: tuple[str, ...] = tuple(n for n, m in METHODS.items() if m.cuda and m.job == "layer")
-#: The model-step job's methods (:mod:`qbench.step`), in table order.
-STEP_METHODS: tuple[str, ...] = tuple(n for n, m in METHODS.items() if m.job == "step")
-#: CUDA methods in table order.
-CUDA_METHODS: tuple[str, ...] = SCENARIO_METHODS
-#: The method every CPU row has.
-CPU_METHOD = "cpu"
-#: The method decisions read by default, on CUDA and CPU results alike.
-DECISION_METHOD: str = next(n for n, m in METHODS.items() if m.decision)
-#: The layer methods (what a layer row's ``latency_us`` may hold).
-LAYER_METHODS: tuple[str, ...] = tuple(n for n, m in METHODS.items() if m.job == "layer")
-
-
-def get(name: str) -> TimingMethod:
-    """The method called ``name``.
+def methods() -> dict[str, TimingMethod]:
+    """Every registered method (name -> method), in table order; imports the modules once.
 
     Raises:
-        KeyError: unknown name; the message lists the known ones.
+        ValueError: two modules define the same name, or a module has no ``METHOD``.
     """
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise KeyError(f"unknown timing method {name!r}; known: {', '.join(METHODS)}") from None
+    if not _methods:
+        found: dict[str, TimingMethod] = {}
+        for module in MODULES:
+            method = getattr(importlib.import_module(f"qbench.timing.{module}"), "METHOD", None)
+            if not isinstance(method, TimingMethod):
+                raise ValueError(f"qbench.timing.{module}: defines no METHOD (a TimingMethod)")
+            if method.name in found:
+                raise ValueError(f"timing method {method.name!r} is defined twice")
+            found[method.name] = method
+        _methods.update(found)
+    return _methods
+
+
+def load() -> None:
+    """Import every method module now (the forkserver's preload)."""
+    methods()
+
+
+def layer_methods() -> list[TimingMethod]:
+    """The methods of the layer job, in table order."""
+    return [m for m in methods().values() if m.job == LAYER]
+
+
+def plan(names: Iterable[str], device_type: str, job: str = LAYER) -> list[TimingMethod]:
+    """The methods of ``job`` to run on a ``device_type`` row, in run order.
+
+    A method runs when it is listed in ``names`` or is ``always`` run, and runs on the device
+    (:meth:`~qbench.timing.method.TimingMethod.runs_on`). Order: the plain phase, then the graph
+    phase (graph methods on CUDA only: :meth:`~qbench.timing.method.TimingMethod.phase_on`), each by
+    ``order``. Names listed that do not run there are the caller's to explain
+    (:meth:`~qbench.timing.method.TimingMethod.unavailable`).
+
+    Raises:
+        KeyError: a name that is not a registered method of ``job`` (the known ones in the message).
+    """
+    names = list(names)
+    known = {m.name: m for m in methods().values() if m.job == job}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise KeyError(f"unknown {job} timing method {unknown[0]!r}; known: {', '.join(known)}")
+    chosen = [m for m in known.values() if m.runs_on(device_type) and (m.name in names or m.always)]
+    return sorted(chosen, key=lambda m: (m.phase_on(device_type) == "graph", m.order))
+
+
+def fallback(device_type: str) -> TimingMethod:
+    """The layer method of lowest ``fallback_rank`` that runs on ``device_type`` (the end-to-end
+    time of a tensor-parallel row: ``cold`` on CUDA, ``cpu`` on the CPU)."""
+    return next(m for m in sorted(layer_methods(), key=_rank) if m.fallback_rank is not None
+                and m.runs_on(device_type))
+
+
+def extras_owner(job: str = LAYER) -> dict[str, str]:
+    """STATS key -> the method of ``job`` whose records alone carry it (those methods' ``extras``)."""
+    return {key: m.name for m in methods().values() if m.job == job for key in m.extras}
+
+
+def _rank(method: TimingMethod) -> int:
+    return method.fallback_rank if method.fallback_rank is not None else 1 << 30
+
+
+def _derived(name: str):
+    layer = layer_methods()
+    if name == "METHODS":
+        return methods()
+    if name == "LAYER_METHODS":
+        # The layer job's methods, in table order (what a layer row's ``latency_us`` may hold).
+        return tuple(m.name for m in layer)
+    if name == "STEP_METHODS":
+        # The model-step job's methods, in table order (what a step row's ``latency_us`` may hold).
+        return tuple(m.name for m in methods().values() if m.job == STEP)
+    if name == "SCENARIO_METHODS":
+        # Methods a scenario's ``timing.methods`` may list (the others run on every row they can).
+        return tuple(m.name for m in layer if not m.always)
+    if name == "CPU_METHOD":
+        # The method every CPU row has.
+        return next(m.name for m in layer if m.always and m.cpu)
+    if name == "DECISION_METHOD":
+        # The method decisions read by default, on CUDA and CPU results alike.
+        return next(m.name for m in layer if m.decision)
+    if name == "FALLBACK_METHODS":
+        # What readers read when a file lacks the decision method, in order.
+        return tuple(m.name for m in sorted(layer, key=_rank) if m.fallback_rank is not None)
+    if name == "COMPARISON_ORDER":
+        # The decision method, then the fallbacks (tensor-parallel speed-ups use the first both rows have).
+        return (_derived("DECISION_METHOD"), *_derived("FALLBACK_METHODS"))
+    raise AttributeError(f"module 'qbench.timing.registry' has no attribute {name!r}")
+
+
+_DERIVED = ("METHODS", "LAYER_METHODS", "STEP_METHODS", "SCENARIO_METHODS", "CPU_METHOD", "DECISION_METHOD", "FALLBACK_METHODS", "COMPARISON_ORDER")
+
+
+def __getattr__(name: str):
+    if name not in _DERIVED:
+        raise AttributeError(f"module 'qbench.timing.registry' has no attribute {name!r}")
+    value = _derived(name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_DERIVED])

@@ -1,60 +1,54 @@
-"""Knobs shared by every timing method (:mod:`qbench.timing`)."""
+"""Knobs shared by every timing method (:mod:`qbench.timing`): the one model, with its bounds.
+
+A scenario's ``[timing]`` table is this model plus the methods and the worker timeout
+(:class:`qbench.scenario.TimingSpec` extends it), so a scenario's settings are what the methods
+read; nothing is copied field by field.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 
-@dataclass(frozen=True)
-class TimingSettings:
-    """How long and how often to time one (scheme, M) row with one method.
+class TimingSettings(BaseModel):
+    """How long and how often to time one (scheme, M) row with one method (frozen).
 
     Attributes:
-        warmup: untimed calls before timing (module load, autotuning, handle creation).
-        min_reps: fewest samples kept, whatever the CI says.
-        max_reps: most samples kept.
+        warmup: untimed calls before timing (module load, autotuning, handle creation), 0..10,000.
+        min_reps: fewest samples kept, whatever the CI says, 3..100,000.
+        max_reps: most samples kept, >= min_reps, at most 1,000,000.
         target_rel_ci: stop once the median's ~95 % CI half-width / median is below this
-            (:func:`qbench.timing.stats.median_ci_rel`).
+            (:func:`qbench.timing.stats.median_ci_rel`), in (0, 1).
         budget_s: host wall-clock seconds per method per row after warm-up; the loop stops
-            when spent (but never before min_reps).
-        graph_calls: calls of fn captured in one CUDA graph by ``time_warm``.
-        flush_multiple: the L2 flush buffer is this many times the L2 size.
+            when spent (but never before min_reps), in (0, 600].
+        graph_calls: calls of fn captured in one CUDA graph by ``warm``, 1..10,000.
+        flush_multiple: the L2 flush buffer is this many times the L2 size, 1..64.
 
     Defaults are this project's choice (not from a library): 1 % CI and 2 s are enough to
-    separate schemes whose medians differ by a few percent on an idle GPU.
+    separate schemes whose medians differ by a few percent on an idle GPU. Tests of the loop's
+    edges (one sample, a CI target that is always met) build values outside the bounds with
+    ``model_construct``.
 
     Raises:
-        ValueError: on construction, for a value out of range (named in the message).
+        pydantic.ValidationError (a ValueError): on construction, for a value out of range or of the
+            wrong type (the field and the value in the message); ``max_reps`` < ``min_reps``.
     """
 
-    warmup: int = 10
-    min_reps: int = 20
-    max_reps: int = 2000
-    target_rel_ci: float = 0.01
-    budget_s: float = 2.0
-    graph_calls: int = 20
-    flush_multiple: int = 4
+    # allow_inf_nan=False: TOML has ``inf`` and ``nan`` floats; no knob may be either.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
-    def __post_init__(self) -> None:
-        if self.warmup < 0:
-            raise ValueError(f"TimingSettings.warmup: must be >= 0, got {self.warmup}")
-        if self.min_reps < 1:
-            raise ValueError(f"TimingSettings.min_reps: must be >= 1, got {self.min_reps}")
-        if self.max_reps < self.min_reps:
-            raise ValueError(
-                f"TimingSettings.max_reps: must be >= min_reps={self.min_reps}, got {self.max_reps}"
-            )
-        if not self.target_rel_ci > 0:
-            raise ValueError(
-                f"TimingSettings.target_rel_ci: must be > 0, got {self.target_rel_ci}"
-            )
-        if not self.budget_s > 0:
-            raise ValueError(f"TimingSettings.budget_s: must be > 0, got {self.budget_s}")
-        if self.graph_calls < 1:
-            raise ValueError(
-                f"TimingSettings.graph_calls: must be >= 1, got {self.graph_calls}"
-            )
-        if self.flush_multiple < 1:
-            raise ValueError(
-                f"TimingSettings.flush_multiple: must be >= 1, got {self.flush_multiple}"
-            )
+    warmup: int = Field(default=10, ge=0, le=10_000)
+    min_reps: int = Field(default=20, ge=3, le=100_000)
+    max_reps: int = Field(default=2000, ge=3, le=1_000_000)
+    target_rel_ci: float = Field(default=0.01, gt=0, lt=1)
+    budget_s: float = Field(default=2.0, gt=0, le=600)
+    graph_calls: int = Field(default=20, ge=1, le=10_000)
+    flush_multiple: int = Field(default=4, ge=1, le=64)
+
+    @field_validator("max_reps")
+    @classmethod
+    def _max_reps(cls, value: int, info: ValidationInfo) -> int:
+        least = info.data.get("min_reps")
+        if least is not None and value < least:
+            raise ValueError(f"must be >= min_reps={least}")
+        return value

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from qbench.timing.method import Call, Reading, TimingMethod
 from qbench.timing.settings import TimingSettings
 from qbench.timing.stats import Stats
 
@@ -27,3 +28,16 @@ def run(step: Callable[[], object], settings: TimingSettings) -> Stats:
     from qbench.timing.stream import time_stream
 
     return time_stream([step], settings)
+
+
+class StepCompiled(TimingMethod):
+    """``step_compiled``: :func:`run` of the call (``call.fn``: the compiled step, already compiled
+    and warmed up by the caller)."""
+
+    def run(self, call: Call, settings: TimingSettings) -> Reading:
+        return Reading(run(call.fn, settings).to_dict())
+
+
+METHOD = StepCompiled("step_compiled", "µs per replay of one CUDA graph of the step compiled by torch.compile (default "
+                      "mode, one compiled block reused by every block), captured by hand",
+                      "weights and KV cache from HBM", cuda=True, cpu=False, needs_capture=True, order=1, job="step")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from qbench.timing.method import Call, Reading, TimingMethod
 from qbench.timing.settings import TimingSettings
 from qbench.timing.stats import Stats
 
@@ -15,3 +16,15 @@ def run(step: Callable[[], object], settings: TimingSettings) -> Stats:
     from qbench.timing.cpu import time_cpu
 
     return time_cpu(step, settings)
+
+
+class StepCpu(TimingMethod):
+    """``step_cpu``: :func:`run` of the call (``call.fn``: one eager decode step on the CPU)."""
+
+    def run(self, call: Call, settings: TimingSettings) -> Reading:
+        return Reading(run(call.fn, settings).to_dict())
+
+
+METHOD = StepCpu("step_cpu", "host wall time per eager decode step on the CPU (blocks of steps, perf_counter)",
+                 "weights from DRAM (a model exceeds the caches)", cuda=False, cpu=True, needs_capture=False,
+                 order=3, job="step")

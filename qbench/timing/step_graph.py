@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from qbench.timing.method import Call, Reading, TimingMethod
 from qbench.timing.settings import TimingSettings
 from qbench.timing.stats import Stats
 
@@ -26,3 +27,15 @@ def run(step: Callable[[], object], settings: TimingSettings) -> Stats:
     from qbench.timing.stream import time_stream
 
     return time_stream([step], settings)
+
+
+class StepGraph(TimingMethod):
+    """``step_graph``: :func:`run` of the call (``call.fn``: one whole decode step)."""
+
+    def run(self, call: Call, settings: TimingSettings) -> Reading:
+        return Reading(run(call.fn, settings).to_dict())
+
+
+METHOD = StepGraph("step_graph", "µs per replay of one CUDA graph of the eager decode step (every block, the LM head, "
+                   "argmax): no launch gaps, no host work: the engine's view", "weights and KV cache from HBM",
+                   cuda=True, cpu=False, needs_capture=True, order=0, job="step")

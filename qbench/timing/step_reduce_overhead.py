@@ -20,6 +20,7 @@ import time
 from typing import Callable
 
 from qbench.timing.adaptive import collect
+from qbench.timing.method import Call, Reading, TimingMethod
 from qbench.timing.settings import TimingSettings
 from qbench.timing.stats import Stats, summarize
 
@@ -79,3 +80,25 @@ def run(step: Callable[[object], object], first: object, settings: TimingSetting
         synced.append((t2 - t0) * 1e6)
     extras = {"loop_steps": LOOP_STEPS, "host_us": statistics.median(host), "synced_us": statistics.median(synced)}
     return summarize(samples, converged, stop), extras
+
+
+class StepReduceOverhead(TimingMethod):
+    """``step_reduce_overhead``: :func:`run` of the call in a decode loop. ``call.fn`` is one step
+    that feeds itself (it reads the tokens its previous call produced and keeps its own); the loop
+    synchronizes ``call.device`` and marks each step's start for CUDA-graph trees
+    (``torch.compiler.cudagraph_mark_step_begin``). The record adds ``loop_steps``, ``host_us`` and
+    ``synced_us`` (``extras``)."""
+
+    def run(self, call: Call, settings: TimingSettings) -> Reading:
+        import torch
+
+        stats, extras = run(lambda _tokens: call.fn(), None, settings,
+                            lambda: torch.cuda.synchronize(call.device), torch.compiler.cudagraph_mark_step_begin)
+        return Reading({**stats.to_dict(), **extras})
+
+
+METHOD = StepReduceOverhead(
+    "step_reduce_overhead", "µs per step of torch.compile(mode='reduce-overhead') in a decode loop (token n feeds "
+    "step n+1, no sync between): host included, hidden behind the GPU when it can be; extras: host_us (one call's "
+    "host time), synced_us (one call + sync from idle)", "weights and KV cache from HBM", cuda=True, cpu=False,
+    needs_capture=False, order=2, extras=("loop_steps", "host_us", "synced_us"), job="step")

@@ -20,12 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-import torch
-
-from qbench.timing._cuda import chunks, event_pairs, require_cuda
-from qbench.timing.adaptive import collect
+from qbench.timing._cuda import replay_samples, require_cuda
+from qbench.timing.method import Call, Needs, Reading, TimingMethod
 from qbench.timing.settings import TimingSettings
-from qbench.timing.stats import Stats, summarize
+from qbench.timing.stats import Stats
 from qbench.timing.warm import capture_graph
 
 #: Copies together hold at least this many times the cache (project choice, the same multiple as
@@ -174,29 +172,8 @@ def time_stream(calls: Sequence[Callable[[], object]], settings: TimingSettings)
     require_cuda("time_stream")
     if not calls:
         raise ValueError("time_stream: needs at least one call")
-    copies = len(calls)
     graph = capture_graph(in_order(calls), 1, settings.warmup)
-    graph.replay()  # the first replay uploads the graph
-    torch.cuda.synchronize()
-    pool = event_pairs(min(settings.max_reps, 64))
-
-    def sample_batch(n: int) -> list[float]:
-        out: list[float] = []
-        for size in chunks(n, len(pool)):
-            pairs = pool[:size]
-            for start, end in pairs:
-                start.record()
-                graph.replay()
-                end.record()
-            torch.cuda.synchronize()
-            out.extend(start.elapsed_time(end) * 1e3 / copies for start, end in pairs)
-        return out
-
-    try:
-        samples, converged, stop = collect(sample_batch, settings)
-    finally:
-        graph.reset()
-    return summarize(samples, converged, stop)
+    return replay_samples(graph, len(calls), settings)
 
 
 def rotate(calls: Sequence[Callable[[], object]]) -> Callable[[], None]:
@@ -231,3 +208,38 @@ def time_stream_cpu(calls: Sequence[Callable[[], object]], settings: TimingSetti
         raise ValueError("time_stream_cpu: needs at least one call")
     in_order(calls)()
     return time_cpu(rotate(calls), settings)
+
+
+#: The keys a ``stream`` record adds to STATS (:meth:`Stream.run`).
+EXTRAS = ("copies", "copy_bytes", "planned_copy_bytes", "cache_bytes", "cache_multiple", "bounded_by", "how",
+          "recompilations")
+
+
+class Stream(TimingMethod):
+    """``stream``: :func:`time_stream` (CUDA) or :func:`time_stream_cpu` (CPU) of the copies' calls.
+
+    The record adds the copies' plan (``copies``, ``copy_bytes``, ``cache_bytes``,
+    ``cache_multiple``, ``bounded_by``), ``how`` they were made, ``planned_copy_bytes`` when the
+    weight was repacked on its first call (``copy_bytes`` is then the timed, repacked size), and
+    for compiled schemes ``recompilations``: Dynamo graphs compiled while stream ran.
+    """
+
+    def run(self, call: Call, settings: TimingSettings) -> Reading:
+        before = call.graphs() if call.graphs is not None else None
+        timer = time_stream if call.device.type == "cuda" else time_stream_cpu
+        stats = timer(call.calls, settings)
+        record = {**stats.to_dict(), **call.copies.plan.to_dict(), "how": call.copies.how}
+        if call.stored_bytes is not None and call.stored_bytes != record["copy_bytes"]:  # repacked on its first call
+            record["planned_copy_bytes"] = record["copy_bytes"]
+            record["copy_bytes"] = call.stored_bytes
+            record["cache_multiple"] = record["copies"] * call.stored_bytes / record["cache_bytes"]
+        if before is not None:
+            record["recompilations"] = call.graphs() - before
+        return Reading(record)
+
+
+METHOD = Stream(
+    "stream", "µs per call of one CUDA graph calling L distinct weight copies in order (copies together >= 4 x L2): "
+    "weights streamed from HBM, no launch gaps, as a decode engine's graph-captured step; on CPU the copies exceed "
+    "the last-level cache, no graph", "weight from HBM (DRAM on CPU)", cuda=True, cpu=True, needs_capture=True,
+    decision=True, phase="graph", order=5, needs=Needs(copies=True), extras=EXTRAS)

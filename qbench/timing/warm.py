@@ -1,27 +1,20 @@
-"""Warm timing: CUDA-graph replay of several calls, L2 hot, launch overhead gone."""
+"""Warm timing: CUDA-graph replay of several calls, L2 hot, launch overhead gone (``warm``); the
+graph capture every graph method uses (:func:`capture_graph`)."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-import torch
-
-from qbench.timing._cuda import chunks, event_pairs, one_line, require_cuda
-from qbench.timing.adaptive import collect
+from qbench.timing._cuda import GraphCaptureError, one_line, replay_samples, require_cuda, torch
+from qbench.timing.method import Call, Reading, TimingMethod
 from qbench.timing.settings import TimingSettings
-from qbench.timing.stats import Stats, summarize
+from qbench.timing.stats import Stats
+
+__all__ = ["METHOD", "GraphCaptureError", "capture_graph", "time_warm"]
 
 #: Fewest side-stream warm-up calls before capture; the PyTorch CUDA-graphs notes
 #: ("Whole-network capture") warm up 3 iterations on a side stream.
 MIN_SIDE_STREAM_WARMUP = 3
-
-
-class GraphCaptureError(RuntimeError):
-    """fn could not be captured in a CUDA graph; ``reason`` is one line for the row."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 def _root_cause(exc: BaseException) -> BaseException:
@@ -35,7 +28,7 @@ def _root_cause(exc: BaseException) -> BaseException:
         exc = nxt
 
 
-def _cleanup_failed_capture(graph: torch.cuda.CUDAGraph, stream: torch.cuda.Stream) -> list[str]:
+def _cleanup_failed_capture(graph, stream) -> list[str]:
     """Undo what a failed capture may have left; returns one note per step that failed.
 
     ``torch.cuda.graph.__exit__`` calls ``capture_end`` before restoring the stream, so
@@ -63,7 +56,7 @@ def _cleanup_failed_capture(graph: torch.cuda.CUDAGraph, stream: torch.cuda.Stre
     return notes
 
 
-def capture_graph(fn: Callable[[], object], calls: int, warmup: int) -> torch.cuda.CUDAGraph:
+def capture_graph(fn: Callable[[], object], calls: int, warmup: int):
     """Capture ``calls`` calls of fn in one CUDA graph, after warm-up on a side stream.
 
     Follows the PyTorch CUDA-graphs notes: warm up on a side stream that waits for the
@@ -122,25 +115,16 @@ def time_warm(fn: Callable[[], object], settings: TimingSettings) -> Stats:
     """
     require_cuda("time_warm")
     graph = capture_graph(fn, settings.graph_calls, settings.warmup)
-    graph.replay()  # first replay uploads the graph
-    torch.cuda.synchronize()
-    pool = event_pairs(min(settings.max_reps, 64))
-    calls = settings.graph_calls
+    return replay_samples(graph, settings.graph_calls, settings)
 
-    def sample_batch(n: int) -> list[float]:
-        out: list[float] = []
-        for size in chunks(n, len(pool)):
-            pairs = pool[:size]
-            for start, end in pairs:
-                start.record()
-                graph.replay()
-                end.record()
-            torch.cuda.synchronize()
-            out.extend(start.elapsed_time(end) * 1e3 / calls for start, end in pairs)
-        return out
 
-    try:
-        samples, converged, stop = collect(sample_batch, settings)
-    finally:
-        graph.reset()
-    return summarize(samples, converged, stop)
+class Warm(TimingMethod):
+    """``warm``: :func:`time_warm` of the call (graph phase)."""
+
+    def run(self, call: Call, settings: TimingSettings) -> Reading:
+        return Reading(time_warm(call.fn, settings).to_dict())
+
+
+METHOD = Warm("warm", "µs per call of a CUDA graph of 20 calls on one weight: L2-hot, no launch",
+              "hot (weight < L2 is served from L2)", cuda=True, cpu=False, needs_capture=True,
+              phase="graph", order=4)

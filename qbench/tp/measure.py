@@ -10,7 +10,10 @@ from not sharding at all").
 Three timings per row (µs, STATS; :mod:`qbench.tp.timing`): ``local_gemm_us`` (the rank's own
 layer call), ``collective_us`` (the collective alone, on a ready buffer), ``end_to_end_us`` (the
 call and the collective, as the model runs them). With ``tp_size`` 1 there is no collective and
-``end_to_end_us`` is ``local_gemm_us``.
+``end_to_end_us`` is ``local_gemm_us``. The end-to-end time is also the row's time of the
+device's first fallback method (:func:`qbench.timing.registry.fallback`: ``cold`` on CUDA, ``cpu``
+on the CPU); a planned method that needs copies (``stream``) is timed across ranks over the shard's
+copies; every other method the scenario lists is null with its reason.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from typing import Callable, Optional
 import torch
 
 from qbench import inputs, ledger, metrics
-from qbench.measure import _settings, base_row, checked, dtype_name, failed_rows, make_copies
+from qbench.measure import base_row, checked, dtype_name, failed_rows, make_copies
 from qbench.row import TP_ROW_FIELDS, check_row
 from qbench.scenario import Scenario
 from qbench.schemes import get as get_scheme
 from qbench.tp import collectives, shard
+from qbench.timing import registry
 from qbench.tp.timing import RankGroup, per_rank_cold, synced_stream, synced_time
 
 #: The tensor-parallel fields of a row: those :class:`qbench.row.Row` marks ``tp``.
@@ -83,9 +87,11 @@ def measure_tp(scenario: Scenario, entry_index: int, split: str, ranks: RankGrou
     if split == "row" and p > 1:
         reduce_dtype = torch.float32 if scenario.tp.reduce_dtype == "float32" else None
     stored_all = ranks.sum_int(book.stored_bytes)
-    copies, stream_why = None, None
-    if "stream" in scenario.timing.methods:
-        copies, stream_why = _shard_copies(module, scheme, w_local, b_local, entry, book.stored_bytes, ranks)
+    copies, copies_why = None, None
+    wants_copies = [m.name for m in registry.plan(scenario.timing.methods, device.type) if m.needs.copies]
+    if wants_copies:
+        copies, copies_why = _shard_copies(module, scheme, w_local, b_local, entry, book.stored_bytes, ranks,
+                                           wants_copies[0])
     copied = time.perf_counter()
     with torch.inference_mode():
         for row in rows:
@@ -94,25 +100,25 @@ def measure_tp(scenario: Scenario, entry_index: int, split: str, ranks: RankGrou
             row["shard"] = {"k": sk, "n": sn, "same_as_slice": True if verdict is None else verdict.same_as_slice,
                             "note": "unsharded" if verdict is None else verdict.note}
             _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ranks, reduce_dtype,
-                       copies, stream_why)
+                       copies, copies_why)
     for row in rows:
         row["worker_phases_s"] = {"build": built - t0, "copies": copied - built,
                                   "measure": time.perf_counter() - copied}
     return checked(rows)
 
 
-def _shard_copies(module, scheme, w_local, b_local, entry, stored_bytes: int, ranks: RankGroup):
-    """The L copies of this rank's shard for ``stream`` (:func:`qbench.measure.make_copies`), with
+def _shard_copies(module, scheme, w_local, b_local, entry, stored_bytes: int, ranks: RankGroup, method: str):
+    """The L copies of this rank's shard for ``method`` (:func:`qbench.measure.make_copies`), with
     one L on every rank (the smallest any rank planned: the ranks call copies and collectives in
     lockstep). Returns ``(copies, None)`` or ``(None, reason)`` on every rank alike."""
     copies, why = None, None
     try:
         copies = make_copies(module, scheme, w_local, b_local, entry, stored_bytes, ranks.device)
     except Exception as exc:
-        why = f"copies for stream (rank {ranks.rank}): {type(exc).__name__}: {exc}".splitlines()[0][:300]
+        why = f"copies for {method} (rank {ranks.rank}): {type(exc).__name__}: {exc}".splitlines()[0][:300]
     least = -ranks.max_float(-float(len(copies.modules) if copies else 0))
     if least < 1 or _agree_failed(ranks, why):
-        return None, why or "copies for stream failed on another rank"
+        return None, why or f"copies for {method} failed on another rank"
     if len(copies.modules) > least:  # another rank had less free memory: keep as many as it has
         import dataclasses
 
@@ -126,14 +132,15 @@ def add_speedup_vs_tp1(rows: list[dict], earlier: list[dict]) -> None:
     """Set ``speedup_vs_tp1`` (tp_size 1 time / this row's time) and ``speedup_vs_tp1_method`` on
     each ok tensor-parallel row of ``rows`` with tp_size > 1, against the ok tp_size 1 row of the
     same scheme label, M, K and N in ``earlier`` (the run's rows so far: tp_size 1 runs first).
-    The time is ``stream`` when both rows have it, else the end-to-end ``cold`` (CUDA) or ``cpu``."""
+    The time is the first of :data:`qbench.timing.registry.COMPARISON_ORDER` both rows have (``stream``,
+    else the end-to-end ``cold`` on CUDA or ``cpu`` on the CPU)."""
     base = {(r["scheme"], r["m"], r["k"], r["n"]): r for r in earlier
             if r.get("tp_size") == 1 and r["status"] == "ok"}
     for row in rows:
         one = base.get((row["scheme"], row["m"], row["k"], row["n"]))
         if row["status"] != "ok" or (row.get("tp_size") or 1) == 1 or one is None:
             continue
-        for method in ("stream", "cold", "cpu"):
+        for method in registry.COMPARISON_ORDER:
             mine, theirs = (row["latency_us"].get(method) or {}), (one["latency_us"].get(method) or {})
             if mine.get("median") and theirs.get("median"):
                 row["speedup_vs_tp1"] = theirs["median"] / mine["median"]
@@ -156,7 +163,7 @@ def _collective(split: str, ranks: RankGroup, bias: Optional[torch.Tensor],
 
 
 def _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ranks, reduce_dtype,
-               copies=None, stream_why: Optional[str] = None) -> None:
+               copies=None, copies_why: Optional[str] = None) -> None:
     m, p = row["m"], ranks.size
     cuda = ranks.device.type == "cuda"
     problem = None
@@ -186,7 +193,7 @@ def _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ra
         row["reduce_dtype"] = dtype_name(moved_dtype)
     volume = collectives.collective_bytes(split, p, m, row["n"], torch.empty((), dtype=moved_dtype).element_size())
     row["collective_bytes"], row["collective_data_bytes"] = volume["bus_bytes"], volume["data_bytes"]
-    settings = _settings(scenario)
+    settings = scenario.timing
     gemm = lambda: module(x_local)  # noqa: E731
     medians: dict = {}
     try:
@@ -205,27 +212,31 @@ def _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ra
     except Exception as exc:  # past the agreement above; the other ranks fail or time out alike
         failed_rows([row], "failed", f"timing (rank {ranks.rank}): {type(exc).__name__}: {exc}")
         return
-    method = "cold" if cuda else "cpu"
-    row["latency_us"][method] = row["end_to_end_us"]
-    if "stream" in scenario.timing.methods:
+    device_type = ranks.device.type
+    end = registry.fallback(device_type)
+    row["latency_us"][end.name] = row["end_to_end_us"]
+    streamed = [m for m in registry.plan(scenario.timing.methods, device_type) if m.needs.copies]
+    for method in streamed:
+        name = method.name
         if copies is None:
-            row["latency_us"]["stream"] = None
-            row["latency_reasons"]["stream"] = stream_why or "no copies were built"
-        else:  # every rank reaches this (the agreement above), so the collectives stay in lockstep
-            calls = [(lambda mod=mod: collect(mod(x_local))) for mod in copies.modules]
-            try:
-                got = synced_stream(calls, settings, ranks)
-                row["latency_us"]["stream"] = {**got.stats.to_dict(), **copies.plan.to_dict(), "how": copies.how}
-                medians["stream"] = got.per_rank_median
-            except Exception as exc:
-                row["latency_us"]["stream"] = None
-                row["latency_reasons"]["stream"] = f"rank {ranks.rank}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
-    row["per_rank_median_us"] = medians
-    for other in scenario.timing.methods:
-        if other in (method, "stream"):
+            row["latency_us"][name] = None
+            row["latency_reasons"][name] = copies_why or "no copies were built"
             continue
+        # every rank reaches this (the agreement above), so the collectives stay in lockstep
+        calls = [(lambda mod=mod: collect(mod(x_local))) for mod in copies.modules]
+        try:
+            got = synced_stream(calls, settings, ranks)
+            row["latency_us"][name] = {**got.stats.to_dict(), **copies.plan.to_dict(), "how": copies.how}
+            medians[name] = got.per_rank_median
+        except Exception as exc:
+            row["latency_us"][name] = None
+            row["latency_reasons"][name] = f"rank {ranks.rank}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+    row["per_rank_median_us"] = medians
+    timed = {end.name, *(m.name for m in streamed)}
+    for other in scenario.timing.methods:
+        if other in timed:
+            continue
+        method = registry.METHODS[other]
         row["latency_us"][other] = None
-        if not cuda:
-            row["latency_reasons"][other] = "CUDA method; this row ran on the CPU"
-        else:
-            row["latency_reasons"][other] = "tensor-parallel rows time cold only (end_to_end_us)"
+        row["latency_reasons"][other] = (method.unavailable(device_type) if not method.runs_on(device_type)
+                                         else f"tensor-parallel rows time {end.name} only (end_to_end_us)")

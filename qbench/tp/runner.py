@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,8 +28,9 @@ from typing import Callable, Optional
 import qbench
 from qbench import schemes
 from qbench.measure import failed_rows
-from qbench.results import write_results
-from qbench.lifecycle import RunOutcome, finish, log_tail, partial_path, prepare, record
+from qbench.lifecycle import (
+    RunInterrupted, RunOutcome, RunWriteError, done_labels, finish, log_tail, prepare, record,
+)
 from qbench.scenario import Scenario
 from qbench.tp import shard
 from qbench.tp.measure import add_speedup_vs_tp1, tp_row
@@ -84,37 +86,58 @@ def command(tp_size: int, job_path: str, out_dir: str) -> list[str]:
 
 
 def run_tp(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] = None, force: bool = False,
-           progress: Optional[Callable[[str], None]] = None, show_bar: bool = False) -> RunOutcome:
+           progress: Optional[Callable[[str], None]] = None, show_bar: bool = False, resume: bool = False) -> RunOutcome:
     """Measure every (scheme, tp_size, split) of ``scenario`` (which has a ``tp`` table) and write
     the result file; the arguments are :func:`qbench.runner.run`'s (``show_bar`` is accepted and
-    ignored).
+    ignored). A stop signal ends the running job's whole session (torchrun and its ranks).
 
     Raises:
         RunError: the device or the output path is unusable (nothing measured or written).
+        RunInterrupted: a stop signal; the rows so far are in the partial file.
         ValueError: the scenario has no ``tp`` table.
     """
     if scenario.tp is None:
         raise ValueError("run_tp: the scenario has no [tp] table; use qbench.runner.run")
     started = time.perf_counter()
-    dev, path, doc = prepare(scenario, device, out, force)  # the unsharded worker's memory bounds every rank
-    partial = partial_path(path)
-    write_results(partial, doc, force=True)
-    available = ranks_available(dev)
-    with tempfile.TemporaryDirectory(prefix="qbench-tp-") as tmp:
-        for number, (index, tp_size, split) in enumerate(jobs(scenario)):
-            t0 = time.perf_counter()
-            reason = skip_reason(scenario, index, tp_size, split, dev, available)
-            if reason:
-                rows = failed_rows(_rows(scenario, index, dev, tp_size, split), "skipped", reason)
-            else:
-                rows = run_job(scenario, index, tp_size, split, dev, os.path.join(tmp, str(number)))
-            add_speedup_vs_tp1(rows, doc["rows"])
-            record(doc, partial, rows, t0, started)
-            if progress is not None:
-                for row in rows:
-                    if row["status"] != "ok":
-                        progress(f"{row['scheme']} tp={tp_size} {split} M={row['m']}: {row['status']}: {row['reason']}")
-    return finish(doc, path, started, force=force)
+    try:
+        dev, output, doc = prepare(scenario, device, out, force, resume)  # the unsharded worker's memory bounds every rank
+    except KeyboardInterrupt as exc:
+        raise RunInterrupted.of(exc) from None
+    try:
+        done = done_labels(doc)
+        available = ranks_available(dev)
+        try:
+            tmp = tempfile.mkdtemp(prefix=f"qbench-tp-{os.getpid()}-")
+        except OSError as exc:
+            raise RunWriteError(f"TMPDIR {tempfile.gettempdir()}: cannot create the jobs' folder "
+                                f"({exc.strerror or exc}); nothing was measured") from None
+        try:
+            for number, (index, tp_size, split) in enumerate(jobs(scenario)):
+                if scenario.schemes[index].label in done:  # --resume: its rows were kept
+                    continue
+                t0 = time.perf_counter()
+                reason = skip_reason(scenario, index, tp_size, split, dev, available)
+                if reason:
+                    rows = failed_rows(_rows(scenario, index, dev, tp_size, split), "skipped", reason)
+                else:
+                    try:
+                        rows = run_job(scenario, index, tp_size, split, dev, os.path.join(tmp, str(number)))
+                    except OSError as exc:
+                        raise RunWriteError(f"{tmp}: cannot write a job file ({exc.strerror or exc}); the run "
+                                            f"stopped; " + output._kept()) from None
+                add_speedup_vs_tp1(rows, doc["rows"])
+                record(doc, output, rows, t0, started)
+                if progress is not None:
+                    for row in rows:
+                        if row["status"] != "ok":
+                            progress(f"{row['scheme']} tp={tp_size} {split} M={row['m']}: {row['status']}: {row['reason']}")
+        except KeyboardInterrupt as exc:
+            raise output.interrupted(exc) from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return finish(doc, output, started, force=force)
+    finally:
+        output.release()
 
 
 def _rows(scenario: Scenario, index: int, dev, tp_size: int, split: str) -> list[dict]:
@@ -127,7 +150,7 @@ def run_job(scenario: Scenario, index: int, tp_size: int, split: str, dev, folde
     job_path, log_path = os.path.join(folder, "job.json"), os.path.join(folder, "worker.log")
     with open(job_path, "w", encoding="utf-8") as f:
         json.dump({"scenario": scenario.to_dict(), "source": scenario.source, "entry_index": index,
-                   "split": split, "device": str(dev)}, f)
+                   "split": split, "device": str(dev), "runner_pid": os.getpid()}, f)
     env = os.environ.copy()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // tp_size)))  # silences torchrun's notice
@@ -143,9 +166,11 @@ def run_job(scenario: Scenario, index: int, tp_size: int, split: str, dev, folde
         try:
             code: Optional[int] = proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the job's own session: torchrun and its ranks
-            proc.wait()
+            _kill_session(proc)
             code = None
+        except BaseException:  # a stop signal (the job's session does not get the terminal's Ctrl-C)
+            _kill_session(proc)
+            raise
     rows_path = os.path.join(folder, "rows.json")
     if code == 0 and os.path.exists(rows_path):
         with open(rows_path, encoding="utf-8") as f:
@@ -154,6 +179,15 @@ def run_job(scenario: Scenario, index: int, tp_size: int, split: str, dev, folde
     last = _last_line(log_path)
     reason = f"tp worker ({'torchrun, ' if tp_size > 1 else ''}{tp_size} rank{'s' if tp_size > 1 else ''}) {what}"
     return failed_rows(_rows(scenario, index, dev, tp_size, split), "failed", f"{reason}; last output: {last}" if last else reason)
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    """SIGKILL the job's own session (torchrun and its ranks: ``start_new_session``) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _last_line(log_path: str) -> str:

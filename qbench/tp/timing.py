@@ -24,7 +24,9 @@ from typing import Callable, Optional
 
 import torch
 
-from qbench.timing import TimingSettings, collect, summarize
+from qbench.timing.adaptive import STOP_REASONS, collect
+from qbench.timing.settings import TimingSettings
+from qbench.timing.stats import Stats, summarize
 
 
 @dataclass
@@ -67,7 +69,7 @@ class RankGroup:
 
     def flusher(self, multiple: int):
         if self._flusher is None:
-            from qbench.timing import L2Flusher
+            from qbench.timing.flush import L2Flusher
 
             self._flusher = L2Flusher(self.device, multiple)
         return self._flusher
@@ -126,10 +128,12 @@ def _cpu_sampler(fn: Callable[[], object], ranks: RankGroup) -> Callable[[], flo
 
 
 def _cuda_sampler(fn: Callable[[], object], settings: TimingSettings, ranks: RankGroup, flush: bool):
+    """One sample of ``fn`` (µs): cold's event sampling (:func:`qbench.timing._cuda.event_samples`)
+    with a barrier hook before each sample: synchronize, barrier, busy-wait, flush."""
+    from qbench.timing._cuda import event_samples
     from qbench.timing.cold import busy_cycles, sleep_us_per_cycle
 
     flusher = ranks.flusher(settings.flush_multiple) if flush else None
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     if flusher is not None:
@@ -139,25 +143,21 @@ def _cuda_sampler(fn: Callable[[], object], settings: TimingSettings, ranks: Ran
     enqueue = (time.perf_counter() - t0) * 1e6  # an upper bound: it includes the GPU time
     cycles = int(ranks.max_float(busy_cycles(enqueue, sleep_us_per_cycle())))
 
-    def sample() -> float:
+    def together() -> None:
         torch.cuda.synchronize()
         ranks.barrier()
         torch.cuda._sleep(cycles)
         if flusher is not None:
             flusher.flush()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3
 
-    return sample
+    one = event_samples(fn, 1, before=together)
+    return lambda: one(1)[0]
 
 
 def per_rank_cold(fn: Callable[[], object], settings: TimingSettings, ranks: RankGroup) -> RankStats:
     """CUDA: :func:`qbench.timing.time_cold` of a collective-free ``fn`` on each rank on its own
     (ranks run at once; nothing is shared), then the slowest rank's stats and every rank's median."""
-    from qbench.timing import time_cold
+    from qbench.timing.cold import time_cold
 
     stats = time_cold(fn, settings, ranks.flusher(settings.flush_multiple))
     return RankStats(*_slowest_rank(stats, ranks))
@@ -167,9 +167,6 @@ def _slowest_rank(stats, ranks: RankGroup) -> tuple:
     """(the slowest rank's Stats, every rank's median): each rank's STATS gathered as floats, its
     ``converged`` as 0/1 and its ``stop`` as an index into :data:`qbench.timing.adaptive.STOP_REASONS`
     (-1: none), so the row says why the slowest rank's loop stopped, as every other reading does."""
-    from qbench.timing import Stats
-    from qbench.timing.adaptive import STOP_REASONS
-
     reasons = list(STOP_REASONS)
     stop = float(reasons.index(stats.stop)) if stats.stop in reasons else -1.0
     converged = -1.0 if stats.converged is None else float(bool(stats.converged))
@@ -184,8 +181,6 @@ def _slowest_rank(stats, ranks: RankGroup) -> tuple:
 
 def _per_call(stats: RankStats, calls: int) -> RankStats:
     """``stats`` of samples that each covered ``calls`` calls, as µs per call (cv unchanged)."""
-    from qbench.timing import Stats
-
     s = stats.stats
     return RankStats(Stats(s.median / calls, s.p10 / calls, s.p90 / calls, s.mean / calls, s.cv, s.n,
                            s.converged, s.stop), [m / calls for m in stats.per_rank_median])
@@ -215,9 +210,8 @@ def synced_stream(calls: list, settings: TimingSettings, ranks: RankGroup) -> Ra
     if ranks.device.type != "cuda":
         in_order(calls)()
         return synced_time(rotate(calls), settings, ranks)
+    from qbench.timing._cuda import GraphCaptureError
     from qbench.timing.warm import capture_graph
-
-    from qbench.timing.warm import GraphCaptureError
 
     ranks.barrier()
     graph, problem = None, None
@@ -235,9 +229,7 @@ def synced_stream(calls: list, settings: TimingSettings, ranks: RankGroup) -> Ra
     try:
         graph.replay()  # uploads the graph
         torch.cuda.synchronize()
-        import dataclasses
-
-        once = dataclasses.replace(settings, warmup=1)  # the calls were warmed up before the capture
+        once = settings.model_copy(update={"warmup": 1})  # the calls were warmed up before the capture
         return _per_call(synced_time(graph.replay, once, ranks), len(calls))
     finally:
         graph.reset()

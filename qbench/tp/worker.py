@@ -32,6 +32,8 @@ def main(argv: list[str]) -> int:
     job_path, out_dir = argv
     with open(job_path, encoding="utf-8") as f:
         job = json.load(f)
+    if job.get("runner_pid"):
+        watch_runner(int(job["runner_pid"]), os.getppid())
     import torch
 
     from qbench.results import finite_or_none
@@ -76,6 +78,51 @@ def main(argv: list[str]) -> int:
             json.dump(finite_or_none(rows), f, allow_nan=False)
         os.replace(path + ".tmp", path)
     return 0
+
+
+#: Seconds between two checks that the runner still exists (:func:`watch_runner`).
+WATCH_INTERVAL_S = 0.5
+
+
+def runner_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (``/proc/PID/stat`` state ``Z``: dead,
+    not yet reaped); where ``/proc`` is missing, whether ``os.kill(pid, 0)`` finds it."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def watch_runner(*pids: int) -> None:
+    """End this process's group with SIGKILL once any of ``pids`` is gone: the runner (SIGKILL, a
+    crash) and this process's parent (torchrun, which the runner kills on a stop signal or a
+    timeout; torchrun starts each rank in a session of its own, so the runner's kill of torchrun's
+    session does not reach the ranks). Checked every :data:`WATCH_INTERVAL_S` s by a daemon
+    thread, so no rank keeps measuring under the next run."""
+    import signal
+    import threading
+    import time
+
+    def watch() -> None:
+        while all(runner_alive(pid) for pid in pids):
+            time.sleep(WATCH_INTERVAL_S)
+        os.write(2, b"qbench tp worker: the runner went away; stopping the job\n")
+        try:
+            os.killpg(0, signal.SIGKILL)
+        finally:
+            os._exit(4)
+
+    threading.Thread(target=watch, name="qbench-watch-runner", daemon=True).start()
 
 
 if __name__ == "__main__":

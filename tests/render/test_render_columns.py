@@ -123,10 +123,13 @@ def cpu_stream():
 def test_method_columns_come_from_the_registry():
     from qbench.timing import registry
 
-    for name, info in registry.METHODS.items():
+    for name in registry.LAYER_METHODS:
+        info = registry.METHODS[name]
         for key in (name, f"{name}_cv", f"{name}_p10", f"{name}_p90"):
             assert key in COLUMNS, key
         assert COLUMNS[name].header == f"{name} µs" and info.includes in COLUMNS[name].help
+    for name in registry.STEP_METHODS:  # a model step's methods are the step table's (qbench.step.view)
+        assert not {name, f"{name}_cv", f"{name}_p10", f"{name}_p90"} & set(COLUMNS), name
 
 
 def test_default_columns_with_stream(stream, cpu_stream):

@@ -88,10 +88,11 @@ def test_batches_with_a_frozen_clock_stop_at_max_reps():
 
 
 def test_batches_of_one():
-    asked, _, _ = _noisy_run(TimingSettings(min_reps=1, max_reps=3, budget_s=1.0), 0.0)
+    # below the settings' bounds (min_reps >= 3) on purpose: the loop's edge, built without validation
+    asked, _, _ = _noisy_run(TimingSettings.model_construct(min_reps=1, max_reps=3, budget_s=1.0), 0.0)
     assert asked == [1, 1, 1]  # half of 1 sample is still one
     # 1/4 s per sample, 1 s: 2 (0.5 left: 1) -> 1 (0.25 left: 1 fits) -> 1 (0 left: stop)
-    asked, samples, _ = _noisy_run(TimingSettings(min_reps=2, max_reps=100, budget_s=1.0), 0.25)
+    asked, samples, _ = _noisy_run(TimingSettings.model_construct(min_reps=2, max_reps=100, budget_s=1.0), 0.25)
     assert asked == [2, 1, 1] and len(samples) == 4
 
 

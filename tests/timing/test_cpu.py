@@ -21,7 +21,7 @@ def test_time_cpu_converged_flag_is_the_loops_verdict():
     fn = lambda: calls.append(1)  # noqa: E731
     s = time_cpu(fn, TimingSettings(warmup=0, min_reps=5, max_reps=5, budget_s=10.0))
     assert s.n == 5 and s.converged is False
-    s = time_cpu(fn, TimingSettings(warmup=0, min_reps=6, max_reps=100, budget_s=10.0, target_rel_ci=1e9))
+    s = time_cpu(fn, TimingSettings.model_construct(warmup=0, min_reps=6, max_reps=100, budget_s=10.0, target_rel_ci=1e9))
     assert s.n == 6 and s.converged is True
     assert len(calls) >= 11  # every sample is at least one call
 
@@ -35,7 +35,7 @@ def test_calls_made_are_warmup_calibration_and_samples():
         calls.append(1)
         time.sleep(2e-4)
 
-    s = time_cpu(slow, TimingSettings(warmup=3, min_reps=6, max_reps=6, budget_s=10.0, target_rel_ci=1e9))
+    s = time_cpu(slow, TimingSettings.model_construct(warmup=3, min_reps=6, max_reps=6, budget_s=10.0, target_rel_ci=1e9))
     assert s.n == 6 and len(calls) == 3 + 1 + 6
     assert s.median >= 200.0  # µs: at least the sleep
 

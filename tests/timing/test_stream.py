@@ -264,14 +264,16 @@ def test_time_stream_without_cuda_raises():
         time_stream([lambda: None], TimingSettings())
 
 
-def test_public_names_resolve_lazily():
-    import qbench.timing as timing
+def test_the_stream_method_object():
+    """``METHOD`` of this module is the registry's ``stream``: a graph method needing copies, whose
+    record adds the copies' plan (its ``extras``), the decision method, shown by default."""
+    from qbench.timing import registry, stream
 
-    for name in timing.__all__:
-        assert getattr(timing, name) is not None, name
-    assert timing.time_stream is time_stream and timing.StreamPlan is StreamPlan
-    with pytest.raises(AttributeError, match="no attribute 'time_steam'"):
-        timing.time_steam  # noqa: B018
+    method = registry.METHODS["stream"]
+    assert method is stream.METHOD and method.phase == "graph" and method.needs.copies
+    assert method.decision and method.shown_by_default and method.fallback_rank is None
+    assert method.extras == stream.EXTRAS and "copies" in method.extras and "recompilations" in method.extras
+    assert method.phase_on("cuda") == "graph" and method.phase_on("cpu") == "plain"
 
 
 # --- CUDA: a graph over distinct copies ---

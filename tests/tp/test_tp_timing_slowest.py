@@ -3,7 +3,7 @@ had no ``stop``, unlike every other reading)."""
 
 import torch
 
-from qbench.timing import Stats
+from qbench.timing.stats import Stats
 from qbench.tp.timing import _slowest_rank
 
 

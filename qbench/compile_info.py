@@ -1,0 +1,90 @@
+"""torch.compile in a worker: Dynamo's and Inductor's counters, Inductor's compile threads, the
+recompile limit, and whether a C++ compiler is there (used by :mod:`qbench.measure`,
+:mod:`qbench.worker`, :mod:`qbench._preload_cpu` and :mod:`qbench.runner`).
+
+Reading a counter never imports Dynamo: an eager scheme's worker must not pay that import after
+its go.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Optional
+
+
+def have_compiler() -> bool:
+    """Whether a C++ compiler is on PATH (``cc``, ``gcc``, ``g++``, ``clang``, ``c++``): torch.compile
+    on the CPU needs one."""
+    return any(shutil.which(cc) for cc in ("cc", "gcc", "g++", "clang", "c++"))
+
+
+def _dynamo_counters():
+    """``torch._dynamo.utils.counters``, or None when Dynamo was never imported in this process (then
+    it compiled nothing): reading the counters must not import Dynamo, about 3 s on the H200 host,
+    into an eager scheme's worker after its go (``QBENCH_PRELOAD=0`` does not preload it)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return getattr(utils, "counters", None)
+
+
+def graph_break_count() -> int:
+    """Graph breaks Dynamo has counted in this process (``counters["graph_break"]``, reason -> count)."""
+    counters = _dynamo_counters()
+    return 0 if counters is None else int(sum(counters["graph_break"].values()))
+
+
+def graph_count() -> int:
+    """Graphs Dynamo has compiled in this process (``counters["stats"]["unique_graphs"]``)."""
+    counters = _dynamo_counters()
+    return 0 if counters is None else int(counters["stats"]["unique_graphs"])
+
+
+def cudagraph_skip_count() -> int:
+    """Times Inductor's CUDA-graph trees (``mode="reduce-overhead"``) skipped CUDA graphs in this
+    process and ran the code without them (``counters["inductor"]["cudagraph_skips"]``)."""
+    counters = _dynamo_counters()
+    return 0 if counters is None else int(counters["inductor"].get("cudagraph_skips", 0))
+
+
+def cache_counters() -> dict[str, int]:
+    """Inductor's cache counters (``torch._dynamo.utils.counters["inductor"]`` keys naming a cache:
+    ``fxgraph_cache_hit`` / ``_miss`` / ``_bypass``, ``async_compile_cache_hit`` / ``_miss``, ...)."""
+    counters = _dynamo_counters()
+    if counters is None:
+        return {}
+    return {key: int(value) for key, value in counters["inductor"].items() if "cache" in key}
+
+
+def allow_recompiles(graphs: int) -> None:
+    """Raise Dynamo's recompile limit (``recompile_limit``, older ``cache_size_limit``; default 8)
+    to at least ``graphs``, so that one static-shape graph per M does not make Dynamo fall back
+    to eager (a sweep has 11 M values). Imports Dynamo."""
+    import torch._dynamo
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), graphs))
+
+
+def single_compile_thread() -> int:
+    """Make Inductor compile in this worker's own process (``torch._inductor.config.compile_threads =
+    1``) unless ``TORCHINDUCTOR_COMPILE_THREADS`` is set; returns the value in force. Call before
+    ``torch._inductor.async_compile`` is imported, which otherwise starts a pool of compile
+    processes (one per core, up to 32; each imports torch) the moment it is imported: in a worker
+    started ahead, 16 processes per compiled scheme on the 16-core H200 host, competing with the
+    measuring worker for the CPU, and a first call that took 0.9 to 10.3 s with the same cache
+    hits (``results/h200/evidence/speed/2026-12-01/call10``). A scheme compiles a handful of kernels, read
+    from Inductor's on-disk cache after the first run: one process is enough."""
+    import torch._inductor.config as inductor_config
+
+    if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+        inductor_config.compile_threads = 1
+    return inductor_config.compile_threads
+
+
+def compile_threads() -> Optional[int]:
+    """Inductor's ``compile_threads`` in this process (:func:`single_compile_thread`), None when
+    Inductor's config was never imported."""
+    config = sys.modules.get("torch._inductor.config")
+    return getattr(config, "compile_threads", None)

@@ -1,0 +1,526 @@
+"""No row is lost and every stop is clean (issue 24, items 1, 2 and 6; the break report's run-side
+repros): a rerun never overwrites a partial file and --resume completes it; one run per --out;
+default names never collide; SIGTERM and SIGKILL leave no worker and no temporary folder; a dead or
+hung forkserver and a failed write are one line; ``qbench check`` answers without importing torch."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from qbench import cli, lifecycle, runner
+from qbench.results import read_results
+from tests.conftest import small_scenario_toml
+
+ROOT = Path(__file__).resolve().parent.parent
+_ROWS = runner._Workers.rows  # the real one, whatever a test patched
+
+
+def _scenario(tmp_path: Path, schemes: list[str], name: str = "s.toml", **kw) -> Path:
+    path = tmp_path / name
+    path.write_text(small_scenario_toml(schemes, m=kw.pop("m", (1,)), **kw))
+    return path
+
+
+def _run(*argv: str) -> int:
+    return cli.main(["run", *map(str, argv), "--quiet"])
+
+
+def _interrupt_at(monkeypatch, at: int, calls: list | None = None) -> None:
+    """Ctrl-C when the runner asks for scheme ``at``'s rows (``at`` < 0: never); records the
+    indices it was asked for in ``calls``."""
+    real = _ROWS
+
+    def rows(self, index):
+        if calls is not None:
+            calls.append(index)
+        if index == at:
+            raise KeyboardInterrupt
+        return real(self, index)
+
+    monkeypatch.setattr(runner._Workers, "rows", rows)
+
+
+def _err_lines(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+# --- 1. no row is lost -------------------------------------------------------------------------------
+
+def test_a_rerun_keeps_the_partial_file_and_resume_measures_only_what_it_lacks(tmp_path, monkeypatch, capsys):
+    """Ctrl-C after one of three schemes; the same command again is refused (exit 2) and leaves the
+    partial file byte-identical; with --resume it measures schemes 1 and 2 only, and the complete
+    file holds the first run's rows unchanged."""
+    sc, out = _scenario(tmp_path, ["fp32", "fp16", "bf16"], m=(1, 2)), tmp_path / "r.json"
+    partial = tmp_path / "r.partial.json"
+    _interrupt_at(monkeypatch, 1)
+    assert _run(sc, "--out", out) == 130
+    first = read_results(partial)["rows"]
+    assert [r["scheme"] for r in first] == ["fp32", "fp32"]
+    before = partial.read_bytes()
+    capsys.readouterr()
+
+    for extra in ([], ["--force"]):
+        assert _run(sc, "--out", out, *extra) == 2
+        assert _err_lines(capsys) == [f"qbench: {partial}: holds the rows of an interrupted run, which a new run does "
+                                      "not overwrite; run the same command with --resume to measure only the "
+                                      "schemes it lacks, or move it away"]
+        assert partial.read_bytes() == before and not out.exists()
+
+    calls: list[int] = []
+    _interrupt_at(monkeypatch, -1, calls)
+    assert _run(sc, "--out", out, "--resume") == 0
+    assert calls == [1, 2]
+    doc = read_results(out)
+    assert doc["complete"] is True and not partial.exists() and not (tmp_path / "r.json.lock").exists()
+    assert [r["scheme"] for r in doc["rows"]] == ["fp32", "fp32", "fp16", "fp16", "bf16", "bf16"]
+    assert doc["rows"][:2] == first
+    assert doc["workers"]["resumed"]["from"] == str(partial) and doc["workers"]["resumed"]["rows_kept"] == 2
+
+
+def test_resume_of_a_complete_file_adds_the_schemes_it_lacks(tmp_path, monkeypatch):
+    out = tmp_path / "r.json"
+    assert _run(_scenario(tmp_path, ["fp16"]), "--out", out) == 0
+    kept = read_results(out)["rows"]
+    calls: list[int] = []
+    _interrupt_at(monkeypatch, -1, calls)
+    assert _run(_scenario(tmp_path, ["fp16", "bf16"], name="t.toml"), "--out", out, "--resume") == 0
+    doc = read_results(out)
+    assert calls == [1] and doc["rows"][:1] == kept and [r["scheme"] for r in doc["rows"]] == ["fp16", "bf16"]
+    assert [s["name"] for s in doc["scenario"]["schemes"]] == ["fp16", "bf16"]
+
+
+def test_resume_refuses_a_file_of_another_scenario_or_a_bad_file(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert _run(_scenario(tmp_path, ["fp16"]), "--out", out) == 0
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert _run(_scenario(tmp_path, ["fp16"], name="k.toml", k=512), "--out", out, "--resume") == 2
+    assert _err_lines(capsys) == [f"qbench: cannot resume: {out} was measured with another scenario (layer: "
+                                  "{'in_features': 256, 'out_features': 128, 'bias': False} there, "
+                                  "{'in_features': 512, 'out_features': 128, 'bias': False} now); choose another --out"]
+    assert out.read_bytes() == before
+    doc = json.loads(before)
+    doc["rows"][0]["latency_us"]["cpu"]["median"] = "__BIG__"
+    out.write_text(json.dumps(doc).replace('"__BIG__"', "1e999"))  # strict JSON, reads as infinity
+    assert _run(_scenario(tmp_path, ["fp16"]), "--out", out, "--resume") == 2
+    assert _err_lines(capsys) == [f"qbench: cannot resume: {out}: rows[0].latency_us.cpu.median: not a finite number"]
+    out.write_text("[" * 100_000 + "]" * 100_000)
+    assert _run(_scenario(tmp_path, ["fp16"]), "--out", out, "--resume") == 2
+    (line,) = _err_lines(capsys)
+    assert line.startswith(f"qbench: cannot resume: {out}")
+
+
+def test_one_run_per_output_and_default_names_that_cannot_collide(tmp_path, monkeypatch):
+    """A held lock refuses a second run in one line naming the holder's pid; three default names
+    claimed in the same second are three files."""
+    import torch
+
+    out = tmp_path / "r.json"
+    held = lifecycle.OutputLock(out)
+    held.acquire()
+    try:
+        with pytest.raises(lifecycle.RunError) as caught:
+            lifecycle.claim_output(None, None, str(out), force=True, resume=False)
+        assert str(caught.value) == (f"{out}: another qbench run (pid {os.getpid()}) is writing it; wait for it to "
+                                     "end or choose another --out")
+    finally:
+        held.release()
+    assert not (tmp_path / "r.json.lock").exists()
+
+    from qbench import scenario
+
+    sc = scenario.load(_scenario(tmp_path, ["fp16"]))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(lifecycle, "default_output",
+                        lambda s, d, n=1: Path("results/runs") / f"tiny-cpu-20261201T000000Z{'' if n == 1 else f'-{n}'}.json")
+    claims = [lifecycle.claim_output(sc, torch.device("cpu"), None, False, False) for _ in range(3)]
+    try:
+        assert [str(p) for p, _ in claims] == ["results/runs/tiny-cpu-20261201T000000Z.json",
+                                               "results/runs/tiny-cpu-20261201T000000Z-2.json",
+                                               "results/runs/tiny-cpu-20261201T000000Z-3.json"]
+    finally:
+        for _, lock in claims:
+            lock.release()
+
+
+def test_a_dangling_symlink_or_a_folder_as_out_is_refused_before_measuring(tmp_path, capsys):
+    sc = _scenario(tmp_path, ["fp16"])
+    link = tmp_path / "dangling.json"
+    link.symlink_to(tmp_path / "nowhere" / "x.json")
+    assert _run(sc, "--out", link) == 2
+    assert _err_lines(capsys) == [f"qbench: {link}: already exists; pass --force to overwrite it, --resume to add the "
+                                  "schemes it lacks, or --out to choose another file"]
+    (tmp_path / "dir.json").mkdir()
+    assert _run(sc, "--out", tmp_path / "dir.json") == 2
+    assert _err_lines(capsys) == [f"qbench: {tmp_path / 'dir.json'}: is a directory, not a result file"]
+
+
+# --- 2. clean stops ---------------------------------------------------------------------------------
+
+def _env(tmp_path: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QBENCH_")}
+    (tmp_path / "tmpdir").mkdir(exist_ok=True)
+    env.update(PYTHONPATH=str(ROOT), QBENCH_PLUGINS="tests.plugins.sleep_scheme", QBENCH_PRELOAD="0",
+               TMPDIR=str(tmp_path / "tmpdir"), QBENCH_TEST_PIDFILE=str(tmp_path / "pids"), **extra)
+    return env
+
+
+def _start(tmp_path: Path, out: Path, *extra: str, **env: str) -> subprocess.Popen:
+    """``qbench run`` of fp32 then sleep-test (a worker that sleeps in its build) in a subprocess."""
+    sc = _scenario(tmp_path, ["fp32", "sleep-test"])
+    return subprocess.Popen([sys.executable, "-m", "qbench", "run", str(sc), "--out", str(out), "--quiet", *extra],
+                            cwd=tmp_path, env=_env(tmp_path, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _measuring_worker(tmp_path: Path, proc: subprocess.Popen, timeout: float = 240) -> int:
+    """The pid of the sleep-test worker, once it is measuring (fp32's rows are then on disk)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = (tmp_path / "pids").read_text().split() if (tmp_path / "pids").exists() else []
+        if pids:
+            return int(pids[-1])
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("the sleep-test worker never started")
+
+
+def _gone(pid: int, within: float = 15) -> bool:
+    from qbench.tp.worker import runner_alive  # a zombie counts as gone
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not runner_alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _temp_folders(tmp_path: Path) -> list[str]:
+    return [n for n in os.listdir(tmp_path / "tmpdir") if n.startswith("qbench-")]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_stops_the_worker_removes_the_temp_folder_keeps_the_rows_and_resume_completes(tmp_path, sig):
+    out, partial = tmp_path / "r.json", tmp_path / "r.partial.json"
+    proc = _start(tmp_path, out)
+    worker = _measuring_worker(tmp_path, proc)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig
+    assert err.strip().splitlines()[-1] == (
+        f"qbench: stopped by {sig.name}; the 1 row measured so far is in {partial} (\"complete\": false; an existing "
+        "result file was left as it was); run the same command with --resume to measure only the schemes it lacks")
+    assert _gone(worker) and not _temp_folders(tmp_path)
+    kept = read_results(partial)["rows"]
+    assert [r["scheme"] for r in kept] == ["fp32"]
+    if sig != signal.SIGTERM:
+        return
+    proc = _start(tmp_path, out, "--resume", QBENCH_TEST_SLEEP_S="0")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    doc = read_results(out)
+    assert doc["rows"][0] == kept[0] and [r["scheme"] for r in doc["rows"]] == ["fp32", "sleep-test"]
+    assert not partial.exists()
+
+
+def test_sigkill_of_the_runner_leaves_no_worker_measuring_and_no_temp_folder(tmp_path):
+    out = tmp_path / "r.json"
+    proc = _start(tmp_path, out)
+    worker = _measuring_worker(tmp_path, proc)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert _gone(worker, within=10), "the worker outlived its runner"
+    assert not _temp_folders(tmp_path)
+    assert [r["scheme"] for r in read_results(tmp_path / "r.partial.json")["rows"]] == ["fp32"]
+
+
+def test_a_second_run_on_the_same_out_is_refused_and_nothing_is_lost(tmp_path):
+    out = tmp_path / "r.json"
+    first = _start(tmp_path, out, QBENCH_TEST_SLEEP_S="2")
+    _measuring_worker(tmp_path, first)
+    second = subprocess.run([sys.executable, "-m", "qbench", "run", str(tmp_path / "s.toml"), "--out", str(out),
+                             "--force", "--quiet"], cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True,
+                            timeout=120)
+    assert second.returncode == 2
+    assert second.stderr.strip().splitlines() == [f"qbench: {out}: another qbench run (pid {first.pid}) is writing it; "
+                                                  "wait for it to end or choose another --out"]
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    doc = read_results(out)
+    assert doc["complete"] and [r["scheme"] for r in doc["rows"]] == ["fp32", "sleep-test"]
+
+
+def test_a_dead_forkserver_fails_the_remaining_schemes_with_a_reason(tmp_path, monkeypatch):
+    """The break report's traceback (EOFError from popen_forkserver._launch, the forkserver gone while
+    it forked): failed rows with the reason instead. (A forkserver killed between two schemes is
+    noticed by multiprocessing, which starts a new one: those rows are measured.)"""
+    import multiprocessing.popen_forkserver
+
+    from qbench import forkserver, scenario
+
+    real = multiprocessing.popen_forkserver.Popen._launch
+    sc = scenario.load(_scenario(tmp_path, ["fp32", "fp16", "bf16"]))
+
+    def launch(self, process_obj):
+        if "fp32" not in {r["scheme"] for r in read_results(tmp_path / "r.partial.json")["rows"]}:
+            return real(self, process_obj)
+        raise EOFError("unexpected EOF")
+
+    monkeypatch.setattr(multiprocessing.popen_forkserver.Popen, "_launch", launch)
+    out = runner.run(sc, device="cpu", out=str(tmp_path / "r.json"))
+    assert [(r["scheme"], r["status"]) for r in out.doc["rows"]] == [("fp32", "ok"), ("fp16", "failed"), ("bf16", "failed")]
+    reason = "the forkserver died (EOFError: unexpected EOF); no later scheme was measured"
+    assert [r["reason"] for r in out.doc["rows"][1:]] == [reason, reason] and out.exit_code == 0
+    monkeypatch.undo()
+
+    real_rows = _ROWS
+
+    def rows(self, index):
+        if index == 1:
+            pid = forkserver.pids()[0]
+            os.kill(pid, signal.SIGKILL)  # as the OOM killer would: not reaped, not forgotten
+            time.sleep(0.5)
+        return real_rows(self, index)
+
+    monkeypatch.setattr(runner._Workers, "rows", rows)
+    forkserver.ensure(cpu=True)
+    out = runner.run(sc, device="cpu", out=str(tmp_path / "again.json"))
+    assert [r["status"] for r in out.doc["rows"]] == ["ok", "ok", "ok"]
+
+
+def test_a_stopped_forkserver_fails_the_remaining_schemes_within_the_scheme_timeout(tmp_path, monkeypatch):
+    from qbench import forkserver, scenario
+
+    forkserver.ensure(cpu=True)
+    real = runner._Workers.rows
+
+    def rows(self, index):
+        if index == 1:
+            os.kill(forkserver.pids()[0], signal.SIGSTOP)
+        return real(self, index)
+
+    monkeypatch.setattr(runner._Workers, "rows", rows)
+    sc = scenario.load(_scenario(tmp_path, ["fp32", "fp16"], extra=""))
+    sc = sc.model_copy(update={"timing": sc.timing.model_copy(update={"scheme_timeout_s": 3.0})})
+    t0 = time.monotonic()
+    out = runner.run(sc, device="cpu", out=str(tmp_path / "r.json"))
+    assert time.monotonic() - t0 < 60
+    assert [r["status"] for r in out.doc["rows"]] == ["ok", "failed"]
+    assert out.doc["rows"][1]["reason"] == ("the forkserver did not start a worker within 3 s (timing.scheme_timeout_s; "
+                                            "stopped or hung); it was killed, and no later scheme was measured")
+    assert not forkserver.pids() or _gone(forkserver.pids()[0], within=5)
+
+
+def test_a_failed_write_is_one_line_exit_2_and_the_rows_stay_in_the_partial_file(tmp_path, monkeypatch, capsys):
+    """ENOSPC at the second partial write, at the final write, and a TMPDIR that cannot hold the
+    workers' folder: one line, exit 2, the rows measured before in the partial file."""
+    real = lifecycle.write_results
+    sc = _scenario(tmp_path, ["fp16", "bf16"])
+
+    def failing(when):
+        seen = {"partial": 0}
+
+        def write(path, doc, *, force=False):
+            final = doc.get("complete") is True
+            seen["partial"] += not final
+            if when(final, seen["partial"]):
+                raise OSError(errno.ENOSPC, "No space left on device", str(path))
+            return real(path, doc, force=force)
+
+        return write
+
+    # partial writes: 1 the empty document, 2 after fp16, 3 after bf16
+    monkeypatch.setattr(lifecycle, "write_results", failing(lambda final, n: not final and n == 3))
+    assert _run(sc, "--out", tmp_path / "a.json") == 2
+    partial = tmp_path / "a.partial.json"
+    assert _err_lines(capsys) == [f"qbench: {partial}: cannot write (No space left on device); the run stopped; the 1 "
+                                  f"row measured so far is in {partial} (\"complete\": false)"]
+    assert [r["scheme"] for r in read_results(partial)["rows"]] == ["fp16"]
+
+    monkeypatch.setattr(lifecycle, "write_results", failing(lambda final, n: final))
+    assert _run(sc, "--out", tmp_path / "b.json") == 2
+    partial = tmp_path / "b.partial.json"
+    assert _err_lines(capsys) == [f"qbench: {tmp_path / 'b.json'}: cannot write (No space left on device); every row "
+                                  f"is in {partial} (\"complete\": false, 2 rows)"]
+    assert len(read_results(partial)["rows"]) == 2 and not (tmp_path / "b.json").exists()
+
+    monkeypatch.setattr(lifecycle, "write_results", real)
+
+    def no_tmp(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(runner.tempfile, "mkdtemp", no_tmp)
+    assert _run(sc, "--out", tmp_path / "c.json") == 2
+    (line,) = _err_lines(capsys)
+    assert line.startswith("qbench: TMPDIR ") and "cannot create the workers' folder (Read-only file system)" in line
+    assert line.endswith("the run stopped; no row had been measured")
+
+
+# --- 6. answers in seconds, and the break report's scenario repros --------------------------------------
+
+def _fresh(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def test_check_and_run_answer_a_typo_without_importing_torch(tmp_path):
+    bad = tmp_path / "typo.toml"
+    bad.write_text(small_scenario_toml(["fp16"]).replace("m = [1, 4]", "ms = [1]"))
+    good = _scenario(tmp_path, ["fp16", "nf4-bnb"])
+    code = ("import sys\nfrom qbench import cli\n"
+            f"codes = [cli.main(['check', {str(bad)!r}]), cli.main(['run', {str(bad)!r}]), cli.main(['check', {str(good)!r}])]\n"
+            "print(codes, 'torch' in sys.modules)\n")
+    proc = _fresh(code)
+    assert proc.stdout.strip().splitlines()[-1] == "[2, 2, 0] False", proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"qbench: {bad}: ms: unknown key; allowed: name, description, seed, "
+                                                "device, output, m, layer, timing, inputs, weight, schemes, tp, model"] * 2
+    assert proc.stdout.strip().splitlines()[0] == (f"{good}: ok: 2 schemes (fp16, nf4-bnb); M = [1]; K = 256, N = 128; "
+                                                   "device auto")
+
+
+def test_check_a_model_step_scenario_without_importing_torch():
+    """``qbench check`` of a ``[model]`` scenario names the model and its contexts (not [layer]'s
+    K and N) and imports no torch."""
+    code = ("import sys\nfrom qbench import cli\n"
+            "print(cli.main(['check', 'scenarios/step_tiny.toml']), 'torch' in sys.modules)\n")
+    proc = _fresh(code)
+    assert proc.stdout.strip().splitlines() == [
+        "scenarios/step_tiny.toml: ok: 5 schemes (fp32, bf16, int8-weight-only, int4-weight-only, nf4-bnb); "
+        "M = [1, 3]; model tiny Llama (2 blocks, CPU), context [16, 128]; device auto", "0 False"], proc.stderr
+
+
+@pytest.mark.parametrize("line,message", [
+    ('output = "a\\u0000b.json"', "output: must not contain control characters (NUL, newline, escape), got 'a\\x00b.json'"),
+    ('output = "../../escaped/x.json"', "output: must be a path inside the working directory (no absolute path, no "
+                                        "'..'); use --out for another place, got '../../escaped/x.json'"),
+    ('output = "/etc/qbench_pwn.json"', "output: must be a path inside the working directory (no absolute path, no "
+                                        "'..'); use --out for another place, got '/etc/qbench_pwn.json'"),
+    ('output = "x.bashrc"', "output: must end in .json (a result file), got 'x.bashrc'"),
+    ("x = " + "[" * 100_000 + "]" * 100_000, ": not valid TOML: arrays or tables nested too deeply"),
+    ("x = " + "{a = " * 5000 + "1" + "}" * 5000, ": not valid TOML: arrays or tables nested too deeply"),
+])
+def test_break_report_scenarios_are_one_line_and_exit_2(tmp_path, capsys, line, message):
+    sc = tmp_path / "s.toml"
+    sc.write_text(line + "\n" + small_scenario_toml(["fp16"]))
+    for command in ("check", "run"):
+        assert cli.main([command, str(sc)]) == 2
+        assert _err_lines(capsys) == [f"qbench: {sc}{'' if message.startswith(':') else ': '}{message}"]
+
+
+def test_dev_zero_and_a_pipe_as_the_scenario(tmp_path, capsys):
+    """/dev/zero is read up to the limit, not to the end of memory; a FIFO (as ``<(...)`` gives) is
+    read once, so the run sees the scenario (the early forkserver start drained it before)."""
+    zero = tmp_path / "zero.toml"
+    zero.symlink_to("/dev/zero")
+    assert cli.main(["check", str(zero)]) == 2
+    assert _err_lines(capsys) == [f"qbench: {zero}: larger than 64 MiB: not a scenario file"]
+    import threading
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    text = small_scenario_toml(["fp16"], m=(1,))
+    writer = threading.Thread(target=lambda: fifo.write_text(text))
+    writer.start()
+    assert _run(fifo, "--out", tmp_path / "p.json", "--device", "cpu") == 0
+    writer.join()
+    assert [r["scheme"] for r in read_results(tmp_path / "p.json")["rows"]] == ["fp16"]
+
+
+@pytest.mark.parametrize("plugin,what", [
+    ("no.such.module", "'no.such.module' cannot be imported (ModuleNotFoundError: No module named 'no')"),
+])
+def test_a_missing_plugin_is_one_line(tmp_path, plugin, what):
+    sc = _scenario(tmp_path, ["my-plugin-scheme"])
+    code = ("import sys\nfrom qbench import cli\n"
+            f"print([cli.main(['check', {str(sc)!r}]), cli.main(['list', '--device', 'cpu'])])\n")
+    proc = _fresh(code, {"QBENCH_PLUGINS": plugin})
+    assert proc.stdout.strip() == "[2, 2]", proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"qbench: environment variable QBENCH_PLUGINS: module {what}"] * 2
+
+
+def test_a_plugin_that_raises_or_registers_a_builtin_name_is_one_line(tmp_path):
+    (tmp_path / "raising.py").write_text("raise RuntimeError('boom')\n")
+    (tmp_path / "dup.py").write_text("from qbench.schemes import register, get\nregister(get('fp32'))\n")
+    sc = _scenario(tmp_path, ["my-plugin-scheme"])
+    for module, what in (("raising", "failed while importing (RuntimeError: boom)"),
+                         ("dup", "failed while importing (ValueError: scheme 'fp32' is already registered)")):
+        proc = _fresh(f"from qbench import cli\nprint(cli.main(['check', {str(sc)!r}]))\n",
+                      {"QBENCH_PLUGINS": module, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"})
+        assert proc.stdout.strip() == "2", proc.stderr
+        assert proc.stderr.strip().splitlines() == [f"qbench: environment variable QBENCH_PLUGINS: module {module!r} {what}"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_tensor_parallel_run_leaves_no_rank_running(tmp_path, sig):
+    """A ``[tp]`` job runs in a session of its own (the terminal's Ctrl-C does not reach it): a stop
+    signal kills that session, and a SIGKILLed runner is noticed by the rank itself."""
+    sc = tmp_path / "tp.toml"
+    sc.write_text(small_scenario_toml(["fp32", "sleep-test"], m=(1,), extra="[tp]\ntp_size = [1]"))
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "qbench", "run", str(sc), "--out", str(out), "--quiet",
+                             "--device", "cpu"], cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    rank = _measuring_worker(tmp_path, proc)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == (128 + sig if sig != signal.SIGKILL else -sig)
+    assert _gone(rank, within=10), "a tensor-parallel rank outlived its run"
+    if sig == signal.SIGTERM:
+        assert err.strip().splitlines()[-1].startswith(f"qbench: stopped by SIGTERM; the 1 row measured so far is in "
+                                                       f"{tmp_path / 'r.partial.json'}")
+        assert not _temp_folders(tmp_path)
+    assert [r["scheme"] for r in read_results(tmp_path / "r.partial.json")["rows"]] == ["fp32"]
+
+
+@pytest.mark.parametrize("label,why", [
+    ("a\x1b]0;pwned\x07", "must be printable text without control characters, '|', '<', '>' or '`' (it is printed in "
+                          "tables), found '\\x1b'"),
+    ("a|b", "must be printable text without control characters, '|', '<', '>' or '`' (it is printed in tables), "
+            "found '|'"),
+    ("<img src=x onerror=alert(1)>", "must be printable text without control characters, '|', '<', '>' or '`' (it is "
+                                     "printed in tables), found '<'"),
+    ("=HYPERLINK(1)", "must not start with '=' (a spreadsheet would read it as a formula)"),
+])
+def test_a_label_that_would_inject_into_a_terminal_or_a_table_is_refused(tmp_path, capsys, label, why):
+    sc = tmp_path / "s.toml"
+    sc.write_text(small_scenario_toml(["fp16"]) + f"label = {json.dumps(label)}\n")
+    assert cli.main(["check", str(sc)]) == 2
+    assert _err_lines(capsys) == [f"qbench: {sc}: schemes[0].label: {why} (fp16), got {label!r}"]
+
+
+def test_a_second_stop_signal_waits_for_the_clean_up_of_the_first():
+    """The first SIGINT or SIGTERM raises Stopped; a second one during the clean-up is ignored (a
+    double Ctrl-C exited -2 with a traceback); the handlers are restored afterwards."""
+    before = signal.getsignal(signal.SIGTERM)
+    cleaned = []
+    with pytest.raises(lifecycle.Stopped) as caught:
+        with lifecycle.stop_signals():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            finally:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.1)
+                cleaned.append(True)
+    assert caught.value.signum == signal.SIGTERM and cleaned == [True]
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_temp_file_left_by_a_killed_final_write_is_removed_by_the_next_run_on_that_out(tmp_path):
+    stale = tmp_path / ".r.json.k3j4h5.tmp"
+    stale.write_text("{}")
+    other = tmp_path / ".other.json.abc.tmp"
+    other.write_text("{}")
+    assert _run(_scenario(tmp_path, ["fp16"]), "--out", tmp_path / "r.json") == 0
+    assert not stale.exists() and other.exists()
