@@ -58,10 +58,19 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def runner_error(message: str) -> Exception:
+    """A bad command-line value, refused before anything runs (one line, exit 2)."""
+    from qbench.lifecycle import RunError
+
+    return RunError(message)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from qbench import forkserver, render
 
     loaded = _validated(args.scenario, args.schemes)  # a typo is answered before any torch import
+    if not 1 <= args.repeat <= 20:
+        raise runner_error(f"--repeat: must be an integer in 1..20 (independent runs per scheme), got {args.repeat}")
     render.check_format(args.format)  # a bad --format is refused before anything is measured
     # Then, before this process imports torch: the forkserver's own imports (torch, qbench._preload)
     # overlap this process's.
@@ -74,7 +83,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             outcome = runner.run(loaded, device=args.device, out=args.out, force=args.force, progress=say,
                                  show_bar=not args.quiet and terminal, per_scheme=say if not terminal else None,
-                                 resume=args.resume)
+                                 resume=args.resume, repeat=args.repeat)
         except lifecycle.RunInterrupted as exc:
             print(f"qbench: {exc.message()}", file=sys.stderr)
             return exc.exit_code
@@ -156,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep the rows of <out>.partial.json (else of <out>) and measure only the schemes it lacks, "
                         "then write one complete file (without --out: the newest partial file of this scenario "
                         "and device under results/runs)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="measure each scheme in N independent worker processes (new compilation and autotuning "
+                        "each time) and record the spread between their medians beside each run's p10-p90 "
+                        "(default 1)")
     p.add_argument("--format", default="simple", help="table format: any tabulate format, or csv / json")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress bar, per-scheme lines or warnings (anywhere on the command line)")

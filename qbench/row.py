@@ -86,6 +86,16 @@ ADDED_SINCE: dict[str, str] = {
 }
 
 
+class Repeats(BaseModel):
+    """``qbench run --repeat N``: one scheme measured in N independent worker processes."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    runs: int = Field(ge=1, description="runs (worker processes) of this scheme")
+    ok_runs: int = Field(ge=0, description="runs whose row is ok")
+    medians: dict[str, list[float]] = Field(description="per method, each ok run's median, µs, in run order")
+    spread: dict[str, float] = Field(description="per method, (max - min) / median of the medians")
+
+
 class RowError(ValueError):
     """A row does not fit the model; the message is one line: the key path, what is wrong, the value."""
 
@@ -444,6 +454,8 @@ class Row(_Part):
     worker_wall_s: Optional[float] = Field(None, ge=0, description="host wall time of the scheme's worker (all its "
                                            "M), seen by the runner, s (stamped when the runner records the rows)")
     worker_phases_s: Optional[WorkerPhases] = Field(None, description="seconds inside the worker, by phase")
+    repeats: Optional[Repeats] = Field(None, description="`qbench run --repeat N`: the N independent runs' medians "
+                                       "and their spread (:mod:`qbench.repeats`)")
     # tensor parallel (rows of a scenario with a [tp] table)
     tp_size: Optional[int] = Field(None, ge=1, description="tensor-parallel: ranks the layer is sharded over",
                                    json_schema_extra={"identity": True, "tp": True})
@@ -656,6 +668,7 @@ _PARTS: tuple[tuple[type[BaseModel], str], ...] = (
     (TuningCacheInfo, "tuning_cache"),
     (CpuLoad, "cpu_load"),
     (WorkerPhases, "worker_phases_s"),
+    (Repeats, "repeats"),
     (Shard, "shard"),
 )
 

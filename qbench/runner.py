@@ -38,7 +38,7 @@ _PACKAGE_ROOT = str(Path(qbench.__file__).resolve().parent.parent)
 
 def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] = None, force: bool = False,
         progress: Optional[Callable[[str], None]] = None, show_bar: bool = False,
-        per_scheme: Optional[Callable[[str], None]] = None, resume: bool = False) -> RunOutcome:
+        per_scheme: Optional[Callable[[str], None]] = None, resume: bool = False, repeat: int = 1) -> RunOutcome:
     """Measure every scheme of ``scenario`` and write the result file.
 
     Args:
@@ -50,6 +50,9 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
         show_bar: draw a tqdm progress bar over the schemes.
         per_scheme: called with one line per finished scheme, ``[3/17] int8-bnb: ok x1 (6.2 s)``
             (the progress a log or CI shows when there is no terminal for the bar).
+        repeat: measure each scheme in this many independent worker processes, one after another
+            (no worker started ahead), and keep the first run's rows with every run's medians and
+            their spread (:func:`qbench.repeats.combine_runs`).
         resume: keep the rows of the partial (else the complete) file at the output and measure
             only the schemes it has no rows of (:func:`qbench.lifecycle.resume_rows`).
 
@@ -82,12 +85,13 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
             output.release()
         raise (output.interrupted(exc) if output is not None else RunInterrupted.of(exc)) from None
     try:
-        return _measure(scenario, dev, output, doc, preloaded, started, force, progress, show_bar, per_scheme)
+        return _measure(scenario, dev, output, doc, preloaded, started, force, progress, show_bar, per_scheme, repeat)
     finally:
         output.release()
 
 
-def _measure(scenario, dev, output, doc, preloaded, started, force, progress, show_bar, per_scheme) -> RunOutcome:
+def _measure(scenario, dev, output, doc, preloaded, started, force, progress, show_bar, per_scheme,
+             repeat: int = 1) -> RunOutcome:
     if progress is not None:
         for line in doc["env"].get("warnings") or []:
             progress(f"warning: {line}")
@@ -100,8 +104,10 @@ def _measure(scenario, dev, output, doc, preloaded, started, force, progress, sh
     try:
         remove_stale_temp_folders()
         tmp = _temp_folder()
-        workers = _Workers(scenario, dev, doc["ceilings"], tmp, started=started, skip=done)
-        doc["workers"] = {**doc.get("workers", {}), "design": "one process per scheme", "preloaded": preloaded,
+        workers = _Workers(scenario, dev, doc["ceilings"], tmp, started=started, skip=done,
+                           prestart=0 if repeat > 1 else None)
+        doc["workers"] = {**doc.get("workers", {}), "design": "one process per scheme" if repeat == 1 else
+                          f"{repeat} processes per scheme, one after another", "repeat": repeat, "preloaded": preloaded,
                           "ahead": workers.ahead, "timeline": workers.timeline}
         try:
             for number, (index, entry) in enumerate(entries):
@@ -109,6 +115,10 @@ def _measure(scenario, dev, output, doc, preloaded, started, force, progress, sh
                     bar.set_description(entry.label)
                 t0 = time.perf_counter()
                 rows = workers.rows(index)
+                if repeat > 1:  # N independent processes of this scheme, then the next scheme
+                    from qbench.repeats import combine_runs
+
+                    rows = combine_runs([rows] + [workers.rows(index) for _ in range(repeat - 1)])
                 record(doc, output, rows, t0, started)
                 workers.stamp(index, "recorded", new=False)
                 if per_scheme is not None:
@@ -333,6 +343,7 @@ class _Workers:
         self.broken: Optional[str] = None  # why the forkserver can start no more workers
         self.ahead = default_ahead(dev) if prestart is None else int(prestart)
         self.started: dict[int, tuple] = {}
+        self.runs_of: dict[int, int] = {}  # workers started per scheme (qbench run --repeat)
         self.gone: set[int] = set()  # workers already given their go (by the previous one's "done")
         self.release = must_release(scenario, dev, self.ahead)
         self.origin = time.perf_counter() if started is None else started
@@ -363,7 +374,9 @@ class _Workers:
         if self.broken is not None:
             raise ForkserverGone(self.broken)
         scheme = schemes.get(self.scenario.schemes[index].name)
-        folder = os.path.join(self.folder, str(index))
+        self.runs_of[index] = self.runs_of.get(index, 0) + 1  # --repeat: one folder per run
+        run = self.runs_of[index]
+        folder = os.path.join(self.folder, str(index) if run == 1 else f"{index}-run{run}")
         job_path, rows_path, log_path = (os.path.join(folder, n) for n in ("job.json", "rows.json", "worker.log"))
         try:
             os.makedirs(folder)

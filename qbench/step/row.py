@@ -79,6 +79,7 @@ class StepRow(BaseModel):
     flags: list[str] = Field(default_factory=list)
     worker_phases_s: dict[str, Any] = Field(default_factory=dict)
     worker_wall_s: Optional[float] = None
+    repeats: Optional[dict[str, Any]] = None
 
     @property
     def key(self) -> tuple:

@@ -1,0 +1,60 @@
+"""``qbench run --repeat N``: runs combined with known medians and spreads; a real repeated run."""
+
+from __future__ import annotations
+
+import pytest
+
+from qbench.repeats import combine_runs, tie_band
+
+
+def _row(m, median, status="ok", p10=None, p90=None):
+    stats = {"median": median, "p10": p10 or median * 0.99, "p90": p90 or median * 1.01}
+    return {"scheme": "s", "m": m, "k": 8, "n": 8, "status": status, "latency_us": {"stream": stats if status == "ok" else None}}
+
+
+def test_combine_known_medians_and_spread():
+    runs = [[_row(1, 10.0), _row(16, 20.0)], [_row(1, 12.0), _row(16, 20.0)], [_row(1, 8.0), _row(16, 22.0)]]
+    out = combine_runs(runs)
+    assert [r["m"] for r in out] == [1, 16]
+    assert out[0]["latency_us"]["stream"]["median"] == 10.0  # the first run's row is the base
+    assert out[0]["repeats"] == {"runs": 3, "ok_runs": 3, "medians": {"stream": [10.0, 12.0, 8.0]},
+                                 "spread": {"stream": pytest.approx(0.4)}}  # (12 - 8) / 10
+    assert out[1]["repeats"]["spread"]["stream"] == pytest.approx(0.1)  # (22 - 20) / 20
+
+
+def test_a_failed_run_is_counted_and_a_later_ok_row_is_the_base():
+    out = combine_runs([[_row(1, 0, status="failed")], [_row(1, 9.0)]])
+    assert out[0]["status"] == "ok" and out[0]["latency_us"]["stream"]["median"] == 9.0
+    assert out[0]["repeats"]["runs"] == 2 and out[0]["repeats"]["ok_runs"] == 1
+    assert out[0]["repeats"]["spread"] == {}
+
+
+def test_one_run_is_unchanged_and_none_is_refused():
+    rows = [_row(1, 5.0)]
+    assert combine_runs([rows]) == rows
+    with pytest.raises(ValueError):
+        combine_runs([])
+
+
+def test_tie_band_is_the_wider_spread():
+    stats = {"median": 10.0, "p10": 9.5, "p90": 10.5}  # within run: 10 %
+    assert tie_band(stats, None, "stream") == pytest.approx(0.1)
+    assert tie_band(stats, {"spread": {"stream": 0.28}}, "stream") == pytest.approx(0.28)
+    assert tie_band(None, None, "stream") is None
+
+
+def test_repeated_run_writes_repeats(tmp_path):
+    from qbench import runner
+    from qbench.results import read_results
+    from qbench.scenario import from_dict
+
+    s = from_dict({"name": "rep", "device": "cpu", "m": [1], "layer": {"in_features": 64, "out_features": 64},
+                   "timing": {"warmup": 1, "min_reps": 3, "max_reps": 5, "budget_s": 0.05, "methods": ["stream"]},
+                   "schemes": [{"name": "fp32"}]}, "<test>")
+    outcome = runner.run(s, device="cpu", out=str(tmp_path / "r.json"), repeat=2)
+    assert outcome.exit_code == 0
+    doc = read_results(tmp_path / "r.json")
+    row = doc["rows"][0] if isinstance(doc, dict) else doc.rows[0].model_dump()
+    assert row["repeats"]["runs"] == 2 and row["repeats"]["ok_runs"] == 2
+    assert len(row["repeats"]["medians"]["cpu"]) == 2
+    assert doc["workers"]["repeat"] == 2 if isinstance(doc, dict) else True
