@@ -23,31 +23,33 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from qbench import SCHEMA_VERSION
-from qbench.row import RowError, row_key, validate_row  # row_key: re-exported (compare imports it from here)
-from qbench.timing import registry
+from qbench.row import Row, RowError, row_key, validate_row
 
 __all__ = [
+    "Ceilings",
+    "CeilingSet",
+    "Env",
+    "READABLE_VERSIONS",
+    "ResultDoc",
     "ResultsError",
     "ResultsExistError",
     "ResultsSchemaError",
     "SCHEMA_VERSION",
+    "ScenarioInfo",
     "finite_or_none",
-    "latency_stats",
-    "methods_present",
     "read_results",
-    "resolve_method",
+    "upgrade_v1_row",
     "write_results",
 ]
 
-#: CUDA timing methods, in the order tables show them (the registry, :mod:`qbench.timing.registry`).
-CUDA_METHODS = registry.CUDA_METHODS
-#: The CPU method every CPU row has (CPU rows may also have ``stream``).
-CPU_METHOD = registry.CPU_METHOD
-#: The method decisions read by default (``stream``: weights from HBM, graph-captured).
-DECISION_METHOD = registry.DECISION_METHOD
+#: The ``schema_version`` values :func:`read_results` reads: 1 (reasons and flags as sentences,
+#: upgraded on reading by :func:`upgrade_v1_row`) and 2 (:data:`qbench.SCHEMA_VERSION`).
+READABLE_VERSIONS = (1, 2)
 
 
 class ResultsError(Exception):
@@ -141,12 +143,15 @@ def _refuse_constant(token: str) -> None:
     raise ValueError(f"non-finite number {token} is not strict JSON")
 
 
-def read_results(path: str | os.PathLike) -> dict:
-    """Read and check a result JSON file; return the document as a dict.
+def read_results(path: str | os.PathLike) -> "ResultDoc":
+    """Read and check a result JSON file; return it as a :class:`ResultDoc` (rows as
+    :class:`qbench.row.Row`). A schema 1 file's reasons and flags are upgraded on the way
+    (:func:`upgrade_v1_row`).
 
     Raises :class:`ResultsError` when the file is missing, is not strict JSON, or is not a qbench
-    result (an object with a ``rows`` list), and :class:`ResultsSchemaError` when its
-    ``schema_version`` is missing or is not :data:`qbench.SCHEMA_VERSION`. Messages name the file.
+    result (an object with a ``rows`` list, every row fitting the row model), and
+    :class:`ResultsSchemaError` when its ``schema_version`` is missing or is not one of
+    :data:`READABLE_VERSIONS`. Messages name the file.
     """
     path = Path(path)
     try:
@@ -164,18 +169,147 @@ def read_results(path: str | os.PathLike) -> dict:
     if "schema_version" not in doc:
         raise ResultsSchemaError(f"{path}: no schema_version; not a qbench result")
     version = doc["schema_version"]
-    if version != SCHEMA_VERSION or isinstance(version, bool):
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise ResultsSchemaError(
             f"{path}: schema_version {version!r} is not supported "
-            f"(this qbench reads {SCHEMA_VERSION})"
+            f"(this qbench reads {' and '.join(map(str, READABLE_VERSIONS))})"
         )
     if not isinstance(doc.get("rows"), list):
         raise ResultsError(f"{path}: not a qbench result (no 'rows' list)")
-    check_rows(doc["rows"], str(path))
-    return doc
+    if version == 1:
+        doc["rows"] = [upgrade_v1_row(r) if isinstance(r, dict) else r for r in doc["rows"]]
+    rows = check_rows(doc["rows"], str(path))
+    try:
+        return ResultDoc.model_validate({**doc, "rows": rows})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise ResultsError(f"{path}: {loc}: {err['msg']} (got {err.get('input')!r})"[:400]) from None
 
 
-def check_rows(rows: list, source: str) -> None:
+#: Schema 1 wrote why a method has no time as a sentence; these words of it say the call was not
+#: captured in a CUDA graph (the capture failed, was not attempted after an earlier failure, or the
+#: call syncs with the host), in the order checked. Not a bare "capture": tensor-parallel rows said
+#: "do not time stream yet (graph-captured call + collective)", which is not the scheme's fault.
+#: The one place a reason's words are read: schema 2 writes the kind.
+_V1_CAPTURE_WORDS = (("not attempted", "not-attempted"), ("capture failed", "capture-failed"),
+                     ("cannot be captured", "capture-failed"), ("host sync", "host-sync"))
+
+
+def upgrade_v1_row(row: dict) -> dict:
+    """A schema 1 row as schema 2 reads it: each ``latency_reasons`` sentence becomes
+    ``{"kind", "text"}`` (the kind from :data:`_V1_CAPTURE_WORDS`, else ``other``), each
+    ``flags`` sentence ``name: text`` becomes ``{"name", "text"}``. Other keys are unchanged;
+    entries already structured are kept."""
+    out = dict(row)
+    reasons = row.get("latency_reasons")
+    if isinstance(reasons, dict):
+        out["latency_reasons"] = {m: _v1_reason(t) if isinstance(t, str) else t for m, t in reasons.items()}
+    flags = row.get("flags")
+    if isinstance(flags, list):
+        out["flags"] = [_v1_flag(f) if isinstance(f, str) else f for f in flags]
+    return out
+
+
+def _v1_reason(text: str) -> dict:
+    low = text.lower()
+    kind = next((k for word, k in _V1_CAPTURE_WORDS if word in low), "other")
+    return {"kind": kind, "text": text}
+
+
+def _v1_flag(text: str) -> dict:
+    name, _, rest = text.partition(": ")
+    return {"name": name, "text": rest}
+
+
+class _Open(BaseModel):
+    """A document part whose keys are not all listed: the ones readers use are typed, the rest kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Env(_Open):
+    """The environment a result was measured in (``env``; :mod:`qbench.env`). Only the fields
+    readers use are typed; every other key is kept."""
+
+    device: Optional[str] = None
+    device_name: Optional[str] = None
+    cpu: Optional[str] = None
+    compute_capability: Optional[Union[str, list, tuple]] = None
+    torch: Optional[str] = None
+    torchao: Optional[str] = None
+    bitsandbytes: Optional[str] = None
+
+
+class CeilingSet(_Open):
+    """One set of ceilings: ``memory_gbps`` (GB/s) and ``tflops`` (compute dtype -> TFLOP/s)."""
+
+    memory_gbps: Optional[float] = None
+    tflops: Optional[dict[str, Optional[float]]] = None
+
+
+class Ceilings(_Open):
+    """The ceilings of a result (:mod:`qbench.ceilings`): measured on the device, and the datasheet's."""
+
+    measured: Optional[CeilingSet] = None
+    datasheet: Optional[CeilingSet] = None
+
+
+class ScenarioInfo(_Open):
+    """The scenario as run (``scenario``); readers use its ``name``."""
+
+    name: Optional[str] = None
+
+
+class ResultDoc(BaseModel):
+    """One qbench result file as readers hold it (``docs/results-schema.md``): the document's
+    fields, with ``rows`` as :class:`qbench.row.Row`. Keys this model does not list are kept."""
+
+    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
+
+    schema_version: int
+    complete: Optional[bool] = None
+    env: Env = Env()
+    ceilings: Optional[Ceilings] = None
+    scenario: ScenarioInfo = ScenarioInfo()
+    workers: Optional[Any] = None
+    rows: list[Row] = []
+
+    @property
+    def machine(self) -> str:
+        """The machine the result was measured on, as one label: ``"cuda NVIDIA H200"`` or
+        ``"cpu AMD EPYC"`` (the device type of ``env.device`` and ``env.device_name``)."""
+        kind = str(self.env.device if self.env.device is not None else "?").split(":", 1)[0]
+        return f"{kind} {self.env.device_name or '?'}"
+
+    def ceiling(self) -> tuple[Optional[CeilingSet], str]:
+        """The ceilings a reader draws: the measured ones when they give a memory bandwidth, else
+        the datasheet's; ``(None, "none")`` without either (CPU results)."""
+        for source in ("measured", "datasheet"):
+            got = getattr(self.ceilings, source, None) if self.ceilings is not None else None
+            if got is not None and got.memory_gbps:
+                return got, source
+        return None, "none"
+
+    @classmethod
+    def of(cls, doc: "ResultDoc | dict") -> "ResultDoc":
+        """``doc`` itself, or a dict (a document of :func:`qbench.runner.run`, or one a test builds)
+        checked into a :class:`ResultDoc` the way :func:`read_results` checks a file (a schema 1
+        dict's rows upgraded). Raises :class:`ResultsError` when a row does not fit the model."""
+        if isinstance(doc, cls):
+            return doc
+        rows = doc.get("rows") or []
+        if doc.get("schema_version", SCHEMA_VERSION) == 1:
+            rows = [upgrade_v1_row(r) if isinstance(r, dict) else r for r in rows]
+        typed = [r for r in rows if isinstance(r, Row)]
+        plain = [r for r in rows if not isinstance(r, Row)]
+        if plain and typed:
+            raise ResultsError("a document's rows are all dicts or all Rows")
+        checked = typed or check_rows(plain, "document")
+        return cls.model_validate({"schema_version": SCHEMA_VERSION, **doc, "rows": checked})
+
+
+def check_rows(rows: list, source: str) -> list[Row]:
     """Check every row of a result file against the row model (:func:`qbench.row.validate_row`,
     reading rules): every key a field of :class:`qbench.row.Row` at every depth (a misspelt or
     invented key is an error), every value of its field's type and range (``m``, ``k``, ``n``
@@ -185,17 +319,20 @@ def check_rows(rows: list, source: str) -> None:
     legacy ones (:data:`qbench.row.LEGACY`); both are accepted. Two rows may not share an
     identity (:func:`row_key`).
 
+    Returns the rows as :class:`qbench.row.Row`, in order.
+
     Raises:
         ResultsError: one line naming ``source``, the row's index and key path, the bad value and
             what is allowed, e.g. ``x.json: rows[3].latency_us.cold.median: Input should be
             greater than 0 (got 0)``.
     """
     seen: dict[tuple, int] = {}
+    out: list[Row] = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise ResultsError(f"{source}: rows[{i}]: a row is an object, got {type(row).__name__}")
         try:
-            validate_row(row)
+            out.append(validate_row(row))
         except RowError as exc:
             raise ResultsError(f"{source}: rows[{i}].{exc}"[:400]) from None
         key = row_key(row)
@@ -203,72 +340,4 @@ def check_rows(rows: list, source: str) -> None:
             raise ResultsError(f"{source}: rows[{i}] repeats rows[{seen[key]}] (scheme {row['scheme']!r}, "
                                f"M={row['m']}, K={row['k']}, N={row['n']}): one row per scheme and shape")
         seen[key] = i
-
-
-#: The values a ``--method`` option accepts (CLI choices of report, compare, recommend, plot):
-#: every method of the registry, in table order.
-METHOD_CHOICES = tuple(registry.METHODS)
-#: What a file without the decision method's data falls back to, in this order: ``cold`` on a CUDA
-#: result, ``cpu`` on a CPU result (files written before ``stream`` existed have neither stream).
-FALLBACK_METHODS = ("cold", CPU_METHOD)
-
-
-def latency_stats(row: dict, method: str) -> dict | None:
-    """The STATS (µs) of ``row`` for ``method`` when the row is ``ok`` and has a median there,
-    else ``None`` (skipped, failed, or not timed by that method)."""
-    if row.get("status") != "ok":
-        return None
-    stats = (row.get("latency_us") or {}).get(method)
-    return stats if stats and stats.get("median") is not None else None
-
-
-def methods_present(rows: list[dict]) -> list[str]:
-    """Timing methods with at least one non-null STATS in ``rows``, in the registry's order
-    (``stream``, ``cold``, ``warm``, ``eager``, ``kernel``, ``cpu``), unknown names last."""
-    seen = {m for r in rows for m, s in (r.get("latency_us") or {}).items() if s}
-    order = list(registry.METHODS)
-    return [m for m in order if m in seen] + sorted(seen - set(order))
-
-
-def resolve_method(doc: dict, requested: str | None,
-                   default: str = DECISION_METHOD) -> tuple[str, str | None]:
-    """Choose the timing method to read from ``doc``.
-
-    ``requested`` is what the user passed (``None`` when they passed nothing). An explicit method
-    is always used as given. Without one, ``default`` (``stream``) is used if some row of the file
-    has it; otherwise the first of :data:`FALLBACK_METHODS` the file has (``cold`` on a CUDA
-    result, ``cpu`` on a CPU result: files written before ``stream`` existed). Returns
-    ``(method, note)``; ``note`` is a one-line explanation when a fallback happened, else ``None``.
-    A file with none of them gives ``(default, None)``: the caller says that nothing is timed.
-    """
-    if requested is not None:
-        return requested, None
-    present = methods_present(doc.get("rows", []))
-    if default in present:
-        return default, None
-    fallback = next((m for m in FALLBACK_METHODS if m in present and m != default), None)
-    if fallback is None:
-        return default, None
-    return fallback, (f"no {default} latency in this file: an older result, or {default} not timed; "
-                      f"using {fallback} times")
-
-
-def incomplete_warning(doc: dict, path: str | os.PathLike) -> str | None:
-    """One line when ``doc`` says ``"complete": false`` (an interrupted or still running run: some
-    schemes may be missing), else None. Readers print it; ``recommend`` refuses such a file unless
-    asked (``--allow-incomplete``)."""
-    if doc.get("complete") is not False:
-        return None
-    rows = doc.get("rows") or []
-    schemes = len({r.get("scheme") for r in rows})
-    return (f"warning: {path} is incomplete (\"complete\": false, {len(rows)} rows of {schemes} schemes): "
-            "the run was interrupted or is still going; schemes may be missing")
-
-
-def machine_of(doc: dict) -> str:
-    """The machine a result was measured on, as one label: ``"cuda NVIDIA H200"`` or ``"cpu AMD EPYC"``
-    (the device type of ``env.device`` and ``env.device_name``). Readers that add or divide times of
-    several files (``model``, ``compare``) compare these labels."""
-    env = doc.get("env") or {}
-    kind = str(env.get("device", "?")).split(":", 1)[0]
-    return f"{kind} {env.get('device_name') or '?'}"
+    return out

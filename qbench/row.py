@@ -44,6 +44,10 @@ from qbench.timing import registry
 
 __all__ = [
     "ADDED_SINCE",
+    "FLAG_NAMES",
+    "Flag",
+    "REASON_KINDS",
+    "Reason",
     "DOCUMENT_KEYS",
     "IDENTITY",
     "LEGACY",
@@ -54,6 +58,8 @@ __all__ = [
     "check_row",
     "field_paths",
     "field_names",
+    "flag",
+    "reason",
     "row_key",
     "schema_markdown",
     "validate_row",
@@ -336,6 +342,70 @@ def _known_methods(v: dict) -> dict:
 OptionValue = Union[bool, int, float, str, None]
 
 
+#: Why a method's latency is null (``latency_reasons.<method>.kind``, schema 2):
+#: ``capture-failed`` (the call could not be captured in a CUDA graph), ``not-attempted`` (a capture
+#: was skipped after an earlier capture of the same scheme failed), ``host-sync`` (the call syncs
+#: with the host, so it cannot be captured), ``cuda-only`` (a CUDA method on a CPU row), ``copies``
+#: (the weight copies for stream could not be built), ``error`` (the method raised), ``not-timed``
+#: (the job does not time this method, e.g. tensor-parallel rows), ``other`` (a reason of a schema 1
+#: file that says none of these).
+REASON_KINDS = ("capture-failed", "not-attempted", "host-sync", "cuda-only", "copies", "error", "not-timed", "other")
+ReasonKind = Literal["capture-failed", "not-attempted", "host-sync", "cuda-only", "copies", "error", "not-timed",
+                     "other"]
+
+#: What can mislead a reader about an ``ok`` row (``flags[].name``, schema 2).
+FLAG_NAMES = ("repacked", "not-compiled", "graph-breaks", "throttled", "above-ceiling", "cpu-busy")
+FlagName = Literal["repacked", "not-compiled", "graph-breaks", "throttled", "above-ceiling", "cpu-busy"]
+
+
+class Reason(_Part):
+    """Why one timing method has no STATS on a row (``latency_reasons.<method>``)."""
+
+    kind: ReasonKind = Field(description="what kind of reason: " + ", ".join(f"`{k}`" for k in REASON_KINDS))
+    text: str = Field(description="the reason as a sentence, e.g. `CUDA graph capture failed at M=1: ...`, "
+                      "`not attempted: ...`, `CUDA method; this row ran on the CPU`")
+
+
+class Flag(_Part):
+    """One thing that could mislead a reader about an ``ok`` row (``flags[]``)."""
+
+    name: FlagName = Field(description="`repacked` (the library changed the stored weight on the first call; the "
+                           "ledger is the timed state), `not-compiled` (a compiled scheme compiled no graph), "
+                           "`graph-breaks`, `throttled` (an NVML slow-down reason right after a method), "
+                           "`above-ceiling` (faster than the roofline of the ceilings used: the ceiling "
+                           "underestimates the device), `cpu-busy` (CPU threads exceed the free cores)")
+    text: str = Field(description="what happened, one sentence (tables print `name: text` under the table)")
+
+    @property
+    def line(self) -> str:
+        """``name: text``, the flag as tables list it."""
+        return f"{self.name}: {self.text}"
+
+
+def reason(kind: str, text: str) -> dict:
+    """A ``latency_reasons`` entry as a producer writes it: ``{"kind": kind, "text": text}``.
+
+    Raises:
+        RowError: ``kind`` is not one of :data:`REASON_KINDS`.
+    """
+    if kind not in REASON_KINDS:
+        raise RowError(f"latency_reasons: kind {kind!r} is not one of {', '.join(REASON_KINDS)}")
+    return {"kind": kind, "text": text}
+
+
+def flag(name: str, text: str) -> dict:
+    """A ``flags`` entry as a producer writes it: ``{"name": name, "text": text}``.
+
+    Raises:
+        RowError: ``name`` is not one of :data:`FLAG_NAMES`.
+    """
+    if name not in FLAG_NAMES:
+        raise RowError(f"flags: name {name!r} is not one of {', '.join(FLAG_NAMES)}")
+    return {"name": name, "text": text}
+
+
+
+
 # ---- the row --------------------------------------------------------------------------------------
 
 class Row(_Part):
@@ -402,11 +472,9 @@ class Row(_Part):
                                                    "call) or null, one key per method the scenario's "
                                                    "`timing.methods` lists (CPU rows: `cpu` and `stream`)",
                                                    json_schema_extra=_always())
-    latency_reasons: dict[str, str] = Field(default_factory=dict, description="method -> why its latency is null, "
-                                            "e.g. `CUDA graph capture failed at M=1: ...` (warm), `not attempted: ...` "
-                                            "(stream after a failed capture), `copies for stream: ...`, `CUDA method; "
-                                            "this row ran on the CPU`",
-                                            json_schema_extra=_always())
+    latency_reasons: dict[str, Reason] = Field(default_factory=dict, description="method -> why its latency is "
+                                               "null: a kind and a sentence (REASON)",
+                                               json_schema_extra=_always())
     launch_overhead_us: Optional[float] = Field(None, description="eager median - kernel median, µs",
                                                 json_schema_extra=_always())
     hbm_floor_us: Optional[float] = Field(None, ge=0, description="stored_bytes / the roofline's memory bandwidth: "
@@ -434,13 +502,9 @@ class Row(_Part):
                                                     "cache kept between runs")
     compile: Optional[CompileInfo] = Field(None, description="compiled rows: torch.compile counters",
                                            json_schema_extra=_always())
-    flags: list[str] = Field(default_factory=list, description="what could mislead a reader about an `ok` row, one "
-                             "sentence each, its name before the colon: `repacked` (the library changed the stored "
-                             "weight on the first call; the ledger is the timed state), `not-compiled` (a compiled "
-                             "scheme compiled no graph), `graph-breaks`, `throttled` (an NVML slow-down reason right "
-                             "after a method), `above-ceiling` (faster than the roofline of the ceilings used: the "
-                             "ceiling underestimates the device), `cpu-busy` (CPU threads exceed the free cores); "
-                             "tables list them under the table", json_schema_extra=_always())
+    flags: list[Flag] = Field(default_factory=list, description="what could mislead a reader about an `ok` row: "
+                              "a name and a sentence each (FLAG); tables list them under the table",
+                              json_schema_extra=_always())
     cpu_load: Optional[CpuLoad] = Field(None, description="CPU rows that were timed: the CPU left for timing")
     worker_wall_s: Optional[float] = Field(None, ge=0, description="host wall time of the scheme's worker (all its "
                                            "M), seen by the runner, s (stamped when the runner records the rows)")
@@ -514,6 +578,49 @@ class Row(_Part):
                 if wrong:
                     raise ValueError(f"latency_us.{method}.{wrong[0]}: a {owner} key on a {method} record")
         return self
+
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    @property
+    def key(self) -> tuple:
+        """The row's identity in its file: the values of :data:`IDENTITY` (scheme, M, K, N, tp_size,
+        split; None where absent)."""
+        return tuple(getattr(self, f) for f in IDENTITY)
+
+    @property
+    def shape(self) -> tuple:
+        """Where the row sits in a sweep, whatever the scheme: (M, K, N, tp_size, split). Two rows of
+        one file with the same shape are two schemes measured on the same problem."""
+        return self.m, self.k, self.n, self.tp_size, self.split
+
+    def stats(self, method: str) -> Optional[Stats]:
+        """The STATS (µs) of ``method`` when the row is ``ok`` and has a median there, else ``None``
+        (skipped, failed, or not timed by that method)."""
+        if self.status != "ok":
+            return None
+        got = self.latency_us.get(method)
+        return got if got is not None and got.median is not None else None
+
+    def reason_for(self, method: str) -> Optional[Reason]:
+        """Why ``method`` has no STATS on this row (``latency_reasons[method]``), or ``None``. (The
+        field ``reason`` is why a skipped or failed row has no reading at all.)"""
+        return self.latency_reasons.get(method)
+
+    @property
+    def flag_names(self) -> list[str]:
+        """The names of the row's flags, each once, in the order the row lists them."""
+        return list(dict.fromkeys(f.name for f in self.flags))
+
+    @property
+    def rel_fro(self) -> Optional[float]:
+        """``error.rel_fro`` (relative Frobenius error), or ``None`` when not measured."""
+        return self.error.rel_fro if self.error is not None else None
+
+    def has(self, name: str) -> bool:
+        """Whether the row's JSON carries the top-level field ``name`` at all (even as null): files
+        written before a field existed lack it (:data:`ADDED_SINCE`)."""
+        return name in self.model_fields_set
 
 
 #: The fields only tensor-parallel rows carry, in the model's order (all of them on every such row).
@@ -648,6 +755,8 @@ def _table(model: type[BaseModel], prefix: str = "") -> list[str]:
 #: The parts of a row, in the order the schema shows them: (model, the key paths where it appears).
 _PARTS: tuple[tuple[type[BaseModel], str], ...] = (
     (Stats, "latency_us.<method>, local_gemm_us, collective_us, end_to_end_us"),
+    (Reason, "latency_reasons.<method>"),
+    (Flag, "flags[]"),
     (ErrorMetrics, "error, unsharded_error, sharded_vs_unsharded"),
     (LedgerPart, "ledger[]"),
     (Dispatch, "dispatch"),

@@ -10,7 +10,7 @@ all minimised; and for every other scheme the reason it lost, in this order of p
 ``non-finite outputs (12)``, ``no error measured``, ``over error budget (rel_fro 0.092 > 0.01)``,
 ``same speed within noise: 11.2 µs vs 11.0 µs (1.02×, p10–p90 overlap)``,
 ``slower: 23.1 µs vs 11.0 µs (2.10×)``. A candidate whose [p10, p90] interval overlaps the pick's
-is a tie (the rule of :func:`qbench.compare.verdict`). Among the schemes tied with the fastest,
+is a tie (the rule of :func:`qbench.judge.verdict`). Among the schemes tied with the fastest,
 the pick is, in this order: the scheme picked at the neighbouring (next smaller) M of the same
 shape, when it is among them, so that the pick does not flip between two schemes inside noise as
 M grows (a deployment stores one weight format for every batch size); else the lower error; else
@@ -46,64 +46,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
-from typing import Optional, Sequence
+from typing import Optional
 
-from qbench.compare import UNUSABLE, capture_failure, unusable_note, verdict
 from qbench.dispatch import short_kernel
+from qbench.judge import (DECISION_METHOD, UNUSABLE, capture_failure, methods_present, pareto_front,
+                          resolve_method, row_caveats, unusable_note, verdict)
+from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
+                                   add_method, check_max_rel_err, open_results)
 from qbench.render import FORMATS, Column, render, wants_prose
-from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us, row_caveats
-from qbench.results import (
-    DECISION_METHOD,
-    METHOD_CHOICES,
-    ResultsError,
-    latency_stats,
-    methods_present,
-    incomplete_warning,
-    read_results,
-    resolve_method,
-)
+from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
+from qbench.results import ResultDoc
+from qbench.row import Row
 
-__all__ = ["by_format", "main_kernel", "pareto_front", "recommend", "register", "render_by_format",
-           "render_recommendation", "render_summary", "row_storage_format", "run_recommend", "summary_rows"]
-
-PARETO_KEYS = ("latency_us", "rel_fro", "stored_bytes")
+__all__ = ["COMMAND", "by_format", "main_kernel", "recommend", "render_by_format", "render_recommendation",
+           "render_summary", "row_storage_format", "run_recommend", "summary_rows"]
 
 
-#: Relative resolution of the stored-bytes axis of the Pareto front: stored sizes within 1 % are
-#: equal. Without it a scheme that stores 4 KiB less metadata on a 16 MiB weight (int8-bnb's 16,384
-#: B of scales against torchao's 20,480 B) stays on the front however slow and inaccurate it is.
-STORED_BYTES_RTOL = 0.01
-
-
-def pareto_front(points: Sequence[dict], keys: Sequence[str] = PARETO_KEYS,
-                 rtol: Optional[dict] = None) -> list[dict]:
-    """The points no other point dominates, all ``keys`` minimised, in input order.
-
-    ``a`` dominates ``b`` when ``a`` is no worse on every key and better on at least one. ``rtol``
-    (key -> relative tolerance; default ``{"stored_bytes": STORED_BYTES_RTOL}``) makes values of
-    that key within the tolerance equal: neither better nor worse. Points with any key ``None``
-    are left out. Equal points are all kept.
-    """
-    tol = {"stored_bytes": STORED_BYTES_RTOL} if rtol is None else rtol
-    pts = [p for p in points if all(p.get(k) is not None for k in keys)]
-
-    def cmp(x: float, y: float, t: float) -> int:  # -1 better, 0 equal, 1 worse
-        if abs(x - y) <= t * max(abs(x), abs(y)):
-            return 0
-        return -1 if x < y else 1
-
-    def dominates(a: dict, b: dict) -> bool:
-        c = [cmp(a[k], b[k], tol.get(k, 0.0)) for k in keys]
-        return all(v <= 0 for v in c) and any(v < 0 for v in c)
-
-    return [p for p in pts if not any(dominates(q, p) for q in pts if q is not p)]
-
-
-def _eager_us(row: dict) -> float | None:
-    stats = latency_stats(row, "eager")
-    return stats["median"] if stats else None
+def _eager_us(row: Row) -> float | None:
+    stats = row.stats("eager")
+    return stats.median if stats else None
 
 
 #: Longest capture reason a "why not" cell quotes; the JSON record keeps the whole text.
@@ -118,23 +80,22 @@ def _short_capture_reason(why: str) -> str:
     return why if len(why) <= _REASON_CHARS else why[:_REASON_CHARS - 1].rstrip() + "…"
 
 
-def _lose_reason(row: dict, method: str, max_rel_err: float) -> str | None:
+def _lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
     """Why ``row`` cannot be picked at all (``None`` if it is a candidate)."""
-    status = row.get("status")
-    if status != "ok":
-        return f"{status}: {row.get('reason') or 'no reason given'}"
+    if row.status != "ok":
+        return f"{row.status}: {row.reason or 'no reason given'}"
     uncaptured = capture_failure(row, method)
     if uncaptured:
         eager = _eager_us(row)
         eager_text = "no eager time" if eager is None else f"eager {fmt_us(eager)} µs"
         return f"{UNUSABLE} ({eager_text}): {_short_capture_reason(uncaptured)}"
-    if latency_stats(row, method) is None:
-        why = (row.get("latency_reasons") or {}).get(method)
-        return f"no {method} latency" + (f" ({why})" if why else "")
-    err = row.get("error") or {}
-    if err.get("nonfinite"):
-        return f"non-finite outputs ({err['nonfinite']})"
-    rel = err.get("rel_fro")
+    if row.stats(method) is None:
+        why = row.reason_for(method)
+        return f"no {method} latency" + (f" ({why.text})" if why else "")
+    nonfinite = row.error.nonfinite if row.error is not None else None
+    if nonfinite:
+        return f"non-finite outputs ({nonfinite})"
+    rel = row.rel_fro
     if rel is None:
         return "no error measured"
     if rel > max_rel_err:
@@ -142,7 +103,7 @@ def _lose_reason(row: dict, method: str, max_rel_err: float) -> str | None:
     return None
 
 
-def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> dict:
+def recommend(doc: ResultDoc, max_rel_err: float, method: str = DECISION_METHOD) -> dict:
     """Recommend a scheme per (M, K, N) of result ``doc`` for an error budget.
 
     ``max_rel_err``: largest acceptable ``error.rel_fro`` (relative Frobenius error vs float64).
@@ -153,16 +114,16 @@ def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> d
     "fastest_median" (the tied scheme with the lowest median when it is not the pick, else None),
     "kept_from_m" (the smaller M whose pick was kept by the neighbour rule over a tied scheme of
     lower error or fewer bytes, else None), "caveats" (the pick's flags and noise,
-    :func:`qbench.render.columns.row_caveats`)} or None,
+    :func:`qbench.judge.row_caveats`)} or None,
     "others": [{"scheme", "reason"}], "unusable": [{"scheme", "eager_us", "rel_fro", "reason"}],
     "pareto": [{"scheme", "latency_us", "rel_fro", "stored_bytes"}]}]}`` with ``by_m`` in
     ascending M. ``unusable`` lists the ``ok`` rows without a ``method`` time because their call
-    cannot be captured in a CUDA graph (:func:`qbench.compare.capture_failure`); they are also in
+    cannot be captured in a CUDA graph (:func:`qbench.judge.capture_failure`); they are also in
     ``others``, with a reason that starts "unusable in a graph-captured decode loop".
     """
-    groups: dict[tuple, list[dict]] = {}
-    for r in doc.get("rows") or []:
-        groups.setdefault((r.get("m"), r.get("k"), r.get("n"), r.get("tp_size"), r.get("split")), []).append(r)
+    groups: dict[tuple, list[Row]] = {}
+    for r in doc.rows:
+        groups.setdefault(r.shape, []).append(r)
     by_m = []
     neighbour: dict[tuple, tuple] = {}  # (K, N, tp_size, split) -> (M, scheme picked) at the last M seen
     for (m, k, n, tp_size, split), rows in sorted(groups.items(),
@@ -170,20 +131,20 @@ def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> d
                                                                         for x in kv[0])):
         lost, cands, points, stats, unusable, by_scheme = [], [], [], {}, [], {}
         for r in rows:
-            by_scheme[r.get("scheme")] = r
+            by_scheme[r.scheme] = r
             reason = _lose_reason(r, method, max_rel_err)
             uncaptured = capture_failure(r, method)
             if uncaptured:
-                unusable.append({"scheme": r.get("scheme"), "eager_us": _eager_us(r),
-                                 "rel_fro": (r.get("error") or {}).get("rel_fro"), "reason": uncaptured})
+                unusable.append({"scheme": r.scheme, "eager_us": _eager_us(r), "rel_fro": r.rel_fro,
+                                 "reason": uncaptured})
             point = _point(r, method)
             if point is not None:
                 points.append(point)
-                stats[point["scheme"]] = latency_stats(r, method)
+                stats[point["scheme"]] = r.stats(method)
             if reason is None:
                 cands.append(point)
             else:
-                lost.append({"scheme": r.get("scheme"), "reason": reason})
+                lost.append({"scheme": r.scheme, "reason": reason})
         cands.sort(key=lambda p: p["latency_us"])
         pick = None
         shape = (k, n, tp_size, split)
@@ -221,17 +182,16 @@ def recommend(doc: dict, max_rel_err: float, method: str = DECISION_METHOD) -> d
         by_m.append({"m": m, "k": k, "n": n, **tp, "pick": pick, "others": lost, "unusable": unusable,
                      "pareto": sorted(pareto_front(points), key=lambda p: p["latency_us"])})
     return {"method": method, "max_rel_err": max_rel_err,
-            "methods_present": methods_present(doc.get("rows") or []), "by_m": by_m}
+            "methods_present": methods_present(doc.rows), "by_m": by_m}
 
 
-def _point(row: dict, method: str) -> dict | None:
+def _point(row: Row, method: str) -> dict | None:
     """(latency, rel_fro, stored bytes) of an ``ok`` row with finite outputs, else None."""
-    stats = latency_stats(row, method)
-    err = row.get("error") or {}
-    if not stats or err.get("nonfinite") or err.get("rel_fro") is None:
+    stats = row.stats(method)
+    if not stats or (row.error is not None and row.error.nonfinite) or row.rel_fro is None:
         return None
-    return {"scheme": row.get("scheme"), "latency_us": stats["median"],
-            "rel_fro": err["rel_fro"], "stored_bytes": row.get("stored_bytes")}
+    return {"scheme": row.scheme, "latency_us": stats.median, "rel_fro": row.rel_fro,
+            "stored_bytes": row.stored_bytes}
 
 
 _MIB = 2.0**-20
@@ -278,7 +238,7 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
     return "\n".join(lines)
 
 
-def summary_rows(doc: dict, rec: dict, baseline: str = "bf16") -> list[dict]:
+def summary_rows(doc: ResultDoc, rec: dict, baseline: str = "bf16") -> list[dict]:
     """One dict per M of :func:`recommend`'s ``rec`` for result ``doc``: ``{"scenario", "m", "k",
     "n", "pick", "latency_us", "rel_fro", "baseline_us", "speedup", "ties", "kept_from_m",
     "unusable"}`` (``kept_from_m``: the pick's, see :func:`recommend`).
@@ -286,15 +246,14 @@ def summary_rows(doc: dict, rec: dict, baseline: str = "bf16") -> list[dict]:
     has none; ``speedup`` = baseline_us / latency_us (> 1: the pick is faster); ``unusable`` names
     the schemes whose call cannot be captured in a CUDA graph at that shape."""
     method = rec["method"]
-    base = {(r.get("m"), r.get("k"), r.get("n"), r.get("tp_size"), r.get("split")): latency_stats(r, method)
-            for r in doc.get("rows") or [] if r.get("scheme") == baseline}
+    base = {r.shape: r.stats(method) for r in doc.rows if r.scheme == baseline}
     out = []
     for g in rec["by_m"]:
         pick = g["pick"] or {}
         stats = base.get((g["m"], g["k"], g["n"], g.get("tp_size"), g.get("split")))
-        base_us = stats["median"] if stats else None
+        base_us = stats.median if stats else None
         lat = pick.get("latency_us")
-        out.append({"scenario": (doc.get("scenario") or {}).get("name"), "m": g["m"], "k": g["k"],
+        out.append({"scenario": doc.scenario.name, "m": g["m"], "k": g["k"],
                     "n": g["n"], "pick": pick.get("scheme"), "latency_us": lat,
                     "rel_fro": pick.get("rel_fro"), "baseline_us": base_us,
                     "speedup": base_us / lat if base_us and lat else None,
@@ -327,7 +286,7 @@ def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "sim
 
 # ---- --by-format: the fastest kernel of each storage format -------------------------------------
 
-def row_storage_format(row: dict) -> str:
+def row_storage_format(row: Row) -> str:
     """The storage format of a result row (one of :data:`qbench.schemes.base.STORAGE_FORMATS`).
 
     The scheme registry says it (:attr:`~qbench.schemes.base.Scheme.storage_format`) when the
@@ -338,10 +297,9 @@ def row_storage_format(row: dict) -> str:
     from qbench import schemes
     from qbench.schemes.base import storage_format_of
 
-    wd = row.get("weight_dtype")
-    base = row.get("base_scheme") or re.split(r"[+\[]", str(row.get("scheme") or ""), maxsplit=1)[0]
+    wd = row.weight_dtype
     try:
-        scheme = schemes.get(base)
+        scheme = schemes.get(row.base_scheme)
     except schemes.UnknownSchemeError:
         scheme = None
     if scheme is not None and (wd is None or wd == scheme.weight_dtype):
@@ -349,27 +307,26 @@ def row_storage_format(row: dict) -> str:
     return storage_format_of(wd)
 
 
-def main_kernel(row: dict) -> str | None:
+def main_kernel(row: Row) -> str | None:
     """The short name (:func:`qbench.dispatch.short_kernel`) of the longest kernel of one call in
     ``dispatch.kernels`` (memory copies only when there is no kernel), or ``None``."""
-    kernels = (row.get("dispatch") or {}).get("kernels") or []
-    real = [k for k in kernels if k.get("kind", "kernel") == "kernel"] or kernels
+    kernels = row.dispatch.kernels if row.dispatch is not None else []
+    real = [k for k in kernels if (k.kind if "kind" in k.model_fields_set else "kernel") == "kernel"] or kernels
     if not real:
         return None
-    return short_kernel(str(max(real, key=lambda k: k.get("us") or 0.0).get("name")))
+    return short_kernel(str(max(real, key=lambda k: k.us or 0.0).name))
 
 
-def _short_lose_reason(row: dict, method: str, max_rel_err: float) -> str | None:
+def _short_lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
     reason = _lose_reason(row, method, max_rel_err)
     if reason is None:
         return None
     if reason.startswith(UNUSABLE):
         return UNUSABLE
-    status = row.get("status")
-    return status if status != "ok" else reason
+    return row.status if row.status != "ok" else reason
 
 
-def by_format(doc: dict, method: str = DECISION_METHOD, max_rel_err: Optional[float] = None,
+def by_format(doc: ResultDoc, method: str = DECISION_METHOD, max_rel_err: Optional[float] = None,
               baseline: str = "bf16") -> list[dict]:
     """The fastest scheme of each storage format per (M, K, N) of result ``doc``.
 
@@ -385,43 +342,43 @@ def by_format(doc: dict, method: str = DECISION_METHOD, max_rel_err: Optional[fl
     from qbench.schemes.base import STORAGE_FORMATS
 
     budget = float("inf") if max_rel_err is None else max_rel_err
-    scenario = (doc.get("scenario") or {}).get("name")
-    groups: dict[tuple, list[dict]] = {}
-    for r in doc.get("rows") or []:
-        groups.setdefault((r.get("m"), r.get("k"), r.get("n"), r.get("tp_size"), r.get("split")), []).append(r)
+    scenario = doc.scenario.name
+    groups: dict[tuple, list[Row]] = {}
+    for r in doc.rows:
+        groups.setdefault(r.shape, []).append(r)
     order = {f: i for i, f in enumerate(STORAGE_FORMATS)}
     out = []
     for (m, k, n, tp_size, split), rows in sorted(groups.items(),
                                                    key=lambda kv: tuple(str(x) if isinstance(x, str) else (x or 0)
                                                                         for x in kv[0])):
-        base_stats = next((latency_stats(r, method) for r in rows if r.get("scheme") == baseline), None)
-        base_us = base_stats["median"] if base_stats else None
-        by_fmt: dict[str, list[dict]] = {}
+        base_stats = next((r.stats(method) for r in rows if r.scheme == baseline), None)
+        base_us = base_stats.median if base_stats else None
+        by_fmt: dict[str, list[Row]] = {}
         for r in rows:
             by_fmt.setdefault(row_storage_format(r), []).append(r)
         for fmt in sorted(by_fmt, key=lambda f: (order.get(f, len(order)), f)):
             rows_f = by_fmt[fmt]
             cands = sorted((r for r in rows_f if _lose_reason(r, method, budget) is None),
-                           key=lambda r: latency_stats(r, method)["median"])
+                           key=lambda r: r.stats(method).median)
             rec = {"scenario": scenario, "m": m, "k": k, "n": n,
                    **({"tp_size": tp_size, "split": split} if tp_size is not None else {}), "format": fmt, "pick": None,
                    "library": None, "kernel": None, "latency_us": None, "rel_fro": None,
                    "baseline_us": base_us, "speedup": None, "others": []}
             if cands:
                 best = cands[0]
-                best_stats = latency_stats(best, method)
-                lat = best_stats["median"]
-                rec.update(pick=best.get("scheme"), library=best.get("library"), kernel=main_kernel(best),
-                           latency_us=lat, rel_fro=(best.get("error") or {}).get("rel_fro"),
+                best_stats = best.stats(method)
+                lat = best_stats.median
+                rec.update(pick=best.scheme, library=best.library, kernel=main_kernel(best),
+                           latency_us=lat, rel_fro=best.rel_fro,
                            speedup=base_us / lat if base_us else None)
                 for c in cands[1:]:
-                    stats = latency_stats(c, method)
-                    rec["others"].append({"scheme": c.get("scheme"), "ratio": stats["median"] / lat,
+                    stats = c.stats(method)
+                    rec["others"].append({"scheme": c.scheme, "ratio": stats.median / lat,
                                           "tie": verdict(best_stats, stats) == "same", "reason": None})
             for r in rows_f:
                 why = _short_lose_reason(r, method, budget)
                 if why is not None:
-                    rec["others"].append({"scheme": r.get("scheme"), "ratio": None, "tie": False, "reason": why})
+                    rec["others"].append({"scheme": r.scheme, "ratio": None, "tie": False, "reason": why})
             out.append(rec)
     return out
 
@@ -470,40 +427,24 @@ def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "s
     return render(rows, cols, fmt)
 
 
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``recommend`` subcommand to ``subparsers``; it sets ``func=run_recommend``."""
-    p = subparsers.add_parser("recommend", help="the fastest scheme within an error budget, per M",
-                              description=__doc__.split("\n\n")[0])
+def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("result", nargs="+", help="result JSON written by qbench run (one or more)")
-    p.add_argument("--max-rel-err", type=float, default=None,
-                   help="largest acceptable relative Frobenius error, e.g. 0.01 (required, except "
-                        "with --by-format)")
-    p.add_argument("--method", default=None, choices=METHOD_CHOICES,
-                   help=f"timing method (default {DECISION_METHOD}; a file without it: cold, or cpu "
-                        "on a CPU result)")
-    p.add_argument("--format", default="simple", help="table format, or json")
+    add_max_rel_err(p, "required, except with --by-format")
+    add_method(p)
+    add_format(p, "any tabulate format, or json; csv with --summary or --by-format")
     p.add_argument("--summary", action="store_true",
                    help="one line per (file, M): pick, latency, error, speed-up over --baseline")
     p.add_argument("--by-format", action="store_true",
                    help="per M and storage format (8-bit float, 8-bit int, 4-bit int, 4-bit float; "
                         "16/32-bit float as references): the fastest scheme, its library and kernel, "
                         "and how far the others of the format are")
-    p.add_argument("--baseline", default="bf16",
-                   help="baseline scheme of --summary and --by-format (default bf16)")
-    p.add_argument("--allow-incomplete", action="store_true",
-                   help="accept result files of interrupted runs (\"complete\": false); refused otherwise, "
-                        "since a missing scheme would silently change the pick")
-    p.set_defaults(func=run_recommend)
-    return p
-
-
-def _fail(msg: str) -> int:
-    print(f"qbench recommend: {msg}", file=sys.stderr)
-    return 2
+    add_baseline(p, "--summary and --by-format")
+    add_allow_incomplete(p, "refused otherwise, since a missing scheme would silently change the pick")
 
 
 def run_recommend(args: argparse.Namespace) -> int:
-    """Run ``qbench recommend`` from parsed ``args``; returns the exit status (0, 1 or 2).
+    """Run ``qbench recommend`` from parsed ``args``; returns the exit status (0 or 1; raises
+    :class:`~qbench.readers.common.Refused` on bad input).
 
     Bad input (exit 2, one line): an unknown format (csv only with ``--summary`` or
     ``--by-format``, the cases that are a single table), a missing (except with ``--by-format``),
@@ -515,28 +456,18 @@ def run_recommend(args: argparse.Namespace) -> int:
     summary_mode = getattr(args, "summary", False)
     format_mode = getattr(args, "by_format", False)
     if summary_mode and format_mode:
-        return _fail("--summary and --by-format are two views; pass one of them")
+        raise Refused("--summary and --by-format are two views; pass one of them")
     if args.format not in FORMATS or (args.format == "csv" and not (summary_mode or format_mode)):
         allowed = sorted(f for f in FORMATS if f != "csv")
-        return _fail(f"unknown format {args.format!r}; allowed: {', '.join(allowed)}"
-                     + ("" if args.format != "csv" else "; csv needs --summary or --by-format (one table)"))
-    if args.max_rel_err is None:
-        if not format_mode:
-            return _fail("--max-rel-err is required (e.g. 0.01), except with --by-format")
-    elif not args.max_rel_err >= 0:
-        return _fail(f"--max-rel-err must be >= 0, got {args.max_rel_err}")
+        raise Refused(f"unknown format {args.format!r}; allowed: {', '.join(allowed)}"
+                      + ("" if args.format != "csv" else "; csv needs --summary or --by-format (one table)"))
+    if args.max_rel_err is None and not format_mode:
+        raise Refused("--max-rel-err is required (e.g. 0.01), except with --by-format")
+    check_max_rel_err(args.max_rel_err)
     paths = [args.result] if isinstance(args.result, str) else list(args.result)
-    try:
-        docs = [read_results(path) for path in paths]
-    except ResultsError as exc:
-        return _fail(str(exc))
-    for path, doc in zip(paths, docs):
-        warning = incomplete_warning(doc, path)
-        if warning and not getattr(args, "allow_incomplete", False):
-            return _fail(f"{path} is incomplete (\"complete\": false): a scheme missing from it would change "
-                         "the pick; pass --allow-incomplete to use it anyway")
-        if warning:
-            print(warning, file=sys.stderr)
+    docs = open_results(paths, incomplete="warn" if getattr(args, "allow_incomplete", False) else "refuse",
+                        refusal="is incomplete (\"complete\": false): a scheme missing from it would change "
+                                "the pick; pass --allow-incomplete to use it anyway")
     if format_mode:
         return _run_by_format(args, paths, docs)
     baseline = getattr(args, "baseline", "bf16")
@@ -546,11 +477,9 @@ def run_recommend(args: argparse.Namespace) -> int:
         if note and note not in notes:
             notes.append(note)
         if summary_mode:
-            if method not in methods_present(doc["rows"]):
-                present = ", ".join(methods_present(doc["rows"])) or "none"
-                return _fail(f"{path}: no row has {method} latency; methods in this file: {present}")
-            if not any(r.get("scheme") == baseline for r in doc["rows"]):
-                return _fail(f"{path}: --baseline {baseline!r} is not a scheme of this file")
+            _check_method(path, doc, method)
+            if not any(r.scheme == baseline for r in doc.rows):
+                raise Refused(f"{path}: --baseline {baseline!r} is not a scheme of this file")
         rec = recommend(doc, args.max_rel_err, method)
         picked = picked or any(g["pick"] for g in rec["by_m"])
         if summary_mode:
@@ -568,9 +497,7 @@ def run_recommend(args: argparse.Namespace) -> int:
                 print(("\n" if i else "") + f"== {path}")
                 print(render_recommendation(rec, args.format, note))
         return 0 if picked else 1
-    if len(methods) > 1:
-        return _fail(f"--summary needs one timing method, these files give {sorted(methods)}; pass --method")
-    (method,) = methods
+    method = _one_method(methods, "--summary")
     if len({(row["scenario"], row["m"], row["k"], row["n"]) for row in summary}) < len(summary):
         for row in summary:  # two files of one scenario: name them by path
             row["scenario"] = row["file"]
@@ -590,7 +517,22 @@ def run_recommend(args: argparse.Namespace) -> int:
     return 0 if picked else 1
 
 
-def _run_by_format(args: argparse.Namespace, paths: list[str], docs: list[dict]) -> int:
+def _check_method(path: str, doc: ResultDoc, method: str) -> None:
+    """Refuse a view of one table when ``doc`` has no ``method`` time at all."""
+    present = methods_present(doc.rows)
+    if method not in present:
+        raise Refused(f"{path}: no row has {method} latency; methods in this file: {', '.join(present) or 'none'}")
+
+
+def _one_method(methods: set, view: str) -> str:
+    """The one method of a one-table view; refuse files that resolve to several."""
+    if len(methods) > 1:
+        raise Refused(f"{view} needs one timing method, these files give {sorted(methods)}; pass --method")
+    (method,) = methods
+    return method
+
+
+def _run_by_format(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
     """``--by-format`` over the files read: one table (one JSON list) of :func:`by_format` records."""
     baseline = getattr(args, "baseline", "bf16")
     records, methods, notes = [], set(), []
@@ -598,14 +540,10 @@ def _run_by_format(args: argparse.Namespace, paths: list[str], docs: list[dict])
         method, note = resolve_method(doc, args.method)
         if note and note not in notes:
             notes.append(note)
-        if method not in methods_present(doc["rows"]):
-            present = ", ".join(methods_present(doc["rows"])) or "none"
-            return _fail(f"{path}: no row has {method} latency; methods in this file: {present}")
+        _check_method(path, doc, method)
         methods.add(method)
         records += [dict(r, file=path) for r in by_format(doc, method, args.max_rel_err, baseline)]
-    if len(methods) > 1:
-        return _fail(f"--by-format needs one timing method, these files give {sorted(methods)}; pass --method")
-    (method,) = methods
+    method = _one_method(methods, "--by-format")
     if len({(r["scenario"], r["m"], r["k"], r["n"], r["format"]) for r in records}) < len(records):
         for r in records:  # two files of one scenario: name them by path
             r["scenario"] = r["file"]
@@ -616,3 +554,9 @@ def _run_by_format(args: argparse.Namespace, paths: list[str], docs: list[dict])
               "kernel; others: their median / the fastest's, '(tie)': p10–p90 overlaps the fastest's\n")
     print(render_by_format(records, method, baseline, args.format, several=len(paths) > 1))
     return 0 if any(r["pick"] for r in records) else 1
+
+
+COMMAND = Command(
+    name="recommend", help="the fastest scheme within an error budget, per M", description=__doc__.split("\n\n")[0],
+    exit_codes="0 some M got a pick; 1 no M did; 2 bad input (an incomplete file without --allow-incomplete)",
+    add_arguments=_add_arguments, run=run_recommend)

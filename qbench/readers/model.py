@@ -41,124 +41,68 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from qbench.compare import UNUSABLE, capture_failure, unusable_note
-from qbench.render import FORMATS, Column, render, wants_prose
+from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, incomplete_warning, resolve_method, unusable_note
+from qbench.presets import PRESETS, LinearShape, ModelPreset
+from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
+                                   add_method, check_max_rel_err, open_results)
+from qbench.render import Column, check_format, render, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
-from qbench.results import (
-    DECISION_METHOD,
-    METHOD_CHOICES,
-    ResultsError,
-    latency_stats,
-    incomplete_warning,
-    machine_of,
-    read_results,
-    resolve_method,
-)
+from qbench.results import ResultDoc
+from qbench.row import Row
 
-__all__ = ["LinearShape", "ModelPreset", "PRESETS", "index_rows", "model_step", "register",
-           "render_model", "row_floor_us", "run_model"]
+__all__ = ["COMMAND", "Indexed", "index_rows", "model_step", "render_model", "row_floor_us", "run_model"]
 
 
 @dataclass(frozen=True)
-class LinearShape:
-    """One linear shape of a model.
+class Indexed:
+    """One row of :func:`index_rows`: the row, the file it came from, and its HBM floor (µs,
+    :func:`row_floor_us` with that file's measured bandwidth; ``None`` when unknown)."""
 
-    Attributes:
-        names: the projections of that shape, e.g. ``"q_proj, o_proj"``.
-        k: in_features.
-        n: out_features.
-        count: how many of them one block has (the LM head: how many the model has, 1).
-        scenario: the scenario file that measures this shape.
-    """
-
-    names: str
-    k: int
-    n: int
-    count: int
-    scenario: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.names} {self.k}→{self.n}"
-
-
-@dataclass(frozen=True)
-class ModelPreset:
-    """A model's linear layers: ``blocks`` decoder blocks of ``block`` shapes, plus ``lm_head``."""
-
-    name: str
-    title: str
-    blocks: int
-    block: tuple[LinearShape, ...]
-    lm_head: LinearShape
+    row: Row
     source: str
+    floor_us: Optional[float]
 
 
-def _llama(name: str, title: str, blocks: int, hidden: int, kv: int, ffn: int, vocab: int,
-           prefix: str, source: str) -> ModelPreset:
-    """A Llama-architecture preset: q/o hidden→hidden, k/v hidden→kv (KV heads × head dim),
-    gate/up hidden→ffn, down ffn→hidden, LM head hidden→vocab (untied)."""
-    return ModelPreset(
-        name=name, title=title, blocks=blocks, source=source,
-        block=(LinearShape("q_proj, o_proj", hidden, hidden, 2, f"scenarios/{prefix}_q_o.toml"),
-               LinearShape("k_proj, v_proj", hidden, kv, 2, f"scenarios/{prefix}_k_v.toml"),
-               LinearShape("gate_proj, up_proj", hidden, ffn, 2, f"scenarios/{prefix}_gate_up.toml"),
-               LinearShape("down_proj", ffn, hidden, 1, f"scenarios/{prefix}_down.toml")),
-        lm_head=LinearShape("lm_head", hidden, vocab, 1, f"scenarios/{prefix}_lm_head.toml"),
-    )
-
-
-#: The model presets, by the name ``qbench model`` takes. Shapes from Meta's config.json files
-#: (head dim 128 in both; o_proj is hidden→hidden because heads × head dim = hidden).
-PRESETS: dict[str, ModelPreset] = {
-    "llama3-8b": _llama("llama3-8b", "Llama-3-8B", 32, 4096, 1024, 14336, 128256, "llama3_8b",
-                        "hidden 4096, 32 heads, 8 KV heads of 128, FFN 14336, vocab 128256, 32 layers"),
-    "llama3.1-70b": _llama("llama3.1-70b", "Llama-3.1-70B", 80, 8192, 1024, 28672, 128256,
-                           "llama31_70b",
-                           "hidden 8192, 64 heads, 8 KV heads of 128, FFN 28672, vocab 128256, 80 layers"),
-}
-
-
-def row_floor_us(row: dict, memory_gbps: Optional[float]) -> Optional[float]:
+def row_floor_us(row: Row, memory_gbps: Optional[float]) -> Optional[float]:
     """The row's HBM floor (µs): its ``hbm_floor_us``, else its stored bytes / ``memory_gbps``
     (GB/s, 1e9 B/s), else ``None``."""
-    floor = row.get("hbm_floor_us")
-    if floor is not None:
-        return floor
-    stored = row.get("stored_bytes")
+    if row.hbm_floor_us is not None:
+        return row.hbm_floor_us
+    stored = row.stored_bytes
     if stored is None or not memory_gbps:
         return None
     return stored / (memory_gbps * 1e3)
 
 
-def index_rows(sources: Sequence[tuple[str, dict]]) -> tuple[dict, list[str]]:
+def index_rows(sources: Sequence[tuple[str, ResultDoc]]) -> tuple[dict, list[str]]:
     """Index the rows of result documents by (scheme, M, K, N).
 
-    ``sources``: ``(path, doc)`` pairs in the order given. Each indexed row is a copy with two
-    keys added: ``source`` (the path) and ``floor_us`` (:func:`row_floor_us` with the file's
-    measured bandwidth). Tensor-parallel rows (``tp_size`` > 1) are left out. Returns
+    ``sources``: ``(path, doc)`` pairs in the order given. Each row is indexed as an
+    :class:`Indexed` (the row, its path, its floor from the file's measured bandwidth).
+    Tensor-parallel rows (``tp_size`` > 1) are left out. Returns
     ``(index, notes)``; the first file holding a key wins, and a note names the files whose rows
     were not used.
     """
-    index: dict[tuple, dict] = {}
+    index: dict[tuple, Indexed] = {}
     shadowed: dict[tuple, list[str]] = {}
     for path, doc in sources:
-        gbps = (((doc.get("ceilings") or {}).get("measured") or {}).get("memory_gbps"))
-        for row in doc.get("rows") or []:
-            if row.get("tp_size") not in (None, 1):
+        measured = doc.ceilings.measured if doc.ceilings is not None else None
+        gbps = measured.memory_gbps if measured is not None else None
+        for row in doc.rows:
+            if row.tp_size not in (None, 1):
                 continue
-            key = (row.get("scheme"), row.get("m"), row.get("k"), row.get("n"))
+            key = (row.scheme, row.m, row.k, row.n)
             if key in index:
-                shadowed.setdefault((row.get("k"), row.get("n"), index[key]["source"]), []).append(path)
+                shadowed.setdefault((row.k, row.n, index[key].source), []).append(path)
                 continue
-            index[key] = dict(row, source=path, floor_us=row_floor_us(row, gbps))
+            index[key] = Indexed(row, path, row_floor_us(row, gbps))
     notes = [f"K={k}, N={n}: rows of {', '.join(sorted(set(paths)))} not used ({used} has them, given first)"
              for (k, n, used), paths in shadowed.items()]
     return index, notes
 
 
 def _shape_record(shape: LinearShape, role: str, per_step: int, index: dict) -> dict:
-    files = sorted({r["source"] for (_, _, k, n), r in index.items() if (k, n) == (shape.k, shape.n)})
+    files = sorted({r.source for (_, _, k, n), r in index.items() if (k, n) == (shape.k, shape.n)})
     return {"role": role, "names": shape.names, "k": shape.k, "n": shape.n, "count": shape.count,
             "per_step": per_step, "scenario": shape.scenario, "measured": bool(files), "files": files}
 
@@ -170,7 +114,7 @@ def _sum(values: list) -> Optional[float]:
 def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
                baseline: str = "bf16", max_rel_err: Optional[float] = None) -> dict:
     """The linear layers of one decode step of ``preset`` per scheme and M, from ``index``
-    (:func:`index_rows`; any dict (scheme, M, K, N) -> row works, ``floor_us`` optional).
+    (:func:`index_rows`: (scheme, M, K, N) -> :class:`Indexed`).
 
     Returns ``{"model", "title", "blocks", "method", "baseline", "max_rel_err", "shapes",
     "missing", "lm_head_included", "ms", "rows", "fastest"}``:
@@ -227,27 +171,27 @@ def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
     times, stored, floors, rels, problems, unusable, nonfinite = [], [], [], [], [], [], 0
     for shape, _, per_step in used:
         where = f"{shape.k}→{shape.n}"
-        row = index.get((scheme, m, shape.k, shape.n))
-        if row is None:
+        got = index.get((scheme, m, shape.k, shape.n))
+        if got is None:
             problems.append(f"no row at {where}")
             continue
-        if row.get("status") != "ok":
-            problems.append(f"{row.get('status')} at {where}: {row.get('reason') or 'no reason given'}")
+        row = got.row
+        if row.status != "ok":
+            problems.append(f"{row.status} at {where}: {row.reason or 'no reason given'}")
             continue
-        stats = latency_stats(row, method)
+        stats = row.stats(method)
         if stats is None:
             if capture_failure(row, method):
                 unusable.append(where)
             else:
-                why = (row.get("latency_reasons") or {}).get(method)
-                problems.append(f"no {method} time at {where}" + (f" ({why})" if why else ""))
+                why = row.reason_for(method)
+                problems.append(f"no {method} time at {where}" + (f" ({why.text})" if why else ""))
             continue
-        times.append(per_step * stats["median"])
-        stored.append(None if row.get("stored_bytes") is None else per_step * row["stored_bytes"])
-        floors.append(None if row.get("floor_us") is None else per_step * row["floor_us"])
-        err = row.get("error") or {}
-        rels.append(err.get("rel_fro"))
-        nonfinite += err.get("nonfinite") or 0
+        times.append(per_step * stats.median)
+        stored.append(None if row.stored_bytes is None else per_step * row.stored_bytes)
+        floors.append(None if got.floor_us is None else per_step * got.floor_us)
+        rels.append(row.rel_fro)
+        nonfinite += (row.error.nonfinite if row.error is not None else None) or 0
     rec = {"scheme": scheme, "m": m, "status": "ok", "step_us": None, "hbm_floor_us": None,
            "floor_fraction": None, "stored_bytes": None, "tokens_per_s": None, "speedup": None,
            "rel_fro_max": None, "note": None}
@@ -356,54 +300,36 @@ def render_model(result: dict, fmt: str = "simple") -> str:
 
 # ---- the subcommand ----------------------------------------------------------------------------
 
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``model`` subcommand to ``subparsers``; it sets ``func=run_model``."""
-    p = subparsers.add_parser("model", help="the linear layers of a model's decode step, per scheme and M",
-                              description=__doc__.split("\n\n")[0])
+def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help=f"model preset: {', '.join(PRESETS)}")
     p.add_argument("result", nargs="*", help="per-layer result JSON files (qbench run); none: list "
                                              "the shapes the model needs and their scenarios")
-    p.add_argument("--method", default=None, choices=METHOD_CHOICES,
-                   help=f"timing method (default {DECISION_METHOD}; a file without it: cold, or cpu "
-                        "on a CPU result)")
-    p.add_argument("--baseline", default="bf16", help="scheme the speed-up is against (default bf16)")
-    p.add_argument("--max-rel-err", type=float, default=None,
-                   help="mark schemes whose largest per-layer rel_fro is over this; they are not "
-                        "named fastest")
-    p.add_argument("--format", default="simple", help="table format, or csv / json")
-    p.add_argument("--allow-incomplete", action="store_true",
-                   help="read files marked incomplete (a run cut off, completed by another file) without a "
-                        "warning on stderr; each is named in a note under the table (in JSON: 'notes') "
-                        "instead; CSV has no place for notes, so there the warning stays")
-    p.set_defaults(func=run_model)
-    return p
-
-
-def _fail(msg: str) -> int:
-    print(f"qbench model: {msg}", file=sys.stderr)
-    return 2
+    add_method(p)
+    add_baseline(p, "the speed-up")
+    add_max_rel_err(p, "schemes whose largest per-layer rel_fro is over it are marked and not named fastest")
+    add_format(p, "any tabulate format, or csv / json")
+    add_allow_incomplete(p, "no warning on stderr; each is named in a note under the table (in JSON: 'notes') "
+                            "instead; CSV has no place for notes, so there the warning stays")
 
 
 def run_model(args: argparse.Namespace) -> int:
-    """Run ``qbench model`` from parsed ``args``; returns the exit status (0, 1 or 2, see the
-    module docstring)."""
+    """Run ``qbench model`` from parsed ``args``; returns the exit status (0 or 1, see the module
+    docstring; raises :class:`~qbench.readers.common.Refused` on bad input)."""
     preset = PRESETS.get(args.name)
     if preset is None:
-        return _fail(f"unknown model {args.name!r}; presets: {', '.join(PRESETS)}")
-    if args.format not in FORMATS:
-        return _fail(f"unknown format {args.format!r}; allowed: {', '.join(sorted(FORMATS))}")
-    if args.max_rel_err is not None and not args.max_rel_err >= 0:
-        return _fail(f"--max-rel-err must be >= 0, got {args.max_rel_err}")
-    paths = [args.result] if isinstance(args.result, str) else list(args.result or [])
+        raise Refused(f"unknown model {args.name!r}; presets: {', '.join(PRESETS)}")
     try:
-        docs = [read_results(path) for path in paths]
-    except ResultsError as exc:
-        return _fail(str(exc))
-    machines = {path: machine_of(doc) for path, doc in zip(paths, docs)}
+        check_format(args.format)
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
+    check_max_rel_err(args.max_rel_err)
+    paths = [args.result] if isinstance(args.result, str) else list(args.result or [])
+    docs = open_results(paths, incomplete="keep")  # said below, as a warning or a note
+    machines = {path: doc.machine for path, doc in zip(paths, docs)}
     if len(set(machines.values())) > 1:  # a step sums per-layer times: they must come from one machine
-        return _fail("the files were measured on different machines ("
-                     + "; ".join(f"{p}: {m}" for p, m in machines.items())
-                     + "): a decode step adds per-layer times of one machine")
+        raise Refused("the files were measured on different machines ("
+                      + "; ".join(f"{p}: {m}" for p, m in machines.items())
+                      + "): a decode step adds per-layer times of one machine")
     methods, notes = {}, []
     for path, doc in zip(paths, docs):
         method, note = resolve_method(doc, args.method)
@@ -411,7 +337,7 @@ def run_model(args: argparse.Namespace) -> int:
         if note and note not in notes:
             notes.append(note)
     if len(set(methods.values())) > 1:
-        return _fail(f"the files resolve to different timing methods ({', '.join(f'{p}: {m}' for p, m in methods.items())}); "
+        raise Refused(f"the files resolve to different timing methods ({', '.join(f'{p}: {m}' for p, m in methods.items())}); "
                      "pass --method")
     # A note is printed under a prose table and carried by JSON; a CSV has no place for one, so
     # there the warning stays on stderr, --allow-incomplete or not.
@@ -419,7 +345,7 @@ def run_model(args: argparse.Namespace) -> int:
     for path, doc in zip(paths, docs):
         warning = incomplete_warning(doc, path)
         if warning and getattr(args, "allow_incomplete", False) and notes_shown:
-            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.get('rows') or [])} rows), read "
+            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.rows)} rows), read "
                          "with --allow-incomplete")
         elif warning:
             print(warning, file=sys.stderr)
@@ -445,3 +371,10 @@ def run_model(args: argparse.Namespace) -> int:
         for note in result["notes"]:
             print(f"note: {note}")
     return 0 if any(m is not None for m in result["fastest"].values()) else 1
+
+
+COMMAND = Command(
+    name="model", help="the linear layers of a model's decode step, per scheme and M",
+    description=__doc__.split("\n\n")[0],
+    exit_codes="0 some scheme has a complete step; 1 none does (missing shapes named); 2 bad input",
+    add_arguments=_add_arguments, run=run_model)

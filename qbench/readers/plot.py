@@ -3,14 +3,14 @@
 Figure 1 (``FILE.png``): x = arithmetic intensity (FLOP/byte), y = attained TFLOP/s
 (``flops / median`` of the method), log-log, with the ceilings drawn: the bandwidth slope
 ``AI * GB/s / 1000`` (TFLOP/s) and one horizontal line per compute dtype, from
-``doc["ceilings"]["measured"]``, else ``["datasheet"]`` (none on CPU). One labelled point per
+``ceilings.measured``, else ``ceilings.datasheet`` (none on CPU). One labelled point per
 scheme x M.
 
 Figure 2 (``FILE-pareto.png``): latency median (µs) against rel_fro, log-log, one panel per M
 (per M and shape when a file has several), one colour per scheme (the registry's order, the same in
 every chart). The points of ``qbench recommend``'s Pareto front, over (latency, rel_fro, stored
 bytes), are ringed and named with their stored MiB: the front is computed by the one function
-recommend uses (:func:`qbench.recommend.pareto_front`), so a point that looks dominated on the two
+recommend uses (:func:`qbench.judge.pareto_front`), so a point that looks dominated on the two
 axes drawn can be on it for its bytes. Labels are placed by :func:`place_labels` (deterministic,
 no dependency beyond matplotlib) so that none overlaps another or a point.
 
@@ -25,51 +25,35 @@ backend. Exit status: 0, or 2 on bad input or missing matplotlib.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from qbench.recommend import pareto_front
-from qbench.results import (
-    DECISION_METHOD,
-    METHOD_CHOICES,
-    ResultsError,
-    latency_stats,
-    incomplete_warning,
-    read_results,
-    resolve_method,
-)
+from qbench.judge import pareto_front, resolve_method
+from qbench.readers.common import Command, Refused, add_method, open_results
+from qbench.results import ResultDoc
 
-__all__ = ["draw_pareto", "pareto_groups", "place_labels", "plot_pareto", "plot_roofline", "points", "register",
+__all__ = ["COMMAND", "draw_pareto", "pareto_groups", "place_labels", "plot_pareto", "plot_roofline", "points",
            "run_plot"]
 
 
-def points(doc: dict, method: str) -> list[dict]:
+def points(doc: ResultDoc, method: str) -> list[dict]:
     """Plottable rows: ``ok`` rows with a ``method`` median; each ``{"label", "scheme", "m", "k", "n",
     "tp_size", "split", "stored_bytes", "base" (registry name), "compiled" (bool), "ai" (FLOP/byte),
     "tflops" (attained, 1e12 FLOP/s), "latency_us", "rel_fro" (None with non-finite outputs)}``."""
     out = []
-    for r in doc.get("rows") or []:
-        stats = latency_stats(r, method)
-        if not stats or stats["median"] <= 0:
+    for r in doc.rows:
+        stats = r.stats(method)
+        if not stats or stats.median <= 0:
             continue
-        err = r.get("error") or {}
-        rel = None if err.get("nonfinite") else err.get("rel_fro")
-        out.append({"label": f"{r['scheme']} M={r['m']}", "scheme": r["scheme"], "m": r["m"],
-                    "k": r.get("k"), "n": r.get("n"), "tp_size": r.get("tp_size"), "split": r.get("split"),
-                    "stored_bytes": r.get("stored_bytes"),
-                    "base": r["scheme"].replace("+compiled", ""), "compiled": r.get("mode") == "compiled",
-                    "ai": r.get("arithmetic_intensity"),
-                    "tflops": r["flops"] / stats["median"] / 1e6 if r.get("flops") else None,
-                    "latency_us": stats["median"], "rel_fro": rel})
+        rel = None if r.error is not None and r.error.nonfinite else r.rel_fro
+        compiled = r.mode == "compiled"
+        out.append({"label": f"{r.scheme} M={r.m}", "scheme": r.scheme, "m": r.m, "k": r.k, "n": r.n,
+                    "tp_size": r.tp_size, "split": r.split, "stored_bytes": r.stored_bytes,
+                    # the eager variant's label: a compiled scheme shares its colour
+                    "base": r.scheme.removesuffix("+compiled") if compiled else r.scheme, "compiled": compiled,
+                    "ai": r.arithmetic_intensity,
+                    "tflops": r.flops / stats.median / 1e6 if r.flops else None,
+                    "latency_us": stats.median, "rel_fro": rel})
     return out
-
-
-def _ceilings(doc: dict) -> tuple[dict | None, str]:
-    c = doc.get("ceilings") or {}
-    for source in ("measured", "datasheet"):
-        if c.get(source) and c[source].get("memory_gbps"):
-            return c[source], source
-    return None, "none"
 
 
 #: Marker per M (in ascending M order), so one chart can hold a sweep of M values.
@@ -136,12 +120,12 @@ def _scatter_with_legend(ax, pts: list[dict], x: str, y: str) -> list:
     return handles
 
 
-def plot_roofline(doc: dict, method: str, path: Path) -> Path:
+def plot_roofline(doc: ResultDoc, method: str, path: Path) -> Path:
     """Write the roofline chart of ``doc`` (``method`` medians) to ``path`` (PNG, SVG or PDF, from its suffix).
 
     Points are coloured by scheme and shaped by M (legend on the right, no text on the points, so
     schemes at the same AI cannot hide each other's names). The ceilings come from
-    ``doc["ceilings"]["measured"]`` (else ``["datasheet"]``): the bandwidth slope and one
+    ``doc.ceilings.measured`` (else ``.datasheet``; :meth:`~qbench.results.ResultDoc.ceiling`): the bandwidth slope and one
     horizontal line per distinct compute peak, named in the legend with its dtypes and TFLOP/s;
     when both are present the datasheet bandwidth is drawn dashed for comparison.
     """
@@ -151,22 +135,22 @@ def plot_roofline(doc: dict, method: str, path: Path) -> Path:
 
     pts = [p for p in points(doc, method) if p["ai"] and p["tflops"]]
     fig, ax = plt.subplots(figsize=(11.5, 7))
-    ceil, source = _ceilings(doc)
+    ceil, source = doc.ceiling()
     xs = [p["ai"] for p in pts] or [1.0]
     lo, hi = min(xs) / 2, max(xs) * 2
     ceiling_handles = []
     if ceil:
-        bw = ceil["memory_gbps"]
-        peaks = {d: v for d, v in (ceil.get("tflops") or {}).items() if v}
+        bw = ceil.memory_gbps
+        peaks = {d: v for d, v in (ceil.tflops or {}).items() if v}
         top = max(peaks.values(), default=1.0)
         right = max(hi, top * 1000 / bw * 2)
         line, = ax.plot([lo, top * 1000 / bw], [lo * bw / 1000, top], "k-", lw=1.4,
                         label=f"memory {bw:.0f} GB/s ({source})")
         ceiling_handles.append(line)
-        sheet = ((doc.get("ceilings") or {}).get("datasheet") or {})
-        if source == "measured" and sheet.get("memory_gbps"):
-            sbw = sheet["memory_gbps"]
-            stop = max((v for v in (sheet.get("tflops") or {}).values() if v), default=top)
+        sheet = doc.ceilings.datasheet
+        if source == "measured" and sheet is not None and sheet.memory_gbps:
+            sbw = sheet.memory_gbps
+            stop = max((v for v in (sheet.tflops or {}).values() if v), default=top)
             line, = ax.plot([lo, stop * 1000 / sbw], [lo * sbw / 1000, stop], color="grey", ls="--", lw=1,
                             label=f"memory {sbw:.0f} GB/s (datasheet)")
             ceiling_handles.append(line)
@@ -185,8 +169,8 @@ def plot_roofline(doc: dict, method: str, path: Path) -> Path:
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte of minimum traffic)")
     ax.set_ylabel(f"attained TFLOP/s (FLOPs / {method} median)")
-    name = (doc.get("env") or {}).get("device_name") or (doc.get("env") or {}).get("device", "")
-    scen = (doc.get("scenario") or {}).get("name", "")
+    name = doc.env.device_name or doc.env.device or ""
+    scen = doc.scenario.name or ""
     ax.set_title(f"roofline: {scen} on {name}; ceilings {source}")
     if pts or ceiling_handles:  # one legend, outside the axes: ceilings first, then the schemes
         from matplotlib.lines import Line2D
@@ -307,12 +291,12 @@ def place_labels(ax, items: list[tuple[float, float, str]], obstacles: list[tupl
     return out, crowded
 
 
-def pareto_groups(doc: dict, method: str) -> list[dict]:
-    """The latency/error points of ``doc`` by (M, K, N, tp_size, split), as :func:`qbench.recommend.
-    recommend` groups rows, ascending; each group ``{"m", "k", "n", "tp_size", "split", "points"
+def pareto_groups(doc: ResultDoc, method: str) -> list[dict]:
+    """The latency/error points of ``doc`` by (M, K, N, tp_size, split), as ``qbench recommend``
+    groups rows, ascending; each group ``{"m", "k", "n", "tp_size", "split", "points"
     (:func:`points`), "front" (the schemes on the Pareto front)}``.
 
-    The front is :func:`qbench.recommend.pareto_front` over (latency median, rel_fro, stored
+    The front is :func:`qbench.judge.pareto_front` over (latency median, rel_fro, stored
     bytes), the one recommend reports, computed on every point with an error (also an exact
     rel_fro of 0, which a log axis cannot show).
     """
@@ -329,7 +313,7 @@ def pareto_groups(doc: dict, method: str) -> list[dict]:
     return out
 
 
-def draw_pareto(doc: dict, method: str):
+def draw_pareto(doc: ResultDoc, method: str):
     """The latency-vs-error figure of ``doc``: one panel per (M, shape) group of
     :func:`pareto_groups`, log-log, every point coloured by scheme, the Pareto front's points ringed
     and named with their stored MiB (:func:`place_labels`: no two labels overlap). Returns
@@ -382,7 +366,7 @@ def draw_pareto(doc: dict, method: str):
         flat[0].set_ylim(min(errs) / 3, max(errs) * 3)
     for ax in flat[len(plotted):]:
         ax.set_axis_off()
-    scen = (doc.get("scenario") or {}).get("name", "")
+    scen = doc.scenario.name or ""
     m_note = f" (all points M={groups[0]['m']})" if single and groups else ""
     heading = (f"latency vs error: {scen}{m_note}; ringed and named: the Pareto front over (latency, error, "
                f"stored MiB), as qbench recommend")
@@ -422,7 +406,7 @@ def draw_pareto(doc: dict, method: str):
 _MIB = 2.0**-20
 
 
-def plot_pareto(doc: dict, method: str, path: Path) -> Path:
+def plot_pareto(doc: ResultDoc, method: str, path: Path) -> Path:
     """Write :func:`draw_pareto`'s chart (latency against rel_fro, the Pareto front of
     ``qbench recommend`` ringed and named, one panel per M) to ``path`` (.png, .svg or .pdf)."""
     import matplotlib.pyplot as plt
@@ -433,51 +417,36 @@ def plot_pareto(doc: dict, method: str, path: Path) -> Path:
     return path
 
 
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``plot`` subcommand to ``subparsers``; it sets ``func=run_plot``."""
-    p = subparsers.add_parser("plot", help="roofline and latency/error charts (.png, .svg or .pdf)",
-                              description=__doc__.split("\n\n")[0])
+def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("result", help="result JSON written by qbench run")
     p.add_argument("-o", "--out", "--output", dest="output", required=True,
                    help="FILE.png, .svg or .pdf: the roofline; the Pareto chart goes to FILE-pareto.<same suffix>")
     p.add_argument("--what", choices=("roofline", "pareto", "both"), default="both")
     p.add_argument("--force", action="store_true", help="overwrite existing chart files")
-    p.add_argument("--method", default=None, choices=METHOD_CHOICES,
-                   help=f"timing method (default {DECISION_METHOD}; a file without it: cold, or cpu on CPU)")
-    p.set_defaults(func=run_plot)
-    return p
+    add_method(p)
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    """Run ``qbench plot`` from parsed ``args``; returns the exit status (0 or 2). Like ``qbench
-    run``, it never overwrites a file without ``--force``."""
+    """Run ``qbench plot`` from parsed ``args``; returns the exit status (0; raises
+    :class:`~qbench.readers.common.Refused` on bad input). Like ``qbench run``, it never overwrites
+    a file without ``--force``."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("qbench plot: needs matplotlib; install it with: pip install 'qbench[plot]'",
-              file=sys.stderr)
-        return 2
-    try:
-        doc = read_results(args.result)
-        if incomplete_warning(doc, args.result):
-            print(incomplete_warning(doc, args.result), file=sys.stderr)
-    except ResultsError as exc:
-        print(f"qbench plot: {exc}", file=sys.stderr)
-        return 2
+        raise Refused("needs matplotlib; install it with: pip install 'qbench[plot]'") from None
+    (doc,) = open_results([args.result])
     method, note = resolve_method(doc, args.method)
     out = Path(args.output)
     suffix = out.suffix.lower()
     if suffix not in (".png", ".svg", ".pdf"):
-        print(f"qbench plot: -o must name a .png, .svg or .pdf file, got {out}", file=sys.stderr)
-        return 2
+        raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
     pareto_path = out.with_name(f"{out.stem}-pareto{out.suffix}")
     targets = ([out] if args.what in ("roofline", "both") else []) + \
               ([pareto_path] if args.what in ("pareto", "both") else [])
     existing = [str(t) for t in targets if t.exists()]
     if existing and not getattr(args, "force", False):
-        print(f"qbench plot: {', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
-              "pass --force to overwrite", file=sys.stderr)
-        return 2
+        raise Refused(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
+                      "pass --force to overwrite")
     out.parent.mkdir(parents=True, exist_ok=True)
     print(f"latency = {method} median" + (f" ({note})" if note else ""))
     if args.what in ("roofline", "both"):
@@ -485,3 +454,9 @@ def run_plot(args: argparse.Namespace) -> int:
     if args.what in ("pareto", "both"):
         print(plot_pareto(doc, method, pareto_path))
     return 0
+
+
+COMMAND = Command(
+    name="plot", help="roofline and latency/error charts (.png, .svg or .pdf)", description=__doc__.split("\n\n")[0],
+    exit_codes="0; 2 bad input (an existing chart without --force, a suffix other than .png/.svg/.pdf)",
+    add_arguments=_add_arguments, run=run_plot)
