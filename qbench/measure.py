@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from qbench import formulas, inputs, ledger, metrics, tuning_cache
-from qbench.row import check_row
+from qbench.row import check_row, flag_record, reason_record
 from qbench.scenario import Scenario, SchemeEntry
 from qbench.schemes import get as get_scheme
 from qbench.schemes.base import Scheme
@@ -287,11 +287,11 @@ class _Runner:
                                   "cache_counters": {key: n for key, n in caches.items() if n},
                                   "compile_threads": _compile_threads()}
                 if self.graphs_total == 0:
-                    row["flags"].append("not-compiled: torch.compile compiled no graph for this scheme; "
-                                        "the call ran eagerly")
+                    row["flags"].append(flag_record("not-compiled", "torch.compile compiled no graph for this scheme; "
+                                                             "the call ran eagerly"))
                 if row["compile"]["graph_breaks"]:
-                    row["flags"].append(f"graph-breaks: {row['compile']['graph_breaks']} graph break(s) "
-                                        "in the compiled call (parts of it ran eagerly)")
+                    row["flags"].append(flag_record("graph-breaks", f"{row['compile']['graph_breaks']} graph break(s) "
+                                                             "in the compiled call (parts of it ran eagerly)"))
         except Exception as exc:
             failed_rows([row], "failed", f"run: {describe_exception(exc)}")
             return
@@ -310,11 +310,12 @@ class _Runner:
                         self._measure_stream(row, x)
                     except Exception as exc:  # the copies failed: stream's reason, the row keeps its cpu time
                         row["latency_us"]["stream"] = None
-                        row["latency_reasons"]["stream"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                        row["latency_reasons"]["stream"] = reason_record(
+                            "copies", f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
                     self._spend("stream", t0)
                 else:
                     row["latency_us"][method] = None
-                    row["latency_reasons"][method] = "CUDA method; this row ran on the CPU"
+                    row["latency_reasons"][method] = reason_record("cuda-only", "CUDA method; this row ran on the CPU")
         else:
             self._measure_cuda(row, fn)
         if self.compiled:
@@ -354,7 +355,7 @@ class _Runner:
                 }
             except Exception as exc:
                 row["latency_us"]["kernel"] = None
-                row["latency_reasons"]["kernel"] = f"profiler: {type(exc).__name__}: {exc}"
+                row["latency_reasons"]["kernel"] = reason_record("error", f"profiler: {type(exc).__name__}: {exc}")
             self._reading(row, "kernel")
             self._spend("kernel", t0)
         after = gpu.read_gpu_state(index) if gpu else None
@@ -375,8 +376,8 @@ class _Runner:
         if load.get("oversubscribed"):
             busy = (f"{load['busy_cores_now']:.1f} cores busy with other work" if load.get("busy_cores_now") is not None
                     else f"load {load['load_avg_1min']:.1f}")
-            row["flags"].append(f"cpu-busy: {busy} leaves {load['free_cores']:.1f} free cores for {threads} "
-                                "threads: noisy")
+            row["flags"].append(flag_record("cpu-busy", f"{busy} leaves {load['free_cores']:.1f} free cores for {threads} "
+                                                 "threads: noisy"))
 
     def _reading(self, row: dict, method: str) -> None:
         """A fresh NVML reading right after ``method``'s last sample (SM and memory clocks, power,
@@ -393,7 +394,7 @@ class _Runner:
         row["gpu_state"] = state
         active = reading.get("throttle_reasons") or []
         if active:
-            row["flags"].append(f"throttled: {', '.join(active)} active right after {method}")
+            row["flags"].append(flag_record("throttled", f"{', '.join(active)} active right after {method}"))
 
     def _time(self, row: dict, method: str, run: Callable[[], Any]) -> None:
         t0 = time.perf_counter()
@@ -401,7 +402,7 @@ class _Runner:
             row["latency_us"][method] = run().to_dict()
         except Exception as exc:
             row["latency_us"][method] = None
-            row["latency_reasons"][method] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            row["latency_reasons"][method] = reason_record("error", f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
         self._spend(method, t0)
 
     def _recount_ledger(self, row: dict) -> None:
@@ -411,12 +412,13 @@ class _Runner:
         k, n = row["k"], row["n"]
         now = ledger.count(self.scheme.parts(self.eager_module))
         if now.stored_bytes != self.book.stored_bytes:
-            row["flags"].append(f"repacked: the weight changed on the first call ({self.book.stored_bytes} -> "
-                                f"{now.stored_bytes} stored bytes); the ledger is the timed, repacked state")
+            row["flags"].append(flag_record("repacked", f"the weight changed on the first call ({self.book.stored_bytes} -> "
+                                                 f"{now.stored_bytes} stored bytes); the ledger is the timed, repacked "
+                                                 "state"))
             self.book = now
         elif self._repacked:
             row["flags"].append(self._repacked)
-        if row["flags"] and row["flags"][-1].startswith("repacked:"):
+        if row["flags"] and row["flags"][-1]["name"] == "repacked":
             self._repacked = row["flags"][-1]
         row.update(self.book.fields(k, n))
 
@@ -435,7 +437,7 @@ class _Runner:
         and, for compiled schemes, ``recompilations`` during the stream timing."""
         if self.copies is None:
             row["latency_us"]["stream"] = None
-            row["latency_reasons"]["stream"] = self.stream_why or "no copies were built"
+            row["latency_reasons"]["stream"] = reason_record("copies", self.stream_why or "no copies were built")
             return
         timing = _timing()
         before = _graph_count()
@@ -466,7 +468,7 @@ class _Runner:
             for method in methods:
                 if failure is not None:
                     row["latency_us"][method] = None
-                    row["latency_reasons"][method] = f"not attempted: {failure}"
+                    row["latency_reasons"][method] = reason_record("not-attempted", f"not attempted: {failure}")
                     continue
                 t0 = time.perf_counter()
                 try:
@@ -478,11 +480,11 @@ class _Runner:
                 except timing.GraphCaptureError as exc:
                     failure = f"CUDA graph capture failed at M={row['m']}: {exc}"
                     row["latency_us"][method] = None
-                    row["latency_reasons"][method] = failure
+                    row["latency_reasons"][method] = reason_record("capture-failed", failure)
                 except Exception as exc:
                     failure = f"M={row['m']}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
                     row["latency_us"][method] = None
-                    row["latency_reasons"][method] = failure
+                    row["latency_reasons"][method] = reason_record("error", failure)
                 finally:
                     self._spend(method, t0)
             if row["dispatch"] is not None:
@@ -521,10 +523,10 @@ def finish_row(row: dict, ceilings: Optional[dict]) -> None:
         if row["roofline_us"] is not None:
             row["roofline_fraction"] = row["roofline_us"] / time_us
             if row["roofline_fraction"] > 1.0:
-                row.setdefault("flags", []).append(
-                    f"above-ceiling: {method} {time_us:.3g} µs is below the {row['roofline_source']} roofline "
+                row.setdefault("flags", []).append(flag_record(
+                    "above-ceiling", f"{method} {time_us:.3g} µs is below the {row['roofline_source']} roofline "
                     f"({row['roofline_us']:.3g} µs): that ceiling underestimates this device, so roofline % "
-                    "overstates how close the row is to the hardware")
+                    "overstates how close the row is to the hardware"))
         row["achieved_gbps"], row["achieved_tflops"] = formulas.achieved(row["flops"], row["min_bytes"], time_us)
         row["achieved_method"] = method
 

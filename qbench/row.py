@@ -58,8 +58,8 @@ __all__ = [
     "check_row",
     "field_paths",
     "field_names",
-    "flag",
-    "reason",
+    "flag_record",
+    "reason_record",
     "row_key",
     "schema_markdown",
     "validate_row",
@@ -382,7 +382,7 @@ class Flag(_Part):
         return f"{self.name}: {self.text}"
 
 
-def reason(kind: str, text: str) -> dict:
+def reason_record(kind: str, text: str) -> dict:
     """A ``latency_reasons`` entry as a producer writes it: ``{"kind": kind, "text": text}``.
 
     Raises:
@@ -393,7 +393,7 @@ def reason(kind: str, text: str) -> dict:
     return {"kind": kind, "text": text}
 
 
-def flag(name: str, text: str) -> dict:
+def flag_record(name: str, text: str) -> dict:
     """A ``flags`` entry as a producer writes it: ``{"name": name, "text": text}``.
 
     Raises:

@@ -22,7 +22,7 @@ import torch
 
 from qbench import inputs, ledger, metrics
 from qbench.measure import _settings, base_row, checked, dtype_name, failed_rows, make_copies
-from qbench.row import TP_ROW_FIELDS, check_row
+from qbench.row import TP_ROW_FIELDS, check_row, reason_record
 from qbench.scenario import Scenario
 from qbench.schemes import get as get_scheme
 from qbench.tp import collectives, shard
@@ -210,7 +210,7 @@ def _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ra
     if "stream" in scenario.timing.methods:
         if copies is None:
             row["latency_us"]["stream"] = None
-            row["latency_reasons"]["stream"] = stream_why or "no copies were built"
+            row["latency_reasons"]["stream"] = reason_record("copies", stream_why or "no copies were built")
         else:  # every rank reaches this (the agreement above), so the collectives stay in lockstep
             calls = [(lambda mod=mod: collect(mod(x_local))) for mod in copies.modules]
             try:
@@ -219,13 +219,15 @@ def _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ra
                 medians["stream"] = got.per_rank_median
             except Exception as exc:
                 row["latency_us"]["stream"] = None
-                row["latency_reasons"]["stream"] = f"rank {ranks.rank}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+                row["latency_reasons"]["stream"] = reason_record(
+                    "error", f"rank {ranks.rank}: {type(exc).__name__}: {exc}".splitlines()[0][:300])
     row["per_rank_median_us"] = medians
     for other in scenario.timing.methods:
         if other in (method, "stream"):
             continue
         row["latency_us"][other] = None
         if not cuda:
-            row["latency_reasons"][other] = "CUDA method; this row ran on the CPU"
+            row["latency_reasons"][other] = reason_record("cuda-only", "CUDA method; this row ran on the CPU")
         else:
-            row["latency_reasons"][other] = "tensor-parallel rows time cold only (end_to_end_us)"
+            row["latency_reasons"][other] = reason_record("not-timed",
+                                                          "tensor-parallel rows time cold only (end_to_end_us)")
