@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qbench.model import PRESETS, index_rows, model_step
+from qbench.readers.model import PRESETS, index_rows, model_step
 from qbench.results import read_results
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -204,7 +204,7 @@ def _doc(median, spread=0.01):
 
 @pytest.mark.parametrize("b_median, regression", [(1.05, False), (1.0500001, True), (2.0, True), (1.04, False)])
 def test_compare_threshold_is_strict(b_median, regression):
-    from qbench.compare import compare_docs
+    from qbench.readers.compare import compare_docs
 
     (rec,) = compare_docs(_doc(1.0), _doc(b_median), "stream", threshold=1.05)
     assert rec["verdict"] == "slower"  # [0.99, 1.01] against [1.0296, ...]: no overlap
@@ -213,7 +213,7 @@ def test_compare_threshold_is_strict(b_median, regression):
 
 
 def test_compare_cli_exit_status_at_the_threshold(tmp_path, capsys):
-    from qbench import compare
+    from qbench.readers import compare
     from qbench.results import write_results
     from tests.conftest import run_subcommand
 

@@ -32,7 +32,7 @@ from qbench.row import Row, Stats
 __all__ = ["COMMAND", "caveats", "compare_docs", "render_compare", "run_compare"]
 
 
-def compare_docs(a: ResultDoc, b: ResultDoc, method: str = DECISION_METHOD, threshold: float = 1.05) -> list[dict]:
+def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISION_METHOD, threshold: float = 1.05) -> list[dict]:
     """Compare result documents ``a`` (before) and ``b`` (after) row by row.
 
     Returns one record per (scheme, m, k, n) in either file, A's order first then B-only rows:
@@ -43,6 +43,7 @@ def compare_docs(a: ResultDoc, b: ResultDoc, method: str = DECISION_METHOD, thre
     compared pair :func:`caveats`: flags and noise; or None),
     "regression" (verdict slower and b > threshold × a, i.e. speedup < 1/threshold)}``.
     """
+    a, b = ResultDoc.of(a), ResultDoc.of(b)
     rows_a = {r.key: r for r in a.rows}
     rows_b = {r.key: r for r in b.rows}
     keys = list(rows_a) + [k for k in rows_b if k not in rows_a]

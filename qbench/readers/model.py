@@ -86,6 +86,7 @@ def index_rows(sources: Sequence[tuple[str, ResultDoc]]) -> tuple[dict, list[str
     index: dict[tuple, Indexed] = {}
     shadowed: dict[tuple, list[str]] = {}
     for path, doc in sources:
+        doc = ResultDoc.of(doc)
         measured = doc.ceilings.measured if doc.ceilings is not None else None
         gbps = measured.memory_gbps if measured is not None else None
         for row in doc.rows:

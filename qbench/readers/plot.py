@@ -35,10 +35,11 @@ __all__ = ["COMMAND", "draw_pareto", "pareto_groups", "place_labels", "plot_pare
            "run_plot"]
 
 
-def points(doc: ResultDoc, method: str) -> list[dict]:
+def points(doc: ResultDoc | dict, method: str) -> list[dict]:
     """Plottable rows: ``ok`` rows with a ``method`` median; each ``{"label", "scheme", "m", "k", "n",
     "tp_size", "split", "stored_bytes", "base" (registry name), "compiled" (bool), "ai" (FLOP/byte),
     "tflops" (attained, 1e12 FLOP/s), "latency_us", "rel_fro" (None with non-finite outputs)}``."""
+    doc = ResultDoc.of(doc)
     out = []
     for r in doc.rows:
         stats = r.stats(method)
@@ -291,7 +292,7 @@ def place_labels(ax, items: list[tuple[float, float, str]], obstacles: list[tupl
     return out, crowded
 
 
-def pareto_groups(doc: ResultDoc, method: str) -> list[dict]:
+def pareto_groups(doc: ResultDoc | dict, method: str) -> list[dict]:
     """The latency/error points of ``doc`` by (M, K, N, tp_size, split), as ``qbench recommend``
     groups rows, ascending; each group ``{"m", "k", "n", "tp_size", "split", "points"
     (:func:`points`), "front" (the schemes on the Pareto front)}``.

@@ -103,7 +103,7 @@ def _lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
     return None
 
 
-def recommend(doc: ResultDoc, max_rel_err: float, method: str = DECISION_METHOD) -> dict:
+def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_METHOD) -> dict:
     """Recommend a scheme per (M, K, N) of result ``doc`` for an error budget.
 
     ``max_rel_err``: largest acceptable ``error.rel_fro`` (relative Frobenius error vs float64).
@@ -121,6 +121,7 @@ def recommend(doc: ResultDoc, max_rel_err: float, method: str = DECISION_METHOD)
     cannot be captured in a CUDA graph (:func:`qbench.judge.capture_failure`); they are also in
     ``others``, with a reason that starts "unusable in a graph-captured decode loop".
     """
+    doc = ResultDoc.of(doc)
     groups: dict[tuple, list[Row]] = {}
     for r in doc.rows:
         groups.setdefault(r.shape, []).append(r)
@@ -238,13 +239,14 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
     return "\n".join(lines)
 
 
-def summary_rows(doc: ResultDoc, rec: dict, baseline: str = "bf16") -> list[dict]:
+def summary_rows(doc: ResultDoc | dict, rec: dict, baseline: str = "bf16") -> list[dict]:
     """One dict per M of :func:`recommend`'s ``rec`` for result ``doc``: ``{"scenario", "m", "k",
     "n", "pick", "latency_us", "rel_fro", "baseline_us", "speedup", "ties", "kept_from_m",
     "unusable"}`` (``kept_from_m``: the pick's, see :func:`recommend`).
     ``baseline_us`` is ``baseline``'s median (same method) at the same (M, K, N), ``None`` when it
     has none; ``speedup`` = baseline_us / latency_us (> 1: the pick is faster); ``unusable`` names
     the schemes whose call cannot be captured in a CUDA graph at that shape."""
+    doc = ResultDoc.of(doc)
     method = rec["method"]
     base = {r.shape: r.stats(method) for r in doc.rows if r.scheme == baseline}
     out = []
@@ -326,7 +328,7 @@ def _short_lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
     return row.status if row.status != "ok" else reason
 
 
-def by_format(doc: ResultDoc, method: str = DECISION_METHOD, max_rel_err: Optional[float] = None,
+def by_format(doc: ResultDoc | dict, method: str = DECISION_METHOD, max_rel_err: Optional[float] = None,
               baseline: str = "bf16") -> list[dict]:
     """The fastest scheme of each storage format per (M, K, N) of result ``doc``.
 
@@ -339,6 +341,7 @@ def by_format(doc: ResultDoc, method: str = DECISION_METHOD, max_rel_err: Option
     A candidate is an ``ok`` row with a ``method`` time, finite outputs, an error measured and,
     when ``max_rel_err`` is given, ``rel_fro`` within it (:func:`recommend`'s rules).
     """
+    doc = ResultDoc.of(doc)
     from qbench.schemes.base import STORAGE_FORMATS
 
     budget = float("inf") if max_rel_err is None else max_rel_err

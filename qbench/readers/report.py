@@ -75,7 +75,7 @@ def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:
     return ", ".join(parts)
 
 
-def crossover(doc: ResultDoc, baseline: str = "bf16", method: str = DECISION_METHOD) -> list[dict]:
+def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECISION_METHOD) -> list[dict]:
     """For each scheme other than ``baseline`` (first-seen order), compare its ``method`` timing
     with the baseline's at every (M, K, N) where both are ``ok`` and timed.
 
@@ -92,6 +92,7 @@ def crossover(doc: ResultDoc, baseline: str = "bf16", method: str = DECISION_MET
     split. Raises ``ValueError`` (one line) when the file has no rows for ``baseline`` or none of
     them has ``method`` latency.
     """
+    doc = ResultDoc.of(doc)
     rows = doc.rows
     base = {r.shape: r.stats(method) for r in rows if r.scheme == baseline}
     if not base:
@@ -158,7 +159,7 @@ def render_crossover(records: list[dict], baseline: str, method: str, fmt: str =
 
 # ---- by M ----------------------------------------------------------------------------------------
 
-def by_m(doc: ResultDoc, column: str) -> tuple[list[dict], list[int]]:
+def by_m(doc: ResultDoc | dict, column: str) -> tuple[list[dict], list[int]]:
     """A sweep as a grid: one record per (scheme, K, N) in first-seen order, one cell per M, each
     cell the text that ``qbench report``'s column ``column`` shows for that row (``stream`` gives
     the stream median with its ``*`` noisy mark, ``rel_err`` the error, ``dispatch`` the label...).
@@ -169,6 +170,7 @@ def by_m(doc: ResultDoc, column: str) -> tuple[list[dict], list[int]]:
     gives its status). A (scheme, M) the file lacks is a dash in a table and null in CSV/JSON.
     Raises ``ValueError`` (one line) for an unknown column key.
     """
+    doc = ResultDoc.of(doc)
     rows = doc.rows
     (col,) = resolve_columns([column], rows)
     out: dict[tuple, dict] = {}

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from qbench import compare
-from qbench.compare import compare_docs, verdict
+from qbench.readers import compare
+from qbench.readers.compare import compare_docs, verdict
 from qbench.results import read_results
 from tests.conftest import run_subcommand
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 RUN1, RUN2, RUN3 = (str(FIXTURES / f) for f in
                     ("cuda_run1.json", "cuda_run2_noise.json", "cuda_run3_slower.json"))
 
@@ -134,10 +134,10 @@ def test_old_file_against_a_stream_file_compares_cold_and_says_so(capsys):
 def test_two_machines_are_named_and_warned(capsys):
     from pathlib import Path
 
-    from qbench import compare
+    from qbench.readers import compare
     from tests.conftest import run_subcommand
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     a, b = str(root / "results/cpu/decode.json"), str(root / "results/h200/speed/preload-1.json")
     run_subcommand(compare, "compare", a, b)
     out, err = capsys.readouterr()

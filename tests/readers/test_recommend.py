@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from qbench import recommend as rec_mod
-from qbench.recommend import pareto_front, recommend
+from qbench.readers import recommend as rec_mod
+from qbench.readers.recommend import pareto_front, recommend
 from qbench.results import read_results
 from tests.conftest import run_subcommand
 from tests.rows import make_row
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 CUDA = read_results(FIXTURES / "cuda_run1.json")
 CPU = read_results(FIXTURES / "cpu.json")
 
@@ -490,7 +490,7 @@ def test_cli_by_format(capsys, tmp_path):
 
 
 def test_cli_by_format_on_the_h200_sweep(capsys):
-    sweep = Path(__file__).resolve().parent.parent / "results" / "h200" / "sweep.json"
+    sweep = Path(__file__).resolve().parents[2] / "results" / "h200" / "sweep.json"
     assert run(str(sweep), "--by-format", "--format", "json") == 0
     recs = json.loads(capsys.readouterr().out)
     assert {r["m"] for r in recs} == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
@@ -501,7 +501,7 @@ def test_cli_by_format_on_the_h200_sweep(capsys):
 def test_the_pick_and_the_others_name_their_flags_and_noise():
     """A pick timed while other work kept the CPU busy, and a loser with a noisy reading: both say so
     next to their numbers (a new user's report: recommend was silent about them)."""
-    from qbench.recommend import recommend, render_recommendation
+    from qbench.readers.recommend import recommend, render_recommendation
     from tests.rows import make_row, stats
 
     def row(scheme, us, cv, flags, rel):

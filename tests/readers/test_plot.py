@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from qbench import plot
+from qbench.readers import plot
 from qbench.results import read_results
 from tests.conftest import run_subcommand
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def run(*argv):
@@ -84,7 +84,7 @@ def test_says_which_method(tmp_path, capsys):
 
 def test_scheme_colours_are_fixed_by_the_registry():
     from qbench import schemes
-    from qbench.plot import scheme_colour_index
+    from qbench.readers.plot import scheme_colour_index
 
     names = schemes.names()
     assert [scheme_colour_index(n) for n in names] == list(range(len(names)))
@@ -104,7 +104,7 @@ def test_plot_writes_svg_and_pdf(tmp_path):
     assert cli.main(["plot", str(FIXTURES / "cuda_run1.json"), "-o", str(tmp_path / "chart.gif")]) == 2
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _row(scheme, median, rel, stored, m=1):
@@ -127,7 +127,7 @@ def test_chart_front_uses_three_axes_like_recommend():
                                           (ROOT / "results" / "h200" / "sweep.json", "stream"),
                                           (ROOT / "results" / "h200" / "decode.json", "stream")])
 def test_chart_front_is_recommends_front(path, method):
-    from qbench.recommend import recommend
+    from qbench.readers.recommend import recommend
 
     doc = read_results(path)
     rec = recommend(doc, float("inf"), method)

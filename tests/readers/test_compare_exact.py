@@ -1,11 +1,14 @@
-"""compare on hand-built documents: every field of every record kind, the notes word for word,
-capture_failure's conditions one by one, the unusable line (mutation testing, docs/testing.md)."""
+"""compare on hand-built documents: every field of every record kind, the notes word for word
+(mutation testing, docs/testing.md). The rules it applies (verdict, capture failure, the unusable
+line) are tested in tests/test_judge.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from qbench.compare import UNUSABLE, capture_failure, compare_docs, unusable_note, verdict
+from qbench.judge import UNUSABLE
+from qbench.readers.compare import compare_docs
+from qbench.row import reason_record
 from tests.rows import make_row
 
 
@@ -57,12 +60,14 @@ def test_every_record_kind_field_by_field():
 
 
 def test_not_comparable_notes_word_for_word():
-    a = {"rows": [_row("x", stream=None, reasons={"stream": "not timed on this device"}), _row("y", stream=None)]}
+    a = {"rows": [_row("x", stream=None, reasons={"stream": reason_record("other", "not timed on this device")}),
+                  _row("y", stream=None)]}
     b = {"rows": [_row("x", stream=None, status="failed", reason="boom"), _row("y", stream=None)]}
     x, y = compare_docs(a, b, "stream")
     assert x["note"] == "A: no stream latency (not timed on this device); B: failed: boom"
     assert y["note"] == "both no stream latency"
-    host = {"rows": [_row("h", stream=None, reasons={"stream": "not attempted: host sync"})]}
+    host = {"rows": [_row("h", stream=None,
+                          reasons={"stream": reason_record("not-attempted", "not attempted: host sync")})]}
     (h,) = compare_docs(host, host, "stream")
     assert h["note"] == f"both {UNUSABLE}"
 
@@ -82,49 +87,16 @@ def test_tensor_parallel_rows_carry_their_sharding():
     assert "tp_size" not in recs[1] and "split" not in recs[1]
 
 
-def test_interval_of_a_side_without_p10_or_p90():
-    wide = _stats(10.0, 9.0, 11.0)
-    assert verdict(wide, _stats(10.5, None, 12.0)) == "same"  # no p10: the point 10.5, inside [9, 11]
-    assert verdict(wide, _stats(11.5, 11.2, None)) == "slower"  # no p90: the point 11.5, outside
-    assert verdict(_stats(12.0), _stats(11.0)) == "faster"  # two points: the medians decide
-    assert verdict(_stats(5.0, 6.0, 7.0), _stats(5.5, 5.4, 5.6)) == "same"  # A's interval widened to hold 5.0
-
-
-def test_capture_failure_conditions():
-    reason = "CUDA graph capture failed at M=1: host sync"
-    row = _row("h", stream=None, reasons={"stream": reason, "warm": reason, "cold": reason})
-    row["latency_us"] = {"stream": None, "warm": None, "cold": None}
-    assert capture_failure(row, "stream") == reason and capture_failure(row, "warm") == reason
-    assert capture_failure(row, "cold") is None  # cold needs no capture
-    assert capture_failure(row, "bogus") is None  # an unknown method
-    assert capture_failure({**row, "status": "failed"}, "stream") is None
-    timed = {**row, "latency_us": {"stream": _stats(3.0)}}
-    assert capture_failure(timed, "stream") is None  # it has a time, whatever its reasons say
-    for words in ("cannot be captured here", "HOST SYNC inside", "not attempted: earlier failure", "capture failed"):
-        assert capture_failure({**row, "latency_reasons": {"stream": words}}, "stream") == words
-    for words in ("do not time stream yet (graph-captured call + collective)", "failed: not timed", ""):
-        assert capture_failure({**row, "latency_reasons": {"stream": words}}, "stream") is None
-    assert capture_failure({**row, "latency_reasons": None}, "stream") is None
-
-
-def test_unusable_note_word_for_word():
-    assert unusable_note([], "stream") is None
-    pairs = [("int8-bnb", 16), ("w8a8-dynamic", 1), ("int8-bnb", 1), ("int8-bnb", 16), ("x", None), ("x", 4)]
-    assert unusable_note(pairs, "warm") == (
-        f"{UNUSABLE} (no warm time: the call cannot be captured in a CUDA graph, e.g. a host sync): "
-        "int8-bnb (M=1,16), w8a8-dynamic (M=1), x (M=4,None)")
-
-
 # ---- run_compare: method resolution, the summary line, warnings ---------------------------------
 
 def _cli(*argv):
-    from qbench import compare
+    from qbench.readers import compare
     from tests.conftest import run_subcommand
 
     return run_subcommand(compare, "compare", *argv)
 
 
-FIX = __import__("pathlib").Path(__file__).parent / "fixtures"
+FIX = __import__("pathlib").Path(__file__).parents[1] / "fixtures"
 
 
 def test_summary_line_counts_by_hand(capsys):
@@ -198,7 +170,7 @@ def test_a_tensor_parallel_row_without_a_split():
 def test_speed_up_column_and_a_threshold_not_above_zero(tmp_path, capsys):
     """The table's ratio is the speed-up A/B, labelled so; --threshold is a factor on A's time and
     must be > 0 (its speed-up, 1/threshold, is printed with a regression)."""
-    from qbench.compare import render_compare
+    from qbench.readers.compare import render_compare
     from qbench.results import write_results
 
     a = {"rows": [_row("x", stream=_stats(10.0, 9.9, 10.1))]}

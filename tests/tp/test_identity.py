@@ -3,7 +3,8 @@ compare, recommend, crossover and the tables (issue 12 item 1)."""
 
 from __future__ import annotations
 
-from qbench import compare, recommend, sweep_report
+from qbench.readers import compare, recommend
+from qbench.readers import report as sweep_report
 from qbench.render import render
 from qbench.render.columns import default_columns
 from tests.rows import make_row
@@ -57,8 +58,8 @@ def test_tables_show_the_sharding():
 def test_compare_and_by_format_show_the_sharding():
     """Three rows of one scheme at tp 1, tp 2 column and tp 2 row: compare and recommend --by-format
     print tp and split, so the three lines do not read alike."""
-    from qbench.compare import compare_docs, render_compare
-    from qbench.recommend import by_format, render_by_format
+    from qbench.readers.compare import compare_docs, render_compare
+    from qbench.readers.recommend import by_format, render_by_format
     from tests.rows import make_row, stats
 
     def row(tp, split, us):

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from qbench import cli
-from qbench import model as model_mod
-from qbench.model import PRESETS, LinearShape, ModelPreset, index_rows, model_step, row_floor_us
+from qbench.readers import model as model_mod
+from qbench.readers.model import PRESETS, LinearShape, ModelPreset, index_rows, model_step, row_floor_us
 from qbench.results import read_results
 from tests.conftest import run_subcommand
 from tests.rows import make_row
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "results" / "h200"
 LLAMA3_8B_FILES = [str(H200 / f"llama3_8b_{p}.json") for p in ("q_o", "k_v", "gate_up", "down")]
 
@@ -227,10 +227,10 @@ def test_files_of_two_machines_are_refused(capsys):
     """A CPU file and an H200 file: a step would add CPU and GPU times; one line, exit 2."""
     from pathlib import Path
 
-    from qbench import model
+    from qbench.readers import model
     from tests.conftest import run_subcommand
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     code = run_subcommand(model, "model", "llama3-8b", str(root / "results/cpu/decode.json"),
                           str(root / "results/h200/llama3_8b_k_v.json"))
     err = capsys.readouterr().err.strip().splitlines()
@@ -244,10 +244,10 @@ def test_summary_counts_the_schemes_without_a_complete_step(capsys):
     complete, 4 without (two not graph-capturable, two compiled schemes with a shape missing)."""
     from pathlib import Path
 
-    from qbench import model
+    from qbench.readers import model
     from tests.conftest import run_subcommand
 
-    folder = Path(__file__).resolve().parent.parent / "results/h200/2026-12-01"
+    folder = Path(__file__).resolve().parents[2] / "results/h200/2026-12-01"
     files = sorted(str(p) for p in folder.glob("llama31_70b_*.json"))
     assert run_subcommand(model, "model", "llama3.1-70b", *files) == 0
     out = capsys.readouterr().out
@@ -259,7 +259,7 @@ def test_allow_incomplete_turns_the_warning_into_a_note(capsys):
     on stderr; with it, stderr is empty and a note under the table names each one."""
     from pathlib import Path
 
-    folder = Path(__file__).resolve().parent.parent / "results/h200/2026-12-01"
+    folder = Path(__file__).resolve().parents[2] / "results/h200/2026-12-01"
     files = [str(folder / f"llama31_70b_{s}.json") for s in ("q_o", "k_v", "gate_up")]
     files += [str(folder / f"llama31_70b_down{s}.partial.json") for s in ("", "-rest")]
     assert run("llama3.1-70b", *files) == 0
@@ -276,7 +276,7 @@ def test_allow_incomplete_turns_the_warning_into_a_note(capsys):
 def test_allow_incomplete_keeps_the_warning_where_csv_has_no_place_for_a_note(capsys):
     from pathlib import Path
 
-    folder = Path(__file__).resolve().parent.parent / "results/h200/2026-12-01"
+    folder = Path(__file__).resolve().parents[2] / "results/h200/2026-12-01"
     files = [str(folder / f"llama31_70b_{s}.json") for s in ("q_o", "k_v", "gate_up")]
     files += [str(folder / f"llama31_70b_down{s}.partial.json") for s in ("", "-rest")]
     assert run("llama3.1-70b", *files, "--format", "csv", "--allow-incomplete") == 0

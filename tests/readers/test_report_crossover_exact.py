@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from qbench.sweep_report import crossover
+from qbench.readers.report import crossover
 from tests.rows import make_row
 
 

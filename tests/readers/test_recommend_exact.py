@@ -3,7 +3,7 @@ the summary's baseline and scenario (mutation testing, docs/testing.md)."""
 
 from __future__ import annotations
 
-from qbench.recommend import recommend, render_recommendation, render_summary, summary_rows
+from qbench.readers.recommend import recommend, render_recommendation, render_summary, summary_rows
 from tests.rows import make_row
 
 
