@@ -269,6 +269,9 @@ class ResultDoc(BaseModel):
 
     schema_version: int
     complete: Optional[bool] = None
+    qbench_version: Optional[str] = None
+    created: Optional[str] = None
+    wall_s: Optional[float] = None
     env: Env = Env()
     ceilings: Optional[Ceilings] = None
     scenario: ScenarioInfo = ScenarioInfo()

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import copy
 
-from qbench.row import check_row
+from qbench.row import Row, check_row, validate_row
 
 
 def make_row(**fields) -> dict:
     """``fields`` as a row, checked against :class:`qbench.row.Row` (reading rules: every key a
     model field, every value of its type; absent fields stay absent)."""
     return check_row(fields)
+
+
+def typed_row(**fields) -> Row:
+    """``fields`` as a :class:`qbench.row.Row` (reading rules), as readers hold a row."""
+    return validate_row(fields)
 
 
 def stats(median: float, p10: float | None = None, p90: float | None = None, n: int = 20, **extra) -> dict:

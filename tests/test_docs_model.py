@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from qbench.readers.model import PRESETS, index_rows, model_step
+from qbench.presets import PRESETS
+from qbench.readers.model import index_rows, model_step
 from qbench.results import read_results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,13 +95,13 @@ def test_the_cut_off_int8_compiled_run_is_as_described():
     from qbench.scenario import from_dict
 
     doc = read_results(ROOT / D / "llama3_8b_lm_head.partial.json")
-    labels = [e.label for e in from_dict(doc["scenario"], "lm_head").schemes]
-    done = list(dict.fromkeys(r["scheme"] for r in doc["rows"]))
+    labels = [e.label for e in from_dict(doc.scenario.model_dump(), "lm_head").schemes]
+    done = list(dict.fromkeys(r.scheme for r in doc.rows))
     assert labels.index("int8-weight-only+compiled") == len(done) and done[-1] == "fp8-weight-only+compiled"
     log = (ROOT / D / "suite-call5.log").read_text()
     assert "llama3_8b_lm_head rc=124 wall_s=330.3" in log
     text = " ".join(DOC.read_text(encoding="utf-8").split())
-    assert f"{330.3 - doc['wall_s']:.0f} s after the previous scheme finished" in text
+    assert f"{330.3 - doc.wall_s:.0f} s after the previous scheme finished" in text
 
 
 if __name__ == "__main__":

@@ -301,7 +301,7 @@ def row_storage_format(row: Row) -> str:
 
     wd = row.weight_dtype
     try:
-        scheme = schemes.get(row.base_scheme)
+        scheme = schemes.get(row.base_scheme) if row.base_scheme else None
     except schemes.UnknownSchemeError:
         scheme = None
     if scheme is not None and (wd is None or wd == scheme.weight_dtype):

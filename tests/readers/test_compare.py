@@ -1,4 +1,4 @@
-"""Tests for qbench.compare: noise-only runs are `same`, a regression is flagged and exits 1."""
+"""Tests for qbench compare (qbench.readers.compare): noise-only runs are `same`, a regression is flagged and exits 1."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from qbench.readers import compare
-from qbench.readers.compare import compare_docs, verdict
+from qbench.judge import verdict
+from qbench.readers.compare import compare_docs
 from qbench.results import read_results
+from qbench.row import Stats, flag_record
 from tests.conftest import run_subcommand
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -85,7 +87,7 @@ def test_json_output(capsys):
     ],
 )
 def test_verdict(a, b, want):
-    assert verdict(a, b) == want
+    assert verdict(Stats(**a), Stats(**b)) == want
 
 
 def test_bad_input_exit_2(capsys):
@@ -156,11 +158,12 @@ def test_a_flagged_or_noisy_side_is_named_next_to_its_verdict(tmp_path, capsys):
         s = dict(stats(us), cv=cv)
         row = make_row(scheme="nf4-bnb", m=1, k=256, n=128, device="cpu", status="ok",
                        latency_us={"stream": s}, flags=flags)
-        return {"schema_version": 1, "complete": True, "env": {"device": "cpu", "device_name": "AMD EPYC"},
+        return {"schema_version": 2, "complete": True, "env": {"device": "cpu", "device_name": "AMD EPYC"},
                 "rows": [row]}
 
     a = doc(264.0, 0.05, [])
-    b = doc(7995.0, 0.9, ["cpu-busy: 2.0 cores busy with other work leaves 0.0 free cores for 2 threads: noisy"])
+    b = doc(7995.0, 0.9, [flag_record("cpu-busy", "2.0 cores busy with other work leaves 0.0 free cores for 2 "
+                                                  "threads: noisy")])
     rec, = compare_docs(a, b, "stream", 1.05)
     assert rec["verdict"] == "slower" and rec["regression"]
     assert rec["note"] == "B: cpu-busy, noisy (cv 0.90)"

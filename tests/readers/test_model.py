@@ -12,10 +12,12 @@ import pytest
 
 from qbench import cli
 from qbench.readers import model as model_mod
-from qbench.readers.model import PRESETS, LinearShape, ModelPreset, index_rows, model_step, row_floor_us
+from qbench.presets import PRESETS, LinearShape, ModelPreset
+from qbench.readers.model import index_rows, model_step, row_floor_us
 from qbench.results import read_results
+from qbench.row import reason_record
 from tests.conftest import run_subcommand
-from tests.rows import make_row
+from tests.rows import make_row, typed_row
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "results" / "h200"
@@ -38,7 +40,8 @@ def row(scheme, m, k, n, us=None, stored=256, floor=0.1, rel=0.001, status="ok",
          "n": n, "status": status, "reason": reason, "stored_bytes": stored,
          "latency_us": {"stream": None if us is None else {"median": us, "p10": us * 0.99, "p90": us * 1.01},
                         "eager": {"median": 50.0, "p10": 49.0, "p90": 51.0}},
-         "latency_reasons": {} if stream_reason is None else {"stream": stream_reason},
+         "latency_reasons": {} if stream_reason is None else
+                            {"stream": reason_record("not-attempted", stream_reason)},
          "error": {"rel_fro": rel, "nonfinite": nonfinite}}
     if floor is not None:
         r["hbm_floor_us"] = floor
@@ -46,7 +49,7 @@ def row(scheme, m, k, n, us=None, stored=256, floor=0.1, rel=0.001, status="ok",
 
 
 def doc(rows, gbps=1000.0):
-    return {"schema_version": 1, "ceilings": {"measured": {"memory_gbps": gbps}}, "rows": rows,
+    return {"schema_version": 2, "ceilings": {"measured": {"memory_gbps": gbps}}, "rows": rows,
             "scenario": {"name": "hand"}}
 
 
@@ -128,13 +131,14 @@ def test_missing_block_shape():
 
 def test_floor_from_the_files_bandwidth_and_first_file_wins():
     # no hbm_floor_us: stored bytes / measured bandwidth: 2e6 B at 1000 GB/s = 2 µs
-    assert row_floor_us({"stored_bytes": 2_000_000}, 1000.0) == pytest.approx(2.0)
-    assert row_floor_us({"stored_bytes": 2_000_000}, None) is None
+    stored = typed_row(scheme="x", m=1, k=8, n=8, status="ok", stored_bytes=2_000_000)
+    assert row_floor_us(stored, 1000.0) == pytest.approx(2.0)
+    assert row_floor_us(stored, None) is None
     a = doc([row("bf16", 1, 8, 16, 10.0, stored=2_000_000, floor=None),
              row("bf16", 1, 16, 8, 6.0, stored=1_000_000, floor=None)], gbps=1000.0)
     b = doc([row("bf16", 1, 8, 16, 99.0)])
     index, notes = index_rows([("a.json", a), ("b.json", b)])
-    assert index[("bf16", 1, 8, 16)]["source"] == "a.json"
+    assert index[("bf16", 1, 8, 16)].source == "a.json"
     assert notes == ["K=8, N=16: rows of b.json not used (a.json has them, given first)"]
     r = model_step(TINY, index)
     # 3 × (2 × 2 + 1 × 1) µs of floor; the step keeps a.json's 10 µs
@@ -183,9 +187,9 @@ def test_cli_llama3_8b_on_the_h200_files(capsys):
     # the step of bf16 at M = 1 from the files, summed here independently
     medians = {}
     for path in LLAMA3_8B_FILES:
-        for r in read_results(path)["rows"]:
-            if r["scheme"] == "bf16" and r["m"] == 1:
-                medians[(r["k"], r["n"])] = r["latency_us"]["stream"]["median"]
+        for r in read_results(path).rows:
+            if r.scheme == "bf16" and r.m == 1:
+                medians[(r.k, r.n)] = r.latency_us["stream"].median
     expected = 32 * (2 * medians[(4096, 4096)] + 2 * medians[(4096, 1024)] + 2 * medians[(4096, 14336)]
                      + medians[(14336, 4096)])
     assert run("llama3-8b", *LLAMA3_8B_FILES, "--format", "json") == 0

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
 import pytest
 
 from qbench.readers import recommend as rec_mod
-from qbench.readers.recommend import pareto_front, recommend
-from qbench.results import read_results
+from qbench.judge import pareto_front
+from qbench.readers.recommend import recommend
+from qbench.results import ResultDoc, read_results
+from qbench.row import flag_record, reason_record
 from tests.conftest import run_subcommand
-from tests.rows import make_row
+from tests.rows import make_row, typed_row
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 CUDA = read_results(FIXTURES / "cuda_run1.json")
@@ -88,10 +89,10 @@ def test_tiny_budget_leaves_only_fp32():
 
 
 def test_nonfinite_row_is_never_picked_even_when_fastest():
-    doc = copy.deepcopy(CUDA)
-    row = next(r for r in doc["rows"] if r["scheme"] == "fp16" and r["m"] == 512)
-    row["latency_us"]["cold"]["median"] = 1.0
-    row["error"]["rel_fro"] = 1e-4  # a runner that measured rel_fro over finite entries only
+    doc = CUDA.model_copy(deep=True)
+    row = next(r for r in doc.rows if r.scheme == "fp16" and r.m == 512)
+    row.latency_us["cold"].median = 1.0
+    row.error.rel_fro = 1e-4  # a runner that measured rel_fro over finite entries only
     r = recommend(doc, 0.01, "cold")
     assert _picks(r)[512] == "w8a8-dynamic"
     assert _reasons(r, 512)["fp16"] == "non-finite outputs (12)"
@@ -278,20 +279,23 @@ def test_host_syncing_row_is_named_unusable_with_its_eager_time():
 
 
 def test_unusable_only_for_capture_reasons_on_hand_built_rows():
-    """A null stream is 'unusable' only when the reason says the call was not captured; a row
-    whose copies did not fit in memory is just 'no stream latency'."""
+    """A null stream is 'unusable' only when the reason's kind says the call was not captured; a
+    row whose copies did not fit in memory is just 'no stream latency'."""
     def row(scheme, stream, reason=None, eager=None):
         lat = {"stream": None if stream is None else {"median": stream, "p10": stream, "p90": stream},
                "eager": None if eager is None else {"median": eager, "p10": eager, "p90": eager}}
         return make_row(scheme=scheme, m=1, k=4096, n=4096, status="ok", stored_bytes=33554432,
-                        latency_us=lat, latency_reasons={"stream": reason} if reason else {},
+                        latency_us=lat, latency_reasons={"stream": reason_record(*reason)} if reason else {},
                         error={"rel_fro": 1e-3, "nonfinite": 0})
     doc = {"rows": [row("bf16", 9.4),
-                    row("int8-bnb", None, "CUDA graph capture failed at M=1: cudaErrorStreamCaptureUnsupported",
-                        eager=168.9),
-                    row("w8a8-dynamic", None, "not attempted: CUDA graph capture failed at M=1: host sync"),
-                    row("fp32", None, "stream needs 4 copies of 67108864 B; only 2 fit in 50% of the 201326592 B free"),
-                    row("fp16", None, "tensor-parallel rows do not time stream yet (graph-captured call + collective)")]}
+                    row("int8-bnb", None, ("capture-failed", "CUDA graph capture failed at M=1: "
+                                           "cudaErrorStreamCaptureUnsupported"), eager=168.9),
+                    row("w8a8-dynamic", None, ("not-attempted", "not attempted: CUDA graph capture failed at M=1: "
+                                               "host sync")),
+                    row("fp32", None, ("copies", "stream needs 4 copies of 67108864 B; only 2 fit in 50% of the "
+                                       "201326592 B free")),
+                    row("fp16", None, ("not-timed", "tensor-parallel rows do not time stream yet (graph-captured "
+                                       "call + collective)"))]}
     r = recommend(doc, 0.01)
     why = _reasons(r, 1)
     assert _picks(r) == {1: "bf16"}
@@ -359,13 +363,13 @@ def test_long_capture_reason_is_shortened_in_the_cell_only():
     row = {"scheme": "int8-bnb", "m": 1, "k": 8, "n": 8, "status": "ok", "stored_bytes": 128,
            "latency_us": {"stream": None, "eager": {"median": 175.0}}, "latency_reasons": {"stream": long},
            "error": {"rel_fro": 1e-3, "nonfinite": 0}}
-    (g,) = recommend({"rows": [row]}, 0.01)["by_m"]
+    (g,) = recommend({"schema_version": 1, "rows": [row]}, 0.01)["by_m"]  # a schema 1 file's reason
     assert g["others"][0]["reason"] == (f"{UNUSABLE} (eager 175 µs): CUDA graph capture failed at M=1: CUDA graph "
                                         "capture failed: AcceleratorError: CUDA error: operation not permitted when "
                                         "stream is capturing")
     assert g["unusable"][0]["reason"] == long
     row["latency_reasons"]["stream"] = "CUDA graph capture failed: " + "x" * 300
-    (g,) = recommend({"rows": [row]}, 0.01)["by_m"]
+    (g,) = recommend({"schema_version": 1, "rows": [row]}, 0.01)["by_m"]
     assert g["others"][0]["reason"].endswith("x…") and len(g["others"][0]["reason"]) < 220
 
 
@@ -458,16 +462,20 @@ def test_by_format_hand_checked():
     tight = _by_fmt(rec_mod.by_format(FORMAT_DOC, max_rel_err=0.02))
     assert tight["8-bit float"]["pick"] is None
     assert tight["8-bit float"]["others"][0]["reason"] == "over error budget (rel_fro 0.027 > 0.02)"
-    assert rec_mod.main_kernel(FORMAT_DOC["rows"][3]) == "cutlass_mslk::device_kernel<gemm::kernel::GemmUniversal>"
+    mslk = ResultDoc.of(FORMAT_DOC).rows[3]
+    assert rec_mod.main_kernel(mslk) == "cutlass_mslk::device_kernel<gemm::kernel::GemmUniversal>"
 
 
 def test_by_format_reads_the_registry_then_the_row():
-    assert rec_mod.row_storage_format({"scheme": "fp8-dynamic[kernel_preference=mslk]",
-                                       "weight_dtype": "float8_e4m3fn"}) == "8-bit float"
+    def row(scheme, base, **fields):
+        return typed_row(scheme=scheme, base_scheme=base, m=1, k=8, n=8, status="ok", **fields)
+
+    fmt = rec_mod.row_storage_format
+    assert fmt(row("fp8-dynamic[kernel_preference=mslk]", "fp8-dynamic", weight_dtype="float8_e4m3fn")) == "8-bit float"
     # a scheme this qbench does not know: the row's weight_dtype says it
-    assert rec_mod.row_storage_format({"scheme": "gemlite-int4", "weight_dtype": "int4 (gemlite)"}) == "4-bit int"
+    assert fmt(row("gemlite-int4", "gemlite-int4", weight_dtype="int4 (gemlite)")) == "4-bit int"
     # a file without weight_dtype: the registry's scheme
-    assert rec_mod.row_storage_format({"scheme": "nf4-bnb"}) == "4-bit float"
+    assert fmt(row("nf4-bnb", "nf4-bnb")) == "4-bit float"
 
 
 def test_cli_by_format(capsys, tmp_path):
@@ -509,7 +517,8 @@ def test_the_pick_and_the_others_name_their_flags_and_noise():
                         latency_us={"stream": dict(stats(us, us * 0.99, us * 1.01), cv=cv)}, flags=flags,
                         error={"rel_fro": rel})
 
-    doc = {"rows": [row("int8-weight-only+compiled", 600.0, 0.05, ["cpu-busy: 1.2 cores busy with other work"], 0.009),
+    busy = [flag_record("cpu-busy", "1.2 cores busy with other work")]
+    doc = {"rows": [row("int8-weight-only+compiled", 600.0, 0.05, busy, 0.009),
                     row("bf16", 1500.0, 0.98, [], 0.003)]}
     result = recommend(doc, 0.01, "stream")
     pick = result["by_m"][0]["pick"]

@@ -4,6 +4,7 @@ the summary's baseline and scenario (mutation testing, docs/testing.md)."""
 from __future__ import annotations
 
 from qbench.readers.recommend import recommend, render_recommendation, render_summary, summary_rows
+from qbench.row import reason_record
 from tests.rows import make_row
 
 
@@ -44,7 +45,8 @@ def test_ties_go_to_lower_error_then_fewer_bytes_and_name_the_fastest():
 def test_unusable_entry_word_for_word():
     why = "CUDA graph capture failed at M=1: host sync"
     doc = {"rows": [_row("ok", _s(10.0)),
-                    _row("sync", None, rel=0.002, eager=_s(150.0), reasons={"stream": why})]}
+                    _row("sync", None, rel=0.002, eager=_s(150.0),
+                         reasons={"stream": reason_record("capture-failed", why)})]}
     (g,) = recommend(doc, 0.01, "stream")["by_m"]
     assert g["unusable"] == [{"scheme": "sync", "eager_us": 150.0, "rel_fro": 0.002, "reason": why}]
 
