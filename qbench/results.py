@@ -176,8 +176,9 @@ def read_results(path: str | os.PathLike) -> "ResultDoc":
         )
     if not isinstance(doc.get("rows"), list):
         raise ResultsError(f"{path}: not a qbench result (no 'rows' list)")
-    if version == 1:
+    if version == 1:  # upgraded in memory: the document is a schema 2 one from here on
         doc["rows"] = [upgrade_v1_row(r) if isinstance(r, dict) else r for r in doc["rows"]]
+        doc["schema_version"] = SCHEMA_VERSION
     rows = check_rows(doc["rows"], str(path))
     try:
         return ResultDoc.model_validate({**doc, "rows": rows})
@@ -263,7 +264,8 @@ class ScenarioInfo(_Open):
 
 class ResultDoc(BaseModel):
     """One qbench result file as readers hold it (``docs/results-schema.md``): the document's
-    fields, with ``rows`` as :class:`qbench.row.Row`. Keys this model does not list are kept."""
+    fields, with ``rows`` as :class:`qbench.row.Row`. Keys this model does not list are kept. A
+    schema 1 file is held as the schema 2 document it upgrades to (``schema_version`` 2)."""
 
     model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
 
@@ -304,12 +306,18 @@ class ResultDoc(BaseModel):
         rows = doc.get("rows") or []
         if doc.get("schema_version", SCHEMA_VERSION) == 1:
             rows = [upgrade_v1_row(r) if isinstance(r, dict) else r for r in rows]
+            doc = {**doc, "schema_version": SCHEMA_VERSION}
         typed = [r for r in rows if isinstance(r, Row)]
         plain = [r for r in rows if not isinstance(r, Row)]
         if plain and typed:
             raise ResultsError("a document's rows are all dicts or all Rows")
         checked = typed or check_rows(plain, "document")
         return cls.model_validate({"schema_version": SCHEMA_VERSION, **doc, "rows": checked})
+
+    def to_json(self) -> dict:
+        """The document as JSON types, with exactly the keys it was read or built with (a schema 1
+        file's rows and version upgraded): what :func:`write_results` writes back."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 def check_rows(rows: list, source: str) -> list[Row]:

@@ -7,6 +7,7 @@ from qbench.readers import compare, recommend
 from qbench.readers import report as sweep_report
 from qbench.render import render
 from qbench.render.columns import default_columns
+from qbench.results import ResultDoc
 from tests.rows import make_row
 
 
@@ -22,7 +23,7 @@ def _row(scheme, m, tp, split, median, rel=0.003):
 ROWS = [_row("bf16", 1, 1, "none", 100.0), _row("bf16", 1, 2, "column", 60.0), _row("bf16", 1, 2, "row", 70.0),
         _row("fp32", 1, 1, "none", 180.0, 1e-7), _row("fp32", 1, 2, "column", 95.0, 1e-7),
         _row("fp32", 1, 2, "row", 140.0, 1e-7)]
-DOC = {"schema_version": 1, "rows": ROWS, "env": {}, "scenario": {"name": "tp"}}
+DOC = {"schema_version": 2, "rows": ROWS, "env": {}, "scenario": {"name": "tp"}}
 
 
 def test_compare_of_a_tp_file_with_itself_keeps_every_row():
@@ -49,9 +50,10 @@ def test_crossover_compares_with_the_baseline_at_the_same_sharding():
 
 
 def test_tables_show_the_sharding():
-    cols = default_columns(ROWS)
+    rows = ResultDoc.of(DOC).rows
+    cols = default_columns(rows)
     assert cols[:5] == ["scheme", "m", "tp_size", "split", "collective"]
-    text = render(ROWS, columns=["scheme", "tp_size", "split"])
+    text = render(rows, columns=["scheme", "tp_size", "split"])
     assert "column" in text and "row" in text and "none" in text
 
 
