@@ -76,8 +76,9 @@ def finite_or_none(obj: Any) -> Any:
     return obj
 
 
-def write_results(path: str | os.PathLike, doc: dict, *, force: bool = False) -> Path:
-    """Write the result document ``doc`` to ``path`` as strict, indented JSON, atomically.
+def write_results(path: str | os.PathLike, doc: "dict | ResultDoc", *, force: bool = False) -> Path:
+    """Write the result document ``doc`` (a dict, or a :class:`ResultDoc` as read:
+    :meth:`ResultDoc.to_json`) to ``path`` as strict, indented JSON, atomically.
 
     Non-finite floats become ``null`` (see the module docstring). Parent folders are created.
 
@@ -94,6 +95,8 @@ def write_results(path: str | os.PathLike, doc: dict, *, force: bool = False) ->
     path = Path(path)
     if path.exists() and not force:
         raise ResultsExistError(f"{path}: already exists; pass --force to overwrite it")
+    if isinstance(doc, ResultDoc):
+        doc = doc.to_json()
     clean = finite_or_none(doc)
     if isinstance(clean, dict) and "kind" not in clean and isinstance(clean.get("rows"), list):
         check_rows(clean["rows"], f"{path}: not written")

@@ -7,9 +7,16 @@
 process that measured them (producer rules, below); :func:`qbench.results.write_results` checks
 every row again before a file is written and :func:`qbench.results.read_results` every row it
 reads (reading rules: an old file copied through qbench keeps its legacy keys). The
-readers (report, compare, recommend, crossover, model, plot, the column catalogue) keep reading
-dicts; tests check that every key they read is a field of this model
-(``tests/test_row_model.py``).
+readers (:mod:`qbench.readers`, :mod:`qbench.render`, :mod:`qbench.judge`) hold rows as
+:class:`Row` (:class:`qbench.results.ResultDoc`) and read them through its attributes and helpers
+(:attr:`Row.key`, :attr:`Row.shape`, :meth:`Row.stats`, :meth:`Row.reason_for`,
+:attr:`Row.flag_names`).
+
+Schema 2 gives why a method has no time and what could mislead a reader a structured form:
+``latency_reasons.<method>`` is a :class:`Reason` (``kind``, ``text``) and ``flags`` a list of
+:class:`Flag` (``name``, ``text``); producers build them with :func:`reason_record` and
+:func:`flag_record`. Schema 1 files (sentences) are upgraded on reading
+(:func:`qbench.results.upgrade_v1_row`).
 
 Two strengths of check (:func:`validate_row`):
 
@@ -48,7 +55,6 @@ __all__ = [
     "Flag",
     "REASON_KINDS",
     "Reason",
-    "DOCUMENT_KEYS",
     "IDENTITY",
     "LEGACY",
     "Row",
@@ -57,7 +63,6 @@ __all__ = [
     "TP_ROW_FIELDS",
     "check_row",
     "field_paths",
-    "field_names",
     "flag_record",
     "reason_record",
     "row_key",
@@ -68,11 +73,6 @@ __all__ = [
 #: The fields that tell two rows of one file apart (:func:`row_key`): scheme label, M, K, N and,
 #: on tensor-parallel rows, tp_size and split. Every row of a file has the same ``device``.
 IDENTITY = ("scheme", "m", "k", "n", "tp_size", "split")
-
-#: The top-level keys of a result document (``docs/results-schema.md``); ``rows`` holds the rows.
-#: ``kind`` marks a derived summary (``scripts/repeatability.py``), whose rows are not result rows.
-DOCUMENT_KEYS = ("schema_version", "complete", "qbench_version", "created", "wall_s", "env", "scenario",
-                 "ceilings_wall_s", "ceilings", "workers", "rows", "kind")
 
 #: Fields a reader accepts in older files and the producer never writes: dotted path -> why.
 LEGACY: dict[str, str] = {
@@ -359,22 +359,30 @@ FlagName = Literal["repacked", "not-compiled", "graph-breaks", "throttled", "abo
 
 
 class Reason(_Part):
-    """Why one timing method has no STATS on a row (``latency_reasons.<method>``)."""
+    """Why one timing method has no STATS on a row: `capture-failed` (the call could not be captured
+    in a CUDA graph), `not-attempted` (a capture skipped after an earlier capture of the same scheme
+    failed), `host-sync` (the call syncs with the host), `cuda-only` (a CUDA method on a CPU row),
+    `copies` (the weight copies for stream could not be built), `error` (the method raised),
+    `not-timed` (the job does not time it: tensor-parallel rows), `other` (a schema 1 reason that
+    says none of these)."""
 
-    kind: ReasonKind = Field(description="what kind of reason: " + ", ".join(f"`{k}`" for k in REASON_KINDS))
+    kind: ReasonKind = Field(description="what kind of reason (see REASON_KINDS in qbench/row.py)",
+                             json_schema_extra=_always())
     text: str = Field(description="the reason as a sentence, e.g. `CUDA graph capture failed at M=1: ...`, "
-                      "`not attempted: ...`, `CUDA method; this row ran on the CPU`")
+                      "`not attempted: ...`, `CUDA method; this row ran on the CPU`", json_schema_extra=_always())
 
 
 class Flag(_Part):
-    """One thing that could mislead a reader about an ``ok`` row (``flags[]``)."""
+    """One thing that could mislead a reader about an `ok` row."""
 
     name: FlagName = Field(description="`repacked` (the library changed the stored weight on the first call; the "
                            "ledger is the timed state), `not-compiled` (a compiled scheme compiled no graph), "
                            "`graph-breaks`, `throttled` (an NVML slow-down reason right after a method), "
                            "`above-ceiling` (faster than the roofline of the ceilings used: the ceiling "
-                           "underestimates the device), `cpu-busy` (CPU threads exceed the free cores)")
-    text: str = Field(description="what happened, one sentence (tables print `name: text` under the table)")
+                           "underestimates the device), `cpu-busy` (CPU threads exceed the free cores)",
+                           json_schema_extra=_always())
+    text: str = Field(description="what happened, one sentence (tables print `name: text` under the table)",
+                      json_schema_extra=_always())
 
     @property
     def line(self) -> str:
@@ -703,11 +711,6 @@ def field_paths(model: type[BaseModel] = Row, prefix: str = "") -> frozenset[str
         for suffix, sub in _models_in(f.annotation):
             out |= field_paths(sub, f"{path}{suffix}.")
     return frozenset(out)
-
-
-def field_names() -> frozenset[str]:
-    """Every key name used anywhere in a row (the last part of each of :func:`field_paths`)."""
-    return frozenset(p.rsplit(".", 1)[-1].removesuffix("[]") for p in field_paths() if not p.endswith("*"))
 
 
 def _type_text(annotation: Any) -> str:
