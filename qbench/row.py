@@ -91,6 +91,11 @@ ADDED_SINCE: dict[str, str] = {
 }
 
 
+#: A number as the file holds it (a float field given an int keeps the int: ``"nominal_bits": 16``
+#: reads and renders as 16, not 16.0). The schema tables call it float.
+Num = Union[int, float]
+
+
 class RowError(ValueError):
     """A row does not fit the model; the message is one line: the key path, what is wrong, the value."""
 
@@ -101,7 +106,7 @@ def _always(**extra: Any) -> dict:
 
 class _Part(BaseModel):
     """Base of every part of a row: unknown keys are errors, types are strict (an int is accepted
-    for a float, nothing else is converted); writing checks presence and legacy fields."""
+    for a float and kept as an int, :data:`Num`; nothing else is converted); writing checks presence and legacy fields."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
@@ -124,12 +129,12 @@ class _Part(BaseModel):
 class Stats(_Part):
     """STATS: the samples of one timing method, µs per call. Stream and cold records carry extra keys."""
 
-    median: Optional[float] = Field(None, gt=0, description="median, µs per call", json_schema_extra=_always())
-    p10: Optional[float] = Field(None, ge=0, description="10th percentile (linear interpolation), µs",
+    median: Optional[Num] = Field(None, gt=0, description="median, µs per call", json_schema_extra=_always())
+    p10: Optional[Num] = Field(None, ge=0, description="10th percentile (linear interpolation), µs",
                                  json_schema_extra=_always())
-    p90: Optional[float] = Field(None, ge=0, description="90th percentile, µs", json_schema_extra=_always())
-    mean: Optional[float] = Field(None, ge=0, description="mean, µs", json_schema_extra=_always())
-    cv: Optional[float] = Field(None, ge=0, description="coefficient of variation: sample standard deviation "
+    p90: Optional[Num] = Field(None, ge=0, description="90th percentile, µs", json_schema_extra=_always())
+    mean: Optional[Num] = Field(None, ge=0, description="mean, µs", json_schema_extra=_always())
+    cv: Optional[Num] = Field(None, ge=0, description="coefficient of variation: sample standard deviation "
                                 "(n - 1) / mean, dimensionless; 0 when n = 1", json_schema_extra=_always())
     n: Optional[int] = Field(None, ge=1, description="number of samples", json_schema_extra=_always())
     stop: Optional[Literal["ci-target", "budget", "max-reps"]] = Field(
@@ -145,7 +150,7 @@ class Stats(_Part):
                                               "planned for, when the weight was repacked on its first call")
     cache_bytes: Optional[int] = Field(None, ge=0, description="stream: the cache the copies must overflow, bytes "
                                        "(L2 on CUDA, the last-level cache on CPU)")
-    cache_multiple: Optional[float] = Field(None, ge=0, description="stream: copies x copy_bytes / cache_bytes "
+    cache_multiple: Optional[Num] = Field(None, ge=0, description="stream: copies x copy_bytes / cache_bytes "
                                             "(>= 4 unless a bound cut L)")
     bounded_by: Optional[Literal["memory", "max_copies"]] = Field(
         None, description="stream: what cut L below the 4 x cache target: `memory` (half the free memory), "
@@ -182,12 +187,12 @@ class ErrorMetrics(_Part):
     """The output against the float64 reference (:func:`qbench.metrics.error_metrics`). With any
     non-finite output every figure but ``nonfinite`` is null."""
 
-    rel_fro: Optional[float] = Field(None, ge=0, description="relative Frobenius error ||Y - Y_ref|| / ||Y_ref||",
+    rel_fro: Optional[Num] = Field(None, ge=0, description="relative Frobenius error ||Y - Y_ref|| / ||Y_ref||",
                                      json_schema_extra=_always())
-    abs_fro: Optional[float] = Field(None, ge=0, description="||Y - Y_ref||, Frobenius")
-    max_abs: Optional[float] = Field(None, ge=0, description="largest |Y - Y_ref| element")
-    sqnr_db: Optional[float] = Field(None, description="signal-to-quantization-noise ratio, dB (null when exact)")
-    cosine: Optional[float] = Field(None, description="cosine similarity of Y and Y_ref, flattened")
+    abs_fro: Optional[Num] = Field(None, ge=0, description="||Y - Y_ref||, Frobenius")
+    max_abs: Optional[Num] = Field(None, ge=0, description="largest |Y - Y_ref| element")
+    sqnr_db: Optional[Num] = Field(None, description="signal-to-quantization-noise ratio, dB (null when exact)")
+    cosine: Optional[Num] = Field(None, description="cosine similarity of Y and Y_ref, flattened")
     nonfinite: Optional[int] = Field(None, ge=0, description="non-finite output elements",
                                      json_schema_extra=_always())
     exact: Optional[bool] = Field(None, description="Y equals Y_ref exactly")
@@ -209,8 +214,8 @@ class Kernel(_Part):
 
     name: Optional[str] = Field(None, description="the kernel's (demangled) name, or `Memcpy ...` / `Memset ...`",
                                 json_schema_extra=_always())
-    count: Optional[float] = Field(None, ge=0, description="mean launches per call", json_schema_extra=_always())
-    us: Optional[float] = Field(None, ge=0, description="total µs per call", json_schema_extra=_always())
+    count: Optional[Num] = Field(None, ge=0, description="mean launches per call", json_schema_extra=_always())
+    us: Optional[Num] = Field(None, ge=0, description="total µs per call", json_schema_extra=_always())
     kind: Optional[Literal["kernel", "memcpy", "memset"]] = Field(None, description="work kind",
                                                                   json_schema_extra=_always())
 
@@ -240,10 +245,10 @@ class Dispatch(_Part):
 class GpuReading(_Part):
     """One NVML reading (:func:`qbench.gpu_state.read_gpu_state`)."""
 
-    sm_clock_mhz: Optional[float] = Field(None, description="SM clock, MHz")
-    mem_clock_mhz: Optional[float] = Field(None, description="memory clock, MHz")
-    temp_c: Optional[float] = Field(None, description="GPU temperature, °C")
-    power_w: Optional[float] = Field(None, description="board power draw, W")
+    sm_clock_mhz: Optional[Num] = Field(None, description="SM clock, MHz")
+    mem_clock_mhz: Optional[Num] = Field(None, description="memory clock, MHz")
+    temp_c: Optional[Num] = Field(None, description="GPU temperature, °C")
+    power_w: Optional[Num] = Field(None, description="board power draw, W")
     throttle_reasons: Optional[list[str]] = Field(None, description="active NVML slow-down reasons "
                                                   "(e.g. `sw_power_cap`); null when unreadable")
     reasons: Optional[dict[str, str]] = Field(None, description="reading -> why NVML could not give it")
@@ -267,7 +272,7 @@ class GpuState(_Part):
 class CompileInfo(_Part):
     """torch.compile counters of a compiled row's first call (null for eager rows)."""
 
-    first_call_s: Optional[float] = Field(None, ge=0, description="the first call, compilation included, s",
+    first_call_s: Optional[Num] = Field(None, ge=0, description="the first call, compilation included, s",
                                           json_schema_extra=_always())
     graphs_compiled: Optional[int] = Field(None, ge=0, description="Dynamo graphs compiled by the first call",
                                            json_schema_extra=_always())
@@ -301,10 +306,10 @@ class TuningCacheInfo(_Part):
 class CpuLoad(_Part):
     """The CPU left for timing when a CPU row was timed (:func:`qbench.env.cpu_load`)."""
 
-    load_avg_1min: Optional[float] = Field(None, ge=0, description="1-minute load average")
-    free_cores: Optional[float] = Field(None, description="cores not busy with other work")
+    load_avg_1min: Optional[Num] = Field(None, ge=0, description="1-minute load average")
+    free_cores: Optional[Num] = Field(None, description="cores not busy with other work")
     oversubscribed: Optional[bool] = Field(None, description="torch's threads exceed the free cores")
-    busy_cores_now: Optional[float] = Field(None, ge=0, description="cores busy with other work over 0.1 s right "
+    busy_cores_now: Optional[Num] = Field(None, ge=0, description="cores busy with other work over 0.1 s right "
                                             "after the timing, from /proc/stat (absent in files before 2026-12-01; "
                                             "null where /proc/stat cannot be read)")
 
@@ -312,13 +317,13 @@ class CpuLoad(_Part):
 class WorkerPhases(_Part):
     """Seconds inside the worker process, by phase."""
 
-    prepare: Optional[float] = Field(None, ge=0, description="imports and CUDA context, s")
-    waited_for_go: Optional[float] = Field(None, ge=0, description="waiting for the previous worker to exit, s")
-    build: Optional[float] = Field(None, ge=0, description="building the layer, s")
-    copies: Optional[float] = Field(None, ge=0, description="building the L weight copies for stream, s")
-    measure: Optional[float] = Field(None, ge=0, description="measuring every M, s")
-    after_go: Optional[float] = Field(None, ge=0, description="everything after go, s")
-    by_method: Optional[dict[str, float]] = Field(None, description="seconds in each timing method (its set-up, "
+    prepare: Optional[Num] = Field(None, ge=0, description="imports and CUDA context, s")
+    waited_for_go: Optional[Num] = Field(None, ge=0, description="waiting for the previous worker to exit, s")
+    build: Optional[Num] = Field(None, ge=0, description="building the layer, s")
+    copies: Optional[Num] = Field(None, ge=0, description="building the L weight copies for stream, s")
+    measure: Optional[Num] = Field(None, ge=0, description="measuring every M, s")
+    after_go: Optional[Num] = Field(None, ge=0, description="everything after go, s")
+    by_method: Optional[dict[str, Num]] = Field(None, description="seconds in each timing method (its set-up, "
                                                   "warm-up, samples and GPU readings), summed over every M")
 
 
@@ -458,17 +463,17 @@ class Row(_Part):
                                         json_schema_extra=_always())
     ledger: Optional[list[LedgerPart]] = Field(None, description="the tensors counted (after the first call: "
                                                "the timed state)", json_schema_extra=_always())
-    nominal_bits: Optional[float] = Field(None, description="the format's nominal bit width (a label, not a "
+    nominal_bits: Optional[Num] = Field(None, description="the format's nominal bit width (a label, not a "
                                           "measurement)", json_schema_extra=_always())
-    bits_per_weight: Optional[float] = Field(None, ge=0, description="8 x stored_bytes / (K x N), measured",
+    bits_per_weight: Optional[Num] = Field(None, ge=0, description="8 x stored_bytes / (K x N), measured",
                                              json_schema_extra=_always())
     # work and roofline
     flops: Optional[int] = Field(None, ge=0, description="2 x M x K x N, FLOP", json_schema_extra=_always())
     min_bytes: Optional[int] = Field(None, ge=0, description="M x K x activation itemsize + stored_bytes + M x N x "
                                      "output itemsize, bytes", json_schema_extra=_always())
-    arithmetic_intensity: Optional[float] = Field(None, ge=0, description="flops / min_bytes, FLOP/byte",
+    arithmetic_intensity: Optional[Num] = Field(None, ge=0, description="flops / min_bytes, FLOP/byte",
                                                   json_schema_extra=_always())
-    roofline_us: Optional[float] = Field(None, ge=0, description="max(flops / peak(compute_dtype), min_bytes / "
+    roofline_us: Optional[Num] = Field(None, ge=0, description="max(flops / peak(compute_dtype), min_bytes / "
                                          "bandwidth), µs", json_schema_extra=_always())
     roofline_bound: Optional[Literal["memory", "compute"]] = Field(None, description="which term of roofline_us "
                                                                    "is larger", json_schema_extra=_always())
@@ -483,18 +488,18 @@ class Row(_Part):
     latency_reasons: dict[str, Reason] = Field(default_factory=dict, description="method -> why its latency is "
                                                "null: a kind and a sentence (REASON)",
                                                json_schema_extra=_always())
-    launch_overhead_us: Optional[float] = Field(None, description="eager median - kernel median, µs",
+    launch_overhead_us: Optional[Num] = Field(None, description="eager median - kernel median, µs",
                                                 json_schema_extra=_always())
-    hbm_floor_us: Optional[float] = Field(None, ge=0, description="stored_bytes / the roofline's memory bandwidth: "
+    hbm_floor_us: Optional[Num] = Field(None, ge=0, description="stored_bytes / the roofline's memory bandwidth: "
                                           "the time to read the weight once from HBM, µs; null on CPU",
                                           json_schema_extra=_always())
-    hbm_floor_fraction: Optional[float] = Field(None, ge=0, description="hbm_floor_us / stream median (1.0 = at "
+    hbm_floor_fraction: Optional[Num] = Field(None, ge=0, description="hbm_floor_us / stream median (1.0 = at "
                                                 "the floor)", json_schema_extra=_always())
-    roofline_fraction: Optional[float] = Field(None, ge=0, description="roofline_us / the achieved_method median",
+    roofline_fraction: Optional[Num] = Field(None, ge=0, description="roofline_us / the achieved_method median",
                                                json_schema_extra=_always())
-    achieved_gbps: Optional[float] = Field(None, ge=0, description="min_bytes / the achieved_method median, GB/s",
+    achieved_gbps: Optional[Num] = Field(None, ge=0, description="min_bytes / the achieved_method median, GB/s",
                                            json_schema_extra=_always())
-    achieved_tflops: Optional[float] = Field(None, ge=0, description="flops / the achieved_method median, TFLOP/s",
+    achieved_tflops: Optional[Num] = Field(None, ge=0, description="flops / the achieved_method median, TFLOP/s",
                                              json_schema_extra=_always())
     achieved_method: Optional[str] = Field(None, description="the method the three fields above divide by: "
                                            "`stream` when the row has it, else `cold`", json_schema_extra=_always())
@@ -514,7 +519,7 @@ class Row(_Part):
                               "a name and a sentence each (FLAG); tables list them under the table",
                               json_schema_extra=_always())
     cpu_load: Optional[CpuLoad] = Field(None, description="CPU rows that were timed: the CPU left for timing")
-    worker_wall_s: Optional[float] = Field(None, ge=0, description="host wall time of the scheme's worker (all its "
+    worker_wall_s: Optional[Num] = Field(None, ge=0, description="host wall time of the scheme's worker (all its "
                                            "M), seen by the runner, s (stamped when the runner records the rows)")
     worker_phases_s: Optional[WorkerPhases] = Field(None, description="seconds inside the worker, by phase")
     # tensor parallel (rows of a scenario with a [tp] table)
@@ -535,14 +540,14 @@ class Row(_Part):
                                            json_schema_extra={"tp": True})
     end_to_end_us: Optional[Stats] = Field(None, description="tensor-parallel: the call and the collective, STATS "
                                            "µs (also latency_us.cold, or .cpu)", json_schema_extra={"tp": True})
-    per_rank_median_us: Optional[dict[str, list[Optional[float]]]] = Field(
+    per_rank_median_us: Optional[dict[str, list[Optional[Num]]]] = Field(
         None, description="tensor-parallel: `local_gemm`, `collective`, `end_to_end`, `stream` -> each rank's median, µs",
         json_schema_extra={"tp": True})
     collective_bytes: Optional[int] = Field(None, ge=0, description="tensor-parallel: bus bytes of the collective",
                                             json_schema_extra={"tp": True})
     collective_data_bytes: Optional[int] = Field(None, ge=0, description="tensor-parallel: data bytes of the "
                                                  "collective", json_schema_extra={"tp": True})
-    collective_busbw_gbps: Optional[float] = Field(None, ge=0, description="tensor-parallel: bus bandwidth "
+    collective_busbw_gbps: Optional[Num] = Field(None, ge=0, description="tensor-parallel: bus bandwidth "
                                                    "(nccl-tests' definition), GB/s", json_schema_extra={"tp": True})
     unsharded_error: Optional[ErrorMetrics] = Field(None, description="tensor-parallel: the unsharded layer of the "
                                                     "same scheme against the float64 reference",
@@ -551,7 +556,7 @@ class Row(_Part):
                                                          "against the unsharded one", json_schema_extra={"tp": True})
     stored_bytes_all_ranks: Optional[int] = Field(None, ge=0, description="tensor-parallel: stored bytes summed "
                                                   "over the ranks", json_schema_extra={"tp": True})
-    speedup_vs_tp1: Optional[float] = Field(None, gt=0, description="tensor-parallel: the tp_size 1 row's time / "
+    speedup_vs_tp1: Optional[Num] = Field(None, gt=0, description="tensor-parallel: the tp_size 1 row's time / "
                                             "this row's (same scheme, M, K, N; > 1: sharding is faster), by "
                                             "`speedup_vs_tp1_method`; null on tp_size 1 rows and when either is "
                                             "missing", json_schema_extra={"tp": True})
@@ -719,8 +724,10 @@ def _type_text(annotation: Any) -> str:
         parts = [a for a in args if a is not type(None)]
         if annotation == OptionValue:
             return "bool, int, float, str or null"
+        if int in parts and float in parts:  # Num: a float that keeps an int as given
+            parts = [a for a in parts if a is not int]
         text = " or ".join(_type_text(a) for a in parts)
-        return f"{text} or null" if len(parts) < len(args) else text
+        return f"{text} or null" if type(None) in args else text
     if origin is Literal:
         return " \\| ".join(f"`{a}`" for a in args)
     if origin is dict:

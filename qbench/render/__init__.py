@@ -148,7 +148,7 @@ def _times_line(rows: list[Row], env: Env) -> str:
     return f"times: {' + '.join(parts)}{tail}; µs per call, median"
 
 
-def render_header(doc: ResultDoc) -> str:
+def render_header(doc: ResultDoc | dict) -> str:
     """One or two lines describing a result document, plus a warning line when the document
     says ``complete: false``:
 
@@ -158,6 +158,7 @@ def render_header(doc: ResultDoc) -> str:
     (a CPU run: ``times: stream (copies > LLC) + cpu; CPU run, no CUDA timings; ...``; a file
     written before ``stream`` existed: ``times: CUDA cold, warm, eager, kernel; ...``).
     """
+    doc = ResultDoc.of(doc)
     env = doc.env
     device = env.device or DASH
     name = env.device_name or (env.cpu if str(device).startswith("cpu") else None)
