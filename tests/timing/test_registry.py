@@ -21,13 +21,13 @@ def test_every_scenario_method_is_registered():
     assert all(METHODS[m].cuda for m in SCENARIO_METHODS)
 
 
-def test_results_reader_uses_the_registry():
-    from qbench import results
+def test_the_judge_uses_the_registry():
+    from qbench import judge
 
-    assert results.CUDA_METHODS == CUDA_METHODS
-    assert results.CPU_METHOD == CPU_METHOD == "cpu"
-    assert results.DECISION_METHOD == DECISION_METHOD
-    assert set(results.METHOD_CHOICES) == set(METHODS)
+    assert judge.CPU_METHOD == CPU_METHOD == "cpu"
+    assert judge.DECISION_METHOD == DECISION_METHOD
+    assert judge.METHOD_CHOICES == tuple(METHODS)
+    assert judge.FALLBACK_METHODS == ("cold", CPU_METHOD)
 
 
 def test_decision_method_is_stream_and_unique():
