@@ -1,5 +1,5 @@
 """The figures in prose of docs/results-h200.md's two model sections (Llama-3-8B and Llama-3.1-70B
-decode steps), recomputed with qbench.model from the committed files they cite: a stale or
+decode steps), recomputed with qbench.readers.model from the committed files they cite: a stale or
 mistyped figure fails here. ``python tests/test_docs_model.py`` prints the figures."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tests for qbench.plot: PNGs are written (skipped without matplotlib); missing matplotlib is
+"""Tests for qbench plot (qbench.readers.plot): PNGs are written (skipped without matplotlib); missing matplotlib is
 one clear line and exit 2."""
 
 from __future__ import annotations

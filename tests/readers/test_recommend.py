@@ -1,4 +1,4 @@
-"""Tests for qbench.recommend: picks per M at two budgets, reasons, Pareto front."""
+"""Tests for qbench recommend (qbench.readers.recommend): picks per M at two budgets, reasons, Pareto front."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for qbench.report and qbench.sweep_report (crossover)."""
+"""Tests for qbench report (qbench.readers.report): the row table, the crossover and by-M views."""
 
 from __future__ import annotations
 

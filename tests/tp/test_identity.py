@@ -4,7 +4,7 @@ compare, recommend, crossover and the tables (issue 12 item 1)."""
 from __future__ import annotations
 
 from qbench.readers import compare, recommend
-from qbench.readers import report as sweep_report
+from qbench.readers import report
 from qbench.render import render
 from qbench.render.columns import default_columns
 from qbench.results import ResultDoc
@@ -43,7 +43,7 @@ def test_recommend_picks_per_tp_size_and_split():
 
 
 def test_crossover_compares_with_the_baseline_at_the_same_sharding():
-    out = sweep_report.crossover(DOC, baseline="bf16", method="cpu")
+    out = report.crossover(DOC, baseline="bf16", method="cpu")
     by = {(r["tp_size"], r["split"]): r for r in out}
     assert set(by) == {(1, "none"), (2, "column"), (2, "row")}
     assert by[(2, "column")]["best_speedup"] == 60.0 / 95.0  # not 100 / 95 (the unsharded bf16)
