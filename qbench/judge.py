@@ -36,6 +36,8 @@ __all__ = [
     "pareto_front",
     "resolve_method",
     "row_caveats",
+    "shape_order",
+    "by_shape",
     "unusable_note",
     "verdict",
 ]
@@ -209,6 +211,21 @@ def row_caveats(row: Row, stats: Optional[Stats]) -> list[str]:
 
 
 # ---- many rows -----------------------------------------------------------------------------------
+
+def shape_order(shape: tuple) -> tuple:
+    """The sort key of a row shape (M, K, N, tp_size, split; :attr:`qbench.row.Row.shape`):
+    ascending, an absent tp_size before 1, splits by name."""
+    return tuple(str(x) if isinstance(x, str) else (x or 0) for x in shape)
+
+
+def by_shape(rows: Sequence[Row]) -> list[tuple[tuple, list[Row]]]:
+    """``rows`` grouped by :attr:`~qbench.row.Row.shape` (the schemes measured on one problem), the
+    groups in :func:`shape_order`, each group's rows in file order: ``[(shape, [Row...]), ...]``."""
+    groups: dict[tuple, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(r.shape, []).append(r)
+    return sorted(groups.items(), key=lambda kv: shape_order(kv[0]))
+
 
 #: The axes of the Pareto front ``qbench recommend`` reports and ``qbench plot`` rings, all minimised.
 PARETO_KEYS = ("latency_us", "rel_fro", "stored_bytes")

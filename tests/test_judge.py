@@ -127,3 +127,13 @@ def test_pareto_front():
            {"s": "e", "latency_us": None, "rel_fro": 0.0, "stored_bytes": 1}]
     assert [p["s"] for p in pareto_front(pts)] == ["a", "b"]
     assert pytest.approx(pareto_front(pts, rtol={})[-1]["stored_bytes"]) == 99.5  # exact bytes: d is on it
+
+
+def test_rows_by_shape_ascending():
+    from qbench.judge import by_shape, shape_order
+
+    rows = [_row("a", m=16), _row("a", m=1, tp_size=2, split="row"), _row("b", m=1), _row("a", m=1)]
+    groups = by_shape(rows)
+    assert [shape for shape, _ in groups] == [(1, 64, 32, None, None), (1, 64, 32, 2, "row"), (16, 64, 32, None, None)]
+    assert [r.scheme for r in groups[0][1]] == ["b", "a"]  # file order inside a group
+    assert shape_order((1, 64, 32, None, None)) == (1, 64, 32, 0, 0)

@@ -16,7 +16,6 @@ from qbench.render.columns import COLUMNS, Column, _get
 from qbench.results import ResultsError, read_results, write_results
 from qbench.row import (ADDED_SINCE, IDENTITY, LEGACY, TP_ROW_FIELDS, Row, RowError, check_row, field_paths,
                         row_key, schema_markdown, validate_row)
-from qbench.timing import registry
 from tests.rows import full_cpu_row, full_failed_row, full_row, full_tp_row, make_row, stats
 
 ROOT = Path(__file__).resolve().parent.parent

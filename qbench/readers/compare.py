@@ -32,7 +32,8 @@ from qbench.row import Row, Stats
 __all__ = ["COMMAND", "caveats", "compare_docs", "render_compare", "run_compare"]
 
 
-def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISION_METHOD, threshold: float = 1.05) -> list[dict]:
+def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISION_METHOD,
+                 threshold: float = 1.05) -> list[dict]:
     """Compare result documents ``a`` (before) and ``b`` (after) row by row.
 
     Returns one record per (scheme, m, k, n) in either file, A's order first then B-only rows:

@@ -338,8 +338,8 @@ def run_model(args: argparse.Namespace) -> int:
         if note and note not in notes:
             notes.append(note)
     if len(set(methods.values())) > 1:
-        raise Refused(f"the files resolve to different timing methods ({', '.join(f'{p}: {m}' for p, m in methods.items())}); "
-                     "pass --method")
+        said = ", ".join(f"{p}: {m}" for p, m in methods.items())
+        raise Refused(f"the files resolve to different timing methods ({said}); pass --method")
     # A note is printed under a prose table and carried by JSON; a CSV has no place for one, so
     # there the warning stays on stderr, --allow-incomplete or not.
     notes_shown = wants_prose(args.format) or args.format == "json"

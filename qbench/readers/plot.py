@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from qbench.judge import pareto_front, resolve_method
+from qbench.judge import pareto_front, resolve_method, shape_order
 from qbench.readers.common import Command, Refused, add_method, open_results
 from qbench.results import ResultDoc
 
@@ -126,9 +126,9 @@ def plot_roofline(doc: ResultDoc, method: str, path: Path) -> Path:
 
     Points are coloured by scheme and shaped by M (legend on the right, no text on the points, so
     schemes at the same AI cannot hide each other's names). The ceilings come from
-    ``doc.ceilings.measured`` (else ``.datasheet``; :meth:`~qbench.results.ResultDoc.ceiling`): the bandwidth slope and one
-    horizontal line per distinct compute peak, named in the legend with its dtypes and TFLOP/s;
-    when both are present the datasheet bandwidth is drawn dashed for comparison.
+    ``doc.ceilings.measured`` (else ``.datasheet``; :meth:`~qbench.results.ResultDoc.ceiling`): the
+    bandwidth slope and one horizontal line per distinct compute peak, named in the legend with its
+    dtypes and TFLOP/s; when both are present the datasheet bandwidth is drawn dashed for comparison.
     """
     import matplotlib
     matplotlib.use("Agg")
@@ -307,7 +307,7 @@ def pareto_groups(doc: ResultDoc | dict, method: str) -> list[dict]:
         groups.setdefault(key, {"m": p["m"], "k": p["k"], "n": p["n"], "tp_size": p["tp_size"],
                                 "split": p["split"], "points": []})["points"].append(p)
     out = []
-    for key in sorted(groups, key=lambda k: tuple(str(x) if isinstance(x, str) else (x or 0) for x in k)):
+    for key in sorted(groups, key=shape_order):
         g = groups[key]
         g["front"] = {p["scheme"] for p in pareto_front([p for p in g["points"] if p["rel_fro"] is not None])}
         out.append(g)

@@ -46,11 +46,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Optional
 
 from qbench.dispatch import short_kernel
-from qbench.judge import (DECISION_METHOD, UNUSABLE, capture_failure, methods_present, pareto_front,
+from qbench.judge import (DECISION_METHOD, UNUSABLE, by_shape, capture_failure, methods_present, pareto_front,
                           resolve_method, row_caveats, unusable_note, verdict)
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
                                    add_method, check_max_rel_err, open_results)
@@ -122,14 +121,9 @@ def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_
     ``others``, with a reason that starts "unusable in a graph-captured decode loop".
     """
     doc = ResultDoc.of(doc)
-    groups: dict[tuple, list[Row]] = {}
-    for r in doc.rows:
-        groups.setdefault(r.shape, []).append(r)
     by_m = []
     neighbour: dict[tuple, tuple] = {}  # (K, N, tp_size, split) -> (M, scheme picked) at the last M seen
-    for (m, k, n, tp_size, split), rows in sorted(groups.items(),
-                                                   key=lambda kv: tuple(str(x) if isinstance(x, str) else (x or 0)
-                                                                        for x in kv[0])):
+    for (m, k, n, tp_size, split), rows in by_shape(doc.rows):
         lost, cands, points, stats, unusable, by_scheme = [], [], [], {}, [], {}
         for r in rows:
             by_scheme[r.scheme] = r
@@ -346,14 +340,9 @@ def by_format(doc: ResultDoc | dict, method: str = DECISION_METHOD, max_rel_err:
 
     budget = float("inf") if max_rel_err is None else max_rel_err
     scenario = doc.scenario.name
-    groups: dict[tuple, list[Row]] = {}
-    for r in doc.rows:
-        groups.setdefault(r.shape, []).append(r)
     order = {f: i for i, f in enumerate(STORAGE_FORMATS)}
     out = []
-    for (m, k, n, tp_size, split), rows in sorted(groups.items(),
-                                                   key=lambda kv: tuple(str(x) if isinstance(x, str) else (x or 0)
-                                                                        for x in kv[0])):
+    for (m, k, n, tp_size, split), rows in by_shape(doc.rows):
         base_stats = next((r.stats(method) for r in rows if r.scheme == baseline), None)
         base_us = base_stats.median if base_stats else None
         by_fmt: dict[str, list[Row]] = {}

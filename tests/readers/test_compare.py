@@ -1,4 +1,5 @@
-"""Tests for qbench compare (qbench.readers.compare): noise-only runs are `same`, a regression is flagged and exits 1."""
+"""Tests for qbench compare (qbench.readers.compare): noise-only runs are `same`, a regression is
+flagged and exits 1."""
 
 from __future__ import annotations
 
