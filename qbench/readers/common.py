@@ -94,10 +94,10 @@ def add_max_rel_err(p: argparse.ArgumentParser, what: str) -> None:
                    help=f"largest acceptable relative Frobenius error, e.g. 0.01: {what}")
 
 
-def add_allow_incomplete(p: argparse.ArgumentParser, what: str) -> None:
-    """``--allow-incomplete``: read result files of interrupted runs (``"complete": false``)."""
-    p.add_argument("--allow-incomplete", action="store_true",
-                   help=f"accept result files of interrupted runs (\"complete\": false): {what}")
+def add_allow_incomplete(p: argparse.ArgumentParser, help: str) -> None:
+    """``--allow-incomplete``: what the command does with result files of interrupted runs
+    (``"complete": false``), said by ``help``."""
+    p.add_argument("--allow-incomplete", action="store_true", help=help)
 
 
 def check_max_rel_err(value: Optional[float]) -> None:

@@ -309,7 +309,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     add_baseline(p, "the speed-up")
     add_max_rel_err(p, "schemes whose largest per-layer rel_fro is over it are marked and not named fastest")
     add_format(p, "any tabulate format, or csv / json")
-    add_allow_incomplete(p, "no warning on stderr; each is named in a note under the table (in JSON: 'notes') "
+    add_allow_incomplete(p, "read files marked incomplete (a run cut off, completed by another file) without a "
+                            "warning on stderr; each is named in a note under the table (in JSON: 'notes') "
                             "instead; CSV has no place for notes, so there the warning stays")
 
 

@@ -431,7 +431,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "16/32-bit float as references): the fastest scheme, its library and kernel, "
                         "and how far the others of the format are")
     add_baseline(p, "--summary and --by-format")
-    add_allow_incomplete(p, "refused otherwise, since a missing scheme would silently change the pick")
+    add_allow_incomplete(p, "accept result files of interrupted runs (\"complete\": false); refused otherwise, "
+                            "since a missing scheme would silently change the pick")
 
 
 def run_recommend(args: argparse.Namespace) -> int:
