@@ -43,9 +43,9 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidator, field_validator, model_validator
 
 from qbench.timing import registry
 
@@ -91,9 +91,16 @@ ADDED_SINCE: dict[str, str] = {
 }
 
 
-#: A number as the file holds it (a float field given an int keeps the int: ``"nominal_bits": 16``
-#: reads and renders as 16, not 16.0). The schema tables call it float.
-Num = Union[int, float]
+def _keep_int(value: Any, handler) -> Any:
+    """Validate ``value`` as a float (strict: an int is accepted, with the field's bounds) and give
+    back an int as it came."""
+    out = handler(value)
+    return value if type(value) is int else out
+
+
+#: A number as the file holds it: a float field given an int keeps the int (``"nominal_bits": 16``
+#: reads and renders as 16, not 16.0); errors and bounds are the float's. The schema tables call it float.
+Num = Annotated[float, WrapValidator(_keep_int)]
 
 
 class RowError(ValueError):
@@ -719,13 +726,13 @@ def field_paths(model: type[BaseModel] = Row, prefix: str = "") -> frozenset[str
 
 
 def _type_text(annotation: Any) -> str:
+    if typing.get_origin(annotation) is Annotated:  # Num: a float
+        annotation = typing.get_args(annotation)[0]
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (Union, types.UnionType):
         parts = [a for a in args if a is not type(None)]
         if annotation == OptionValue:
             return "bool, int, float, str or null"
-        if int in parts and float in parts:  # Num: a float that keeps an int as given
-            parts = [a for a in parts if a is not int]
         text = " or ".join(_type_text(a) for a in parts)
         return f"{text} or null" if type(None) in args else text
     if origin is Literal:
