@@ -25,10 +25,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from qbench import SCHEMA_VERSION
-from qbench.row import Row, RowError, row_key, validate_row
+from qbench.row import Num, Row, RowError, row_key, validate_row
 
 __all__ = [
     "Ceilings",
@@ -251,8 +251,8 @@ class Env(_Open):
 class CeilingSet(_Open):
     """One set of ceilings: ``memory_gbps`` (GB/s) and ``tflops`` (compute dtype -> TFLOP/s)."""
 
-    memory_gbps: Optional[float] = None
-    tflops: Optional[dict[str, Optional[float]]] = None
+    memory_gbps: Optional[Num] = None
+    tflops: Optional[dict[str, Optional[Num]]] = None
 
 
 class Ceilings(_Open):
@@ -273,18 +273,18 @@ class ResultDoc(BaseModel):
     fields, with ``rows`` as :class:`qbench.row.Row`. Keys this model does not list are kept. A
     schema 1 file is held as the schema 2 document it upgrades to (``schema_version`` 2)."""
 
-    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="allow")
 
     schema_version: int
     complete: Optional[bool] = None
     qbench_version: Optional[str] = None
     created: Optional[str] = None
-    wall_s: Optional[float] = None
-    env: Env = Env()
+    wall_s: Optional[Num] = None
+    env: Env = Field(default_factory=Env)
     ceilings: Optional[Ceilings] = None
-    scenario: ScenarioInfo = ScenarioInfo()
+    scenario: ScenarioInfo = Field(default_factory=ScenarioInfo)
     workers: Optional[Any] = None
-    rows: list[Row] = []
+    rows: list[Row] = Field(default_factory=list)
 
     @property
     def machine(self) -> str:
