@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from qbench import formulas, inputs, ledger, metrics, tuning_cache
-from qbench.row import check_row, flag_record, reason_record
+from qbench.row import Row, check_row, flag_record, reason_record
 from qbench.scenario import Scenario, SchemeEntry
 from qbench.schemes import get as get_scheme
 from qbench.schemes.base import Scheme
@@ -34,26 +34,14 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def base_row(scenario: Scenario, entry: SchemeEntry, scheme: Scheme, m: int, device: torch.device) -> dict:
-    """The row's identity fields and every measured field preset to null (checked against
-    :class:`qbench.row.Row` with the producer's rules: every field a row always carries)."""
+    """The row's identity fields and every measured field preset to null (:meth:`qbench.row.Row.preset`,
+    checked with the producer's rules: every field a row always carries)."""
     k, n = scenario.layer.in_features, scenario.layer.out_features
-    return check_row({
-        "scheme": entry.label, "base_scheme": scheme.name, "library": scheme.library,
-        "mode": entry.options.mode, "options": entry.options.model_dump(exclude={"label", "mode"}),
-        "m": m, "k": k, "n": n, "device": str(device),
-        "weight_dtype": scheme.weight_dtype, "activation_dtype": dtype_name(scheme.activation_dtype),
-        "output_dtype": None, "compute_dtype": scheme.compute_dtype,
-        "status": "ok", "reason": None,
-        "payload_bytes": None, "metadata_bytes": None, "bias_bytes": None, "stored_bytes": None,
-        "nominal_bits": scheme.nominal_bits, "bits_per_weight": None, "ledger": None,
-        "flops": formulas.flops(m, k, n), "min_bytes": None, "arithmetic_intensity": None,
-        "roofline_us": None, "roofline_bound": None, "roofline_source": None,
-        "roofline_reason": None,
-        "latency_us": {}, "latency_reasons": {}, "launch_overhead_us": None,
-        "roofline_fraction": None, "achieved_gbps": None, "achieved_tflops": None, "achieved_method": None,
-        "hbm_floor_us": None, "hbm_floor_fraction": None,
-        "error": None, "dispatch": None, "gpu_state": None, "compile": None, "flags": [],
-    }, writing=True)
+    return Row.preset(
+        scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
+        options=entry.options.model_dump(exclude={"label", "mode"}), m=m, k=k, n=n, device=str(device),
+        weight_dtype=scheme.weight_dtype, activation_dtype=dtype_name(scheme.activation_dtype),
+        compute_dtype=scheme.compute_dtype, nominal_bits=scheme.nominal_bits, flops=formulas.flops(m, k, n))
 
 
 def checked(rows: list[dict]) -> list[dict]:

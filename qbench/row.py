@@ -468,12 +468,12 @@ class Row(_Part):
     bias_bytes: Optional[int] = Field(None, ge=0, description="bytes of the bias, if any", json_schema_extra=_always())
     stored_bytes: Optional[int] = Field(None, ge=0, description="payload + metadata + bias, bytes",
                                         json_schema_extra=_always())
-    ledger: Optional[list[LedgerPart]] = Field(None, description="the tensors counted (after the first call: "
-                                               "the timed state)", json_schema_extra=_always())
     nominal_bits: Optional[Num] = Field(None, description="the format's nominal bit width (a label, not a "
                                           "measurement)", json_schema_extra=_always())
     bits_per_weight: Optional[Num] = Field(None, ge=0, description="8 x stored_bytes / (K x N), measured",
                                              json_schema_extra=_always())
+    ledger: Optional[list[LedgerPart]] = Field(None, description="the tensors counted (after the first call: "
+                                               "the timed state)", json_schema_extra=_always())
     # work and roofline
     flops: Optional[int] = Field(None, ge=0, description="2 x M x K x N, FLOP", json_schema_extra=_always())
     min_bytes: Optional[int] = Field(None, ge=0, description="M x K x activation itemsize + stored_bytes + M x N x "
@@ -497,11 +497,6 @@ class Row(_Part):
                                                json_schema_extra=_always())
     launch_overhead_us: Optional[Num] = Field(None, description="eager median - kernel median, µs",
                                                 json_schema_extra=_always())
-    hbm_floor_us: Optional[Num] = Field(None, ge=0, description="stored_bytes / the roofline's memory bandwidth: "
-                                          "the time to read the weight once from HBM, µs; null on CPU",
-                                          json_schema_extra=_always())
-    hbm_floor_fraction: Optional[Num] = Field(None, ge=0, description="hbm_floor_us / stream median (1.0 = at "
-                                                "the floor)", json_schema_extra=_always())
     roofline_fraction: Optional[Num] = Field(None, ge=0, description="roofline_us / the achieved_method median",
                                                json_schema_extra=_always())
     achieved_gbps: Optional[Num] = Field(None, ge=0, description="min_bytes / the achieved_method median, GB/s",
@@ -510,6 +505,11 @@ class Row(_Part):
                                              json_schema_extra=_always())
     achieved_method: Optional[str] = Field(None, description="the method the three fields above divide by: "
                                            "`stream` when the row has it, else `cold`", json_schema_extra=_always())
+    hbm_floor_us: Optional[Num] = Field(None, ge=0, description="stored_bytes / the roofline's memory bandwidth: "
+                                          "the time to read the weight once from HBM, µs; null on CPU",
+                                          json_schema_extra=_always())
+    hbm_floor_fraction: Optional[Num] = Field(None, ge=0, description="hbm_floor_us / stream median (1.0 = at "
+                                                "the floor)", json_schema_extra=_always())
     # what ran
     error: Optional[ErrorMetrics] = Field(None, description="the output against the float64 reference",
                                           json_schema_extra=_always())
@@ -599,6 +599,26 @@ class Row(_Part):
                     raise ValueError(f"latency_us.{method}.{wrong[0]}: a {owner} key on a {method} record")
         return self
 
+
+    # ---- producing ----------------------------------------------------------------------------
+
+    @classmethod
+    def preset(cls, **fields: Any) -> dict:
+        """A new row as a producer starts it: every field the producer always writes at its empty
+        value (null, ``{}`` or ``[]``; ``status`` ``"ok"``), in the model's order, then ``fields``
+        (the identity, dtypes, options, FLOPs, ...) over them. Returns the dict the producer fills,
+        checked with the producer's rules.
+
+        Raises:
+            RowError: a key of ``fields`` that is no field of the row, or a value of the wrong type.
+        """
+        row: dict[str, Any] = {}
+        for name, f in cls.model_fields.items():
+            if (f.json_schema_extra or {}).get("always"):
+                row[name] = f.default_factory() if f.default_factory is not None else None
+        row["status"] = "ok"
+        row.update(fields)
+        return check_row(row, writing=True)
 
     # ---- reading ------------------------------------------------------------------------------
 

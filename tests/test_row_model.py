@@ -328,3 +328,14 @@ def test_check_row_returns_the_row_unchanged():
     assert check_row(row) is row and row == {"scheme": "bf16", "m": 1, "k": 8, "n": 8, "status": "ok",
                                              "nominal_bits": 16}
     assert rowmod.validate_row(row).nominal_bits == 16.0
+
+
+def test_preset_starts_a_row_with_every_always_written_field():
+    row = Row.preset(scheme="bf16", base_scheme="bf16", m=1, k=8, n=8, flops=128)
+    always = [n for n, f in Row.model_fields.items() if (f.json_schema_extra or {}).get("always")]
+    assert list(row) == always  # the model's order, nothing else
+    assert row["status"] == "ok" and row["latency_us"] == {} and row["flags"] == [] and row["options"] == {}
+    assert row["flops"] == 128 and row["stored_bytes"] is None and row["error"] is None
+    assert Row.preset(scheme="x", m=1, k=8, n=8)["latency_reasons"] is not row["latency_reasons"]  # fresh dicts
+    with pytest.raises(RowError, match="stored_byte"):
+        Row.preset(scheme="x", m=1, k=8, n=8, stored_byte=10)
