@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from qbench.results import ResultsError, machine_of, read_results, row_key, write_results  # noqa: E402
+from qbench.results import Env, ResultsError, read_results, row_key, write_results  # noqa: E402
 
 #: Scenario keys that may differ between the runs of one scenario (``--schemes`` narrows ``schemes``;
 #: ``--out`` is recorded in ``output``).
@@ -44,6 +44,11 @@ FREE_SCENARIO_KEYS = ("schemes", "output")
 
 class MergeError(ValueError):
     """Inputs that are not one scenario on one machine; the message names the file, key and value."""
+
+
+def machine_of(doc: dict) -> str:
+    """The machine of a document, as one label (:attr:`qbench.results.Env.machine`)."""
+    return Env.model_validate(doc.get("env") or {}).machine
 
 
 def scheme_labels(doc: dict, source: str) -> list[str]:
@@ -67,7 +72,7 @@ def merge(paths: list[str]) -> dict:
     """
     if len(paths) < 2:
         raise MergeError("merge_results: give the base run and at least one run that completes it")
-    docs = [(p, read_results(p)) for p in paths]
+    docs = [(p, read_results(p).to_json()) for p in paths]
     base_path, base = docs[0]
     labels = scheme_labels(base, base_path)
     order = {label: i for i, label in enumerate(labels)}
