@@ -375,9 +375,9 @@ class Reason(_Part):
     """Why one timing method has no STATS on a row: `capture-failed` (the call could not be captured
     in a CUDA graph), `not-attempted` (a capture skipped after an earlier capture of the same scheme
     failed), `host-sync` (the call syncs with the host), `cuda-only` (a CUDA method on a CPU row),
-    `cpu-only` (a CPU method on a CUDA row), `copies` (the weight copies for stream could not be built), `error` (the method raised),
-    `not-timed` (the job does not time it: tensor-parallel rows), `other` (a schema 1 reason that
-    says none of these)."""
+    `cpu-only` (a CPU method on a CUDA row), `copies` (the weight copies for stream could not be
+    built), `error` (the method raised), `not-timed` (the job does not time it: tensor-parallel
+    rows), `other` (a schema 1 reason that says none of these)."""
 
     kind: ReasonKind = Field(description="what kind of reason (see REASON_KINDS in qbench/row.py)",
                              json_schema_extra=_always())

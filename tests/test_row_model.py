@@ -101,11 +101,14 @@ def test_a_wrong_key_or_type_is_one_line(fields, message):
 # ---- every committed result file loads; legacy keys are handled explicitly -----------------------------
 
 def test_every_committed_result_file_loads():
-    """Every result document under results/ (the current files and the evidence) loads with all its rows."""
+    """Every result document under results/ (the current files and the evidence) loads with all its rows
+    (a model-step file's as StepRow, under step_rows)."""
     files = _result_files()
     assert len(files) >= 22
     for path in files:
-        assert len(read_results(path).rows) == len(json.loads(path.read_text())["rows"]), path
+        doc = read_results(path)
+        assert len(doc.rows) + len(doc.step_rows) == len(json.loads(path.read_text())["rows"]), path
+        assert (doc.job == "step") == path.name.startswith("step_"), path
 
 
 def test_legacy_and_added_fields_are_real_and_explicit():
