@@ -109,8 +109,12 @@ def check_max_rel_err(value: Optional[float]) -> None:
 # ---- the files ---------------------------------------------------------------------------------
 
 def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn",
-                 refusal: str = "") -> list[ResultDoc]:
+                 refusal: str = "", steps: bool = False) -> list[ResultDoc]:
     """Read every file of ``paths`` (:func:`qbench.results.read_results`), in order.
+
+    A model-step result (:attr:`qbench.results.ResultDoc.job` ``"step"``) is refused unless
+    ``steps`` (a reader that reads :attr:`~qbench.results.ResultDoc.step_rows`): one line naming
+    the file and the readers that take it.
 
     ``incomplete`` says what happens to a file marked ``"complete": false``, after every file was
     read: ``warn`` prints :func:`qbench.judge.incomplete_warning` on stderr, ``refuse`` raises
@@ -118,13 +122,17 @@ def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn"
     says nothing (the reader does).
 
     Raises:
-        Refused: a file cannot be read or is not a qbench result (the message names it), or an
-            incomplete file with ``incomplete="refuse"``.
+        Refused: a file cannot be read or is not a qbench result (the message names it), a
+            model-step result without ``steps``, or an incomplete file with ``incomplete="refuse"``.
     """
     try:
         docs = [read_results(path) for path in paths]
     except ResultsError as exc:
         raise Refused(str(exc)) from None
+    for path, doc in zip(paths, docs):
+        if doc.job == "step" and not steps:
+            raise Refused(f"{path}: a model-step result (rows of job 'step'); this command reads per-layer "
+                          f"results (qbench report, recommend and model read model-step files)")
     if incomplete != "keep":
         for path, doc in zip(paths, docs):
             warning = incomplete_warning(doc, path)

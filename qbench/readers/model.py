@@ -49,6 +49,7 @@ from qbench.render import Column, check_format, render, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.results import ResultDoc
 from qbench.row import Row
+from qbench.step import view as step_view
 
 __all__ = ["COMMAND", "Indexed", "index_rows", "model_step", "render_model", "row_floor_us", "run_model"]
 
@@ -304,7 +305,9 @@ def render_model(result: dict, fmt: str = "simple") -> str:
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help=f"model preset: {', '.join(PRESETS)}")
     p.add_argument("result", nargs="*", help="per-layer result JSON files (qbench run); none: list "
-                                             "the shapes the model needs and their scenarios")
+                                             "the shapes the model needs and their scenarios; or "
+                                             "model-step result files (NAME: their model, e.g. llama3.1-8b): "
+                                             "the measured step beside Σ linear")
     add_method(p)
     add_baseline(p, "the speed-up")
     add_max_rel_err(p, "schemes whose largest per-layer rel_fro is over it are marked and not named fastest")
@@ -314,19 +317,123 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                             "instead; CSV has no place for notes, so there the warning stays")
 
 
+# ---- a measured step (model-step result files, qbench.step) ------------------------------------
+
+def _step_columns(records: list[dict], baseline: str) -> list[Column]:
+    methods = [m for m in step_view.STEP_METHODS if any(m in r["speedup"] for r in records)]
+
+    def ratio(v: Optional[float]) -> str:
+        return DASH if v is None else f"{v:.2f}×"
+
+    cols = [
+        Column("m", "M", lambda r: r["m"], str, True),
+        Column("context", "context", lambda r: r["context"], str, True),
+        Column("scheme", "scheme", lambda r: r["scheme"]),
+        Column("method", "step method", lambda r: step_view.SHORT.get(r["method"], r["method"] or DASH)),
+        Column("step_us", "step µs (measured)", lambda r: r["step_us"], fmt_us, True),
+        Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
+        Column("linear_us", "Σ linear µs", lambda r: r["linear_us"], fmt_us, True),
+        Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None else 100 * r["rest_share"],
+               lambda v: DASH if v is None else f"{v:.0f} %", True),
+    ]
+    for m in methods:
+        cols.append(Column(f"speedup_{m}", f"×{baseline} {step_view.SHORT[m]}",
+                           lambda r, m=m: r["speedup"].get(m), ratio, True))
+    cols.append(Column("linear_speedup", f"×{baseline} Σ linear", lambda r: r["linear_speedup"], ratio, True))
+    return cols
+
+
+def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
+    """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` (the rows of the
+    model-step files whose ``model`` is ``NAME``) beside the linear-only prediction (Σ linear, the
+    per-layer ``stream`` sum measured in the same run) and the end-to-end speed-up over
+    ``--baseline`` per step method (:func:`qbench.step.view.speedups`; a compiled scheme against
+    the baseline's compiled form), then one context-sweep line per scheme and M: the context at
+    which it stops beating the baseline (:func:`qbench.step.view.breakeven`). ``--max-rel-err``
+    marks schemes whose logits error is over it. Returns 0 when some scheme has a measured step,
+    else 1; raises :class:`~qbench.readers.common.Refused` (a file of another model, files of
+    several machines, ``--method``)."""
+    if args.method is not None:
+        raise Refused("--method reads per-layer files; a model-step file's step methods are all shown")
+    if len({doc.machine for doc in docs}) > 1:
+        raise Refused("the files were measured on different machines ("
+                      + "; ".join(f"{p}: {d.machine}" for p, d in zip(paths, docs)) + ")")
+    rows = []
+    for path, doc in zip(paths, docs):
+        mine = [r for r in doc.step_rows if r.model == args.name]
+        if not mine:
+            held = ", ".join(sorted({r.model for r in doc.step_rows}))
+            raise Refused(f"{path}: a model-step result of {held}, not of {args.name}")
+        rows += mine
+    notes = []
+    for path, doc in zip(paths, docs):
+        warning = incomplete_warning(doc, path)
+        if warning and getattr(args, "allow_incomplete", False) and wants_prose(args.format):
+            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.step_rows)} rows), read "
+                         "with --allow-incomplete")
+        elif warning:
+            print(warning, file=sys.stderr)
+    records = step_view.model_records(rows, args.baseline)
+    for rec in records:
+        err = next(step_view.logits_error(r) for r in rows if (r.scheme, r.m, r.context) ==
+                   (rec["scheme"], rec["m"], rec["context"]))
+        rec["rel_fro"] = err
+        rec["over_budget"] = args.max_rel_err is not None and (err is None or err > args.max_rel_err)
+    sweep = step_view.sweep(rows, args.baseline)
+    if args.format == "json":
+        print(json.dumps({"model": args.name, "baseline": args.baseline, "rows": records, "sweep": sweep,
+                          "notes": notes}, indent=2, ensure_ascii=False))
+        return 0 if any(r["step_us"] is not None for r in records) else 1
+    cols = _step_columns(records, args.baseline)
+    cols.append(Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True))
+    if args.max_rel_err is not None:
+        cols.append(Column("budget", f"≤ {args.max_rel_err:g}", lambda r: "over" if r["over_budget"] else "ok"))
+    table = render(records, cols, args.format)
+    if not wants_prose(args.format):
+        print(table)
+        return 0 if any(r["step_us"] is not None for r in records) else 1
+    title = rows[0].title
+    print(f"{title} ({args.name}): the measured decode step (qbench.step) beside the linear-only prediction")
+    print(f"step = the {'/'.join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)} step, first present "
+          f"(step method); Σ linear = the per-layer stream times of the same linear layers in the same run "
+          f"(what the layer view predicts); rest = (step - Σ linear) / step; ×{args.baseline} = "
+          f"{args.baseline} step / this step per method (a compiled scheme against {args.baseline}+compiled)")
+    print()
+    print(table)
+    print()
+    print(f"context sweep: where each scheme stops beating {args.baseline} (its step no faster than "
+          f"{args.baseline}'s)")
+    for rec in sweep:
+        print(step_view.sweep_line(rec, args.baseline))
+    untimed = sorted({r.scheme for r in rows if r.status == "ok" and step_view.decision_method(r) is None})
+    for scheme in untimed:
+        why = next((t for r in rows if r.scheme == scheme for t in r.latency_reasons.values()), "no step time")
+        print(f"note: {scheme} has no step time: {why[:160]}")
+    for note in notes:
+        print(f"note: {note}")
+    return 0 if any(r["step_us"] is not None for r in records) else 1
+
+
 def run_model(args: argparse.Namespace) -> int:
     """Run ``qbench model`` from parsed ``args``; returns the exit status (0 or 1, see the module
-    docstring; raises :class:`~qbench.readers.common.Refused` on bad input)."""
-    preset = PRESETS.get(args.name)
-    if preset is None:
-        raise Refused(f"unknown model {args.name!r}; presets: {', '.join(PRESETS)}")
+    docstring; raises :class:`~qbench.readers.common.Refused` on bad input). Model-step result
+    files (:mod:`qbench.step`) go to :func:`run_step_model`."""
     try:
         check_format(args.format)
     except ValueError as exc:
         raise Refused(str(exc)) from None
     check_max_rel_err(args.max_rel_err)
     paths = [args.result] if isinstance(args.result, str) else list(args.result or [])
-    docs = open_results(paths, incomplete="keep")  # said below, as a warning or a note
+    docs = open_results(paths, incomplete="keep", steps=True)  # said below, as a warning or a note
+    jobs = {doc.job for doc in docs}
+    if "step" in jobs:
+        if len(jobs) > 1:
+            raise Refused("give per-layer files or model-step files, not both: "
+                          + ", ".join(f"{p} ({d.job})" for p, d in zip(paths, docs)))
+        return run_step_model(args, paths, docs)
+    preset = PRESETS.get(args.name)
+    if preset is None:
+        raise Refused(f"unknown model {args.name!r}; presets: {', '.join(PRESETS)}")
     machines = {path: doc.machine for path, doc in zip(paths, docs)}
     if len(set(machines.values())) > 1:  # a step sums per-layer times: they must come from one machine
         raise Refused("the files were measured on different machines ("

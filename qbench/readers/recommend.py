@@ -57,6 +57,7 @@ from qbench.render import FORMATS, Column, render, wants_prose
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
 from qbench.results import ResultDoc
 from qbench.row import Row
+from qbench.step import view as step_view
 
 __all__ = ["COMMAND", "by_format", "main_kernel", "recommend", "render_by_format", "render_recommendation",
            "render_summary", "row_storage_format", "run_recommend", "summary_rows"]
@@ -460,7 +461,9 @@ def run_recommend(args: argparse.Namespace) -> int:
     paths = [args.result] if isinstance(args.result, str) else list(args.result)
     docs = open_results(paths, incomplete="warn" if getattr(args, "allow_incomplete", False) else "refuse",
                         refusal="is incomplete (\"complete\": false): a scheme missing from it would change "
-                                "the pick; pass --allow-incomplete to use it anyway")
+                                "the pick; pass --allow-incomplete to use it anyway", steps=True)
+    if any(doc.job == "step" for doc in docs):
+        return _run_step(args, paths, docs)
     if format_mode:
         return _run_by_format(args, paths, docs)
     baseline = getattr(args, "baseline", "bf16")
@@ -507,6 +510,62 @@ def run_recommend(args: argparse.Namespace) -> int:
         unusable = unusable_note([(s, row["m"]) for row in summary for s in row["unusable"]], method)
         if unusable and wants_prose(args.format):
             print(f"\n{unusable}")
+    return 0 if picked else 1
+
+
+def _step_columns(baseline: str) -> list[Column]:
+    return [
+        Column("m", "M", lambda r: r["m"], str, True),
+        Column("context", "context", lambda r: r["context"], str, True),
+        Column("pick", "fastest step within the budget", lambda r: r["pick"] or "none"),
+        Column("method", "step method", lambda r: step_view.SHORT.get(r["method"], DASH) if r["method"] else DASH),
+        Column("step_us", "step µs", lambda r: r["step_us"], fmt_us, True),
+        Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
+        Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+        Column("within", "within budget", lambda r: f"{r['within']} of {r['timed']}", numeric=True),
+    ]
+
+
+def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
+    """``qbench recommend STEP.json --max-rel-err X``: per file, per M and context, the fastest
+    measured decode step among the schemes whose logits error against the FP32 step
+    (``error.rel_fro``) is at most X, each timed by its decision method
+    (:data:`qbench.step.view.DECISION_ORDER`, named in the output), with its speed-up over
+    ``--baseline`` (:func:`qbench.step.view.recommend`). Returns 0 when some (M, context) has a
+    pick, else 1; raises :class:`~qbench.readers.common.Refused` for layer and step files mixed,
+    ``--summary``, ``--by-format`` or ``--method``."""
+    if any(doc.job != "step" for doc in docs):
+        raise Refused("give per-layer files or model-step files, not both: "
+                      + ", ".join(f"{p} ({d.job})" for p, d in zip(paths, docs)))
+    for flag, given in (("--summary", args.summary), ("--by-format", args.by_format), ("--method", args.method)):
+        if given:
+            raise Refused(f"{flag} reads per-layer files; a model-step file has one view (the fastest step per M "
+                          "and context)")
+    picked, records = False, []
+    for path, doc in zip(paths, docs):
+        rec = step_view.recommend(doc.step_rows, args.max_rel_err, args.baseline)
+        picked = picked or any(r["pick"] for r in rec)
+        records.append((path, doc, rec))
+    if args.format == "json":
+        out = [{"file": path, "model": doc.step_rows[0].model, "max_rel_err": args.max_rel_err, "by_m_context": rec}
+               for path, doc, rec in records]
+        print(json.dumps(out if len(out) > 1 else out[0], indent=2, ensure_ascii=False))
+        return 0 if picked else 1
+    for i, (path, doc, rec) in enumerate(records):
+        rows = doc.step_rows
+        if len(records) > 1:
+            print(("\n" if i else "") + f"== {path}")
+        if wants_prose(args.format):
+            print(f"{rows[0].title} ({rows[0].model}), decode step: the fastest step whose logits error against "
+                  f"the FP32 step is ≤ {args.max_rel_err:g} (error.rel_fro), per M and context; step method: "
+                  f"{', else '.join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)}; ×{args.baseline} = "
+                  f"{args.baseline} step / this step (a compiled scheme against {args.baseline}+compiled)\n")
+        print(render(rec, _step_columns(args.baseline), args.format))
+        if wants_prose(args.format):
+            untimed = sorted({s for r in rec for s in r["untimed"]})
+            if untimed:
+                print(f"\nnot timed (no step time, not considered): {', '.join(untimed)}")
     return 0 if picked else 1
 
 
