@@ -46,6 +46,13 @@ class MergeError(ValueError):
     """Inputs that are not one scenario on one machine; the message names the file, key and value."""
 
 
+def _read(path: str) -> dict:
+    """The document at ``path`` as written (its rows in their own schema version), after
+    :func:`qbench.results.read_results` checked it."""
+    read_results(path)
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
 def machine_of(doc: dict) -> str:
     """The machine of a document, as one label (:attr:`qbench.results.Env.machine`)."""
     return Env.model_validate(doc.get("env") or {}).machine
@@ -72,7 +79,11 @@ def merge(paths: list[str]) -> dict:
     """
     if len(paths) < 2:
         raise MergeError("merge_results: give the base run and at least one run that completes it")
-    docs = [(p, read_results(p).to_json()) for p in paths]
+    docs = [(p, _read(p)) for p in paths]
+    versions = {d["schema_version"] for _, d in docs}
+    if len(versions) > 1:
+        raise MergeError(f"schema_version: the files are of schema versions {sorted(versions)}: merge runs of one "
+                         "qbench version")
     base_path, base = docs[0]
     labels = scheme_labels(base, base_path)
     order = {label: i for i, label in enumerate(labels)}
