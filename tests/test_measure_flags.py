@@ -227,3 +227,32 @@ def test_a_row_faster_than_its_roofline_is_flagged():
     row2 = dict(row, flags=[], latency_us={"stream": {"median": 9.0}})
     finish_row(row2, {"measured": {"memory_gbps": 4000.0, "tflops": {"bf16": 800.0}}})
     assert row2["flags"] == []
+
+
+# ---- the one error path writes structured reasons (schema 2: row.reason_record) ----------------
+
+def test_a_method_that_raises_is_an_error_reason_and_failed_copies_a_copies_reason(tmp_path, monkeypatch):
+    """measure's one error path: a method whose run raises gets ``{"kind": "error"}`` with the
+    exception's first line; a method that needs copies whose calls cannot be made (before it runs)
+    gets ``{"kind": "copies"}``; a CUDA method on a CPU row ``cuda-only``. The cpu time stays."""
+    from qbench import measure
+    from qbench.timing import stream
+
+    def boom(self, call, settings):
+        raise RuntimeError("timer broke\nsecond line")
+
+    monkeypatch.setattr(stream.Stream, "run", boom)
+    rows = _rows(tmp_path, "fp32")
+    for row in rows:
+        assert row["status"] == "ok" and row["latency_us"]["cpu"]["median"] > 0
+        assert row["latency_us"]["stream"] is None
+        assert row["latency_reasons"]["stream"] == {"kind": "error", "text": "RuntimeError: timer broke"}
+        assert {row["latency_reasons"][m]["kind"] for m in ("cold", "warm", "eager", "kernel")} == {"cuda-only"}
+    monkeypatch.undo()
+
+    def no_calls(self, x):
+        raise MemoryError("copies' calls")
+
+    monkeypatch.setattr(measure._Runner, "_calls", no_calls)
+    for row in _rows(tmp_path, "fp32"):
+        assert row["latency_reasons"]["stream"] == {"kind": "copies", "text": "MemoryError: copies' calls"}
