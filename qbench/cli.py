@@ -7,15 +7,11 @@ naming the file, key and value, and exit status 2; ``--debug`` shows the traceba
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from typing import Optional
 
-#: --format values whose output is a document for a program (stdout holds it alone).
-MACHINE_FORMATS = frozenset({"csv", "json", "tsv", "latex", "latex_raw", "latex_booktabs", "latex_longtable",
-                             "html", "unsafehtml"})
-
-#: What each subcommand's exit status means (printed under its --help).
+#: What the exit status of ``run`` and ``list`` means (printed under their --help); each reader
+#: command carries its own (:class:`qbench.readers.common.Command`).
 EXIT_CODES = {
     "run": "0 at least one row ok; 1 every row skipped or failed; 2 bad input (nothing measured or written), "
            "another run on the same --out, or a write that failed mid-run (the message names the partial file "
@@ -23,15 +19,7 @@ EXIT_CODES = {
            "the partial file holding the rows so far, <out>.partial.json; --resume measures the rest)",
     "check": "0 the scenario is valid; 2 it is not (one line naming the file, key and value)",
     "list": "0; 2 bad --device",
-    "report": "0; 2 bad input",
-    "compare": "0 no regression; 1 a row got slower than --threshold; 2 bad input",
-    "recommend": "0 some M got a pick; 1 no M did; 2 bad input (an incomplete file without --allow-incomplete)",
-    "model": "0 some scheme has a complete step; 1 none does (missing shapes named); 2 bad input",
-    "plot": "0; 2 bad input (an existing chart without --force, a suffix other than .png/.svg/.pdf)",
 }
-
-#: Modules that add a subcommand through ``register(subparsers)``.
-_COMMAND_MODULES = ("qbench.report", "qbench.compare", "qbench.recommend", "qbench.model", "qbench.plot")
 
 
 def _validated(path: str, schemes: Optional[list[str]] = None):
@@ -87,19 +75,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except lifecycle.RunInterrupted as exc:
             print(f"qbench: {exc.message()}", file=sys.stderr)
             return exc.exit_code
-    machine = args.format in MACHINE_FORMATS
-    # a document meant to be parsed (csv, json, tsv, latex, html) is alone on stdout; the rest goes to stderr
-    if loaded.job == "step":  # the model-step table (qbench.step.view)
+    from qbench.results import ResultDoc
+
+    machine = not render.wants_prose(args.format)
+    # a document meant to be parsed (csv, json, tsv, latex, html, wiki markup) is alone on stdout; the rest
+    # goes to stderr
+    doc = ResultDoc.of(outcome.doc)
+    if doc.job == "step":  # the model-step table (qbench.step.view)
         from qbench.step import view
-        from qbench.step.row import read_step_rows
 
         for line in view.describe(outcome.doc):
             print(line, file=sys.stderr if machine else sys.stdout)
-        print(view.step_table(read_step_rows(outcome.doc["rows"]), fmt=args.format))
+        print(view.step_table(doc.step_rows, fmt=args.format))
+        n = len(doc.step_rows)
     else:
-        print(render.render_header(outcome.doc), file=sys.stderr if machine else sys.stdout)
-        print(render.render(outcome.doc["rows"], fmt=args.format))
-    n = len(outcome.doc["rows"])
+        print(render.render_header(doc), file=sys.stderr if machine else sys.stdout)
+        print(render.render(doc.rows, fmt=args.format))
+        n = len(doc.rows)
     print(f"\nwrote {outcome.path} ({n} row{'' if n == 1 else 's'}, {outcome.doc['wall_s']:.1f} s)",
           file=sys.stderr if machine else sys.stdout)
     if outcome.exit_code:
@@ -190,15 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="simple", help="any tabulate format")
     p.set_defaults(func=_cmd_list)
 
-    for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        module.register(sub)
     for name, subparser in sub.choices.items():
-        codes = EXIT_CODES.get(name, "0 success; 2 bad input (one line naming file, key and value)")
-        subparser.epilog = ((subparser.epilog + "\n\n") if subparser.epilog else "") + f"exit status: {codes}"
+        subparser.epilog = f"exit status: {EXIT_CODES[name]}"
+    from qbench.readers import COMMANDS
+
+    for command in COMMANDS:
+        command.register(sub)
     return parser
 
 
@@ -206,7 +195,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``qbench`` and ``python -m qbench``; returns the exit status."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    # --debug is accepted anywhere (before or after the subcommand), as users type it
     head = argv[: argv.index("--")] if "--" in argv else argv
     debug = "--debug" in head
     quiet = "--quiet" in head or "-q" in head

@@ -404,13 +404,16 @@ def resume_rows(doc: dict, output: Output) -> None:
         RunError: the file cannot be read, is not a qbench result, or was measured with another
             scenario, device or machine (one line naming the file and the first difference).
     """
-    from qbench.results import ResultsError, machine_of, read_results
+    from qbench.results import Env, ResultsError, read_results
+
+    def machine_of(d: dict) -> str:
+        return Env.model_validate(d.get("env") if isinstance(d.get("env"), dict) else {}).machine
 
     source = output.partial if output.partial.exists() else output.path if output.path.exists() else None
     if source is None:
         return
     try:
-        earlier = read_results(source)
+        earlier = read_results(source).to_json()  # the document as written (a schema 1 file's rows upgraded)
     except ResultsError as exc:
         raise RunError(f"cannot resume: {exc}") from None
     except RecursionError:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from qbench import compile_info, formulas, inputs, ledger, metrics, tuning_cache
-from qbench.row import check_row
+from qbench.row import Row, check_row, flag_record, reason_record
 from qbench.scenario import Scenario, SchemeEntry
 from qbench.schemes import get as get_scheme
 from qbench.schemes.base import Scheme
@@ -39,26 +39,14 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def base_row(scenario: Scenario, entry: SchemeEntry, scheme: Scheme, m: int, device: torch.device) -> dict:
-    """The row's identity fields and every measured field preset to null (checked against
-    :class:`qbench.row.Row` with the producer's rules: every field a row always carries)."""
+    """The row's identity fields and every measured field preset to null (:meth:`qbench.row.Row.preset`,
+    checked with the producer's rules: every field a row always carries)."""
     k, n = scenario.layer.in_features, scenario.layer.out_features
-    return check_row({
-        "scheme": entry.label, "base_scheme": scheme.name, "library": scheme.library,
-        "mode": entry.options.mode, "options": entry.options.model_dump(exclude={"label", "mode"}),
-        "m": m, "k": k, "n": n, "device": str(device),
-        "weight_dtype": scheme.weight_dtype, "activation_dtype": dtype_name(scheme.activation_dtype),
-        "output_dtype": None, "compute_dtype": scheme.compute_dtype,
-        "status": "ok", "reason": None,
-        "payload_bytes": None, "metadata_bytes": None, "bias_bytes": None, "stored_bytes": None,
-        "nominal_bits": scheme.nominal_bits, "bits_per_weight": None, "ledger": None,
-        "flops": formulas.flops(m, k, n), "min_bytes": None, "arithmetic_intensity": None,
-        "roofline_us": None, "roofline_bound": None, "roofline_source": None,
-        "roofline_reason": None,
-        "latency_us": {}, "latency_reasons": {}, "launch_overhead_us": None,
-        "roofline_fraction": None, "achieved_gbps": None, "achieved_tflops": None, "achieved_method": None,
-        "hbm_floor_us": None, "hbm_floor_fraction": None,
-        "error": None, "dispatch": None, "gpu_state": None, "compile": None, "flags": [],
-    }, writing=True)
+    return Row.preset(
+        scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
+        options=entry.options.model_dump(exclude={"label", "mode"}), m=m, k=k, n=n, device=str(device),
+        weight_dtype=scheme.weight_dtype, activation_dtype=dtype_name(scheme.activation_dtype),
+        compute_dtype=scheme.compute_dtype, nominal_bits=scheme.nominal_bits, flops=formulas.flops(m, k, n))
 
 
 def checked(rows: list[dict]) -> list[dict]:
@@ -289,11 +277,11 @@ class _Runner:
                                   "cache_counters": {key: n for key, n in caches.items() if n},
                                   "compile_threads": compile_info.compile_threads()}
                 if self.graphs_total == 0:
-                    row["flags"].append("not-compiled: torch.compile compiled no graph for this scheme; "
-                                        "the call ran eagerly")
+                    row["flags"].append(flag_record("not-compiled", "torch.compile compiled no graph for this scheme; "
+                                                             "the call ran eagerly"))
                 if row["compile"]["graph_breaks"]:
-                    row["flags"].append(f"graph-breaks: {row['compile']['graph_breaks']} graph break(s) "
-                                        "in the compiled call (parts of it ran eagerly)")
+                    row["flags"].append(flag_record("graph-breaks", f"{row['compile']['graph_breaks']} graph break(s) "
+                                                             "in the compiled call (parts of it ran eagerly)"))
         except Exception as exc:
             failed_rows([row], "failed", f"run: {describe_exception(exc)}")
             return
@@ -308,7 +296,8 @@ class _Runner:
             self._run(row, method, x, graph=False)
         for method in self.absent:
             row["latency_us"][method.name] = None
-            row["latency_reasons"][method.name] = method.unavailable(self.device.type)
+            row["latency_reasons"][method.name] = reason_record(
+                "cuda-only" if self.device.type != "cuda" else "cpu-only", method.unavailable(self.device.type))
         after = gpu.read_gpu_state(index) if gpu else None
         if before is not None or after is not None:
             row["gpu_state"] = {**(row.get("gpu_state") or {}), "before": before, "after": after,
@@ -329,7 +318,7 @@ class _Runner:
             for method in self.graph:
                 if failure is not None:
                     row["latency_us"][method.name] = None
-                    row["latency_reasons"][method.name] = f"not attempted: {failure}"
+                    row["latency_reasons"][method.name] = reason_record("not-attempted", f"not attempted: {failure}")
                     continue
                 failure = self._run(row, method, x, graph=True)
             if row["dispatch"] is not None:
@@ -342,11 +331,13 @@ class _Runner:
         failure that ends the graph phase (graph methods only), else None."""
         name, failure = method.name, None
         t0 = time.perf_counter()
+        kind = "copies" if method.needs.copies else "error"  # what a failure before the method runs is
         try:
             call = self._call(method, x)
             if isinstance(call, str):  # a need that cannot be met: the method's reason, not a failure
-                row["latency_us"][name], row["latency_reasons"][name] = None, call
+                row["latency_us"][name], row["latency_reasons"][name] = None, reason_record("copies", call)
             else:
+                kind = "error"
                 reading = method.run(call, self.settings)
                 row["latency_us"][name] = reading.record
                 if reading.dispatch is not None:
@@ -356,12 +347,12 @@ class _Runner:
                     row["dispatch"] = {"label": label, **reading.dispatch}
         except GraphCaptureError as exc:
             failure = f"CUDA graph capture failed at M={row['m']}: {exc}"
-            row["latency_us"][name], row["latency_reasons"][name] = None, failure
+            row["latency_us"][name], row["latency_reasons"][name] = None, reason_record("capture-failed", failure)
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
             why = (f"M={row['m']}: {text}" if graph else f"{method.error_prefix}{text}").splitlines()[0][:300]
             failure = why if graph else None
-            row["latency_us"][name], row["latency_reasons"][name] = None, why
+            row["latency_us"][name], row["latency_reasons"][name] = None, reason_record(kind, why)
         if not (graph and failure):
             self._reading(row, name)
         self.spent[name] = self.spent.get(name, 0.0) + time.perf_counter() - t0
@@ -402,8 +393,8 @@ class _Runner:
         if load.get("oversubscribed"):
             busy = (f"{load['busy_cores_now']:.1f} cores busy with other work" if load.get("busy_cores_now") is not None
                     else f"load {load['load_avg_1min']:.1f}")
-            row["flags"].append(f"cpu-busy: {busy} leaves {load['free_cores']:.1f} free cores for {threads} "
-                                "threads: noisy")
+            row["flags"].append(flag_record("cpu-busy", f"{busy} leaves {load['free_cores']:.1f} free cores for {threads} "
+                                                 "threads: noisy"))
 
     def _reading(self, row: dict, method: str) -> None:
         """A fresh NVML reading right after ``method``'s last sample (SM and memory clocks, power,
@@ -420,7 +411,7 @@ class _Runner:
         row["gpu_state"] = state
         active = reading.get("throttle_reasons") or []
         if active:
-            row["flags"].append(f"throttled: {', '.join(active)} active right after {method}")
+            row["flags"].append(flag_record("throttled", f"{', '.join(active)} active right after {method}"))
 
     def _recount_ledger(self, row: dict) -> None:
         """Count the ledger again after the first call: the timed state. A library that repacks its
@@ -429,12 +420,13 @@ class _Runner:
         k, n = row["k"], row["n"]
         now = ledger.count(self.scheme.parts(self.eager_module))
         if now.stored_bytes != self.book.stored_bytes:
-            row["flags"].append(f"repacked: the weight changed on the first call ({self.book.stored_bytes} -> "
-                                f"{now.stored_bytes} stored bytes); the ledger is the timed, repacked state")
+            row["flags"].append(flag_record("repacked", f"the weight changed on the first call ({self.book.stored_bytes} -> "
+                                                 f"{now.stored_bytes} stored bytes); the ledger is the timed, repacked "
+                                                 "state"))
             self.book = now
         elif self._repacked:
             row["flags"].append(self._repacked)
-        if row["flags"] and row["flags"][-1].startswith("repacked:"):
+        if row["flags"] and row["flags"][-1]["name"] == "repacked":
             self._repacked = row["flags"][-1]
         row.update(self.book.fields(k, n))
 
@@ -485,10 +477,10 @@ def finish_row(row: dict, ceilings: Optional[dict]) -> None:
         if row["roofline_us"] is not None:
             row["roofline_fraction"] = row["roofline_us"] / time_us
             if row["roofline_fraction"] > 1.0:
-                row.setdefault("flags", []).append(
-                    f"above-ceiling: {method} {time_us:.3g} µs is below the {row['roofline_source']} roofline "
+                row.setdefault("flags", []).append(flag_record(
+                    "above-ceiling", f"{method} {time_us:.3g} µs is below the {row['roofline_source']} roofline "
                     f"({row['roofline_us']:.3g} µs): that ceiling underestimates this device, so roofline % "
-                    "overstates how close the row is to the hardware")
+                    "overstates how close the row is to the hardware"))
         row["achieved_gbps"], row["achieved_tflops"] = formulas.achieved(row["flops"], row["min_bytes"], time_us)
         row["achieved_method"] = method
 

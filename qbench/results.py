@@ -23,29 +23,36 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from qbench import SCHEMA_VERSION
-from qbench.row import RowError, row_key, validate_row  # row_key: re-exported (compare imports it from here)
-from qbench.timing import registry
+from qbench.row import Num, Row, RowError, row_key, validate_row
+from qbench.step.row import StepRow
 
 __all__ = [
+    "Ceilings",
+    "CeilingSet",
+    "Env",
+    "READABLE_VERSIONS",
+    "ResultDoc",
     "ResultsError",
     "ResultsExistError",
     "ResultsSchemaError",
     "SCHEMA_VERSION",
+    "ScenarioInfo",
     "finite_or_none",
-    "latency_stats",
-    "methods_present",
     "read_results",
-    "resolve_method",
+    "check_step_rows",
+    "is_step",
+    "upgrade_v1_row",
     "write_results",
 ]
 
-#: The CPU method every CPU row has (CPU rows may also have ``stream``).
-CPU_METHOD = registry.CPU_METHOD
-#: The method decisions read by default (``stream``: weights from HBM, graph-captured).
-DECISION_METHOD = registry.DECISION_METHOD
+#: The ``schema_version`` values :func:`read_results` reads: 1 (reasons and flags as sentences,
+#: upgraded on reading by :func:`upgrade_v1_row`) and 2 (:data:`qbench.SCHEMA_VERSION`).
+READABLE_VERSIONS = (1, 2)
 
 
 class ResultsError(Exception):
@@ -72,8 +79,9 @@ def finite_or_none(obj: Any) -> Any:
     return obj
 
 
-def write_results(path: str | os.PathLike, doc: dict, *, force: bool = False) -> Path:
-    """Write the result document ``doc`` to ``path`` as strict, indented JSON, atomically.
+def write_results(path: str | os.PathLike, doc: "dict | ResultDoc", *, force: bool = False) -> Path:
+    """Write the result document ``doc`` (a dict, or a :class:`ResultDoc` as read:
+    :meth:`ResultDoc.to_json`) to ``path`` as strict, indented JSON, atomically.
 
     Non-finite floats become ``null`` (see the module docstring). Parent folders are created.
 
@@ -90,9 +98,17 @@ def write_results(path: str | os.PathLike, doc: dict, *, force: bool = False) ->
     path = Path(path)
     if path.exists() and not force:
         raise ResultsExistError(f"{path}: already exists; pass --force to overwrite it")
+    if isinstance(doc, ResultDoc):
+        doc = doc.to_json()
     clean = finite_or_none(doc)
     if isinstance(clean, dict) and "kind" not in clean and isinstance(clean.get("rows"), list):
-        check_rows(clean["rows"], f"{path}: not written")
+        rows = clean["rows"]
+        if is_step(rows):  # a model-step result: StepRow's rules
+            check_step_rows(rows, f"{path}: not written")
+        else:
+            if clean.get("schema_version") == 1:  # a schema 1 document (a test fixture of an old file): checked as read
+                rows = [upgrade_v1_row(r) if isinstance(r, dict) else r for r in rows]
+            check_rows(rows, f"{path}: not written")
     try:
         text = json.dumps(clean, indent=2, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
@@ -139,12 +155,17 @@ def _refuse_constant(token: str) -> None:
     raise ValueError(f"non-finite number {token} is not strict JSON")
 
 
-def read_results(path: str | os.PathLike) -> dict:
-    """Read and check a result JSON file; return the document as a dict.
+def read_results(path: str | os.PathLike) -> "ResultDoc":
+    """Read and check a result JSON file; return it as a :class:`ResultDoc` (rows as
+    :class:`qbench.row.Row`). A schema 1 file's reasons and flags are upgraded on the way
+    (:func:`upgrade_v1_row`). A model-step result (rows of ``"job": "step"``) is held with its
+    rows as :class:`qbench.step.row.StepRow` under :attr:`ResultDoc.step_rows` (``rows`` empty,
+    :attr:`ResultDoc.job` ``"step"``).
 
     Raises :class:`ResultsError` when the file is missing, is not strict JSON, or is not a qbench
-    result (an object with a ``rows`` list), and :class:`ResultsSchemaError` when its
-    ``schema_version`` is missing or is not :data:`qbench.SCHEMA_VERSION`. Messages name the file.
+    result (an object with a ``rows`` list, every row fitting the row model), and
+    :class:`ResultsSchemaError` when its ``schema_version`` is missing or is not one of
+    :data:`READABLE_VERSIONS`. Messages name the file.
     """
     path = Path(path)
     try:
@@ -162,18 +183,185 @@ def read_results(path: str | os.PathLike) -> dict:
     if "schema_version" not in doc:
         raise ResultsSchemaError(f"{path}: no schema_version; not a qbench result")
     version = doc["schema_version"]
-    if version != SCHEMA_VERSION or isinstance(version, bool):
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise ResultsSchemaError(
             f"{path}: schema_version {version!r} is not supported "
-            f"(this qbench reads {SCHEMA_VERSION})"
+            f"(this qbench reads {' and '.join(map(str, READABLE_VERSIONS))})"
         )
     if not isinstance(doc.get("rows"), list):
         raise ResultsError(f"{path}: not a qbench result (no 'rows' list)")
-    check_rows(doc["rows"], str(path))
-    return doc
+    if is_step(doc["rows"]):  # a model-step result: rows as StepRow, under step_rows
+        parts = {"rows": [], "step_rows": check_step_rows(doc["rows"], str(path))}
+    else:
+        if version == 1:  # upgraded in memory
+            doc["rows"] = [upgrade_v1_row(r) if isinstance(r, dict) else r for r in doc["rows"]]
+        parts = {"rows": check_rows(doc["rows"], str(path))}
+    doc["schema_version"] = SCHEMA_VERSION  # the document is a schema 2 one from here on
+    try:
+        return ResultDoc.model_validate({**doc, **parts})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise ResultsError(f"{path}: {loc}: {err['msg']} (got {err.get('input')!r})"[:400]) from None
 
 
-def check_rows(rows: list, source: str) -> None:
+#: Schema 1 wrote why a method has no time as a sentence; these words of it say the call was not
+#: captured in a CUDA graph (the capture failed, was not attempted after an earlier failure, or the
+#: call syncs with the host), in the order checked. Not a bare "capture": tensor-parallel rows said
+#: "do not time stream yet (graph-captured call + collective)", which is not the scheme's fault.
+#: The one place a reason's words are read: schema 2 writes the kind.
+_V1_CAPTURE_WORDS = (("not attempted", "not-attempted"), ("capture failed", "capture-failed"),
+                     ("cannot be captured", "capture-failed"), ("host sync", "host-sync"))
+
+
+def upgrade_v1_row(row: dict) -> dict:
+    """A schema 1 row as schema 2 reads it: each ``latency_reasons`` sentence becomes
+    ``{"kind", "text"}`` (the kind from :data:`_V1_CAPTURE_WORDS`, else ``other``), each
+    ``flags`` sentence ``name: text`` becomes ``{"name", "text"}``. Other keys are unchanged;
+    entries already structured are kept."""
+    out = dict(row)
+    reasons = row.get("latency_reasons")
+    if isinstance(reasons, dict):
+        out["latency_reasons"] = {m: _v1_reason(t) if isinstance(t, str) else t for m, t in reasons.items()}
+    flags = row.get("flags")
+    if isinstance(flags, list):
+        out["flags"] = [_v1_flag(f) if isinstance(f, str) else f for f in flags]
+    return out
+
+
+def _v1_reason(text: str) -> dict:
+    low = text.lower()
+    kind = next((k for word, k in _V1_CAPTURE_WORDS if word in low), "other")
+    return {"kind": kind, "text": text}
+
+
+def _v1_flag(text: str) -> dict:
+    name, _, rest = text.partition(": ")
+    return {"name": name, "text": rest}
+
+
+class _Open(BaseModel):
+    """A document part whose keys are not all listed: the ones readers use are typed, the rest kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Env(_Open):
+    """The environment a result was measured in (``env``; :mod:`qbench.env`). Only the fields
+    readers use are typed; every other key is kept."""
+
+    device: Optional[str] = None
+    device_name: Optional[str] = None
+    cpu: Optional[str] = None
+    compute_capability: Optional[Union[str, list, tuple]] = None
+    torch: Optional[str] = None
+    torchao: Optional[str] = None
+    bitsandbytes: Optional[str] = None
+
+    @property
+    def machine(self) -> str:
+        """The machine, as one label: ``"cuda NVIDIA H200"`` or ``"cpu AMD EPYC"`` (the device type
+        of ``device`` and ``device_name``; ``?`` for a missing one)."""
+        kind = str(self.device if self.device is not None else "?").split(":", 1)[0]
+        return f"{kind} {self.device_name or '?'}"
+
+
+class CeilingSet(_Open):
+    """One set of ceilings: ``memory_gbps`` (GB/s) and ``tflops`` (compute dtype -> TFLOP/s)."""
+
+    memory_gbps: Optional[Num] = None
+    tflops: Optional[dict[str, Optional[Num]]] = None
+
+
+class Ceilings(_Open):
+    """The ceilings of a result (:mod:`qbench.ceilings`): measured on the device, and the datasheet's."""
+
+    measured: Optional[CeilingSet] = None
+    datasheet: Optional[CeilingSet] = None
+
+
+class ScenarioInfo(_Open):
+    """The scenario as run (``scenario``); readers use its ``name``."""
+
+    name: Optional[str] = None
+
+
+class ResultDoc(BaseModel):
+    """One qbench result file as readers hold it (``docs/results-schema.md``): the document's
+    fields, with ``rows`` as :class:`qbench.row.Row`. Keys this model does not list are kept. A
+    schema 1 file is held as the schema 2 document it upgrades to (``schema_version`` 2).
+
+    A model-step result (:mod:`qbench.step`) holds its rows as :class:`qbench.step.row.StepRow`
+    in ``step_rows`` and none in ``rows``; :attr:`job` says which (``"layer"`` or ``"step"``), so
+    a layer reader refuses a step file by its job (:func:`qbench.readers.common.open_results`)
+    and a step reader reads typed step rows."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: int
+    complete: Optional[bool] = None
+    qbench_version: Optional[str] = None
+    created: Optional[str] = None
+    wall_s: Optional[Num] = None
+    env: Env = Field(default_factory=Env)
+    ceilings: Optional[Ceilings] = None
+    scenario: ScenarioInfo = Field(default_factory=ScenarioInfo)
+    workers: Optional[Any] = None
+    rows: list[Row] = Field(default_factory=list)
+    step_rows: list[StepRow] = Field(default_factory=list, exclude=True)
+
+    @property
+    def job(self) -> str:
+        """``"step"`` for a model-step result (its rows in :attr:`step_rows`), else ``"layer"``."""
+        return "step" if self.step_rows else "layer"
+
+    @property
+    def machine(self) -> str:
+        """The machine the result was measured on, as one label: ``"cuda NVIDIA H200"`` or
+        ``"cpu AMD EPYC"`` (the device type of ``env.device`` and ``env.device_name``)."""
+        return self.env.machine
+
+    def ceiling(self) -> tuple[Optional[CeilingSet], str]:
+        """The ceilings a reader draws: the measured ones when they give a memory bandwidth, else
+        the datasheet's; ``(None, "none")`` without either (CPU results)."""
+        for source in ("measured", "datasheet"):
+            got = getattr(self.ceilings, source, None) if self.ceilings is not None else None
+            if got is not None and got.memory_gbps:
+                return got, source
+        return None, "none"
+
+    @classmethod
+    def of(cls, doc: "ResultDoc | dict") -> "ResultDoc":
+        """``doc`` itself, or a dict (a document of :func:`qbench.runner.run`, or one a test builds)
+        checked into a :class:`ResultDoc` the way :func:`read_results` checks a file (a schema 1
+        dict's rows upgraded). Raises :class:`ResultsError` when a row does not fit the model."""
+        if isinstance(doc, cls):
+            return doc
+        rows = doc.get("rows") or []
+        if is_step(rows):
+            return cls.model_validate({**doc, "schema_version": SCHEMA_VERSION, "rows": [],
+                                       "step_rows": check_step_rows(rows, "document")})
+        if doc.get("schema_version", SCHEMA_VERSION) == 1:
+            rows = [upgrade_v1_row(r) if isinstance(r, dict) else r for r in rows]
+            doc = {**doc, "schema_version": SCHEMA_VERSION}
+        typed = [r for r in rows if isinstance(r, Row)]
+        plain = [r for r in rows if not isinstance(r, Row)]
+        if plain and typed:
+            raise ResultsError("a document's rows are all dicts or all Rows")
+        checked = typed or check_rows(plain, "document")
+        return cls.model_validate({"schema_version": SCHEMA_VERSION, **doc, "rows": checked})
+
+    def to_json(self) -> dict:
+        """The document as JSON types, with exactly the keys it was read or built with (a schema 1
+        file's rows and version upgraded): what :func:`write_results` writes back. A step
+        result's rows are its :attr:`step_rows`."""
+        out = self.model_dump(mode="json", exclude_unset=True)
+        if self.step_rows:
+            out["rows"] = [r.model_dump(mode="json", exclude_unset=True) for r in self.step_rows]
+        return out
+
+
+def check_rows(rows: list, source: str) -> list[Row]:
     """Check every row of a result file against the row model (:func:`qbench.row.validate_row`,
     reading rules): every key a field of :class:`qbench.row.Row` at every depth (a misspelt or
     invented key is an error), every value of its field's type and range (``m``, ``k``, ``n``
@@ -183,20 +371,20 @@ def check_rows(rows: list, source: str) -> None:
     legacy ones (:data:`qbench.row.LEGACY`); both are accepted. Two rows may not share an
     identity (:func:`row_key`).
 
+    Returns the rows as :class:`qbench.row.Row`, in order.
+
     Raises:
         ResultsError: one line naming ``source``, the row's index and key path, the bad value and
             what is allowed, e.g. ``x.json: rows[3].latency_us.cold.median: Input should be
             greater than 0 (got 0)``.
     """
     seen: dict[tuple, int] = {}
-    if any(isinstance(row, dict) and row.get("job") == "step" for row in rows):
-        _check_step_rows(rows, source)
-        return
+    out: list[Row] = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise ResultsError(f"{source}: rows[{i}]: a row is an object, got {type(row).__name__}")
         try:
-            validate_row(row)
+            out.append(validate_row(row))
         except RowError as exc:
             raise ResultsError(f"{source}: rows[{i}].{exc}"[:400]) from None
         key = row_key(row)
@@ -204,96 +392,41 @@ def check_rows(rows: list, source: str) -> None:
             raise ResultsError(f"{source}: rows[{i}] repeats rows[{seen[key]}] (scheme {row['scheme']!r}, "
                                f"M={row['m']}, K={row['k']}, N={row['n']}): one row per scheme and shape")
         seen[key] = i
+    return out
 
 
-def _check_step_rows(rows: list, source: str) -> None:
-    """The rows of a model-step result (:class:`qbench.step.row.StepRow`), one per identity."""
-    from pydantic import ValidationError
+def is_step(rows: list) -> bool:
+    """Whether ``rows`` are a model-step result's (some row says ``"job": "step"``)."""
+    return any(isinstance(row, (dict, StepRow)) and (row.get("job") if isinstance(row, dict) else row.job) == "step"
+               for row in rows)
 
-    from qbench.step.row import StepRow
 
+def check_step_rows(rows: list, source: str) -> list[StepRow]:
+    """Check the rows of a model-step result against :class:`qbench.step.row.StepRow` (unknown
+    keys refused, every value of its field's type), one row per (scheme, M, context, model,
+    device); return them as :class:`StepRow`, in order. A step row's reasons and flags are
+    sentences in every schema version (the step job's format; no upgrade).
+
+    Raises:
+        ResultsError: one line naming ``source``, the row's index and key path, the bad value, or
+            a row that is not a step row (a step result holds only step rows).
+    """
     seen: dict[tuple, int] = {}
+    out: list[StepRow] = []
     for i, row in enumerate(rows):
+        if isinstance(row, StepRow):
+            row = row.model_dump(mode="json", exclude_unset=True)
         if not isinstance(row, dict) or row.get("job") != "step":
             raise ResultsError(f"{source}: rows[{i}]: a model-step result holds only step rows (job = 'step')")
         try:
-            key = StepRow.model_validate(row).key
+            typed = StepRow.model_validate(row)
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"])
             raise ResultsError(f"{source}: rows[{i}].{where}: {err['msg']} (got {err.get('input')!r})"[:400]) from None
-        if key in seen:
-            raise ResultsError(f"{source}: rows[{i}] repeats rows[{seen[key]}] (scheme {row['scheme']!r}, M={row['m']}, "
-                               f"context={row['context']}): one row per scheme, M and context")
-        seen[key] = i
-
-
-#: The values a ``--method`` option accepts (CLI choices of report, compare, recommend, plot):
-#: every layer method of the registry, in table order (a model step's methods are not: step
-#: results have their own table, :mod:`qbench.step.view`).
-METHOD_CHOICES = registry.LAYER_METHODS
-#: What a file without the decision method's data falls back to, in this order (the registry's
-#: ``fallback_rank``): ``cold`` on a CUDA result, ``cpu`` on a CPU result (files written before
-#: ``stream`` existed have neither stream).
-FALLBACK_METHODS = registry.FALLBACK_METHODS
-
-
-def latency_stats(row: dict, method: str) -> dict | None:
-    """The STATS (µs) of ``row`` for ``method`` when the row is ``ok`` and has a median there,
-    else ``None`` (skipped, failed, or not timed by that method)."""
-    if row.get("status") != "ok":
-        return None
-    stats = (row.get("latency_us") or {}).get(method)
-    return stats if stats and stats.get("median") is not None else None
-
-
-def methods_present(rows: list[dict]) -> list[str]:
-    """Timing methods with at least one non-null STATS in ``rows``, in the registry's order
-    (``stream``, ``cold``, ``warm``, ``eager``, ``kernel``, ``cpu``), unknown names last."""
-    seen = {m for r in rows for m, s in (r.get("latency_us") or {}).items() if s}
-    order = list(registry.METHODS)
-    return [m for m in order if m in seen] + sorted(seen - set(order))
-
-
-def resolve_method(doc: dict, requested: str | None,
-                   default: str = DECISION_METHOD) -> tuple[str, str | None]:
-    """Choose the timing method to read from ``doc``.
-
-    ``requested`` is what the user passed (``None`` when they passed nothing). An explicit method
-    is always used as given. Without one, ``default`` (``stream``) is used if some row of the file
-    has it; otherwise the first of :data:`FALLBACK_METHODS` the file has (``cold`` on a CUDA
-    result, ``cpu`` on a CPU result: files written before ``stream`` existed). Returns
-    ``(method, note)``; ``note`` is a one-line explanation when a fallback happened, else ``None``.
-    A file with none of them gives ``(default, None)``: the caller says that nothing is timed.
-    """
-    if requested is not None:
-        return requested, None
-    present = methods_present(doc.get("rows", []))
-    if default in present:
-        return default, None
-    fallback = next((m for m in FALLBACK_METHODS if m in present and m != default), None)
-    if fallback is None:
-        return default, None
-    return fallback, (f"no {default} latency in this file: an older result, or {default} not timed; "
-                      f"using {fallback} times")
-
-
-def incomplete_warning(doc: dict, path: str | os.PathLike) -> str | None:
-    """One line when ``doc`` says ``"complete": false`` (an interrupted or still running run: some
-    schemes may be missing), else None. Readers print it; ``recommend`` refuses such a file unless
-    asked (``--allow-incomplete``)."""
-    if doc.get("complete") is not False:
-        return None
-    rows = doc.get("rows") or []
-    schemes = len({r.get("scheme") for r in rows})
-    return (f"warning: {path} is incomplete (\"complete\": false, {len(rows)} rows of {schemes} schemes): "
-            "the run was interrupted or is still going; schemes may be missing")
-
-
-def machine_of(doc: dict) -> str:
-    """The machine a result was measured on, as one label: ``"cuda NVIDIA H200"`` or ``"cpu AMD EPYC"``
-    (the device type of ``env.device`` and ``env.device_name``). Readers that add or divide times of
-    several files (``model``, ``compare``) compare these labels."""
-    env = doc.get("env") or {}
-    kind = str(env.get("device", "?")).split(":", 1)[0]
-    return f"{kind} {env.get('device_name') or '?'}"
+        if typed.key in seen:
+            raise ResultsError(f"{source}: rows[{i}] repeats rows[{seen[typed.key]}] (scheme {row['scheme']!r}, "
+                               f"M={row['m']}, context={row['context']}): one row per scheme, M and context")
+        seen[typed.key] = i
+        out.append(typed)
+    return out

@@ -7,9 +7,16 @@
 process that measured them (producer rules, below); :func:`qbench.results.write_results` checks
 every row again before a file is written and :func:`qbench.results.read_results` every row it
 reads (reading rules: an old file copied through qbench keeps its legacy keys). The
-readers (report, compare, recommend, crossover, model, plot, the column catalogue) keep reading
-dicts; tests check that every key they read is a field of this model
-(``tests/test_row_model.py``).
+readers (:mod:`qbench.readers`, :mod:`qbench.render`, :mod:`qbench.judge`) hold rows as
+:class:`Row` (:class:`qbench.results.ResultDoc`) and read them through its attributes and helpers
+(:attr:`Row.key`, :attr:`Row.shape`, :meth:`Row.stats`, :meth:`Row.reason_for`,
+:attr:`Row.flag_names`).
+
+Schema 2 gives why a method has no time and what could mislead a reader a structured form:
+``latency_reasons.<method>`` is a :class:`Reason` (``kind``, ``text``) and ``flags`` a list of
+:class:`Flag` (``name``, ``text``); producers build them with :func:`reason_record` and
+:func:`flag_record`. Schema 1 files (sentences) are upgraded on reading
+(:func:`qbench.results.upgrade_v1_row`).
 
 Two strengths of check (:func:`validate_row`):
 
@@ -36,16 +43,19 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidator, field_validator, model_validator
 
 from qbench.timing import registry
 from qbench.timing.adaptive import STOP_REASONS
 
 __all__ = [
     "ADDED_SINCE",
-    "DOCUMENT_KEYS",
+    "FLAG_NAMES",
+    "Flag",
+    "REASON_KINDS",
+    "Reason",
     "IDENTITY",
     "LEGACY",
     "Row",
@@ -54,7 +64,8 @@ __all__ = [
     "TP_ROW_FIELDS",
     "check_row",
     "field_paths",
-    "field_names",
+    "flag_record",
+    "reason_record",
     "row_key",
     "schema_markdown",
     "validate_row",
@@ -63,11 +74,6 @@ __all__ = [
 #: The fields that tell two rows of one file apart (:func:`row_key`): scheme label, M, K, N and,
 #: on tensor-parallel rows, tp_size and split. Every row of a file has the same ``device``.
 IDENTITY = ("scheme", "m", "k", "n", "tp_size", "split")
-
-#: The top-level keys of a result document (``docs/results-schema.md``); ``rows`` holds the rows.
-#: ``kind`` marks a derived summary (``scripts/repeatability.py``), whose rows are not result rows.
-DOCUMENT_KEYS = ("schema_version", "complete", "qbench_version", "created", "wall_s", "env", "scenario",
-                 "ceilings_wall_s", "ceilings", "workers", "rows", "kind")
 
 #: Fields a reader accepts in older files and the producer never writes: dotted path -> why.
 LEGACY: dict[str, str] = {
@@ -84,6 +90,18 @@ ADDED_SINCE: dict[str, str] = {
     "flags": "2026-11-30",
     "compile.graph_breaks": "2026-11-30",
 }
+
+
+def _keep_int(value: Any, handler) -> Any:
+    """Validate ``value`` as a float (strict: an int is accepted, with the field's bounds) and give
+    back an int as it came."""
+    out = handler(value)
+    return value if type(value) is int else out
+
+
+#: A number as the file holds it: a float field given an int keeps the int (``"nominal_bits": 16``
+#: reads and renders as 16, not 16.0); errors and bounds are the float's. The schema tables call it float.
+Num = Annotated[float, WrapValidator(_keep_int)]
 
 
 class Repeats(BaseModel):
@@ -106,7 +124,7 @@ def _always(**extra: Any) -> dict:
 
 class _Part(BaseModel):
     """Base of every part of a row: unknown keys are errors, types are strict (an int is accepted
-    for a float, nothing else is converted); writing checks presence and legacy fields."""
+    for a float and kept as an int, :data:`Num`; nothing else is converted); writing checks presence and legacy fields."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
@@ -129,12 +147,12 @@ class _Part(BaseModel):
 class Stats(_Part):
     """STATS: the samples of one timing method, µs per call. Stream and cold records carry extra keys."""
 
-    median: Optional[float] = Field(None, gt=0, description="median, µs per call", json_schema_extra=_always())
-    p10: Optional[float] = Field(None, ge=0, description="10th percentile (linear interpolation), µs",
+    median: Optional[Num] = Field(None, gt=0, description="median, µs per call", json_schema_extra=_always())
+    p10: Optional[Num] = Field(None, ge=0, description="10th percentile (linear interpolation), µs",
                                  json_schema_extra=_always())
-    p90: Optional[float] = Field(None, ge=0, description="90th percentile, µs", json_schema_extra=_always())
-    mean: Optional[float] = Field(None, ge=0, description="mean, µs", json_schema_extra=_always())
-    cv: Optional[float] = Field(None, ge=0, description="coefficient of variation: sample standard deviation "
+    p90: Optional[Num] = Field(None, ge=0, description="90th percentile, µs", json_schema_extra=_always())
+    mean: Optional[Num] = Field(None, ge=0, description="mean, µs", json_schema_extra=_always())
+    cv: Optional[Num] = Field(None, ge=0, description="coefficient of variation: sample standard deviation "
                                 "(n - 1) / mean, dimensionless; 0 when n = 1", json_schema_extra=_always())
     n: Optional[int] = Field(None, ge=1, description="number of samples", json_schema_extra=_always())
     stop: Optional[Literal[tuple(STOP_REASONS)]] = Field(
@@ -150,7 +168,7 @@ class Stats(_Part):
                                               "planned for, when the weight was repacked on its first call")
     cache_bytes: Optional[int] = Field(None, ge=0, description="stream: the cache the copies must overflow, bytes "
                                        "(L2 on CUDA, the last-level cache on CPU)")
-    cache_multiple: Optional[float] = Field(None, ge=0, description="stream: copies x copy_bytes / cache_bytes "
+    cache_multiple: Optional[Num] = Field(None, ge=0, description="stream: copies x copy_bytes / cache_bytes "
                                             "(>= 4 unless a bound cut L)")
     bounded_by: Optional[Literal["memory", "max_copies"]] = Field(
         None, description="stream: what cut L below the 4 x cache target: `memory` (half the free memory), "
@@ -185,12 +203,12 @@ class ErrorMetrics(_Part):
     """The output against the float64 reference (:func:`qbench.metrics.error_metrics`). With any
     non-finite output every figure but ``nonfinite`` is null."""
 
-    rel_fro: Optional[float] = Field(None, ge=0, description="relative Frobenius error ||Y - Y_ref|| / ||Y_ref||",
+    rel_fro: Optional[Num] = Field(None, ge=0, description="relative Frobenius error ||Y - Y_ref|| / ||Y_ref||",
                                      json_schema_extra=_always())
-    abs_fro: Optional[float] = Field(None, ge=0, description="||Y - Y_ref||, Frobenius")
-    max_abs: Optional[float] = Field(None, ge=0, description="largest |Y - Y_ref| element")
-    sqnr_db: Optional[float] = Field(None, description="signal-to-quantization-noise ratio, dB (null when exact)")
-    cosine: Optional[float] = Field(None, description="cosine similarity of Y and Y_ref, flattened")
+    abs_fro: Optional[Num] = Field(None, ge=0, description="||Y - Y_ref||, Frobenius")
+    max_abs: Optional[Num] = Field(None, ge=0, description="largest |Y - Y_ref| element")
+    sqnr_db: Optional[Num] = Field(None, description="signal-to-quantization-noise ratio, dB (null when exact)")
+    cosine: Optional[Num] = Field(None, description="cosine similarity of Y and Y_ref, flattened")
     nonfinite: Optional[int] = Field(None, ge=0, description="non-finite output elements",
                                      json_schema_extra=_always())
     exact: Optional[bool] = Field(None, description="Y equals Y_ref exactly")
@@ -212,8 +230,8 @@ class Kernel(_Part):
 
     name: Optional[str] = Field(None, description="the kernel's (demangled) name, or `Memcpy ...` / `Memset ...`",
                                 json_schema_extra=_always())
-    count: Optional[float] = Field(None, ge=0, description="mean launches per call", json_schema_extra=_always())
-    us: Optional[float] = Field(None, ge=0, description="total µs per call", json_schema_extra=_always())
+    count: Optional[Num] = Field(None, ge=0, description="mean launches per call", json_schema_extra=_always())
+    us: Optional[Num] = Field(None, ge=0, description="total µs per call", json_schema_extra=_always())
     kind: Optional[Literal["kernel", "memcpy", "memset"]] = Field(None, description="work kind",
                                                                   json_schema_extra=_always())
 
@@ -243,10 +261,10 @@ class Dispatch(_Part):
 class GpuReading(_Part):
     """One NVML reading (:func:`qbench.gpu_state.read_gpu_state`)."""
 
-    sm_clock_mhz: Optional[float] = Field(None, description="SM clock, MHz")
-    mem_clock_mhz: Optional[float] = Field(None, description="memory clock, MHz")
-    temp_c: Optional[float] = Field(None, description="GPU temperature, °C")
-    power_w: Optional[float] = Field(None, description="board power draw, W")
+    sm_clock_mhz: Optional[Num] = Field(None, description="SM clock, MHz")
+    mem_clock_mhz: Optional[Num] = Field(None, description="memory clock, MHz")
+    temp_c: Optional[Num] = Field(None, description="GPU temperature, °C")
+    power_w: Optional[Num] = Field(None, description="board power draw, W")
     throttle_reasons: Optional[list[str]] = Field(None, description="active NVML slow-down reasons "
                                                   "(e.g. `sw_power_cap`); null when unreadable")
     reasons: Optional[dict[str, str]] = Field(None, description="reading -> why NVML could not give it")
@@ -270,7 +288,7 @@ class GpuState(_Part):
 class CompileInfo(_Part):
     """torch.compile counters of a compiled row's first call (null for eager rows)."""
 
-    first_call_s: Optional[float] = Field(None, ge=0, description="the first call, compilation included, s",
+    first_call_s: Optional[Num] = Field(None, ge=0, description="the first call, compilation included, s",
                                           json_schema_extra=_always())
     graphs_compiled: Optional[int] = Field(None, ge=0, description="Dynamo graphs compiled by the first call",
                                            json_schema_extra=_always())
@@ -304,10 +322,10 @@ class TuningCacheInfo(_Part):
 class CpuLoad(_Part):
     """The CPU left for timing when a CPU row was timed (:func:`qbench.env.cpu_load`)."""
 
-    load_avg_1min: Optional[float] = Field(None, ge=0, description="1-minute load average")
-    free_cores: Optional[float] = Field(None, description="cores not busy with other work")
+    load_avg_1min: Optional[Num] = Field(None, ge=0, description="1-minute load average")
+    free_cores: Optional[Num] = Field(None, description="cores not busy with other work")
     oversubscribed: Optional[bool] = Field(None, description="torch's threads exceed the free cores")
-    busy_cores_now: Optional[float] = Field(None, ge=0, description="cores busy with other work over 0.1 s right "
+    busy_cores_now: Optional[Num] = Field(None, ge=0, description="cores busy with other work over 0.1 s right "
                                             "after the timing, from /proc/stat (absent in files before 2026-12-01; "
                                             "null where /proc/stat cannot be read)")
 
@@ -315,13 +333,13 @@ class CpuLoad(_Part):
 class WorkerPhases(_Part):
     """Seconds inside the worker process, by phase."""
 
-    prepare: Optional[float] = Field(None, ge=0, description="imports and CUDA context, s")
-    waited_for_go: Optional[float] = Field(None, ge=0, description="waiting for the previous worker to exit, s")
-    build: Optional[float] = Field(None, ge=0, description="building the layer, s")
-    copies: Optional[float] = Field(None, ge=0, description="building the L weight copies for stream, s")
-    measure: Optional[float] = Field(None, ge=0, description="measuring every M, s")
-    after_go: Optional[float] = Field(None, ge=0, description="everything after go, s")
-    by_method: Optional[dict[str, float]] = Field(None, description="seconds in each timing method (its set-up, "
+    prepare: Optional[Num] = Field(None, ge=0, description="imports and CUDA context, s")
+    waited_for_go: Optional[Num] = Field(None, ge=0, description="waiting for the previous worker to exit, s")
+    build: Optional[Num] = Field(None, ge=0, description="building the layer, s")
+    copies: Optional[Num] = Field(None, ge=0, description="building the L weight copies for stream, s")
+    measure: Optional[Num] = Field(None, ge=0, description="measuring every M, s")
+    after_go: Optional[Num] = Field(None, ge=0, description="everything after go, s")
+    by_method: Optional[dict[str, Num]] = Field(None, description="seconds in each timing method (its set-up, "
                                                   "warm-up, samples and GPU readings), summed over every M")
 
 
@@ -343,6 +361,80 @@ def _known_methods(v: dict) -> dict:
 
 
 OptionValue = Union[bool, int, float, str, None]
+
+
+#: Why a method's latency is null (``latency_reasons.<method>.kind``, schema 2):
+#: ``capture-failed`` (the call could not be captured in a CUDA graph), ``not-attempted`` (a capture
+#: was skipped after an earlier capture of the same scheme failed), ``host-sync`` (the call syncs
+#: with the host, so it cannot be captured), ``cuda-only`` (a CUDA method on a CPU row), ``cpu-only``
+#: (a CPU method on a CUDA row), ``copies``
+#: (the weight copies for stream could not be built), ``error`` (the method raised), ``not-timed``
+#: (the job does not time this method, e.g. tensor-parallel rows), ``other`` (a reason of a schema 1
+#: file that says none of these).
+REASON_KINDS = ("capture-failed", "not-attempted", "host-sync", "cuda-only", "cpu-only", "copies", "error", "not-timed",
+                "other")
+ReasonKind = Literal["capture-failed", "not-attempted", "host-sync", "cuda-only", "cpu-only", "copies", "error",
+                     "not-timed", "other"]
+
+#: What can mislead a reader about an ``ok`` row (``flags[].name``, schema 2).
+FLAG_NAMES = ("repacked", "not-compiled", "graph-breaks", "throttled", "above-ceiling", "cpu-busy")
+FlagName = Literal["repacked", "not-compiled", "graph-breaks", "throttled", "above-ceiling", "cpu-busy"]
+
+
+class Reason(_Part):
+    """Why one timing method has no STATS on a row: `capture-failed` (the call could not be captured
+    in a CUDA graph), `not-attempted` (a capture skipped after an earlier capture of the same scheme
+    failed), `host-sync` (the call syncs with the host), `cuda-only` (a CUDA method on a CPU row),
+    `cpu-only` (a CPU method on a CUDA row), `copies` (the weight copies for stream could not be
+    built), `error` (the method raised), `not-timed` (the job does not time it: tensor-parallel
+    rows), `other` (a schema 1 reason that says none of these)."""
+
+    kind: ReasonKind = Field(description="what kind of reason (see REASON_KINDS in qbench/row.py)",
+                             json_schema_extra=_always())
+    text: str = Field(description="the reason as a sentence, e.g. `CUDA graph capture failed at M=1: ...`, "
+                      "`not attempted: ...`, `CUDA method; this row ran on the CPU`", json_schema_extra=_always())
+
+
+class Flag(_Part):
+    """One thing that could mislead a reader about an `ok` row."""
+
+    name: FlagName = Field(description="`repacked` (the library changed the stored weight on the first call; the "
+                           "ledger is the timed state), `not-compiled` (a compiled scheme compiled no graph), "
+                           "`graph-breaks`, `throttled` (an NVML slow-down reason right after a method), "
+                           "`above-ceiling` (faster than the roofline of the ceilings used: the ceiling "
+                           "underestimates the device), `cpu-busy` (CPU threads exceed the free cores)",
+                           json_schema_extra=_always())
+    text: str = Field(description="what happened, one sentence (tables print `name: text` under the table)",
+                      json_schema_extra=_always())
+
+    @property
+    def line(self) -> str:
+        """``name: text``, the flag as tables list it."""
+        return f"{self.name}: {self.text}"
+
+
+def reason_record(kind: str, text: str) -> dict:
+    """A ``latency_reasons`` entry as a producer writes it: ``{"kind": kind, "text": text}``.
+
+    Raises:
+        RowError: ``kind`` is not one of :data:`REASON_KINDS`.
+    """
+    if kind not in REASON_KINDS:
+        raise RowError(f"latency_reasons: kind {kind!r} is not one of {', '.join(REASON_KINDS)}")
+    return {"kind": kind, "text": text}
+
+
+def flag_record(name: str, text: str) -> dict:
+    """A ``flags`` entry as a producer writes it: ``{"name": name, "text": text}``.
+
+    Raises:
+        RowError: ``name`` is not one of :data:`FLAG_NAMES`.
+    """
+    if name not in FLAG_NAMES:
+        raise RowError(f"flags: name {name!r} is not one of {', '.join(FLAG_NAMES)}")
+    return {"name": name, "text": text}
+
+
 
 
 # ---- the row --------------------------------------------------------------------------------------
@@ -387,19 +479,19 @@ class Row(_Part):
     bias_bytes: Optional[int] = Field(None, ge=0, description="bytes of the bias, if any", json_schema_extra=_always())
     stored_bytes: Optional[int] = Field(None, ge=0, description="payload + metadata + bias, bytes",
                                         json_schema_extra=_always())
+    nominal_bits: Optional[Num] = Field(None, description="the format's nominal bit width (a label, not a "
+                                          "measurement)", json_schema_extra=_always())
+    bits_per_weight: Optional[Num] = Field(None, ge=0, description="8 x stored_bytes / (K x N), measured",
+                                             json_schema_extra=_always())
     ledger: Optional[list[LedgerPart]] = Field(None, description="the tensors counted (after the first call: "
                                                "the timed state)", json_schema_extra=_always())
-    nominal_bits: Optional[float] = Field(None, description="the format's nominal bit width (a label, not a "
-                                          "measurement)", json_schema_extra=_always())
-    bits_per_weight: Optional[float] = Field(None, ge=0, description="8 x stored_bytes / (K x N), measured",
-                                             json_schema_extra=_always())
     # work and roofline
     flops: Optional[int] = Field(None, ge=0, description="2 x M x K x N, FLOP", json_schema_extra=_always())
     min_bytes: Optional[int] = Field(None, ge=0, description="M x K x activation itemsize + stored_bytes + M x N x "
                                      "output itemsize, bytes", json_schema_extra=_always())
-    arithmetic_intensity: Optional[float] = Field(None, ge=0, description="flops / min_bytes, FLOP/byte",
+    arithmetic_intensity: Optional[Num] = Field(None, ge=0, description="flops / min_bytes, FLOP/byte",
                                                   json_schema_extra=_always())
-    roofline_us: Optional[float] = Field(None, ge=0, description="max(flops / peak(compute_dtype), min_bytes / "
+    roofline_us: Optional[Num] = Field(None, ge=0, description="max(flops / peak(compute_dtype), min_bytes / "
                                          "bandwidth), µs", json_schema_extra=_always())
     roofline_bound: Optional[Literal["memory", "compute"]] = Field(None, description="which term of roofline_us "
                                                                    "is larger", json_schema_extra=_always())
@@ -411,26 +503,24 @@ class Row(_Part):
                                                    "call) or null, one key per method the scenario's "
                                                    "`timing.methods` lists (CPU rows: `cpu` and `stream`)",
                                                    json_schema_extra=_always())
-    latency_reasons: dict[str, str] = Field(default_factory=dict, description="method -> why its latency is null, "
-                                            "e.g. `CUDA graph capture failed at M=1: ...` (warm), `not attempted: ...` "
-                                            "(stream after a failed capture), `copies for stream: ...`, `CUDA method; "
-                                            "this row ran on the CPU`",
-                                            json_schema_extra=_always())
-    launch_overhead_us: Optional[float] = Field(None, description="eager median - kernel median, µs",
-                                                json_schema_extra=_always())
-    hbm_floor_us: Optional[float] = Field(None, ge=0, description="stored_bytes / the roofline's memory bandwidth: "
-                                          "the time to read the weight once from HBM, µs; null on CPU",
-                                          json_schema_extra=_always())
-    hbm_floor_fraction: Optional[float] = Field(None, ge=0, description="hbm_floor_us / stream median (1.0 = at "
-                                                "the floor)", json_schema_extra=_always())
-    roofline_fraction: Optional[float] = Field(None, ge=0, description="roofline_us / the achieved_method median",
+    latency_reasons: dict[str, Reason] = Field(default_factory=dict, description="method -> why its latency is "
+                                               "null: a kind and a sentence (REASON)",
                                                json_schema_extra=_always())
-    achieved_gbps: Optional[float] = Field(None, ge=0, description="min_bytes / the achieved_method median, GB/s",
+    launch_overhead_us: Optional[Num] = Field(None, description="eager median - kernel median, µs",
+                                                json_schema_extra=_always())
+    roofline_fraction: Optional[Num] = Field(None, ge=0, description="roofline_us / the achieved_method median",
+                                               json_schema_extra=_always())
+    achieved_gbps: Optional[Num] = Field(None, ge=0, description="min_bytes / the achieved_method median, GB/s",
                                            json_schema_extra=_always())
-    achieved_tflops: Optional[float] = Field(None, ge=0, description="flops / the achieved_method median, TFLOP/s",
+    achieved_tflops: Optional[Num] = Field(None, ge=0, description="flops / the achieved_method median, TFLOP/s",
                                              json_schema_extra=_always())
     achieved_method: Optional[str] = Field(None, description="the method the three fields above divide by: "
                                            "`stream` when the row has it, else `cold`", json_schema_extra=_always())
+    hbm_floor_us: Optional[Num] = Field(None, ge=0, description="stored_bytes / the roofline's memory bandwidth: "
+                                          "the time to read the weight once from HBM, µs; null on CPU",
+                                          json_schema_extra=_always())
+    hbm_floor_fraction: Optional[Num] = Field(None, ge=0, description="hbm_floor_us / stream median (1.0 = at "
+                                                "the floor)", json_schema_extra=_always())
     # what ran
     error: Optional[ErrorMetrics] = Field(None, description="the output against the float64 reference",
                                           json_schema_extra=_always())
@@ -443,15 +533,11 @@ class Row(_Part):
                                                     "cache kept between runs")
     compile: Optional[CompileInfo] = Field(None, description="compiled rows: torch.compile counters",
                                            json_schema_extra=_always())
-    flags: list[str] = Field(default_factory=list, description="what could mislead a reader about an `ok` row, one "
-                             "sentence each, its name before the colon: `repacked` (the library changed the stored "
-                             "weight on the first call; the ledger is the timed state), `not-compiled` (a compiled "
-                             "scheme compiled no graph), `graph-breaks`, `throttled` (an NVML slow-down reason right "
-                             "after a method), `above-ceiling` (faster than the roofline of the ceilings used: the "
-                             "ceiling underestimates the device), `cpu-busy` (CPU threads exceed the free cores); "
-                             "tables list them under the table", json_schema_extra=_always())
+    flags: list[Flag] = Field(default_factory=list, description="what could mislead a reader about an `ok` row: "
+                              "a name and a sentence each (FLAG); tables list them under the table",
+                              json_schema_extra=_always())
     cpu_load: Optional[CpuLoad] = Field(None, description="CPU rows that were timed: the CPU left for timing")
-    worker_wall_s: Optional[float] = Field(None, ge=0, description="host wall time of the scheme's worker (all its "
+    worker_wall_s: Optional[Num] = Field(None, ge=0, description="host wall time of the scheme's worker (all its "
                                            "M), seen by the runner, s (stamped when the runner records the rows)")
     worker_phases_s: Optional[WorkerPhases] = Field(None, description="seconds inside the worker, by phase")
     repeats: Optional[Repeats] = Field(None, description="`qbench run --repeat N`: the N independent runs' medians "
@@ -474,14 +560,14 @@ class Row(_Part):
                                            json_schema_extra={"tp": True})
     end_to_end_us: Optional[Stats] = Field(None, description="tensor-parallel: the call and the collective, STATS "
                                            "µs (also latency_us.cold, or .cpu)", json_schema_extra={"tp": True})
-    per_rank_median_us: Optional[dict[str, list[Optional[float]]]] = Field(
+    per_rank_median_us: Optional[dict[str, list[Optional[Num]]]] = Field(
         None, description="tensor-parallel: `local_gemm`, `collective`, `end_to_end`, `stream` -> each rank's median, µs",
         json_schema_extra={"tp": True})
     collective_bytes: Optional[int] = Field(None, ge=0, description="tensor-parallel: bus bytes of the collective",
                                             json_schema_extra={"tp": True})
     collective_data_bytes: Optional[int] = Field(None, ge=0, description="tensor-parallel: data bytes of the "
                                                  "collective", json_schema_extra={"tp": True})
-    collective_busbw_gbps: Optional[float] = Field(None, ge=0, description="tensor-parallel: bus bandwidth "
+    collective_busbw_gbps: Optional[Num] = Field(None, ge=0, description="tensor-parallel: bus bandwidth "
                                                    "(nccl-tests' definition), GB/s", json_schema_extra={"tp": True})
     unsharded_error: Optional[ErrorMetrics] = Field(None, description="tensor-parallel: the unsharded layer of the "
                                                     "same scheme against the float64 reference",
@@ -490,7 +576,7 @@ class Row(_Part):
                                                          "against the unsharded one", json_schema_extra={"tp": True})
     stored_bytes_all_ranks: Optional[int] = Field(None, ge=0, description="tensor-parallel: stored bytes summed "
                                                   "over the ranks", json_schema_extra={"tp": True})
-    speedup_vs_tp1: Optional[float] = Field(None, gt=0, description="tensor-parallel: the tp_size 1 row's time / "
+    speedup_vs_tp1: Optional[Num] = Field(None, gt=0, description="tensor-parallel: the tp_size 1 row's time / "
                                             "this row's (same scheme, M, K, N; > 1: sharding is faster), by "
                                             "`speedup_vs_tp1_method`; null on tp_size 1 rows and when either is "
                                             "missing", json_schema_extra={"tp": True})
@@ -524,6 +610,69 @@ class Row(_Part):
                 if owner != method and getattr(stats, key) is not None:
                     raise ValueError(f"latency_us.{method}.{key}: a {owner} key on a {method} record")
         return self
+
+
+    # ---- producing ----------------------------------------------------------------------------
+
+    @classmethod
+    def preset(cls, **fields: Any) -> dict:
+        """A new row as a producer starts it: every field the producer always writes at its empty
+        value (null, ``{}`` or ``[]``; ``status`` ``"ok"``), in the model's order, then ``fields``
+        (the identity, dtypes, options, FLOPs, ...) over them. Returns the dict the producer fills,
+        checked with the producer's rules.
+
+        Raises:
+            RowError: a key of ``fields`` that is no field of the row, or a value of the wrong type.
+        """
+        row: dict[str, Any] = {}
+        for name, f in cls.model_fields.items():
+            if (f.json_schema_extra or {}).get("always"):
+                row[name] = f.default_factory() if f.default_factory is not None else None
+        row["status"] = "ok"
+        row.update(fields)
+        return check_row(row, writing=True)
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    @property
+    def key(self) -> tuple:
+        """The row's identity in its file: the values of :data:`IDENTITY` (scheme, M, K, N, tp_size,
+        split; None where absent)."""
+        return tuple(getattr(self, f) for f in IDENTITY)
+
+    @property
+    def shape(self) -> tuple:
+        """Where the row sits in a sweep, whatever the scheme: (M, K, N, tp_size, split). Two rows of
+        one file with the same shape are two schemes measured on the same problem."""
+        return self.m, self.k, self.n, self.tp_size, self.split
+
+    def stats(self, method: str) -> Optional[Stats]:
+        """The STATS (µs) of ``method`` when the row is ``ok`` and has a median there, else ``None``
+        (skipped, failed, or not timed by that method)."""
+        if self.status != "ok":
+            return None
+        got = self.latency_us.get(method)
+        return got if got is not None and got.median is not None else None
+
+    def reason_for(self, method: str) -> Optional[Reason]:
+        """Why ``method`` has no STATS on this row (``latency_reasons[method]``), or ``None``. (The
+        field ``reason`` is why a skipped or failed row has no reading at all.)"""
+        return self.latency_reasons.get(method)
+
+    @property
+    def flag_names(self) -> list[str]:
+        """The names of the row's flags, each once, in the order the row lists them."""
+        return list(dict.fromkeys(f.name for f in self.flags))
+
+    @property
+    def rel_fro(self) -> Optional[float]:
+        """``error.rel_fro`` (relative Frobenius error), or ``None`` when not measured."""
+        return self.error.rel_fro if self.error is not None else None
+
+    def has(self, name: str) -> bool:
+        """Whether the row's JSON carries the top-level field ``name`` at all (even as null): files
+        written before a field existed lack it (:data:`ADDED_SINCE`)."""
+        return name in self.model_fields_set
 
 
 #: The fields only tensor-parallel rows carry, in the model's order (all of them on every such row).
@@ -608,19 +757,16 @@ def field_paths(model: type[BaseModel] = Row, prefix: str = "") -> frozenset[str
     return frozenset(out)
 
 
-def field_names() -> frozenset[str]:
-    """Every key name used anywhere in a row (the last part of each of :func:`field_paths`)."""
-    return frozenset(p.rsplit(".", 1)[-1].removesuffix("[]") for p in field_paths() if not p.endswith("*"))
-
-
 def _type_text(annotation: Any) -> str:
+    if typing.get_origin(annotation) is Annotated:  # Num: a float
+        annotation = typing.get_args(annotation)[0]
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (Union, types.UnionType):
         parts = [a for a in args if a is not type(None)]
         if annotation == OptionValue:
             return "bool, int, float, str or null"
         text = " or ".join(_type_text(a) for a in parts)
-        return f"{text} or null" if len(parts) < len(args) else text
+        return f"{text} or null" if type(None) in args else text
     if origin is Literal:
         return " \\| ".join(f"`{a}`" for a in args)
     if origin is dict:
@@ -658,6 +804,8 @@ def _table(model: type[BaseModel], prefix: str = "") -> list[str]:
 #: The parts of a row, in the order the schema shows them: (model, the key paths where it appears).
 _PARTS: tuple[tuple[type[BaseModel], str], ...] = (
     (Stats, "latency_us.<method>, local_gemm_us, collective_us, end_to_end_us"),
+    (Reason, "latency_reasons.<method>"),
+    (Flag, "flags[]"),
     (ErrorMetrics, "error, unsharded_error, sharded_vs_unsharded"),
     (LedgerPart, "ledger[]"),
     (Dispatch, "dispatch"),

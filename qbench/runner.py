@@ -375,6 +375,7 @@ class _Workers:
             raise ForkserverGone(self.broken)
         scheme = schemes.get(self.scenario.schemes[index].name)
         self.runs_of[index] = self.runs_of.get(index, 0) + 1  # --repeat: one folder per run
+        self.gone.discard(index)  # a new worker of this scheme waits for its own go
         run = self.runs_of[index]
         folder = os.path.join(self.folder, str(index) if run == 1 else f"{index}-run{run}")
         job_path, rows_path, log_path = (os.path.join(folder, n) for n in ("job.json", "rows.json", "worker.log"))

@@ -49,6 +49,7 @@ from tabulate import tabulate
 
 from qbench.dispatch import short_kernel
 from qbench.render.columns import fmt_us
+from qbench.judge import CAPTURE_KINDS
 from qbench.results import ResultsError, read_results
 
 def _code(text: str) -> str:
@@ -66,7 +67,7 @@ def _median(row: dict, method: str):
 
 
 def _graph_cell(row: dict) -> str:
-    why = (row.get("latency_reasons") or {}).get("warm")
+    why = ((row.get("latency_reasons") or {}).get("warm") or {}).get("text")
     if why:
         # "CUDA graph capture failed at M=1: CUDA graph capture failed: AcceleratorError: ..." -> the error
         core = why.split("capture failed: ", 2)[-1]
@@ -91,7 +92,7 @@ def _classify_now(row: dict) -> str | None:
 
 def scheme_tables(name: str, paths: Sequence[str]) -> str:
     """The ledger and kernel tables of registry scheme ``name`` over result files ``paths``."""
-    docs = [(p, read_results(p)) for p in paths]
+    docs = [(p, read_results(p).to_json()) for p in paths]
     rows = [(p, r) for p, d in docs for r in d["rows"] if r.get("base_scheme") == name]
     if not rows:
         raise ValueError(f"no rows of scheme {name!r} in {', '.join(paths)}")
@@ -177,7 +178,7 @@ def _sig(value, digits: int = 3) -> str:
 
 def headline_table(path: str, schemes: Sequence[str] = ()) -> str:
     """The README's headline rows of one result file (see the module docstring)."""
-    doc = read_results(path)
+    doc = read_results(path).to_json()
     rows = [r for r in doc["rows"] if r.get("status") == "ok"]
     if schemes:
         by_name = {r["scheme"]: r for r in rows}
@@ -191,8 +192,8 @@ def headline_table(path: str, schemes: Sequence[str] = ()) -> str:
         floor = r.get("hbm_floor_us")
         share = f"{100 * floor / stream:.0f} %" if stream and floor else "—"
         if stream is None:
-            why = (r.get("latency_reasons") or {}).get("stream") or ""
-            stream_cell = "— (host sync)" if "capture" in why else "—"
+            why = (r.get("latency_reasons") or {}).get("stream") or {}
+            stream_cell = "— (host sync)" if why.get("kind") in CAPTURE_KINDS else "—"
         else:
             stream_cell = fmt_us(stream)
         kernels = sorted((r.get("dispatch") or {}).get("kernels") or [], key=lambda k: -k["us"])[:3]

@@ -27,7 +27,7 @@ MUTANTS = [
      "                start.record()\n                flusher.flush()\n                fn()", "the flush after the start event"),
     ("qbench/timing/cold.py", "            flusher.flush()\n            torch.cuda.synchronize()\n            start.record()",
      "            torch.cuda.synchronize()\n            start.record()", "no flush in the host-sync cold loop"),
-    ("qbench/compare.py", 'sb["median"] > threshold * sa["median"]', 'sb["median"] >= threshold * sa["median"]',
+    ("qbench/readers/compare.py", "sb.median > threshold * sa.median", "sb.median >= threshold * sa.median",
      "compare threshold > -> >="),
     ("qbench/lifecycle.py", '    if code is None:\n        what = f"worker timed out', '    if False:\n        what = f"worker timed out',
      "a worker timeout reported as an exit"),

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from qbench.results import ResultsError, machine_of, read_results, row_key, write_results  # noqa: E402
+from qbench.results import Env, ResultsError, read_results, row_key, write_results  # noqa: E402
 
 #: Scenario keys that may differ between the runs of one scenario (``--schemes`` narrows ``schemes``;
 #: ``--out`` is recorded in ``output``).
@@ -44,6 +44,18 @@ FREE_SCENARIO_KEYS = ("schemes", "output")
 
 class MergeError(ValueError):
     """Inputs that are not one scenario on one machine; the message names the file, key and value."""
+
+
+def _read(path: str) -> dict:
+    """The document at ``path`` as written (its rows in their own schema version), after
+    :func:`qbench.results.read_results` checked it."""
+    read_results(path)
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def machine_of(doc: dict) -> str:
+    """The machine of a document, as one label (:attr:`qbench.results.Env.machine`)."""
+    return Env.model_validate(doc.get("env") or {}).machine
 
 
 def scheme_labels(doc: dict, source: str) -> list[str]:
@@ -67,7 +79,11 @@ def merge(paths: list[str]) -> dict:
     """
     if len(paths) < 2:
         raise MergeError("merge_results: give the base run and at least one run that completes it")
-    docs = [(p, read_results(p)) for p in paths]
+    docs = [(p, _read(p)) for p in paths]
+    versions = {d["schema_version"] for _, d in docs}
+    if len(versions) > 1:
+        raise MergeError(f"schema_version: the files are of schema versions {sorted(versions)}: merge runs of one "
+                         "qbench version")
     base_path, base = docs[0]
     labels = scheme_labels(base, base_path)
     order = {label: i for i, label in enumerate(labels)}

@@ -21,7 +21,7 @@ from qbench.results import read_results, write_results
 
 def summarize(paths: list[Path], methods=("stream", "cold", "warm")) -> dict:
     """Per (scheme, M, method): medians across runs and their CV (%)."""
-    docs = [(p, read_results(p)) for p in paths]
+    docs = [(p, read_results(p).to_json()) for p in paths]
     keys = []
     for _, doc in docs:
         for row in doc["rows"]:

@@ -21,9 +21,10 @@ def small_scenario_toml(schemes: list[str], m=(1, 4), k: int = 256, n: int = 128
 
 
 def run_subcommand(module, name: str, *argv: str):
-    """Parse ``name ARGV`` with only ``module``'s subcommand registered (``module.register``) and
-    return what its handler returns (the exit status); argparse errors raise SystemExit(2)."""
+    """Parse ``name ARGV`` with only ``module``'s subcommand registered (a reader module's
+    ``COMMAND``, :class:`qbench.readers.common.Command`) and return what it returns (the exit
+    status; bad input: 2); argparse errors raise SystemExit(2)."""
     parser = argparse.ArgumentParser()
-    module.register(parser.add_subparsers())
+    module.COMMAND.register(parser.add_subparsers())
     args = parser.parse_args([name, *argv])
     return args.func(args)

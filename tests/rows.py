@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import copy
 
-from qbench.row import check_row
+from qbench.row import Row, check_row, validate_row
 
 
 def make_row(**fields) -> dict:
     """``fields`` as a row, checked against :class:`qbench.row.Row` (reading rules: every key a
     model field, every value of its type; absent fields stay absent)."""
     return check_row(fields)
+
+
+def typed_row(**fields) -> Row:
+    """``fields`` as a :class:`qbench.row.Row` (reading rules), as readers hold a row."""
+    return validate_row(fields)
 
 
 def stats(median: float, p10: float | None = None, p90: float | None = None, n: int = 20, **extra) -> dict:
@@ -59,7 +64,7 @@ _FULL = {
     "gpu_state": {"before": _READING, "after": _READING, "by_method": {m: _READING for m in ("cold", "stream")},
                   "clock_dropped": False},
     "compile": {"first_call_s": 5.5, "graphs_compiled": 1, "graph_breaks": 0, "recompilations_during_timing": 0},
-    "flags": ["above-ceiling: an example flag sentence"],
+    "flags": [{"name": "above-ceiling", "text": "an example flag sentence"}],
     "cpu_load": {"load_avg_1min": 0.5, "free_cores": 1.5, "oversubscribed": False},
     "worker_wall_s": 9.0,
     "worker_phases_s": {"prepare": 5.3, "waited_for_go": 6.0, "build": 0.37, "copies": 0.02, "measure": 8.5,
@@ -95,7 +100,8 @@ def full_cpu_row() -> dict:
     return full_row(device="cpu", latency_us={"cpu": stats(61.0, 60.0, 63.0), "stream": stats(594.0, 590.0, 600.0,
                     copies=8, copy_bytes=16793600, cache_bytes=33554432, cache_multiple=4.004, bounded_by=None,
                     how="deepcopy", recompilations=0), **{m: None for m in cuda}},
-                    latency_reasons={m: "CUDA method; this row ran on the CPU" for m in cuda},
+                    latency_reasons={m: {"kind": "cuda-only", "text": "CUDA method; this row ran on the CPU"}
+                                     for m in cuda},
                     dispatch=None, gpu_state=None, hbm_floor_us=None, hbm_floor_fraction=None, roofline_us=None,
                     roofline_bound=None, roofline_source=None, roofline_fraction=None,
                     roofline_reason="no roofline on CPU: qbench has no CPU peak table")

@@ -126,14 +126,14 @@ def _sweep(scheme: str) -> dict[int, float]:
 @lru_cache(maxsize=None)
 def _crossover() -> dict[str, dict]:
     from qbench.results import read_results
-    from qbench.sweep_report import crossover
+    from qbench.readers.report import crossover
 
     return {c["scheme"]: c for c in crossover(read_results(str(RESULTS / "h200/sweep.json")))}
 
 
 @lru_cache(maxsize=None)
 def _recommend(name: str, budget: float) -> dict[int, dict]:
-    from qbench.recommend import recommend
+    from qbench.readers.recommend import recommend
     from qbench.results import read_results
 
     return {e["m"]: e for e in recommend(read_results(str(RESULTS / name)), budget)["by_m"]}

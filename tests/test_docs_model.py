@@ -1,5 +1,5 @@
 """The figures in prose of docs/results-h200.md's two model sections (Llama-3-8B and Llama-3.1-70B
-decode steps), recomputed with qbench.model from the committed files they cite: a stale or
+decode steps), recomputed with qbench.readers.model from the committed files they cite: a stale or
 mistyped figure fails here. ``python tests/test_docs_model.py`` prints the figures."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from qbench.model import PRESETS, index_rows, model_step
+from qbench.presets import PRESETS
+from qbench.readers.model import index_rows, model_step
 from qbench.results import read_results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,10 +94,10 @@ def test_the_cut_off_int8_compiled_run_is_as_described():
     from qbench.scenario import from_dict
 
     doc = read_results(ROOT / D / "llama3_8b_lm_head.json")
-    labels = [e.label for e in from_dict(doc["scenario"], "lm_head").schemes]
-    have = list(dict.fromkeys(r["scheme"] for r in doc["rows"]))
-    assert doc["complete"] is False and [s for s in labels if s not in have] == ["int8-weight-only+compiled"]
-    cut, rest = doc["merged_from"]
+    labels = [e.label for e in from_dict(doc.scenario.model_dump(), "lm_head").schemes]
+    have = list(dict.fromkeys(r.scheme for r in doc.rows))
+    assert doc.complete is False and [s for s in labels if s not in have] == ["int8-weight-only+compiled"]
+    cut, rest = doc.merged_from
     assert cut["complete"] is False and rest["schemes"] == ["int4-weight-only+compiled"]
     assert labels.index("int8-weight-only+compiled") == labels.index("fp8-weight-only+compiled") + 1
     assert cut["rows"] == 3 * (len(labels) - 2) and rest["rows"] == 3

@@ -206,7 +206,7 @@ def _doc(median, spread=0.01):
 
 @pytest.mark.parametrize("b_median, regression", [(1.05, False), (1.0500001, True), (2.0, True), (1.04, False)])
 def test_compare_threshold_is_strict(b_median, regression):
-    from qbench.compare import compare_docs
+    from qbench.readers.compare import compare_docs
 
     (rec,) = compare_docs(_doc(1.0), _doc(b_median), "stream", threshold=1.05)
     assert rec["verdict"] == "slower"  # [0.99, 1.01] against [1.0296, ...]: no overlap
@@ -215,11 +215,11 @@ def test_compare_threshold_is_strict(b_median, regression):
 
 
 def test_compare_cli_exit_status_at_the_threshold(tmp_path, capsys):
-    from qbench import compare
-    from qbench.results import write_results
+    from qbench.readers import compare
+    from qbench.results import read_results, write_results
     from tests.conftest import run_subcommand
 
-    base = json.loads((__import__("pathlib").Path(__file__).parent / "fixtures" / "cuda_stream.json").read_text())
+    base = read_results(__import__("pathlib").Path(__file__).parent / "fixtures" / "cuda_stream.json").to_json()
 
     def write(name, factor):
         doc = json.loads(json.dumps(base))
@@ -447,12 +447,17 @@ def test_int8_bnb_same_as_slice_matches_real_shards(split, same):
 def test_compile_s_column_reads_first_call_s():
     from qbench.render.columns import COLUMNS, DASH
 
+    from qbench.row import RowError
+    from tests.rows import typed_row
+
     col = COLUMNS["compile_s"]
-    row = {"status": "ok", "compile": {"first_call_s": 14.25, "graphs_compiled": 1, "recompilations_during_timing": 0}}
+    ident = {"scheme": "x", "m": 1, "k": 8, "n": 8, "status": "ok"}
+    row = typed_row(**ident, compile={"first_call_s": 14.25, "graphs_compiled": 1, "recompilations_during_timing": 0})
     assert col.value(row) == 14.25 and col.cell(row) == "14.2"  # .1f, round half to even
-    assert col.value({"status": "ok", "compile": None}) is None and col.cell({"compile": None}) == DASH
-    old = {"status": "ok", "compile": {"compile_s": 3.0}}  # the key the column once read: no row has it
-    assert col.value(old) is None and col.cell(old) == DASH
+    eager = typed_row(**ident, compile=None)
+    assert col.value(eager) is None and col.cell(eager) == DASH
+    with pytest.raises(RowError, match="compile.compile_s"):  # the key the column once read: no row has it
+        typed_row(**ident, compile={"compile_s": 3.0})
 
 
 def test_compile_s_column_on_a_real_compiled_row():
@@ -460,7 +465,7 @@ def test_compile_s_column_on_a_real_compiled_row():
     from qbench.results import read_results
 
     doc = read_results("results/h200/decode.json")
-    row = next(r for r in doc["rows"] if r["scheme"] == "int8-weight-only+compiled")
-    first = row["compile"]["first_call_s"]
+    row = next(r for r in doc.rows if r.scheme == "int8-weight-only+compiled")
+    first = row.compile.first_call_s
     assert first > 0 and COLUMNS["compile_s"].value(row) == first
     assert COLUMNS["compile_s"].cell(row) == f"{first:.1f}"

@@ -68,7 +68,7 @@ def test_a_weight_repacked_on_the_first_call_is_counted_as_timed_and_flagged(tmp
     for row in rows:
         assert row["status"] == "ok", row["reason"]
         assert row["stored_bytes"] == k * n * 2  # bf16 after the first call, not the 4-byte build
-        assert any(f.startswith("repacked:") and f"{k * n * 4} -> {k * n * 2}" in f for f in row["flags"])
+        assert any(f["name"] == "repacked" and f"{k * n * 4} -> {k * n * 2}" in f["text"] for f in row["flags"])
 
 
 def _proc_stat(monkeypatch, busy_fraction: float) -> None:
@@ -98,8 +98,8 @@ def test_a_busy_cpu_flags_every_cpu_row(tmp_path, monkeypatch):
     for row in rows:
         assert row["cpu_load"]["free_cores"] == 0.0 and row["cpu_load"]["oversubscribed"] is True
         assert row["cpu_load"]["busy_cores_now"] == float(cores)
-        assert [f.split(":")[0] for f in row["flags"]] == ["cpu-busy"]
-        assert f"{float(cores):.1f} cores busy with other work leaves 0.0 free cores" in row["flags"][0]
+        assert [f["name"] for f in row["flags"]] == ["cpu-busy"]
+        assert f"{float(cores):.1f} cores busy with other work leaves 0.0 free cores" in row["flags"][0]["text"]
 
 
 def test_a_busy_load_average_without_proc_stat_still_flags(tmp_path, monkeypatch):
@@ -114,7 +114,8 @@ def test_a_busy_load_average_without_proc_stat_still_flags(tmp_path, monkeypatch
     rows = _rows(tmp_path, "fp32")
     for row in rows:
         assert row["cpu_load"]["free_cores"] == 0.0 and row["cpu_load"]["busy_cores_now"] is None
-        assert row["flags"][0].startswith(f"cpu-busy: load {cores + torch.get_num_threads():.1f} leaves 0.0 free")
+        assert row["flags"][0]["name"] == "cpu-busy"
+        assert row["flags"][0]["text"].startswith(f"load {cores + torch.get_num_threads():.1f} leaves 0.0 free")
 
 
 def test_a_throttle_reason_after_a_method_is_a_flag():
@@ -133,7 +134,7 @@ def test_a_throttle_reason_after_a_method_is_a_flag():
     finally:
         measure._gpu_state_module = original
     assert row["gpu_state"]["by_method"]["stream"]["sm_clock_mhz"] == 1500
-    assert row["flags"] == ["throttled: sw_power_cap active right after stream"]
+    assert row["flags"] == [{"name": "throttled", "text": "sw_power_cap active right after stream"}]
 
 
 def test_graph_breaks_are_counted_and_flagged(tmp_path):
@@ -151,7 +152,7 @@ def test_graph_breaks_are_counted_and_flagged(tmp_path):
     row = rows[0]
     assert row["status"] == "ok", row["reason"]
     assert row["compile"]["graph_breaks"] >= 1
-    assert any(f.startswith("graph-breaks:") for f in row["flags"])
+    assert any(f["name"] == "graph-breaks" for f in row["flags"])
 
 
 class _Uncompilable(torch.nn.Module):
@@ -181,7 +182,7 @@ def test_a_compiled_row_that_compiled_nothing_is_flagged(tmp_path):
     for row in rows:
         assert row["status"] == "ok", row["reason"]
         assert row["compile"]["graphs_compiled"] == 0
-        assert any(f.startswith("not-compiled:") for f in row["flags"])
+        assert any(f["name"] == "not-compiled" for f in row["flags"])
 
 
 def test_describe_exception_keeps_type_first_and_last_line():
@@ -221,7 +222,37 @@ def test_a_row_faster_than_its_roofline_is_flagged():
     finish_row(row, {"measured": {"memory_gbps": 4000.0, "tflops": {"bf16": 800.0}}})
     assert abs(row["roofline_us"] - 33570816 / 4000e9 * 1e6) < 1e-9
     assert row["achieved_method"] == "stream" and row["roofline_fraction"] > 1
-    assert len(row["flags"]) == 1 and row["flags"][0].startswith("above-ceiling: stream 7 µs is below the measured")
+    assert len(row["flags"]) == 1 and row["flags"][0]["name"] == "above-ceiling"
+    assert row["flags"][0]["text"].startswith("stream 7 µs is below the measured")
     row2 = dict(row, flags=[], latency_us={"stream": {"median": 9.0}})
     finish_row(row2, {"measured": {"memory_gbps": 4000.0, "tflops": {"bf16": 800.0}}})
     assert row2["flags"] == []
+
+
+# ---- the one error path writes structured reasons (schema 2: row.reason_record) ----------------
+
+def test_a_method_that_raises_is_an_error_reason_and_failed_copies_a_copies_reason(tmp_path, monkeypatch):
+    """measure's one error path: a method whose run raises gets ``{"kind": "error"}`` with the
+    exception's first line; a method that needs copies whose calls cannot be made (before it runs)
+    gets ``{"kind": "copies"}``; a CUDA method on a CPU row ``cuda-only``. The cpu time stays."""
+    from qbench import measure
+    from qbench.timing import stream
+
+    def boom(self, call, settings):
+        raise RuntimeError("timer broke\nsecond line")
+
+    monkeypatch.setattr(stream.Stream, "run", boom)
+    rows = _rows(tmp_path, "fp32")
+    for row in rows:
+        assert row["status"] == "ok" and row["latency_us"]["cpu"]["median"] > 0
+        assert row["latency_us"]["stream"] is None
+        assert row["latency_reasons"]["stream"] == {"kind": "error", "text": "RuntimeError: timer broke"}
+        assert {row["latency_reasons"][m]["kind"] for m in ("cold", "warm", "eager", "kernel")} == {"cuda-only"}
+    monkeypatch.undo()
+
+    def no_calls(self, x):
+        raise MemoryError("copies' calls")
+
+    monkeypatch.setattr(measure._Runner, "_calls", no_calls)
+    for row in _rows(tmp_path, "fp32"):
+        assert row["latency_reasons"]["stream"] == {"kind": "copies", "text": "MemoryError: copies' calls"}

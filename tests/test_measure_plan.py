@@ -71,14 +71,14 @@ def test_plain_phase_per_m_then_graph_phase_and_one_failed_capture(cuda_runner):
                    ("warm", 1, False, False, 0), ("stream", 1, False, False, 2), ("warm", 8, False, False, 0)]
     one, eight = rows
     assert list(one["latency_us"]) == ["cold", "eager", "kernel", "warm", "stream"]
-    assert one["latency_us"]["eager"] is None and one["latency_reasons"]["eager"] == "ValueError: bad call"
-    assert one["latency_reasons"]["kernel"] == "profiler: RuntimeError: no CUPTI"  # the method's error_prefix
+    assert one["latency_us"]["eager"] is None and one["latency_reasons"]["eager"] == {"kind": "error", "text": "ValueError: bad call"}
+    assert one["latency_reasons"]["kernel"] == {"kind": "error", "text": "profiler: RuntimeError: no CUPTI"}  # error_prefix
     assert eight["dispatch"] == {"label": "float-gemm", "kernels": [{"name": "ampere_bf16_s16816gemm"}],
                                  "host_sync": False, "graph_capturable": False}
     assert one["dispatch"] is None  # its kernel method failed: no dispatch record to mark
     failure = "CUDA graph capture failed at M=8: CUDA graph capture failed: RuntimeError: operation not permitted"
-    assert eight["latency_reasons"]["warm"] == failure
-    assert eight["latency_reasons"]["stream"] == f"not attempted: {failure}"
+    assert eight["latency_reasons"]["warm"] == {"kind": "capture-failed", "text": failure}
+    assert eight["latency_reasons"]["stream"] == {"kind": "not-attempted", "text": f"not attempted: {failure}"}
     assert one["latency_us"]["stream"] == {"median": 1.0}
     assert list(runner.spent) == ["cold", "eager", "kernel", "warm", "stream"]
 
@@ -87,5 +87,5 @@ def test_a_method_without_its_copies_gets_their_reason_and_capturing_goes_on(cud
     runner, rows, log = cuda_runner
     runner.copies, runner.copies_why = None, "copies for stream: StreamPlanError: only 2 fit"
     runner.measure_graphs(rows[:1])
-    assert rows[0]["latency_reasons"] == {"stream": "copies for stream: StreamPlanError: only 2 fit"}
+    assert rows[0]["latency_reasons"] == {"stream": {"kind": "copies", "text": "copies for stream: StreamPlanError: only 2 fit"}}
     assert [entry[0] for entry in log] == ["warm"]  # stream's run was never called

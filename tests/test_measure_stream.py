@@ -71,7 +71,8 @@ def _check_stream_row(row: dict) -> dict:
     assert row["achieved_gbps"] == pytest.approx(gbps) and row["achieved_tflops"] == pytest.approx(tflops)
     assert row["latency_us"]["cpu"]["median"] > 0
     for method in ("cold", "warm", "eager", "kernel"):
-        assert row["latency_us"][method] is None and "CUDA method" in row["latency_reasons"][method]
+        assert row["latency_us"][method] is None and row["latency_reasons"][method] == {
+            "kind": "cuda-only", "text": "CUDA method; this row ran on the CPU"}
     assert set(row["worker_phases_s"]) == {"build", "copies", "measure", "by_method"}
     # CPU rows spend time in cpu and stream only; the two are part of measure
     spent = row["worker_phases_s"]["by_method"]
@@ -137,7 +138,9 @@ def test_too_little_memory_for_copies_is_a_reason(monkeypatch):
     rows = measure_scheme(_scenario(["fp32"]), 0, CPU)
     for row in rows:
         assert row["status"] == "ok" and row["latency_us"]["stream"] is None
-        assert row["latency_reasons"]["stream"].startswith("copies for stream: StreamPlanError: stream needs 4 copies")
+        assert row["latency_reasons"]["stream"]["kind"] == "copies"
+        assert row["latency_reasons"]["stream"]["text"].startswith(
+            "copies for stream: StreamPlanError: stream needs 4 copies")
         assert row["latency_us"]["cpu"]["median"] > 0
         assert row["achieved_method"] is None
 
@@ -146,7 +149,8 @@ def test_no_cache_size_is_a_reason(monkeypatch):
     monkeypatch.setattr(stream, "last_level_cache_bytes", lambda: None)
     row, = measure_scheme(_scenario(["bf16"], m=(2,)), 0, CPU)
     assert row["status"] == "ok" and row["latency_us"]["stream"] is None
-    assert row["latency_reasons"]["stream"] == "copies for stream: RuntimeError: no cache size readable for cpu"
+    assert row["latency_reasons"]["stream"] == {"kind": "copies",
+                                                "text": "copies for stream: RuntimeError: no cache size readable for cpu"}
 
 
 # --- make_copies: distinct storage, identical values ---
@@ -394,11 +398,11 @@ def test_run_writes_stream_rows_the_reader_accepts(tmp_path):
     out = runner.run(scenario.load(path), device="cpu", out=str(tmp_path / "r.json"))
     assert out.exit_code == 0
     saved = read_results(tmp_path / "r.json")
-    assert len(saved["rows"]) == 1
-    for row in saved["rows"]:
-        rec = row["latency_us"]["stream"]
-        assert row["status"] == "ok" and rec["copies"] >= MIN_COPIES and rec["median"] > 0
-        assert row["hbm_floor_us"] is None and row["achieved_method"] == "stream"
+    assert len(saved.rows) == 1
+    for row in saved.rows:
+        rec = row.latency_us["stream"]
+        assert row.status == "ok" and rec.copies >= MIN_COPIES and rec.median > 0
+        assert row.hbm_floor_us is None and row.achieved_method == "stream"
 
 
 # --- a failing stream on the CPU must not take the scheme's other rows down ---
@@ -431,7 +435,7 @@ def test_cpu_stream_failure_is_a_reason_not_an_exception(fragile_scheme):
         assert row["status"] == "ok", row["reason"]
         assert row["latency_us"]["cpu"]["median"] > 0
         assert row["latency_us"]["stream"] is None
-        assert "this copy of the layer cannot run" in row["latency_reasons"]["stream"]
+        assert "this copy of the layer cannot run" in row["latency_reasons"]["stream"]["text"]
 
 
 def test_fragile_scheme_original_runs(fragile_scheme):

@@ -49,7 +49,8 @@ def test_repeated_run_writes_repeats(tmp_path):
     from qbench.scenario import from_dict
 
     s = from_dict({"name": "rep", "device": "cpu", "m": [1], "layer": {"in_features": 64, "out_features": 64},
-                   "timing": {"warmup": 1, "min_reps": 3, "max_reps": 5, "budget_s": 0.05, "methods": ["stream"]},
+                   "timing": {"warmup": 1, "min_reps": 3, "max_reps": 5, "budget_s": 0.05, "methods": ["stream"],
+                              "scheme_timeout_s": 60},
                    "schemes": [{"name": "fp32"}]}, "<test>")
     outcome = runner.run(s, device="cpu", out=str(tmp_path / "r.json"), repeat=2)
     assert outcome.exit_code == 0

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from qbench import SCHEMA_VERSION
+from qbench.judge import methods_present, resolve_method
 from qbench.results import (
+    ResultDoc,
     ResultsError,
     ResultsExistError,
     ResultsSchemaError,
     finite_or_none,
-    methods_present,
     read_results,
-    resolve_method,
     write_results,
 )
 
@@ -37,7 +37,7 @@ def test_round_trip(tmp_path):
     p = tmp_path / "sub" / "r.json"
     doc = _doc(rows=[_row(latency_us={"cold": {"median": 11.0}})])
     assert write_results(p, doc) == p
-    assert read_results(p) == doc
+    assert read_results(p).to_json() == doc
     assert [f.name for f in p.parent.iterdir()] == ["r.json"]  # no temp file left behind
 
 
@@ -58,7 +58,7 @@ def test_force_overwrites(tmp_path):
     p = tmp_path / "r.json"
     write_results(p, _doc(wall_s=1.0))
     write_results(p, _doc(wall_s=2.0), force=True)
-    assert read_results(p)["wall_s"] == 2.0
+    assert read_results(p).wall_s == 2.0
 
 
 def test_nonfinite_floats_become_null(tmp_path):
@@ -69,9 +69,10 @@ def test_nonfinite_floats_become_null(tmp_path):
     write_results(p, doc)
     text = p.read_text()
     assert "NaN" not in text and "Infinity" not in text
-    row = read_results(p)["rows"][0]
-    assert row["error"] == {"rel_fro": None, "max_abs": None, "sqnr_db": None, "nonfinite": 12}
-    assert row["per_rank_median_us"] == {"local_gemm": [1.5, None]}
+    row = read_results(p).rows[0]
+    assert row.error.model_dump(exclude_unset=True) == {"rel_fro": None, "max_abs": None, "sqnr_db": None,
+                                                        "nonfinite": 12}
+    assert row.per_rank_median_us == {"local_gemm": [1.5, None]}
     assert doc["rows"][0]["error"]["nonfinite"] == 12 and math.isnan(doc["rows"][0]["error"]["rel_fro"])
 
 
@@ -122,8 +123,8 @@ def test_read_missing_file(tmp_path):
 def test_methods_and_resolve_method():
     cuda = read_results(FIXTURES / "cuda_run1.json")
     cpu = read_results(FIXTURES / "cpu.json")
-    assert methods_present(cuda["rows"]) == ["cold", "warm", "eager", "kernel"]
-    assert methods_present(cpu["rows"]) == ["cpu"]
+    assert methods_present(cuda.rows) == ["cold", "warm", "eager", "kernel"]
+    assert methods_present(cpu.rows) == ["cpu"]
     # files written before stream existed: cold (CUDA) or cpu (CPU), with a note saying so
     method, note = resolve_method(cuda, None)
     assert method == "cold" and note.startswith("no stream latency in this file") and "using cold" in note
@@ -134,17 +135,17 @@ def test_methods_and_resolve_method():
     # files with stream read it, CUDA and CPU alike; the methods come in the registry's order
     stream = read_results(FIXTURES / "cuda_stream.json")
     cpu_stream = read_results(FIXTURES / "cpu_stream.json")
-    assert methods_present(stream["rows"]) == ["stream", "cold", "warm", "eager", "kernel"]
-    assert methods_present(cpu_stream["rows"]) == ["stream", "cpu"]
+    assert methods_present(stream.rows) == ["stream", "cold", "warm", "eager", "kernel"]
+    assert methods_present(cpu_stream.rows) == ["stream", "cpu"]
     assert resolve_method(stream, None) == ("stream", None)
     assert resolve_method(cpu_stream, None) == ("stream", None)
     assert resolve_method(stream, "cold") == ("cold", None)
     # no method at all: the default, no note (the command says nothing is timed)
-    assert resolve_method({"rows": []}, None) == ("stream", None)
+    assert resolve_method(ResultDoc(schema_version=2), None) == ("stream", None)
 
 
 def test_method_choices_are_the_registry():
-    from qbench.results import METHOD_CHOICES
+    from qbench.judge import METHOD_CHOICES
     from qbench.timing import registry
 
     assert METHOD_CHOICES == registry.LAYER_METHODS == ("stream", "cold", "warm", "eager", "kernel", "cpu")
@@ -208,7 +209,7 @@ def test_rows_that_differ_only_by_tp_size_are_distinct(tmp_path):
     p = tmp_path / "tp.json"
     p.write_text(json.dumps(_doc(rows=[_row(tp_size=1, split="column"), _row(tp_size=2, split="column"),
                                        _row(tp_size=2, split="row")])))
-    assert len(read_results(p)["rows"]) == 3
+    assert len(read_results(p).rows) == 3
 
 
 def test_committed_results_all_pass_the_row_contract():
@@ -219,3 +220,29 @@ def test_committed_results_all_pass_the_row_contract():
         doc = json.loads(f.read_text())
         if isinstance(doc, dict) and "rows" in doc and "schema_version" in doc and "kind" not in doc:
             read_results(f)  # run results; "kind" marks derived summaries (repeatability.json)
+
+
+def test_schema_1_files_are_read_as_schema_2():
+    """A schema 1 file's reasons and flags (sentences) become records with a kind and a name; the
+    rest of the file is unchanged."""
+    p = Path(__file__).parent.parent / "results" / "h200" / "decode.json"  # the 26-scheme run of 2026-12-01
+    raw = json.loads(p.read_text())
+    assert raw["schema_version"] == 1
+    doc = read_results(p)
+    assert doc.schema_version == 2 and len(doc.rows) == len(raw["rows"])
+    for got, was in zip(doc.rows, raw["rows"]):
+        assert {m: r.text for m, r in got.latency_reasons.items()} == was["latency_reasons"]
+        assert [f.line for f in got.flags] == was["flags"]
+    kinds = {r.kind for row in doc.rows for r in row.latency_reasons.values()}
+    assert kinds == {"capture-failed", "not-attempted"}
+    cpu = read_results(Path(__file__).parent.parent / "results" / "cpu" / "decode.json")
+    assert {r.kind for row in cpu.rows for r in row.latency_reasons.values()} == {"other"}  # "CUDA method; ..."
+
+
+def test_a_schema_2_row_with_a_sentence_for_a_reason_is_refused(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(_doc(rows=[_row(latency_reasons={"warm": "capture failed"})])))
+    with pytest.raises(ResultsError, match=r"rows\[0\]\.latency_reasons\.warm: Input should be a valid dictionary"):
+        read_results(p)
+    with pytest.raises(ResultsError, match="kind"):
+        write_results(p, _doc(rows=[_row(latency_reasons={"warm": {"kind": "oops", "text": "x"}})]), force=True)

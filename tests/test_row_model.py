@@ -14,9 +14,8 @@ import torch
 from qbench import row as rowmod
 from qbench.render.columns import COLUMNS, Column, _get
 from qbench.results import ResultsError, read_results, write_results
-from qbench.row import (ADDED_SINCE, DOCUMENT_KEYS, IDENTITY, LEGACY, TP_ROW_FIELDS, Row, RowError, check_row,
-                        field_names, field_paths, row_key, schema_markdown, validate_row)
-from qbench.timing import registry
+from qbench.row import (ADDED_SINCE, IDENTITY, LEGACY, TP_ROW_FIELDS, Row, RowError, check_row, field_paths,
+                        row_key, schema_markdown, validate_row)
 from tests.rows import full_cpu_row, full_failed_row, full_row, full_tp_row, make_row, stats
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,8 +41,9 @@ def test_field_paths_name_every_level():
         assert path in paths, path
     for wrong in ("compile.compile_s", "latency_us.*.p50", "error.rel_err", "stored_byte", "compile_s"):
         assert wrong not in paths
-    assert {"median", "rel_fro", "first_call_s", "kind", "sm_clock_mhz"} <= field_names()
-    assert "compile_s" not in field_names()
+    names = {p.rsplit(".", 1)[-1].removesuffix("[]") for p in field_paths()}
+    assert {"median", "rel_fro", "first_call_s", "kind", "sm_clock_mhz"} <= names
+    assert "compile_s" not in names
 
 
 def test_identity_and_tp_fields():
@@ -101,11 +101,14 @@ def test_a_wrong_key_or_type_is_one_line(fields, message):
 # ---- every committed result file loads; legacy keys are handled explicitly -----------------------------
 
 def test_every_committed_result_file_loads():
-    """Every result document under results/ (the current files and the evidence) loads with all its rows."""
+    """Every result document under results/ (the current files and the evidence) loads with all its rows
+    (a model-step file's as StepRow, under step_rows)."""
     files = _result_files()
     assert len(files) >= 22
     for path in files:
-        assert len(read_results(path)["rows"]) == len(json.loads(path.read_text())["rows"]), path
+        doc = read_results(path)
+        assert len(doc.rows) + len(doc.step_rows) == len(json.loads(path.read_text())["rows"]), path
+        assert (doc.job == "step") == path.name.startswith("step_"), path
 
 
 def test_legacy_and_added_fields_are_real_and_explicit():
@@ -133,7 +136,7 @@ def test_legacy_and_added_fields_are_real_and_explicit():
 
 def test_reading_then_writing_an_old_file_keeps_its_legacy_keys(tmp_path):
     doc = read_results(ROOT / "results" / "h200" / "evidence" / "decode-2026-11-30.json")
-    assert any("fp8_saturated" in (r.get("error") or {}) for r in doc["rows"])
+    assert any(r.error is not None and "fp8_saturated" in r.error.model_fields_set for r in doc.rows)
     write_results(tmp_path / "copy.json", doc)  # the writer checks keys and types, not the producer's rules
     assert read_results(tmp_path / "copy.json") == doc
 
@@ -210,117 +213,48 @@ def test_the_writer_refuses_a_row_with_an_unknown_key_and_writes_nothing(tmp_pat
 
 # ---- the column catalogue reads fields of the model --------------------------------------------------------
 
-class _Traced(dict):
-    """A row (or a part of one) that records every key path read from it."""
-
-    def __init__(self, data: dict, path: str, seen: set):
-        super().__init__(data)
-        self._path, self._seen = path, seen
-
-    def _at(self, key) -> str:
-        mapped = f"{self._path}.*" if self._path else None
-        if mapped and mapped in field_paths():  # a key named by data (a method)
-            return mapped
-        return f"{self._path}.{key}" if self._path else str(key)
-
-    def _wrap(self, key, value):
-        return _wrap(value, self._at(key), self._seen)
-
-    def __getitem__(self, key):
-        self._seen.add(self._at(key))
-        return self._wrap(key, super().__getitem__(key))
-
-    def get(self, key, default=None):
-        self._seen.add(self._at(key))
-        return self._wrap(key, super().__getitem__(key)) if key in self.keys() else default
-
-    def __contains__(self, key):
-        self._seen.add(self._at(key))
-        return super().__contains__(key)
-
-    def items(self):
-        return [(k, self._wrap(k, v)) for k, v in super().items()]
-
-    def values(self):
-        return [v for _, v in self.items()]
-
-
-def _wrap(value, path: str, seen: set):
-    if isinstance(value, dict):
-        return _Traced(value, path, seen)
-    if isinstance(value, list):
-        return [_wrap(v, f"{path}[]", seen) for v in value]
-    return value
-
-
 _FULL_ROWS = {"ok": full_row, "failed": full_failed_row, "cpu": full_cpu_row, "tp": full_tp_row}
 
 
-def _reads(column: Column) -> tuple[set, list]:
-    seen: set = set()
+def _values(column: Column) -> list:
+    """The column's value on each complete row, as readers hold it (a :class:`Row`); a getter that
+    names an attribute no row has raises AttributeError here."""
     values = []
     for make in _FULL_ROWS.values():
-        row = _Traced(make(), "", seen)
+        row = validate_row(make())
         values.append(column.value(row))
         column.cell(row)
-    return seen, values
+    return values
 
 
 @pytest.mark.parametrize("key", list(COLUMNS))
 def test_every_column_reads_fields_of_the_model_and_shows_a_value(key):
-    seen, values = _reads(COLUMNS[key])
-    assert seen, f"column {key} reads nothing"
-    assert seen <= field_paths(), f"column {key} reads {sorted(seen - field_paths())}: no row carries them"
+    values = _values(COLUMNS[key])
     assert any(v is not None for v in values), f"column {key} is empty on every complete row"
 
 
 def test_the_column_check_catches_a_key_no_row_carries():
     """The issue's example: a compile_s column that read compile.compile_s was always a dash."""
     bad = Column("compile_s", "compile s", _get("compile", "compile_s"))
-    seen, values = _reads(bad)
-    assert seen - field_paths() == {"compile.compile_s"} and values == [None] * 4
-    assert COLUMNS["compile_s"].value(full_row()) == 5.5
+    with pytest.raises(AttributeError, match="compile_s"):
+        _values(bad)
+    assert COLUMNS["compile_s"].value(validate_row(full_row())) == 5.5
 
 
 def test_known_values_of_complete_rows():
-    ok, cpu, tp = full_row(), full_cpu_row(), full_tp_row()
+    ok, cpu, tp = (validate_row(r) for r in (full_row(), full_cpu_row(), full_tp_row()))
     assert COLUMNS["stream_copies"].value(ok) == 15 and COLUMNS["graphs"].value(ok) == 1
     assert COLUMNS["graph_breaks"].value(ok) == 0 and COLUMNS["flags"].value(ok) == "above-ceiling"
     assert COLUMNS["cpu"].value(cpu) == 61.0 and COLUMNS["cold"].value(cpu) is None
     assert (COLUMNS["tp_size"].value(tp), COLUMNS["split"].value(tp), COLUMNS["end_to_end_us"].value(tp)) == (2, "row", 14.5)
-    assert COLUMNS["reason"].value(full_failed_row()) == "run: RuntimeError: an example failure"
+    assert COLUMNS["reason"].value(validate_row(full_failed_row())) == "run: RuntimeError: an example failure"
 
 
-# ---- readers name only fields of the model ----------------------------------------------------------------
+# ---- readers hold typed rows --------------------------------------------------------------------------------
 
-#: The modules that read result rows (and the one script that tabulates them for the docs).
-READERS = ("qbench/compare.py", "qbench/recommend.py", "qbench/report.py", "qbench/plot.py", "qbench/model.py",
-           "qbench/sweep_report.py", "qbench/render/__init__.py", "qbench/render/columns.py",
-           "qbench/render/table.py", "qbench/render/csv.py", "qbench/render/json.py",
-           "qbench/cli.py", "qbench/results.py", "scripts/docs_tables.py")
-
-#: Keys a reader may read that are neither row fields nor its own records' keys, each for a reason.
-NOT_ROW_KEYS = {
-    # the document's env and ceilings (qbench.env.collect, qbench.ceilings), not rows
-    "qbench/plot.py": {"device_name", "datasheet", "memory_gbps", "tflops",
-                       "tab20", "tab20b"},  # matplotlib colour map names
-    "qbench/model.py": {"measured", "memory_gbps"},
-    "qbench/render/__init__.py": {"device_name", "compute_capability"},
-    "qbench/results.py": {"device_name",  # machine_of: the document's env
-                          # _check_step_rows: a model-step row's job and context (qbench.step.row.StepRow),
-                          # and the keys of a pydantic error
-                          "job", "context", "loc", "msg", "input"},
-    "qbench/compare.py": {"A", "B"},  # the two files' sides in a dict built by a comprehension
-    "qbench/cli.py": {"qbench.lifecycle"},  # sys.modules.get: RunError only where a run imported it
-    # derived summaries: scripts/repeatability.py's and scripts/crosscheck_timing.py's rows, and the env
-    "scripts/docs_tables.py": {"cv_pct", "files", "medians_us", "method", "missing_from", "runs", "ours_us",
-                               "triton_us", "pass", "ratio", "qbench_us", "reference_us", "qbench_copies",
-                               "reference_copies", "stream_rows", "tolerance", "torch", "triton",
-                               # a document's ceilings, and scripts/cold_experiment.py's layers
-                               "measured", "datasheet", "tflops", "memory_gbps", "gpu", "layers", "weight_bytes",
-                               "graph_stream", "graph_stream_repeat", "cold_write_sleep", "cold_read_sleep",
-                               "cold_write_read_sleep", "cold_read_nosleep"},
-}
+#: Every module that reads result rows: the reader commands, the renderers and the decision rules.
+TYPED_READERS = sorted(str(p.relative_to(ROOT)) for folder in ("qbench/readers", "qbench/render")
+                       for p in (ROOT / folder).glob("*.py")) + ["qbench/judge.py"]
 
 
 def string_keys(source: str) -> tuple[list[tuple[int, str]], set[str]]:
@@ -347,34 +281,27 @@ def string_keys(source: str) -> tuple[list[tuple[int, str]], set[str]]:
     return reads, built
 
 
-def unknown_keys(source: str, allowed: set[str] = frozenset()) -> list[str]:
-    """The string keys ``source`` reads that are no field of the row model, no timing method, no
-    document key, not built by the module itself, and not in ``allowed``."""
+def row_key_reads(source: str) -> list[str]:
+    """The string-key reads in ``source`` of a row field that is not also a key of a record the
+    module builds itself: a row read as a dict instead of through :class:`qbench.row.Row`."""
+    row_keys = {p.rsplit(".", 1)[-1].removesuffix("[]") for p in field_paths() if not p.endswith("*")}
     reads, built = string_keys(source)
-    known = field_names() | set(registry.METHODS) | set(DOCUMENT_KEYS) | built | set(allowed)
-    return [f"line {line}: {key!r}" for line, key in reads if key not in known]
+    return [f"line {line}: {key!r}" for line, key in reads if key in row_keys and key not in built]
 
 
-@pytest.mark.parametrize("module", READERS)
-def test_readers_read_only_fields_of_the_model(module):
-    source = (ROOT / module).read_text()
-    assert unknown_keys(source, NOT_ROW_KEYS.get(module, set())) == []
+@pytest.mark.parametrize("module", TYPED_READERS)
+def test_readers_read_rows_through_the_typed_api(module):
+    assert row_key_reads((ROOT / module).read_text()) == []
 
 
-def test_the_reader_scan_catches_a_wrong_key():
+def test_the_typed_api_scan_catches_a_dict_read_of_a_row():
     source = ('def f(row):\n'
-              '    a = (row.get("compile") or {}).get("compile_s")\n'
-              '    b = row["stored_byte"]\n'
-              '    c = row["latency_us"]["stream"]["median"]\n'
-              '    rec = {"ratio": 1.0}\n'
-              '    return rec["ratio"], row.get("tp_size")\n')
-    assert unknown_keys(source) == ["line 2: 'compile_s'", "line 3: 'stored_byte'"]
-
-
-def test_every_exemption_is_still_needed():
-    for module, keys in NOT_ROW_KEYS.items():
-        reads, _ = string_keys((ROOT / module).read_text())
-        assert keys <= {key for _, key in reads}, f"{module}: {sorted(keys - {k for _, k in reads})} no longer read"
+              '    a = (row.get("compile") or {}).get("graphs_compiled")\n'
+              '    b = row["stored_bytes"]\n'
+              '    rec = {"scheme": row.scheme}\n'
+              '    return rec["scheme"], row.latency_us["stream"]\n')
+    assert sorted(row_key_reads(source)) == ["line 2: 'compile'", "line 2: 'graphs_compiled'", "line 3: 'stored_bytes'"]
+    assert len(TYPED_READERS) >= 12 and "qbench/readers/report.py" in TYPED_READERS
 
 
 # ---- the docs -----------------------------------------------------------------------------------------------
@@ -393,7 +320,8 @@ def test_results_schema_doc_is_generated_from_the_model():
 def test_schema_markdown_marks_when_fields_are_written():
     text = schema_markdown()
     assert "| `tp_size` | int or null | tensor-parallel rows |" in text
-    assert "| `flags` | list of str | always |" in text and "absent in files written before 2026-11-30" in text
+    assert "| `flags` | list of Flag | always |" in text and "absent in files written before 2026-11-30" in text
+    assert "| `kind` | `capture-failed` \\| `not-attempted`" in text
     assert "| `fp8_saturated` | int or null | never (legacy) |" in text
     assert "| `median` | float or null | always | median, µs per call |" in text
 
@@ -403,3 +331,14 @@ def test_check_row_returns_the_row_unchanged():
     assert check_row(row) is row and row == {"scheme": "bf16", "m": 1, "k": 8, "n": 8, "status": "ok",
                                              "nominal_bits": 16}
     assert rowmod.validate_row(row).nominal_bits == 16.0
+
+
+def test_preset_starts_a_row_with_every_always_written_field():
+    row = Row.preset(scheme="bf16", base_scheme="bf16", m=1, k=8, n=8, flops=128)
+    always = [n for n, f in Row.model_fields.items() if (f.json_schema_extra or {}).get("always")]
+    assert list(row) == always  # the model's order, nothing else
+    assert row["status"] == "ok" and row["latency_us"] == {} and row["flags"] == [] and row["options"] == {}
+    assert row["flops"] == 128 and row["stored_bytes"] is None and row["error"] is None
+    assert Row.preset(scheme="x", m=1, k=8, n=8)["latency_reasons"] is not row["latency_reasons"]  # fresh dicts
+    with pytest.raises(RowError, match="stored_byte"):
+        Row.preset(scheme="x", m=1, k=8, n=8, stored_byte=10)

@@ -63,7 +63,7 @@ def test_a_rerun_keeps_the_partial_file_and_resume_measures_only_what_it_lacks(t
     partial = tmp_path / "r.partial.json"
     _interrupt_at(monkeypatch, 1)
     assert _run(sc, "--out", out) == 130
-    first = read_results(partial)["rows"]
+    first = read_results(partial).to_json()["rows"]
     assert [r["scheme"] for r in first] == ["fp32", "fp32"]
     before = partial.read_bytes()
     capsys.readouterr()
@@ -79,7 +79,7 @@ def test_a_rerun_keeps_the_partial_file_and_resume_measures_only_what_it_lacks(t
     _interrupt_at(monkeypatch, -1, calls)
     assert _run(sc, "--out", out, "--resume") == 0
     assert calls == [1, 2]
-    doc = read_results(out)
+    doc = read_results(out).to_json()
     assert doc["complete"] is True and not partial.exists() and not (tmp_path / "r.json.lock").exists()
     assert [r["scheme"] for r in doc["rows"]] == ["fp32", "fp32", "fp16", "fp16", "bf16", "bf16"]
     assert doc["rows"][:2] == first
@@ -89,11 +89,11 @@ def test_a_rerun_keeps_the_partial_file_and_resume_measures_only_what_it_lacks(t
 def test_resume_of_a_complete_file_adds_the_schemes_it_lacks(tmp_path, monkeypatch):
     out = tmp_path / "r.json"
     assert _run(_scenario(tmp_path, ["fp16"]), "--out", out) == 0
-    kept = read_results(out)["rows"]
+    kept = read_results(out).to_json()["rows"]
     calls: list[int] = []
     _interrupt_at(monkeypatch, -1, calls)
     assert _run(_scenario(tmp_path, ["fp16", "bf16"], name="t.toml"), "--out", out, "--resume") == 0
-    doc = read_results(out)
+    doc = read_results(out).to_json()
     assert calls == [1] and doc["rows"][:1] == kept and [r["scheme"] for r in doc["rows"]] == ["fp16", "bf16"]
     assert [s["name"] for s in doc["scenario"]["schemes"]] == ["fp16", "bf16"]
 
@@ -222,14 +222,14 @@ def test_sigterm_stops_the_worker_removes_the_temp_folder_keeps_the_rows_and_res
         f"qbench: stopped by {sig.name}; the 1 row measured so far is in {partial} (\"complete\": false; an existing "
         "result file was left as it was); run the same command with --resume to measure only the schemes it lacks")
     assert _gone(worker) and not _temp_folders(tmp_path)
-    kept = read_results(partial)["rows"]
+    kept = read_results(partial).to_json()["rows"]
     assert [r["scheme"] for r in kept] == ["fp32"]
     if sig != signal.SIGTERM:
         return
     proc = _start(tmp_path, out, "--resume", QBENCH_TEST_SLEEP_S="0")
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    doc = read_results(out)
+    doc = read_results(out).to_json()
     assert doc["rows"][0] == kept[0] and [r["scheme"] for r in doc["rows"]] == ["fp32", "sleep-test"]
     assert not partial.exists()
 
@@ -242,7 +242,7 @@ def test_sigkill_of_the_runner_leaves_no_worker_measuring_and_no_temp_folder(tmp
     proc.communicate(timeout=30)
     assert _gone(worker, within=10), "the worker outlived its runner"
     assert not _temp_folders(tmp_path)
-    assert [r["scheme"] for r in read_results(tmp_path / "r.partial.json")["rows"]] == ["fp32"]
+    assert [r["scheme"] for r in read_results(tmp_path / "r.partial.json").to_json()["rows"]] == ["fp32"]
 
 
 def test_a_second_run_on_the_same_out_is_refused_and_nothing_is_lost(tmp_path):
@@ -257,7 +257,7 @@ def test_a_second_run_on_the_same_out_is_refused_and_nothing_is_lost(tmp_path):
                                                   "wait for it to end or choose another --out"]
     _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
-    doc = read_results(out)
+    doc = read_results(out).to_json()
     assert doc["complete"] and [r["scheme"] for r in doc["rows"]] == ["fp32", "sleep-test"]
 
 
@@ -273,7 +273,7 @@ def test_a_dead_forkserver_fails_the_remaining_schemes_with_a_reason(tmp_path, m
     sc = scenario.load(_scenario(tmp_path, ["fp32", "fp16", "bf16"]))
 
     def launch(self, process_obj):
-        if "fp32" not in {r["scheme"] for r in read_results(tmp_path / "r.partial.json")["rows"]}:
+        if "fp32" not in {r["scheme"] for r in read_results(tmp_path / "r.partial.json").to_json()["rows"]}:
             return real(self, process_obj)
         raise EOFError("unexpected EOF")
 
@@ -346,14 +346,14 @@ def test_a_failed_write_is_one_line_exit_2_and_the_rows_stay_in_the_partial_file
     partial = tmp_path / "a.partial.json"
     assert _err_lines(capsys) == [f"qbench: {partial}: cannot write (No space left on device); the run stopped; the 1 "
                                   f"row measured so far is in {partial} (\"complete\": false)"]
-    assert [r["scheme"] for r in read_results(partial)["rows"]] == ["fp16"]
+    assert [r["scheme"] for r in read_results(partial).to_json()["rows"]] == ["fp16"]
 
     monkeypatch.setattr(lifecycle, "write_results", failing(lambda final, n: final))
     assert _run(sc, "--out", tmp_path / "b.json") == 2
     partial = tmp_path / "b.partial.json"
     assert _err_lines(capsys) == [f"qbench: {tmp_path / 'b.json'}: cannot write (No space left on device); every row "
                                   f"is in {partial} (\"complete\": false, 2 rows)"]
-    assert len(read_results(partial)["rows"]) == 2 and not (tmp_path / "b.json").exists()
+    assert len(read_results(partial).to_json()["rows"]) == 2 and not (tmp_path / "b.json").exists()
 
     monkeypatch.setattr(lifecycle, "write_results", real)
 
@@ -434,7 +434,7 @@ def test_dev_zero_and_a_pipe_as_the_scenario(tmp_path, capsys):
     writer.start()
     assert _run(fifo, "--out", tmp_path / "p.json", "--device", "cpu") == 0
     writer.join()
-    assert [r["scheme"] for r in read_results(tmp_path / "p.json")["rows"]] == ["fp16"]
+    assert [r["scheme"] for r in read_results(tmp_path / "p.json").to_json()["rows"]] == ["fp16"]
 
 
 @pytest.mark.parametrize("plugin,what", [
@@ -480,7 +480,7 @@ def test_a_stopped_tensor_parallel_run_leaves_no_rank_running(tmp_path, sig):
         assert err.strip().splitlines()[-1].startswith(f"qbench: stopped by SIGTERM; the 1 row measured so far is in "
                                                        f"{tmp_path / 'r.partial.json'}")
         assert not _temp_folders(tmp_path)
-    assert [r["scheme"] for r in read_results(tmp_path / "r.partial.json")["rows"]] == ["fp32"]
+    assert [r["scheme"] for r in read_results(tmp_path / "r.partial.json").to_json()["rows"]] == ["fp32"]
 
 
 @pytest.mark.parametrize("label,why", [

@@ -49,7 +49,7 @@ def test_worker_that_aborts_fails_only_its_rows(tmp_path, monkeypatch, abort_sch
         assert bad["status"] == "failed"
         assert "SIGABRT" in bad["reason"] and "about to abort" in bad["reason"]
     saved = read_results(tmp_path / "r.json")
-    assert saved["complete"] is True and len(saved["rows"]) == 6
+    assert saved.complete is True and len(saved.rows) == 6
 
 
 def test_all_rows_skipped_exits_nonzero(tmp_path):
@@ -88,8 +88,8 @@ def test_rows_written_after_each_scheme_survive_interrupt(tmp_path, monkeypatch)
         runner.run(sc, device="cpu", out=str(tmp_path / "r.json"))
     assert not (tmp_path / "r.json").exists()  # only a complete run is written to the result path
     saved = read_results(tmp_path / "r.partial.json")
-    assert saved["complete"] is False
-    assert [r["scheme"] for r in saved["rows"]] == ["fp16"] and saved["rows"][0]["status"] == "ok"
+    assert saved.complete is False
+    assert [r.scheme for r in saved.rows] == ["fp16"] and saved.rows[0].status == "ok"
 
 
 def test_interrupted_force_run_leaves_the_old_file_byte_identical(tmp_path, monkeypatch):
@@ -110,7 +110,7 @@ def test_interrupted_force_run_leaves_the_old_file_byte_identical(tmp_path, monk
         runner.run(sc, device="cpu", out=str(out), force=True)
     assert out.read_bytes() == before
     partial = read_results(tmp_path / "keep.partial.json")
-    assert partial["complete"] is False and [r["scheme"] for r in partial["rows"]] == ["fp16"]
+    assert partial.complete is False and [r.scheme for r in partial.rows] == ["fp16"]
 
 
 def test_result_files_get_the_umask_mode(tmp_path):
@@ -130,7 +130,8 @@ def test_cpu_rows_are_labelled_cpu_never_cuda(tmp_path):
     row = runner.run(sc, device="cpu", out=str(tmp_path / "r.json")).doc["rows"][0]
     assert row["latency_us"]["cpu"]["median"] > 0 and row["latency_us"]["cpu"]["n"] >= 3
     for method in ("cold", "warm", "eager", "kernel"):
-        assert row["latency_us"][method] is None and "CPU" in row["latency_reasons"][method]
+        assert row["latency_us"][method] is None and row["latency_reasons"][method]["kind"] == "cuda-only"
+        assert "CPU" in row["latency_reasons"][method]["text"]
     assert row["roofline_us"] is None and row["roofline_reason"]
     assert row["flops"] == 2 * 1 * 256 * 128
     assert row["min_bytes"] == 256 * 4 + 256 * 128 * 4 + 128 * 4
@@ -381,7 +382,7 @@ def test_the_timeline_orders_each_workers_events_and_a_dead_worker_has_no_done(t
     doc = runner.run(sc, device="cpu", out=str(tmp_path / "r.json")).doc
     timeline = doc["workers"]["timeline"]
     assert [e["scheme"] for e in timeline] == ["fp32", "abort-test", "bf16"]
-    assert read_results(tmp_path / "r.json")["workers"]["timeline"] == timeline
+    assert read_results(tmp_path / "r.json").workers["timeline"] == timeline
     order = list(runner.TIMELINE_EVENTS)
     # what must come before what; a worker started ahead prepares before its go, the first one after it
     chains = [("spawn", "forked", "worker_started", "worker_prepared", "worker_go"),

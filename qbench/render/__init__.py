@@ -9,7 +9,7 @@ the numbers are: device, library versions, and which timing methods (CPU or CUDA
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from tabulate import tabulate_formats
 
@@ -24,7 +24,9 @@ from qbench.render.columns import (
 from qbench.render.csv import render_csv
 from qbench.render.json import render_json
 from qbench.render.table import render_table
-from qbench.results import CPU_METHOD, DECISION_METHOD, methods_present
+from qbench.judge import CPU_METHOD, DECISION_METHOD, methods_present
+from qbench.results import Env, ResultDoc
+from qbench.row import Row
 from qbench.timing import registry
 
 __all__ = [
@@ -42,7 +44,7 @@ __all__ = [
     "wants_prose",
 ]
 
-Renderer = Callable[[Sequence[dict], Sequence[Column]], str]
+Renderer = Callable[[Sequence[Any], Sequence[Column]], str]
 
 #: Aliases accepted for tabulate formats.
 _ALIASES = {"markdown": "pipe", "md": "pipe"}
@@ -85,11 +87,12 @@ def check_format(fmt: str) -> None:
 
 
 def render(
-    rows: Sequence[dict],
+    rows: Sequence[Row],
     columns: Iterable[str | Column] | None = None,
     fmt: str = "simple",
 ) -> str:
-    """Render result ``rows`` (``docs/results-schema.md`` ROWs) in format ``fmt``.
+    """Render result ``rows`` (:class:`qbench.row.Row`; or records a reader made, with
+    :class:`Column` objects that read them) in format ``fmt``.
 
     ``columns``: column keys (see :data:`COLUMNS`) or :class:`Column` objects; ``None`` gives
     :func:`default_columns` (plus ``reason`` for csv/json). Returns text without a trailing
@@ -113,8 +116,8 @@ def render(
     return text
 
 
-def _versions(env: dict) -> str:
-    parts = [f"{name} {env.get(name) or 'not installed'}" for name in ("torch", "torchao", "bitsandbytes")]
+def _versions(env: Env) -> str:
+    parts = [f"{name} {getattr(env, name) or 'not installed'}" for name in ("torch", "torchao", "bitsandbytes")]
     return ", ".join(parts)
 
 
@@ -122,14 +125,14 @@ def _versions(env: dict) -> str:
 _STREAM_GLOSS = {"cuda": "graph over weight copies > L2", "cpu": "copies > LLC"}
 
 
-def _times_line(rows: list[dict], env: dict) -> str:
+def _times_line(rows: list[Row], env: Env) -> str:
     """The ``times: ...`` line: the methods the rows have, in the registry's order, saying which
     are CUDA timings; ``stream`` is glossed (on CUDA a graph over L weight copies that overflow
     L2, on CPU copies that overflow the last-level cache: not a CUDA timing there)."""
     methods = methods_present(rows)
     if not methods:
         return "times: none measured"
-    devices = [str(r.get("device") or "") for r in rows] + [str(env.get("device") or "")]
+    devices = [str(r.device or "") for r in rows] + [str(env.device or "")]
     cuda_only = [m for m in methods if registry.METHODS.get(m) and not registry.METHODS[m].cpu]
     on_cuda = bool(cuda_only) or any(d.startswith("cuda") for d in devices)
     parts = []
@@ -145,7 +148,7 @@ def _times_line(rows: list[dict], env: dict) -> str:
     return f"times: {' + '.join(parts)}{tail}; µs per call, median"
 
 
-def render_header(doc: dict) -> str:
+def render_header(doc: ResultDoc | dict) -> str:
     """One or two lines describing a result document, plus a warning line when the document
     says ``complete: false``:
 
@@ -155,15 +158,16 @@ def render_header(doc: dict) -> str:
     (a CPU run: ``times: stream (copies > LLC) + cpu; CPU run, no CUDA timings; ...``; a file
     written before ``stream`` existed: ``times: CUDA cold, warm, eager, kernel; ...``).
     """
-    env = doc.get("env") or {}
-    device = env.get("device") or DASH
-    name = env.get("device_name") or (env.get("cpu") if str(device).startswith("cpu") else None)
+    doc = ResultDoc.of(doc)
+    env = doc.env
+    device = env.device or DASH
+    name = env.device_name or (env.cpu if str(device).startswith("cpu") else None)
     where = f"{name} ({device}" if name else f"{device} ("
-    cc = env.get("compute_capability")
+    cc = env.compute_capability
     where += f", sm {cc[0]}.{cc[1]})" if cc else ")"
     where = where.replace(" ()", "")
-    lines = [f"{where} | {_versions(env)}", _times_line(doc.get("rows") or [], env)]
-    if doc.get("complete") is False:
+    lines = [f"{where} | {_versions(env)}", _times_line(doc.rows, env)]
+    if doc.complete is False:
         lines.append("WARNING: incomplete result (complete: false): the run was interrupted or "
                      "is in progress; rows may be missing")
     return "\n".join(lines)

@@ -23,7 +23,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from qbench.results import CPU_METHOD, methods_present
+from qbench.judge import CPU_METHOD, NOISY_CV, is_noisy, methods_present
+from qbench.row import Row
 from qbench.timing import registry
 
 __all__ = [
@@ -40,7 +41,8 @@ __all__ = [
 #: What a table shows for a value that was not measured.
 DASH = "—"
 
-Getter = Callable[[dict], Any]
+#: A column's getter: a result row (:class:`qbench.row.Row`) or any record a reader renders -> value.
+Getter = Callable[[Any], Any]
 
 
 class UnknownColumnError(ValueError):
@@ -81,7 +83,7 @@ class Column:
     help: str = ""
     cell_override: Getter | None = field(default=None, compare=False)
 
-    def cell(self, row: dict) -> str:
+    def cell(self, row: Any) -> str:
         """The text a table shows for ``row``."""
         if self.cell_override is not None:
             return self.cell_override(row)
@@ -91,19 +93,22 @@ class Column:
 # ---- getters (pure, total: missing or null fields give None) ----------------------------------
 
 def _get(*path: str) -> Getter:
-    def get(row: dict) -> Any:
+    """The getter of the row field at ``path`` (attribute names, e.g. ``("error", "rel_fro")``);
+    ``None`` where a part on the way is null. It also reads a reader's own records (dicts with the
+    same keys: ``compare`` and ``recommend --by-format`` show ``tp_size`` and ``split``)."""
+    def get(row: Row) -> Any:
         cur: Any = row
         for p in path:
-            if not isinstance(cur, dict):
+            if cur is None:
                 return None
-            cur = cur.get(p)
+            cur = cur.get(p) if isinstance(cur, dict) else getattr(cur, p)  # a reader's record, or a Row
         return cur
 
     return get
 
 
 def _scaled(path: Getter, factor: float) -> Getter:
-    def get(row: dict) -> Any:
+    def get(row: Row) -> Any:
         v = path(row)
         return None if v is None else v * factor
 
@@ -111,84 +116,64 @@ def _scaled(path: Getter, factor: float) -> Getter:
 
 
 def _latency(method: str, stat: str = "median") -> Getter:
-    def get(row: dict) -> Any:
-        stats = (row.get("latency_us") or {}).get(method)
-        return None if not stats else stats.get(stat)
+    def get(row: Row) -> Any:
+        stats = row.latency_us.get(method)
+        return None if stats is None else getattr(stats, stat)
 
     return get
 
 
-#: Coefficient of variation above which a latency cell is marked ``*`` (noisy): the spread is
-#: then too wide for the median alone to rank schemes (this project's threshold).
-NOISY_CV = 0.25
-
-
-def row_caveats(row: dict, stats: Optional[dict]) -> list[str]:
-    """What could mislead a reader of one row's time: its flags by name (``cpu-busy``,
-    ``throttled``, ``repacked``, ...) and ``noisy (cv X)`` when ``stats``' cv exceeds
-    :data:`NOISY_CV`. Readers that compare rows (compare, recommend) print these next to the row."""
-    said = list(dict.fromkeys(f.split(":", 1)[0] for f in row.get("flags") or []))
-    cv = (stats or {}).get("cv")
-    if cv is not None and cv > NOISY_CV:
-        said.append(f"noisy (cv {cv:.2f})")
-    return said
-
-
-def is_noisy(row: dict, method: str) -> bool:
-    """True when ``latency_us[method].cv`` exceeds :data:`NOISY_CV`."""
-    cv = _latency(method, "cv")(row)
-    return cv is not None and cv > NOISY_CV
-
-
 def _latency_cell(method: str) -> Getter:
-    def cell(row: dict) -> str:
+    def cell(row: Row) -> str:
         text = fmt_us(_latency(method)(row))
         return text + "*" if text != DASH and is_noisy(row, method) else text
 
     return cell
 
 
-def _meta_pct(row: dict) -> Any:
-    meta, stored = row.get("metadata_bytes"), row.get("stored_bytes")
+def _meta_pct(row: Row) -> Any:
+    meta, stored = row.metadata_bytes, row.stored_bytes
     if meta is None or not stored:
         return None
     return 100.0 * meta / stored
 
 
-def _nonfinite(row: dict) -> int:
-    return ((row.get("error") or {}).get("nonfinite")) or 0
+def _nonfinite(row: Row) -> int:
+    return (row.error.nonfinite if row.error is not None else None) or 0
 
 
-def _rel_err_cell(row: dict) -> str:
+def _rel_err_cell(row: Row) -> str:
     bad = _nonfinite(row)
     if bad:
         return f"NaN/Inf×{bad}"
     return fmt_num(".2e")(_get("error", "rel_fro")(row))
 
 
-def _kernels(row: dict) -> Any:
+def _count(kernel) -> Any:
+    """A kernel's launches per call; 1 when the record does not say."""
+    return kernel.count if "count" in kernel.model_fields_set else 1
+
+
+def _kernels(row: Row) -> Any:
     """Every kernel of one call, full names (CSV and JSON carry these)."""
-    kernels = (row.get("dispatch") or {}).get("kernels")
+    kernels = row.dispatch.kernels if row.dispatch is not None else None
     if not kernels:
         return None
-    return ", ".join(
-        f"{k.get('name')}×{k.get('count'):g}" if k.get("count", 1) != 1 else str(k.get("name"))
-        for k in kernels
-    )
+    return ", ".join(f"{k.name}×{k.count:g}" if _count(k) != 1 else str(k.name) for k in kernels)
 
 
 _KERNELS_SHOWN = 3
 
 
-def _kernels_cell(row: dict) -> str:
+def _kernels_cell(row: Row) -> str:
     """A table cell: the (at most 3) longest-running kernels of one call, names shortened by
     :func:`qbench.dispatch.short_kernel` (demangled C++ names run to thousands of characters)."""
     from qbench.dispatch import short_kernel
 
-    kernels = (row.get("dispatch") or {}).get("kernels")
+    kernels = row.dispatch.kernels if row.dispatch is not None else None
     if not kernels:
         return DASH
-    shown = [short_kernel(str(k.get("name"))) + (f"×{k['count']:g}" if k.get("count", 1) != 1 else "")
+    shown = [short_kernel(str(k.name)) + (f"×{k.count:g}" if _count(k) != 1 else "")
              for k in kernels[:_KERNELS_SHOWN]]
     more = len(kernels) - _KERNELS_SHOWN
     return ", ".join(shown) + (f" (+{more} more)" if more > 0 else "")
@@ -301,15 +286,15 @@ _CATALOGUE: list[Column] = [
     Column("tp_speedup", "speed-up vs tp 1 (tp1 time / this)", _get("speedup_vs_tp1"), fmt_num(".2f"), True,
            "the tp_size 1 row's time / this row's, and the method it compares (speedup_vs_tp1: stream when both "
            "rows have it, else end-to-end cold or cpu)",
-           cell_override=lambda row: DASH if row.get("speedup_vs_tp1") is None
-           else f"{row['speedup_vs_tp1']:.2f}× {row.get('speedup_vs_tp1_method') or ''}".rstrip()),
+           cell_override=lambda row: DASH if row.speedup_vs_tp1 is None
+           else f"{row.speedup_vs_tp1:.2f}× {row.speedup_vs_tp1_method or ''}".rstrip()),
     Column("collective_bytes", "coll. bytes", _get("collective_bytes"), fmt_num("d"), True,
            "bus bytes each rank sends and receives in the collective (nccl-tests' definition)"),
     Column("vs_unsharded", "rel err vs unsharded", _get("sharded_vs_unsharded", "rel_fro"), fmt_num(".3g"), True,
            "rel_fro of the sharded output with the unsharded layer's output (same scheme) as reference"),
     Column("busbw_gbps", "bus GB/s", _get("collective_busbw_gbps"), fmt_num(".1f"), True,
            "collective bus bandwidth (nccl-tests' definition)"),
-    Column("flags", "flags", lambda row: "; ".join(f.split(":", 1)[0] for f in row.get("flags") or []) or None,
+    Column("flags", "flags", lambda row: "; ".join(f.name for f in row.flags) or None,
            help="what could mislead a reader (repacked, not-compiled, graph-breaks): the row's flags list, "
                 "names only (the JSON has each flag's sentence)"),
 ]
@@ -322,21 +307,20 @@ _COMMON_HEAD = ["scheme", "m", "stored_mib", "meta_pct", "bits_per_weight", "ai"
 _FLOOR = ["hbm_floor_us", "floor_pct"]
 
 
-def _knows(rows: Sequence[dict], method: str) -> bool:
+def _knows(rows: Sequence[Row], method: str) -> bool:
     """Whether ``rows`` were timed with ``method`` at all: some row names it under ``latency_us``
     (STATS or null) or ``latency_reasons``. Files written before a method existed do not."""
-    return any(method in (r.get("latency_us") or {}) or method in (r.get("latency_reasons") or {})
-               for r in rows)
+    return any(method in r.latency_us or method in r.latency_reasons for r in rows)
 
 
-def _is_cuda(rows: Sequence[dict]) -> bool:
+def _is_cuda(rows: Sequence[Row]) -> bool:
     """Rows of a CUDA run: a CUDA device, or a time of a method that runs on CUDA only."""
     present = methods_present(list(rows))
     cuda_only = [m for m, info in registry.METHODS.items() if info.cuda and not info.cpu]
-    return any(m in present for m in cuda_only) or any(str(r.get("device", "")).startswith("cuda") for r in rows)
+    return any(m in present for m in cuda_only) or any(str(r.device).startswith("cuda") for r in rows)
 
 
-def default_columns(rows: Sequence[dict]) -> list[str]:
+def default_columns(rows: Sequence[Row]) -> list[str]:
     """Default column keys for ``qbench run``'s and ``qbench report``'s table over ``rows``.
 
     CUDA results get the registry's CUDA methods in its order (``stream cold warm eager``; not those
@@ -358,8 +342,8 @@ def default_columns(rows: Sequence[dict]) -> list[str]:
             continue
         if ((cuda or not rows) and info.cuda) or (cpu and info.cpu):
             times.append(m)
-    floor = _FLOOR if (cuda or not rows) and (not rows or any("hbm_floor_us" in r for r in rows)) else []
-    if any(r.get("tp_size") is not None for r in rows):
+    floor = _FLOOR if (cuda or not rows) and (not rows or any(r.has("hbm_floor_us") for r in rows)) else []
+    if any(r.tp_size is not None for r in rows):
         # tensor-parallel rows: which sharding, and its local GEMM, collective and end-to-end times
         head = ["shard_mib" if c == "stored_mib" else c for c in _COMMON_HEAD if c not in ("scheme", "m")]
         return ["scheme", "m", "tp_size", "split", "collective", *head, "local_us", "collective_us",
@@ -367,7 +351,7 @@ def default_columns(rows: Sequence[dict]) -> list[str]:
     return [*_COMMON_HEAD, *times, *floor, "rel_err", "status"]
 
 
-def resolve_columns(columns: Iterable[str | Column] | None, rows: Sequence[dict]) -> list[Column]:
+def resolve_columns(columns: Iterable[str | Column] | None, rows: Sequence[Any]) -> list[Column]:
     """Turn ``columns`` (keys, :class:`Column` objects, or ``None`` for the defaults) into
     Column objects. Raises :class:`UnknownColumnError` naming the bad key and the allowed ones."""
     if columns is None:

@@ -10,35 +10,36 @@ distinct (scheme, status, reason), listing the M values they apply to.
 from __future__ import annotations
 
 import html
-from typing import Sequence
+from typing import Any, Sequence
 
 from tabulate import tabulate
 
-from qbench.render.columns import NOISY_CV, Column
+from qbench.judge import NOISY_CV
+from qbench.render.columns import Column
+from qbench.row import Row
 from qbench.timing import registry
 
 __all__ = ["render_table", "footnotes"]
 
 
-def footnotes(rows: Sequence[dict]) -> list[str]:
+def footnotes(rows: Sequence[Row]) -> list[str]:
     """One line per distinct (scheme, status, reason) among rows whose status is not ``ok``
     (``int4-weight-only (M=1,16,512) skipped: needs CUDA``), then one per distinct (scheme, flag)
     among the rows' ``flags`` (``nf4-bnb (M=1) flag: repacked: ...``)."""
     groups: dict[tuple, list] = {}
     for r in rows:
-        status = r.get("status")
-        if status in (None, "ok"):
+        if r.status == "ok":
             continue
-        key = (r.get("scheme"), status, r.get("reason") or "no reason given")
-        groups.setdefault(key, []).append(r.get("m"))
+        key = (r.scheme, r.status, r.reason or "no reason given")
+        groups.setdefault(key, []).append(r.m)
     out = [
         f"{scheme} (M={','.join(str(m) for m in ms)}) {status}: {reason}"
         for (scheme, status, reason), ms in groups.items()
     ]
     flagged: dict[tuple, list] = {}
-    for r in rows:  # what could mislead a reader about an ok row (measure's row["flags"])
-        for flag in r.get("flags") or []:
-            flagged.setdefault((r.get("scheme"), flag), []).append(r.get("m"))
+    for r in rows:  # what could mislead a reader about an ok row
+        for flag in r.flags:
+            flagged.setdefault((r.scheme, flag.line), []).append(r.m)
     out += [f"{scheme} (M={','.join(str(m) for m in ms)}) flag: {flag}" for (scheme, flag), ms in flagged.items()]
     return out
 
@@ -47,7 +48,7 @@ def footnotes(rows: Sequence[dict]) -> list[str]:
 _LATENCY_KEYS = frozenset(registry.METHODS)
 
 
-def render_table(rows: Sequence[dict], columns: Sequence[Column], tablefmt: str = "simple") -> str:
+def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str = "simple") -> str:
     """Render ``rows`` (result rows, or any records the ``columns`` getters read) as a table in
     tabulate format ``tablefmt``. Returns the text without a trailing newline."""
     body = [[c.cell(r) for c in columns] for r in rows]

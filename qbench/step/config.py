@@ -5,7 +5,7 @@ A configuration holds what the decode step needs: hidden size, attention heads, 
 query attention), head dim, FFN width, vocabulary, block count, RMSNorm epsilon, RoPE base and
 scaling, the largest position, and whether the LM head shares the embedding. Values of the presets
 are those of Meta's published ``config.json`` files (Llama-3-8B, Llama-3.1-8B, Llama-3.1-70B);
-their linear shapes equal :data:`qbench.model.PRESETS` (a test checks it).
+their linear shapes equal :data:`qbench.presets.PRESETS` (a test checks it).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ _LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "
                  "original_max_position_embeddings": 8192}
 
 #: The step presets, by name. ``llama3-8b`` and ``llama3.1-70b`` are the models of
-#: :data:`qbench.model.PRESETS`; ``llama3.1-8b`` has Llama-3-8B's shapes with Llama 3.1's RoPE
+#: :data:`qbench.presets.PRESETS`; ``llama3.1-8b`` has Llama-3-8B's shapes with Llama 3.1's RoPE
 #: scaling and 128k positions (Llama-3-8B itself is made for 8192); ``tiny`` is a 2-block model
 #: whose widths are multiples of 128 (every group-size scheme can take it) that runs on a CPU.
 PRESETS: dict[str, StepModelConfig] = {c.name: c for c in (

@@ -164,7 +164,8 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
             else:
                 out[key] = value if value not in (None, "") else DASH
         shown.append(out)
-    text = tabulate(shown, headers="keys", tablefmt=fmt, disable_numparse=True) if shown else "(no rows)"
+    tablefmt = {"markdown": "pipe", "md": "pipe"}.get(fmt, fmt)  # the aliases qbench.render accepts
+    text = tabulate(shown, headers="keys", tablefmt=tablefmt, disable_numparse=True) if shown else "(no rows)"
     notes = [f"{r.scheme} M={r.m} context={r.context}: {r.status}: {r.reason}" for r in rows if r.status != "ok"]
     return text + ("\n\n" + "\n".join(notes) if notes else "")
 
@@ -185,3 +186,95 @@ def describe(doc: dict) -> list[str]:
                  "view); rest % = (step - Σ linear) / step: attention over the KV cache, norms, RoPE, embedding, "
                  "LM head argmax, launch gaps")
     return lines
+
+
+# ---- the readers' step views (qbench model, recommend) --------------------------------------------
+
+def logits_error(row: StepRow) -> Optional[float]:
+    """The row's error against the FP32 step: ``error.rel_fro`` (of the logits, or of the last
+    hidden state when the step has no LM head: ``error.compared``), or None."""
+    return (row.error or {}).get("rel_fro")
+
+
+def _is_baseline(scheme: str, baseline: str) -> bool:
+    return scheme in (baseline, f"{baseline}+compiled")
+
+
+def model_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
+    """One record per ``ok`` row, sorted by M, context and the file's order: the measured step by
+    the decision method (:data:`DECISION_ORDER`, ``method``), the per-layer prediction
+    (``linear_us`` = Σ linear, µs) and the remainder's share, and the end-to-end speed-up over
+    ``baseline`` per step method present (``speedup``: method -> ratio, :func:`speedups`) beside
+    the speed-up Σ linear predicts (``linear_speedup``)."""
+    sp, lsp = speedups(rows, baseline), linear_speedup(rows, baseline)
+    order = {r.key: i for i, r in enumerate(rows)}
+    out = []
+    for r in sorted((r for r in rows if r.status == "ok"), key=lambda r: (r.m, r.context, order[r.key])):
+        method = decision_method(r)
+        out.append({"scheme": r.scheme, "m": r.m, "context": r.context, "method": method,
+                    "step_us": r.step_us(method) if method else None,
+                    "tokens_per_s": r.tokens_per_s.get(method) if method else None,
+                    "linear_us": (r.linear or {}).get("sum_us"),
+                    "rest_share": r.remainder_share.get(method) if method else None,
+                    "speedup": dict(sp.get(r.key, {})), "linear_speedup": lsp.get(r.key),
+                    "reasons": dict(r.latency_reasons)})
+    return out
+
+
+def sweep(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
+    """The context sweep per (scheme, M), the baseline's own forms left out: ``contexts``
+    measured, ``breakeven`` (:func:`breakeven`: the smallest context at which the scheme's
+    decision step is no faster than the baseline's), and ``compared`` (False when no context has
+    a speed-up to read: the scheme has no step time, or its baseline none)."""
+    be, sp = breakeven(rows, baseline), speedups(rows, baseline)
+    out = []
+    for scheme, m in dict.fromkeys((r.scheme, r.m) for r in rows if r.status == "ok"):
+        if _is_baseline(scheme, baseline):
+            continue
+        mine = sorted((r for r in rows if r.scheme == scheme and r.m == m and r.status == "ok"),
+                      key=lambda r: r.context)
+        compared = any(decision_method(r) and sp.get(r.key, {}).get(decision_method(r)) for r in mine)
+        out.append({"scheme": scheme, "m": m, "contexts": [r.context for r in mine],
+                    "breakeven": be.get((scheme, m)), "compared": compared})
+    return out
+
+
+def sweep_line(rec: dict, baseline: str = "bf16") -> str:
+    """One line of :func:`sweep`: where the scheme stops beating ``baseline`` over the contexts measured."""
+    where = f"{rec['scheme']} M={rec['m']}"
+    contexts = ", ".join(str(c) for c in rec["contexts"])
+    if not rec["compared"]:
+        return f"- {where}: no step time to compare with {baseline} (contexts {contexts})"
+    if rec["breakeven"] is None:
+        return f"- {where}: faster than {baseline} at every context measured ({contexts})"
+    if rec["breakeven"] == rec["contexts"][0]:
+        return (f"- {where}: stops beating {baseline} at context {rec['breakeven']}: no faster even at the shortest "
+                f"context measured ({contexts})")
+    return (f"- {where}: stops beating {baseline} at context {rec['breakeven']}: faster below it (contexts "
+            f"measured: {contexts})")
+
+
+def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16") -> list[dict]:
+    """Per (M, context), in order: the fastest step among the ``ok`` rows whose logits error
+    (:func:`logits_error`) is at most ``max_rel_err``, each row timed by its decision method
+    (:data:`DECISION_ORDER`). A record: ``m``, ``context``, ``pick`` (the scheme or None),
+    ``method``, ``step_us``, ``tokens_per_s``, ``speedup`` (over ``baseline``, :func:`speedups`),
+    ``rel_fro`` and ``compared`` of the pick, ``within`` / ``timed`` (how many timed schemes are
+    within the budget, of how many), ``untimed`` (schemes with no step time)."""
+    sp = speedups(rows, baseline)
+    out = []
+    for m, context in sorted({(r.m, r.context) for r in rows}):
+        here = [r for r in rows if r.m == m and r.context == context and r.status == "ok"]
+        timed = [r for r in here if decision_method(r)]
+        within = [r for r in timed if logits_error(r) is not None and logits_error(r) <= max_rel_err]
+        best = min(within, key=lambda r: r.step_us(decision_method(r))) if within else None
+        method = decision_method(best) if best else None
+        out.append({"m": m, "context": context, "pick": best.scheme if best else None, "method": method,
+                    "step_us": best.step_us(method) if best else None,
+                    "tokens_per_s": best.tokens_per_s.get(method) if best else None,
+                    "speedup": sp.get(best.key, {}).get(method) if best else None,
+                    "rel_fro": logits_error(best) if best else None,
+                    "compared": (best.error or {}).get("compared") if best else None,
+                    "within": len(within), "timed": len(timed),
+                    "untimed": [r.scheme for r in here if not decision_method(r)]})
+    return out

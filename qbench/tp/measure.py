@@ -25,7 +25,7 @@ import torch
 
 from qbench import inputs, ledger, metrics
 from qbench.measure import base_row, checked, dtype_name, failed_rows, make_copies
-from qbench.row import TP_ROW_FIELDS, check_row
+from qbench.row import TP_ROW_FIELDS, check_row, reason_record
 from qbench.scenario import Scenario
 from qbench.schemes import get as get_scheme
 from qbench.tp import collectives, shard
@@ -220,7 +220,7 @@ def _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ra
         name = method.name
         if copies is None:
             row["latency_us"][name] = None
-            row["latency_reasons"][name] = copies_why or "no copies were built"
+            row["latency_reasons"][name] = reason_record("copies", copies_why or "no copies were built")
             continue
         # every rank reaches this (the agreement above), so the collectives stay in lockstep
         calls = [(lambda mod=mod: collect(mod(x_local))) for mod in copies.modules]
@@ -230,7 +230,8 @@ def _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ra
             medians[name] = got.per_rank_median
         except Exception as exc:
             row["latency_us"][name] = None
-            row["latency_reasons"][name] = f"rank {ranks.rank}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+            row["latency_reasons"][name] = reason_record(
+                "error", f"rank {ranks.rank}: {type(exc).__name__}: {exc}".splitlines()[0][:300])
     row["per_rank_median_us"] = medians
     timed = {end.name, *(m.name for m in streamed)}
     for other in scenario.timing.methods:
@@ -238,5 +239,9 @@ def _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ra
             continue
         method = registry.METHODS[other]
         row["latency_us"][other] = None
-        row["latency_reasons"][other] = (method.unavailable(device_type) if not method.runs_on(device_type)
-                                         else f"tensor-parallel rows time {end.name} only (end_to_end_us)")
+        if not method.runs_on(device_type):
+            row["latency_reasons"][other] = reason_record("cuda-only" if device_type != "cuda" else "cpu-only",
+                                                          method.unavailable(device_type))
+        else:
+            row["latency_reasons"][other] = reason_record("not-timed",
+                                                          f"tensor-parallel rows time {end.name} only (end_to_end_us)")

@@ -8,6 +8,7 @@ import pytest
 
 from qbench.render.columns import COLUMNS, DASH, UnknownColumnError, default_columns, resolve_columns
 from qbench.results import read_results
+from tests.rows import typed_row
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -23,7 +24,7 @@ def cpu():
 
 
 def _row(doc, scheme, m):
-    return next(r for r in doc["rows"] if r["scheme"] == scheme and r["m"] == m)
+    return next(r for r in doc.rows if r.scheme == scheme and r.m == m)
 
 
 #: What a row knows before it is built (qbench.measure.base_row): the only columns a skipped row fills.
@@ -36,24 +37,24 @@ def test_every_column_handles_every_fixture_row(cuda, cpu):
     the error columns of a row with non-finite outputs, which count them (``NaN/Inf×12``)."""
     for col in COLUMNS.values():
         assert col.header and col.key
-        for row in cuda["rows"] + cpu["rows"]:
+        for row in cuda.rows + cpu.rows:
             value, cell = col.value(row), col.cell(row)
-            if (col.key, row["scheme"], row["m"]) == ("rel_err", "fp16", 512):
+            if (col.key, row.scheme, row.m) == ("rel_err", "fp16", 512):
                 assert value is None and cell == "NaN/Inf×12"
                 continue
-            assert (value is None) == (cell == DASH), (col.key, row["scheme"], row["m"], value, cell)
+            assert (value is None) == (cell == DASH), (col.key, row.scheme, row.m, value, cell)
 
 
 def test_a_skipped_row_fills_only_the_identity_columns(cuda, cpu):
     for doc in (cuda, cpu):
-        for row in (r for r in doc["rows"] if r["status"] == "skipped"):
+        for row in (r for r in doc.rows if r.status == "skipped"):
             filled = {key for key, col in COLUMNS.items() if col.value(row) is not None}
-            assert filled == IDENTITY, row["scheme"]
+            assert filled == IDENTITY, row.scheme
 
 
-@pytest.mark.parametrize("key", list(COLUMNS))
-def test_empty_row_shows_dash(key):
-    assert COLUMNS[key].cell({}) == DASH
+@pytest.mark.parametrize("key", [k for k in COLUMNS if k not in ("scheme", "m", "k", "n", "status")])
+def test_a_row_with_only_its_identity_shows_dash(key):
+    assert COLUMNS[key].cell(typed_row(scheme="x", m=1, k=8, n=8, status="skipped")) == DASH
 
 
 def test_known_values(cuda):
@@ -69,7 +70,7 @@ def test_known_values(cuda):
     # nf4 at 4096 x 4096 (results/h200/decode.json): absmax 262,144 B + code 64 + offset 4 + state2 absmax 4,096 + code 1,024
     assert COLUMNS["meta_pct"].value(nf4) == pytest.approx(100 * 267332 / (8388608 + 267332))
     assert COLUMNS["kernels"].cell(nf4) == "kgemm_4bit_inference_naive, kDequantizeBlockwise"
-    assert COLUMNS["cold_cv"].value(nf4) == pytest.approx(100 * nf4["latency_us"]["cold"]["cv"])
+    assert COLUMNS["cold_cv"].value(nf4) == pytest.approx(100 * nf4.latency_us["cold"].cv)
 
 
 def test_skipped_failed_and_nonfinite_rows(cuda):
@@ -87,10 +88,10 @@ def test_skipped_failed_and_nonfinite_rows(cuda):
 
 
 def test_default_columns_cuda_vs_cpu(cuda, cpu):
-    cols = default_columns(cuda["rows"])
+    cols = default_columns(cuda.rows)
     assert cols == ["scheme", "m", "stored_mib", "meta_pct", "bits_per_weight", "ai", "roofline_us",
                     "cold", "warm", "eager", "rel_err", "status"]
-    cpu_cols = default_columns(cpu["rows"])
+    cpu_cols = default_columns(cpu.rows)
     assert "cpu" in cpu_cols
     assert not {"cold", "warm", "eager", "kernel"} & set(cpu_cols)
 
@@ -134,9 +135,9 @@ def test_method_columns_come_from_the_registry():
 
 def test_default_columns_with_stream(stream, cpu_stream):
     tail = lambda cols: cols[cols.index("roofline_us") + 1:]  # noqa: E731
-    assert tail(default_columns(stream["rows"])) == ["stream", "cold", "warm", "eager", "hbm_floor_us", "floor_pct",
+    assert tail(default_columns(stream.rows)) == ["stream", "cold", "warm", "eager", "hbm_floor_us", "floor_pct",
                                                      "rel_err", "status"]
-    assert tail(default_columns(cpu_stream["rows"])) == ["stream", "cpu", "rel_err", "status"]
+    assert tail(default_columns(cpu_stream.rows)) == ["stream", "cpu", "rel_err", "status"]
     assert tail(default_columns([])) == ["stream", "cold", "warm", "eager", "hbm_floor_us", "floor_pct",
                                          "rel_err", "status"]
 
@@ -163,7 +164,7 @@ def test_stream_and_floor_values(stream, cpu_stream):
 def test_noisy_stream_cell_is_marked():
     from qbench.render import render
 
-    row = {"scheme": "bf16", "m": 1, "k": 8, "n": 8, "status": "ok",
-           "latency_us": {"stream": {"median": 9.4, "p10": 5.0, "p90": 15.0, "cv": 0.4}}}
+    row = typed_row(scheme="bf16", m=1, k=8, n=8, status="ok",
+                    latency_us={"stream": {"median": 9.4, "p10": 5.0, "p90": 15.0, "cv": 0.4}})
     assert COLUMNS["stream"].cell(row) == "9.40*"
     assert "* noisy" in render([row], ["scheme", "stream", "status"], "simple")

@@ -5,9 +5,12 @@ def test_flags_are_listed_under_the_table_and_in_their_column():
     from qbench.render.columns import COLUMNS
     from qbench.render.table import footnotes, render_table
 
-    rows = [{"scheme": "nf4-bnb", "m": m, "status": "ok",
-             "flags": ["repacked: the weight changed on the first call (34880 -> 35328 stored bytes)"]}
-            for m in (1, 16)] + [{"scheme": "bf16", "m": 1, "status": "ok", "flags": []}]
+    from qbench.row import flag_record
+    from tests.rows import typed_row
+
+    repacked = flag_record("repacked", "the weight changed on the first call (34880 -> 35328 stored bytes)")
+    rows = [typed_row(scheme="nf4-bnb", m=m, k=8, n=8, status="ok", flags=[repacked]) for m in (1, 16)] + \
+        [typed_row(scheme="bf16", m=1, k=8, n=8, status="ok", flags=[])]
     assert footnotes(rows) == ["nf4-bnb (M=1,16) flag: repacked: the weight changed on the first call "
                                "(34880 -> 35328 stored bytes)"]
     cols = [COLUMNS[k] for k in ("scheme", "m", "flags", "status")]

@@ -23,7 +23,7 @@ COLUMN_SETS = [None, ["scheme", "m", "cold", "rel_err"], list(COLUMNS)]
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 @pytest.mark.parametrize("columns", COLUMN_SETS, ids=["default", "few", "all"])
 def test_every_format_and_column_set(fmt, columns):
-    text = render(CUDA["rows"], columns, fmt)
+    text = render(CUDA.rows, columns, fmt)
     assert text and not text.endswith("\n")
     assert "bf16" in text and "nf4-bnb" in text
     if fmt not in ("csv", "json", "tsv"):
@@ -31,11 +31,11 @@ def test_every_format_and_column_set(fmt, columns):
 
 
 def test_markdown_is_pipe():
-    assert render(CUDA["rows"], fmt="markdown") == render(CUDA["rows"], fmt="pipe")
+    assert render(CUDA.rows, fmt="markdown") == render(CUDA.rows, fmt="pipe")
 
 
 def test_table_shows_reasons_as_footnotes_after_a_blank_line():
-    text = render(CUDA["rows"], fmt="github")
+    text = render(CUDA.rows, fmt="github")
     table, notes = text.split("\n\n")
     assert "fbgemm" not in table
     assert "int4-weight-only (M=1,16,512) skipped: torchao Int4WeightOnlyConfig" in notes
@@ -44,7 +44,7 @@ def test_table_shows_reasons_as_footnotes_after_a_blank_line():
 
 
 def test_reason_column_replaces_footnotes():
-    text = render(CUDA["rows"], ["scheme", "m", "status", "reason"], "simple")
+    text = render(CUDA.rows, ["scheme", "m", "status", "reason"], "simple")
     assert "\n\n" not in text and "fbgemm" in text
 
 
@@ -52,9 +52,9 @@ def test_csv_round_trips():
     """Every column of the CSV as a number or text worked out by hand from the row's inputs (bf16,
     M = 1, 4096 x 4096, the fixture's cold median 11.0 µs and rel_fro 0.0023; 4,310 GB/s measured),
     and a skipped row with only its identity filled."""
-    text = render(CUDA["rows"], list(COLUMNS), "csv")
+    text = render(CUDA.rows, list(COLUMNS), "csv")
     back = list(csv.DictReader(io.StringIO(text)))
-    assert len(back) == len(CUDA["rows"]) and all(list(rec) == list(COLUMNS) for rec in back)
+    assert len(back) == len(CUDA.rows) and all(list(rec) == list(COLUMNS) for rec in back)
     by_key = {(rec["scheme"], rec["m"]): rec for rec in back}
     bf16 = by_key[("bf16", "1")]
     assert float(bf16["stored_mib"]) == 32.0  # 33,554,432 B / 2^20
@@ -76,8 +76,8 @@ def test_csv_round_trips():
 
 
 def test_csv_and_json_carry_reason_by_default():
-    assert render(CUDA["rows"], fmt="csv").splitlines()[0].endswith(",status,reason")
-    records = json.loads(render(CUDA["rows"], fmt="json"))
+    assert render(CUDA.rows, fmt="csv").splitlines()[0].endswith(",status,reason")
+    records = json.loads(render(CUDA.rows, fmt="json"))
     skipped = [r for r in records if r["status"] == "skipped"]
     assert len(skipped) == 3 and all("fbgemm" in r["reason"] for r in skipped)
     bad = next(r for r in records if r["scheme"] == "fp16" and r["m"] == 512)
@@ -85,7 +85,7 @@ def test_csv_and_json_carry_reason_by_default():
 
 
 def test_cpu_table_has_cpu_column_only():
-    text = render(CPU["rows"])
+    text = render(CPU.rows)
     header = text.splitlines()[0]
     assert "cpu µs" in header
     assert "cold" not in header and "warm" not in header and "eager" not in header
@@ -93,7 +93,7 @@ def test_cpu_table_has_cpu_column_only():
 
 def test_unknown_format():
     with pytest.raises(UnknownFormatError) as exc:
-        render(CUDA["rows"], fmt="excel")
+        render(CUDA.rows, fmt="excel")
     assert "'excel'" in str(exc.value) and "github" in str(exc.value) and "csv" in str(exc.value)
 
 

@@ -67,7 +67,7 @@ def test_presets_match_the_layer_presets():
     try:
         from qbench.presets import PRESETS as LAYER
     except ImportError:
-        from qbench.model import PRESETS as LAYER
+        from qbench.presets import PRESETS as LAYER
     for name in ("llama3-8b", "llama3.1-70b"):
         shapes = PRESETS[name].linear_shapes()
         layer = LAYER[name]
@@ -170,8 +170,9 @@ def test_run_writes_a_step_result_file(tmp_path):
     s = _scenario([{"name": "fp32"}], context=(4,))
     outcome = runner.run(s, device="cpu", out=str(tmp_path / "r.json"))
     doc = read_results(tmp_path / "r.json")
-    rows = doc["rows"] if isinstance(doc, dict) else [r.model_dump() for r in doc.rows]
-    assert outcome.exit_code == 0 and len(rows) == 1 and rows[0]["job"] == "step" and rows[0]["status"] == "ok"
+    assert doc.job == "step" and doc.rows == []
+    rows = doc.step_rows
+    assert outcome.exit_code == 0 and len(rows) == 1 and rows[0].job == "step" and rows[0].status == "ok"
 
 
 # -- readers' arithmetic ---------------------------------------------------------------------

@@ -22,13 +22,13 @@ def test_every_scenario_method_is_registered():
     assert all(METHODS[m].cuda for m in SCENARIO_METHODS)
 
 
-def test_results_reader_uses_the_registry():
-    from qbench import results
+def test_the_judge_uses_the_registry():
+    from qbench import judge
 
-    assert results.FALLBACK_METHODS == FALLBACK_METHODS == ("cold", "cpu")
-    assert results.CPU_METHOD == CPU_METHOD == "cpu"
-    assert results.DECISION_METHOD == DECISION_METHOD
-    assert results.METHOD_CHOICES == registry.LAYER_METHODS  # a step's methods are not --method choices
+    assert judge.CPU_METHOD == CPU_METHOD == "cpu"
+    assert judge.DECISION_METHOD == DECISION_METHOD
+    assert judge.METHOD_CHOICES == registry.LAYER_METHODS  # a step's methods are not --method choices
+    assert judge.FALLBACK_METHODS == FALLBACK_METHODS == ("cold", CPU_METHOD)
 
 
 def test_decision_method_is_stream_and_unique():

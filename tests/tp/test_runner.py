@@ -104,9 +104,10 @@ def test_report_columns_of_tp_rows():
     """The one TP table is qbench report's: speed-up with its method, collective bytes, error vs unsharded."""
     from qbench.render import render
     from qbench.render.columns import resolve_columns
+    from qbench.row import validate_row
     from tests.rows import full_tp_row
 
-    row = full_tp_row()
+    row = validate_row(full_tp_row())
     cols = resolve_columns(["scheme", "tp_size", "split", "tp_speedup", "collective_bytes", "vs_unsharded"], [row])
     cells = [c.cell(row) for c in cols]
     assert cells == ["int8-weight-only+compiled", "2", "row", "1.25× cold", "16384", "0.0001"]
@@ -116,8 +117,9 @@ def test_report_columns_of_tp_rows():
 
 def test_default_tp_table_says_the_bytes_are_per_rank():
     from qbench.render.columns import default_columns
+    from qbench.row import validate_row
     from tests.rows import full_tp_row
 
-    cols = default_columns([full_tp_row()])
+    cols = default_columns([validate_row(full_tp_row())])
     assert "shard_mib" in cols and "stored_mib" not in cols
     assert cols[:5] == ["scheme", "m", "tp_size", "split", "collective"]

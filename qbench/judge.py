@@ -1,0 +1,264 @@
+"""The decisions readers make about rows, in one place: which timing method a file is read by,
+whether two readings differ beyond their noise, why a scheme has no graph-captured time, what
+could mislead a reader of a row, and which machine a file comes from.
+
+Every function takes the typed result (:class:`qbench.results.ResultDoc`,
+:class:`qbench.row.Row`, :class:`qbench.row.Stats`) and is pure. The readers
+(:mod:`qbench.readers`) and the renderers (:mod:`qbench.render`) call these; none of them decides
+on its own.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+from qbench.results import ResultDoc
+from qbench.row import Row, Stats
+from qbench.timing import registry
+
+__all__ = [
+    "CAPTURE_KINDS",
+    "CPU_METHOD",
+    "DECISION_METHOD",
+    "FALLBACK_METHODS",
+    "METHOD_CHOICES",
+    "NOISY_CV",
+    "PARETO_KEYS",
+    "STORED_BYTES_RTOL",
+    "UNUSABLE",
+    "capture_failure",
+    "common_method",
+    "incomplete_warning",
+    "is_noisy",
+    "machine_of",
+    "methods_present",
+    "pareto_front",
+    "resolve_method",
+    "row_caveats",
+    "shape_order",
+    "by_shape",
+    "unusable_note",
+    "verdict",
+]
+
+#: The CPU method every CPU row has (CPU rows may also have ``stream``).
+CPU_METHOD = registry.CPU_METHOD
+#: The method decisions read by default (``stream``: weights from HBM, graph-captured).
+DECISION_METHOD = registry.DECISION_METHOD
+#: The values a ``--method`` option accepts (report, compare, recommend, plot, model on layer
+#: files): every layer method of the registry, in table order (a model step's methods are not:
+#: step results have their own table, :mod:`qbench.step.view`).
+METHOD_CHOICES = registry.LAYER_METHODS
+#: What a file without the decision method's data falls back to, in this order (the registry's
+#: ``fallback_rank``): ``cold`` on a CUDA result, ``cpu`` on a CPU result (files written before
+#: ``stream`` existed have neither stream).
+FALLBACK_METHODS = registry.FALLBACK_METHODS
+
+#: What a scheme is called whose ``ok`` row has no time for a graph-captured method because its
+#: call cannot be captured in a CUDA graph (a host sync: ``.item()``, a device-to-host copy).
+UNUSABLE = "unusable in a graph-captured decode loop"
+#: The reason kinds (:data:`qbench.row.REASON_KINDS`) that say the call was not captured: the
+#: capture failed, was not attempted after an earlier failure of the same worker, or the call syncs
+#: with the host.
+CAPTURE_KINDS = frozenset({"capture-failed", "not-attempted", "host-sync"})
+
+#: Coefficient of variation above which a reading is noisy: the spread is then too wide for the
+#: median alone to rank schemes (this project's threshold; tables mark the cell ``*``).
+NOISY_CV = 0.25
+
+
+# ---- which method --------------------------------------------------------------------------------
+
+def methods_present(rows: Sequence[Row]) -> list[str]:
+    """Timing methods with at least one non-null STATS in ``rows``, in the registry's order
+    (``stream``, ``cold``, ``warm``, ``eager``, ``kernel``, ``cpu``), unknown names last."""
+    seen = {m for r in rows for m, s in r.latency_us.items() if s is not None}
+    order = list(registry.METHODS)
+    return [m for m in order if m in seen] + sorted(seen - set(order))
+
+
+def resolve_method(doc: ResultDoc, requested: Optional[str],
+                   default: str = DECISION_METHOD) -> tuple[str, Optional[str]]:
+    """Choose the timing method to read from ``doc``.
+
+    ``requested`` is what the user passed (``None`` when they passed nothing). An explicit method
+    is always used as given. Without one, ``default`` (``stream``) is used if some row of the file
+    has it; otherwise the first of :data:`FALLBACK_METHODS` the file has (``cold`` on a CUDA
+    result, ``cpu`` on a CPU result: files written before ``stream`` existed). Returns
+    ``(method, note)``; ``note`` is a one-line explanation when a fallback happened, else ``None``.
+    A file with none of them gives ``(default, None)``: the caller says that nothing is timed.
+    """
+    if requested is not None:
+        return requested, None
+    present = methods_present(doc.rows)
+    if default in present:
+        return default, None
+    fallback = next((m for m in FALLBACK_METHODS if m in present and m != default), None)
+    if fallback is None:
+        return default, None
+    return fallback, (f"no {default} latency in this file: an older result, or {default} not timed; "
+                      f"using {fallback} times")
+
+
+def common_method(a: ResultDoc, b: ResultDoc, requested: Optional[str]) -> tuple[str, Optional[str]]:
+    """The one method two files are compared by: :func:`resolve_method` of each; when they differ
+    (an old file without ``stream`` and a new one) the first of ``stream``, ``cold``, ``cpu`` both
+    have, with a note saying which side lacks ``stream``; ``stream`` when they share none (a CPU
+    file and a CUDA file: nothing compares like with like). Returns ``(method, note or None)``."""
+    method, note_a = resolve_method(a, requested)
+    method_b, note_b = resolve_method(b, requested)
+    note = note_a or note_b
+    if method == method_b:
+        return method, note
+    have_a, have_b = methods_present(a.rows), methods_present(b.rows)
+    common = next((m for m in (DECISION_METHOD, *FALLBACK_METHODS) if m in have_a and m in have_b), None)
+    if common is None:
+        return DECISION_METHOD, None
+    lacks = " and ".join(side for side, have in (("A", have_a), ("B", have_b)) if DECISION_METHOD not in have)
+    verb = "has" if len(lacks) == 1 else "have"
+    return common, f"{lacks} {verb} no {DECISION_METHOD} latency; comparing {common} times"
+
+
+# ---- the file ------------------------------------------------------------------------------------
+
+def incomplete_warning(doc: ResultDoc, path: str | os.PathLike) -> Optional[str]:
+    """One line when ``doc`` says ``"complete": false`` (an interrupted or still running run: some
+    schemes may be missing), else None. Readers print it; ``recommend`` and ``model`` refuse such a
+    file unless asked (``--allow-incomplete``)."""
+    if doc.complete is not False:
+        return None
+    schemes = len({r.scheme for r in doc.rows})
+    return (f"warning: {path} is incomplete (\"complete\": false, {len(doc.rows)} rows of {schemes} schemes): "
+            "the run was interrupted or is still going; schemes may be missing")
+
+
+def machine_of(doc: ResultDoc) -> str:
+    """The machine a result was measured on, as one label (:attr:`ResultDoc.machine`): readers that
+    add or divide times of several files (``model``, ``compare``) compare these labels."""
+    return doc.machine
+
+
+# ---- two readings --------------------------------------------------------------------------------
+
+def _interval(stats: Stats) -> tuple[float, float]:
+    """[p10, p90] of STATS, widened to hold the median; the median alone when p10 or p90 is missing."""
+    med, lo, hi = stats.median, stats.p10, stats.p90
+    if lo is None or hi is None:
+        return med, med
+    return min(lo, med), max(hi, med)
+
+
+def verdict(a: Stats, b: Stats) -> str:
+    """``same`` when the [p10, p90] intervals of STATS ``a`` and ``b`` overlap, else ``faster`` (B's
+    median below A's) or ``slower``. A side without p10 or p90 is its median alone (a point), so
+    it is ``same`` only when that point lies inside the other side's interval; with neither side
+    having an interval the medians decide (NVBench's compare draws the same line)."""
+    lo_a, hi_a = _interval(a)
+    lo_b, hi_b = _interval(b)
+    if lo_b <= hi_a and lo_a <= hi_b:
+        return "same"
+    return "faster" if b.median < a.median else "slower"
+
+
+# ---- one row -------------------------------------------------------------------------------------
+
+def capture_failure(row: Row, method: str) -> Optional[str]:
+    """Why ``row`` has no ``method`` time when the reason is that its call cannot be captured in a
+    CUDA graph (the reason's text), else ``None``.
+
+    That is: the row is ``ok``, ``method`` needs a capture (``stream`` and ``warm``, the
+    registry's ``needs_capture``), it has no STATS there and its reason's kind is one of
+    :data:`CAPTURE_KINDS`. Such a scheme cannot run in a decode engine's graph-captured step at all
+    (:data:`UNUSABLE`); its eager time is what it costs outside one.
+    """
+    info = registry.METHODS.get(method)
+    if info is None or not info.needs_capture or row.status != "ok" or row.stats(method) is not None:
+        return None
+    why = row.reason_for(method)
+    return why.text if why is not None and why.kind in CAPTURE_KINDS else None
+
+
+def unusable_note(pairs: Sequence[tuple[str, Optional[int]]], method: str) -> Optional[str]:
+    """One line naming the schemes (with their M values) that :func:`capture_failure` found, from
+    ``(scheme, M)`` pairs in first-seen order; ``None`` when there are none."""
+    by_scheme: dict[str, list] = {}
+    for scheme, m in pairs:
+        ms = by_scheme.setdefault(scheme, [])
+        if m not in ms:
+            ms.append(m)
+    if not by_scheme:
+        return None
+    names = ", ".join(f"{s} (M={','.join(str(m) for m in sorted(ms, key=lambda v: (v is None, v)))})"
+                      for s, ms in by_scheme.items())
+    return (f"{UNUSABLE} (no {method} time: the call cannot be captured in a CUDA graph, "
+            f"e.g. a host sync): {names}")
+
+
+def is_noisy(row: Row, method: str) -> bool:
+    """True when ``latency_us[method].cv`` exceeds :data:`NOISY_CV` (whatever the row's status)."""
+    stats = row.latency_us.get(method)
+    cv = stats.cv if stats is not None else None
+    return cv is not None and cv > NOISY_CV
+
+
+def row_caveats(row: Row, stats: Optional[Stats]) -> list[str]:
+    """What could mislead a reader of one row's time: its flags by name (``cpu-busy``,
+    ``throttled``, ``repacked``, ...) and ``noisy (cv X)`` when ``stats``' cv exceeds
+    :data:`NOISY_CV`. Readers that compare rows (compare, recommend) print these next to the row."""
+    said = row.flag_names
+    cv = stats.cv if stats is not None else None
+    if cv is not None and cv > NOISY_CV:
+        said.append(f"noisy (cv {cv:.2f})")
+    return said
+
+
+# ---- many rows -----------------------------------------------------------------------------------
+
+def shape_order(shape: tuple) -> tuple:
+    """The sort key of a row shape (M, K, N, tp_size, split; :attr:`qbench.row.Row.shape`):
+    ascending, an absent tp_size before 1, splits by name."""
+    return tuple(str(x) if isinstance(x, str) else (x or 0) for x in shape)
+
+
+def by_shape(rows: Sequence[Row]) -> list[tuple[tuple, list[Row]]]:
+    """``rows`` grouped by :attr:`~qbench.row.Row.shape` (the schemes measured on one problem), the
+    groups in :func:`shape_order`, each group's rows in file order: ``[(shape, [Row...]), ...]``."""
+    groups: dict[tuple, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(r.shape, []).append(r)
+    return sorted(groups.items(), key=lambda kv: shape_order(kv[0]))
+
+
+#: The axes of the Pareto front ``qbench recommend`` reports and ``qbench plot`` rings, all minimised.
+PARETO_KEYS = ("latency_us", "rel_fro", "stored_bytes")
+
+
+#: Relative resolution of the stored-bytes axis of the Pareto front: stored sizes within 1 % are
+#: equal. Without it a scheme that stores 4 KiB less metadata on a 16 MiB weight (int8-bnb's 16,384
+#: B of scales against torchao's 20,480 B) stays on the front however slow and inaccurate it is.
+STORED_BYTES_RTOL = 0.01
+
+
+def pareto_front(points: Sequence[dict], keys: Sequence[str] = PARETO_KEYS,
+                 rtol: Optional[dict] = None) -> list[dict]:
+    """The points no other point dominates, all ``keys`` minimised, in input order.
+
+    ``a`` dominates ``b`` when ``a`` is no worse on every key and better on at least one. ``rtol``
+    (key -> relative tolerance; default ``{"stored_bytes": STORED_BYTES_RTOL}``) makes values of
+    that key within the tolerance equal: neither better nor worse. Points with any key ``None``
+    are left out. Equal points are all kept.
+    """
+    tol = {"stored_bytes": STORED_BYTES_RTOL} if rtol is None else rtol
+    pts = [p for p in points if all(p.get(k) is not None for k in keys)]
+
+    def cmp(x: float, y: float, t: float) -> int:  # -1 better, 0 equal, 1 worse
+        if abs(x - y) <= t * max(abs(x), abs(y)):
+            return 0
+        return -1 if x < y else 1
+
+    def dominates(a: dict, b: dict) -> bool:
+        c = [cmp(a[k], b[k], tol.get(k, 0.0)) for k in keys]
+        return all(v <= 0 for v in c) and any(v < 0 for v in c)
+
+    return [p for p in pts if not any(dominates(q, p) for q in pts if q is not p)]

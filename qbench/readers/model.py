@@ -1,0 +1,489 @@
+"""``qbench model NAME RESULT.json...``: the linear layers of one decode step of a model, from
+per-layer results.
+
+A model preset (:data:`PRESETS`) lists the linear shapes of one decoder block with how many of
+each a block has, the number of blocks, and the LM head. For every scheme and M the step is
+
+    step µs    = Σ over the shapes of count × blocks × (the row's ``stream`` median)
+                 + the LM head's median (when a file has its shape)
+    stored     = Σ count × blocks × stored bytes (+ the LM head's)
+    HBM floor  = Σ count × blocks × the row's ``hbm_floor_us`` (stored bytes / the file's measured
+                 bandwidth, ``ceilings.measured.memory_gbps``, for a row without one)
+    tokens/s   = M / step (of the linear layers only)
+    speed-up   = bf16's step / this step, at the same M (> 1: faster than bf16; qbench's one ratio
+                 convention, baseline time / scheme time)
+
+``stream`` is a CUDA graph over distinct weight copies (weights from HBM, no launch gaps), so the
+per-layer times add up the way the layers of a graph-captured step do. **Attention (scores,
+softmax, RoPE), the KV cache, norms, embeddings and sampling are not included**, and the output
+says so: the step is a floor for the linear layers' share of a decode step, not a model's
+latency. A scheme without a row, or with a skipped or failed row, at any of the shapes is
+``incomplete`` and is not summed; a scheme whose rows have no ``stream`` time because the call
+cannot be captured in a CUDA graph (a host sync) is ``unusable in a graph-captured decode loop``.
+The LM head (e.g. 4096 → 128256) is rarely measured: when no file has its shape it is left out of
+every sum and the output says so and names the scenario that measures it.
+
+When several files hold the same (scheme, M, K, N) the first file given wins (a note names the
+others). The pure functions (:func:`index_rows`, :func:`model_step`) take row dicts; the
+subcommand reads the files and renders.
+
+Exit status: 0 when some scheme has a complete step at some M; 1 when none does (a block shape
+that no file measures: the command names each missing shape and the scenario that measures it,
+on stderr); 2 on bad input (an unknown model, an unreadable file, an unknown format, files that
+resolve to different timing methods, a negative ``--max-rel-err``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, incomplete_warning, resolve_method, unusable_note
+from qbench.presets import PRESETS, LinearShape, ModelPreset
+from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
+                                   add_method, check_max_rel_err, open_results)
+from qbench.render import Column, check_format, render, wants_prose
+from qbench.render.columns import DASH, fmt_num, fmt_us
+from qbench.results import ResultDoc
+from qbench.row import Row
+from qbench.step import view as step_view
+
+__all__ = ["COMMAND", "Indexed", "index_rows", "model_step", "render_model", "row_floor_us", "run_model"]
+
+
+@dataclass(frozen=True)
+class Indexed:
+    """One row of :func:`index_rows`: the row, the file it came from, and its HBM floor (µs,
+    :func:`row_floor_us` with that file's measured bandwidth; ``None`` when unknown)."""
+
+    row: Row
+    source: str
+    floor_us: Optional[float]
+
+
+def row_floor_us(row: Row, memory_gbps: Optional[float]) -> Optional[float]:
+    """The row's HBM floor (µs): its ``hbm_floor_us``, else its stored bytes / ``memory_gbps``
+    (GB/s, 1e9 B/s), else ``None``."""
+    if row.hbm_floor_us is not None:
+        return row.hbm_floor_us
+    stored = row.stored_bytes
+    if stored is None or not memory_gbps:
+        return None
+    return stored / (memory_gbps * 1e3)
+
+
+def index_rows(sources: Sequence[tuple[str, ResultDoc]]) -> tuple[dict, list[str]]:
+    """Index the rows of result documents by (scheme, M, K, N).
+
+    ``sources``: ``(path, doc)`` pairs in the order given. Each row is indexed as an
+    :class:`Indexed` (the row, its path, its floor from the file's measured bandwidth).
+    Tensor-parallel rows (``tp_size`` > 1) are left out. Returns
+    ``(index, notes)``; the first file holding a key wins, and a note names the files whose rows
+    were not used.
+    """
+    index: dict[tuple, Indexed] = {}
+    shadowed: dict[tuple, list[str]] = {}
+    for path, doc in sources:
+        doc = ResultDoc.of(doc)
+        measured = doc.ceilings.measured if doc.ceilings is not None else None
+        gbps = measured.memory_gbps if measured is not None else None
+        for row in doc.rows:
+            if row.tp_size not in (None, 1):
+                continue
+            key = (row.scheme, row.m, row.k, row.n)
+            if key in index:
+                shadowed.setdefault((row.k, row.n, index[key].source), []).append(path)
+                continue
+            index[key] = Indexed(row, path, row_floor_us(row, gbps))
+    notes = [f"K={k}, N={n}: rows of {', '.join(sorted(set(paths)))} not used ({used} has them, given first)"
+             for (k, n, used), paths in shadowed.items()]
+    return index, notes
+
+
+def _shape_record(shape: LinearShape, role: str, per_step: int, index: dict) -> dict:
+    files = sorted({r.source for (_, _, k, n), r in index.items() if (k, n) == (shape.k, shape.n)})
+    return {"role": role, "names": shape.names, "k": shape.k, "n": shape.n, "count": shape.count,
+            "per_step": per_step, "scenario": shape.scenario, "measured": bool(files), "files": files}
+
+
+def _sum(values: list) -> Optional[float]:
+    return None if any(v is None for v in values) else sum(values)
+
+
+def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
+               baseline: str = "bf16", max_rel_err: Optional[float] = None) -> dict:
+    """The linear layers of one decode step of ``preset`` per scheme and M, from ``index``
+    (:func:`index_rows`: (scheme, M, K, N) -> :class:`Indexed`).
+
+    Returns ``{"model", "title", "blocks", "method", "baseline", "max_rel_err", "shapes",
+    "missing", "lm_head_included", "ms", "rows", "fastest"}``:
+
+    - ``shapes``: one record per block shape and the LM head: ``{"role": "block" | "lm_head",
+      "names", "k", "n", "count" (per block), "per_step" (count × blocks), "scenario",
+      "measured" (some row has that K, N), "files"}``;
+    - ``missing``: the block shapes no row has (every scheme is then incomplete);
+    - ``lm_head_included``: whether the LM head is summed (some row has its shape; then it is
+      required like a block shape);
+    - ``rows``: per M ascending, the schemes with a step fastest first, then the others in the
+      order first seen: ``{"scheme", "m", "status", "step_us", "hbm_floor_us", "floor_fraction",
+      "stored_bytes", "tokens_per_s", "speedup", "rel_fro_max", "note"}``; ``status`` is ``ok``,
+      ``over error budget`` (``rel_fro_max`` > ``max_rel_err``), ``non-finite outputs``,
+      ``incomplete`` (a shape without an ``ok`` row timed by ``method``; the sums are ``None``)
+      or ``unusable`` (some shape's call cannot be captured in a CUDA graph: :data:`UNUSABLE`);
+      ``speedup`` = ``baseline``'s step / this step at the same M;
+    - ``fastest``: M -> the ``ok`` scheme with the smallest step (``None`` when there is none).
+    """
+    block = [(s, "block", s.count * preset.blocks) for s in preset.block]
+    records = [_shape_record(s, role, per, index) for s, role, per in block]
+    head = _shape_record(preset.lm_head, "lm_head", preset.lm_head.count, index)
+    records.append(head)
+    used = block + ([(preset.lm_head, "lm_head", preset.lm_head.count)] if head["measured"] else [])
+    wanted = {(s.k, s.n) for s, _, _ in used}
+    ms = sorted({m for (_, m, k, n) in index if (k, n) in wanted and m is not None})
+    schemes: list[str] = []
+    for (scheme, _, k, n) in index:
+        if (k, n) in wanted and scheme not in schemes:
+            schemes.append(scheme)
+
+    rows = []
+    for m in ms:
+        at_m = [_scheme_step(scheme, m, used, index, method, max_rel_err) for scheme in schemes]
+        timed = sorted((r for r in at_m if r["step_us"] is not None), key=lambda r: r["step_us"])
+        rows += timed + [r for r in at_m if r["step_us"] is None]
+    base = {r["m"]: r["step_us"] for r in rows if r["scheme"] == baseline and r["step_us"] is not None}
+    fastest: dict = {}
+    for r in rows:
+        b = base.get(r["m"])
+        r["speedup"] = b / r["step_us"] if b and r["step_us"] else None
+        if r["status"] == "ok" and fastest.get(r["m"]) is None:
+            fastest[r["m"]] = r["scheme"]
+    return {"model": preset.name, "title": preset.title, "blocks": preset.blocks, "method": method,
+            "baseline": baseline, "max_rel_err": max_rel_err, "shapes": records,
+            "missing": [r for r in records if r["role"] == "block" and not r["measured"]],
+            "lm_head_included": head["measured"], "ms": ms, "rows": rows,
+            "fastest": {m: fastest.get(m) for m in ms}}
+
+
+def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
+                 max_rel_err: Optional[float]) -> dict:
+    """One (scheme, M) record of :func:`model_step` (``speedup`` filled in by the caller)."""
+    times, stored, floors, rels, problems, unusable, nonfinite = [], [], [], [], [], [], 0
+    for shape, _, per_step in used:
+        where = f"{shape.k}→{shape.n}"
+        got = index.get((scheme, m, shape.k, shape.n))
+        if got is None:
+            problems.append(f"no row at {where}")
+            continue
+        row = got.row
+        if row.status != "ok":
+            problems.append(f"{row.status} at {where}: {row.reason or 'no reason given'}")
+            continue
+        stats = row.stats(method)
+        if stats is None:
+            if capture_failure(row, method):
+                unusable.append(where)
+            else:
+                why = row.reason_for(method)
+                problems.append(f"no {method} time at {where}" + (f" ({why.text})" if why else ""))
+            continue
+        times.append(per_step * stats.median)
+        stored.append(None if row.stored_bytes is None else per_step * row.stored_bytes)
+        floors.append(None if got.floor_us is None else per_step * got.floor_us)
+        rels.append(row.rel_fro)
+        nonfinite += (row.error.nonfinite if row.error is not None else None) or 0
+    rec = {"scheme": scheme, "m": m, "status": "ok", "step_us": None, "hbm_floor_us": None,
+           "floor_fraction": None, "stored_bytes": None, "tokens_per_s": None, "speedup": None,
+           "rel_fro_max": None, "note": None}
+    if unusable:
+        where = "any shape" if len(unusable) == len(used) else ", ".join(unusable)
+        return dict(rec, status="unusable", note=f"{UNUSABLE} (no {method} time at {where})"
+                    + (f"; also {'; '.join(problems)}" if problems else ""))
+    if problems:
+        return dict(rec, status="incomplete", note="incomplete: " + "; ".join(problems))
+    step = sum(times)
+    floor = _sum(floors)
+    stored_total = _sum(stored)
+    rec.update(step_us=step, hbm_floor_us=floor, floor_fraction=None if floor is None else floor / step,
+               stored_bytes=None if stored_total is None else int(stored_total),
+               tokens_per_s=m * 1e6 / step, rel_fro_max=None if any(v is None for v in rels) else max(rels))
+    if nonfinite:
+        rec.update(status="non-finite outputs", note=f"non-finite outputs ({nonfinite})")
+    elif max_rel_err is not None and (rec["rel_fro_max"] is None or rec["rel_fro_max"] > max_rel_err):
+        rec.update(status="over error budget",
+                   note=f"over error budget (rel_fro {fmt_num('.3g')(rec['rel_fro_max'])} > {max_rel_err:g})")
+    return rec
+
+
+# ---- rendering ---------------------------------------------------------------------------------
+
+_GIB = 2.0**-30
+
+NOT_INCLUDED = ("the linear layers only: attention (scores, softmax, RoPE), the KV cache, norms, "
+                "embeddings and sampling are not included")
+
+
+def _columns(result: dict) -> list[Column]:
+    method, baseline = result["method"], result["baseline"]
+    return [
+        Column("m", "M", lambda r: r["m"], str, True),
+        Column("scheme", "scheme", lambda r: r["scheme"]),
+        Column("step_us", f"step µs ({method})", lambda r: r["step_us"], fmt_us, True),
+        Column("hbm_floor_us", "HBM floor µs", lambda r: r["hbm_floor_us"], fmt_us, True),
+        Column("floor_pct", "floor/step", lambda r: None if r["floor_fraction"] is None
+               else 100 * r["floor_fraction"], lambda v: DASH if v is None else f"{v:.0f} %", True),
+        Column("stored_gib", "stored GiB", lambda r: None if r["stored_bytes"] is None
+               else r["stored_bytes"] * _GIB, fmt_num(".2f"), True),
+        Column("tokens_per_s", "tokens/s (linear only)", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
+        Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", lambda r: r["speedup"],
+               lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
+        Column("note", "note", lambda r: r["note"]),
+    ]
+
+
+def describe(result: dict) -> list[str]:
+    """The prose lines above the table: the model's shapes, what the step is and is not, and
+    whether the LM head is in it."""
+    block = [s for s in result["shapes"] if s["role"] == "block"]
+    head = next(s for s in result["shapes"] if s["role"] == "lm_head")
+    parts = "; ".join(f"{s['names']} {s['k']}→{s['n']} ×{s['count']}" for s in block)
+    lines = [f"{result['title']} ({result['model']}): {result['blocks']} blocks × [{parts}] + LM head "
+             f"{head['k']}→{head['n']}",
+             f"step = Σ count × blocks × per-layer {result['method']} median (µs per decode step); "
+             f"{NOT_INCLUDED}; tokens/s = M / step, of the linear layers only; HBM floor = stored "
+             f"bytes / measured bandwidth"]
+    if result["lm_head_included"]:
+        lines.append(f"LM head {head['k']}→{head['n']}: included ({', '.join(head['files'])})")
+    else:
+        lines.append(f"LM head {head['k']}→{head['n']}: missing, not measured in these files, so not "
+                     f"included in any step (python -m qbench run {head['scenario']})")
+    return lines
+
+
+def missing_lines(result: dict) -> list[str]:
+    """One line per block shape that no file has, with the command that measures it."""
+    return [f"missing {s['names']} {s['k']}→{s['n']} (×{s['count']} per block): "
+            f"python -m qbench run {s['scenario']}" for s in result["missing"]]
+
+
+def render_model(result: dict, fmt: str = "simple") -> str:
+    """Render :func:`model_step`'s ``result`` in ``fmt``: ``json`` gives the whole record, ``csv``
+    the table alone; a table format gives the prose lines (when :func:`wants_prose`), the table,
+    the fastest scheme per M and the unusable schemes."""
+    if fmt == "json":
+        return json.dumps(result, indent=2, ensure_ascii=False)
+    table = render(result["rows"], _columns(result), fmt)
+    if not wants_prose(fmt):
+        return table
+    lines = [*describe(result), *missing_lines(result), "", table, ""]
+    for m in result["ms"]:
+        name = result["fastest"].get(m)
+        if name is None:
+            lines.append(f"- M={m}: no scheme has a complete step")
+            continue
+        r = next(r for r in result["rows"] if r["m"] == m and r["scheme"] == name)
+        speed = DASH if r["speedup"] is None else f"{r['speedup']:.2f}× {result['baseline']}"
+        at_m = [x for x in result["rows"] if x["m"] == m]
+        complete = sum(1 for x in at_m if x["step_us"] is not None)
+        which = (f"fastest of the {complete} schemes with a complete step ({len(at_m) - complete} without)"
+                 if complete < len(at_m) else "fastest")
+        lines.append(f"- M={m}: {which} {name}: {fmt_us(r['step_us'])} µs per step, "
+                     f"{r['tokens_per_s']:.0f} tokens/s of the linear layers only, {speed}, "
+                     f"max rel_fro {fmt_num('.3g')(r['rel_fro_max'])}")
+    unusable = unusable_note([(r["scheme"], r["m"]) for r in result["rows"] if r["status"] == "unusable"],
+                             result["method"])
+    if unusable:
+        lines.append(unusable)
+    return "\n".join(lines).rstrip("\n")
+
+
+# ---- the subcommand ----------------------------------------------------------------------------
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help=f"model preset: {', '.join(PRESETS)}")
+    p.add_argument("result", nargs="*", help="per-layer result JSON files (qbench run); none: list "
+                                             "the shapes the model needs and their scenarios; or "
+                                             "model-step result files (NAME: their model, e.g. llama3.1-8b): "
+                                             "the measured step beside Σ linear")
+    add_method(p)
+    add_baseline(p, "the speed-up")
+    add_max_rel_err(p, "schemes whose largest per-layer rel_fro is over it are marked and not named fastest")
+    add_format(p, "any tabulate format, or csv / json")
+    add_allow_incomplete(p, "read files marked incomplete (a run cut off, completed by another file) without a "
+                            "warning on stderr; each is named in a note under the table (in JSON: 'notes') "
+                            "instead; CSV has no place for notes, so there the warning stays")
+
+
+# ---- a measured step (model-step result files, qbench.step) ------------------------------------
+
+def _step_columns(records: list[dict], baseline: str) -> list[Column]:
+    methods = [m for m in step_view.STEP_METHODS if any(m in r["speedup"] for r in records)]
+
+    def ratio(v: Optional[float]) -> str:
+        return DASH if v is None else f"{v:.2f}×"
+
+    cols = [
+        Column("m", "M", lambda r: r["m"], str, True),
+        Column("context", "context", lambda r: r["context"], str, True),
+        Column("scheme", "scheme", lambda r: r["scheme"]),
+        Column("method", "step method", lambda r: step_view.SHORT.get(r["method"], r["method"] or DASH)),
+        Column("step_us", "step µs (measured)", lambda r: r["step_us"], fmt_us, True),
+        Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
+        Column("linear_us", "Σ linear µs", lambda r: r["linear_us"], fmt_us, True),
+        Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None else 100 * r["rest_share"],
+               lambda v: DASH if v is None else f"{v:.0f} %", True),
+    ]
+    for m in methods:
+        cols.append(Column(f"speedup_{m}", f"×{baseline} {step_view.SHORT[m]}",
+                           lambda r, m=m: r["speedup"].get(m), ratio, True))
+    cols.append(Column("linear_speedup", f"×{baseline} Σ linear", lambda r: r["linear_speedup"], ratio, True))
+    return cols
+
+
+def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
+    """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` (the rows of the
+    model-step files whose ``model`` is ``NAME``) beside the linear-only prediction (Σ linear, the
+    per-layer ``stream`` sum measured in the same run) and the end-to-end speed-up over
+    ``--baseline`` per step method (:func:`qbench.step.view.speedups`; a compiled scheme against
+    the baseline's compiled form), then one context-sweep line per scheme and M: the context at
+    which it stops beating the baseline (:func:`qbench.step.view.breakeven`). ``--max-rel-err``
+    marks schemes whose logits error is over it. Returns 0 when some scheme has a measured step,
+    else 1; raises :class:`~qbench.readers.common.Refused` (a file of another model, files of
+    several machines, ``--method``)."""
+    if args.method is not None:
+        raise Refused("--method reads per-layer files; a model-step file's step methods are all shown")
+    if len({doc.machine for doc in docs}) > 1:
+        raise Refused("the files were measured on different machines ("
+                      + "; ".join(f"{p}: {d.machine}" for p, d in zip(paths, docs)) + ")")
+    rows = []
+    for path, doc in zip(paths, docs):
+        mine = [r for r in doc.step_rows if r.model == args.name]
+        if not mine:
+            held = ", ".join(sorted({r.model for r in doc.step_rows}))
+            raise Refused(f"{path}: a model-step result of {held}, not of {args.name}")
+        rows += mine
+    notes = []
+    for path, doc in zip(paths, docs):
+        warning = incomplete_warning(doc, path)
+        if warning and getattr(args, "allow_incomplete", False) and wants_prose(args.format):
+            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.step_rows)} rows), read "
+                         "with --allow-incomplete")
+        elif warning:
+            print(warning, file=sys.stderr)
+    records = step_view.model_records(rows, args.baseline)
+    for rec in records:
+        err = next(step_view.logits_error(r) for r in rows if (r.scheme, r.m, r.context) ==
+                   (rec["scheme"], rec["m"], rec["context"]))
+        rec["rel_fro"] = err
+        rec["over_budget"] = args.max_rel_err is not None and (err is None or err > args.max_rel_err)
+    sweep = step_view.sweep(rows, args.baseline)
+    if args.format == "json":
+        print(json.dumps({"model": args.name, "baseline": args.baseline, "rows": records, "sweep": sweep,
+                          "notes": notes}, indent=2, ensure_ascii=False))
+        return 0 if any(r["step_us"] is not None for r in records) else 1
+    cols = _step_columns(records, args.baseline)
+    cols.append(Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True))
+    if args.max_rel_err is not None:
+        cols.append(Column("budget", f"≤ {args.max_rel_err:g}", lambda r: "over" if r["over_budget"] else "ok"))
+    table = render(records, cols, args.format)
+    if not wants_prose(args.format):
+        print(table)
+        return 0 if any(r["step_us"] is not None for r in records) else 1
+    title = rows[0].title
+    print(f"{title} ({args.name}): the measured decode step (qbench.step) beside the linear-only prediction")
+    print(f"step = the {'/'.join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)} step, first present "
+          f"(step method); Σ linear = the per-layer stream times of the same linear layers in the same run "
+          f"(what the layer view predicts); rest = (step - Σ linear) / step; ×{args.baseline} = "
+          f"{args.baseline} step / this step per method (a compiled scheme against {args.baseline}+compiled)")
+    print()
+    print(table)
+    print()
+    print(f"context sweep: where each scheme stops beating {args.baseline} (its step no faster than "
+          f"{args.baseline}'s)")
+    for rec in sweep:
+        print(step_view.sweep_line(rec, args.baseline))
+    untimed = sorted({r.scheme for r in rows if r.status == "ok" and step_view.decision_method(r) is None})
+    for scheme in untimed:
+        why = next((t for r in rows if r.scheme == scheme for t in r.latency_reasons.values()), "no step time")
+        print(f"note: {scheme} has no step time: {why[:160]}")
+    for note in notes:
+        print(f"note: {note}")
+    return 0 if any(r["step_us"] is not None for r in records) else 1
+
+
+def run_model(args: argparse.Namespace) -> int:
+    """Run ``qbench model`` from parsed ``args``; returns the exit status (0 or 1, see the module
+    docstring; raises :class:`~qbench.readers.common.Refused` on bad input). Model-step result
+    files (:mod:`qbench.step`) go to :func:`run_step_model`."""
+    try:
+        check_format(args.format)
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
+    check_max_rel_err(args.max_rel_err)
+    paths = [args.result] if isinstance(args.result, str) else list(args.result or [])
+    docs = open_results(paths, incomplete="keep", steps=True)  # said below, as a warning or a note
+    jobs = {doc.job for doc in docs}
+    if "step" in jobs:
+        if len(jobs) > 1:
+            raise Refused("give per-layer files or model-step files, not both: "
+                          + ", ".join(f"{p} ({d.job})" for p, d in zip(paths, docs)))
+        return run_step_model(args, paths, docs)
+    preset = PRESETS.get(args.name)
+    if preset is None:
+        raise Refused(f"unknown model {args.name!r}; presets: {', '.join(PRESETS)}")
+    machines = {path: doc.machine for path, doc in zip(paths, docs)}
+    if len(set(machines.values())) > 1:  # a step sums per-layer times: they must come from one machine
+        raise Refused("the files were measured on different machines ("
+                      + "; ".join(f"{p}: {m}" for p, m in machines.items())
+                      + "): a decode step adds per-layer times of one machine")
+    methods, notes = {}, []
+    for path, doc in zip(paths, docs):
+        method, note = resolve_method(doc, args.method)
+        methods[path] = method
+        if note and note not in notes:
+            notes.append(note)
+    if len(set(methods.values())) > 1:
+        said = ", ".join(f"{p}: {m}" for p, m in methods.items())
+        raise Refused(f"the files resolve to different timing methods ({said}); pass --method")
+    # A note is printed under a prose table and carried by JSON; a CSV has no place for one, so
+    # there the warning stays on stderr, --allow-incomplete or not.
+    notes_shown = wants_prose(args.format) or args.format == "json"
+    for path, doc in zip(paths, docs):
+        warning = incomplete_warning(doc, path)
+        if warning and getattr(args, "allow_incomplete", False) and notes_shown:
+            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.rows)} rows), read "
+                         "with --allow-incomplete")
+        elif warning:
+            print(warning, file=sys.stderr)
+    method = next(iter(methods.values()), args.method or DECISION_METHOD)
+    index, dup_notes = index_rows(list(zip(paths, docs)))
+    result = model_step(preset, index, method, args.baseline, args.max_rel_err)
+    result["notes"] = notes + dup_notes
+    if result["missing"]:
+        have = ", ".join(f"{k}→{n}" for k, n in dict.fromkeys((k, n) for (_, _, k, n) in index)) or "none"
+        head = (f"{len(result['missing'])} of its {len(preset.block)} block shapes are in none of the "
+                f"files given (K→N in them: {have}); nothing summed" if paths else
+                f"no result file given; it needs these {len(preset.block)} block shapes")
+        print(f"qbench model: {preset.title}: {head}", file=sys.stderr)
+        for line in missing_lines(result):
+            print(f"  {line}", file=sys.stderr)
+        if not result["lm_head_included"]:
+            head = preset.lm_head
+            print(f"  missing LM head {head.k}→{head.n} (optional): python -m qbench run {head.scenario}",
+                  file=sys.stderr)
+        return 1
+    print(render_model(result, args.format))
+    if wants_prose(args.format):
+        for note in result["notes"]:
+            print(f"note: {note}")
+    return 0 if any(m is not None for m in result["fastest"].values()) else 1
+
+
+COMMAND = Command(
+    name="model", help="the linear layers of a model's decode step, per scheme and M",
+    description=__doc__.split("\n\n")[0],
+    exit_codes="0 some scheme has a complete step; 1 none does (missing shapes named); 2 bad input",
+    add_arguments=_add_arguments, run=run_model)

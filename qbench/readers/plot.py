@@ -1,0 +1,463 @@
+"""``qbench plot RESULT.json -o FILE.png``: a roofline chart and a latency/error Pareto chart.
+
+Figure 1 (``FILE.png``): x = arithmetic intensity (FLOP/byte), y = attained TFLOP/s
+(``flops / median`` of the method), log-log, with the ceilings drawn: the bandwidth slope
+``AI * GB/s / 1000`` (TFLOP/s) and one horizontal line per compute dtype, from
+``ceilings.measured``, else ``ceilings.datasheet`` (none on CPU). One labelled point per
+scheme x M.
+
+Figure 2 (``FILE-pareto.png``): latency median (µs) against rel_fro, log-log, one panel per M
+(per M and shape when a file has several), one colour per scheme (the registry's order, the same in
+every chart). The points of ``qbench recommend``'s Pareto front, over (latency, rel_fro, stored
+bytes), are ringed and named with their stored MiB: the front is computed by the one function
+recommend uses (:func:`qbench.judge.pareto_front`), so a point that looks dominated on the two
+axes drawn can be on it for its bytes. Labels are placed by :func:`place_labels` (deterministic,
+no dependency beyond matplotlib) so that none overlaps another or a point.
+
+The method is ``stream`` unless ``--method`` says otherwise; a file without any stream time
+(written before it existed) falls back to ``cold``, or ``cpu`` on a CPU result. The command
+prints the method it used.
+
+matplotlib is optional (``pip install 'qbench[plot]'``) and is imported only here, with the Agg
+backend. Exit status: 0, or 2 on bad input or missing matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from qbench.judge import pareto_front, resolve_method, shape_order
+from qbench.readers.common import Command, Refused, add_method, open_results
+from qbench.results import ResultDoc
+
+__all__ = ["COMMAND", "draw_pareto", "pareto_groups", "place_labels", "plot_pareto", "plot_roofline", "points",
+           "run_plot"]
+
+
+def points(doc: ResultDoc | dict, method: str) -> list[dict]:
+    """Plottable rows: ``ok`` rows with a ``method`` median; each ``{"label", "scheme", "m", "k", "n",
+    "tp_size", "split", "stored_bytes", "base" (registry name), "compiled" (bool), "ai" (FLOP/byte),
+    "tflops" (attained, 1e12 FLOP/s), "latency_us", "rel_fro" (None with non-finite outputs)}``."""
+    doc = ResultDoc.of(doc)
+    out = []
+    for r in doc.rows:
+        stats = r.stats(method)
+        if not stats or stats.median <= 0:
+            continue
+        rel = None if r.error is not None and r.error.nonfinite else r.rel_fro
+        compiled = r.mode == "compiled"
+        out.append({"label": f"{r.scheme} M={r.m}", "scheme": r.scheme, "m": r.m, "k": r.k, "n": r.n,
+                    "tp_size": r.tp_size, "split": r.split, "stored_bytes": r.stored_bytes,
+                    # the eager variant's label: a compiled scheme shares its colour
+                    "base": r.scheme.removesuffix("+compiled") if compiled else r.scheme, "compiled": compiled,
+                    "ai": r.arithmetic_intensity,
+                    "tflops": r.flops / stats.median / 1e6 if r.flops else None,
+                    "latency_us": stats.median, "rel_fro": rel})
+    return out
+
+
+#: Marker per M (in ascending M order), so one chart can hold a sweep of M values.
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
+
+
+def scheme_colour_index(base: str) -> int:
+    """A scheme's fixed colour slot: its place in the registry (``qbench.schemes.names()``), so a
+    scheme has the same colour in every chart of every file; a name outside the registry (an old
+    file) comes after them, in a slot from its name."""
+    from qbench import schemes
+
+    names = schemes.names()
+    if base in names:
+        return names.index(base)
+    return len(names) + sum(map(ord, base)) % 20
+
+
+def _styles(pts: list[dict]) -> tuple[dict, dict]:
+    """Colour per scheme fixed by the registry order (:func:`scheme_colour_index`; 40 colours:
+    tab20's dark shades, its light ones, then tab20b), the same in every chart; marker per M
+    (ascending). A compiled variant shares its eager scheme's colour; an option variant
+    (``fp8-dynamic[kernel_preference=mslk]``) takes its scheme's slot plus the registry's size."""
+    import matplotlib
+
+    from qbench import schemes
+
+    # 40 distinct colours: tab20 (dark shades first, then light) then tab20b
+    tab20, tab20b = matplotlib.colormaps["tab20"], matplotlib.colormaps["tab20b"]
+    palette = [tab20(2 * i) for i in range(10)] + [tab20(2 * i + 1) for i in range(10)] + \
+        [tab20b(i) for i in range(20)]
+    bases = list(dict.fromkeys(p["base"] for p in pts))
+    count = len(schemes.names())
+
+    def slot(base: str) -> int:
+        name, variant = (base.split("[", 1)[0], True) if "[" in base else (base, False)
+        return scheme_colour_index(name) + (count if variant else 0)
+
+    colours = {b: palette[slot(b) % len(palette)] for b in bases}
+    markers = {m: _MARKERS[i % len(_MARKERS)] for i, m in enumerate(sorted({p["m"] for p in pts}))}
+    return colours, markers
+
+
+def _scatter_with_legend(ax, pts: list[dict], x: str, y: str) -> list:
+    """One point per row, coloured by registry scheme, shaped by M, hollow when compiled; returns
+    the legend handles (every scheme label and, when there are several, every M)."""
+    from matplotlib.lines import Line2D
+
+    colours, markers = _styles(pts)
+    labels: dict[str, tuple] = {}
+    for p in pts:
+        colour = colours[p["base"]]
+        face = "white" if p["compiled"] else colour
+        ax.scatter(p[x], p[y], s=40, facecolors=[face], edgecolors=[colour if p["compiled"] else "black"],
+                   linewidths=1.6 if p["compiled"] else 0.4, marker=markers[p["m"]], zorder=3)
+        labels.setdefault(p["scheme"], (colour, face, p["compiled"]))
+    handles = [Line2D([], [], ls="", marker="o", markerfacecolor=face, markeredgecolor=colour if compiled else "black",
+                      markeredgewidth=1.6 if compiled else 0.4, markersize=7, label=s)
+               for s, (colour, face, compiled) in labels.items()]
+    if len(markers) > 1:
+        handles += [Line2D([], [], ls="", marker=mk, color="grey", label=f"M={m}") for m, mk in markers.items()]
+    elif markers:
+        handles.append(Line2D([], [], ls="", label=f"(all points M={next(iter(markers))})"))
+    return handles
+
+
+def plot_roofline(doc: ResultDoc, method: str, path: Path) -> Path:
+    """Write the roofline chart of ``doc`` (``method`` medians) to ``path`` (PNG, SVG or PDF, from its suffix).
+
+    Points are coloured by scheme and shaped by M (legend on the right, no text on the points, so
+    schemes at the same AI cannot hide each other's names). The ceilings come from
+    ``doc.ceilings.measured`` (else ``.datasheet``; :meth:`~qbench.results.ResultDoc.ceiling`): the
+    bandwidth slope and one horizontal line per distinct compute peak, named in the legend with its
+    dtypes and TFLOP/s; when both are present the datasheet bandwidth is drawn dashed for comparison.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = [p for p in points(doc, method) if p["ai"] and p["tflops"]]
+    fig, ax = plt.subplots(figsize=(11.5, 7))
+    ceil, source = doc.ceiling()
+    xs = [p["ai"] for p in pts] or [1.0]
+    lo, hi = min(xs) / 2, max(xs) * 2
+    ceiling_handles = []
+    if ceil:
+        bw = ceil.memory_gbps
+        peaks = {d: v for d, v in (ceil.tflops or {}).items() if v}
+        top = max(peaks.values(), default=1.0)
+        right = max(hi, top * 1000 / bw * 2)
+        line, = ax.plot([lo, top * 1000 / bw], [lo * bw / 1000, top], "k-", lw=1.4,
+                        label=f"memory {bw:.0f} GB/s ({source})")
+        ceiling_handles.append(line)
+        sheet = doc.ceilings.datasheet
+        if source == "measured" and sheet is not None and sheet.memory_gbps:
+            sbw = sheet.memory_gbps
+            stop = max((v for v in (sheet.tflops or {}).values() if v), default=top)
+            line, = ax.plot([lo, stop * 1000 / sbw], [lo * sbw / 1000, stop], color="grey", ls="--", lw=1,
+                            label=f"memory {sbw:.0f} GB/s (datasheet)")
+            ceiling_handles.append(line)
+        by_peak: dict[float, list[str]] = {}  # dtypes sharing a peak share one line
+        for dtype, peak in peaks.items():
+            by_peak.setdefault(peak, []).append(dtype)
+        styles = ("-", "--", "-.", ":")
+        for i, (peak, dtypes) in enumerate(sorted(by_peak.items(), reverse=True)):
+            ridge = peak * 1000 / bw  # AI where the bandwidth slope meets this peak
+            line, = ax.plot([max(ridge, lo), right], [peak, peak], lw=1.2, ls=styles[i % len(styles)],
+                            color=plt.cm.Dark2(i % 8),
+                            label=f"{'/'.join(dtypes)} peak {peak:.0f} TFLOP/s (ridge AI {ridge:.0f})")
+            ceiling_handles.append(line)
+    point_handles = _scatter_with_legend(ax, pts, "ai", "tflops")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte of minimum traffic)")
+    ax.set_ylabel(f"attained TFLOP/s (FLOPs / {method} median)")
+    name = doc.env.device_name or doc.env.device or ""
+    scen = doc.scenario.name or ""
+    ax.set_title(f"roofline: {scen} on {name}; ceilings {source}")
+    if pts or ceiling_handles:  # one legend, outside the axes: ceilings first, then the schemes
+        from matplotlib.lines import Line2D
+
+        gap = [Line2D([], [], ls="", label=" ")] if ceiling_handles and pts else []
+        ax.legend(handles=ceiling_handles + gap + (point_handles if pts else []), loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0), fontsize=7.5, borderaxespad=0)
+    ax.grid(True, which="both", alpha=0.2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # keep the legends outside the axes
+    plt.close(fig)
+    return path
+
+
+#: Offsets (points) tried for a label, nearest first, and the directions at each (degrees,
+#: lower right first: where a label sat before placement was checked).
+_LABEL_RADII = (7, 13, 21, 31, 43, 57, 73, 91, 112, 136, 165)
+_LABEL_ANGLES = (-30, 30, -150, 150, 0, 180, -90, 90, -60, 60, -120, 120, -10, 10, -170, 170)
+
+
+def place_labels(ax, items: list[tuple[float, float, str]], obstacles: list[tuple[float, float]],
+                 fontsize: float = 6.5, marker_pt: float = 6.0) -> tuple[list, int]:
+    """Annotate ``items`` (x, y, text in data coordinates) on ``ax`` so that no two labels overlap,
+    no label covers a point of ``obstacles`` (data coordinates; a square of ``marker_pt`` points
+    either side) and every label stays inside the axes.
+
+    Deterministic greedy placement, no dependency: items in order of x then y; for each, the
+    first free spot of :data:`_LABEL_RADII` x :data:`_LABEL_ANGLES` around its point (text
+    aligned away from the point), measured with the figure's renderer; a label further than the
+    first radius gets a thin leader line to its point, placed where it crosses no other label or
+    leader line if such a spot exists (else where it crosses fewest). An item with no free spot
+    goes where it overlaps least and is counted. The axes limits and position must be final (call after the
+    layout). Returns ``(annotations, crowded)``: the annotations in placement order and how many
+    items found no free spot.
+    """
+    import math
+
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    px = fig.dpi / 72.0
+    frame = ax.get_window_extent(renderer)
+    half = marker_pt * px
+    taken = [Bbox.from_bounds(x - half, y - half, 2 * half, 2 * half)
+             for x, y in ax.transData.transform(obstacles)] if obstacles else []
+    labels: list[Bbox] = []
+    leaders: list[list[tuple[float, float]]] = []  # points along each leader line drawn, pixels
+    ends: list[tuple[tuple[float, float], tuple[float, float]]] = []  # each leader: point, label centre
+    pad = 1.5
+
+    def cross(p: tuple, q: tuple, a: tuple, b: tuple) -> bool:
+        """Whether segments p-q and a-b properly intersect."""
+        def side(o, u, v):
+            return (u[0] - o[0]) * (v[1] - o[1]) - (u[1] - o[1]) * (v[0] - o[0])
+        return side(p, q, a) * side(p, q, b) < 0 and side(a, b, p) * side(a, b, q) < 0
+
+    def along(x0: float, y0: float, box: Bbox) -> list[tuple[float, float]]:
+        """Points on the segment from (x0, y0) to ``box``'s centre, outside the box itself."""
+        cx, cy = (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
+        pts = [(x0 + (cx - x0) * t / 24, y0 + (cy - y0) * t / 24) for t in range(2, 24)]
+        return [(u, v) for u, v in pts if not box.contains(u, v)]
+
+    def crossings(box: Bbox, segment: list[tuple[float, float]]) -> int:
+        """Leader lines drawn that pass through ``box``, and labels that ``segment`` passes through."""
+        return sum(any(box.contains(u, v) for u, v in line) for line in leaders) + \
+            sum(any(other.contains(u, v) for u, v in segment) for other in labels)
+
+    def overlap(a: Bbox, b: Bbox) -> float:
+        w = min(a.x1, b.x1) - max(a.x0, b.x0)
+        h = min(a.y1, b.y1) - max(a.y0, b.y0)
+        return w * h if w > 0 and h > 0 else 0.0
+
+    out, crowded = [], 0
+    for x, y, text in sorted(items, key=lambda it: (it[0], it[1], it[2])):
+        probe = Text(0, 0, text, fontsize=fontsize, figure=fig)
+        size = probe.get_window_extent(renderer)
+        w, h = size.width, size.height
+        ax_px, ay_px = ax.transData.transform((x, y))
+        best = None  # ((overlap area, leader crossings), dx, dy, ha, va, box)
+        for r in _LABEL_RADII:
+            for deg in _LABEL_ANGLES:
+                c, s_ = math.cos(math.radians(deg)), math.sin(math.radians(deg))
+                dx, dy = r * c, r * s_
+                ha = "left" if c > 0.3 else "right" if c < -0.3 else "center"
+                va = "bottom" if s_ > 0.3 else "top" if s_ < -0.3 else "center"
+                x0 = ax_px + dx * px - {"left": 0.0, "right": w, "center": w / 2}[ha]
+                y0 = ay_px + dy * px - {"bottom": 0.0, "top": h, "center": h / 2}[va]
+                box = Bbox.from_bounds(x0 - pad, y0 - pad, w + 2 * pad, h + 2 * pad)
+                outside = box.x0 < frame.x0 or box.x1 > frame.x1 or box.y0 < frame.y0 or box.y1 > frame.y1
+                area = float(sum(overlap(box, o) for o in labels) + sum(overlap(box, o) for o in taken))
+                if outside:
+                    area += w * h * 10
+                if r > _LABEL_RADII[0]:  # a leader line: better not across a label or another leader
+                    centre = ((box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2)
+                    crossed = crossings(box, along(ax_px, ay_px, box)) + \
+                        sum(cross((ax_px, ay_px), centre, a, b) for a, b in ends)
+                else:
+                    crossed = crossings(box, []) if leaders else 0
+                cost = (area, crossed)
+                if best is None or cost < best[0]:
+                    best = (cost, dx, dy, ha, va, box)
+                if cost == (0.0, 0):
+                    break
+            if best[0] == (0.0, 0):
+                break
+        (area, _), dx, dy, ha, va, box = best
+        crowded += int(area > 0)
+        arrow = None if math.hypot(dx, dy) <= _LABEL_RADII[0] else \
+            {"arrowstyle": "-", "color": "0.45", "lw": 0.5, "shrinkA": 0, "shrinkB": 3}
+        out.append(ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
+                               fontsize=fontsize, arrowprops=arrow, zorder=4, annotation_clip=False))
+        if arrow is not None:
+            leaders.append(along(ax_px, ay_px, box))
+            ends.append(((ax_px, ay_px), ((box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2)))
+        labels.append(box)
+    return out, crowded
+
+
+def pareto_groups(doc: ResultDoc | dict, method: str) -> list[dict]:
+    """The latency/error points of ``doc`` by (M, K, N, tp_size, split), as ``qbench recommend``
+    groups rows, ascending; each group ``{"m", "k", "n", "tp_size", "split", "points"
+    (:func:`points`), "front" (the schemes on the Pareto front)}``.
+
+    The front is :func:`qbench.judge.pareto_front` over (latency median, rel_fro, stored
+    bytes), the one recommend reports, computed on every point with an error (also an exact
+    rel_fro of 0, which a log axis cannot show).
+    """
+    groups: dict[tuple, dict] = {}
+    for p in points(doc, method):
+        key = (p["m"], p["k"], p["n"], p["tp_size"], p["split"])
+        groups.setdefault(key, {"m": p["m"], "k": p["k"], "n": p["n"], "tp_size": p["tp_size"],
+                                "split": p["split"], "points": []})["points"].append(p)
+    out = []
+    for key in sorted(groups, key=shape_order):
+        g = groups[key]
+        g["front"] = {p["scheme"] for p in pareto_front([p for p in g["points"] if p["rel_fro"] is not None])}
+        out.append(g)
+    return out
+
+
+def draw_pareto(doc: ResultDoc, method: str):
+    """The latency-vs-error figure of ``doc``: one panel per (M, shape) group of
+    :func:`pareto_groups`, log-log, every point coloured by scheme, the Pareto front's points ringed
+    and named with their stored MiB (:func:`place_labels`: no two labels overlap). Returns
+    ``(figure, annotations, crowded)``; the caller saves and closes the figure."""
+    import math
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    groups = [g for g in pareto_groups(doc, method) if any(p["rel_fro"] and p["rel_fro"] > 0 for p in g["points"])]
+    n = max(len(groups), 1)
+    single = n == 1
+    ncols = 1 if single else min(3, n)
+    nrows = math.ceil(n / ncols)
+    slot_for_legend = not single and nrows * ncols > n
+    figsize = (11, 6.5) if single else (5.8 * ncols, 4.3 * nrows)
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, dpi=120, sharey=True, squeeze=False)
+    flat = list(axes.flat)
+    shapes = len({(g["k"], g["n"], g["tp_size"], g["split"]) for g in groups})
+    colours, _ = _styles([p for g in groups for p in g["points"]])
+    plotted = [(g, [p for p in g["points"] if p["rel_fro"] and p["rel_fro"] > 0]) for g in groups]
+    legend_entries: dict[str, tuple] = {}
+    for ax, (g, pts) in zip(flat, plotted):
+        for p in pts:
+            colour = colours[p["base"]]
+            face = "white" if p["compiled"] else colour
+            ax.scatter(p["latency_us"], p["rel_fro"], s=40, facecolors=[face],
+                       edgecolors=[colour if p["compiled"] else "black"],
+                       linewidths=1.6 if p["compiled"] else 0.4, marker="o", zorder=3)
+            legend_entries.setdefault(p["scheme"], (colour, face, p["compiled"]))
+            if p["scheme"] in g["front"]:
+                ax.scatter(p["latency_us"], p["rel_fro"], s=150, facecolors="none", edgecolors="black",
+                           linewidths=0.9, zorder=2)
+        xs = [p["latency_us"] for p in pts] or [1.0]
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(min(xs) / 1.6, max(xs) * 1.6)
+        title = f"M={g['m']}" + (f", K={g['k']}, N={g['n']}" if shapes > 1 else "") + \
+            (f", tp_size={g['tp_size']} {g['split']}" if g["tp_size"] is not None else "")
+        if not single:
+            ax.set_title(title, fontsize=9)
+        ax.grid(True, which="both", alpha=0.2)
+        ax.tick_params(labelsize=7.5, labelleft=True)
+        ax.set_xlabel(f"{method} median (µs)", fontsize=8)
+        ax.set_ylabel("rel. Frobenius error", fontsize=8)
+    errs = [p["rel_fro"] for _, pts in plotted for p in pts]
+    if errs:
+        flat[0].set_ylim(min(errs) / 3, max(errs) * 3)
+    for ax in flat[len(plotted):]:
+        ax.set_axis_off()
+    scen = doc.scenario.name or ""
+    m_note = f" (all points M={groups[0]['m']})" if single and groups else ""
+    heading = (f"latency vs error: {scen}{m_note}; ringed and named: the Pareto front over (latency, error, "
+               f"stored MiB), as qbench recommend")
+    handles = [Line2D([], [], ls="", marker="o", markerfacecolor=face, markeredgecolor=colour if compiled else "black",
+                      markeredgewidth=1.6 if compiled else 0.4, markersize=7, label=s)
+               for s, (colour, face, compiled) in legend_entries.items()]
+    handles.append(Line2D([], [], ls="", marker="o", markersize=11, markerfacecolor="none", markeredgecolor="black",
+                          label="on the Pareto front"))
+    if single:
+        flat[0].set_title(heading, fontsize=10)
+        flat[0].set_xlabel(f"latency, {method} median (µs)")
+        flat[0].set_ylabel("relative Frobenius error vs float64")
+        if legend_entries:
+            flat[0].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5,
+                           title="scheme", title_fontsize=8, borderaxespad=0)
+        fig.tight_layout()
+    else:
+        fig.suptitle(heading, fontsize=11)
+        if slot_for_legend:
+            flat[-1].legend(handles=handles, loc="upper left", fontsize=7.5, title="scheme", title_fontsize=8,
+                            ncols=1 if len(handles) <= 20 else 2)
+            fig.tight_layout(rect=(0, 0, 1, 0.975))  # leave the suptitle its own line
+        else:
+            fig.tight_layout(rect=(0, 0, 0.84, 0.975))
+            fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.85, 0.95), fontsize=7.5,
+                       title="scheme", title_fontsize=8)
+    annotations, crowded = [], 0
+    for ax, (g, pts) in zip(flat, plotted):
+        items = [(p["latency_us"], p["rel_fro"], f"{p['scheme']} {p['stored_bytes'] * _MIB:.2f} MiB"
+                  if p.get("stored_bytes") else p["scheme"]) for p in pts if p["scheme"] in g["front"]]
+        placed, bad = place_labels(ax, items, [(p["latency_us"], p["rel_fro"]) for p in pts])
+        annotations += placed
+        crowded += bad
+    return fig, annotations, crowded
+
+
+_MIB = 2.0**-20
+
+
+def plot_pareto(doc: ResultDoc, method: str, path: Path) -> Path:
+    """Write :func:`draw_pareto`'s chart (latency against rel_fro, the Pareto front of
+    ``qbench recommend`` ringed and named, one panel per M) to ``path`` (.png, .svg or .pdf)."""
+    import matplotlib.pyplot as plt
+
+    fig, _, _ = draw_pareto(doc, method)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # keep the legends outside the axes
+    plt.close(fig)
+    return path
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("result", help="result JSON written by qbench run")
+    p.add_argument("-o", "--out", "--output", dest="output", required=True,
+                   help="FILE.png, .svg or .pdf: the roofline; the Pareto chart goes to FILE-pareto.<same suffix>")
+    p.add_argument("--what", choices=("roofline", "pareto", "both"), default="both")
+    p.add_argument("--force", action="store_true", help="overwrite existing chart files")
+    add_method(p)
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    """Run ``qbench plot`` from parsed ``args``; returns the exit status (0; raises
+    :class:`~qbench.readers.common.Refused` on bad input). Like ``qbench run``, it never overwrites
+    a file without ``--force``."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise Refused("needs matplotlib; install it with: pip install 'qbench[plot]'") from None
+    (doc,) = open_results([args.result])
+    method, note = resolve_method(doc, args.method)
+    out = Path(args.output)
+    suffix = out.suffix.lower()
+    if suffix not in (".png", ".svg", ".pdf"):
+        raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
+    pareto_path = out.with_name(f"{out.stem}-pareto{out.suffix}")
+    targets = ([out] if args.what in ("roofline", "both") else []) + \
+              ([pareto_path] if args.what in ("pareto", "both") else [])
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not getattr(args, "force", False):
+        raise Refused(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
+                      "pass --force to overwrite")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"latency = {method} median" + (f" ({note})" if note else ""))
+    if args.what in ("roofline", "both"):
+        print(plot_roofline(doc, method, out))
+    if args.what in ("pareto", "both"):
+        print(plot_pareto(doc, method, pareto_path))
+    return 0
+
+
+COMMAND = Command(
+    name="plot", help="roofline and latency/error charts (.png, .svg or .pdf)", description=__doc__.split("\n\n")[0],
+    exit_codes="0; 2 bad input (an existing chart without --force, a suffix other than .png/.svg/.pdf)",
+    add_arguments=_add_arguments, run=run_plot)

@@ -1,0 +1,614 @@
+"""``qbench recommend RESULT.json --max-rel-err 0.01``: which scheme to use at each M.
+
+For each (M, K, N): the fastest ``ok`` scheme whose relative Frobenius error is within the budget
+and whose output had no NaN/Inf; the Pareto front over (latency median, rel_fro, stored bytes),
+all minimised; and for every other scheme the reason it lost, in this order of precedence:
+``skipped: …``, ``failed: …``,
+``unusable in a graph-captured decode loop (eager 911 µs): CUDA graph capture failed at M=1: …``
+(an ``ok`` row whose call cannot be captured in a CUDA graph, e.g. a host sync, so it has no
+``stream`` time; its eager time is what it costs outside a graph), ``no stream latency``,
+``non-finite outputs (12)``, ``no error measured``, ``over error budget (rel_fro 0.092 > 0.01)``,
+``same speed within noise: 11.2 µs vs 11.0 µs (1.02×, p10–p90 overlap)``,
+``slower: 23.1 µs vs 11.0 µs (2.10×)``. A candidate whose [p10, p90] interval overlaps the pick's
+is a tie (the rule of :func:`qbench.judge.verdict`). Among the schemes tied with the fastest,
+the pick is, in this order: the scheme picked at the neighbouring (next smaller) M of the same
+shape, when it is among them, so that the pick does not flip between two schemes inside noise as
+M grows (a deployment stores one weight format for every batch size); else the lower error; else
+the fewer stored bytes; else the lower median. The output names the tied schemes so a reader does
+not take a 1 % median difference for a ranking.
+
+Without ``--method`` the ``stream`` median is used (a CUDA graph over weight copies that
+overflow L2: weights from HBM, no launch gaps, what a decode engine's graph-captured step sees);
+a file without any stream time (written before it existed) falls back to ``cold``, or ``cpu`` on a
+CPU result, said in the output. An explicit ``--method`` is used as given, with no fallback.
+
+``--summary`` gives one line per (file, M) instead: the pick, its latency and error, the
+baseline's (default ``bf16``) latency at the same shape, the speed-up over it, and the schemes tied
+with the pick within noise; several result files (the four projection shapes of a decoder block)
+go into one table, and a note under it names the schemes unusable in a graph-captured loop.
+
+``--by-format`` gives, per M and storage format (8-bit float, 8-bit int, 4-bit int, 4-bit float,
+and 16-bit and 32-bit float as references; the row's ``weight_dtype`` read by the scheme
+registry, :attr:`qbench.schemes.base.Scheme.storage_format`), the fastest scheme of that format by
+the method, its library and longest kernel, and how far each other scheme of the format is (its
+median / the fastest's, ``(tie)`` when their p10–p90 intervals overlap, or why it has no time):
+which kernel serves a format best, a choice the format alone does not make (tinygemm int4 against
+torchao's int4 through a dequantization at M = 1). ``--max-rel-err`` is optional there (a format
+fixes most of the error); when given, schemes over it are not candidates. It is a ``recommend``
+view rather than a ``report`` one because it is a decision by the same rules (the decision method,
+ties within noise, schemes unusable in a graph-captured decode loop named as such).
+
+Exit status: 0 when at least one M got a recommendation (``--by-format``: some format has a
+fastest scheme), 1 when none did, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Optional
+
+from qbench.dispatch import short_kernel
+from qbench.judge import (DECISION_METHOD, UNUSABLE, by_shape, capture_failure, methods_present, pareto_front,
+                          resolve_method, row_caveats, unusable_note, verdict)
+from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
+                                   add_method, check_max_rel_err, open_results)
+from qbench.render import FORMATS, Column, render, wants_prose
+from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
+from qbench.results import ResultDoc
+from qbench.row import Row
+from qbench.step import view as step_view
+
+__all__ = ["COMMAND", "by_format", "main_kernel", "recommend", "render_by_format", "render_recommendation",
+           "render_summary", "row_storage_format", "run_recommend", "summary_rows"]
+
+
+def _eager_us(row: Row) -> float | None:
+    stats = row.stats("eager")
+    return stats.median if stats else None
+
+
+#: Longest capture reason a "why not" cell quotes; the JSON record keeps the whole text.
+_REASON_CHARS = 160
+
+
+def _short_capture_reason(why: str) -> str:
+    """A capture reason for a table cell: without qbench's "not attempted: " prefix (the stream
+    capture was skipped because an earlier capture of the same scheme failed; the reason that
+    follows is that failure) and the chained "(then ...)" errors, at most :data:`_REASON_CHARS`."""
+    why = why.removeprefix("not attempted: ").split(" (then ")[0]
+    return why if len(why) <= _REASON_CHARS else why[:_REASON_CHARS - 1].rstrip() + "…"
+
+
+def _lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
+    """Why ``row`` cannot be picked at all (``None`` if it is a candidate)."""
+    if row.status != "ok":
+        return f"{row.status}: {row.reason or 'no reason given'}"
+    uncaptured = capture_failure(row, method)
+    if uncaptured:
+        eager = _eager_us(row)
+        eager_text = "no eager time" if eager is None else f"eager {fmt_us(eager)} µs"
+        return f"{UNUSABLE} ({eager_text}): {_short_capture_reason(uncaptured)}"
+    if row.stats(method) is None:
+        why = row.reason_for(method)
+        return f"no {method} latency" + (f" ({why.text})" if why else "")
+    nonfinite = row.error.nonfinite if row.error is not None else None
+    if nonfinite:
+        return f"non-finite outputs ({nonfinite})"
+    rel = row.rel_fro
+    if rel is None:
+        return "no error measured"
+    if rel > max_rel_err:
+        return f"over error budget (rel_fro {rel:.3g} > {max_rel_err:g})"
+    return None
+
+
+def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_METHOD) -> dict:
+    """Recommend a scheme per (M, K, N) of result ``doc`` for an error budget.
+
+    ``max_rel_err``: largest acceptable ``error.rel_fro`` (relative Frobenius error vs float64).
+    ``method``: timing method whose median is compared (µs); ``stream`` by default.
+
+    Returns ``{"method", "max_rel_err", "methods_present", "by_m": [{"m", "k", "n",
+    "pick": {"scheme", "latency_us", "rel_fro", "stored_bytes", "ties": [scheme...],
+    "fastest_median" (the tied scheme with the lowest median when it is not the pick, else None),
+    "kept_from_m" (the smaller M whose pick was kept by the neighbour rule over a tied scheme of
+    lower error or fewer bytes, else None), "caveats" (the pick's flags and noise,
+    :func:`qbench.judge.row_caveats`)} or None,
+    "others": [{"scheme", "reason"}], "unusable": [{"scheme", "eager_us", "rel_fro", "reason"}],
+    "pareto": [{"scheme", "latency_us", "rel_fro", "stored_bytes"}]}]}`` with ``by_m`` in
+    ascending M. ``unusable`` lists the ``ok`` rows without a ``method`` time because their call
+    cannot be captured in a CUDA graph (:func:`qbench.judge.capture_failure`); they are also in
+    ``others``, with a reason that starts "unusable in a graph-captured decode loop".
+    """
+    doc = ResultDoc.of(doc)
+    by_m = []
+    neighbour: dict[tuple, tuple] = {}  # (K, N, tp_size, split) -> (M, scheme picked) at the last M seen
+    for (m, k, n, tp_size, split), rows in by_shape(doc.rows):
+        lost, cands, points, stats, unusable, by_scheme = [], [], [], {}, [], {}
+        for r in rows:
+            by_scheme[r.scheme] = r
+            reason = _lose_reason(r, method, max_rel_err)
+            uncaptured = capture_failure(r, method)
+            if uncaptured:
+                unusable.append({"scheme": r.scheme, "eager_us": _eager_us(r), "rel_fro": r.rel_fro,
+                                 "reason": uncaptured})
+            point = _point(r, method)
+            if point is not None:
+                points.append(point)
+                stats[point["scheme"]] = r.stats(method)
+            if reason is None:
+                cands.append(point)
+            else:
+                lost.append({"scheme": r.scheme, "reason": reason})
+        cands.sort(key=lambda p: p["latency_us"])
+        pick = None
+        shape = (k, n, tp_size, split)
+        if cands:
+            # Among the schemes as fast as the fastest within noise: the scheme picked at the
+            # neighbouring M when it is one of them (M ascending, so the pick cannot flip between two
+            # schemes tied within noise), else the lower error, then fewer stored bytes: a median
+            # difference inside the runs' own spread is no reason to accept 10x the error.
+            fastest = cands[0]
+            tied = [c for c in cands if c is fastest or verdict(stats[fastest["scheme"]], stats[c["scheme"]]) == "same"]
+            by_error = min(tied, key=lambda c: (c["rel_fro"], c["stored_bytes"] or 0, c["latency_us"]))
+            prev_m, prev_scheme = neighbour.get(shape, (None, None))
+            best = next((c for c in tied if c["scheme"] == prev_scheme), by_error)
+            pick = dict(best, ties=[], fastest_median=fastest["scheme"] if best is not fastest else None,
+                        kept_from_m=prev_m if best is not by_error else None,
+                        caveats=row_caveats(by_scheme[best["scheme"]], stats[best["scheme"]]))
+            cands = [best] + [c for c in cands if c is not best]
+        neighbour[shape] = (m, pick["scheme"]) if pick else (None, None)
+        for c in cands[1:]:
+            ratio = c["latency_us"] / pick["latency_us"]
+            versus = f"{fmt_us(c['latency_us'])} µs vs {fmt_us(pick['latency_us'])} µs ({ratio:.2f}×"
+            said = row_caveats(by_scheme[c["scheme"]], stats[c["scheme"]])
+            caveat = f"; {c['scheme']}: {', '.join(said)}" if said else ""
+            if verdict(stats[pick["scheme"]], stats[c["scheme"]]) == "same":
+                pick["ties"].append(c["scheme"])
+                why = "same speed within noise"
+                if c["rel_fro"] > pick["rel_fro"]:
+                    why += f", higher error (rel_fro {c['rel_fro']:.3g} vs {pick['rel_fro']:.3g})"
+                elif pick["kept_from_m"] is not None:
+                    why += f", {pick['scheme']} kept from M={pick['kept_from_m']}"
+                lost.append({"scheme": c["scheme"], "reason": f"{why}: {versus}, p10–p90 overlap{caveat})"})
+            else:
+                lost.append({"scheme": c["scheme"], "reason": f"slower: {versus}{caveat})"})
+        tp = {"tp_size": tp_size, "split": split} if tp_size is not None else {}
+        by_m.append({"m": m, "k": k, "n": n, **tp, "pick": pick, "others": lost, "unusable": unusable,
+                     "pareto": sorted(pareto_front(points), key=lambda p: p["latency_us"])})
+    return {"method": method, "max_rel_err": max_rel_err,
+            "methods_present": methods_present(doc.rows), "by_m": by_m}
+
+
+def _point(row: Row, method: str) -> dict | None:
+    """(latency, rel_fro, stored bytes) of an ``ok`` row with finite outputs, else None."""
+    stats = row.stats(method)
+    if not stats or (row.error is not None and row.error.nonfinite) or row.rel_fro is None:
+        return None
+    return {"scheme": row.scheme, "latency_us": stats.median, "rel_fro": row.rel_fro,
+            "stored_bytes": row.stored_bytes}
+
+
+_MIB = 2.0**-20
+
+
+def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = None) -> str:
+    """Render :func:`recommend`'s result: per M a line with the pick, then a table of the other
+    schemes with their reasons, and the Pareto front. ``fmt`` is any table format of
+    :data:`qbench.render.FORMATS`; ``json`` gives the whole record instead."""
+    if fmt == "json":
+        return json.dumps(rec, indent=2, ensure_ascii=False)
+    method = rec["method"]
+    lines = [f"budget rel_fro <= {rec['max_rel_err']:g}; latency = {method} median"
+             + (f" ({note})" if note else "")]
+    if method not in rec["methods_present"]:
+        lines.append(f"WARNING: no row has {method} latency; methods in this file: "
+                     f"{', '.join(rec['methods_present']) or 'none'}")
+    others_cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
+                   Column("reason", "why not", lambda r: r["reason"])]
+    pareto_cols = [
+        Column("scheme", "scheme", lambda p: p["scheme"]),
+        Column("latency_us", f"{method} µs", lambda p: p["latency_us"], fmt_us, True),
+        Column("rel_fro", "rel err", lambda p: p["rel_fro"], fmt_num(".3g"), True),
+        Column("stored_mib", "stored MiB", lambda p: None if p["stored_bytes"] is None
+               else p["stored_bytes"] * _MIB, fmt_num(".2f"), True),
+    ]
+    for g in rec["by_m"]:
+        pick = g["pick"]
+        tp = f", tp_size={g['tp_size']} {g['split']}" if g.get("tp_size") is not None else ""
+        head = f"\nM={g['m']} (K={g['k']}, N={g['n']}{tp}): "
+        head += (f"use {pick['scheme']} ({fmt_us(pick['latency_us'])} µs, rel_fro {pick['rel_fro']:.3g})"
+                 if pick else f"{DASH} no scheme within the budget")
+        if pick and pick.get("caveats"):
+            head += f" [{', '.join(pick['caveats'])}]"
+        if pick and pick["ties"]:
+            head += f"; as fast within noise: {', '.join(pick['ties'])}"
+        if pick and pick.get("kept_from_m") is not None:
+            head += f" (kept from M={pick['kept_from_m']}: tied within noise, the pick does not flip)"
+        lines.append(head)
+        if g["others"]:
+            lines.append(render(g["others"], others_cols, fmt))
+        lines.append("Pareto front (latency, rel err, stored bytes; all minimised):")
+        lines.append(render(g["pareto"], pareto_cols, fmt) if g["pareto"] else f"  {DASH}")
+    return "\n".join(lines)
+
+
+def summary_rows(doc: ResultDoc | dict, rec: dict, baseline: str = "bf16") -> list[dict]:
+    """One dict per M of :func:`recommend`'s ``rec`` for result ``doc``: ``{"scenario", "m", "k",
+    "n", "pick", "latency_us", "rel_fro", "baseline_us", "speedup", "ties", "kept_from_m",
+    "unusable"}`` (``kept_from_m``: the pick's, see :func:`recommend`).
+    ``baseline_us`` is ``baseline``'s median (same method) at the same (M, K, N), ``None`` when it
+    has none; ``speedup`` = baseline_us / latency_us (> 1: the pick is faster); ``unusable`` names
+    the schemes whose call cannot be captured in a CUDA graph at that shape."""
+    doc = ResultDoc.of(doc)
+    method = rec["method"]
+    base = {r.shape: r.stats(method) for r in doc.rows if r.scheme == baseline}
+    out = []
+    for g in rec["by_m"]:
+        pick = g["pick"] or {}
+        stats = base.get((g["m"], g["k"], g["n"], g.get("tp_size"), g.get("split")))
+        base_us = stats.median if stats else None
+        lat = pick.get("latency_us")
+        out.append({"scenario": doc.scenario.name, "m": g["m"], "k": g["k"],
+                    "n": g["n"], "pick": pick.get("scheme"), "latency_us": lat,
+                    "rel_fro": pick.get("rel_fro"), "baseline_us": base_us,
+                    "speedup": base_us / lat if base_us and lat else None,
+                    "ties": pick.get("ties") or [], "kept_from_m": pick.get("kept_from_m"),
+                    "unusable": [u["scheme"] for u in g.get("unusable") or []]})
+    return out
+
+
+def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "simple") -> str:
+    """Render :func:`summary_rows` (of one or more files) as one table in format ``fmt``."""
+    cols = [
+        Column("scenario", "scenario", lambda r: r["scenario"]),
+        Column("m", "M", lambda r: r["m"], str, True),
+        Column("k", "K", lambda r: r["k"], str, True),
+        Column("n", "N", lambda r: r["n"], str, True),
+        Column("pick", "pick", lambda r: r["pick"] or f"{DASH} none within budget",
+               cell_override=lambda r: (r["pick"] or f"{DASH} none within budget")
+               + (f" (kept from M={r['kept_from_m']})" if r.get("kept_from_m") is not None else "")),
+        Column("latency_us", f"{method} µs", lambda r: r["latency_us"], fmt_us, True),
+        Column("rel_fro", "rel err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+        Column("baseline_us", f"{baseline} µs", lambda r: r["baseline_us"], fmt_us, True),
+        Column("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", lambda r: r["speedup"],
+               lambda v: DASH if v is None else f"{v:.2f}×", True,
+               cell_override=lambda r: (DASH if r["speedup"] is None else f"{r['speedup']:.2f}×"
+                                        + (" (same within noise)" if baseline in (r["ties"] or []) else ""))),
+        Column("ties", "as fast within noise", lambda r: ", ".join(r["ties"]) or DASH),
+    ]
+    return render(rows, cols, fmt)
+
+
+# ---- --by-format: the fastest kernel of each storage format -------------------------------------
+
+def row_storage_format(row: Row) -> str:
+    """The storage format of a result row (one of :data:`qbench.schemes.base.STORAGE_FORMATS`).
+
+    The scheme registry says it (:attr:`~qbench.schemes.base.Scheme.storage_format`) when the
+    row's base scheme is registered with the ``weight_dtype`` the row has; otherwise (a scheme
+    this qbench does not know, or whose stored dtype changed since the file was written) it is
+    read from the row's ``weight_dtype`` (:func:`~qbench.schemes.base.storage_format_of`).
+    """
+    from qbench import schemes
+    from qbench.schemes.base import storage_format_of
+
+    wd = row.weight_dtype
+    try:
+        scheme = schemes.get(row.base_scheme) if row.base_scheme else None
+    except schemes.UnknownSchemeError:
+        scheme = None
+    if scheme is not None and (wd is None or wd == scheme.weight_dtype):
+        return scheme.storage_format
+    return storage_format_of(wd)
+
+
+def main_kernel(row: Row) -> str | None:
+    """The short name (:func:`qbench.dispatch.short_kernel`) of the longest kernel of one call in
+    ``dispatch.kernels`` (memory copies only when there is no kernel), or ``None``."""
+    kernels = row.dispatch.kernels if row.dispatch is not None else []
+    real = [k for k in kernels if (k.kind if "kind" in k.model_fields_set else "kernel") == "kernel"] or kernels
+    if not real:
+        return None
+    return short_kernel(str(max(real, key=lambda k: k.us or 0.0).name))
+
+
+def _short_lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
+    reason = _lose_reason(row, method, max_rel_err)
+    if reason is None:
+        return None
+    if reason.startswith(UNUSABLE):
+        return UNUSABLE
+    return row.status if row.status != "ok" else reason
+
+
+def by_format(doc: ResultDoc | dict, method: str = DECISION_METHOD, max_rel_err: Optional[float] = None,
+              baseline: str = "bf16") -> list[dict]:
+    """The fastest scheme of each storage format per (M, K, N) of result ``doc``.
+
+    One record per (M, K, N) and format present (formats in the order of
+    :data:`qbench.schemes.base.STORAGE_FORMATS`, M ascending): ``{"scenario", "m", "k", "n",
+    "format", "pick" (scheme or None), "library", "kernel" (:func:`main_kernel`), "latency_us",
+    "rel_fro", "baseline_us", "speedup" (baseline / pick, same shape and method), "others":
+    [{"scheme", "ratio" (its median / the pick's, or None), "tie" (p10–p90 overlap), "reason"
+    (why it has no ratio, or None)}]}``; ``others`` lists the candidates by ratio, then the rest.
+    A candidate is an ``ok`` row with a ``method`` time, finite outputs, an error measured and,
+    when ``max_rel_err`` is given, ``rel_fro`` within it (:func:`recommend`'s rules).
+    """
+    doc = ResultDoc.of(doc)
+    from qbench.schemes.base import STORAGE_FORMATS
+
+    budget = float("inf") if max_rel_err is None else max_rel_err
+    scenario = doc.scenario.name
+    order = {f: i for i, f in enumerate(STORAGE_FORMATS)}
+    out = []
+    for (m, k, n, tp_size, split), rows in by_shape(doc.rows):
+        base_stats = next((r.stats(method) for r in rows if r.scheme == baseline), None)
+        base_us = base_stats.median if base_stats else None
+        by_fmt: dict[str, list[Row]] = {}
+        for r in rows:
+            by_fmt.setdefault(row_storage_format(r), []).append(r)
+        for fmt in sorted(by_fmt, key=lambda f: (order.get(f, len(order)), f)):
+            rows_f = by_fmt[fmt]
+            cands = sorted((r for r in rows_f if _lose_reason(r, method, budget) is None),
+                           key=lambda r: r.stats(method).median)
+            rec = {"scenario": scenario, "m": m, "k": k, "n": n,
+                   **({"tp_size": tp_size, "split": split} if tp_size is not None else {}), "format": fmt, "pick": None,
+                   "library": None, "kernel": None, "latency_us": None, "rel_fro": None,
+                   "baseline_us": base_us, "speedup": None, "others": []}
+            if cands:
+                best = cands[0]
+                best_stats = best.stats(method)
+                lat = best_stats.median
+                rec.update(pick=best.scheme, library=best.library, kernel=main_kernel(best),
+                           latency_us=lat, rel_fro=best.rel_fro,
+                           speedup=base_us / lat if base_us else None)
+                for c in cands[1:]:
+                    stats = c.stats(method)
+                    rec["others"].append({"scheme": c.scheme, "ratio": stats.median / lat,
+                                          "tie": verdict(best_stats, stats) == "same", "reason": None})
+            for r in rows_f:
+                why = _short_lose_reason(r, method, budget)
+                if why is not None:
+                    rec["others"].append({"scheme": r.scheme, "ratio": None, "tie": False, "reason": why})
+            out.append(rec)
+    return out
+
+
+def _ratio(v: float) -> str:
+    return f"{v:.2f}×" if v < 10 else f"{v:.1f}×" if v < 100 else f"{v:.0f}×"
+
+
+def _others_cell(others: list[dict]) -> str:
+    """``fp8-dynamic 3.42×, fp4-bnb 1.00× (tie); w8a8-dynamic, int8-bnb: unusable in a ...``:
+    the timed schemes with their ratio, then the others grouped by reason."""
+    timed = [f"{o['scheme']} {_ratio(o['ratio'])}" + (" (tie)" if o["tie"] else "")
+             for o in others if o["ratio"] is not None]
+    why: dict[str, list[str]] = {}
+    for o in others:
+        if o["ratio"] is None:
+            why.setdefault(o["reason"], []).append(o["scheme"])
+    parts = [", ".join(timed)] if timed else []
+    parts += [f"{', '.join(names)}: {reason}" for reason, names in why.items()]
+    return "; ".join(parts) or DASH
+
+
+def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "simple",
+                     several: bool = False) -> str:
+    """Render :func:`by_format` records (of one or more files) as one table in ``fmt``; with
+    ``several`` the scenario, K and N columns are shown too. ``json`` gives the records."""
+    if fmt == "json":
+        return json.dumps(rows, indent=2, ensure_ascii=False)
+    cols = [Column("scenario", "scenario", lambda r: r["scenario"]),
+            Column("k", "K", lambda r: r["k"], str, True),
+            Column("n", "N", lambda r: r["n"], str, True)] if several else []
+    cols += [Column("m", "M", lambda r: r["m"], str, True)]
+    if any(r.get("tp_size") is not None for r in rows):  # tensor-parallel groups: which sharding
+        cols += [COLUMNS["tp_size"], COLUMNS["split"]]
+    cols += [
+        Column("format", "format", lambda r: r["format"]),
+        Column("pick", "fastest", lambda r: r["pick"] or f"{DASH} no candidate"),
+        Column("library", "library", lambda r: r["library"]),
+        Column("kernel", "longest kernel", lambda r: r["kernel"]),
+        Column("latency_us", f"{method} µs", lambda r: r["latency_us"], fmt_us, True),
+        Column("rel_fro", "rel err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+        Column("speedup", f"speed-up vs {baseline} ({baseline} time / fastest's)", lambda r: r["speedup"],
+               lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("others", "others of the format (their time / the fastest's)", lambda r: _others_cell(r["others"])),
+    ]
+    return render(rows, cols, fmt)
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("result", nargs="+", help="result JSON written by qbench run (one or more)")
+    add_max_rel_err(p, "required, except with --by-format")
+    add_method(p)
+    add_format(p, "any tabulate format, or json; csv with --summary or --by-format")
+    p.add_argument("--summary", action="store_true",
+                   help="one line per (file, M): pick, latency, error, speed-up over --baseline")
+    p.add_argument("--by-format", action="store_true",
+                   help="per M and storage format (8-bit float, 8-bit int, 4-bit int, 4-bit float; "
+                        "16/32-bit float as references): the fastest scheme, its library and kernel, "
+                        "and how far the others of the format are")
+    add_baseline(p, "--summary and --by-format")
+    add_allow_incomplete(p, "accept result files of interrupted runs (\"complete\": false); refused otherwise, "
+                            "since a missing scheme would silently change the pick")
+
+
+def run_recommend(args: argparse.Namespace) -> int:
+    """Run ``qbench recommend`` from parsed ``args``; returns the exit status (0 or 1; raises
+    :class:`~qbench.readers.common.Refused` on bad input).
+
+    Bad input (exit 2, one line): an unknown format (csv only with ``--summary`` or
+    ``--by-format``, the cases that are a single table), a missing (except with ``--by-format``),
+    negative or NaN ``--max-rel-err``, ``--summary`` with ``--by-format``, an unreadable result
+    file; with ``--summary`` or ``--by-format`` also a timing method that some file has no data
+    for, or files that resolve to different methods, and with ``--summary`` a ``--baseline`` that
+    is not a scheme of some file.
+    """
+    summary_mode = getattr(args, "summary", False)
+    format_mode = getattr(args, "by_format", False)
+    if summary_mode and format_mode:
+        raise Refused("--summary and --by-format are two views; pass one of them")
+    if args.format not in FORMATS or (args.format == "csv" and not (summary_mode or format_mode)):
+        allowed = sorted(f for f in FORMATS if f != "csv")
+        raise Refused(f"unknown format {args.format!r}; allowed: {', '.join(allowed)}"
+                      + ("" if args.format != "csv" else "; csv needs --summary or --by-format (one table)"))
+    if args.max_rel_err is None and not format_mode:
+        raise Refused("--max-rel-err is required (e.g. 0.01), except with --by-format")
+    check_max_rel_err(args.max_rel_err)
+    paths = [args.result] if isinstance(args.result, str) else list(args.result)
+    docs = open_results(paths, incomplete="warn" if getattr(args, "allow_incomplete", False) else "refuse",
+                        refusal="is incomplete (\"complete\": false): a scheme missing from it would change "
+                                "the pick; pass --allow-incomplete to use it anyway", steps=True)
+    if any(doc.job == "step" for doc in docs):
+        return _run_step(args, paths, docs)
+    if format_mode:
+        return _run_by_format(args, paths, docs)
+    baseline = getattr(args, "baseline", "bf16")
+    picked, summary, methods, records, notes = False, [], set(), [], []
+    for path, doc in zip(paths, docs):
+        method, note = resolve_method(doc, args.method)
+        if note and note not in notes:
+            notes.append(note)
+        if summary_mode:
+            _check_method(path, doc, method)
+            if not any(r.scheme == baseline for r in doc.rows):
+                raise Refused(f"{path}: --baseline {baseline!r} is not a scheme of this file")
+        rec = recommend(doc, args.max_rel_err, method)
+        picked = picked or any(g["pick"] for g in rec["by_m"])
+        if summary_mode:
+            summary += [dict(row, file=path) for row in summary_rows(doc, rec, baseline)]
+            methods.add(method)
+        else:
+            records.append((path, rec, note))
+    if not summary_mode:
+        if args.format == "json" and len(records) > 1:  # one JSON document, not several
+            print(json.dumps([{"file": path, **rec} for path, rec, _ in records], indent=2, ensure_ascii=False))
+        elif len(records) == 1:
+            print(render_recommendation(records[0][1], args.format, records[0][2]))
+        else:
+            for i, (path, rec, note) in enumerate(records):
+                print(("\n" if i else "") + f"== {path}")
+                print(render_recommendation(rec, args.format, note))
+        return 0 if picked else 1
+    method = _one_method(methods, "--summary")
+    if len({(row["scenario"], row["m"], row["k"], row["n"]) for row in summary}) < len(summary):
+        for row in summary:  # two files of one scenario: name them by path
+            row["scenario"] = row["file"]
+    if args.format == "json":
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        if wants_prose(args.format):
+            print(f"budget rel_fro <= {args.max_rel_err:g}; latency = {method} median"
+                  + "".join(f" ({n})" for n in notes) + "; the pick: among the schemes within the budget "
+                  "as fast as the fastest within noise (p10–p90 overlap), the one picked at the next smaller M "
+                  "('kept from M=...'), else the lowest error, then the fewest stored bytes; "
+                  f"speed-up = {baseline} time / pick time (> 1: the pick is faster)\n")
+        print(render_summary(summary, method, baseline, args.format))
+        unusable = unusable_note([(s, row["m"]) for row in summary for s in row["unusable"]], method)
+        if unusable and wants_prose(args.format):
+            print(f"\n{unusable}")
+    return 0 if picked else 1
+
+
+def _step_columns(baseline: str) -> list[Column]:
+    return [
+        Column("m", "M", lambda r: r["m"], str, True),
+        Column("context", "context", lambda r: r["context"], str, True),
+        Column("pick", "fastest step within the budget", lambda r: r["pick"] or "none"),
+        Column("method", "step method", lambda r: step_view.SHORT.get(r["method"], DASH) if r["method"] else DASH),
+        Column("step_us", "step µs", lambda r: r["step_us"], fmt_us, True),
+        Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
+        Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+        Column("within", "within budget", lambda r: f"{r['within']} of {r['timed']}", numeric=True),
+    ]
+
+
+def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
+    """``qbench recommend STEP.json --max-rel-err X``: per file, per M and context, the fastest
+    measured decode step among the schemes whose logits error against the FP32 step
+    (``error.rel_fro``) is at most X, each timed by its decision method
+    (:data:`qbench.step.view.DECISION_ORDER`, named in the output), with its speed-up over
+    ``--baseline`` (:func:`qbench.step.view.recommend`). Returns 0 when some (M, context) has a
+    pick, else 1; raises :class:`~qbench.readers.common.Refused` for layer and step files mixed,
+    ``--summary``, ``--by-format`` or ``--method``."""
+    if any(doc.job != "step" for doc in docs):
+        raise Refused("give per-layer files or model-step files, not both: "
+                      + ", ".join(f"{p} ({d.job})" for p, d in zip(paths, docs)))
+    for flag, given in (("--summary", args.summary), ("--by-format", args.by_format), ("--method", args.method)):
+        if given:
+            raise Refused(f"{flag} reads per-layer files; a model-step file has one view (the fastest step per M "
+                          "and context)")
+    picked, records = False, []
+    for path, doc in zip(paths, docs):
+        rec = step_view.recommend(doc.step_rows, args.max_rel_err, args.baseline)
+        picked = picked or any(r["pick"] for r in rec)
+        records.append((path, doc, rec))
+    if args.format == "json":
+        out = [{"file": path, "model": doc.step_rows[0].model, "max_rel_err": args.max_rel_err, "by_m_context": rec}
+               for path, doc, rec in records]
+        print(json.dumps(out if len(out) > 1 else out[0], indent=2, ensure_ascii=False))
+        return 0 if picked else 1
+    for i, (path, doc, rec) in enumerate(records):
+        rows = doc.step_rows
+        if len(records) > 1:
+            print(("\n" if i else "") + f"== {path}")
+        if wants_prose(args.format):
+            print(f"{rows[0].title} ({rows[0].model}), decode step: the fastest step whose logits error against "
+                  f"the FP32 step is ≤ {args.max_rel_err:g} (error.rel_fro), per M and context; step method: "
+                  f"{', else '.join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)}; ×{args.baseline} = "
+                  f"{args.baseline} step / this step (a compiled scheme against {args.baseline}+compiled)\n")
+        print(render(rec, _step_columns(args.baseline), args.format))
+        if wants_prose(args.format):
+            untimed = sorted({s for r in rec for s in r["untimed"]})
+            if untimed:
+                print(f"\nnot timed (no step time, not considered): {', '.join(untimed)}")
+    return 0 if picked else 1
+
+
+def _check_method(path: str, doc: ResultDoc, method: str) -> None:
+    """Refuse a view of one table when ``doc`` has no ``method`` time at all."""
+    present = methods_present(doc.rows)
+    if method not in present:
+        raise Refused(f"{path}: no row has {method} latency; methods in this file: {', '.join(present) or 'none'}")
+
+
+def _one_method(methods: set, view: str) -> str:
+    """The one method of a one-table view; refuse files that resolve to several."""
+    if len(methods) > 1:
+        raise Refused(f"{view} needs one timing method, these files give {sorted(methods)}; pass --method")
+    (method,) = methods
+    return method
+
+
+def _run_by_format(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
+    """``--by-format`` over the files read: one table (one JSON list) of :func:`by_format` records."""
+    baseline = getattr(args, "baseline", "bf16")
+    records, methods, notes = [], set(), []
+    for path, doc in zip(paths, docs):
+        method, note = resolve_method(doc, args.method)
+        if note and note not in notes:
+            notes.append(note)
+        _check_method(path, doc, method)
+        methods.add(method)
+        records += [dict(r, file=path) for r in by_format(doc, method, args.max_rel_err, baseline)]
+    method = _one_method(methods, "--by-format")
+    if len({(r["scenario"], r["m"], r["k"], r["n"], r["format"]) for r in records}) < len(records):
+        for r in records:  # two files of one scenario: name them by path
+            r["scenario"] = r["file"]
+    if wants_prose(args.format):
+        budget = "" if args.max_rel_err is None else f" within rel_fro <= {args.max_rel_err:g}"
+        print(f"latency = {method} median" + "".join(f" ({n})" for n in notes)
+              + f"; per M and storage format the fastest scheme{budget}, its library and longest "
+              "kernel; others: their median / the fastest's, '(tie)': p10–p90 overlaps the fastest's\n")
+    print(render_by_format(records, method, baseline, args.format, several=len(paths) > 1))
+    return 0 if any(r["pick"] for r in records) else 1
+
+
+COMMAND = Command(
+    name="recommend", help="the fastest scheme within an error budget, per M", description=__doc__.split("\n\n")[0],
+    exit_codes="0 some M got a pick; 1 no M did; 2 bad input (an incomplete file without --allow-incomplete)",
+    add_arguments=_add_arguments, run=run_recommend)

@@ -1,0 +1,343 @@
+"""``qbench report RESULT.json``: show a result file as a table, CSV or JSON.
+
+    qbench report results/h200/decode.json --format github --columns scheme,m,cold,rel_err
+    qbench report RESULT.json --sort cold --status ok      (--sort=-cold: descending)
+    qbench report RESULT.json --crossover --baseline bf16
+    qbench report RESULT.json --by-m           (a sweep as a grid: scheme x M, stream times)
+    qbench report RESULT.json --by-m rel_err   (the grid of any column)
+
+``--crossover`` and ``--by-m`` without a column read ``stream`` (or ``--method``); a file without
+any stream time (written before it existed) falls back to ``cold``, or ``cpu`` on a CPU result,
+with a one-line note.
+
+Crossover: for each scheme and each M of the sweep, the verdict of :func:`qbench.judge.verdict`
+against the baseline at the same (M, K, N): ``faster`` when the scheme's [p10, p90] interval lies
+wholly below the baseline's, ``slower`` when wholly above, ``same`` when the two overlap (the
+difference is within the runs' own noise; NVBench's compare draws the same line). Without the
+``same`` class a sweep of two equal-speed schemes (fp16 against bf16: the same cuBLAS kernels)
+reads as a random pattern of wins and losses. The wins are summarised as ranges over the M values
+the sweep measured (with M = 1, 16, 64, 512 and wins at 1, 16 and 64 the range is ``1–64``; a gap
+in the sweep's M values starts a new range).
+
+Exit status: 0 on success, 2 on bad input (unreadable file, unknown column/format/sort key,
+unknown baseline), with one line on stderr naming the bad value.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Sequence
+
+from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, incomplete_warning, methods_present,
+                          resolve_method, unusable_note, verdict)
+from qbench.readers.common import Command, Refused, add_baseline, add_format, add_method, open_results
+from qbench.render import COLUMNS, Column, check_format, render, render_header, wants_prose
+from qbench.render.columns import DASH, resolve_columns
+from qbench.results import ResultDoc
+from qbench.row import Row
+from qbench.step import view as step_view
+
+__all__ = ["COMMAND", "by_m", "crossover", "m_ranges", "render_by_m", "render_crossover", "run_report",
+           "sort_rows"]
+
+
+def sort_rows(rows: list[Row], key: str) -> list[Row]:
+    """Sort rows by column ``key`` (``-key`` descending); rows without a value go last.
+    Raises ``ValueError`` for an unknown key."""
+    desc = key.startswith("-")
+    col = resolve_columns([key.lstrip("-")], rows)[0]
+    have = [r for r in rows if col.value(r) is not None]
+    missing = [r for r in rows if col.value(r) is None]
+    return sorted(have, key=col.value, reverse=desc) + missing
+
+
+def _unusable(rows: Sequence[Row], method: str) -> str | None:
+    """The one-line note naming the schemes without a ``method`` time because their call cannot be
+    captured in a CUDA graph, or ``None``."""
+    return unusable_note([(r.scheme, r.m) for r in rows if capture_failure(r, method)], method)
+
+
+# ---- crossover -----------------------------------------------------------------------------------
+
+def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:
+    """Summarise ``wins`` (a subset of ``sweep``) as ranges of consecutive sweep values:
+    ``m_ranges([1, 16, 512], [1, 16, 64, 512]) == "1–16, 512"``; ``""`` when there are none."""
+    order = sorted(set(sweep))
+    won = set(wins)
+    parts, start, prev = [], None, None
+    for m in order + [None]:
+        if m is not None and m in won:
+            start = m if start is None else start
+            prev = m
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}–{prev}")
+            start = None
+    return ", ".join(parts)
+
+
+def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECISION_METHOD) -> list[dict]:
+    """For each scheme other than ``baseline`` (first-seen order), compare its ``method`` timing
+    with the baseline's at every (M, K, N) where both are ``ok`` and timed.
+
+    Returns ``[{"scheme", "k", "n", "wins": [M...], "ties": [M...], "losses": [M...],
+    "untimed": [M...], "unusable": [M...], "ranges": "1–64", "best_speedup": the largest speed-up
+    over the baseline, baseline median / scheme median (> 1: the scheme is faster), over the timed
+    M values, or None}]``: ``wins`` / ``losses`` are the M values where the [p10, p90] intervals do
+    not overlap and the scheme's median is below / above the baseline's, ``ties`` those where they
+    overlap (a row without p10/p90 compares by its median alone), ``untimed`` those where either
+    side has no time, and ``unusable`` the part of ``untimed`` where the scheme's call cannot be
+    captured in a CUDA graph (:func:`qbench.judge.capture_failure`), so it has no ``stream``
+    time. ``ranges`` summarises ``wins`` over the sweep's M values (an M that is a tie, a loss or
+    untimed splits a range). Tensor-parallel rows compare with the baseline at the same tp_size and
+    split. Raises ``ValueError`` (one line) when the file has no rows for ``baseline`` or none of
+    them has ``method`` latency.
+    """
+    doc = ResultDoc.of(doc)
+    rows = doc.rows
+    base = {r.shape: r.stats(method) for r in rows if r.scheme == baseline}
+    if not base:
+        schemes = sorted({r.scheme for r in rows})
+        raise ValueError(f"--baseline {baseline!r} is not a scheme of this file; schemes: "
+                         f"{', '.join(schemes) or 'none (the file has no rows)'}")
+    if all(v is None for v in base.values()):
+        states = sorted({r.status for r in rows if r.scheme == baseline})
+        raise ValueError(f"--baseline {baseline!r} has no {method} latency at any M in this file "
+                         f"(its rows: {', '.join(states)}); choose another --baseline or --method")
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        if r.scheme == baseline:
+            continue
+        tp = {"tp_size": r.tp_size, "split": r.split} if r.tp_size is not None else {}
+        rec = out.setdefault((r.scheme, r.k, r.n, r.tp_size, r.split),
+                             {"scheme": r.scheme, "k": r.k, "n": r.n, **tp, "wins": [], "ties": [], "losses": [],
+                              "untimed": [], "unusable": [], "best_speedup": None, "_sweep": []})
+        rec["_sweep"].append(r.m)
+        mine, theirs = r.stats(method), base.get(r.shape)
+        if mine is None or theirs is None:
+            rec["untimed"].append(r.m)
+            if capture_failure(r, method):
+                rec["unusable"].append(r.m)
+            continue
+        said = verdict(theirs, mine)
+        rec["wins" if said == "faster" else "losses" if said == "slower" else "ties"].append(r.m)
+        speedup = theirs.median / mine.median
+        rec["best_speedup"] = speedup if rec["best_speedup"] is None else max(rec["best_speedup"], speedup)
+    for rec in out.values():
+        sweep = rec.pop("_sweep")
+        rec["ranges"] = m_ranges(rec["wins"], sweep)  # an untimed M between two wins splits the range
+    return list(out.values())
+
+
+def _crossover_columns(baseline: str, method: str, shapes: int = 1) -> list[Column]:
+    ms = lambda v: ", ".join(map(str, v)) or DASH  # noqa: E731
+    return [
+        Column("scheme", "scheme", lambda r: r["scheme"]),
+        *([Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}")] if shapes > 1 else []),
+        Column("ranges", f"faster than {baseline} at M", lambda r: r["ranges"] or None),
+        Column("ties", "same at M (p10–p90 overlap)", lambda r: r["ties"], ms),
+        Column("losses", "slower at M", lambda r: r["losses"], ms),
+        Column("untimed", "not timed at M", lambda r: r["untimed"], ms),
+        Column("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})",
+               lambda r: r["best_speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
+    ]
+
+
+def render_crossover(records: list[dict], baseline: str, method: str, fmt: str = "simple") -> str:
+    """Render :func:`crossover`'s records in any :data:`qbench.render.FORMATS` format. A file with
+    several K×N shapes gets a K×N column; CSV and JSON also carry ``k``, ``n``, ``wins``,
+    ``baseline`` and ``method`` on every record, so a script needs no header line."""
+    cols = _crossover_columns(baseline, method, len({(r["k"], r["n"]) for r in records}))
+    if fmt in ("csv", "json"):
+        cols = [cols[0],
+                Column("k", "K", lambda r: r["k"]), Column("n", "N", lambda r: r["n"]),
+                Column("baseline", "baseline", lambda r: baseline), Column("method", "method", lambda r: method),
+                Column("wins", "wins", lambda r: r["wins"]),
+                *[c for c in cols[1:] if c.key != "kn"],
+                Column("unusable", "unusable in a graph at M", lambda r: r["unusable"])]
+    return render(records, cols, fmt)
+
+
+# ---- by M ----------------------------------------------------------------------------------------
+
+def by_m(doc: ResultDoc | dict, column: str) -> tuple[list[dict], list[int]]:
+    """A sweep as a grid: one record per (scheme, K, N) in first-seen order, one cell per M, each
+    cell the text that ``qbench report``'s column ``column`` shows for that row (``stream`` gives
+    the stream median with its ``*`` noisy mark, ``rel_err`` the error, ``dispatch`` the label...).
+
+    Returns ``(records, ms)``: records ``{"scheme", "k", "n", "cells": {M: text}, "values": {M:
+    raw value}}`` and the sorted M values of the file. Tables show ``cells``; CSV and JSON carry
+    ``values`` (unformatted, as ``qbench report --format csv`` does; a row that is not ``ok``
+    gives its status). A (scheme, M) the file lacks is a dash in a table and null in CSV/JSON.
+    Raises ``ValueError`` (one line) for an unknown column key.
+    """
+    doc = ResultDoc.of(doc)
+    rows = doc.rows
+    (col,) = resolve_columns([column], rows)
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        rec = out.setdefault((r.scheme, r.k, r.n), {"scheme": r.scheme, "k": r.k, "n": r.n, "cells": {},
+                                                     "values": {}})
+        ok = r.status == "ok"
+        rec["cells"][r.m] = col.cell(r) if ok else r.status
+        rec["values"][r.m] = col.value(r) if ok else r.status
+    ms = sorted({r.m for r in rows})
+    return list(out.values()), ms
+
+
+def render_by_m(records: list[dict], ms: list[int], header: str, fmt: str = "simple",
+                numeric: bool = True) -> str:
+    """Render :func:`by_m`'s grid: a ``scheme`` column, then ``M=1``, ``M=2``... whose cells are
+    ``header`` values (the column's header names the unit); ``numeric`` right-aligns them."""
+    cols = [Column("scheme", "scheme", lambda r: r["scheme"])]
+    if len({(r["k"], r["n"]) for r in records}) > 1:
+        cols.append(Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"))
+    cols += [Column(f"m{m}", f"M={m}", lambda r, m=m: r["values"].get(m), str, numeric,
+                    cell_override=lambda r, m=m: r["cells"].get(m) or DASH) for m in ms]
+    return f"{header}, by M\n\n" + render(records, cols, fmt) if wants_prose(fmt) else render(records, cols, fmt)
+
+
+# ---- the command ---------------------------------------------------------------------------------
+
+#: What ``--by-m`` given without a column stands for: the timing method (``--method`` or the default).
+_BY_M_METHOD = object()
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("result", nargs="?", help="result JSON written by qbench run")
+    add_format(p)
+    p.add_argument("--columns", help="comma-separated column keys; see the list in --help-columns")
+    p.add_argument("--help-columns", action="store_true", help="list the column keys and exit")
+    p.add_argument("--sort", help="column key to sort by, ascending; --sort=-cold for descending")
+    p.add_argument("--status", choices=("ok", "all"), default="all",
+                   help="ok: only rows that ran; all (default): skipped and failed rows too")
+    view = p.add_mutually_exclusive_group()
+    view.add_argument("--crossover", action="store_true",
+                      help="instead of rows: for each scheme, the M where it beats --baseline")
+    view.add_argument("--by-m", metavar="COLUMN", nargs="?", const=_BY_M_METHOD,
+                      help="instead of rows: one line per scheme, one column per M, cells from COLUMN "
+                           f"(e.g. stream, cold, rel_err, roofline_pct); without COLUMN the --method "
+                           f"times (default {DECISION_METHOD})")
+    add_baseline(p, "--crossover")
+    add_method(p, "timing method of --crossover and a bare --by-m")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Run ``qbench report`` from parsed ``args``; returns the exit status (raises
+    :class:`~qbench.readers.common.Refused` on bad input)."""
+    if getattr(args, "help_columns", False):
+        for c in COLUMNS.values():
+            print(f"{c.key:18} {c.header:16} {c.help}")
+        return 0
+    if args.result is None:
+        raise Refused("give a result JSON file (qbench report RESULT.json); --help-columns needs none")
+    try:
+        check_format(args.format)
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
+    (doc,) = open_results([args.result], incomplete="keep", steps=True)  # the header says so
+    if doc.job == "step":
+        return _show_step(args, doc)
+    if args.crossover:
+        return _show_crossover(args, doc)
+    if args.by_m is not None:
+        return _show_by_m(args, doc)
+    rows = [r for r in doc.rows if args.status == "all" or r.status == "ok"]
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+    try:
+        if args.sort:
+            rows = sort_rows(rows, args.sort)
+        text = render(rows, columns, args.format)
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
+    if wants_prose(args.format):  # prose lines (device header) only around terminal tables
+        print(render_header(doc))
+        print()  # Markdown: a table right under a text line would not start a new block
+    print(text)
+    return 0
+
+
+def _show_step(args: argparse.Namespace, doc: ResultDoc) -> int:
+    """A model-step file: its step table (:func:`qbench.step.view.step_table`: the step per method,
+    tokens/s, Σ linear, the remainder, the HBM floor, the speed-up over ``--baseline`` measured and
+    as Σ linear predicts it, the logits error), in the file's order, or with ``--by-m`` sorted by M
+    and context; prose (what the columns and methods are, an incomplete file) around terminal
+    tables. ``--crossover``, ``--columns``, ``--sort`` and ``--method`` read per-layer rows and are
+    refused."""
+    for flag, given in (("--crossover", args.crossover), ("--columns", args.columns), ("--sort", args.sort),
+                        ("--method", args.method)):
+        if given:
+            raise Refused(f"{args.result}: a model-step result; {flag} reads per-layer results (the step table "
+                          "has fixed columns; qbench model shows the context sweep)")
+    if args.by_m is not None and args.by_m is not _BY_M_METHOD:
+        raise Refused(f"{args.result}: a model-step result; --by-m takes no column for it (the step table, by M)")
+    rows = [r for r in doc.step_rows if args.status == "all" or r.status == "ok"]
+    if args.by_m is not None:
+        order = {r.key: i for i, r in enumerate(rows)}
+        rows = sorted(rows, key=lambda r: (r.m, r.context, order[r.key]))
+    if wants_prose(args.format):
+        for line in step_view.describe(doc.to_json()):
+            print(line)
+        warning = incomplete_warning(doc, args.result)
+        if warning:
+            print(warning.removeprefix("warning: "))
+        print()
+    table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline)
+    print(table, end="" if table.endswith("\n") else "\n")  # csv ends its last line itself
+    return 0
+
+
+def _show_crossover(args: argparse.Namespace, doc: ResultDoc) -> int:
+    method, note = resolve_method(doc, args.method)
+    try:
+        records = crossover(doc, args.baseline, method)
+    except ValueError as exc:
+        raise Refused(f"{args.result}: {exc}") from None
+    table = wants_prose(args.format)
+    if table:
+        print(render_header(doc))
+        print(f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else "")
+              + f"; speed-up = {args.baseline} time / scheme time (> 1: the scheme is faster)")
+        print()
+    print(render_crossover(records, args.baseline, method, args.format))
+    unusable = _unusable(doc.rows, method)
+    if table and unusable:
+        print(f"\n{unusable}")
+    return 0
+
+
+def _show_by_m(args: argparse.Namespace, doc: ResultDoc) -> int:
+    if args.columns or args.sort:
+        raise Refused("--columns and --sort do not apply to --by-m (its columns are the M values)")
+    note = None
+    column = args.by_m
+    if column is _BY_M_METHOD:
+        column, note = resolve_method(doc, args.method)
+    elif args.method is not None:
+        raise Refused(f"--method does not apply to --by-m {column} (the column says what it shows); "
+                      f"--by-m --method {args.method} shows that method's times")
+    if column not in COLUMNS:
+        raise Refused(f"--by-m: unknown column {column!r}; allowed: {', '.join(COLUMNS)}")
+    present = methods_present(doc.rows)
+    if column in METHOD_CHOICES and column not in present:
+        raise Refused(f"--by-m {column}: no row of {args.result} has {column} latency; "
+                      f"methods in this file: {', '.join(present) or 'none'}")
+    kept = doc.model_copy(update={"rows": [r for r in doc.rows if args.status == "all" or r.status == "ok"]})
+    records, ms = by_m(kept, column)
+    col = COLUMNS[column]
+    table = wants_prose(args.format)
+    if table:
+        print(render_header(doc))
+        if note:
+            print(note)
+        print()
+    print(render_by_m(records, ms, col.header, args.format, col.numeric))
+    unusable = _unusable(kept.rows, column) if column in METHOD_CHOICES else None
+    if table and unusable:
+        print(f"\n{unusable}")
+    return 0
+
+
+COMMAND = Command(
+    name="report", help="show a result JSON as a table, CSV or JSON", description=__doc__.split("\n\n")[0],
+    exit_codes="0; 2 bad input", add_arguments=_add_arguments, run=run_report)

@@ -1,0 +1,177 @@
+"""Tests for qbench compare (qbench.readers.compare): noise-only runs are `same`, a regression is
+flagged and exits 1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from qbench.readers import compare
+from qbench.judge import verdict
+from qbench.readers.compare import compare_docs
+from qbench.results import read_results
+from qbench.row import Stats, flag_record
+from tests.conftest import run_subcommand
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+RUN1, RUN2, RUN3 = (str(FIXTURES / f) for f in
+                    ("cuda_run1.json", "cuda_run2_noise.json", "cuda_run3_slower.json"))
+
+
+def run(*argv):
+    return run_subcommand(compare, "compare", *argv)
+
+
+def test_noise_only_pair_is_all_same():
+    recs = compare_docs(read_results(RUN1), read_results(RUN2), "cold", 1.05)
+    timed = [r for r in recs if r["speedup"] is not None]
+    assert len(timed) == 23
+    assert {r["verdict"] for r in timed} == {"same"}
+    assert not any(r["regression"] for r in recs)
+    untimed = {(r["scheme"], r["m"]) for r in recs if r["verdict"] == "not comparable"}
+    assert untimed == {("w8a8-dynamic", 1), ("int4-weight-only", 1), ("int4-weight-only", 16),
+                       ("int4-weight-only", 512)}
+
+
+def test_noise_only_pair_exits_0(capsys):
+    assert run(RUN1, RUN2) == 0
+    assert "REGRESSION" not in capsys.readouterr().out
+
+
+def test_slower_pair():
+    recs = compare_docs(read_results(RUN1), read_results(RUN3), "cold", 1.05)
+    by = {(r["scheme"], r["m"]): r for r in recs}
+    for m in (1, 16, 512):
+        assert by[("int8-weight-only", m)]["verdict"] == "slower"
+        assert by[("int8-weight-only", m)]["regression"]
+        assert by[("int8-weight-only", m)]["speedup"] == pytest.approx(1 / 1.45, rel=0.03)
+        assert by[("nf4-bnb", m)]["verdict"] == "faster"
+        assert by[("tf32", m)]["verdict"] == "only in A"
+        assert by[("int8-weight-only+compiled", m)]["verdict"] == "only in B"
+    assert {r["scheme"] for r in recs if r["regression"]} == {"int8-weight-only"}
+    assert by[("fp16", 512)]["rel_fro_diff"] is None  # non-finite in both: no error to diff
+    assert by[("bf16", 1)]["rel_fro_diff"] == 0
+
+
+def test_slower_pair_exits_1_and_names_rows(capsys):
+    assert run(RUN1, RUN3) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION: 3 row(s)" in out and "int8-weight-only M=1" in out
+    assert "only in A" in out and "only in B" in out
+
+
+def test_threshold_above_ratio_passes(capsys):
+    assert run(RUN1, RUN3, "--threshold", "1.6") == 0
+
+
+def test_reverse_direction_is_faster():
+    recs = compare_docs(read_results(RUN3), read_results(RUN1), "cold", 1.05)
+    assert {r["verdict"] for r in recs if r["scheme"] == "int8-weight-only"} == {"faster"}
+
+
+def test_json_output(capsys):
+    assert run(RUN1, RUN3, "--format", "json") == 1
+    recs = json.loads(capsys.readouterr().out)
+    assert any(r["verdict"] == "slower" for r in recs)
+
+
+@pytest.mark.parametrize(
+    "a, b, want",
+    [
+        ({"median": 10, "p10": 9, "p90": 11}, {"median": 10.5, "p10": 10.8, "p90": 12}, "same"),
+        ({"median": 10, "p10": 9, "p90": 11}, {"median": 12, "p10": 11.5, "p90": 13}, "slower"),
+        ({"median": 10, "p10": 9, "p90": 11}, {"median": 8, "p10": 7, "p90": 8.9}, "faster"),
+        ({"median": 10}, {"median": 10}, "same"),
+        ({"median": 10, "p10": None, "p90": None}, {"median": 11}, "slower"),
+    ],
+)
+def test_verdict(a, b, want):
+    assert verdict(Stats(**a), Stats(**b)) == want
+
+
+def test_bad_input_exit_2(capsys):
+    assert run(RUN1, str(FIXTURES / "schema_v99.json")) == 2
+    assert "schema_v99.json" in capsys.readouterr().err
+    assert run(RUN1, RUN2, "--format", "excel") == 2
+
+
+def test_cpu_files_fall_back_to_cpu(capsys):
+    cpu = str(FIXTURES / "cpu.json")
+    assert run(cpu, cpu) == 0
+    out = capsys.readouterr().out
+    assert "cpu median" in out and "A cpu µs" in out
+
+
+# ---- stream: the decision method ------------------------------------------------------------------
+
+STREAM = str(FIXTURES / "cuda_stream.json")
+
+
+def test_stream_files_compare_by_stream_and_name_unusable_rows(capsys):
+    assert run(STREAM, STREAM) == 0
+    out = capsys.readouterr().out
+    assert "A stream µs" in out and "speed-up vs A (A/B)" in out
+    assert "\nstream median; speed-up = A time / B time (> 1: B is faster)" in out
+    recs = compare_docs(read_results(STREAM), read_results(STREAM))
+    sync = next(r for r in recs if r["scheme"] == "w8a8-dynamic" and r["m"] == 1)
+    assert sync["verdict"] == "not comparable" and sync["note"] == "both unusable in a graph-captured decode loop"
+    assert run(STREAM, STREAM, "--format", "json") == 0
+    assert {r["method"] for r in json.loads(capsys.readouterr().out)} == {"stream"}
+    assert run(STREAM, STREAM, "--method", "cold") == 0
+    assert "A cold µs" in capsys.readouterr().out
+
+
+def test_old_file_against_a_stream_file_compares_cold_and_says_so(capsys):
+    run(RUN1, STREAM)
+    out = capsys.readouterr().out
+    assert "A cold µs" in out and "(A has no stream latency; comparing cold times)" in out
+    run(STREAM, RUN1)
+    assert "(B has no stream latency; comparing cold times)" in capsys.readouterr().out
+    assert run(RUN1, RUN2) == 0
+    out = capsys.readouterr().out
+    assert "A cold µs" in out and "no stream latency in this file" in out
+
+
+def test_two_machines_are_named_and_warned(capsys):
+    from pathlib import Path
+
+    from qbench.readers import compare
+    from tests.conftest import run_subcommand
+
+    root = Path(__file__).resolve().parents[2]
+    a, b = str(root / "results/cpu/decode.json"), str(root / "results/h200/evidence/speed/preload-1.json")
+    run_subcommand(compare, "compare", a, b)
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == f"A = {a} (cpu AMD EPYC); B = {b} (cuda NVIDIA H200)"
+    assert err.strip() == (f"warning: A ({a}) ran on cpu AMD EPYC, B ({b}) on cuda NVIDIA H200: the speed-ups "
+                           "compare machines as much as schemes")
+
+
+def test_a_flagged_or_noisy_side_is_named_next_to_its_verdict(tmp_path, capsys):
+    """B read 30x slower on a machine that other work kept busy: the row's cpu-busy flag and its
+    noise appear in compare's note and in the REGRESSION line, so it does not read as a real
+    regression (a new user's report: 7995 µs against 264 µs, no sign of why)."""
+    from tests.rows import make_row, stats
+
+    def doc(us, cv, flags):
+        s = dict(stats(us), cv=cv)
+        row = make_row(scheme="nf4-bnb", m=1, k=256, n=128, device="cpu", status="ok",
+                       latency_us={"stream": s}, flags=flags)
+        return {"schema_version": 2, "complete": True, "env": {"device": "cpu", "device_name": "AMD EPYC"},
+                "rows": [row]}
+
+    a = doc(264.0, 0.05, [])
+    b = doc(7995.0, 0.9, [flag_record("cpu-busy", "2.0 cores busy with other work leaves 0.0 free cores for 2 "
+                                                  "threads: noisy")])
+    rec, = compare_docs(a, b, "stream", 1.05)
+    assert rec["verdict"] == "slower" and rec["regression"]
+    assert rec["note"] == "B: cpu-busy, noisy (cv 0.90)"
+    clean, = compare_docs(a, a, "stream", 1.05)
+    assert clean["note"] is None
+    for name, d in (("a.json", a), ("b.json", b)):
+        (tmp_path / name).write_text(json.dumps(d))
+    assert run(str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--method", "stream") == 1
+    out = capsys.readouterr().out
+    assert "nf4-bnb M=1 (speed-up 0.03×; B: cpu-busy, noisy (cv 0.90))" in out
