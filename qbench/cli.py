@@ -60,6 +60,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from qbench import forkserver, render
+    from qbench import scenario as scenario_mod
 
     loaded = _validated(args.scenario, args.schemes)  # a typo is answered before any torch import
     render.check_format(args.format)  # a bad --format is refused before anything is measured
@@ -89,6 +90,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(view.step_table(read_step_rows(outcome.doc["rows"]), fmt=args.format))
     else:
         print(render.render_header(outcome.doc), file=sys.stderr if machine else sys.stdout)
+        if scenario_mod.weight_is_synthetic(loaded):  # the errors below are not a trained layer's
+            print(f"warning: errors come from a synthetic weight ({scenario_mod.weight_source(loaded)}), not a trained "
+                  "layer; [weight] source = 'hf-checkpoint' or 'safetensors' measures a real one",
+                  file=sys.stderr if machine else sys.stdout)
         print(render.render(outcome.doc["rows"], fmt=args.format))
     n = len(outcome.doc["rows"])
     print(f"\nwrote {outcome.path} ({n} row{'' if n == 1 else 's'}, {outcome.doc['wall_s']:.1f} s)",
