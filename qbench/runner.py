@@ -74,9 +74,11 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
         # was started for the CPU and the run is on CUDA
         preloaded = forkserver.ensure(cpu=dev.type == "cpu")
         t0 = time.perf_counter()
-        if dev.type == "cpu":  # the forkserver's imports would take cores from the CPU's ceilings
-            _wait_idle(forkserver.pids())
+        # on the CPU the forkserver's imports would take cores from the ceilings: they wait for it
+        waited = _wait_idle(forkserver.pids()) if dev.type == "cpu" else None
         doc["ceilings"] = _ceilings(dev, scenario)
+        if waited is not None and doc["ceilings"] is not None:
+            doc["ceilings"]["waited_for_imports_s"] = waited
         doc["ceilings_wall_s"] = time.perf_counter() - t0
     except KeyboardInterrupt as exc:
         if output is not None:

@@ -594,6 +594,7 @@ def _check_weight(scenario: Scenario) -> None:
         value = getattr(weight, key)
         if key in wanted and value in (None, ""):
             raise ScenarioError(source, f"weight.{key}", f"missing: source = {weight.source!r} needs "
+                                                         f"{'both ' if len(wanted) == 2 else ''}"
                                                          f"{' and '.join(repr(k) for k in wanted)}, got "
                                                          f"{_show(weight.model_dump(exclude_none=True))}")
         if key not in wanted and value is not None:
