@@ -272,8 +272,8 @@ def measure_cpu_ceilings(dtypes: list[str], copy_bytes: int | None = None) -> di
         copy_bytes: the copy's source size; default :func:`cpu_copy_bytes` of the last-level cache.
 
     Returns:
-        The shape :func:`measure_ceilings` returns, ``"datasheet": None`` (qbench has no CPU
-        table) and ``datasheet_reason``. ``memory_gbps``: 2 x bytes (read + written) / the fastest
+        The shape :func:`measure_ceilings` returns, ``"device": "cpu"`` (CPU rows take only
+        ceilings marked so), ``"datasheet": None`` (qbench has no CPU table) and ``datasheet_reason``. ``memory_gbps``: 2 x bytes (read + written) / the fastest
         copy, GB/s; ``tflops``: 2 n^3 / the fastest product, TFLOP/s (TOPS for int8). Fastest, not
         median: see :func:`_best_s`.
 
@@ -318,5 +318,5 @@ def measure_cpu_ceilings(dtypes: list[str], copy_bytes: int | None = None) -> di
         },
         "reasons": reasons,
     }
-    return {"measured": measured, "datasheet": None,
+    return {"device": "cpu", "measured": measured, "datasheet": None,
             "datasheet_reason": "qbench has no CPU datasheet table: the CPU's ceilings are measured only"}

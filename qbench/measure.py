@@ -496,9 +496,10 @@ def finish_row(row: dict, ceilings: Optional[dict]) -> None:
 
 
 def _ceiling(ceilings: Optional[dict], dtype: str, device: str) -> tuple[Optional[float], Optional[float], Optional[str], str]:
+    if device == "cpu" and (ceilings or {}).get("device") != "cpu":  # a GPU's ceilings never bound a CPU row
+        return None, None, None, "no CPU ceilings measured (a file from before 2026-12-01)"
     if not ceilings:
-        return None, None, None, ("no CPU ceilings measured (a file from before 2026-12-01)" if device == "cpu"
-                                  else "no ceilings for this GPU (not in the datasheet table, not measured)")
+        return None, None, None, "no ceilings for this GPU (not in the datasheet table, not measured)"
     for source in ("measured", "datasheet"):
         table = ceilings.get(source) or {}
         peak = (table.get("tflops") or {}).get(dtype)

@@ -51,8 +51,9 @@ def test_a_cpu_row_without_ceilings_says_why():
     from qbench.measure import _ceiling
 
     assert _ceiling(None, "bf16", "cpu")[3] == "no CPU ceilings measured (a file from before 2026-12-01)"
-    peak, bw, source, _ = _ceiling({"measured": {"memory_gbps": 20.0, "tflops": {"bf16": 0.5}}}, "bf16", "cpu")
-    assert (peak, bw, source) == (0.5, 20.0, "measured")
+    cpu = {"measured": {"memory_gbps": 20.0, "tflops": {"bf16": 0.5}}}
+    assert _ceiling(cpu, "bf16", "cpu")[0] is None  # not marked as the CPU's: a GPU's ceilings never bound a CPU row
+    assert _ceiling({**cpu, "device": "cpu"}, "bf16", "cpu")[:3] == (0.5, 20.0, "measured")
 
 
 def test_rejects_unknown_dtype():
