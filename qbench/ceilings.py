@@ -183,21 +183,28 @@ def measure_ceilings(device: torch.device | str, dtypes: list[str], n: int = MAT
 #: CPU copy size bounds (bytes): at least 4x the last-level cache so the copy streams from DRAM.
 CPU_COPY_MIN, CPU_COPY_MAX = 64 << 20, 512 << 20
 #: Seconds spent on each CPU measurement (the copy, each dtype's product) after its sizing call.
-CPU_BUDGET_S = 0.08
+CPU_BUDGET_S = 0.05
 #: One CPU product is sized to take about this long (s), n between CPU_N_MIN and CPU_N_MAX.
-CPU_CALL_S = 0.02
+CPU_CALL_S = 0.01
 CPU_N_MIN, CPU_N_MAX = 256, 2048
 #: CPU compute dtypes a peak is measured for (tf32 has no CPU kernel).
 CPU_DTYPES = ("fp32", "fp16", "bf16", "int8", "fp8")
 
 
-def _best_s(fn: Callable[[], object], budget_s: float = CPU_BUDGET_S, min_reps: int = 3, max_reps: int = 50) -> tuple[float, int]:
-    """(fastest wall time of ``fn`` in s, samples taken) after one warm-up call: samples until
+#: Warm-up calls before CPU samples: oneDNN/MKL products of a new shape ran 50x slower for their
+#: first 2-4 calls (fp32 and bf16 at 256^3 on an AVX-512 EPYC, torch 2.13).
+CPU_WARMUP = 5
+
+
+def _best_s(fn: Callable[[], object], budget_s: float = CPU_BUDGET_S, min_reps: int = 3, max_reps: int = 50,
+            warmup: int = CPU_WARMUP) -> tuple[float, int]:
+    """(fastest wall time of ``fn`` in s, samples taken) after ``warmup`` calls: samples until
     ``budget_s`` is spent (at least ``min_reps``). The fastest, not the median: on a CPU shared
     with other work a ceiling is what the hardware can do, and other work only slows a sample."""
     import time
 
-    fn()
+    for _ in range(warmup):
+        fn()
     times: list[float] = []
     spent = 0.0
     while len(times) < min_reps or (spent < budget_s and len(times) < max_reps):
@@ -236,35 +243,57 @@ def _cpu_matmul_fn(dtype: str, n: int) -> Callable[[], object]:
     raise ValueError(f"no CPU product for dtype {dtype!r}")
 
 
+def _threads_best(measure: Callable[[], tuple[float, str]]) -> tuple[float, str]:
+    """``measure()`` (a rate and its method) with torch's thread count and, when that is more than
+    one, again with one thread; the higher rate, its method naming the thread count. On a CPU
+    shared with other work a parallel product waits for its slowest thread at every barrier (a
+    descheduled thread costs a scheduler quantum: 2 threads on 2 busy cores read 2 GFLOP/s where
+    one thread read 65); the single-thread rate is still a real measurement and bounds the
+    ceiling from below."""
+    threads = torch.get_num_threads()
+    rate, method = measure()
+    best = (rate, f"{method}, {threads} thread{'s' if threads > 1 else ''}")
+    if threads > 1:
+        torch.set_num_threads(1)
+        try:
+            one, method1 = measure()
+        finally:
+            torch.set_num_threads(threads)
+        if one > rate:
+            best = (one, f"{method1}, 1 thread (faster than {threads} threads here: {rate:.3g} against {one:.3g})")
+    return best
+
+
 def _cpu_matmul(dtype: str) -> tuple[float | None, str | None, str]:
-    """(TFLOP/s or None, reason if None, method) of one CPU dtype: a 256^3 call estimates the rate,
-    then n is chosen so one call takes about :data:`CPU_CALL_S` (256..2048, a multiple of 64)."""
+    """(TFLOP/s or None, reason if None, method) of one CPU dtype: warmed-up 256^3 calls estimate the
+    rate, then n is chosen so one call takes about :data:`CPU_CALL_S` (256..2048, a multiple of 64)."""
     import time
 
-    try:
+    op = {"int8": "torch._int_mm int8 x int8 -> int32", "fp8": "torch._scaled_mm e4m3, unit scales, out bf16"}.get(
+        dtype, f"torch.mm {dtype}")
+
+    def measure() -> tuple[float, str]:
         fn = _cpu_matmul_fn(dtype, CPU_N_MIN)
-        fn()
-        t0 = time.perf_counter()
-        fn()
-        rate = 2 * CPU_N_MIN**3 / max(time.perf_counter() - t0, 1e-9)  # FLOP/s
-        n = int((CPU_CALL_S * rate / 2) ** (1 / 3)) // 64 * 64
+        best, _ = _best_s(fn, budget_s=0.0)  # warmed up: the rate of this dtype's kernel
+        n = int((CPU_CALL_S * 2 * CPU_N_MIN**3 / max(best, 1e-9) / 2) ** (1 / 3)) // 64 * 64
         n = max(CPU_N_MIN, min(CPU_N_MAX, n))
-        fn = _cpu_matmul_fn(dtype, n) if n != CPU_N_MIN else fn
-        best, reps = _best_s(fn)
+        best, reps = _best_s(fn, warmup=0) if n == CPU_N_MIN else _best_s(_cpu_matmul_fn(dtype, n))
+        return 2 * n**3 / best / 1e12, (f"{op}: fastest of {reps} wall-timed {n}^3 products after {CPU_WARMUP} "
+                                        "warm-ups, random operands")
+
+    try:
+        tflops, method = _threads_best(measure)
     except Exception as exc:  # noqa: BLE001 - a dtype without a CPU kernel becomes a null entry with its reason
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return None, f"{type(exc).__name__}: {text}"[:300], f"{dtype}: not measured"
-    op = {"int8": "torch._int_mm int8 x int8 -> int32", "fp8": "torch._scaled_mm e4m3, unit scales, out bf16"}.get(
-        dtype, f"torch.mm {dtype}")
-    method = (f"{op}: fastest of {reps} wall-timed {n}^3 products after a warm-up, random operands, "
-              f"{torch.get_num_threads()} threads")
-    return 2 * n**3 / best / 1e12, None, method
+    return tflops, None, method
 
 
 def measure_cpu_ceilings(dtypes: list[str], copy_bytes: int | None = None) -> dict:
     """Measure the CPU's DRAM copy bandwidth and the dense product peak of each requested dtype,
-    with torch's current thread count (the threads the rows are timed with). Takes about
-    :data:`CPU_BUDGET_S` per measurement (under a second for four dtypes).
+    with torch's current thread count (the threads the rows are timed with) and with one thread,
+    keeping the higher (:func:`_threads_best`). Takes about 2 x :data:`CPU_BUDGET_S` plus the
+    warm-ups per measurement (about a second for four dtypes).
 
     Args:
         dtypes: compute dtypes (of :data:`MATMUL_DTYPES`); ``tf32`` gets a null peak with its reason
@@ -288,12 +317,16 @@ def measure_cpu_ceilings(dtypes: list[str], copy_bytes: int | None = None) -> di
     nbytes = copy_bytes or cpu_copy_bytes(last_level_cache_bytes())
     reasons: dict[str, str] = {}
     gbps: float | None = None
-    reps = 0
+    memory_method = "not measured"
     try:
         src = torch.rand(nbytes // 4, dtype=torch.float32)
         dst = torch.empty_like(src)
-        best, reps = _best_s(lambda: dst.copy_(src), min_reps=3)
-        gbps = 2 * nbytes / best / 1e9
+
+        def copy_rate() -> tuple[float, str]:
+            best, reps = _best_s(lambda: dst.copy_(src), warmup=1)
+            return 2 * nbytes / best / 1e9, f"fastest of {reps} wall-timed copies after a warm-up"
+
+        gbps, memory_method = _threads_best(copy_rate)
         del src, dst
     except Exception as exc:  # noqa: BLE001 - out of memory and the like: a null entry with its reason
         reasons["memory"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
@@ -312,8 +345,9 @@ def measure_cpu_ceilings(dtypes: list[str], copy_bytes: int | None = None) -> di
         "tflops": tflops,
         "method": {
             "memory": f"CPU copy of {nbytes} bytes (fp32 random, >= 4x the last-level cache), bytes read + written "
-                      f"over the fastest of {reps} wall-timed copies after a warm-up, {torch.get_num_threads()} threads",
-            "matmul": "square products sized to about 20 ms each, 2*n^3 FLOPs over the fastest wall time",
+                      f"over the {memory_method}",
+            "matmul": f"square products sized to about {CPU_CALL_S * 1e3:g} ms each (from the warmed-up rate at "
+                      f"{CPU_N_MIN}^3), 2*n^3 FLOPs over the fastest wall time",
             "matmul_by_dtype": by_dtype,
         },
         "reasons": reasons,
