@@ -1,4 +1,4 @@
-"""Measured ceilings of the CUDA device: copy bandwidth and dense matmul peaks.
+"""Measured ceilings of the device: copy bandwidth and dense matmul peaks (CUDA and the CPU).
 
 Run once per CUDA run (about 2-3 s on an H200). The roofline uses these measured
 numbers first and the datasheet (:mod:`qbench.hardware`) as a fallback
@@ -115,7 +115,8 @@ def measure_ceilings(device: torch.device | str, dtypes: list[str], n: int = MAT
     """Measure copy bandwidth and the dense matmul peak of each requested dtype.
 
     Args:
-        device: a CUDA device ("cuda", "cuda:0", torch.device).
+        device: a CUDA device ("cuda", "cuda:0", torch.device), or ``"cpu"``
+            (:func:`measure_cpu_ceilings`: a fraction of a second, no datasheet).
         dtypes: subset of MATMUL_DTYPES ("fp32" is measured with TF32 off and checked
             against a float64 product; "tf32" with float32_matmul_precision "high").
         n: matmul size (n x n x n, 2*n^3 FLOPs); default 8192.
@@ -128,12 +129,14 @@ def measure_ceilings(device: torch.device | str, dtypes: list[str], n: int = MAT
         be measured is None with its reason under ``reasons``.
 
     Raises:
-        ValueError: device is not CUDA, or an unknown dtype (value in the message).
+        ValueError: device is neither CUDA nor the CPU, or an unknown dtype (value in the message).
         RuntimeError: CUDA unavailable.
     """
     dev = torch.device(device)
+    if dev.type == "cpu":
+        return measure_cpu_ceilings(dtypes)
     if dev.type != "cuda":
-        raise ValueError(f"measure_ceilings: device must be CUDA, got {str(dev)!r}")
+        raise ValueError(f"measure_ceilings: device must be CUDA or the CPU, got {str(dev)!r}")
     bad = [d for d in dtypes if d not in MATMUL_DTYPES]
     if bad:
         raise ValueError(f"measure_ceilings: dtypes must be among {MATMUL_DTYPES}, got {bad[0]!r}")
@@ -173,3 +176,181 @@ def measure_ceilings(device: torch.device | str, dtypes: list[str], n: int = MAT
     if spec is None:
         out["datasheet_reason"] = f"no datasheet entry for {name!r} in qbench.hardware"
     return out
+
+
+# ---- the CPU -----------------------------------------------------------------------------------
+
+#: CPU copy size bounds (bytes): at least 4x the last-level cache so the copy streams from DRAM.
+CPU_COPY_MIN, CPU_COPY_MAX = 64 << 20, 512 << 20
+#: Seconds spent on each CPU measurement (the copy, each dtype's product) after its sizing call.
+CPU_BUDGET_S = 0.05
+#: One CPU product is sized to take about this long (s), n between CPU_N_MIN and CPU_N_MAX.
+CPU_CALL_S = 0.01
+CPU_N_MIN, CPU_N_MAX = 256, 2048
+#: CPU compute dtypes a peak is measured for (tf32 has no CPU kernel).
+CPU_DTYPES = ("fp32", "fp16", "bf16", "int8", "fp8")
+
+
+#: Warm-up calls before CPU samples: oneDNN/MKL products of a new shape ran 50x slower for their
+#: first 2-4 calls (fp32 and bf16 at 256^3 on an AVX-512 EPYC, torch 2.13).
+CPU_WARMUP = 5
+
+
+def _best_s(fn: Callable[[], object], budget_s: float = CPU_BUDGET_S, min_reps: int = 3, max_reps: int = 50,
+            warmup: int = CPU_WARMUP) -> tuple[float, int]:
+    """(fastest wall time of ``fn`` in s, samples taken) after ``warmup`` calls: samples until
+    ``budget_s`` is spent (at least ``min_reps``). The fastest, not the median: on a CPU shared
+    with other work a ceiling is what the hardware can do, and other work only slows a sample."""
+    import time
+
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < min_reps or (spent < budget_s and len(times) < max_reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        spent += times[-1]
+    return min(times), len(times)
+
+
+def cpu_copy_bytes(llc_bytes: int | None) -> int:
+    """The CPU copy's source size, bytes: 4x the last-level cache (so the copy streams from DRAM),
+    at least :data:`CPU_COPY_MIN`, at most :data:`CPU_COPY_MAX`; ``CPU_COPY_MIN`` x 2 when the cache
+    size is unknown. Rounded down to a multiple of 4 KiB."""
+    want = 4 * llc_bytes if llc_bytes else 2 * CPU_COPY_MIN
+    return max(CPU_COPY_MIN, min(CPU_COPY_MAX, want)) // 4096 * 4096
+
+
+def _cpu_matmul_fn(dtype: str, n: int) -> Callable[[], object]:
+    """A zero-argument n x n x n CPU product for ``dtype`` on random operands (int8:
+    ``torch._int_mm``; fp8: ``torch._scaled_mm`` e4m3 with unit scales, where this torch has it)."""
+    g = torch.Generator().manual_seed(0)
+    if dtype in ("fp32", "fp16", "bf16"):
+        t = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        a, b = torch.randn(n, n, generator=g).to(t), torch.randn(n, n, generator=g).to(t)
+        return lambda: torch.mm(a, b)
+    if dtype == "int8":
+        a = torch.randint(-128, 128, (n, n), generator=g, dtype=torch.int8)
+        b = torch.randint(-128, 128, (n, n), generator=g, dtype=torch.int8)
+        return lambda: torch._int_mm(a, b)
+    if dtype == "fp8":
+        a = torch.randn(n, n, generator=g).to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, generator=g).to(torch.float8_e4m3fn).t()
+        one = torch.tensor(1.0)
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    raise ValueError(f"no CPU product for dtype {dtype!r}")
+
+
+def _threads_best(measure: Callable[[], tuple[float, str]]) -> tuple[float, str]:
+    """``measure()`` (a rate and its method) with torch's thread count and, when that is more than
+    one, again with one thread; the higher rate, its method naming the thread count. On a CPU
+    shared with other work a parallel product waits for its slowest thread at every barrier (a
+    descheduled thread costs a scheduler quantum: 2 threads on 2 busy cores read 2 GFLOP/s where
+    one thread read 65); the single-thread rate is still a real measurement and bounds the
+    ceiling from below."""
+    threads = torch.get_num_threads()
+    rate, method = measure()
+    best = (rate, f"{method}, {threads} thread{'s' if threads > 1 else ''}")
+    if threads > 1:
+        torch.set_num_threads(1)
+        try:
+            one, method1 = measure()
+        finally:
+            torch.set_num_threads(threads)
+        if one > rate:
+            best = (one, f"{method1}, 1 thread (faster than {threads} threads here: {rate:.3g} against {one:.3g})")
+    return best
+
+
+def _cpu_matmul(dtype: str) -> tuple[float | None, str | None, str]:
+    """(TFLOP/s or None, reason if None, method) of one CPU dtype: warmed-up 256^3 calls estimate the
+    rate, then n is chosen so one call takes about :data:`CPU_CALL_S` (256..2048, a multiple of 64)."""
+    import time
+
+    op = {"int8": "torch._int_mm int8 x int8 -> int32", "fp8": "torch._scaled_mm e4m3, unit scales, out bf16"}.get(
+        dtype, f"torch.mm {dtype}")
+
+    def measure() -> tuple[float, str]:
+        fn = _cpu_matmul_fn(dtype, CPU_N_MIN)
+        best, _ = _best_s(fn, budget_s=0.0)  # warmed up: the rate of this dtype's kernel
+        n = int((CPU_CALL_S * 2 * CPU_N_MIN**3 / max(best, 1e-9) / 2) ** (1 / 3)) // 64 * 64
+        n = max(CPU_N_MIN, min(CPU_N_MAX, n))
+        best, reps = _best_s(fn, warmup=0) if n == CPU_N_MIN else _best_s(_cpu_matmul_fn(dtype, n))
+        return 2 * n**3 / best / 1e12, (f"{op}: fastest of {reps} wall-timed {n}^3 products after {CPU_WARMUP} "
+                                        "warm-ups, random operands")
+
+    try:
+        tflops, method = _threads_best(measure)
+    except Exception as exc:  # noqa: BLE001 - a dtype without a CPU kernel becomes a null entry with its reason
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return None, f"{type(exc).__name__}: {text}"[:300], f"{dtype}: not measured"
+    return tflops, None, method
+
+
+def measure_cpu_ceilings(dtypes: list[str], copy_bytes: int | None = None) -> dict:
+    """Measure the CPU's DRAM copy bandwidth and the dense product peak of each requested dtype,
+    with torch's current thread count (the threads the rows are timed with) and with one thread,
+    keeping the higher (:func:`_threads_best`). Takes about 2 x :data:`CPU_BUDGET_S` plus the
+    warm-ups per measurement (about a second for four dtypes).
+
+    Args:
+        dtypes: compute dtypes (of :data:`MATMUL_DTYPES`); ``tf32`` gets a null peak with its reason
+            (no CPU kernel), as does a dtype this torch has no CPU product for.
+        copy_bytes: the copy's source size; default :func:`cpu_copy_bytes` of the last-level cache.
+
+    Returns:
+        The shape :func:`measure_ceilings` returns, ``"device": "cpu"`` (CPU rows take only
+        ceilings marked so), ``"datasheet": None`` (qbench has no CPU table) and ``datasheet_reason``. ``memory_gbps``: 2 x bytes (read + written) / the fastest
+        copy, GB/s; ``tflops``: 2 n^3 / the fastest product, TFLOP/s (TOPS for int8). Fastest, not
+        median: see :func:`_best_s`.
+
+    Raises:
+        ValueError: a dtype not in :data:`MATMUL_DTYPES`.
+    """
+    from qbench.timing.stream import last_level_cache_bytes
+
+    bad = [d for d in dtypes if d not in MATMUL_DTYPES]
+    if bad:
+        raise ValueError(f"measure_cpu_ceilings: dtypes must be among {MATMUL_DTYPES}, got {bad[0]!r}")
+    nbytes = copy_bytes or cpu_copy_bytes(last_level_cache_bytes())
+    reasons: dict[str, str] = {}
+    gbps: float | None = None
+    memory_method = "not measured"
+    try:
+        src = torch.rand(nbytes // 4, dtype=torch.float32)
+        dst = torch.empty_like(src)
+
+        def copy_rate() -> tuple[float, str]:
+            best, reps = _best_s(lambda: dst.copy_(src), warmup=1)
+            return 2 * nbytes / best / 1e9, f"fastest of {reps} wall-timed copies after a warm-up"
+
+        gbps, memory_method = _threads_best(copy_rate)
+        del src, dst
+    except Exception as exc:  # noqa: BLE001 - out of memory and the like: a null entry with its reason
+        reasons["memory"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    tflops: dict[str, float | None] = {}
+    by_dtype: dict[str, str] = {}
+    for d in dict.fromkeys(dtypes):
+        if d not in CPU_DTYPES:
+            tflops[d], by_dtype[d], reasons[d] = None, f"{d}: not measured", f"{d} has no CPU kernel"
+            continue
+        value, reason, method = _cpu_matmul(d)
+        tflops[d], by_dtype[d] = value, method
+        if reason:
+            reasons[d] = reason
+    measured = {
+        "memory_gbps": gbps,
+        "tflops": tflops,
+        "method": {
+            "memory": f"CPU copy of {nbytes} bytes (fp32 random, >= 4x the last-level cache), bytes read + written "
+                      f"over the {memory_method}",
+            "matmul": f"square products sized to about {CPU_CALL_S * 1e3:g} ms each (from the warmed-up rate at "
+                      f"{CPU_N_MIN}^3), 2*n^3 FLOPs over the fastest wall time",
+            "matmul_by_dtype": by_dtype,
+        },
+        "reasons": reasons,
+    }
+    return {"device": "cpu", "measured": measured, "datasheet": None,
+            "datasheet_reason": "qbench has no CPU datasheet table: the CPU's ceilings are measured only"}

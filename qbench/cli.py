@@ -55,6 +55,7 @@ def runner_error(message: str) -> Exception:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from qbench import forkserver, render
+    from qbench import scenario as scenario_mod
 
     loaded = _validated(args.scenario, args.schemes)  # a typo is answered before any torch import
     if not 1 <= args.repeat <= 20:
@@ -90,6 +91,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         n = len(doc.step_rows)
     else:
         print(render.render_header(doc), file=sys.stderr if machine else sys.stdout)
+        if scenario_mod.weight_is_synthetic(loaded):  # the errors below are not a trained layer's
+            print(f"warning: errors come from a synthetic weight ({scenario_mod.weight_source(loaded)}), not a trained "
+                  "layer; [weight] source = 'hf-checkpoint' or 'safetensors' measures a real one",
+                  file=sys.stderr if machine else sys.stdout)
         print(render.render(doc.rows, fmt=args.format))
         n = len(doc.rows)
     print(f"\nwrote {outcome.path} ({n} row{'' if n == 1 else 's'}, {outcome.doc['wall_s']:.1f} s)",

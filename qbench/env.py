@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from qbench import __version__, precision
+from qbench import __version__, machine, precision
 
 
 def _version(package: str) -> str | None:
@@ -33,6 +33,17 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_info() -> dict:
+    """``env.cpu_info``: the CPU's model, instruction-set flags, cache sizes (:func:`qbench.machine.cpu_record`)
+    and ``capability``, torch's ``torch.backends.cpu.get_cpu_capability()`` (``"AVX2"``, ``"AVX512"``,
+    ``"AMX"``, ...: which of its CPU kernels torch dispatches to; None where torch cannot say)."""
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except Exception:  # an old torch or an exotic build: the flags still tell
+        capability = None
+    return machine.cpu_record(capability=capability)
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -75,6 +86,7 @@ def collect(device: torch.device) -> dict:
         "cuda": torch.version.cuda,
         "device": str(device),
         "cpu": _cpu_name(),
+        "cpu_info": cpu_info(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "tf32": precision.precision_state(),

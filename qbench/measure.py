@@ -23,7 +23,7 @@ import torch
 
 from qbench import compile_info, formulas, inputs, ledger, metrics, tuning_cache
 from qbench.row import Row, check_row, flag_record, reason_record
-from qbench.scenario import Scenario, SchemeEntry
+from qbench.scenario import Scenario, SchemeEntry, weight_source
 from qbench.schemes import get as get_scheme
 from qbench.schemes.base import Scheme
 from qbench.timing import registry
@@ -46,7 +46,8 @@ def base_row(scenario: Scenario, entry: SchemeEntry, scheme: Scheme, m: int, dev
         scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
         options=entry.options.model_dump(exclude={"label", "mode"}), m=m, k=k, n=n, device=str(device),
         weight_dtype=scheme.weight_dtype, activation_dtype=dtype_name(scheme.activation_dtype),
-        compute_dtype=scheme.compute_dtype, nominal_bits=scheme.nominal_bits, flops=formulas.flops(m, k, n))
+        compute_dtype=scheme.compute_dtype, nominal_bits=scheme.nominal_bits, flops=formulas.flops(m, k, n),
+        weight_source=weight_source(scenario))
 
 
 def checked(rows: list[dict]) -> list[dict]:
@@ -228,6 +229,7 @@ class _Runner:
             compile_info.single_compile_thread()  # done already where the worker imported Inductor ahead of its go
             self.module = torch.compile(module, dynamic=False)
         self.eager_module = module
+        self.weight_faults = inputs.input_faults(weight)  # NaN/Inf or all-zero weight: flagged on every row
         self.graphs_total = 0
         self._repacked: Optional[str] = None
         self.settings = scenario.timing  # a TimingSettings (scenario.TimingSpec extends it)
@@ -256,6 +258,8 @@ class _Runner:
             y_ref = inputs.reference(x32, self.weight, self.bias)
             x = x32.to(self.scheme.activation_dtype)
             self.inputs[m] = x
+            row["flags"].extend(flag_record("input-fault", f.removeprefix("input-fault: "))
+                                for f in self.weight_faults + inputs.input_faults(None, x32, x))  # the input's faults, not the scheme's
             graphs_before = compile_info.graph_count()
             breaks_before, caches_before = compile_info.graph_break_count(), compile_info.cache_counters()
             t0 = time.perf_counter()
@@ -486,8 +490,8 @@ def finish_row(row: dict, ceilings: Optional[dict]) -> None:
 
 
 def _ceiling(ceilings: Optional[dict], dtype: str, device: str) -> tuple[Optional[float], Optional[float], Optional[str], str]:
-    if device == "cpu":
-        return None, None, None, "no roofline on CPU: qbench has no CPU peak table"
+    if device == "cpu" and (ceilings or {}).get("device") != "cpu":  # a GPU's ceilings never bound a CPU row
+        return None, None, None, "no CPU ceilings measured (a file from before 2026-12-01)"
     if not ceilings:
         return None, None, None, "no ceilings for this GPU (not in the datasheet table, not measured)"
     for source in ("measured", "datasheet"):

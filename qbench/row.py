@@ -89,6 +89,7 @@ ADDED_SINCE: dict[str, str] = {
     "achieved_method": "2026-11-29",
     "flags": "2026-11-30",
     "compile.graph_breaks": "2026-11-30",
+    "weight_source": "2026-12-01",
 }
 
 
@@ -377,8 +378,8 @@ ReasonKind = Literal["capture-failed", "not-attempted", "host-sync", "cuda-only"
                      "not-timed", "other"]
 
 #: What can mislead a reader about an ``ok`` row (``flags[].name``, schema 2).
-FLAG_NAMES = ("repacked", "not-compiled", "graph-breaks", "throttled", "above-ceiling", "cpu-busy")
-FlagName = Literal["repacked", "not-compiled", "graph-breaks", "throttled", "above-ceiling", "cpu-busy"]
+FLAG_NAMES = ("repacked", "not-compiled", "graph-breaks", "throttled", "above-ceiling", "cpu-busy", "input-fault")
+FlagName = Literal["repacked", "not-compiled", "graph-breaks", "throttled", "above-ceiling", "cpu-busy", "input-fault"]
 
 
 class Reason(_Part):
@@ -402,7 +403,9 @@ class Flag(_Part):
                            "ledger is the timed state), `not-compiled` (a compiled scheme compiled no graph), "
                            "`graph-breaks`, `throttled` (an NVML slow-down reason right after a method), "
                            "`above-ceiling` (faster than the roofline of the ceilings used: the ceiling "
-                           "underestimates the device), `cpu-busy` (CPU threads exceed the free cores)",
+                           "underestimates the device), `cpu-busy` (CPU threads exceed the free cores), `input-fault` (a "
+                           "NaN/Inf or all-zero weight, or activations that overflow the activation dtype when cast: "
+                           "the input's fault, not the scheme's)",
                            json_schema_extra=_always())
     text: str = Field(description="what happened, one sentence (tables print `name: text` under the table)",
                       json_schema_extra=_always())
@@ -458,6 +461,10 @@ class Row(_Part):
     k: int = Field(gt=0, description="K, in_features", json_schema_extra=_always(identity=True))
     n: int = Field(gt=0, description="N, out_features", json_schema_extra=_always(identity=True))
     device: Optional[str] = Field(None, description="`cpu` or `cuda:N`", json_schema_extra=_always())
+    weight_source: Optional[str] = Field(None, description="where the FP32 weight came from: `seeded Gaussian N(0, "
+                                         "1/K) (synthetic, seed 0)`, `Student-t (df=3) ...`, `outlier channels: ...` "
+                                         "(synthetic: its errors are not a trained layer's), `safetensors <file>:<tensor>`, "
+                                         "`HF checkpoint <folder>:<tensor>`", json_schema_extra=_always())
     weight_dtype: Optional[str] = Field(None, description="storage dtype of the weight values, e.g. `int4 (in int8)`",
                                         json_schema_extra=_always())
     activation_dtype: Optional[str] = Field(None, description="dtype fed to the layer, e.g. `bfloat16`",
@@ -517,7 +524,7 @@ class Row(_Part):
     achieved_method: Optional[str] = Field(None, description="the method the three fields above divide by: "
                                            "`stream` when the row has it, else `cold`", json_schema_extra=_always())
     hbm_floor_us: Optional[Num] = Field(None, ge=0, description="stored_bytes / the roofline's memory bandwidth: "
-                                          "the time to read the weight once from HBM, µs; null on CPU",
+                                          "the time to read the weight once from HBM (CPU rows: from DRAM, at the measured copy bandwidth), µs",
                                           json_schema_extra=_always())
     hbm_floor_fraction: Optional[Num] = Field(None, ge=0, description="hbm_floor_us / stream median (1.0 = at "
                                                 "the floor)", json_schema_extra=_always())

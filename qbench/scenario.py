@@ -91,13 +91,39 @@ class InputsSpec(_Frozen):
     outlier_magnitude: float = Field(default=0.0, ge=0.0, le=1e6)
 
 
-class WeightSpec(_Frozen):
-    """Where the FP32 weight ``[N, K]`` comes from: ``random`` (seeded, N(0, 1/K)) or a
-    ``safetensors`` file (``path`` relative to the scenario file, ``tensor`` name)."""
+#: ``weight.source`` values whose weight qbench draws itself (errors on them are not a trained layer's).
+SYNTHETIC_WEIGHTS = ("random", "student-t", "outlier-channels")
+#: ``weight.source`` -> the keys of ``[weight]`` it takes (all of them required).
+WEIGHT_KEYS = {"random": (), "student-t": ("df",), "outlier-channels": ("outlier_channels", "outlier_scale"),
+               "safetensors": ("path", "tensor"), "hf-checkpoint": ("path", "tensor")}
+#: The files of a Hugging Face checkpoint folder qbench reads (sharded, or one file).
+HF_INDEX, HF_SINGLE = "model.safetensors.index.json", "model.safetensors"
 
-    source: Literal["random", "safetensors"] = "random"
+
+class WeightSpec(_Frozen):
+    """Where the FP32 weight ``[N, K]`` comes from (``docs/scenarios.md``, ``[weight]``):
+
+    * ``random``: seeded Gaussian N(0, 1/K) (synthetic);
+    * ``student-t``: seeded Student-t of ``df`` degrees of freedom (> 2), scaled to variance 1/K:
+      heavy-tailed like trained layers (synthetic);
+    * ``outlier-channels``: the Gaussian with ``outlier_channels`` input channels (columns of W,
+      chosen by the seed) multiplied by ``outlier_scale`` (synthetic);
+    * ``safetensors``: tensor ``tensor`` of the file ``path`` (relative to the scenario file);
+    * ``hf-checkpoint``: tensor ``tensor`` of the Hugging Face checkpoint folder ``path``
+      (``model.safetensors.index.json`` names its shard, else ``model.safetensors``).
+    """
+
+    source: Literal["random", "student-t", "outlier-channels", "safetensors", "hf-checkpoint"] = "random"
     path: Optional[str] = None
     tensor: Optional[str] = None
+    df: Optional[float] = Field(None, gt=2.0, le=1e6)
+    outlier_channels: Optional[int] = Field(None, ge=1, le=1 << 17)
+    outlier_scale: Optional[float] = Field(None, gt=0.0, le=1e4)
+
+    @field_validator("df", "outlier_scale", mode="before")
+    @classmethod
+    def _float(cls, value: Any) -> Any:  # TOML's `df = 3` is an int; strict mode would refuse it
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class SchemeEntry(_Frozen):
@@ -200,6 +226,9 @@ class Scenario(_Frozen):
         data["schemes"] = [{"name": e.name, **e.options.model_dump(exclude_none=True)} for e in self.schemes]
         if self.model is None:
             data.pop("model")
+            for key in ("df", "outlier_channels", "outlier_scale"):  # as files before these keys were written
+                if data["weight"].get(key) is None:
+                    data["weight"].pop(key, None)
         else:
             data["model"] = self.model.to_dict()
             for key in ("layer", "weight", "inputs"):
@@ -455,16 +484,7 @@ def _check_cross_fields(scenario: Scenario) -> None:
         if n % multiple:
             raise ScenarioError(scenario.source, "layer.out_features",
                                 f"must be a multiple of {multiple} (kernel constraint of schemes[{i}] {entry.label}), got {n}")
-    weight = scenario.weight
-    if weight.source == "safetensors":
-        missing = [k for k in ("path", "tensor") if not getattr(weight, k)]
-        if missing:
-            raise ScenarioError(scenario.source, f"weight.{missing[0]}",
-                                f"missing: source = 'safetensors' needs both 'path' and 'tensor', got {weight.model_dump()}")
-        _check_safetensors(scenario)
-    elif weight.path is not None or weight.tensor is not None:
-        key = "weight.path" if weight.path is not None else "weight.tensor"
-        raise ScenarioError(scenario.source, key, f"only used with source = 'safetensors', got source = {weight.source!r}")
+    _check_weight(scenario)
     if scenario.inputs.outlier_fraction > 0 and scenario.inputs.outlier_magnitude <= 0:
         raise ScenarioError(scenario.source, "inputs.outlier_magnitude",
                             f"must be > 0 when outlier_fraction > 0, got {scenario.inputs.outlier_magnitude}")
@@ -497,25 +517,113 @@ def _check_tp(scenario: Scenario) -> None:
 
 
 def weight_path(scenario: Scenario) -> Path:
-    """The safetensors weight file: ``weight.path``, relative to the scenario file's folder."""
+    """``weight.path`` (a safetensors file or a checkpoint folder), relative to the scenario file's folder."""
     path = Path(scenario.weight.path or "")
     return path if path.is_absolute() else Path(scenario.source).parent / path
 
 
+def weight_file(scenario: Scenario) -> Path:
+    """The safetensors file holding ``weight.tensor``: ``weight.path`` itself (``safetensors``), or the
+    shard of the checkpoint folder that its ``model.safetensors.index.json`` names, else its
+    ``model.safetensors`` (``hf-checkpoint``). Torch-free: reads the index only.
+
+    Raises:
+        ScenarioError: not a folder, no index and no single file, an unreadable index, a tensor
+            the index does not list, or a shard name that leaves the folder (file, key, value).
+    """
+    path = weight_path(scenario)
+    if scenario.weight.source != "hf-checkpoint":
+        return path
+    source, name = scenario.source, scenario.weight.tensor
+    if not path.is_dir():
+        raise ScenarioError(source, "weight.path", f"must be a Hugging Face checkpoint folder (relative to the scenario's "
+                                                   f"folder) holding {HF_INDEX} or {HF_SINGLE}, got {_show(str(path))}")
+    index = path / HF_INDEX
+    if not index.is_file():
+        if (path / HF_SINGLE).is_file():
+            return path / HF_SINGLE
+        raise ScenarioError(source, "weight.path", f"has neither {HF_INDEX} nor {HF_SINGLE}, got {_show(str(path))}")
+    try:
+        if index.stat().st_size > 100 << 20:
+            raise ValueError("larger than 100 MiB")
+        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
+    except (OSError, ValueError, AttributeError, RecursionError) as exc:
+        raise ScenarioError(source, "weight.path", f"{HF_INDEX} is not a readable JSON index "
+                                                   f"({_one_line(str(exc)) or type(exc).__name__}), got {_show(str(index))}") from None
+    if not isinstance(weight_map, dict):
+        raise ScenarioError(source, "weight.path", f"{HF_INDEX} has no 'weight_map' table, got {_show(str(index))}")
+    shard = weight_map.get(name)
+    if shard is None:
+        names = sorted(str(key) for key in weight_map)
+        have = (", ".join(names[:8]) + (", ..." if len(names) > 8 else "")) if names else "no tensors"
+        raise ScenarioError(source, "weight.tensor", f"not in {HF_INDEX} of {path.name} (it has {have}), got {_show(name)}")
+    if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
+        raise ScenarioError(source, "weight.tensor", f"{HF_INDEX} maps it to a shard that is not a file name in the "
+                                                     f"folder ({_show(shard)}), got {_show(name)}")
+    return path / shard
+
+
+def weight_source(scenario: Scenario) -> str:
+    """Where the weight of every row comes from, one line (the rows' ``weight_source``): ``seeded
+    Gaussian N(0, 1/K) (synthetic, seed 0)``, ``Student-t (df=3) ...``, ``outlier channels ...``,
+    ``safetensors <file>:<tensor>``, ``HF checkpoint <folder>:<tensor>``. Torch-free."""
+    w, seed = scenario.weight, scenario.seed
+    if w.source == "random":
+        return f"seeded Gaussian N(0, 1/K) (synthetic, seed {seed})"
+    if w.source == "student-t":
+        return f"Student-t (df={w.df:g}) scaled to variance 1/K (synthetic, seed {seed})"
+    if w.source == "outlier-channels":
+        return (f"outlier channels: {w.outlier_channels} of the K input channels x {w.outlier_scale:g} on N(0, 1/K) "
+                f"(synthetic, seed {seed})")
+    if w.source == "hf-checkpoint":
+        return f"HF checkpoint {w.path}:{w.tensor}"
+    return f"safetensors {w.path}:{w.tensor}"
+
+
+def weight_is_synthetic(scenario: Scenario) -> bool:
+    """Whether qbench drew the weight itself (:data:`SYNTHETIC_WEIGHTS`): its errors are not a trained layer's."""
+    return scenario.weight.source in SYNTHETIC_WEIGHTS
+
+
+def _check_weight(scenario: Scenario) -> None:
+    """``[weight]``: the keys its ``source`` takes are all given, no other is; a file source holds the
+    tensor (:func:`_check_safetensors`); ``outlier_channels`` is at most K."""
+    weight, source = scenario.weight, scenario.source
+    wanted = WEIGHT_KEYS[weight.source]
+    for key in ("path", "tensor", "df", "outlier_channels", "outlier_scale"):
+        value = getattr(weight, key)
+        if key in wanted and value in (None, ""):
+            raise ScenarioError(source, f"weight.{key}", f"missing: source = {weight.source!r} needs "
+                                                         f"{'both ' if len(wanted) == 2 else ''}"
+                                                         f"{' and '.join(repr(k) for k in wanted)}, got "
+                                                         f"{_show(weight.model_dump(exclude_none=True))}")
+        if key not in wanted and value is not None:
+            users = [s for s, keys in WEIGHT_KEYS.items() if key in keys]
+            raise ScenarioError(source, f"weight.{key}", f"only used with source = {' or '.join(repr(u) for u in users)}, "
+                                                         f"got source = {weight.source!r}")
+    if weight.source == "outlier-channels" and weight.outlier_channels > scenario.layer.in_features:
+        raise ScenarioError(source, "weight.outlier_channels", f"must be at most in_features = "
+                                                               f"{scenario.layer.in_features}, got {weight.outlier_channels}")
+    if weight.source in ("safetensors", "hf-checkpoint"):
+        _check_safetensors(scenario)
+
+
 def _check_safetensors(scenario: Scenario) -> None:
-    """The weight file exists and holds ``weight.tensor`` as a float tensor of shape ``[N, K]``.
+    """The weight file (:func:`weight_file`) exists and holds ``weight.tensor`` as a float tensor
+    of shape ``[N, K]``.
 
     Reads only the file's header (8-byte little-endian length, then JSON; safetensors format
     spec), never the tensor data.
     """
-    source, path, name = scenario.source, weight_path(scenario), scenario.weight.tensor
+    source, name = scenario.source, scenario.weight.tensor
     n, k = scenario.layer.out_features, scenario.layer.in_features
     import importlib.util
 
     if importlib.util.find_spec("safetensors") is None:  # the workers load the weight with it
-        raise ScenarioError(source, "weight.source", "'safetensors' needs the safetensors package "
+        raise ScenarioError(source, "weight.source", f"{scenario.weight.source!r} needs the safetensors package "
                                                      "(pip install safetensors, or qbench's extra: pip install -e '.[safetensors]'), "
-                                                     "got source = 'safetensors'")
+                                                     f"got source = {scenario.weight.source!r}")
+    path = weight_file(scenario)
     if not path.is_file():
         raise ScenarioError(source, "weight.path", f"no such file (relative to the scenario's folder), "
                                                    f"got {_show(str(path))}")

@@ -37,7 +37,7 @@ _READING = {"sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0, "temp_c": 35.0, "po
 _FULL = {
     "scheme": "int8-weight-only+compiled", "base_scheme": "int8-weight-only", "library": "torchao",
     "mode": "compiled", "options": {}, "m": 1, "k": 4096, "n": 4096, "device": "cuda:0",
-    "weight_dtype": "int8", "activation_dtype": "bfloat16", "output_dtype": "bfloat16", "compute_dtype": "bf16",
+    "weight_source": "seeded Gaussian N(0, 1/K) (synthetic, seed 0)", "weight_dtype": "int8", "activation_dtype": "bfloat16", "output_dtype": "bfloat16", "compute_dtype": "bf16",
     "status": "ok", "reason": None,
     "payload_bytes": 16777216, "metadata_bytes": 16384, "bias_bytes": 0, "stored_bytes": 16793600,
     "nominal_bits": 8, "bits_per_weight": 8.0078125,

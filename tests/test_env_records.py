@@ -78,6 +78,10 @@ def test_collect_has_the_new_records():
     for key in ("git", "torchao_extensions", "bitsandbytes_library", "cublas", "load_avg_1min", "free_cores",
                 "oversubscribed", "warnings"):
         assert key in got
+    info = got["cpu_info"]
+    assert info["capability"] == torch.backends.cpu.get_cpu_capability()
+    assert isinstance(info["flags"], list) and isinstance(info["caches"], dict)
+    assert set(info) == {"model_name", "vendor", "family", "model", "stepping", "flags", "caches", "capability"}
 
 
 def test_source_digest_of_a_known_tree(tmp_path):

@@ -256,3 +256,45 @@ def test_a_method_that_raises_is_an_error_reason_and_failed_copies_a_copies_reas
     monkeypatch.setattr(measure._Runner, "_calls", no_calls)
     for row in _rows(tmp_path, "fp32"):
         assert row["latency_reasons"]["stream"] == {"kind": "copies", "text": "MemoryError: copies' calls"}
+
+
+def _fault_rows(tmp_path, weight, scheme="fp32", inputs_table=""):
+    """Rows of ``scheme`` at M = 1, 2 on a 256 x 256 weight saved to a safetensors file."""
+    from safetensors.torch import save_file
+
+    save_file({"w": weight}, str(tmp_path / "w.safetensors"))
+    text = small_scenario_toml([scheme], m=(1, 2), n=256) + inputs_table + \
+        '\n[weight]\nsource = "safetensors"\npath = "w.safetensors"\ntensor = "w"\n'
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return measure_scheme(scenario.load(path), 0, CPU)
+
+
+def test_a_non_finite_or_all_zero_weight_is_an_input_fault_on_every_row(tmp_path):
+    """The break report's finding 8: every scheme, fp32 included, was blamed for non-finite outputs."""
+    w = torch.randn(256, 256) / 16
+    w[3, 5], w[7, 9] = float("nan"), float("inf")
+    rows = _fault_rows(tmp_path, w)
+    for row in rows:
+        faults = [f["text"] for f in row["flags"] if f["name"] == "input-fault"]
+        assert faults == ["the weight has 2 non-finite entries (1 NaN, 1 Inf): the float64 reference is "
+                          "not finite, so no scheme's error means anything"], row["flags"]
+        assert row["weight_source"] == "safetensors w.safetensors:w"
+    rows = _fault_rows(tmp_path, torch.zeros(256, 256))
+    assert all(any(f["name"] == "input-fault" and f["text"].startswith("the weight is all zeros") for f in r["flags"])
+               for r in rows)
+    assert not any(f["name"] == "input-fault" for r in _fault_rows(tmp_path, w.nan_to_num(0, 0, 0)) for f in r["flags"])
+
+
+def test_fp16_cast_overflow_of_outlier_activations_is_an_input_fault(tmp_path):
+    """The break report's finding 11: qbench's own cast of 1e6 outliers to fp16 gives inf."""
+    table = "\n[inputs]\noutlier_fraction = 0.01\noutlier_magnitude = 1e6\n"
+    w = torch.randn(256, 256) / 16
+    fp16 = _fault_rows(tmp_path, w, "fp16", table)
+    for row in fp16:
+        (fault,) = [f["text"] for f in row["flags"] if f["name"] == "input-fault"]
+        count = int(fault.split()[0])  # 3 outlier columns of 256: up to 3 per row of X exceed 65504 after x 1e6
+        assert 1 <= count <= 3 * row["m"] and " activation values overflow float16 (|x| > 65504) when qbench " \
+            "casts the FP32 activations" in fault, fault
+    fp32 = _fault_rows(tmp_path, w, "fp32", table)  # fp32 activations hold 1e6: no fault
+    assert not any(f["name"] == "input-fault" for r in fp32 for f in r["flags"])

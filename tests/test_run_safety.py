@@ -524,3 +524,22 @@ def test_a_temp_file_left_by_a_killed_final_write_is_removed_by_the_next_run_on_
     other.write_text("{}")
     assert _run(_scenario(tmp_path, ["fp16"]), "--out", tmp_path / "r.json") == 0
     assert not stale.exists() and other.exists()
+
+
+def test_run_warns_when_errors_come_from_a_synthetic_weight_and_rows_say_where_it_came_from(tmp_path, capsys):
+    """Issue 24, item 5: the table's errors come from a seeded weight unless a file is given."""
+    import torch
+    from safetensors.torch import save_file
+
+    path = _scenario(tmp_path, ["fp32"])
+    assert _run(path, "--out", tmp_path / "g.json") == 0
+    out = capsys.readouterr().out
+    assert ("warning: errors come from a synthetic weight (seeded Gaussian N(0, 1/K) (synthetic, seed 3)), not a "
+            "trained layer") in out
+    doc = json.loads((tmp_path / "g.json").read_text())
+    assert doc["rows"][0]["weight_source"] == "seeded Gaussian N(0, 1/K) (synthetic, seed 3)"
+    save_file({"w": torch.randn(128, 256)}, str(tmp_path / "w.safetensors"))
+    path.write_text(path.read_text() + '\n[weight]\nsource = "safetensors"\npath = "w.safetensors"\ntensor = "w"\n')
+    assert _run(path, "--out", tmp_path / "f.json") == 0
+    assert "synthetic" not in capsys.readouterr().out
+    assert json.loads((tmp_path / "f.json").read_text())["rows"][0]["weight_source"] == "safetensors w.safetensors:w"
