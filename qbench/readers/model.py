@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, incomplete_warning, resolve_method, unusable_note
-from qbench.presets import PRESETS, LinearShape, ModelPreset
+from qbench.step.config import LAYER_PRESETS as PRESETS, LinearShape, ModelPreset
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
                                    add_method, check_max_rel_err, open_results)
 from qbench.render import Column, check_format, render, wants_prose

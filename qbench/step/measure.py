@@ -31,17 +31,19 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
 from qbench import compile_info, ledger
-from qbench.scenario import Scenario
 from qbench.schemes import get as get_scheme
 from qbench.step import floor, llama
 from qbench.step.config import StepModelConfig
 from qbench.step.row import StepRow
 from qbench.step.spec import COMPILED_ONLY, check as check_spec
+
+if TYPE_CHECKING:  # the scenario imports qbench.step.spec: no import back up at run time
+    from qbench.scenario import Scenario
 
 #: Device memory kept free beyond the estimate (bytes): CUDA graphs' pools, cuBLAS workspaces,
 #: the allocator's fragmentation. Project choice, from the H200 runs' peaks.

@@ -64,10 +64,7 @@ def test_step_error_known_answers():
 
 # -- configurations --------------------------------------------------------------------------
 def test_presets_match_the_layer_presets():
-    try:
-        from qbench.presets import PRESETS as LAYER
-    except ImportError:
-        from qbench.presets import PRESETS as LAYER
+    from qbench.step.config import LAYER_PRESETS as LAYER
     for name in ("llama3-8b", "llama3.1-70b"):
         shapes = PRESETS[name].linear_shapes()
         layer = LAYER[name]
