@@ -25,6 +25,7 @@ from typing import Callable, Optional
 import qbench
 from qbench import forkserver, schemes
 from qbench.forkserver import preload_enabled, preload_modules  # noqa: F401 - the runner's public names
+from qbench.tp.worker import runner_alive  # one liveness check (a zombie is dead) for both runners
 from qbench.lifecycle import (  # noqa: F401 - re-exported: the runner's public names stay where they were
     RunError, RunInterrupted, RunOutcome, RunWriteError, _death_reason, check_output, default_output, done_labels, finish,
     log_tail, partial_path, prepare, record,
@@ -188,23 +189,13 @@ def remove_stale_temp_folders(folder: Optional[str] = None) -> list[str]:
             continue
         path = os.path.join(folder, name)
         try:
-            if os.stat(path).st_uid != os.getuid() or _alive(int(match.group(1))):
+            if os.stat(path).st_uid != os.getuid() or runner_alive(int(match.group(1))):
                 continue
         except OSError:
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def blank_rows(scenario: Scenario, entry, dev) -> list[dict]:
