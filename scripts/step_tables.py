@@ -22,7 +22,7 @@ from tabulate import tabulate
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from qbench.step.row import StepRow  # noqa: E402
-from qbench.step.view import decision_method, linear_speedup, speedups  # noqa: E402
+from qbench.step.view import SHORT, STEP_METHODS, decision_method, linear_speedup, speedups  # noqa: E402
 
 
 def _rows(path: str) -> list[StepRow]:
@@ -46,8 +46,7 @@ def steps(path: str) -> str:
         lin = (r.linear or {}).get("sum_us")
         out.append({"scheme": r.scheme, "M": r.m, "context": r.context,
                     "blocks": f"{r.blocks_built}/{r.blocks}",
-                    "graph ms": _ms(r.step_us("step_graph")), "compiled ms": _ms(r.step_us("step_compiled")),
-                    "loop (r-o) ms": _ms(r.step_us("step_reduce_overhead")),
+                    **{f"{SHORT[m]} ms": _ms(r.step_us(m)) for m in STEP_METHODS if SHORT[m] != "cpu"},
                     "Σ linear ms": _ms(lin),
                     "rest %": f"{100 * r.remainder_share[method]:.0f}" if method in r.remainder_share else "—",
                     "floor %": f"{100 * r.floor_fraction[method]:.0f}" if method in r.floor_fraction else "—",

@@ -40,7 +40,7 @@ from qbench.schemes import get as get_scheme
 from qbench.step import floor, llama
 from qbench.step.config import StepModelConfig
 from qbench.step.row import StepRow
-from qbench.step.spec import COMPILED_ONLY, check as check_spec
+from qbench.step.spec import check as check_spec
 
 if TYPE_CHECKING:  # the scenario imports qbench.step.spec: no import back up at run time
     from qbench.scenario import Scenario
@@ -274,15 +274,23 @@ class _Built:
         if self.blocks_built < self.config.blocks:
             row["error"]["blocks"] = self.blocks_built
 
-    def _methods(self) -> list[str]:
-        if self.device.type == "cpu":
-            return [m for m in self.spec.methods if m == "step_cpu"]
-        wanted = [m for m in self.spec.methods if m != "step_cpu"]
-        return [m for m in wanted if self.compiled or m not in COMPILED_ONLY]
+    def _methods(self) -> list:
+        """The step methods of the timing registry this row runs (the scenario's ``model.methods``
+        that run on this device; a compiled method only for a compiled scheme), in run order."""
+        from qbench.timing import registry
+
+        return [m for m in registry.plan(self.spec.methods, self.device.type, job="step")
+                if self.compiled or m.compiled is None]
 
     def _time(self, row: dict, model: llama.DecodeModel, tokens: torch.Tensor) -> None:
-        from qbench.timing import step_compiled, step_cpu, step_graph, step_reduce_overhead
+        """Each step method's reading (:meth:`qbench.timing.method.TimingMethod.run` on a
+        :class:`~qbench.timing.method.Call` of the step): the step compiled first in the method's
+        ``compiled`` mode; with fewer blocks built than the model has, at two block counts and
+        extrapolated (:func:`_combine`). One error path: a method that raises gets its reason, and
+        after a failed CUDA graph capture no later method of this worker is attempted."""
+        from qbench.timing.method import Call
         from qbench.timing.settings import TimingSettings
+        from qbench.timing.warm import GraphCaptureError
 
         t = self.scenario.timing
         settings = TimingSettings(warmup=min(t.warmup, 5), min_reps=t.min_reps, max_reps=t.max_reps,
@@ -295,51 +303,40 @@ class _Built:
                                     "the step is that block's times the block count")
             else:
                 counts = [self.blocks_built // 2, self.blocks_built]
-        readings: dict[str, list[float]] = {}
+        self.timed = []
         for method in self._methods():
             t0 = time.perf_counter()
             stats_by_n = []
             try:
-                if method != "step_cpu" and self.capture_failure:
+                if self.capture_failure and self.device.type == "cuda":
                     raise _NotAttempted(self.capture_failure)
                 for n in counts:
-                    if method == "step_cpu":
-                        stats = step_cpu.run(lambda n=n: model(tokens, n), settings).to_dict()
-                    elif method == "step_graph":
-                        model.block_call, model.head_call = _eager_block, model._head
-                        stats = step_graph.run(lambda n=n: model(tokens, n), settings).to_dict()
-                    elif method == "step_compiled":
-                        self._use_compiled(model, "default")
-                        stats = self._compiled_reading(row, lambda n=n: model(tokens, n),
-                                                       lambda fn: step_compiled.run(fn, settings).to_dict())
+                    call = Call(fn=self._step_call(model, tokens, n, method.compiled), device=self.device)
+                    if method.compiled is None:
+                        stats = method.run(call, settings).record
                     else:
-                        self._use_compiled(model, "reduce-overhead")
-                        stats = self._compiled_reading(
-                            row, lambda n=n: model(tokens, n).clone(),
-                            lambda fn, n=n: _ro(step_reduce_overhead, model, tokens, n, settings),
-                            mark=torch.compiler.cudagraph_mark_step_begin)
+                        stats = self._compiled_reading(row, call, lambda c: method.run(c, settings).record,
+                                                       method.compiled)
                     stats_by_n.append(stats)
-                row["latency_us"][method] = _combine(stats_by_n, counts, self.config.blocks)
+                row["latency_us"][method.name] = _combine(stats_by_n, counts, self.config.blocks)
                 if len(stats_by_n) == 2:
                     ex = row["extrapolated"] or {"blocks": counts, "readings": {}}
-                    ex["readings"][method] = [s["median"] for s in stats_by_n]
+                    ex["readings"][method.name] = [s["median"] for s in stats_by_n]
                     row["extrapolated"] = ex
-                readings[method] = [s["median"] for s in stats_by_n]
+                self.timed.append(method)
             except _NotAttempted as exc:
-                row["latency_us"][method] = None
-                row["latency_reasons"][method] = f"not attempted: {exc}"
+                row["latency_us"][method.name] = None
+                row["latency_reasons"][method.name] = f"not attempted: {exc}"
             except Exception as exc:
-                from qbench.timing.warm import GraphCaptureError
-
                 why = _describe(exc)
-                row["latency_us"][method] = None
-                row["latency_reasons"][method] = why
-                if isinstance(exc, GraphCaptureError) or "captur" in why.lower():
-                    self.capture_failure = f"CUDA graph capture failed ({method}): {why}"
+                row["latency_us"][method.name] = None
+                row["latency_reasons"][method.name] = why
+                if isinstance(exc, GraphCaptureError):
+                    self.capture_failure = f"CUDA graph capture failed ({method.name}): {why}"
             finally:
                 model.block_call, model.head_call = _eager_block, model._head
-                row["worker_phases_s"] = {**row["worker_phases_s"], method: time.perf_counter() - t0}
-            self._gpu_reading(row, method)
+                row["worker_phases_s"] = {**row["worker_phases_s"], method.name: time.perf_counter() - t0}
+            self._gpu_reading(row, method.name)
         if row["extrapolated"] is not None:
             n_small, n_large = counts
             row["flags"].append(f"extrapolated: {n_large} of {self.config.blocks} blocks fit; each step is "
@@ -347,37 +344,56 @@ class _Built:
                                 f"{n_large - n_small} (both readings in 'extrapolated')")
 
     # -- compiled forms ---------------------------------------------------------------------
+    def _step_call(self, model: llama.DecodeModel, tokens: torch.Tensor, n: int, mode: Optional[str]) -> Callable[[], Any]:
+        """The zero-argument step of ``n`` blocks in the form ``mode`` (None: eager) times. The
+        decode loop's step (``reduce-overhead``) feeds itself, as gpt-fast's loop does: each call
+        reads the tokens the previous call produced (cloned out of the CUDA-graph pool)."""
+        if mode is None:
+            model.block_call, model.head_call = _eager_block, model._head
+        else:
+            self._use_compiled(model, mode)
+        if mode != "reduce-overhead":
+            return lambda: model(tokens, n)
+        state = {"tokens": tokens}
+
+        def loop_step() -> None:
+            state["tokens"] = model(state["tokens"], n).clone()
+
+        return loop_step
+
     def _use_compiled(self, model: llama.DecodeModel, mode: str) -> None:
+        """Point the model's block and head calls at their compiled forms in ``mode`` (compiled once
+        per worker and mode: one function for every block, one for the head)."""
         compile_info.allow_recompiles(64)
         if mode not in self.compiled_fns:
-            self.compiled_fns[mode] = (torch.compile(_eager_block, mode=None if mode == "default" else mode, dynamic=False),
-                                       torch.compile(_head_fn, mode=None if mode == "default" else mode, dynamic=False))
+            compile_mode = None if mode == "default" else mode
+            self.compiled_fns[mode] = (torch.compile(_eager_block, mode=compile_mode, dynamic=False),
+                                       torch.compile(_head_fn, mode=compile_mode, dynamic=False))
         block_fn, head_fn = self.compiled_fns[mode]
         model.block_call = block_fn
         model.head_call = lambda x: head_fn(model, x)
 
-    def _compiled_reading(self, row: dict, call: Callable[[], Any], timed: Callable,
-                          mark: Callable[[], None] = lambda: None) -> dict:
-        """Compile (first calls, outside the timed region), then ``timed(call)``; the compile
-        record goes to ``row["compile"]``. ``mark`` is called before the first call: CUDA-graph
-        trees (reduce-overhead) must be told that a new step begins, or each block's call is taken
-        for a new step and the previous block's output is overwritten while still in use."""
+    def _compiled_reading(self, row: dict, call, timed: Callable, mode: str) -> dict:
+        """Compile (a first call, outside the timed region), then ``timed(call)``; the compile
+        record goes to ``row["compile"]``. With CUDA-graph trees (``reduce-overhead``) the step's
+        start is marked before that call, or each block's call is taken for a new step and the
+        previous block's output is overwritten while still in use."""
         before = _counters()
         t0 = time.perf_counter()
-        mark()
-        call()
+        if mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
+        call.fn()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         first = time.perf_counter() - t0
         after = _counters()
         record = row["compile"] or {}
         record.setdefault("first_call_s", []).append(first)
-        record["graphs_compiled"] = record.get("graphs_compiled", 0) + after["graphs"] - before["graphs"]
-        record["graph_breaks"] = record.get("graph_breaks", 0) + after["breaks"] - before["breaks"]
-        record["cudagraph_skips"] = record.get("cudagraph_skips", 0) + after["cudagraph_skips"] - before["cudagraph_skips"]
+        for key in ("graphs_compiled", "graph_breaks", "cudagraph_skips"):
+            short = {"graphs_compiled": "graphs", "graph_breaks": "breaks"}.get(key, key)
+            record[key] = record.get(key, 0) + after[short] - before[short]
         row["compile"] = record
-        stats = timed(call)
-        return stats
+        return timed(call)
 
     # -- Σ linear ---------------------------------------------------------------------------
     def _linear_sum(self, row: dict, model: llama.DecodeModel, m: int) -> None:
@@ -449,11 +465,12 @@ class _Built:
                                         f"({step:.0f} µs) by more than 2 %: the layer view overstates this step")
             if stats["p10"] > 0 and stats["p90"] / stats["p10"] > SCATTER:
                 row["flags"].append(f"noisy: {method} p90/p10 = {stats['p90'] / stats['p10']:.2f} (> {SCATTER})")
-        ro, comp = row["latency_us"].get("step_reduce_overhead"), row["latency_us"].get("step_compiled")
-        if ro and comp and ro["p10"] > comp["p90"]:
-            row["flags"].append(f"reduce-overhead-slower: the decode loop's {ro['median']:.0f} µs/step exceeds the "
-                                f"hand-captured compiled step ({comp['median']:.0f} µs) beyond both p10-p90 ranges: "
-                                "the compiled wrapper's host work per call is not hidden")
+        for method in getattr(self, "timed", []):  # a decode loop slower than its hand-captured twin
+            loop, twin = row["latency_us"].get(method.name), row["latency_us"].get(method.twin or "")
+            if method.compiled == "reduce-overhead" and loop and twin and loop["p10"] > twin["p90"]:
+                row["flags"].append(f"reduce-overhead-slower: the decode loop's {loop['median']:.0f} µs/step exceeds "
+                                    f"the hand-captured compiled step ({twin['median']:.0f} µs) beyond both p10-p90 "
+                                    "ranges: the compiled wrapper's host work per call is not hidden")
         if self.compiled and row["compile"] is not None:
             c = row["compile"]
             if c.get("graphs_compiled", 0) == 0:
@@ -490,14 +507,6 @@ def _eager_block(block: llama.Block, x: torch.Tensor, cos: torch.Tensor, sin: to
 
 def _head_fn(model: llama.DecodeModel, x: torch.Tensor) -> torch.Tensor:
     return model._head(x)
-
-
-def _ro(method_module, model: llama.DecodeModel, tokens: torch.Tensor, n: int, settings) -> dict:
-    """``step_reduce_overhead`` on the model's compiled step of ``n`` blocks (output cloned, as
-    gpt-fast clones the next token)."""
-    stats, extras = method_module.run(lambda t: model(t, n).clone(), tokens, settings, torch.cuda.synchronize,
-                                      torch.compiler.cudagraph_mark_step_begin)
-    return {**stats.to_dict(), **extras}
 
 
 def _counters() -> dict[str, int]:

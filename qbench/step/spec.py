@@ -24,11 +24,11 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from qbench.step.config import PRESETS, ConfigError, StepModelConfig, read_hf_config
+from qbench.timing import registry
 
-#: The step methods, in table order (the timing registry's ``job = "step"`` methods).
-STEP_METHODS = ("step_graph", "step_compiled", "step_reduce_overhead", "step_cpu")
-#: Methods that need a compiled scheme (``mode = "compiled"``).
-COMPILED_ONLY = ("step_compiled", "step_reduce_overhead")
+#: The step methods, in table order: the timing registry's ``job = "step"`` methods (a method
+#: whose ``compiled`` is set runs only for a compiled scheme).
+STEP_METHODS: tuple[str, ...] = registry.STEP_METHODS
 #: Largest context a scenario may ask for (positions), whatever the model says.
 CONTEXT_MAX = 1 << 20
 

@@ -16,14 +16,20 @@ from typing import Optional, Sequence
 from tabulate import tabulate
 
 from qbench.step.row import StepRow
-from qbench.step.spec import STEP_METHODS
+from qbench.timing import registry
 
 DASH = "—"
-#: Short column names of the step methods.
-SHORT = {"step_graph": "graph", "step_compiled": "compiled", "step_reduce_overhead": "loop (r-o)", "step_cpu": "cpu"}
-#: The method a step decision reads by default, first present wins: the compiled step captured in a
-#: graph (the fastest honest form), then the eager step in a graph, then the CPU step.
-DECISION_ORDER = ("step_compiled", "step_graph", "step_cpu", "step_reduce_overhead")
+_STEP = [m for m in registry.methods().values() if m.job == "step"]
+#: The step methods, in table order (the timing registry's ``job = "step"`` methods).
+STEP_METHODS: tuple[str, ...] = tuple(m.name for m in sorted(_STEP, key=lambda m: m.order))
+#: Short column names of the step methods (each method's ``short``).
+SHORT: dict[str, str] = {m.name: m.short or m.name for m in _STEP}
+#: The method a step decision reads by default, first present wins (the registry's ``fallback_rank``):
+#: the compiled step captured in a graph (the fastest honest form), then the eager step in a graph,
+#: then the CPU step, then the decode loop.
+DECISION_ORDER: tuple[str, ...] = registry.decision_order("step")
+#: A compiled method -> its eager form, read on a baseline that has no compiled form.
+_EAGER_TWIN = {m.name: m.twin for m in _STEP if m.compiled == "default" and m.twin}
 
 
 def _us(value: Optional[float]) -> str:
@@ -53,7 +59,8 @@ def _baseline_for(r: StepRow, base: dict, baseline: str) -> Optional[StepRow]:
 def speedups(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, dict[str, float]]:
     """``{row.key: {method: baseline step / this step}}``, per method the row and its baseline
     both have; a compiled row is compared with ``<baseline>+compiled`` when present, and its
-    ``step_compiled`` with the eager baseline's ``step_graph`` when that is all there is."""
+    compiled step (``step_compiled``) with the eager baseline's eager form (the method's ``twin``,
+    ``step_graph``) when that is all there is."""
     base = {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
             if r.scheme in (baseline, f"{baseline}+compiled") and r.status == "ok"}
     out: dict[tuple, dict[str, float]] = {}
@@ -62,8 +69,9 @@ def speedups(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, dic
         if b is None or r.status != "ok":
             continue
         out[r.key] = {m: b.step_us(m) / r.step_us(m) for m in STEP_METHODS if r.step_us(m) and b.step_us(m)}
-        if r.mode == "compiled" and b.step_us("step_compiled") is None and b.step_us("step_graph") and r.step_us("step_compiled"):
-            out[r.key]["step_compiled"] = b.step_us("step_graph") / r.step_us("step_compiled")
+        for method, eager in _EAGER_TWIN.items():
+            if r.mode == "compiled" and b.step_us(method) is None and b.step_us(eager) and r.step_us(method):
+                out[r.key][method] = b.step_us(eager) / r.step_us(method)
     return out
 
 

@@ -113,6 +113,13 @@ class TimingMethod:
         job: ``"layer"`` (one linear layer, :mod:`qbench.measure`) or ``"step"`` (a model step);
             each job plans only its own methods.
         error_prefix: put before the exception in this method's reason (``"profiler: "``).
+        compiled: step methods: the ``torch.compile`` mode of the step it times (``"default"``,
+            ``"reduce-overhead"``), None for the eager step; a compiled method runs only for a
+            compiled scheme, and its caller compiles the step before :meth:`run`.
+        short: a short column title (tables of step rows); default the name.
+        twin: the method the same step is timed by in another form, for comparisons: a compiled
+            method's eager form (the baseline read when a file has no compiled baseline), the
+            decode loop's hand-captured form (a loop slower than it beyond the noise is flagged).
     """
 
     name: str
@@ -131,6 +138,9 @@ class TimingMethod:
     always: bool = False
     job: str = "layer"
     error_prefix: str = ""
+    compiled: Optional[Literal["default", "reduce-overhead"]] = None
+    short: str = ""
+    twin: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:

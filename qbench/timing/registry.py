@@ -97,6 +97,14 @@ def fallback(device_type: str) -> TimingMethod:
                 and m.runs_on(device_type))
 
 
+def decision_order(job: str) -> tuple[str, ...]:
+    """The methods of ``job`` that decisions may read, best first (``fallback_rank`` ascending):
+    for the step job the compiled step in a graph, the eager step in a graph, the CPU step, the
+    decode loop."""
+    return tuple(m.name for m in sorted((m for m in methods().values() if m.job == job), key=_rank)
+                 if m.fallback_rank is not None)
+
+
 def extras_owner(job: str = LAYER) -> dict[str, str]:
     """STATS key -> the method of ``job`` whose records alone carry it (those methods' ``extras``)."""
     return {key: m.name for m in methods().values() if m.job == job for key in m.extras}

@@ -40,4 +40,5 @@ class StepCompiled(TimingMethod):
 
 METHOD = StepCompiled("step_compiled", "µs per replay of one CUDA graph of the step compiled by torch.compile (default "
                       "mode, one compiled block reused by every block), captured by hand",
-                      "weights and KV cache from HBM", cuda=True, cpu=False, needs_capture=True, order=1, job="step")
+                      "weights and KV cache from HBM", cuda=True, cpu=False, needs_capture=True, order=1, job="step",
+                      compiled="default", short="compiled", twin="step_graph", fallback_rank=0)

@@ -27,4 +27,4 @@ class StepCpu(TimingMethod):
 
 METHOD = StepCpu("step_cpu", "host wall time per eager decode step on the CPU (blocks of steps, perf_counter)",
                  "weights from DRAM (a model exceeds the caches)", cuda=False, cpu=True, needs_capture=False,
-                 order=3, job="step")
+                 order=3, job="step", short="cpu", fallback_rank=2)

@@ -38,4 +38,5 @@ class StepGraph(TimingMethod):
 
 METHOD = StepGraph("step_graph", "µs per replay of one CUDA graph of the eager decode step (every block, the LM head, "
                    "argmax): no launch gaps, no host work: the engine's view", "weights and KV cache from HBM",
-                   cuda=True, cpu=False, needs_capture=True, order=0, job="step")
+                   cuda=True, cpu=False, needs_capture=True, order=0, job="step",
+                   short="graph", fallback_rank=1)

@@ -101,4 +101,5 @@ METHOD = StepReduceOverhead(
     "step_reduce_overhead", "µs per step of torch.compile(mode='reduce-overhead') in a decode loop (token n feeds "
     "step n+1, no sync between): host included, hidden behind the GPU when it can be; extras: host_us (one call's "
     "host time), synced_us (one call + sync from idle)", "weights and KV cache from HBM", cuda=True, cpu=False,
-    needs_capture=False, order=2, extras=("loop_steps", "host_us", "synced_us"), job="step")
+    needs_capture=False, order=2, extras=("loop_steps", "host_us", "synced_us"), job="step",
+    compiled="reduce-overhead", short="loop (r-o)", twin="step_compiled", fallback_rank=3)
