@@ -29,7 +29,7 @@ import argparse
 from typing import Sequence
 
 from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, incomplete_warning, methods_present,
-                          resolve_method, unusable_note, verdict)
+                          resolve_method, row_verdict, unusable_note)
 from qbench.readers.common import Command, Refused, add_baseline, add_format, add_method, open_results
 from qbench.render import COLUMNS, Column, check_format, render, render_header, wants_prose
 from qbench.render.columns import DASH, resolve_columns
@@ -95,7 +95,8 @@ def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECIS
     """
     doc = ResultDoc.of(doc)
     rows = doc.rows
-    base = {r.shape: r.stats(method) for r in rows if r.scheme == baseline}
+    base_rows = {r.shape: r for r in rows if r.scheme == baseline}
+    base = {shape: r.stats(method) for shape, r in base_rows.items()}
     if not base:
         schemes = sorted({r.scheme for r in rows})
         raise ValueError(f"--baseline {baseline!r} is not a scheme of this file; schemes: "
@@ -119,7 +120,7 @@ def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECIS
             if capture_failure(r, method):
                 rec["unusable"].append(r.m)
             continue
-        said = verdict(theirs, mine)
+        said = row_verdict(base_rows[r.shape], r, method)  # the runs' spread too (--repeat, several files)
         rec["wins" if said == "faster" else "losses" if said == "slower" else "ties"].append(r.m)
         speedup = theirs.median / mine.median
         rec["best_speedup"] = speedup if rec["best_speedup"] is None else max(rec["best_speedup"], speedup)
