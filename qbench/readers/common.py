@@ -273,10 +273,16 @@ def split_runs(docs: Sequence[ResultDoc]) -> list[ResultDoc]:
 
 def group_results(paths: Sequence[str], docs: Sequence[ResultDoc]) -> list[Result]:
     """Files of one scenario (``scenario.name``) and one machine (:attr:`ResultDoc.machine`, and no
-    difference of :func:`blocking_differences`: a host's CPU count or thread count may differ), per-layer results, grouped into one
+    difference of :func:`blocking_differences`: a host's CPU count or thread count may differ), per-layer results
+    (a file named twice counts once), grouped into one
     :class:`Result` each, in the order of their first file; any other file is a result of its own."""
     groups: list[tuple[tuple, list[int]]] = []
+    seen: set[str] = set()
     for i, doc in enumerate(docs):
+        real = os.path.realpath(paths[i])
+        if real in seen:  # one file named twice is read once
+            continue
+        seen.add(real)
         key = (doc.job, doc.scenario.name, doc.machine) if doc.job == "layer" and doc.scenario.name else (i,)
         for gkey, members in groups:
             if gkey == key and not blocking_differences(machine_differences(_env(docs[members[0]]), _env(doc))):

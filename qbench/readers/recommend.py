@@ -60,7 +60,7 @@ from qbench.results import ResultDoc
 from qbench.row import Row
 from qbench.step import view as step_view
 
-__all__ = ["COMMAND", "by_format", "main_kernel", "recommend", "render_by_format", "render_recommendation",
+__all__ = ["COMMAND", "DEFAULT_BUDGET", "add_stability", "by_format", "pick_lines", "stability_text", "main_kernel", "recommend", "render_by_format", "render_recommendation",
            "render_summary", "row_storage_format", "run_recommend", "summary_rows"]
 
 
@@ -223,6 +223,38 @@ def stability_text(stability: dict | None) -> str:
         return ""
     others = ", ".join(f"{s} in {n}" for s, n in stability["others"].items())
     return f"picked in {stability['picked']} of {stability['runs']} runs" + (f" ({others})" if others else "")
+
+
+#: The error budget ``qbench run`` answers with at its end (:func:`pick_lines`): a relative
+#: Frobenius error of 1 %.
+DEFAULT_BUDGET = 0.01
+
+
+def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BUDGET) -> list[str]:
+    """What ``qbench run`` prints under its table (terminal formats): the pick per M within
+    ``max_rel_err`` by :func:`recommend` (the file's decision method, :func:`qbench.judge.resolve_method`)
+    and the command that says why, e.g.::
+
+        pick within rel_fro <= 0.01 (stream median): M=1 int8-weight-only-gemlite (7.87 µs), M=16 none within the budget
+        why, and the other schemes: qbench recommend results/runs/decode.json --max-rel-err 0.01
+
+    A file of several shapes names (K, N) beside M. ``[]`` for a file without rows."""
+    doc = ResultDoc.of(doc)
+    if not doc.rows:
+        return []
+    method, _ = resolve_method(doc, None)
+    rec = recommend(doc, max_rel_err, method)
+    shapes = len({(g["k"], g["n"], g.get("tp_size"), g.get("split")) for g in rec["by_m"]})
+    parts = []
+    for g in rec["by_m"]:
+        where = f"M={g['m']}" + (f" (K={g['k']}, N={g['n']})" if shapes > 1 else "")
+        pick = g["pick"]
+        parts.append(f"{where} {pick['scheme']} ({fmt_us(pick['latency_us'])} µs)" if pick
+                     else f"{where} none within the budget")
+    budget = f"{max_rel_err:g}"
+    quoted = path if all(c.isalnum() or c in "/._-+" for c in path) else "'" + path.replace("'", "'\\''") + "'"
+    return [f"pick within rel_fro <= {budget} ({method} median): " + ", ".join(parts),
+            f"why, and the other schemes: qbench recommend {quoted} --max-rel-err {budget}"]
 
 
 def _point(row: Row, method: str) -> dict | None:
@@ -527,6 +559,8 @@ def run_recommend(args: argparse.Namespace) -> int:
             if not any(r.scheme == baseline for r in doc.rows):
                 raise Refused(f"{path}: --baseline {baseline!r} is not a scheme of this file")
         rec = recommend(doc, args.max_rel_err, method)
+        if len(result.paths) > 1:
+            rec["files"] = list(result.paths)
         if len(result.runs) > 1:
             add_stability(rec, [recommend(run, args.max_rel_err, method) for run in result.runs])
         picked = picked or any(g["pick"] for g in rec["by_m"])

@@ -92,20 +92,22 @@ def render(
     rows: Sequence[Row],
     columns: Iterable[str | Column] | None = None,
     fmt: str = "simple",
+    wide: bool = False,
 ) -> str:
     """Render result ``rows`` (:class:`qbench.row.Row`; or records a reader made, with
     :class:`Column` objects that read them) in format ``fmt``.
 
     ``columns``: column keys (see :data:`COLUMNS`) or :class:`Column` objects; ``None`` gives
-    :func:`default_columns` (plus ``reason`` for csv/json). Returns text without a trailing
+    :func:`default_columns`: in a table the narrow set that fits 120 characters unless ``wide``
+    (``--wide``), in csv/json every default column plus ``reason``. Returns text without a trailing
     newline. Raises :class:`UnknownFormatError` or :class:`UnknownColumnError` (one line, naming
     the bad value and the allowed ones).
     """
     check_format(fmt)
     renderer = FORMATS[fmt]
     rows = list(rows)
-    if columns is None and fmt in DATA_FORMATS:
-        columns = [*default_columns(rows), "reason"]
+    if columns is None:
+        columns = [*default_columns(rows), "reason"] if fmt in DATA_FORMATS else default_columns(rows, wide=wide)
     text = renderer(rows, resolve_columns(columns, rows))
     if fmt.startswith("latex") and fmt != "latex_raw":
         # tabulate escapes % and _ but leaves µ and the em dash of an empty cell as raw UTF-8, which
