@@ -23,7 +23,7 @@ from qbench.row import Repeats, Row
 
 __all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "combine_rows", "group_results", "merge_docs",
            "split_runs", "add_baseline", "add_format", "add_max_rel_err",
-           "add_method", "blocking_differences", "env_of", "fail", "open_results"]
+           "add_method", "blocking_differences", "env_of", "fail", "open_results", "timing_differences"]
 
 
 class Refused(Exception):
@@ -285,7 +285,7 @@ def group_results(paths: Sequence[str], docs: Sequence[ResultDoc]) -> list[Resul
         seen.add(real)
         key = (doc.job, doc.scenario.name, doc.machine) if doc.job == "layer" and doc.scenario.name else (i,)
         for gkey, members in groups:
-            if gkey == key and not blocking_differences(machine_differences(_env(docs[members[0]]), _env(doc))):
+            if gkey == key and not blocking_differences(timing_differences(docs[members[0]], doc)):
                 members.append(i)
                 break
         else:
@@ -308,6 +308,21 @@ def blocking_differences(differences: Sequence[str]) -> list[str]:
     """The lines of ``differences`` (:func:`qbench.machine.machine_differences`) that start with one of
     :data:`BLOCKING_PREFIXES`: timings of the two files come from different kernels or devices."""
     return [d for d in differences if d.startswith(BLOCKING_PREFIXES)]
+
+
+#: The prefixes of :func:`qbench.machine.machine_differences` lines that bear on CUDA timings: the
+#: device and the GPU. The host's CPU count, threads, caches and instruction set are left out when
+#: both files are CUDA runs (a GPU kernel's time does not depend on them).
+GPU_PREFIXES = ("device:", "GPU", "compute capability:", "SM count:")
+
+
+def timing_differences(a: ResultDoc, b: ResultDoc) -> list[str]:
+    """:func:`qbench.machine.machine_differences` of two documents' ``env``, less the host lines
+    when both are CUDA runs (:data:`GPU_PREFIXES`): what can change the rows' timings."""
+    lines = machine_differences(env_of(a), env_of(b))
+    if str(a.env.device or "").startswith("cuda") and str(b.env.device or "").startswith("cuda"):
+        lines = [line for line in lines if line.startswith(GPU_PREFIXES)]
+    return lines
 
 
 def env_of(doc: ResultDoc) -> dict:

@@ -21,8 +21,9 @@ The two-positional form ``qbench compare A.json B.json`` is one file per side.
 Machines: the two sides' ``env`` are compared (:func:`qbench.machine.machine_differences`). A
 different device, GPU, compute capability, torch CPU capability or CPU instruction set is refused
 (exit 2, one line; ``--allow-other-machine`` compares anyway, with a warning): the timings would
-compare kernels, not schemes. Other differences (CPU count, threads, caches) are warned about, and
-a compared row's note names the machine difference before any ``cpu-busy`` flag.
+compare kernels, not schemes. Other differences (CPU count, threads, caches; for two CUDA runs only
+the GPU's facts count: :func:`qbench.readers.common.timing_differences`) are warned about, and a
+compared row's note names the machine difference before any ``cpu-busy`` flag.
 
 Exit status: 1 when the compare fails: some row is ``slower`` and B's median exceeds A's by more
 than the factor ``--threshold`` (default 1.05: B takes over 1.05× A's time, a speed-up below
@@ -38,9 +39,8 @@ from __future__ import annotations
 import sys
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, verdict
-from qbench.machine import machine_differences
-from qbench.readers.common import (Command, Refused, add_format, add_method, blocking_differences, env_of,
-                                   group_results, open_results)
+from qbench.readers.common import (Command, Refused, add_format, add_method, blocking_differences, group_results,
+                                   open_results, timing_differences)
 from qbench.render import Column, check_format, render, wants_prose
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
 from qbench.results import ResultDoc
@@ -236,7 +236,7 @@ def run_compare(args) -> int:
     a, b = sides[0].doc, sides[1].doc
     label_a, label_b = sides[0].label, sides[1].label
     method, note = common_method(a, b, args.method)
-    differences = machine_differences(env_of(a), env_of(b))
+    differences = timing_differences(a, b)  # two CUDA runs: the GPU's facts, not the host's
     blocking = blocking_differences(differences)
     if blocking and not getattr(args, "allow_other_machine", False):
         raise Refused(f"A ({label_a}) and B ({label_b}) ran on different machines ({'; '.join(blocking)}); "

@@ -42,10 +42,9 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, incomplete_warning, resolve_method, unusable_note
-from qbench.machine import machine_differences
 from qbench.presets import PRESETS, LinearShape, ModelPreset
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
-                                   add_method, check_max_rel_err, env_of, open_results)
+                                   add_method, check_max_rel_err, open_results, timing_differences)
 from qbench.render import Column, check_format, render, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.results import ResultDoc
@@ -346,12 +345,13 @@ def _step_columns(records: list[dict], baseline: str) -> list[Column]:
 
 def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[str]:
     """Print on stderr, and return, one ``warning:`` line per difference
-    :func:`qbench.machine.machine_differences` finds between the first file's machine and each other
-    file's (one device label can hide another CPU instruction set, CPU count or GPU memory): a
-    model step adds per-layer times, which must come from one machine."""
+    :func:`qbench.readers.common.timing_differences` finds between the first file's machine and each
+    other file's (one device label can hide another CPU instruction set, CPU count or GPU memory;
+    two CUDA runs: the GPU's facts only): a model step adds per-layer times, which must come from
+    one machine."""
     out = []
     for path, doc in zip(paths[1:], docs[1:]):
-        for line in machine_differences(env_of(docs[0]), env_of(doc)):
+        for line in timing_differences(docs[0], doc):
             out.append(f"warning: {paths[0]} (A) and {path} (B) may come from different machines: {line}")
     for line in dict.fromkeys(out):
         print(line, file=sys.stderr)

@@ -269,15 +269,17 @@ def _point(row: Row, method: str) -> dict | None:
 _MIB = 2.0**-20
 
 
-def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = None) -> str:
+def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = None,
+                          warning: str | None = None) -> str:
     """Render :func:`recommend`'s result: per M a line with the pick, then a table of the other
     schemes with their reasons, and the Pareto front. ``fmt`` is any table format of
-    :data:`qbench.render.FORMATS`; ``json`` gives the whole record instead."""
+    :data:`qbench.render.FORMATS`; ``json`` gives the whole record instead. ``warning`` (e.g. errors
+    from a synthetic weight) is a line under the budget line."""
     if fmt == "json":
         return json.dumps(rec, indent=2, ensure_ascii=False)
     method = rec["method"]
     lines = [f"budget rel_fro <= {rec['max_rel_err']:g}; latency = {method} median"
-             + (f" ({note})" if note else "")]
+             + (f" ({note})" if note else "")] + ([warning] if warning else [])
     if method not in rec["methods_present"]:
         lines.append(f"WARNING: no row has {method} latency; methods in this file: "
                      f"{', '.join(rec['methods_present']) or 'none'}")
@@ -548,7 +550,7 @@ def run_recommend(args: argparse.Namespace) -> int:
     if format_mode:
         return _run_by_format(args, paths, docs)
     baseline = getattr(args, "baseline", "bf16")
-    picked, summary, methods, records, notes = False, [], set(), [], []
+    picked, summary, methods, records, notes, warnings = False, [], set(), [], [], []
     for result in group_results(paths, docs):  # files of one scenario and machine: one result
         path, doc = result.label, result.doc
         method, note = resolve_method(doc, args.method)
@@ -564,24 +566,27 @@ def run_recommend(args: argparse.Namespace) -> int:
         if len(result.runs) > 1:
             add_stability(rec, [recommend(run, args.max_rel_err, method) for run in result.runs])
         picked = picked or any(g["pick"] for g in rec["by_m"])
+        synthetic = synthetic_weights(doc.rows)
+        warning = (f"warning: {'' if len(paths) == 1 else path + ': '}errors come from a synthetic weight "
+                   f"({'; '.join(synthetic)}), not a trained layer: a trained layer's outliers can raise them "
+                   "several-fold") if synthetic else None  # under the budget line or the summary's header
+        if warning:
+            warnings.append(warning)
         if summary_mode:
             summary += [dict(row, file=path) for row in summary_rows(doc, rec, baseline)]
             methods.add(method)
         else:
-            records.append((path, rec, note))
-        synthetic = synthetic_weights(doc.rows)
-        if synthetic and wants_prose(args.format):
-            print(f"warning: {path}: errors come from a synthetic weight ({'; '.join(synthetic)}), not a trained "
-                  "layer: a trained layer's outliers can raise them several-fold", file=sys.stderr)
+            records.append((path, rec, note, warning))
     if not summary_mode:
         if args.format == "json" and len(records) > 1:  # one JSON document, not several
-            print(json.dumps([{"file": path, **rec} for path, rec, _ in records], indent=2, ensure_ascii=False))
+            print(json.dumps([{"file": path, **rec} for path, rec, _, _ in records], indent=2, ensure_ascii=False))
         elif len(records) == 1:
-            print(render_recommendation(records[0][1], args.format, records[0][2]))
+            _, rec, note, warning = records[0]
+            print(render_recommendation(rec, args.format, note, warning))
         else:
-            for i, (path, rec, note) in enumerate(records):
+            for i, (path, rec, note, warning) in enumerate(records):
                 print(("\n" if i else "") + f"== {path}")
-                print(render_recommendation(rec, args.format, note))
+                print(render_recommendation(rec, args.format, note, warning))
         return 0 if picked else 1
     method = _one_method(methods, "--summary")
     if len({(row["scenario"], row["m"], row["k"], row["n"]) for row in summary}) < len(summary):
@@ -595,7 +600,10 @@ def run_recommend(args: argparse.Namespace) -> int:
                   + "".join(f" ({n})" for n in notes) + "; the pick: among the schemes within the budget "
                   "as fast as the fastest within noise (p10–p90 overlap), the one picked at the next smaller M "
                   "('kept from M=...'), else the lowest error, then the fewest stored bytes; "
-                  f"speed-up = {baseline} time / pick time (> 1: the pick is faster)\n")
+                  f"speed-up = {baseline} time / pick time (> 1: the pick is faster)")
+            for line in dict.fromkeys(warnings):
+                print(line)
+            print()
         print(render_summary(summary, method, baseline, args.format))
         unusable = unusable_note([(s, row["m"]) for row in summary for s in row["unusable"]], method)
         if unusable and wants_prose(args.format):
