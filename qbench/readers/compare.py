@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import sys
 
-from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, verdict
+from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, row_verdict
 from qbench.readers.common import (Command, Refused, add_format, add_method, blocking_differences, group_results,
                                    open_results, timing_differences)
 from qbench.render import Column, check_format, render, wants_prose
@@ -101,7 +101,7 @@ def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISIO
             rec["note"] = f"both {why['A']}" if same else "; ".join(f"{k}: {v}" for k, v in why.items())
         else:
             rec["speedup"] = sa.median / sb.median
-            rec["verdict"] = verdict(sa, sb)
+            rec["verdict"] = row_verdict(ra, rb, method)  # runs' medians too (repeats, several files a side)
             rec["note"] = caveats(ra, rb, sa, sb)
             if machine and rec["verdict"] != "same":  # named before any cpu-busy flag of the rows
                 rec["note"] = machine + (f"; {rec['note']}" if rec["note"] else "")
