@@ -61,6 +61,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not 1 <= args.repeat <= 20:
         raise runner_error(f"--repeat: must be an integer in 1..20 (independent runs per scheme), got {args.repeat}")
     render.check_format(args.format)  # a bad --format is refused before anything is measured
+    if args.columns:  # so is an unknown --columns key (UnknownColumnError: one line, exit 2)
+        render.resolve_columns([c.strip() for c in args.columns.split(",") if c.strip()], [])
     # Then, before this process imports torch: the forkserver's own imports (torch, qbench._preload)
     # overlap this process's.
     forkserver.start_early(loaded, args.device)
@@ -95,10 +97,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"warning: errors come from a synthetic weight ({scenario_mod.weight_source(loaded)}), not a trained "
                   "layer; [weight] source = 'hf-checkpoint' or 'safetensors' measures a real one",
                   file=sys.stderr if machine else sys.stdout)
-        print(render.render(doc.rows, fmt=args.format))
+        columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+        print(render.render(doc.rows, columns, fmt=args.format, wide=args.wide))
         n = len(doc.rows)
     print(f"\nwrote {outcome.path} ({n} row{'' if n == 1 else 's'}, {outcome.doc['wall_s']:.1f} s)",
           file=sys.stderr if machine else sys.stdout)
+    if doc.job != "step" and not machine:  # the answer to the README's question, and where to read why
+        from qbench.readers.recommend import pick_lines
+
+        for line in pick_lines(doc, str(outcome.path)):
+            print(line)
     if outcome.exit_code:
         print(f"qbench: {outcome.message}", file=sys.stderr)
     return outcome.exit_code
@@ -167,6 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "each time) and record the spread between their medians beside each run's p10-p90 "
                         "(default 1)")
     p.add_argument("--format", default="simple", help="table format: any tabulate format, or csv / json")
+    p.add_argument("--columns", default=None, help="comma-separated column keys of the table (qbench report "
+                                                   "--help-columns lists them)")
+    p.add_argument("--wide", action="store_true", help="every default column (without it the table fits 120 "
+                                                       "characters)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress bar, per-scheme lines or warnings (anywhere on the command line)")
     p.add_argument("--schemes", default=None, action="append", metavar="LABEL[,LABEL...]",

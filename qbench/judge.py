@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence
 
+from qbench.repeats import tie_band
 from qbench.results import ResultDoc
 from qbench.row import Row, Stats
 from qbench.timing import registry
@@ -141,24 +142,53 @@ def machine_of(doc: ResultDoc) -> str:
 
 # ---- two readings --------------------------------------------------------------------------------
 
-def _interval(stats: Stats) -> tuple[float, float]:
-    """[p10, p90] of STATS, widened to hold the median; the median alone when p10 or p90 is missing."""
+def _interval(stats: Stats, runs: Sequence[float] = ()) -> tuple[float, float]:
+    """[p10, p90] of STATS, widened to hold the median and every run's median of ``runs`` (the
+    between-run spread of :func:`qbench.repeats.tie_band`); the medians alone when p10 or p90 is
+    missing."""
     med, lo, hi = stats.median, stats.p10, stats.p90
     if lo is None or hi is None:
-        return med, med
-    return min(lo, med), max(hi, med)
+        lo = hi = med
+    return min(lo, med, *runs), max(hi, med, *runs)
 
 
-def verdict(a: Stats, b: Stats) -> str:
+def verdict(a: Stats, b: Stats, a_runs: Sequence[float] = (), b_runs: Sequence[float] = ()) -> str:
     """``same`` when the [p10, p90] intervals of STATS ``a`` and ``b`` overlap, else ``faster`` (B's
     median below A's) or ``slower``. A side without p10 or p90 is its median alone (a point), so
     it is ``same`` only when that point lies inside the other side's interval; with neither side
-    having an interval the medians decide (NVBench's compare draws the same line)."""
-    lo_a, hi_a = _interval(a)
-    lo_b, hi_b = _interval(b)
+    having an interval the medians decide (NVBench's compare draws the same line).
+
+    ``a_runs``/``b_runs``: the medians of a side's independent runs (``repeats.medians``, several
+    files of one scenario); a side's interval then spans them too, so the wider of the within-run
+    p10-p90 and the between-run spread decides (:func:`qbench.repeats.tie_band`)."""
+    lo_a, hi_a = _interval(a, a_runs)
+    lo_b, hi_b = _interval(b, b_runs)
     if lo_b <= hi_a and lo_a <= hi_b:
         return "same"
     return "faster" if b.median < a.median else "slower"
+
+
+def run_medians(row: Row, method: str) -> list[float]:
+    """The medians of ``method`` of the row's independent runs (``repeats.medians``), or ``[]``."""
+    return list(row.repeats.medians.get(method) or []) if row.repeats is not None else []
+
+
+def row_verdict(ra: Row, rb: Row, method: str) -> str:
+    """:func:`verdict` of two ``ok`` rows' ``method`` STATS with their runs' medians
+    (:func:`run_medians`): ties use the wider of the within-run and the between-run spread."""
+    return verdict(ra.stats(method), rb.stats(method), run_medians(ra, method), run_medians(rb, method))
+
+
+def tie_note(ra: Row, rb: Row, method: str) -> Optional[str]:
+    """When two rows tie only through their runs' spread (their p10-p90 do not overlap), what
+    says so, e.g. ``"between-run spread 28%"`` (the wider :func:`qbench.repeats.tie_band` of the
+    two rows); else None."""
+    if verdict(ra.stats(method), rb.stats(method)) == "same" or row_verdict(ra, rb, method) != "same":
+        return None
+    bands = [tie_band(r.stats(method).model_dump(), r.repeats.model_dump() if r.repeats else None, method)
+             for r in (ra, rb)]
+    band = max((b for b in bands if b is not None), default=None)
+    return f"between-run spread {band:.0%}" if band is not None else "between-run spread"
 
 
 # ---- one row -------------------------------------------------------------------------------------

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from qbench.judge import DECISION_METHOD, METHOD_CHOICES, incomplete_warning
+from qbench.machine import machine_differences
 from qbench.results import ResultDoc, ResultsError, read_results
+from qbench.row import Repeats, Row
 
-__all__ = ["Command", "Refused", "add_allow_incomplete", "add_baseline", "add_format", "add_max_rel_err",
-           "add_method", "fail", "open_results"]
+__all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "combine_rows", "group_results", "merge_docs",
+           "split_runs", "add_baseline", "add_format", "add_max_rel_err",
+           "add_method", "blocking_differences", "env_of", "fail", "open_results", "timing_differences"]
 
 
 class Refused(Exception):
@@ -141,3 +145,190 @@ def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn"
             if warning:
                 print(warning, file=sys.stderr)
     return docs
+
+
+# ---- several files of one scenario: one result ---------------------------------------------------
+
+@dataclass
+class Result:
+    """Several result files of one scenario and machine read as one result (a run completed by
+    ``--schemes``/``--resume`` in a second file, or independent runs of the same schemes).
+
+    Attributes:
+        paths: the files, in the order given.
+        doc: the files' rows as one document (:func:`merge_docs`): a row measured in one file only is
+            that row; a row measured in several files is the first ``ok`` one with ``repeats``
+            listing every file's medians (and the medians of a row that already had ``repeats``).
+        runs: the independent runs the files hold (:func:`split_runs`), each a document; one
+            (``doc`` itself) when no row was measured twice.
+    """
+
+    paths: list[str]
+    doc: ResultDoc
+    runs: list[ResultDoc]
+
+    @property
+    def label(self) -> str:
+        """The files, joined by `` + ``."""
+        return " + ".join(str(p) for p in self.paths)
+
+
+def _row_medians(row: Row) -> tuple[int, int, dict[str, list[float]]]:
+    """(runs, ok runs, {method: medians}) of one row: its ``repeats``, or the row as one run."""
+    if row.repeats is not None:
+        return row.repeats.runs, row.repeats.ok_runs, {m: list(v) for m, v in row.repeats.medians.items()}
+    ok = row.status == "ok"
+    medians = {m: [s.median] for m, s in row.latency_us.items() if ok and s is not None and s.median is not None}
+    return 1, int(ok), medians
+
+
+def combine_rows(rows: Sequence[Row]) -> Row:
+    """One row of several files' rows of one identity: the first ``ok`` row timed by the most methods
+    (a newer file's row with ``stream`` over an older one's without; else the first row) with
+    ``repeats`` = every row's run count and medians in file order (a row that has ``repeats``
+    brings all of its runs' medians), ``spread`` = (max - min) / median of the medians per method
+    with two or more. A single row is returned as it is."""
+    if len(rows) == 1:
+        return rows[0]
+    ok = [r for r in rows if r.status == "ok"]
+    timed = lambda r: sum(1 for st in r.latency_us.values() if st is not None and st.median is not None)  # noqa: E731
+    base = max(ok, key=timed) if ok else rows[0]  # the first of those timed by the most methods
+    runs = ok_runs = 0
+    medians: dict[str, list[float]] = {}
+    for r in rows:
+        n, n_ok, meds = _row_medians(r)
+        runs, ok_runs = runs + n, ok_runs + n_ok
+        for m, v in meds.items():
+            medians.setdefault(m, []).extend(v)
+    spread = {m: (max(v) - min(v)) / statistics.median(v) for m, v in medians.items() if len(v) >= 2}
+    return base.model_copy(update={"repeats": Repeats(runs=runs, ok_runs=ok_runs, medians=medians, spread=spread)})
+
+
+def merge_docs(docs: Sequence[ResultDoc]) -> ResultDoc:
+    """The rows of ``docs`` (files of one scenario) as one document: the first file's fields, rows
+    in first-seen order, a row identity found in several files combined (:func:`combine_rows`);
+    ``complete`` is False when any file says so. One document is returned as it is."""
+    if len(docs) == 1:
+        return docs[0]
+    by_key: dict[tuple, list[Row]] = {}
+    for doc in docs:
+        for row in doc.rows:
+            by_key.setdefault(row.key, []).append(row)
+    complete = False if any(d.complete is False for d in docs) else docs[0].complete
+    return docs[0].model_copy(update={"rows": [combine_rows(rows) for rows in by_key.values()],
+                                      "complete": complete})
+
+
+def _run_copies(row: Row) -> list[Row]:
+    """A row as the runs it holds: itself, or with ``repeats`` one copy per run whose STATS are
+    scaled to that run's median (the within-run spread of the row's own run kept)."""
+    rep = row.repeats
+    if rep is None or not rep.medians:
+        return [row]
+    n = max(len(v) for v in rep.medians.values())
+    out = []
+    for i in range(n):
+        lat = {}
+        for method, stats in row.latency_us.items():
+            meds = rep.medians.get(method) or []
+            if stats is None or stats.median is None or i >= len(meds):
+                lat[method] = stats
+                continue
+            f = meds[i] / stats.median
+            lat[method] = stats.model_copy(update={k: getattr(stats, k) * f for k in ("median", "p10", "p90", "mean")
+                                                   if getattr(stats, k) is not None})
+        out.append(row.model_copy(update={"latency_us": lat, "repeats": None}))
+    return out
+
+
+def split_runs(docs: Sequence[ResultDoc]) -> list[ResultDoc]:
+    """The independent runs that ``docs`` (files of one scenario) hold, each as a document.
+
+    A file that shares a row identity with another file is a run (a file whose rows carry
+    ``repeats`` is one run per median, :func:`_run_copies`), with its own rows only (a scheme it did
+    not measure is not in that run) plus those of the completion files (``--schemes``: files none
+    of whose rows another file has), which complete every run. One run (the merged rows) when no
+    row identity is in two files and no row has ``repeats``.
+    """
+    counts: dict[tuple, int] = {}
+    for doc in docs:
+        for row in doc.rows:
+            counts[row.key] = counts.get(row.key, 0) + 1
+    merged = merge_docs(docs)
+    runs: list[dict[tuple, Row]] = []
+    completing = [r for doc in docs if not any(counts[r.key] > 1 or r.repeats is not None for r in doc.rows)
+                  for r in doc.rows]
+    for doc in docs:
+        if not any(counts[r.key] > 1 or r.repeats is not None for r in doc.rows):
+            continue  # a completion file: its rows are in every run
+        copies = {r.key: _run_copies(r) for r in doc.rows}
+        for i in range(max(len(v) for v in copies.values())):
+            runs.append({key: v[min(i, len(v) - 1)] for key, v in copies.items()})
+    if len(runs) < 2:
+        return [merged]
+    for run in runs:
+        run.update({r.key: r for r in completing if r.key not in run})
+    return [merged.model_copy(update={"rows": [run[r.key] for r in merged.rows if r.key in run]}) for run in runs]
+
+
+def group_results(paths: Sequence[str], docs: Sequence[ResultDoc]) -> list[Result]:
+    """Files of one scenario (``scenario.name``) and one machine (:attr:`ResultDoc.machine`, and no
+    difference of :func:`blocking_differences`: a host's CPU count or thread count may differ), per-layer results
+    (a file named twice counts once), grouped into one
+    :class:`Result` each, in the order of their first file; any other file is a result of its own."""
+    groups: list[tuple[tuple, list[int]]] = []
+    seen: set[str] = set()
+    for i, doc in enumerate(docs):
+        real = os.path.realpath(paths[i])
+        if real in seen:  # one file named twice is read once
+            continue
+        seen.add(real)
+        key = (doc.job, doc.scenario.name, doc.machine) if doc.job == "layer" and doc.scenario.name else (i,)
+        for gkey, members in groups:
+            if gkey == key and not blocking_differences(timing_differences(docs[members[0]], doc)):
+                members.append(i)
+                break
+        else:
+            groups.append((key, [i]))
+    out = []
+    for _, members in groups:
+        mine = [docs[i] for i in members]
+        out.append(Result([paths[i] for i in members], merge_docs(mine), split_runs(mine)))
+    return out
+
+
+#: The prefixes of :func:`qbench.machine.machine_differences` lines that make two files two machines:
+#: the device kind, the GPU and its compute capability, torch's CPU capability and the CPU's
+#: instruction set (the kernels that run differ). Other lines (CPU count, threads, caches, model
+#: name, an unknown instruction set) are warned about.
+BLOCKING_PREFIXES = ("device:", "GPU:", "compute capability:", "CPU capability", "CPU instruction set:")
+
+
+def blocking_differences(differences: Sequence[str]) -> list[str]:
+    """The lines of ``differences`` (:func:`qbench.machine.machine_differences`) that start with one of
+    :data:`BLOCKING_PREFIXES`: timings of the two files come from different kernels or devices."""
+    return [d for d in differences if d.startswith(BLOCKING_PREFIXES)]
+
+
+#: The prefixes of :func:`qbench.machine.machine_differences` lines that bear on CUDA timings: the
+#: device and the GPU. The host's CPU count, threads, caches and instruction set are left out when
+#: both files are CUDA runs (a GPU kernel's time does not depend on them).
+GPU_PREFIXES = ("device:", "GPU", "compute capability:", "SM count:")
+
+
+def timing_differences(a: ResultDoc, b: ResultDoc) -> list[str]:
+    """:func:`qbench.machine.machine_differences` of two documents' ``env``, less the host lines
+    when both are CUDA runs (:data:`GPU_PREFIXES`): what can change the rows' timings."""
+    lines = machine_differences(env_of(a), env_of(b))
+    if str(a.env.device or "").startswith("cuda") and str(b.env.device or "").startswith("cuda"):
+        lines = [line for line in lines if line.startswith(GPU_PREFIXES)]
+    return lines
+
+
+def env_of(doc: ResultDoc) -> dict:
+    """``doc.env`` as the JSON object :func:`qbench.machine.machine_differences` reads."""
+    return doc.env.model_dump(mode="json")
+
+
+def _env(doc: ResultDoc) -> dict:
+    return doc.env.model_dump(mode="json")

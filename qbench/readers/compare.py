@@ -13,27 +13,44 @@ stream time (written before it existed) falls back to ``cold`` (or ``cpu``), and
 files then resolve to different methods the first of stream, cold, cpu that both have is used,
 said in the output.
 
-Exit status: 1 when some row is ``slower`` and B's median exceeds A's by more than the factor
-``--threshold`` (default 1.05: B takes over 1.05× A's time, a speed-up below 1/1.05 = 0.952×),
-else 0; 2 on bad input (unreadable file, unknown format, a ``--threshold`` not > 0).
+Several files per side: ``qbench compare --a A1.json A2.json --b B.json`` reads each side's files
+as one result (a run completed by ``--schemes``/``--resume`` in a second file, or independent runs:
+:func:`qbench.readers.common.group_results`); each side must be files of one scenario and machine.
+The two-positional form ``qbench compare A.json B.json`` is one file per side.
+
+Machines: the two sides' ``env`` are compared (:func:`qbench.machine.machine_differences`). A
+different device, GPU, compute capability, torch CPU capability or CPU instruction set is refused
+(exit 2, one line; ``--allow-other-machine`` compares anyway, with a warning): the timings would
+compare kernels, not schemes. Other differences (CPU count, threads, caches; for two CUDA runs only
+the GPU's facts count: :func:`qbench.readers.common.timing_differences`) are warned about, and a
+compared row's note names the machine difference before any ``cpu-busy`` flag.
+
+Exit status: 1 when the compare fails: some row is ``slower`` and B's median exceeds A's by more
+than the factor ``--threshold`` (default 1.05: B takes over 1.05× A's time, a speed-up below
+1/1.05 = 0.952×), or a scheme ``ok`` in A failed or was skipped in B, or is missing from B (``only
+in A``), or its relative error grew beyond ``--max-err-growth`` (default 2: B's ``error.rel_fro``
+more than 2× A's); else 0; 2 on bad input (unreadable file, unknown format, a ``--threshold`` or
+``--max-err-growth`` not > 0, no row in common, files of several scenarios on one side, machines
+that differ without ``--allow-other-machine``).
 """
 
 from __future__ import annotations
 
 import sys
 
-from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, verdict
-from qbench.readers.common import Command, Refused, add_format, add_method, open_results
+from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, row_verdict
+from qbench.readers.common import (Command, Refused, add_format, add_method, blocking_differences, group_results,
+                                   open_results, timing_differences)
 from qbench.render import Column, check_format, render, wants_prose
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
 from qbench.results import ResultDoc
 from qbench.row import Row, Stats
 
-__all__ = ["COMMAND", "caveats", "compare_docs", "render_compare", "run_compare"]
+__all__ = ["COMMAND", "caveats", "machine_note", "compare_docs", "render_compare", "run_compare"]
 
 
 def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISION_METHOD,
-                 threshold: float = 1.05) -> list[dict]:
+                 threshold: float = 1.05, max_err_growth: float = 2.0, machine: str | None = None) -> list[dict]:
     """Compare result documents ``a`` (before) and ``b`` (after) row by row.
 
     Returns one record per (scheme, m, k, n) in either file, A's order first then B-only rows:
@@ -42,7 +59,12 @@ def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISIO
     "a_rel_fro", "b_rel_fro", "rel_fro_diff" (b - a or None), "verdict" ("faster" | "slower" |
     "same" | "only in A" | "only in B" | "not comparable"), "note" (why not comparable; for a
     compared pair :func:`caveats`: flags and noise; or None),
-    "regression" (verdict slower and b > threshold × a, i.e. speedup < 1/threshold)}``.
+    "regression" (verdict slower and b > threshold × a, i.e. speedup < 1/threshold),
+    "fails": [why the row fails the compare: ``"failed in B"`` (ok in A, failed or skipped in B),
+    ``"missing from B"``, ``"error grew 10.0×"`` (B's rel_fro over ``max_err_growth`` × A's)]}``.
+    ``machine``: what to name first in the note of a compared pair that is not ``same``, e.g.
+    ``"machines differ (CPU count)"`` (:func:`machine_note`): a reader should blame the machines
+    before a ``cpu-busy`` flag.
     """
     a, b = ResultDoc.of(a), ResultDoc.of(b)
     rows_a = {r.key: r for r in a.rows}
@@ -58,9 +80,18 @@ def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISIO
                "a_us": sa.median if sa else None, "b_us": sb.median if sb else None,
                "speedup": None, "a_rel_fro": ra.rel_fro if ra else None, "b_rel_fro": rb.rel_fro if rb else None,
                "rel_fro_diff": None,
-               "verdict": None, "note": None, "regression": False}
+               "verdict": None, "note": None, "regression": False, "fails": []}
         if rec["a_rel_fro"] is not None and rec["b_rel_fro"] is not None:
             rec["rel_fro_diff"] = rec["b_rel_fro"] - rec["a_rel_fro"]
+        if ra is not None and ra.status == "ok":
+            if rb is None:
+                rec["fails"].append("missing from B")
+            elif rb.status != "ok":
+                rec["fails"].append(f"{rb.status} in B")
+        if rec["a_rel_fro"] is not None and rec["b_rel_fro"] is not None \
+                and rec["b_rel_fro"] > max_err_growth * rec["a_rel_fro"]:
+            grew = rec["b_rel_fro"] / rec["a_rel_fro"] if rec["a_rel_fro"] > 0 else float("inf")
+            rec["fails"].append(f"error grew {grew:.1f}×")
         if ra is None or rb is None:
             rec["verdict"] = "only in B" if ra is None else "only in A"
         elif sa is None or sb is None:
@@ -70,12 +101,27 @@ def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISIO
             rec["note"] = f"both {why['A']}" if same else "; ".join(f"{k}: {v}" for k, v in why.items())
         else:
             rec["speedup"] = sa.median / sb.median
-            rec["verdict"] = verdict(sa, sb)
+            rec["verdict"] = row_verdict(ra, rb, method)  # runs' medians too (repeats, several files a side)
             rec["note"] = caveats(ra, rb, sa, sb)
+            if machine and rec["verdict"] != "same":  # named before any cpu-busy flag of the rows
+                rec["note"] = machine + (f"; {rec['note']}" if rec["note"] else "")
             # compared as times, not through 1/speedup: B at exactly threshold x A is no regression
             rec["regression"] = rec["verdict"] == "slower" and sb.median > threshold * sa.median
         out.append(rec)
     return out
+
+
+def machine_note(differences: list[str]) -> str | None:
+    """The short note a compared row carries for :func:`qbench.machine.machine_differences` lines:
+    ``"machines differ (CPU instruction set, CPU count)"`` (each line's label), ``"machines may
+    differ (CPU instruction set unknown)"`` when the only line says a file lacks ``cpu_info``;
+    None for no lines."""
+    labels = list(dict.fromkeys(line.split(":")[0] for line in differences))
+    if not labels:
+        return None
+    if all(label.endswith("unknown") for label in labels):
+        return f"machines may differ ({', '.join(labels)})"
+    return f"machines differ ({', '.join(label for label in labels if not label.endswith('unknown'))})"
 
 
 def caveats(ra: Row, rb: Row, sa: Stats, sb: Stats) -> str | None:
@@ -136,13 +182,33 @@ def render_compare(records: list[dict], method: str, fmt: str = "simple") -> str
 
 
 def _add_arguments(p) -> None:
-    p.add_argument("a", help="result JSON, before")
-    p.add_argument("b", help="result JSON, after")
+    p.add_argument("a", nargs="?", help="result JSON, before (or --a FILE...)")
+    p.add_argument("b", nargs="?", help="result JSON, after (or --b FILE...)")
+    p.add_argument("--a", dest="a_files", nargs="+", metavar="FILE",
+                   help="before: one or more result files of one scenario and machine, read as one result")
+    p.add_argument("--b", dest="b_files", nargs="+", metavar="FILE",
+                   help="after: one or more result files of one scenario and machine, read as one result")
     add_method(p)
     p.add_argument("--threshold", type=float, default=1.05,
                    help="a 'slower' row whose B median is more than this factor times A's (a speed-up "
                         "below 1/THRESHOLD) fails the compare (exit 1); default 1.05")
+    p.add_argument("--max-err-growth", type=float, default=2.0,
+                   help="a row whose relative error (error.rel_fro) in B exceeds this factor times A's fails the "
+                        "compare (exit 1); default 2")
+    p.add_argument("--allow-other-machine", action="store_true",
+                   help="compare files whose device, GPU, CPU capability or instruction set differ (refused "
+                        "otherwise: the timings would compare machines, not schemes)")
     add_format(p)
+
+
+def _side(name: str, positional, files) -> list[str]:
+    if positional is not None and files:
+        raise Refused(f"give {name.upper()} as a positional file or as --{name} FILE..., not both")
+    got = list(files or ([positional] if positional is not None else []))
+    if not got:
+        raise Refused(f"needs the {'before' if name == 'a' else 'after'} result: compare A.json B.json, "
+                      "or --a FILE... --b FILE...")
+    return got
 
 
 def run_compare(args) -> int:
@@ -154,14 +220,38 @@ def run_compare(args) -> int:
         check_format(args.format)
     except ValueError as exc:
         raise Refused(str(exc)) from None
-    a, b = open_results([args.a, args.b])
+    paths_a = _side("a", args.a, getattr(args, "a_files", None))
+    paths_b = _side("b", args.b, getattr(args, "b_files", None))
+    max_growth = getattr(args, "max_err_growth", 2.0)
+    if not max_growth > 0:
+        raise Refused(f"--max-err-growth must be > 0 (a factor on A's error, e.g. 2), got {max_growth}")
+    docs = open_results(paths_a + paths_b)
+    sides = []
+    for name, paths, mine in (("A", paths_a, docs[:len(paths_a)]), ("B", paths_b, docs[len(paths_a):])):
+        groups = group_results(paths, mine)
+        if len(groups) > 1:
+            raise Refused(f"{name}: the files are not one result (one scenario on one machine): "
+                          + "; ".join(f"{g.label} ({g.doc.scenario.name}, {g.doc.machine})" for g in groups))
+        sides.append(groups[0])
+    a, b = sides[0].doc, sides[1].doc
+    label_a, label_b = sides[0].label, sides[1].label
     method, note = common_method(a, b, args.method)
+    differences = timing_differences(a, b)  # two CUDA runs: the GPU's facts, not the host's
+    blocking = blocking_differences(differences)
+    if blocking and not getattr(args, "allow_other_machine", False):
+        raise Refused(f"A ({label_a}) and B ({label_b}) ran on different machines ({'; '.join(blocking)}); "
+                      "pass --allow-other-machine to compare them anyway")
+    records = compare_docs(a, b, method, args.threshold, max_growth, machine_note(blocking or differences))
+    if not any(r["verdict"] not in ("only in A", "only in B") for r in records):
+        raise Refused(f"no row in common between A ({label_a}) and B ({label_b}) (rows match by scheme, M, K, N)")
     if a.machine != b.machine:
-        print(f"warning: A ({args.a}) ran on {a.machine}, B ({args.b}) on {b.machine}: the speed-ups compare "
+        print(f"warning: A ({label_a}) ran on {a.machine}, B ({label_b}) on {b.machine}: the speed-ups compare "
               "machines as much as schemes", file=sys.stderr)
-    records = compare_docs(a, b, method, args.threshold)
+    for line in differences:
+        print(f"warning: machines {'may differ' if line.split(':')[0].endswith('unknown') else 'differ'}: {line}",
+              file=sys.stderr)
     if wants_prose(args.format):
-        print(f"A = {args.a} ({a.machine}); B = {args.b} ({b.machine})")
+        print(f"A = {label_a} ({a.machine}); B = {label_b} ({b.machine})")
     print(render_compare(records, method, args.format))
     bad = [r for r in records if r["regression"]]
     if wants_prose(args.format):
@@ -176,10 +266,16 @@ def run_compare(args) -> int:
                   f"(speed-up below {1 / args.threshold:.3f}×): "
                   + ", ".join(f"{r['scheme']} M={r['m']} (speed-up {r['speedup']:.2f}×"
                               + (f"; {r['note']}" if r["note"] else "") + ")" for r in bad))
-    return 1 if bad else 0
+        failing = [r for r in records if r["fails"]]
+        if failing:
+            print(f"FAILED: {len(failing)} row(s): " + ", ".join(f"{r['scheme']} M={r['m']} ({'; '.join(r['fails'])})"
+                                                                 for r in failing))
+    return 1 if bad or any(r["fails"] for r in records) else 0
 
 
 COMMAND = Command(
     name="compare", help="compare two result JSON files row by row", description=__doc__.split("\n\n")[0],
-    exit_codes="0 no regression; 1 a row got slower than --threshold; 2 bad input",
+    exit_codes="0 no regression; 1 a row got slower than --threshold, a scheme failed or disappeared in B, or its "
+               "error grew over --max-err-growth; 2 bad input (no row in common, machines that differ without "
+               "--allow-other-machine)",
     add_arguments=_add_arguments, run=run_compare)

@@ -44,7 +44,7 @@ from typing import Optional, Sequence
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, incomplete_warning, resolve_method, unusable_note
 from qbench.step.config import LAYER_PRESETS as PRESETS, LinearShape, ModelPreset
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
-                                   add_method, check_max_rel_err, open_results)
+                                   add_method, check_max_rel_err, open_results, timing_differences)
 from qbench.render import Column, check_format, render, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.results import ResultDoc
@@ -343,6 +343,21 @@ def _step_columns(records: list[dict], baseline: str) -> list[Column]:
     return cols
 
 
+def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[str]:
+    """Print on stderr, and return, one ``warning:`` line per difference
+    :func:`qbench.readers.common.timing_differences` finds between the first file's machine and each
+    other file's (one device label can hide another CPU instruction set, CPU count or GPU memory;
+    two CUDA runs: the GPU's facts only): a model step adds per-layer times, which must come from
+    one machine."""
+    out = []
+    for path, doc in zip(paths[1:], docs[1:]):
+        for line in timing_differences(docs[0], doc):
+            out.append(f"warning: {paths[0]} (A) and {path} (B) may come from different machines: {line}")
+    for line in dict.fromkeys(out):
+        print(line, file=sys.stderr)
+    return out
+
+
 def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
     """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` (the rows of the
     model-step files whose ``model`` is ``NAME``) beside the linear-only prediction (Σ linear, the
@@ -358,6 +373,7 @@ def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[Result
     if len({doc.machine for doc in docs}) > 1:
         raise Refused("the files were measured on different machines ("
                       + "; ".join(f"{p}: {d.machine}" for p, d in zip(paths, docs)) + ")")
+    warn_machine_differences(paths, docs)
     rows = []
     for path, doc in zip(paths, docs):
         mine = [r for r in doc.step_rows if r.model == args.name]
@@ -439,6 +455,7 @@ def run_model(args: argparse.Namespace) -> int:
         raise Refused("the files were measured on different machines ("
                       + "; ".join(f"{p}: {m}" for p, m in machines.items())
                       + "): a decode step adds per-layer times of one machine")
+    warn_machine_differences(paths, docs)
     methods, notes = {}, []
     for path, doc in zip(paths, docs):
         method, note = resolve_method(doc, args.method)

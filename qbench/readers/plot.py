@@ -18,8 +18,10 @@ The method is ``stream`` unless ``--method`` says otherwise; a file without any 
 (written before it existed) falls back to ``cold``, or ``cpu`` on a CPU result. The command
 prints the method it used.
 
-matplotlib is optional (``pip install 'qbench[plot]'``) and is imported only here, with the Agg
-backend. Exit status: 0, or 2 on bad input or missing matplotlib.
+matplotlib is optional (from a qbench checkout: ``pip install -e '.[plot]'``; qbench is not on the
+package index, where ``qbench[plot]`` names an unrelated package) and is imported only here, with
+the Agg backend. Exit status: 0, or 2 on bad input, missing matplotlib or an output path that cannot
+be written (one line naming the path and the OS error).
 """
 
 from __future__ import annotations
@@ -434,7 +436,7 @@ def run_plot(args: argparse.Namespace) -> int:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise Refused("needs matplotlib; install it with: pip install 'qbench[plot]'") from None
+        raise Refused("needs matplotlib; install it from the qbench checkout with: pip install -e '.[plot]'") from None
     (doc,) = open_results([args.result])
     method, note = resolve_method(doc, args.method)
     out = Path(args.output)
@@ -448,16 +450,23 @@ def run_plot(args: argparse.Namespace) -> int:
     if existing and not getattr(args, "force", False):
         raise Refused(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
                       "pass --force to overwrite")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
     print(f"latency = {method} median" + (f" ({note})" if note else ""))
-    if args.what in ("roofline", "both"):
-        print(plot_roofline(doc, method, out))
-    if args.what in ("pareto", "both"):
-        print(plot_pareto(doc, method, pareto_path))
+    for kind, target, draw in (("roofline", out, plot_roofline), ("pareto", pareto_path, plot_pareto)):
+        if args.what not in (kind, "both"):
+            continue
+        try:
+            print(draw(doc, method, target))
+        except OSError as exc:  # read-only folder, full disk, a directory of that name
+            raise Refused(f"cannot write {target}: {exc.strerror or exc}") from None
     return 0
 
 
 COMMAND = Command(
     name="plot", help="roofline and latency/error charts (.png, .svg or .pdf)", description=__doc__.split("\n\n")[0],
-    exit_codes="0; 2 bad input (an existing chart without --force, a suffix other than .png/.svg/.pdf)",
+    exit_codes="0; 2 bad input (an existing chart without --force, a suffix other than .png/.svg/.pdf, a path "
+               "that cannot be written)",
     add_arguments=_add_arguments, run=run_plot)

@@ -46,20 +46,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Optional
 
 from qbench.dispatch import short_kernel
 from qbench.judge import (DECISION_METHOD, UNUSABLE, by_shape, capture_failure, methods_present, pareto_front,
-                          resolve_method, row_caveats, unusable_note, verdict)
+                          resolve_method, row_caveats, row_verdict, tie_note, unusable_note, verdict)
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
-                                   add_method, check_max_rel_err, open_results)
-from qbench.render import FORMATS, Column, render, wants_prose
+                                   add_method, check_max_rel_err, group_results, open_results)
+from qbench.render import FORMATS, Column, render, synthetic_weights, wants_prose
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
 from qbench.results import ResultDoc
 from qbench.row import Row
 from qbench.step import view as step_view
 
-__all__ = ["COMMAND", "by_format", "main_kernel", "recommend", "render_by_format", "render_recommendation",
+__all__ = ["COMMAND", "DEFAULT_BUDGET", "add_stability", "by_format", "pick_lines", "stability_text", "main_kernel", "recommend", "render_by_format", "render_recommendation",
            "render_summary", "row_storage_format", "run_recommend", "summary_rows"]
 
 
@@ -67,6 +68,9 @@ def _eager_us(row: Row) -> float | None:
     stats = row.stats("eager")
     return stats.median if stats else None
 
+
+#: How a reason starts for a row flagged ``input-fault``: its error is not the scheme's.
+INPUT_FAULT = "the input's fault, not the scheme's (input-fault)"
 
 #: Longest capture reason a "why not" cell quotes; the JSON record keeps the whole text.
 _REASON_CHARS = 160
@@ -84,6 +88,9 @@ def _lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
     """Why ``row`` cannot be picked at all (``None`` if it is a candidate)."""
     if row.status != "ok":
         return f"{row.status}: {row.reason or 'no reason given'}"
+    faults = [f.text for f in row.flags if f.name == "input-fault"]
+    if faults:  # NaN/Inf or all-zero weight, activations that overflow: every scheme's error is the input's
+        return f"{INPUT_FAULT}: {faults[0]}"
     uncaptured = capture_failure(row, method)
     if uncaptured:
         eager = _eager_us(row)
@@ -150,7 +157,8 @@ def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_
             # schemes tied within noise), else the lower error, then fewer stored bytes: a median
             # difference inside the runs' own spread is no reason to accept 10x the error.
             fastest = cands[0]
-            tied = [c for c in cands if c is fastest or verdict(stats[fastest["scheme"]], stats[c["scheme"]]) == "same"]
+            tied = [c for c in cands
+                    if c is fastest or row_verdict(by_scheme[fastest["scheme"]], by_scheme[c["scheme"]], method) == "same"]
             by_error = min(tied, key=lambda c: (c["rel_fro"], c["stored_bytes"] or 0, c["latency_us"]))
             prev_m, prev_scheme = neighbour.get(shape, (None, None))
             best = next((c for c in tied if c["scheme"] == prev_scheme), by_error)
@@ -164,14 +172,16 @@ def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_
             versus = f"{fmt_us(c['latency_us'])} µs vs {fmt_us(pick['latency_us'])} µs ({ratio:.2f}×"
             said = row_caveats(by_scheme[c["scheme"]], stats[c["scheme"]])
             caveat = f"; {c['scheme']}: {', '.join(said)}" if said else ""
-            if verdict(stats[pick["scheme"]], stats[c["scheme"]]) == "same":
+            if row_verdict(by_scheme[pick["scheme"]], by_scheme[c["scheme"]], method) == "same":
                 pick["ties"].append(c["scheme"])
-                why = "same speed within noise"
+                between = tie_note(by_scheme[pick["scheme"]], by_scheme[c["scheme"]], method)
+                why = "same speed within noise" + (f" ({between})" if between else "")
                 if c["rel_fro"] > pick["rel_fro"]:
                     why += f", higher error (rel_fro {c['rel_fro']:.3g} vs {pick['rel_fro']:.3g})"
                 elif pick["kept_from_m"] is not None:
                     why += f", {pick['scheme']} kept from M={pick['kept_from_m']}"
-                lost.append({"scheme": c["scheme"], "reason": f"{why}: {versus}, p10–p90 overlap{caveat})"})
+                overlap = "runs' medians overlap" if between else "p10–p90 overlap"
+                lost.append({"scheme": c["scheme"], "reason": f"{why}: {versus}, {overlap}{caveat})"})
             else:
                 lost.append({"scheme": c["scheme"], "reason": f"slower: {versus}{caveat})"})
         tp = {"tp_size": tp_size, "split": split} if tp_size is not None else {}
@@ -179,6 +189,72 @@ def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_
                      "pareto": sorted(pareto_front(points), key=lambda p: p["latency_us"])})
     return {"method": method, "max_rel_err": max_rel_err,
             "methods_present": methods_present(doc.rows), "by_m": by_m}
+
+
+def add_stability(rec: dict, run_recs: list[dict]) -> dict:
+    """Add to every pick of :func:`recommend`'s ``rec`` how often it won in ``run_recs`` (the same
+    recommendation over each independent run, :func:`qbench.readers.common.split_runs`; a run with
+    no row timed by ``rec``'s method is left out):
+    ``pick["stability"] = {"runs": n, "picked": k, "others": {scheme: times picked}}`` (a run with
+    no pick at that shape counts under ``"none"``). Returns ``rec``."""
+    def where(g: dict) -> tuple:
+        return g["m"], g["k"], g["n"], g.get("tp_size"), g.get("split")
+
+    run_recs = [r for r in run_recs if rec["method"] in r["methods_present"]]  # a run without the method: not one
+    picks: dict[tuple, list[str]] = {}
+    for run in run_recs:
+        for g in run["by_m"]:
+            picks.setdefault(where(g), []).append(g["pick"]["scheme"] if g["pick"] else "none")
+    for g in rec["by_m"]:
+        if g["pick"] is None or len(run_recs) < 2:
+            continue
+        won = picks.get(where(g), [])
+        others: dict[str, int] = {}
+        for scheme in won:
+            if scheme != g["pick"]["scheme"]:
+                others[scheme] = others.get(scheme, 0) + 1
+        g["pick"]["stability"] = {"runs": len(run_recs), "picked": won.count(g["pick"]["scheme"]), "others": others}
+    return rec
+
+
+def stability_text(stability: dict | None) -> str:
+    """``picked in 3 of 3 runs``, ``picked in 1 of 3 runs (int8-x in 2)``; ``""`` without runs."""
+    if not stability:
+        return ""
+    others = ", ".join(f"{s} in {n}" for s, n in stability["others"].items())
+    return f"picked in {stability['picked']} of {stability['runs']} runs" + (f" ({others})" if others else "")
+
+
+#: The error budget ``qbench run`` answers with at its end (:func:`pick_lines`): a relative
+#: Frobenius error of 1 %.
+DEFAULT_BUDGET = 0.01
+
+
+def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BUDGET) -> list[str]:
+    """What ``qbench run`` prints under its table (terminal formats): the pick per M within
+    ``max_rel_err`` by :func:`recommend` (the file's decision method, :func:`qbench.judge.resolve_method`)
+    and the command that says why, e.g.::
+
+        pick within rel_fro <= 0.01 (stream median): M=1 int8-weight-only-gemlite (7.87 µs), M=16 none within the budget
+        why, and the other schemes: qbench recommend results/runs/decode.json --max-rel-err 0.01
+
+    A file of several shapes names (K, N) beside M. ``[]`` for a file without rows."""
+    doc = ResultDoc.of(doc)
+    if not doc.rows:
+        return []
+    method, _ = resolve_method(doc, None)
+    rec = recommend(doc, max_rel_err, method)
+    shapes = len({(g["k"], g["n"], g.get("tp_size"), g.get("split")) for g in rec["by_m"]})
+    parts = []
+    for g in rec["by_m"]:
+        where = f"M={g['m']}" + (f" (K={g['k']}, N={g['n']})" if shapes > 1 else "")
+        pick = g["pick"]
+        parts.append(f"{where} {pick['scheme']} ({fmt_us(pick['latency_us'])} µs)" if pick
+                     else f"{where} none within the budget")
+    budget = f"{max_rel_err:g}"
+    quoted = path if all(c.isalnum() or c in "/._-+" for c in path) else "'" + path.replace("'", "'\\''") + "'"
+    return [f"pick within rel_fro <= {budget} ({method} median): " + ", ".join(parts),
+            f"why, and the other schemes: qbench recommend {quoted} --max-rel-err {budget}"]
 
 
 def _point(row: Row, method: str) -> dict | None:
@@ -193,15 +269,17 @@ def _point(row: Row, method: str) -> dict | None:
 _MIB = 2.0**-20
 
 
-def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = None) -> str:
+def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = None,
+                          warning: str | None = None) -> str:
     """Render :func:`recommend`'s result: per M a line with the pick, then a table of the other
     schemes with their reasons, and the Pareto front. ``fmt`` is any table format of
-    :data:`qbench.render.FORMATS`; ``json`` gives the whole record instead."""
+    :data:`qbench.render.FORMATS`; ``json`` gives the whole record instead. ``warning`` (e.g. errors
+    from a synthetic weight) is a line under the budget line."""
     if fmt == "json":
         return json.dumps(rec, indent=2, ensure_ascii=False)
     method = rec["method"]
     lines = [f"budget rel_fro <= {rec['max_rel_err']:g}; latency = {method} median"
-             + (f" ({note})" if note else "")]
+             + (f" ({note})" if note else "")] + ([warning] if warning else [])
     if method not in rec["methods_present"]:
         lines.append(f"WARNING: no row has {method} latency; methods in this file: "
                      f"{', '.join(rec['methods_present']) or 'none'}")
@@ -226,6 +304,8 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
             head += f"; as fast within noise: {', '.join(pick['ties'])}"
         if pick and pick.get("kept_from_m") is not None:
             head += f" (kept from M={pick['kept_from_m']}: tied within noise, the pick does not flip)"
+        if pick and pick.get("stability"):
+            head += f"; {stability_text(pick['stability'])}"
         lines.append(head)
         if g["others"]:
             lines.append(render(g["others"], others_cols, fmt))
@@ -255,7 +335,8 @@ def summary_rows(doc: ResultDoc | dict, rec: dict, baseline: str = "bf16") -> li
                     "rel_fro": pick.get("rel_fro"), "baseline_us": base_us,
                     "speedup": base_us / lat if base_us and lat else None,
                     "ties": pick.get("ties") or [], "kept_from_m": pick.get("kept_from_m"),
-                    "unusable": [u["scheme"] for u in g.get("unusable") or []]})
+                    "unusable": [u["scheme"] for u in g.get("unusable") or []],
+                    **({"stability": stability_text(pick["stability"])} if pick.get("stability") else {})})
     return out
 
 
@@ -278,6 +359,8 @@ def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "sim
                                         + (" (same within noise)" if baseline in (r["ties"] or []) else ""))),
         Column("ties", "as fast within noise", lambda r: ", ".join(r["ties"]) or DASH),
     ]
+    if any(r.get("stability") for r in rows):  # several runs of a scenario: how often the pick won
+        cols.append(Column("stability", "pick stability", lambda r: r.get("stability") or DASH))
     return render(rows, cols, fmt)
 
 
@@ -367,7 +450,7 @@ def by_format(doc: ResultDoc | dict, method: str = DECISION_METHOD, max_rel_err:
                 for c in cands[1:]:
                     stats = c.stats(method)
                     rec["others"].append({"scheme": c.scheme, "ratio": stats.median / lat,
-                                          "tie": verdict(best_stats, stats) == "same", "reason": None})
+                                          "tie": row_verdict(best, c, method) == "same", "reason": None})
             for r in rows_f:
                 why = _short_lose_reason(r, method, budget)
                 if why is not None:
@@ -467,8 +550,9 @@ def run_recommend(args: argparse.Namespace) -> int:
     if format_mode:
         return _run_by_format(args, paths, docs)
     baseline = getattr(args, "baseline", "bf16")
-    picked, summary, methods, records, notes = False, [], set(), [], []
-    for path, doc in zip(paths, docs):
+    picked, summary, methods, records, notes, warnings = False, [], set(), [], [], []
+    for result in group_results(paths, docs):  # files of one scenario and machine: one result
+        path, doc = result.label, result.doc
         method, note = resolve_method(doc, args.method)
         if note and note not in notes:
             notes.append(note)
@@ -477,21 +561,32 @@ def run_recommend(args: argparse.Namespace) -> int:
             if not any(r.scheme == baseline for r in doc.rows):
                 raise Refused(f"{path}: --baseline {baseline!r} is not a scheme of this file")
         rec = recommend(doc, args.max_rel_err, method)
+        if len(result.paths) > 1:
+            rec["files"] = list(result.paths)
+        if len(result.runs) > 1:
+            add_stability(rec, [recommend(run, args.max_rel_err, method) for run in result.runs])
         picked = picked or any(g["pick"] for g in rec["by_m"])
+        synthetic = synthetic_weights(doc.rows)
+        warning = (f"warning: {'' if len(paths) == 1 else path + ': '}errors come from a synthetic weight "
+                   f"({'; '.join(synthetic)}), not a trained layer: a trained layer's outliers can raise them "
+                   "several-fold") if synthetic else None  # under the budget line or the summary's header
+        if warning:
+            warnings.append(warning)
         if summary_mode:
             summary += [dict(row, file=path) for row in summary_rows(doc, rec, baseline)]
             methods.add(method)
         else:
-            records.append((path, rec, note))
+            records.append((path, rec, note, warning))
     if not summary_mode:
         if args.format == "json" and len(records) > 1:  # one JSON document, not several
-            print(json.dumps([{"file": path, **rec} for path, rec, _ in records], indent=2, ensure_ascii=False))
+            print(json.dumps([{"file": path, **rec} for path, rec, _, _ in records], indent=2, ensure_ascii=False))
         elif len(records) == 1:
-            print(render_recommendation(records[0][1], args.format, records[0][2]))
+            _, rec, note, warning = records[0]
+            print(render_recommendation(rec, args.format, note, warning))
         else:
-            for i, (path, rec, note) in enumerate(records):
+            for i, (path, rec, note, warning) in enumerate(records):
                 print(("\n" if i else "") + f"== {path}")
-                print(render_recommendation(rec, args.format, note))
+                print(render_recommendation(rec, args.format, note, warning))
         return 0 if picked else 1
     method = _one_method(methods, "--summary")
     if len({(row["scenario"], row["m"], row["k"], row["n"]) for row in summary}) < len(summary):
@@ -505,7 +600,10 @@ def run_recommend(args: argparse.Namespace) -> int:
                   + "".join(f" ({n})" for n in notes) + "; the pick: among the schemes within the budget "
                   "as fast as the fastest within noise (p10–p90 overlap), the one picked at the next smaller M "
                   "('kept from M=...'), else the lowest error, then the fewest stored bytes; "
-                  f"speed-up = {baseline} time / pick time (> 1: the pick is faster)\n")
+                  f"speed-up = {baseline} time / pick time (> 1: the pick is faster)")
+            for line in dict.fromkeys(warnings):
+                print(line)
+            print()
         print(render_summary(summary, method, baseline, args.format))
         unusable = unusable_note([(s, row["m"]) for row in summary for s in row["unusable"]], method)
         if unusable and wants_prose(args.format):

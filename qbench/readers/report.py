@@ -29,8 +29,8 @@ import argparse
 from typing import Sequence
 
 from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, incomplete_warning, methods_present,
-                          resolve_method, unusable_note, verdict)
-from qbench.readers.common import Command, Refused, add_baseline, add_format, add_method, open_results
+                          resolve_method, row_verdict, unusable_note)
+from qbench.readers.common import Command, Refused, add_baseline, add_format, add_method, group_results, open_results
 from qbench.render import COLUMNS, Column, check_format, render, render_header, wants_prose
 from qbench.render.columns import DASH, resolve_columns
 from qbench.results import ResultDoc
@@ -95,7 +95,8 @@ def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECIS
     """
     doc = ResultDoc.of(doc)
     rows = doc.rows
-    base = {r.shape: r.stats(method) for r in rows if r.scheme == baseline}
+    base_rows = {r.shape: r for r in rows if r.scheme == baseline}
+    base = {shape: r.stats(method) for shape, r in base_rows.items()}
     if not base:
         schemes = sorted({r.scheme for r in rows})
         raise ValueError(f"--baseline {baseline!r} is not a scheme of this file; schemes: "
@@ -119,7 +120,7 @@ def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECIS
             if capture_failure(r, method):
                 rec["unusable"].append(r.m)
             continue
-        said = verdict(theirs, mine)
+        said = row_verdict(base_rows[r.shape], r, method)  # the runs' spread too (--repeat, several files)
         rec["wins" if said == "faster" else "losses" if said == "slower" else "ties"].append(r.m)
         speedup = theirs.median / mine.median
         rec["best_speedup"] = speedup if rec["best_speedup"] is None else max(rec["best_speedup"], speedup)
@@ -204,9 +205,13 @@ _BY_M_METHOD = object()
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("result", nargs="?", help="result JSON written by qbench run")
+    p.add_argument("result", nargs="*", help="result JSON written by qbench run; several files of one scenario "
+                                             "and machine (a run completed by --schemes or --resume) are one result")
     add_format(p)
     p.add_argument("--columns", help="comma-separated column keys; see the list in --help-columns")
+    p.add_argument("--wide", action="store_true",
+                   help="every default column (stored MiB, meta %%, AI, roofline and HBM floor, every timing method); "
+                        "without it a table fits 120 characters")
     p.add_argument("--help-columns", action="store_true", help="list the column keys and exit")
     p.add_argument("--sort", help="column key to sort by, ascending; --sort=-cold for descending")
     p.add_argument("--status", choices=("ok", "all"), default="all",
@@ -229,13 +234,20 @@ def run_report(args: argparse.Namespace) -> int:
         for c in COLUMNS.values():
             print(f"{c.key:18} {c.header:16} {c.help}")
         return 0
-    if args.result is None:
+    paths = [args.result] if isinstance(args.result, str) else list(args.result or [])
+    if not paths:
         raise Refused("give a result JSON file (qbench report RESULT.json); --help-columns needs none")
     try:
         check_format(args.format)
     except ValueError as exc:
         raise Refused(str(exc)) from None
-    (doc,) = open_results([args.result], incomplete="keep", steps=True)  # the header says so
+    docs = open_results(paths, incomplete="keep", steps=True)  # the header says so
+    results = group_results(paths, docs)
+    if len(results) > 1:
+        raise Refused("the files are not one result (one scenario on one machine): "
+                      + "; ".join(f"{r.label} ({r.doc.scenario.name or r.doc.job}, {r.doc.machine})" for r in results))
+    doc = results[0].doc
+    args.result = results[0].label  # messages name every file
     if doc.job == "step":
         return _show_step(args, doc)
     if args.crossover:
@@ -247,7 +259,7 @@ def run_report(args: argparse.Namespace) -> int:
     try:
         if args.sort:
             rows = sort_rows(rows, args.sort)
-        text = render(rows, columns, args.format)
+        text = render(rows, columns, args.format, wide=getattr(args, "wide", False))
     except ValueError as exc:
         raise Refused(str(exc)) from None
     if wants_prose(args.format):  # prose lines (device header) only around terminal tables

@@ -41,6 +41,8 @@ __all__ = [
     "default_columns",
     "render",
     "render_header",
+    "synthetic_weights",
+    "weight_sources",
     "wants_prose",
 ]
 
@@ -90,20 +92,22 @@ def render(
     rows: Sequence[Row],
     columns: Iterable[str | Column] | None = None,
     fmt: str = "simple",
+    wide: bool = False,
 ) -> str:
     """Render result ``rows`` (:class:`qbench.row.Row`; or records a reader made, with
     :class:`Column` objects that read them) in format ``fmt``.
 
     ``columns``: column keys (see :data:`COLUMNS`) or :class:`Column` objects; ``None`` gives
-    :func:`default_columns` (plus ``reason`` for csv/json). Returns text without a trailing
+    :func:`default_columns`: in a table the narrow set that fits 120 characters unless ``wide``
+    (``--wide``), in csv/json every default column plus ``reason``. Returns text without a trailing
     newline. Raises :class:`UnknownFormatError` or :class:`UnknownColumnError` (one line, naming
     the bad value and the allowed ones).
     """
     check_format(fmt)
     renderer = FORMATS[fmt]
     rows = list(rows)
-    if columns is None and fmt in DATA_FORMATS:
-        columns = [*default_columns(rows), "reason"]
+    if columns is None:
+        columns = [*default_columns(rows), "reason"] if fmt in DATA_FORMATS else default_columns(rows, wide=wide)
     text = renderer(rows, resolve_columns(columns, rows))
     if fmt.startswith("latex") and fmt != "latex_raw":
         # tabulate escapes % and _ but leaves µ and the em dash of an empty cell as raw UTF-8, which
@@ -148,6 +152,23 @@ def _times_line(rows: list[Row], env: Env) -> str:
     return f"times: {' + '.join(parts)}{tail}; µs per call, median"
 
 
+#: What :func:`weight_sources` says for a row without ``weight_source`` (written before 2026-12-01,
+#: when every weight was qbench's seeded Gaussian).
+OLD_WEIGHT = "seeded Gaussian N(0, 1/K) (synthetic; a file written before rows said their weight)"
+
+
+def weight_sources(rows: Sequence[Row]) -> list[str]:
+    """The rows' ``weight_source`` values, each once in row order; a row without one (an older
+    file) is :data:`OLD_WEIGHT`."""
+    return list(dict.fromkeys(r.weight_source or OLD_WEIGHT for r in rows))
+
+
+def synthetic_weights(rows: Sequence[Row]) -> list[str]:
+    """The :func:`weight_sources` that qbench drew itself (they say ``synthetic``): errors measured
+    on them are not a trained layer's."""
+    return [w for w in weight_sources(rows) if "synthetic" in w]
+
+
 def render_header(doc: ResultDoc | dict) -> str:
     """One or two lines describing a result document, plus a warning line when the document
     says ``complete: false``:
@@ -155,8 +176,11 @@ def render_header(doc: ResultDoc | dict) -> str:
     ``NVIDIA H200 (cuda:0, sm 9.0) | torch 2.11.0+cu130, torchao 0.18.0, bitsandbytes 0.50.2``
     ``times: stream (graph over weight copies > L2) + CUDA cold, warm, eager, kernel; µs per call, median``
 
+    ``weight: seeded Gaussian N(0, 1/K) (synthetic, seed 0)``
+
     (a CPU run: ``times: stream (copies > LLC) + cpu; CPU run, no CUDA timings; ...``; a file
-    written before ``stream`` existed: ``times: CUDA cold, warm, eager, kernel; ...``).
+    written before ``stream`` existed: ``times: CUDA cold, warm, eager, kernel; ...``; the weight
+    line: :func:`weight_sources`).
     """
     doc = ResultDoc.of(doc)
     env = doc.env
@@ -167,6 +191,8 @@ def render_header(doc: ResultDoc | dict) -> str:
     where += f", sm {cc[0]}.{cc[1]})" if cc else ")"
     where = where.replace(" ()", "")
     lines = [f"{where} | {_versions(env)}", _times_line(doc.rows, env)]
+    if doc.rows:
+        lines.append(f"weight: {'; '.join(weight_sources(doc.rows))}")
     if doc.complete is False:
         lines.append("WARNING: incomplete result (complete: false): the run was interrupted or "
                      "is in progress; rows may be missing")

@@ -320,8 +320,24 @@ def _is_cuda(rows: Sequence[Row]) -> bool:
     return any(m in present for m in cuda_only) or any(str(r.device).startswith("cuda") for r in rows)
 
 
-def default_columns(rows: Sequence[Row]) -> list[str]:
+#: The columns a terminal table leaves out unless ``--wide`` (:func:`default_columns`): the rest fits
+#: 120 characters with qbench's longest scheme labels (35 characters).
+WIDE_ONLY = ("stored_mib", "meta_pct", "ai", "roofline_us", "hbm_floor_us")
+
+#: How many timing methods a table shows unless ``--wide``: the decision method and the next one.
+NARROW_METHODS = 2
+
+
+def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
     """Default column keys for ``qbench run``'s and ``qbench report``'s table over ``rows``.
+
+    ``wide=False`` (the terminal tables of ``run`` and ``report`` without ``--wide``) keeps the
+    columns that answer "which scheme": it drops :data:`WIDE_ONLY` (stored MiB, which ``bits/w``
+    gives per weight, metadata share, arithmetic intensity, roofline and HBM-floor times; ``floor %``
+    stays) and keeps the first
+    :data:`NARROW_METHODS` timing methods (``stream cold`` on CUDA, ``stream cpu`` on CPU, ``cold
+    warm`` in a file written before ``stream``), so a table fits 120 characters. Tensor-parallel
+    rows keep every column.
 
     CUDA results get the registry's CUDA methods in its order (``stream cold warm eager``; not those
     that are not ``shown_by_default``, ``kernel``, which ``--columns`` adds), then ``hbm_floor_us``
@@ -348,6 +364,9 @@ def default_columns(rows: Sequence[Row]) -> list[str]:
         head = ["shard_mib" if c == "stored_mib" else c for c in _COMMON_HEAD if c not in ("scheme", "m")]
         return ["scheme", "m", "tp_size", "split", "collective", *head, "local_us", "collective_us",
                 "end_to_end_us", *times, "tp_speedup", "rel_err", "status"]
+    if not wide:
+        return [c for c in [*_COMMON_HEAD, *times[:NARROW_METHODS], *floor, "rel_err", "status"]
+                if c not in WIDE_ONLY]
     return [*_COMMON_HEAD, *times, *floor, "rel_err", "status"]
 
 

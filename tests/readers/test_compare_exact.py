@@ -45,7 +45,7 @@ def test_every_record_kind_field_by_field():
         "fast", "slow", "same", "gone", "both-failed", "one-untimed", "new"]
     assert recs["fast"] == {"scheme": "fast", "m": 1, "k": 64, "n": 32, "a_us": 10.0, "b_us": 5.0, "speedup": 2.0,
                             "a_rel_fro": 0.01, "b_rel_fro": 0.015, "rel_fro_diff": pytest.approx(0.005, rel=1e-12),
-                            "verdict": "faster", "note": None, "regression": False}
+                            "verdict": "faster", "note": None, "regression": False, "fails": []}
     assert recs["slow"]["verdict"] == "slower" and recs["slow"]["speedup"] == pytest.approx(10.0 / 10.6)
     assert recs["slow"]["regression"] is True and recs["slow"]["rel_fro_diff"] == pytest.approx(-0.01)
     assert recs["same"]["verdict"] == "same" and recs["same"]["rel_fro_diff"] is None
@@ -53,7 +53,9 @@ def test_every_record_kind_field_by_field():
     assert recs["gone"]["verdict"] == "only in A" and recs["gone"]["b_us"] is None
     assert recs["new"] == {"scheme": "new", "m": 16, "k": 64, "n": 32, "a_us": None, "b_us": 1.0, "speedup": None,
                            "a_rel_fro": None, "b_rel_fro": 0.01, "rel_fro_diff": None, "verdict": "only in B",
-                           "note": None, "regression": False}
+                           "note": None, "regression": False, "fails": []}
+    assert recs["gone"]["fails"] == ["missing from B"] and recs["one-untimed"]["fails"] == ["skipped in B"]
+    assert recs["slow"]["fails"] == [] and recs["both-failed"]["fails"] == []  # failed in A too: not B's doing
     assert recs["both-failed"]["verdict"] == "not comparable"
     assert recs["both-failed"]["note"] == "both failed: RuntimeError: x"
     assert recs["one-untimed"]["note"] == "B: skipped: no reason given" and recs["one-untimed"]["a_us"] == 5.0
@@ -107,6 +109,8 @@ def test_summary_line_counts_by_hand(capsys):
     assert _cli(str(FIX / "cuda_run1.json"), str(FIX / "cuda_run3_slower.json")) == 1
     out, err = capsys.readouterr()
     lines = out.splitlines()
+    assert lines.pop() == ("FAILED: 3 row(s): tf32 M=1 (missing from B), tf32 M=16 (missing from B), "
+                           "tf32 M=512 (missing from B)")  # ok in A, gone from B: fails the compare (issue 24)
     assert lines[-2] == ("cold median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap = same. "
                          "14 same, 3 only in A, 3 slower, "
                          "4 not comparable, 3 faster, 3 only in B. (no stream latency in this file: an older "
@@ -122,8 +126,8 @@ def test_summary_line_counts_by_hand(capsys):
                                          ("cuda_stream.json", "cuda_run1.json", "B has")])
 def test_one_file_without_stream_compares_cold(capsys, a, b, lacks):
     _cli(str(FIX / a), str(FIX / b))
-    assert capsys.readouterr().out.splitlines()[-2 if lacks == "A has" else -1].endswith(
-        f"({lacks} no stream latency; comparing cold times)")
+    summary = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cold median; speed-up")]
+    assert len(summary) == 1 and summary[0].endswith(f"({lacks} no stream latency; comparing cold times)")
 
 
 def test_both_files_without_stream_name_both(tmp_path, capsys):
@@ -154,11 +158,15 @@ def test_a_file_compared_with_itself_has_no_note(capsys):
 
 def test_a_cpu_file_and_a_cuda_file_share_no_method(capsys):
     """cpu.json (5 schemes x 2 M, 1024 x 1024) and cuda_run1.json (27 rows, 4096 x 4096): no row in
-    common and no method both have; compared by stream, without a note."""
-    assert _cli(str(FIX / "cpu.json"), str(FIX / "cuda_run1.json")) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == (
-        "stream median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap = same. 10 only in A, "
-        "27 only in B.")
+    common and no method both have. Issue 24: another device is refused; with --allow-other-machine,
+    no row in common is exit 2 too (a CI gate on it must not pass silently)."""
+    a, b = str(FIX / "cpu.json"), str(FIX / "cuda_run1.json")
+    assert _cli(a, b) == 2
+    assert "ran on different machines (device: cpu (A) vs cuda (B))" in capsys.readouterr().err
+    assert _cli(a, b, "--allow-other-machine") == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"qbench compare: no row in common between A ({a}) and B ({b}) (rows match by "
+                                 "scheme, M, K, N)\n")
 
 
 def test_a_tensor_parallel_row_without_a_split():

@@ -280,3 +280,22 @@ def test_allow_incomplete_keeps_the_warning_where_csv_has_no_place_for_a_note(ca
     assert run("llama3.1-70b", *files, "--format", "json", "--allow-incomplete") == 0
     cap = capsys.readouterr()
     assert cap.err == "" and sum("read with --allow-incomplete" in n for n in json.loads(cap.out)["notes"]) == 2
+
+
+def test_files_of_different_machines_are_warned_about(tmp_path, capsys):
+    """Issue 24: one device label ("cpu AMD EPYC") can hide another instruction set; qbench model
+    names every difference machine_differences finds, on stderr."""
+    from qbench.readers.model import warn_machine_differences
+    from qbench.results import ResultDoc
+
+    def doc(flags, cpus):
+        return ResultDoc.of({"schema_version": 2, "rows": [], "env": {
+            "device": "cpu", "device_name": "AMD EPYC", "cpu_count": cpus,
+            "cpu_info": {"model_name": "AMD EPYC", "flags": flags, "capability": "AVX2"}}})
+
+    got = warn_machine_differences(["a.json", "b.json", "c.json"],
+                                   [doc(["avx2"], 8), doc(["avx2"], 8), doc(["avx2", "avx512f"], 16)])
+    assert got == ["warning: a.json (A) and c.json (B) may come from different machines: CPU instruction set: only "
+                   "B has avx512f (bf16, int8 and bitsandbytes CPU kernels depend on these)",
+                   "warning: a.json (A) and c.json (B) may come from different machines: CPU count: 8 (A) vs 16 (B)"]
+    assert capsys.readouterr().err == "\n".join(got) + "\n"

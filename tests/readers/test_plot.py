@@ -21,7 +21,7 @@ def run(*argv):
 
 @pytest.mark.parametrize("fixture", ["cuda_run1.json", "cpu.json"])
 def test_writes_both_pngs(fixture, tmp_path):
-    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install 'qbench[plot]')")
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
     out = tmp_path / "fig" / "r.png"
     assert run(str(FIXTURES / fixture), "-o", str(out)) == 0
     for p in (out, tmp_path / "fig" / "r-pareto.png"):
@@ -30,7 +30,7 @@ def test_writes_both_pngs(fixture, tmp_path):
 
 
 def test_what_roofline_only(tmp_path):
-    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install 'qbench[plot]')")
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
     out = tmp_path / "r.png"
     assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(out), "--what", "roofline") == 0
     assert out.exists() and not (tmp_path / "r-pareto.png").exists()
@@ -48,7 +48,7 @@ def test_missing_matplotlib(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(tmp_path / "r.png")) == 2
     err = capsys.readouterr().err
-    assert "qbench[plot]" in err and err.count("\n") == 1
+    assert "pip install -e '.[plot]'" in err and err.count("\n") == 1
     assert not (tmp_path / "r.png").exists()
 
 
@@ -59,7 +59,7 @@ def test_bad_input_exit_2(tmp_path, capsys):
 
 
 def test_existing_png_is_not_overwritten_without_force(tmp_path, capsys):
-    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install 'qbench[plot]')")
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
     out = tmp_path / "r.png"
     (tmp_path / "r-pareto.png").write_bytes(b"mine")
     assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(out)) == 2
@@ -73,7 +73,7 @@ def test_existing_png_is_not_overwritten_without_force(tmp_path, capsys):
 
 
 def test_says_which_method(tmp_path, capsys):
-    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install 'qbench[plot]')")
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
     assert run(str(FIXTURES / "cuda_stream.json"), "-o", str(tmp_path / "s.png"), "--what", "pareto") == 0
     assert capsys.readouterr().out.splitlines()[0] == "latency = stream median"
     assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(tmp_path / "c.png"), "--what", "pareto") == 0
@@ -198,3 +198,16 @@ def test_labels_of_points_on_one_spot_are_spread():
         assert not any(_overlaps(boxes[i], boxes[j]) for i in range(5) for j in range(i + 1, 5))
     finally:
         plt.close(fig)
+
+
+def test_unwritable_path_is_one_line_exit_2(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
+    (tmp_path / "a-file").write_text("x")
+    out = tmp_path / "a-file" / "r.png"  # a folder that is a file: mkdir fails, whoever runs the test
+    assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(out)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"qbench plot: cannot write {out}: ") and err.count("\n") == 1
+    (tmp_path / "d.png").mkdir()  # a directory where the chart goes: savefig fails
+    assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(tmp_path / "d.png"), "--what", "roofline", "--force") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"qbench plot: cannot write {tmp_path / 'd.png'}: ") and err.count("\n") == 1

@@ -181,14 +181,23 @@ def test_cli_summary_over_two_files(capsys, tmp_path):
     assert out.count("| w8a8-dynamic") >= 2 and "vs bf16" in out and "as fast within noise" in out
     assert run(str(a), str(b), "--max-rel-err", "0.01", "--summary", "--format", "json") == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 6 and {r["m"] for r in rows} == {1, 16, 512}
+    # two runs of one scenario on one machine are one result (issue 24): one row per M, and how often it won
+    assert [(r["m"], r["pick"], r["stability"]) for r in rows] == [
+        (1, "fp16", "picked in 2 of 2 runs"), (16, "w8a8-dynamic", "picked in 2 of 2 runs"),
+        (512, "w8a8-dynamic", "picked in 2 of 2 runs")]
+    assert {r["file"] for r in rows} == {f"{a} + {b}"}
 
 
 def test_cli_two_files_without_summary_names_each(capsys):
     a, b = FIXTURES / "cuda_run1.json", FIXTURES / "cuda_run2_noise.json"
     assert run(str(a), str(b), "--max-rel-err", "0.01") == 0
     out = capsys.readouterr().out
-    assert f"== {a}" in out and f"== {b}" in out and out.count("Pareto front") == 6
+    assert out.startswith("budget rel_fro <= 0.01") and out.count("Pareto front") == 3  # one result
+    assert out.splitlines()[1].startswith(f"warning: {a} + {b}: errors come from a synthetic weight")
+    assert "M=1 (K=4096, N=4096): use fp16 (11.2 µs, rel_fro 0.00029); as fast within noise: bf16; picked in 2 of 2 runs" in out
+    assert run(str(a), str(FIXTURES / "cpu.json"), "--max-rel-err", "0.01") == 0  # two scenarios: two results
+    out = capsys.readouterr().out
+    assert f"== {a}" in out and f"== {FIXTURES / 'cpu.json'}" in out
 
 
 def test_cli_summary_mixed_methods_is_bad_input(capsys):
@@ -199,10 +208,15 @@ def test_cli_summary_mixed_methods_is_bad_input(capsys):
 
 
 def test_cli_two_files_json_is_one_document(capsys):
-    a, b = FIXTURES / "cuda_run1.json", FIXTURES / "cuda_run2_noise.json"
+    a, b = FIXTURES / "cuda_run1.json", FIXTURES / "cpu.json"
     assert run(str(a), str(b), "--max-rel-err", "0.01", "--format", "json") == 0
     docs = json.loads(capsys.readouterr().out)
     assert [d["file"] for d in docs] == [str(a), str(b)] and all("by_m" in d for d in docs)
+    # two runs of one scenario: one record, naming its files, each pick with how often it won
+    assert run(str(a), str(FIXTURES / "cuda_run2_noise.json"), "--max-rel-err", "0.01", "--format", "json") == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["files"] == [str(a), str(FIXTURES / "cuda_run2_noise.json")]
+    assert rec["by_m"][0]["pick"]["stability"] == {"runs": 2, "picked": 2, "others": {}}
 
 
 def test_cli_summary_bad_baseline_and_missing_method_are_bad_input(capsys):
@@ -214,12 +228,18 @@ def test_cli_summary_bad_baseline_and_missing_method_are_bad_input(capsys):
     assert "no row has cold latency; methods in this file: cpu" in capsys.readouterr().err
 
 
-def test_cli_summary_csv_and_same_scenario_twice(capsys):
+def test_cli_summary_csv_and_same_scenario_twice(capsys, tmp_path):
     a = str(FIXTURES / "cuda_run1.json")
     assert run(a, a, "--max-rel-err", "0.01", "--summary", "--format", "csv") == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert out[0].startswith("scenario,m,k,n,pick,") and len(out) == 1 + 6
-    assert out[1].startswith(a + ",1,")  # two files of one scenario are told apart by path
+    assert out[0].startswith("scenario,m,k,n,pick,") and len(out) == 1 + 3  # one file named twice: read once
+    doc = json.loads(Path(a).read_text())
+    doc["env"]["device_name"] = "NVIDIA A100-SXM4-80GB"  # the same scenario on another GPU: another result
+    other = tmp_path / "a100.json"
+    other.write_text(json.dumps(doc))
+    assert run(a, str(other), "--max-rel-err", "0.01", "--summary", "--format", "csv") == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 + 6 and out[1].startswith(a + ",1,")  # two files of one scenario are told apart by path
     assert run(a, "--max-rel-err", "0.01", "--format", "csv") == 2
     assert "csv needs --summary" in capsys.readouterr().err
 
@@ -526,3 +546,102 @@ def test_the_pick_and_the_others_name_their_flags_and_noise():
     text = render_recommendation(result, "simple")
     assert "use int8-weight-only+compiled (600 µs, rel_fro 0.009) [cpu-busy]" in text
     assert "slower: 1500 µs vs 600 µs (2.50×; bf16: noisy (cv 0.98))" in text
+
+
+# ---- issue 24: a pick that holds across runs; weights said; input faults --------------------------
+
+def _layer_row(scheme, median, p10, p90, rel=0.005, **extra):
+    from tests.rows import make_row, stats
+
+    return make_row(scheme=scheme, m=1, k=256, n=128, device="cuda:0", status="ok", error={"rel_fro": rel},
+                    latency_us={"stream": stats(median, p10, p90)}, stored_bytes=256 * 128, **extra)
+
+
+def _repeats(medians):
+    return {"runs": len(medians), "ok_runs": len(medians), "medians": {"stream": medians},
+            "spread": {"stream": (max(medians) - min(medians)) / sorted(medians)[len(medians) // 2]}}
+
+
+def test_between_run_spread_makes_two_schemes_tie():
+    """a: 10.0 µs with p10-p90 9.9-10.1 in its first run, but its three runs read 10, 12 and 11 µs;
+    b: 11.5 µs, p10-p90 11.4-11.6, runs 11.5, 11.5, 11.5. Within one run they do not overlap (a is
+    faster); across runs a spans 10-12, which holds b's 11.5: a tie, and the lower error wins."""
+    from qbench.readers.recommend import recommend
+
+    def doc(with_repeats):
+        extra_a = {"repeats": _repeats([10.0, 12.0, 11.0])} if with_repeats else {}
+        extra_b = {"repeats": _repeats([11.5, 11.5, 11.5])} if with_repeats else {}
+        return {"schema_version": 2, "rows": [_layer_row("a", 10.0, 9.9, 10.1, rel=0.008, **extra_a),
+                                              _layer_row("b", 11.5, 11.4, 11.6, rel=0.002, **extra_b)]}
+
+    alone = recommend(doc(False), 0.01, "stream")["by_m"][0]
+    assert alone["pick"]["scheme"] == "a" and alone["pick"]["ties"] == []
+    assert alone["others"] == [{"scheme": "b", "reason": "slower: 11.5 µs vs 10.0 µs (1.15×)"}]
+    g = recommend(doc(True), 0.01, "stream")["by_m"][0]
+    assert g["pick"]["scheme"] == "b" and g["pick"]["ties"] == ["a"]  # tied: the lower error (0.002) wins
+    # the band named is a's between-run spread, (12 - 10) / 11 = 18 %
+    assert g["others"] == [{"scheme": "a", "reason": "same speed within noise (between-run spread 18%), higher error "
+                                                     "(rel_fro 0.008 vs 0.002): 10.0 µs vs 11.5 µs (0.87×, runs' "
+                                                     "medians overlap)"}]
+
+
+def test_pick_stability_of_rows_with_repeats(capsys, tmp_path):
+    """One file of `qbench run --repeat 3`: each run's pick is counted (a won 2 of its 3 runs)."""
+    rows = [_layer_row("a", 10.0, 9.9, 10.1, repeats=_repeats([10.0, 10.1, 14.0])),
+            _layer_row("b", 12.0, 11.9, 12.1, repeats=_repeats([12.0, 12.0, 12.0]))]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema_version": 2, "complete": True, "scenario": {"name": "s"},
+                                "env": {"device": "cuda:0", "device_name": "NVIDIA H200"}, "rows": rows}))
+    assert run(str(path), "--max-rel-err", "0.01") == 0
+    out = capsys.readouterr().out
+    assert "M=1 (K=256, N=128): use a (10.0 µs, rel_fro 0.005); as fast within noise: b; picked in 2 of 3 runs (b in 1)" \
+        in out
+
+
+def test_pick_stability_over_committed_h200_decode_runs(capsys):
+    """Three committed H200 decode files of one scenario: 11-29 (no stream time: not a run of the
+    stream pick), 11-30 (no gemlite: int8-weight-only+compiled wins) and the current one."""
+    root = Path(__file__).resolve().parents[2] / "results" / "h200"
+    files = [str(root / "evidence" / "decode-2026-11-29.json"), str(root / "evidence" / "decode-2026-11-30.json"),
+             str(root / "decode.json")]
+    assert run(*files, "--max-rel-err", "0.01") == 0
+    out, err = capsys.readouterr()
+    warning = out.splitlines()[1]
+    assert out.startswith("budget rel_fro <= 0.01; latency = stream median\n")
+    assert ("\nM=1 (K=4096, N=4096): use int8-weight-only-gemlite (7.87 µs, rel_fro 0.00915); picked in 1 of 2 runs "
+            "(int8-weight-only+compiled in 1)\n") in out
+    assert err == "" and warning == (
+        f"warning: {' + '.join(files)}: errors come from a synthetic weight (seeded Gaussian N(0, 1/K) "
+        "(synthetic; a file written before rows said their weight)), not a trained layer: a trained "
+        "layer's outliers can raise them several-fold")
+
+
+def test_input_fault_rows_are_the_inputs_fault_and_a_real_weight_has_no_warning(capsys, tmp_path):
+    from qbench.readers.recommend import recommend
+    from qbench.row import flag_record
+
+    fault = flag_record("input-fault", "the weight has 3 non-finite entries (3 NaN, 0 Inf)")
+    real = "safetensors layer.safetensors:model.layers.0.mlp.down_proj.weight"
+    rows = [_layer_row("a", 10.0, 9.9, 10.1, flags=[fault], weight_source=real),
+            _layer_row("b", 12.0, 11.9, 12.1, flags=[fault], weight_source=real)]
+    doc = {"schema_version": 2, "complete": True, "scenario": {"name": "s"},
+           "env": {"device": "cuda:0", "device_name": "NVIDIA H200"}, "rows": rows}
+    g = recommend(doc, 0.01, "stream")["by_m"][0]
+    assert g["pick"] is None
+    assert g["others"][0] == {"scheme": "a", "reason": "the input's fault, not the scheme's (input-fault): the weight "
+                                                       "has 3 non-finite entries (3 NaN, 0 Inf)"}
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps(doc))
+    assert run(str(path), "--max-rel-err", "0.01") == 1
+    assert "synthetic" not in capsys.readouterr().out  # a file's weight: no synthetic-weight warning
+
+
+def test_pick_lines_end_a_run():
+    from qbench.readers.recommend import pick_lines
+
+    doc = {"schema_version": 2, "rows": [_layer_row("a", 10.0, 9.9, 10.1), _layer_row("b", 8.0, 7.9, 8.1, rel=0.05)]}
+    assert pick_lines(doc, "results/runs/x.json") == [
+        "pick within rel_fro <= 0.01 (stream median): M=1 a (10.0 µs)",
+        "why, and the other schemes: qbench recommend results/runs/x.json --max-rel-err 0.01"]
+    assert pick_lines(doc, "my runs/x.json", 0.001)[0] == "pick within rel_fro <= 0.001 (stream median): M=1 none within the budget"
+    assert pick_lines(doc, "my runs/x.json")[1].endswith("recommend 'my runs/x.json' --max-rel-err 0.01")

@@ -297,7 +297,11 @@ def _table_header(out: str) -> list[str]:
 
 
 def test_report_default_columns_put_stream_first_with_the_hbm_floor(capsys):
-    assert run(STREAM, "--format", "github") == 0
+    assert run(STREAM, "--format", "github") == 0  # the narrow default (issue 24): fits 120 characters
+    out = capsys.readouterr().out
+    assert _table_header(out) == ["scheme", "M", "bits/w", "stream µs", "cold µs", "floor %", "rel err", "status"]
+    assert max(len(line) for line in out.splitlines() if line.startswith("|")) <= 120
+    assert run(STREAM, "--format", "github", "--wide") == 0
     out = capsys.readouterr().out
     assert out.splitlines()[1] == ("times: stream (graph over weight copies > L2) + CUDA cold, warm, eager, kernel; "
                                    "µs per call, median")
@@ -313,6 +317,8 @@ def test_report_default_columns_put_stream_first_with_the_hbm_floor(capsys):
 
 def test_report_on_a_file_without_stream_is_unchanged(capsys):
     assert run(CUDA, "--format", "github") == 0
+    assert _table_header(capsys.readouterr().out) == ["scheme", "M", "bits/w", "cold µs", "warm µs", "rel err", "status"]
+    assert run(CUDA, "--format", "github", "--wide") == 0
     out = capsys.readouterr().out
     assert out.splitlines()[1] == "times: CUDA cold, warm, eager, kernel; µs per call, median"
     head = _table_header(out)
@@ -322,6 +328,8 @@ def test_report_on_a_file_without_stream_is_unchanged(capsys):
 
 def test_cpu_report_shows_stream_beside_cpu(capsys):
     assert run(CPU_STREAM, "--format", "github") == 0
+    assert _table_header(capsys.readouterr().out) == ["scheme", "M", "bits/w", "stream µs", "cpu µs", "rel err", "status"]
+    assert run(CPU_STREAM, "--format", "github", "--wide") == 0
     out = capsys.readouterr().out
     assert out.splitlines()[1] == "times: stream (copies > LLC) + cpu; CPU run, no CUDA timings; µs per call, median"
     head = _table_header(out)
@@ -336,7 +344,8 @@ def test_crossover_reads_stream_and_names_unusable_schemes(capsys):
     assert recs["fp16"]["ties"] == [1, 16]
     assert run(STREAM, "--crossover") == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[2] == "crossover vs bf16, stream median; speed-up = bf16 time / scheme time (> 1: the scheme is faster)"
+    assert out[2].startswith("weight: ")  # the header's third line says where the weight came from
+    assert out[3] == "crossover vs bf16, stream median; speed-up = bf16 time / scheme time (> 1: the scheme is faster)"
     assert out[-1] == (f"{UNUSABLE} (no stream time: the call cannot be captured in a CUDA graph, e.g. a host "
                        "sync): w8a8-dynamic (M=1,16), int8-bnb (M=1,16)")
     assert run(STREAM, "--crossover", "--format", "csv") == 0
@@ -388,3 +397,54 @@ def test_help_columns_lists_every_registry_method_with_its_includes(capsys):
         line = next(line for line in out.splitlines() if line.startswith(f"{name} "))
         assert registry.METHODS[name].includes in line
     assert "hbm_floor_us" in out and "floor_pct" in out and "stream_copies" in out
+
+
+# ---- issue 24: several files are one result; ties over runs; the weight said --------------------
+
+def _one(scheme, median, p10, p90, **extra):
+    from tests.rows import make_row, stats
+
+    return make_row(scheme=scheme, m=1, k=256, n=128, device="cuda:0", status="ok", error={"rel_fro": 0.01},
+                    latency_us={"stream": stats(median, p10, p90)}, **extra)
+
+
+def _file(tmp_path, name, rows, scenario="s"):
+    path = tmp_path / name
+    path.write_text(json.dumps({"schema_version": 2, "complete": True, "scenario": {"name": scenario},
+                                "env": {"device": "cuda:0", "device_name": "NVIDIA H200"}, "rows": rows}))
+    return str(path)
+
+
+def test_several_files_of_one_scenario_are_one_report(tmp_path, capsys):
+    a = _file(tmp_path, "a.json", [_one("bf16", 10.0, 9.9, 10.1)])
+    b = _file(tmp_path, "b.json", [_one("int8", 8.0, 7.9, 8.1)])  # completed by --schemes int8
+    assert run(a, b, "--crossover", "--format", "csv") == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["scheme"], r["wins"]) for r in rows] == [("int8", "1")]
+    other = _file(tmp_path, "o.json", [_one("int8", 8.0, 7.9, 8.1)], scenario="other")
+    assert run(a, other) == 2
+    assert capsys.readouterr().err == (f"qbench report: the files are not one result (one scenario on one machine): "
+                                       f"{a} (s, cuda NVIDIA H200); {other} (other, cuda NVIDIA H200)\n")
+
+
+def test_crossover_ties_by_the_between_run_spread(tmp_path):
+    """int8 beats bf16 within one run (8.0 against 10.0, p10-p90 disjoint) but its runs read 8, 10.5
+    and 9 µs: the between-run spread holds bf16's 10 µs, so M=1 is a tie, not a win."""
+    reps = {"runs": 3, "ok_runs": 3, "medians": {"stream": [8.0, 10.5, 9.0]}, "spread": {"stream": 2.5 / 9.0}}
+    doc = read_results(_file(tmp_path, "r.json", [_one("bf16", 10.0, 9.9, 10.1), _one("int8", 8.0, 7.9, 8.1)]))
+    assert crossover(doc)[0]["wins"] == [1]
+    doc = read_results(_file(tmp_path, "r2.json", [_one("bf16", 10.0, 9.9, 10.1),
+                                                  _one("int8", 8.0, 7.9, 8.1, repeats=reps)]))
+    (rec,) = crossover(doc)
+    assert rec["wins"] == [] and rec["ties"] == [1]
+
+
+def test_header_says_the_weight(tmp_path, capsys):
+    from qbench.render import render_header
+
+    real = "HF checkpoint /models/llama:model.layers.0.mlp.down_proj.weight"
+    doc = read_results(_file(tmp_path, "w.json", [_one("bf16", 10.0, 9.9, 10.1, weight_source=real)]))
+    assert render_header(doc).splitlines()[2] == f"weight: {real}"
+    old = read_results(_file(tmp_path, "o.json", [_one("bf16", 10.0, 9.9, 10.1)]))
+    assert render_header(old).splitlines()[2] == ("weight: seeded Gaussian N(0, 1/K) (synthetic; a file written "
+                                                  "before rows said their weight)")

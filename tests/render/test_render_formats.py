@@ -106,12 +106,13 @@ def test_header_cuda_cpu_and_incomplete():
     h = render_header(CUDA)
     assert "NVIDIA H200" in h and "torch 2.11.0+cu130" in h and "torchao 0.18.0" in h
     assert "bitsandbytes 0.50.2" in h and "CUDA cold, warm, eager, kernel" in h
-    assert len(h.splitlines()) == 2
+    assert len(h.splitlines()) == 3  # the third: where the weight came from (issue 24)
+    assert h.splitlines()[2] == "weight: seeded Gaussian N(0, 1/K) (synthetic; a file written before rows said their weight)"
     c = render_header(CPU)
     assert "CPU" in c and "no CUDA" in c and "bitsandbytes not installed" in c
     partial = dict(CUDA, complete=False)
     lines = render_header(partial).splitlines()
-    assert len(lines) == 3 and "WARNING" in lines[2] and "complete: false" in lines[2]
+    assert len(lines) == 4 and "WARNING" in lines[3] and "complete: false" in lines[3]
 
 
 def test_header_names_stream_per_device():
