@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from qbench import __version__, machine, precision
+from qbench import __version__, hardware, precision
 
 
 def _version(package: str) -> str | None:
@@ -36,14 +36,14 @@ def _cpu_name() -> str:
 
 
 def cpu_info() -> dict:
-    """``env.cpu_info``: the CPU's model, instruction-set flags, cache sizes (:func:`qbench.machine.cpu_record`)
+    """``env.cpu_info``: the CPU's model, instruction-set flags, cache sizes (:func:`qbench.hardware.cpu_record`)
     and ``capability``, torch's ``torch.backends.cpu.get_cpu_capability()`` (``"AVX2"``, ``"AVX512"``,
     ``"AMX"``, ...: which of its CPU kernels torch dispatches to; None where torch cannot say)."""
     try:
         capability = torch.backends.cpu.get_cpu_capability()
     except Exception:  # an old torch or an exotic build: the flags still tell
         capability = None
-    return machine.cpu_record(capability=capability)
+    return hardware.cpu_record(capability=capability)
 
 
 def resolve_device(requested: str) -> torch.device:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence
 
-from qbench.repeats import tie_band
 from qbench.results import ResultDoc
 from qbench.row import Row, Stats
 from qbench.timing import registry
@@ -144,7 +143,7 @@ def machine_of(doc: ResultDoc) -> str:
 
 def _interval(stats: Stats, runs: Sequence[float] = ()) -> tuple[float, float]:
     """[p10, p90] of STATS, widened to hold the median and every run's median of ``runs`` (the
-    between-run spread of :func:`qbench.repeats.tie_band`); the medians alone when p10 or p90 is
+    between-run spread of :func:`tie_band`); the medians alone when p10 or p90 is
     missing."""
     med, lo, hi = stats.median, stats.p10, stats.p90
     if lo is None or hi is None:
@@ -160,7 +159,7 @@ def verdict(a: Stats, b: Stats, a_runs: Sequence[float] = (), b_runs: Sequence[f
 
     ``a_runs``/``b_runs``: the medians of a side's independent runs (``repeats.medians``, several
     files of one scenario); a side's interval then spans them too, so the wider of the within-run
-    p10-p90 and the between-run spread decides (:func:`qbench.repeats.tie_band`)."""
+    p10-p90 and the between-run spread decides (:func:`tie_band`)."""
     lo_a, hi_a = _interval(a, a_runs)
     lo_b, hi_b = _interval(b, b_runs)
     if lo_b <= hi_a and lo_a <= hi_b:
@@ -181,7 +180,7 @@ def row_verdict(ra: Row, rb: Row, method: str) -> str:
 
 def tie_note(ra: Row, rb: Row, method: str) -> Optional[str]:
     """When two rows tie only through their runs' spread (their p10-p90 do not overlap), what
-    says so, e.g. ``"between-run spread 28%"`` (the wider :func:`qbench.repeats.tie_band` of the
+    says so, e.g. ``"between-run spread 28%"`` (the wider :func:`tie_band` of the
     two rows); else None."""
     if verdict(ra.stats(method), rb.stats(method)) == "same" or row_verdict(ra, rb, method) != "same":
         return None
@@ -292,3 +291,16 @@ def pareto_front(points: Sequence[dict], keys: Sequence[str] = PARETO_KEYS,
         return all(v <= 0 for v in c) and any(v < 0 for v in c)
 
     return [p for p in pts if not any(dominates(q, p) for q in pts if q is not p)]
+
+
+def tie_band(stats: Optional[dict], repeats: Optional[dict], method: str) -> Optional[float]:
+    """The relative band within which two rows' medians are tied: the wider of the within-run
+    spread ((p90 - p10) / median) and the between-run spread (:func:`combine_runs`); None when the
+    row has neither."""
+    bands = []
+    if stats and stats.get("median") and stats.get("p10") is not None and stats.get("p90") is not None:
+        bands.append((stats["p90"] - stats["p10"]) / stats["median"])
+    between = ((repeats or {}).get("spread") or {}).get(method)
+    if between is not None:
+        bands.append(between)
+    return max(bands) if bands else None

@@ -14,6 +14,8 @@ other's internals, so the import graph has no cycle.
 
 from __future__ import annotations
 
+import statistics
+
 import datetime as _dt
 import fcntl
 import math
@@ -25,7 +27,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import qbench
 from qbench import env as envmod
@@ -549,3 +551,63 @@ def log_tail(log_path: str, lines: int = 200) -> list[str]:
 def _last_line(log_path: str) -> str:
     lines = log_tail(log_path)
     return lines[-1][:240] if lines else ""
+
+
+# ---- qbench run --repeat N: one scheme's runs combined -----------------------------------------------
+# ``qbench run --repeat N``: one scheme measured by N independent worker processes, combined.
+#
+# Each run is a new process (new CUDA context, new ``torch.compile`` compilation, new autotuning where
+# a library autotunes), so the spread between the runs' medians shows what the within-run p10-p90
+# cannot: a compiled or autotuned kernel that differs between compilations (the gemlite int8 kernel
+# read 7.87 µs in one committed H200 decode file and 10.1 µs in another of the same day, far outside
+# either file's p10-p90; ``../shared/reviews/break-2026-12-01.md``). Torch-free.
+#
+# A combined row is the first run's row (its STATS, ledger, error, dispatch), with ``repeats``:
+#
+#     {"runs": N, "ok_runs": k, "medians": {method: [median of run 1, ..., run N]},
+#      "spread": {method: (max - min) / median of the medians}}
+#
+# Decisions (ties, picks) use the wider of the two spreads (:func:`tie_band`).
+
+
+def _identity(row: dict) -> tuple:
+    return (row.get("m"), row.get("context"), row.get("k"), row.get("n"), row.get("tp_size"), row.get("split"))
+
+
+def combine_runs(runs: Sequence[list[dict]]) -> list[dict]:
+    """The rows of one scheme from ``runs`` (the rows of each of N runs, in run order), combined.
+
+    The first ``ok`` row of each identity (M, and context for a model step) is the base; rows the
+    first run failed but a later run measured take that later run's row. ``repeats.medians[method]``
+    lists the median of every run that has one, in run order; ``spread`` is defined when at least two
+    do. With one run the rows are returned unchanged.
+
+    Raises:
+        ValueError: no runs.
+    """
+    if not runs:
+        raise ValueError("combine_runs: needs at least one run")
+    if len(runs) == 1:
+        return list(runs[0])
+    by_key: dict[tuple, list[dict]] = {}
+    order: list[tuple] = []
+    for rows in runs:
+        for row in rows:
+            key = _identity(row)
+            if key not in by_key:
+                order.append(key)
+            by_key.setdefault(key, []).append(row)
+    out = []
+    for key in order:
+        rows = by_key[key]
+        ok = [r for r in rows if r.get("status") == "ok"]
+        base = dict(ok[0] if ok else rows[0])
+        medians: dict[str, list[float]] = {}
+        for r in ok:
+            for method, stats in (r.get("latency_us") or {}).items():
+                if isinstance(stats, dict) and stats.get("median") is not None:
+                    medians.setdefault(method, []).append(float(stats["median"]))
+        spread = {m: (max(v) - min(v)) / statistics.median(v) for m, v in medians.items() if len(v) >= 2}
+        base["repeats"] = {"runs": len(rows), "ok_runs": len(ok), "medians": medians, "spread": spread}
+        out.append(base)
+    return out

@@ -548,7 +548,7 @@ class Row(_Part):
                                            "M), seen by the runner, s (stamped when the runner records the rows)")
     worker_phases_s: Optional[WorkerPhases] = Field(None, description="seconds inside the worker, by phase")
     repeats: Optional[Repeats] = Field(None, description="`qbench run --repeat N`: the N independent runs' medians "
-                                       "and their spread (:mod:`qbench.repeats`)")
+                                       "and their spread (:func:`qbench.lifecycle.combine_runs`)")
     # tensor parallel (rows of a scenario with a [tp] table)
     tp_size: Optional[int] = Field(None, ge=1, description="tensor-parallel: ranks the layer is sharded over",
                                    json_schema_extra={"identity": True, "tp": True})

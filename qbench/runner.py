@@ -53,7 +53,7 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
             (the progress a log or CI shows when there is no terminal for the bar).
         repeat: measure each scheme in this many independent worker processes, one after another
             (no worker started ahead), and keep the first run's rows with every run's medians and
-            their spread (:func:`qbench.repeats.combine_runs`).
+            their spread (:func:`qbench.lifecycle.combine_runs`).
         resume: keep the rows of the partial (else the complete) file at the output and measure
             only the schemes it has no rows of (:func:`qbench.lifecycle.resume_rows`).
 
@@ -120,7 +120,7 @@ def _measure(scenario, dev, output, doc, preloaded, started, force, progress, sh
                 t0 = time.perf_counter()
                 rows = workers.rows(index)
                 if repeat > 1:  # N independent processes of this scheme, then the next scheme
-                    from qbench.repeats import combine_runs
+                    from qbench.lifecycle import combine_runs
 
                     rows = combine_runs([rows] + [workers.rows(index) for _ in range(repeat - 1)])
                 record(doc, output, rows, t0, started)

@@ -1,4 +1,4 @@
-"""qbench.machine: the CPU record (model, instruction-set flags, caches) and machine_differences,
+"""qbench.hardware (the machine part): the CPU record (model, instruction-set flags, caches) and machine_differences,
 which readers call before comparing two files' timings (issue 24, item 4). Torch-free."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from qbench.machine import cache_sizes, cpu_record, machine_differences, parse_cpuinfo
+from qbench.hardware import cache_sizes, cpu_record, machine_differences, parse_cpuinfo
 
 ZEN3 = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -85,5 +85,5 @@ def test_an_older_cpu_file_without_cpu_info_is_said_to_be_unknown():
 
 
 def test_machine_imports_no_torch():
-    code = "import sys, qbench.machine; assert 'torch' not in sys.modules"
+    code = "import sys, qbench.hardware; assert 'torch' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

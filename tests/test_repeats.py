@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from qbench.repeats import combine_runs, tie_band
+from qbench.judge import tie_band
+from qbench.lifecycle import combine_runs
 
 
 def _row(m, median, status="ok", p10=None, p90=None):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from qbench.judge import DECISION_METHOD, METHOD_CHOICES, incomplete_warning
-from qbench.machine import machine_differences
+from qbench.hardware import machine_differences
 from qbench.results import ResultDoc, ResultsError, read_results
 from qbench.row import Repeats, Row
 
@@ -297,7 +297,7 @@ def group_results(paths: Sequence[str], docs: Sequence[ResultDoc]) -> list[Resul
     return out
 
 
-#: The prefixes of :func:`qbench.machine.machine_differences` lines that make two files two machines:
+#: The prefixes of :func:`qbench.hardware.machine_differences` lines that make two files two machines:
 #: the device kind, the GPU and its compute capability, torch's CPU capability and the CPU's
 #: instruction set (the kernels that run differ). Other lines (CPU count, threads, caches, model
 #: name, an unknown instruction set) are warned about.
@@ -305,19 +305,19 @@ BLOCKING_PREFIXES = ("device:", "GPU:", "compute capability:", "CPU capability",
 
 
 def blocking_differences(differences: Sequence[str]) -> list[str]:
-    """The lines of ``differences`` (:func:`qbench.machine.machine_differences`) that start with one of
+    """The lines of ``differences`` (:func:`qbench.hardware.machine_differences`) that start with one of
     :data:`BLOCKING_PREFIXES`: timings of the two files come from different kernels or devices."""
     return [d for d in differences if d.startswith(BLOCKING_PREFIXES)]
 
 
-#: The prefixes of :func:`qbench.machine.machine_differences` lines that bear on CUDA timings: the
+#: The prefixes of :func:`qbench.hardware.machine_differences` lines that bear on CUDA timings: the
 #: device and the GPU. The host's CPU count, threads, caches and instruction set are left out when
 #: both files are CUDA runs (a GPU kernel's time does not depend on them).
 GPU_PREFIXES = ("device:", "GPU", "compute capability:", "SM count:")
 
 
 def timing_differences(a: ResultDoc, b: ResultDoc) -> list[str]:
-    """:func:`qbench.machine.machine_differences` of two documents' ``env``, less the host lines
+    """:func:`qbench.hardware.machine_differences` of two documents' ``env``, less the host lines
     when both are CUDA runs (:data:`GPU_PREFIXES`): what can change the rows' timings."""
     lines = machine_differences(env_of(a), env_of(b))
     if str(a.env.device or "").startswith("cuda") and str(b.env.device or "").startswith("cuda"):
@@ -326,7 +326,7 @@ def timing_differences(a: ResultDoc, b: ResultDoc) -> list[str]:
 
 
 def env_of(doc: ResultDoc) -> dict:
-    """``doc.env`` as the JSON object :func:`qbench.machine.machine_differences` reads."""
+    """``doc.env`` as the JSON object :func:`qbench.hardware.machine_differences` reads."""
     return doc.env.model_dump(mode="json")
 
 

@@ -18,7 +18,7 @@ as one result (a run completed by ``--schemes``/``--resume`` in a second file, o
 :func:`qbench.readers.common.group_results`); each side must be files of one scenario and machine.
 The two-positional form ``qbench compare A.json B.json`` is one file per side.
 
-Machines: the two sides' ``env`` are compared (:func:`qbench.machine.machine_differences`). A
+Machines: the two sides' ``env`` are compared (:func:`qbench.hardware.machine_differences`). A
 different device, GPU, compute capability, torch CPU capability or CPU instruction set is refused
 (exit 2, one line; ``--allow-other-machine`` compares anyway, with a warning): the timings would
 compare kernels, not schemes. Other differences (CPU count, threads, caches; for two CUDA runs only
@@ -112,7 +112,7 @@ def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISIO
 
 
 def machine_note(differences: list[str]) -> str | None:
-    """The short note a compared row carries for :func:`qbench.machine.machine_differences` lines:
+    """The short note a compared row carries for :func:`qbench.hardware.machine_differences` lines:
     ``"machines differ (CPU instruction set, CPU count)"`` (each line's label), ``"machines may
     differ (CPU instruction set unknown)"`` when the only line says a file lacks ``cpu_info``;
     None for no lines."""

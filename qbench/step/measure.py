@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -41,9 +41,6 @@ from qbench.step import floor, llama
 from qbench.step.config import StepModelConfig
 from qbench.step.row import StepRow
 from qbench.step.spec import check as check_spec
-
-if TYPE_CHECKING:  # the scenario imports qbench.step.spec: no import back up at run time
-    from qbench.scenario import Scenario
 
 #: Device memory kept free beyond the estimate (bytes): CUDA graphs' pools, cuBLAS workspaces,
 #: the allocator's fragmentation. Project choice, from the H200 runs' peaks.
@@ -58,8 +55,10 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def blank_rows(scenario: Scenario, entry, scheme, device) -> list[dict]:
-    """One row per (context, M) with the identity filled and status ``ok`` (no measurement)."""
+def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
+    """(``scenario``: a :class:`qbench.scenario.Scenario` with a ``[model]`` table; not imported here:
+    the scenario imports :mod:`qbench.step.spec`, and nothing of the step job imports back up.)
+    One row per (context, M) with the identity filled and status ``ok`` (no measurement)."""
     spec = scenario.model
     config = check_spec(spec, scenario.source)
     lm = "none" if not spec.lm_head else ("scheme" if spec.quantize_lm_head else "float")
@@ -97,7 +96,7 @@ def _checked(rows: list[dict]) -> list[dict]:
     return [StepRow.model_validate(r).model_dump() for r in rows]
 
 
-def measure_step_scheme(scenario: Scenario, entry_index: int, device: torch.device,
+def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
                         ceilings: Optional[dict] = None) -> list[dict]:
     """Rows (one per context and M) for ``scenario.schemes[entry_index]`` on ``device``.
 
@@ -156,7 +155,7 @@ def measure_step_scheme(scenario: Scenario, entry_index: int, device: torch.devi
 class _Built:
     """The scheme's model parts, built once per worker and reused for every (context, M)."""
 
-    def __init__(self, scenario: Scenario, config: StepModelConfig, scheme, entry, device: torch.device):
+    def __init__(self, scenario: Any, config: StepModelConfig, scheme, entry, device: torch.device):
         self.scenario, self.config, self.scheme, self.entry, self.device = scenario, config, scheme, entry, device
         self.spec = scenario.model
         self.act = scheme.activation_dtype
