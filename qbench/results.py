@@ -155,6 +155,20 @@ def _refuse_constant(token: str) -> None:
     raise ValueError(f"non-finite number {token} is not strict JSON")
 
 
+#: Largest result file read (bytes): the committed sweep file is under 2 MiB; a bigger "result" is
+#: not one, and reading it whole would only cost memory. Project choice.
+MAX_RESULT_BYTES = 256 << 20
+
+
+def _finite_float(token: str) -> float:
+    """A JSON number as a float, refused when it overflows to infinity (``1e999``): strict JSON
+    results hold finite numbers only (:func:`finite_or_none` writes null instead)."""
+    value = float(token)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {token} overflows to infinity (a result holds finite numbers only)")
+    return value
+
+
 def read_results(path: str | os.PathLike) -> "ResultDoc":
     """Read and check a result JSON file; return it as a :class:`ResultDoc` (rows as
     :class:`qbench.row.Row`). A schema 1 file's reasons and flags are upgraded on the way
@@ -169,15 +183,23 @@ def read_results(path: str | os.PathLike) -> "ResultDoc":
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        if path.exists() and not path.is_file():  # /dev/zero, a FIFO, a folder: never read without end
+            raise ResultsError(f"{path}: not a regular file (a qbench result is a JSON file)")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_RESULT_BYTES + 1)
+        if len(raw) > MAX_RESULT_BYTES:
+            raise ResultsError(f"{path}: larger than {MAX_RESULT_BYTES >> 20} MiB: not a qbench result")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultsError(f"{path}: cannot read: {exc}") from None
     try:
-        doc = json.loads(text, parse_constant=_refuse_constant)
+        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except ValueError as exc:
         raise ResultsError(f"{path}: not JSON: {exc}") from None
+    except RecursionError:
+        raise ResultsError(f"{path}: not a qbench result: arrays or objects nested too deeply") from None
     if not isinstance(doc, dict):
         raise ResultsError(f"{path}: not a qbench result (top level is {type(doc).__name__})")
     if "schema_version" not in doc:

@@ -246,3 +246,18 @@ def test_a_schema_2_row_with_a_sentence_for_a_reason_is_refused(tmp_path):
         read_results(p)
     with pytest.raises(ResultsError, match="kind"):
         write_results(p, _doc(rows=[_row(latency_reasons={"warm": {"kind": "oops", "text": "x"}})]), force=True)
+
+
+def test_break_report_files_are_one_line_errors(tmp_path):
+    """Break report #12, #18, #23: ``1e999``, deep nesting and a device file are refused in one line."""
+    import pytest as _pytest
+
+    from qbench.results import ResultsError, read_results
+
+    (tmp_path / "inf.json").write_text('{"schema_version": 2, "rows": [], "x": 1e999}')
+    (tmp_path / "deep.json").write_text("[" * 100000)
+    for path, words in ((tmp_path / "inf.json", "overflows to infinity"), (tmp_path / "deep.json", "nested too deeply"),
+                        ("/dev/zero", "not a regular file")):
+        with _pytest.raises(ResultsError) as exc:
+            read_results(path)
+        assert words in str(exc.value) and "\n" not in str(exc.value)
