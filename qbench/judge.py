@@ -184,7 +184,7 @@ def tie_note(ra: Row, rb: Row, method: str) -> Optional[str]:
     two rows); else None."""
     if verdict(ra.stats(method), rb.stats(method)) == "same" or row_verdict(ra, rb, method) != "same":
         return None
-    bands = [tie_band(r.stats(method).model_dump(), r.repeats.model_dump() if r.repeats else None, method)
+    bands = [tie_band(r.stats(method), r.repeats, method)
              for r in (ra, rb)]
     band = max((b for b in bands if b is not None), default=None)
     return f"between-run spread {band:.0%}" if band is not None else "between-run spread"
@@ -293,14 +293,15 @@ def pareto_front(points: Sequence[dict], keys: Sequence[str] = PARETO_KEYS,
     return [p for p in pts if not any(dominates(q, p) for q in pts if q is not p)]
 
 
-def tie_band(stats: Optional[dict], repeats: Optional[dict], method: str) -> Optional[float]:
+def tie_band(stats, repeats, method: str) -> Optional[float]:
     """The relative band within which two rows' medians are tied: the wider of the within-run
-    spread ((p90 - p10) / median) and the between-run spread (:func:`combine_runs`); None when the
-    row has neither."""
+    spread ((p90 - p10) / median of ``stats``, a :class:`qbench.row.Stats`) and the between-run
+    spread of ``repeats`` (a :class:`qbench.row.Repeats`, :func:`qbench.lifecycle.combine_runs`) for
+    ``method``; None when the row has neither."""
     bands = []
-    if stats and stats.get("median") and stats.get("p10") is not None and stats.get("p90") is not None:
-        bands.append((stats["p90"] - stats["p10"]) / stats["median"])
-    between = ((repeats or {}).get("spread") or {}).get(method)
+    if stats is not None and stats.median and stats.p10 is not None and stats.p90 is not None:
+        bands.append((stats.p90 - stats.p10) / stats.median)
+    between = repeats.spread.get(method) if repeats is not None else None
     if between is not None:
         bands.append(between)
     return max(bands) if bands else None

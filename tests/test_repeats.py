@@ -38,9 +38,12 @@ def test_one_run_is_unchanged_and_none_is_refused():
 
 
 def test_tie_band_is_the_wider_spread():
-    stats = {"median": 10.0, "p10": 9.5, "p90": 10.5}  # within run: 10 %
+    from qbench.row import Repeats, Stats
+
+    stats = Stats(median=10.0, p10=9.5, p90=10.5, mean=10.0, cv=0.03, n=20)  # within run: 10 %
     assert tie_band(stats, None, "stream") == pytest.approx(0.1)
-    assert tie_band(stats, {"spread": {"stream": 0.28}}, "stream") == pytest.approx(0.28)
+    runs = Repeats(runs=3, ok_runs=3, medians={"stream": [10.0, 12.8, 10.0]}, spread={"stream": 0.28})
+    assert tie_band(stats, runs, "stream") == pytest.approx(0.28)
     assert tie_band(None, None, "stream") is None
 
 
