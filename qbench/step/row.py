@@ -91,6 +91,12 @@ class StepRow(BaseModel):
         stats = self.latency_us.get(method)
         return None if not stats else stats.get("median")
 
+    @property
+    def flag_names(self) -> list[str]:
+        """The flags' names, in order (a step flag is one line, ``name: text``, as the producer
+        writes it; the step file's flags stay text in every schema version)."""
+        return [flag.split(":", 1)[0] for flag in self.flags]
+
     def best_method(self, order: tuple[str, ...]) -> Optional[str]:
         """The first method of ``order`` this row has a step time for."""
         return next((m for m in order if self.step_us(m) is not None), None)

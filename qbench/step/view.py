@@ -129,7 +129,7 @@ def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
         rec["×base (Σ lin)"] = lsp.get(r.key)
         err = r.error or {}
         rec["logits err"], rec["KL"], rec["top-1"] = err.get("rel_fro"), err.get("kl_div"), err.get("top1_agree")
-        rec["flags"] = ", ".join(f.split(":", 1)[0] for f in r.flags)
+        rec["flags"] = ", ".join(r.flag_names)
         rec["reason"] = r.reason
         out.append(rec)
     return out
