@@ -128,12 +128,15 @@ def image_commands(text: str) -> list[str]:
 
 def image_outputs(command: str) -> list[Path]:
     """The PNGs a ``qbench plot`` command writes: ``-o FILE.png`` and, unless ``--what roofline``,
-    ``FILE-pareto.png``."""
+    ``FILE-pareto.png``; of a model-step result, ``FILE.png`` alone."""
     argv = shlex.split(command)
     out = Path(argv[argv.index("-o") + 1]) if "-o" in argv else None
     if out is None:
         raise DocsError(f"image command without -o: {command!r}")
     what = argv[argv.index("--what") + 1] if "--what" in argv else "both"
+    source = next((ROOT / a for a in argv[2:] if a.endswith(".json")), None)
+    if source is not None and source.is_file() and '"job": "step"' in source.read_text(encoding="utf-8"):
+        return [ROOT / out]  # a model-step file: one chart, the step against the context
     files = [] if what == "pareto" else [out]
     if what in ("pareto", "both"):
         files.append(out.with_name(f"{out.stem}-pareto.png"))

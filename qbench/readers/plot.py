@@ -437,7 +437,9 @@ def run_plot(args: argparse.Namespace) -> int:
         import matplotlib  # noqa: F401
     except ImportError:
         raise Refused("needs matplotlib; install it from the qbench checkout with: pip install -e '.[plot]'") from None
-    (doc,) = open_results([args.result])
+    (doc,) = open_results([args.result], steps=True)
+    if doc.job == "step":
+        return _run_step_plot(doc, args)
     method, note = resolve_method(doc, args.method)
     out = Path(args.output)
     suffix = out.suffix.lower()
@@ -462,6 +464,66 @@ def run_plot(args: argparse.Namespace) -> int:
             print(draw(doc, method, target))
         except OSError as exc:  # read-only folder, full disk, a directory of that name
             raise Refused(f"cannot write {target}: {exc.strerror or exc}") from None
+    return 0
+
+
+def plot_context(doc, path: Path) -> Path:
+    """A model-step result (:attr:`qbench.results.ResultDoc.step_rows`) against the context: one
+    panel per M, one line per scheme (the step by each row's decision method,
+    :data:`qbench.step.view.DECISION_ORDER`, ms, log-log), and each scheme's Σ linear (the layer
+    view's prediction, which does not depend on the context) dashed in the same colour. Where a
+    quantized line crosses bf16's, the scheme stops paying. Returns ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from qbench.step.view import decision_method
+
+    rows = [r for r in doc.step_rows if r.status == "ok" and decision_method(r)]
+    ms = sorted({r.m for r in rows})
+    fig, axes = plt.subplots(1, max(1, len(ms)), figsize=(6.5 * max(1, len(ms)), 5.5), squeeze=False)
+    schemes = list(dict.fromkeys(r.scheme for r in rows))
+    for ax, m in zip(axes[0], ms):
+        for i, scheme in enumerate(schemes):
+            pts = sorted((r.context, r.step_us(decision_method(r)) / 1000, (r.linear or {}).get("sum_us"))
+                         for r in rows if r.m == m and r.scheme == scheme)
+            if not pts:
+                continue
+            color = plt.cm.tab10(i % 10)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, label=scheme)
+            linear = [p[2] for p in pts if p[2] is not None]
+            if linear:
+                ax.axhline(linear[0] / 1000, color=color, ls="--", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("context (cached positions)")
+        ax.set_ylabel("step, ms (dashed: Σ linear, the layer view)")
+        ax.set_title(f"M = {m}")
+        ax.grid(True, which="both", alpha=0.2)
+    title = rows[0].title if rows else (doc.scenario.name or "")
+    fig.suptitle(f"{title}: the measured decode step against the context")
+    if rows:
+        axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5, borderaxespad=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _run_step_plot(doc, args: argparse.Namespace) -> int:
+    """``qbench plot STEP.json -o FILE``: :func:`plot_context` (the roofline and Pareto charts are
+    the layer job's; ``--what`` and ``--method`` do not apply)."""
+    out = Path(args.output)
+    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
+    if out.exists() and not getattr(args, "force", False):
+        raise Refused(f"{out} already exists; pass --force to overwrite")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        print(plot_context(doc, out))
+    except OSError as exc:
+        raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
     return 0
 
 

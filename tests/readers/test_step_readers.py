@@ -1,7 +1,8 @@
 """The readers on model-step result files (issue 23 item 6): ``qbench model`` shows the measured
 step beside Σ linear with the end-to-end speed-up over bf16 per method and a context sweep;
 ``recommend`` picks the fastest step within a logits-error budget per M and context; ``report``
-prints the step table; ``compare`` and ``plot`` refuse a step file with one line. Known figures
+prints the step table; ``plot`` draws the step against the context; ``compare`` refuses a step file
+with one line. Known figures
 from the committed ``results/h200/step_llama31_8b.json`` (Llama-3.1-8B, H200)."""
 
 from __future__ import annotations
@@ -167,13 +168,18 @@ def test_report_refuses_crossover_on_a_step_file(capsys):
     assert len(err) == 1 and "--crossover reads per-layer results" in err[0]
 
 
-@pytest.mark.parametrize("module,argv", [(compare, ["compare", STEP_8B, LAYER]),
-                                         (plot, ["plot", STEP_8B, "-o", "unused.png"])])
-def test_layer_readers_refuse_a_step_file_with_one_line(capsys, tmp_path, module, argv):
-    if module is plot:
-        argv = [*argv[:-1], str(tmp_path / "p.png")]
-    assert run_subcommand(module, *argv) == 2
+def test_compare_refuses_a_step_file_with_one_line(capsys):
+    assert run_subcommand(compare, "compare", STEP_8B, LAYER) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"qbench {argv[0]}: {STEP_8B}: a model-step result (rows of job 'step'); this command reads "
+    assert err == [f"qbench compare: {STEP_8B}: a model-step result (rows of job 'step'); this command reads "
                    "per-layer results (qbench report, recommend and model read model-step files)"]
-    assert not (tmp_path / "p.png").exists()
+
+
+def test_plot_draws_the_step_against_the_context(capsys, tmp_path):
+    pytest.importorskip("matplotlib", reason="plot needs matplotlib (pip install -e '.[plot]')")
+    out = tmp_path / "ctx.png"
+    assert run_subcommand(plot, "plot", STEP_8B, "-o", str(out)) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert capsys.readouterr().out.strip() == str(out)
+    assert run_subcommand(plot, "plot", STEP_8B, "-o", str(out)) == 2  # never overwritten without --force
+    assert "already exists" in capsys.readouterr().err
