@@ -294,7 +294,7 @@ def _show_step(args: argparse.Namespace, doc: ResultDoc) -> int:
         if warning:
             print(warning.removeprefix("warning: "))
         print()
-    table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline)
+    table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline, wide=getattr(args, "wide", False))
     print(table, end="" if table.endswith("\n") else "\n")  # csv ends its last line itself
     return 0
 

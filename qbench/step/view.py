@@ -135,13 +135,22 @@ def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
     return out
 
 
-def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16") -> str:
+#: Columns a terminal table shows only with ``wide`` (csv and json always carry every column).
+WIDE_ONLY = ("status", "blocks", "tok/s", "floor %", "KL", "top-1", "flags")
+#: Shorter titles of the default (narrow) table, which fits 120 characters.
+_NARROW_TITLES = {"context": "ctx", "Σ linear µs": "Σ lin", "rest %": "rest", "×base": "×{b}",
+                  "×base (Σ lin)": "×{b} Σ", "logits err": "err"}
+
+
+def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16", wide: bool = False) -> str:
     """The step rows as a table in ``fmt`` (any tabulate format, ``csv`` or ``json``).
 
-    Columns: scheme, M, context, blocks built / the model's, the step per method present (µs),
-    tokens/s and the rest by the decision method (:data:`DECISION_ORDER`), Σ linear (the layer
-    view's step), the remainder's share, HBM floor / step, the speed-up over ``baseline`` measured
-    and as Σ linear predicts it, the logits' error against the FP32 step, and the flags' names.
+    Columns: scheme, M, context, the step per method present (µs), Σ linear (the layer view's
+    step), the remainder's share by the decision method (:data:`DECISION_ORDER`), the speed-up
+    over ``baseline`` measured and as Σ linear predicts it, and the logits' error against the FP32
+    step; the flags are listed under the table. With ``wide`` (and always in csv and json) also
+    the status, blocks built / the model's, tokens/s, HBM floor / step, KL, top-1 agreement and the
+    flags' names in a column. The default fits 120 characters on the committed H200 step files.
     """
     recs = table_records(rows, baseline)
     if fmt == "json":
@@ -157,7 +166,7 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
     for rec in recs:
         out = {}
         for key, value in rec.items():
-            if key == "reason":
+            if key == "reason" or (not wide and key in WIDE_ONLY):
                 continue
             if key.endswith("µs"):
                 out[key] = _us(value)
@@ -172,9 +181,18 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
             else:
                 out[key] = value if value not in (None, "") else DASH
         shown.append(out)
+    if not wide:
+        shown = [{_NARROW_TITLES.get(k, k.removesuffix(" µs")).format(b=baseline): v for k, v in rec.items()}
+                 for rec in shown]
     tablefmt = {"markdown": "pipe", "md": "pipe"}.get(fmt, fmt)  # the aliases qbench.render accepts
     text = tabulate(shown, headers="keys", tablefmt=tablefmt, disable_numparse=True) if shown else "(no rows)"
     notes = [f"{r.scheme} M={r.m} context={r.context}: {r.status}: {r.reason}" for r in rows if r.status != "ok"]
+    if not wide:  # the flags under the table, each once per scheme and flag name
+        seen: dict[tuple[str, str], list[str]] = {}
+        for r in rows:
+            for name in dict.fromkeys(r.flag_names):
+                seen.setdefault((r.scheme, name), []).append(f"M={r.m} ctx={r.context}")
+        notes += [f"{scheme}: {name} ({', '.join(where)})" for (scheme, name), where in seen.items()]
     return text + ("\n\n" + "\n".join(notes) if notes else "")
 
 
