@@ -29,7 +29,6 @@ a layer scenario). In order:
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Callable, Optional
 
@@ -41,6 +40,7 @@ from qbench.step import floor, llama
 from qbench.step.config import StepModelConfig
 from qbench.step.row import StepRow
 from qbench.step.spec import check as check_spec
+from qbench.timing.settings import TimingSettings
 
 #: Device memory kept free beyond the estimate (bytes): CUDA graphs' pools, cuBLAS workspaces,
 #: the allocator's fragmentation. Project choice, from the H200 runs' peaks.
@@ -164,6 +164,10 @@ class _Built:
         self.weights = llama.Weights(config, scenario.seed, device)
         self.capture_failure: Optional[str] = None
         self.compiled_fns: dict[str, Any] = {}
+        # the scenario's timing knobs for one step: at most 5 warm-up steps, one step per graph
+        t = scenario.timing
+        self.settings = TimingSettings(**{**{k: getattr(t, k) for k in TimingSettings.model_fields},
+                                          "warmup": min(t.warmup, 5), "graph_calls": 1})
         self.linear_by_m: dict[int, dict] = {}
         want = min(self.spec.blocks or config.blocks, config.blocks)
         self.linears: list[dict[str, torch.nn.Module]] = []
@@ -288,13 +292,9 @@ class _Built:
         extrapolated (:func:`_combine`). One error path: a method that raises gets its reason, and
         after a failed CUDA graph capture no later method of this worker is attempted."""
         from qbench.timing.method import Call
-        from qbench.timing.settings import TimingSettings
         from qbench.timing.warm import GraphCaptureError
 
-        t = self.scenario.timing
-        settings = TimingSettings(warmup=min(t.warmup, 5), min_reps=t.min_reps, max_reps=t.max_reps,
-                                  target_rel_ci=t.target_rel_ci, budget_s=t.budget_s, graph_calls=1,
-                                  flush_multiple=t.flush_multiple)
+        settings = self.settings
         counts = [self.blocks_built]
         if self.blocks_built < self.config.blocks:
             if self.blocks_built < 2:
@@ -388,21 +388,16 @@ class _Built:
         after = _counters()
         record = row["compile"] or {}
         record.setdefault("first_call_s", []).append(first)
-        for key in ("graphs_compiled", "graph_breaks", "cudagraph_skips"):
-            short = {"graphs_compiled": "graphs", "graph_breaks": "breaks"}.get(key, key)
-            record[key] = record.get(key, 0) + after[short] - before[short]
+        for key in after:
+            record[key] = record.get(key, 0) + after[key] - before[key]
         row["compile"] = record
         return timed(call)
 
     # -- Σ linear ---------------------------------------------------------------------------
     def _linear_sum(self, row: dict, model: llama.DecodeModel, m: int) -> None:
-        from qbench.timing.settings import TimingSettings
         from qbench.timing.stream import time_stream, time_stream_cpu
 
-        t = self.scenario.timing
-        settings = TimingSettings(warmup=min(t.warmup, 5), min_reps=t.min_reps, max_reps=t.max_reps,
-                                  target_rel_ci=t.target_rel_ci, budget_s=t.budget_s, graph_calls=1,
-                                  flush_multiple=t.flush_multiple)
+        settings = self.settings
         shapes = self.config.linear_shapes()
         by_role: dict[str, dict] = {}
         total: Optional[float] = 0.0
@@ -511,7 +506,7 @@ def _head_fn(model: llama.DecodeModel, x: torch.Tensor) -> torch.Tensor:
 def _counters() -> dict[str, int]:
     """Dynamo's graphs and graph breaks and Inductor's CUDA-graph skips so far in this process
     (:mod:`qbench.compile_info`; zeros before Dynamo is imported)."""
-    return {"graphs": compile_info.graph_count(), "breaks": compile_info.graph_break_count(),
+    return {"graphs_compiled": compile_info.graph_count(), "graph_breaks": compile_info.graph_break_count(),
             "cudagraph_skips": compile_info.cudagraph_skip_count()}
 
 
