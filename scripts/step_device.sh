@@ -3,10 +3,14 @@
 # Triton's caches in a carried folder (.compile-cache, brought back as a tarball), run the
 # scenarios given, and copy results and logs to $OUT.
 #   bash scripts/step_device.sh SCENARIO.toml [SCENARIO.toml ...]
+# .compile-cache/cache.tar(.gz) (a compile-cache.tar.gz an earlier call brought back) seeds the caches;
+# .compile-cache/<name>.partial.json or <name>.json (a run an earlier call cut off, or finished) is resumed:
+# only the schemes it lacks are measured (qbench run --resume).
 set -uo pipefail
 mkdir -p /tmp/site && tar -xJf .site.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site:$PWD
 mkdir -p .compile-cache
 [ -f .compile-cache/cache.tar ] && tar -xf .compile-cache/cache.tar -C .compile-cache
+[ -f .compile-cache/cache.tar.gz ] && tar -xzf .compile-cache/cache.tar.gz -C .compile-cache
 export TORCHINDUCTOR_CACHE_DIR=$PWD/.compile-cache/inductor TRITON_CACHE_DIR=$PWD/.compile-cache/triton
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$OUT/nvidia-smi.csv" 2>&1
@@ -15,9 +19,13 @@ end=$(( $(date +%s) + ${STEP_LIMIT_S:-520} ))
 for s in "$@"; do
   n=$(basename "$s" .toml)
   left=$(( end - $(date +%s) )); [ $left -lt 20 ] && { echo "$n skipped: no time left" >> "$OUT/summary.txt"; continue; }
-  timeout -s INT $left /usr/bin/time -v python3 -m qbench run "$s" -o "$OUT/$n.json" --force > "$OUT/$n.log" 2>&1
+  how=--force
+  for f in .compile-cache/$n.partial.json .compile-cache/$n.json; do
+    [ -f "$f" ] && { cp "$f" "$OUT/$(basename "$f")"; how=--resume; }
+  done
+  timeout -s INT $left /usr/bin/time -v python3 -m qbench run "$s" -o "$OUT/$n.json" $how > "$OUT/$n.log" 2>&1
   echo "$n rc=$?" >> "$OUT/summary.txt"
   grep -E "Elapsed|Maximum resident" "$OUT/$n.log" >> "$OUT/summary.txt"
 done
-(cd .compile-cache && tar -cf /tmp/cache.tar inductor triton 2>/dev/null; gzip -c /tmp/cache.tar > "$OUT/compile-cache.tar.gz")
+[ "${STEP_SAVE_CACHE:-1}" = 0 ] || (cd .compile-cache && tar -cf /tmp/cache.tar inductor triton 2>/dev/null; gzip -c /tmp/cache.tar > "$OUT/compile-cache.tar.gz")
 ls -la "$OUT"
