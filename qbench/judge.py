@@ -128,8 +128,11 @@ def incomplete_warning(doc: ResultDoc, path: str | os.PathLike) -> Optional[str]
     file unless asked (``--allow-incomplete``)."""
     if doc.complete is not False:
         return None
-    schemes = len({r.scheme for r in doc.rows})
-    return (f"warning: {path} is incomplete (\"complete\": false, {len(doc.rows)} rows of {schemes} schemes): "
+    rows = doc.step_rows if doc.job == "step" else doc.rows
+    schemes = len({r.scheme for r in rows})
+    asked = len((doc.scenario.model_extra or {}).get("schemes") or [])
+    of = f"{schemes} of the {asked} schemes its scenario lists" if asked > schemes else f"{schemes} schemes"
+    return (f"warning: {path} is incomplete (\"complete\": false, {len(rows)} rows of {of}): "
             "the run was interrupted or is still going; schemes may be missing")
 
 

@@ -80,8 +80,8 @@ def test_index_names_claims_and_provenance():
     text = (RESULTS / "h200" / "INDEX.md").read_text()
     decode = text[text.index("### `decode.json`"):text.index("### `decode_kernels.json`")]
     assert "README.md § What a run looked like on an H200" in decode
-    assert "- command: `QBENCH_STEP_TIMEOUT=300 bash scripts/h200_suite.sh OUT tests decode_kernels decode`" in decode
-    assert "| [`decode.json`](decode.json) | `scenarios/decode.toml` | 26 | 25 / 0 / 1 | true | 2026-12-01T01:15:41 |" in text
+    assert "- command: `python3 -m qbench run scenarios/decode.toml --repeat 3 --quiet -o OUT/decode.json" in decode
+    assert "| [`decode.json`](decode.json) | `scenarios/decode.toml` | 26 | 25 / 1 / 0 | true | 2026-12-02T01:44:15 |" in text
     merged = text[text.index("### `llama31_70b_down.json`"):text.index("### `llama31_70b_gate_up.json`")]
     assert merged.count("- merged from `results/h200/2026-12-01/llama31_70b_down") == 2
 

@@ -225,7 +225,7 @@ def test_committed_results_all_pass_the_row_contract():
 def test_schema_1_files_are_read_as_schema_2():
     """A schema 1 file's reasons and flags (sentences) become records with a kind and a name; the
     rest of the file is unchanged."""
-    p = Path(__file__).parent.parent / "results" / "h200" / "decode.json"  # the 26-scheme run of 2026-12-01
+    p = Path(__file__).parent.parent / "results" / "h200" / "llama31_70b_q_o.json"  # a schema 1 run of 2026-12-01
     raw = json.loads(p.read_text())
     assert raw["schema_version"] == 1
     doc = read_results(p)

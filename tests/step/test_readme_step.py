@@ -30,6 +30,15 @@ def test_readme_step_figures():
     figures.add(f"32768 positions {sp[far_e.key]['step_graph']:.2f}× and {sp[far_c.key]['step_compiled']:.2f}×")
     m16 = [sp[r.key][decision_method(r)] for r in rows if r.m == 16 and r.base_scheme == "int4-weight-only"]
     figures.add(f"({min(m16):.2f}-{max(m16):.2f}×)")
+    mslk = _find(rows, "fp8-dynamic[kernel_preference=mslk]", 16, 128)
+    figures.add(f"mslk's kernel ({sp[mslk.key]['step_graph']:.2f}× at 128 positions)")
+    faster = {r.scheme for r in rows if r.m == 16 and r.scheme not in ("bf16", "fp16", "bf16+compiled")
+              and sp[r.key][decision_method(r)] > 1}
+    assert faster == {"fp8-dynamic[kernel_preference=mslk]"}  # "the one 8-bit scheme faster than bf16"
+    assert _find(rows, "bf16+compiled", 16, 128).latency_us["step_compiled"]["median"] < \
+        mslk.latency_us["step_graph"]["median"]  # "bf16 compiled is faster still"
+    asked = len(json.loads((ROOT / "results/h200/step_llama31_8b.json").read_text())["scenario"]["schemes"])
+    figures.add(f"{len({r.scheme for r in rows})} of its scenario's {asked} schemes")
     bf = [_find(rows, "bf16", 1, c) for c in (128, 32768)]
     figures.add(f"is {100 * bf[0].remainder_share['step_graph']:.0f} % at 128 positions and "
                 f"{100 * bf[1].remainder_share['step_graph']:.0f} %")
