@@ -3,7 +3,7 @@
 # Triton's caches in a carried folder (.compile-cache, brought back as a tarball), run the
 # scenarios given, and copy results and logs to $OUT.
 #   bash scripts/step_device.sh SCENARIO.toml [SCENARIO.toml ...]
-# .compile-cache/cache.tar(.gz) (a compile-cache.tar.gz an earlier call brought back) seeds the caches;
+# .compile-cache/compile-cache.txz.part-* (what an earlier call brought back; or an older cache.tar(.gz)) seeds the caches;
 # .compile-cache/<name>.partial.json or <name>.json (a run an earlier call cut off, or finished) is resumed:
 # only the schemes it lacks are measured (qbench run --resume).
 set -uo pipefail
@@ -11,6 +11,7 @@ mkdir -p /tmp/site && tar -xJf .site.tar.xz -C /tmp/site && export PYTHONPATH=/t
 mkdir -p .compile-cache
 [ -f .compile-cache/cache.tar ] && tar -xf .compile-cache/cache.tar -C .compile-cache
 [ -f .compile-cache/cache.tar.gz ] && tar -xzf .compile-cache/cache.tar.gz -C .compile-cache
+ls .compile-cache/compile-cache.txz.part-* >/dev/null 2>&1 && cat .compile-cache/compile-cache.txz.part-* | xz -d | tar -x -C .compile-cache
 export TORCHINDUCTOR_CACHE_DIR=$PWD/.compile-cache/inductor TRITON_CACHE_DIR=$PWD/.compile-cache/triton
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$OUT/nvidia-smi.csv" 2>&1
@@ -27,5 +28,7 @@ for s in "$@"; do
   echo "$n rc=$?" >> "$OUT/summary.txt"
   grep -E "Elapsed|Maximum resident" "$OUT/$n.log" >> "$OUT/summary.txt"
 done
-[ "${STEP_SAVE_CACHE:-1}" = 0 ] || (cd .compile-cache && tar -cf /tmp/cache.tar inductor triton 2>/dev/null; gzip -c /tmp/cache.tar > "$OUT/compile-cache.tar.gz")
+# the caches come back in parts under the device tool's 16 MiB per file; carry them back in
+# .compile-cache/ (cp $FILES_AT/compile-cache.txz.part-* .compile-cache/) for the next call
+[ "${STEP_SAVE_CACHE:-1}" = 0 ] || (cd .compile-cache && tar -cf - inductor triton 2>/dev/null | xz -T0 -3 | split -b 15m - "$OUT/compile-cache.txz.part-")
 ls -la "$OUT"

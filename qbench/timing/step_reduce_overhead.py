@@ -4,8 +4,8 @@ As gpt-fast's ``generate.py`` and torchao's ``_models/llama/generate.py`` call i
 n is the input of step n + 1, with no host synchronization in between, so the compiled wrapper's
 host work per call (guards, CUDA-graph-tree bookkeeping, one graph launch per compiled region)
 overlaps the GPU's work on the previous step. A sample is the host wall time of ``LOOP_STEPS``
-such steps, from a synchronized start to a synchronize after the last, divided by the steps: the
-per-token time a decode loop sees, host included.
+such steps (fewer for a slow step, :func:`loop_steps`), from a synchronized start to a synchronize
+after the last, divided by the steps: the per-token time a decode loop sees, host included.
 
 Beside it (extras of the reading): ``host_us``, the median host time of one call (the time the
 call takes to return, GPU work not waited for), and ``synced_us``, the median of one call plus a
@@ -15,6 +15,7 @@ host before the next step) pays, the launch-time trap of timing one call at a ti
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Callable
@@ -28,6 +29,26 @@ from qbench.timing.stats import Stats, summarize
 #: share of it (a step is >= ~1 ms on a billion-parameter model), short enough for many samples.
 #: Project choice.
 LOOP_STEPS = 16
+#: The fewest steps per sample, and the wall time (s) a sample of a slow step is sized to: a
+#: step of 269 ms (compiled int8 weight-only at M = 16 on an H200, results/h200/step_llama3_8b.json)
+#: took 16 x 269 ms = 4.3 s per sample, 43 s for the 10 samples of a scenario's min_reps, while
+#: the one unoverlapped call a sample holds is already under 1 % of 4 steps of it. Project choice.
+MIN_LOOP_STEPS = 4
+LOOP_SAMPLE_S = 0.25
+
+
+def loop_steps(step_s: float) -> int:
+    """Decode steps per sample for a step of ``step_s`` seconds (a synchronized estimate):
+    :data:`LOOP_STEPS` for a step up to ``LOOP_SAMPLE_S / LOOP_STEPS`` (15.6 ms), then as many as
+    fill :data:`LOOP_SAMPLE_S`, at least :data:`MIN_LOOP_STEPS`. A sample's pipeline fill (the first
+    call's host work, not overlapped) is then at most the host time over ``LOOP_SAMPLE_S`` of it.
+
+    Raises:
+        ValueError: ``step_s`` is not a positive finite number.
+    """
+    if not (step_s > 0 and math.isfinite(step_s)):
+        raise ValueError(f"loop_steps: step_s must be a positive finite number of seconds, got {step_s!r}")
+    return max(MIN_LOOP_STEPS, min(LOOP_STEPS, math.ceil(LOOP_SAMPLE_S / step_s)))
 #: Calls timed one at a time for ``host_us`` and ``synced_us``.
 SINGLE_CALLS = 10
 
@@ -55,16 +76,21 @@ def run(step: Callable[[object], object], first: object, settings: TimingSetting
     for _ in range(max(3, settings.warmup)):
         one()
     synchronize()
+    t0 = time.perf_counter()
+    for _ in range(2):
+        one()
+    synchronize()
+    steps = loop_steps((time.perf_counter() - t0) / 2)
 
     def sample_batch(n: int) -> list[float]:
         out = []
         for _ in range(n):
             synchronize()
             t0 = time.perf_counter()
-            for _ in range(LOOP_STEPS):
+            for _ in range(steps):
                 one()
             synchronize()
-            out.append((time.perf_counter() - t0) * 1e6 / LOOP_STEPS)
+            out.append((time.perf_counter() - t0) * 1e6 / steps)
         return out
 
     samples, converged, stop = collect(sample_batch, settings)
@@ -78,7 +104,7 @@ def run(step: Callable[[object], object], first: object, settings: TimingSetting
         t2 = time.perf_counter()
         host.append((t1 - t0) * 1e6)
         synced.append((t2 - t0) * 1e6)
-    extras = {"loop_steps": LOOP_STEPS, "host_us": statistics.median(host), "synced_us": statistics.median(synced)}
+    extras = {"loop_steps": steps, "host_us": statistics.median(host), "synced_us": statistics.median(synced)}
     return summarize(samples, converged, stop), extras
 
 
