@@ -2,8 +2,11 @@
 the same process: ``transformers``' LlamaForCausalLM built from the same configuration and the same
 weights, with a static KV cache of exactly ``context + 1`` positions, its decode step captured in a
 CUDA graph as its users capture it (``StaticCache``, a fixed ``cache_position``), and, with
-``--compiled``, compiled by ``torch.compile`` first. Not part of the package: it imports
-transformers, which qbench does not need.
+``--compiled``, compiled by ``torch.compile`` first, against qbench's step in the same form (its
+``step_compiled`` method: each block and the head compiled by ``torch.compile``, the step captured in
+one CUDA graph). ``--blocks N`` builds both models with the first N blocks (a whole-model compile of
+transformers' 32 Llama blocks takes minutes). Not part of the package: it imports transformers, which
+qbench does not need.
 
 For each scheme (``bf16``; ``int4-weight-only``: torchao's ``quantize_`` with
 ``Int4WeightOnlyConfig(group_size=128)`` applied to every linear layer of the blocks, the LM head
@@ -20,6 +23,7 @@ logits' relative difference) and prints a table.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -161,7 +165,9 @@ def one_scheme(name, config, args, device):
     step_hf = hf_decoder(hf, cache, prompt.expand(args.m, -1).contiguous(), tokens[:, None].clone(), args.context, device)
     if args.compiled:
         step_hf = torch.compile(step_hf, fullgraph=False)
+    t0 = time.perf_counter()
     logits_hf = step_hf()[:, -1].float()
+    rec["hf_first_call_s"] = time.perf_counter() - t0
     if device.type == "cuda":
         g, _ = graph_of(step_hf)
         rec["hf_graph_us"] = event_median(g.replay, args.reps)
@@ -184,6 +190,12 @@ def one_scheme(name, config, args, device):
     head = llama.FloatLinear(weights.get("lm_head.weight").to(dtype))
     model = llama.DecodeModel(config, weights.get("model.embed_tokens.weight"), blocks, weights.get("model.norm.weight"),
                               head, args.context, dtype)
+    if args.compiled:  # qbench's step_compiled form: one compiled function for every block, one for the head
+        block_fn = torch.compile(lambda block, x, cos, sin: block(x, cos, sin), dynamic=False)
+        model.block_call, model.head_call = block_fn, torch.compile(model.head_call, dynamic=False)
+    t0 = time.perf_counter()
+    model(tokens)
+    rec["qbench_first_call_s"] = time.perf_counter() - t0
     logits_q = model.logits(tokens)
     if device.type == "cuda":
         g, _ = graph_of(lambda: model(tokens))
@@ -204,7 +216,9 @@ def main(argv=None) -> int:
     p.add_argument("--schemes", nargs="+", default=["bf16", "int4-weight-only"])
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--seed", type=int, default=61)
-    p.add_argument("--compiled", action="store_true", help="compile transformers' step before capturing it")
+    p.add_argument("--compiled", action="store_true",
+                   help="compile both steps (torch.compile, default mode) before capturing each in a CUDA graph")
+    p.add_argument("--blocks", type=int, default=None, help="build both models with this many blocks (default: all)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
@@ -212,6 +226,10 @@ def main(argv=None) -> int:
 
     device = torch.device(args.device)
     config = PRESETS[args.model]
+    if args.blocks is not None:
+        if not 1 <= args.blocks <= config.blocks:
+            p.error(f"--blocks: must be 1..{config.blocks} for {args.model}, got {args.blocks}")
+        config = dataclasses.replace(config, blocks=args.blocks)
     records = []
     for name in args.schemes:
         try:
@@ -219,7 +237,8 @@ def main(argv=None) -> int:
         except Exception as exc:  # one scheme's failure is a record, not a crash
             records.append({"scheme": name, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"})
         print(json.dumps(records[-1]), flush=True)
-    doc = {"script": "scripts/crosscheck_step.py", "argv": sys.argv[1:], "model": args.model, "device": str(device),
+    doc = {"script": "scripts/crosscheck_step.py", "argv": sys.argv[1:], "model": args.model, "blocks": config.blocks,
+           "compiled": args.compiled, "device": str(device),
            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None, "torch": torch.__version__,
            "transformers": transformers.__version__, "records": records}
     if args.out:
