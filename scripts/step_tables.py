@@ -2,6 +2,7 @@
 
     python scripts/step_tables.py steps results/h200/step_llama31_8b.json
     python scripts/step_tables.py decisions results/h200/step_llama31_8b.json
+    python scripts/step_tables.py contexts results/h200/step_llama31_8b.json
 
 ``steps``: per scheme, M and context, the step by each method, Σ linear (the layer view), the
 remainder's share, HBM floor / step, and the speed-up over bf16 measured (the decision method:
@@ -9,6 +10,9 @@ compiled step in a graph, else the eager step in a graph) against the one Σ lin
 ``decisions``: per M and context, the fastest scheme by the measured step and by Σ linear, and
 whether they pick the same format (a compiled and an eager form of one scheme have the same Σ
 linear within noise, so the format is the decision the two views can disagree on). Rows without a step (host-syncing schemes) are listed under the table.
+``contexts``: per M and context, bf16's measured step, its Σ linear and the remainder (step − Σ
+linear, the attention over the KV cache, norms, RoPE, the LM head's argmax and launch gaps), then the
+same for the fastest scheme by the measured step: where the time goes as the context grows.
 """
 
 from __future__ import annotations
@@ -76,12 +80,37 @@ def decisions(path: str) -> str:
     return tabulate(out, headers="keys", tablefmt="github", disable_numparse=True)
 
 
+def contexts(path: str) -> str:
+    rows = [r for r in _rows(path) if r.status == "ok" and decision_method(r)]
+    out = []
+    for key in sorted({(r.m, r.context) for r in rows}):
+        here = [r for r in rows if (r.m, r.context) == key]
+        bf16 = next((r for r in here if r.scheme == "bf16"), None)
+        best = min(here, key=lambda r: r.step_us(decision_method(r)))
+        record = {"M": key[0], "context": key[1]}
+        for label, r in (("bf16", bf16), ("fastest", best)):
+            if r is None:
+                record.update({f"{label} step ms": "—", f"{label} Σ linear ms": "—", f"{label} rest ms (%)": "—"})
+                continue
+            method = decision_method(r)
+            step, lin = r.step_us(method), (r.linear or {}).get("sum_us")
+            rest = f"{(step - lin) / 1000:.2f} ({100 * (step - lin) / step:.0f} %)" if lin is not None else "—"
+            if label == "fastest":
+                record["fastest"] = f"{r.scheme} ({SHORT[method]})"
+            record.update({f"{label} step ms": _ms(step), f"{label} Σ linear ms": _ms(lin), f"{label} rest ms (%)": rest})
+        out.append(record)
+    return tabulate(out, headers="keys", tablefmt="github", disable_numparse=True)
+
+
+VIEWS = {"steps": steps, "decisions": decisions, "contexts": contexts}
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) != 2 or argv[0] not in ("steps", "decisions"):
+    if len(argv) != 2 or argv[0] not in VIEWS:
         print(__doc__, file=sys.stderr)
         return 2
-    print(steps(argv[1]) if argv[0] == "steps" else decisions(argv[1]))
+    print(VIEWS[argv[0]](argv[1]))
     return 0
 
 
