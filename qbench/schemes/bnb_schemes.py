@@ -64,12 +64,16 @@ def _build_4bit(quant_type: str):
         n, k = weight.shape
         layer = bnb.nn.Linear4bit(k, n, bias=bias is not None, compute_dtype=COMPUTE_DTYPES[options.compute_dtype],
                                   compress_statistics=options.double_quant, quant_type=quant_type)
-        layer.weight = bnb.nn.Params4bit(weight.detach().to("cpu", torch.bfloat16), requires_grad=False,
+        # Params4bit quantizes on its first .to(device), wherever its data is (bitsandbytes 0.50
+        # Params4bit.to -> _quantize(device)): the weight stays on its device. A round trip through
+        # the host (what Int8Params needs, above) cost the model-step job 75 s for Llama-3-8B's 224
+        # layers on the H200 (results/h200/step_llama31_8b.json, nf4-bnb's worker_phases_s.build).
+        layer.weight = bnb.nn.Params4bit(weight.detach().to(torch.bfloat16), requires_grad=False,
                                          blocksize=options.blocksize, compress_statistics=options.double_quant,
                                          quant_type=quant_type)
         if bias is not None:
-            layer.bias = torch.nn.Parameter(bias.detach().to("cpu", torch.bfloat16), requires_grad=False)
-        layer = layer.to(weight.device)  # Params4bit quantizes on .to(device)
+            layer.bias = torch.nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
+        layer = layer.to(weight.device)
         if weight.device.type == "cpu" and not layer.weight.bnb_quantized:
             layer.weight = layer.weight._quantize("cpu")
         return layer.eval()
