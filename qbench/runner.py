@@ -31,7 +31,6 @@ from qbench.lifecycle import (  # noqa: F401 - re-exported: the runner's public 
     log_tail, partial_path, prepare, record,
 )
 from qbench.measure import base_row, failed_rows
-from qbench.results import write_results
 from qbench.scenario import Scenario
 
 _PACKAGE_ROOT = str(Path(qbench.__file__).resolve().parent.parent)
