@@ -50,6 +50,17 @@ def base_row(scenario: Scenario, entry: SchemeEntry, scheme: Scheme, m: int, dev
         weight_source=weight_source(scenario))
 
 
+def unavailable_reason(scheme: Scheme, entry: SchemeEntry, device: torch.device) -> Optional[str]:
+    """Why ``entry`` (a scheme entry of ``scheme``) cannot run on ``device`` at all, or None: the
+    scheme's own reason (:meth:`qbench.schemes.base.Scheme.unavailable_reason`: a missing package, a
+    CUDA-only kernel), or a compiled entry on the CPU without a C++ compiler. Imports no scheme
+    package and touches no device, so the runner asks it too before it starts a CPU worker."""
+    reason = scheme.unavailable_reason(device, entry.options)
+    if reason is None and entry.options.mode == "compiled" and device.type == "cpu" and not compile_info.have_compiler():
+        reason = "torch.compile on CPU needs a C++ compiler (none found)"
+    return reason
+
+
 def checked(rows: list[dict]) -> list[dict]:
     """``rows``, each checked against :class:`qbench.row.Row` with the producer's rules (no unknown
     key, every value of its field's type, every always-written field present, no legacy field).
@@ -100,9 +111,7 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
     entry = scenario.schemes[entry_index]
     scheme = get_scheme(entry.name)
     rows = [base_row(scenario, entry, scheme, m, device) for m in scenario.m]
-    reason = scheme.unavailable_reason(device, entry.options)
-    if reason is None and entry.options.mode == "compiled" and device.type == "cpu" and not compile_info.have_compiler():
-        reason = "torch.compile on CPU needs a C++ compiler (none found)"
+    reason = unavailable_reason(scheme, entry, device)
     if reason:
         return checked(failed_rows(rows, "skipped", reason))
     for row in rows:  # a kernel that cannot take this M: that row is skipped, the others run

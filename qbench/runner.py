@@ -30,7 +30,7 @@ from qbench.lifecycle import (  # noqa: F401 - re-exported: the runner's public 
     RunError, RunInterrupted, RunOutcome, RunWriteError, _death_reason, check_output, default_output, done_labels, finish,
     log_tail, partial_path, prepare, record,
 )
-from qbench.measure import base_row, failed_rows
+from qbench.measure import base_row, failed_rows, unavailable_reason
 from qbench.scenario import Scenario
 
 _PACKAGE_ROOT = str(Path(qbench.__file__).resolve().parent.parent)
@@ -463,20 +463,16 @@ class _Workers:
             pass
 
     def skip_reason(self, index: int) -> Optional[str]:
-        """On the CPU, why scheme ``index`` cannot run here, decided in this process (a package
-        check, ``cuda_only``, a compiled scheme without a C++ compiler: nothing is imported), so a
+        """On the CPU, why scheme ``index`` cannot run here, decided in this process by the worker's
+        own rule (:func:`qbench.measure.unavailable_reason`: a package check, ``cuda_only``, a compiled
+        scheme without a C++ compiler; nothing is imported), so a
         skipped scheme costs no worker start-up (1-2 s of imports each on the 2-core CI machine).
         On CUDA None: the device checks would create a CUDA context in the runner; the worker
         decides, as before."""
         if self.dev.type != "cpu" or index in self.started:
             return None
-        from qbench.compile_info import have_compiler
-
         entry = self.scenario.schemes[index]
-        reason = schemes.get(entry.name).unavailable_reason(self.dev, entry.options)
-        if reason is None and entry.options.mode == "compiled" and not have_compiler():
-            reason = "torch.compile on CPU needs a C++ compiler (none found)"
-        return reason
+        return unavailable_reason(schemes.get(entry.name), entry, self.dev)
 
     def _failed(self, index: int, reason: str) -> list[dict]:
         entry = self.scenario.schemes[index]
