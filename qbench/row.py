@@ -189,7 +189,7 @@ EXTRAS_OWNER: dict[str, str] = registry.extras_owner()
 
 
 class LedgerPart(_Part):
-    """One tensor the layer stores, as counted by :mod:`qbench.ledger`."""
+    """One tensor the layer stores, as counted by :mod:`qbench.schemes.ledger`."""
 
     name: Optional[str] = Field(None, description="the tensor's name in the module", json_schema_extra=_always())
     role: Optional[Literal["payload", "metadata", "bias"]] = Field(None, description="what the bytes are for",

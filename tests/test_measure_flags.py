@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from qbench import ledger, scenario, schemes
+from qbench import scenario, schemes
+from qbench.schemes import ledger
 from qbench.measure import describe_exception, failed_rows, measure_scheme
 from qbench.schemes.base import Scheme, TensorPart
 from tests.conftest import small_scenario_toml

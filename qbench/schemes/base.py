@@ -2,7 +2,7 @@
 
 A :class:`Scheme` says what it needs (CUDA, a compute capability, a package), how it builds the
 layer, which of the layer's tensors are payload and which are metadata (the byte ledger counts
-those real tensors, :mod:`qbench.ledger`), and which options it takes (a pydantic model, so a
+those real tensors, :mod:`qbench.schemes.ledger`), and which options it takes (a pydantic model, so a
 scenario's options are validated at the edge with the bad key and value named).
 """
 
