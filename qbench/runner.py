@@ -78,7 +78,7 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
         preloaded = forkserver.ensure(cpu=dev.type == "cpu")
         t0 = time.perf_counter()
         # on the CPU the forkserver's imports would take cores from the ceilings: they wait for it
-        waited = _wait_idle(forkserver.pids()) if dev.type == "cpu" else None
+        waited = forkserver.wait_idle() if dev.type == "cpu" else None
         doc["ceilings"] = _ceilings(dev, scenario)
         if waited is not None and doc["ceilings"] is not None:
             doc["ceilings"]["waited_for_imports_s"] = waited
@@ -227,26 +227,6 @@ def _ceilings(dev, scenario: Scenario) -> Optional[dict]:
     if dev.type == "cpu":
         entries = [(s, e) for s, e in entries if s.unavailable_reason(dev, e.options) is None]
     return measure_ceilings(dev, sorted({s.compute_dtype for s, _ in entries}))
-
-
-def _wait_idle(pids: tuple[int, ...], quiet_s: float = 0.1, limit_s: float = 30.0) -> float:
-    """Wait until the processes ``pids`` (the forkserver, importing its preload) spent no CPU time
-    over ``quiet_s``, at most ``limit_s``; returns the seconds waited. The CPU's ceilings are then
-    measured on cores no import of this run takes."""
-    from qbench.env import _proc_pid_ticks
-
-    t0 = time.perf_counter()
-    if not pids:
-        return 0.0
-    before = _proc_pid_ticks(list(pids))
-    while time.perf_counter() - t0 < limit_s:
-        time.sleep(quiet_s)
-        now = _proc_pid_ticks(list(pids))
-        if now == before:
-            break
-        before = now
-    return time.perf_counter() - t0
-
 
 
 def _env_ahead() -> Optional[int]:
