@@ -62,6 +62,34 @@ def unavailable_reason(scheme: Scheme, entry: SchemeEntry, device: torch.device)
     return reason
 
 
+def import_ahead(scheme, entry, device, ms=()) -> list[str]:
+    """Import what measuring ``entry`` at the M values ``ms`` will import, before the go (the worker
+    calls it while it prepares: hidden behind the measuring worker when it runs ahead); returns the
+    modules imported.
+
+    The scheme's packages, only where it can run: a skipped scheme's package may not even import
+    here (gemlite reads the CUDA device's properties at import), and measure_scheme gives its
+    skipped rows without it; nothing when every M is skipped (``Scheme.m_check``: compiled
+    w8a8-dynamic at M = 1 on CUDA). For a compiled scheme, Inductor: ``torch.compile()`` imports
+    ``torch._inductor.compile_fx`` (and Triton) when called, about 2 s on the H200 host that a
+    compiled scheme paid after its go (``docs/speed.md``).
+    """
+    import importlib
+    import importlib.util
+
+    if scheme.unavailable_reason(device, entry.options) is not None:
+        return []
+    if ms and all(scheme.m_reason(m, device, entry.options) for m in ms):
+        return []
+    names = [p for p in scheme.packages if importlib.util.find_spec(p) is not None]
+    if entry.options.mode == "compiled":
+        compile_info.single_compile_thread()
+        names.append("torch._inductor.compile_fx")
+    for name in names:
+        importlib.import_module(name)
+    return names
+
+
 def checked(rows: list[dict]) -> list[dict]:
     """``rows``, each checked against :class:`qbench.row.Row` with the producer's rules (no unknown
     key, every value of its field's type, every always-written field present, no legacy field).
