@@ -15,7 +15,7 @@ import os
 import time
 from typing import Optional, Sequence
 
-from qbench import tuning_cache
+from qbench.schemes import tuning_cache
 
 _CONTEXT = None
 _PRELOADED: Optional[list[str]] = None  # what the forkserver of _CONTEXT preloads
@@ -62,7 +62,7 @@ def env_ahead() -> Optional[int]:
 def check_env() -> None:
     """Raise ValueError (one line naming the variable and the value) for a bad ``QBENCH_PRELOAD``
     (``0``, ``1``), ``QBENCH_AHEAD`` (:func:`env_ahead`) or ``QBENCH_TUNING_CACHE``
-    (:func:`qbench.tuning_cache.check_env`)."""
+    (:func:`qbench.schemes.tuning_cache.check_env`)."""
     preload = os.environ.get("QBENCH_PRELOAD")
     if preload is not None and preload not in PRELOADS:
         raise ValueError(f"environment variable QBENCH_PRELOAD: must be 0 or 1, got {preload!r}")

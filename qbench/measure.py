@@ -21,11 +21,11 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from qbench import compile_info, formulas, inputs, metrics, tuning_cache
+from qbench import compile_info, formulas, inputs, metrics
 from qbench.row import Row, check_row, flag_record, reason_record
 from qbench.scenario import Scenario, SchemeEntry, weight_source
 from qbench.schemes import get as get_scheme
-from qbench.schemes import ledger
+from qbench.schemes import ledger, tuning_cache
 from qbench.schemes.base import Scheme
 from qbench.timing import registry
 from qbench.timing._cuda import GraphCaptureError, syncs_host

@@ -309,7 +309,7 @@ class CompileInfo(_Part):
 
 
 class TuningCacheInfo(_Part):
-    """A library's autotune configs kept between runs (:mod:`qbench.tuning_cache`; gemlite rows)."""
+    """A library's autotune configs kept between runs (:mod:`qbench.schemes.tuning_cache`; gemlite rows)."""
 
     file: Optional[str] = Field(None, description="the cache file (per library and compiler version and GPU); "
                                 "null when none was used")

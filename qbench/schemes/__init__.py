@@ -9,7 +9,8 @@ What a scenario needs of a scheme (its options, the multiples of K and N) is in 
 :mod:`qbench.schemes.specs`; importing this package does not import torch either (``Scheme``,
 ``TensorPart`` and the scheme modules are imported when first used). The byte ledger that counts
 what a built scheme stores, by the roles of its :class:`~qbench.schemes.base.TensorPart` list, is
-:mod:`qbench.schemes.ledger`.
+:mod:`qbench.schemes.ledger`; the autotune cache a scheme may declare
+(:attr:`~qbench.schemes.base.Scheme.tuning_cache`) is :mod:`qbench.schemes.tuning_cache`.
 """
 
 from __future__ import annotations
