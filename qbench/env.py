@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from qbench import __version__, forkserver, hardware, precision
+from qbench import __version__, forkserver, hardware
+from qbench.schemes import precision
 
 
 def _version(package: str) -> str | None:
