@@ -23,7 +23,7 @@ import torch  # noqa: F401
 import torch._dynamo  # noqa: F401  compiled schemes and torchao; ~3 s on the H200 host, ~1 s per worker otherwise
 import torch.profiler  # noqa: F401  the kernel method (its start imports torch._inductor: hasattr(torch, "_inductor"))
 
-import qbench.measure  # noqa: F401  formulas, inputs, ledger, metrics, the scheme registry
+import qbench.measure  # noqa: F401  formulas, inputs, metrics, the scheme registry and its ledger
 import qbench.timing.flush  # noqa: F401
 import qbench.timing.registry
 

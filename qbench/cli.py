@@ -36,9 +36,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     labels = ", ".join(e.label for e in loaded.schemes)
     tp = f", tp_size {list(loaded.tp.tp_size)} split {list(loaded.tp.split)}" if loaded.tp is not None else ""
     if loaded.model is not None:  # a model-step scenario: the model's shapes, not [layer]'s (torch-free)
-        from qbench.step.spec import check as check_model
+        from qbench.scenario import step_model
 
-        shape = f"model {check_model(loaded.model, loaded.source).title}, context {list(loaded.model.context)}"
+        shape = f"model {step_model(loaded).title}, context {list(loaded.model.context)}"
     else:
         shape = f"K = {loaded.layer.in_features}, N = {loaded.layer.out_features}{tp}"
     print(f"{args.scenario}: ok: {len(loaded.schemes)} scheme{'s' if len(loaded.schemes) != 1 else ''} ({labels}); "

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from qbench import __version__, hardware, precision
+from qbench import __version__, forkserver, hardware
+from qbench.schemes import precision
 
 
 def _version(package: str) -> str | None:
@@ -111,8 +112,6 @@ def collect(device: torch.device) -> dict:
         env.update(gpu_state.static_info(device.index or 0))
     else:
         env.update(device_name=env["cpu"], compute_capability=None)
-        from qbench import forkserver
-
         env.update(cpu_load(env["torch_threads"], window_s=0.2, own_pids=forkserver.pids()))
     env["warnings"] = warnings_of(env)
     return env
@@ -201,7 +200,7 @@ def busy_cores(before: str, after: str, own_ticks: int = 0) -> float:
     user nice system idle iowait irq softirq steal ...; idle time is ``idle + iowait``):
     ((busy jiffies - ``own_ticks``) / all jiffies) x the CPUs counted (``os.cpu_count()``), at
     least 0. ``own_ticks``: jiffies this run's own processes spent in the same interval
-    (:func:`_proc_pid_ticks`), which are not "other work".
+    (:func:`qbench.forkserver.cpu_ticks`), which are not "other work".
 
     Raises:
         ValueError: a line that is not an aggregate ``cpu`` line, or no time passed."""
@@ -217,20 +216,6 @@ def busy_cores(before: str, after: str, own_ticks: int = 0) -> float:
     if total <= 0:
         raise ValueError("no time passed between the two /proc/stat readings")
     return max(0, total - idle - own_ticks) / total * (os.cpu_count() or 1)
-
-
-def _proc_pid_ticks(pids: list[int]) -> int:
-    """utime + stime of ``pids`` in clock ticks (``/proc/<pid>/stat`` fields 14 and 15, proc(5): the
-    same USER_HZ unit as ``/proc/stat``); a pid that cannot be read counts 0."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                fields = f.read().rsplit(")", 1)[1].split()  # after "(comm)", field 3 is fields[0]
-            total += int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
 
 
 def _proc_stat_cpu() -> str | None:
@@ -260,10 +245,10 @@ def cpu_load(threads: int, own_running: int = 0, window_s: float = 0.0, own_pids
         load = None
     now = None
     if window_s > 0:
-        first, own_first = _proc_stat_cpu(), _proc_pid_ticks(list(own_pids))
+        first, own_first = _proc_stat_cpu(), forkserver.cpu_ticks(own_pids)
         if first is not None:
             time.sleep(window_s)
-            second, own = _proc_stat_cpu(), _proc_pid_ticks(list(own_pids)) - own_first
+            second, own = _proc_stat_cpu(), forkserver.cpu_ticks(own_pids) - own_first
             try:
                 now = busy_cores(first, second, own) if second is not None else None
             except ValueError:

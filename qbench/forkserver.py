@@ -12,9 +12,10 @@ the environment record, the ceilings) instead of after them.
 from __future__ import annotations
 
 import os
-from typing import Optional
+import time
+from typing import Optional, Sequence
 
-from qbench import tuning_cache
+from qbench.schemes import tuning_cache
 
 _CONTEXT = None
 _PRELOADED: Optional[list[str]] = None  # what the forkserver of _CONTEXT preloads
@@ -61,7 +62,7 @@ def env_ahead() -> Optional[int]:
 def check_env() -> None:
     """Raise ValueError (one line naming the variable and the value) for a bad ``QBENCH_PRELOAD``
     (``0``, ``1``), ``QBENCH_AHEAD`` (:func:`env_ahead`) or ``QBENCH_TUNING_CACHE``
-    (:func:`qbench.tuning_cache.check_env`)."""
+    (:func:`qbench.schemes.tuning_cache.check_env`)."""
     preload = os.environ.get("QBENCH_PRELOAD")
     if preload is not None and preload not in PRELOADS:
         raise ValueError(f"environment variable QBENCH_PRELOAD: must be 0 or 1, got {preload!r}")
@@ -204,3 +205,37 @@ def pids() -> tuple[int, ...]:
 
     pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
     return (pid,) if pid else ()
+
+
+def cpu_ticks(pids: Sequence[int]) -> int:
+    """utime + stime of the processes ``pids`` (the forkserver's, :func:`pids`) in clock ticks
+    (``/proc/<pid>/stat`` fields 14 and 15, proc(5): the same USER_HZ unit as ``/proc/stat``); a pid
+    that cannot be read counts 0. The environment record leaves this CPU time out of "other work"
+    (:func:`qbench.env.cpu_load`), and :func:`wait_idle` waits until it stops growing."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after "(comm)", field 3 is fields[0]
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def wait_idle(quiet_s: float = 0.1, limit_s: float = 30.0) -> float:
+    """Wait until the forkserver (importing its preload) spent no CPU time over ``quiet_s``
+    (:func:`cpu_ticks`), at most ``limit_s``; returns the seconds waited, 0 when none runs. A CPU
+    run's ceilings are then measured on cores no import of this run takes."""
+    t0 = time.perf_counter()
+    own = pids()
+    if not own:
+        return 0.0
+    before = cpu_ticks(own)
+    while time.perf_counter() - t0 < limit_s:
+        time.sleep(quiet_s)
+        now = cpu_ticks(own)
+        if now == before:
+            break
+        before = now
+    return time.perf_counter() - t0

@@ -6,7 +6,7 @@ Source: ``shared/seeds/000_80f88ce9020e0bc2.txt`` ("GEMM, GEMV, dtype and arithm
 * one multiply-add is 2 FLOPs, so ``FLOPs = 2 * M * K * N``;
 * the minimum traffic reads X and W once and writes Y once: ``Q_min = (M*K + K*N + M*N) * s``
   for one element size ``s``. qbench generalises the weight term to the bytes the quantized
-  weight really occupies (payload + metadata, from :mod:`qbench.ledger`) and lets the activation
+  weight really occupies (payload + metadata, from :mod:`qbench.schemes.ledger`) and lets the activation
   and output element sizes differ;
 * arithmetic intensity ``AI = FLOPs / Q_min`` (FLOP/byte);
 * roofline bound ``t >= max(FLOPs / peak_FLOP/s, Q_min / bandwidth)``.

@@ -21,10 +21,11 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from qbench import compile_info, formulas, inputs, ledger, metrics, tuning_cache
+from qbench import compile_info, formulas, inputs, metrics
 from qbench.row import Row, check_row, flag_record, reason_record
 from qbench.scenario import Scenario, SchemeEntry, weight_source
 from qbench.schemes import get as get_scheme
+from qbench.schemes import ledger, tuning_cache
 from qbench.schemes.base import Scheme
 from qbench.timing import registry
 from qbench.timing._cuda import GraphCaptureError, syncs_host
@@ -48,6 +49,45 @@ def base_row(scenario: Scenario, entry: SchemeEntry, scheme: Scheme, m: int, dev
         weight_dtype=scheme.weight_dtype, activation_dtype=dtype_name(scheme.activation_dtype),
         compute_dtype=scheme.compute_dtype, nominal_bits=scheme.nominal_bits, flops=formulas.flops(m, k, n),
         weight_source=weight_source(scenario))
+
+
+def unavailable_reason(scheme: Scheme, entry: SchemeEntry, device: torch.device) -> Optional[str]:
+    """Why ``entry`` (a scheme entry of ``scheme``) cannot run on ``device`` at all, or None: the
+    scheme's own reason (:meth:`qbench.schemes.base.Scheme.unavailable_reason`: a missing package, a
+    CUDA-only kernel), or a compiled entry on the CPU without a C++ compiler. Imports no scheme
+    package and touches no device, so the runner asks it too before it starts a CPU worker."""
+    reason = scheme.unavailable_reason(device, entry.options)
+    if reason is None and entry.options.mode == "compiled" and device.type == "cpu" and not compile_info.have_compiler():
+        reason = "torch.compile on CPU needs a C++ compiler (none found)"
+    return reason
+
+
+def import_ahead(scheme, entry, device, ms=()) -> list[str]:
+    """Import what measuring ``entry`` at the M values ``ms`` will import, before the go (the worker
+    calls it while it prepares: hidden behind the measuring worker when it runs ahead); returns the
+    modules imported.
+
+    The scheme's packages, only where it can run: a skipped scheme's package may not even import
+    here (gemlite reads the CUDA device's properties at import), and measure_scheme gives its
+    skipped rows without it; nothing when every M is skipped (``Scheme.m_check``: compiled
+    w8a8-dynamic at M = 1 on CUDA). For a compiled scheme, Inductor: ``torch.compile()`` imports
+    ``torch._inductor.compile_fx`` (and Triton) when called, about 2 s on the H200 host that a
+    compiled scheme paid after its go (``docs/speed.md``).
+    """
+    import importlib
+    import importlib.util
+
+    if scheme.unavailable_reason(device, entry.options) is not None:
+        return []
+    if ms and all(scheme.m_reason(m, device, entry.options) for m in ms):
+        return []
+    names = [p for p in scheme.packages if importlib.util.find_spec(p) is not None]
+    if entry.options.mode == "compiled":
+        compile_info.single_compile_thread()
+        names.append("torch._inductor.compile_fx")
+    for name in names:
+        importlib.import_module(name)
+    return names
 
 
 def checked(rows: list[dict]) -> list[dict]:
@@ -100,9 +140,7 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
     entry = scenario.schemes[entry_index]
     scheme = get_scheme(entry.name)
     rows = [base_row(scenario, entry, scheme, m, device) for m in scenario.m]
-    reason = scheme.unavailable_reason(device, entry.options)
-    if reason is None and entry.options.mode == "compiled" and device.type == "cpu" and not compile_info.have_compiler():
-        reason = "torch.compile on CPU needs a C++ compiler (none found)"
+    reason = unavailable_reason(scheme, entry, device)
     if reason:
         return checked(failed_rows(rows, "skipped", reason))
     for row in rows:  # a kernel that cannot take this M: that row is skipped, the others run

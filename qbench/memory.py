@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 
 from qbench import schemes
-from qbench.scenario import Scenario, ScenarioError
+from qbench.scenario import Scenario, ScenarioError, step_model
 from qbench.timing import registry
 
 #: Worker process overhead counted on every device (bytes): on CUDA the worker's context and the
@@ -146,9 +146,7 @@ def _check_step_fits(scenario: Scenario, device: torch.device, free: int) -> Non
     Raises:
         ScenarioError: ``model`` naming the estimate, the free memory and the model.
     """
-    from qbench.step.spec import check
-
-    config = check(scenario.model, scenario.source)
+    config = step_model(scenario)
     m, ctx = max(scenario.m), max(scenario.model.context)
     need = (config.block_linear_params() * (_BF16 + _FP32) + m * (ctx + 1) * config.kv_elements_per_position() * _BF16
             + 2 * config.vocab * config.hidden * _FP32 + PROCESS_OVERHEAD)

@@ -189,7 +189,7 @@ EXTRAS_OWNER: dict[str, str] = registry.extras_owner()
 
 
 class LedgerPart(_Part):
-    """One tensor the layer stores, as counted by :mod:`qbench.ledger`."""
+    """One tensor the layer stores, as counted by :mod:`qbench.schemes.ledger`."""
 
     name: Optional[str] = Field(None, description="the tensor's name in the module", json_schema_extra=_always())
     role: Optional[Literal["payload", "metadata", "bias"]] = Field(None, description="what the bytes are for",
@@ -309,7 +309,7 @@ class CompileInfo(_Part):
 
 
 class TuningCacheInfo(_Part):
-    """A library's autotune configs kept between runs (:mod:`qbench.tuning_cache`; gemlite rows)."""
+    """A library's autotune configs kept between runs (:mod:`qbench.schemes.tuning_cache`; gemlite rows)."""
 
     file: Optional[str] = Field(None, description="the cache file (per library and compiler version and GPU); "
                                 "null when none was used")

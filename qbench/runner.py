@@ -30,8 +30,7 @@ from qbench.lifecycle import (  # noqa: F401 - re-exported: the runner's public 
     RunError, RunInterrupted, RunOutcome, RunWriteError, _death_reason, check_output, default_output, done_labels, finish,
     log_tail, partial_path, prepare, record,
 )
-from qbench.measure import base_row, failed_rows
-from qbench.results import write_results
+from qbench.measure import base_row, failed_rows, unavailable_reason
 from qbench.scenario import Scenario
 
 _PACKAGE_ROOT = str(Path(qbench.__file__).resolve().parent.parent)
@@ -79,7 +78,7 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
         preloaded = forkserver.ensure(cpu=dev.type == "cpu")
         t0 = time.perf_counter()
         # on the CPU the forkserver's imports would take cores from the ceilings: they wait for it
-        waited = _wait_idle(forkserver.pids()) if dev.type == "cpu" else None
+        waited = forkserver.wait_idle() if dev.type == "cpu" else None
         doc["ceilings"] = _ceilings(dev, scenario)
         if waited is not None and doc["ceilings"] is not None:
             doc["ceilings"]["waited_for_imports_s"] = waited
@@ -228,26 +227,6 @@ def _ceilings(dev, scenario: Scenario) -> Optional[dict]:
     if dev.type == "cpu":
         entries = [(s, e) for s, e in entries if s.unavailable_reason(dev, e.options) is None]
     return measure_ceilings(dev, sorted({s.compute_dtype for s, _ in entries}))
-
-
-def _wait_idle(pids: tuple[int, ...], quiet_s: float = 0.1, limit_s: float = 30.0) -> float:
-    """Wait until the processes ``pids`` (the forkserver, importing its preload) spent no CPU time
-    over ``quiet_s``, at most ``limit_s``; returns the seconds waited. The CPU's ceilings are then
-    measured on cores no import of this run takes."""
-    from qbench.env import _proc_pid_ticks
-
-    t0 = time.perf_counter()
-    if not pids:
-        return 0.0
-    before = _proc_pid_ticks(list(pids))
-    while time.perf_counter() - t0 < limit_s:
-        time.sleep(quiet_s)
-        now = _proc_pid_ticks(list(pids))
-        if now == before:
-            break
-        before = now
-    return time.perf_counter() - t0
-
 
 
 def _env_ahead() -> Optional[int]:
@@ -464,20 +443,16 @@ class _Workers:
             pass
 
     def skip_reason(self, index: int) -> Optional[str]:
-        """On the CPU, why scheme ``index`` cannot run here, decided in this process (a package
-        check, ``cuda_only``, a compiled scheme without a C++ compiler: nothing is imported), so a
+        """On the CPU, why scheme ``index`` cannot run here, decided in this process by the worker's
+        own rule (:func:`qbench.measure.unavailable_reason`: a package check, ``cuda_only``, a compiled
+        scheme without a C++ compiler; nothing is imported), so a
         skipped scheme costs no worker start-up (1-2 s of imports each on the 2-core CI machine).
         On CUDA None: the device checks would create a CUDA context in the runner; the worker
         decides, as before."""
         if self.dev.type != "cpu" or index in self.started:
             return None
-        from qbench.compile_info import have_compiler
-
         entry = self.scenario.schemes[index]
-        reason = schemes.get(entry.name).unavailable_reason(self.dev, entry.options)
-        if reason is None and entry.options.mode == "compiled" and not have_compiler():
-            reason = "torch.compile on CPU needs a C++ compiler (none found)"
-        return reason
+        return unavailable_reason(schemes.get(entry.name), entry, self.dev)
 
     def _failed(self, index: int, reason: str) -> list[dict]:
         entry = self.scenario.schemes[index]

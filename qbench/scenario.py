@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from qbench.schemes import specs
 from qbench.schemes.specs import SchemeOptions
-from qbench.step.config import ConfigError
+from qbench.step.config import ConfigError, StepModelConfig
 from qbench.step.spec import ModelSpec
 from qbench.step.spec import check as check_model
 from qbench.timing import registry
@@ -491,10 +491,7 @@ def _check_cross_fields(scenario: Scenario) -> None:
     if scenario.tp is not None:
         _check_tp(scenario)
     if scenario.model is not None:
-        try:
-            check_model(scenario.model, scenario.source)
-        except ConfigError as exc:
-            raise ScenarioError(scenario.source, exc.key, exc.message) from None
+        step_model(scenario)
 
 
 def _check_tp(scenario: Scenario) -> None:
@@ -514,6 +511,23 @@ def _check_tp(scenario: Scenario) -> None:
                     raise ScenarioError(scenario.source, "tp.tp_size",
                                         f"a row shard's K = {k}/{p} = {k // p} must be a multiple of {multiple} "
                                         f"(group/block size of schemes[{i}] {entry.label}), got {p}")
+
+
+def step_model(scenario: Scenario) -> StepModelConfig:
+    """The model a model-step scenario's ``[model]`` table names (a preset, or the config.json at
+    ``model.config``), checked against its ``context`` and ``blocks`` (:func:`qbench.step.spec.check`).
+    Torch-free.
+
+    Raises:
+        ScenarioError: the scenario has no ``[model]`` table, or the key ``model.<key>`` that
+            :func:`qbench.step.spec.check` refuses and why.
+    """
+    if scenario.model is None:
+        raise ScenarioError(scenario.source, "model", "not a model-step scenario (it has no [model] table)")
+    try:
+        return check_model(scenario.model, scenario.source)
+    except ConfigError as exc:
+        raise ScenarioError(scenario.source, exc.key, exc.message) from None
 
 
 def weight_path(scenario: Scenario) -> Path:

@@ -42,7 +42,7 @@ def main(argv: list[str], go=None) -> int:
                            "qbench._preload imports is not fork-safe; QBENCH_PRELOAD=0 preloads torch alone)")
 
     from qbench import schemes
-    from qbench.measure import measure_scheme
+    from qbench.measure import import_ahead, measure_scheme
     from qbench.results import finite_or_none
     from qbench.scenario import from_dict
 
@@ -138,35 +138,6 @@ def _remove_run_folder(job_path: str) -> None:
     run_folder = os.path.dirname(os.path.dirname(os.path.abspath(job_path)))
     if os.path.basename(run_folder).startswith("qbench-"):
         shutil.rmtree(run_folder, ignore_errors=True)
-
-
-def import_ahead(scheme, entry, device, ms=()) -> list[str]:
-    """Import what measuring ``entry`` at the M values ``ms`` will import, before the go (hidden
-    behind the measuring worker when this one runs ahead); returns the modules imported.
-
-    The scheme's packages, only where it can run: a skipped scheme's package may not even import
-    here (gemlite reads the CUDA device's properties at import), and measure_scheme gives its
-    skipped rows without it; nothing when every M is skipped (``Scheme.m_check``: compiled
-    w8a8-dynamic at M = 1 on CUDA). For a compiled scheme, Inductor: ``torch.compile()`` imports
-    ``torch._inductor.compile_fx`` (and Triton) when called, about 2 s on the H200 host that a
-    compiled scheme paid after its go (``docs/speed.md``).
-    """
-    import importlib
-    import importlib.util
-
-    if scheme.unavailable_reason(device, entry.options) is not None:
-        return []
-    if ms and all(scheme.m_reason(m, device, entry.options) for m in ms):
-        return []
-    names = [p for p in scheme.packages if importlib.util.find_spec(p) is not None]
-    if entry.options.mode == "compiled":
-        from qbench.compile_info import single_compile_thread
-
-        single_compile_thread()
-        names.append("torch._inductor.compile_fx")
-    for name in names:
-        importlib.import_module(name)
-    return names
 
 
 def child(job_path: str, rows_path: str, log_path: str, environ: dict, go=None) -> None:

@@ -47,8 +47,8 @@ from typing import Sequence
 
 from tabulate import tabulate
 
-from qbench.dispatch import short_kernel
 from qbench.render.columns import fmt_us
+from qbench.render.kernels import short_kernel
 from qbench.judge import CAPTURE_KINDS
 from qbench.results import ResultsError, read_results
 

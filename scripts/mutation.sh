@@ -21,7 +21,7 @@ PY="${PYTHON:-python}"
 declare -A FILE TESTS ONLY
 FILE[formulas]=qbench/formulas.py
 TESTS[formulas]="tests/test_formulas.py tests/test_fixture_contract.py"
-FILE[ledger]=qbench/ledger.py
+FILE[ledger]=qbench/schemes/ledger.py
 TESTS[ledger]="tests/test_ledger.py"
 FILE[metrics]=qbench/metrics.py
 TESTS[metrics]="tests/test_metrics.py tests/test_metrics_traps.py"

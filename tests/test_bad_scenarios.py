@@ -154,12 +154,13 @@ def _check(path: Path, code: int, out: str, err: str, written: list) -> None:
 
 @pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
 def test_cli_main_one_line_exit_2_nothing_written(path, tmp_path, monkeypatch, capsys):
-    from qbench import cli, runner
+    from qbench import cli, lifecycle, runner
 
     def no_worker(*args, **kwargs):
         raise AssertionError(f"{path.name}: a result was written or a worker started for a malformed scenario")
 
-    for name in ("write_results", "_Workers", "_run_worker"):  # whichever this runner has
+    monkeypatch.setattr(lifecycle, "write_results", no_worker)  # the partial and the complete file
+    for name in ("_Workers", "_run_worker"):  # whichever this runner has
         monkeypatch.setattr(runner, name, no_worker, raising=False)
     monkeypatch.chdir(ROOT)
     code = cli.main(["run", str(path.relative_to(ROOT)), "--out", str(tmp_path / "x.json")])

@@ -69,16 +69,6 @@ def test_cast_to_fp8_is_not_a_gemm():
     assert is_float_gemm(CUTLASS_WMMA) and not is_quantized_gemm(CUTLASS_WMMA)
 
 
-def test_short_kernel_reads_a_mangled_cutlass_name():
-    # the mslk rowwise FP8 GEMM as the profiler names it on the H200 (results/h200/decode.json, cut)
-    name = ("_ZN12cutlass_mslk13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiEEENS1_"
-            "10collective13CollectiveMmaINS1_34MainloopSm90TmaGmmaWarpSpecializedILi22E")
-    from qbench.dispatch import short_kernel
-
-    assert short_kernel(name) == "cutlass_mslk::device_kernel<gemm::kernel::GemmUniversal>"
-    assert short_kernel("_kernel_quantize_fp8_row") == "_kernel_quantize_fp8_row"
-
-
 def test_float_kernels_are_not_read_as_gemlite():
     assert not is_quantized_gemm("void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false>")
     assert is_float_gemm("void gemmSN_NN_kernel<float, 256, 4, 2, 8, 3, 4, false>")

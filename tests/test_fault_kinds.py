@@ -171,7 +171,7 @@ class _CudaInput:
 
 @pytest.mark.parametrize("name, expect", [("fp32", "ieee"), ("tf32", "tf32")])
 def test_fp32_tf32_guard_checks_cuda_precision_at_call_time(name, expect, monkeypatch):
-    from qbench import precision
+    from qbench.schemes import precision
     from qbench.schemes import float_schemes
 
     scheme = schemes.get(name)

@@ -148,3 +148,29 @@ def test_a_cpu_run_from_the_command_line_preloads_the_scheme_packages(tmp_path):
                            "--quiet", "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())["workers"]["preloaded"] == ["qbench._preload", "qbench._preload_cpu"]
+
+
+def test_cpu_ticks_reads_utime_and_stime():
+    import time
+
+    if not os.path.exists(f"/proc/{os.getpid()}/stat"):
+        pytest.skip("no /proc on this system")
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.1:  # burn 0.1 s of CPU: at least a few ticks
+        pass
+    assert forkserver.cpu_ticks([os.getpid()]) > 0
+    assert forkserver.cpu_ticks([2**22 + 12345]) == 0  # no such pid: counts 0
+
+
+def test_wait_idle_waits_until_the_forkserver_spends_no_cpu(monkeypatch):
+    """No forkserver: nothing to wait for (0 s). One importing: wait while its CPU time grows,
+    stop at the first quiet interval."""
+    monkeypatch.setattr(forkserver, "pids", lambda: ())
+    assert forkserver.wait_idle() == 0.0
+    ticks = iter([10, 40, 70, 70, 99])
+    seen = []
+    monkeypatch.setattr(forkserver, "pids", lambda: (4242,))
+    monkeypatch.setattr(forkserver, "cpu_ticks", lambda pids: seen.append(tuple(pids)) or next(ticks))
+    monkeypatch.setattr(forkserver.time, "sleep", lambda s: None)
+    assert forkserver.wait_idle(quiet_s=0.1, limit_s=30.0) >= 0.0
+    assert seen == [(4242,)] * 4  # 10 -> 40 -> 70 -> 70: quiet, the fifth reading is never taken

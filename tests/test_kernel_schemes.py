@@ -11,7 +11,8 @@ import importlib.util
 import pytest
 import torch
 
-from qbench import env, ledger, metrics, scenario, schemes
+from qbench import env, metrics, scenario, schemes
+from qbench.schemes import ledger
 from qbench.schemes import gemlite_schemes, torchao_schemes
 from qbench.schemes.base import TensorPart
 

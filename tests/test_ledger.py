@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from qbench import ledger, schemes
+from qbench import schemes
+
+from qbench.schemes import ledger
 from qbench.schemes.base import TensorPart
 from tests.conftest import needs_cuda
 

@@ -1,6 +1,6 @@
 """Ledger cross-check: ``stored_bytes`` against what ``torch.save(module.state_dict())`` writes.
 
-The ledger counts the tensors a scheme declares (:mod:`qbench.ledger`); a serialized state dict
+The ledger counts the tensors a scheme declares (:mod:`qbench.schemes.ledger`); a serialized state dict
 holds the same tensors plus framing. For every scheme that runs on the CPU, at K = N = 512 (and a
 non-square shape, with and without bias)::
 
@@ -37,7 +37,9 @@ import io
 import pytest
 import torch
 
-from qbench import ledger, schemes
+from qbench import schemes
+
+from qbench.schemes import ledger
 
 OVERHEAD_BYTES = 8 << 10
 CPU = torch.device("cpu")

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from qbench import ledger, scenario, schemes
+from qbench import scenario, schemes
+from qbench.schemes import ledger
 from qbench.measure import describe_exception, failed_rows, measure_scheme
 from qbench.schemes.base import Scheme, TensorPart
 from tests.conftest import small_scenario_toml
@@ -298,3 +299,25 @@ def test_fp16_cast_overflow_of_outlier_activations_is_an_input_fault(tmp_path):
             "casts the FP32 activations" in fault, fault
     fp32 = _fault_rows(tmp_path, w, "fp32", table)  # fp32 activations hold 1e6: no fault
     assert not any(f["name"] == "input-fault" for r in fp32 for f in r["flags"])
+
+
+def test_unavailable_reason_is_the_one_rule_of_worker_and_runner(monkeypatch):
+    """A compiled entry on the CPU without a C++ compiler is skipped with one reason, the same
+    whether the worker (measure_scheme) or the runner (before it starts a worker) asks; an eager
+    entry, or a CUDA device, is not refused by that rule."""
+    import tomllib
+
+    from qbench import compile_info
+    from qbench.measure import unavailable_reason
+
+    text = small_scenario_toml(["fp32", "fp32"], m=(1,)).replace('name = "fp32"\n', 'name = "fp32"\nmode = "compiled"\n', 1)
+    sc = scenario.from_dict(tomllib.loads(text), "t.toml")
+    compiled, eager = sc.schemes
+    fp32 = schemes.get("fp32")
+    monkeypatch.setattr(compile_info, "have_compiler", lambda: False)
+    assert unavailable_reason(fp32, compiled, CPU) == "torch.compile on CPU needs a C++ compiler (none found)"
+    assert unavailable_reason(fp32, eager, CPU) is None
+    rows = measure_scheme(sc, 0, CPU)
+    assert [(r["status"], r["reason"]) for r in rows] == [("skipped", "torch.compile on CPU needs a C++ compiler (none found)")]
+    monkeypatch.setattr(compile_info, "have_compiler", lambda: True)
+    assert unavailable_reason(fp32, compiled, CPU) is None

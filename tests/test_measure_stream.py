@@ -11,7 +11,8 @@ import shutil
 import pytest
 import torch
 
-from qbench import formulas, ledger, schemes
+from qbench import formulas, schemes
+from qbench.schemes import ledger
 from qbench.measure import Copies, base_row, finish_row, make_copies, measure_scheme
 from qbench.scenario import from_dict
 from qbench.schemes.base import Scheme, linear_parts, plain_linear

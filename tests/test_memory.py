@@ -144,12 +144,13 @@ def test_run_refuses_a_scenario_too_big_before_writing(tmp_path, monkeypatch):
     """Needs the runner wiring: ``memory.check_fits(scenario, dev)`` in ``runner.run`` before
     the result file is written or a worker started. (Without it the stubs stop the test before a
     worker could try to allocate a 64 GiB weight.)"""
-    from qbench import runner
+    from qbench import lifecycle, runner
 
     def no_worker(*args, **kwargs):
         raise AssertionError("a result was written or a worker started for a scenario that cannot fit in memory")
 
-    for name in ("write_results", "_Workers", "_run_worker"):  # whichever this runner has
+    monkeypatch.setattr(lifecycle, "write_results", no_worker)  # the partial and the complete file
+    for name in ("_Workers", "_run_worker"):  # whichever this runner has
         monkeypatch.setattr(runner, name, no_worker, raising=False)
     sc = _scenario(1 << 17, 1 << 17, (1 << 20,), source=str(tmp_path / "big.toml"))
     with pytest.raises(ScenarioError, match=r"big\.toml: layer: "):

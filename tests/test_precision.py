@@ -4,7 +4,7 @@ The traps: ``torch.set_float32_matmul_precision("high")`` (TF32 on cuBLAS, and o
 CPU), ``"medium"`` (bf16 on oneDNN), ``torch.backends.cuda.matmul.allow_tf32 = True`` (legacy
 API), the per-backend ``fp32_precision`` flags, and ``NVIDIA_TF32_OVERRIDE``. The fp32 scheme's
 build forces strict IEEE FP32 and its module checks the precision at every call; the flags are
-recorded by :func:`qbench.precision.precision_state` (the result's ``env``).
+recorded by :func:`qbench.schemes.precision.precision_state` (the result's ``env``).
 
 On the CPU the oneDNN flag path is tested for real; the CUDA path of the call-time check is
 tested on a GPU (marked ``cuda``), where TF32 changes the numbers.
@@ -15,7 +15,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from qbench import precision, schemes
+from qbench import schemes
+from qbench.schemes import precision
 from qbench.measure import measure_scheme
 from qbench.scenario import from_dict
 from tests.conftest import needs_cuda

@@ -101,3 +101,15 @@ def test_fp8_dynamic_names_its_multiple_of_16_before_anything_runs(tmp_path):
         with pytest.raises(scenario.ScenarioError) as err:
             scenario.load(path)
         assert err.value.key == key and "multiple of 16" in str(err.value) and "fp8-dynamic" in str(err.value)
+
+
+def test_step_model_is_the_checked_model_of_a_step_scenario():
+    """scenario.step_model: the preset a [model] table names (what memory's fit check and
+    ``qbench check`` read); a layer scenario has none and is refused naming ``model``."""
+    from qbench.step.config import PRESETS
+
+    sc = scenario.load(ROOT / "scenarios" / "step_tiny.toml")
+    assert scenario.step_model(sc) == PRESETS["tiny"]
+    layer = scenario.load(ROOT / "scenarios" / "decode.toml")
+    with pytest.raises(scenario.ScenarioError, match=r"decode\.toml: model: not a model-step scenario"):
+        scenario.step_model(layer)

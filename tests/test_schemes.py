@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from qbench import ledger, metrics, schemes
+from qbench import metrics, schemes
+from qbench.schemes import ledger
 from qbench.schemes.base import SchemeOptions
 from tests.conftest import CUDA
 

@@ -9,7 +9,8 @@ import json
 import pytest
 import torch
 
-from qbench import scenario, schemes, tuning_cache
+from qbench import scenario, schemes
+from qbench.schemes import tuning_cache
 from qbench.measure import measure_scheme
 from qbench.row import Row
 from qbench.schemes.base import Scheme, TensorPart

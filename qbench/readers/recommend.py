@@ -49,13 +49,13 @@ import json
 import sys
 from typing import Optional
 
-from qbench.dispatch import short_kernel
 from qbench.judge import (DECISION_METHOD, UNUSABLE, by_shape, capture_failure, methods_present, pareto_front,
                           resolve_method, row_caveats, row_verdict, tie_note, unusable_note, verdict)
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
                                    add_method, check_max_rel_err, group_results, open_results)
 from qbench.render import FORMATS, Column, render, synthetic_weights, wants_prose
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
+from qbench.render.kernels import short_kernel
 from qbench.results import ResultDoc
 from qbench.row import Row
 from qbench.step import view as step_view
@@ -388,7 +388,7 @@ def row_storage_format(row: Row) -> str:
 
 
 def main_kernel(row: Row) -> str | None:
-    """The short name (:func:`qbench.dispatch.short_kernel`) of the longest kernel of one call in
+    """The short name (:func:`qbench.render.kernels.short_kernel`) of the longest kernel of one call in
     ``dispatch.kernels`` (memory copies only when there is no kernel), or ``None``."""
     kernels = row.dispatch.kernels if row.dispatch is not None else []
     real = [k for k in kernels if (k.kind if "kind" in k.model_fields_set else "kernel") == "kernel"] or kernels

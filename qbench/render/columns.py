@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from qbench.judge import CPU_METHOD, NOISY_CV, is_noisy, methods_present
+from qbench.render.kernels import short_kernel
 from qbench.row import Row
 from qbench.timing import registry
 
@@ -167,9 +168,7 @@ _KERNELS_SHOWN = 3
 
 def _kernels_cell(row: Row) -> str:
     """A table cell: the (at most 3) longest-running kernels of one call, names shortened by
-    :func:`qbench.dispatch.short_kernel` (demangled C++ names run to thousands of characters)."""
-    from qbench.dispatch import short_kernel
-
+    :func:`qbench.render.kernels.short_kernel` (demangled C++ names run to thousands of characters)."""
     kernels = row.dispatch.kernels if row.dispatch is not None else None
     if not kernels:
         return DASH

@@ -7,7 +7,12 @@ parent and in every worker process, so tests and users can register schemes of t
 
 What a scenario needs of a scheme (its options, the multiples of K and N) is in the torch-free
 :mod:`qbench.schemes.specs`; importing this package does not import torch either (``Scheme``,
-``TensorPart`` and the scheme modules are imported when first used).
+``TensorPart`` and the scheme modules are imported when first used). The byte ledger that counts
+what a built scheme stores, by the roles of its :class:`~qbench.schemes.base.TensorPart` list, is
+:mod:`qbench.schemes.ledger`; the autotune cache a scheme may declare
+(:attr:`~qbench.schemes.base.Scheme.tuning_cache`) is :mod:`qbench.schemes.tuning_cache`; the FP32
+matmul precision the fp32 and tf32 layers set and check (and the environment record reports) is
+:mod:`qbench.schemes.precision`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A :class:`Scheme` says what it needs (CUDA, a compute capability, a package), how it builds the
 layer, which of the layer's tensors are payload and which are metadata (the byte ledger counts
-those real tensors, :mod:`qbench.ledger`), and which options it takes (a pydantic model, so a
+those real tensors, :mod:`qbench.schemes.ledger`), and which options it takes (a pydantic model, so a
 scenario's options are validated at the edge with the bad key and value named).
 """
 
@@ -16,7 +16,7 @@ from typing import Callable, Literal, Optional
 import torch
 
 from qbench.schemes.specs import SchemeOptions  # noqa: F401 - re-exported: torch-free, for scenario validation
-from qbench.tuning_cache import TuningCache
+from qbench.schemes.tuning_cache import TuningCache
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Scheme:
             (:func:`storage_format_of`). Set it only for a label that function cannot read.
             (``dataclasses.replace`` with a new ``weight_dtype`` keeps the old format unless it
             passes ``storage_format=None`` too.)
-        tuning_cache: a :class:`qbench.tuning_cache.TuningCache` for a library that autotunes its
+        tuning_cache: a :class:`qbench.schemes.tuning_cache.TuningCache` for a library that autotunes its
             kernels on the first call (gemlite): tuned configs are read before the build and saved
             after measuring, so later runs on this GPU skip the tuning. None: nothing kept.
     """

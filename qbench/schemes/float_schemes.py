@@ -2,7 +2,7 @@
 
 Each is an ``nn.Linear`` in the dtype; ``torch.nn.functional.linear`` dispatches to cuBLAS /
 cuBLASLt on CUDA and to oneDNN / BLAS on CPU. fp32 and tf32 check the FP32 matmul precision at
-the moment of every call (:mod:`qbench.precision`), so a flag flipped elsewhere in the process
+the moment of every call (:mod:`qbench.schemes.precision`), so a flag flipped elsewhere in the process
 fails the row instead of silently changing what was measured.
 """
 
@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from qbench import precision
+from qbench.schemes import precision
 from qbench.schemes import register
 from qbench.schemes.base import Scheme, SchemeOptions, linear_parts, plain_linear
 from qbench.schemes.specs import spec
@@ -27,7 +27,7 @@ class PrecisionCheckedLinear(torch.nn.Module):
         expect: ``"ieee"`` (strict FP32) or ``"tf32"``.
 
     Raises (at call time):
-        RuntimeError: if :func:`qbench.precision.cuda_matmul_fp32_precision` differs from ``expect``
+        RuntimeError: if :func:`qbench.schemes.precision.cuda_matmul_fp32_precision` differs from ``expect``
             on a CUDA input, or oneDNN's FP32 matmul precision is not ``ieee`` on a CPU input.
     """
 

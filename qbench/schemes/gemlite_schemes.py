@@ -19,7 +19,7 @@ Importing gemlite needs a CUDA device (it reads the device's properties at impor
 module imports it only inside ``build`` and the tuning-cache hooks.
 
 Autotuning costs seconds per scheme and run; the tuned configs are kept between runs on the same GPU
-and versions (:data:`TUNING_CACHE`, :mod:`qbench.tuning_cache`), with gemlite's own
+and versions (:data:`TUNING_CACHE`, :mod:`qbench.schemes.tuning_cache`), with gemlite's own
 ``cache_config`` / ``load_config``.
 """
 
@@ -34,7 +34,7 @@ import torch
 from qbench.schemes import register
 from qbench.schemes.base import Scheme, SchemeOptions, TensorPart, bias_parts, plain_linear
 from qbench.schemes.specs import GemliteInt4Options, spec
-from qbench.tuning_cache import TuningCache
+from qbench.schemes.tuning_cache import TuningCache
 
 #: ``GemLiteLinearTriton`` tensors other than the weight, in the order the kernel receives the
 #: first three (``get_tensor_args``: W_q, scales, zeros, meta_scale); ``metadata`` and
@@ -155,7 +155,7 @@ def _cache_save(path: str) -> int:
     return saved
 
 
-#: gemlite's autotune configs, kept per gemlite / Triton version and GPU (:mod:`qbench.tuning_cache`).
+#: gemlite's autotune configs, kept per gemlite / Triton version and GPU (:mod:`qbench.schemes.tuning_cache`).
 TUNING_CACHE = TuningCache(library="gemlite", version=_cache_version, load=_cache_load, save=_cache_save)
 
 _COMMON = dict(library="gemlite", packages=("gemlite",), activation_dtype=torch.bfloat16, cuda_only=True,

@@ -34,8 +34,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from qbench import compile_info, ledger
+from qbench import compile_info
 from qbench.schemes import get as get_scheme
+from qbench.schemes import ledger
 from qbench.step import floor, llama
 from qbench.step.config import StepModelConfig
 from qbench.step.row import StepRow

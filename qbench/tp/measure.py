@@ -23,11 +23,12 @@ from typing import Callable, Optional
 
 import torch
 
-from qbench import inputs, ledger, metrics
+from qbench import inputs, metrics
 from qbench.measure import base_row, checked, dtype_name, failed_rows, make_copies
 from qbench.row import TP_ROW_FIELDS, check_row, reason_record
 from qbench.scenario import Scenario
 from qbench.schemes import get as get_scheme
+from qbench.schemes import ledger
 from qbench.tp import collectives, shard
 from qbench.timing import registry
 from qbench.tp.timing import RankGroup, per_rank_cold, synced_stream, synced_time

@@ -118,7 +118,8 @@ def test_stream_scheme_entries_are_valid_qbench_entries():
 
 def test_tensor_bytes_counts_what_the_ledger_counts():
     """The reference counts bytes on its own; on a plain and a torchao layer it matches qbench's ledger."""
-    from qbench import ledger, schemes
+    from qbench import schemes
+    from qbench.schemes import ledger
 
     layer = torch.nn.Linear(256, 128)
     assert cc.tensor_bytes(layer) == (256 * 128 + 128) * 4
