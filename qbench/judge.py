@@ -37,6 +37,7 @@ __all__ = [
     "resolve_method",
     "row_caveats",
     "shape_order",
+    "HOST_CLOCK_METHOD",
     "by_shape",
     "unusable_note",
     "verdict",
@@ -46,6 +47,9 @@ __all__ = [
 CPU_METHOD = registry.CPU_METHOD
 #: The method decisions read by default (``stream``: weights from HBM, graph-captured).
 DECISION_METHOD = registry.DECISION_METHOD
+#: The host-clock reading of one call (``eager``): what a scheme that cannot be captured in a
+#: CUDA graph costs a decode loop per call.
+HOST_CLOCK_METHOD = registry.HOST_CLOCK_METHOD
 #: The values a ``--method`` option accepts (report, compare, recommend, plot, model on layer
 #: files): every layer method of the registry, in table order (a model step's methods are not:
 #: step results have their own table, :mod:`qbench.step.view`).

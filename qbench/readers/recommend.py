@@ -49,7 +49,7 @@ import json
 import sys
 from typing import Optional
 
-from qbench.judge import (DECISION_METHOD, UNUSABLE, by_shape, capture_failure, methods_present, pareto_front,
+from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape, capture_failure, methods_present, pareto_front,
                           resolve_method, row_caveats, row_verdict, tie_note, unusable_note, verdict)
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
                                    add_method, check_max_rel_err, group_results, open_results)
@@ -65,7 +65,7 @@ __all__ = ["COMMAND", "DEFAULT_BUDGET", "add_stability", "by_format", "pick_line
 
 
 def _eager_us(row: Row) -> float | None:
-    stats = row.stats("eager")
+    stats = row.stats(HOST_CLOCK_METHOD)
     return stats.median if stats else None
 
 

@@ -59,4 +59,4 @@ class Eager(TimingMethod):
 
 METHOD = Eager("eager", "host clock around call + torch.cuda.synchronize(): Python, launch, kernels, sync "
                "(the seed page's method)", "as the previous call left it", cuda=True, cpu=False,
-               needs_capture=False, order=2)
+               needs_capture=False, order=2, host_clock=True)

@@ -110,6 +110,9 @@ class TimingMethod:
         fallback_rank: readers fall back to this method, lowest rank first, when a file lacks the
             decision method (None: never a fallback).
         always: runs on every row of a device it runs on, asked or not (not a scenario's choice).
+        host_clock: the host-clock reading of one call (one layer method has it): what a decode
+            loop that cannot be captured in a CUDA graph pays per call; ``recommend`` quotes it for a
+            scheme it calls unusable in a graph-captured loop.
         job: ``"layer"`` (one linear layer, :mod:`qbench.measure`) or ``"step"`` (a model step);
             each job plans only its own methods.
         error_prefix: put before the exception in this method's reason (``"profiler: "``).
@@ -129,6 +132,7 @@ class TimingMethod:
     cpu: bool
     needs_capture: bool
     decision: bool = False
+    host_clock: bool = False
     phase: Literal["plain", "graph"] = "plain"
     order: int = 0
     needs: Needs = field(default_factory=Needs)

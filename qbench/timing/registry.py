@@ -130,6 +130,9 @@ def _derived(name: str):
     if name == "CPU_METHOD":
         # The method every CPU row has.
         return next(m.name for m in layer if m.always and m.cpu)
+    if name == "HOST_CLOCK_METHOD":
+        # The host-clock reading of one call (what a loop that cannot capture a graph pays).
+        return next(m.name for m in layer if m.host_clock)
     if name == "DECISION_METHOD":
         # The method decisions read by default, on CUDA and CPU results alike.
         return next(m.name for m in layer if m.decision)
@@ -142,7 +145,7 @@ def _derived(name: str):
     raise AttributeError(f"module 'qbench.timing.registry' has no attribute {name!r}")
 
 
-_DERIVED = ("METHODS", "LAYER_METHODS", "STEP_METHODS", "SCENARIO_METHODS", "CPU_METHOD", "DECISION_METHOD", "FALLBACK_METHODS", "COMPARISON_ORDER")
+_DERIVED = ("METHODS", "LAYER_METHODS", "STEP_METHODS", "SCENARIO_METHODS", "CPU_METHOD", "HOST_CLOCK_METHOD", "DECISION_METHOD", "FALLBACK_METHODS", "COMPARISON_ORDER")
 
 
 def __getattr__(name: str):

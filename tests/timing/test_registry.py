@@ -29,6 +29,9 @@ def test_the_judge_uses_the_registry():
     assert judge.DECISION_METHOD == DECISION_METHOD
     assert judge.METHOD_CHOICES == registry.LAYER_METHODS  # a step's methods are not --method choices
     assert judge.FALLBACK_METHODS == FALLBACK_METHODS == ("cold", CPU_METHOD)
+    # the seed page's host clock, what recommend quotes for a scheme a graph cannot capture: one layer method
+    assert judge.HOST_CLOCK_METHOD == registry.HOST_CLOCK_METHOD == "eager"
+    assert [m.name for m in registry.methods().values() if m.host_clock] == ["eager"]
 
 
 def test_decision_method_is_stream_and_unique():
