@@ -248,7 +248,9 @@ def test_sigkill_of_the_runner_leaves_no_worker_measuring_and_no_temp_folder(tmp
 
 def test_a_second_run_on_the_same_out_is_refused_and_nothing_is_lost(tmp_path):
     out = tmp_path / "r.json"
-    first = _start(tmp_path, out, QBENCH_TEST_SLEEP_S="2")
+    # the first run's worker measures for 15 s: long enough that the second run, which starts a
+    # Python and imports qbench, still finds it on a loaded 2-core machine (2 s was not, in CI)
+    first = _start(tmp_path, out, QBENCH_TEST_SLEEP_S="15")
     _measuring_worker(tmp_path, first)
     second = subprocess.run([sys.executable, "-m", "qbench", "run", str(tmp_path / "s.toml"), "--out", str(out),
                              "--force", "--quiet"], cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True,
