@@ -290,7 +290,7 @@ def _show_step(args: argparse.Namespace, doc: ResultDoc) -> int:
         rows = sorted(rows, key=lambda r: (r.m, r.context, order[r.key]))
     if wants_prose(args.format):
         for line in step_view.describe(doc.to_json()):
-            print(line)
+            print(visible(line))  # the file's title and model name: one line whatever they hold
         warning = incomplete_warning(doc, args.result)
         if warning:
             print(warning.removeprefix("warning: "))
