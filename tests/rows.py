@@ -110,3 +110,24 @@ def full_cpu_row() -> dict:
 def full_tp_row(**overrides) -> dict:
     """A complete tensor-parallel row (every tp field set)."""
     return check_row({**copy.deepcopy(_FULL), **copy.deepcopy(_TP), **overrides}, writing=True)
+
+
+#: Scheme labels a result file from elsewhere may carry (break review 2026-12-01, #16): terminal
+#: escapes (OSC retitle, clear screen), a Markdown cell and row breaker, a spreadsheet formula.
+HOSTILE_SCHEMES = ("\x1b]0;pwned\x07\x1b[2J", "a|b\nc", '=HYPERLINK("x")')
+#: A device name with HTML and an SGR colour escape.
+HOSTILE_DEVICE = "<img src=x onerror=alert(1)>\x1b[31m"
+
+
+def hostile_doc() -> dict:
+    """A complete CPU result document: bf16 (10 µs, rel_fro 0.001) and one ``ok`` row per
+    :data:`HOSTILE_SCHEMES` (5, 6, 7 µs; rel_fro 0.01, 0.02, 0.03), all at M=1, K=256, N=128, on a
+    device named :data:`HOSTILE_DEVICE`; the fastest within any budget >= 0.01 is the first hostile
+    label."""
+    def row(scheme, us, rel):
+        return make_row(scheme=scheme, m=1, k=256, n=128, device="cpu", status="ok",
+                        latency_us={"stream": stats(us, us * 0.99, us * 1.01)}, error={"rel_fro": rel})
+
+    rows = [row("bf16", 10.0, 0.001)] + [row(s, 5.0 + i, 0.01 * (i + 1)) for i, s in enumerate(HOSTILE_SCHEMES)]
+    return {"schema_version": 2, "complete": True, "scenario": {"name": "hostile"},
+            "env": {"device": "cpu", "device_name": HOSTILE_DEVICE}, "rows": rows}

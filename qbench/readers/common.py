@@ -66,11 +66,21 @@ class Command:
         return p
 
     def __call__(self, args: argparse.Namespace) -> int:
-        """Run the command; a :class:`Refused` becomes one line on stderr and exit status 2."""
+        """Run the command; a :class:`Refused` becomes one line on stderr and exit status 2.
+
+        While it runs, stdout and stderr are :class:`qbench.render.safe.TerminalStream`: a prose
+        line that quotes a result file's string (a scheme label, a reason, a device name) emits
+        no control character but its own newlines and tabs (break review 2026-12-01, #16)."""
+        from qbench.render.safe import TerminalStream
+
+        out, err = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = TerminalStream(out), TerminalStream(err)
         try:
             return self.run(args)
         except Refused as exc:
             return fail(self.name, str(exc))
+        finally:
+            sys.stdout, sys.stderr = out, err
 
 
 # ---- the options, declared once ----------------------------------------------------------------

@@ -43,6 +43,7 @@ from qbench.readers.common import (Command, Refused, add_format, add_method, blo
                                    open_results, timing_differences)
 from qbench.render import Column, check_format, render, wants_prose
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
+from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row, Stats
 
@@ -245,13 +246,13 @@ def run_compare(args) -> int:
     if not any(r["verdict"] not in ("only in A", "only in B") for r in records):
         raise Refused(f"no row in common between A ({label_a}) and B ({label_b}) (rows match by scheme, M, K, N)")
     if a.machine != b.machine:
-        print(f"warning: A ({label_a}) ran on {a.machine}, B ({label_b}) on {b.machine}: the speed-ups compare "
-              "machines as much as schemes", file=sys.stderr)
+        print(visible(f"warning: A ({label_a}) ran on {a.machine}, B ({label_b}) on {b.machine}: the speed-ups "
+                      "compare machines as much as schemes"), file=sys.stderr)
     for line in differences:
-        print(f"warning: machines {'may differ' if line.split(':')[0].endswith('unknown') else 'differ'}: {line}",
-              file=sys.stderr)
+        print(visible(f"warning: machines {'may differ' if line.split(':')[0].endswith('unknown') else 'differ'}: "
+                      f"{line}"), file=sys.stderr)
     if wants_prose(args.format):
-        print(f"A = {label_a} ({a.machine}); B = {label_b} ({b.machine})")
+        print(visible(f"A = {label_a} ({a.machine}); B = {label_b} ({b.machine})"))
     print(render_compare(records, method, args.format))
     bad = [r for r in records if r["regression"]]
     if wants_prose(args.format):
@@ -262,14 +263,14 @@ def run_compare(args) -> int:
         print(f"\n{method} median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap "
               f"= same. {summary}." + (f" ({note})" if note else ""))
         if bad:
-            print(f"REGRESSION: {len(bad)} row(s) slower than A by more than {args.threshold:g}× its time "
+            print(visible(f"REGRESSION: {len(bad)} row(s) slower than A by more than {args.threshold:g}× its time "
                   f"(speed-up below {1 / args.threshold:.3f}×): "
                   + ", ".join(f"{r['scheme']} M={r['m']} (speed-up {r['speedup']:.2f}×"
-                              + (f"; {r['note']}" if r["note"] else "") + ")" for r in bad))
+                              + (f"; {r['note']}" if r["note"] else "") + ")" for r in bad)))
         failing = [r for r in records if r["fails"]]
         if failing:
-            print(f"FAILED: {len(failing)} row(s): " + ", ".join(f"{r['scheme']} M={r['m']} ({'; '.join(r['fails'])})"
-                                                                 for r in failing))
+            print(visible(f"FAILED: {len(failing)} row(s): "
+                          + ", ".join(f"{r['scheme']} M={r['m']} ({'; '.join(r['fails'])})" for r in failing)))
     return 1 if bad or any(r["fails"] for r in records) else 0
 
 

@@ -47,6 +47,7 @@ from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_b
                                    add_method, check_max_rel_err, open_results, timing_differences)
 from qbench.render import Column, check_format, render, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
+from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
 from qbench.step import view as step_view
@@ -278,7 +279,7 @@ def render_model(result: dict, fmt: str = "simple") -> str:
     table = render(result["rows"], _columns(result), fmt)
     if not wants_prose(fmt):
         return table
-    lines = [*describe(result), *missing_lines(result), "", table, ""]
+    lines = [*map(visible, describe(result)), *map(visible, missing_lines(result)), "", table, ""]
     for m in result["ms"]:
         name = result["fastest"].get(m)
         if name is None:
@@ -290,13 +291,13 @@ def render_model(result: dict, fmt: str = "simple") -> str:
         complete = sum(1 for x in at_m if x["step_us"] is not None)
         which = (f"fastest of the {complete} schemes with a complete step ({len(at_m) - complete} without)"
                  if complete < len(at_m) else "fastest")
-        lines.append(f"- M={m}: {which} {name}: {fmt_us(r['step_us'])} µs per step, "
-                     f"{r['tokens_per_s']:.0f} tokens/s of the linear layers only, {speed}, "
-                     f"max rel_fro {fmt_num('.3g')(r['rel_fro_max'])}")
+        lines.append(visible(f"- M={m}: {which} {name}: {fmt_us(r['step_us'])} µs per step, "
+                             f"{r['tokens_per_s']:.0f} tokens/s of the linear layers only, {speed}, "
+                             f"max rel_fro {fmt_num('.3g')(r['rel_fro_max'])}"))
     unusable = unusable_note([(r["scheme"], r["m"]) for r in result["rows"] if r["status"] == "unusable"],
                              result["method"])
     if unusable:
-        lines.append(unusable)
+        lines.append(visible(unusable))
     return "\n".join(lines).rstrip("\n")
 
 
@@ -409,7 +410,8 @@ def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[Result
         print(table)
         return 0 if any(r["step_us"] is not None for r in records) else 1
     title = rows[0].title
-    print(f"{title} ({args.name}): the measured decode step (qbench.step) beside the linear-only prediction")
+    print(visible(f"{title} ({args.name}): the measured decode step (qbench.step) beside the linear-only "
+                  "prediction"))
     print(f"step = the {'/'.join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)} step, first present "
           f"(step method); Σ linear = the per-layer stream times of the same linear layers in the same run "
           f"(what the layer view predicts); rest = (step - Σ linear) / step; ×{args.baseline} = "
@@ -420,13 +422,13 @@ def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[Result
     print(f"context sweep: where each scheme stops beating {args.baseline} (its step no faster than "
           f"{args.baseline}'s)")
     for rec in sweep:
-        print(step_view.sweep_line(rec, args.baseline))
+        print(visible(step_view.sweep_line(rec, args.baseline)))
     untimed = sorted({r.scheme for r in rows if r.status == "ok" and step_view.decision_method(r) is None})
     for scheme in untimed:
         why = next((t for r in rows if r.scheme == scheme for t in r.latency_reasons.values()), "no step time")
-        print(f"note: {scheme} has no step time: {why[:160]}")
+        print(visible(f"note: {scheme} has no step time: {why[:160]}"))
     for note in notes:
-        print(f"note: {note}")
+        print(visible(f"note: {note}"))
     return 0 if any(r["step_us"] is not None for r in records) else 1
 
 
@@ -495,7 +497,7 @@ def run_model(args: argparse.Namespace) -> int:
     print(render_model(result, args.format))
     if wants_prose(args.format):
         for note in result["notes"]:
-            print(f"note: {note}")
+            print(visible(f"note: {note}"))
     return 0 if any(m is not None for m in result["fastest"].values()) else 1
 
 

@@ -22,18 +22,24 @@ matplotlib is optional (from a qbench checkout: ``pip install -e '.[plot]'``; qb
 package index, where ``qbench[plot]`` names an unrelated package) and is imported only here, with
 the Agg backend. Exit status: 0, or 2 on bad input, missing matplotlib or an output path that cannot
 be written (one line naming the path and the OS error).
+
+Text from the file (scheme labels, the device and scenario names) is drawn as plain characters,
+never as mathtext (``$x^2$`` stays ``$x^2$``; :func:`plain`). A value that cannot be drawn (not finite, or
+of magnitude over :data:`DRAWABLE_MAX`, where the axis limits would overflow) is refused before any
+chart is written: one line naming the file, the scheme, M, the quantity and the value, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from qbench.judge import pareto_front, resolve_method, shape_order
 from qbench.readers.common import Command, Refused, add_method, open_results
 from qbench.results import ResultDoc
 
-__all__ = ["COMMAND", "draw_pareto", "pareto_groups", "place_labels", "plot_pareto", "plot_roofline", "points",
+__all__ = ["COMMAND", "DRAWABLE_MAX", "check_drawable", "draw_pareto", "plain", "pareto_groups", "place_labels", "plot_pareto", "plot_roofline", "points",
            "run_plot"]
 
 
@@ -57,6 +63,41 @@ def points(doc: ResultDoc | dict, method: str) -> list[dict]:
                     "tflops": r.flops / stats.median / 1e6 if r.flops else None,
                     "latency_us": stats.median, "rel_fro": rel})
     return out
+
+
+def plain(text: object) -> str:
+    """``text`` (a string from a result file: a scheme label, a device or scenario name) as
+    matplotlib draws it literally: every ``$`` escaped (``\\$``), so it is never read as mathtext
+    (``$x^2$`` stays ``$x^2$``, and ``$\\frac{a}{$`` is no parse error; break review 2026-12-01,
+    #20). Mathtext stays on for the axes' own tick labels (``10^{-2}``)."""
+    return str(text).replace("$", r"\$")
+
+
+#: The largest magnitude :func:`check_drawable` lets through: the axis limits (a value times 3) and
+#: the ceiling lines (an AI times a bandwidth) stay finite (break review 2026-12-01, #20).
+DRAWABLE_MAX = 1e100
+
+
+def check_drawable(doc: ResultDoc, method: str, path: str) -> None:
+    """Raise :class:`Refused` (one line naming ``path``, the scheme, M, the quantity and its value)
+    when a value the charts draw is not finite or its magnitude is over :data:`DRAWABLE_MAX`: the
+    points' ``latency_us``, ``rel_fro``, ``ai`` and ``tflops`` (:func:`points`) and the ceilings'
+    GB/s and TFLOP/s. Called before any chart is written, so a refused file leaves no chart."""
+    for p in points(doc, method):
+        for key in ("latency_us", "rel_fro", "ai", "tflops"):
+            v = p[key]
+            if v is not None and not (math.isfinite(v) and abs(v) <= DRAWABLE_MAX):
+                raise Refused(f"{path}: scheme {p['scheme']!r} M={p['m']}: {key} {v:g} cannot be drawn (a chart "
+                              f"needs finite values of magnitude <= {DRAWABLE_MAX:g}); no chart was written")
+    for source in ("measured", "datasheet"):
+        ceil = getattr(doc.ceilings, source, None) if doc.ceilings is not None else None
+        if ceil is None:
+            continue
+        values = [("memory_gbps", ceil.memory_gbps), *((f"tflops.{d}", t) for d, t in (ceil.tflops or {}).items())]
+        for key, v in values:
+            if v is not None and not (math.isfinite(v) and abs(v) <= DRAWABLE_MAX):
+                raise Refused(f"{path}: ceilings.{source}.{key} {v:g} cannot be drawn (a chart needs finite "
+                              f"values of magnitude <= {DRAWABLE_MAX:g}); no chart was written")
 
 
 #: Marker per M (in ascending M order), so one chart can hold a sweep of M values.
@@ -114,7 +155,7 @@ def _scatter_with_legend(ax, pts: list[dict], x: str, y: str) -> list:
                    linewidths=1.6 if p["compiled"] else 0.4, marker=markers[p["m"]], zorder=3)
         labels.setdefault(p["scheme"], (colour, face, p["compiled"]))
     handles = [Line2D([], [], ls="", marker="o", markerfacecolor=face, markeredgecolor=colour if compiled else "black",
-                      markeredgewidth=1.6 if compiled else 0.4, markersize=7, label=s)
+                      markeredgewidth=1.6 if compiled else 0.4, markersize=7, label=plain(s))
                for s, (colour, face, compiled) in labels.items()]
     if len(markers) > 1:
         handles += [Line2D([], [], ls="", marker=mk, color="grey", label=f"M={m}") for m, mk in markers.items()]
@@ -165,7 +206,7 @@ def plot_roofline(doc: ResultDoc, method: str, path: Path) -> Path:
             ridge = peak * 1000 / bw  # AI where the bandwidth slope meets this peak
             line, = ax.plot([max(ridge, lo), right], [peak, peak], lw=1.2, ls=styles[i % len(styles)],
                             color=plt.cm.Dark2(i % 8),
-                            label=f"{'/'.join(dtypes)} peak {peak:.0f} TFLOP/s (ridge AI {ridge:.0f})")
+                            label=plain(f"{'/'.join(dtypes)} peak {peak:.0f} TFLOP/s (ridge AI {ridge:.0f})"))
             ceiling_handles.append(line)
     point_handles = _scatter_with_legend(ax, pts, "ai", "tflops")
     ax.set_xscale("log")
@@ -174,7 +215,7 @@ def plot_roofline(doc: ResultDoc, method: str, path: Path) -> Path:
     ax.set_ylabel(f"attained TFLOP/s (FLOPs / {method} median)")
     name = doc.env.device_name or doc.env.device or ""
     scen = doc.scenario.name or ""
-    ax.set_title(f"roofline: {scen} on {name}; ceilings {source}")
+    ax.set_title(plain(f"roofline: {scen} on {name}; ceilings {source}"))
     if pts or ceiling_handles:  # one legend, outside the axes: ceilings first, then the schemes
         from matplotlib.lines import Line2D
 
@@ -371,10 +412,10 @@ def draw_pareto(doc: ResultDoc, method: str):
         ax.set_axis_off()
     scen = doc.scenario.name or ""
     m_note = f" (all points M={groups[0]['m']})" if single and groups else ""
-    heading = (f"latency vs error: {scen}{m_note}; ringed and named: the Pareto front over (latency, error, "
+    heading = plain(f"latency vs error: {scen}{m_note}; ringed and named: the Pareto front over (latency, error, "
                f"stored MiB), as qbench recommend")
     handles = [Line2D([], [], ls="", marker="o", markerfacecolor=face, markeredgecolor=colour if compiled else "black",
-                      markeredgewidth=1.6 if compiled else 0.4, markersize=7, label=s)
+                      markeredgewidth=1.6 if compiled else 0.4, markersize=7, label=plain(s))
                for s, (colour, face, compiled) in legend_entries.items()]
     handles.append(Line2D([], [], ls="", marker="o", markersize=11, markerfacecolor="none", markeredgecolor="black",
                           label="on the Pareto front"))
@@ -398,8 +439,8 @@ def draw_pareto(doc: ResultDoc, method: str):
                        title="scheme", title_fontsize=8)
     annotations, crowded = [], 0
     for ax, (g, pts) in zip(flat, plotted):
-        items = [(p["latency_us"], p["rel_fro"], f"{p['scheme']} {p['stored_bytes'] * _MIB:.2f} MiB"
-                  if p.get("stored_bytes") else p["scheme"]) for p in pts if p["scheme"] in g["front"]]
+        items = [(p["latency_us"], p["rel_fro"], plain(f"{p['scheme']} {p['stored_bytes'] * _MIB:.2f} MiB"
+                  if p.get("stored_bytes") else p["scheme"])) for p in pts if p["scheme"] in g["front"]]
         placed, bad = place_labels(ax, items, [(p["latency_us"], p["rel_fro"]) for p in pts])
         annotations += placed
         crowded += bad
@@ -441,6 +482,7 @@ def run_plot(args: argparse.Namespace) -> int:
     if doc.job == "step":
         return _run_step_plot(doc, args)
     method, note = resolve_method(doc, args.method)
+    check_drawable(doc, method, args.result)
     out = Path(args.output)
     suffix = out.suffix.lower()
     if suffix not in (".png", ".svg", ".pdf"):
@@ -491,7 +533,7 @@ def plot_context(doc, path: Path) -> Path:
             if not pts:
                 continue
             color = plt.cm.tab10(i % 10)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, label=scheme)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, label=plain(scheme))
             linear = [p[2] for p in pts if p[2] is not None]
             if linear:
                 ax.axhline(linear[0] / 1000, color=color, ls="--", lw=0.8)
@@ -502,7 +544,7 @@ def plot_context(doc, path: Path) -> Path:
         ax.set_title(f"M = {m}")
         ax.grid(True, which="both", alpha=0.2)
     title = rows[0].title if rows else (doc.scenario.name or "")
-    fig.suptitle(f"{title}: the measured decode step against the context")
+    fig.suptitle(plain(f"{title}: the measured decode step against the context"))
     if rows:
         axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5, borderaxespad=0)
     fig.tight_layout()

@@ -56,6 +56,7 @@ from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_b
 from qbench.render import FORMATS, Column, render, synthetic_weights, wants_prose
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
 from qbench.render.kernels import short_kernel
+from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
 from qbench.step import view as step_view
@@ -253,8 +254,8 @@ def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BU
                      else f"{where} none within the budget")
     budget = f"{max_rel_err:g}"
     quoted = path if all(c.isalnum() or c in "/._-+" for c in path) else "'" + path.replace("'", "'\\''") + "'"
-    return [f"pick within rel_fro <= {budget} ({method} median): " + ", ".join(parts),
-            f"why, and the other schemes: qbench recommend {quoted} --max-rel-err {budget}"]
+    return [visible(f"pick within rel_fro <= {budget} ({method} median): " + ", ".join(parts)),
+            visible(f"why, and the other schemes: qbench recommend {quoted} --max-rel-err {budget}")]
 
 
 def _point(row: Row, method: str) -> dict | None:
@@ -279,7 +280,7 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
         return json.dumps(rec, indent=2, ensure_ascii=False)
     method = rec["method"]
     lines = [f"budget rel_fro <= {rec['max_rel_err']:g}; latency = {method} median"
-             + (f" ({note})" if note else "")] + ([warning] if warning else [])
+             + (f" ({note})" if note else "")] + ([visible(warning)] if warning else [])
     if method not in rec["methods_present"]:
         lines.append(f"WARNING: no row has {method} latency; methods in this file: "
                      f"{', '.join(rec['methods_present']) or 'none'}")
@@ -295,7 +296,7 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
     for g in rec["by_m"]:
         pick = g["pick"]
         tp = f", tp_size={g['tp_size']} {g['split']}" if g.get("tp_size") is not None else ""
-        head = f"\nM={g['m']} (K={g['k']}, N={g['n']}{tp}): "
+        head = f"M={g['m']} (K={g['k']}, N={g['n']}{tp}): "
         head += (f"use {pick['scheme']} ({fmt_us(pick['latency_us'])} µs, rel_fro {pick['rel_fro']:.3g})"
                  if pick else f"{DASH} no scheme within the budget")
         if pick and pick.get("caveats"):
@@ -306,7 +307,7 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
             head += f" (kept from M={pick['kept_from_m']}: tied within noise, the pick does not flip)"
         if pick and pick.get("stability"):
             head += f"; {stability_text(pick['stability'])}"
-        lines.append(head)
+        lines.append("\n" + visible(head))  # scheme names from the file: one line whatever they hold
         if g["others"]:
             lines.append(render(g["others"], others_cols, fmt))
         lines.append("Pareto front (latency, rel err, stored bytes; all minimised):")
@@ -585,7 +586,7 @@ def run_recommend(args: argparse.Namespace) -> int:
             print(render_recommendation(rec, args.format, note, warning))
         else:
             for i, (path, rec, note, warning) in enumerate(records):
-                print(("\n" if i else "") + f"== {path}")
+                print(("\n" if i else "") + visible(f"== {path}"))
                 print(render_recommendation(rec, args.format, note, warning))
         return 0 if picked else 1
     method = _one_method(methods, "--summary")
@@ -602,12 +603,12 @@ def run_recommend(args: argparse.Namespace) -> int:
                   "('kept from M=...'), else the lowest error, then the fewest stored bytes; "
                   f"speed-up = {baseline} time / pick time (> 1: the pick is faster)")
             for line in dict.fromkeys(warnings):
-                print(line)
+                print(visible(line))
             print()
         print(render_summary(summary, method, baseline, args.format))
         unusable = unusable_note([(s, row["m"]) for row in summary for s in row["unusable"]], method)
         if unusable and wants_prose(args.format):
-            print(f"\n{unusable}")
+            print(f"\n{visible(unusable)}")
     return 0 if picked else 1
 
 
@@ -653,17 +654,17 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
     for i, (path, doc, rec) in enumerate(records):
         rows = doc.step_rows
         if len(records) > 1:
-            print(("\n" if i else "") + f"== {path}")
+            print(("\n" if i else "") + visible(f"== {path}"))
         if wants_prose(args.format):
-            print(f"{rows[0].title} ({rows[0].model}), decode step: the fastest step whose logits error against "
+            print(visible(f"{rows[0].title} ({rows[0].model}), decode step: the fastest step whose logits error against "
                   f"the FP32 step is ≤ {args.max_rel_err:g} (error.rel_fro), per M and context; step method: "
                   f"{', else '.join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)}; ×{args.baseline} = "
-                  f"{args.baseline} step / this step (a compiled scheme against {args.baseline}+compiled)\n")
+                  f"{args.baseline} step / this step (a compiled scheme against {args.baseline}+compiled)") + "\n")
         print(render(rec, _step_columns(args.baseline), args.format))
         if wants_prose(args.format):
             untimed = sorted({s for r in rec for s in r["untimed"]})
             if untimed:
-                print(f"\nnot timed (no step time, not considered): {', '.join(untimed)}")
+                print("\n" + visible(f"not timed (no step time, not considered): {', '.join(untimed)}"))
     return 0 if picked else 1
 
 

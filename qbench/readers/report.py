@@ -33,6 +33,7 @@ from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, inco
 from qbench.readers.common import Command, Refused, add_baseline, add_format, add_method, group_results, open_results
 from qbench.render import COLUMNS, Column, check_format, render, render_header, wants_prose
 from qbench.render.columns import DASH, resolve_columns
+from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
 from qbench.step import view as step_view
@@ -54,7 +55,7 @@ def sort_rows(rows: list[Row], key: str) -> list[Row]:
 def _unusable(rows: Sequence[Row], method: str) -> str | None:
     """The one-line note naming the schemes without a ``method`` time because their call cannot be
     captured in a CUDA graph, or ``None``."""
-    return unusable_note([(r.scheme, r.m) for r in rows if capture_failure(r, method)], method)
+    return visible(unusable_note([(r.scheme, r.m) for r in rows if capture_failure(r, method)], method))
 
 
 # ---- crossover -----------------------------------------------------------------------------------
@@ -289,7 +290,7 @@ def _show_step(args: argparse.Namespace, doc: ResultDoc) -> int:
         rows = sorted(rows, key=lambda r: (r.m, r.context, order[r.key]))
     if wants_prose(args.format):
         for line in step_view.describe(doc.to_json()):
-            print(line)
+            print(visible(line))  # the file's title and model name: one line whatever they hold
         warning = incomplete_warning(doc, args.result)
         if warning:
             print(warning.removeprefix("warning: "))

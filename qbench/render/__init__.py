@@ -4,6 +4,10 @@
 every tabulate format is a table format, plus ``markdown``/``md`` (aliases of ``pipe``), ``csv``
 and ``json``. Columns come from :mod:`qbench.render.columns`. ``render_header(doc)`` says what
 the numbers are: device, library versions, and which timing methods (CPU or CUDA).
+
+Strings from result files are made harmless on the way out (:mod:`qbench.render.safe`): control
+characters escaped in tables, headers and CSV, ``|`` escaped in Markdown tables, CSV formula cells
+neutralised; JSON escapes them itself.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from qbench.render.columns import (
 )
 from qbench.render.csv import render_csv
 from qbench.render.json import render_json
+from qbench.render.safe import visible
 from qbench.render.table import render_table
 from qbench.judge import CPU_METHOD, DECISION_METHOD, methods_present
 from qbench.results import Env, ResultDoc
@@ -180,7 +185,9 @@ def render_header(doc: ResultDoc | dict) -> str:
 
     (a CPU run: ``times: stream (copies > LLC) + cpu; CPU run, no CUDA timings; ...``; a file
     written before ``stream`` existed: ``times: CUDA cold, warm, eager, kernel; ...``; the weight
-    line: :func:`weight_sources`).
+    line: :func:`weight_sources`). The file's strings (device name, versions, weight source) are
+    shown with control characters escaped (:func:`qbench.render.safe.visible`): a file from another
+    machine cannot retitle or clear the terminal, nor add a line.
     """
     doc = ResultDoc.of(doc)
     env = doc.env
@@ -196,4 +203,4 @@ def render_header(doc: ResultDoc | dict) -> str:
     if doc.complete is False:
         lines.append("WARNING: incomplete result (complete: false): the run was interrupted or "
                      "is in progress; rows may be missing")
-    return "\n".join(lines)
+    return "\n".join(visible(line) for line in lines)

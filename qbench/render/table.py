@@ -5,6 +5,10 @@ Cells are pre-formatted by the columns (units in headers, ``—`` for not measur
 own number parsing is off; numeric columns are right-aligned. When the table has no ``reason``
 column and some rows were skipped or failed, the reasons follow the table as footnotes, one per
 distinct (scheme, status, reason), listing the M values they apply to.
+
+Text from the rows is made harmless here (:mod:`qbench.render.safe`): control characters in a cell
+or a footnote are shown escaped (``\\x1b``, ``\\n``), and a Markdown table's cells (``pipe``,
+``github``) escape ``|``, so a scheme label cannot add a row or a column.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from tabulate import tabulate
 
 from qbench.judge import NOISY_CV
 from qbench.render.columns import Column
+from qbench.render.safe import MARKDOWN_FORMATS, markdown_cell, visible
 from qbench.row import Row
 from qbench.timing import registry
 
@@ -51,10 +56,11 @@ _LATENCY_KEYS = frozenset(registry.METHODS)
 def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str = "simple") -> str:
     """Render ``rows`` (result rows, or any records the ``columns`` getters read) as a table in
     tabulate format ``tablefmt``. Returns the text without a trailing newline."""
-    body = [[c.cell(r) for c in columns] for r in rows]
+    safe = markdown_cell if tablefmt in MARKDOWN_FORMATS else visible
+    body = [[safe(c.cell(r)) for c in columns] for r in rows]
     text = tabulate(
         body,
-        headers=[c.header for c in columns],
+        headers=[safe(c.header) for c in columns],
         tablefmt=tablefmt,
         disable_numparse=True,
         colalign=["right" if c.numeric else "left" for c in columns],
@@ -62,7 +68,7 @@ def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str =
     keys = {c.key for c in columns}
     if "reason" in keys or "status" not in keys:
         return text
-    notes = footnotes(rows)
+    notes = [visible(n) for n in footnotes(rows)]
     if any(c.cell(r).endswith("*") for c in columns if c.key in _LATENCY_KEYS for r in rows):
         notes.append(f"* noisy: the method's cv (stdev/mean) is over {NOISY_CV:.0%}; compare with care")
     if not notes:

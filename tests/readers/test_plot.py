@@ -211,3 +211,74 @@ def test_unwritable_path_is_one_line_exit_2(tmp_path, capsys):
     assert run(str(FIXTURES / "cuda_run1.json"), "-o", str(tmp_path / "d.png"), "--what", "roofline", "--force") == 2
     err = capsys.readouterr().err
     assert err.startswith(f"qbench plot: cannot write {tmp_path / 'd.png'}: ") and err.count("\n") == 1
+
+
+# ---- break review 2026-12-01 #20: values and labels a chart cannot draw ------------------------
+
+def _cpu_file(tmp_path, rows, name="r.json", **doc):
+    import json
+
+    path = tmp_path / name
+    path.write_text(json.dumps({"schema_version": 2, "complete": True, "scenario": {"name": "s"},
+                                "env": {"device": "cpu", "device_name": "AMD EPYC"}, "rows": rows, **doc}))
+    return str(path)
+
+
+def _cpu_row(scheme, us, rel, m=1):
+    from tests.rows import make_row, stats
+
+    return make_row(scheme=scheme, m=m, k=256, n=128, device="cpu", status="ok", flops=2 * 256 * 128,
+                    arithmetic_intensity=1.5, stored_bytes=65536, latency_us={"stream": stats(us, us * 0.99, us * 1.01)},
+                    error={"rel_fro": rel})
+
+
+@pytest.mark.parametrize("rel", [1e308, 1e101])
+def test_undrawable_error_is_one_line_exit_2_and_no_chart(rel, tmp_path, capsys):
+    """rel_fro 1e308 made the Pareto chart's axis limits infinite (a ValueError traceback after the
+    roofline was written); now: one line naming the file, the scheme, M and the value, exit 2, no file."""
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
+    path = _cpu_file(tmp_path, [_cpu_row("bf16", 10.0, 0.001), _cpu_row("int8", 5.0, rel)])
+    out = tmp_path / "o" / "r.png"
+    assert run(path, "-o", str(out)) == 2
+    err = capsys.readouterr().err
+    assert err == (f"qbench plot: {path}: scheme 'int8' M=1: rel_fro {rel:g} cannot be drawn (a chart needs finite "
+                   "values of magnitude <= 1e+100); no chart was written\n")
+    assert not out.exists() and not (tmp_path / "o" / "r-pareto.png").exists()
+
+
+def test_undrawable_ceiling_is_one_line_exit_2(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
+    path = _cpu_file(tmp_path, [_cpu_row("bf16", 10.0, 0.001)],
+                 ceilings={"measured": {"memory_gbps": 1e300, "tflops": {"bf16": 10.0}}})
+    assert run(path, "-o", str(tmp_path / "r.png")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"qbench plot: {path}: ceilings.measured.memory_gbps 1e+300 cannot be drawn")
+    assert err.count("\n") == 1
+
+
+def test_plain_escapes_dollars():
+    assert plot.plain("$\\frac{a}{$") == "\\$\\frac{a}{\\$" and plot.plain("int8-weight-only") == "int8-weight-only"
+
+
+@pytest.mark.parametrize("label", ["$\\frac{a}{$", "$\\undefinedcmd$", "$x^2$"])
+def test_mathtext_labels_are_drawn_literally(label, tmp_path, capsys):
+    """A label with mathtext gave a 104-line ParseSyntaxException / ParseFatalException; now it is
+    drawn as the characters it holds (exit 0, both charts written)."""
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
+    path = _cpu_file(tmp_path, [_cpu_row("bf16", 10.0, 0.001), _cpu_row(label, 5.0, 0.01)],
+                 env={"device": "cpu", "device_name": label}, scenario={"name": label})
+    out = tmp_path / "r.png"
+    assert run(path, "-o", str(out)) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and "Exception" not in captured.err
+    for p in (out, tmp_path / "r-pareto.png"):
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.pyplot as plt
+
+    fig, annotations, _ = plot.draw_pareto(read_results(path), "stream")
+    try:
+        texts = [a.get_text() for a in annotations]
+        assert f"{plot.plain(label)} 0.06 MiB" in texts
+        fig.canvas.draw()  # the labels lay out without a mathtext parse
+    finally:
+        plt.close(fig)

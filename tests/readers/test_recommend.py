@@ -653,3 +653,24 @@ def test_pick_lines_end_a_run():
         "why, and the other schemes: qbench recommend results/runs/x.json --max-rel-err 0.01"]
     assert pick_lines(doc, "my runs/x.json", 0.001)[0] == "pick within rel_fro <= 0.001 (stream median): M=1 none within the budget"
     assert pick_lines(doc, "my runs/x.json")[1].endswith("recommend 'my runs/x.json' --max-rel-err 0.01")
+
+
+def test_hostile_strings_are_shown_escaped(tmp_path, capsys):
+    """A result file's labels cannot reach the terminal raw nor add a line (break review 2026-12-01, #16):
+    the pick is the first hostile label, escaped, on its one line."""
+    from tests.rows import hostile_doc
+
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(hostile_doc()), encoding="utf-8")
+    for fmt in ("simple", "github"):
+        assert run(str(path), "--max-rel-err", "0.1", "--format", fmt) == 0
+        out, err = capsys.readouterr()
+        assert "\x1b" not in out + err and "\x07" not in out + err
+        assert "M=1 (K=256, N=128): use \\x1b]0;pwned\\x07\\x1b[2J (5.00 µs, rel_fro 0.01)" in out.splitlines()
+        assert not any(line.startswith("c ") or line.startswith("| c ") for line in out.splitlines())
+        if fmt == "github":
+            why_not = [line for line in out.splitlines() if line.startswith("|")]
+            assert len(why_not) == 2 + 3  # header, separator, the three others: the newline added no row
+    assert run(str(path), "--max-rel-err", "0.1", "--summary") == 0
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err and "\x07" not in out + err

@@ -448,3 +448,66 @@ def test_header_says_the_weight(tmp_path, capsys):
     old = read_results(_file(tmp_path, "o.json", [_one("bf16", 10.0, 9.9, 10.1)]))
     assert render_header(old).splitlines()[2] == ("weight: seeded Gaussian N(0, 1/K) (synthetic; a file written "
                                                   "before rows said their weight)")
+
+
+# ---- break review 2026-12-01 #16: a result file's strings cannot hurt the reader ----------------
+
+def _hostile(tmp_path):
+    from tests.rows import hostile_doc
+
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(hostile_doc()), encoding="utf-8")
+    return str(path)
+
+
+def _no_control_bytes(text):
+    assert "\x1b" not in text and "\x07" not in text
+    assert not any(ord(c) < 0x20 and c not in "\n\t" for c in text)
+
+
+def test_hostile_strings_terminal_table(tmp_path, capsys):
+    assert run(_hostile(tmp_path)) == 0
+    out, err = capsys.readouterr()
+    _no_control_bytes(out + err)
+    lines = out.splitlines()
+    assert lines[0].startswith("<img src=x onerror=alert(1)>\\x1b[31m (cpu) | ")
+    assert any(line.startswith("\\x1b]0;pwned\\x07\\x1b[2J ") for line in lines)
+    assert any(line.startswith("a|b\\nc ") for line in lines)
+    assert not any(line.startswith("c ") for line in lines)  # the newline added no line
+
+
+def test_hostile_strings_github_table(tmp_path, capsys):
+    assert run(_hostile(tmp_path), "--format", "github") == 0
+    out, err = capsys.readouterr()
+    _no_control_bytes(out + err)
+    table = [line for line in out.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + 4  # header, separator, bf16 and three hostile rows: no extra row
+    cells = {line.count("|") - line.count("\\|") for line in table}
+    assert len(cells) == 1  # every line has the same number of cells
+    assert any(line.startswith("| a\\|b\\nc ") for line in table)
+
+
+def test_hostile_strings_csv(tmp_path, capsys):
+    assert run(_hostile(tmp_path), "--format", "csv") == 0
+    out, err = capsys.readouterr()
+    _no_control_bytes(out + err)
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["scheme"] for r in rows] == ["bf16", "\\x1b]0;pwned\\x07\\x1b[2J", "a|b\\nc", "'=HYPERLINK(\"x\")"]
+    assert [float(r["stream"]) for r in rows] == [10.0, 5.0, 6.0, 7.0]  # numbers stay numbers
+
+
+def test_hostile_strings_json_is_the_file(tmp_path, capsys):
+    from tests.rows import HOSTILE_SCHEMES
+
+    assert run(_hostile(tmp_path), "--format", "json") == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and [r["scheme"] for r in json.loads(out)] == ["bf16", *HOSTILE_SCHEMES]
+
+
+def test_hostile_strings_through_the_command_line(tmp_path, capsys):
+    from qbench import cli
+
+    for fmt in ("simple", "github", "csv"):
+        assert cli.main(["report", _hostile(tmp_path), "--format", fmt]) == 0
+        out, err = capsys.readouterr()
+        _no_control_bytes(out + err)

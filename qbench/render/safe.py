@@ -1,0 +1,96 @@
+"""Text from result files made harmless on output: one rule per kind of output, used by every
+renderer and by every reader command (break review 2026-12-01, finding 16; issue 24).
+
+A result file may come from another machine, so its strings (a row's ``scheme``, ``reason``,
+``env.device_name``...) are not trusted:
+
+- terminal and Markdown text: C0 and C1 control characters (U+0000–U+001F, U+007F–U+009F), the
+  Unicode line and paragraph separators (U+2028, U+2029) and the bidirectional embedding,
+  override and isolate controls (U+202A–U+202E, U+2066–U+2069, "Trojan Source") are shown
+  escaped (``\\x1b``, ``\\n``, ``\\t``, ``\\u202e``), never emitted: :func:`visible`;
+- Markdown tables (tabulate's ``pipe`` and ``github``): also ``|`` becomes ``\\|``, so a cell
+  cannot add a column, and a newline cannot add a row: :func:`markdown_cell`;
+- CSV: a text cell beginning with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a
+  leading ``'`` (OWASP's rule against CSV formula injection), then :func:`visible`; numbers are
+  not text cells and stay as they are (``-1.5`` stays a number): :func:`csv_text`;
+- JSON: ``json.dumps`` escapes control characters itself; nothing more is done.
+
+A string without any of these characters is returned unchanged, so well-formed names
+(``fp8-dynamic[kernel_preference=mslk]``) render exactly as before.
+
+:class:`TerminalStream` is the backstop a reader command writes through (``Command.__call__``):
+whatever a prose line interpolates, no control character other than a newline or a tab (the
+layout of the output itself) reaches the terminal.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TextIO
+
+__all__ = ["CSV_FORMULA_START", "TerminalStream", "csv_text", "markdown_cell", "visible", "MARKDOWN_FORMATS"]
+
+#: Characters never emitted from untrusted text: C0, DEL, C1, line/paragraph separators, bidi controls.
+_UNSAFE = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_UNSAFE_RE = re.compile(f"[{_UNSAFE}]")
+#: The same less newline and tab: what a whole output may contain (its own line breaks, tsv's tabs).
+_UNSAFE_IN_OUTPUT_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+#: The first characters that make a spreadsheet read a CSV cell as a formula (OWASP, CSV injection).
+CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+#: tabulate formats that are Markdown pipe tables: their cells escape ``|``.
+MARKDOWN_FORMATS = frozenset({"pipe", "github"})
+
+
+def _escape(match: re.Match) -> str:
+    ch = match.group(0)
+    if ch in _SHORT:
+        return _SHORT[ch]
+    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+
+
+def visible(text: Any) -> Any:
+    """``text`` with every unsafe character (module docstring) written as its escape: ``"\\x1b[2J"``
+    -> ``"\\\\x1b[2J"``, a newline -> ``"\\\\n"``. Anything that is not a ``str`` is returned as it is."""
+    if not isinstance(text, str) or not _UNSAFE_RE.search(text):
+        return text
+    return _UNSAFE_RE.sub(_escape, text)
+
+
+def markdown_cell(text: Any) -> Any:
+    """A Markdown table cell: :func:`visible`, and ``|`` written ``\\|`` (``"a|b\\nc"`` ->
+    ``"a\\\\|b\\\\nc"``). Not a ``str``: returned as it is."""
+    if not isinstance(text, str):
+        return text
+    return visible(text).replace("|", "\\|")
+
+
+def csv_text(text: str) -> str:
+    """A CSV text cell: a leading ``'`` when ``text`` begins with one of :data:`CSV_FORMULA_START`
+    (``'=HYPERLINK("x")``), then :func:`visible`. Only for text: a number's ``-`` is not a formula."""
+    return ("'" if text.startswith(CSV_FORMULA_START) else "") + visible(text)
+
+
+class TerminalStream:
+    """A text stream that writes to ``stream`` with every unsafe character other than newline and
+    tab escaped (as :func:`visible` writes it); every other attribute is ``stream``'s."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        """Write ``text`` with unsafe characters escaped; returns ``len(text)`` (what was asked)."""
+        if isinstance(text, str) and _UNSAFE_IN_OUTPUT_RE.search(text):
+            self._stream.write(_UNSAFE_IN_OUTPUT_RE.sub(_escape, text))
+        else:
+            self._stream.write(text)
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
