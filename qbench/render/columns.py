@@ -74,7 +74,9 @@ def fmt_us(v: Any) -> str:
 @dataclass(frozen=True)
 class Column:
     """One column: ``key`` (CLI name), ``header`` (with units), ``value`` (raw getter),
-    ``show`` (formats a raw value for a table), ``numeric`` (right-aligned), ``help``."""
+    ``show`` (formats a raw value for a table), ``numeric`` (right-aligned), ``help``; ``width``:
+    the most characters of one line of a table cell, a longer cell wraps onto several lines (None:
+    no limit)."""
 
     key: str
     header: str
@@ -83,6 +85,7 @@ class Column:
     numeric: bool = False
     help: str = ""
     cell_override: Getter | None = field(default=None, compare=False)
+    width: int | None = field(default=None, compare=False)
 
     def cell(self, row: Any) -> str:
         """The text a table shows for ``row``."""

@@ -50,7 +50,8 @@ _LATENCY_KEYS = frozenset(registry.METHODS)
 
 def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str = "simple") -> str:
     """Render ``rows`` (result rows, or any records the ``columns`` getters read) as a table in
-    tabulate format ``tablefmt``. Returns the text without a trailing newline."""
+    tabulate format ``tablefmt``; a cell longer than its column's ``width`` wraps onto several lines.
+    Returns the text without a trailing newline."""
     body = [[c.cell(r) for c in columns] for r in rows]
     text = tabulate(
         body,
@@ -58,6 +59,8 @@ def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str =
         tablefmt=tablefmt,
         disable_numparse=True,
         colalign=["right" if c.numeric else "left" for c in columns],
+        # a column with a width wraps its longer cells onto several lines (passed only when one has one)
+        **({"maxcolwidths": [c.width for c in columns]} if any(c.width for c in columns) else {}),
     )
     keys = {c.key for c in columns}
     if "reason" in keys or "status" not in keys:
