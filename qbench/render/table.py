@@ -19,7 +19,7 @@ from qbench.render.columns import Column
 from qbench.row import Row
 from qbench.timing import registry
 
-__all__ = ["render_table", "footnotes"]
+__all__ = ["render_table", "footnotes", "rest_width"]
 
 
 def footnotes(rows: Sequence[Row]) -> list[str]:
@@ -46,6 +46,18 @@ def footnotes(rows: Sequence[Row]) -> list[str]:
 
 #: Columns whose cells carry the ``*`` noisy mark: one per timing method of the registry.
 _LATENCY_KEYS = frozenset(registry.METHODS)
+
+
+def rest_width(rows: Sequence[Any], columns: Sequence[Column], key: str, width: int, least: int = 16) -> int:
+    """The width (characters) left to column ``key`` when the table of ``rows`` in ``columns`` is
+    to fit ``width`` characters in tabulate's ``simple`` format: ``width`` less every other column
+    (its widest cell, or its header plus 2) and the two spaces between columns; at least ``least``
+    (a table whose other columns take more than ``width`` is wider)."""
+    used = 2 * (len(columns) - 1)
+    for c in columns:
+        if c.key != key:
+            used += max([len(c.header) + 2, *(len(line) for r in rows for line in c.cell(r).splitlines())])
+    return max(width - used, least)
 
 
 def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str = "simple") -> str:
