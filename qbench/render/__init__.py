@@ -8,6 +8,7 @@ the numbers are: device, library versions, and which timing methods (CPU or CUDA
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import Any, Callable, Iterable, Sequence
 
@@ -16,6 +17,7 @@ from tabulate import tabulate_formats
 from qbench.render.columns import (
     COLUMNS,
     DASH,
+    NARROW_HEADERS,
     Column,
     UnknownColumnError,
     default_columns,
@@ -143,9 +145,13 @@ def render(
     check_format(fmt)
     renderer = FORMATS[fmt]
     rows = list(rows)
+    short = columns is None and fmt not in DATA_FORMATS and not wide  # the narrow default's short headers
     if columns is None:
         columns = [*default_columns(rows), "reason"] if fmt in DATA_FORMATS else default_columns(rows, wide=wide)
-    text = renderer(rows, resolve_columns(columns, rows))
+    resolved = resolve_columns(columns, rows)
+    if short:
+        resolved = [replace(c, header=NARROW_HEADERS.get(c.key, c.header)) for c in resolved]
+    text = renderer(rows, resolved)
     if fmt.startswith("latex") and fmt != "latex_raw":
         # tabulate escapes % and _ but leaves µ and the em dash of an empty cell as raw UTF-8, which
         # pdflatex without inputenc rejects; the footnotes under a table become LaTeX comments
