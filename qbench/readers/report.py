@@ -225,8 +225,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     add_format(p)
     p.add_argument("--columns", help="comma-separated column keys; see the list in --help-columns")
     add_wide(p, "every default column (stored MiB, meta %%, AI, roofline and HBM floor, every timing method; "
-                "--crossover: the M where a scheme is slower or not timed; tensor-parallel rows: shard MiB, meta %%, "
-                "AI, roofline, every timing method)")
+                "--crossover: the M where a scheme is slower or not timed; tensor-parallel rows also the collective, "
+                "bits/w, the local GEMM and collective times)")
     p.add_argument("--help-columns", action="store_true", help="list the column keys and exit")
     p.add_argument("--sort", help="column key to sort by, ascending; --sort=-cold for descending")
     p.add_argument("--status", choices=("ok", "all"), default="all",
