@@ -23,7 +23,7 @@ from qbench.row import Repeats, Row
 
 __all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "combine_rows", "group_results", "merge_docs",
            "split_runs", "add_baseline", "add_format", "add_max_rel_err",
-           "add_method", "blocking_differences", "env_of", "fail", "open_results", "timing_differences"]
+           "add_method", "add_wide", "blocking_differences", "env_of", "fail", "open_results", "timing_differences"]
 
 
 class Refused(Exception):
@@ -106,6 +106,14 @@ def add_max_rel_err(p: argparse.ArgumentParser, what: str) -> None:
     """``--max-rel-err``: an error budget on the relative Frobenius error (a float >= 0)."""
     p.add_argument("--max-rel-err", type=float, default=None,
                    help=f"largest acceptable relative Frobenius error, e.g. 0.01: {what}")
+
+
+def add_wide(p: argparse.ArgumentParser, what: str) -> None:
+    """``--wide``: a terminal table shows ``what`` too (every column); without it a terminal view
+    fits 120 characters (:data:`qbench.render.TABLE_WIDTH`). CSV, JSON and Markdown keep every
+    column either way."""
+    p.add_argument("--wide", action="store_true",
+                   help=f"{what}; without it a table fits 120 characters")
 
 
 def add_allow_incomplete(p: argparse.ArgumentParser, help: str) -> None:

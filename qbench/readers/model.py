@@ -44,8 +44,8 @@ from typing import Optional, Sequence
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, incomplete_warning, resolve_method, unusable_note
 from qbench.step.config import LAYER_PRESETS as PRESETS, LinearShape, ModelPreset
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
-                                   add_method, check_max_rel_err, open_results, timing_differences)
-from qbench.render import Column, check_format, render, wants_prose
+                                   add_method, add_wide, check_max_rel_err, open_results, timing_differences)
+from qbench.render import Column, check_format, fit, narrow, render, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
@@ -226,8 +226,27 @@ NOT_INCLUDED = ("the linear layers only: attention (scores, softmax, RoPE), the 
                 "embeddings and sampling are not included")
 
 
-def _columns(result: dict) -> list[Column]:
+#: The columns of the model table a terminal shows only with ``--wide``: the HBM floor and its share
+#: of the step, the stored GiB and the note (the narrow table's ``status`` says it in a word; the
+#: lines under the table name the fastest and the unusable schemes).
+MODEL_WIDE_ONLY = ("hbm_floor_us", "floor_pct", "stored_gib", "note")
+
+
+def _columns(result: dict, wide: bool = True) -> list[Column]:
+    """The model table's columns; without ``wide`` the narrow set that fits 120 characters: M,
+    scheme, the step, tokens/s, the speed-up as ``×baseline`` (the line above the table defines
+    it), the largest per-layer error and the status (:data:`MODEL_WIDE_ONLY` left out)."""
     method, baseline = result["method"], result["baseline"]
+    if not wide:
+        return [
+            Column("m", "M", lambda r: r["m"], str, True),
+            Column("scheme", "scheme", lambda r: r["scheme"]),
+            Column("step_us", f"step µs ({method})", lambda r: r["step_us"], fmt_us, True),
+            Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
+            Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
+            Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
+            Column("step_status", "status", lambda r: r["status"]),  # not "status": footnotes read Rows
+        ]
     return [
         Column("m", "M", lambda r: r["m"], str, True),
         Column("scheme", "scheme", lambda r: r["scheme"]),
@@ -270,16 +289,23 @@ def missing_lines(result: dict) -> list[str]:
             f"python -m qbench run {s['scenario']}" for s in result["missing"]]
 
 
-def render_model(result: dict, fmt: str = "simple") -> str:
+def render_model(result: dict, fmt: str = "simple", wide: bool = False) -> str:
     """Render :func:`model_step`'s ``result`` in ``fmt``: ``json`` gives the whole record, ``csv``
     the table alone; a table format gives the prose lines (when :func:`wants_prose`), the table,
-    the fastest scheme per M and the unusable schemes."""
+    the fastest scheme per M and the unusable schemes. A terminal table without ``wide``
+    (:func:`qbench.render.narrow`) fits 120 characters: the narrow columns (:func:`_columns`; the
+    speed-up defined in a line above the table) and the prose lines wrapped; Markdown, CSV and
+    JSON keep every column."""
     if fmt == "json":
         return json.dumps(result, indent=2, ensure_ascii=False)
-    table = render(result["rows"], _columns(result), fmt)
+    fits = narrow(fmt, wide)
+    table = render(result["rows"], _columns(result, wide=not fits), fmt)
     if not wants_prose(fmt):
         return table
-    lines = [*map(visible, describe(result)), *map(visible, missing_lines(result)), "", table, ""]
+    speedup = ([f"×{result['baseline']} = {result['baseline']} step / this step, at the same M (> 1: faster); "
+                f"status: ok, over error budget, non-finite outputs, incomplete or unusable (--wide: the note)"]
+               if fits else [])
+    lines = [*map(visible, describe(result)), *speedup, *map(visible, missing_lines(result)), "", table, ""]
     for m in result["ms"]:
         name = result["fastest"].get(m)
         if name is None:
@@ -298,6 +324,8 @@ def render_model(result: dict, fmt: str = "simple") -> str:
                              result["method"])
     if unusable:
         lines.append(visible(unusable))
+    if fits:  # the prose lines too (the table's fit already)
+        lines = [line if line == table else fit(line) for line in lines]
     return "\n".join(lines).rstrip("\n")
 
 
@@ -313,6 +341,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     add_baseline(p, "the speed-up")
     add_max_rel_err(p, "schemes whose largest per-layer rel_fro is over it are marked and not named fastest")
     add_format(p, "any tabulate format, or csv / json")
+    add_wide(p, "every column (HBM floor, floor/step, stored GiB, the note)")
     add_allow_incomplete(p, "read files marked incomplete (a run cut off, completed by another file) without a "
                             "warning on stderr; each is named in a note under the table (in JSON: 'notes') "
                             "instead; CSV has no place for notes, so there the warning stays")
@@ -494,10 +523,11 @@ def run_model(args: argparse.Namespace) -> int:
             print(f"  missing LM head {head.k}→{head.n} (optional): python -m qbench run {head.scenario}",
                   file=sys.stderr)
         return 1
-    print(render_model(result, args.format))
+    wide = getattr(args, "wide", False)
+    print(render_model(result, args.format, wide=wide))
     if wants_prose(args.format):
         for note in result["notes"]:
-            print(visible(f"note: {note}"))
+            print(fit(visible(f"note: {note}")) if narrow(args.format, wide) else visible(f"note: {note}"))
     return 0 if any(m is not None for m in result["fastest"].values()) else 1
 
 

@@ -52,8 +52,9 @@ from typing import Optional
 from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape, capture_failure, methods_present, pareto_front,
                           resolve_method, row_caveats, row_verdict, tie_note, unusable_note, verdict)
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
-                                   add_method, check_max_rel_err, group_results, open_results)
-from qbench.render import FORMATS, Column, render, synthetic_weights, wants_prose
+                                   add_method, add_wide, check_max_rel_err, group_results, open_results)
+from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, render, synthetic_weights, wants_prose
+from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
 from qbench.render.kernels import short_kernel
 from qbench.render.safe import visible
@@ -271,19 +272,23 @@ _MIB = 2.0**-20
 
 
 def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = None,
-                          warning: str | None = None) -> str:
+                          warning: str | None = None, wide: bool = False) -> str:
     """Render :func:`recommend`'s result: per M a line with the pick, then a table of the other
     schemes with their reasons, and the Pareto front. ``fmt`` is any table format of
     :data:`qbench.render.FORMATS`; ``json`` gives the whole record instead. ``warning`` (e.g. errors
-    from a synthetic weight) is a line under the budget line."""
+    from a synthetic weight) is a line under the budget line. A terminal table without ``wide``
+    (:func:`qbench.render.narrow`) fits 120 characters: a long reason wraps onto several lines of
+    its cell and the prose lines wrap; with ``wide`` (and in Markdown) each reason is one line."""
     if fmt == "json":
         return json.dumps(rec, indent=2, ensure_ascii=False)
+    fits = narrow(fmt, wide)
     method = rec["method"]
-    lines = [f"budget rel_fro <= {rec['max_rel_err']:g}; latency = {method} median"
-             + (f" ({note})" if note else "")] + ([visible(warning)] if warning else [])
+    say = fit if fits else (lambda line: line)  # noqa: E731  (prose lines within 120 characters)
+    lines = [say(f"budget rel_fro <= {rec['max_rel_err']:g}; latency = {method} median"
+                 + (f" ({note})" if note else ""))] + ([say(visible(warning))] if warning else [])
     if method not in rec["methods_present"]:
-        lines.append(f"WARNING: no row has {method} latency; methods in this file: "
-                     f"{', '.join(rec['methods_present']) or 'none'}")
+        lines.append(say(f"WARNING: no row has {method} latency; methods in this file: "
+                         f"{', '.join(rec['methods_present']) or 'none'}"))
     others_cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
                    Column("reason", "why not", lambda r: r["reason"])]
     pareto_cols = [
@@ -307,9 +312,14 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
             head += f" (kept from M={pick['kept_from_m']}: tied within noise, the pick does not flip)"
         if pick and pick.get("stability"):
             head += f"; {stability_text(pick['stability'])}"
-        lines.append("\n" + visible(head))  # scheme names from the file: one line whatever they hold
+        lines.append("\n" + say(visible(head)))  # scheme names from the file: one line whatever they hold
         if g["others"]:
-            lines.append(render(g["others"], others_cols, fmt))
+            cols = others_cols
+            if fits:  # the reasons wrap within what the scheme column leaves of 120 characters (less 3
+                # spare: µ and × are two bytes each, and a byte-counting awk reads each as two)
+                cols = [others_cols[0], Column("reason", "why not", lambda r: r["reason"],
+                                               width=rest_width(g["others"], others_cols, "reason", TABLE_WIDTH - 3))]
+            lines.append(render(g["others"], cols, fmt))
         lines.append("Pareto front (latency, rel err, stored bytes; all minimised):")
         lines.append(render(g["pareto"], pareto_cols, fmt) if g["pareto"] else f"  {DASH}")
     return "\n".join(lines)
@@ -341,8 +351,20 @@ def summary_rows(doc: ResultDoc | dict, rec: dict, baseline: str = "bf16") -> li
     return out
 
 
-def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "simple") -> str:
-    """Render :func:`summary_rows` (of one or more files) as one table in format ``fmt``."""
+def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "simple", wide: bool = False) -> str:
+    """Render :func:`summary_rows` (of one or more files) as one table in format ``fmt``.
+
+    A terminal table without ``wide`` (:func:`qbench.render.narrow`) fits 120 characters: scenario,
+    M, pick, its latency and error, the speed-up under a short header (the line above the table
+    defines it; a tie with the baseline shows as the baseline among the schemes as fast), the
+    schemes as fast within noise wrapped within their cell, and with several runs how many the
+    pick won; K, N, the baseline's latency and the other runs' picks only with ``wide`` (and in
+    Markdown, CSV and JSON)."""
+    fits = narrow(fmt, wide)
+    speedup = Column("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", lambda r: r["speedup"],
+                     lambda v: DASH if v is None else f"{v:.2f}×", True,
+                     cell_override=lambda r: (DASH if r["speedup"] is None else f"{r['speedup']:.2f}×"
+                                              + (" (same within noise)" if baseline in (r["ties"] or []) else "")))
     cols = [
         Column("scenario", "scenario", lambda r: r["scenario"]),
         Column("m", "M", lambda r: r["m"], str, True),
@@ -354,15 +376,29 @@ def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "sim
         Column("latency_us", f"{method} µs", lambda r: r["latency_us"], fmt_us, True),
         Column("rel_fro", "rel err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
         Column("baseline_us", f"{baseline} µs", lambda r: r["baseline_us"], fmt_us, True),
-        Column("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", lambda r: r["speedup"],
-               lambda v: DASH if v is None else f"{v:.2f}×", True,
-               cell_override=lambda r: (DASH if r["speedup"] is None else f"{r['speedup']:.2f}×"
-                                        + (" (same within noise)" if baseline in (r["ties"] or []) else ""))),
+        speedup,
         Column("ties", "as fast within noise", lambda r: ", ".join(r["ties"]) or DASH),
     ]
-    if any(r.get("stability") for r in rows):  # several runs of a scenario: how often the pick won
+    several_runs = any(r.get("stability") for r in rows)
+    if several_runs:  # several runs of a scenario: how often the pick won
         cols.append(Column("stability", "pick stability", lambda r: r.get("stability") or DASH))
+    if not fits:
+        return render(rows, cols, fmt)
+    narrow_cols = {"pick": Column("pick", "pick", cols[4].value, cell_override=cols[4].cell_override, width=35),
+                   "speedup": Column("speedup", f"×{baseline}", speedup.value, speedup.show, True),
+                   "stability": Column("stability", "runs won", lambda r: _runs_won(r.get("stability")),
+                                       numeric=True)}
+    cols = [narrow_cols.get(c.key, c) for c in cols if c.key not in ("k", "n", "baseline_us")]
+    ties = rest_width(rows, cols, "ties", TABLE_WIDTH - 3, least=len("int8-weight-only+compiled,"))
+    cols = [Column("ties", c.header, c.value, width=ties) if c.key == "ties" else c for c in cols]
     return render(rows, cols, fmt)
+
+
+def _runs_won(stability: str | None) -> str:
+    """``picked in 2 of 3 runs (x in 1)`` -> ``2 of 3``; a dash without runs."""
+    if not stability:
+        return DASH
+    return stability.removeprefix("picked in ").split(" runs")[0]
 
 
 # ---- --by-format: the fastest kernel of each storage format -------------------------------------
@@ -516,6 +552,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "16/32-bit float as references): the fastest scheme, its library and kernel, "
                         "and how far the others of the format are")
     add_baseline(p, "--summary and --by-format")
+    add_wide(p, "every reason on one line, every --summary column (K, N, the baseline's time, the other runs' picks)")
     add_allow_incomplete(p, "accept result files of interrupted runs (\"complete\": false); refused otherwise, "
                             "since a missing scheme would silently change the pick")
 
@@ -551,6 +588,8 @@ def run_recommend(args: argparse.Namespace) -> int:
     if format_mode:
         return _run_by_format(args, paths, docs)
     baseline = getattr(args, "baseline", "bf16")
+    wide = getattr(args, "wide", False)
+    say = fit if narrow(args.format, wide) else (lambda line: line)  # noqa: E731  (prose within 120)
     picked, summary, methods, records, notes, warnings = False, [], set(), [], [], []
     for result in group_results(paths, docs):  # files of one scenario and machine: one result
         path, doc = result.label, result.doc
@@ -583,11 +622,11 @@ def run_recommend(args: argparse.Namespace) -> int:
             print(json.dumps([{"file": path, **rec} for path, rec, _, _ in records], indent=2, ensure_ascii=False))
         elif len(records) == 1:
             _, rec, note, warning = records[0]
-            print(render_recommendation(rec, args.format, note, warning))
+            print(render_recommendation(rec, args.format, note, warning, wide=wide))
         else:
             for i, (path, rec, note, warning) in enumerate(records):
                 print(("\n" if i else "") + visible(f"== {path}"))
-                print(render_recommendation(rec, args.format, note, warning))
+                print(render_recommendation(rec, args.format, note, warning, wide=wide))
         return 0 if picked else 1
     method = _one_method(methods, "--summary")
     if len({(row["scenario"], row["m"], row["k"], row["n"]) for row in summary}) < len(summary):
@@ -597,18 +636,18 @@ def run_recommend(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2, ensure_ascii=False))
     else:
         if wants_prose(args.format):
-            print(f"budget rel_fro <= {args.max_rel_err:g}; latency = {method} median"
-                  + "".join(f" ({n})" for n in notes) + "; the pick: among the schemes within the budget "
-                  "as fast as the fastest within noise (p10–p90 overlap), the one picked at the next smaller M "
-                  "('kept from M=...'), else the lowest error, then the fewest stored bytes; "
-                  f"speed-up = {baseline} time / pick time (> 1: the pick is faster)")
+            print(say(f"budget rel_fro <= {args.max_rel_err:g}; latency = {method} median"
+                      + "".join(f" ({n})" for n in notes) + "; the pick: among the schemes within the budget "
+                      "as fast as the fastest within noise (p10–p90 overlap), the one picked at the next smaller M "
+                      "('kept from M=...'), else the lowest error, then the fewest stored bytes; "
+                      f"speed-up = {baseline} time / pick time (> 1: the pick is faster)"))
             for line in dict.fromkeys(warnings):
-                print(visible(line))
+                print(say(visible(line)))
             print()
-        print(render_summary(summary, method, baseline, args.format))
+        print(render_summary(summary, method, baseline, args.format, wide=wide))
         unusable = unusable_note([(s, row["m"]) for row in summary for s in row["unusable"]], method)
         if unusable and wants_prose(args.format):
-            print(f"\n{visible(unusable)}")
+            print("\n" + say(visible(unusable)))
     return 0 if picked else 1
 
 

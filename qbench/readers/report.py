@@ -30,8 +30,9 @@ from typing import Sequence
 
 from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, incomplete_warning, methods_present,
                           resolve_method, row_verdict, unusable_note)
-from qbench.readers.common import Command, Refused, add_baseline, add_format, add_method, group_results, open_results
-from qbench.render import COLUMNS, Column, check_format, render, render_header, wants_prose
+from qbench.readers.common import (Command, Refused, add_baseline, add_format, add_method, add_wide, group_results,
+                                   open_results)
+from qbench.render import COLUMNS, Column, check_format, fit, narrow, render, render_header, wants_prose
 from qbench.render.columns import DASH, resolve_columns
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
@@ -131,25 +132,39 @@ def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECIS
     return list(out.values())
 
 
-def _crossover_columns(baseline: str, method: str, shapes: int = 1) -> list[Column]:
+def _crossover_columns(baseline: str, method: str, shapes: int = 1, wide: bool = True) -> list[Column]:
+    """The crossover table's columns; without ``wide`` (a terminal table without ``--wide``) the
+    narrow set that fits 120 characters: scheme, (K×N,) the M where it is faster and where it is the
+    same, wrapped within their cells, and the best speed-up under a short header (the line above
+    the table defines it); the M where it is slower or not timed only with ``wide``."""
     ms = lambda v: ", ".join(map(str, v)) or DASH  # noqa: E731
-    return [
+    best = f"best speed-up vs {baseline} ({baseline}/scheme, {method})" if wide else f"best ×{baseline}"
+    cols = [
         Column("scheme", "scheme", lambda r: r["scheme"]),
         *([Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}")] if shapes > 1 else []),
-        Column("ranges", f"faster than {baseline} at M", lambda r: r["ranges"] or None),
-        Column("ties", "same at M (p10–p90 overlap)", lambda r: r["ties"], ms),
+        Column("ranges", f"faster than {baseline} at M", lambda r: r["ranges"] or None,
+               width=None if wide else 24),
+        Column("ties", "same at M (p10–p90 overlap)", lambda r: r["ties"], ms, width=None if wide else 28),
         Column("losses", "slower at M", lambda r: r["losses"], ms),
         Column("untimed", "not timed at M", lambda r: r["untimed"], ms),
-        Column("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})",
-               lambda r: r["best_speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("best_speedup", best, lambda r: r["best_speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
     ]
+    return cols if wide else [c for c in cols if c.key not in _CROSSOVER_WIDE_ONLY]
 
 
-def render_crossover(records: list[dict], baseline: str, method: str, fmt: str = "simple") -> str:
+#: The crossover columns a terminal table shows only with ``--wide`` (a scheme is slower at the M
+#: where it is neither faster, the same nor untimed; the note under the table names the schemes a
+#: CUDA graph cannot capture).
+_CROSSOVER_WIDE_ONLY = ("losses", "untimed")
+
+
+def render_crossover(records: list[dict], baseline: str, method: str, fmt: str = "simple", wide: bool = False) -> str:
     """Render :func:`crossover`'s records in any :data:`qbench.render.FORMATS` format. A file with
     several K×N shapes gets a K×N column; CSV and JSON also carry ``k``, ``n``, ``wins``,
-    ``baseline`` and ``method`` on every record, so a script needs no header line."""
-    cols = _crossover_columns(baseline, method, len({(r["k"], r["n"]) for r in records}))
+    ``baseline`` and ``method`` on every record, so a script needs no header line. A terminal table
+    without ``wide`` shows the narrow columns (:func:`_crossover_columns`); Markdown, CSV and JSON
+    every column."""
+    cols = _crossover_columns(baseline, method, len({(r["k"], r["n"]) for r in records}), wide=not narrow(fmt, wide))
     if fmt in ("csv", "json"):
         cols = [cols[0],
                 Column("k", "K", lambda r: r["k"]), Column("n", "N", lambda r: r["n"]),
@@ -210,9 +225,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                                              "and machine (a run completed by --schemes or --resume) are one result")
     add_format(p)
     p.add_argument("--columns", help="comma-separated column keys; see the list in --help-columns")
-    p.add_argument("--wide", action="store_true",
-                   help="every default column (stored MiB, meta %%, AI, roofline and HBM floor, every timing method); "
-                        "without it a table fits 120 characters")
+    add_wide(p, "every default column (stored MiB, meta %%, AI, roofline and HBM floor, every timing method; "
+                "--crossover: the M where a scheme is slower or not timed; tensor-parallel rows also the collective, "
+                "bits/w, the local GEMM and collective times)")
     p.add_argument("--help-columns", action="store_true", help="list the column keys and exit")
     p.add_argument("--sort", help="column key to sort by, ascending; --sort=-cold for descending")
     p.add_argument("--status", choices=("ok", "all"), default="all",
@@ -307,15 +322,17 @@ def _show_crossover(args: argparse.Namespace, doc: ResultDoc) -> int:
     except ValueError as exc:
         raise Refused(f"{args.result}: {exc}") from None
     table = wants_prose(args.format)
+    wide = getattr(args, "wide", False)
+    show = (lambda text: text) if not narrow(args.format, wide) else fit  # noqa: E731  (prose within 120)
     if table:
-        print(render_header(doc))
-        print(f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else "")
-              + f"; speed-up = {args.baseline} time / scheme time (> 1: the scheme is faster)")
+        print(show(render_header(doc)))
+        print(show(f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else "")
+                   + f"; speed-up = {args.baseline} time / scheme time (> 1: the scheme is faster)"))
         print()
-    print(render_crossover(records, args.baseline, method, args.format))
+    print(render_crossover(records, args.baseline, method, args.format, wide=wide))
     unusable = _unusable(doc.rows, method)
     if table and unusable:
-        print(f"\n{unusable}")
+        print("\n" + show(unusable))
     return 0
 
 

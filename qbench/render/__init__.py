@@ -12,6 +12,7 @@ neutralised; JSON escapes them itself.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import Any, Callable, Iterable, Sequence
 
@@ -20,6 +21,7 @@ from tabulate import tabulate_formats
 from qbench.render.columns import (
     COLUMNS,
     DASH,
+    NARROW_HEADERS,
     Column,
     UnknownColumnError,
     default_columns,
@@ -38,12 +40,16 @@ __all__ = [
     "COLUMNS",
     "DASH",
     "FORMATS",
+    "MARKDOWN_FORMATS",
     "MARKUP_FORMATS",
+    "TABLE_WIDTH",
     "Column",
     "UnknownColumnError",
     "UnknownFormatError",
     "check_format",
     "default_columns",
+    "fit",
+    "narrow",
     "render",
     "render_header",
     "synthetic_weights",
@@ -74,6 +80,39 @@ DATA_FORMATS = frozenset({"csv", "json"})
 MARKUP_FORMATS = frozenset({"tsv", "html", "unsafehtml", "latex", "latex_raw", "latex_booktabs",
                             "latex_longtable", "mediawiki", "moinmoin", "jira", "textile",
                             "asciidoc", "youtrack"})
+
+
+#: Markdown table formats: documents are generated from them (``scripts/gen_docs.py``), so the
+#: reader views that narrow a terminal table (:func:`narrow`) keep every column there.
+MARKDOWN_FORMATS = frozenset({"github", "pipe", "markdown", "md"})
+
+#: The width (characters) a default terminal view fits: its tables and prose lines (issue 24).
+TABLE_WIDTH = 120
+
+
+def narrow(fmt: str, wide: bool = False) -> bool:
+    """Whether a reader view shows its narrow default, which fits :data:`TABLE_WIDTH` characters:
+    a terminal table format (:func:`wants_prose`, not :data:`MARKDOWN_FORMATS`) without ``--wide``.
+    CSV and JSON keep every column, Markdown too (the documents' tables)."""
+    return not wide and wants_prose(fmt) and fmt not in MARKDOWN_FORMATS
+
+
+def fit(lines: str | Iterable[str], width: int = TABLE_WIDTH) -> str:
+    """Prose ``lines`` (one string, or several) wrapped at word boundaries to ``width`` characters,
+    each continuation indented two spaces more than its line; a line that fits, or a word longer
+    than ``width``, stays as it is. Returns the lines joined by newlines."""
+    import textwrap
+
+    out = []
+    for line in ([lines] if isinstance(lines, str) else lines):
+        for part in line.split("\n"):
+            if len(part) <= width:
+                out.append(part)
+                continue
+            indent = " " * (len(part) - len(part.lstrip(" ")))
+            out += textwrap.wrap(part.strip(), width, initial_indent=indent, subsequent_indent=indent + "  ",
+                                 break_long_words=False, break_on_hyphens=False)
+    return "\n".join(out)
 
 
 def wants_prose(fmt: str) -> bool:
@@ -111,9 +150,13 @@ def render(
     check_format(fmt)
     renderer = FORMATS[fmt]
     rows = list(rows)
+    short = columns is None and fmt not in DATA_FORMATS and not wide  # the narrow default's short headers
     if columns is None:
         columns = [*default_columns(rows), "reason"] if fmt in DATA_FORMATS else default_columns(rows, wide=wide)
-    text = renderer(rows, resolve_columns(columns, rows))
+    resolved = resolve_columns(columns, rows)
+    if short:
+        resolved = [replace(c, header=NARROW_HEADERS.get(c.key, c.header)) for c in resolved]
+    text = renderer(rows, resolved)
     if fmt.startswith("latex") and fmt != "latex_raw":
         # tabulate escapes % and _ but leaves µ and the em dash of an empty cell as raw UTF-8, which
         # pdflatex without inputenc rejects; the footnotes under a table become LaTeX comments

@@ -74,7 +74,9 @@ def fmt_us(v: Any) -> str:
 @dataclass(frozen=True)
 class Column:
     """One column: ``key`` (CLI name), ``header`` (with units), ``value`` (raw getter),
-    ``show`` (formats a raw value for a table), ``numeric`` (right-aligned), ``help``."""
+    ``show`` (formats a raw value for a table), ``numeric`` (right-aligned), ``help``; ``width``:
+    the most characters of one line of a table cell, a longer cell wraps onto several lines (None:
+    no limit)."""
 
     key: str
     header: str
@@ -83,6 +85,7 @@ class Column:
     numeric: bool = False
     help: str = ""
     cell_override: Getter | None = field(default=None, compare=False)
+    width: int | None = field(default=None, compare=False)
 
     def cell(self, row: Any) -> str:
         """The text a table shows for ``row``."""
@@ -327,6 +330,14 @@ WIDE_ONLY = ("stored_mib", "meta_pct", "ai", "roofline_us", "hbm_floor_us")
 NARROW_METHODS = 2
 
 
+#: The columns of a tensor-parallel terminal table unless ``--wide`` (``times``: the first timing
+#: method of the rows); 120 characters with qbench's longest scheme labels.
+TP_NARROW = ("scheme", "m", "tp_size", "split", "end_to_end_us", "times", "tp_speedup", "rel_err", "status")
+
+#: Shorter headers of the narrow default table (:func:`qbench.render.render` without ``wide``).
+NARROW_HEADERS = {"tp_speedup": "vs tp 1"}
+
+
 def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
     """Default column keys for ``qbench run``'s and ``qbench report``'s table over ``rows``.
 
@@ -336,7 +347,10 @@ def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
     stays) and keeps the first
     :data:`NARROW_METHODS` timing methods (``stream cold`` on CUDA, ``stream cpu`` on CPU, ``cold
     warm`` in a file written before ``stream``), so a table fits 120 characters. Tensor-parallel
-    rows keep every column.
+    rows keep :data:`TP_NARROW`: scheme, M, tp_size, split, the end-to-end median, the first timing
+    method, the speed-up over tp 1 (under the short header of :data:`NARROW_HEADERS`), rel err
+    and status (the collective, bytes per rank, the local GEMM and collective medians, the other
+    methods with ``wide``).
 
     CUDA results get the registry's CUDA methods in its order (``stream cold warm eager``; not those
     that are not ``shown_by_default``, ``kernel``, which ``--columns`` adds), then ``hbm_floor_us``
@@ -360,6 +374,8 @@ def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
     floor = _FLOOR if (cuda or not rows) and (not rows or any(r.has("hbm_floor_us") for r in rows)) else []
     if any(r.tp_size is not None for r in rows):
         # tensor-parallel rows: which sharding, and its local GEMM, collective and end-to-end times
+        if not wide:
+            return [c for key in TP_NARROW for c in (times[:1] if key == "times" else [key])]
         head = ["shard_mib" if c == "stored_mib" else c for c in _COMMON_HEAD if c not in ("scheme", "m")]
         return ["scheme", "m", "tp_size", "split", "collective", *head, "local_us", "collective_us",
                 "end_to_end_us", *times, "tp_speedup", "rel_err", "status"]

@@ -24,7 +24,7 @@ from qbench.render.safe import MARKDOWN_FORMATS, markdown_cell, visible
 from qbench.row import Row
 from qbench.timing import registry
 
-__all__ = ["render_table", "footnotes"]
+__all__ = ["render_table", "footnotes", "rest_width"]
 
 
 def footnotes(rows: Sequence[Row]) -> list[str]:
@@ -53,9 +53,22 @@ def footnotes(rows: Sequence[Row]) -> list[str]:
 _LATENCY_KEYS = frozenset(registry.METHODS)
 
 
+def rest_width(rows: Sequence[Any], columns: Sequence[Column], key: str, width: int, least: int = 16) -> int:
+    """The width (characters) left to column ``key`` when the table of ``rows`` in ``columns`` is
+    to fit ``width`` characters in tabulate's ``simple`` format: ``width`` less every other column
+    (its widest cell, or its header plus 2) and the two spaces between columns; at least ``least``
+    (a table whose other columns take more than ``width`` is wider)."""
+    used = 2 * (len(columns) - 1)
+    for c in columns:
+        if c.key != key:
+            used += max([len(c.header) + 2, *(len(line) for r in rows for line in c.cell(r).splitlines())])
+    return max(width - used, least)
+
+
 def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str = "simple") -> str:
     """Render ``rows`` (result rows, or any records the ``columns`` getters read) as a table in
-    tabulate format ``tablefmt``. Returns the text without a trailing newline."""
+    tabulate format ``tablefmt``; a cell longer than its column's ``width`` wraps onto several lines.
+    Returns the text without a trailing newline."""
     safe = markdown_cell if tablefmt in MARKDOWN_FORMATS else visible
     body = [[safe(c.cell(r)) for c in columns] for r in rows]
     text = tabulate(
@@ -64,6 +77,8 @@ def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str =
         tablefmt=tablefmt,
         disable_numparse=True,
         colalign=["right" if c.numeric else "left" for c in columns],
+        # a column with a width wraps its longer cells onto several lines (passed only when one has one)
+        **({"maxcolwidths": [c.width for c in columns]} if any(c.width for c in columns) else {}),
     )
     keys = {c.key for c in columns}
     if "reason" in keys or "status" not in keys:

@@ -178,7 +178,7 @@ def run(*argv):
 
 def test_cli_llama3_8b_on_the_h200_files(capsys):
     """The committed per-layer files give every scheme's step at M = 1, 16, 512: exit 0."""
-    assert cli.main(["model", "llama3-8b", *LLAMA3_8B_FILES]) == 0
+    assert cli.main(["model", "llama3-8b", *LLAMA3_8B_FILES, "--wide"]) == 0  # --wide: each prose line whole (the default wraps at 120 characters)
     out = capsys.readouterr().out
     assert "attention (scores, softmax, RoPE), the KV cache" in out and "not included" in out
     assert "LM head 4096→128256: missing, not measured" in out
@@ -265,7 +265,7 @@ def test_allow_incomplete_turns_the_warning_into_a_note(capsys):
     assert run("llama3.1-70b", *files) == 0
     err = capsys.readouterr().err
     assert err.count("is incomplete") == 2
-    assert run("llama3.1-70b", *files, "--allow-incomplete") == 0
+    assert run("llama3.1-70b", *files, "--allow-incomplete", "--wide") == 0  # --wide: each prose line whole (the default wraps at 120 characters)
     cap = capsys.readouterr()
     assert cap.err == ""
     notes = [line for line in cap.out.splitlines() if line.startswith("note: ") and "incomplete" in line]

@@ -190,7 +190,7 @@ def test_cli_summary_over_two_files(capsys, tmp_path):
 
 def test_cli_two_files_without_summary_names_each(capsys):
     a, b = FIXTURES / "cuda_run1.json", FIXTURES / "cuda_run2_noise.json"
-    assert run(str(a), str(b), "--max-rel-err", "0.01") == 0
+    assert run(str(a), str(b), "--max-rel-err", "0.01", "--wide") == 0  # --wide: each prose line whole (the default wraps at 120 characters)
     out = capsys.readouterr().out
     assert out.startswith("budget rel_fro <= 0.01") and out.count("Pareto front") == 3  # one result
     assert out.splitlines()[1].startswith(f"warning: {a} + {b}: errors come from a synthetic weight")
@@ -343,7 +343,7 @@ def test_cli_method_cold_still_works(capsys):
 
 
 def test_cli_file_without_stream_falls_back_to_cold_with_a_note(capsys):
-    assert run(str(FIXTURES / "cuda_run1.json"), "--max-rel-err", "0.01") == 0
+    assert run(str(FIXTURES / "cuda_run1.json"), "--max-rel-err", "0.01", "--wide") == 0  # --wide: each prose line whole (the default wraps at 120 characters)
     first = capsys.readouterr().out.splitlines()[0]
     assert first == ("budget rel_fro <= 0.01; latency = cold median (no stream latency in this file: an older "
                      "result, or stream not timed; using cold times)")
@@ -361,7 +361,7 @@ def test_cpu_result_with_stream_reads_stream(capsys):
 
 def test_summary_names_the_unusable_schemes(capsys):
     a = str(FIXTURES / "cuda_stream.json")
-    assert run(a, "--max-rel-err", "0.01", "--summary") == 0
+    assert run(a, "--max-rel-err", "0.01", "--summary", "--wide") == 0  # --wide: each prose line whole (the default wraps at 120 characters)
     out = capsys.readouterr().out
     assert out.startswith("budget rel_fro <= 0.01; latency = stream median; the pick")
     assert out.rstrip().splitlines()[-1] == (
@@ -603,7 +603,7 @@ def test_pick_stability_over_committed_h200_decode_runs(capsys):
     (``qbench run --repeat 3``, 2026-12-02): the gemlite int8 kernel won two of them, the compiled
     int8 weight-only layer one, and the between-run spread (42 %) makes the two a tie."""
     root = Path(__file__).resolve().parents[2] / "results" / "h200"
-    assert run(str(root / "decode.json"), "--max-rel-err", "0.01") == 0
+    assert run(str(root / "decode.json"), "--max-rel-err", "0.01", "--wide") == 0  # --wide: each prose line whole (the default wraps at 120 characters)
     out, err = capsys.readouterr()
     assert out.startswith("budget rel_fro <= 0.01; latency = stream median\n") and err == ""
     assert ("\nM=1 (K=4096, N=4096): use int8-weight-only-gemlite (8.78 µs, rel_fro 0.00915); as fast within noise: "

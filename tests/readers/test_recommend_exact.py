@@ -111,7 +111,7 @@ def test_pick_does_not_flip_between_schemes_tied_within_noise_across_m():
     assert m2["others"] == [{"scheme": "fp16", "reason": "same speed within noise, bf16 kept from M=1: "
                                                          "10.1 µs vs 10.2 µs (0.99×, p10–p90 overlap)"}]
     assert m2["pareto"][0]["scheme"] == "fp16"  # the front does not change: fp16 is faster and more exact
-    text = render_recommendation(rec)
+    text = render_recommendation(rec, wide=True)  # each prose line whole (the default wraps at 120 characters)
     assert ("M=2 (K=64, N=32): use bf16 (10.2 µs, rel_fro 0.003); as fast within noise: fp16 "
             "(kept from M=1: tied within noise, the pick does not flip)") in text
     doc = {"scenario": {"name": "sweep"}, "rows": rows}
@@ -121,4 +121,5 @@ def test_pick_does_not_flip_between_schemes_tied_within_noise_across_m():
         (16, "fp16", None, 9.9 / 10.0)]
     table = render_summary(summary, "stream", "bf16")
     assert "bf16 (kept from M=1)" in table and "bf16 (kept from M=2)" in table
-    assert "speed-up vs bf16 (bf16 time / pick time)" in table
+    assert "×bf16" in table  # the narrow default's header; --wide (wide=True) the full one
+    assert "speed-up vs bf16 (bf16 time / pick time)" in render_summary(summary, "stream", "bf16", wide=True)

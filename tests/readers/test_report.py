@@ -342,7 +342,7 @@ def test_crossover_reads_stream_and_names_unusable_schemes(capsys):
     assert recs["nf4-bnb"]["wins"] == [1] and recs["nf4-bnb"]["losses"] == [16]
     assert recs["nf4-bnb"]["best_speedup"] == pytest.approx(9.40 / 3.90)  # bf16 / nf4-bnb at M = 1
     assert recs["fp16"]["ties"] == [1, 16]
-    assert run(STREAM, "--crossover") == 0
+    assert run(STREAM, "--crossover", "--wide") == 0  # --wide: each prose line whole (the default wraps at 120 characters)
     out = capsys.readouterr().out.splitlines()
     assert out[2].startswith("weight: ")  # the header's third line says where the weight came from
     assert out[3] == "crossover vs bf16, stream median; speed-up = bf16 time / scheme time (> 1: the scheme is faster)"
