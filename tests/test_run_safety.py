@@ -543,6 +543,36 @@ def test_a_stopped_tensor_parallel_run_leaves_no_rank_running(tmp_path, sig):
     assert [r["scheme"] for r in read_results(tmp_path / "r.partial.json").to_json()["rows"]] == ["fp32"]
 
 
+def test_a_killed_tensor_parallel_job_has_no_rank_left_to_write_into_its_removed_folder(tmp_path):
+    """torchrun starts each rank in a session of its own, which the kill of torchrun's session does
+    not reach: ``_kill_session`` kills each child's group too and returns once they are gone, so the
+    folder the runner removes next is not created again by a rank writing its rows (1 of 2 SIGINTs
+    of a tensor-parallel run left ``qbench-tp-*/4/rows.json`` before)."""
+    from qbench.tp import runner as tp_runner
+
+    folder, pidfile = tmp_path / "job", tmp_path / "rank.pid"
+    rank = ("import os, sys, time\n"
+            f"open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+            "time.sleep(1.5)\n"
+            f"os.makedirs({str(folder)!r}, exist_ok=True)\n"
+            f"open(os.path.join({str(folder)!r}, 'rows.json'), 'w').write('[]')\n")
+    launcher = (f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {rank!r}], start_new_session=True)"
+                ".wait()\n")
+    folder.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", launcher], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(pidfile.read_text())
+    tp_runner._kill_session(proc)
+    import shutil
+
+    shutil.rmtree(folder)
+    assert _gone(pid, within=0.1), "a rank outlived its job's kill"
+    time.sleep(2)
+    assert not folder.exists()
+
+
 @pytest.mark.parametrize("label,why", [
     ("a\x1b]0;pwned\x07", "must be printable text without control characters, '|', '<', '>' or '`' (it is printed in "
                           "tables), found '\\x1b'"),
