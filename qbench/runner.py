@@ -162,6 +162,10 @@ _TEMP_NAME = re.compile(r"^qbench-(?:tp-)?(\d+)-")
 #: or hung (:meth:`_Workers._await_exit`). A forkserver that answers reports an exit within
 #: milliseconds.
 EXIT_REPORT_S = 5.0
+#: Seconds a SIGKILLed worker may take to exit (a CUDA context's teardown) before the runner stops
+#: waiting for it: the forkserver, which would report it, is then killed so that nothing (not even
+#: multiprocessing at the runner's exit) waits for it any longer.
+KILL_WAIT_S = 30.0
 
 
 def _read_rows(path: str) -> Optional[list]:
@@ -343,8 +347,9 @@ class _Workers:
     hung, a preload that never ends), is killed, and that scheme and every later one get
     ``failed`` rows saying so, instead of a traceback or a run that never ends. No wait on the
     forkserver is unbounded: a worker's exit (which only the forkserver, its parent, reports) is
-    waited for until the scheme's deadline, and :data:`EXIT_REPORT_S` s once the worker has exited or
-    was killed; a forkserver that does not report it is killed the same way (the worker's rows are
+    waited for until the scheme's deadline, :data:`KILL_WAIT_S` s after its SIGKILL, and
+    :data:`EXIT_REPORT_S` s once it has exited (a zombie); a forkserver that does not report it is
+    killed the same way (the worker's rows are
     kept when it wrote them: its measurement finished; otherwise they fail with that reason).
 
     Attributes:
@@ -523,16 +528,17 @@ class _Workers:
                 self._worker_stamps(index, said)
         conn.close()
         # every wait on the forkserver's answer (the worker's exit) is bounded: by the scheme's
-        # deadline while the worker may still measure, by EXIT_REPORT_S once it exited or was killed
-        state = self._await_exit(proc, time.monotonic() + EXIT_REPORT_S if timed_out else deadline)
+        # deadline while the worker may still measure, then by KILL_WAIT_S after its SIGKILL, and by
+        # EXIT_REPORT_S once it has exited (a zombie) without a report
+        state = self._await_exit(proc, time.monotonic() + KILL_WAIT_S if timed_out else deadline)
         if state == "running":  # still measuring at the deadline
             timed_out = True
             proc.kill()
-            state = self._await_exit(proc, time.monotonic() + EXIT_REPORT_S)
+            state = self._await_exit(proc, time.monotonic() + KILL_WAIT_S)
         self.stamp(index, "exited")
         self.current = None
         if state != "reported":  # the forkserver, the worker's parent, did not say how it ended
-            self._abandon_forkserver(proc, killed=timed_out)
+            self._abandon_forkserver(proc, state, killed=timed_out)
             rows = _read_rows(rows_path)
             if rows is not None:  # written (atomically) after every M was measured: a finished measurement
                 return rows
@@ -567,16 +573,24 @@ class _Workers:
             if exited_at is None and now >= until:
                 return "running"
 
-    def _abandon_forkserver(self, proc, killed: bool) -> None:
-        """The forkserver did not report worker ``proc``'s exit: SIGKILL that worker and every
-        worker started ahead (while the stopped forkserver still holds their pids, so no pid is
-        reused), then the forkserver (:func:`qbench.forkserver.kill`; its zombie children go to
-        init), and set :attr:`broken`: every later scheme fails with that reason."""
+    def _abandon_forkserver(self, proc, state: str, killed: bool) -> None:
+        """The forkserver did not report worker ``proc``'s exit (``state``, :meth:`_await_exit`:
+        ``"unreported"``, or ``"running"``: the worker outlived its SIGKILL by :data:`KILL_WAIT_S`):
+        SIGKILL that worker and every worker started ahead (while the forkserver still holds their
+        pids, so no pid is reused), then the forkserver (:func:`qbench.forkserver.kill`; its zombie
+        children go to init), and set :attr:`broken`: every later scheme fails with that reason.
+        ``killed``: the runner killed ``proc`` at the scheme timeout."""
         server = forkserver.pids()
-        what = "was killed at the scheme timeout" if killed else "exited"
-        self.broken = (f"the forkserver (pid {server[0] if server else '?'}) stopped answering (stopped or hung): the "
-                       f"worker (pid {proc.pid}) {what}, but its exit was not reported within {EXIT_REPORT_S:g} s; it "
-                       "was killed, and no later scheme was measured")
+        server = server[0] if server else "?"
+        if state == "running":
+            self.broken = (f"the worker (pid {proc.pid}) did not exit within {KILL_WAIT_S:g} s of its SIGKILL; the "
+                           f"forkserver (pid {server}), which would report its exit, was killed, and no later scheme "
+                           "was measured")
+        else:
+            what = "was killed at the scheme timeout" if killed else "exited"
+            self.broken = (f"the forkserver (pid {server}) stopped answering (stopped or hung): the worker (pid "
+                           f"{proc.pid}) {what}, but its exit was not reported within {EXIT_REPORT_S:g} s; it was "
+                           "killed, and no later scheme was measured")
         ahead = list(self.started.values())
         self.started.clear()
         for other, conn, *_ in ahead:
@@ -584,13 +598,14 @@ class _Workers:
         self._stop_workers([proc] + [other for other, *_ in ahead])
 
     def _stop_workers(self, procs) -> None:
-        """SIGKILL the workers ``procs`` and wait (bounded) for their exits; a forkserver that does
-        not report one within :data:`EXIT_REPORT_S` is killed (after the workers), which ends every
-        wait: its pipes close and multiprocessing reads the exits as 255."""
+        """SIGKILL the workers ``procs`` and wait (bounded: :meth:`_await_exit`, at most
+        :data:`KILL_WAIT_S`) for their exits; a forkserver that does not report one (or that
+        :attr:`broken` gave up on) is killed after the workers, which ends every wait: its pipes
+        close and multiprocessing reads the exits as 255."""
         procs = [p for p in procs if p.exitcode is None]
         for p in procs:
             p.kill()
-        until = time.monotonic() + EXIT_REPORT_S
+        until = time.monotonic() + KILL_WAIT_S
         if self.broken is not None or any(self._await_exit(p, until) != "reported" for p in procs):
             forkserver.kill()
             for p in procs:
