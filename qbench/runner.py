@@ -157,6 +157,28 @@ TEMP_PREFIX = "qbench-"
 _TEMP_NAME = re.compile(r"^qbench-(?:tp-)?(\d+)-")
 
 
+#: Seconds the runner waits for the forkserver to report the exit of a worker that has exited (a
+#: zombie under the forkserver) or that the runner killed, before it takes the forkserver as stopped
+#: or hung (:meth:`_Workers._await_exit`). A forkserver that answers reports an exit within
+#: milliseconds.
+EXIT_REPORT_S = 5.0
+#: Seconds a SIGKILLed worker may take to exit (a CUDA context's teardown) before the runner stops
+#: waiting for it: the forkserver, which would report it, is then killed so that nothing (not even
+#: multiprocessing at the runner's exit) waits for it any longer.
+KILL_WAIT_S = 30.0
+
+
+def _read_rows(path: str) -> Optional[list]:
+    """The rows a worker wrote to ``path`` (it writes them atomically, once every M is measured), or
+    None when the file is missing or not a JSON list."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            rows = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return rows if isinstance(rows, list) else None
+
+
 class ForkserverGone(Exception):
     """The forkserver died or stopped answering; the message is the failed rows' reason."""
 
@@ -323,7 +345,12 @@ class _Workers:
 
     A forkserver that dies, or does not fork a worker within ``timing.scheme_timeout_s`` (stopped,
     hung, a preload that never ends), is killed, and that scheme and every later one get
-    ``failed`` rows saying so, instead of a traceback or a run that never ends.
+    ``failed`` rows saying so, instead of a traceback or a run that never ends. No wait on the
+    forkserver is unbounded: a worker's exit (which only the forkserver, its parent, reports) is
+    waited for until the scheme's deadline, :data:`KILL_WAIT_S` s after its SIGKILL, and
+    :data:`EXIT_REPORT_S` s once it has exited (a zombie); a forkserver that does not report it is
+    killed the same way (the worker's rows are
+    kept when it wrote them: its measurement finished; otherwise they fail with that reason).
 
     Attributes:
         timeline: one entry per scheme that got a worker, in the order they ran
@@ -500,18 +527,89 @@ class _Workers:
                     self._go(following, self.started[following][1])
                 self._worker_stamps(index, said)
         conn.close()
-        proc.join(max(0.0, deadline - time.monotonic()))
-        self.stamp(index, "exited")
-        if proc.is_alive():
+        # every wait on the forkserver's answer (the worker's exit) is bounded: by the scheme's
+        # deadline while the worker may still measure, then by KILL_WAIT_S after its SIGKILL, and by
+        # EXIT_REPORT_S once it has exited (a zombie) without a report
+        state = self._await_exit(proc, time.monotonic() + KILL_WAIT_S if timed_out else deadline)
+        if state == "running":  # still measuring at the deadline
             timed_out = True
             proc.kill()
-            proc.join()
-        code = None if timed_out else proc.exitcode
+            state = self._await_exit(proc, time.monotonic() + KILL_WAIT_S)
+        self.stamp(index, "exited")
         self.current = None
+        if state != "reported":  # the forkserver, the worker's parent, did not say how it ended
+            self._abandon_forkserver(proc, state, killed=timed_out)
+            rows = _read_rows(rows_path)
+            if rows is not None:  # written (atomically) after every M was measured: a finished measurement
+                return rows
+            last = log_tail(log_path, 1)
+            return self._failed(index, (f"worker timed out after {timeout:g} s; " if timed_out else "") + self.broken
+                                + (f"; last output: {last[0][:240]}" if last else ""))
+        code = None if timed_out else proc.exitcode
         if code == 0 and os.path.exists(rows_path):
             with open(rows_path, encoding="utf-8") as f:
                 return json.load(f)
         return self._failed(index, _death_reason(code, log_path, timeout))
+
+    def _await_exit(self, proc, until: float) -> str:
+        """Wait for the forkserver to report worker ``proc``'s exit (the forkserver is its parent:
+        only it reaps the worker and writes the exit status to ``proc.sentinel``), at most until
+        ``until`` (``time.monotonic()``). Returns ``"reported"``; ``"unreported"`` once the worker
+        has exited (a zombie in ``/proc``) and no report came for :data:`EXIT_REPORT_S` s (a
+        stopped or hung forkserver; checked every 0.5 s); ``"running"`` when ``until`` passed and
+        the worker has not exited (or ``/proc`` cannot tell)."""
+        exited_at = None
+        while True:
+            now = time.monotonic()
+            end = until if exited_at is None else exited_at + EXIT_REPORT_S
+            proc.join(max(0.0, min(0.5, end - now)))
+            if proc.exitcode is not None:
+                return "reported"
+            now = time.monotonic()
+            if exited_at is None and not runner_alive(proc.pid):
+                exited_at = now
+            if exited_at is not None and now - exited_at >= EXIT_REPORT_S:
+                return "unreported"
+            if exited_at is None and now >= until:
+                return "running"
+
+    def _abandon_forkserver(self, proc, state: str, killed: bool) -> None:
+        """The forkserver did not report worker ``proc``'s exit (``state``, :meth:`_await_exit`:
+        ``"unreported"``, or ``"running"``: the worker outlived its SIGKILL by :data:`KILL_WAIT_S`):
+        SIGKILL that worker and every worker started ahead (while the forkserver still holds their
+        pids, so no pid is reused), then the forkserver (:func:`qbench.forkserver.kill`; its zombie
+        children go to init), and set :attr:`broken`: every later scheme fails with that reason.
+        ``killed``: the runner killed ``proc`` at the scheme timeout."""
+        server = forkserver.pids()
+        server = server[0] if server else "?"
+        if state == "running":
+            self.broken = (f"the worker (pid {proc.pid}) did not exit within {KILL_WAIT_S:g} s of its SIGKILL; the "
+                           f"forkserver (pid {server}), which would report its exit, was killed, and no later scheme "
+                           "was measured")
+        else:
+            what = "was killed at the scheme timeout" if killed else "exited"
+            self.broken = (f"the forkserver (pid {server}) stopped answering (stopped or hung): the worker (pid "
+                           f"{proc.pid}) {what}, but its exit was not reported within {EXIT_REPORT_S:g} s; it was "
+                           "killed, and no later scheme was measured")
+        ahead = list(self.started.values())
+        self.started.clear()
+        for other, conn, *_ in ahead:
+            conn.close()
+        self._stop_workers([proc] + [other for other, *_ in ahead])
+
+    def _stop_workers(self, procs) -> None:
+        """SIGKILL the workers ``procs`` and wait (bounded: :meth:`_await_exit`, at most
+        :data:`KILL_WAIT_S`) for their exits; a forkserver that does not report one (or that
+        :attr:`broken` gave up on) is killed after the workers, which ends every wait: its pipes
+        close and multiprocessing reads the exits as 255."""
+        procs = [p for p in procs if p.exitcode is None]
+        for p in procs:
+            p.kill()
+        until = time.monotonic() + KILL_WAIT_S
+        if self.broken is not None or any(self._await_exit(p, until) != "reported" for p in procs):
+            forkserver.kill()
+            for p in procs:
+                p.join(1.0)
 
     def _worker_stamps(self, index: int, said: bytes) -> None:
         """The worker's own clock readings from its ``done`` message, into the timeline as
@@ -530,14 +628,10 @@ class _Workers:
     def close(self) -> None:
         """Stop the measuring worker, if one still runs, and the workers started ahead that will not
         run (a stop signal, an error)."""
-        if self.current is not None:
-            if self.current.is_alive():
-                self.current.kill()
-                self.current.join()
-            self.current = None
+        procs = [self.current] if self.current is not None else []
         for proc, conn, *_ in self.started.values():
             conn.close()
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+            procs.append(proc)
+        self.current = None
         self.started.clear()
+        self._stop_workers(procs)

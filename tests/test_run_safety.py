@@ -325,6 +325,63 @@ def test_a_stopped_forkserver_fails_the_remaining_schemes_within_the_scheme_time
     assert not forkserver.pids() or _gone(forkserver.pids()[0], within=5)
 
 
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])  # field 4, ppid
+
+
+@pytest.mark.parametrize("sleep_s,timeout_s,finished", [("2", 20, True), ("60", 6, False)],
+                         ids=["finished-worker", "measuring-worker"])
+def test_a_forkserver_stopped_under_a_forked_worker_ends_the_run_within_the_scheme_timeout(tmp_path, sleep_s,
+                                                                                         timeout_s, finished):
+    """Issue 24 item 2 in the form found on main after finding #9's fix: the forkserver is SIGSTOPped
+    after it forked the measuring worker. That worker then exits (``finished``: its rows written)
+    or is killed at the scheme timeout, and the stopped forkserver, its parent, never reports the
+    exit. The run still ends within the scheme timeout and a margin; the finished worker's rows are
+    kept (else failed with the reason), the later scheme fails naming the forkserver, and no process
+    of the run is left (the stopped forkserver is killed)."""
+    sc = tmp_path / "s.toml"
+    sc.write_text(small_scenario_toml(["sleep-test", "fp16"], m=(1,)).replace(
+        "budget_s = 0.05", f"budget_s = 0.05\nscheme_timeout_s = {timeout_s}"))
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "qbench", "run", str(sc), "--out", str(out), "--quiet",
+                             "--device", "cpu"], cwd=tmp_path, env=_env(tmp_path, QBENCH_TEST_SLEEP_S=sleep_s),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    worker = _measuring_worker(tmp_path, proc)
+    server = _parent(worker)
+    assert server != proc.pid  # the worker is the forkserver's child, not the runner's
+    os.kill(server, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=timeout_s + 40)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError(f"the run still ran {timeout_s + 40} s after the forkserver was stopped")
+    finally:
+        if not _gone(server, within=5):  # the test's own clean-up, whatever the run did
+            os.kill(server, signal.SIGKILL)
+    took = time.monotonic() - stopped
+    assert took < timeout_s + 15, took
+    assert proc.returncode == (0 if finished else 1), err
+    assert _gone(server, within=0.5), "the stopped forkserver outlived its run"
+    assert _gone(worker, within=5) and not _temp_folders(tmp_path)
+    doc = read_results(out).to_json()
+    assert [(r["scheme"], r["status"]) for r in doc["rows"]] == [("sleep-test", "ok" if finished else "failed"),
+                                                                ("fp16", "failed")]
+    if finished:
+        why = (f"the forkserver (pid {server}) stopped answering (stopped or hung): the worker (pid {worker}) "
+               f"exited, but its exit was not reported within {runner.EXIT_REPORT_S:g} s; it was killed, and no "
+               "later scheme was measured")
+        assert doc["rows"][0]["latency_us"]
+    else:
+        why = (f"the forkserver (pid {server}) stopped answering (stopped or hung): the worker (pid {worker}) was "
+               f"killed at the scheme timeout, but its exit was not reported within {runner.EXIT_REPORT_S:g} s; "
+               "it was killed, and no later scheme was measured")
+        assert doc["rows"][0]["reason"].startswith(f"worker timed out after {timeout_s} s; {why}")
+    assert doc["rows"][1]["reason"] == why
+
+
 def test_a_failed_write_is_one_line_exit_2_and_the_rows_stay_in_the_partial_file(tmp_path, monkeypatch, capsys):
     """ENOSPC at the second partial write, at the final write, and a TMPDIR that cannot hold the
     workers' folder: one line, exit 2, the rows measured before in the partial file."""
@@ -484,6 +541,36 @@ def test_a_stopped_tensor_parallel_run_leaves_no_rank_running(tmp_path, sig):
                                                        f"{tmp_path / 'r.partial.json'}")
         assert not _temp_folders(tmp_path)
     assert [r["scheme"] for r in read_results(tmp_path / "r.partial.json").to_json()["rows"]] == ["fp32"]
+
+
+def test_a_killed_tensor_parallel_job_has_no_rank_left_to_write_into_its_removed_folder(tmp_path):
+    """torchrun starts each rank in a session of its own, which the kill of torchrun's session does
+    not reach: ``_kill_session`` kills each child's group too and returns once they are gone, so the
+    folder the runner removes next is not created again by a rank writing its rows (1 of 2 SIGINTs
+    of a tensor-parallel run left ``qbench-tp-*/4/rows.json`` before)."""
+    from qbench.tp import runner as tp_runner
+
+    folder, pidfile = tmp_path / "job", tmp_path / "rank.pid"
+    rank = ("import os, sys, time\n"
+            f"open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+            "time.sleep(1.5)\n"
+            f"os.makedirs({str(folder)!r}, exist_ok=True)\n"
+            f"open(os.path.join({str(folder)!r}, 'rows.json'), 'w').write('[]')\n")
+    launcher = (f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {rank!r}], start_new_session=True)"
+                ".wait()\n")
+    folder.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", launcher], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(pidfile.read_text())
+    tp_runner._kill_session(proc)
+    import shutil
+
+    shutil.rmtree(folder)
+    assert _gone(pid, within=0.1), "a rank outlived its job's kill"
+    time.sleep(2)
+    assert not folder.exists()
 
 
 @pytest.mark.parametrize("label,why", [

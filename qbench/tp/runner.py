@@ -181,13 +181,55 @@ def run_job(scenario: Scenario, index: int, tp_size: int, split: str, dev, folde
     return failed_rows(_rows(scenario, index, dev, tp_size, split), "failed", f"{reason}; last output: {last}" if last else reason)
 
 
+#: Seconds :func:`_kill_session` waits for SIGKILLed ranks to be gone before the run's folder is removed.
+RANKS_GONE_S = 10.0
+
+
 def _kill_session(proc: subprocess.Popen) -> None:
-    """SIGKILL the job's own session (torchrun and its ranks: ``start_new_session``) and reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """SIGKILL the job's own session (``start_new_session``: torchrun, or the tp_size 1 worker) and
+    the process group of each of its children (torchrun starts every rank in a session of its own,
+    which the first kill does not reach), reap it, and wait (at most :data:`RANKS_GONE_S` s) until
+    those children are gone: only then may the caller remove the job's folder. Before, a rank that
+    outlived torchrun by its watcher's interval (:data:`qbench.tp.worker.WATCH_INTERVAL_S`) could
+    write ``rows.json`` after the folder's removal (its ``makedirs`` created the folder again)."""
+    from qbench.tp.worker import runner_alive
+
+    ranks = _children(proc.pid)  # read before torchrun dies: then they belong to init
+    groups = {proc.pid}
+    for pid in ranks:
+        try:
+            groups.add(os.getpgid(pid))
+        except ProcessLookupError:
+            pass
+    groups.discard(os.getpgrp())  # never this run's own group
+    for group in groups:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     proc.wait()
+    deadline = time.monotonic() + RANKS_GONE_S
+    while any(runner_alive(pid) for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _children(pid: int) -> list[int]:
+    """The pids of process ``pid``'s children (``/proc/*/stat`` field 4); ``[]`` where ``/proc`` is missing."""
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
 
 
 def _last_line(log_path: str) -> str:
