@@ -678,17 +678,22 @@ def run_recommend(args: argparse.Namespace) -> int:
     return 0 if picked else 1
 
 
-def _step_columns(baseline: str) -> list[Column]:
+def _step_columns(baseline: str, wide: bool = True) -> list[Column]:
+    """The columns of a model-step file's table; without ``wide`` (a terminal table without
+    ``--wide``) the same columns under shorter headers, which fit 120 characters (the line above
+    the table says what the pick is)."""
     return [
         Column("m", "M", lambda r: r["m"], str, True),
-        Column("context", "context", lambda r: r["context"], str, True),
-        Column("pick", "fastest step within the budget", lambda r: r["pick"] or "none"),
-        Column("method", "step method", lambda r: step_view.SHORT.get(r["method"], DASH) if r["method"] else DASH),
+        Column("context", "context" if wide else "ctx", lambda r: r["context"], str, True),
+        Column("pick", "fastest step within the budget" if wide else "pick", lambda r: r["pick"] or "none"),
+        Column("method", "step method" if wide else "method",
+               lambda r: step_view.SHORT.get(r["method"], DASH) if r["method"] else DASH),
         Column("step_us", "step µs", lambda r: r["step_us"], fmt_us, True),
         Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
         Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
         Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
-        Column("within", "within budget", lambda r: f"{r['within']} of {r['timed']}", numeric=True),
+        Column("within", "within budget" if wide else "within", lambda r: f"{r['within']} of {r['timed']}",
+               numeric=True),
     ]
 
 
@@ -717,20 +722,24 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
                for path, doc, rec in records]
         print(json.dumps(out if len(out) > 1 else out[0], indent=2, ensure_ascii=False))
         return 0 if picked else 1
+    fits = narrow(args.format, getattr(args, "wide", False))
+    say = fit if fits else (lambda line: line)  # noqa: E731  (prose lines within 120 characters)
     for i, (path, doc, rec) in enumerate(records):
         rows = doc.step_rows
         if len(records) > 1:
             print(("\n" if i else "") + visible(f"== {path}"))
         if wants_prose(args.format):
-            print(visible(f"{rows[0].title} ({rows[0].model}), decode step: the fastest step whose logits error against "
-                  f"the FP32 step is ≤ {args.max_rel_err:g} (error.rel_fro), per M and context; step method: "
-                  f"{', else '.join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)}; ×{args.baseline} = "
-                  f"{args.baseline} step / this step (a compiled scheme against {args.baseline}+compiled)") + "\n")
-        print(render(rec, _step_columns(args.baseline), args.format))
+            print(say(visible(f"{rows[0].title} ({rows[0].model}), decode step: the fastest step whose logits error "
+                              f"against the FP32 step is ≤ {args.max_rel_err:g} (error.rel_fro), per M and context; "
+                              f"step method: {', else '.join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)}; "
+                              f"×{args.baseline} = {args.baseline} step / this step (a compiled scheme against "
+                              f"{args.baseline}+compiled)"
+                              + ("; within: how many timed schemes are within the budget" if fits else ""))) + "\n")
+        print(render(rec, _step_columns(args.baseline, wide=not fits), args.format))
         if wants_prose(args.format):
             untimed = sorted({s for r in rec for s in r["untimed"]})
             if untimed:
-                print("\n" + visible(f"not timed (no step time, not considered): {', '.join(untimed)}"))
+                print("\n" + say(visible(f"not timed (no step time, not considered): {', '.join(untimed)}")))
     return 0 if picked else 1
 
 

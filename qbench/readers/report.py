@@ -303,14 +303,16 @@ def _show_step(args: argparse.Namespace, doc: ResultDoc) -> int:
     if args.by_m is not None:
         order = {r.key: i for i, r in enumerate(rows)}
         rows = sorted(rows, key=lambda r: (r.m, r.context, order[r.key]))
+    wide = getattr(args, "wide", False)
+    show = fit if narrow(args.format, wide) else (lambda line: line)  # noqa: E731  (prose within 120)
     if wants_prose(args.format):
         for line in step_view.describe(doc.to_json()):
-            print(visible(line))  # the file's title and model name: one line whatever they hold
+            print(show(visible(line)))  # the file's title and model name: one line whatever they hold
         warning = incomplete_warning(doc, args.result)
         if warning:
-            print(warning.removeprefix("warning: "))
+            print(show(warning.removeprefix("warning: ")))
         print()
-    table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline, wide=getattr(args, "wide", False))
+    table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline, wide=wide)
     print(table, end="" if table.endswith("\n") else "\n")  # csv ends its last line itself
     return 0
 
