@@ -39,9 +39,10 @@ from __future__ import annotations
 import sys
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, row_verdict
-from qbench.readers.common import (Command, Refused, add_format, add_method, blocking_differences, group_results,
-                                   open_results, timing_differences)
-from qbench.render import Column, check_format, render, wants_prose
+from qbench.readers.common import (Command, Refused, add_format, add_method, add_wide, blocking_differences,
+                                   group_results, open_results, timing_differences)
+from qbench.render import TABLE_WIDTH, Column, check_format, fit, narrow, render, wants_prose
+from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
@@ -147,7 +148,11 @@ def _why(row: Row, method: str) -> str:
     return f"no {method} latency" + (f" ({reason.text})" if reason else "")
 
 
-def _columns(method: str) -> list[Column]:
+def _columns(method: str, wide: bool = True) -> list[Column]:
+    """The compare table's columns; without ``wide`` (a terminal table without ``--wide``) the same
+    columns under short headers (``A µs``, ``B µs``, ``speed-up``, ``Δ err``: the line under the
+    table names the method and defines the speed-up), the note wrapping within its cell (the
+    width is set by :func:`render_compare`)."""
     def speedup_show(v):
         return DASH if v is None else f"{v:.3f}×"
 
@@ -161,24 +166,29 @@ def _columns(method: str) -> list[Column]:
     return [
         Column("scheme", "scheme", lambda r: r["scheme"]),
         Column("m", "M", lambda r: r["m"], fmt_num("d"), True),
-        Column("a_us", f"A {method} µs", lambda r: r["a_us"], fmt_us, True),
-        Column("b_us", f"B {method} µs", lambda r: r["b_us"], fmt_us, True),
-        Column("speedup", "speed-up vs A (A/B)", lambda r: r["speedup"], speedup_show, True),
-        Column("rel_fro_diff", "Δ rel err", lambda r: r["rel_fro_diff"], diff_show, True),
+        Column("a_us", f"A {method} µs" if wide else "A µs", lambda r: r["a_us"], fmt_us, True),
+        Column("b_us", f"B {method} µs" if wide else "B µs", lambda r: r["b_us"], fmt_us, True),
+        Column("speedup", "speed-up vs A (A/B)" if wide else "speed-up", lambda r: r["speedup"], speedup_show, True),
+        Column("rel_fro_diff", "Δ rel err" if wide else "Δ err", lambda r: r["rel_fro_diff"], diff_show, True),
         Column("verdict", "verdict", lambda r: r["verdict"], cell_override=verdict_cell),
         Column("note", "note", lambda r: r["note"]),
     ]
 
 
-def render_compare(records: list[dict], method: str, fmt: str = "simple") -> str:
+def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: bool = False) -> str:
     """Render :func:`compare_docs`'s records in any :data:`qbench.render.FORMATS` format; a
     regression's verdict is marked ``slower !`` in tables. CSV and JSON carry the ``method`` on
-    every record (their headers are keys, which do not name it)."""
-    cols = _columns(method)
+    every record (their headers are keys, which do not name it). A terminal table without ``wide``
+    (:func:`qbench.render.narrow`) fits 120 characters: short headers (:func:`_columns`) and the
+    note wrapped within what the other columns leave; Markdown, CSV and JSON are as with ``wide``."""
+    fits = narrow(fmt, wide)
+    cols = _columns(method, wide=not fits)
     if any(r.get("tp_size") is not None for r in records):  # tensor-parallel rows: which sharding
         cols[2:2] = [COLUMNS["tp_size"], COLUMNS["split"]]
     if fmt in ("csv", "json"):
         cols.insert(2, Column("method", "method", lambda r: method))
+    if fits:  # the note wraps within the rest of 120 characters (less 3 spare: µ, × and Δ are two bytes each)
+        cols[-1] = Column("note", "note", cols[-1].value, width=rest_width(records, cols, "note", TABLE_WIDTH - 3))
     return render(records, cols, fmt)
 
 
@@ -200,6 +210,7 @@ def _add_arguments(p) -> None:
                    help="compare files whose device, GPU, CPU capability or instruction set differ (refused "
                         "otherwise: the timings would compare machines, not schemes)")
     add_format(p)
+    add_wide(p, "the method in the time headers, the speed-up's and the error's long headers, each note on one line")
 
 
 def _side(name: str, positional, files) -> list[str]:
@@ -251,26 +262,29 @@ def run_compare(args) -> int:
     for line in differences:
         print(visible(f"warning: machines {'may differ' if line.split(':')[0].endswith('unknown') else 'differ'}: "
                       f"{line}"), file=sys.stderr)
-    if wants_prose(args.format):
-        print(visible(f"A = {label_a} ({a.machine}); B = {label_b} ({b.machine})"))
-    print(render_compare(records, method, args.format))
+    wide = getattr(args, "wide", False)
+    say = fit if narrow(args.format, wide) else (lambda line: line)  # noqa: E731  (prose within 120 characters)
+    if wants_prose(args.format):  # the narrow view: A and B on a line each (two long paths rarely fit one)
+        print(say(visible(f"A = {label_a} ({a.machine})")) + "\n" + say(visible(f"B = {label_b} ({b.machine})"))
+              if narrow(args.format, wide) else visible(f"A = {label_a} ({a.machine}); B = {label_b} ({b.machine})"))
+    print(render_compare(records, method, args.format, wide=wide))
     bad = [r for r in records if r["regression"]]
     if wants_prose(args.format):
         counts = {}
         for r in records:
             counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
         summary = ", ".join(f"{n} {v}" for v, n in counts.items())
-        print(f"\n{method} median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap "
-              f"= same. {summary}." + (f" ({note})" if note else ""))
+        print("\n" + say(f"{method} median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap "
+                         f"= same. {summary}." + (f" ({note})" if note else "")))
         if bad:
-            print(visible(f"REGRESSION: {len(bad)} row(s) slower than A by more than {args.threshold:g}× its time "
-                  f"(speed-up below {1 / args.threshold:.3f}×): "
-                  + ", ".join(f"{r['scheme']} M={r['m']} (speed-up {r['speedup']:.2f}×"
-                              + (f"; {r['note']}" if r["note"] else "") + ")" for r in bad)))
+            print(say(visible(f"REGRESSION: {len(bad)} row(s) slower than A by more than {args.threshold:g}× its time "
+                              f"(speed-up below {1 / args.threshold:.3f}×): "
+                              + ", ".join(f"{r['scheme']} M={r['m']} (speed-up {r['speedup']:.2f}×"
+                                          + (f"; {r['note']}" if r["note"] else "") + ")" for r in bad))))
         failing = [r for r in records if r["fails"]]
         if failing:
-            print(visible(f"FAILED: {len(failing)} row(s): "
-                          + ", ".join(f"{r['scheme']} M={r['m']} ({'; '.join(r['fails'])})" for r in failing)))
+            print(say(visible(f"FAILED: {len(failing)} row(s): "
+                              + ", ".join(f"{r['scheme']} M={r['m']} ({'; '.join(r['fails'])})" for r in failing))))
     return 1 if bad or any(r["fails"] for r in records) else 0
 
 

@@ -341,7 +341,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     add_baseline(p, "the speed-up")
     add_max_rel_err(p, "schemes whose largest per-layer rel_fro is over it are marked and not named fastest")
     add_format(p, "any tabulate format, or csv / json")
-    add_wide(p, "every column (HBM floor, floor/step, stored GiB, the note)")
+    add_wide(p, "every column (HBM floor, floor/step, stored GiB, the note; a model-step file: tokens/s, Σ linear µs, "
+                "×baseline per step method)")
     add_allow_incomplete(p, "read files marked incomplete (a run cut off, completed by another file) without a "
                             "warning on stderr; each is named in a note under the table (in JSON: 'notes') "
                             "instead; CSV has no place for notes, so there the warning stays")
@@ -349,7 +350,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 # ---- a measured step (model-step result files, qbench.step) ------------------------------------
 
-def _step_columns(records: list[dict], baseline: str) -> list[Column]:
+def _step_columns(records: list[dict], baseline: str, wide: bool = True) -> list[Column]:
+    """The step table's columns (before the error): M, context, scheme, step method, the measured
+    step, tokens/s, Σ linear, the remainder's share, ×baseline per step method present and as Σ
+    linear predicts it. Without ``wide`` the narrow set (:data:`STEP_WIDE_ONLY` left out; the
+    speed-up is the step method's, under ``×baseline``, and the headers are short), which fits 120
+    characters with the error and budget columns on the committed H200 step files."""
     methods = [m for m in step_view.STEP_METHODS if any(m in r["speedup"] for r in records)]
 
     def ratio(v: Optional[float]) -> str:
@@ -357,20 +363,33 @@ def _step_columns(records: list[dict], baseline: str) -> list[Column]:
 
     cols = [
         Column("m", "M", lambda r: r["m"], str, True),
-        Column("context", "context", lambda r: r["context"], str, True),
+        Column("context", "context" if wide else "ctx", lambda r: r["context"], str, True),
         Column("scheme", "scheme", lambda r: r["scheme"]),
-        Column("method", "step method", lambda r: step_view.SHORT.get(r["method"], r["method"] or DASH)),
-        Column("step_us", "step µs (measured)", lambda r: r["step_us"], fmt_us, True),
+        Column("method", "step method" if wide else "method",
+               lambda r: step_view.SHORT.get(r["method"], r["method"] or DASH)),
+        Column("step_us", "step µs (measured)" if wide else "step µs", lambda r: r["step_us"], fmt_us, True),
         Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
         Column("linear_us", "Σ linear µs", lambda r: r["linear_us"], fmt_us, True),
         Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None else 100 * r["rest_share"],
                lambda v: DASH if v is None else f"{v:.0f} %", True),
     ]
+    if not wide:  # the speed-up by the row's own step method, as the step table of qbench report shows it
+        cols.append(Column("speedup", f"×{baseline}", lambda r: r["speedup"].get(r["method"]) if r["method"] else None,
+                           ratio, True))
+        cols.append(Column("linear_speedup", f"×{baseline} Σ", lambda r: r["linear_speedup"], ratio, True))
+        return [c for c in cols if c.key not in STEP_WIDE_ONLY]
     for m in methods:
         cols.append(Column(f"speedup_{m}", f"×{baseline} {step_view.SHORT[m]}",
                            lambda r, m=m: r["speedup"].get(m), ratio, True))
     cols.append(Column("linear_speedup", f"×{baseline} Σ linear", lambda r: r["linear_speedup"], ratio, True))
     return cols
+
+
+#: The columns of a model-step table a terminal shows only with ``--wide``: tokens/s (M / step) and Σ
+#: linear in µs (the narrow table keeps its share of the step, ``rest``, and the speed-up it predicts,
+#: ``×baseline Σ``); the narrow table's one ``×baseline`` is the row's step method's, the wide one has
+#: one per method.
+STEP_WIDE_ONLY = ("tokens_per_s", "linear_us")
 
 
 def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[str]:
@@ -430,34 +449,44 @@ def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[Result
         print(json.dumps({"model": args.name, "baseline": args.baseline, "rows": records, "sweep": sweep,
                           "notes": notes}, indent=2, ensure_ascii=False))
         return 0 if any(r["step_us"] is not None for r in records) else 1
-    cols = _step_columns(records, args.baseline)
-    cols.append(Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True))
+    fits = narrow(args.format, getattr(args, "wide", False))
+    cols = _step_columns(records, args.baseline, wide=not fits)
+    cols.append(Column("rel_fro", "err" if fits else "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True))
     if args.max_rel_err is not None:
         cols.append(Column("budget", f"≤ {args.max_rel_err:g}", lambda r: "over" if r["over_budget"] else "ok"))
     table = render(records, cols, args.format)
     if not wants_prose(args.format):
         print(table)
         return 0 if any(r["step_us"] is not None for r in records) else 1
+    say = fit if fits else (lambda line: line)  # noqa: E731  (prose lines within 120 characters)
     title = rows[0].title
-    print(visible(f"{title} ({args.name}): the measured decode step (qbench.step) beside the linear-only "
-                  "prediction"))
-    print(f"step = the {'/'.join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)} step, first present "
-          f"(step method); Σ linear = the per-layer stream times of the same linear layers in the same run "
-          f"(what the layer view predicts); rest = (step - Σ linear) / step; ×{args.baseline} = "
-          f"{args.baseline} step / this step per method (a compiled scheme against {args.baseline}+compiled)")
+    b = args.baseline
+    methods = "/".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
+    print(say(visible(f"{title} ({args.name}): the measured decode step (qbench.step) beside the linear-only "
+                      "prediction")))
+    if fits:
+        print(say(f"step = the {methods} step, first present (method); rest = (step - Σ linear) / step, Σ linear = the "
+                  f"per-layer stream times of the same linear layers in the same run (what the layer view predicts); "
+                  f"×{b} = {b} step / this step by its method (a compiled scheme against {b}+compiled), ×{b} Σ = as "
+                  f"Σ linear predicts it; err = the logits' error against the FP32 step; --wide: tokens/s, Σ linear µs "
+                  f"and ×{b} per step method"))
+    else:
+        print(f"step = the {methods} step, first present "
+              f"(step method); Σ linear = the per-layer stream times of the same linear layers in the same run "
+              f"(what the layer view predicts); rest = (step - Σ linear) / step; ×{b} = "
+              f"{b} step / this step per method (a compiled scheme against {b}+compiled)")
     print()
     print(table)
     print()
-    print(f"context sweep: where each scheme stops beating {args.baseline} (its step no faster than "
-          f"{args.baseline}'s)")
+    print(say(f"context sweep: where each scheme stops beating {b} (its step no faster than {b}'s)"))
     for rec in sweep:
-        print(visible(step_view.sweep_line(rec, args.baseline)))
+        print(say(visible(step_view.sweep_line(rec, b))))
     untimed = sorted({r.scheme for r in rows if r.status == "ok" and step_view.decision_method(r) is None})
     for scheme in untimed:
         why = next((t for r in rows if r.scheme == scheme for t in r.latency_reasons.values()), "no step time")
-        print(visible(f"note: {scheme} has no step time: {why[:160]}"))
+        print(say(visible(f"note: {scheme} has no step time: {why[:160]}")))
     for note in notes:
-        print(visible(f"note: {note}"))
+        print(say(visible(f"note: {note}")))
     return 0 if any(r["step_us"] is not None for r in records) else 1
 
 

@@ -514,18 +514,33 @@ def _others_cell(others: list[dict]) -> str:
     return "; ".join(parts) or DASH
 
 
+#: The --by-format columns a terminal table shows only with ``--wide``: the library, the longest
+#: kernel and the baseline's time (the narrow table names the fastest scheme, which says its library,
+#: and wraps the others of the format within what is left of 120 characters).
+BY_FORMAT_WIDE_ONLY = ("library", "kernel")
+
+
 def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "simple",
-                     several: bool = False) -> str:
+                     several: bool = False, wide: bool = False) -> str:
     """Render :func:`by_format` records (of one or more files) as one table in ``fmt``; with
-    ``several`` the scenario, K and N columns are shown too. ``json`` gives the records."""
+    ``several`` the scenario, K and N columns are shown too. ``json`` gives the records.
+
+    A terminal table without ``wide`` (:func:`qbench.render.narrow`) fits 120 characters: M, the
+    format, the fastest scheme, its time and error, the speed-up under the short header
+    ``×baseline`` (the line above the table defines it) and the others of the format wrapped within
+    their cell; the library and the longest kernel (:data:`BY_FORMAT_WIDE_ONLY`) only with ``wide``
+    (and in Markdown, CSV and JSON). Several files there give one such table per scenario under a
+    ``== scenario (K=..., N=...)`` line, instead of the scenario, K and N columns."""
     if fmt == "json":
         return json.dumps(rows, indent=2, ensure_ascii=False)
+    fits = narrow(fmt, wide)
     cols = [Column("scenario", "scenario", lambda r: r["scenario"]),
             Column("k", "K", lambda r: r["k"], str, True),
-            Column("n", "N", lambda r: r["n"], str, True)] if several else []
+            Column("n", "N", lambda r: r["n"], str, True)] if several and not fits else []
     cols += [Column("m", "M", lambda r: r["m"], str, True)]
     if any(r.get("tp_size") is not None for r in rows):  # tensor-parallel groups: which sharding
         cols += [COLUMNS["tp_size"], COLUMNS["split"]]
+    speedup = (f"×{baseline}" if fits else f"speed-up vs {baseline} ({baseline} time / fastest's)")
     cols += [
         Column("format", "format", lambda r: r["format"]),
         Column("pick", "fastest", lambda r: r["pick"] or f"{DASH} no candidate"),
@@ -533,11 +548,22 @@ def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "s
         Column("kernel", "longest kernel", lambda r: r["kernel"]),
         Column("latency_us", f"{method} µs", lambda r: r["latency_us"], fmt_us, True),
         Column("rel_fro", "rel err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
-        Column("speedup", f"speed-up vs {baseline} ({baseline} time / fastest's)", lambda r: r["speedup"],
-               lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("speedup", speedup, lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
         Column("others", "others of the format (their time / the fastest's)", lambda r: _others_cell(r["others"])),
     ]
-    return render(rows, cols, fmt)
+    if not fits:
+        return render(rows, cols, fmt)
+    # the others wrap within what the other columns leave of 120 characters (less 3 spare, as above)
+    cols = [c for c in cols if c.key not in BY_FORMAT_WIDE_ONLY]
+    cols[-1] = Column("others", "others of the format", cols[-1].value,  # the line above: their time / the fastest's
+                      width=rest_width(rows, cols, "others", TABLE_WIDTH - 3, least=24))
+    if not several:
+        return render(rows, cols, fmt)
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["scenario"], r["k"], r["n"]), []).append(r)
+    return "\n\n".join(visible(f"== {scenario} (K={k}, N={n})") + "\n" + render(part, cols, fmt)
+                       for (scenario, k, n), part in groups.items())
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -552,7 +578,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "16/32-bit float as references): the fastest scheme, its library and kernel, "
                         "and how far the others of the format are")
     add_baseline(p, "--summary and --by-format")
-    add_wide(p, "every reason on one line, every --summary column (K, N, the baseline's time, the other runs' picks)")
+    add_wide(p, "every reason on one line, every --summary column (K, N, the baseline's time, the other runs' picks), "
+                "--by-format's library and longest kernel; a model-step file's --wide is its view's every header")
     add_allow_incomplete(p, "accept result files of interrupted runs (\"complete\": false); refused otherwise, "
                             "since a missing scheme would silently change the pick")
 
@@ -651,17 +678,22 @@ def run_recommend(args: argparse.Namespace) -> int:
     return 0 if picked else 1
 
 
-def _step_columns(baseline: str) -> list[Column]:
+def _step_columns(baseline: str, wide: bool = True) -> list[Column]:
+    """The columns of a model-step file's table; without ``wide`` (a terminal table without
+    ``--wide``) the same columns under shorter headers, which fit 120 characters (the line above
+    the table says what the pick is)."""
     return [
         Column("m", "M", lambda r: r["m"], str, True),
-        Column("context", "context", lambda r: r["context"], str, True),
-        Column("pick", "fastest step within the budget", lambda r: r["pick"] or "none"),
-        Column("method", "step method", lambda r: step_view.SHORT.get(r["method"], DASH) if r["method"] else DASH),
+        Column("context", "context" if wide else "ctx", lambda r: r["context"], str, True),
+        Column("pick", "fastest step within the budget" if wide else "pick", lambda r: r["pick"] or "none"),
+        Column("method", "step method" if wide else "method",
+               lambda r: step_view.SHORT.get(r["method"], DASH) if r["method"] else DASH),
         Column("step_us", "step µs", lambda r: r["step_us"], fmt_us, True),
         Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
         Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
         Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
-        Column("within", "within budget", lambda r: f"{r['within']} of {r['timed']}", numeric=True),
+        Column("within", "within budget" if wide else "within", lambda r: f"{r['within']} of {r['timed']}",
+               numeric=True),
     ]
 
 
@@ -690,20 +722,24 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
                for path, doc, rec in records]
         print(json.dumps(out if len(out) > 1 else out[0], indent=2, ensure_ascii=False))
         return 0 if picked else 1
+    fits = narrow(args.format, getattr(args, "wide", False))
+    say = fit if fits else (lambda line: line)  # noqa: E731  (prose lines within 120 characters)
     for i, (path, doc, rec) in enumerate(records):
         rows = doc.step_rows
         if len(records) > 1:
             print(("\n" if i else "") + visible(f"== {path}"))
         if wants_prose(args.format):
-            print(visible(f"{rows[0].title} ({rows[0].model}), decode step: the fastest step whose logits error against "
-                  f"the FP32 step is ≤ {args.max_rel_err:g} (error.rel_fro), per M and context; step method: "
-                  f"{', else '.join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)}; ×{args.baseline} = "
-                  f"{args.baseline} step / this step (a compiled scheme against {args.baseline}+compiled)") + "\n")
-        print(render(rec, _step_columns(args.baseline), args.format))
+            print(say(visible(f"{rows[0].title} ({rows[0].model}), decode step: the fastest step whose logits error "
+                              f"against the FP32 step is ≤ {args.max_rel_err:g} (error.rel_fro), per M and context; "
+                              f"step method: {', else '.join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)}; "
+                              f"×{args.baseline} = {args.baseline} step / this step (a compiled scheme against "
+                              f"{args.baseline}+compiled)"
+                              + ("; within: how many timed schemes are within the budget" if fits else ""))) + "\n")
+        print(render(rec, _step_columns(args.baseline, wide=not fits), args.format))
         if wants_prose(args.format):
             untimed = sorted({s for r in rec for s in r["untimed"]})
             if untimed:
-                print("\n" + visible(f"not timed (no step time, not considered): {', '.join(untimed)}"))
+                print("\n" + say(visible(f"not timed (no step time, not considered): {', '.join(untimed)}")))
     return 0 if picked else 1
 
 
@@ -737,12 +773,18 @@ def _run_by_format(args: argparse.Namespace, paths: list[str], docs: list[Result
     if len({(r["scenario"], r["m"], r["k"], r["n"], r["format"]) for r in records}) < len(records):
         for r in records:  # two files of one scenario: name them by path
             r["scenario"] = r["file"]
+    wide = getattr(args, "wide", False)
     if wants_prose(args.format):
         budget = "" if args.max_rel_err is None else f" within rel_fro <= {args.max_rel_err:g}"
-        print(f"latency = {method} median" + "".join(f" ({n})" for n in notes)
-              + f"; per M and storage format the fastest scheme{budget}, its library and longest "
-              "kernel; others: their median / the fastest's, '(tie)': p10–p90 overlaps the fastest's\n")
-    print(render_by_format(records, method, baseline, args.format, several=len(paths) > 1))
+        line = (f"latency = {method} median" + "".join(f" ({n})" for n in notes)
+                + f"; per M and storage format the fastest scheme{budget}, its library and longest "
+                "kernel; others: their median / the fastest's, '(tie)': p10–p90 overlaps the fastest's")
+        if narrow(args.format, wide):  # the narrow table: what its short header means, what --wide adds
+            line = fit(line.replace(", its library and longest kernel", "")
+                       + f"; ×{baseline} = {baseline} time / the fastest's (> 1: faster); --wide: the library "
+                       "and the longest kernel")
+        print(line + "\n")
+    print(render_by_format(records, method, baseline, args.format, several=len(paths) > 1, wide=wide))
     return 0 if any(r["pick"] for r in records) else 1
 
 

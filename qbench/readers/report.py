@@ -32,7 +32,7 @@ from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, inco
                           resolve_method, row_verdict, unusable_note)
 from qbench.readers.common import (Command, Refused, add_baseline, add_format, add_method, add_wide, group_results,
                                    open_results)
-from qbench.render import COLUMNS, Column, check_format, fit, narrow, render, render_header, wants_prose
+from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, fit, narrow, render, render_header, wants_prose
 from qbench.render.columns import DASH, resolve_columns
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
@@ -203,15 +203,33 @@ def by_m(doc: ResultDoc | dict, column: str) -> tuple[list[dict], list[int]]:
 
 
 def render_by_m(records: list[dict], ms: list[int], header: str, fmt: str = "simple",
-                numeric: bool = True) -> str:
+                numeric: bool = True, wide: bool = False) -> str:
     """Render :func:`by_m`'s grid: a ``scheme`` column, then ``M=1``, ``M=2``... whose cells are
-    ``header`` values (the column's header names the unit); ``numeric`` right-aligns them."""
-    cols = [Column("scheme", "scheme", lambda r: r["scheme"])]
+    ``header`` values (the column's header names the unit); ``numeric`` right-aligns them.
+
+    A terminal table without ``wide`` (:func:`qbench.render.narrow`) that would be wider than 120
+    characters is cut into blocks of consecutive M columns, each a table of its own that repeats the
+    scheme (and K×N) column, as few blocks as fit and as even as they can be; the line above says
+    so. Every M stays in view, in order: an M sweep is read along a row, and the M values at the end
+    (where a weight-only kernel stops winning) matter as much as the first. With ``wide``, and in
+    Markdown, CSV and JSON, one table."""
+    fixed = [Column("scheme", "scheme", lambda r: r["scheme"])]
     if len({(r["k"], r["n"]) for r in records}) > 1:
-        cols.append(Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"))
-    cols += [Column(f"m{m}", f"M={m}", lambda r, m=m: r["values"].get(m), str, numeric,
-                    cell_override=lambda r, m=m: r["cells"].get(m) or DASH) for m in ms]
-    return f"{header}, by M\n\n" + render(records, cols, fmt) if wants_prose(fmt) else render(records, cols, fmt)
+        fixed.append(Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"))
+    grid = [Column(f"m{m}", f"M={m}", lambda r, m=m: r["values"].get(m), str, numeric,
+                   cell_override=lambda r, m=m: r["cells"].get(m) or DASH) for m in ms]
+    if not wants_prose(fmt):
+        return render(records, fixed + grid, fmt)
+    blocks = [render(records, fixed + grid, fmt)]
+    if narrow(fmt, wide):
+        for k in range(1, len(grid) + 1):
+            size, extra = divmod(len(grid), k)  # k blocks of consecutive M, the first ``extra`` one wider
+            bounds = [i * size + min(i, extra) for i in range(k + 1)]
+            blocks = [render(records, fixed + grid[a:b], fmt) for a, b in zip(bounds, bounds[1:])]
+            if all(len(line) <= TABLE_WIDTH for block in blocks for line in block.splitlines()):
+                break
+    said = "" if len(blocks) == 1 else f" (in {len(blocks)} tables of M columns, to fit 120 characters; --wide: one table)"
+    return f"{header}, by M{said}\n\n" + "\n\n".join(blocks)
 
 
 # ---- the command ---------------------------------------------------------------------------------
@@ -226,8 +244,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     add_format(p)
     p.add_argument("--columns", help="comma-separated column keys; see the list in --help-columns")
     add_wide(p, "every default column (stored MiB, meta %%, AI, roofline and HBM floor, every timing method; "
-                "--crossover: the M where a scheme is slower or not timed; tensor-parallel rows also the collective, "
-                "bits/w, the local GEMM and collective times)")
+                "--crossover: the M where a scheme is slower or not timed; --by-m: one table of every M, not several "
+                "blocks; tensor-parallel rows also the collective, bits/w, the local GEMM and collective times)")
     p.add_argument("--help-columns", action="store_true", help="list the column keys and exit")
     p.add_argument("--sort", help="column key to sort by, ascending; --sort=-cold for descending")
     p.add_argument("--status", choices=("ok", "all"), default="all",
@@ -303,14 +321,16 @@ def _show_step(args: argparse.Namespace, doc: ResultDoc) -> int:
     if args.by_m is not None:
         order = {r.key: i for i, r in enumerate(rows)}
         rows = sorted(rows, key=lambda r: (r.m, r.context, order[r.key]))
+    wide = getattr(args, "wide", False)
+    show = fit if narrow(args.format, wide) else (lambda line: line)  # noqa: E731  (prose within 120)
     if wants_prose(args.format):
         for line in step_view.describe(doc.to_json()):
-            print(visible(line))  # the file's title and model name: one line whatever they hold
+            print(show(visible(line)))  # the file's title and model name: one line whatever they hold
         warning = incomplete_warning(doc, args.result)
         if warning:
-            print(warning.removeprefix("warning: "))
+            print(show(warning.removeprefix("warning: ")))
         print()
-    table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline, wide=getattr(args, "wide", False))
+    table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline, wide=wide)
     print(table, end="" if table.endswith("\n") else "\n")  # csv ends its last line itself
     return 0
 
@@ -356,15 +376,17 @@ def _show_by_m(args: argparse.Namespace, doc: ResultDoc) -> int:
     records, ms = by_m(kept, column)
     col = COLUMNS[column]
     table = wants_prose(args.format)
+    wide = getattr(args, "wide", False)
+    show = (lambda text: text) if not narrow(args.format, wide) else fit  # noqa: E731  (prose within 120)
     if table:
-        print(render_header(doc))
+        print(show(render_header(doc)))
         if note:
-            print(note)
+            print(show(note))
         print()
-    print(render_by_m(records, ms, col.header, args.format, col.numeric))
+    print(render_by_m(records, ms, col.header, args.format, col.numeric, wide=wide))
     unusable = _unusable(kept.rows, column) if column in METHOD_CHOICES else None
     if table and unusable:
-        print(f"\n{unusable}")
+        print("\n" + show(unusable))
     return 0
 
 

@@ -143,8 +143,9 @@ def render(
 
     ``columns``: column keys (see :data:`COLUMNS`) or :class:`Column` objects; ``None`` gives
     :func:`default_columns`: in a table the narrow set that fits 120 characters unless ``wide``
-    (``--wide``), in csv/json every default column plus ``reason``. Returns text without a trailing
-    newline. Raises :class:`UnknownFormatError` or :class:`UnknownColumnError` (one line, naming
+    (``--wide``), in csv/json every default column plus ``reason``. A terminal table without
+    ``wide`` (:func:`narrow`) wraps its footnotes at :data:`TABLE_WIDTH`. Returns text without a
+    trailing newline. Raises :class:`UnknownFormatError` or :class:`UnknownColumnError` (one line, naming
     the bad value and the allowed ones).
     """
     check_format(fmt)
@@ -156,7 +157,8 @@ def render(
     resolved = resolve_columns(columns, rows)
     if short:
         resolved = [replace(c, header=NARROW_HEADERS.get(c.key, c.header)) for c in resolved]
-    text = renderer(rows, resolved)
+    # a terminal table without --wide: its footnotes (skip and fail reasons, flags) wrap at 120 too
+    text = renderer(rows, resolved, notes_width=TABLE_WIDTH) if narrow(fmt, wide) else renderer(rows, resolved)
     if fmt.startswith("latex") and fmt != "latex_raw":
         # tabulate escapes % and _ but leaves µ and the em dash of an empty cell as raw UTF-8, which
         # pdflatex without inputenc rejects; the footnotes under a table become LaTeX comments

@@ -65,10 +65,12 @@ def rest_width(rows: Sequence[Any], columns: Sequence[Column], key: str, width: 
     return max(width - used, least)
 
 
-def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str = "simple") -> str:
+def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str = "simple",
+                 notes_width: int | None = None) -> str:
     """Render ``rows`` (result rows, or any records the ``columns`` getters read) as a table in
     tabulate format ``tablefmt``; a cell longer than its column's ``width`` wraps onto several lines.
-    Returns the text without a trailing newline."""
+    ``notes_width``: the footnotes under the table wrap at word boundaries to this many characters
+    (:func:`qbench.render.fit`; ``None``: one line each). Returns the text without a trailing newline."""
     safe = markdown_cell if tablefmt in MARKDOWN_FORMATS else visible
     body = [[safe(c.cell(r)) for c in columns] for r in rows]
     text = tabulate(
@@ -77,8 +79,10 @@ def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str =
         tablefmt=tablefmt,
         disable_numparse=True,
         colalign=["right" if c.numeric else "left" for c in columns],
-        # a column with a width wraps its longer cells onto several lines (passed only when one has one)
-        **({"maxcolwidths": [c.width for c in columns]} if any(c.width for c in columns) else {}),
+        # a column with a width wraps its longer cells onto several lines (passed only when one has one),
+        # between words, never inside a scheme name at its hyphens (int4-weight-only stays whole)
+        **({"maxcolwidths": [c.width for c in columns], "break_on_hyphens": False}
+           if any(c.width for c in columns) else {}),
     )
     keys = {c.key for c in columns}
     if "reason" in keys or "status" not in keys:
@@ -90,5 +94,10 @@ def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str =
         return text
     if tablefmt in ("html", "unsafehtml"):
         return text + "\n<p>" + "<br>\n".join(html.escape(n) for n in notes) + "</p>"
+    lines = [f"  {n}" for n in notes]
+    if notes_width is not None:
+        from qbench.render import fit  # the package imports this module
+
+        lines = [fit(line, notes_width) for line in lines]
     # A blank line first: Markdown would read a line right under a pipe table as another row.
-    return text + "\n\n" + "\n".join(f"  {n}" for n in notes)
+    return text + "\n\n" + "\n".join(lines)

@@ -135,8 +135,12 @@ def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
     return out
 
 
-#: Columns a terminal table shows only with ``wide`` (csv and json always carry every column).
+#: Columns a table shows only with ``wide`` (csv and json always carry every column).
 WIDE_ONLY = ("status", "blocks", "tok/s", "floor %", "KL", "top-1", "flags")
+#: Columns a terminal table (:func:`qbench.render.narrow`: not Markdown) shows only with ``wide``: Σ
+#: linear in µs; the narrow table keeps its share of the step (``rest``) and the speed-up it predicts
+#: (``×base Σ``), and so fits 120 characters with three step methods and a 35-character scheme.
+TERMINAL_WIDE_ONLY = ("Σ linear µs",)
 #: Shorter titles of the default (narrow) table, which fits 120 characters.
 _NARROW_TITLES = {"context": "ctx", "Σ linear µs": "Σ lin", "rest %": "rest", "×base": "×{b}",
                   "×base (Σ lin)": "×{b} Σ", "logits err": "err"}
@@ -145,13 +149,18 @@ _NARROW_TITLES = {"context": "ctx", "Σ linear µs": "Σ lin", "rest %": "rest",
 def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16", wide: bool = False) -> str:
     """The step rows as a table in ``fmt`` (any tabulate format, ``csv`` or ``json``).
 
-    Columns: scheme, M, context, the step per method present (µs), Σ linear (the layer view's
-    step), the remainder's share by the decision method (:data:`DECISION_ORDER`), the speed-up
-    over ``baseline`` measured and as Σ linear predicts it, and the logits' error against the FP32
-    step; the flags are listed under the table. With ``wide`` (and always in csv and json) also
-    the status, blocks built / the model's, tokens/s, HBM floor / step, KL, top-1 agreement and the
-    flags' names in a column. The default fits 120 characters on the committed H200 step files.
+    Columns: scheme, M, context, the step per method present (µs), the remainder's share by the
+    decision method (:data:`DECISION_ORDER`), the speed-up over ``baseline`` measured and as Σ
+    linear (the layer view's step) predicts it, and the logits' error against the FP32 step; the
+    flags are listed under the table. With ``wide`` (and always in csv and json) also the status,
+    blocks built / the model's, tokens/s, HBM floor / step, KL, top-1 agreement and the flags'
+    names in a column; a terminal table (:func:`qbench.render.narrow`) shows Σ linear in µs only
+    with ``wide`` too (:data:`TERMINAL_WIDE_ONLY`), so that its default fits 120 characters on the
+    committed H200 step files, and wraps the notes under it at 120.
     """
+    from qbench.render import fit, narrow  # the renderer's width rule (imported here: this module is imported early)
+
+    terminal = narrow(fmt, wide)
     recs = table_records(rows, baseline)
     if fmt == "json":
         return json.dumps(recs, indent=1, ensure_ascii=False)
@@ -166,7 +175,7 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
     for rec in recs:
         out = {}
         for key, value in rec.items():
-            if key == "reason" or (not wide and key in WIDE_ONLY):
+            if key == "reason" or (not wide and key in WIDE_ONLY) or (terminal and key in TERMINAL_WIDE_ONLY):
                 continue
             if key.endswith("µs"):
                 out[key] = _us(value)
@@ -193,6 +202,8 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
             for name in dict.fromkeys(r.flag_names):
                 seen.setdefault((r.scheme, name), []).append(f"M={r.m} ctx={r.context}")
         notes += [f"{scheme}: {name} ({', '.join(where)})" for (scheme, name), where in seen.items()]
+    if terminal:  # a terminal table without --wide: the notes wrap at 120 characters too
+        notes = [fit(note) for note in notes]
     return text + ("\n\n" + "\n".join(notes) if notes else "")
 
 

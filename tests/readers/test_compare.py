@@ -105,7 +105,9 @@ def test_cpu_files_fall_back_to_cpu(capsys):
     cpu = str(FIXTURES / "cpu.json")
     assert run(cpu, cpu) == 0
     out = capsys.readouterr().out
-    assert "cpu median" in out and "A cpu µs" in out
+    assert "cpu median" in out and "A µs" in out  # the narrow table's header; the line under it names the method
+    assert run(cpu, cpu, "--wide") == 0
+    assert "A cpu µs" in capsys.readouterr().out
 
 
 # ---- stream: the decision method ------------------------------------------------------------------
@@ -114,7 +116,7 @@ STREAM = str(FIXTURES / "cuda_stream.json")
 
 
 def test_stream_files_compare_by_stream_and_name_unusable_rows(capsys):
-    assert run(STREAM, STREAM) == 0
+    assert run(STREAM, STREAM, "--wide") == 0  # --wide: the long headers, which name the method
     out = capsys.readouterr().out
     assert "A stream µs" in out and "speed-up vs A (A/B)" in out
     assert "\nstream median; speed-up = A time / B time (> 1: B is faster)" in out
@@ -123,17 +125,17 @@ def test_stream_files_compare_by_stream_and_name_unusable_rows(capsys):
     assert sync["verdict"] == "not comparable" and sync["note"] == "both unusable in a graph-captured decode loop"
     assert run(STREAM, STREAM, "--format", "json") == 0
     assert {r["method"] for r in json.loads(capsys.readouterr().out)} == {"stream"}
-    assert run(STREAM, STREAM, "--method", "cold") == 0
+    assert run(STREAM, STREAM, "--method", "cold", "--wide") == 0
     assert "A cold µs" in capsys.readouterr().out
 
 
 def test_old_file_against_a_stream_file_compares_cold_and_says_so(capsys):
-    run(RUN1, STREAM)
+    run(RUN1, STREAM, "--wide")  # --wide: the header names the method, the line under the table is one line
     out = capsys.readouterr().out
     assert "A cold µs" in out and "(A has no stream latency; comparing cold times)" in out
-    run(STREAM, RUN1)
+    run(STREAM, RUN1, "--wide")
     assert "(B has no stream latency; comparing cold times)" in capsys.readouterr().out
-    assert run(RUN1, RUN2) == 0
+    assert run(RUN1, RUN2, "--wide") == 0
     out = capsys.readouterr().out
     assert "A cold µs" in out and "no stream latency in this file" in out
 
@@ -152,7 +154,11 @@ def test_two_machines_are_named_and_warned(capsys):
                                  "vs cuda (B)); pass --allow-other-machine to compare them anyway\n")
     run_subcommand(compare, "compare", a, b, "--allow-other-machine")
     out, err = capsys.readouterr()
-    assert out.splitlines()[0] == f"A = {a} (cpu AMD EPYC); B = {b} (cuda NVIDIA H200)"
+    assert out.splitlines()[:2] == [f"A = {a} (cpu AMD EPYC)", f"B = {b} (cuda NVIDIA H200)"]  # a line each
+    run_subcommand(compare, "compare", a, b, "--allow-other-machine", "--wide")
+    assert capsys.readouterr().out.splitlines()[0] == f"A = {a} (cpu AMD EPYC); B = {b} (cuda NVIDIA H200)"
+    run_subcommand(compare, "compare", a, b, "--allow-other-machine")
+    out, err = capsys.readouterr()
     assert err.splitlines()[:2] == [f"warning: A ({a}) ran on cpu AMD EPYC, B ({b}) on cuda NVIDIA H200: the "
                                     "speed-ups compare machines as much as schemes",
                                     "warning: machines differ: device: cpu (A) vs cuda (B)"]
@@ -181,7 +187,8 @@ def test_a_flagged_or_noisy_side_is_named_next_to_its_verdict(tmp_path, capsys):
     assert clean["note"] is None
     for name, d in (("a.json", a), ("b.json", b)):
         (tmp_path / name).write_text(json.dumps(d))
-    assert run(str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--method", "stream") == 1
+    # --wide: the REGRESSION line on one line (the default view wraps it at 120 characters)
+    assert run(str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--method", "stream", "--wide") == 1
     out = capsys.readouterr().out
     # neither file records its CPU's instruction set: that is named before the cpu-busy flag (issue 24)
     assert ("nf4-bnb M=1 (speed-up 0.03×; machines may differ (CPU instruction set unknown); B: cpu-busy, noisy "
@@ -245,7 +252,7 @@ def test_another_instruction_set_is_refused_and_a_host_difference_named_before_c
     busy = [flag_record("cpu-busy", "2 cores busy")]
     b2 = _write(tmp_path, "b2.json", _doc([_row("bf16", us=4600.0, flags=busy)], cpu_count=2, **zen4))
     a2 = _write(tmp_path, "a2.json", _doc([_row("bf16", us=100.0)], cpu_count=64, **zen4))
-    assert run(a2, b2) == 1
+    assert run(a2, b2, "--wide") == 1  # --wide: the REGRESSION line whole
     out, err = capsys.readouterr()
     assert "warning: machines differ: CPU count: 64 (A) vs 2 (B)" in err
     assert "bf16 M=1 (speed-up 0.02×; machines differ (CPU count); B: cpu-busy)" in out
@@ -255,7 +262,7 @@ def test_several_files_per_side_are_one_result(tmp_path, capsys):
     a1 = _write(tmp_path, "a1.json", _doc([_row("int8"), _row("bf16")]))
     a2 = _write(tmp_path, "a2.json", _doc([_row("nf4")]))  # completed by --schemes nf4
     b = _write(tmp_path, "b.json", _doc([_row("int8"), _row("bf16"), _row("nf4")]))
-    assert run("--a", a1, a2, "--b", b) == 0
+    assert run("--a", a1, a2, "--b", b, "--wide") == 0  # --wide: A and B on one line, whole
     out = capsys.readouterr().out
     assert out.splitlines()[0] == f"A = {a1} + {a2} (cpu AMD EPYC); B = {b} (cpu AMD EPYC)"
     assert "only in" not in out and "3 same" in out

@@ -106,7 +106,8 @@ def test_summary_line_counts_by_hand(capsys):
     nf4-bnb 1.3x faster at 3, tf32 only in A (3), int8-weight-only+compiled only in B (3),
     int4-weight-only skipped in both (3) and w8a8-dynamic failed at M=1 in both: 4 not comparable;
     the other 14 of run1's 27 rows the same."""
-    assert _cli(str(FIX / "cuda_run1.json"), str(FIX / "cuda_run3_slower.json")) == 1
+    # --wide: each prose line whole (the default view wraps them at 120 characters)
+    assert _cli(str(FIX / "cuda_run1.json"), str(FIX / "cuda_run3_slower.json"), "--wide") == 1
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert lines.pop() == ("FAILED: 3 row(s): tf32 M=1 (missing from B), tf32 M=16 (missing from B), "
@@ -125,7 +126,7 @@ def test_summary_line_counts_by_hand(capsys):
 @pytest.mark.parametrize("a, b, lacks", [("cuda_run1.json", "cuda_stream.json", "A has"),
                                          ("cuda_stream.json", "cuda_run1.json", "B has")])
 def test_one_file_without_stream_compares_cold(capsys, a, b, lacks):
-    _cli(str(FIX / a), str(FIX / b))
+    _cli(str(FIX / a), str(FIX / b), "--wide")  # the summary line whole
     summary = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cold median; speed-up")]
     assert len(summary) == 1 and summary[0].endswith(f"({lacks} no stream latency; comparing cold times)")
 
@@ -139,7 +140,7 @@ def test_both_files_without_stream_name_both(tmp_path, capsys):
     doc_b = {"schema_version": 1, "complete": False, "rows": [{**row, "latency_us": {"cpu": cold_cpu}}]}
     write_results(tmp_path / "a.json", doc_a, force=True)
     write_results(tmp_path / "b.json", doc_b, force=True)
-    assert _cli(str(tmp_path / "a.json"), str(tmp_path / "b.json")) == 0
+    assert _cli(str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--wide") == 0  # the summary line whole
     out, err = capsys.readouterr()
     assert out.splitlines()[-1] == ("cpu median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap = same. 1 same. "
                                     "(A and B have no stream latency; comparing cpu times)")
@@ -185,8 +186,11 @@ def test_speed_up_column_and_a_threshold_not_above_zero(tmp_path, capsys):
     b = {"rows": [_row("x", stream=_stats(8.0, 7.9, 8.1))]}
     (rec,) = compare_docs(a, b, "stream")
     assert rec["speedup"] == 10.0 / 8.0 and rec["verdict"] == "faster"
-    table = render_compare([rec], "stream")
+    table = render_compare([rec], "stream", wide=True)
     assert "speed-up vs A (A/B)" in table and "1.250×" in table and "B/A" not in table
+    narrow_table = render_compare([rec], "stream")  # a terminal table without --wide: the short header
+    assert narrow_table.splitlines()[0].split()[:9] == ["scheme", "M", "A", "µs", "B", "µs", "speed-up", "Δ", "err"]
+    assert "1.250×" in narrow_table
     write_results(tmp_path / "a.json", {"schema_version": 1, "complete": True, **a}, force=True)
     for bad in ("0", "-1", "nan"):
         assert _cli(str(tmp_path / "a.json"), str(tmp_path / "a.json"), "--threshold", bad) == 2

@@ -1,7 +1,10 @@
 """The default terminal views fit 120 characters (issue 24, "What to build" item 6) and ``--wide``
 still shows what they leave out: ``report --crossover``, ``model`` (the layer-sum view),
 ``recommend`` ("why not"), ``recommend --summary`` and a tensor-parallel ``report`` table, on the
-committed H200 files (a tensor-parallel file is built from :func:`tests.rows.full_tp_row`)."""
+committed H200 files (a tensor-parallel file is built from :func:`tests.rows.full_tp_row`); then
+``recommend --by-format``, the model-step views (``model``, ``recommend`` and ``report`` of a
+model-step file), ``report`` of a layer file (its footnotes), ``compare`` and ``report --by-m``
+(:data:`MORE_VIEWS`)."""
 
 from __future__ import annotations
 
@@ -122,6 +125,111 @@ def test_tensor_parallel_table_fits_120_and_wide_shows_the_rest(tmp_path, capsys
         assert header in wide_text and header not in narrow_text, header
     csv_head = _run(capsys, monkeypatch, "report", path, "--format", "csv").splitlines()[0]
     assert "local_us" in csv_head and "collective_us" in csv_head  # data formats keep every column
+
+
+#: view name -> (argv of the default view, text only ``--wide`` shows, text a Markdown view keeps).
+MORE_VIEWS = {
+    "by-format": (["recommend", "results/h200/decode.json", "--by-format"],
+                  ["speed-up vs bf16 (bf16 time / fastest's)", "tinygemm_m16n8k16_chunk_kernel", "bitsandbytes",
+                   "others of the format (their time / the fastest's)"],
+                  "tinygemm_m16n8k16_chunk_kernel"),
+    "model-step": (["model", "llama3.1-8b", "results/h200/step_llama31_8b.json"],
+                   ["step µs (measured)", "×bf16 graph", "×bf16 compiled", "×bf16 loop (r-o)", "×bf16 Σ linear",
+                    "  step method  "],
+                   "×bf16 loop (r-o)"),
+    "recommend-step": (["recommend", "results/h200/step_llama31_70b.json", "--max-rel-err", "0.5"],
+                       ["fastest step within the budget", "within budget", "  context  "],
+                       "fastest step within the budget"),
+    "report-step": (["report", "results/h200/step_llama31_8b.json"],
+                    ["Σ linear µs", "tok/s", "top-1", "floor %", "flags",
+                     "  loop (r-o): µs per step of torch.compile(mode='reduce-overhead') in a decode loop (token n feeds "
+                     "step n+1, no sync between): host included"],
+                    "| Σ lin "),
+    "report": (["report", "results/h200/decode.json"],
+               ["stored MiB", "roofline µs", "HBM floor µs",
+                "w8a8-dynamic+compiled (M=1) skipped: compiled w8a8-dynamic lowers to torch._int_mm, whose CUDA "
+                "kernel needs M > 16 (M = 1); the eager w8a8-dynamic row runs at this M"],
+               "w8a8-dynamic+compiled (M=1) skipped: compiled w8a8-dynamic lowers to torch._int_mm, whose CUDA "
+               "kernel needs M > 16 (M = 1); the eager w8a8-dynamic row runs at this M"),
+    "compare": (["compare", "--a", "results/h200/evidence/decode-2026-11-30.json", "--b", "results/h200/decode.json"],
+                ["A stream µs", "B stream µs", "speed-up vs A (A/B)", "Δ rel err",
+                 "both unusable in a graph-captured decode loop",
+                 "A = results/h200/evidence/decode-2026-11-30.json (cuda NVIDIA H200); B = results/h200/decode.json"],
+                "A stream µs"),
+    "by-m": (["report", "results/h200/sweep.json", "--by-m"],
+             ["M=32    M=64", "(no stream time: the call cannot be captured in a CUDA graph, e.g. a host sync)"],
+             "|   M=32 |   M=64 |"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE_VIEWS))
+def test_more_default_views_fit_120_and_wide_shows_the_rest(name, capsys, monkeypatch):
+    argv, wide_only, markdown = MORE_VIEWS[name]
+    narrow_text = _run(capsys, monkeypatch, *argv)
+    wide_text = _run(capsys, monkeypatch, *argv, "--wide")
+    assert _width(narrow_text) <= TABLE_WIDTH, name
+    assert _width(wide_text) > TABLE_WIDTH, name  # the committed files' full views are wider
+    for text in wide_only:
+        assert text in wide_text, (name, text)
+        assert text not in narrow_text, (name, text)
+    assert markdown in _run(capsys, monkeypatch, *argv, "--format", "github"), name  # Markdown keeps it
+
+
+def _row_of(text: str, *first: str) -> list[str]:
+    """The words of the first line of ``text`` whose words start with ``first``."""
+    return next(ln.split() for ln in text.splitlines() if ln.split()[:len(first)] == list(first))
+
+
+def test_more_narrow_views_keep_what_a_decision_needs(capsys, monkeypatch):
+    """Known cells of the committed files in the narrow views (hand-read from their --wide views)."""
+    by_format = _run(capsys, monkeypatch, "recommend", "results/h200/decode.json", "--by-format")
+    assert _row_of(by_format, "1", "4-bit", "int") == ["1", "4-bit", "int", "int4-weight-only+compiled", "6.89", "0.101",
+                                                      "1.96×", "int4-weight-only", "1.18×,"]
+    head = _row_of(by_format, "M", "format")
+    assert head == ["M", "format", "fastest", "stream", "µs", "rel", "err", "×bf16", "others", "of", "the", "format"]
+    # the others of the format wrap within their cell: every scheme there, whole, in order
+    lines = by_format.splitlines()
+    i = lines.index(next(ln for ln in lines if ln.split()[:3] == ["1", "4-bit", "int"]))
+    start = lines[i].index("int4-weight-only 1.18×")
+    cont = [ln for ln in lines[i + 1:i + 6] if ln[:start].strip() == ""]  # the lines the cell goes on to
+    assert len(cont) == 4 and lines[i + 5].split()[:3] == ["1", "4-bit", "float"]
+    cell = " ".join(ln[start:].strip() for ln in [lines[i], *cont])
+    assert cell == ("int4-weight-only 1.18×, int4-weight-only-gemlite 1.20×, fp8-int4 1.97×, int4-preshuffled 2.25×, "
+                    "int4-plain 2.50×, int4-intx 21.1×")
+    step = _run(capsys, monkeypatch, "model", "llama3.1-8b", "results/h200/step_llama31_8b.json")
+    assert _row_of(step, "M", "ctx") == ["M", "ctx", "scheme", "method", "step", "µs", "rest", "×bf16", "×bf16", "Σ",
+                                         "err"]
+    assert _row_of(step, "1", "128", "int4-weight-only+compiled") == [
+        "1", "128", "int4-weight-only+compiled", "compiled", "3469", "22", "%", "1.57×", "1.67×", "0.297"]
+    budget = _run(capsys, monkeypatch, "model", "llama3.1-8b", "results/h200/step_llama31_8b.json", "--max-rel-err", "0.3")
+    assert _width(budget) <= TABLE_WIDTH and _row_of(budget, "1", "4096", "nf4-bnb")[-2:] == ["0.371", "over"]
+    rec = _run(capsys, monkeypatch, "recommend", "results/h200/step_llama31_70b.json", "--max-rel-err", "0.5")
+    assert _row_of(rec, "1", "4096") == ["1", "4096", "int4-weight-only", "graph", "30533", "33", "1.45×", "0.389",
+                                        "2", "of", "2"]
+    report = _run(capsys, monkeypatch, "report", "results/h200/step_llama31_8b.json")
+    assert _row_of(report, "int4-weight-only+compiled", "1", "128") == [
+        "int4-weight-only+compiled", "1", "128", "5.3", "ms", "3.47", "ms", "12.3", "ms", "22", "%", "1.57×", "1.67×",
+        "0.3"]
+    compare = _run(capsys, monkeypatch, *MORE_VIEWS["compare"][0])
+    assert _row_of(compare, "int8-weight-only+compiled") == ["int8-weight-only+compiled", "1", "9.07", "11.8", "0.769×",
+                                                             "+4.2e-07", "same", "—"]
+    assert compare.splitlines()[:2] == ["A = results/h200/evidence/decode-2026-11-30.json (cuda NVIDIA H200)",
+                                        "B = results/h200/decode.json (cuda NVIDIA H200)"]
+    by_m = _run(capsys, monkeypatch, "report", "results/h200/sweep.json", "--by-m")
+    # two blocks of M columns, each with the scheme column: M = 1..32, then 64..1024
+    heads = [ln.split() for ln in by_m.splitlines() if ln.startswith("scheme ")]
+    assert heads == [["scheme", "M=1", "M=2", "M=4", "M=8", "M=16", "M=32"],
+                     ["scheme", "M=64", "M=128", "M=256", "M=512", "M=1024"]]
+    rows = [ln.split() for ln in by_m.splitlines() if ln.startswith("int4-weight-only ")]
+    assert rows == [["int4-weight-only", "8.13", "8.99", "10.4", "14.7", "23.4", "42.7"],
+                    ["int4-weight-only", "80.7", "156", "303", "597", "1186"]]
+    assert "stream µs, by M (in 2 tables of M columns, to fit 120 characters; --wide: one table)" in by_m
+
+
+def test_by_m_of_a_narrow_grid_is_one_table(capsys, monkeypatch):
+    """A grid that fits 120 characters stays one table (decode.json: one M)."""
+    text = _run(capsys, monkeypatch, "report", "results/h200/decode.json", "--by-m")
+    assert "stream µs, by M\n" in text and sum(ln.startswith("scheme ") for ln in text.splitlines()) == 1
 
 
 def test_narrow_and_fit():

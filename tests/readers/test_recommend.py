@@ -501,7 +501,7 @@ def test_by_format_reads_the_registry_then_the_row():
 def test_cli_by_format(capsys, tmp_path):
     path = tmp_path / "hand.json"
     path.write_text(json.dumps(FORMAT_DOC))
-    assert run(str(path), "--by-format") == 0  # no --max-rel-err needed
+    assert run(str(path), "--by-format", "--wide") == 0  # no --max-rel-err needed; --wide: each cell one line
     out = capsys.readouterr().out
     assert "fp8-dynamic[kernel_preference=mslk] 1.25×, fp8-dynamic 3.50×" in out
     assert "int8-bnb, w8a8-dynamic: unusable in a graph-captured decode loop" in out

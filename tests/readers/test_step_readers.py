@@ -126,7 +126,7 @@ def test_recommend_fastest_step_within_the_logits_budget(capsys):
 
 
 def test_recommend_nothing_within_the_budget_is_exit_1(capsys):
-    assert run_subcommand(recommend, "recommend", STEP_8B, "--allow-incomplete", "--max-rel-err", "0.001") == 1
+    assert run_subcommand(recommend, "recommend", STEP_8B, "--allow-incomplete", "--max-rel-err", "0.001", "--wide") == 1
     out = capsys.readouterr().out
     assert "fastest step within the budget" in out and " none " in out
 
