@@ -89,7 +89,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         for line in view.describe(outcome.doc):
             print(line, file=sys.stderr if machine else sys.stdout)
-        print(view.step_table(doc.step_rows, fmt=args.format, wide=args.wide))
+        print(view.step_table(doc.step_rows, fmt=args.format, wide=args.wide,
+                              fit=render.fit if render.narrow(args.format, args.wide) else None))
         n = len(doc.step_rows)
     else:
         print(render.render_header(doc), file=sys.stderr if machine else sys.stdout)

@@ -330,7 +330,8 @@ def _show_step(args: argparse.Namespace, doc: ResultDoc) -> int:
         if warning:
             print(show(warning.removeprefix("warning: ")))
         print()
-    table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline, wide=wide)
+    table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline, wide=wide,
+                                 fit=fit if narrow(args.format, wide) else None)
     print(table, end="" if table.endswith("\n") else "\n")  # csv ends its last line itself
     return 0
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from tabulate import tabulate
 
@@ -146,7 +146,8 @@ _NARROW_TITLES = {"context": "ctx", "Σ linear µs": "Σ lin", "rest %": "rest",
                   "×base (Σ lin)": "×{b} Σ", "logits err": "err"}
 
 
-def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16", wide: bool = False) -> str:
+def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16", wide: bool = False,
+               fit: Optional[Callable[[str], str]] = None) -> str:
     """The step rows as a table in ``fmt`` (any tabulate format, ``csv`` or ``json``).
 
     Columns: scheme, M, context, the step per method present (µs), the remainder's share by the
@@ -154,13 +155,13 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
     linear (the layer view's step) predicts it, and the logits' error against the FP32 step; the
     flags are listed under the table. With ``wide`` (and always in csv and json) also the status,
     blocks built / the model's, tokens/s, HBM floor / step, KL, top-1 agreement and the flags'
-    names in a column; a terminal table (:func:`qbench.render.narrow`) shows Σ linear in µs only
-    with ``wide`` too (:data:`TERMINAL_WIDE_ONLY`), so that its default fits 120 characters on the
-    committed H200 step files, and wraps the notes under it at 120.
+    names in a column. ``fit`` (the caller's prose wrapper, :func:`qbench.render.fit`, given for a
+    terminal table without ``wide``: :func:`qbench.render.narrow`) makes it a terminal table: Σ
+    linear in µs is left out too (:data:`TERMINAL_WIDE_ONLY`), so that it fits 120 characters on
+    the committed H200 step files, and the notes under it go through ``fit``. (The renderer's width
+    rule is the caller's: this module stands below :mod:`qbench.render`.)
     """
-    from qbench.render import fit, narrow  # the renderer's width rule (imported here: this module is imported early)
-
-    terminal = narrow(fmt, wide)
+    terminal = fit is not None
     recs = table_records(rows, baseline)
     if fmt == "json":
         return json.dumps(recs, indent=1, ensure_ascii=False)
@@ -202,7 +203,7 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
             for name in dict.fromkeys(r.flag_names):
                 seen.setdefault((r.scheme, name), []).append(f"M={r.m} ctx={r.context}")
         notes += [f"{scheme}: {name} ({', '.join(where)})" for (scheme, name), where in seen.items()]
-    if terminal:  # a terminal table without --wide: the notes wrap at 120 characters too
+    if fit is not None:  # a terminal table without --wide: the notes wrap at 120 characters too
         notes = [fit(note) for note in notes]
     return text + ("\n\n" + "\n".join(notes) if notes else "")
 

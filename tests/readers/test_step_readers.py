@@ -150,7 +150,13 @@ def test_report_prints_the_step_table(capsys):
     assert run_subcommand(report, "report", STEP_8B) == 0
     out = capsys.readouterr().out
     assert out.startswith("model step: Llama-3.1-8B; weights: seeded Gaussian")
-    assert out.rstrip("\n").endswith(view.step_table(read_results(STEP_8B).step_rows))
+    from qbench.render import fit
+
+    # a terminal table without --wide: the caller's 120-character rule (qbench.render.fit) passed in
+    assert out.rstrip("\n").endswith(view.step_table(read_results(STEP_8B).step_rows, fit=fit))
+    header = next(line for line in out.splitlines() if line.startswith("scheme "))
+    assert "Σ lin " not in header  # Σ linear in µs: --wide, in a terminal
+    assert "Σ lin " in view.step_table(read_results(STEP_8B).step_rows).splitlines()[0]
 
 
 def test_report_by_m_is_the_step_table_sorted_by_m(capsys):
