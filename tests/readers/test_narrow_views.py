@@ -52,16 +52,21 @@ VIEWS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(VIEWS))
-def test_default_view_fits_120_and_wide_shows_the_rest(name, capsys, monkeypatch):
-    argv, wide_only = VIEWS[name]
+def _fits_and_wide_shows(capsys, monkeypatch, name: str, argv: list, wide_only: list) -> None:
+    """The default view of ``argv`` fits 120 characters, ``--wide`` is wider (the committed files'
+    full views are) and shows each of ``wide_only``, which the default view leaves out."""
     narrow_text = _run(capsys, monkeypatch, *argv)
     wide_text = _run(capsys, monkeypatch, *argv, "--wide")
     assert _width(narrow_text) <= TABLE_WIDTH, name
-    assert _width(wide_text) > TABLE_WIDTH, name  # the committed files' full tables are wider
+    assert _width(wide_text) > TABLE_WIDTH, name
     for text in wide_only:
         assert text in wide_text, (name, text)
         assert text not in narrow_text, (name, text)
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_default_view_fits_120_and_wide_shows_the_rest(name, capsys, monkeypatch):
+    _fits_and_wide_shows(capsys, monkeypatch, name, *VIEWS[name])
 
 
 def test_narrow_views_keep_what_a_decision_needs(capsys, monkeypatch):
@@ -165,13 +170,7 @@ MORE_VIEWS = {
 @pytest.mark.parametrize("name", sorted(MORE_VIEWS))
 def test_more_default_views_fit_120_and_wide_shows_the_rest(name, capsys, monkeypatch):
     argv, wide_only, markdown = MORE_VIEWS[name]
-    narrow_text = _run(capsys, monkeypatch, *argv)
-    wide_text = _run(capsys, monkeypatch, *argv, "--wide")
-    assert _width(narrow_text) <= TABLE_WIDTH, name
-    assert _width(wide_text) > TABLE_WIDTH, name  # the committed files' full views are wider
-    for text in wide_only:
-        assert text in wide_text, (name, text)
-        assert text not in narrow_text, (name, text)
+    _fits_and_wide_shows(capsys, monkeypatch, name, argv, wide_only)
     assert markdown in _run(capsys, monkeypatch, *argv, "--format", "github"), name  # Markdown keeps it
 
 
