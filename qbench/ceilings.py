@@ -11,7 +11,7 @@ zeros on an H200).
 from __future__ import annotations
 
 import statistics
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -111,6 +111,18 @@ def _measure_matmul(dtype: str, device: torch.device, n: int) -> tuple[float | N
         torch.cuda.empty_cache()
 
 
+def _matmul_by_dtype(dtypes: Sequence[str], measure, reasons: dict[str, str]) -> tuple[dict, dict]:
+    """``({dtype: TFLOP/s or None}, {dtype: method text})`` of ``measure(dtype) -> (value, reason,
+    method)`` for each distinct dtype in order; a reason goes to ``reasons[dtype]``."""
+    tflops: dict[str, float | None] = {}
+    by_dtype: dict[str, str] = {}
+    for d in dict.fromkeys(dtypes):
+        tflops[d], reason, by_dtype[d] = measure(d)
+        if reason:
+            reasons[d] = reason
+    return tflops, by_dtype
+
+
 def measure_ceilings(device: torch.device | str, dtypes: list[str], n: int = MATMUL_N) -> dict:
     """Measure copy bandwidth and the dense matmul peak of each requested dtype.
 
@@ -151,14 +163,7 @@ def measure_ceilings(device: torch.device | str, dtypes: list[str], n: int = MAT
         except Exception as exc:  # noqa: BLE001 - becomes a null entry with its reason
             gbps = None
             reasons["memory"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        tflops: dict[str, float | None] = {}
-        by_dtype: dict[str, str] = {}
-        for d in dict.fromkeys(dtypes):
-            value, reason, method = _measure_matmul(d, dev, n)
-            tflops[d] = value
-            by_dtype[d] = method
-            if reason:
-                reasons[d] = reason
+        tflops, by_dtype = _matmul_by_dtype(dtypes, lambda d: _measure_matmul(d, dev, n), reasons)
     measured = {
         "memory_gbps": gbps,
         "tflops": tflops,
@@ -330,16 +335,9 @@ def measure_cpu_ceilings(dtypes: list[str], copy_bytes: int | None = None) -> di
         del src, dst
     except Exception as exc:  # noqa: BLE001 - out of memory and the like: a null entry with its reason
         reasons["memory"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-    tflops: dict[str, float | None] = {}
-    by_dtype: dict[str, str] = {}
-    for d in dict.fromkeys(dtypes):
-        if d not in CPU_DTYPES:
-            tflops[d], by_dtype[d], reasons[d] = None, f"{d}: not measured", f"{d} has no CPU kernel"
-            continue
-        value, reason, method = _cpu_matmul(d)
-        tflops[d], by_dtype[d] = value, method
-        if reason:
-            reasons[d] = reason
+    tflops, by_dtype = _matmul_by_dtype(
+        dtypes, lambda d: _cpu_matmul(d) if d in CPU_DTYPES else (None, f"{d} has no CPU kernel", f"{d}: not measured"),
+        reasons)
     measured = {
         "memory_gbps": gbps,
         "tflops": tflops,
