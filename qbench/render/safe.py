@@ -30,11 +30,12 @@ from typing import Any, TextIO
 
 __all__ = ["CSV_FORMULA_START", "TerminalStream", "csv_text", "markdown_cell", "visible", "MARKDOWN_FORMATS"]
 
-#: Characters never emitted from untrusted text: C0, DEL, C1, line/paragraph separators, bidi controls.
-_UNSAFE = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-_UNSAFE_RE = re.compile(f"[{_UNSAFE}]")
-#: The same less newline and tab: what a whole output may contain (its own line breaks, tsv's tabs).
-_UNSAFE_IN_OUTPUT_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: Characters a whole output may not contain (it keeps its own line breaks and tsv's tabs): C0 but tab and
+#: newline, DEL, C1, line/paragraph separators, bidi controls.
+_UNSAFE_IN_OUTPUT = "\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_UNSAFE_IN_OUTPUT_RE = re.compile(f"[{_UNSAFE_IN_OUTPUT}]")
+#: Characters never emitted from untrusted text: the same, and tab and newline.
+_UNSAFE_RE = re.compile(f"[\t\n{_UNSAFE_IN_OUTPUT}]")
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 #: The first characters that make a spreadsheet read a CSV cell as a formula (OWASP, CSV injection).
