@@ -30,5 +30,8 @@ for s in "$@"; do
 done
 # the caches come back in parts under the device tool's 16 MiB per file; carry them back in
 # .compile-cache/ (cp $FILES_AT/compile-cache.txz.part-* .compile-cache/) for the next call
-[ "${STEP_SAVE_CACHE:-1}" = 0 ] || (cd .compile-cache && tar -cf - inductor triton 2>/dev/null | xz -T0 -3 | split -b 15m - "$OUT/compile-cache.txz.part-")
+[ "${STEP_SAVE_CACHE:-1}" = 0 ] || (cd .compile-cache && tar -cf - inductor triton 2>/dev/null | xz -T0 -9 --block-size=32MiB | split -b 15m - "$OUT/compile-cache.txz.part-")
+# the device tool brings back few files: everything but the cache parts goes back as one tar, results.tar
+(cd "$OUT" && tar -cf results.tar --exclude='compile-cache.txz.part-*' --exclude=results.tar . \
+  && find . -maxdepth 1 -type f ! -name results.tar ! -name 'compile-cache.txz.part-*' -delete)
 ls -la "$OUT"
