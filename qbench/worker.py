@@ -149,8 +149,25 @@ def child(job_path: str, rows_path: str, log_path: str, environ: dict, go=None) 
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    log_phases()
     sys.exit(main([job_path, rows_path], go))
 
 
+def log_phases() -> None:
+    """Send the ``qbench`` loggers' INFO lines (the phases a model-step worker enters,
+    :mod:`qbench.step.measure`) to stderr, the worker's log: the last line of a worker that hangs
+    names its phase in the runner's timeout reason. Idempotent."""
+    import logging
+
+    logger = logging.getLogger("qbench")
+    if not any(getattr(h, "qbench_phases", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        handler.qbench_phases = True
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 if __name__ == "__main__":
+    log_phases()
     sys.exit(main(sys.argv[1:]))

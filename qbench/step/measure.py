@@ -25,10 +25,16 @@ a layer scenario). In order:
    that layer of every built block in turn: distinct weights from HBM, no launch gaps; the compiled
    module for a compiled scheme) times the count per step: the layer view of the same step,
    measured in the same process.
+
+Each phase is logged (logger ``qbench.step``, INFO) before it starts: a worker sends its log to its
+log file, so a worker that hangs or times out is reported with the phase it was in (the runner's
+"last output"): the H200 runs of 2026-12-02 lost three ``fp8-weight-only+compiled`` workers to
+timeouts that said nothing more.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable, Optional
 
@@ -50,6 +56,9 @@ HEADROOM = 3 << 30
 PREFILL_CHUNK = 4096
 #: A step method's p90 / p10 above which its reading is flagged as scattered.
 SCATTER = 1.25
+
+#: One INFO line per phase, before the phase: a worker's log file ends with the phase it is in.
+log = logging.getLogger("qbench.step")
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -125,6 +134,7 @@ def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
         return _checked(rows)
     torch.manual_seed(scenario.seed)
     t0 = time.perf_counter()
+    log.info("%s: building %s", entry.label, config.name)
     try:
         built = _Built(scenario, config, scheme, entry, device)
     except Exception as exc:  # the scheme could not be built here: failed rows, the run goes on
@@ -135,6 +145,7 @@ def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
             todo = [r for r in rows if r["context"] == context and r["status"] == "ok"]
             if not todo:
                 continue
+            log.info("%s: prefill of %d positions", entry.label, context)
             try:
                 prompt_cache = built.prefill(context)
             except Exception as exc:
@@ -256,6 +267,7 @@ class _Built:
         gen = torch.Generator(device="cpu").manual_seed(self.scenario.seed * 104729 + m * 131 + context)
         tokens = torch.randint(0, self.config.vocab, (m,), generator=gen).to(dev)
         row["blocks_built"] = self.blocks_built
+        log.info("%s M=%d context=%d: error against the FP32 step", self.entry.label, m, context)
         self._error(row, model, tokens, context)
         self._time(row, model, tokens)
         if self.spec.linear_sum:  # Σ linear does not depend on the context: measured once per M
@@ -306,6 +318,7 @@ class _Built:
         self.timed = []
         for method in self._methods():
             t0 = time.perf_counter()
+            log.info("%s M=%d context=%d: %s", self.entry.label, row["m"], row["context"], method.name)
             stats_by_n = []
             try:
                 if self.capture_failure and self.device.type == "cuda":
@@ -379,6 +392,8 @@ class _Built:
         start is marked before that call, or each block's call is taken for a new step and the
         previous block's output is overwritten while still in use."""
         before = _counters()
+        log.info("%s M=%d context=%d: first call of the %s compiled step (compiling)", self.entry.label,
+                 row["m"], row["context"], mode)
         t0 = time.perf_counter()
         if mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()
@@ -407,6 +422,7 @@ class _Built:
             k, n = shapes[role]
             per_step = self.config.blocks if role != "lm_head" else 1
             record: dict[str, Any] = {"k": k, "n": n, "count": per_step, "stream": None}
+            log.info("%s M=%d: Σ linear, %s (K=%d, N=%d)", self.entry.label, m, role, k, n)
             try:
                 if self.capture_failure and self.device.type == "cuda":
                     raise _NotAttempted(self.capture_failure)

@@ -37,7 +37,7 @@ def test_a_step_file_is_read_as_step_rows():
     doc = read_results(STEP_8B)
     raw = json.loads(Path(STEP_8B).read_text())
     assert doc.job == "step" and doc.rows == [] and all(isinstance(r, StepRow) for r in doc.step_rows)
-    assert len(doc.step_rows) == len(raw["rows"]) == 60 and doc.machine == "cuda NVIDIA H200"
+    assert len(doc.step_rows) == len(raw["rows"]) == 72 and doc.machine == "cuda NVIDIA H200"
     assert read_results(LAYER).job == "layer"
 
 
@@ -103,8 +103,8 @@ def test_model_budget_marks_the_schemes_over_it(capsys):
     assert run_subcommand(model, "model", "llama3.1-8b", STEP_8B, "--max-rel-err", "0.05", "--format", "csv") == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith(",linear_speedup,rel_fro,budget")
-    # bf16, fp16, int8-weight-only and bf16+compiled at every M and context (4 x 6)
-    assert sum(1 for line in lines[1:] if line.endswith(",ok")) == 24
+    # bf16, fp16, int8-weight-only, bf16+compiled and int8-weight-only+compiled at every M and context (5 x 6)
+    assert sum(1 for line in lines[1:] if line.endswith(",ok")) == 30
 
 
 # ---- qbench recommend --------------------------------------------------------------------------------
@@ -116,13 +116,20 @@ def test_recommend_fastest_step_within_the_logits_budget(capsys):
     assert len(by) == 6
     pick = by[(1, 128)]
     assert (pick["pick"], pick["method"]) == ("int4-weight-only+compiled", "step_compiled")
-    assert pick["speedup"] == pytest.approx(1.569, abs=0.0005) and pick["within"] == pick["timed"] == 10
+    assert pick["speedup"] == pytest.approx(1.569, abs=0.0005) and pick["within"] == pick["timed"] == 12
     assert by[(16, 128)]["pick"] == "bf16+compiled"  # int4 loses at M=16
     assert all(r["untimed"] == [] for r in by.values())
-    # a budget bf16 alone meets: the compiled bf16 step everywhere
+    docs = " ".join((ROOT / "docs" / "step.md").read_text().split())
+    assert f"int4-weight-only+compiled at M = 1 ({pick['speedup']:.2f}× bf16+compiled at context 128)" in docs
+    # a budget int4 misses: compiled int8 at M = 1, compiled bf16 at M = 16
     code, out = _json(capsys, recommend, "recommend", STEP_8B, "--allow-incomplete", "--max-rel-err", "0.05")
-    assert {r["pick"] for r in out["by_m_context"]} == {"bf16+compiled"}
-    assert all(r["within"] == 4 for r in out["by_m_context"])  # bf16, fp16, int8-weight-only, bf16+compiled
+    by = {(r["m"], r["context"]): r for r in out["by_m_context"]}
+    assert {c: by[(1, c)]["pick"] for c in (128, 4096, 32768)} == dict.fromkeys((128, 4096, 32768), "int8-weight-only+compiled")
+    assert {by[(16, c)]["pick"] for c in (128, 4096, 32768)} == {"bf16+compiled"}
+    # bf16, fp16, int8-weight-only, bf16+compiled, int8-weight-only+compiled
+    assert all(r["within"] == 5 for r in out["by_m_context"])
+    assert (f"int8-weight-only+compiled at M = 1 ({by[(1, 128)]['speedup']:.2f}× at context 128, "
+            f"{by[(1, 32768)]['speedup']:.2f}× at 32768)") in docs
 
 
 def test_recommend_nothing_within_the_budget_is_exit_1(capsys):
@@ -163,7 +170,7 @@ def test_report_by_m_is_the_step_table_sorted_by_m(capsys):
     assert run_subcommand(report, "report", STEP_8B, "--by-m", "--format", "csv") == 0
     records = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     ms = [(int(r["M"]), int(r["context"])) for r in records]
-    assert len(ms) == 60 and ms == sorted(ms)
+    assert len(ms) == 72 and ms == sorted(ms)
     assert [r["scheme"] for r in records[:10]] == ["bf16", "fp16", "int4-weight-only", "int8-weight-only",
                                                    "fp8-weight-only", "fp8-dynamic", "fp8-dynamic[kernel_preference=mslk]",
                                                    "nf4-bnb", "bf16+compiled", "int4-weight-only+compiled"]

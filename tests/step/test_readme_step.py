@@ -37,6 +37,10 @@ def test_readme_step_figures():
     assert faster == {"fp8-dynamic[kernel_preference=mslk]"}  # "the one 8-bit scheme faster than bf16"
     assert _find(rows, "bf16+compiled", 16, 128).latency_us["step_compiled"]["median"] < \
         mslk.latency_us["step_graph"]["median"]  # "bf16 compiled is faster still"
+    for scheme in ("fp8-dynamic+compiled", "int8-weight-only+compiled"):
+        got = [sp[r.key][decision_method(r)] for r in rows if r.m == 16 and r.scheme == scheme]
+        assert len(got) == 3, scheme  # every context
+        figures.add(f"{min(got):.2f}-{max(got):.2f}×")
     asked = len(json.loads((ROOT / "results/h200/step_llama31_8b.json").read_text())["scenario"]["schemes"])
     figures.add(f"{len({r.scheme for r in rows})} of its scenario's {asked} schemes")
     bf = [_find(rows, "bf16", 1, c) for c in (128, 32768)]

@@ -149,6 +149,37 @@ def test_tiny_step_rows_on_cpu():
         assert "synthetic" in r.weight_source
 
 
+def test_each_phase_is_logged_before_it_starts(caplog):
+    """A worker that hangs is reported with its last log line: each phase is logged before it runs."""
+    s = _scenario([{"name": "fp32"}], m=(1,), context=(8,))
+    with caplog.at_level("INFO", logger="qbench.step"):
+        measure_step_scheme(s, 0, torch.device("cpu"), None)
+    lines = [r.getMessage() for r in caplog.records if r.name == "qbench.step"]
+    assert lines[:4] == ["fp32: building tiny", "fp32: prefill of 8 positions",
+                         "fp32 M=1 context=8: error against the FP32 step", "fp32 M=1 context=8: step_cpu"]
+    assert lines[4:] == [f"fp32 M=1: Σ linear, {role} (K={k}, N={n})"
+                         for role, (k, n) in PRESETS["tiny"].linear_shapes().items()]
+
+
+def test_worker_sends_phase_lines_to_its_log(capsys):
+    import logging
+
+    from qbench import worker
+
+    logger = logging.getLogger("qbench")
+    before, level = list(logger.handlers), logger.level
+    try:
+        worker.log_phases()
+        worker.log_phases()  # idempotent: one handler
+        added = [h for h in logger.handlers if h not in before]
+        assert len(added) == 1
+        logging.getLogger("qbench.step").info("int4 M=1 context=128: step_graph")
+        assert capsys.readouterr().err.rstrip().endswith(" int4 M=1 context=128: step_graph")
+    finally:
+        logger.handlers[:] = before
+        logger.setLevel(level)
+
+
 def test_scheme_that_cannot_take_a_shape_is_skipped(tmp_path):
     cfg = {"model_type": "llama", "hidden_size": 96, "num_attention_heads": 2, "num_key_value_heads": 1,
            "intermediate_size": 192, "vocab_size": 64, "num_hidden_layers": 1, "max_position_embeddings": 64}
