@@ -8,11 +8,14 @@ one CUDA graph). ``--blocks N`` builds both models with the first N blocks (a wh
 transformers' 32 Llama blocks takes minutes). Not part of the package: it imports transformers, which
 qbench does not need.
 
-For each scheme (``bf16``; ``int4-weight-only``: torchao's ``quantize_`` with
-``Int4WeightOnlyConfig(group_size=128)`` applied to every linear layer of the blocks, the LM head
-left in bf16, as qbench's step does by default) it times, by its own event loop (median of
-``--reps`` replays, no qbench timing code): transformers' step, and qbench's ``DecodeModel`` step
-over the same weights built through qbench's scheme registry; and compares the two steps' logits.
+For each scheme it times, by its own event loop (median of ``--reps`` replays, no qbench timing
+code), transformers' step and qbench's ``DecodeModel`` step over the same weights, and compares the
+two steps' logits. ``bf16``: transformers' own ``nn.Linear`` layers. Any other scheme: both models
+hold the same quantized layer modules, built by qbench's scheme registry from the same FP32 weights
+and swapped into transformers' blocks (the LM head left in bf16, as qbench's step does by default),
+so the pair compares the two steps around one kernel. (Until 2026-12-02 transformers' int4 model was
+quantized by torchao's default ``Int4WeightOnlyConfig(group_size=128)``, another kernel than qbench's
+tinygemm scheme: ``results/h200/evidence/crosscheck_step*.json`` were made that way.)
 
     python scripts/crosscheck_step.py --model llama3.1-8b --m 1 --context 128 --out crosscheck_step.json
 
@@ -69,6 +72,16 @@ def build_hf(config, weights, dtype, device):
     return model
 
 
+def swap_linears(model, config, weights, build) -> None:
+    """Replace every block linear of ``model`` (a LlamaForCausalLM) by ``build(fp32_weight [N, K])``,
+    the LM head left as it is (qbench's step keeps it in the activation dtype by default)."""
+    for i in range(config.blocks):
+        layer = model.model.layers[i]
+        for role in llama.BLOCK_LINEARS:
+            parent = getattr(layer, "self_attn" if role in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp")
+            setattr(parent, role, build(weights.get(llama.linear_name(i, role))))
+
+
 def static_cache(model, m, slots, dtype, device):
     import transformers
 
@@ -79,8 +92,8 @@ def static_cache(model, m, slots, dtype, device):
                                         dtype=dtype)
 
 
-def hf_decoder(hf, cache, prompt, tok, context, device):
-    """Prefill ``prompt`` into ``cache``, then return a zero-argument decode step at position
+def hf_decoder(hf, cache, prompt, tok, context, device, after_prefill=None):
+    """Prefill ``prompt`` into ``cache``, call ``after_prefill()`` (if given), then return a zero-argument decode step at position
     ``context`` that can run again and again (same position, as qbench's step): transformers 5
     keeps the write index of a static cache in a device counter per layer (``cumulative_length``)
     that each step advances, so the step first copies ``context`` back into every layer's counter
@@ -90,6 +103,8 @@ def hf_decoder(hf, cache, prompt, tok, context, device):
 
     kw = "cache" if "cache" in inspect.signature(hf.model.forward).parameters else "past_key_values"
     hf(prompt, **{kw: cache}, use_cache=True)
+    if after_prefill is not None:
+        after_prefill()
     counters = [layer.cumulative_length for layer in getattr(cache, "layers", [])
                 if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)]
     if counters:  # the write index lives in the cache (transformers >= 5): set it back before each step
@@ -156,13 +171,20 @@ def one_scheme(name, config, args, device):
     rec = {"scheme": name, "m": args.m, "context": args.context}
     # transformers
     hf = build_hf(config, weights, dtype, device)
-    if name == "int4-weight-only":
-        from torchao.quantization import Int4WeightOnlyConfig, quantize_
-
-        quantize_(hf, Int4WeightOnlyConfig(group_size=128), filter_fn=lambda mod, fqn: isinstance(mod, torch.nn.Linear)
-                  and "lm_head" not in fqn)
+    scheme = schemes.get(name)
+    options = scheme.options_model()
+    swap = None
+    if name != "bf16":  # the same quantized layers in both models: the pair times the step around one kernel
+        # swapped in after the prefill: qbench fills its cache with the float weights (every scheme reads the
+        # same history), so transformers' cache is filled by its float model too
+        def swap():
+            swap_linears(hf, config, weights, lambda w: scheme.build(w, None, options))
+        rec["hf_linears"] = f"qbench's {name} layer modules (built from the same FP32 weights), after a float prefill"
+    else:
+        rec["hf_linears"] = "transformers' own nn.Linear (bf16)"
     cache = static_cache(hf, args.m, args.context + 1, dtype, device)
-    step_hf = hf_decoder(hf, cache, prompt.expand(args.m, -1).contiguous(), tokens[:, None].clone(), args.context, device)
+    step_hf = hf_decoder(hf, cache, prompt.expand(args.m, -1).contiguous(), tokens[:, None].clone(), args.context, device,
+                         after_prefill=swap)
     if args.compiled:
         step_hf = torch.compile(step_hf, fullgraph=False)
     t0 = time.perf_counter()
@@ -178,8 +200,6 @@ def one_scheme(name, config, args, device):
     if device.type == "cuda":
         torch.cuda.empty_cache()
     # qbench, the same weights through its scheme registry
-    scheme = schemes.get(name)
-    options = scheme.options_model()
     kv = llama.new_cache(config, 1, args.context, dtype, device, config.blocks)
     llama.prefill(weights, kv, prompt, dtype)
     blocks = []

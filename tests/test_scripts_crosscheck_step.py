@@ -32,6 +32,18 @@ def test_tiny_bf16_steps_agree_and_the_file_names_the_blocks(tmp_path):
     assert rec["hf_eager_us"] > 0 and rec["qbench_eager_us"] > 0
 
 
+def test_a_quantized_scheme_runs_the_same_layers_in_both_models(tmp_path):
+    """int8 weight-only: transformers' blocks hold qbench's own int8 modules, swapped in after a float
+    prefill (qbench's cache history): same layers, same cache, same kernels on a CPU: identical logits."""
+    out = tmp_path / "cc.json"
+    r = _run("--model", "tiny", "--device", "cpu", "--schemes", "int8-weight-only", "--reps", "3", "--context", "16",
+             "--out", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    rec = json.loads(out.read_text())["records"][0]
+    assert rec["hf_linears"].startswith("qbench's int8-weight-only layer modules")
+    assert rec["logits_rel_diff"] == 0.0 and rec["top1_agree"] == 1.0
+
+
 def test_blocks_beyond_the_model_is_refused_in_one_line():
     r = _run("--model", "tiny", "--device", "cpu", "--blocks", "3")
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].endswith("--blocks: must be 1..2 for tiny, got 3")
