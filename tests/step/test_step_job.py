@@ -203,6 +203,22 @@ def test_run_writes_a_step_result_file(tmp_path):
     assert outcome.exit_code == 0 and len(rows) == 1 and rows[0].job == "step" and rows[0].status == "ok"
 
 
+def test_a_timed_out_step_worker_is_reported_with_its_phase(tmp_path):
+    """The input that trips it: a timing budget far beyond the scheme timeout. The worker is killed while
+    timing; the failed rows' reason ends with the last phase it logged, not with a library's warning."""
+    from qbench import runner
+    from qbench.results import read_results
+
+    s = _scenario([{"name": "fp32"}], context=(8,),
+                  timing={"warmup": 1, "min_reps": 100000, "max_reps": 200000, "budget_s": 600, "scheme_timeout_s": 20})
+    runner.run(s, device="cpu", out=str(tmp_path / "r.json"))
+    rows = read_results(tmp_path / "r.json").step_rows
+    assert rows and all(r.status == "failed" for r in rows)
+    reason = rows[0].reason
+    assert "worker timed out after 20 s; last output: " in reason
+    assert "fp32 M=1" in reason.split("last output: ", 1)[1], reason
+
+
 # -- readers' arithmetic ---------------------------------------------------------------------
 def _row(scheme, context, graph, linear, mode="eager"):
     return StepRow(scheme=scheme, base_scheme=scheme, library="torch", mode=mode, model="m", title="M", m=1,
