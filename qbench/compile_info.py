@@ -20,6 +20,15 @@ def have_compiler() -> bool:
     return any(shutil.which(cc) for cc in ("cc", "gcc", "g++", "clang", "c++"))
 
 
+def cpu_compile_reason(mode: str, device_type: str) -> Optional[str]:
+    """Why a scheme entry in ``mode`` (``"eager"``, ``"compiled"``) cannot run on a device of type
+    ``device_type`` for want of a compiler, or None: torch.compile on the CPU needs a C++ compiler
+    (:func:`have_compiler`). The layer job and the model-step job both ask it."""
+    if mode == "compiled" and device_type == "cpu" and not have_compiler():
+        return "torch.compile on CPU needs a C++ compiler (none found)"
+    return None
+
+
 def _dynamo_counters():
     """``torch._dynamo.utils.counters``, or None when Dynamo was never imported in this process (then
     it compiled nothing): reading the counters must not import Dynamo, about 3 s on the H200 host,

@@ -56,10 +56,8 @@ def unavailable_reason(scheme: Scheme, entry: SchemeEntry, device: torch.device)
     scheme's own reason (:meth:`qbench.schemes.base.Scheme.unavailable_reason`: a missing package, a
     CUDA-only kernel), or a compiled entry on the CPU without a C++ compiler. Imports no scheme
     package and touches no device, so the runner asks it too before it starts a CPU worker."""
-    reason = scheme.unavailable_reason(device, entry.options)
-    if reason is None and entry.options.mode == "compiled" and device.type == "cpu" and not compile_info.have_compiler():
-        reason = "torch.compile on CPU needs a C++ compiler (none found)"
-    return reason
+    return (scheme.unavailable_reason(device, entry.options)
+            or compile_info.cpu_compile_reason(entry.options.mode, device.type))
 
 
 def import_ahead(scheme, entry, device, ms=()) -> list[str]:

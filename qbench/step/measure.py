@@ -119,10 +119,8 @@ def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
     spec = scenario.model
     config = check_spec(spec, scenario.source)
     rows = blank_rows(scenario, entry, scheme, device)
-    reason = scheme.unavailable_reason(device, entry.options)
-    if reason is None and entry.options.mode == "compiled" and device.type == "cpu":
-        if not compile_info.have_compiler():
-            reason = "torch.compile on CPU needs a C++ compiler (none found)"
+    reason = (scheme.unavailable_reason(device, entry.options)
+              or compile_info.cpu_compile_reason(entry.options.mode, device.type))
     reason = reason or _shape_reason(config, scheme, entry.options, spec.lm_head and spec.quantize_lm_head)
     if reason:
         return _checked(_fail(rows, "skipped", reason))
