@@ -76,10 +76,10 @@ def swap_linears(model, config, weights, build) -> None:
     """Replace every block linear of ``model`` (a LlamaForCausalLM) by ``build(fp32_weight [N, K])``,
     the LM head left as it is (qbench's step keeps it in the activation dtype by default)."""
     for i in range(config.blocks):
-        layer = model.model.layers[i]
         for role in llama.BLOCK_LINEARS:
-            parent = getattr(layer, "self_attn" if role in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp")
-            setattr(parent, role, build(weights.get(llama.linear_name(i, role))))
+            name = llama.linear_name(i, role)  # model.layers.3.self_attn.q_proj.weight
+            parent, _, attr = name.removesuffix(".weight").rpartition(".")
+            setattr(model.get_submodule(parent), attr, build(weights.get(name)))
 
 
 def static_cache(model, m, slots, dtype, device):
