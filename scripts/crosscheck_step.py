@@ -163,7 +163,9 @@ def host_median(fn, reps: int) -> float:
 
 @torch.inference_mode()
 def one_scheme(name, config, args, device):
-    dtype = schemes.get(name).activation_dtype
+    scheme = schemes.get(name)
+    options = scheme.options_model()
+    dtype = scheme.activation_dtype
     weights = llama.Weights(config, args.seed, device)
     gen = torch.Generator().manual_seed(args.seed)
     prompt = torch.randint(0, config.vocab, (1, args.context), generator=gen).to(device)
@@ -171,8 +173,6 @@ def one_scheme(name, config, args, device):
     rec = {"scheme": name, "m": args.m, "context": args.context}
     # transformers
     hf = build_hf(config, weights, dtype, device)
-    scheme = schemes.get(name)
-    options = scheme.options_model()
     swap = None
     if name != "bf16":  # the same quantized layers in both models: the pair times the step around one kernel
         # swapped in after the prefill: qbench fills its cache with the float weights (every scheme reads the
