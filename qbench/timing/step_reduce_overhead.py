@@ -35,6 +35,8 @@ LOOP_STEPS = 16
 #: the one unoverlapped call a sample holds is already under 1 % of 4 steps of it. Project choice.
 MIN_LOOP_STEPS = 4
 LOOP_SAMPLE_S = 0.25
+#: Calls timed one at a time for ``host_us`` and ``synced_us``.
+SINGLE_CALLS = 10
 
 
 def loop_steps(step_s: float) -> int:
@@ -49,8 +51,6 @@ def loop_steps(step_s: float) -> int:
     if not (step_s > 0 and math.isfinite(step_s)):
         raise ValueError(f"loop_steps: step_s must be a positive finite number of seconds, got {step_s!r}")
     return max(MIN_LOOP_STEPS, min(LOOP_STEPS, math.ceil(LOOP_SAMPLE_S / step_s)))
-#: Calls timed one at a time for ``host_us`` and ``synced_us``.
-SINGLE_CALLS = 10
 
 
 def run(step: Callable[[object], object], first: object, settings: TimingSettings,
