@@ -7,9 +7,11 @@
 ``steps``: per scheme, M and context, the step by each method, Σ linear (the layer view), the
 remainder's share, HBM floor / step, and the speed-up over bf16 measured (the decision method:
 compiled step in a graph, else the eager step in a graph) against the one Σ linear predicts.
-``decisions``: per M and context, the fastest scheme by the measured step and by Σ linear, and
+``decisions``: per M and context, the fastest scheme by the measured step, the schemes whose step
+ties it within noise (p10-p90 overlap, :func:`qbench.step.view.tied`), the fastest by Σ linear, and
 whether they pick the same format (a compiled and an eager form of one scheme have the same Σ
-linear within noise, so the format is the decision the two views can disagree on). Rows without a step (host-syncing schemes) are listed under the table.
+linear within noise, so the format is the decision the two views can disagree on): ``yes``,
+``tie`` (the Σ linear pick's format ties the step's pick), or ``no``. Rows without a step (host-syncing schemes) are listed under the table.
 ``contexts``: per M and context, bf16's measured step, its Σ linear and the remainder (step − Σ
 linear, the attention over the KV cache, norms, RoPE, the LM head's argmax and launch gaps), then the
 same for the fastest scheme by the measured step: where the time goes as the context grows.
@@ -26,7 +28,7 @@ from tabulate import tabulate
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from qbench.step.row import StepRow  # noqa: E402
-from qbench.step.view import SHORT, STEP_METHODS, decision_method, linear_speedup, speedups  # noqa: E402
+from qbench.step.view import DASH, SHORT, STEP_METHODS, decision_method, linear_speedup, speedups, tied  # noqa: E402
 
 
 def _rows(path: str) -> list[StepRow]:
@@ -68,15 +70,20 @@ def decisions(path: str) -> str:
     out = []
     for key in sorted({(r.m, r.context) for r in rows}):
         here = [r for r in rows if (r.m, r.context) == key]
-        timed = [(r.step_us(decision_method(r)), r.scheme) for r in here if decision_method(r)]
+        timed = [r for r in here if decision_method(r)]
         linear = [(r.linear["sum_us"], r.scheme) for r in here if r.linear and r.linear.get("sum_us")]
         if not timed or not linear:
             continue
-        best, best_lin = min(timed), min(linear)
+        best = min(timed, key=lambda r: r.step_us(decision_method(r)))
+        ties = tied(timed, best)
+        best_lin = min(linear)
         fmt = {r.scheme: r.base_scheme for r in here}
-        out.append({"M": key[0], "context": key[1], "fastest by the step": f"{best[1]} ({best[0] / 1000:.2f} ms)",
-                    "fastest by Σ linear": f"{best_lin[1]} ({best_lin[0] / 1000:.2f} ms)",
-                    "same format": "yes" if fmt[best[1]] == fmt[best_lin[1]] else "**no**"})
+        same = ("yes" if fmt[best.scheme] == fmt[best_lin[1]]
+                else "tie" if fmt[best_lin[1]] in {fmt[r.scheme] for r in ties} else "**no**")
+        out.append({"M": key[0], "context": key[1],
+                    "fastest by the step": f"{best.scheme} ({best.step_us(decision_method(best)) / 1000:.2f} ms)",
+                    "tied within noise": ", ".join(r.scheme for r in ties) or DASH,
+                    "fastest by Σ linear": f"{best_lin[1]} ({best_lin[0] / 1000:.2f} ms)", "same format": same})
     return tabulate(out, headers="keys", tablefmt="github", disable_numparse=True)
 
 

@@ -513,8 +513,10 @@ def plot_context(doc, path: Path) -> Path:
     """A model-step result (:attr:`qbench.results.ResultDoc.step_rows`) against the context: one
     panel per M, one line per scheme (the step by each row's decision method,
     :data:`qbench.step.view.DECISION_ORDER`, ms, log-log), and each scheme's Σ linear (the layer
-    view's prediction, which does not depend on the context) dashed in the same colour. Where a
-    quantized line crosses bf16's, the scheme stops paying. Returns ``path``."""
+    view's prediction, which does not depend on the context) dashed in the same colour. Colours are
+    the schemes' colours of every qbench chart (:func:`_styles`); a compiled form has its eager
+    scheme's colour, square markers and a thicker line. Where a quantized line crosses bf16's, the
+    scheme stops paying. Returns ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -526,14 +528,20 @@ def plot_context(doc, path: Path) -> Path:
     ms = sorted({r.m for r in rows})
     fig, axes = plt.subplots(1, max(1, len(ms)), figsize=(6.5 * max(1, len(ms)), 5.5), squeeze=False)
     schemes = list(dict.fromkeys(r.scheme for r in rows))
+    compiled = {r.scheme: r.mode == "compiled" for r in rows}
+    base = {s: s.removesuffix("+compiled") for s in schemes}
+    colours, _ = _styles([{"base": base[s], "m": 0} for s in schemes])
     for ax, m in zip(axes[0], ms):
-        for i, scheme in enumerate(schemes):
+        for scheme in schemes:
             pts = sorted((r.context, r.step_us(decision_method(r)) / 1000, (r.linear or {}).get("sum_us"))
                          for r in rows if r.m == m and r.scheme == scheme)
             if not pts:
                 continue
-            color = plt.cm.tab10(i % 10)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, label=plain(scheme))
+            # the shared scheme colours of every chart; a compiled form: its eager scheme's colour,
+            # square markers and a thicker line
+            color = colours[base[scheme]]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "s-" if compiled[scheme] else "o-", color=color,
+                    lw=2.2 if compiled[scheme] else 1.2, label=plain(scheme))
             linear = [p[2] for p in pts if p[2] is not None]
             if linear:
                 ax.axhline(linear[0] / 1000, color=color, ls="--", lw=0.8)

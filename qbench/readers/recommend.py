@@ -702,7 +702,9 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
     measured decode step among the schemes whose logits error against the FP32 step
     (``error.rel_fro``) is at most X, each timed by its decision method
     (:data:`qbench.step.view.DECISION_ORDER`, named in the output), with its speed-up over
-    ``--baseline`` (:func:`qbench.step.view.recommend`). Returns 0 when some (M, context) has a
+    ``--baseline`` (:func:`qbench.step.view.recommend`); steps tied with the fastest within noise
+    (p10-p90 overlap) are named under the table, and the pick among them is the scheme of the
+    smaller context, else the lower logits error. Returns 0 when some (M, context) has a
     pick, else 1; raises :class:`~qbench.readers.common.Refused` for layer and step files mixed,
     ``--summary``, ``--by-format`` or ``--method``."""
     if any(doc.job != "step" for doc in docs):
@@ -737,6 +739,10 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
                               + ("; within: how many timed schemes are within the budget" if fits else ""))) + "\n")
         print(render(rec, _step_columns(args.baseline, wide=not fits), args.format))
         if wants_prose(args.format):
+            tied = [f"M={r['m']} ctx={r['context']}: {', '.join(r['ties'])}" for r in rec if r["ties"]]
+            if tied:
+                print("\n" + say(visible("tied with the pick within noise (p10–p90 overlap; the pick is the one of "
+                                         "the smaller context, else the lower logits error): " + "; ".join(tied))))
             untimed = sorted({s for r in rec for s in r["untimed"]})
             if untimed:
                 print("\n" + say(visible(f"not timed (no step time, not considered): {', '.join(untimed)}")))

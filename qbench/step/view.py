@@ -15,6 +15,8 @@ from typing import Callable, Optional, Sequence
 
 from tabulate import tabulate
 
+from qbench.judge import verdict
+from qbench.row import Stats
 from qbench.step.row import StepRow
 from qbench.timing import registry
 
@@ -292,27 +294,71 @@ def sweep_line(rec: dict, baseline: str = "bf16") -> str:
             f"measured: {contexts})")
 
 
+def step_stats(row: StepRow, method: str) -> Optional[Stats]:
+    """The row's ``method`` reading as :class:`qbench.row.Stats` (median, p10, p90), or None."""
+    got = row.latency_us.get(method)
+    if not got or got.get("median") is None:
+        return None
+    return Stats(median=got["median"], p10=got.get("p10"), p90=got.get("p90"))
+
+
+def tied(candidates: Sequence[StepRow], best: StepRow) -> list[StepRow]:
+    """The rows of ``candidates`` (``best`` excluded) whose step is the same as ``best``'s within
+    noise, each read by its own decision method: their [p10, p90] intervals overlap
+    (:func:`qbench.judge.verdict`, the rule of the layer ``recommend``). Order kept."""
+    mine = step_stats(best, decision_method(best))
+    out = []
+    for r in candidates:
+        method = decision_method(r)
+        theirs = step_stats(r, method) if method else None
+        if r.key != best.key and mine is not None and theirs is not None and verdict(mine, theirs) == "same":
+            out.append(r)
+    return out
+
+
+def _tie_break(group: Sequence[StepRow], previous: Optional[str]) -> StepRow:
+    """Among rows tied within noise, the pick: the scheme picked at the next smaller context of the
+    same M when it is among them (a deployment stores one weight format for every context, so the
+    pick does not flip inside noise as the context grows), else the lower logits error, else the
+    fewer bytes per step, else the lower median."""
+    for r in group:
+        if r.scheme == previous:
+            return r
+    inf = float("inf")
+    return min(group, key=lambda r: (logits_error(r) if logits_error(r) is not None else inf,
+                                     (r.bytes or {}).get("total", inf), r.step_us(decision_method(r))))
+
+
 def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16") -> list[dict]:
     """Per (M, context), in order: the fastest step among the ``ok`` rows whose logits error
     (:func:`logits_error`) is at most ``max_rel_err``, each row timed by its decision method
-    (:data:`DECISION_ORDER`). A record: ``m``, ``context``, ``pick`` (the scheme or None),
-    ``method``, ``step_us``, ``tokens_per_s``, ``speedup`` (over ``baseline``, :func:`speedups`),
-    ``rel_fro`` and ``compared`` of the pick, ``within`` / ``timed`` (how many timed schemes are
-    within the budget, of how many), ``untimed`` (schemes with no step time)."""
+    (:data:`DECISION_ORDER`). Rows tied with the fastest within noise (:func:`tied`) are one group,
+    and the pick is chosen in it by :func:`_tie_break` (the same pick as at the smaller context,
+    else the lower error, the fewer bytes, the lower median). A record: ``m``, ``context``,
+    ``pick`` (the scheme or None), ``method``, ``step_us``, ``tokens_per_s``, ``speedup`` (over
+    ``baseline``, :func:`speedups`), ``rel_fro`` and ``compared`` of the pick, ``ties`` (the other
+    schemes of its group, fastest first), ``within`` / ``timed`` (how many timed schemes are within
+    the budget, of how many), ``untimed`` (schemes with no step time)."""
     sp = speedups(rows, baseline)
     out = []
+    previous: dict[int, Optional[str]] = {}
     for m, context in sorted({(r.m, r.context) for r in rows}):
         here = [r for r in rows if r.m == m and r.context == context and r.status == "ok"]
         timed = [r for r in here if decision_method(r)]
         within = [r for r in timed if logits_error(r) is not None and logits_error(r) <= max_rel_err]
-        best = min(within, key=lambda r: r.step_us(decision_method(r))) if within else None
+        fastest = min(within, key=lambda r: r.step_us(decision_method(r))) if within else None
+        group = [fastest, *tied(within, fastest)] if fastest else []
+        best = _tie_break(group, previous.get(m)) if group else None
+        previous[m] = best.scheme if best else None
         method = decision_method(best) if best else None
+        ties = sorted((r for r in group if r is not best), key=lambda r: r.step_us(decision_method(r)))
         out.append({"m": m, "context": context, "pick": best.scheme if best else None, "method": method,
                     "step_us": best.step_us(method) if best else None,
                     "tokens_per_s": best.tokens_per_s.get(method) if best else None,
                     "speedup": sp.get(best.key, {}).get(method) if best else None,
                     "rel_fro": logits_error(best) if best else None,
                     "compared": (best.error or {}).get("compared") if best else None,
+                    "ties": [r.scheme for r in ties],
                     "within": len(within), "timed": len(timed),
                     "untimed": [r.scheme for r in here if not decision_method(r)]})
     return out

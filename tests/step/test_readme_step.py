@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from qbench.step.row import StepRow
-from qbench.step.view import decision_method, linear_speedup, speedups
+from qbench.step.view import decision_method, linear_speedup, logits_error, speedups, tied
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,6 +41,17 @@ def test_readme_step_figures():
         got = [sp[r.key][decision_method(r)] for r in rows if r.m == 16 and r.scheme == scheme]
         assert len(got) == 3, scheme  # every context
         figures.add(f"{min(got):.2f}-{max(got):.2f}×")
+    fp8c = [_find(rows, "fp8-weight-only+compiled", 1, c) for c in (128, 4096)]
+    int4c = [_find(rows, "int4-weight-only+compiled", 1, c) for c in (128, 4096)]
+    assert f"{sp[fp8c[0].key]['step_compiled']:.2f}" == f"{sp[int4c[0].key]['step_compiled']:.2f}"  # "1.57× each"
+    assert tied([fp8c[0]], int4c[0]) == [fp8c[0]]  # "p10–p90 overlapping"
+    figures.add(f"128 positions ({sp[fp8c[0].key]['step_compiled']:.2f}× each, p10–p90 overlapping)")
+    figures.add(f"logits error ({logits_error(fp8c[0]):.3f} against {logits_error(int4c[0]):.3f})")
+    figures.add(f"4096 ({sp[fp8c[1].key]['step_compiled']:.2f}× against {sp[int4c[1].key]['step_compiled']:.2f}×)")
+    assert 0.2 < logits_error(fp8c[0]) / logits_error(int4c[0]) < 0.3  # "a quarter of its logits error"
+    bench = json.loads((ROOT / "results/h200/step_llama3_8b.json").read_text())
+    assert bench["complete"] is True and len(bench["scenario"]["schemes"]) == 8
+    figures.add(f"the 8-scheme speed benchmark takes {bench['wall_s']:.0f} s on one H200 against a 360 s target")
     asked = len(json.loads((ROOT / "results/h200/step_llama31_8b.json").read_text())["scenario"]["schemes"])
     figures.add(f"{len({r.scheme for r in rows})} of its scenario's {asked} schemes")
     bf = [_find(rows, "bf16", 1, c) for c in (128, 32768)]

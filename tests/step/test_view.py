@@ -1,0 +1,47 @@
+"""qbench.step.view's decision rules on hand-made step rows: ties within noise and the pick among them."""
+
+from __future__ import annotations
+
+from qbench.step.row import StepRow
+from qbench.step.view import recommend, tied
+
+
+def _row(scheme, context, median, p10, p90, err, total_bytes=1000):
+    return StepRow(scheme=scheme, base_scheme=scheme, library="torch", mode="eager", model="m", title="M", m=1,
+                   context=context, device="cuda:0", weight_dtype="x", activation_dtype="bfloat16", lm_head="float",
+                   blocks=2, latency_us={"step_graph": {"median": median, "p10": p10, "p90": p90}},
+                   error={"compared": "logits", "rel_fro": err}, bytes={"total": total_bytes})
+
+
+def test_overlapping_p10_p90_is_a_tie_and_disjoint_is_not():
+    best = _row("a", 128, 100.0, 99.0, 101.0, 0.3)
+    touching = _row("b", 128, 101.5, 100.9, 102.0, 0.1)  # p10 100.9 <= best's p90 101.0
+    apart = _row("c", 128, 102.0, 101.1, 103.0, 0.1)  # p10 101.1 > 101.0
+    assert tied([best, touching, apart], best) == [touching]
+
+
+def test_among_tied_steps_the_lower_logits_error_is_the_pick():
+    rows = [_row("bf16", 128, 200.0, 199.0, 201.0, 0.01),
+            _row("int4", 128, 100.0, 99.0, 101.0, 0.30), _row("fp8", 128, 100.5, 100.0, 102.0, 0.08)]
+    (rec,) = recommend(rows, max_rel_err=0.5)
+    assert rec["pick"] == "fp8" and rec["ties"] == ["int4"] and rec["speedup"] == 200.0 / 100.5
+    # over the budget, the tied scheme is not a candidate: no tie
+    (rec,) = recommend(rows, max_rel_err=0.05)
+    assert rec["pick"] == "bf16" and rec["ties"] == []
+
+
+def test_equal_error_falls_to_fewer_bytes_then_a_clear_win_is_not_a_tie():
+    rows = [_row("big", 128, 100.0, 99.0, 101.0, 0.1, total_bytes=2000),
+            _row("small", 128, 100.4, 99.5, 101.5, 0.1, total_bytes=1000)]
+    assert recommend(rows, max_rel_err=0.5)[0]["pick"] == "small"
+    rows[1] = _row("small", 128, 110.0, 109.0, 111.0, 0.1, total_bytes=1000)
+    assert recommend(rows, max_rel_err=0.5)[0]["pick"] == "big"
+
+
+def test_the_pick_of_the_smaller_context_is_kept_inside_noise():
+    """At 128 fp8 wins outright; at 4096 int4 is faster by its median but tied within noise with fp8,
+    which has the higher error: the pick stays fp8 (one weight format for every context)."""
+    rows = [_row("int4", 128, 110.0, 109.0, 111.0, 0.05), _row("fp8", 128, 100.0, 99.0, 101.0, 0.08),
+            _row("int4", 4096, 200.0, 198.0, 202.0, 0.05), _row("fp8", 4096, 201.0, 199.0, 203.0, 0.08)]
+    recs = recommend(rows, max_rel_err=0.5)
+    assert [(r["context"], r["pick"], r["ties"]) for r in recs] == [(128, "fp8", []), (4096, "fp8", ["int4"])]
