@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 from qbench.results import ResultDoc
 from qbench.row import Row, Stats
 from qbench.timing import registry
+from qbench.timing.stats import verdict  # noqa: F401  (the rule lives with the statistics; readers import it here)
 
 __all__ = [
     "CAPTURE_KINDS",
@@ -147,32 +148,6 @@ def machine_of(doc: ResultDoc) -> str:
 
 
 # ---- two readings --------------------------------------------------------------------------------
-
-def _interval(stats: Stats, runs: Sequence[float] = ()) -> tuple[float, float]:
-    """[p10, p90] of STATS, widened to hold the median and every run's median of ``runs`` (the
-    between-run spread of :func:`tie_band`); the medians alone when p10 or p90 is
-    missing."""
-    med, lo, hi = stats.median, stats.p10, stats.p90
-    if lo is None or hi is None:
-        lo = hi = med
-    return min(lo, med, *runs), max(hi, med, *runs)
-
-
-def verdict(a: Stats, b: Stats, a_runs: Sequence[float] = (), b_runs: Sequence[float] = ()) -> str:
-    """``same`` when the [p10, p90] intervals of STATS ``a`` and ``b`` overlap, else ``faster`` (B's
-    median below A's) or ``slower``. A side without p10 or p90 is its median alone (a point), so
-    it is ``same`` only when that point lies inside the other side's interval; with neither side
-    having an interval the medians decide (NVBench's compare draws the same line).
-
-    ``a_runs``/``b_runs``: the medians of a side's independent runs (``repeats.medians``, several
-    files of one scenario); a side's interval then spans them too, so the wider of the within-run
-    p10-p90 and the between-run spread decides (:func:`tie_band`)."""
-    lo_a, hi_a = _interval(a, a_runs)
-    lo_b, hi_b = _interval(b, b_runs)
-    if lo_b <= hi_a and lo_a <= hi_b:
-        return "same"
-    return "faster" if b.median < a.median else "slower"
-
 
 def run_medians(row: Row, method: str) -> list[float]:
     """The medians of ``method`` of the row's independent runs (``repeats.medians``), or ``[]``."""

@@ -10,7 +10,7 @@ all minimised; and for every other scheme the reason it lost, in this order of p
 ``non-finite outputs (12)``, ``no error measured``, ``over error budget (rel_fro 0.092 > 0.01)``,
 ``same speed within noise: 11.2 µs vs 11.0 µs (1.02×, p10–p90 overlap)``,
 ``slower: 23.1 µs vs 11.0 µs (2.10×)``. A candidate whose [p10, p90] interval overlaps the pick's
-is a tie (the rule of :func:`qbench.judge.verdict`). Among the schemes tied with the fastest,
+is a tie (the rule of :func:`qbench.timing.stats.verdict`). Among the schemes tied with the fastest,
 the pick is, in this order: the scheme picked at the neighbouring (next smaller) M of the same
 shape, when it is among them, so that the pick does not flip between two schemes inside noise as
 M grows (a deployment stores one weight format for every batch size); else the lower error; else

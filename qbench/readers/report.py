@@ -10,7 +10,7 @@
 any stream time (written before it existed) falls back to ``cold``, or ``cpu`` on a CPU result,
 with a one-line note.
 
-Crossover: for each scheme and each M of the sweep, the verdict of :func:`qbench.judge.verdict`
+Crossover: for each scheme and each M of the sweep, the verdict of :func:`qbench.timing.stats.verdict`
 against the baseline at the same (M, K, N): ``faster`` when the scheme's [p10, p90] interval lies
 wholly below the baseline's, ``slower`` when wholly above, ``same`` when the two overlap (the
 difference is within the runs' own noise; NVBench's compare draws the same line). Without the

@@ -15,10 +15,10 @@ from typing import Callable, Optional, Sequence
 
 from tabulate import tabulate
 
-from qbench.judge import verdict
 from qbench.row import Stats
 from qbench.step.row import StepRow
 from qbench.timing import registry
+from qbench.timing.stats import verdict
 
 DASH = "—"
 _STEP = [m for m in registry.methods().values() if m.job == "step"]
@@ -305,7 +305,7 @@ def step_stats(row: StepRow, method: str) -> Optional[Stats]:
 def tied(candidates: Sequence[StepRow], best: StepRow) -> list[StepRow]:
     """The rows of ``candidates`` (``best`` excluded) whose step is the same as ``best``'s within
     noise, each read by its own decision method: their [p10, p90] intervals overlap
-    (:func:`qbench.judge.verdict`, the rule of the layer ``recommend``). Order kept."""
+    (:func:`qbench.timing.stats.verdict`, the rule of the layer ``recommend``). Order kept."""
     mine = step_stats(best, decision_method(best))
     out = []
     for r in candidates:

@@ -4,6 +4,8 @@
 (docs/results-schema.md: median, p10, p90, mean, cv, n). `median_ci_rel` gives the
 relative half-width of a distribution-free ~95 % confidence interval of the median,
 which the adaptive repetition loop (:mod:`qbench.timing.adaptive`) uses as its stop rule.
+`verdict` is qbench's one noise rule between two readings (p10-p90 overlap: the same), which
+every reader applies (:mod:`qbench.judge` for layer rows, :mod:`qbench.step.view` for steps).
 """
 
 from __future__ import annotations
@@ -158,3 +160,30 @@ def median_ci_rel(samples: Sequence[float], tail: float = CI_TAIL) -> float:
     if med == 0:
         return 0.0 if width == 0 else float("inf")
     return abs(width / 2.0 / med)
+
+
+def _interval(stats, runs: Sequence[float] = ()) -> tuple[float, float]:
+    """[p10, p90] of ``stats``, widened to hold the median and every run's median of ``runs`` (the
+    between-run spread of :func:`qbench.judge.tie_band`); the median alone when p10 or p90 is
+    missing."""
+    med, lo, hi = stats.median, stats.p10, stats.p90
+    if lo is None or hi is None:
+        lo = hi = med
+    return min(lo, med, *runs), max(hi, med, *runs)
+
+
+def verdict(a, b, a_runs: Sequence[float] = (), b_runs: Sequence[float] = ()) -> str:
+    """``same`` when the [p10, p90] intervals of readings ``a`` and ``b`` (anything with ``median``,
+    ``p10``, ``p90`` in µs: a :class:`Stats`, the schema's STATS, :class:`qbench.row.Stats`) overlap,
+    else ``faster`` (B's median below A's) or ``slower``. A side without p10 or p90 is its median
+    alone (a point), so it is ``same`` only when that point lies inside the other side's interval;
+    with neither side having an interval the medians decide (NVBench's compare draws the same line).
+
+    ``a_runs``/``b_runs``: the medians of a side's independent runs (``repeats.medians``, several
+    files of one scenario); a side's interval then spans them too, so the wider of the within-run
+    p10-p90 and the between-run spread decides (:func:`qbench.judge.tie_band`)."""
+    lo_a, hi_a = _interval(a, a_runs)
+    lo_b, hi_b = _interval(b, b_runs)
+    if lo_b <= hi_a and lo_a <= hi_b:
+        return "same"
+    return "faster" if b.median < a.median else "slower"

@@ -119,3 +119,13 @@ def test_m16_fp8_tie_figures():
     assert f"{parts[0]} at 128 positions, {parts[1]} at 4096 and {parts[2]} at 32768" in text
     lin = [_find(rows, s, 16, 128).linear["sum_us"] for s in ("fp8-dynamic+compiled", "bf16+compiled")]
     assert f"its Σ linear ({lin[0] / 1e3:.2f} ms) above bf16's ({lin[1] / 1e3:.2f} ms)" in text
+
+
+def test_methodology_step_tie_example():
+    from qbench.step.view import recommend
+
+    rows = _rows("step_llama31_8b.json")
+    rec = next(r for r in recommend(rows, 0.5) if (r["m"], r["context"]) == (1, 128))
+    assert (rec["pick"], rec["ties"]) == ("fp8-weight-only+compiled", ["int4-weight-only+compiled"])
+    f, i = (_find(rows, s, 1, 128).step_us("step_compiled") / 1e3 for s in (rec["pick"], rec["ties"][0]))
+    assert f"are tied ({f:.3f} and {i:.3f} ms) and the pick is fp8 weight-only" in _flat(ROOT / "docs" / "methodology.md")
