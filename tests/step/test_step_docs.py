@@ -74,6 +74,8 @@ def test_speed_benchmark_figures():
     assert f"took {after:.0f} s instead of {fp8['done'] - fp8['go']:.0f} s" in text
     assert f"its first calls {_first_calls(t128)[0]:.1f} s and {_first_calls(t4096)[1]:.1f} s" in text
     assert f"about {fp8['go'] + after:.0f} s" in text
+    nf4 = _find(rows, "nf4-bnb", 1, 128).worker_phases_s
+    assert f"`nf4-bnb`'s build took {nf4['build']:.1f} of its {nf4['after_go']:.1f} s" in text
     far = _find(_rows("step_llama31_8b.json"), "fp8-weight-only+compiled", 1, 32768)
     assert f"At 32768 positions its first call took {_first_calls(far)[0]:.0f} s" in text
 
