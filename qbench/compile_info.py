@@ -119,9 +119,16 @@ def compile_in_parallel() -> int:
         cpus = os.cpu_count() or 1
     inductor_config.compile_threads = max(1, min(MAX_COMPILE_THREADS, cpus))
     if inductor_config.compile_threads > 1:
-        from torch._inductor.async_compile import AsyncCompile
+        from torch._inductor import async_compile
 
-        AsyncCompile.warm_pool()
+        allowed = getattr(async_compile, "_process_pool_allowed", lambda: True)
+        if not allowed():  # a daemonic process without the subprocess pool: Inductor compiles in-process
+            inductor_config.compile_threads = 1
+            return 1
+        async_compile.AsyncCompile.warm_pool()  # starts the pool's sidecar process
+        wakeup = getattr(async_compile.AsyncCompile, "wakeup", None)
+        if wakeup is not None:  # and its worker processes, now rather than at the first compile
+            wakeup()
     return inductor_config.compile_threads
 
 

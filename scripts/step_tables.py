@@ -8,10 +8,11 @@
 remainder's share, HBM floor / step, and the speed-up over bf16 measured (the decision method:
 compiled step in a graph, else the eager step in a graph) against the one Σ linear predicts.
 ``decisions``: per M and context, the fastest scheme by the measured step, the schemes whose step
-ties it within noise (p10-p90 overlap, :func:`qbench.step.view.tied`), the fastest by Σ linear, and
+ties it within noise (p10-p90 overlap, :func:`qbench.step.view.tied`), the fastest by Σ linear and
+the schemes tied with it (each layer's p10-p90 summed, :func:`qbench.step.view.linear_stats`), and
 whether they pick the same format (a compiled and an eager form of one scheme have the same Σ
 linear within noise, so the format is the decision the two views can disagree on): ``yes``,
-``tie`` (the Σ linear pick's format ties the step's pick), or ``no``. Rows without a step (host-syncing schemes) are listed under the table.
+``tie`` (one side's pick is among the other side's ties), or ``no``. Rows without a step (host-syncing schemes) are listed under the table.
 ``contexts``: per M and context, bf16's measured step, its Σ linear and the remainder (step − Σ
 linear, the attention over the KV cache, norms, RoPE, the LM head's argmax and launch gaps), then the
 same for the fastest scheme by the measured step: where the time goes as the context grows.
@@ -28,7 +29,9 @@ from tabulate import tabulate
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from qbench.step.row import StepRow  # noqa: E402
-from qbench.step.view import DASH, SHORT, STEP_METHODS, decision_method, linear_speedup, speedups, tied  # noqa: E402
+from qbench.step.view import (DASH, SHORT, STEP_METHODS, decision_method, linear_speedup, linear_stats,  # noqa: E402
+                               speedups, tied)
+from qbench.timing.stats import verdict  # noqa: E402
 
 
 def _rows(path: str) -> list[StepRow]:
@@ -71,19 +74,24 @@ def decisions(path: str) -> str:
     for key in sorted({(r.m, r.context) for r in rows}):
         here = [r for r in rows if (r.m, r.context) == key]
         timed = [r for r in here if decision_method(r)]
-        linear = [(r.linear["sum_us"], r.scheme) for r in here if r.linear and r.linear.get("sum_us")]
-        if not timed or not linear:
+        summed = [r for r in here if linear_stats(r) is not None]
+        if not timed or not summed:
             continue
         best = min(timed, key=lambda r: r.step_us(decision_method(r)))
         ties = tied(timed, best)
-        best_lin = min(linear)
+        best_lin = min(summed, key=lambda r: r.linear["sum_us"])
+        lin_ties = [r for r in summed if r is not best_lin
+                    and verdict(linear_stats(best_lin), linear_stats(r)) == "same"]
         fmt = {r.scheme: r.base_scheme for r in here}
-        same = ("yes" if fmt[best.scheme] == fmt[best_lin[1]]
-                else "tie" if fmt[best_lin[1]] in {fmt[r.scheme] for r in ties} else "**no**")
+        step_side = {fmt[r.scheme] for r in [best, *ties]}
+        lin_side = {fmt[r.scheme] for r in [best_lin, *lin_ties]}
+        same = ("yes" if fmt[best.scheme] == fmt[best_lin.scheme]
+                else "tie" if fmt[best.scheme] in lin_side or fmt[best_lin.scheme] in step_side else "**no**")
         out.append({"M": key[0], "context": key[1],
                     "fastest by the step": f"{best.scheme} ({best.step_us(decision_method(best)) / 1000:.2f} ms)",
                     "tied within noise": ", ".join(r.scheme for r in ties) or DASH,
-                    "fastest by Σ linear": f"{best_lin[1]} ({best_lin[0] / 1000:.2f} ms)", "same format": same})
+                    "fastest by Σ linear": f"{best_lin.scheme} ({best_lin.linear['sum_us'] / 1000:.2f} ms)",
+                    "tied (Σ linear)": ", ".join(r.scheme for r in lin_ties) or DASH, "same format": same})
     return tabulate(out, headers="keys", tablefmt="github", disable_numparse=True)
 
 

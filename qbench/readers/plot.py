@@ -529,8 +529,15 @@ def plot_context(doc, path: Path) -> Path:
     fig, axes = plt.subplots(1, max(1, len(ms)), figsize=(6.5 * max(1, len(ms)), 5.5), squeeze=False)
     schemes = list(dict.fromkeys(r.scheme for r in rows))
     compiled = {r.scheme: r.mode == "compiled" for r in rows}
-    base = {s: s.removesuffix("+compiled") for s in schemes}
+    base = {s: s.replace("+compiled", "") for s in schemes}  # x+compiled and x+compiled[opts] alike
     colours, _ = _styles([{"base": base[s], "m": 0} for s in schemes])
+    # (colour, marker) unique per scheme: a compiled form squares, then the next shape two schemes share
+    style, used = {}, set()
+    for scheme in schemes:
+        shapes = ("s", "P", "X", "h", "*") if compiled[scheme] else ("o", "^", "v", "D", "<")
+        marker = next((mk for mk in shapes if (colours[base[scheme]], mk) not in used), shapes[0])
+        used.add((colours[base[scheme]], marker))
+        style[scheme] = marker
     for ax, m in zip(axes[0], ms):
         for scheme in schemes:
             pts = sorted((r.context, r.step_us(decision_method(r)) / 1000, (r.linear or {}).get("sum_us"))
@@ -540,7 +547,7 @@ def plot_context(doc, path: Path) -> Path:
             # the shared scheme colours of every chart; a compiled form: its eager scheme's colour,
             # square markers and a thicker line
             color = colours[base[scheme]]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "s-" if compiled[scheme] else "o-", color=color,
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=style[scheme], ls="-", color=color,
                     lw=2.2 if compiled[scheme] else 1.2, label=plain(scheme))
             linear = [p[2] for p in pts if p[2] is not None]
             if linear:

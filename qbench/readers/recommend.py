@@ -703,8 +703,9 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
     (``error.rel_fro``) is at most X, each timed by its decision method
     (:data:`qbench.step.view.DECISION_ORDER`, named in the output), with its speed-up over
     ``--baseline`` (:func:`qbench.step.view.recommend`); steps tied with the fastest within noise
-    (p10-p90 overlap) are named under the table, and the pick among them is the scheme of the
-    smaller context, else the lower logits error. Returns 0 when some (M, context) has a
+    (p10-p90 overlap) are named under the table with their ``throttled``/``noisy`` flags, and the
+    pick among them is the scheme of the smaller context, else the lower logits error, then the
+    fewer bytes. Returns 0 when some (M, context) has a
     pick, else 1; raises :class:`~qbench.readers.common.Refused` for layer and step files mixed,
     ``--summary``, ``--by-format`` or ``--method``."""
     if any(doc.job != "step" for doc in docs):
@@ -731,7 +732,8 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
         if len(records) > 1:
             print(("\n" if i else "") + visible(f"== {path}"))
         if wants_prose(args.format):
-            print(say(visible(f"{rows[0].title} ({rows[0].model}), decode step: the fastest step whose logits error "
+            print(say(visible(f"{rows[0].title} ({rows[0].model}), decode step: the fastest step (or one tied with "
+                              f"it within noise, named under the table) whose logits error "
                               f"against the FP32 step is ≤ {args.max_rel_err:g} (error.rel_fro), per M and context; "
                               f"step method: {', else '.join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)}; "
                               f"×{args.baseline} = {args.baseline} step / this step (a compiled scheme against "
@@ -739,10 +741,19 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
                               + ("; within: how many timed schemes are within the budget" if fits else ""))) + "\n")
         print(render(rec, _step_columns(args.baseline, wide=not fits), args.format))
         if wants_prose(args.format):
-            tied = [f"M={r['m']} ctx={r['context']}: {', '.join(r['ties'])}" for r in rec if r["ties"]]
+            tied = []
+            for r in rec:
+                if not r["ties"]:
+                    continue
+                names = [r["pick"], *r["ties"]]
+                flags = r["timing_flags"]
+                listed = ", ".join(f"{s}{' (fastest median)' if s == r['fastest'] else ''}"
+                                   f"{' [' + ', '.join(flags[s]) + ']' if s in flags else ''}" for s in names)
+                tied.append(f"M={r['m']} ctx={r['context']}: {r['pick']} picked from {listed}")
             if tied:
-                print("\n" + say(visible("tied with the pick within noise (p10–p90 overlap; the pick is the one of "
-                                         "the smaller context, else the lower logits error): " + "; ".join(tied))))
+                print("\n" + say(visible("tied with the fastest within noise (p10–p90 overlap); among them the pick is "
+                                         "the smaller context's, else the lower logits error, then fewer bytes: "
+                                         + "; ".join(tied))))
             untimed = sorted({s for r in rec for s in r["untimed"]})
             if untimed:
                 print("\n" + say(visible(f"not timed (no step time, not considered): {', '.join(untimed)}")))

@@ -294,12 +294,28 @@ def sweep_line(rec: dict, baseline: str = "bf16") -> str:
             f"measured: {contexts})")
 
 
+#: Step flags that put a reading's spread in doubt (qbench.step.measure writes them): named beside a tie.
+TIMING_FLAGS = ("throttled", "noisy")
+
+
 def step_stats(row: StepRow, method: str) -> Optional[Stats]:
     """The row's ``method`` reading as :class:`qbench.row.Stats` (median, p10, p90), or None."""
     got = row.latency_us.get(method)
     if not got or got.get("median") is None:
         return None
     return Stats(median=got["median"], p10=got.get("p10"), p90=got.get("p90"))
+
+
+def linear_stats(row: StepRow) -> Optional[Stats]:
+    """Σ linear of the row as a reading: its ``sum_us`` as the median and, as the band, each layer's
+    ``stream`` p10 (p90) times its count per step, summed (µs; wider than the p10-p90 of a sum,
+    which the file does not hold). None without per-layer readings."""
+    lin = row.linear or {}
+    roles = [v for v in (lin.get("by_role") or {}).values() if v.get("stream")]
+    if lin.get("sum_us") is None or not roles:
+        return None
+    band = {q: sum(v["count"] * v["stream"][q] for v in roles) for q in ("p10", "p90")}
+    return Stats(median=lin["sum_us"], p10=min(band["p10"], lin["sum_us"]), p90=max(band["p90"], lin["sum_us"]))
 
 
 def tied(candidates: Sequence[StepRow], best: StepRow) -> list[StepRow]:
@@ -338,7 +354,9 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16
     ``pick`` (the scheme or None), ``method``, ``step_us``, ``tokens_per_s``, ``speedup`` (over
     ``baseline``, :func:`speedups`), ``rel_fro`` and ``compared`` of the pick, ``ties`` (the other
     schemes of its group, fastest first), ``within`` / ``timed`` (how many timed schemes are within
-    the budget, of how many), ``untimed`` (schemes with no step time)."""
+    the budget, of how many), ``untimed`` (schemes with no step time), ``fastest`` (the scheme with
+    the lowest median, which the tie-break may not pick), ``timing_flags`` (per scheme of the group,
+    its flags of :data:`TIMING_FLAGS`: a tie between readings a reader should doubt)."""
     sp = speedups(rows, baseline)
     out = []
     previous: dict[int, Optional[str]] = {}
@@ -349,7 +367,8 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16
         fastest = min(within, key=lambda r: r.step_us(decision_method(r))) if within else None
         group = [fastest, *tied(within, fastest)] if fastest else []
         best = _tie_break(group, previous.get(m)) if group else None
-        previous[m] = best.scheme if best else None
+        if best:  # a context without a pick leaves the last pick to the next context
+            previous[m] = best.scheme
         method = decision_method(best) if best else None
         ties = sorted((r for r in group if r is not best), key=lambda r: r.step_us(decision_method(r)))
         out.append({"m": m, "context": context, "pick": best.scheme if best else None, "method": method,
@@ -358,7 +377,9 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16
                     "speedup": sp.get(best.key, {}).get(method) if best else None,
                     "rel_fro": logits_error(best) if best else None,
                     "compared": (best.error or {}).get("compared") if best else None,
-                    "ties": [r.scheme for r in ties],
+                    "ties": [r.scheme for r in ties], "fastest": fastest.scheme if fastest else None,
+                    "timing_flags": {r.scheme: list(dict.fromkeys(f for f in r.flag_names if f in TIMING_FLAGS)) for r in group
+                                     if any(f in TIMING_FLAGS for f in r.flag_names)},
                     "within": len(within), "timed": len(timed),
                     "untimed": [r.scheme for r in here if not decision_method(r)]})
     return out

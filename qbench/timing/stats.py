@@ -173,8 +173,8 @@ def _interval(stats, runs: Sequence[float] = ()) -> tuple[float, float]:
 
 
 def verdict(a, b, a_runs: Sequence[float] = (), b_runs: Sequence[float] = ()) -> str:
-    """``same`` when the [p10, p90] intervals of readings ``a`` and ``b`` (anything with ``median``,
-    ``p10``, ``p90`` in µs: a :class:`Stats`, the schema's STATS, :class:`qbench.row.Stats`) overlap,
+    """``same`` when the [p10, p90] intervals of readings ``a`` and ``b`` (objects with ``median``,
+    ``p10``, ``p90`` attributes in µs: a :class:`Stats` or a :class:`qbench.row.Stats`) overlap,
     else ``faster`` (B's median below A's) or ``slower``. A side without p10 or p90 is its median
     alone (a point), so it is ``same`` only when that point lies inside the other side's interval;
     with neither side having an interval the medians decide (NVBench's compare draws the same line).

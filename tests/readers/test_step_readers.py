@@ -143,8 +143,9 @@ def test_recommend_fastest_step_within_the_logits_budget(capsys):
 def test_recommend_names_the_ties_under_the_table(capsys):
     assert run_subcommand(recommend, "recommend", STEP_8B, "--max-rel-err", "0.5") == 0
     flat = " ".join(capsys.readouterr().out.split())
-    assert "tied with the pick within noise (p10–p90 overlap" in flat
-    assert "M=1 ctx=128: int4-weight-only+compiled" in flat
+    assert "tied with the fastest within noise (p10–p90 overlap)" in flat
+    assert ("M=1 ctx=128: fp8-weight-only+compiled picked from fp8-weight-only+compiled [throttled, noisy], "
+            "int4-weight-only+compiled (fastest median)") in flat
 
 
 def test_recommend_nothing_within_the_budget_is_exit_1(capsys):
@@ -230,3 +231,24 @@ def test_step_plot_lines_are_told_apart(monkeypatch, tmp_path):
         assert len(lines) == 13 and len(set(lines.values())) == 13
         assert lines["int8-weight-only+compiled"] == (lines["int8-weight-only"][0], "s")
         assert lines["int4-weight-only"][1] == "o"
+
+
+def test_step_plot_tells_apart_option_variants_of_one_scheme(monkeypatch, tmp_path):
+    """Two option variants of one scheme share a colour (the charts' rule); their markers differ, and
+    ``x+compiled[opts]`` takes x's colour, not a hashed one."""
+    pytest.importorskip("matplotlib", reason="plot needs matplotlib (pip install -e '.[plot]')")
+    from matplotlib.figure import Figure
+
+    doc = read_results(STEP_8B)
+    keep = [r for r in doc.step_rows if r.scheme in ("fp8-dynamic", "fp8-dynamic[kernel_preference=mslk]",
+                                                     "fp8-dynamic+compiled")]
+    extra = [r.model_copy(update={"scheme": "fp8-dynamic+compiled[kernel_preference=mslk]"})
+             for r in keep if r.scheme == "fp8-dynamic+compiled"]
+    doc = doc.model_copy(update={"step_rows": keep + extra})
+    seen = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: seen.append(fig))
+    plot.plot_context(doc, tmp_path / "x.png")
+    lines = {ln.get_label(): (ln.get_color(), ln.get_marker()) for ln in seen[0].axes[0].get_lines()
+             if ln.get_linestyle() == "-"}
+    assert len(set(lines.values())) == 4
+    assert lines["fp8-dynamic+compiled[kernel_preference=mslk]"][0] == lines["fp8-dynamic[kernel_preference=mslk]"][0]

@@ -45,7 +45,7 @@ def test_readme_step_figures():
     int4c = [_find(rows, "int4-weight-only+compiled", 1, c) for c in (128, 4096)]
     assert f"{sp[fp8c[0].key]['step_compiled']:.2f}" == f"{sp[int4c[0].key]['step_compiled']:.2f}"  # "1.57× each"
     assert tied([fp8c[0]], int4c[0]) == [fp8c[0]]  # "p10–p90 overlapping"
-    figures.add(f"128 positions ({sp[fp8c[0].key]['step_compiled']:.2f}× each, p10–p90 overlapping)")
+    figures.add(f"128 positions ({sp[fp8c[0].key]['step_compiled']:.2f}× each, p10–p90 overlapping;")
     figures.add(f"logits error ({logits_error(fp8c[0]):.3f} against {logits_error(int4c[0]):.3f})")
     figures.add(f"4096 ({sp[fp8c[1].key]['step_compiled']:.2f}× against {sp[int4c[1].key]['step_compiled']:.2f}×)")
     assert 0.2 < logits_error(fp8c[0]) / logits_error(int4c[0]) < 0.3  # "a quarter of its logits error"

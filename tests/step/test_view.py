@@ -45,3 +45,20 @@ def test_the_pick_of_the_smaller_context_is_kept_inside_noise():
             _row("int4", 4096, 200.0, 198.0, 202.0, 0.05), _row("fp8", 4096, 201.0, 199.0, 203.0, 0.08)]
     recs = recommend(rows, max_rel_err=0.5)
     assert [(r["context"], r["pick"], r["ties"]) for r in recs] == [(128, "fp8", []), (4096, "fp8", ["int4"])]
+
+
+def test_a_context_without_a_pick_passes_the_last_pick_on():
+    """At 4096 nothing is within the budget; at 32768 the tie is still broken toward 128's pick."""
+    rows = [_row("fp8", 128, 100.0, 99.0, 101.0, 0.08), _row("int4", 128, 110.0, 109.0, 111.0, 0.05),
+            _row("fp8", 4096, 150.0, 149.0, 151.0, 0.9), _row("int4", 4096, 160.0, 159.0, 161.0, 0.9),
+            _row("int4", 32768, 200.0, 198.0, 202.0, 0.05), _row("fp8", 32768, 201.0, 199.0, 203.0, 0.08)]
+    recs = recommend(rows, max_rel_err=0.5)
+    assert [(r["context"], r["pick"]) for r in recs] == [(128, "fp8"), (4096, None), (32768, "fp8")]
+    assert recs[2]["fastest"] == "int4" and recs[2]["ties"] == ["int4"]
+
+
+def test_tied_rows_carry_their_timing_flags():
+    a, b = _row("a", 128, 100.0, 99.0, 101.0, 0.1), _row("b", 128, 100.5, 100.0, 102.0, 0.2)
+    b.flags.extend(["throttled: sw_power_cap active right after step_graph", "throttled: again", "noisy: x"])
+    (rec,) = recommend([a, b], max_rel_err=0.5)
+    assert rec["timing_flags"] == {"b": ["throttled", "noisy"]}
