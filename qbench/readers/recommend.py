@@ -61,6 +61,7 @@ from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
 from qbench.step import view as step_view
+from qbench.step.row import SCATTER
 
 __all__ = ["COMMAND", "DEFAULT_BUDGET", "add_stability", "by_format", "pick_lines", "stability_text", "main_kernel", "recommend", "render_by_format", "render_recommendation",
            "render_summary", "row_storage_format", "run_recommend", "summary_rows"]
@@ -240,7 +241,9 @@ def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BU
         pick within rel_fro <= 0.01 (stream median): M=1 int8-weight-only-gemlite (7.87 µs), M=16 none within the budget
         why, and the other schemes: qbench recommend results/runs/decode.json --max-rel-err 0.01
 
-    A file of several shapes names (K, N) beside M. ``[]`` for a file without rows."""
+    A pick tied within noise with faster-looking schemes says so: ``M=1 fp16 (993 µs; as fast within
+    noise: int8-weight-only+compiled, int8-weight-only+compiled the lowest median)``. A file of several
+    shapes names (K, N) beside M. ``[]`` for a file without rows."""
     doc = ResultDoc.of(doc)
     if not doc.rows:
         return []
@@ -251,8 +254,14 @@ def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BU
     for g in rec["by_m"]:
         where = f"M={g['m']}" + (f" (K={g['k']}, N={g['n']})" if shapes > 1 else "")
         pick = g["pick"]
-        parts.append(f"{where} {pick['scheme']} ({fmt_us(pick['latency_us'])} µs)" if pick
-                     else f"{where} none within the budget")
+        if not pick:
+            parts.append(f"{where} none within the budget")
+            continue
+        # a faster median among the tied is named, or the pick reads as a mistake beside the table
+        fastest = pick.get("fastest_median")
+        tie = (f"; as fast within noise: {', '.join(pick['ties'])}" + (f", {fastest} the lowest median" if fastest else "")
+               if pick.get("ties") else "")
+        parts.append(f"{where} {pick['scheme']} ({fmt_us(pick['latency_us'])} µs{tie})")
     budget = f"{max_rel_err:g}"
     quoted = path if all(c.isalnum() or c in "/._-+" for c in path) else "'" + path.replace("'", "'\\''") + "'"
     return [visible(f"pick within rel_fro <= {budget} ({method} median): " + ", ".join(parts)),
@@ -735,7 +744,8 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
             print(say(visible(f"{rows[0].title} ({rows[0].model}), decode step: the fastest step (or one tied with "
                               f"it within noise, named under the table) whose logits error "
                               f"against the FP32 step is ≤ {args.max_rel_err:g} (error.rel_fro), per M and context; "
-                              f"step method: {', else '.join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)}; "
+                              "step method: " + ", else ".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
+                              .replace("(r-o)", "(r-o: torch.compile reduce-overhead in a decode loop)") + "; "
                               f"×{args.baseline} = {args.baseline} step / this step (a compiled scheme against "
                               f"{args.baseline}+compiled)"
                               + ("; within: how many timed schemes are within the budget" if fits else ""))) + "\n")
@@ -751,9 +761,12 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
                                    f"{' [' + ', '.join(flags[s]) + ']' if s in flags else ''}" for s in names)
                 tied.append(f"M={r['m']} ctx={r['context']}: {r['pick']} picked from {listed}")
             if tied:
+                flagged = any(r["timing_flags"] for r in rec)
                 print("\n" + say(visible("tied with the fastest within noise (p10–p90 overlap); among them the pick is "
                                          "the smaller context's, else the lower logits error, then fewer bytes: "
-                                         + "; ".join(tied))))
+                                         + "; ".join(tied)
+                                         + ("; [throttled]: the GPU limited its clocks right after the reading, "
+                                            f"[noisy]: its p90/p10 above {SCATTER}" if flagged else ""))))
             untimed = sorted({s for r in rec for s in r["untimed"]})
             if untimed:
                 print("\n" + say(visible(f"not timed (no step time, not considered): {', '.join(untimed)}")))

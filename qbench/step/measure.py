@@ -45,7 +45,7 @@ from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger
 from qbench.step import floor, llama
 from qbench.step.config import StepModelConfig
-from qbench.step.row import StepRow
+from qbench.step.row import SCATTER, StepRow
 from qbench.step.spec import check as check_spec
 from qbench.timing.settings import TimingSettings
 
@@ -54,8 +54,6 @@ from qbench.timing.settings import TimingSettings
 HEADROOM = 3 << 30
 #: Positions per MLP chunk of the prefill.
 PREFILL_CHUNK = 4096
-#: A step method's p90 / p10 above which its reading is flagged as scattered.
-SCATTER = 1.25
 
 #: One INFO line per phase, before the phase: a worker's log file ends with the phase it is in.
 log = logging.getLogger("qbench.step")

@@ -17,6 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field
 SEEDED = "seeded Gaussian: linear weights N(0, 1/K), embedding N(0, 1), norms 1 (synthetic: errors are not a trained model's)"
 
 
+#: A step method's p90 / p10 above which the worker flags its reading ``noisy`` (project choice).
+SCATTER = 1.25
+
+
 class StepRow(BaseModel):
     """One measured decode step.
 

@@ -288,8 +288,7 @@ def sweep_line(rec: dict, baseline: str = "bf16") -> str:
     if rec["breakeven"] is None:
         return f"- {where}: faster than {baseline} at every context measured ({contexts})"
     if rec["breakeven"] == rec["contexts"][0]:
-        return (f"- {where}: stops beating {baseline} at context {rec['breakeven']}: no faster even at the shortest "
-                f"context measured ({contexts})")
+        return f"- {where}: never faster than {baseline} at the contexts measured ({contexts})"
     return (f"- {where}: stops beating {baseline} at context {rec['breakeven']}: faster below it (contexts "
             f"measured: {contexts})")
 

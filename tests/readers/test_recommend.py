@@ -653,6 +653,10 @@ def test_pick_lines_end_a_run():
         "why, and the other schemes: qbench recommend results/runs/x.json --max-rel-err 0.01"]
     assert pick_lines(doc, "my runs/x.json", 0.001)[0] == "pick within rel_fro <= 0.001 (stream median): M=1 none within the budget"
     assert pick_lines(doc, "my runs/x.json")[1].endswith("recommend 'my runs/x.json' --max-rel-err 0.01")
+    # a tie: the slower median with the lower error is picked, and the line says the faster one is as fast
+    tie = {"schema_version": 2, "rows": [_layer_row("a", 10.0, 9.5, 10.5, rel=0.001), _layer_row("b", 9.8, 9.4, 10.2, rel=0.005)]}
+    assert pick_lines(tie, "x.json")[0] == ("pick within rel_fro <= 0.01 (stream median): M=1 a (10.0 µs; as fast "
+                                            "within noise: b, b the lowest median)")
 
 
 def test_hostile_strings_are_shown_escaped(tmp_path, capsys):

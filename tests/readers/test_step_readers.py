@@ -77,10 +77,10 @@ def test_model_context_sweep(capsys):
     assert not any(s["scheme"] in ("bf16", "bf16+compiled") for s in out["sweep"])
     assert run_subcommand(model, "model", "llama3.1-8b", STEP_8B) == 0
     text = capsys.readouterr().out
-    assert "- int4-weight-only M=16: stops beating bf16 at context 128: no faster even at the shortest" in text
+    assert "- int4-weight-only M=16: never faster than bf16 at the contexts measured (128, 4096, 32768)" in text
     assert "- nf4-bnb M=1: faster than bf16 at every context measured (128, 4096, 32768)" in text
     assert "- int4-weight-only+compiled M=1: faster than bf16 at every context measured (128, 4096, 32768)" in text
-    assert "- fp8-weight-only M=1: stops beating bf16 at context 128: no faster even at the shortest" in text
+    assert "- fp8-weight-only M=1: never faster than bf16 at the contexts measured (128, 4096, 32768)" in text
 
 
 def test_model_70b_extrapolated_file(capsys):
