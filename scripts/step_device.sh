@@ -6,6 +6,9 @@
 # .compile-cache/compile-cache.txz.part-* (what an earlier call brought back; or an older cache.tar(.gz)) seeds the caches;
 # .compile-cache/<name>.partial.json or <name>.json (a run an earlier call cut off, or finished) is resumed:
 # only the schemes it lacks are measured (qbench run --resume).
+# Carry: the device tool carries at most 64 MiB (tracked files, ~29 MB, + .site.tar.xz + .compile-cache). With the
+# 16 MB cache of 2026-12-02c the full site archive (21.7 MB) did not fit; one without gemlite and torchao's tests
+# (20.75 MB; the step scenarios need neither) did. Recompress a returned cache with xz -9e to keep it small.
 set -uo pipefail
 mkdir -p /tmp/site && tar -xJf .site.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site:$PWD
 mkdir -p .compile-cache
