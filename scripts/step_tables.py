@@ -31,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from qbench.step.row import StepRow  # noqa: E402
 from qbench.step.view import (DASH, SHORT, STEP_METHODS, decision_method, linear_speedup, linear_stats,  # noqa: E402
                                speedups, tied)
-from qbench.timing.stats import verdict  # noqa: E402
 
 
 def _rows(path: str) -> list[StepRow]:
@@ -80,8 +79,7 @@ def decisions(path: str) -> str:
         best = min(timed, key=lambda r: r.step_us(decision_method(r)))
         ties = tied(timed, best)
         best_lin = min(summed, key=lambda r: r.linear["sum_us"])
-        lin_ties = [r for r in summed if r is not best_lin
-                    and verdict(linear_stats(best_lin), linear_stats(r)) == "same"]
+        lin_ties = tied(summed, best_lin, linear_stats)
         fmt = {r.scheme: r.base_scheme for r in here}
         step_side = {fmt[r.scheme] for r in [best, *ties]}
         lin_side = {fmt[r.scheme] for r in [best_lin, *lin_ties]}

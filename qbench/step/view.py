@@ -317,18 +317,23 @@ def linear_stats(row: StepRow) -> Optional[Stats]:
     return Stats(median=lin["sum_us"], p10=min(band["p10"], lin["sum_us"]), p90=max(band["p90"], lin["sum_us"]))
 
 
-def tied(candidates: Sequence[StepRow], best: StepRow) -> list[StepRow]:
-    """The rows of ``candidates`` (``best`` excluded) whose step is the same as ``best``'s within
-    noise, each read by its own decision method: their [p10, p90] intervals overlap
-    (:func:`qbench.timing.stats.verdict`, the rule of the layer ``recommend``). Order kept."""
-    mine = step_stats(best, decision_method(best))
-    out = []
-    for r in candidates:
-        method = decision_method(r)
-        theirs = step_stats(r, method) if method else None
-        if r.key != best.key and mine is not None and theirs is not None and verdict(mine, theirs) == "same":
-            out.append(r)
-    return out
+def decision_stats(row: StepRow) -> Optional[Stats]:
+    """The row's step by its decision method (:func:`decision_method`) as a reading, or None."""
+    method = decision_method(row)
+    return step_stats(row, method) if method else None
+
+
+def tied(candidates: Sequence[StepRow], best: StepRow,
+         reading: Callable[[StepRow], Optional[Stats]] = decision_stats) -> list[StepRow]:
+    """The rows of ``candidates`` (``best`` excluded) whose ``reading`` is the same as ``best``'s
+    within noise: their [p10, p90] intervals overlap (:func:`qbench.timing.stats.verdict`, the rule
+    of the layer ``recommend``). By default the step, each row by its own decision method
+    (:func:`decision_stats`); :func:`linear_stats` compares Σ linear. Order kept."""
+    mine = reading(best)
+    if mine is None:
+        return []
+    return [r for r in candidates if r.key != best.key and (theirs := reading(r)) is not None
+            and verdict(mine, theirs) == "same"]
 
 
 def _tie_break(group: Sequence[StepRow], previous: Optional[str]) -> StepRow:
@@ -377,8 +382,8 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16
                     "rel_fro": logits_error(best) if best else None,
                     "compared": (best.error or {}).get("compared") if best else None,
                     "ties": [r.scheme for r in ties], "fastest": fastest.scheme if fastest else None,
-                    "timing_flags": {r.scheme: list(dict.fromkeys(f for f in r.flag_names if f in TIMING_FLAGS)) for r in group
-                                     if any(f in TIMING_FLAGS for f in r.flag_names)},
+                    "timing_flags": {r.scheme: doubt for r in group
+                                     if (doubt := list(dict.fromkeys(f for f in r.flag_names if f in TIMING_FLAGS)))},
                     "within": len(within), "timed": len(timed),
                     "untimed": [r.scheme for r in here if not decision_method(r)]})
     return out
