@@ -72,3 +72,47 @@ def test_scheme_builds_runs_and_is_accurate(name, device):
     if name == "tf32":
         bound = 3e-3
     assert err["rel_fro"] < bound, f"{name}: rel_fro {err['rel_fro']:.3g} >= {bound}"
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("name", ["int8-bnb", "nf4-bnb", "fp4-bnb"])
+def test_bnb_layers_are_built_without_a_cpu_initialised_weight(monkeypatch, name, with_bias):
+    """bitsandbytes' Linear4bit / Linear8bitLt built on the CPU first draw nn.Linear's kaiming-uniform
+    weight there (0.2-0.4 s a layer: 46 of nf4-bnb's 50 s in the H200 step benchmark); qbench replaces
+    that weight, so it builds them on the meta device. The input that trips it: an init of a real tensor.
+    The layer must still hold real tensors and compute what a CPU-initialised one does."""
+    import bitsandbytes as bnb
+
+    scheme, options = schemes.get(name), schemes.get(name).options_model()
+    w = torch.randn(128, 64, generator=torch.Generator().manual_seed(1))
+    b = torch.randn(128) if with_bias else None
+    init = torch.nn.init.kaiming_uniform_
+
+    def no_real_init(tensor, *a, **k):  # nn.Linear.reset_parameters: free on the meta device only
+        assert tensor.device.type == "meta", f"{name}: nn.Linear's init drew a {tuple(tensor.shape)} weight on {tensor.device}"
+        return init(tensor, *a, **k)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.init, "kaiming_uniform_", no_real_init)
+        built = scheme.build(w, b, options)
+    assert all(t.device.type == "cpu" for t in [*built.parameters(), *built.buffers()])
+    if name == "int8-bnb":
+        ref = bnb.nn.Linear8bitLt(64, 128, bias=with_bias, has_fp16_weights=False, threshold=options.threshold)
+        ref.weight = bnb.nn.Int8Params(w.half(), requires_grad=False, has_fp16_weights=False)
+        dtype = torch.float16
+        ref = ref.to("cpu")
+    else:
+        ref = bnb.nn.Linear4bit(64, 128, bias=with_bias, compute_dtype=torch.bfloat16,
+                                compress_statistics=options.double_quant, quant_type=name[:3])
+        ref.weight = bnb.nn.Params4bit(w.bfloat16(), requires_grad=False, blocksize=options.blocksize,
+                                       compress_statistics=options.double_quant, quant_type=name[:3])
+        dtype = torch.bfloat16
+        ref = ref.to("cpu")
+        ref.weight = ref.weight._quantize("cpu") if not ref.weight.bnb_quantized else ref.weight
+    if with_bias:
+        ref.bias = torch.nn.Parameter(b.to(dtype), requires_grad=False)
+    else:
+        assert built.bias is None
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(2)).to(dtype)
+    with torch.no_grad():
+        assert torch.equal(built.eval()(x), ref.eval()(x))

@@ -35,7 +35,10 @@ def _build_int8(weight: torch.Tensor, bias: Optional[torch.Tensor], options: Int
     import bitsandbytes as bnb
 
     n, k = weight.shape
-    layer = bnb.nn.Linear8bitLt(k, n, bias=bias is not None, has_fp16_weights=False, threshold=options.threshold)
+    # on the meta device: the layer's own weight is replaced below, and a CPU-initialised one (nn.Linear's
+    # kaiming init) cost 0.2-0.4 s per layer, most of a model-step build (see _build_4bit)
+    layer = bnb.nn.Linear8bitLt(k, n, bias=bias is not None, has_fp16_weights=False, threshold=options.threshold,
+                                device="meta")
     layer.weight = bnb.nn.Int8Params(weight.detach().to("cpu", torch.float16), requires_grad=False, has_fp16_weights=False)
     if bias is not None:
         layer.bias = torch.nn.Parameter(bias.detach().to("cpu", torch.float16), requires_grad=False)
@@ -62,8 +65,14 @@ def _build_4bit(quant_type: str):
         import bitsandbytes as bnb
 
         n, k = weight.shape
+        # Built on the meta device, its weight and bias replaced below: constructed on the CPU,
+        # Linear4bit first draws nn.Linear's kaiming-uniform FP32 weight there (0.37 s for a
+        # 4096 x 14336 layer on this project's CPU machine), which was 46 of the 50 s nf4-bnb's
+        # model-step worker spent on Llama-3-8B's 224 layers on the H200
+        # (results/h200/step_llama3_8b.json, nf4-bnb's worker_phases_s.build; every other scheme
+        # built in under 2 s). qbench.schemes.base builds its nn.Linear the same way.
         layer = bnb.nn.Linear4bit(k, n, bias=bias is not None, compute_dtype=COMPUTE_DTYPES[options.compute_dtype],
-                                  compress_statistics=options.double_quant, quant_type=quant_type)
+                                  compress_statistics=options.double_quant, quant_type=quant_type, device="meta")
         # Params4bit quantizes on its first .to(device), wherever its data is (bitsandbytes 0.50
         # Params4bit.to -> _quantize(device)): the weight stays on its device. A round trip through
         # the host (what Int8Params needs, above) cost the model-step job 75 s for Llama-3-8B's 224
