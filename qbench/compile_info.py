@@ -105,10 +105,12 @@ def compile_in_parallel() -> int:
 
     :func:`single_compile_thread` keeps a worker started ahead from starting a pool beside the one
     measuring; once a worker measures, the workers ahead only import. A model-step block is many
-    kernels, not a layer's handful: on the H200 the speed benchmark's ``fp8-weight-only+compiled``
-    worker took 199 s on one compile thread and 112 s on 16, its first compiled call 30.7 s against
-    6.8 s (``results/h200/step_llama3_8b.json``,
-    ``results/h200/evidence/speed/2026-12-02c/step_llama3_8b_fp8c_threads16.json``)."""
+    kernels, not a layer's handful. Measured on the H200 (docs/step.md, "Speed of the job"): alone on
+    a warm machine the speed benchmark's ``fp8-weight-only+compiled`` worker compiled in 74 s on 16
+    threads against 151 s on one in the benchmark before
+    (``results/h200/evidence/speed/2026-12-02c/step_llama3_8b_fp8c_threads16.json``,
+    ``.../step_llama3_8b_392s.json``); in the benchmark on a fresh machine with this function, 148 s
+    (``results/h200/step_llama3_8b.json``): no gain shown there, the warm machine counted more."""
     import torch._inductor.config as inductor_config
 
     if "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:

@@ -30,7 +30,7 @@ from qbench.timing.stats import Stats, summarize
 #: Project choice.
 LOOP_STEPS = 16
 #: The fewest steps per sample, and the wall time (s) a sample of a slow step is sized to: a
-#: step of 269 ms (compiled int8 weight-only at M = 16 on an H200, results/h200/step_llama3_8b.json)
+#: step of 269 ms (compiled int8 weight-only at M = 16 on an H200, results/h200/evidence/speed/2026-12-02c/step_llama3_8b_392s.json)
 #: took 16 x 269 ms = 4.3 s per sample, 43 s for the 10 samples of a scenario's min_reps, while
 #: the one unoverlapped call a sample holds is already under 1 % of 4 steps of it. Project choice.
 MIN_LOOP_STEPS = 4

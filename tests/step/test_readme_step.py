@@ -51,7 +51,8 @@ def test_readme_step_figures():
     assert 0.2 < logits_error(fp8c[0]) / logits_error(int4c[0]) < 0.3  # "a quarter of its logits error"
     bench = json.loads((ROOT / "results/h200/step_llama3_8b.json").read_text())
     assert bench["complete"] is True and len(bench["scenario"]["schemes"]) == 8
-    figures.add(f"the 8-scheme speed benchmark takes {bench['wall_s']:.0f} s on one H200 against a 360 s target")
+    assert bench["wall_s"] <= 360
+    figures.add(f"the 8-scheme speed benchmark took {bench['wall_s']:.0f} s on one H200 against a 360 s target")
     asked = len(json.loads((ROOT / "results/h200/step_llama31_8b.json").read_text())["scenario"]["schemes"])
     figures.add(f"{len({r.scheme for r in rows})} of its scenario's {asked} schemes")
     bf = [_find(rows, "bf16", 1, c) for c in (128, 32768)]
