@@ -52,7 +52,10 @@ def test_readme_step_figures():
     bench = json.loads((ROOT / "results/h200/step_llama3_8b.json").read_text())
     assert bench["complete"] is True and len(bench["scenario"]["schemes"]) == 8
     assert bench["wall_s"] <= 360
-    figures.add(f"the 8-scheme speed benchmark took {bench['wall_s']:.0f} s on one H200 against a 360 s target")
+    run2 = json.loads((ROOT / "results/h200/evidence/speed/2026-12-02d/step_llama3_8b_run2.json").read_text())
+    assert run2["complete"] is True and run2["wall_s"] <= 360
+    figures.add(f"the 8-scheme speed benchmark took {bench['wall_s']:.0f} s and {run2['wall_s']:.0f} s in two runs "
+                "on one H200 against a 360 s target")
     asked = len(json.loads((ROOT / "results/h200/step_llama31_8b.json").read_text())["scenario"]["schemes"])
     figures.add(f"{len({r.scheme for r in rows})} of its scenario's {asked} schemes")
     bf = [_find(rows, "bf16", 1, c) for c in (128, 32768)]
