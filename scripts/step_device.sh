@@ -9,6 +9,8 @@
 # Carry: the device tool carries at most 64 MiB (tracked files, ~29 MB, + .site.tar.xz + .compile-cache). With the
 # 16 MB cache of 2026-12-02c the full site archive (21.7 MB) did not fit; one without gemlite and torchao's tests
 # (20.75 MB; the step scenarios need neither) did. Recompress a returned cache with xz -9e to keep it small.
+# The cache 2026-12-02d call 2 brought back (both 8B step scenarios; 80 MB Inductor + 629 MB Triton unpacked) is
+# 18.6 MB even at xz -9e: too big beside the slim site archive. Both benchmark runs of 2026-12-02d used the 16 MB one.
 set -uo pipefail
 mkdir -p /tmp/site && tar -xJf .site.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site:$PWD
 mkdir -p .compile-cache
