@@ -169,13 +169,22 @@ def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_
                         kept_from_m=prev_m if best is not by_error else None,
                         caveats=row_caveats(by_scheme[best["scheme"]], stats[best["scheme"]]))
             cands = [best] + [c for c in cands if c is not best]
+            group = {c["scheme"] for c in tied}
         neighbour[shape] = (m, pick["scheme"]) if pick else (None, None)
         for c in cands[1:]:
             ratio = c["latency_us"] / pick["latency_us"]
             versus = f"{fmt_us(c['latency_us'])} µs vs {fmt_us(pick['latency_us'])} µs ({ratio:.2f}×"
             said = row_caveats(by_scheme[c["scheme"]], stats[c["scheme"]])
             caveat = f"; {c['scheme']}: {', '.join(said)}" if said else ""
-            if row_verdict(by_scheme[pick["scheme"]], by_scheme[c["scheme"]], method) == "same":
+            if c["scheme"] not in group and row_verdict(by_scheme[pick["scheme"]], by_scheme[c["scheme"]], method) == "same":
+                # tied with the pick but not with the fastest (a tie is not transitive: the pick was
+                # chosen among the schemes tied with the fastest, and this one is not)
+                f = fastest
+                lost.append({"scheme": c["scheme"], "reason": (
+                    f"slower than the fastest, {f['scheme']}, beyond noise: {fmt_us(c['latency_us'])} µs vs "
+                    f"{fmt_us(f['latency_us'])} µs ({c['latency_us'] / f['latency_us']:.2f}×; the pick's own spread "
+                    f"overlaps it{caveat})")})
+            elif c["scheme"] in group:
                 pick["ties"].append(c["scheme"])
                 between = tie_note(by_scheme[pick["scheme"]], by_scheme[c["scheme"]], method)
                 why = "same speed within noise" + (f" ({between})" if between else "")
@@ -242,7 +251,8 @@ def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BU
         why, and the other schemes: qbench recommend results/runs/decode.json --max-rel-err 0.01
 
     A pick tied within noise with faster-looking schemes says so: ``M=1 fp16 (993 µs; as fast within
-    noise: int8-weight-only+compiled, int8-weight-only+compiled the lowest median)``. A file of several
+    noise: int8-weight-only+compiled (lowest median))``, with the pick's
+    ``noisy``/``throttled``/``cpu-busy`` caveats in brackets after its time. A file of several
     shapes names (K, N) beside M. ``[]`` for a file without rows."""
     doc = ResultDoc.of(doc)
     if not doc.rows:
@@ -259,9 +269,11 @@ def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BU
             continue
         # a faster median among the tied is named, or the pick reads as a mistake beside the table
         fastest = pick.get("fastest_median")
-        tie = (f"; as fast within noise: {', '.join(pick['ties'])}" + (f", {fastest} the lowest median" if fastest else "")
+        tie = ("; as fast within noise: " + ", ".join(s + (" (lowest median)" if s == fastest else "") for s in pick["ties"])
                if pick.get("ties") else "")
-        parts.append(f"{where} {pick['scheme']} ({fmt_us(pick['latency_us'])} µs{tie})")
+        doubt = [c for c in pick.get("caveats", []) if c.startswith(("noisy", "throttled", "cpu-busy"))]
+        said = f" [{', '.join(doubt)}]" if doubt else ""
+        parts.append(f"{where} {pick['scheme']} ({fmt_us(pick['latency_us'])} µs{said}{tie})")
     budget = f"{max_rel_err:g}"
     quoted = path if all(c.isalnum() or c in "/._-+" for c in path) else "'" + path.replace("'", "'\\''") + "'"
     return [visible(f"pick within rel_fro <= {budget} ({method} median): " + ", ".join(parts)),

@@ -656,7 +656,29 @@ def test_pick_lines_end_a_run():
     # a tie: the slower median with the lower error is picked, and the line says the faster one is as fast
     tie = {"schema_version": 2, "rows": [_layer_row("a", 10.0, 9.5, 10.5, rel=0.001), _layer_row("b", 9.8, 9.4, 10.2, rel=0.005)]}
     assert pick_lines(tie, "x.json")[0] == ("pick within rel_fro <= 0.01 (stream median): M=1 a (10.0 µs; as fast "
-                                            "within noise: b, b the lowest median)")
+                                            "within noise: b (lowest median))")
+
+
+def test_a_tie_with_the_pick_but_not_the_fastest_is_not_called_a_tie():
+    """Ties are not transitive. f: 10 µs (9.9-10.1); w: 20 µs but p10-p90 5-30 (overlaps f), lower error;
+    t: 18 µs (17.5-18.5, inside w's range, not f's), lower error still. The pick is chosen among the
+    schemes tied with the fastest (f, w): w, by error. t is not listed as tied with it (it would read as
+    a tie lost on nothing: its error is lower), but as slower than the fastest beyond noise (new-user
+    trial 2026-12-02: fp32 listed "as fast within noise" beside an fp16 pick of higher error)."""
+    from qbench.readers.recommend import pick_lines, recommend
+
+    doc = {"schema_version": 2, "rows": [_layer_row("f", 10.0, 9.9, 10.1, rel=0.009),
+                                         _layer_row("w", 20.0, 5.0, 30.0, rel=0.004),
+                                         _layer_row("t", 18.0, 17.5, 18.5, rel=0.0001)]}
+    g = recommend(doc, 0.01)["by_m"][0]
+    assert (g["pick"]["scheme"], g["pick"]["ties"], g["pick"]["fastest_median"]) == ("w", ["f"], "f")
+    why = {o["scheme"]: o["reason"] for o in g["others"]}
+    assert why["t"].startswith("slower than the fastest, f, beyond noise: 18.0 µs vs 10.0 µs (1.80×; the pick's own "
+                               "spread overlaps it")
+    assert why["f"].startswith("same speed within noise, higher error")
+    line = pick_lines(doc, "x.json")[0]
+    assert line.startswith("pick within rel_fro <= 0.01 (stream median): M=1 w (20.0 µs")
+    assert line.endswith("; as fast within noise: f (lowest median))")  # t is not named
 
 
 def test_hostile_strings_are_shown_escaped(tmp_path, capsys):
