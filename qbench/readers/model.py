@@ -464,6 +464,10 @@ def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[Result
     methods = "/".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
     print(say(visible(f"{title} ({args.name}): the measured decode step (qbench.step) beside the linear-only "
                       "prediction")))
+    sources = sorted({r.weight_source for r in rows if r.weight_source and "synthetic" in r.weight_source})
+    if sources:
+        print(say(visible(f"warning: logits errors come from synthetic weights ({'; '.join(sources)}): a trained "
+                          "model's outliers can raise them several-fold")))
     if fits:
         print(say(f"step = the {methods} step, first present (method); rest = (step - Σ linear) / step, Σ linear = the "
                   f"per-layer stream times of the same linear layers in the same run (what the layer view predicts); "
@@ -481,6 +485,14 @@ def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[Result
     print(say(f"context sweep: where each scheme stops beating {b} (its step no faster than {b}'s)"))
     for rec in sweep:
         print(say(visible(step_view.sweep_line(rec, b))))
+    flags = step_view.flag_notes(rows)
+    if flags:
+        seen = list(dict.fromkeys(f.split(": ", 1)[1].split(" (")[0] for f in flags))
+        print()
+        print(say("flags (what could mislead a reader of a row): "
+                  + "; ".join(f"[{f}]: {step_view.FLAG_MEANINGS[f]}" for f in seen if f in step_view.FLAG_MEANINGS)))
+        for line in flags:
+            print(say(visible(line)))
     untimed = sorted({r.scheme for r in rows if r.status == "ok" and step_view.decision_method(r) is None})
     for scheme in untimed:
         why = next((t for r in rows if r.scheme == scheme for t in r.latency_reasons.values()), "no step time")

@@ -760,7 +760,12 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
                               .replace("(r-o)", "(r-o: torch.compile reduce-overhead in a decode loop)") + "; "
                               f"×{args.baseline} = {args.baseline} step / this step (a compiled scheme against "
                               f"{args.baseline}+compiled)"
-                              + ("; within: how many timed schemes are within the budget" if fits else ""))) + "\n")
+                              + ("; within: how many timed schemes are within the budget" if fits else ""))))
+            sources = sorted({r.weight_source for r in rows if r.weight_source and "synthetic" in r.weight_source})
+            if sources:
+                print(say(visible(f"warning: logits errors come from synthetic weights ({'; '.join(sources)}): a trained "
+                                  "model's outliers can raise them several-fold")))
+            print()
         print(render(rec, _step_columns(args.baseline, wide=not fits), args.format))
         if wants_prose(args.format):
             tied = []
@@ -779,9 +784,37 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
                                          + "; ".join(tied)
                                          + ("; [throttled]: the GPU limited its clocks right after the reading, "
                                             f"[noisy]: its p90/p10 above {SCATTER}" if flagged else ""))))
+            flagged, seen = [], []
+            for r in rec:
+                if not r["pick"] or not (r["flags"] or r["baseline_flags"]):
+                    continue
+                said = [f"{r['pick']} [{', '.join(r['flags'])}]"] if r["flags"] else []
+                said += [f"{s} (baseline) [{', '.join(f)}]" for s, f in r["baseline_flags"].items()]
+                flagged.append(f"M={r['m']} ctx={r['context']}: " + ", ".join(said))
+                for f in [*r["flags"], *(x for fs in r["baseline_flags"].values() for x in fs)]:
+                    if f not in seen:
+                        seen.append(f)
+            if flagged:
+                legend = "; ".join(f"[{f}]: {step_view.FLAG_MEANINGS[f]}" for f in seen if f in step_view.FLAG_MEANINGS)
+                print("\n" + say(visible("flags on the picks and on the baselines their speed-up divides by (the rows' "
+                                         "own flag text in the JSON has the figures): " + "; ".join(flagged)
+                                         + (f"; {legend}" if legend else ""))))
             untimed = sorted({s for r in rec for s in r["untimed"]})
             if untimed:
                 print("\n" + say(visible(f"not timed (no step time, not considered): {', '.join(untimed)}")))
+    models = {doc.step_rows[0].model for _, doc, _ in records}
+    if len(records) > 1 and len(models) == 1 and wants_prose(args.format):
+        stable = step_view.pick_stability([rec for _, _, rec in records])
+        said = [f"M={s['m']} ctx={s['context']}: " + (f"{s['picks'][0] or 'none'} in {'both' if len(records) == 2 else f'all {len(records)}'}" if s["holds"] else
+                "differ (" + ", ".join(f"{p or 'none'} in file {i + 1}" for i, p in enumerate(s["picks"])) + ")")
+                for s in stable]
+        if said:
+            moved = sum(not s["holds"] for s in stable)
+            print("\n" + say(visible(f"picks across the {len(records)} files of {models.pop()} (runs of one model): "
+                                     + "; ".join(said)
+                                     + (f"; {moved} of {len(stable)} picks change between files: there the "
+                                        "difference is within the step's run-to-run variation, whatever one "
+                                        "file's p10–p90 says" if moved else ""))))
     return 0 if picked else 1
 
 

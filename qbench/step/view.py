@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence
 from tabulate import tabulate
 
 from qbench.row import Stats
-from qbench.step.row import StepRow
+from qbench.step.row import SCATTER, StepRow
 from qbench.timing import registry
 from qbench.timing.stats import verdict
 
@@ -200,14 +200,20 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
     text = tabulate(shown, headers="keys", tablefmt=tablefmt, disable_numparse=True) if shown else "(no rows)"
     notes = [f"{r.scheme} M={r.m} context={r.context}: {r.status}: {r.reason}" for r in rows if r.status != "ok"]
     if not wide:  # the flags under the table, each once per scheme and flag name
-        seen: dict[tuple[str, str], list[str]] = {}
-        for r in rows:
-            for name in dict.fromkeys(r.flag_names):
-                seen.setdefault((r.scheme, name), []).append(f"M={r.m} ctx={r.context}")
-        notes += [f"{scheme}: {name} ({', '.join(where)})" for (scheme, name), where in seen.items()]
+        notes += flag_notes(rows)
     if fit is not None:  # a terminal table without --wide: the notes wrap at 120 characters too
         notes = [fit(note) for note in notes]
     return text + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def flag_notes(rows: Sequence[StepRow]) -> list[str]:
+    """One line per (scheme, flag name) of ``rows``, naming where it was raised:
+    ``int4-weight-only+compiled: throttled (M=1 ctx=4096)``, in the rows' order."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        for name in dict.fromkeys(r.flag_names):
+            seen.setdefault((r.scheme, name), []).append(f"M={r.m} ctx={r.context}")
+    return [f"{scheme}: {name} ({', '.join(where)})" for (scheme, name), where in seen.items()]
 
 
 def describe(doc: dict) -> list[str]:
@@ -349,6 +355,34 @@ def _tie_break(group: Sequence[StepRow], previous: Optional[str]) -> StepRow:
                                      (r.bytes or {}).get("total", inf), r.step_us(decision_method(r))))
 
 
+#: What each flag of a step row means, in the words a reader of ``recommend`` needs (the row's own
+#: flag text has the figures; qbench.step.measure writes them).
+FLAG_MEANINGS = {
+    "throttled": "the GPU limited its clocks (power or thermal cap) right after the reading",
+    "noisy": f"a step method's p90/p10 above {SCATTER}",
+    "reduce-overhead-slower": "the reduce-overhead decode loop is slower than the hand-captured compiled step "
+                              "beyond noise (its host work is not hidden)",
+    "linear-above-step": "Σ linear exceeds the measured step: the layer view overstates this scheme's linear time",
+    "below-floor": "a step reads under its HBM floor: the timing is wrong or the bytes are miscounted",
+    "extrapolated": "too few blocks fit: the step is extrapolated linearly from two block counts",
+    "extrapolated-from-one": "only one block fits: the step is scaled from it, not measured at two block counts",
+    "not-compiled": "torch.compile compiled no graph: the 'compiled' step ran eagerly",
+    "graph-breaks": "the compiled step has graph breaks: part of it runs eagerly between graphs",
+    "cudagraphs-skipped": "reduce-overhead skipped CUDA graphs: its loop time includes launches",
+}
+
+
+def pick_stability(records: Sequence[Sequence[dict]]) -> list[dict]:
+    """Across several files' :func:`recommend` records (runs of one model): per (M, context) present
+    in every file, ``{"m", "context", "picks": [scheme or None per file], "holds": all picks equal}``.
+    A pick that changes between runs of the same scenario is within the run-to-run variation of the
+    step, whatever each file's own p10-p90 says."""
+    by_file = [{(r["m"], r["context"]): r["pick"] for r in rec} for rec in records]
+    common = sorted(set.intersection(*(set(f) for f in by_file))) if by_file else []
+    return [{"m": m, "context": c, "picks": [f[(m, c)] for f in by_file],
+             "holds": len({f[(m, c)] for f in by_file}) == 1} for m, c in common]
+
+
 def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16") -> list[dict]:
     """Per (M, context), in order: the fastest step among the ``ok`` rows whose logits error
     (:func:`logits_error`) is at most ``max_rel_err``, each row timed by its decision method
@@ -360,8 +394,12 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16
     schemes of its group, fastest first), ``within`` / ``timed`` (how many timed schemes are within
     the budget, of how many), ``untimed`` (schemes with no step time), ``fastest`` (the scheme with
     the lowest median, which the tie-break may not pick), ``timing_flags`` (per scheme of the group,
-    its flags of :data:`TIMING_FLAGS`: a tie between readings a reader should doubt)."""
+    its flags of :data:`TIMING_FLAGS`: a tie between readings a reader should doubt), ``flags`` (every
+    flag name of the pick's row) and ``baseline_flags`` (``{scheme: flag names}`` of the baseline row
+    its speed-up divides by, when that row has flags): what could mislead a reader of the pick."""
     sp = speedups(rows, baseline)
+    base = {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
+            if r.scheme in (baseline, f"{baseline}+compiled") and r.status == "ok"}
     out = []
     previous: dict[int, Optional[str]] = {}
     for m, context in sorted({(r.m, r.context) for r in rows}):
@@ -384,6 +422,10 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16
                     "ties": [r.scheme for r in ties], "fastest": fastest.scheme if fastest else None,
                     "timing_flags": {r.scheme: doubt for r in group
                                      if (doubt := list(dict.fromkeys(f for f in r.flag_names if f in TIMING_FLAGS)))},
+                    "flags": list(dict.fromkeys(best.flag_names)) if best else [],
+                    "baseline_flags": {b.scheme: list(dict.fromkeys(b.flag_names))
+                                       for b in [_baseline_for(best, base, baseline) if best else None]
+                                       if b is not None and b is not best and b.flag_names},
                     "within": len(within), "timed": len(timed),
                     "untimed": [r.scheme for r in here if not decision_method(r)]})
     return out

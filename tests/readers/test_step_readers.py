@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -252,3 +253,63 @@ def test_step_plot_tells_apart_option_variants_of_one_scheme(monkeypatch, tmp_pa
              if ln.get_linestyle() == "-"}
     assert len(set(lines.values())) == 4
     assert lines["fp8-dynamic+compiled[kernel_preference=mslk]"][0] == lines["fp8-dynamic[kernel_preference=mslk]"][0]
+
+
+# ---- recommend: what could mislead a reader of a step pick (new-user trial 2026-12-02) ------------------
+
+BENCH = str(ROOT / "results" / "h200" / "step_llama3_8b.json")
+BENCH_RUN2 = str(ROOT / "results" / "h200" / "evidence" / "speed" / "2026-12-02d" / "step_llama3_8b_run2.json")
+
+
+def test_recommend_records_the_flags_of_the_pick_and_of_its_baseline(capsys):
+    code, out = _json(capsys, recommend, "recommend", BENCH, "--max-rel-err", "0.5")
+    by = {(r["m"], r["context"]): r for r in out["by_m_context"]}
+    far = by[(1, 4096)]  # int4+compiled and its bf16+compiled baseline were both read right after a power cap
+    assert far["pick"] == "int4-weight-only+compiled"
+    assert far["flags"] == ["throttled", "reduce-overhead-slower"]
+    assert far["baseline_flags"] == {"bf16+compiled": ["throttled", "reduce-overhead-slower"]}
+    assert by[(16, 128)]["pick"] == "bf16+compiled" and by[(16, 128)]["baseline_flags"] == {}  # the pick is the baseline
+    raw = {(r["scheme"], r["m"], r["context"]): r for r in json.loads(Path(BENCH).read_text())["rows"]}
+    assert [f.split(":")[0] for f in raw[("int4-weight-only+compiled", 1, 4096)]["flags"]] == far["flags"]
+
+
+def test_recommend_prints_the_flags_the_synthetic_weights_and_whether_picks_hold_across_files(capsys):
+    assert run_subcommand(recommend, "recommend", BENCH, BENCH_RUN2, "--max-rel-err", "0.5") == 0
+    flat = " ".join(capsys.readouterr().out.split())
+    assert flat.count("warning: logits errors come from synthetic weights") == 2
+    assert ("M=1 ctx=4096: int4-weight-only+compiled [throttled, reduce-overhead-slower], bf16+compiled (baseline) "
+            "[throttled, reduce-overhead-slower]") in flat
+    assert "[throttled]: the GPU limited its clocks" in flat and flat.count("[throttled]: ") == 2  # one legend per file
+    # 3528 µs int4 against 4010 µs fp8 in one run, 3561 against 3479 in the other: each beyond its file's noise
+    assert ("picks across the 2 files of llama3-8b (runs of one model): M=1 ctx=128: differ (int4-weight-only+compiled "
+            "in file 1, fp8-weight-only+compiled in file 2); M=1 ctx=4096: int4-weight-only+compiled in both") in flat
+    assert "1 of 4 picks change between files" in flat
+
+
+def test_pick_stability_by_hand():
+    a = [{"m": 1, "context": 128, "pick": "x"}, {"m": 1, "context": 4096, "pick": "y"}, {"m": 16, "context": 128, "pick": None}]
+    b = [{"m": 1, "context": 128, "pick": "z"}, {"m": 1, "context": 4096, "pick": "y"}]
+    assert view.pick_stability([a, b]) == [{"m": 1, "context": 128, "picks": ["x", "z"], "holds": False},
+                                           {"m": 1, "context": 4096, "picks": ["y", "y"], "holds": True}]
+    assert view.pick_stability([]) == []
+
+
+def test_every_flag_in_the_committed_step_files_has_a_meaning():
+    files = [*(ROOT / "results").rglob("step_*.json")]
+    names = {r.flag_names[i] for f in files for d in [json.loads(f.read_text())] if d.get("job") == "step" or "rows" in d
+             for r in (StepRow.model_validate(x) for x in d["rows"]) for i in range(len(r.flag_names))}
+    assert {"throttled", "reduce-overhead-slower", "linear-above-step"} <= names  # the flags the H200 files carry
+    assert names <= set(view.FLAG_MEANINGS), names - set(view.FLAG_MEANINGS)
+    source = (ROOT / "qbench" / "step" / "measure.py").read_text()  # and every flag the step job writes
+    written = set(re.findall(r'row\["flags"\]\.append\(f?"([a-z-]+):', source))
+    assert len(written) == 10 and written <= set(view.FLAG_MEANINGS), written - set(view.FLAG_MEANINGS)
+
+
+def test_model_lists_the_flags_and_warns_of_synthetic_weights(capsys):
+    assert run_subcommand(model, "model", "llama3-8b", BENCH) == 0
+    out = capsys.readouterr().out
+    flat = " ".join(out.split())
+    assert "warning: logits errors come from synthetic weights" in flat
+    assert "[linear-above-step]: Σ linear exceeds the measured step" in flat
+    assert "int8-weight-only+compiled: linear-above-step (M=16 ctx=128, M=16 ctx=4096)" in out.splitlines()
+    assert "int4-weight-only+compiled: throttled (M=1 ctx=4096)" in out.splitlines()
