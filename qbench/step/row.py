@@ -43,7 +43,13 @@ class StepRow(BaseModel):
             matches), ``compared`` (``logits``, or ``hidden`` without an LM head).
         extrapolated: when fewer blocks were built: ``{"blocks": [n_small, n_large], "readings":
             {method: [median_small, median_large]}}``.
-        flags: ``name: text`` lines a reader must see (extrapolated, throttled, scatter, ...).
+        compile: a compiled scheme's torch.compile record (None for eager): ``first_call_s``, a list
+            of seconds, one per compiled step method in the order timed (``step_compiled``, then
+            ``step_reduce_overhead``), compilation included; ``compile_threads`` (Inductor's, in the
+            measuring worker: on CUDA the CPUs it may use, :func:`qbench.compile_info.compile_in_parallel`;
+            absent in files before 2026-12-02's fourth session); ``graphs_compiled``, ``graph_breaks``,
+            ``cudagraph_skips`` and Inductor's cache counters summed over those calls.
+        flags: ``name: text`` lines a reader must see (:data:`qbench.step.view.FLAG_MEANINGS`).
     """
 
     model_config = ConfigDict(extra="forbid")
