@@ -416,7 +416,7 @@ def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[Result
     which it stops beating the baseline (:func:`qbench.step.view.breakeven`). ``--max-rel-err``
     marks schemes whose logits error is over it. Returns 0 when some scheme has a measured step,
     else 1; raises :class:`~qbench.readers.common.Refused` (a file of another model, files of
-    several machines, ``--method``)."""
+    several machines, a row that two files both hold, ``--method``)."""
     if args.method is not None:
         raise Refused("--method reads per-layer files; a model-step file's step methods are all shown")
     if len({doc.machine for doc in docs}) > 1:
@@ -429,6 +429,11 @@ def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[Result
         if not mine:
             held = ", ".join(sorted({r.model for r in doc.step_rows}))
             raise Refused(f"{path}: a model-step result of {held}, not of {args.name}")
+        again = {r.key for r in mine} & {r.key for r in rows}
+        if again:
+            s, m, c = sorted(again)[0][:3]
+            raise Refused(f"{path}: {s} at M={m}, context {c} is in an earlier file too: qbench model reads one run "
+                          "per row; to compare runs of one scenario use qbench recommend A.json B.json")
         rows += mine
     notes = []
     for path, doc in zip(paths, docs):
@@ -487,7 +492,7 @@ def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[Result
         print(say(visible(step_view.sweep_line(rec, b))))
     flags = step_view.flag_notes(rows)
     if flags:
-        seen = list(dict.fromkeys(f.split(": ", 1)[1].split(" (")[0] for f in flags))
+        seen = list(dict.fromkeys(name for r in rows for name in r.flag_names))
         print()
         print(say("flags (what could mislead a reader of a row): "
                   + "; ".join(f"[{f}]: {step_view.FLAG_MEANINGS[f]}" for f in seen if f in step_view.FLAG_MEANINGS)))

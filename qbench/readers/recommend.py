@@ -186,8 +186,15 @@ def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_
                     f"overlaps it{caveat})")})
             elif c["scheme"] in group:
                 pick["ties"].append(c["scheme"])
-                between = tie_note(by_scheme[pick["scheme"]], by_scheme[c["scheme"]], method)
-                why = "same speed within noise" + (f" ({between})" if between else "")
+                ref = by_scheme[pick["scheme"]]
+                if row_verdict(ref, by_scheme[c["scheme"]], method) != "same":
+                    # tied with the fastest, not with the pick: the comparison that made it a tie is the fastest's
+                    ref = by_scheme[fastest["scheme"]]
+                    versus = (f"{fmt_us(c['latency_us'])} µs vs {fmt_us(fastest['latency_us'])} µs, the fastest "
+                              f"({c['latency_us'] / fastest['latency_us']:.2f}×")
+                between = tie_note(ref, by_scheme[c["scheme"]], method)
+                why = ("same speed within noise" if ref is by_scheme[pick["scheme"]] else
+                       f"same speed as the fastest, {fastest['scheme']}, within noise") + (f" ({between})" if between else "")
                 if c["rel_fro"] > pick["rel_fro"]:
                     why += f", higher error (rel_fro {c['rel_fro']:.3g} vs {pick['rel_fro']:.3g})"
                 elif pick["kept_from_m"] is not None:
@@ -738,6 +745,9 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
                           "and context)")
     picked, records = False, []
     for path, doc in zip(paths, docs):
+        if not any(r.scheme in (args.baseline, f"{args.baseline}+compiled") for r in doc.step_rows):
+            raise Refused(f"{path}: --baseline {args.baseline}: no row is {args.baseline} or {args.baseline}+compiled "
+                          f"(schemes: {', '.join(sorted({r.scheme for r in doc.step_rows}))})")
         rec = step_view.recommend(doc.step_rows, args.max_rel_err, args.baseline)
         picked = picked or any(r["pick"] for r in rec)
         records.append((path, doc, rec))
@@ -786,12 +796,12 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
                                             f"[noisy]: its p90/p10 above {SCATTER}" if flagged else ""))))
             flagged, seen = [], []
             for r in rec:
-                if not r["pick"] or not (r["flags"] or r["baseline_flags"]):
+                if not r["pick"] or not (r["pick_flags"] or r["baseline_flags"]):
                     continue
-                said = [f"{r['pick']} [{', '.join(r['flags'])}]"] if r["flags"] else []
+                said = [f"{r['pick']} [{', '.join(r['pick_flags'])}]"] if r["pick_flags"] else []
                 said += [f"{s} (baseline) [{', '.join(f)}]" for s, f in r["baseline_flags"].items()]
                 flagged.append(f"M={r['m']} ctx={r['context']}: " + ", ".join(said))
-                for f in [*r["flags"], *(x for fs in r["baseline_flags"].values() for x in fs)]:
+                for f in [*r["pick_flags"], *(x for fs in r["baseline_flags"].values() for x in fs)]:
                     if f not in seen:
                         seen.append(f)
             if flagged:
@@ -799,23 +809,60 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
                 print("\n" + say(visible("flags on the picks and on the baselines their speed-up divides by (the rows' "
                                          "own flag text in the JSON has the figures): " + "; ".join(flagged)
                                          + (f"; {legend}" if legend else ""))))
+            failed = {}
+            for r in rows:
+                if r.status != "ok":
+                    failed.setdefault(r.scheme, f"{r.status}: {r.reason or 'no reason recorded'}")
+            if failed:
+                print("\n" + say(visible("not measured (no ok row, not considered): "
+                                         + "; ".join(f"{s}: {why[:160]}" for s, why in failed.items()))))
             untimed = sorted({s for r in rec for s in r["untimed"]})
             if untimed:
                 print("\n" + say(visible(f"not timed (no step time, not considered): {', '.join(untimed)}")))
-    models = {doc.step_rows[0].model for _, doc, _ in records}
-    if len(records) > 1 and len(models) == 1 and wants_prose(args.format):
-        stable = step_view.pick_stability([rec for _, _, rec in records])
-        said = [f"M={s['m']} ctx={s['context']}: " + (f"{s['picks'][0] or 'none'} in {'both' if len(records) == 2 else f'all {len(records)}'}" if s["holds"] else
-                "differ (" + ", ".join(f"{p or 'none'} in file {i + 1}" for i, p in enumerate(s["picks"])) + ")")
-                for s in stable]
-        if said:
-            moved = sum(not s["holds"] for s in stable)
-            print("\n" + say(visible(f"picks across the {len(records)} files of {models.pop()} (runs of one model): "
-                                     + "; ".join(said)
-                                     + (f"; {moved} of {len(stable)} picks change between files: there the "
-                                        "difference is within the step's run-to-run variation, whatever one "
-                                        "file's p10–p90 says" if moved else ""))))
+    if len(records) > 1 and wants_prose(args.format):
+        for line in _across_files(records):
+            print("\n" + say(visible(line)))
     return 0 if picked else 1
+
+
+def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]:
+    """What ``recommend`` says under several step files: whether each (M, context) pick holds
+    across them (:func:`qbench.step.view.pick_stability`). A changed pick is put down to the step's
+    run-to-run variation only for runs of one scenario: same model, machine, schemes and weights;
+    otherwise the line names what differs. The same file twice, or files of several models, are
+    not compared (one line says why); an (M, context) missing from some file is named."""
+    from pathlib import Path
+
+    paths = [Path(path).resolve() for path, _, _ in records]
+    if len(set(paths)) < len(paths):
+        return ["picks across files: not compared, the same file is given more than once"]
+    models = sorted({r.model for _, doc, _ in records for r in doc.step_rows})
+    if len(models) != 1:
+        return [f"picks across files: not compared, the files hold different models ({', '.join(models)})"]
+    differ = [what for what, key in (("machines", lambda d: d.machine),
+                                     ("scheme sets", lambda d: frozenset(r.scheme for r in d.step_rows)),
+                                     ("weights", lambda d: frozenset(r.weight_source for r in d.step_rows)))
+              if len({key(doc) for _, doc, _ in records}) > 1]
+    stable = step_view.pick_stability([rec for _, _, rec in records])
+    n = len(records)
+    said = [f"M={s['m']} ctx={s['context']}: " + (f"{s['picks'][0] or 'none'} in {'both' if n == 2 else f'all {n}'}"
+            if s["holds"] else "differ (" + ", ".join(f"{p or 'none'} in file {i + 1}" for i, p in enumerate(s["picks"])) + ")")
+            for s in stable]
+    everywhere = {(s["m"], s["context"]) for s in stable}
+    partial = sorted({(r["m"], r["context"]) for _, _, rec in records for r in rec} - everywhere)
+    moved = sum(not s["holds"] for s in stable)
+    if differ:
+        why = (f"; the files differ in {' and '.join(differ)}: a changed pick may come from that, not from "
+               "run-to-run variation")
+    elif moved:
+        why = (f"; {moved} of {len(stable)} picks change between files: there the difference is within the step's "
+               "run-to-run variation, whatever one file's p10–p90 says")
+    else:
+        why = ""
+    line = (f"picks across the {n} files of {models[0]}" + ("" if differ else " (runs of one scenario)") + ": "
+            + "; ".join(said) + why
+            + (f"; in only some files: {', '.join(f'M={m} ctx={c}' for m, c in partial)}" if partial else ""))
+    return [line]
 
 
 def _check_method(path: str, doc: ResultDoc, method: str) -> None:

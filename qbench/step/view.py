@@ -394,7 +394,7 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16
     schemes of its group, fastest first), ``within`` / ``timed`` (how many timed schemes are within
     the budget, of how many), ``untimed`` (schemes with no step time), ``fastest`` (the scheme with
     the lowest median, which the tie-break may not pick), ``timing_flags`` (per scheme of the group,
-    its flags of :data:`TIMING_FLAGS`: a tie between readings a reader should doubt), ``flags`` (every
+    its flags of :data:`TIMING_FLAGS`: a tie between readings a reader should doubt), ``pick_flags`` (every
     flag name of the pick's row) and ``baseline_flags`` (``{scheme: flag names}`` of the baseline row
     its speed-up divides by, when that row has flags): what could mislead a reader of the pick."""
     sp = speedups(rows, baseline)
@@ -422,7 +422,7 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16
                     "ties": [r.scheme for r in ties], "fastest": fastest.scheme if fastest else None,
                     "timing_flags": {r.scheme: doubt for r in group
                                      if (doubt := list(dict.fromkeys(f for f in r.flag_names if f in TIMING_FLAGS)))},
-                    "flags": list(dict.fromkeys(best.flag_names)) if best else [],
+                    "pick_flags": list(dict.fromkeys(best.flag_names)) if best else [],
                     "baseline_flags": {b.scheme: list(dict.fromkeys(b.flag_names))
                                        for b in [_baseline_for(best, base, baseline) if best else None]
                                        if b is not None and b is not best and b.flag_names},

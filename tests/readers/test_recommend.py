@@ -700,3 +700,19 @@ def test_hostile_strings_are_shown_escaped(tmp_path, capsys):
     assert run(str(path), "--max-rel-err", "0.1", "--summary") == 0
     out, err = capsys.readouterr()
     assert "\x1b" not in out + err and "\x07" not in out + err
+
+
+def test_a_scheme_tied_with_the_fastest_but_not_the_pick_says_so():
+    """Break review 2026-12-02: f 10 µs (8-12), w 20 µs (11-30, the pick by error), c 10.5 µs (10.4-10.6):
+    c ties f, not w; its reason must compare it with f, not claim a p10-p90 overlap with w."""
+    from qbench.readers.recommend import recommend
+
+    doc = {"schema_version": 2, "rows": [_layer_row("f", 10.0, 8.0, 12.0, rel=0.009),
+                                         _layer_row("w", 20.0, 11.0, 30.0, rel=0.001),
+                                         _layer_row("c", 10.5, 10.4, 10.6, rel=0.008)]}
+    g = recommend(doc, 0.01)["by_m"][0]
+    assert g["pick"]["scheme"] == "w" and sorted(g["pick"]["ties"]) == ["c", "f"]
+    why = {o["scheme"]: o["reason"] for o in g["others"]}
+    assert why["c"].startswith("same speed as the fastest, f, within noise, higher error (rel_fro 0.008 vs 0.001): "
+                               "10.5 µs vs 10.0 µs, the fastest (1.05×, p10–p90 overlap")
+    assert why["f"].startswith("same speed within noise, higher error")  # f and w do overlap

@@ -266,11 +266,11 @@ def test_recommend_records_the_flags_of_the_pick_and_of_its_baseline(capsys):
     by = {(r["m"], r["context"]): r for r in out["by_m_context"]}
     far = by[(1, 4096)]  # int4+compiled and its bf16+compiled baseline were both read right after a power cap
     assert far["pick"] == "int4-weight-only+compiled"
-    assert far["flags"] == ["throttled", "reduce-overhead-slower"]
+    assert far["pick_flags"] == ["throttled", "reduce-overhead-slower"]
     assert far["baseline_flags"] == {"bf16+compiled": ["throttled", "reduce-overhead-slower"]}
     assert by[(16, 128)]["pick"] == "bf16+compiled" and by[(16, 128)]["baseline_flags"] == {}  # the pick is the baseline
     raw = {(r["scheme"], r["m"], r["context"]): r for r in json.loads(Path(BENCH).read_text())["rows"]}
-    assert [f.split(":")[0] for f in raw[("int4-weight-only+compiled", 1, 4096)]["flags"]] == far["flags"]
+    assert [f.split(":")[0] for f in raw[("int4-weight-only+compiled", 1, 4096)]["flags"]] == far["pick_flags"]
 
 
 def test_recommend_prints_the_flags_the_synthetic_weights_and_whether_picks_hold_across_files(capsys):
@@ -281,7 +281,7 @@ def test_recommend_prints_the_flags_the_synthetic_weights_and_whether_picks_hold
             "[throttled, reduce-overhead-slower]") in flat
     assert "[throttled]: the GPU limited its clocks" in flat and flat.count("[throttled]: ") == 2  # one legend per file
     # 3528 µs int4 against 4010 µs fp8 in one run, 3561 against 3479 in the other: each beyond its file's noise
-    assert ("picks across the 2 files of llama3-8b (runs of one model): M=1 ctx=128: differ (int4-weight-only+compiled "
+    assert ("picks across the 2 files of llama3-8b (runs of one scenario): M=1 ctx=128: differ (int4-weight-only+compiled "
             "in file 1, fp8-weight-only+compiled in file 2); M=1 ctx=4096: int4-weight-only+compiled in both") in flat
     assert "1 of 4 picks change between files" in flat
 
@@ -313,3 +313,53 @@ def test_model_lists_the_flags_and_warns_of_synthetic_weights(capsys):
     assert "[linear-above-step]: Σ linear exceeds the measured step" in flat
     assert "int8-weight-only+compiled: linear-above-step (M=16 ctx=128, M=16 ctx=4096)" in out.splitlines()
     assert "int4-weight-only+compiled: throttled (M=1 ctx=4096)" in out.splitlines()
+
+
+def test_picks_across_files_are_compared_only_for_runs_of_one_scenario(tmp_path, capsys):
+    """Break review 2026-12-02: the same file twice, files of two models, files that differ in their
+    schemes: none is put down to run-to-run variation."""
+    def last(*files):
+        assert run_subcommand(recommend, "recommend", *files, "--max-rel-err", "0.5") == 0
+        return " ".join(capsys.readouterr().out.split())
+
+    assert "picks across files: not compared, the same file is given more than once" in last(BENCH, BENCH)
+    assert "not compared, the files hold different models (llama3-8b, llama3.1-8b)" in last(BENCH, STEP_8B)
+    doc = json.loads(Path(BENCH_RUN2).read_text())
+    doc["rows"] = [r for r in doc["rows"] if r["scheme"] != "fp8-weight-only+compiled" and r["context"] == 128]
+    fewer = tmp_path / "fewer.json"
+    fewer.write_text(json.dumps(doc))
+    out = last(BENCH, str(fewer))
+    assert ("picks across the 2 files of llama3-8b: M=1 ctx=128: int4-weight-only+compiled in both; M=16 ctx=128: "
+            "bf16+compiled in both; the files differ in scheme sets: a changed pick may come from that") in out
+    assert "in only some files: M=1 ctx=4096, M=16 ctx=4096" in out and "run-to-run variation," not in out
+
+
+def test_step_recommend_names_rows_not_measured_and_refuses_an_absent_baseline(tmp_path, capsys):
+    doc = json.loads(Path(BENCH).read_text())
+    for r in doc["rows"]:
+        if r["scheme"] == "nf4-bnb":
+            r.update(status="failed", reason="build: out of memory", latency_us={}, tokens_per_s={}, error=None)
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps(doc))
+    assert run_subcommand(recommend, "recommend", str(path), "--max-rel-err", "0.5") == 0
+    assert "not measured (no ok row, not considered): nf4-bnb: failed: build: out of memory" in \
+        " ".join(capsys.readouterr().out.split())
+    assert run_subcommand(recommend, "recommend", BENCH, "--max-rel-err", "0.5", "--baseline", "fp32") == 2
+    assert "--baseline fp32: no row is fp32 or fp32+compiled" in capsys.readouterr().err
+
+
+def test_model_refuses_two_runs_of_one_row_and_takes_the_legend_from_the_rows(tmp_path, capsys):
+    assert run_subcommand(model, "model", "llama3-8b", BENCH, BENCH_RUN2) == 2
+    assert "is in an earlier file too" in capsys.readouterr().err
+    doc = json.loads(Path(BENCH).read_text())
+    doc["rows"] = [r for r in doc["rows"] if r["scheme"] in ("bf16", "int4-weight-only")]
+    for r in doc["rows"]:
+        r["flags"] = []
+        if r["scheme"] == "int4-weight-only":
+            r["scheme"] = "int4: noisy (x"
+            r["flags"] = ["throttled: sw_power_cap active right after step_graph"]
+    path = tmp_path / "colon.json"
+    path.write_text(json.dumps(doc))
+    assert run_subcommand(model, "model", "llama3-8b", str(path)) == 0
+    flat = " ".join(capsys.readouterr().out.split())
+    assert "[throttled]: the GPU limited its clocks" in flat and "[noisy]:" not in flat
