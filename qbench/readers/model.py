@@ -45,7 +45,7 @@ from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, incomplete_
 from qbench.step.config import LAYER_PRESETS as PRESETS, LinearShape, ModelPreset
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
                                    add_method, add_wide, check_max_rel_err, open_results, timing_differences)
-from qbench.render import Column, check_format, fit, narrow, render, wants_prose
+from qbench.render import Column, check_format, fit, narrow, render, synthetic_step_warning, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
@@ -469,10 +469,9 @@ def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[Result
     methods = "/".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
     print(say(visible(f"{title} ({args.name}): the measured decode step (qbench.step) beside the linear-only "
                       "prediction")))
-    sources = sorted({r.weight_source for r in rows if r.weight_source and "synthetic" in r.weight_source})
-    if sources:
-        print(say(visible(f"warning: logits errors come from synthetic weights ({'; '.join(sources)}): a trained "
-                          "model's outliers can raise them several-fold")))
+    warning = synthetic_step_warning(rows)
+    if warning:
+        print(say(visible(warning)))
     if fits:
         print(say(f"step = the {methods} step, first present (method); rest = (step - Σ linear) / step, Σ linear = the "
                   f"per-layer stream times of the same linear layers in the same run (what the layer view predicts); "
@@ -492,10 +491,9 @@ def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[Result
         print(say(visible(step_view.sweep_line(rec, b))))
     flags = step_view.flag_notes(rows)
     if flags:
-        seen = list(dict.fromkeys(name for r in rows for name in r.flag_names))
         print()
         print(say("flags (what could mislead a reader of a row): "
-                  + "; ".join(f"[{f}]: {step_view.FLAG_MEANINGS[f]}" for f in seen if f in step_view.FLAG_MEANINGS)))
+                  + step_view.flag_legend([name for r in rows for name in r.flag_names])))
         for line in flags:
             print(say(visible(line)))
     untimed = sorted({r.scheme for r in rows if r.status == "ok" and step_view.decision_method(r) is None})

@@ -53,7 +53,7 @@ from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape
                           resolve_method, row_caveats, row_verdict, tie_note, unusable_note, verdict)
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
                                    add_method, add_wide, check_max_rel_err, group_results, open_results)
-from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, render, synthetic_weights, wants_prose
+from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, render, synthetic_step_warning, synthetic_weights, wants_prose
 from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
 from qbench.render.kernels import short_kernel
@@ -771,10 +771,9 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
                               f"×{args.baseline} = {args.baseline} step / this step (a compiled scheme against "
                               f"{args.baseline}+compiled)"
                               + ("; within: how many timed schemes are within the budget" if fits else ""))))
-            sources = sorted({r.weight_source for r in rows if r.weight_source and "synthetic" in r.weight_source})
-            if sources:
-                print(say(visible(f"warning: logits errors come from synthetic weights ({'; '.join(sources)}): a trained "
-                                  "model's outliers can raise them several-fold")))
+            warning = synthetic_step_warning(rows)
+            if warning:
+                print(say(visible(warning)))
             print()
         print(render(rec, _step_columns(args.baseline, wide=not fits), args.format))
         if wants_prose(args.format):
@@ -801,11 +800,9 @@ def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
                 said = [f"{r['pick']} [{', '.join(r['pick_flags'])}]"] if r["pick_flags"] else []
                 said += [f"{s} (baseline) [{', '.join(f)}]" for s, f in r["baseline_flags"].items()]
                 flagged.append(f"M={r['m']} ctx={r['context']}: " + ", ".join(said))
-                for f in [*r["pick_flags"], *(x for fs in r["baseline_flags"].values() for x in fs)]:
-                    if f not in seen:
-                        seen.append(f)
+                seen += [*r["pick_flags"], *(x for fs in r["baseline_flags"].values() for x in fs)]
             if flagged:
-                legend = "; ".join(f"[{f}]: {step_view.FLAG_MEANINGS[f]}" for f in seen if f in step_view.FLAG_MEANINGS)
+                legend = step_view.flag_legend(seen)
                 print("\n" + say(visible("flags on the picks and on the baselines their speed-up divides by (the rows' "
                                          "own flag text in the JSON has the figures): " + "; ".join(flagged)
                                          + (f"; {legend}" if legend else ""))))

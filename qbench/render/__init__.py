@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from tabulate import tabulate_formats
 
@@ -52,6 +52,7 @@ __all__ = [
     "narrow",
     "render",
     "render_header",
+    "synthetic_step_warning",
     "synthetic_weights",
     "weight_sources",
     "wants_prose",
@@ -217,6 +218,16 @@ def synthetic_weights(rows: Sequence[Row]) -> list[str]:
     """The :func:`weight_sources` that qbench drew itself (they say ``synthetic``): errors measured
     on them are not a trained layer's."""
     return [w for w in weight_sources(rows) if "synthetic" in w]
+
+
+def synthetic_step_warning(rows: Sequence) -> Optional[str]:
+    """The warning line over a model-step reader's output when the steps' weights are qbench's own
+    (:func:`synthetic_weights` of the step rows, which carry ``weight_source`` too), else None."""
+    sources = synthetic_weights(rows)
+    if not sources:
+        return None
+    return (f"warning: logits errors come from synthetic weights ({'; '.join(sources)}): a trained model's "
+            "outliers can raise them several-fold")
 
 
 def render_header(doc: ResultDoc | dict) -> str:

@@ -49,6 +49,13 @@ def methods_present(rows: Sequence[StepRow]) -> list[str]:
     return [m for m in STEP_METHODS if any(r.step_us(m) is not None for r in rows)]
 
 
+def _baselines(rows: Sequence[StepRow], baseline: str) -> dict[tuple, StepRow]:
+    """The ``ok`` rows of ``baseline`` and its compiled form, by (scheme, M, context, model,
+    device): what :func:`_baseline_for` looks a row's baseline up in."""
+    return {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
+            if r.scheme in (baseline, f"{baseline}+compiled") and r.status == "ok"}
+
+
 def _baseline_for(r: StepRow, base: dict, baseline: str) -> Optional[StepRow]:
     """The baseline row a row is compared with: the baseline's compiled form for a compiled row
     when the file has it (compiled against compiled), else the baseline itself."""
@@ -63,8 +70,7 @@ def speedups(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, dic
     both have; a compiled row is compared with ``<baseline>+compiled`` when present, and its
     compiled step (``step_compiled``) with the eager baseline's eager form (the method's ``twin``,
     ``step_graph``) when that is all there is."""
-    base = {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
-            if r.scheme in (baseline, f"{baseline}+compiled") and r.status == "ok"}
+    base = _baselines(rows, baseline)
     out: dict[tuple, dict[str, float]] = {}
     for r in rows:
         b = _baseline_for(r, base, baseline)
@@ -372,6 +378,12 @@ FLAG_MEANINGS = {
 }
 
 
+def flag_legend(names: Sequence[str]) -> str:
+    """``[name]: meaning`` for each of ``names`` that :data:`FLAG_MEANINGS` knows, in order, each
+    once, joined by ``; `` (``""`` when none is known)."""
+    return "; ".join(f"[{f}]: {FLAG_MEANINGS[f]}" for f in dict.fromkeys(names) if f in FLAG_MEANINGS)
+
+
 def pick_stability(records: Sequence[Sequence[dict]]) -> list[dict]:
     """Across several files' :func:`recommend` records (runs of one model): per (M, context) present
     in every file, ``{"m", "context", "picks": [scheme or None per file], "holds": all picks equal}``.
@@ -398,8 +410,7 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16
     flag name of the pick's row) and ``baseline_flags`` (``{scheme: flag names}`` of the baseline row
     its speed-up divides by, when that row has flags): what could mislead a reader of the pick."""
     sp = speedups(rows, baseline)
-    base = {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
-            if r.scheme in (baseline, f"{baseline}+compiled") and r.status == "ok"}
+    base = _baselines(rows, baseline)
     out = []
     previous: dict[int, Optional[str]] = {}
     for m, context in sorted({(r.m, r.context) for r in rows}):
