@@ -51,6 +51,11 @@ def base_row(scenario: Scenario, entry: SchemeEntry, scheme: Scheme, m: int, dev
         weight_source=weight_source(scenario))
 
 
+def blank_rows(scenario: Scenario, entry: SchemeEntry, scheme: Scheme, device: torch.device) -> list[dict]:
+    """One layer row per M of the scenario, identity filled, nothing measured (:func:`base_row`)."""
+    return [base_row(scenario, entry, scheme, m, device) for m in scenario.m]
+
+
 def unavailable_reason(scheme: Scheme, entry: SchemeEntry, device: torch.device) -> Optional[str]:
     """Why ``entry`` (a scheme entry of ``scheme``) cannot run on ``device`` at all, or None: the
     scheme's own reason (:meth:`qbench.schemes.base.Scheme.unavailable_reason`: a missing package, a
@@ -128,7 +133,7 @@ def failed_rows(rows: list[dict], status: str, reason: str) -> list[dict]:
 
 
 def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
-                   ceilings: Optional[dict] = None) -> list[dict]:
+                   ceilings: Optional[dict] = None, shared_dir: Optional[str] = None) -> list[dict]:
     """Rows (one per M) for ``scenario.schemes[entry_index]`` on ``device``.
 
     Never raises for a scheme's own failure: an unavailable scheme gives ``skipped`` rows, an

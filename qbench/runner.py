@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import qbench
-from qbench import forkserver, schemes
+from qbench import forkserver, jobs, schemes
 from qbench.forkserver import preload_enabled, preload_modules  # noqa: F401 - the runner's public names
 from qbench.tp.worker import runner_alive  # one liveness check (a zombie is dead) for both runners
 from qbench.lifecycle import (  # noqa: F401 - re-exported: the runner's public names stay where they were
     RunError, RunInterrupted, RunOutcome, RunWriteError, _death_reason, check_output, default_output, done_labels, finish,
     log_tail, partial_path, prepare, record,
 )
-from qbench.measure import base_row, failed_rows, unavailable_reason
+from qbench.measure import failed_rows, unavailable_reason
 from qbench.scenario import Scenario
 
 _PACKAGE_ROOT = str(Path(qbench.__file__).resolve().parent.parent)
@@ -64,10 +64,9 @@ def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] 
         RunInterrupted: a stop signal; the rows so far are in the partial file.
     """
     _check_worker_env()
-    if scenario.tp is not None:  # tensor parallel: qbench.tp runs one torchrun job per (scheme, tp_size, split)
-        from qbench.tp import runner as tp_runner
-
-        return tp_runner.run_tp(scenario, device=device, out=out, force=force, progress=progress, show_bar=show_bar,
+    job = jobs.of_scenario(scenario)
+    if job.run is not None:  # tensor parallel: qbench.tp runs one torchrun job per (scheme, tp_size, split)
+        return jobs.load(job.run)(scenario, device=device, out=out, force=force, progress=progress, show_bar=show_bar,
                                 resume=resume)
     started = time.perf_counter()
     output = None
@@ -221,13 +220,8 @@ def remove_stale_temp_folders(folder: Optional[str] = None) -> list[str]:
 
 def blank_rows(scenario: Scenario, entry, dev) -> list[dict]:
     """The rows of one scheme with their identity and nothing measured, for the scenario's job kind
-    (a layer row per M; a model-step row per context and M)."""
-    scheme = schemes.get(entry.name)
-    if scenario.job == "step":
-        from qbench.step.measure import blank_rows as step_rows
-
-        return step_rows(scenario, entry, scheme, dev)
-    return [base_row(scenario, entry, scheme, m, dev) for m in scenario.m]
+    (:attr:`qbench.jobs.Job.blank_rows`: a layer row per M, a model-step row per context and M, ...)."""
+    return jobs.load(jobs.of_scenario(scenario).blank_rows)(scenario, entry, schemes.get(entry.name), dev)
 
 
 def _bar(total: int):
@@ -302,7 +296,7 @@ def must_release(scenario: Scenario, dev, ahead: int) -> bool:
     free memory cannot be read; False on the CPU (no ``done``-time release there)."""
     if dev.type != "cuda":
         return False
-    if scenario.job == "step":  # a step worker holds a whole model and its KV cache: never two at once
+    if jobs.of_scenario(scenario).exclusive:  # a worker holds a whole model: never two at once
         return True
     from qbench import memory
 
@@ -407,7 +401,7 @@ class _Workers:
             with open(job_path, "w", encoding="utf-8") as f:
                 json.dump({"scenario": self.scenario.to_dict(), "source": self.scenario.source, "entry_index": index,
                            "device": str(self.dev), "ceilings": self.ceilings, "release_before_done": self.release,
-                           "runner_pid": os.getpid()}, f)
+                           "runner_pid": os.getpid(), "shared_dir": self.folder}, f)
         except OSError as exc:
             raise WorkerFilesError(f"{job_path}: cannot write the worker's job file ({exc.strerror or exc})") from None
         env = os.environ.copy()

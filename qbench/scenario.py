@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from qbench.schemes import specs
 from qbench.schemes.specs import SchemeOptions
+from qbench import jobs
 from qbench.step.config import ConfigError, StepModelConfig
 from qbench.step.spec import ModelSpec
 from qbench.step.spec import check as check_model
@@ -197,9 +198,9 @@ class Scenario(_Frozen):
 
     @property
     def job(self) -> str:
-        """The job kind: ``"step"`` (a ``[model]`` table: the whole decode step, :mod:`qbench.step`),
-        ``"tp"`` (a ``[tp]`` table) or ``"layer"``."""
-        return "step" if self.model is not None else "tp" if self.tp is not None else "layer"
+        """The job kind (:func:`qbench.jobs.of_scenario`): ``"quality"`` (``[quality]`` and ``[model]``),
+        ``"step"`` (a ``[model]`` table: the whole decode step), ``"tp"`` (a ``[tp]`` table) or ``"layer"``."""
+        return jobs.of_scenario(self).name
 
     @field_validator("device")
     @classmethod

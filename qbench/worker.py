@@ -7,8 +7,9 @@ context, and a crash (signal, CUDA fault, broken graph capture) ends only that w
 
 ``python -m qbench.worker JOB.json ROWS.json`` runs one job by hand. ``JOB.json`` holds
 ``{"scenario": Scenario.to_dict(), "source": str, "entry_index": int, "device": "cuda:0",
-"ceilings": {...} | null, "release_before_done": bool}`` (the last one optional, default true:
-:func:`qbench.runner.must_release`); ``ROWS.json`` receives the list of row dicts (failed and skipped
+"ceilings": {...} | null, "release_before_done": bool, "shared_dir": str}`` (the last two optional:
+release defaults to true, :func:`qbench.runner.must_release`; ``shared_dir``, a folder every worker
+of the run shares, to the job file's folder); ``ROWS.json`` receives the list of row dicts (failed and skipped
 rows included). Any exit other than 0 is turned into ``failed`` rows by the runner.
 """
 
@@ -41,8 +42,8 @@ def main(argv: list[str], go=None) -> int:
         raise RuntimeError("the runner's forkserver initialised CUDA before forking this worker (a module "
                            "qbench._preload imports is not fork-safe; QBENCH_PRELOAD=0 preloads torch alone)")
 
-    from qbench import schemes
-    from qbench.measure import import_ahead, measure_scheme
+    from qbench import jobs, schemes
+    from qbench.measure import import_ahead
     from qbench.results import finite_or_none
     from qbench.scenario import from_dict
 
@@ -64,9 +65,11 @@ def main(argv: list[str], go=None) -> int:
             return 3
         finished = watch_runner(go, job_path)
     go_at = time.perf_counter()
-    if scenario.job == "step":  # the model-step job kind (qbench.step): same worker life cycle
-        from qbench.step.measure import measure_step_scheme as measure_scheme
-    rows = measure_scheme(scenario, job["entry_index"], device, job.get("ceilings"))
+    measure = jobs.load(jobs.of_scenario(scenario).measure)  # every fork-launched job kind: same life cycle
+    # files every worker of the run may share (the quality job's reference log-probabilities): the run's folder,
+    # else (a job file run by hand) the job file's folder
+    shared_dir = job.get("shared_dir") or os.path.dirname(os.path.abspath(job_path))
+    rows = measure(scenario, job["entry_index"], device, job.get("ceilings"), shared_dir=shared_dir)
     measured = time.perf_counter()
     for row in rows:
         row["worker_phases_s"] = {"prepare": prepared - started, "waited_for_go": go_at - prepared,

@@ -105,7 +105,7 @@ def _checked(rows: list[dict]) -> list[dict]:
 
 
 def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
-                        ceilings: Optional[dict] = None) -> list[dict]:
+                        ceilings: Optional[dict] = None, shared_dir: Optional[str] = None) -> list[dict]:
     """Rows (one per context and M) for ``scenario.schemes[entry_index]`` on ``device``.
 
     Never raises for the scheme's own failure: an unavailable scheme gives ``skipped`` rows, an

@@ -1,0 +1,139 @@
+"""The one registry of job kinds: a job is one :class:`Job` record plus its own package.
+
+A job kind says which scenario table selects it, how its rows are checked, how its worker starts
+and measures, whether two of its workers may hold the device at once, and which reader views it
+offers. Code outside a job's own package asks this registry (:func:`of_scenario`, :func:`of_rows`,
+:func:`get`) instead of branching on the kind, as schemes (:mod:`qbench.schemes`) and timing
+methods (:mod:`qbench.timing.registry`) are asked.
+
+Torch-free: the functions a record names are ``"module:attribute"`` strings imported on first use
+(:func:`load`), so scenario validation and the readers do not import torch or a job's measuring
+code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job kind.
+
+    Attributes:
+        name: the kind, as rows record it (``row["job"]``; a layer row has no ``job`` key).
+        table: the scenario table whose presence selects this kind (``None``: the default kind).
+        requires: other tables the kind needs beside ``table`` (the quality job reads ``[model]``).
+        check_rows: ``"module:function"`` ``(rows: list[dict | row], source: str) -> list[row]``: the
+            rows checked against the kind's row model (one line naming ``source``, the row index and
+            key on a bad one: :class:`qbench.results.ResultsError`).
+        blank_rows: ``"module:function"`` ``(scenario, entry, scheme, device) -> list[dict]``: one
+            scheme's rows with their identity and nothing measured (the runner's failed and skipped
+            rows start from them).
+        measure: ``"module:function"`` ``(scenario, entry_index, device, ceilings, shared_dir) ->
+            list[dict]``: run in the scheme's worker process.
+        launcher: ``"fork"`` (a worker forked from the runner's forkserver, :mod:`qbench.runner`) or
+            ``"torchrun"`` (one process group per scheme, the kind's own runner ``run``).
+        run: ``"module:function"`` replacing :func:`qbench.runner.run` for a ``torchrun`` kind.
+        exclusive: a worker holds a whole model: never two workers on the device at once.
+        views: reader command name -> ``"module:function"`` rendering that reader's view of a
+            document of this kind (absent: the reader's own, layer, view).
+        summary: one line for ``qbench list`` and errors.
+    """
+
+    name: str
+    table: Optional[str]
+    check_rows: str
+    blank_rows: str
+    measure: str
+    summary: str
+    requires: tuple[str, ...] = ()
+    launcher: str = "fork"
+    run: Optional[str] = None
+    exclusive: bool = False
+    views: Mapping[str, str] = field(default_factory=dict)
+
+    def view(self, command: str) -> Optional[Callable[..., Any]]:
+        """The function rendering reader ``command``'s view of this kind, or None (the layer view)."""
+        target = self.views.get(command)
+        return None if target is None else load(target)
+
+
+#: Every job kind, in the order a scenario's tables are tried (the first whose table is present wins;
+#: the default kind, without a table, last).
+JOBS: dict[str, Job] = {j.name: j for j in (
+    Job("quality", table="quality", requires=("model",), exclusive=True,
+        check_rows="qbench.quality.row:check_rows", blank_rows="qbench.quality.measure:blank_rows",
+        measure="qbench.quality.measure:measure_quality_scheme",
+        views={"report": "qbench.quality.view:report_view", "recommend": "qbench.quality.view:recommend_view",
+               "model": "qbench.quality.view:model_view"},
+        summary="a checkpoint's perplexity, KL divergence and same-top share over a text, per scheme"),
+    Job("step", table="model", exclusive=True,
+        check_rows="qbench.results:check_step_rows", blank_rows="qbench.step.measure:blank_rows",
+        measure="qbench.step.measure:measure_step_scheme",
+        summary="a Llama model's whole decode step, per scheme, M and context"),
+    Job("tp", table="tp", launcher="torchrun", run="qbench.tp.runner:run_tp",
+        check_rows="qbench.results:check_rows", blank_rows="qbench.measure:blank_rows",
+        measure="qbench.tp.measure:measure_tp",
+        summary="one linear layer split over GPUs (tensor parallelism)"),
+    Job("layer", table=None,
+        check_rows="qbench.results:check_rows", blank_rows="qbench.measure:blank_rows",
+        measure="qbench.measure:measure_scheme",
+        summary="one linear layer, per scheme and M"),
+)}
+
+#: The kind of a row without a ``job`` key.
+DEFAULT = "layer"
+
+
+def get(name: str) -> Job:
+    """The job kind ``name``.
+
+    Raises:
+        KeyError: no such kind (the message lists the kinds)."""
+    try:
+        return JOBS[name]
+    except KeyError:
+        raise KeyError(f"no job kind {name!r} (kinds: {', '.join(JOBS)})") from None
+
+
+def of_tables(tables: Mapping[str, Any] | Any) -> Job:
+    """The job kind of a scenario given its top-level tables (a dict, or an object whose attributes
+    are the tables, ``None`` when absent): the first kind whose table is present."""
+    def present(key: str) -> bool:
+        value = tables.get(key) if isinstance(tables, Mapping) else getattr(tables, key, None)
+        return value is not None
+
+    for job in JOBS.values():
+        if job.table is None or present(job.table):
+            return job
+    return JOBS[DEFAULT]
+
+
+def of_scenario(scenario: Any) -> Job:
+    """The job kind of a :class:`qbench.scenario.Scenario` (:func:`of_tables` of its tables)."""
+    return of_tables(scenario)
+
+
+def row_job(row: Any) -> str:
+    """The kind of one row (a dict or a typed row): its ``job`` key, else :data:`DEFAULT`."""
+    value = row.get("job") if isinstance(row, dict) else getattr(row, "job", None)
+    return value if isinstance(value, str) and value in JOBS else DEFAULT
+
+
+def of_rows(rows: list) -> Job:
+    """The job kind of a result's rows: the kind some row names (a result holds one kind; the kind's
+    :attr:`Job.check_rows` refuses a row of another), else :data:`DEFAULT`."""
+    for row in rows:
+        name = row_job(row)
+        if name != DEFAULT:
+            return JOBS[name]
+    return JOBS[DEFAULT]
+
+
+def load(target: str) -> Any:
+    """The attribute a ``"module:attribute"`` string names (imported on first use)."""
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
