@@ -27,7 +27,7 @@ from typing import Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from qbench import SCHEMA_VERSION
+from qbench import SCHEMA_VERSION, jobs
 from qbench.row import Num, Row, RowError, row_key, validate_row
 from qbench.step.row import StepRow
 
@@ -103,8 +103,9 @@ def write_results(path: str | os.PathLike, doc: "dict | ResultDoc", *, force: bo
     clean = finite_or_none(doc)
     if isinstance(clean, dict) and "kind" not in clean and isinstance(clean.get("rows"), list):
         rows = clean["rows"]
-        if is_step(rows):  # a model-step result: StepRow's rules
-            check_step_rows(rows, f"{path}: not written")
+        job = jobs.of_rows(rows)
+        if job.name != jobs.DEFAULT:  # another job kind: its row model's rules
+            jobs.load(job.check_rows)(rows, f"{path}: not written")
         else:
             if clean.get("schema_version") == 1:  # a schema 1 document (a test fixture of an old file): checked as read
                 rows = [upgrade_v1_row(r) if isinstance(r, dict) else r for r in rows]
@@ -212,8 +213,11 @@ def read_results(path: str | os.PathLike) -> "ResultDoc":
         )
     if not isinstance(doc.get("rows"), list):
         raise ResultsError(f"{path}: not a qbench result (no 'rows' list)")
-    if is_step(doc["rows"]):  # a model-step result: rows as StepRow, under step_rows
+    job = jobs.of_rows(doc["rows"])
+    if job.name == "step":  # a model-step result: rows as StepRow, under step_rows
         parts = {"rows": [], "step_rows": check_step_rows(doc["rows"], str(path))}
+    elif job.name != jobs.DEFAULT:  # another job kind: rows typed by its row model
+        parts = {"rows": jobs.load(job.check_rows)(doc["rows"], str(path)), "job_kind": job.name}
     else:
         if version == 1:  # upgraded in memory
             doc["rows"] = [upgrade_v1_row(r) if isinstance(r, dict) else r for r in doc["rows"]]
@@ -329,13 +333,15 @@ class ResultDoc(BaseModel):
     ceilings: Optional[Ceilings] = None
     scenario: ScenarioInfo = Field(default_factory=ScenarioInfo)
     workers: Optional[Any] = None
-    rows: list[Row] = Field(default_factory=list)
+    rows: list[Any] = Field(default_factory=list)  # typed by the job kind: Row, or the kind's row model
     step_rows: list[StepRow] = Field(default_factory=list, exclude=True)
+    job_kind: str = Field(default=jobs.DEFAULT, exclude=True)
 
     @property
     def job(self) -> str:
-        """``"step"`` for a model-step result (its rows in :attr:`step_rows`), else ``"layer"``."""
-        return "step" if self.step_rows else "layer"
+        """The job kind of the rows (:mod:`qbench.jobs`): ``"step"`` for a model-step result (its rows in
+        :attr:`step_rows`), the kind a row names, else ``"layer"``."""
+        return "step" if self.step_rows else self.job_kind
 
     @property
     def machine(self) -> str:
@@ -360,9 +366,13 @@ class ResultDoc(BaseModel):
         if isinstance(doc, cls):
             return doc
         rows = doc.get("rows") or []
-        if is_step(rows):
+        job = jobs.of_rows(rows)
+        if job.name == "step":
             return cls.model_validate({**doc, "schema_version": SCHEMA_VERSION, "rows": [],
                                        "step_rows": check_step_rows(rows, "document")})
+        if job.name != jobs.DEFAULT:
+            return cls.model_validate({**doc, "schema_version": SCHEMA_VERSION, "job_kind": job.name,
+                                       "rows": jobs.load(job.check_rows)(rows, "document")})
         if doc.get("schema_version", SCHEMA_VERSION) == 1:
             rows = [upgrade_v1_row(r) if isinstance(r, dict) else r for r in rows]
             doc = {**doc, "schema_version": SCHEMA_VERSION}
@@ -377,7 +387,9 @@ class ResultDoc(BaseModel):
         """The document as JSON types, with exactly the keys it was read or built with (a schema 1
         file's rows and version upgraded): what :func:`write_results` writes back. A step
         result's rows are its :attr:`step_rows`."""
-        out = self.model_dump(mode="json", exclude_unset=True)
+        out = self.model_dump(mode="json", exclude_unset=True, exclude={"rows"})
+        if "rows" in self.model_fields_set:
+            out["rows"] = [r.model_dump(mode="json", exclude_unset=True) for r in self.rows]
         if self.step_rows:
             out["rows"] = [r.model_dump(mode="json", exclude_unset=True) for r in self.step_rows]
         return out
