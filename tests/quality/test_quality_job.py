@@ -134,3 +134,15 @@ def test_recommend_refuses_step_and_quality_of_different_weights(tmp_path, ck):
 
     why = view._same_weights([R(weight_source="seeded ...")], [R(weights=f"checkpoint {ck} (float32)")])
     assert why and "same checkpoint" in why
+
+
+def test_float16_logprobs_keep_the_reference_exact(tmp_path, ck):
+    """Log-probabilities shared at float16: each scheme's are rounded the same way, so the reference
+    against itself is still KL 0; a quantized scheme's KL stays close to the float32 file's."""
+    exact = run_scheme(write_scenario(tmp_path, ck, ["fp32", "int4-intx"]), 1, tmp_path)
+    half = tmp_path / "half"
+    half.mkdir()
+    scenario = write_scenario(half, ck, ["fp32", "int4-intx"], extra='logprobs = "float16"')
+    ref, q = run_scheme(scenario, 0, half), run_scheme(scenario, 1, half)
+    assert ref["stats"]["kld"]["mean"] == 0 and ref["reference"]["logprobs"] == "float16"
+    assert q["stats"]["kld"]["mean"] == pytest.approx(exact["stats"]["kld"]["mean"], rel=0.05, abs=1e-4)
