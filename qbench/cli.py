@@ -78,25 +78,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except lifecycle.RunInterrupted as exc:
             print(f"qbench: {exc.message()}", file=sys.stderr)
             return exc.exit_code
+    from qbench import jobs
     from qbench.results import ResultDoc
 
     machine = not render.wants_prose(args.format)
     # a document meant to be parsed (csv, json, tsv, latex, html, wiki markup) is alone on stdout; the rest
     # goes to stderr
     doc = ResultDoc.of(outcome.doc)
-    from qbench import jobs
-
     job_view = jobs.get(doc.job).view("run")
-    if job_view is not None:  # the job kind's own table
+    if job_view is not None:  # the job kind's own table (qbench.jobs)
         n = job_view(doc, args)
-    elif doc.job == "step":  # the model-step table (qbench.step.view)
-        from qbench.step import view
-
-        for line in view.describe(outcome.doc):
-            print(line, file=sys.stderr if machine else sys.stdout)
-        print(view.step_table(doc.step_rows, fmt=args.format, wide=args.wide,
-                              fit=render.fit if render.narrow(args.format, args.wide) else None))
-        n = len(doc.step_rows)
     else:
         print(render.render_header(doc), file=sys.stderr if machine else sys.stdout)
         if scenario_mod.weight_is_synthetic(loaded):  # the errors below are not a trained layer's
@@ -108,7 +99,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         n = len(doc.rows)
     print(f"\nwrote {outcome.path} ({n} row{'' if n == 1 else 's'}, {outcome.doc['wall_s']:.1f} s)",
           file=sys.stderr if machine else sys.stdout)
-    if doc.job == "layer" and not machine:  # the answer to the README's question, and where to read why
+    if job_view is None and not machine:  # the answer to the README's question, and where to read why
         from qbench.readers.recommend import pick_lines
 
         for line in pick_lines(doc, str(outcome.path)):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qbench.step.config import LAYER_PRESETS as PRESETS
+from qbench.readers.model import PRESETS
 from qbench.readers.model import index_rows, model_step
 from qbench.results import read_results
 
