@@ -38,7 +38,8 @@ class EmulatedLinear(torch.nn.Module):
             activation quantization, quantized and dequantized; None: ``x.float()``.
         rule: one line saying what is emulated (shown in ``repr``).
 
-    ``forward`` takes ``[..., K]`` and returns ``[..., N]`` in ``output_dtype``.
+    ``forward`` takes ``[..., K]`` and returns ``[..., N]`` in ``output_dtype``;
+    :meth:`forward_float` returns the same before the final cast (float32).
     """
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], input_dtype: torch.dtype,
@@ -51,13 +52,17 @@ class EmulatedLinear(torch.nn.Module):
         self.act_quant = act_quant
         self.rule = rule
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_float(self, x: torch.Tensor) -> torch.Tensor:
+        """The float32 result ``[..., N]``, before the cast to ``output_dtype``."""
         lead = x.shape[:-1]
         x = x.reshape(-1, x.shape[-1]).to(self.input_dtype)
         x = self.act_quant(x) if self.act_quant is not None else x.float()
         with strict_fp32():
             y = F.linear(x, self.weight, self.bias)
-        return y.to(self.output_dtype).reshape(*lead, y.shape[-1])
+        return y.reshape(*lead, y.shape[-1])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_float(x).to(self.output_dtype)
 
     def extra_repr(self) -> str:
         n, k = self.weight.shape
