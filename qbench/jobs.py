@@ -38,6 +38,8 @@ class Job:
             ``"torchrun"`` (one process group per scheme, the kind's own runner ``run``).
         run: ``"module:function"`` replacing :func:`qbench.runner.run` for a ``torchrun`` kind.
         exclusive: a worker holds a whole model: never two workers on the device at once.
+        emulates: a scheme with no kernel on the device still runs, emulated
+            (:attr:`qbench.schemes.base.Scheme.emulate`), so the runner does not skip it up front.
         views: reader command name -> ``"module:function"`` rendering that reader's view of a
             document of this kind (absent: the reader's own, layer, view). ``run`` is ``(doc, args)
             -> rows shown``; a reader's is ``(args, paths, docs) -> exit status``.
@@ -56,6 +58,7 @@ class Job:
     launcher: str = "fork"
     run: Optional[str] = None
     exclusive: bool = False
+    emulates: bool = False
     views: Mapping[str, str] = field(default_factory=dict)
     refusal: Optional[str] = None
 
@@ -68,7 +71,7 @@ class Job:
 #: Every job kind, in the order a scenario's tables are tried (the first whose table is present wins;
 #: the default kind, without a table, last).
 JOBS: dict[str, Job] = {j.name: j for j in (
-    Job("quality", table="quality", requires=("model",), exclusive=True,
+    Job("quality", table="quality", requires=("model",), exclusive=True, emulates=True,
         check_rows="qbench.quality.row:check_rows", blank_rows="qbench.quality.measure:blank_rows",
         measure="qbench.quality.measure:measure_quality_scheme",
         views={"run": "qbench.quality.view:run_view", "report": "qbench.quality.view:report_view",

@@ -469,11 +469,15 @@ class _Workers:
         scheme without a C++ compiler; nothing is imported), so a
         skipped scheme costs no worker start-up (1-2 s of imports each on the 2-core CI machine).
         On CUDA None: the device checks would create a CUDA context in the runner; the worker
-        decides, as before."""
+        decides, as before. None too for a job kind that emulates a scheme without a kernel here
+        (:attr:`qbench.jobs.Job.emulates`)."""
         if self.dev.type != "cpu" or index in self.started:
             return None
         entry = self.scenario.schemes[index]
-        return unavailable_reason(schemes.get(entry.name), entry, self.dev)
+        scheme = schemes.get(entry.name)
+        if jobs.of_scenario(self.scenario).emulates and scheme.emulate is not None:
+            return None  # the job runs it emulated where it has no kernel: the worker decides
+        return unavailable_reason(scheme, entry, self.dev)
 
     def _failed(self, index: int, reason: str) -> list[dict]:
         entry = self.scenario.schemes[index]
