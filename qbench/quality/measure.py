@@ -300,8 +300,10 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
         row["linear_stored_bytes"], row["model_stored_bytes"] = int(linear), int(linear + other)
     flags = []
     if emulated:
+        estimate = ("; its activations are fake-quantized per token, which the kernel's own quantization and "
+                    "accumulation differ from: an estimate (docs/quality.md)") if scheme.family == "dynamic" else ""
         flags.append(flag_record("emulated", f"no {scheme.name} kernel on {device.type} ({reason}): its quantized weights "
-                                             "were dequantized and run in a float matmul"))
+                                             f"were dequantized and run in a float matmul{estimate}"))
     if ckpt is None:
         flags.append(flag_record("synthetic-weights", "seeded weights, not a trained model: the quality numbers say "
                                                       "nothing of a real model (the row shows the job's speed)"))
