@@ -25,6 +25,7 @@ torch, so a reader stays fast.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -260,3 +261,30 @@ def machine_differences(env_a: dict, env_b: dict) -> list[str]:
 
 def _gib(n: Any) -> Optional[str]:
     return f"{n / (1 << 30):.1f} GiB" if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+
+
+def free_bytes(device: Any) -> Optional[int]:
+    """Free memory of ``device`` in bytes, or None when it cannot be read.
+
+    CUDA: ``torch.cuda.mem_get_info`` (free device memory, other processes' use included).
+    CPU: ``MemAvailable`` of ``/proc/meminfo`` (Linux), else ``os.sysconf`` available pages
+    times the page size.
+    """
+    if str(device).startswith("cuda"):
+        import torch
+
+        try:
+            return int(torch.cuda.mem_get_info(device)[0])
+        except (RuntimeError, AssertionError, ValueError):
+            return None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # the file's unit is kB (KiB)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None

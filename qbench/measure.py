@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from qbench import compile_info, formulas, inputs, metrics
-from qbench.row import Row, check_row, flag_record, reason_record
+from qbench.row import Row, check_row, describe_exception, first_and_last_line, flag_record, reason_record  # noqa: F401 - re-exported
 from qbench.scenario import Scenario, SchemeEntry, weight_source
 from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger, tuning_cache
@@ -104,24 +104,6 @@ def checked(rows: list[dict]) -> list[dict]:
     for row in rows:
         check_row(row, writing=True)
     return rows
-
-
-def first_and_last_line(text: str) -> str:
-    """The first and the last non-blank line of ``text`` joined by " … " (one line when there is
-    one; "" when there is none)."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return " … ".join([lines[0], lines[-1]] if len(lines) > 1 else lines)
-
-
-def describe_exception(exc: BaseException, limit: int = 300) -> str:
-    """``Type: first line … last line`` of an exception's message, at most ``limit`` characters.
-
-    Libraries often end a message with a pointer ("See https://...opcheck") and put the assertion on
-    the first line; a row keeps both.
-    """
-    message = first_and_last_line(str(exc))
-    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def failed_rows(rows: list[dict], status: str, reason: str) -> list[dict]:

@@ -22,6 +22,7 @@ from typing import Optional
 import torch
 
 from qbench import schemes
+from qbench.hardware import free_bytes  # noqa: F401 - re-exported: the memory checks' free memory
 from qbench.scenario import Scenario, ScenarioError, step_model
 from qbench.timing import registry
 
@@ -74,32 +75,6 @@ def estimate_bytes(scenario: Scenario, device: torch.device | str, *, l2_bytes: 
     parts = {"weights": weights, "activations": activations, "reference": reference, "outputs": outputs,
              "flush": flush, "overhead": PROCESS_OVERHEAD}
     return {**parts, "total": sum(parts.values()), "m": m}
-
-
-def free_bytes(device: torch.device | str) -> Optional[int]:
-    """Free memory of ``device`` in bytes, or None when it cannot be read.
-
-    CUDA: ``torch.cuda.mem_get_info`` (free device memory, other processes' use included).
-    CPU: ``MemAvailable`` of ``/proc/meminfo`` (Linux), else ``os.sysconf`` available pages
-    times the page size.
-    """
-    device = torch.device(device)
-    if device.type == "cuda":
-        try:
-            return int(torch.cuda.mem_get_info(device)[0])
-        except (RuntimeError, AssertionError, ValueError):
-            return None
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024  # the file's unit is kB (KiB)
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def check_fits(scenario: Scenario, device: torch.device | str, *, free: Optional[int] = None,

@@ -846,3 +846,23 @@ def schema_markdown() -> str:
     out += ["", "Legacy fields (read, never written):", ""]
     out += [f"- `{path}`: {why}" for path, why in LEGACY.items()]
     return "\n".join(out)
+
+
+# ---- a row's reason from an exception (producers of every job kind) ----------------------------
+
+def first_and_last_line(text: str) -> str:
+    """The first and the last non-blank line of ``text`` joined by " … " (one line when there is
+    one; "" when there is none)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " … ".join([lines[0], lines[-1]] if len(lines) > 1 else lines)
+
+
+def describe_exception(exc: BaseException, limit: int = 300) -> str:
+    """``Type: first line … last line`` of an exception's message, at most ``limit`` characters.
+
+    Libraries often end a message with a pointer ("See https://...opcheck") and put the assertion on
+    the first line; a row keeps both.
+    """
+    message = first_and_last_line(str(exc))
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from qbench import memory
+from qbench import hardware, memory
 from qbench.scenario import ScenarioError, from_dict
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -115,7 +115,7 @@ def _meminfo(monkeypatch, text=None):
             raise OSError("no /proc here")
         return io.StringIO(text)
 
-    monkeypatch.setattr(memory, "open", fake_open, raising=False)
+    monkeypatch.setattr(hardware, "open", fake_open, raising=False)  # free_bytes lives in qbench.hardware
 
 
 def test_free_bytes_reads_memavailable_in_kib(monkeypatch):
@@ -127,9 +127,9 @@ def test_free_bytes_reads_memavailable_in_kib(monkeypatch):
 def test_free_bytes_falls_back_to_sysconf(monkeypatch, text):
     _meminfo(monkeypatch, text)
     conf = {"SC_AVPHYS_PAGES": 10, "SC_PAGE_SIZE": 4096}
-    monkeypatch.setattr(memory.os, "sysconf", lambda name: conf[name])
+    monkeypatch.setattr(hardware.os, "sysconf", lambda name: conf[name])
     assert memory.free_bytes("cpu") == 40960
-    monkeypatch.setattr(memory.os, "sysconf", lambda name: (_ for _ in ()).throw(ValueError(name)))
+    monkeypatch.setattr(hardware.os, "sysconf", lambda name: (_ for _ in ()).throw(ValueError(name)))
     assert memory.free_bytes("cpu") is None
 
 

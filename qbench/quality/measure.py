@@ -34,12 +34,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from qbench.checkpoint import open_checkpoint, resolve_folder, weight_source
+from qbench.step.checkpoint import open_checkpoint, resolve_folder, weight_source
 from qbench.quality import stats as qstats
 from qbench.quality.model import Cast, FloatLinear, Source, build_model
 from qbench.quality.row import QualityRow
 from qbench.quality.spec import bos_id, check, read_tokens, resolve_path, scored_per_chunk
-from qbench.row import flag_record
+from qbench.hardware import free_bytes
+from qbench.row import describe_exception, flag_record
 from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger
 from qbench.step.config import BLOCK_LINEARS, StepModelConfig
@@ -99,8 +100,6 @@ def _skip(rows: list[dict], status: str, reason: str) -> list[dict]:
 
 
 def _describe(exc: BaseException) -> str:
-    from qbench.measure import describe_exception
-
     return describe_exception(exc)
 
 
@@ -139,8 +138,6 @@ def _shape_reason(config: StepModelConfig, scheme, options, head: bool) -> Optio
 
 
 def _free_bytes(device: torch.device) -> Optional[int]:
-    from qbench.memory import free_bytes
-
     return free_bytes(device)
 
 

@@ -104,7 +104,7 @@ class Forward(nn.Module):
 
 class Source:
     """Where a model's tensors come from, as FP32 on ``device``: a checkpoint
-    (:class:`qbench.checkpoint.Checkpoint`, its own weights and biases) or seeded weights
+    (:class:`qbench.step.checkpoint.Checkpoint`, its own weights and biases) or seeded weights
     (:class:`qbench.step.llama.Weights`, no biases)."""
 
     def __init__(self, config: StepModelConfig, device: torch.device, checkpoint=None, seed: int = 0):

@@ -41,7 +41,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from qbench import compile_info
-from qbench.checkpoint import TensorMap, open_checkpoint, resolve_folder, weight_source
+from qbench.step.checkpoint import TensorMap, open_checkpoint, resolve_folder, weight_source
 from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger
 from qbench.step import floor, llama

@@ -99,7 +99,7 @@ def resolve(spec: ModelSpec, source: str) -> StepModelConfig:
                                    f"(a Llama-family config.json) or 'checkpoint' (a Hugging Face folder), got "
                                    f"name={spec.name!r}, config={spec.config!r}, checkpoint={spec.checkpoint!r}")
     if spec.checkpoint is not None:
-        from qbench import checkpoint  # torch-free: reads config.json only
+        from qbench.step import checkpoint  # torch-free: reads config.json only
 
         folder = checkpoint.resolve_folder(spec.checkpoint, source)
         try:
