@@ -22,7 +22,7 @@ from qbench.results import ResultDoc, ResultsError, read_results
 from qbench.row import Repeats, Row
 
 __all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "combine_rows", "group_results", "merge_docs",
-           "split_runs", "add_baseline", "add_format", "add_max_rel_err",
+           "split_runs", "add_baseline", "check_baseline", "DEFAULT_BASELINE", "add_format", "add_max_rel_err",
            "add_method", "add_wide", "blocking_differences", "env_of", "fail", "open_results", "timing_differences"]
 
 
@@ -97,9 +97,30 @@ def add_format(p: argparse.ArgumentParser, allowed: str = "any tabulate format, 
     p.add_argument("--format", default="simple", help=f"output format: {allowed}; default simple")
 
 
+#: ``--baseline``'s default.
+DEFAULT_BASELINE = "bf16"
+
+
 def add_baseline(p: argparse.ArgumentParser, what: str) -> None:
-    """``--baseline``: the scheme speed-ups are against, default ``bf16``."""
-    p.add_argument("--baseline", default="bf16", help=f"baseline scheme of {what} (default bf16)")
+    """``--baseline``: the scheme speed-ups are against, default :data:`DEFAULT_BASELINE`."""
+    p.add_argument("--baseline", default=DEFAULT_BASELINE, help=f"baseline scheme of {what} (default bf16)")
+
+
+def check_baseline(paths: str | Sequence[str], schemes, baseline: str, *, always: bool = False) -> None:
+    """Refuse a ``--baseline`` that names none of ``schemes`` (the schemes of the files at
+    ``paths``): a typo is one line, exit 2, in every view.
+    The default baseline is checked only with ``always`` (a view that divides by it): a file
+    without bf16 still has its other views.
+
+    Raises:
+        Refused: naming the file, the baseline and the file's schemes.
+    """
+    schemes = set(schemes)
+    if not (always or baseline != DEFAULT_BASELINE) or baseline in schemes:
+        return
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    raise Refused(f"{', '.join(paths)}: --baseline {baseline!r} is not a scheme of "
+                  f"{'this file' if len(paths) == 1 else 'these files'}; schemes: {', '.join(sorted(schemes))}")
 
 
 def add_max_rel_err(p: argparse.ArgumentParser, what: str) -> None:

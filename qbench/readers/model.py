@@ -44,15 +44,18 @@ from typing import Optional, Sequence
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, incomplete_warning, resolve_method, unusable_note
 from qbench.step.config import LAYER_PRESETS as PRESETS, LinearShape, ModelPreset
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
-                                   add_method, add_wide, check_max_rel_err, open_results, timing_differences)
-from qbench.render import Column, check_format, fit, narrow, render, synthetic_step_warning, wants_prose
+                                   add_method, add_wide, check_baseline, check_max_rel_err, open_results,
+                                   timing_differences)
+from qbench.render import (Column, check_format, fit, narrow, render, synthetic_step_warning, synthetic_weights,
+                           wants_prose)
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
 from qbench.step import view as step_view
 
-__all__ = ["COMMAND", "Indexed", "index_rows", "model_step", "render_model", "row_floor_us", "run_model"]
+__all__ = ["ACT_ON", "COMMAND", "Indexed", "disagreements", "index_rows", "model_step", "render_model", "row_floor_us",
+           "run_model"]
 
 
 @dataclass(frozen=True)
@@ -224,6 +227,12 @@ _GIB = 2.0**-30
 
 NOT_INCLUDED = ("the linear layers only: attention (scores, softmax, RoPE), the KV cache, norms, "
                 "embeddings and sampling are not included")
+#: Which of qbench's three answers decides what, said once by each view of ``qbench model``: the
+#: per-layer pick (``qbench recommend`` on one layer's file), Σ linear (this sum of per-layer times)
+#: and the measured step (a ``[model]`` scenario) can name three different schemes.
+ACT_ON = ("which answer to act on: the measured step decides a model (a [model] scenario: it includes attention, "
+          "the KV cache and the gaps between kernels); the layer view (qbench recommend on one layer's file) decides "
+          "a kernel for that layer; Σ linear, the sum of per-layer times, only predicts the step")
 
 
 #: The columns of the model table a terminal shows only with ``--wide``: the HBM floor and its share
@@ -305,7 +314,8 @@ def render_model(result: dict, fmt: str = "simple", wide: bool = False) -> str:
     speedup = ([f"×{result['baseline']} = {result['baseline']} step / this step, at the same M (> 1: faster); "
                 f"status: ok, over error budget, non-finite outputs, incomplete or unusable (--wide: the note)"]
                if fits else [])
-    lines = [*map(visible, describe(result)), *speedup, *map(visible, missing_lines(result)), "", table, ""]
+    lines = [*map(visible, describe(result)), *map(visible, result.get("warnings", [])), *speedup,
+             *map(visible, missing_lines(result)), "", table, ""]
     for m in result["ms"]:
         name = result["fastest"].get(m)
         if name is None:
@@ -324,6 +334,7 @@ def render_model(result: dict, fmt: str = "simple", wide: bool = False) -> str:
                              result["method"])
     if unusable:
         lines.append(visible(unusable))
+    lines.append(ACT_ON)
     if fits:  # the prose lines too (the table's fit already)
         lines = [line if line == table else fit(line) for line in lines]
     return "\n".join(lines).rstrip("\n")
@@ -407,6 +418,23 @@ def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[st
     return out
 
 
+def disagreements(records: list[dict]) -> list[dict]:
+    """The (M, context) of :func:`qbench.step.view.model_records` ``records`` (with ``over_budget``)
+    at which the fastest measured step and the fastest Σ linear are different schemes, among the
+    schemes within the budget that have both: ``{"m", "context", "step", "linear"}`` each."""
+    out = []
+    for m, context in dict.fromkeys((r["m"], r["context"]) for r in records):
+        both = [r for r in records if (r["m"], r["context"]) == (m, context) and not r.get("over_budget")
+                and r["step_us"] is not None and r["linear_us"] is not None]
+        if len(both) < 2:
+            continue
+        step = min(both, key=lambda r: r["step_us"])["scheme"]
+        linear = min(both, key=lambda r: r["linear_us"])["scheme"]
+        if step != linear:
+            out.append({"m": m, "context": context, "step": step, "linear": linear})
+    return out
+
+
 def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
     """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` (the rows of the
     model-step files whose ``model`` is ``NAME``) beside the linear-only prediction (Σ linear, the
@@ -425,9 +453,10 @@ def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[Result
     warn_machine_differences(paths, docs)
     rows = []
     for path, doc in zip(paths, docs):
-        mine = [r for r in doc.step_rows if r.model == args.name]
+        mine = [r for r in doc.step_rows if args.name in (r.model, r.title)]  # a config path's model by its title too
         if not mine:
-            held = ", ".join(sorted({r.model for r in doc.step_rows}))
+            held = ", ".join(sorted({f"{r.model} (title {r.title})" if r.model.endswith(".json") else r.model
+                                     for r in doc.step_rows}))
             raise Refused(f"{path}: a model-step result of {held}, not of {args.name}")
         again = {r.key for r in mine} & {r.key for r in rows}
         if again:
@@ -435,6 +464,7 @@ def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[Result
             raise Refused(f"{path}: {s} at M={m}, context {c} is in an earlier file too: qbench model reads one run "
                           "per row; to compare runs of one scenario use qbench recommend A.json B.json")
         rows += mine
+    check_baseline(paths, {r.scheme.replace("+compiled", "") for r in rows}, args.baseline)
     notes = []
     for path, doc in zip(paths, docs):
         warning = incomplete_warning(doc, path)
@@ -472,6 +502,12 @@ def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[Result
     warning = synthetic_step_warning(rows)
     if warning:
         print(say(visible(warning)))
+    disagree = disagreements(records)
+    if disagree:
+        first = disagree[0]
+        print(say(f"the measured step and Σ linear name different fastest schemes ({len(disagree)} of "
+                  f"{len({(r['m'], r['context']) for r in records})} (M, context); M={first['m']} "
+                  f"context={first['context']}: {first['step']} measured, {first['linear']} by Σ linear); " + ACT_ON))
     if fits:
         print(say(f"step = the {methods} step, first present (method); rest = (step - Σ linear) / step, Σ linear = the "
                   f"per-layer stream times of the same linear layers in the same run (what the layer view predicts); "
@@ -551,9 +587,14 @@ def run_model(args: argparse.Namespace) -> int:
         elif warning:
             print(warning, file=sys.stderr)
     method = next(iter(methods.values()), args.method or DECISION_METHOD)
+    if paths:
+        check_baseline(paths, {r.scheme for doc in docs for r in doc.rows}, args.baseline)
     index, dup_notes = index_rows(list(zip(paths, docs)))
     result = model_step(preset, index, method, args.baseline, args.max_rel_err)
     result["notes"] = notes + dup_notes
+    synthetic = synthetic_weights([r for doc in docs for r in doc.rows])
+    result["warnings"] = [f"warning: errors come from a synthetic weight ({'; '.join(synthetic)}), not a trained "
+                          "layer: a trained layer's outliers can raise them several-fold"] if synthetic else []
     if result["missing"]:
         have = ", ".join(f"{k}→{n}" for k, n in dict.fromkeys((k, n) for (_, _, k, n) in index)) or "none"
         head = (f"{len(result['missing'])} of its {len(preset.block)} block shapes are in none of the "

@@ -264,6 +264,9 @@ def _layer_llama(name: str, title: str, blocks: int, hidden: int, kv: int, ffn: 
 LAYER_PRESETS: dict[str, ModelPreset] = {
     "llama3-8b": _layer_llama("llama3-8b", "Llama-3-8B", 32, 4096, 1024, 14336, 128256, "llama3_8b",
                         "hidden 4096, 32 heads, 8 KV heads of 128, FFN 14336, vocab 128256, 32 layers"),
+    # Llama-3.1-8B's linear layers are Llama-3-8B's (the step presets differ in RoPE and positions only)
+    "llama3.1-8b": _layer_llama("llama3.1-8b", "Llama-3.1-8B", 32, 4096, 1024, 14336, 128256, "llama3_8b",
+                          "hidden 4096, 32 heads, 8 KV heads of 128, FFN 14336, vocab 128256, 32 layers"),
     "llama3.1-70b": _layer_llama("llama3.1-70b", "Llama-3.1-70B", 80, 8192, 1024, 28672, 128256,
                            "llama31_70b",
                            "hidden 8192, 64 heads, 8 KV heads of 128, FFN 28672, vocab 128256, 80 layers"),

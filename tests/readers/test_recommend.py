@@ -228,6 +228,21 @@ def test_cli_summary_bad_baseline_and_missing_method_are_bad_input(capsys):
     assert "no row has cold latency; methods in this file: cpu" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("view", [[], ["--by-format"]], ids=["picks", "by-format"])
+def test_a_baseline_typo_is_refused_in_every_view(capsys, tmp_path, view):
+    """A --baseline that names no scheme of the file is one line, exit 2, with or without --summary
+    (it was ignored without it); the default bf16 missing from a file refuses nothing."""
+    a = str(FIXTURES / "cuda_run1.json")
+    assert run(a, "--max-rel-err", "0.01", *view, "--baseline", "bf-16") == 2
+    err = capsys.readouterr().err
+    assert "--baseline 'bf-16' is not a scheme of this file; schemes: bf16" in err and err.count("\n") == 1
+    doc = json.loads(Path(a).read_text())
+    doc["rows"] = [r for r in doc["rows"] if r["scheme"] != "bf16"]
+    (tmp_path / "no_bf16.json").write_text(json.dumps(doc))
+    assert run(str(tmp_path / "no_bf16.json"), "--max-rel-err", "0.01", *view) in (0, 1)
+    assert "--baseline" not in capsys.readouterr().err
+
+
 def test_cli_summary_csv_and_same_scenario_twice(capsys, tmp_path):
     a = str(FIXTURES / "cuda_run1.json")
     assert run(a, a, "--max-rel-err", "0.01", "--summary", "--format", "csv") == 0

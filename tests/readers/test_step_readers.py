@@ -363,3 +363,33 @@ def test_model_refuses_two_runs_of_one_row_and_takes_the_legend_from_the_rows(tm
     assert run_subcommand(model, "model", "llama3-8b", str(path)) == 0
     flat = " ".join(capsys.readouterr().out.split())
     assert "[throttled]: the GPU limited its clocks" in flat and "[noisy]:" not in flat
+
+
+def test_model_says_once_which_answer_decides_where_step_and_sigma_linear_disagree(capsys):
+    assert run_subcommand(model, "model", "llama3.1-8b", STEP_8B, "--wide") == 0
+    out = capsys.readouterr().out
+    assert out.count(model.ACT_ON) == 1
+    line = next(x for x in out.splitlines() if model.ACT_ON in x)
+    assert line.startswith("the measured step and Σ linear name different fastest schemes (")
+    records = [{"m": 1, "context": 128, "scheme": s, "step_us": st, "linear_us": li, "over_budget": ob}
+               for s, st, li, ob in (("a", 10, 5, False), ("b", 12, 4, False), ("c", 1, 1, True))]
+    assert model.disagreements(records) == [{"m": 1, "context": 128, "step": "a", "linear": "b"}]
+    records[1]["linear_us"] = 6  # the same scheme is fastest both ways: nothing to say
+    assert model.disagreements(records) == []
+
+
+def test_model_takes_a_config_path_models_title_and_refuses_a_baseline_typo(tmp_path, capsys):
+    """A step file of a config.json is named by the config path; the title the run printed
+    (the checkpoint folder's name) names it too."""
+    doc = json.loads(Path(STEP_8B).read_text())
+    for r in doc["rows"]:
+        r["model"], r["title"] = "../ckpt/tinyllama/config.json", "tinyllama"
+    path = tmp_path / "mine_step.json"
+    path.write_text(json.dumps(doc))
+    assert run_subcommand(model, "model", "tinyllama", str(path), "--format", "json") == 0
+    assert run_subcommand(model, "model", "../ckpt/tinyllama/config.json", str(path), "--format", "json") == 0
+    capsys.readouterr()
+    assert run_subcommand(model, "model", "llama3-8b", str(path)) == 2
+    assert "a model-step result of ../ckpt/tinyllama/config.json (title tinyllama), not of llama3-8b" in capsys.readouterr().err
+    assert run_subcommand(model, "model", "llama3.1-8b", STEP_8B, "--baseline", "bf-16") == 2
+    assert "--baseline 'bf-16' is not a scheme of this file" in capsys.readouterr().err

@@ -65,7 +65,8 @@ def test_step_error_known_answers():
 # -- configurations --------------------------------------------------------------------------
 def test_presets_match_the_layer_presets():
     from qbench.step.config import LAYER_PRESETS as LAYER
-    for name in ("llama3-8b", "llama3.1-70b"):
+    assert set(LAYER) == {"llama3-8b", "llama3.1-8b", "llama3.1-70b"}
+    for name in LAYER:
         shapes = PRESETS[name].linear_shapes()
         layer = LAYER[name]
         assert {(s.k, s.n) for s in layer.block} == {v for k, v in shapes.items() if k != "lm_head"}
