@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Optional
 
 #: What the exit status of ``run`` and ``list`` means (printed under their --help); each reader
@@ -63,10 +64,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     render.check_format(args.format)  # a bad --format is refused before anything is measured
     if args.columns:  # so is an unknown --columns key (UnknownColumnError: one line, exit 2)
         render.resolve_columns([c.strip() for c in args.columns.split(",") if c.strip()], [])
+    from qbench import lifecycle  # torch-free: its checks of the output come before torch and the forkserver
+
+    named = args.out or loaded.output
+    if named:  # an existing result or partial file is refused at once, with no forkserver left behind
+        lifecycle.refuse_early(Path(named), args.force, args.resume)
     # Then, before this process imports torch: the forkserver's own imports (torch, qbench._preload)
     # overlap this process's.
     forkserver.start_early(loaded, args.device)
-    from qbench import lifecycle, runner
+    from qbench import runner
 
     say = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     terminal = sys.stderr.isatty()
@@ -142,12 +148,26 @@ def _cmd_list(args: argparse.Namespace) -> int:
         return 0
     from tabulate import tabulate_formats
 
+    from qbench.render import TABLE_WIDTH, narrow
+
     if args.format not in tabulate_formats:
         print(f"qbench: list: unknown format {args.format!r}; allowed: csv, json, {', '.join(tabulate_formats)}",
               file=sys.stderr)
         return 2
+    widths = None
+    if narrow(args.format, args.wide):  # a terminal table fits 120 characters: the last column wraps in its cell
+        keep = [0, 1, 5, 6, 7]  # scheme, library, nominal bits, runs here, why not / what it is
+        rows, headers = [[r[i] for i in keep] for r in rows], ["scheme", "library", "bits", "runs here",
+                                                               "why not / what it is"]
+        widths = [None] * (len(headers) - 1) + [max(len(r[-1]) for r in rows)]
+    text = tabulate(rows, headers=headers, tablefmt=args.format)
+    while widths and max(map(len, text.splitlines())) > TABLE_WIDTH and widths[-1] > 24:  # the last column narrows
+        widths[-1] -= max(map(len, text.splitlines())) - TABLE_WIDTH
+        text = tabulate(rows, headers=headers, tablefmt=args.format, maxcolwidths=widths, break_on_hyphens=False)
     print(f"schemes on {device} (torch {torch.__version__}):")
-    print(tabulate(rows, headers=headers, tablefmt=args.format))
+    print(text)
+    if widths:
+        print("--wide: every column (weight, activation and compute dtypes), one line per scheme")
     return 0
 
 
@@ -197,7 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list every scheme and whether it can run here")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--format", default="simple", help="any tabulate format")
+    p.add_argument("--format", default="simple", help="any tabulate format, or csv / json")
+    p.add_argument("--wide", action="store_true", help="every column, one line per scheme (without it a terminal "
+                                                       "table fits 120 characters)")
     p.set_defaults(func=_cmd_list)
 
     for name, subparser in sub.choices.items():
@@ -245,7 +267,7 @@ def _is_user_error(exc: Exception) -> bool:
     from qbench.schemes import PluginError
 
     user: tuple = (ScenarioError, PluginError)
-    lifecycle = sys.modules.get("qbench.lifecycle")  # imported (with torch) only by a run: `check` stays torch-free
+    lifecycle = sys.modules.get("qbench.lifecycle")  # imported only by a run: `check` imports less
     if lifecycle is not None:
         user += (lifecycle.RunError,)
     try:

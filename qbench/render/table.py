@@ -65,6 +65,23 @@ def rest_width(rows: Sequence[Any], columns: Sequence[Column], key: str, width: 
     return max(width - used, least)
 
 
+def _breakable(cell: str, width: int | None) -> str:
+    """``cell`` with each word longer than ``width`` given break points before ``[`` and after
+    ``,`` (``fp8-dynamic[kernel_preference=mslk]`` wraps as ``fp8-dynamic`` / ``[kernel_preference=mslk]``),
+    so that a wrapped label is never cut inside a name."""
+    if not width or len(cell) <= width:
+        return cell
+    return " ".join(w.replace("[", " [").replace(",", ", ") if len(w) > width else w for w in cell.split(" "))
+
+
+def _unbroken_width(column: Column, body: Sequence[Sequence[str]], index: int) -> int | None:
+    """``column``'s wrap width, widened to its longest word left after :func:`_breakable` (None:
+    the column does not wrap)."""
+    if not column.width:
+        return None
+    return max([column.width, *(len(w) for row in body for w in str(row[index]).split())])
+
+
 def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str = "simple",
                  notes_width: int | None = None) -> str:
     """Render ``rows`` (result rows, or any records the ``columns`` getters read) as a table in
@@ -72,7 +89,7 @@ def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str =
     ``notes_width``: the footnotes under the table wrap at word boundaries to this many characters
     (:func:`qbench.render.fit`; ``None``: one line each). Returns the text without a trailing newline."""
     safe = markdown_cell if tablefmt in MARKDOWN_FORMATS else visible
-    body = [[safe(c.cell(r)) for c in columns] for r in rows]
+    body = [[_breakable(safe(c.cell(r)), c.width) for c in columns] for r in rows]
     text = tabulate(
         body,
         headers=[safe(c.header) for c in columns],
@@ -81,7 +98,7 @@ def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str =
         colalign=["right" if c.numeric else "left" for c in columns],
         # a column with a width wraps its longer cells onto several lines (passed only when one has one),
         # between words, never inside a scheme name at its hyphens (int4-weight-only stays whole)
-        **({"maxcolwidths": [c.width for c in columns], "break_on_hyphens": False}
+        **({"maxcolwidths": [_unbroken_width(c, body, i) for i, c in enumerate(columns)], "break_on_hyphens": False}
            if any(c.width for c in columns) else {}),
     )
     keys = {c.key for c in columns}
