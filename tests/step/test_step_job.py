@@ -133,6 +133,24 @@ def test_model_that_cannot_fit_one_block():
     memory.check_fits(s, "cpu", free=1 << 40)  # a terabyte: fits
 
 
+def test_a_model_too_big_for_the_cpu_is_refused_up_front():
+    """The newcomer's Llama-3.1-8B step on a 24 GiB CPU machine: accepted, then 13 GB and no progress
+    for minutes. On a CPU every block is built, so the whole model is estimated and refused."""
+    from qbench import memory
+
+    s = _scenario([{"name": "bf16"}], m=(1, 16), model={"name": "llama3.1-8b", "context": [128, 4096, 32768]})
+    est = memory.estimate_cpu_step_bytes(s)
+    params, kv = 218_103_808, 2 * 8 * 128
+    assert est["weights"] == 32 * params * 2 + 4 * params  # bf16 blocks + one FP32 block while built
+    assert est["kv_cache"] == 32 * 16 * 32769 * kv * 2 + 32 * 32769 * kv * 4
+    with pytest.raises(ScenarioError) as exc:
+        memory.check_fits(s, "cpu", free=24 << 30)
+    assert exc.value.key == "model" and "on the CPU builds all 32 blocks: about 95.0 GiB" in str(exc.value)
+    memory.check_fits(s, "cuda", free=24 << 30)  # on CUDA the worker builds the blocks that fit
+    small = _scenario([{"name": "bf16"}], m=(1,), model={"name": "llama3.1-8b", "context": [128], "blocks": 2})
+    memory.check_fits(small, "cpu", free=24 << 30)  # two blocks fit
+
+
 # -- the step on a CPU -----------------------------------------------------------------------
 def test_tiny_step_rows_on_cpu():
     s = _scenario([{"name": "fp32"}], m=(1, 2), context=(8,))
