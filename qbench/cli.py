@@ -86,7 +86,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return exc.exit_code
     from qbench.results import ResultDoc
 
-    machine = not render.wants_prose(args.format)
+    # a Markdown table is paste-ready on stdout: its prose goes to stderr too (_table)
+    machine = not render.wants_prose(args.format) or args.format in render.MARKDOWN_FORMATS
     # a document meant to be parsed (csv, json, tsv, latex, html, wiki markup) is alone on stdout; the rest
     # goes to stderr
     doc = ResultDoc.of(outcome.doc)
@@ -95,8 +96,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         for line in view.describe(outcome.doc):
             print(line, file=sys.stderr if machine else sys.stdout)
-        print(view.step_table(doc.step_rows, fmt=args.format, wide=args.wide,
-                              fit=render.fit if render.narrow(args.format, args.wide) else None))
+        _table(view.step_table(doc.step_rows, fmt=args.format, wide=args.wide,
+                               fit=render.fit if render.narrow(args.format, args.wide) else None), args.format)
         n = len(doc.step_rows)
     else:
         print(render.render_header(doc), file=sys.stderr if machine else sys.stdout)
@@ -105,7 +106,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                   "layer; [weight] source = 'hf-checkpoint' or 'safetensors' measures a real one",
                   file=sys.stderr if machine else sys.stdout)
         columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
-        print(render.render(doc.rows, columns, fmt=args.format, wide=args.wide))
+        _table(render.render(doc.rows, columns, fmt=args.format, wide=args.wide), args.format)
         n = len(doc.rows)
     print(f"\nwrote {outcome.path} ({n} row{'' if n == 1 else 's'}, {outcome.doc['wall_s']:.1f} s)",
           file=sys.stderr if machine else sys.stdout)
@@ -117,6 +118,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if outcome.exit_code:
         print(f"qbench: {outcome.message}", file=sys.stderr)
     return outcome.exit_code
+
+
+def _table(text: str, fmt: str) -> None:
+    """Print a run's table: in a Markdown format the table lines alone on stdout and the notes
+    under it on stderr (:func:`qbench.render.split_markdown`), else as it is."""
+    from qbench import render
+
+    if fmt not in render.MARKDOWN_FORMATS:
+        print(text)
+        return
+    tables, prose = render.split_markdown(text)
+    sys.stderr.write(prose)
+    sys.stdout.write(tables)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

@@ -34,6 +34,15 @@ def test_run_format_json_stdout_is_the_document_alone(tiny_run):
     assert "wrote" in proc.stderr and "times:" in proc.stderr
 
 
+def test_run_prints_a_markdown_table_alone_on_stdout(capsys):
+    """qbench run --format github: the table lines on stdout, its notes on stderr (as the readers)."""
+    cli._table("| a |\n|---|\n| 1 |\n\n  fp8 (M=1) skipped: needs CUDA", "github")
+    cap = capsys.readouterr()
+    assert cap.out == "| a |\n|---|\n| 1 |\n" and cap.err == "  fp8 (M=1) skipped: needs CUDA\n"
+    cli._table("a  b\n-  -", "simple")
+    assert capsys.readouterr().out == "a  b\n-  -\n"
+
+
 def test_progress_is_one_line_per_scheme_off_a_terminal(tiny_run):
     _, proc = tiny_run
     lines = [line for line in proc.stderr.splitlines() if line.startswith("[")]

@@ -10,6 +10,7 @@ line (:mod:`qbench.cli`) adds every command of :data:`qbench.readers.COMMANDS`. 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import statistics
 import sys
@@ -71,16 +72,24 @@ class Command:
         While it runs, stdout and stderr are :class:`qbench.render.safe.TerminalStream`: a prose
         line that quotes a result file's string (a scheme label, a reason, a device name) emits
         no control character but its own newlines and tabs (break review 2026-12-01, #16)."""
+        from qbench.render import MARKDOWN_FORMATS, split_markdown
         from qbench.render.safe import TerminalStream
 
         out, err = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = TerminalStream(out), TerminalStream(err)
+        markdown = getattr(args, "format", None) in MARKDOWN_FORMATS
+        # a Markdown table is paste-ready on stdout; the prose around it goes to stderr
+        buffer = io.StringIO() if markdown else None
+        sys.stdout, sys.stderr = TerminalStream(buffer or out), TerminalStream(err)
         try:
             return self.run(args)
         except Refused as exc:
             return fail(self.name, str(exc))
         finally:
             sys.stdout, sys.stderr = out, err
+            if buffer is not None:
+                tables, prose = split_markdown(buffer.getvalue())
+                TerminalStream(err).write(prose)
+                TerminalStream(out).write(tables)
 
 
 # ---- the options, declared once ----------------------------------------------------------------

@@ -308,13 +308,18 @@ def _show_step(args: argparse.Namespace, doc: ResultDoc) -> int:
     tokens/s, Σ linear, the remainder, the HBM floor, the speed-up over ``--baseline`` measured and
     as Σ linear predicts it, the logits error), in the file's order, or with ``--by-m`` sorted by M
     and context; prose (what the columns and methods are, an incomplete file) around terminal
-    tables. ``--crossover``, ``--columns``, ``--sort`` and ``--method`` read per-layer rows and are
-    refused."""
-    for flag, given in (("--crossover", args.crossover), ("--columns", args.columns), ("--sort", args.sort),
-                        ("--method", args.method)):
+    tables; ``--columns`` picks the step table's columns (:data:`qbench.step.view.COLUMN_KEYS`).
+    ``--crossover``, ``--sort`` and ``--method`` read per-layer rows and are refused."""
+    for flag, given in (("--crossover", args.crossover), ("--sort", args.sort), ("--method", args.method)):
         if given:
-            raise Refused(f"{args.result}: a model-step result; {flag} reads per-layer results (the step table "
-                          "has fixed columns; qbench model shows the context sweep)")
+            raise Refused(f"{args.result}: a model-step result; {flag} reads per-layer results (qbench model "
+                          "shows the context sweep)")
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+    if columns:
+        try:
+            step_view.column_keys(columns)
+        except ValueError as exc:
+            raise Refused(f"{args.result}: {exc}") from None
     if args.by_m is not None and args.by_m is not _BY_M_METHOD:
         raise Refused(f"{args.result}: a model-step result; --by-m takes no column for it (the step table, by M)")
     rows = [r for r in doc.step_rows if args.status == "all" or r.status == "ok"]
@@ -331,7 +336,7 @@ def _show_step(args: argparse.Namespace, doc: ResultDoc) -> int:
             print(show(warning.removeprefix("warning: ")))
         print()
     table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline, wide=wide,
-                                 fit=fit if narrow(args.format, wide) else None)
+                                 fit=fit if narrow(args.format, wide) else None, columns=columns)
     print(table, end="" if table.endswith("\n") else "\n")  # csv ends its last line itself
     return 0
 

@@ -116,6 +116,26 @@ def fit(lines: str | Iterable[str], width: int = TABLE_WIDTH) -> str:
     return "\n".join(out)
 
 
+def split_markdown(text: str) -> tuple[str, str]:
+    """``text`` (a command's output in a Markdown format) as ``(tables, prose)``: the table lines
+    (those starting with ``|``), each table separated from the next by a blank line, and every
+    other line. A Markdown table on stdout is then paste-ready, its prose (headers, legends,
+    warnings, notes) going to stderr. Each part ends with a newline unless empty."""
+    tables, prose, block = [], [], []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            block.append(line)
+            continue
+        if block:
+            tables.append("\n".join(block))
+            block = []
+        if line.strip():
+            prose.append(line)
+    if block:
+        tables.append("\n".join(block))
+    return ("\n\n".join(tables) + "\n" if tables else ""), ("\n".join(prose) + "\n" if prose else "")
+
+
 def wants_prose(fmt: str) -> bool:
     """Whether a command may print text lines around a table in format ``fmt``: not for data
     formats (:data:`DATA_FORMATS`) nor markup formats (:data:`MARKUP_FORMATS`)."""

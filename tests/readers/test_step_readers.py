@@ -393,3 +393,32 @@ def test_model_takes_a_config_path_models_title_and_refuses_a_baseline_typo(tmp_
     assert "a model-step result of ../ckpt/tinyllama/config.json (title tinyllama), not of llama3-8b" in capsys.readouterr().err
     assert run_subcommand(model, "model", "llama3.1-8b", STEP_8B, "--baseline", "bf-16") == 2
     assert "--baseline 'bf-16' is not a scheme of this file" in capsys.readouterr().err
+
+
+def test_report_takes_columns_for_a_step_table(capsys):
+    """--columns was refused for step files ("the step table has fixed columns")."""
+    assert run_subcommand(report, "report", STEP_8B, "--columns", "scheme,m,context,compiled,speedup,err",
+                          "--format", "csv") == 0
+    rows = list(csv.DictReader(capsys.readouterr().out.splitlines()))
+    assert list(rows[0]) == ["scheme", "M", "context", "compiled µs", "×base", "logits err"] and len(rows) == 78
+    assert run_subcommand(report, "report", STEP_8B, "--columns", "scheme,linear,kl", "--format", "github") == 0
+    assert [c.strip() for c in capsys.readouterr().out.splitlines()[0].split("|")[1:-1]] == ["scheme", "Σ lin", "KL"]
+    assert run_subcommand(report, "report", STEP_8B, "--columns", "scheme,bogus") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown column 'bogus' for a model-step table; allowed: scheme, m," in err
+
+
+@pytest.mark.parametrize("argv", [["report", STEP_8B], ["recommend", STEP_8B, "--max-rel-err", "0.1"],
+                                  ["model", "llama3.1-8b", STEP_8B], ["report", LAYER],
+                                  ["recommend", LAYER, "--max-rel-err", "0.01"],
+                                  ["model", "llama3-8b", *(LAYER.replace("q_o", s) for s in ("q_o", "k_v", "gate_up", "down"))]])
+def test_a_markdown_table_is_alone_on_stdout(argv, capsys):
+    """--format github printed 3-6 prose lines (and a flags paragraph) around the table: the table is
+    now paste-ready on stdout, the prose on stderr."""
+    from qbench import cli
+
+    cli.main([*argv, "--format", "github"])
+    cap = capsys.readouterr()
+    lines = cap.out.splitlines()
+    assert lines and all(line.startswith("|") or line == "" for line in lines), cap.out[:300]
+    assert cap.err.strip()
