@@ -422,3 +422,15 @@ def test_a_markdown_table_is_alone_on_stdout(argv, capsys):
     lines = cap.out.splitlines()
     assert lines and all(line.startswith("|") or line == "" for line in lines), cap.out[:300]
     assert cap.err.strip()
+
+
+def test_step_plot_legend_names_the_dashed_sigma_linear_lines(monkeypatch, tmp_path):
+    pytest.importorskip("matplotlib", reason="plot needs matplotlib (pip install -e '.[plot]')")
+    from matplotlib.figure import Figure
+
+    seen = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: seen.append(fig))
+    plot.plot_context(read_results(STEP_8B), tmp_path / "x.png")
+    (fig,) = seen
+    labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert "dashed: Σ linear (the layer view)" in labels and len(labels) == 14
