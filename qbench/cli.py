@@ -105,6 +105,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"warning: errors come from a synthetic weight ({scenario_mod.weight_source(loaded)}), not a trained "
                   "layer; [weight] source = 'hf-checkpoint' or 'safetensors' measures a real one",
                   file=sys.stderr if machine else sys.stdout)
+        else:  # a real weight, but the activations are still qbench's own
+            print(f"note: {_activations_note(loaded)}", file=sys.stderr if machine else sys.stdout)
         columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
         _table(render.render(doc.rows, columns, fmt=args.format, wide=args.wide), args.format)
         n = len(doc.rows)
@@ -118,6 +120,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if outcome.exit_code:
         print(f"qbench: {outcome.message}", file=sys.stderr)
     return outcome.exit_code
+
+
+def _activations_note(loaded) -> str:
+    """What a row's error means when its weight is a real one: the activations are seeded N(0, 1)
+    (with the ``[inputs]`` outlier columns, if any), not the model's own hidden states."""
+    inputs = loaded.inputs
+    outliers = (f", {inputs.outlier_fraction:g} of the K columns scaled to {inputs.outlier_magnitude:g}"
+                if inputs.outlier_fraction else "")
+    return (f"the weight is real ({loaded.weight.source}), the activations are not: seeded N(0, 1){outliers} "
+            "([inputs]); each error is this weight's on synthetic inputs, not the model's on real text")
 
 
 def _table(text: str, fmt: str) -> None:

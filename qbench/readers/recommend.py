@@ -632,7 +632,8 @@ def run_recommend(args: argparse.Namespace) -> int:
         raise Refused(f"unknown format {args.format!r}; allowed: {', '.join(allowed)}"
                       + ("" if args.format != "csv" else "; csv needs --summary or --by-format (one table)"))
     if args.max_rel_err is None and not format_mode:
-        raise Refused("--max-rel-err is required (e.g. 0.01), except with --by-format")
+        raise Refused("--max-rel-err is required, except with --by-format: e.g. 0.01 for per-layer files; for "
+                      "model-step files a budget on the logits' error, where bf16 alone is near 0.02: e.g. 0.1")
     check_max_rel_err(args.max_rel_err)
     paths = [args.result] if isinstance(args.result, str) else list(args.result)
     docs = open_results(paths, incomplete="warn" if getattr(args, "allow_incomplete", False) else "refuse",

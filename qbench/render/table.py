@@ -29,8 +29,10 @@ __all__ = ["render_table", "footnotes", "rest_width"]
 
 def footnotes(rows: Sequence[Row]) -> list[str]:
     """One line per distinct (scheme, status, reason) among rows whose status is not ``ok``
-    (``int4-weight-only (M=1,16,512) skipped: needs CUDA``), then one per distinct (scheme, flag)
-    among the rows' ``flags`` (``nf4-bnb (M=1) flag: repacked: ...``)."""
+    (``int4-weight-only (M=1,16,512) skipped: needs CUDA``), then per flag name among the rows'
+    ``flags`` its first row's text (``nf4-bnb (M=1) flag: repacked: ...``) and, when other schemes
+    carry it too, one line naming them (``flag repacked also on: fp4-bnb (M=1) ...``): a flag on
+    many rows does not swamp the table."""
     groups: dict[tuple, list] = {}
     for r in rows:
         if r.status == "ok":
@@ -44,8 +46,16 @@ def footnotes(rows: Sequence[Row]) -> list[str]:
     flagged: dict[tuple, list] = {}
     for r in rows:  # what could mislead a reader about an ok row
         for flag in r.flags:
-            flagged.setdefault((r.scheme, flag.line), []).append(r.m)
-    out += [f"{scheme} (M={','.join(str(m) for m in ms)}) flag: {flag}" for (scheme, flag), ms in flagged.items()]
+            flagged.setdefault((flag.name, r.scheme, flag.line), []).append(r.m)
+    shown: dict[str, list] = {}  # flag name -> (scheme, line, Ms), in the rows' order
+    for (name, scheme, line), ms in flagged.items():
+        shown.setdefault(name, []).append((scheme, line, ms))
+    for name, items in shown.items():
+        (scheme, line, ms), rest = items[0], items[1:]
+        out.append(f"{scheme} (M={','.join(str(m) for m in ms)}) flag: {line}")
+        if rest:  # one flag on many rows: named once, the others listed (each row's own text in the JSON)
+            others = dict.fromkeys(f"{s} (M={','.join(str(m) for m in ms)})" for s, _, ms in rest)
+            out.append(f"flag {name} also on: {', '.join(others)} (each row's figures: --format json)")
     return out
 
 
