@@ -585,9 +585,8 @@ def _last_line(log_path: str) -> str:
 #
 # Each run is a new process (new CUDA context, new ``torch.compile`` compilation, new autotuning where
 # a library autotunes), so the spread between the runs' medians shows what the within-run p10-p90
-# cannot: a compiled or autotuned kernel that differs between compilations (the gemlite int8 kernel
-# read 7.87 µs in one committed H200 decode file and 10.1 µs in another of the same day, far outside
-# either file's p10-p90; ``../shared/reviews/break-2026-12-01.md``). Torch-free.
+# cannot: a compiled or autotuned kernel that differs between compilations, far outside either
+# run's p10-p90. Torch-free.
 #
 # A combined row is the first run's row (its STATS, ledger, error, dispatch), with ``repeats``:
 #

@@ -87,7 +87,7 @@ MARKUP_FORMATS = frozenset({"tsv", "html", "unsafehtml", "latex", "latex_raw", "
 #: reader views that narrow a terminal table (:func:`narrow`) keep every column there.
 MARKDOWN_FORMATS = frozenset({"github", "pipe", "markdown", "md"})
 
-#: The width (characters) a default terminal view fits: its tables and prose lines (issue 24).
+#: The width (characters) a default terminal view fits: its tables and prose lines.
 TABLE_WIDTH = 120
 
 
@@ -223,8 +223,8 @@ def _times_line(rows: list[Row], env: Env) -> str:
     return f"times: {' + '.join(parts)}{tail}; µs per call, median"
 
 
-#: What :func:`weight_sources` says for a row without ``weight_source`` (written before 2026-12-01,
-#: when every weight was qbench's seeded Gaussian).
+#: What :func:`weight_sources` says for a row without ``weight_source`` (an older file, written when
+#: every weight was qbench's seeded Gaussian).
 OLD_WEIGHT = "seeded Gaussian N(0, 1/K) (synthetic; a file written before rows said their weight)"
 
 

@@ -632,9 +632,10 @@ def test_pick_stability_over_committed_h200_decode_files_of_three_days(capsys):
     """Files of one scenario from three days read as one result: 11-29 (no stream time: not a run
     of the stream pick), 11-30 (no gemlite: int8-weight-only+compiled wins) and the current file's
     three runs."""
-    root = Path(__file__).resolve().parents[2] / "results" / "h200"
-    files = [str(root / "evidence" / "decode-2026-11-29.json"), str(root / "evidence" / "decode-2026-11-30.json"),
-             str(root / "decode.json")]
+    root = Path(__file__).resolve().parents[2]
+    real = root / "tests" / "fixtures" / "real"
+    files = [str(real / "h200_decode_2026-11-29.json"), str(real / "h200_decode_2026-11-30.json"),
+             str(root / "results" / "h200" / "decode.json")]
     assert run(*files, "--max-rel-err", "0.01") == 0
     out, err = capsys.readouterr()
     assert err == "" and "picked in 2 of 4 runs (int8-weight-only+compiled in 2)" in out
