@@ -91,7 +91,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # a document meant to be parsed (csv, json, tsv, latex, html, wiki markup) is alone on stdout; the rest
     # goes to stderr
     doc = ResultDoc.of(outcome.doc)
-    if doc.job == "step":  # the model-step table (qbench.step.view)
+    from qbench import jobs
+
+    job_view = jobs.get(doc.job).view("run")
+    if job_view is not None:  # the job kind's own table
+        n = job_view(doc, args)
+    elif doc.job == "step":  # the model-step table (qbench.step.view)
         from qbench.step import view
 
         for line in view.describe(outcome.doc):
@@ -112,7 +117,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         n = len(doc.rows)
     print(f"\nwrote {outcome.path} ({n} row{'' if n == 1 else 's'}, {outcome.doc['wall_s']:.1f} s)",
           file=sys.stderr if machine else sys.stdout)
-    if doc.job != "step" and not machine:  # the answer to the README's question, and where to read why
+    if doc.job == "layer" and not machine:  # the answer to the README's question, and where to read why
         from qbench.readers.recommend import pick_lines
 
         for line in pick_lines(doc, str(outcome.path)):

@@ -38,8 +38,10 @@ class Job:
             ``"torchrun"`` (one process group per scheme, the kind's own runner ``run``).
         run: ``"module:function"`` replacing :func:`qbench.runner.run` for a ``torchrun`` kind.
         exclusive: a worker holds a whole model: never two workers on the device at once.
-        views: reader command name -> ``"module:function"`` rendering that reader's view of a
-            document of this kind (absent: the reader's own, layer, view).
+        views: command name -> ``"module:function"`` rendering that command's view of documents
+            of this kind (absent: the command's own, layer, view): ``"run"`` takes ``(doc, args)``
+            and returns the rows shown; a reader's takes ``(args, paths, docs)`` and returns the
+            exit status (:func:`qbench.readers.common.job_view`).
         summary: one line for ``qbench list`` and errors.
     """
 
@@ -67,8 +69,8 @@ JOBS: dict[str, Job] = {j.name: j for j in (
     Job("quality", table="quality", requires=("model",), exclusive=True,
         check_rows="qbench.quality.row:check_rows", blank_rows="qbench.quality.measure:blank_rows",
         measure="qbench.quality.measure:measure_quality_scheme",
-        views={"report": "qbench.quality.view:report_view", "recommend": "qbench.quality.view:recommend_view",
-               "model": "qbench.quality.view:model_view"},
+        views={"run": "qbench.quality.view:run_view", "report": "qbench.quality.view:report_view",
+               "recommend": "qbench.quality.view:recommend_view", "model": "qbench.quality.view:model_view"},
         summary="a checkpoint's perplexity, KL divergence and same-top share over a text, per scheme"),
     Job("step", table="model", exclusive=True,
         check_rows="qbench.results:check_step_rows", blank_rows="qbench.step.measure:blank_rows",

@@ -378,8 +378,10 @@ ReasonKind = Literal["capture-failed", "not-attempted", "host-sync", "cuda-only"
                      "not-timed", "other"]
 
 #: What can mislead a reader about an ``ok`` row (``flags[].name``, schema 2).
-FLAG_NAMES = ("repacked", "not-compiled", "graph-breaks", "throttled", "above-ceiling", "cpu-busy", "input-fault")
-FlagName = Literal["repacked", "not-compiled", "graph-breaks", "throttled", "above-ceiling", "cpu-busy", "input-fault"]
+FLAG_NAMES = ("repacked", "not-compiled", "graph-breaks", "throttled", "above-ceiling", "cpu-busy", "input-fault",
+              "emulated", "synthetic-weights", "prequantized-weights")
+FlagName = Literal["repacked", "not-compiled", "graph-breaks", "throttled", "above-ceiling", "cpu-busy", "input-fault",
+                   "emulated", "synthetic-weights", "prequantized-weights"]
 
 
 class Reason(_Part):
@@ -405,7 +407,11 @@ class Flag(_Part):
                            "`above-ceiling` (faster than the roofline of the ceilings used: the ceiling "
                            "underestimates the device), `cpu-busy` (CPU threads exceed the free cores), `input-fault` (a "
                            "NaN/Inf or all-zero weight, or activations that overflow the activation dtype when cast: "
-                           "the input's fault, not the scheme's)",
+                           "the input's fault, not the scheme's), `emulated` (no kernel of the scheme on this device: its "
+                           "quantized weights dequantized and run in a float matmul), `synthetic-weights` (seeded "
+                           "weights, not a trained model's: quality numbers say nothing of a real model), "
+                           "`prequantized-weights` (the checkpoint's weights already sit on a quantization grid: "
+                           "errors of schemes on that grid are biased low)",
                            json_schema_extra=_always())
     text: str = Field(description="what happened, one sentence (tables print `name: text` under the table)",
                       json_schema_extra=_always())

@@ -26,6 +26,8 @@ from qbench.schemes import specs
 from qbench.schemes.specs import SchemeOptions
 from qbench import jobs
 from qbench.step.config import ConfigError, StepModelConfig
+from qbench.quality.spec import QualitySpec
+from qbench.quality.spec import check as check_quality
 from qbench.step.spec import ModelSpec
 from qbench.step.spec import check as check_model
 from qbench.timing import registry
@@ -194,6 +196,7 @@ class Scenario(_Frozen):
     schemes: tuple[SchemeEntry, ...] = Field(min_length=1)
     tp: Optional[TpSpec] = None
     model: Optional[ModelSpec] = None
+    quality: Optional[QualitySpec] = None
     source: str = "<scenario>"
 
     @property
@@ -235,6 +238,10 @@ class Scenario(_Frozen):
             for key in ("layer", "weight", "inputs"):
                 data.pop(key)
             data["timing"].pop("methods")
+        if self.quality is None:
+            data.pop("quality")
+        else:
+            data.pop("m")  # a quality scenario has no M of its own (:func:`from_dict` sets the chunk)
         if self.tp is None:
             data.pop("tp")
         else:
@@ -375,6 +382,15 @@ def from_dict(data: Any, source: str = "<scenario>") -> Scenario:
     data.pop("source", None)
     raw_schemes = data.pop("schemes", None)
     entries = _scheme_entries(raw_schemes, source, data)
+    if "quality" in data:
+        if not isinstance(data.get("model"), dict):
+            raise ScenarioError(source, "model", "a quality scenario ([quality]) names its model in a [model] table "
+                                                 "(checkpoint = a Hugging Face folder), got none")
+        if "m" in data:
+            raise ScenarioError(source, "m", "not used by a quality scenario: each chunk runs at M = quality.chunk "
+                                             f"tokens; remove it, got {_show(data['m'])}")
+        chunk = data["quality"].get("chunk", 512) if isinstance(data["quality"], dict) else 512
+        data["m"] = (chunk,) if isinstance(chunk, int) and not isinstance(chunk, bool) and 0 < chunk <= M_MAX else (1,)
     if "m" in data:
         data["m"] = _m_values(data["m"], source)
     if isinstance(data.get("model"), dict):
@@ -491,8 +507,22 @@ def _check_cross_fields(scenario: Scenario) -> None:
                             f"must be > 0 when outlier_fraction > 0, got {scenario.inputs.outlier_magnitude}")
     if scenario.tp is not None:
         _check_tp(scenario)
-    if scenario.model is not None:
+    if scenario.quality is not None:
+        quality_model(scenario)
+    elif scenario.model is not None:
         step_model(scenario)
+
+
+def quality_model(scenario: Scenario) -> StepModelConfig:
+    """The model of a quality scenario with its checkpoint, tokenizer and text checked
+    (:func:`qbench.quality.spec.check`). Torch-free.
+
+    Raises:
+        ScenarioError: the key ``model.<key>`` or ``quality.<key>`` at fault and why."""
+    try:
+        return check_quality(scenario.model, scenario.quality, scenario.source)
+    except ConfigError as exc:
+        raise ScenarioError(scenario.source, exc.key, exc.message) from None
 
 
 def _check_tp(scenario: Scenario) -> None:

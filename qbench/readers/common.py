@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+from qbench import jobs
 from qbench.judge import DECISION_METHOD, METHOD_CHOICES, incomplete_warning
 from qbench.hardware import machine_differences
 from qbench.results import ResultDoc, ResultsError, read_results
@@ -24,7 +25,8 @@ from qbench.row import Repeats, Row
 
 __all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "combine_rows", "group_results", "merge_docs",
            "split_runs", "add_baseline", "check_baseline", "DEFAULT_BASELINE", "add_format", "add_max_rel_err",
-           "add_method", "add_wide", "blocking_differences", "env_of", "fail", "open_results", "timing_differences"]
+           "add_method", "add_wide", "blocking_differences", "env_of", "fail", "job_view", "open_results",
+           "timing_differences"]
 
 
 class Refused(Exception):
@@ -161,12 +163,13 @@ def check_max_rel_err(value: Optional[float]) -> None:
 # ---- the files ---------------------------------------------------------------------------------
 
 def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn",
-                 refusal: str = "", steps: bool = False) -> list[ResultDoc]:
+                 refusal: str = "", steps: bool = False, command: str = "") -> list[ResultDoc]:
     """Read every file of ``paths`` (:func:`qbench.results.read_results`), in order.
 
     A model-step result (:attr:`qbench.results.ResultDoc.job` ``"step"``) is refused unless
-    ``steps`` (a reader that reads :attr:`~qbench.results.ResultDoc.step_rows`): one line naming
-    the file and the readers that take it.
+    ``steps`` (a reader that reads :attr:`~qbench.results.ResultDoc.step_rows`), and a result of
+    another kind unless its job record offers a view for ``command`` (:func:`job_view`): one line
+    naming the file and the readers that take it.
 
     ``incomplete`` says what happens to a file marked ``"complete": false``, after every file was
     read: ``warn`` prints :func:`qbench.judge.incomplete_warning` on stderr, ``refuse`` raises
@@ -182,6 +185,11 @@ def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn"
     except ResultsError as exc:
         raise Refused(str(exc)) from None
     for path, doc in zip(paths, docs):
+        kind = jobs.get(doc.job)
+        if doc.job not in ("layer", "step") and not (command and command in kind.views):
+            offered = ", ".join(f"qbench {c}" for c in kind.views if c != "run")
+            raise Refused(f"{path}: a {doc.job} result (rows of job {doc.job!r}); this command does not read it "
+                          f"({offered or 'no reader'} does)")
         if doc.job == "step" and not steps:
             raise Refused(f"{path}: a model-step result (rows of job 'step'); this command reads per-layer "
                           f"results (qbench report, recommend and model read model-step files)")
@@ -193,6 +201,17 @@ def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn"
             if warning:
                 print(warning, file=sys.stderr)
     return docs
+
+
+def job_view(docs: Sequence[ResultDoc], command: str):
+    """The view ``command`` takes for ``docs`` from their job kinds' records (:mod:`qbench.jobs`):
+    the first kind, in registry order, among the documents' kinds that offers one (the quality
+    kind's ``recommend`` reads step files beside its own); None: the command's own view."""
+    present = {doc.job for doc in docs}
+    for kind in jobs.JOBS.values():
+        if kind.name in present and command in kind.views:
+            return kind.view(command)
+    return None
 
 
 # ---- several files of one scenario: one result ---------------------------------------------------

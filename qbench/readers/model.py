@@ -44,7 +44,7 @@ from typing import Optional, Sequence
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, incomplete_warning, resolve_method, unusable_note
 from qbench.step.config import LAYER_PRESETS as PRESETS, LinearShape, ModelPreset
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
-                                   add_method, add_wide, check_baseline, check_max_rel_err, open_results,
+                                   add_method, add_wide, check_baseline, check_max_rel_err, job_view, open_results,
                                    timing_differences)
 from qbench.render import (Column, check_format, fit, narrow, render, synthetic_step_warning, synthetic_weights,
                            wants_prose)
@@ -551,7 +551,10 @@ def run_model(args: argparse.Namespace) -> int:
         raise Refused(str(exc)) from None
     check_max_rel_err(args.max_rel_err)
     paths = [args.result] if isinstance(args.result, str) else list(args.result or [])
-    docs = open_results(paths, incomplete="keep", steps=True)  # said below, as a warning or a note
+    docs = open_results(paths, incomplete="keep", steps=True, command="model")  # said below, as a warning or a note
+    view = job_view(docs, "model")
+    if view is not None:  # a job kind's own view (qbench.jobs): the quality job's both halves
+        return view(args, paths, docs)
     jobs = {doc.job for doc in docs}
     if "step" in jobs:
         if len(jobs) > 1:

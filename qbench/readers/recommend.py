@@ -52,7 +52,8 @@ from typing import Optional
 from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape, capture_failure, methods_present, pareto_front,
                           resolve_method, row_caveats, row_verdict, tie_note, unusable_note, verdict)
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
-                                   add_method, add_wide, check_baseline, check_max_rel_err, group_results, open_results)
+                                   add_method, add_wide, check_baseline, check_max_rel_err, group_results, job_view,
+                                   open_results)
 from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, render, synthetic_step_warning, synthetic_weights, wants_prose
 from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
@@ -596,6 +597,11 @@ def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "s
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("result", nargs="+", help="result JSON written by qbench run (one or more)")
+    p.add_argument("--max-kld", type=float, help="quality budget: mean KL divergence against the reference, nats "
+                   "(a quality file beside model-step files: one pick on both halves)")
+    p.add_argument("--max-ppl-ratio", type=float, help="quality budget: PPL(scheme) / PPL(reference)")
+    p.add_argument("--min-same-top", type=float, help="quality budget: the share of tokens whose top token is the "
+                   "reference's (0..1)")
     add_max_rel_err(p, "required, except with --by-format")
     add_method(p)
     add_format(p, "any tabulate format, or json; csv with --summary or --by-format")
@@ -631,14 +637,25 @@ def run_recommend(args: argparse.Namespace) -> int:
         allowed = sorted(f for f in FORMATS if f != "csv")
         raise Refused(f"unknown format {args.format!r}; allowed: {', '.join(allowed)}"
                       + ("" if args.format != "csv" else "; csv needs --summary or --by-format (one table)"))
-    if args.max_rel_err is None and not format_mode:
-        raise Refused("--max-rel-err is required, except with --by-format: e.g. 0.01 for per-layer files; for "
-                      "model-step files a budget on the logits' error, where bf16 alone is near 0.02: e.g. 0.1")
     check_max_rel_err(args.max_rel_err)
+    for flag in ("max_kld", "max_ppl_ratio", "min_same_top"):
+        value = getattr(args, flag, None)
+        if value is not None and not (value >= 0 and (flag != "min_same_top" or value <= 1)):
+            raise Refused(f"--{flag.replace('_', '-')}: must be a number >= 0{' and <= 1' if flag == 'min_same_top' else ''}, "
+                          f"got {value}")
     paths = [args.result] if isinstance(args.result, str) else list(args.result)
     docs = open_results(paths, incomplete="warn" if getattr(args, "allow_incomplete", False) else "refuse",
                         refusal="is incomplete (\"complete\": false): a scheme missing from it would change "
-                                "the pick; pass --allow-incomplete to use it anyway", steps=True)
+                                "the pick; pass --allow-incomplete to use it anyway", steps=True, command="recommend")
+    view = job_view(docs, "recommend")
+    if view is not None:  # a job kind's own view (qbench.jobs): the quality job's pick on speed and quality
+        return view(args, paths, docs)
+    if any(getattr(args, f, None) is not None for f in ("max_kld", "max_ppl_ratio", "min_same_top")):
+        raise Refused("--max-kld, --max-ppl-ratio and --min-same-top are budgets on a quality result (qbench run "
+                      "of a [quality] scenario): give its file beside the step file")
+    if args.max_rel_err is None and not format_mode:
+        raise Refused("--max-rel-err is required, except with --by-format: e.g. 0.01 for per-layer files; for "
+                      "model-step files a budget on the logits' error, where bf16 alone is near 0.02: e.g. 0.1")
     if any(doc.job == "step" for doc in docs):
         return _run_step(args, paths, docs)
     if format_mode:

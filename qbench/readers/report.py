@@ -31,7 +31,7 @@ from typing import Sequence
 from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, incomplete_warning, methods_present,
                           resolve_method, row_verdict, unusable_note)
 from qbench.readers.common import (Command, Refused, add_baseline, add_format, add_method, add_wide, group_results,
-                                   open_results)
+                                   job_view, open_results)
 from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, fit, narrow, render, render_header, wants_prose
 from qbench.render.columns import DASH, resolve_columns
 from qbench.render.safe import visible
@@ -275,7 +275,10 @@ def run_report(args: argparse.Namespace) -> int:
         check_format(args.format)
     except ValueError as exc:
         raise Refused(str(exc)) from None
-    docs = open_results(paths, incomplete="keep", steps=True)  # the header says so
+    docs = open_results(paths, incomplete="keep", steps=True, command="report")  # the header says so
+    view = job_view(docs, "report")
+    if view is not None:  # a job kind's own view (qbench.jobs)
+        return view(args, paths, docs)
     results = group_results(paths, docs)
     if len(results) > 1:
         raise Refused("the files are not one result (one scenario on one machine): "

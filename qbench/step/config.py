@@ -17,8 +17,20 @@ from pathlib import Path
 from typing import Any, Optional
 
 #: ``model_type`` values of a Hugging Face config read as Llama-family: the same block (RMSNorm,
-#: GQA attention with RoPE, SiLU-gated MLP, no biases) as ``transformers``' LlamaForCausalLM.
-LLAMA_FAMILY = ("llama",)
+#: GQA attention with RoPE, SiLU-gated MLP) as ``transformers``' LlamaForCausalLM; Qwen2 adds biases
+#: on q/k/v (``Qwen2Attention``), Mistral's sliding window only matters beyond its width.
+LLAMA_FAMILY = ("llama", "mistral", "qwen2")
+#: Linear layers of one block, in the order they run (``transformers``' parameter names).
+BLOCK_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+_PARENT = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
+           "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+
+
+def linear_name(block: int, role: str) -> str:
+    """The ``transformers`` state-dict name of a block's linear weight:
+    ``model.layers.3.self_attn.q_proj.weight``."""
+    return f"model.layers.{block}.{_PARENT[role]}.{role}.weight"
+
 #: RoPE scaling types the step implements (``transformers``' ``ROPE_INIT_FUNCTIONS`` names).
 ROPE_TYPES = ("default", "llama3", "linear")
 
@@ -52,6 +64,10 @@ class StepModelConfig:
             ``linear``).
         max_positions: ``max_position_embeddings``: the longest context the model is made for.
         tie_embeddings: the LM head's weight is the embedding (``tie_word_embeddings``).
+        biased: the linear roles that carry a bias (Qwen2: q/k/v; ``attention_bias``: q/k/v/o;
+            ``mlp_bias``: gate/up/down). The decode step refuses a biased model; the quality job
+            reads the biases from the checkpoint.
+        model_type: the config's ``model_type``.
         source: where the values come from.
     """
 
@@ -69,6 +85,8 @@ class StepModelConfig:
     max_positions: int
     rope_scaling: Optional[dict] = None
     tie_embeddings: bool = False
+    biased: tuple[str, ...] = ()
+    model_type: str = "llama"
     source: str = ""
 
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
@@ -142,8 +160,8 @@ def from_hf_config(data: Any, name: str) -> StepModelConfig:
     """A :class:`StepModelConfig` from a parsed Hugging Face ``config.json``.
 
     Raises:
-        ConfigError: not a Llama-family config (``model_type`` not in :data:`LLAMA_FAMILY`, biases on
-            attention or MLP, an activation other than SiLU, a RoPE scaling other than
+        ConfigError: not a Llama-family config (``model_type`` not in :data:`LLAMA_FAMILY`, an
+            activation other than SiLU, a RoPE scaling other than
             :data:`ROPE_TYPES`), or a missing or ill-typed key.
     """
     if not isinstance(data, dict):
@@ -152,9 +170,11 @@ def from_hf_config(data: Any, name: str) -> StepModelConfig:
     if model_type not in LLAMA_FAMILY:
         raise ConfigError("model_type", f"not a Llama-family model (qbench's step is LlamaForCausalLM's: "
                                         f"{', '.join(LLAMA_FAMILY)}), got {model_type!r}")
-    for key in ("attention_bias", "mlp_bias"):
-        if data.get(key):
-            raise ConfigError(key, f"the Llama step has no biases, got {data[key]!r}")
+    biased: tuple[str, ...] = ("q_proj", "k_proj", "v_proj") if model_type == "qwen2" else ()
+    if data.get("attention_bias"):
+        biased = ("q_proj", "k_proj", "v_proj", "o_proj")
+    if data.get("mlp_bias"):
+        biased += ("gate_proj", "up_proj", "down_proj")
     act = data.get("hidden_act", "silu")
     if act != "silu":
         raise ConfigError("hidden_act", f"the Llama step uses SiLU, got {act!r}")
@@ -183,7 +203,8 @@ def from_hf_config(data: Any, name: str) -> StepModelConfig:
         blocks=_get(data, "num_hidden_layers", int), rms_eps=_get(data, "rms_norm_eps", float, default=1e-6, required=False),
         rope_theta=_get(data, "rope_theta", float, default=10000.0, required=False),
         max_positions=_get(data, "max_position_embeddings", int, default=2048, required=False),
-        rope_scaling=scaling, tie_embeddings=bool(data.get("tie_word_embeddings", False)), source=name)
+        rope_scaling=scaling, tie_embeddings=bool(data.get("tie_word_embeddings", False)), biased=biased,
+        model_type=model_type, source=name)
 
 
 def read_hf_config(path: str | Path) -> StepModelConfig:

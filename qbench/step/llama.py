@@ -31,18 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from qbench.step.config import StepModelConfig
+from qbench.step.config import BLOCK_LINEARS, StepModelConfig, linear_name  # noqa: F401 - re-exported
 
-#: Linear layers of one block, in the order they run (``transformers``' parameter names).
-BLOCK_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-_PARENT = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
-           "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
-
-
-def linear_name(block: int, role: str) -> str:
-    """The ``transformers`` state-dict name of a block's linear weight:
-    ``model.layers.3.self_attn.q_proj.weight``."""
-    return f"model.layers.{block}.{_PARENT[role]}.{role}.weight"
 
 
 class Weights:

@@ -41,6 +41,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from qbench import compile_info
+from qbench.checkpoint import TensorMap, open_checkpoint, resolve_folder, weight_source
 from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger
 from qbench.step import floor, llama
@@ -59,6 +60,13 @@ PREFILL_CHUNK = 4096
 log = logging.getLogger("qbench.step")
 
 
+def _checkpoint(scenario: Any):
+    """The scenario's checkpoint (``model.checkpoint``), opened and checked, or None (seeded weights)."""
+    if scenario.model.checkpoint is None:
+        return None
+    return open_checkpoint(resolve_folder(scenario.model.checkpoint, scenario.source))
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -70,8 +78,10 @@ def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
     spec = scenario.model
     config = check_spec(spec, scenario.source)
     lm = "none" if not spec.lm_head else ("scheme" if spec.quantize_lm_head else "float")
-    return [StepRow(scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
-                    options=entry.options.model_dump(exclude={"label", "mode"}), model=spec.name or spec.config,
+    ckpt = _checkpoint(scenario)
+    source = {} if ckpt is None else {"weight_source": weight_source(ckpt)}
+    return [StepRow(**source, scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
+                    options=entry.options.model_dump(exclude={"label", "mode"}), model=spec.name or spec.config or spec.checkpoint,
                     title=config.title, m=m, context=context, device=str(device), weight_dtype=scheme.weight_dtype,
                     activation_dtype=_dtype_name(scheme.activation_dtype), lm_head=lm, blocks=config.blocks,
                     ).model_dump() for context in spec.context for m in scenario.m]
@@ -172,7 +182,9 @@ class _Built:
         self.act = scheme.activation_dtype
         self.prefill_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         self.compiled = entry.options.mode == "compiled"
-        self.weights = llama.Weights(config, scenario.seed, device)
+        ckpt = _checkpoint(scenario)
+        tensors = None if ckpt is None else TensorMap(ckpt, str(device))
+        self.weights = llama.Weights(config, scenario.seed, device, state_dict=tensors)
         self.capture_failure: Optional[str] = None
         self.compiled_fns: dict[str, Any] = {}
         # the scenario's timing knobs for one step: at most 5 warm-up steps, one step per graph

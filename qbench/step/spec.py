@@ -5,6 +5,8 @@
     [model]
     name = "llama3-8b"          # a preset (qbench.step.config.PRESETS), or
     # config = "path/config.json" # any Llama-family Hugging Face config.json (relative to the scenario)
+    # checkpoint = "DIR"          # a Hugging Face folder (config.json, safetensors, tokenizer.json) or a
+    #                             # model id in the local Hugging Face cache: its own weights
     context = [128, 4096]       # positions already in the KV cache when the step runs
     blocks = 32                 # build at most this many blocks (default: the model's, as many as fit)
     lm_head = true              # the step ends with the LM head and argmax (false: at the final norm)
@@ -39,7 +41,8 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
     name: Optional[str] = Field(default=None, min_length=1, max_length=200)
     config: Optional[str] = Field(default=None, min_length=1, max_length=4096)
-    context: tuple[int, ...] = Field(min_length=1, max_length=16)
+    checkpoint: Optional[str] = Field(default=None, min_length=1, max_length=4096)
+    context: tuple[int, ...] = Field(default=(), max_length=16)
     blocks: Optional[int] = Field(default=None, gt=0, le=1024)
     lm_head: bool = True
     quantize_lm_head: bool = False
@@ -78,6 +81,8 @@ class ModelSpec(BaseModel):
     def to_dict(self) -> dict:
         data = self.model_dump()
         data["context"], data["methods"] = list(self.context), list(self.methods)
+        if self.checkpoint is None:
+            data.pop("checkpoint")
         return data
 
 
@@ -88,9 +93,20 @@ def resolve(spec: ModelSpec, source: str) -> StepModelConfig:
     Raises:
         ConfigError: key ``model.name`` / ``model.config`` / ``model.<config key>`` and the reason.
     """
-    if (spec.name is None) == (spec.config is None):
-        raise ConfigError("model", f"give exactly one of 'name' (a preset: {', '.join(PRESETS)}) or 'config' "
-                                   f"(a Llama-family config.json), got name={spec.name!r}, config={spec.config!r}")
+    given = [k for k in ("name", "config", "checkpoint") if getattr(spec, k) is not None]
+    if len(given) != 1:
+        raise ConfigError("model", f"give exactly one of 'name' (a preset: {', '.join(PRESETS)}), 'config' "
+                                   f"(a Llama-family config.json) or 'checkpoint' (a Hugging Face folder), got "
+                                   f"name={spec.name!r}, config={spec.config!r}, checkpoint={spec.checkpoint!r}")
+    if spec.checkpoint is not None:
+        from qbench import checkpoint  # torch-free: reads config.json only
+
+        folder = checkpoint.resolve_folder(spec.checkpoint, source)
+        try:
+            return read_hf_config(folder / "config.json")
+        except ConfigError as exc:
+            key = f"model.checkpoint.{exc.key}" if exc.key else "model.checkpoint"
+            raise ConfigError(key, f"{exc.message} (in {folder / 'config.json'})") from None
     if spec.name is not None:
         if spec.name not in PRESETS:
             raise ConfigError("model.name", f"unknown model preset (known: {', '.join(PRESETS)}; or give "
@@ -107,13 +123,20 @@ def resolve(spec: ModelSpec, source: str) -> StepModelConfig:
 
 
 def check(spec: ModelSpec, source: str) -> StepModelConfig:
-    """:func:`resolve`, then every context within the model's ``max_position_embeddings`` and
+    """:func:`resolve`, then contexts given, a model without biases, every context within the model's ``max_position_embeddings`` and
     ``blocks`` within the model's block count.
 
     Raises:
         ConfigError: ``model.context`` / ``model.blocks`` / what :func:`resolve` raises.
     """
     config = resolve(spec, source)
+    if not spec.context:
+        raise ConfigError("model.context", "missing: the positions already in the KV cache when the step runs, "
+                                           "e.g. context = [128, 4096], got nothing")
+    if config.biased:
+        key = "model_type" if config.model_type == "qwen2" else "attention_bias"
+        raise ConfigError(f"model.config.{key}", f"the Llama decode step has no biases, got biases on "
+                                                 f"{', '.join(config.biased)} ({config.model_type})")
     for c in spec.context:
         if c + 1 > config.max_positions:
             raise ConfigError("model.context", f"the step at context {c} writes position {c}, beyond {config.title}'s "

@@ -75,8 +75,7 @@ def test_presets_match_the_layer_presets():
 
 
 @pytest.mark.parametrize("data, key", [
-    ({"model_type": "mistral"}, "model_type"),
-    ({"model_type": "llama", "attention_bias": True}, "attention_bias"),
+    ({"model_type": "gpt2"}, "model_type"),
     ({"model_type": "llama", "hidden_act": "gelu"}, "hidden_act"),
     ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 3,
       "intermediate_size": 8, "vocab_size": 9, "num_hidden_layers": 1}, "num_key_value_heads"),
@@ -115,6 +114,25 @@ def test_config_json_that_is_not_llama(tmp_path):
         load(toml)
     assert str(exc.value).startswith(f"{toml}: model.config.model_type: not a Llama-family model")
     assert "'gpt2'" in str(exc.value)
+
+
+@pytest.mark.parametrize("config, key", [
+    ({"model_type": "qwen2"}, "model.config.model_type"),
+    ({"model_type": "llama", "attention_bias": True}, "model.config.attention_bias"),
+])
+def test_step_refuses_a_biased_model(tmp_path, config, key):
+    base = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+            "vocab_size": 100, "num_hidden_layers": 1}
+    (tmp_path / "config.json").write_text(json.dumps({**base, **config}))
+    with pytest.raises(ScenarioError) as exc:
+        _scenario([{"name": "fp32"}], model={"config": str(tmp_path / "config.json"), "context": [4]})
+    assert exc.value.key == key and "biases" in str(exc.value)
+
+
+def test_step_without_context_is_refused():
+    with pytest.raises(ScenarioError) as exc:
+        _scenario([{"name": "fp32"}], model={"name": "tiny"})
+    assert exc.value.key == "model.context" and "missing" in str(exc.value)
 
 
 def test_layer_table_beside_model_is_refused():

@@ -1,0 +1,361 @@
+"""Measure one scheme of a quality scenario in its worker: one :class:`~qbench.quality.row.QualityRow`.
+
+In order:
+
+1. **Skips**: a scheme with no kernel here and no emulation, a linear shape it cannot take, or a
+   model that does not fit the free memory: a skipped row naming the reason. A scheme with no kernel
+   here but an emulation (:attr:`qbench.schemes.base.Scheme.emulate`) runs emulated: its quantized
+   weights dequantized into a float matmul, the row flagged ``emulated``.
+2. **Reference**: the model with float linears in the reference dtype, run once per run over every
+   chunk; the log-probabilities of the scored positions go to a file in the run's shared folder
+   (``[chunks, scored, vocab]`` at ``quality.logprobs`` precision) that every later worker reads.
+3. **Scheme**: the model with every linear of every block built by the scheme from the FP32
+   weights (the LM head too with ``quality.lm_head``), run teacher-forced over the same chunks.
+   Each chunk's first token is the checkpoint's BOS when it has one (llama.cpp does the same); the
+   logits of positions ``chunk/2 .. chunk-2`` are scored against the tokens that follow.
+4. **Statistics** (:func:`qbench.quality.stats.summarize`), stored bytes (the ledger of every built
+   linear), peak memory; with ``quality.sensitivity``, each role (or block) quantized alone inside
+   the reference model, ranked by KL divergence.
+
+Every scheme's worker sees the same tokens and the same reference, so rows of one run compare.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from qbench.checkpoint import open_checkpoint, resolve_folder, weight_source
+from qbench.quality import stats as qstats
+from qbench.quality.model import Cast, FloatLinear, Source, build_model
+from qbench.quality.row import QualityRow
+from qbench.quality.spec import bos_id, check, read_tokens, resolve_path, scored_per_chunk
+from qbench.row import flag_record
+from qbench.schemes import get as get_scheme
+from qbench.schemes import ledger
+from qbench.step.config import BLOCK_LINEARS, StepModelConfig
+
+log = logging.getLogger("qbench.quality")
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: Device memory kept free beyond the estimate (bytes): allocator fragmentation, library workspaces,
+#: the logits of one chunk. Project choice.
+HEADROOM = 2 << 30
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _checkpoint(scenario: Any):
+
+    if scenario.model.checkpoint is None:
+        return None
+    return open_checkpoint(resolve_folder(scenario.model.checkpoint, scenario.source))
+
+
+def weights_label(scenario: Any, ckpt) -> str:
+    """Where the weights come from, as the row records it."""
+    if ckpt is None:
+        return f"seeded: N(0, 1/K) linears, N(0, 1) embedding, seed {scenario.seed} (not a trained model)"
+    return weight_source(ckpt)
+
+
+def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
+    """The scheme's one row with its identity and nothing measured."""
+    q = scenario.quality
+    config = check(scenario.model, q, scenario.source)
+    ckpt = _checkpoint(scenario)
+    text = resolve_path(q.text, scenario.source)
+    tokens = len(read_tokens(scenario.model, q, scenario.source))
+    chunks = q.chunks or tokens // q.chunk
+    params = sum(k * n for role, (k, n) in config.linear_shapes().items() if role != "lm_head") * config.blocks
+    if q.lm_head:
+        params += config.hidden * config.vocab
+    row = QualityRow(scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
+                     options=entry.options.model_dump(exclude={"label", "mode"}),
+                     model=scenario.model.checkpoint or scenario.model.name, title=config.title,
+                     weights=weights_label(scenario, ckpt), device=str(device), weight_dtype=scheme.weight_dtype,
+                     activation_dtype=_dtype_name(scheme.activation_dtype), text=str(text),
+                     text_sha256=hashlib.sha256(text.read_bytes()).hexdigest(), chunk=q.chunk, chunks=chunks,
+                     scored_per_chunk=scored_per_chunk(q.chunk), lm_head="scheme" if q.lm_head else "float",
+                     linear_params=params)
+    return [row.model_dump(mode="json", exclude_none=True)]
+
+
+def _skip(rows: list[dict], status: str, reason: str) -> list[dict]:
+    for row in rows:
+        row["status"], row["reason"] = status, (reason.strip().splitlines() or [status])[0][:400]
+    return [QualityRow.model_validate(r).model_dump(mode="json", exclude_none=True) for r in rows]
+
+
+def _describe(exc: BaseException) -> str:
+    from qbench.measure import describe_exception
+
+    return describe_exception(exc)
+
+
+def reference_dtype(scenario: Any, ckpt, device: torch.device) -> torch.dtype:
+    """The reference's dtype: ``quality.reference``, or the checkpoint's own dtype; for seeded weights
+    float32 on a CPU and bfloat16 on CUDA (the dtype such a model would ship in)."""
+    ref = scenario.quality.reference
+    if ref != "checkpoint":
+        return _DTYPES[ref]
+    if ckpt is not None:
+        return _DTYPES[ckpt.dtype] if ckpt.dtype in _DTYPES else torch.float32
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def chunk_tokens(scenario: Any, device: torch.device) -> torch.Tensor:
+    """``[chunks, chunk]`` int64 token ids; each chunk's first token the BOS when the checkpoint has one."""
+    q = scenario.quality
+    ids = read_tokens(scenario.model, q, scenario.source)
+    n = q.chunks or len(ids) // q.chunk
+    out = torch.tensor(ids[: n * q.chunk], dtype=torch.int64).view(n, q.chunk)
+    bos = bos_id(scenario.model, scenario.source)
+    if bos is not None:
+        out[:, 0] = bos
+    return out.to(device)
+
+
+def _shape_reason(config: StepModelConfig, scheme, options, head: bool) -> Optional[str]:
+    for role, (k, n) in config.linear_shapes().items():
+        if role == "lm_head" and not head:
+            continue
+        km, nm = scheme.k_multiple(options), scheme.n_multiple(options)
+        if k % km or n % nm:
+            need = f"K a multiple of {km}" if k % km else f"N a multiple of {nm}"
+            return f"{scheme.name} cannot take {role} (K={k}, N={n}): needs {need}"
+    return None
+
+
+def _free_bytes(device: torch.device) -> Optional[int]:
+    from qbench.memory import free_bytes
+
+    return free_bytes(device)
+
+
+def estimate_bytes(config: StepModelConfig, scheme, ref_dtype: torch.dtype, with_reference: bool,
+                   sensitivity: bool, chunk: int, emulated: bool = False) -> int:
+    """Peak bytes of one quality worker (an upper estimate): the scheme's model (its linears at
+    ``max(nominal bits, 8)`` plus 10 % of metadata; 32 bits when ``emulated``: the dequantized FP32
+    weight), the reference model when this worker computes it or runs sensitivity, one block's FP32
+    weights while building, the FP32 embedding and head, and one chunk's logits with their
+    log-softmax (4 × chunk × vocab × 4 bytes)."""
+    params = config.block_linear_params() * config.blocks
+    bits = 32 if emulated else max(float(scheme.nominal_bits), 8.0)
+    model = int(params * bits / 8 * 1.1)
+    ref = params * torch.empty((), dtype=ref_dtype).element_size()
+    peak = max(model, ref if with_reference else 0) + (ref if sensitivity else 0)
+    return (peak + config.block_linear_params() * 4 + 2 * config.vocab * config.hidden * 4
+            + 4 * chunk * config.vocab * 4)
+
+
+class _Reference:
+    """The run's shared reference log-probabilities: computed by the first worker, read by the rest."""
+
+    def __init__(self, scenario: Any, config: StepModelConfig, ckpt, device: torch.device, shared_dir: str,
+                 tokens: torch.Tensor):
+        q = scenario.quality
+        self.dtype = reference_dtype(scenario, ckpt, device)
+        self.store = _DTYPES[q.logprobs]
+        self.first, self.scored = q.chunk // 2, scored_per_chunk(q.chunk)
+        self.shape = (tokens.shape[0], self.scored, config.vocab)
+        key = json.dumps({"model": scenario.model.to_dict(), "quality": q.to_dict(), "seed": scenario.seed,
+                          "source": scenario.source, "device": device.type, "dtype": str(self.dtype),
+                          "tokens": hashlib.sha256(tokens.cpu().numpy().tobytes()).hexdigest()}, sort_keys=True)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+        self.path = Path(shared_dir) / f"quality-reference-{digest}.bin"
+        self.computed_s: Optional[float] = None
+
+    def ensure(self, source: Source, tokens: torch.Tensor) -> None:
+        if self.path.exists():
+            return
+        t0 = time.perf_counter()
+        log.info("reference: building the %s model and running %d chunks", _dtype_name(self.dtype), tokens.shape[0])
+        model = build_model(source, lambda w, b, i, r: FloatLinear(w.to(self.dtype), None if b is None else b.to(self.dtype)),
+                            self.dtype)
+        np_dtype = np.float32 if self.store == torch.float32 else np.float16
+        tmp = self.path.with_suffix(".tmp")
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np_dtype, shape=self.shape)
+        with torch.inference_mode():
+            for c in range(tokens.shape[0]):
+                logits = model(tokens[c])[self.first: self.first + self.scored]
+                out[c] = F.log_softmax(logits, dim=-1).to(self.store).cpu().numpy()
+        out.flush()
+        del out, model
+        os.replace(tmp, self.path)
+        if source.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.computed_s = time.perf_counter() - t0
+
+    def chunk(self, c: int, device: torch.device) -> torch.Tensor:
+        data = np.load(self.path, mmap_mode="r")
+        return torch.from_numpy(np.ascontiguousarray(data[c])).to(device).float()
+
+
+def _per_token(model, tokens: torch.Tensor, ref: _Reference, device: torch.device) -> dict[str, np.ndarray]:
+    """Per scored token over every chunk: NLL under the scheme and the reference, KL divergence, same
+    top, and the probability of the token that follows under each."""
+    parts: dict[str, list] = {k: [] for k in ("nll", "nll_ref", "kld", "same_top", "p", "p_ref")}
+    with torch.inference_mode():
+        for c in range(tokens.shape[0]):
+            logits = model(tokens[c])[ref.first: ref.first + ref.scored]
+            lp = F.log_softmax(logits, dim=-1).to(ref.store).float()  # at the reference's stored precision
+            lp_ref = ref.chunk(c, device)
+            target = tokens[c, ref.first + 1: ref.first + 1 + ref.scored].unsqueeze(-1)
+            nll = -lp.gather(-1, target).squeeze(-1).double()
+            nll_ref = -lp_ref.gather(-1, target).squeeze(-1).double()
+            kld = (lp_ref.exp() * (lp_ref - lp)).sum(-1).double()
+            for name, value in (("nll", nll), ("nll_ref", nll_ref), ("kld", kld),
+                                ("same_top", (lp.argmax(-1) == lp_ref.argmax(-1)).double()),
+                                ("p", (-nll).exp()), ("p_ref", (-nll_ref).exp())):
+                parts[name].append(value.cpu().numpy())
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device, ceilings: Optional[dict] = None,
+                           shared_dir: Optional[str] = None) -> list[dict]:
+    """The row of ``scenario.schemes[entry_index]`` on ``device`` (see the module docstring).
+
+    Never raises for the scheme's own failure: an unavailable scheme gives a ``skipped`` row, an
+    exception while building or running a ``failed`` one (the exception described in one line).
+    """
+    entry = scenario.schemes[entry_index]
+    scheme = get_scheme(entry.name)
+    q = scenario.quality
+    rows = blank_rows(scenario, entry, scheme, device)
+    row = rows[0]
+    ckpt = _checkpoint(scenario)
+    config = check(scenario.model, q, scenario.source)
+    emulate = getattr(scheme, "emulate", None)
+    reason = scheme.unavailable_reason(device, entry.options)
+    emulated = False
+    if reason and emulate is not None and not any(p in reason for p in ("not installed",)):
+        emulated = True
+    elif reason:
+        return _skip(rows, "skipped", reason)
+    shape = _shape_reason(config, scheme, entry.options, q.lm_head)
+    if shape:
+        return _skip(rows, "skipped", shape)
+    tokens = chunk_tokens(scenario, device)
+    ref = _Reference(scenario, config, ckpt, device, shared_dir or ".", tokens)
+    need = estimate_bytes(config, scheme, ref.dtype, not ref.path.exists(), q.sensitivity != "none", q.chunk, emulated)
+    free = _free_bytes(device)
+    if free is not None and need + (HEADROOM if device.type == "cuda" else 0) > free:
+        return _skip(rows, "skipped", f"needs about {need / 2**30:.1f} GiB of {device} memory (the model, its reference "
+                                      f"and one chunk's logits), {free / 2**30:.1f} GiB free")
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    source = Source(config, device, ckpt, scenario.seed)
+    torch.manual_seed(scenario.seed)
+    phases: dict[str, float] = {}
+    try:
+        t0 = time.perf_counter()
+        ref.ensure(source, tokens)
+        phases["reference"] = time.perf_counter() - t0
+    except Exception as exc:
+        return _skip(rows, "failed", f"reference: {_describe(exc)}")
+    act = scheme.activation_dtype
+
+    def build(w: torch.Tensor, b: Optional[torch.Tensor], block: int, role: str):
+        module = emulate(w, b, entry.options) if emulated else scheme.build(w, b, entry.options)
+        return module
+
+    kept: list[dict] = []
+    t0 = time.perf_counter()
+    log.info("%s: building %s (%s)", entry.label, config.title, "emulated" if emulated else "the scheme's kernels")
+    try:
+        model = build_model(source, build, act, head=build if q.lm_head else None, keep=kept)
+    except Exception as exc:
+        return _skip(rows, "failed", f"build: {_describe(exc)}")
+    phases["build"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    log.info("%s: %d chunks of %d tokens", entry.label, tokens.shape[0], q.chunk)
+    try:
+        per = _per_token(model, tokens, ref, device)
+    except Exception as exc:
+        return _skip(rows, "failed", f"run: {_describe(exc)}")
+    phases["run"] = time.perf_counter() - t0
+    row["stats"] = qstats.summarize(per["nll"], per["nll_ref"], per["kld"], per["same_top"], per["p"], per["p_ref"])
+    row["emulated"] = emulated
+    row["reference"] = {"dtype": _dtype_name(ref.dtype), "logprobs": _dtype_name(ref.store), "computed_s": ref.computed_s}
+    if not emulated:
+        linear = sum(ledger.count(scheme.parts(mod)).stored_bytes for block in kept for mod in block.values())
+        if q.lm_head:
+            linear += ledger.count(scheme.parts(model.head)).stored_bytes
+        other = sum(t.numel() * t.element_size() for name, t in model.named_parameters()
+                    if not name.startswith("blocks.") or "norm" in name.rsplit(".", 1)[-1])
+        if not q.lm_head:
+            other += model.head.weight.numel() * model.head.weight.element_size()
+        row["linear_stored_bytes"], row["model_stored_bytes"] = int(linear), int(linear + other)
+    flags = []
+    if emulated:
+        flags.append(flag_record("emulated", f"no {scheme.name} kernel on {device.type} ({reason}): its quantized weights "
+                                             "were dequantized and run in a float matmul"))
+    if ckpt is None:
+        flags.append(flag_record("synthetic-weights", "seeded weights, not a trained model: the quality numbers say "
+                                                      "nothing of a real model (the row shows the job's speed)"))
+    elif (ckpt.folder / "qbench-prequantized.json").is_file():
+        note = json.loads((ckpt.folder / "qbench-prequantized.json").read_text(encoding="utf-8")).get("note", "")
+        flags.append(flag_record("prequantized-weights", note or "the checkpoint's weights already sit on a "
+                                 "quantization grid: errors of schemes on that grid are biased low"))
+    if entry.options.mode == "compiled":
+        flags.append(flag_record("not-compiled", "quality is measured on the eager module (the compiled graph runs the "
+                                                 "same kernels; fused epilogues may round differently)"))
+    if q.sensitivity != "none":
+        t0 = time.perf_counter()
+        try:
+            row["sensitivity"] = _sensitivity(q.sensitivity, source, kept, model, ref, tokens, device, act)
+            row["sensitivity_by"] = q.sensitivity
+        except Exception as exc:
+            flags.append(flag_record("input-fault", f"sensitivity not measured: {_describe(exc)}"))
+        phases["sensitivity"] = time.perf_counter() - t0
+    row["flags"] = flags
+    row["wall_s"] = phases
+    if device.type == "cuda":
+        row["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(device))
+        row["peak_memory_source"] = "torch.cuda.max_memory_allocated (this worker)"
+    else:
+        import resource
+
+        row["peak_memory_bytes"] = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+        row["peak_memory_source"] = "getrusage ru_maxrss (this worker process, resident)"
+    return [QualityRow.model_validate(row).model_dump(mode="json", exclude_none=True)]
+
+
+def _sensitivity(by: str, source: Source, kept: list[dict], model, ref: _Reference, tokens: torch.Tensor,
+                 device: torch.device, act: torch.dtype) -> list[dict]:
+    """Each role of every block (``by = "role"``; the LM head too when the scheme built it) or each
+    block (``"block"``) quantized alone: the reference model (float linears in the reference dtype)
+    with that part's scheme modules in place, run at the scheme's activation dtype inside. Ranked by
+    mean KL divergence, largest first."""
+    config = source.config
+    ref_linears: list[dict] = []
+    dtype = ref.dtype
+
+    def float_linear(w, b, i, r):
+        return FloatLinear(w.to(dtype), None if b is None else b.to(dtype))
+
+    base = build_model(source, float_linear, dtype, keep=ref_linears)
+    parts = list(BLOCK_LINEARS) if by == "role" else [f"block {b}" for b in range(config.blocks)]
+    out = []
+    for part in parts:
+        for b, block in enumerate(base.blocks):
+            for role in BLOCK_LINEARS:
+                quantized = part == role or part == f"block {b}"
+                block.linears[role] = Cast(kept[b][role], act) if quantized else ref_linears[b][role]
+        per = _per_token(base, tokens, ref, device)
+        kld, kld_unc = qstats.mean_and_uncertainty(per["kld"])
+        out.append({"part": part, "kld": kld, "kld_unc": kld_unc, "same_top": float(per["same_top"].mean()),
+                    "ppl_ratio": float(np.exp(per["nll"].mean() - per["nll_ref"].mean()))})
+    return sorted(out, key=lambda r: -r["kld"])

@@ -1,0 +1,300 @@
+"""What the readers show of a quality result, and the one pick on speed and quality together.
+
+``qbench run`` and ``qbench report`` print the quality table (llama.cpp's statistics per scheme);
+``qbench recommend STEP.json QUALITY.json --max-kld X`` picks, per (M, context), the fastest
+measured decode step whose scheme meets the quality budget measured on the same checkpoint;
+``qbench model`` shows both halves in one table. The layer job's Gaussian error is never a
+model decision's budget here: only quality rows measured on the model are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Optional, Sequence
+
+from qbench.quality.row import QualityRow
+from qbench.render import Column, render, wants_prose
+
+DASH = "—"
+
+
+def _pm(value: Optional[float], unc: Optional[float], fmt: str = "{:.4g}") -> str:
+    if value is None:
+        return DASH
+    return fmt.format(value) + ("" if unc is None else " ± " + fmt.format(unc))
+
+
+def _pct(value: Optional[float], unc: Optional[float] = None) -> str:
+    if value is None:
+        return DASH
+    return f"{100 * value:.2f}" + ("" if unc is None else f" ± {100 * unc:.2f}") + " %"
+
+
+def _mib(n: Optional[int]) -> str:
+    return DASH if n is None else f"{n / 2**20:.2f}"
+
+
+def _stat(row: QualityRow, *path: str):
+    cur = row.stats
+    for p in path:
+        cur = None if cur is None else getattr(cur, p)
+    return cur
+
+
+#: The quality table's columns (a record is a :class:`QualityRow`).
+COLUMNS = [
+    Column("scheme", "scheme", lambda r: r.scheme),
+    Column("state", "status", lambda r: r.status + (" (emulated)" if r.emulated else "")),
+    Column("ppl", "PPL", lambda r: r, cell_override=lambda r: _pm(_stat(r, "ppl"), _stat(r, "ppl_unc"))),
+    Column("ppl_ratio", "ln(PPL/PPL ref)", lambda r: r,
+           cell_override=lambda r: _pm(_stat(r, "ln_ppl_ratio"), _stat(r, "ln_ppl_ratio_unc"), "{:.3g}")),
+    Column("kld", "mean KLD", lambda r: r, cell_override=lambda r: _pm(_stat(r, "kld", "mean"), _stat(r, "kld", "unc"), "{:.3g}")),
+    Column("kld99", "KLD 99 %", lambda r: _stat(r, "kld", "p99"), lambda v: DASH if v is None else f"{v:.3g}", True),
+    Column("same_top", "same top", lambda r: r, cell_override=lambda r: _pct(_stat(r, "same_top"), _stat(r, "same_top_unc"))),
+    Column("dp_rms", "RMS Δp", lambda r: r, cell_override=lambda r: _pct(_stat(r, "dp", "rms"))),
+    Column("stored", "model MiB", lambda r: r.model_stored_bytes, _mib, True),
+    Column("flags", "flags", lambda r: ", ".join(f.name for f in r.flags) or DASH),
+]
+
+
+def quality_table(rows: Sequence[QualityRow], fmt: str = "simple") -> str:
+    """The quality table, one line per scheme (skipped and failed rows name their reason under it)."""
+    return render(list(rows), COLUMNS, fmt)
+
+
+def describe(rows: Sequence[QualityRow]) -> list[str]:
+    """The lines above the table: the model and its weights, the text and its chunks, the reference."""
+    if not rows:
+        return ["quality: no rows"]
+    r = rows[0]
+    ref = next((x.reference for x in rows if x.reference is not None), None)
+    lines = [f"quality of {r.title} ({r.model}); weights: {r.weights}",
+             f"text {r.text} (sha256 {r.text_sha256[:12]}): {r.chunks} chunks of {r.chunk} tokens, the second half of each "
+             f"scored ({r.scored_per_chunk} tokens a chunk: every scored token has at least half a chunk of context, "
+             "llama.cpp's convention)"]
+    if ref is not None:
+        lines.append(f"reference: the model with float linears in {ref.dtype}; its log-probabilities shared by every "
+                     f"scheme at {ref.logprobs} precision (each scheme's rounded the same way); KLD = D(ref ‖ scheme), nats")
+    return lines
+
+
+def notes(rows: Sequence[QualityRow]) -> list[str]:
+    """The lines under the table: why rows did not run, and each flag once with its text."""
+    out = [f"{r.scheme}: {r.status}: {r.reason}" for r in rows if r.status != "ok"]
+    seen: dict[str, str] = {}
+    for r in rows:
+        for f in r.flags:
+            seen.setdefault(f.name, f"{f.name} ({r.scheme}): {f.text}")
+    return out + list(seen.values())
+
+
+def sensitivity_lines(rows: Sequence[QualityRow]) -> list[str]:
+    """Per scheme with a sensitivity run: its parts ranked by KL divergence, one line."""
+    out = []
+    for r in rows:
+        if r.sensitivity:
+            ranked = ", ".join(f"{s.part} {s.kld:.3g}" for s in r.sensitivity)
+            out.append(f"{r.scheme}: one {r.sensitivity_by} quantized at a time, mean KLD (largest first): {ranked}")
+    return out
+
+
+def run_view(doc, args: argparse.Namespace) -> int:
+    """``qbench run``'s and ``report``'s output for a quality result; returns the row count."""
+    rows = list(doc.rows)
+    prose = wants_prose(args.format)
+    if prose:
+        for line in describe(rows):
+            print(line)
+    print(quality_table(rows, args.format))
+    if prose:
+        for line in notes(rows) + sensitivity_lines(rows):
+            print(line)
+    return len(rows)
+
+
+def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
+    """``qbench report QUALITY.json``: the quality table of each file."""
+    for doc in docs:
+        run_view(doc, args)
+    return 0
+
+
+# ---- one pick on both halves ----------------------------------------------------------------------
+
+def meets(row: QualityRow, max_kld: Optional[float], max_ppl_ratio: Optional[float],
+          min_same_top: Optional[float]) -> Optional[str]:
+    """Why ``row`` misses the budget (one phrase), or None when it meets it. A row without
+    statistics misses it."""
+    if row.status != "ok" or row.stats is None:
+        return f"no quality measured ({row.status})"
+    s = row.stats
+    if max_kld is not None and s.kld.mean > max_kld:
+        return f"mean KLD {s.kld.mean:.3g} > {max_kld:g}"
+    if max_ppl_ratio is not None and s.ppl_ratio > max_ppl_ratio:
+        return f"PPL ratio {s.ppl_ratio:.4g} > {max_ppl_ratio:g}"
+    if min_same_top is not None and s.same_top < min_same_top:
+        return f"same top {100 * s.same_top:.2f} % < {100 * min_same_top:g} %"
+    return None
+
+
+def _identity(scheme: str, options: dict) -> tuple:
+    return scheme, json.dumps({k: v for k, v in (options or {}).items() if k not in ("label", "mode")}, sort_keys=True)
+
+
+def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
+    """The quality row of a step row's scheme: same base scheme and options (its eager or compiled
+    form: both run the same kernels), measured on the same model."""
+    key = _identity(step_row.base_scheme, step_row.options)
+    for q in quality:
+        if _identity(q.base_scheme, q.options) == key:
+            return q
+    return None
+
+
+def _split(docs: Sequence) -> tuple[list, list[QualityRow]]:
+    steps = [r for d in docs if d.job == "step" for r in d.step_rows]
+    quality = [r for d in docs if d.job == "quality" for r in d.rows]
+    return steps, quality
+
+
+def _same_weights(steps: list, quality: list[QualityRow]) -> Optional[str]:
+    """Why the step rows and the quality rows are not of one model's same weights, or None."""
+    step_sources = {r.weight_source for r in steps}
+    q_sources = {r.weights for r in quality}
+    if step_sources != q_sources or len(q_sources) != 1:
+        return (f"the step files' weights ({'; '.join(sorted(step_sources))}) are not the quality files' "
+                f"({'; '.join(sorted(q_sources))}): a model decision takes speed and quality of the same checkpoint")
+    return None
+
+
+def recommend_records(steps: list, quality: list[QualityRow], max_kld: Optional[float],
+                      max_ppl_ratio: Optional[float], min_same_top: Optional[float], baseline: str = "bf16") -> list[dict]:
+    """Per (M, context): the fastest measured step (ties within noise broken as
+    :func:`qbench.step.view.recommend` breaks them) among the schemes whose quality on the same
+    checkpoint meets the budget, with its speed-up over ``baseline`` and its quality beside it."""
+    from qbench.step import view as step_view
+
+    ok = {r.scheme for r in steps if (q := quality_of(r, quality)) is not None
+          and meets(q, max_kld, max_ppl_ratio, min_same_top) is None}
+    candidates = [r for r in steps if r.scheme in ok]
+    base = [r for r in steps if r.scheme not in ok and r.scheme in (baseline, f"{baseline}+compiled")]
+    rec = step_view.recommend(candidates + base, float("inf"), baseline)
+    out = []
+    for record in rec:
+        if record["pick"] is not None and record["pick"] not in ok:  # the baseline was kept only to divide by
+            record = {**record, "pick": None, "speedup": None, "step_us": None}
+        row = next((r for r in steps if r.scheme == record["pick"]), None)
+        q = quality_of(row, quality) if row is not None else None
+        record["quality"] = None if q is None else {
+            "scheme": q.scheme, "kld": q.stats.kld.mean, "kld_unc": q.stats.kld.unc, "ppl_ratio": q.stats.ppl_ratio,
+            "same_top": q.stats.same_top, "emulated": q.emulated}
+        out.append(record)
+    return out
+
+
+def _budget(args: argparse.Namespace) -> tuple[Optional[float], Optional[float], Optional[float]]:
+    return (getattr(args, "max_kld", None), getattr(args, "max_ppl_ratio", None), getattr(args, "min_same_top", None))
+
+
+def _budget_text(max_kld, max_ppl_ratio, min_same_top) -> str:
+    parts = [f"mean KLD ≤ {max_kld:g}" if max_kld is not None else "",
+             f"PPL ratio ≤ {max_ppl_ratio:g}" if max_ppl_ratio is not None else "",
+             f"same top ≥ {100 * min_same_top:g} %" if min_same_top is not None else ""]
+    return ", ".join(p for p in parts if p) or "no budget"
+
+
+def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
+    """``qbench recommend STEP.json QUALITY.json --max-kld X``: one pick per (M, context) on both
+    halves; exit 0 with a pick, 1 without. A quality file alone: the schemes within the budget."""
+    from qbench.readers.common import Refused
+
+    budget = _budget(args)
+    if all(b is None for b in budget):
+        raise Refused("a quality file takes a budget in the field's terms: --max-kld (mean KL divergence, nats), "
+                      "--max-ppl-ratio (PPL(Q)/PPL(ref)) and/or --min-same-top (0..1); --max-rel-err is the layer "
+                      "job's synthetic error, never a model decision's budget")
+    steps, quality = _split(docs)
+    if not steps:
+        within = [(q, meets(q, *budget)) for q in quality]
+        print(f"quality budget: {_budget_text(*budget)} (no step file given: no speed half)")
+        print(render([{"scheme": q.scheme, "meets": "yes" if why is None else f"no: {why}"} for q, why in within],
+                     [Column("scheme", "scheme", lambda r: r["scheme"]), Column("meets", "within budget",
+                                                                                 lambda r: r["meets"])], args.format))
+        return 0 if any(why is None for _, why in within) else 1
+    why = _same_weights(steps, quality)
+    if why:
+        raise Refused(why)
+    baseline = getattr(args, "baseline", "bf16")
+    rec = recommend_records(steps, quality, *budget, baseline=baseline)
+    if getattr(args, "format", "simple") == "json":
+        print(json.dumps({"budget": dict(zip(("max_kld", "max_ppl_ratio", "min_same_top"), budget)),
+                          "by_m_context": rec}, indent=2))
+        return 0 if any(r["pick"] for r in rec) else 1
+    first = steps[0]
+    print(f"{first.title} ({first.model}): per M and context, the fastest measured decode step whose scheme meets "
+          f"{_budget_text(*budget)} on this checkpoint (quality file: {', '.join(p for p, d in zip(paths, docs) if d.job == 'quality')})")
+    cols = [Column("m", "M", lambda r: r["m"], numeric=True), Column("context", "context", lambda r: r["context"], numeric=True),
+            Column("pick", "pick", lambda r: r["pick"] or "none within budget"),
+            Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
+            Column("step_us", "step µs", lambda r: r["step_us"], lambda v: DASH if v is None else f"{v:,.0f}", True),
+            Column("kld", "mean KLD", lambda r: r, cell_override=lambda r: DASH if not r["quality"] else
+                   _pm(r["quality"]["kld"], r["quality"]["kld_unc"], "{:.3g}")),
+            Column("same_top", "same top", lambda r: r, cell_override=lambda r: DASH if not r["quality"] else
+                   _pct(r["quality"]["same_top"])),
+            Column("ties", "tied within noise", lambda r: ", ".join(r["ties"]) or DASH)]
+    print(render(rec, cols, args.format))
+    missed = sorted({f"{q.scheme} ({w})" for q in quality if (w := meets(q, *budget))})
+    if missed:
+        print("outside the budget: " + "; ".join(missed))
+    unmeasured = sorted({r.scheme for r in steps if quality_of(r, quality) is None})
+    if unmeasured:
+        print("no quality row (never picked): " + ", ".join(unmeasured))
+    if any(q.emulated for q in quality):
+        print("emulated quality rows: the scheme's kernel did not run there; its dequantized weights did")
+    return 0 if any(r["pick"] for r in rec) else 1
+
+
+def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
+    """``qbench model STEP.json QUALITY.json``: per scheme, the measured step (median per M and
+    context, speed-up over bf16) beside its quality on the same checkpoint."""
+    from qbench.readers.common import Refused
+    from qbench.step import view as step_view
+
+    steps, quality = _split(docs)
+    if steps:
+        why = _same_weights(steps, quality)
+        if why:
+            raise Refused(why)
+    sp = step_view.speedups(steps) if steps else {}
+    points = sorted({(r.m, r.context) for r in steps})
+    records = []
+    for q in quality:
+        rec = {"scheme": q.scheme, "q": q}
+        for r in steps:
+            if quality_of(r, [q]) is not None and r.status == "ok":
+                method = step_view.decision_method(r)
+                value = sp.get(r.key, {}).get(method) if method else None
+                key = f"M={r.m}/{r.context}"
+                if value is not None and (rec.get(key) is None or value > rec[key]):
+                    rec[key] = value
+        records.append(rec)
+    cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
+            Column("kld", "mean KLD", lambda r: r, cell_override=lambda r: _pm(_stat(r["q"], "kld", "mean"),
+                                                                                _stat(r["q"], "kld", "unc"), "{:.3g}")),
+            Column("ppl", "PPL ratio", lambda r: _stat(r["q"], "ppl_ratio"), lambda v: DASH if v is None else f"{v:.4f}", True),
+            Column("same_top", "same top", lambda r: r, cell_override=lambda r: _pct(_stat(r["q"], "same_top"))),
+            Column("stored", "model MiB", lambda r: r["q"].model_stored_bytes, _mib, True)]
+    for m, context in points:
+        key = f"M={m}/{context}"
+        cols.append(Column(key, f"×bf16 {key}", lambda r, k=key: r.get(k), lambda v: DASH if v is None else f"{v:.2f}×", True))
+    if quality:
+        for line in describe(quality):
+            print(line)
+    print(render(records, cols, args.format))
+    if steps:
+        print("×bf16: the measured decode step's speed-up over bf16 (the fastest form of the scheme: eager or "
+              "compiled); the step decides a model, the layer view a kernel")
+    for line in notes(quality):
+        print(line)
+    return 0

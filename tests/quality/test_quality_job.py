@@ -1,0 +1,148 @@
+"""The quality job end to end on the CPU: every registered scheme, the flags, sensitivity, the
+run's files, and the pick on speed and quality together."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qbench import schemes
+from tests.quality.conftest import TEXT, make_checkpoint, run_scheme, write_scenario
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def ck(tmp_path_factory) -> Path:
+    return make_checkpoint(tmp_path_factory.mktemp("q") / "ck")
+
+
+@pytest.mark.parametrize("name", [s.name for s in schemes.all_schemes()])
+def test_every_registered_scheme(tmp_path, ck, name):
+    """Each scheme gives an ok row (its kernel, or emulated and flagged so) or a skipped row saying why."""
+    scheme = schemes.get(name)
+    row = run_scheme(write_scenario(tmp_path, ck, [name]), 0, tmp_path)
+    assert row["status"] in ("ok", "skipped"), row.get("reason")
+    if row["status"] == "skipped":
+        assert row["reason"]
+        return
+    s = row["stats"]
+    assert s["tokens"] == 4 * 31 and s["kld"]["mean"] > -1e-6 and 0 <= s["same_top"] <= 1
+    emulated = scheme.unavailable_reason(torch.device("cpu"), scheme.options_model()) is not None
+    assert row["emulated"] == emulated
+    assert ("emulated" in [f["name"] for f in row["flags"]]) == emulated
+    if not emulated:
+        assert row["linear_stored_bytes"] > 0
+    assert row["reference"]["dtype"] == "float32"
+
+
+def test_reference_is_computed_once_per_run(tmp_path, ck):
+    scenario = write_scenario(tmp_path, ck, ["fp32", "bf16"])
+    first, second = run_scheme(scenario, 0, tmp_path), run_scheme(scenario, 1, tmp_path)
+    assert first["reference"]["computed_s"] > 0 and "computed_s" not in second["reference"]
+    assert len(list(tmp_path.glob("quality-reference-*.bin"))) == 1
+    assert first["stats"]["ref_ppl"] == second["stats"]["ref_ppl"]
+
+
+def test_bf16_is_closer_than_int8_weight_only(tmp_path, ck):
+    scenario = write_scenario(tmp_path, ck, ["bf16", "int8-weight-only", "int4-intx"])
+    kld = [run_scheme(scenario, i, tmp_path)["stats"]["kld"]["mean"] for i in range(3)]
+    assert 0 < kld[0] < kld[1] < kld[2]
+
+
+def test_sensitivity_by_role_and_by_block(tmp_path, ck):
+    row = run_scheme(write_scenario(tmp_path, ck, ["int4-intx"], extra='sensitivity = "role"'), 0, tmp_path)
+    parts = row["sensitivity"]
+    assert sorted(p["part"] for p in parts) == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                       "down_proj"])
+    assert [p["kld"] for p in parts] == sorted((p["kld"] for p in parts), reverse=True)
+    assert all(p["kld"] < row["stats"]["kld"]["mean"] * 1.5 for p in parts)  # one part alone, not the whole model
+    other = tmp_path / "block"
+    other.mkdir()
+    row = run_scheme(write_scenario(other, ck, ["int4-intx"], extra='sensitivity = "block"'), 0, other)
+    assert sorted(p["part"] for p in row["sensitivity"]) == ["block 0", "block 1"]
+
+
+def test_seeded_preset_is_flagged_synthetic(tmp_path, ck):
+    (tmp_path / "text.txt").write_text(TEXT)
+    path = tmp_path / "q.toml"
+    path.write_text(f'name = "q"\ndevice = "cpu"\n[model]\nname = "tiny"\n[quality]\ntext = "text.txt"\nchunk = 64\n'
+                    f'chunks = 4\ntokenizer = "{ck / "tokenizer.json"}"\n[[schemes]]\nname = "bf16"\n')
+    row = run_scheme(path, 0, tmp_path)
+    assert [f["name"] for f in row["flags"]] == ["synthetic-weights"] and row["weights"].startswith("seeded")
+
+
+def test_prequantized_checkpoint_is_flagged(tmp_path):
+    ck = make_checkpoint(tmp_path / "ck")
+    (ck / "qbench-prequantized.json").write_text(json.dumps({"note": "dequantized from a Q4_1 GGUF"}))
+    row = run_scheme(write_scenario(tmp_path, ck, ["int8-weight-only"]), 0, tmp_path)
+    assert {"name": "prequantized-weights", "text": "dequantized from a Q4_1 GGUF"} in row["flags"]
+
+
+def test_compiled_entry_is_measured_eager_and_flagged(tmp_path, ck):
+    path = write_scenario(tmp_path, ck, [])
+    path.write_text(path.read_text() + '[[schemes]]\nname = "bf16"\nmode = "compiled"\n')
+    row = run_scheme(path, 0, tmp_path)
+    assert "not-compiled" in [f["name"] for f in row["flags"]]
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "qbench", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_run_then_recommend_on_both_halves(tmp_path, ck):
+    """qbench run of a quality scenario and of a step scenario on the same checkpoint; recommend
+    --max-kld picks per (M, context) among the schemes within the budget; model shows both halves."""
+    quality = write_scenario(tmp_path, ck, ["fp32", "bf16", "int8-weight-only"])
+    proc = _run("run", str(quality), "--out", "quality.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "mean KLD" in proc.stdout and "llama.cpp's convention" in proc.stdout
+    (tmp_path / "step.toml").write_text(
+        f'name = "s"\ndevice = "cpu"\nm = [1]\n[model]\ncheckpoint = "{ck}"\ncontext = [16]\nmethods = ["step_cpu"]\n'
+        '[timing]\nwarmup = 1\nmin_reps = 3\nmax_reps = 5\nbudget_s = 0.05\n'
+        '[[schemes]]\nname = "fp32"\n[[schemes]]\nname = "bf16"\n[[schemes]]\nname = "int8-weight-only"\n')
+    proc = _run("run", "step.toml", "--out", "step.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    q = {r["scheme"]: r for r in json.loads((tmp_path / "quality.json").read_text())["rows"]}
+    budget = (q["bf16"]["stats"]["kld"]["mean"] + q["int8-weight-only"]["stats"]["kld"]["mean"]) / 2
+    proc = _run("recommend", "step.json", "quality.json", "--max-kld", f"{budget:.6g}", "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = json.loads(proc.stdout)["by_m_context"]
+    assert (rec["m"], rec["context"]) == (1, 16) and rec["pick"] in ("fp32", "bf16")  # int8 is outside the budget
+    assert rec["quality"]["kld"] <= budget
+    proc = _run("recommend", "step.json", "quality.json", "--max-kld", "1e-12", cwd=tmp_path)
+    assert "fp32" in proc.stdout and "outside the budget" in proc.stdout
+    proc = _run("model", "ck", "step.json", "quality.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "×bf16 M=1/16" in proc.stdout and "mean KLD" in proc.stdout
+    proc = _run("recommend", "step.json", "quality.json", "--max-rel-err", "0.01", cwd=tmp_path)
+    assert proc.returncode == 2 and "--max-kld" in proc.stderr
+    proc = _run("compare", "quality.json", "quality.json", cwd=tmp_path)
+    assert proc.returncode == 2 and "quality result" in proc.stderr
+
+
+def test_recommend_refuses_step_and_quality_of_different_weights(tmp_path, ck):
+    from qbench.quality import view
+
+    class R:  # the two fields the check reads
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    why = view._same_weights([R(weight_source="seeded ...")], [R(weights=f"checkpoint {ck} (float32)")])
+    assert why and "same checkpoint" in why
+
+
+def test_float16_logprobs_keep_the_reference_exact(tmp_path, ck):
+    """Log-probabilities shared at float16: each scheme's are rounded the same way, so the reference
+    against itself is still KL 0; a quantized scheme's KL stays close to the float32 file's."""
+    exact = run_scheme(write_scenario(tmp_path, ck, ["fp32", "int4-intx"]), 1, tmp_path)
+    half = tmp_path / "half"
+    half.mkdir()
+    scenario = write_scenario(half, ck, ["fp32", "int4-intx"], extra='logprobs = "float16"')
+    ref, q = run_scheme(scenario, 0, half), run_scheme(scenario, 1, half)
+    assert ref["stats"]["kld"]["mean"] == 0 and ref["reference"]["logprobs"] == "float16"
+    assert q["stats"]["kld"]["mean"] == pytest.approx(exact["stats"]["kld"]["mean"], rel=0.05, abs=1e-4)
