@@ -298,7 +298,7 @@ def gen_step_pick(args: list[str], page: str) -> str:
         at_m = [r for r in recs if r["m"] == rec["m"]]
         if len({r["pick"] for r in at_m}) == 1 and rec["pick"] in ("bf16", "bf16+compiled"):
             if rec is at_m[0]:  # an M where bf16 wins at every context: one line
-                lines.append(_bullet(f"M = {rec['m']}, {', '.join(str(r['context']) for r in at_m)} positions: "
+                lines.append(_bullet(f"M = {rec['m']}, every context ({', '.join(str(r['context']) for r in at_m)}): "
                                      f"**{rec['pick']}**: no quantized scheme within the budget is faster"))
             continue
         if rec["pick"] is None:
@@ -308,7 +308,7 @@ def gen_step_pick(args: list[str], page: str) -> str:
         base = by_key.get(("bf16+compiled" if pick.mode == "compiled" else "bf16", rec["m"], rec["context"]))
         said = ""
         if base is not None and pick.step_us(loop) and base.step_us(loop) and pick.scheme != base.scheme:
-            said = f"; in a reduce-overhead decode loop {base.step_us(loop) / pick.step_us(loop):.2f}×"
+            said = f"; in a reduce-overhead decode loop {base.step_us(loop) / pick.step_us(loop):.2f}× bf16's loop"
         against = "bf16 compiled" if pick.mode == "compiled" else "bf16"
         lines.append(_bullet(f"M = {rec['m']}, {rec['context']} positions: **{rec['pick']}**, "
                              f"{rec['step_us'] / 1000:.2f} ms per step, {rec['speedup']:.2f}× {against}, logits rel_fro "
