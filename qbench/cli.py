@@ -84,6 +84,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except lifecycle.RunInterrupted as exc:
             print(f"qbench: {exc.message()}", file=sys.stderr)
             return exc.exit_code
+    from qbench import jobs
     from qbench.results import ResultDoc
 
     # a Markdown table is paste-ready on stdout: its prose goes to stderr too (_table)
@@ -91,19 +92,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # a document meant to be parsed (csv, json, tsv, latex, html, wiki markup) is alone on stdout; the rest
     # goes to stderr
     doc = ResultDoc.of(outcome.doc)
-    from qbench import jobs
-
     job_view = jobs.get(doc.job).view("run")
-    if job_view is not None:  # the job kind's own table
-        n = job_view(doc, args)
-    elif doc.job == "step":  # the model-step table (qbench.step.view)
-        from qbench.step import view
-
-        for line in view.describe(outcome.doc):
-            print(line, file=sys.stderr if machine else sys.stdout)
-        _table(view.step_table(doc.step_rows, fmt=args.format, wide=args.wide,
-                               fit=render.fit if render.narrow(args.format, args.wide) else None), args.format)
-        n = len(doc.step_rows)
+    if job_view is not None:  # the job kind's own table (qbench.jobs), paste-ready in Markdown too
+        n = _paste_ready(args.format, lambda: job_view(doc, args))
     else:
         print(render.render_header(doc), file=sys.stderr if machine else sys.stdout)
         if scenario_mod.weight_is_synthetic(loaded):  # the errors below are not a trained layer's
@@ -117,7 +108,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         n = len(doc.rows)
     print(f"\nwrote {outcome.path} ({n} row{'' if n == 1 else 's'}, {outcome.doc['wall_s']:.1f} s)",
           file=sys.stderr if machine else sys.stdout)
-    if doc.job == "layer" and not machine:  # the answer to the README's question, and where to read why
+    if job_view is None and not machine:  # the answer to the README's question, and where to read why
         from qbench.readers.recommend import pick_lines
 
         for line in pick_lines(doc, str(outcome.path)):
@@ -139,15 +130,27 @@ def _activations_note(loaded) -> str:
 
 def _table(text: str, fmt: str) -> None:
     """Print a run's table: in a Markdown format the table lines alone on stdout and the notes
-    under it on stderr (:func:`qbench.render.split_markdown`), else as it is."""
+    under it on stderr (:func:`_paste_ready`), else as it is."""
+    _paste_ready(fmt, lambda: print(text))
+
+
+def _paste_ready(fmt: str, show):
+    """Run ``show`` (which prints); in a Markdown format its table lines go alone to stdout and
+    every other line to stderr (:func:`qbench.render.split_markdown`). Returns what ``show`` returns."""
+    import contextlib
+    import io
+
     from qbench import render
 
     if fmt not in render.MARKDOWN_FORMATS:
-        print(text)
-        return
-    tables, prose = render.split_markdown(text)
+        return show()
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        result = show()
+    tables, prose = render.split_markdown(buffer.getvalue())
     sys.stderr.write(prose)
     sys.stdout.write(tables)
+    return result
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

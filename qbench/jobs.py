@@ -38,10 +38,11 @@ class Job:
             ``"torchrun"`` (one process group per scheme, the kind's own runner ``run``).
         run: ``"module:function"`` replacing :func:`qbench.runner.run` for a ``torchrun`` kind.
         exclusive: a worker holds a whole model: never two workers on the device at once.
-        views: command name -> ``"module:function"`` rendering that command's view of documents
-            of this kind (absent: the command's own, layer, view): ``"run"`` takes ``(doc, args)``
-            and returns the rows shown; a reader's takes ``(args, paths, docs)`` and returns the
-            exit status (:func:`qbench.readers.common.job_view`).
+        views: reader command name -> ``"module:function"`` rendering that reader's view of a
+            document of this kind (absent: the reader's own, layer, view). ``run`` is ``(doc, args)
+            -> rows shown``; a reader's is ``(args, paths, docs) -> exit status``.
+        refusal: what a reader without a view of this kind says of its file, after ``<path>: ``
+            (None: a line naming the kind and the readers that have a view).
         summary: one line for ``qbench list`` and errors.
     """
 
@@ -56,6 +57,7 @@ class Job:
     run: Optional[str] = None
     exclusive: bool = False
     views: Mapping[str, str] = field(default_factory=dict)
+    refusal: Optional[str] = None
 
     def view(self, command: str) -> Optional[Callable[..., Any]]:
         """The function rendering reader ``command``'s view of this kind, or None (the layer view)."""
@@ -73,8 +75,13 @@ JOBS: dict[str, Job] = {j.name: j for j in (
                "recommend": "qbench.quality.view:recommend_view", "model": "qbench.quality.view:model_view"},
         summary="a checkpoint's perplexity, KL divergence and same-top share over a text, per scheme"),
     Job("step", table="model", exclusive=True,
-        check_rows="qbench.results:check_step_rows", blank_rows="qbench.step.measure:blank_rows",
+        check_rows="qbench.step.row:check_rows", blank_rows="qbench.step.measure:blank_rows",
         measure="qbench.step.measure:measure_step_scheme",
+        views={"run": "qbench.step.views:run_view", "report": "qbench.step.views:report_view",
+               "recommend": "qbench.step.views:recommend_view", "model": "qbench.step.views:model_view",
+               "plot": "qbench.step.views:plot_view"},
+        refusal="a model-step result (rows of job 'step'); this command reads per-layer results (qbench report, "
+                "recommend and model read model-step files)",
         summary="a Llama model's whole decode step, per scheme, M and context"),
     Job("tp", table="tp", launcher="torchrun", run="qbench.tp.runner:run_tp",
         check_rows="qbench.results:check_rows", blank_rows="qbench.measure:blank_rows",

@@ -133,7 +133,7 @@ def incomplete_warning(doc: ResultDoc, path: str | os.PathLike) -> Optional[str]
     file unless asked (``--allow-incomplete``)."""
     if doc.complete is not False:
         return None
-    rows = doc.step_rows if doc.job == "step" else doc.rows
+    rows = doc.rows
     schemes = len({r.scheme for r in rows})
     asked = len((doc.scenario.model_extra or {}).get("schemes") or [])
     of = f"{schemes} of the {asked} schemes its scenario lists" if asked > schemes else f"{schemes} schemes"

@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from qbench import SCHEMA_VERSION, jobs
 from qbench.row import Num, Row, RowError, row_key, validate_row
-from qbench.step.row import StepRow
 
 __all__ = [
     "Ceilings",
@@ -44,8 +43,6 @@ __all__ = [
     "ScenarioInfo",
     "finite_or_none",
     "read_results",
-    "check_step_rows",
-    "is_step",
     "upgrade_v1_row",
     "write_results",
 ]
@@ -173,9 +170,8 @@ def _finite_float(token: str) -> float:
 def read_results(path: str | os.PathLike) -> "ResultDoc":
     """Read and check a result JSON file; return it as a :class:`ResultDoc` (rows as
     :class:`qbench.row.Row`). A schema 1 file's reasons and flags are upgraded on the way
-    (:func:`upgrade_v1_row`). A model-step result (rows of ``"job": "step"``) is held with its
-    rows as :class:`qbench.step.row.StepRow` under :attr:`ResultDoc.step_rows` (``rows`` empty,
-    :attr:`ResultDoc.job` ``"step"``).
+    (:func:`upgrade_v1_row`). The rows of another job kind (a ``job`` key on its rows) are typed and
+    checked by that kind's ``check_rows`` (:mod:`qbench.jobs`); :attr:`ResultDoc.job` names it.
 
     Raises :class:`ResultsError` when the file is missing, is not strict JSON, or is not a qbench
     result (an object with a ``rows`` list, every row fitting the row model), and
@@ -214,9 +210,7 @@ def read_results(path: str | os.PathLike) -> "ResultDoc":
     if not isinstance(doc.get("rows"), list):
         raise ResultsError(f"{path}: not a qbench result (no 'rows' list)")
     job = jobs.of_rows(doc["rows"])
-    if job.name == "step":  # a model-step result: rows as StepRow, under step_rows
-        parts = {"rows": [], "step_rows": check_step_rows(doc["rows"], str(path))}
-    elif job.name != jobs.DEFAULT:  # another job kind: rows typed by its row model
+    if job.name != jobs.DEFAULT:  # another job kind: rows typed by its row model
         parts = {"rows": jobs.load(job.check_rows)(doc["rows"], str(path)), "job_kind": job.name}
     else:
         if version == 1:  # upgraded in memory
@@ -314,13 +308,10 @@ class ScenarioInfo(_Open):
 
 class ResultDoc(BaseModel):
     """One qbench result file as readers hold it (``docs/results-schema.md``): the document's
-    fields, with ``rows`` as :class:`qbench.row.Row`. Keys this model does not list are kept. A
-    schema 1 file is held as the schema 2 document it upgrades to (``schema_version`` 2).
-
-    A model-step result (:mod:`qbench.step`) holds its rows as :class:`qbench.step.row.StepRow`
-    in ``step_rows`` and none in ``rows``; :attr:`job` says which (``"layer"`` or ``"step"``), so
-    a layer reader refuses a step file by its job (:func:`qbench.readers.common.open_results`)
-    and a step reader reads typed step rows."""
+    fields, with ``rows`` typed by the job kind: :class:`qbench.row.Row` for the layer and
+    tensor-parallel jobs, the kind's own row model otherwise (:attr:`job` names the kind; a reader
+    takes its view from the kind's record, :mod:`qbench.jobs`). Keys this model does not list are
+    kept. A schema 1 file is held as the schema 2 document it upgrades to (``schema_version`` 2)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -334,14 +325,12 @@ class ResultDoc(BaseModel):
     scenario: ScenarioInfo = Field(default_factory=ScenarioInfo)
     workers: Optional[Any] = None
     rows: list[Any] = Field(default_factory=list)  # typed by the job kind: Row, or the kind's row model
-    step_rows: list[StepRow] = Field(default_factory=list, exclude=True)
     job_kind: str = Field(default=jobs.DEFAULT, exclude=True)
 
     @property
     def job(self) -> str:
-        """The job kind of the rows (:mod:`qbench.jobs`): ``"step"`` for a model-step result (its rows in
-        :attr:`step_rows`), the kind a row names, else ``"layer"``."""
-        return "step" if self.step_rows else self.job_kind
+        """The job kind of the rows (:mod:`qbench.jobs`): the kind a row names, else ``"layer"``."""
+        return self.job_kind
 
     @property
     def machine(self) -> str:
@@ -367,9 +356,6 @@ class ResultDoc(BaseModel):
             return doc
         rows = doc.get("rows") or []
         job = jobs.of_rows(rows)
-        if job.name == "step":
-            return cls.model_validate({**doc, "schema_version": SCHEMA_VERSION, "rows": [],
-                                       "step_rows": check_step_rows(rows, "document")})
         if job.name != jobs.DEFAULT:
             return cls.model_validate({**doc, "schema_version": SCHEMA_VERSION, "job_kind": job.name,
                                        "rows": jobs.load(job.check_rows)(rows, "document")})
@@ -385,13 +371,10 @@ class ResultDoc(BaseModel):
 
     def to_json(self) -> dict:
         """The document as JSON types, with exactly the keys it was read or built with (a schema 1
-        file's rows and version upgraded): what :func:`write_results` writes back. A step
-        result's rows are its :attr:`step_rows`."""
+        file's rows and version upgraded): what :func:`write_results` writes back."""
         out = self.model_dump(mode="json", exclude_unset=True, exclude={"rows"})
         if "rows" in self.model_fields_set:
             out["rows"] = [r.model_dump(mode="json", exclude_unset=True) for r in self.rows]
-        if self.step_rows:
-            out["rows"] = [r.model_dump(mode="json", exclude_unset=True) for r in self.step_rows]
         return out
 
 
@@ -428,39 +411,3 @@ def check_rows(rows: list, source: str) -> list[Row]:
         seen[key] = i
     return out
 
-
-def is_step(rows: list) -> bool:
-    """Whether ``rows`` are a model-step result's (some row says ``"job": "step"``)."""
-    return any(isinstance(row, (dict, StepRow)) and (row.get("job") if isinstance(row, dict) else row.job) == "step"
-               for row in rows)
-
-
-def check_step_rows(rows: list, source: str) -> list[StepRow]:
-    """Check the rows of a model-step result against :class:`qbench.step.row.StepRow` (unknown
-    keys refused, every value of its field's type), one row per (scheme, M, context, model,
-    device); return them as :class:`StepRow`, in order. A step row's reasons and flags are
-    sentences in every schema version (the step job's format; no upgrade).
-
-    Raises:
-        ResultsError: one line naming ``source``, the row's index and key path, the bad value, or
-            a row that is not a step row (a step result holds only step rows).
-    """
-    seen: dict[tuple, int] = {}
-    out: list[StepRow] = []
-    for i, row in enumerate(rows):
-        if isinstance(row, StepRow):
-            row = row.model_dump(mode="json", exclude_unset=True)
-        if not isinstance(row, dict) or row.get("job") != "step":
-            raise ResultsError(f"{source}: rows[{i}]: a model-step result holds only step rows (job = 'step')")
-        try:
-            typed = StepRow.model_validate(row)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise ResultsError(f"{source}: rows[{i}].{where}: {err['msg']} (got {err.get('input')!r})"[:400]) from None
-        if typed.key in seen:
-            raise ResultsError(f"{source}: rows[{i}] repeats rows[{seen[typed.key]}] (scheme {row['scheme']!r}, "
-                               f"M={row['m']}, context={row['context']}): one row per scheme, M and context")
-        seen[typed.key] = i
-        out.append(typed)
-    return out

@@ -289,7 +289,7 @@ def gen_step_pick(args: list[str], page: str) -> str:
     from qbench.step import view
 
     path, budget = args[0], float(args[1])
-    rows = read_results(ROOT / path).step_rows
+    rows = read_results(ROOT / path).rows
     by_key = {(r.scheme, r.m, r.context): r for r in rows}
     loop = "step_reduce_overhead"
     lines = []

@@ -102,12 +102,12 @@ def test_a_wrong_key_or_type_is_one_line(fields, message):
 
 def test_every_committed_result_file_loads():
     """Every result document under results/ and tests/fixtures/real/ loads with all its rows (a
-    model-step file's as StepRow, under step_rows)."""
+    model-step file's as StepRow)."""
     files = _result_files()
     assert len(files) >= 22
     for path in files:
         doc = read_results(path)
-        assert len(doc.rows) + len(doc.step_rows) == len(json.loads(path.read_text())["rows"]), path
+        assert len(doc.rows) == len(json.loads(path.read_text())["rows"]), path
         assert (doc.job == "step") == ("step_" in path.name), path
 
 

@@ -153,7 +153,7 @@ def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
 
 
 def _split(docs: Sequence) -> tuple[list, list[QualityRow]]:
-    steps = [r for d in docs if d.job == "step" for r in d.step_rows]
+    steps = [r for d in docs if d.job == "step" for r in d.rows]
     quality = [r for d in docs if d.job == "quality" for r in d.rows]
     return steps, quality
 

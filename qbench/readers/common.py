@@ -25,7 +25,7 @@ from qbench.row import Repeats, Row
 
 __all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "combine_rows", "group_results", "merge_docs",
            "split_runs", "add_baseline", "check_baseline", "DEFAULT_BASELINE", "add_format", "add_max_rel_err",
-           "add_method", "add_wide", "blocking_differences", "env_of", "fail", "job_view", "open_results",
+           "add_method", "add_wide", "blocking_differences", "env_of", "fail", "job_view", "one_result", "open_results",
            "timing_differences"]
 
 
@@ -163,13 +163,12 @@ def check_max_rel_err(value: Optional[float]) -> None:
 # ---- the files ---------------------------------------------------------------------------------
 
 def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn",
-                 refusal: str = "", steps: bool = False, command: str = "") -> list[ResultDoc]:
+                 refusal: str = "", command: str = "") -> list[ResultDoc]:
     """Read every file of ``paths`` (:func:`qbench.results.read_results`), in order.
 
-    A model-step result (:attr:`qbench.results.ResultDoc.job` ``"step"``) is refused unless
-    ``steps`` (a reader that reads :attr:`~qbench.results.ResultDoc.step_rows`), and a result of
-    another kind unless its job record offers a view for ``command`` (:func:`job_view`): one line
-    naming the file and the readers that take it.
+    A result of a job kind other than the layer's (:attr:`qbench.results.ResultDoc.job`) is refused
+    unless its job record offers a view for ``command`` (:func:`job_view`): one line naming the file
+    and the readers that take it (the record's ``refusal``).
 
     ``incomplete`` says what happens to a file marked ``"complete": false``, after every file was
     read: ``warn`` prints :func:`qbench.judge.incomplete_warning` on stderr, ``refuse`` raises
@@ -177,8 +176,8 @@ def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn"
     says nothing (the reader does).
 
     Raises:
-        Refused: a file cannot be read or is not a qbench result (the message names it), a
-            model-step result without ``steps``, or an incomplete file with ``incomplete="refuse"``.
+        Refused: a file cannot be read or is not a qbench result (the message names it), a result
+            of a kind without a ``command`` view, or an incomplete file with ``incomplete="refuse"``.
     """
     try:
         docs = [read_results(path) for path in paths]
@@ -186,13 +185,10 @@ def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn"
         raise Refused(str(exc)) from None
     for path, doc in zip(paths, docs):
         kind = jobs.get(doc.job)
-        if doc.job not in ("layer", "step") and not (command and command in kind.views):
+        if kind.name != jobs.DEFAULT and command not in kind.views:
             offered = ", ".join(f"qbench {c}" for c in kind.views if c != "run")
-            raise Refused(f"{path}: a {doc.job} result (rows of job {doc.job!r}); this command does not read it "
-                          f"({offered or 'no reader'} does)")
-        if doc.job == "step" and not steps:
-            raise Refused(f"{path}: a model-step result (rows of job 'step'); this command reads per-layer "
-                          f"results (qbench report, recommend and model read model-step files)")
+            raise Refused(f"{path}: " + (kind.refusal or f"a {kind.name} result (rows of job {kind.name!r}); this "
+                                         f"command does not read it ({offered or 'no reader'} does)"))
     if incomplete != "keep":
         for path, doc in zip(paths, docs):
             warning = incomplete_warning(doc, path)
@@ -203,10 +199,10 @@ def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn"
     return docs
 
 
-def job_view(docs: Sequence[ResultDoc], command: str):
+def job_view(docs: Sequence[ResultDoc], command: str) -> Optional[Callable[..., int]]:
     """The view ``command`` takes for ``docs`` from their job kinds' records (:mod:`qbench.jobs`):
-    the first kind, in registry order, among the documents' kinds that offers one (the quality
-    kind's ``recommend`` reads step files beside its own); None: the command's own view."""
+    the first kind, in registry order, among the documents' kinds that offers one; None: the
+    command's own (layer) view."""
     present = {doc.job for doc in docs}
     for kind in jobs.JOBS.values():
         if kind.name in present and command in kind.views:
@@ -362,6 +358,18 @@ def group_results(paths: Sequence[str], docs: Sequence[ResultDoc]) -> list[Resul
         mine = [docs[i] for i in members]
         out.append(Result([paths[i] for i in members], merge_docs(mine), split_runs(mine)))
     return out
+
+
+def one_result(paths: Sequence[str], docs: Sequence[ResultDoc]) -> Result:
+    """The one :class:`Result` the files are (:func:`group_results`).
+
+    Raises:
+        Refused: the files are several results (scenarios or machines differ), each named."""
+    results = group_results(paths, docs)
+    if len(results) > 1:
+        raise Refused("the files are not one result (one scenario on one machine): "
+                      + "; ".join(f"{r.label} ({r.doc.scenario.name or r.doc.job}, {r.doc.machine})" for r in results))
+    return results[0]
 
 
 #: The prefixes of :func:`qbench.hardware.machine_differences` lines that make two files two machines:

@@ -237,7 +237,7 @@ def run_compare(args) -> int:
     max_growth = getattr(args, "max_err_growth", 2.0)
     if not max_growth > 0:
         raise Refused(f"--max-err-growth must be > 0 (a factor on A's error, e.g. 2), got {max_growth}")
-    docs = open_results(paths_a + paths_b)
+    docs = open_results(paths_a + paths_b, command="compare")
     sides = []
     for name, paths, mine in (("A", paths_a, docs[:len(paths_a)]), ("B", paths_b, docs[len(paths_a):])):
         groups = group_results(paths, mine)

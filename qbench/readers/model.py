@@ -42,20 +42,83 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, incomplete_warning, resolve_method, unusable_note
-from qbench.step.config import LAYER_PRESETS as PRESETS, LinearShape, ModelPreset
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
                                    add_method, add_wide, check_baseline, check_max_rel_err, job_view, open_results,
                                    timing_differences)
-from qbench.render import (Column, check_format, fit, narrow, render, synthetic_step_warning, synthetic_weights,
-                           wants_prose)
+from qbench.render import Column, check_format, fit, narrow, render, synthetic_weights, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
-from qbench.step import view as step_view
 
-__all__ = ["ACT_ON", "COMMAND", "Indexed", "disagreements", "index_rows", "model_step", "render_model", "row_floor_us",
-           "run_model"]
+__all__ = ["ACT_ON", "COMMAND", "Indexed", "LinearShape", "ModelPreset", "PRESETS", "index_rows", "model_step",
+           "render_model", "row_floor_us", "run_model"]
+
+
+# ---- the models: the linear shapes of one decode step ------------------------------------------
+
+@dataclass(frozen=True)
+class LinearShape:
+    """One linear shape of a model.
+
+    Attributes:
+        names: the projections of that shape, e.g. ``"q_proj, o_proj"``.
+        k: in_features.
+        n: out_features.
+        count: how many of them one block has (the LM head: how many the model has, 1).
+        scenario: the scenario file that measures this shape.
+    """
+
+    names: str
+    k: int
+    n: int
+    count: int
+    scenario: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.names} {self.k}→{self.n}"
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """A model's linear layers: ``blocks`` decoder blocks of ``block`` shapes, plus ``lm_head``."""
+
+    name: str
+    title: str
+    blocks: int
+    block: tuple[LinearShape, ...]
+    lm_head: LinearShape
+    source: str
+
+
+def _layer_llama(name: str, title: str, blocks: int, hidden: int, kv: int, ffn: int, vocab: int,
+           prefix: str, source: str) -> ModelPreset:
+    """A Llama-architecture preset: q/o hidden→hidden, k/v hidden→kv (KV heads × head dim),
+    gate/up hidden→ffn, down ffn→hidden, LM head hidden→vocab (untied)."""
+    return ModelPreset(
+        name=name, title=title, blocks=blocks, source=source,
+        block=(LinearShape("q_proj, o_proj", hidden, hidden, 2, f"scenarios/{prefix}_q_o.toml"),
+               LinearShape("k_proj, v_proj", hidden, kv, 2, f"scenarios/{prefix}_k_v.toml"),
+               LinearShape("gate_proj, up_proj", hidden, ffn, 2, f"scenarios/{prefix}_gate_up.toml"),
+               LinearShape("down_proj", ffn, hidden, 1, f"scenarios/{prefix}_down.toml")),
+        lm_head=LinearShape("lm_head", hidden, vocab, 1, f"scenarios/{prefix}_lm_head.toml"),
+    )
+
+
+#: The model presets, by the name ``qbench model`` takes. Shapes from Meta's config.json files
+#: (head dim 128 in both; o_proj is hidden→hidden because heads × head dim = hidden); the step's
+#: configurations of the same models (:data:`qbench.step.config.PRESETS`) have the same shapes.
+PRESETS: dict[str, ModelPreset] = {
+    "llama3-8b": _layer_llama("llama3-8b", "Llama-3-8B", 32, 4096, 1024, 14336, 128256, "llama3_8b",
+                        "hidden 4096, 32 heads, 8 KV heads of 128, FFN 14336, vocab 128256, 32 layers"),
+    # Llama-3.1-8B's linear layers are Llama-3-8B's (the step presets differ in RoPE and positions only)
+    "llama3.1-8b": _layer_llama("llama3.1-8b", "Llama-3.1-8B", 32, 4096, 1024, 14336, 128256, "llama3_8b",
+                          "hidden 4096, 32 heads, 8 KV heads of 128, FFN 14336, vocab 128256, 32 layers"),
+    "llama3.1-70b": _layer_llama("llama3.1-70b", "Llama-3.1-70B", 80, 8192, 1024, 28672, 128256,
+                           "llama31_70b",
+                           "hidden 8192, 64 heads, 8 KV heads of 128, FFN 28672, vocab 128256, 80 layers"),
+}
 
 
 @dataclass(frozen=True)
@@ -359,50 +422,6 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                             "instead; CSV has no place for notes, so there the warning stays")
 
 
-# ---- a measured step (model-step result files, qbench.step) ------------------------------------
-
-def _step_columns(records: list[dict], baseline: str, wide: bool = True) -> list[Column]:
-    """The step table's columns (before the error): M, context, scheme, step method, the measured
-    step, tokens/s, Σ linear, the remainder's share, ×baseline per step method present and as Σ
-    linear predicts it. Without ``wide`` the narrow set (:data:`STEP_WIDE_ONLY` left out; the
-    speed-up is the step method's, under ``×baseline``, and the headers are short), which fits 120
-    characters with the error and budget columns on the committed H200 step files."""
-    methods = [m for m in step_view.STEP_METHODS if any(m in r["speedup"] for r in records)]
-
-    def ratio(v: Optional[float]) -> str:
-        return DASH if v is None else f"{v:.2f}×"
-
-    cols = [
-        Column("m", "M", lambda r: r["m"], str, True),
-        Column("context", "context" if wide else "ctx", lambda r: r["context"], str, True),
-        Column("scheme", "scheme", lambda r: r["scheme"]),
-        Column("method", "step method" if wide else "method",
-               lambda r: step_view.SHORT.get(r["method"], r["method"] or DASH)),
-        Column("step_us", "step µs (measured)" if wide else "step µs", lambda r: r["step_us"], fmt_us, True),
-        Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-        Column("linear_us", "Σ linear µs", lambda r: r["linear_us"], fmt_us, True),
-        Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None else 100 * r["rest_share"],
-               lambda v: DASH if v is None else f"{v:.0f} %", True),
-    ]
-    if not wide:  # the speed-up by the row's own step method, as the step table of qbench report shows it
-        cols.append(Column("speedup", f"×{baseline}", lambda r: r["speedup"].get(r["method"]) if r["method"] else None,
-                           ratio, True))
-        cols.append(Column("linear_speedup", f"×{baseline} Σ", lambda r: r["linear_speedup"], ratio, True))
-        return [c for c in cols if c.key not in STEP_WIDE_ONLY]
-    for m in methods:
-        cols.append(Column(f"speedup_{m}", f"×{baseline} {step_view.SHORT[m]}",
-                           lambda r, m=m: r["speedup"].get(m), ratio, True))
-    cols.append(Column("linear_speedup", f"×{baseline} Σ linear", lambda r: r["linear_speedup"], ratio, True))
-    return cols
-
-
-#: The columns of a model-step table a terminal shows only with ``--wide``: tokens/s (M / step) and Σ
-#: linear in µs (the narrow table keeps its share of the step, ``rest``, and the speed-up it predicts,
-#: ``×baseline Σ``); the narrow table's one ``×baseline`` is the row's step method's, the wide one has
-#: one per method.
-STEP_WIDE_ONLY = ("tokens_per_s", "linear_us")
-
-
 def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[str]:
     """Print on stderr, and return, one ``warning:`` line per difference
     :func:`qbench.readers.common.timing_differences` finds between the first file's machine and each
@@ -418,149 +437,20 @@ def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[st
     return out
 
 
-def disagreements(records: list[dict]) -> list[dict]:
-    """The (M, context) of :func:`qbench.step.view.model_records` ``records`` (with ``over_budget``)
-    at which the fastest measured step and the fastest Σ linear are different schemes, among the
-    schemes within the budget that have both: ``{"m", "context", "step", "linear"}`` each."""
-    out = []
-    for m, context in dict.fromkeys((r["m"], r["context"]) for r in records):
-        both = [r for r in records if (r["m"], r["context"]) == (m, context) and not r.get("over_budget")
-                and r["step_us"] is not None and r["linear_us"] is not None]
-        if len(both) < 2:
-            continue
-        step = min(both, key=lambda r: r["step_us"])["scheme"]
-        linear = min(both, key=lambda r: r["linear_us"])["scheme"]
-        if step != linear:
-            out.append({"m": m, "context": context, "step": step, "linear": linear})
-    return out
-
-
-def run_step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` (the rows of the
-    model-step files whose ``model`` is ``NAME``) beside the linear-only prediction (Σ linear, the
-    per-layer ``stream`` sum measured in the same run) and the end-to-end speed-up over
-    ``--baseline`` per step method (:func:`qbench.step.view.speedups`; a compiled scheme against
-    the baseline's compiled form), then one context-sweep line per scheme and M: the context at
-    which it stops beating the baseline (:func:`qbench.step.view.breakeven`). ``--max-rel-err``
-    marks schemes whose logits error is over it. Returns 0 when some scheme has a measured step,
-    else 1; raises :class:`~qbench.readers.common.Refused` (a file of another model, files of
-    several machines, a row that two files both hold, ``--method``)."""
-    if args.method is not None:
-        raise Refused("--method reads per-layer files; a model-step file's step methods are all shown")
-    if len({doc.machine for doc in docs}) > 1:
-        raise Refused("the files were measured on different machines ("
-                      + "; ".join(f"{p}: {d.machine}" for p, d in zip(paths, docs)) + ")")
-    warn_machine_differences(paths, docs)
-    rows = []
-    for path, doc in zip(paths, docs):
-        mine = [r for r in doc.step_rows if args.name in (r.model, r.title)]  # a config path's model by its title too
-        if not mine:
-            held = ", ".join(sorted({f"{r.model} (title {r.title})" if r.model.endswith(".json") else r.model
-                                     for r in doc.step_rows}))
-            raise Refused(f"{path}: a model-step result of {held}, not of {args.name}")
-        again = {r.key for r in mine} & {r.key for r in rows}
-        if again:
-            s, m, c = sorted(again)[0][:3]
-            raise Refused(f"{path}: {s} at M={m}, context {c} is in an earlier file too: qbench model reads one run "
-                          "per row; to compare runs of one scenario use qbench recommend A.json B.json")
-        rows += mine
-    check_baseline(paths, {r.scheme.replace("+compiled", "") for r in rows}, args.baseline)
-    notes = []
-    for path, doc in zip(paths, docs):
-        warning = incomplete_warning(doc, path)
-        if warning and getattr(args, "allow_incomplete", False) and wants_prose(args.format):
-            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.step_rows)} rows), read "
-                         "with --allow-incomplete")
-        elif warning:
-            print(warning, file=sys.stderr)
-    records = step_view.model_records(rows, args.baseline)
-    for rec in records:
-        err = next(step_view.logits_error(r) for r in rows if (r.scheme, r.m, r.context) ==
-                   (rec["scheme"], rec["m"], rec["context"]))
-        rec["rel_fro"] = err
-        rec["over_budget"] = args.max_rel_err is not None and (err is None or err > args.max_rel_err)
-    sweep = step_view.sweep(rows, args.baseline)
-    if args.format == "json":
-        print(json.dumps({"model": args.name, "baseline": args.baseline, "rows": records, "sweep": sweep,
-                          "notes": notes}, indent=2, ensure_ascii=False))
-        return 0 if any(r["step_us"] is not None for r in records) else 1
-    fits = narrow(args.format, getattr(args, "wide", False))
-    cols = _step_columns(records, args.baseline, wide=not fits)
-    cols.append(Column("rel_fro", "err" if fits else "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True))
-    if args.max_rel_err is not None:
-        cols.append(Column("budget", f"≤ {args.max_rel_err:g}", lambda r: "over" if r["over_budget"] else "ok"))
-    table = render(records, cols, args.format)
-    if not wants_prose(args.format):
-        print(table)
-        return 0 if any(r["step_us"] is not None for r in records) else 1
-    say = fit if fits else (lambda line: line)  # noqa: E731  (prose lines within 120 characters)
-    title = rows[0].title
-    b = args.baseline
-    methods = "/".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
-    print(say(visible(f"{title} ({args.name}): the measured decode step (qbench.step) beside the linear-only "
-                      "prediction")))
-    warning = synthetic_step_warning(rows)
-    if warning:
-        print(say(visible(warning)))
-    disagree = disagreements(records)
-    if disagree:
-        first = disagree[0]
-        print(say(f"the measured step and Σ linear name different fastest schemes ({len(disagree)} of "
-                  f"{len({(r['m'], r['context']) for r in records})} (M, context); M={first['m']} "
-                  f"context={first['context']}: {first['step']} measured, {first['linear']} by Σ linear); " + ACT_ON))
-    if fits:
-        print(say(f"step = the {methods} step, first present (method); rest = (step - Σ linear) / step, Σ linear = the "
-                  f"per-layer stream times of the same linear layers in the same run (what the layer view predicts); "
-                  f"×{b} = {b} step / this step by its method (a compiled scheme against {b}+compiled), ×{b} Σ = as "
-                  f"Σ linear predicts it; err = the logits' error against the FP32 step; --wide: tokens/s, Σ linear µs "
-                  f"and ×{b} per step method"))
-    else:
-        print(f"step = the {methods} step, first present "
-              f"(step method); Σ linear = the per-layer stream times of the same linear layers in the same run "
-              f"(what the layer view predicts); rest = (step - Σ linear) / step; ×{b} = "
-              f"{b} step / this step per method (a compiled scheme against {b}+compiled)")
-    print()
-    print(table)
-    print()
-    print(say(f"context sweep: where each scheme stops beating {b} (its step no faster than {b}'s)"))
-    for rec in sweep:
-        print(say(visible(step_view.sweep_line(rec, b))))
-    flags = step_view.flag_notes(rows)
-    if flags:
-        print()
-        print(say("flags (what could mislead a reader of a row): "
-                  + step_view.flag_legend([name for r in rows for name in r.flag_names])))
-        for line in flags:
-            print(say(visible(line)))
-    untimed = sorted({r.scheme for r in rows if r.status == "ok" and step_view.decision_method(r) is None})
-    for scheme in untimed:
-        why = next((t for r in rows if r.scheme == scheme for t in r.latency_reasons.values()), "no step time")
-        print(say(visible(f"note: {scheme} has no step time: {why[:160]}")))
-    for note in notes:
-        print(say(visible(f"note: {note}")))
-    return 0 if any(r["step_us"] is not None for r in records) else 1
-
-
 def run_model(args: argparse.Namespace) -> int:
     """Run ``qbench model`` from parsed ``args``; returns the exit status (0 or 1, see the module
-    docstring; raises :class:`~qbench.readers.common.Refused` on bad input). Model-step result
-    files (:mod:`qbench.step`) go to :func:`run_step_model`."""
+    docstring; raises :class:`~qbench.readers.common.Refused` on bad input). A file of another job
+    kind goes to that kind's ``model`` view (:func:`qbench.readers.common.job_view`)."""
     try:
         check_format(args.format)
     except ValueError as exc:
         raise Refused(str(exc)) from None
     check_max_rel_err(args.max_rel_err)
     paths = [args.result] if isinstance(args.result, str) else list(args.result or [])
-    docs = open_results(paths, incomplete="keep", steps=True, command="model")  # said below, as a warning or a note
+    docs = open_results(paths, incomplete="keep", command="model")  # said below, as a warning or a note
     view = job_view(docs, "model")
-    if view is not None:  # a job kind's own view (qbench.jobs): the quality job's both halves
+    if view is not None:  # a job kind's own view (qbench.jobs)
         return view(args, paths, docs)
-    jobs = {doc.job for doc in docs}
-    if "step" in jobs:
-        if len(jobs) > 1:
-            raise Refused("give per-layer files or model-step files, not both: "
-                          + ", ".join(f"{p} ({d.job})" for p, d in zip(paths, docs)))
-        return run_step_model(args, paths, docs)
     preset = PRESETS.get(args.name)
     if preset is None:
         raise Refused(f"unknown model {args.name!r}; presets: {', '.join(PRESETS)}")

@@ -36,11 +36,11 @@ import math
 from pathlib import Path
 
 from qbench.judge import pareto_front, resolve_method, shape_order
-from qbench.readers.common import Command, Refused, add_method, open_results
+from qbench.readers.common import Command, Refused, add_method, job_view, open_results
 from qbench.results import ResultDoc
 
 __all__ = ["COMMAND", "DRAWABLE_MAX", "check_drawable", "draw_pareto", "plain", "pareto_groups", "place_labels", "plot_pareto", "plot_roofline", "points",
-           "run_plot"]
+           "run_plot", "scheme_styles"]
 
 
 def points(doc: ResultDoc | dict, method: str) -> list[dict]:
@@ -116,7 +116,7 @@ def scheme_colour_index(base: str) -> int:
     return len(names) + sum(map(ord, base)) % 20
 
 
-def _styles(pts: list[dict]) -> tuple[dict, dict]:
+def scheme_styles(pts: list[dict]) -> tuple[dict, dict]:
     """Colour per scheme fixed by the registry order (:func:`scheme_colour_index`; 40 colours:
     tab20's dark shades, its light ones, then tab20b), the same in every chart; marker per M
     (ascending). A compiled variant shares its eager scheme's colour; an option variant
@@ -146,7 +146,7 @@ def _scatter_with_legend(ax, pts: list[dict], x: str, y: str) -> list:
     the legend handles (every scheme label and, when there are several, every M)."""
     from matplotlib.lines import Line2D
 
-    colours, markers = _styles(pts)
+    colours, markers = scheme_styles(pts)
     labels: dict[str, tuple] = {}
     for p in pts:
         colour = colours[p["base"]]
@@ -394,7 +394,7 @@ def draw_pareto(doc: ResultDoc, method: str):
     fig, axes = plt.subplots(nrows, ncols, figsize=figsize, dpi=120, sharey=True, squeeze=False)
     flat = list(axes.flat)
     shapes = len({(g["k"], g["n"], g["tp_size"], g["split"]) for g in groups})
-    colours, _ = _styles([p for g in groups for p in g["points"]])
+    colours, _ = scheme_styles([p for g in groups for p in g["points"]])
     plotted = [(g, [p for p in g["points"] if p["rel_fro"] and p["rel_fro"] > 0]) for g in groups]
     legend_entries: dict[str, tuple] = {}
     for ax, (g, pts) in zip(flat, plotted):
@@ -494,9 +494,11 @@ def run_plot(args: argparse.Namespace) -> int:
         import matplotlib  # noqa: F401
     except ImportError:
         raise Refused("needs matplotlib; install it from the qbench checkout with: pip install -e '.[plot]'") from None
-    (doc,) = open_results([args.result], steps=True)
-    if doc.job == "step":
-        return _run_step_plot(doc, args)
+    docs = open_results([args.result], command="plot")
+    view = job_view(docs, "plot")
+    if view is not None:  # a job kind's own chart (qbench.jobs)
+        return view(args, [args.result], docs)
+    (doc,) = docs
     method, note = resolve_method(doc, args.method)
     check_drawable(doc, method, args.result)
     out = Path(args.output)
@@ -522,86 +524,6 @@ def run_plot(args: argparse.Namespace) -> int:
             print(draw(doc, method, target))
         except OSError as exc:  # read-only folder, full disk, a directory of that name
             raise Refused(f"cannot write {target}: {exc.strerror or exc}") from None
-    return 0
-
-
-def plot_context(doc, path: Path) -> Path:
-    """A model-step result (:attr:`qbench.results.ResultDoc.step_rows`) against the context: one
-    panel per M, one line per scheme (the step by each row's decision method,
-    :data:`qbench.step.view.DECISION_ORDER`, ms, log-log), and each scheme's Σ linear (the layer
-    view's prediction, which does not depend on the context) dashed in the same colour. Colours are
-    the schemes' colours of every qbench chart (:func:`_styles`); a compiled form has its eager
-    scheme's colour, square markers and a thicker line. Where a quantized line crosses bf16's, the
-    scheme stops paying. Returns ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from qbench.step.view import decision_method
-
-    rows = [r for r in doc.step_rows if r.status == "ok" and decision_method(r)]
-    ms = sorted({r.m for r in rows})
-    fig, axes = plt.subplots(1, max(1, len(ms)), figsize=(6.5 * max(1, len(ms)), 5.5), squeeze=False)
-    schemes = list(dict.fromkeys(r.scheme for r in rows))
-    compiled = {r.scheme: r.mode == "compiled" for r in rows}
-    base = {s: s.replace("+compiled", "") for s in schemes}  # x+compiled and x+compiled[opts] alike
-    colours, _ = _styles([{"base": base[s], "m": 0} for s in schemes])
-    # (colour, marker) unique per scheme: a compiled form squares, then the next shape two schemes share
-    style, used = {}, set()
-    for scheme in schemes:
-        shapes = ("s", "P", "X", "h", "*") if compiled[scheme] else ("o", "^", "v", "D", "<")
-        marker = next((mk for mk in shapes if (colours[base[scheme]], mk) not in used), shapes[0])
-        used.add((colours[base[scheme]], marker))
-        style[scheme] = marker
-    for ax, m in zip(axes[0], ms):
-        for scheme in schemes:
-            pts = sorted((r.context, r.step_us(decision_method(r)) / 1000, (r.linear or {}).get("sum_us"))
-                         for r in rows if r.m == m and r.scheme == scheme)
-            if not pts:
-                continue
-            # the shared scheme colours of every chart; a compiled form: its eager scheme's colour,
-            # square markers and a thicker line
-            color = colours[base[scheme]]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=style[scheme], ls="-", color=color,
-                    lw=2.2 if compiled[scheme] else 1.2, label=plain(scheme))
-            linear = [p[2] for p in pts if p[2] is not None]
-            if linear:
-                ax.axhline(linear[0] / 1000, color=color, ls="--", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("context (cached positions)")
-        ax.set_ylabel("step, ms (dashed: Σ linear, the layer view)")
-        ax.set_title(f"M = {m}")
-        ax.grid(True, which="both", alpha=0.2)
-    title = rows[0].title if rows else (doc.scenario.name or "")
-    fig.suptitle(plain(f"{title}: the measured decode step against the context"))
-    if rows:
-        from matplotlib.lines import Line2D
-
-        handles, _ = axes[0][-1].get_legend_handles_labels()
-        handles.append(Line2D([], [], color="grey", ls="--", lw=0.8, label="dashed: Σ linear (the layer view)"))
-        axes[0][-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5,
-                           borderaxespad=0)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
-def _run_step_plot(doc, args: argparse.Namespace) -> int:
-    """``qbench plot STEP.json -o FILE``: :func:`plot_context` (the roofline and Pareto charts are
-    the layer job's; ``--what`` and ``--method`` do not apply)."""
-    out = Path(args.output)
-    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
-    if out.exists() and not getattr(args, "force", False):
-        raise Refused(f"{out} already exists; pass --force to overwrite")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        print(plot_context(doc, out))
-    except OSError as exc:
-        raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
     return 0
 
 

@@ -46,23 +46,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Optional
 
 from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape, capture_failure, methods_present, pareto_front,
-                          resolve_method, row_caveats, row_verdict, tie_note, unusable_note, verdict)
+                          resolve_method, row_caveats, row_verdict, tie_note, unusable_note)
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
                                    add_method, add_wide, check_baseline, check_max_rel_err, group_results, job_view,
                                    open_results)
-from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, render, synthetic_step_warning, synthetic_weights, wants_prose
+from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, render, synthetic_weights, wants_prose
 from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
 from qbench.render.kernels import short_kernel
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
-from qbench.step import view as step_view
-from qbench.step.row import SCATTER
 
 __all__ = ["COMMAND", "DEFAULT_BUDGET", "add_stability", "by_format", "pick_lines", "stability_text", "main_kernel", "recommend", "render_by_format", "render_recommendation",
            "render_summary", "row_storage_format", "run_recommend", "summary_rows"]
@@ -646,18 +643,15 @@ def run_recommend(args: argparse.Namespace) -> int:
     paths = [args.result] if isinstance(args.result, str) else list(args.result)
     docs = open_results(paths, incomplete="warn" if getattr(args, "allow_incomplete", False) else "refuse",
                         refusal="is incomplete (\"complete\": false): a scheme missing from it would change "
-                                "the pick; pass --allow-incomplete to use it anyway", steps=True, command="recommend")
+                                "the pick; pass --allow-incomplete to use it anyway", command="recommend")
     view = job_view(docs, "recommend")
-    if view is not None:  # a job kind's own view (qbench.jobs): the quality job's pick on speed and quality
+    if view is not None:  # a job kind's own view (qbench.jobs); the quality kind's takes step files beside its own
         return view(args, paths, docs)
     if any(getattr(args, f, None) is not None for f in ("max_kld", "max_ppl_ratio", "min_same_top")):
         raise Refused("--max-kld, --max-ppl-ratio and --min-same-top are budgets on a quality result (qbench run "
                       "of a [quality] scenario): give its file beside the step file")
     if args.max_rel_err is None and not format_mode:
-        raise Refused("--max-rel-err is required, except with --by-format: e.g. 0.01 for per-layer files; for "
-                      "model-step files a budget on the logits' error, where bf16 alone is near 0.02: e.g. 0.1")
-    if any(doc.job == "step" for doc in docs):
-        return _run_step(args, paths, docs)
+        raise Refused("--max-rel-err is required (e.g. 0.01), except with --by-format")
     if format_mode:
         return _run_by_format(args, paths, docs)
     baseline = getattr(args, "baseline", "bf16")
@@ -721,162 +715,6 @@ def run_recommend(args: argparse.Namespace) -> int:
         if unusable and wants_prose(args.format):
             print("\n" + say(visible(unusable)))
     return 0 if picked else 1
-
-
-def _step_columns(baseline: str, wide: bool = True) -> list[Column]:
-    """The columns of a model-step file's table; without ``wide`` (a terminal table without
-    ``--wide``) the same columns under shorter headers, which fit 120 characters (the line above
-    the table says what the pick is)."""
-    return [
-        Column("m", "M", lambda r: r["m"], str, True),
-        Column("context", "context" if wide else "ctx", lambda r: r["context"], str, True),
-        Column("pick", "fastest step within the budget" if wide else "pick", lambda r: r["pick"] or "none"),
-        Column("method", "step method" if wide else "method",
-               lambda r: step_view.SHORT.get(r["method"], DASH) if r["method"] else DASH),
-        Column("step_us", "step µs", lambda r: r["step_us"], fmt_us, True),
-        Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-        Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
-        Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
-        Column("within", "within budget" if wide else "within", lambda r: f"{r['within']} of {r['timed']}",
-               numeric=True),
-    ]
-
-
-def _run_step(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench recommend STEP.json --max-rel-err X``: per file, per M and context, the fastest
-    measured decode step among the schemes whose logits error against the FP32 step
-    (``error.rel_fro``) is at most X, each timed by its decision method
-    (:data:`qbench.step.view.DECISION_ORDER`, named in the output), with its speed-up over
-    ``--baseline`` (:func:`qbench.step.view.recommend`); steps tied with the fastest within noise
-    (p10-p90 overlap) are named under the table with their ``throttled``/``noisy`` flags, and the
-    pick among them is the scheme of the smaller context, else the lower logits error, then the
-    fewer bytes. Returns 0 when some (M, context) has a
-    pick, else 1; raises :class:`~qbench.readers.common.Refused` for layer and step files mixed,
-    ``--summary``, ``--by-format`` or ``--method``."""
-    if any(doc.job != "step" for doc in docs):
-        raise Refused("give per-layer files or model-step files, not both: "
-                      + ", ".join(f"{p} ({d.job})" for p, d in zip(paths, docs)))
-    for flag, given in (("--summary", args.summary), ("--by-format", args.by_format), ("--method", args.method)):
-        if given:
-            raise Refused(f"{flag} reads per-layer files; a model-step file has one view (the fastest step per M "
-                          "and context)")
-    picked, records = False, []
-    for path, doc in zip(paths, docs):
-        if not any(r.scheme in (args.baseline, f"{args.baseline}+compiled") for r in doc.step_rows):
-            raise Refused(f"{path}: --baseline {args.baseline}: no row is {args.baseline} or {args.baseline}+compiled "
-                          f"(schemes: {', '.join(sorted({r.scheme for r in doc.step_rows}))})")
-        rec = step_view.recommend(doc.step_rows, args.max_rel_err, args.baseline)
-        picked = picked or any(r["pick"] for r in rec)
-        records.append((path, doc, rec))
-    if args.format == "json":
-        out = [{"file": path, "model": doc.step_rows[0].model, "max_rel_err": args.max_rel_err, "by_m_context": rec}
-               for path, doc, rec in records]
-        print(json.dumps(out if len(out) > 1 else out[0], indent=2, ensure_ascii=False))
-        return 0 if picked else 1
-    fits = narrow(args.format, getattr(args, "wide", False))
-    say = fit if fits else (lambda line: line)  # noqa: E731  (prose lines within 120 characters)
-    for i, (path, doc, rec) in enumerate(records):
-        rows = doc.step_rows
-        if len(records) > 1:
-            print(("\n" if i else "") + visible(f"== {path}"))
-        if wants_prose(args.format):
-            print(say(visible(f"{rows[0].title} ({rows[0].model}), decode step: the fastest step (or one tied with "
-                              f"it within noise, named under the table) whose logits error "
-                              f"against the FP32 step is ≤ {args.max_rel_err:g} (error.rel_fro), per M and context; "
-                              "step method: " + ", else ".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
-                              .replace("(r-o)", "(r-o: torch.compile reduce-overhead in a decode loop)") + "; "
-                              f"×{args.baseline} = {args.baseline} step / this step (a compiled scheme against "
-                              f"{args.baseline}+compiled)"
-                              + ("; within: how many timed schemes are within the budget" if fits else ""))))
-            warning = synthetic_step_warning(rows)
-            if warning:
-                print(say(visible(warning)))
-            print()
-        print(render(rec, _step_columns(args.baseline, wide=not fits), args.format))
-        if wants_prose(args.format):
-            tied = []
-            for r in rec:
-                if not r["ties"]:
-                    continue
-                names = [r["pick"], *r["ties"]]
-                flags = r["timing_flags"]
-                listed = ", ".join(f"{s}{' (fastest median)' if s == r['fastest'] else ''}"
-                                   f"{' [' + ', '.join(flags[s]) + ']' if s in flags else ''}" for s in names)
-                tied.append(f"M={r['m']} ctx={r['context']}: {r['pick']} picked from {listed}")
-            if tied:
-                flagged = any(r["timing_flags"] for r in rec)
-                print("\n" + say(visible("tied with the fastest within noise (p10–p90 overlap); among them the pick is "
-                                         "the smaller context's, else the lower logits error, then fewer bytes: "
-                                         + "; ".join(tied)
-                                         + ("; [throttled]: the GPU limited its clocks right after the reading, "
-                                            f"[noisy]: its p90/p10 above {SCATTER}" if flagged else ""))))
-            flagged, seen = [], []
-            for r in rec:
-                if not r["pick"] or not (r["pick_flags"] or r["baseline_flags"]):
-                    continue
-                said = [f"{r['pick']} [{', '.join(r['pick_flags'])}]"] if r["pick_flags"] else []
-                said += [f"{s} (baseline) [{', '.join(f)}]" for s, f in r["baseline_flags"].items()]
-                flagged.append(f"M={r['m']} ctx={r['context']}: " + ", ".join(said))
-                seen += [*r["pick_flags"], *(x for fs in r["baseline_flags"].values() for x in fs)]
-            if flagged:
-                legend = step_view.flag_legend(seen)
-                print("\n" + say(visible("flags on the picks and on the baselines their speed-up divides by (the rows' "
-                                         "own flag text in the JSON has the figures): " + "; ".join(flagged)
-                                         + (f"; {legend}" if legend else ""))))
-            failed = {}
-            for r in rows:
-                if r.status != "ok":
-                    failed.setdefault(r.scheme, f"{r.status}: {r.reason or 'no reason recorded'}")
-            if failed:
-                print("\n" + say(visible("not measured (no ok row, not considered): "
-                                         + "; ".join(f"{s}: {why[:160]}" for s, why in failed.items()))))
-            untimed = sorted({s for r in rec for s in r["untimed"]})
-            if untimed:
-                print("\n" + say(visible(f"not timed (no step time, not considered): {', '.join(untimed)}")))
-    if len(records) > 1 and wants_prose(args.format):
-        for line in _across_files(records):
-            print("\n" + say(visible(line)))
-    return 0 if picked else 1
-
-
-def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]:
-    """What ``recommend`` says under several step files: whether each (M, context) pick holds
-    across them (:func:`qbench.step.view.pick_stability`). A changed pick is put down to the step's
-    run-to-run variation only for runs of one scenario: same model, machine, schemes and weights;
-    otherwise the line names what differs. The same file twice, or files of several models, are
-    not compared (one line says why); an (M, context) missing from some file is named."""
-    from pathlib import Path
-
-    paths = [Path(path).resolve() for path, _, _ in records]
-    if len(set(paths)) < len(paths):
-        return ["picks across files: not compared, the same file is given more than once"]
-    models = sorted({r.model for _, doc, _ in records for r in doc.step_rows})
-    if len(models) != 1:
-        return [f"picks across files: not compared, the files hold different models ({', '.join(models)})"]
-    differ = [what for what, key in (("machines", lambda d: d.machine),
-                                     ("scheme sets", lambda d: frozenset(r.scheme for r in d.step_rows)),
-                                     ("weights", lambda d: frozenset(r.weight_source for r in d.step_rows)))
-              if len({key(doc) for _, doc, _ in records}) > 1]
-    stable = step_view.pick_stability([rec for _, _, rec in records])
-    n = len(records)
-    said = [f"M={s['m']} ctx={s['context']}: " + (f"{s['picks'][0] or 'none'} in {'both' if n == 2 else f'all {n}'}"
-            if s["holds"] else "differ (" + ", ".join(f"{p or 'none'} in file {i + 1}" for i, p in enumerate(s["picks"])) + ")")
-            for s in stable]
-    everywhere = {(s["m"], s["context"]) for s in stable}
-    partial = sorted({(r["m"], r["context"]) for _, _, rec in records for r in rec} - everywhere)
-    moved = sum(not s["holds"] for s in stable)
-    if differ:
-        why = (f"; the files differ in {' and '.join(differ)}: a changed pick may come from that, not from "
-               "run-to-run variation")
-    elif moved:
-        why = (f"; {moved} of {len(stable)} picks change between files: there the difference is within the step's "
-               "run-to-run variation, whatever one file's p10–p90 says")
-    else:
-        why = ""
-    line = (f"picks across the {n} files of {models[0]}" + ("" if differ else " (runs of one scenario)") + ": "
-            + "; ".join(said) + why
-            + (f"; in only some files: {', '.join(f'M={m} ctx={c}' for m, c in partial)}" if partial else ""))
-    return [line]
 
 
 def _check_method(path: str, doc: ResultDoc, method: str) -> None:

@@ -28,16 +28,15 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, incomplete_warning, methods_present,
+from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, methods_present,
                           resolve_method, row_verdict, unusable_note)
-from qbench.readers.common import (Command, Refused, add_baseline, add_format, add_method, add_wide, group_results,
-                                   job_view, open_results)
+from qbench.readers.common import (Command, Refused, add_baseline, add_format, add_method, add_wide, job_view,
+                                   one_result, open_results)
 from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, fit, narrow, render, render_header, wants_prose
 from qbench.render.columns import DASH, resolve_columns
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
-from qbench.step import view as step_view
 
 __all__ = ["COMMAND", "by_m", "crossover", "m_ranges", "render_by_m", "render_crossover", "run_report",
            "sort_rows"]
@@ -275,18 +274,13 @@ def run_report(args: argparse.Namespace) -> int:
         check_format(args.format)
     except ValueError as exc:
         raise Refused(str(exc)) from None
-    docs = open_results(paths, incomplete="keep", steps=True, command="report")  # the header says so
+    docs = open_results(paths, incomplete="keep", command="report")  # the header says so
     view = job_view(docs, "report")
     if view is not None:  # a job kind's own view (qbench.jobs)
         return view(args, paths, docs)
-    results = group_results(paths, docs)
-    if len(results) > 1:
-        raise Refused("the files are not one result (one scenario on one machine): "
-                      + "; ".join(f"{r.label} ({r.doc.scenario.name or r.doc.job}, {r.doc.machine})" for r in results))
-    doc = results[0].doc
-    args.result = results[0].label  # messages name every file
-    if doc.job == "step":
-        return _show_step(args, doc)
+    result = one_result(paths, docs)
+    doc = result.doc
+    args.result = result.label  # messages name every file
     if args.crossover:
         return _show_crossover(args, doc)
     if args.by_m is not None:
@@ -303,44 +297,6 @@ def run_report(args: argparse.Namespace) -> int:
         print(render_header(doc))
         print()  # Markdown: a table right under a text line would not start a new block
     print(text)
-    return 0
-
-
-def _show_step(args: argparse.Namespace, doc: ResultDoc) -> int:
-    """A model-step file: its step table (:func:`qbench.step.view.step_table`: the step per method,
-    tokens/s, Σ linear, the remainder, the HBM floor, the speed-up over ``--baseline`` measured and
-    as Σ linear predicts it, the logits error), in the file's order, or with ``--by-m`` sorted by M
-    and context; prose (what the columns and methods are, an incomplete file) around terminal
-    tables; ``--columns`` picks the step table's columns (:data:`qbench.step.view.COLUMN_KEYS`).
-    ``--crossover``, ``--sort`` and ``--method`` read per-layer rows and are refused."""
-    for flag, given in (("--crossover", args.crossover), ("--sort", args.sort), ("--method", args.method)):
-        if given:
-            raise Refused(f"{args.result}: a model-step result; {flag} reads per-layer results (qbench model "
-                          "shows the context sweep)")
-    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
-    if columns:
-        try:
-            step_view.column_keys(columns)
-        except ValueError as exc:
-            raise Refused(f"{args.result}: {exc}") from None
-    if args.by_m is not None and args.by_m is not _BY_M_METHOD:
-        raise Refused(f"{args.result}: a model-step result; --by-m takes no column for it (the step table, by M)")
-    rows = [r for r in doc.step_rows if args.status == "all" or r.status == "ok"]
-    if args.by_m is not None:
-        order = {r.key: i for i, r in enumerate(rows)}
-        rows = sorted(rows, key=lambda r: (r.m, r.context, order[r.key]))
-    wide = getattr(args, "wide", False)
-    show = fit if narrow(args.format, wide) else (lambda line: line)  # noqa: E731  (prose within 120)
-    if wants_prose(args.format):
-        for line in step_view.describe(doc.to_json()):
-            print(show(visible(line)))  # the file's title and model name: one line whatever they hold
-        warning = incomplete_warning(doc, args.result)
-        if warning:
-            print(show(warning.removeprefix("warning: ")))
-        print()
-    table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline, wide=wide,
-                                 fit=fit if narrow(args.format, wide) else None, columns=columns)
-    print(table, end="" if table.endswith("\n") else "\n")  # csv ends its last line itself
     return 0
 
 

@@ -75,6 +75,13 @@ class Scheme:
         tuning_cache: a :class:`qbench.schemes.tuning_cache.TuningCache` for a library that autotunes its
             kernels on the first call (gemlite): tuned configs are read before the build and saved
             after measuring, so later runs on this GPU skip the tuning. None: nothing kept.
+        emulate: ``emulate(weight, bias, options) -> nn.Module`` (same arguments as ``build``): the
+            kernel's arithmetic without the kernel, for a device that has none (the quality job's
+            CPU rows): the weight quantized by the library's rule and dequantized, the activations
+            converted to the kernel's input dtype and, for dynamic-activation schemes, quantized and
+            dequantized as the kernel does, the matmul in float32, the result cast to the real
+            layer's output dtype. Plain torch, CPU or CUDA (:mod:`qbench.schemes.emulate`). Raises
+            ``ValueError`` for options the kernel refuses everywhere. None: no emulation.
     """
 
     name: str
@@ -98,6 +105,7 @@ class Scheme:
     storage_format: Optional[str] = None
     m_check: Optional[Callable[[int, torch.device, SchemeOptions], Optional[str]]] = None
     tuning_cache: Optional[TuningCache] = None
+    emulate: Optional[Callable[[torch.Tensor, Optional[torch.Tensor], SchemeOptions], torch.nn.Module]] = None
 
     def __post_init__(self) -> None:
         if self.storage_format is None:
@@ -129,6 +137,21 @@ class Scheme:
         if self.extra_check is not None:
             return self.extra_check(device, options)
         return None
+
+    def emulated_build(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                       options: Optional[SchemeOptions] = None) -> torch.nn.Module:
+        """The emulated layer (:attr:`emulate`) of FP32 ``weight`` [N, K] and ``bias`` [N] on their
+        device, built without autograd; ``options`` default to the scheme's defaults.
+
+        Raises:
+            NotImplementedError: the scheme has no emulation.
+            ValueError: options the kernel refuses everywhere (e.g. fp16 for a bf16-only kernel).
+        """
+        if self.emulate is None:
+            raise NotImplementedError(f"scheme {self.name!r} has no emulation")
+        options = self.options_model() if options is None else options
+        with torch.no_grad():
+            return self.emulate(weight, bias, options)
 
     def m_reason(self, m: int, device: torch.device, options: SchemeOptions) -> Optional[str]:
         """One line saying why the row at ``m`` cannot run on ``device`` (:attr:`m_check`), or None."""

@@ -14,6 +14,10 @@
 
 The ledger counts the packed weight and every tensor of ``weight.quant_state`` (bitsandbytes'
 ``QuantState``), the nested state included.
+
+Emulations (:mod:`qbench.schemes.emulate`) quantize with bitsandbytes' own functions
+(``quantize_4bit`` / ``dequantize_4bit``, ``int8_vectorwise_quant`` / ``int8_vectorwise_dequant``)
+and redo LLM.int8's activation split in torch (:func:`_act_llm_int8`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 
 from qbench.schemes import register
 from qbench.schemes.base import Scheme, TensorPart, bias_parts
+from qbench.schemes.emulate import EmulatedLinear
 from qbench.schemes.specs import FourBitOptions, Int8BnbOptions, spec
 
 
@@ -108,11 +113,67 @@ def four_bit_parts(module: torch.nn.Module) -> list[TensorPart]:
     return parts + bias_parts(module)
 
 
+def _act_llm_int8(x: torch.Tensor, threshold: float) -> torch.Tensor:
+    """LLM.int8's activation path (bitsandbytes 0.50 ``int8_vectorwise_quant`` and
+    ``int8_mixed_scaled_mm``, default backend), dequantized: columns holding any ``|x| >= threshold``
+    (threshold > 0) stay in fp16; the rest is int8 per row, ``round(x * 127 / absmax_row)`` with the
+    absmax taken with the outliers zeroed. Takes fp16 ``[M, K]``, returns float32."""
+    x = x.float()
+    kept = x
+    cols = None
+    if threshold > 0.0:
+        outliers = x.abs() >= threshold
+        cols = outliers.any(dim=0)
+        kept = x.masked_fill(outliers, 0.0)
+    stats = kept.abs().amax(dim=-1, keepdim=True)
+    q = torch.round(kept * (127.0 / stats)).nan_to_num(0.0)  # an all-zero row quantizes to zeros
+    x_hat = q * (stats / 127.0)
+    return x_hat if cols is None else torch.where(cols, x, x_hat)
+
+
+def _emulate_int8(weight: torch.Tensor, bias: Optional[torch.Tensor], options: Int8BnbOptions) -> torch.nn.Module:
+    """int8-bnb: the fp16 weight through bitsandbytes' ``int8_vectorwise_quant`` (what ``Int8Params``
+    runs: per-row absmax, ``round(w * 127 / absmax)``) and ``int8_vectorwise_dequant``; activations
+    per :func:`_act_llm_int8` with the option's threshold (the outlier columns meet the same
+    dequantized weight); fp16 in and out."""
+    import functools
+
+    import bitsandbytes.functional as bnb_f
+
+    cb, scb, _ = bnb_f.int8_vectorwise_quant(weight.detach().to(torch.float16).contiguous())
+    w_hat = bnb_f.int8_vectorwise_dequant(cb, scb)
+    b = None if bias is None else bias.to(torch.float16)
+    act = functools.partial(_act_llm_int8, threshold=float(options.threshold))
+    return EmulatedLinear(w_hat, b, torch.float16, torch.float16, act_quant=act,
+                          rule=f"LLM.int8 per-row int8, fp16 columns above {options.threshold}")
+
+
+def _emulate_4bit(quant_type: str):
+    def emulate(weight: torch.Tensor, bias: Optional[torch.Tensor], options: FourBitOptions) -> torch.nn.Module:
+        """nf4-bnb / fp4-bnb: the bf16 weight through bitsandbytes' ``quantize_4bit`` (block size,
+        double quantization and type as ``Params4bit`` is given them) and ``dequantize_4bit``, then
+        in the compute dtype, as ``matmul_4bit`` multiplies it; activations converted to the compute
+        dtype; output bf16 (``Linear4bit`` returns the input's dtype)."""
+        import bitsandbytes.functional as bnb_f
+
+        compute = COMPUTE_DTYPES[options.compute_dtype]
+        packed, state = bnb_f.quantize_4bit(weight.detach().to(torch.bfloat16).contiguous(),
+                                            blocksize=options.blocksize, compress_statistics=options.double_quant,
+                                            quant_type=quant_type)
+        w_hat = bnb_f.dequantize_4bit(packed, state).to(compute)
+        b = None if bias is None else bias.to(torch.bfloat16).to(compute)
+        return EmulatedLinear(w_hat, b, compute, torch.bfloat16,
+                              rule=f"bitsandbytes {quant_type}, block {options.blocksize}, "
+                                   f"double quant {options.double_quant}, compute {options.compute_dtype}")
+
+    return emulate
+
+
 register(Scheme(
     **spec("int8-bnb"), library="bitsandbytes", family="bnb", weight_dtype="int8", activation_dtype=torch.float16,
     compute_dtype="int8", nominal_bits=8, packages=("bitsandbytes",),
     summary="bitsandbytes Linear8bitLt (LLM.int8): int8 weight, per-row absmax, fp16 outlier columns above threshold",
-    build=_build_int8, parts=int8_parts,
+    build=_build_int8, parts=int8_parts, emulate=_emulate_int8,
 ))
 for _qt in ("nf4", "fp4"):
     register(Scheme(
@@ -120,5 +181,5 @@ for _qt in ("nf4", "fp4"):
         activation_dtype=torch.bfloat16, compute_dtype="bf16", nominal_bits=4, packages=("bitsandbytes",),
         summary=f"bitsandbytes Linear4bit {_qt.upper()}: block size 64, absmax per block, double quantization on; "
                 "compute_dtype bf16 (fp16, or fp32: the slow path, no tensor-core 4-bit kernel)",
-        build=_build_4bit(_qt), parts=four_bit_parts,
+        build=_build_4bit(_qt), parts=four_bit_parts, emulate=_emulate_4bit(_qt),
     ))

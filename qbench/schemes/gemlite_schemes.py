@@ -18,6 +18,9 @@ or plain weight) is payload; ``scales``, ``zeros``, ``meta_scale`` and the int32
 Importing gemlite needs a CUDA device (it reads the device's properties at import), so this
 module imports it only inside ``build`` and the tuning-cache hooks.
 
+Each scheme's ``emulate`` (:mod:`qbench.schemes.emulate`) redoes gemlite's quantization and its
+kernels' dequantization in torch, without importing gemlite (see the ``_emulate_*`` functions).
+
 Autotuning costs seconds per scheme and run; the tuned configs are kept between runs on the same GPU
 and versions (:data:`TUNING_CACHE`, :mod:`qbench.schemes.tuning_cache`), with gemlite's own
 ``cache_config`` / ``load_config``.
@@ -33,6 +36,7 @@ import torch
 
 from qbench.schemes import register
 from qbench.schemes.base import Scheme, SchemeOptions, TensorPart, bias_parts, plain_linear
+from qbench.schemes.emulate import EmulatedLinear, act_gemlite_fp8, gemlite_rowwise_8bit, group_view
 from qbench.schemes.specs import GemliteInt4Options, spec
 from qbench.schemes.tuning_cache import TuningCache
 
@@ -112,6 +116,46 @@ def _from_linear(helper_name: str):
     return build
 
 
+def _bias16(bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return None if bias is None else bias.to(torch.bfloat16)
+
+
+def _emulate_int4(weight: torch.Tensor, bias: Optional[torch.Tensor], options: GemliteInt4Options) -> torch.nn.Module:
+    """int4-weight-only-gemlite: :func:`rtn_int4` on the bf16 weight, as the build; gemlite's
+    ``pack`` (``fma_mode=True``) stores ``zero' = bf16(-zero * scale)`` and its kernels dequantize
+    with ``tl.fma(W_q, scale, zero')`` in bf16 (``triton_kernels/utils.py`` ``dequantize``,
+    ``W_group_mode`` 4): here ``W_q * scale + zero'`` in float32, rounded once to bf16. bf16 in and out."""
+    w_q, scales, zeros = rtn_int4(weight.to(torch.bfloat16), options.group_size)
+    zero_fma = (-zeros.float() * scales.float()).to(torch.bfloat16)
+    w_hat = group_view(w_q.float(), options.group_size) * scales.float()[..., None] + zero_fma.float()[..., None]
+    return EmulatedLinear(w_hat.reshape(weight.shape).to(torch.bfloat16), _bias16(bias), torch.bfloat16,
+                          torch.bfloat16, rule=f"gemlite uint4 min-max asymmetric, group {options.group_size}")
+
+
+def _emulate_8bit(fp8: bool):
+    """int8- / fp8-weight-only-gemlite (``A16W8_INT8`` / ``A16W8_FP8``): the fp32 copy of the bf16
+    weight quantized per row by :func:`qbench.schemes.emulate.gemlite_rowwise_8bit`; the kernels
+    pre-scale (``W_group_mode`` 2: ``W_q * scale`` in fp32) and cast to the bf16 input dtype before
+    ``tl.dot``, so Ŵ = ``bf16(W_q * scale)``. bf16 in and out."""
+
+    def emulate(weight: torch.Tensor, bias: Optional[torch.Tensor], options: SchemeOptions) -> torch.nn.Module:
+        q, scale = gemlite_rowwise_8bit(weight.to(torch.bfloat16), fp8=fp8)
+        w_hat = (q.float() * scale).to(torch.bfloat16)
+        return EmulatedLinear(w_hat, _bias16(bias), torch.bfloat16, torch.bfloat16,
+                              rule=f"gemlite {'e4m3' if fp8 else 'int8'} per-row, bf16 dequant")
+
+    return emulate
+
+
+def _emulate_fp8_dynamic(weight: torch.Tensor, bias: Optional[torch.Tensor], options: SchemeOptions) -> torch.nn.Module:
+    """fp8-dynamic-gemlite (``A8W8_fp8_dynamic``): weight per row and activations per token by
+    :func:`qbench.schemes.emulate.gemlite_rowwise_8bit` (e4m3, fp32 scales); the kernel multiplies
+    e4m3 by e4m3 and post-scales by both scales (``channel_scale_mode`` 3). bf16 in and out."""
+    q, scale = gemlite_rowwise_8bit(weight.to(torch.bfloat16), fp8=True)
+    return EmulatedLinear(q.float() * scale, _bias16(bias), torch.bfloat16, torch.bfloat16, act_quant=act_gemlite_fp8,
+                          rule="gemlite e4m3 per-row weight, per-token activations")
+
+
 def _tuned_entries() -> int:
     """Tuned configs gemlite holds in memory (``GEMLITE_TRITON_CONFIG_CACHE``: kernel -> key -> config)."""
     from gemlite import core
@@ -166,26 +210,26 @@ register(Scheme(
     nominal_bits=4,
     summary="gemlite A16W4 (GemLiteLinearTriton, 4-bit grouped): min-max asymmetric int4 per group, bf16 scale and "
             "zero; Triton GEMV (RevSplit-K) at M <= 4, split-K GEMM below 64, GEMM above",
-    build=_build_int4, parts=gemlite_parts, 
+    build=_build_int4, parts=gemlite_parts, emulate=_emulate_int4,
     min_compute_capability=(8, 0), **_COMMON,
 ))
 register(Scheme(
     **spec("int8-weight-only-gemlite"), family="weight-only", weight_dtype="int8", compute_dtype="bf16", nominal_bits=8,
     summary="gemlite A16W8_INT8: int8 weight, fp32 per-row scale, bf16 activations; Triton split-K GEMV at M <= 2",
-    build=_from_linear("A16W8_INT8"), parts=gemlite_parts,
+    build=_from_linear("A16W8_INT8"), parts=gemlite_parts, emulate=_emulate_8bit(fp8=False),
     min_compute_capability=(8, 0), **_COMMON,
 ))
 register(Scheme(
     **spec("fp8-weight-only-gemlite"), family="weight-only", weight_dtype="float8_e4m3fn", compute_dtype="bf16",
     nominal_bits=8,
     summary="gemlite A16W8_FP8: e4m3 weight, fp32 per-row scale, bf16 activations; Triton split-K GEMV at M <= 2",
-    build=_from_linear("A16W8_FP8"), parts=gemlite_parts,
+    build=_from_linear("A16W8_FP8"), parts=gemlite_parts, emulate=_emulate_8bit(fp8=True),
     min_compute_capability=(8, 9), **_COMMON,
 ))
 register(Scheme(
     **spec("fp8-dynamic-gemlite"), family="dynamic", weight_dtype="float8_e4m3fn", compute_dtype="fp8", nominal_bits=8,
     summary="gemlite A8W8_fp8_dynamic: e4m3 weight (fp32 per-row scale), per-token dynamic e4m3 activations "
             "(Triton quantize kernel), FP8 Triton GEMV / GEMM",
-    build=_from_linear("A8W8_fp8_dynamic"), parts=gemlite_parts,
+    build=_from_linear("A8W8_fp8_dynamic"), parts=gemlite_parts, emulate=_emulate_fp8_dynamic,
     min_compute_capability=(8, 9), **_COMMON,
 ))

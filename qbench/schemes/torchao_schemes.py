@@ -5,6 +5,11 @@ weight and applies ``torchao.quantization.quantize_`` with one config. The quant
 ``tensor_data_names`` (plus ``optional_tensor_data_names``); the ledger counts exactly those:
 ``qdata`` (or ``packed_weights``) is payload, every other part (scales, zero points, packed
 scale-and-zero) is metadata. Configs and defaults: torchao docs, ``torchao/quantization/quant_api.py``.
+
+Each scheme's ``emulate`` (:mod:`qbench.schemes.emulate`) quantizes the weight the way its build does,
+with torchao's own ``from_hp`` or quant primitives where they run on any device (torchao 0.18), and
+with mslk's rules rewritten in torch where torchao calls mslk (mslk 1.1.0, CUDA only); see the
+``_emulate_*`` functions.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import torch.nn.functional as F
 
 from qbench.schemes import register
 from qbench.schemes.base import Scheme, SchemeOptions, TensorPart, bias_parts, plain_linear
+from qbench.schemes.emulate import EmulatedLinear, act_mslk_fp8_row, group_view, mslk_fp8_row, to_e4m3
 from qbench.schemes.specs import (  # noqa: F401 - the options models, re-exported where they were
     Fp8DynamicOptions, Fp8Int4Options, GroupOptions, IntxOptions, MslkGroupOptions, TorchaoOptions, spec,
 )
@@ -205,6 +211,234 @@ def _int4_intx(options):
     return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(options.group_size), mapping_type=mapping)
 
 
+# --- emulations ---------------------------------------------------------------------------------------
+
+def _layer_dtype(options) -> torch.dtype:
+    """The float dtype of the layer ``build`` makes: its weight before quantization, its bias, input
+    and output (``options.activation_dtype``)."""
+    return _ACTIVATION_DTYPES[getattr(options, "activation_dtype", "bf16")]
+
+
+def _bias(bias: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
+    return None if bias is None else bias.to(dtype)
+
+
+def _emulate_fp8_weight_only(weight, bias, options) -> torch.nn.Module:
+    """fp8-weight-only: the weight through torchao's own ``Float8Tensor.from_hp`` with the config's
+    dtype and granularity (per row; torchao picks mslk's row quantizer on SM90+ when mslk is
+    installed, its torch rule elsewhere, as the real build does) and ``dequantize()`` to the layer
+    dtype, which is the weight the real layer's ``torch.matmul`` uses."""
+    from torchao.quantization.quantize_.workflows import Float8Tensor
+
+    dtype, config = _layer_dtype(options), _fp8_weight_only(options)
+    w = Float8Tensor.from_hp(weight.to(dtype), float8_dtype=config.weight_dtype, granularity=config.granularity)
+    return EmulatedLinear(w.dequantize(), _bias(bias, dtype), dtype, dtype, rule="torchao Float8Tensor, dequantized")
+
+
+def _act_torchao_fp8(x: torch.Tensor, float8_dtype, granularity) -> torch.Tensor:
+    """torchao's dynamic FP8 activation quantization with the TORCH kernel preference
+    (``Float8Tensor.from_hp``: ``_choose_scale_float8``, ``_quantize_affine_float8``), dequantized."""
+    from torchao.quantization.quantize_.common import KernelPreference
+    from torchao.quantization.quantize_.workflows import Float8Tensor
+
+    return Float8Tensor.from_hp(x, float8_dtype=float8_dtype, granularity=granularity,
+                                kernel_preference=KernelPreference.TORCH).dequantize(torch.float32)
+
+
+def _emulate_fp8_dynamic(weight, bias, options) -> torch.nn.Module:
+    """fp8-dynamic (``Float8DynamicActivationFloat8WeightConfig`` as :func:`_fp8_dynamic` makes it).
+
+    ``kernel_preference = "torch"`` (default): weight and activations through torchao's
+    ``Float8Tensor.from_hp`` with the TORCH preference and the config's granularities (per row by
+    default: one scale per output row, one per token; per tensor: one each), which is
+    ``scale = amax / 448`` computed in the layer dtype (bf16, so the scale is bf16-rounded), then
+    ``e4m3(clamp(x / scale))``; the GEMM (``torch._scaled_mm``) is ``(x_q · w_q) * s_x * s_w + b``.
+    ``"mslk"``: both quantized by mslk's ``quantize_fp8_row`` (:func:`~qbench.schemes.emulate.mslk_fp8_row`,
+    fp32 scales), as ``f8f8bf16_rowwise`` sees them.
+
+    Raises:
+        ValueError: fp16 with per-row scales (torchao 0.18 asserts a bf16 weight for PerRow), or
+            mslk with per-tensor scales or fp16 (see :func:`_fp8_dynamic_check`).
+    """
+    from functools import partial
+
+    from torchao.quantization.quantize_.common import KernelPreference
+    from torchao.quantization.quantize_.workflows import Float8Tensor
+
+    dtype, config = _layer_dtype(options), _fp8_dynamic(options)
+    act_g, w_g = config.granularity
+    if options.activation_dtype != "bf16" and options.granularity == "per-row":
+        raise ValueError("activation_dtype=fp16 with granularity=per-row: torchao 0.18 quantizes per-row FP8 "
+                         "from a bf16 weight only (Float8DynamicActivationFloat8WeightConfig asserts it)")
+    w = weight.to(dtype)
+    if options.kernel_preference == "mslk":
+        if options.granularity != "per-row" or options.activation_dtype != "bf16":
+            raise ValueError("kernel_preference=mslk needs granularity=per-row and activation_dtype=bf16")
+        q, scale = mslk_fp8_row(w)
+        return EmulatedLinear(q.float() * scale, _bias(bias, dtype), dtype, dtype, act_quant=act_mslk_fp8_row,
+                              rule="mslk quantize_fp8_row weight and activations, fp32 scales")
+    wq = Float8Tensor.from_hp(w, float8_dtype=config.weight_dtype, granularity=w_g,
+                              kernel_preference=KernelPreference.TORCH)
+    act = partial(_act_torchao_fp8, float8_dtype=config.activation_dtype, granularity=act_g)
+    return EmulatedLinear(wq.dequantize(torch.float32), _bias(bias, dtype), dtype, dtype, act_quant=act,
+                          rule=f"torchao Float8Tensor ({options.granularity}) weight and activations")
+
+
+def _emulate_int8_weight_only(weight, bias, options) -> torch.nn.Module:
+    """int8-weight-only: the weight through torchao's own ``Int8Tensor.from_hp`` with the config's
+    granularity (per row, symmetric: ``scale = amax / 127.5``, ``q = clamp(round(w / scale), -128,
+    127)``). The real forward multiplies by ``q`` then by ``scale.to(layer dtype)``, so Ŵ is
+    ``q * bf16(scale)`` (exact in float32)."""
+    from torchao.quantization.quantize_.workflows import Int8Tensor
+
+    dtype, config = _layer_dtype(options), _int8_weight_only(options)
+    w = Int8Tensor.from_hp(weight.to(dtype), granularity=config.granularity)
+    w_hat = w.qdata.float() * w.scale.to(dtype).float()
+    return EmulatedLinear(w_hat, _bias(bias, dtype), dtype, dtype, rule="torchao Int8Tensor, q * bf16(scale)")
+
+
+def _act_torchao_int8(x: torch.Tensor, granularity, mapping_type, reduce_range: bool) -> torch.Tensor:
+    """torchao's dynamic int8 activation quantization (``Int8Tensor.from_hp``), dequantized."""
+    from torchao.quantization.quantize_.workflows import Int8Tensor
+
+    return Int8Tensor.from_hp(x, granularity, mapping_type=mapping_type,
+                              reduce_range=reduce_range).dequantize(torch.float32)
+
+
+def _emulate_w8a8_dynamic(weight, bias, options) -> torch.nn.Module:
+    """w8a8-dynamic (``Int8DynamicActivationInt8WeightConfig``): weight and activations through
+    torchao's own ``Int8Tensor.from_hp`` with the config's granularities and activation mapping
+    (per row and per token, symmetric, fp32 scales), dequantized; the real forward's integer matmul
+    times both scales is the same product."""
+    from functools import partial
+
+    from torchao.quantization.quantize_.workflows import Int8Tensor
+
+    dtype, config = _layer_dtype(options), _w8a8_dynamic(options)
+    act_g, w_g = Int8Tensor._normalize_granularity(config.granularity)
+    w = Int8Tensor.from_hp(weight.to(dtype), granularity=w_g, reduce_range=config.reduce_range)
+    act = partial(_act_torchao_int8, granularity=act_g, mapping_type=config.act_mapping_type,
+                  reduce_range=config.reduce_range)
+    return EmulatedLinear(w.dequantize(torch.float32), _bias(bias, dtype), dtype, dtype, act_quant=act,
+                          rule="torchao Int8Tensor weight (per row) and activations (per token)")
+
+
+def _emulate_int4_weight_only(weight, bias, options) -> torch.nn.Module:
+    """int4-weight-only (tinygemm, ``Int4TilePackedTo4dTensor.from_hp`` with the TINYGEMM qparams
+    algorithm): torchao's own ``_choose_qparams_affine_tinygemm`` and ``_quantize_affine_tinygemm``
+    on the bf16 weight (asymmetric, uint4 0..15 per group of ``group_size``, float zero-point domain:
+    ``scale = (max - min) / 15`` and ``zero = min + 8 * scale``, both bf16 and computed in bf16);
+    dequantized as tinygemm does (``aten/src/ATen/native/cuda/int4mm.cu``: one bf16 FMA,
+    ``(q - 8) * scale + zero``): in float32, then rounded to bf16. bf16 in and out. (from_hp also
+    pads K to a multiple of 1024 and N to one of 8 with zeros: whole extra groups, no change.)
+
+    Raises:
+        ValueError: ``activation_dtype = "fp16"`` (tinygemm is bf16 only).
+    """
+    from torchao.quantization.quant_primitives import (
+        MappingType, _choose_qparams_affine_tinygemm, _dequantize_affine_tinygemm, _quantize_affine_tinygemm,
+    )
+
+    if options.activation_dtype != "bf16":
+        raise ValueError(f"activation_dtype={options.activation_dtype}: {_TINYGEMM_BF16}")
+    w, block = weight.to(torch.bfloat16), [1, options.group_size]
+    scale, zero = _choose_qparams_affine_tinygemm(w, MappingType.ASYMMETRIC, tuple(block), torch.int32, 0, 15,
+                                                  scale_dtype=torch.bfloat16, zero_point_dtype=torch.bfloat16)
+    q = _quantize_affine_tinygemm(w, block, scale, zero, torch.int32, 0, 15)
+    w_hat = _dequantize_affine_tinygemm(q, block, scale, zero, torch.int32, 0, 15, output_dtype=torch.float32)
+    return EmulatedLinear(w_hat.to(torch.bfloat16), _bias(bias, torch.bfloat16), torch.bfloat16, torch.bfloat16,
+                          rule=f"tinygemm uint4 asymmetric, group {options.group_size}, bf16 dequant")
+
+
+def _emulate_int4_intx(weight, bias, options) -> torch.nn.Module:
+    """int4-intx (``IntxWeightOnlyConfig``): the weight through torchao's own
+    ``IntxUnpackedToInt8Tensor.from_hp`` with the config's dtype, group size and mapping (int4
+    -8..7, scales in the layer dtype) and ``dequantize()``, the weight the real forward's
+    ``F.linear`` uses."""
+    from torchao.quantization.quantize_.workflows import IntxUnpackedToInt8Tensor
+
+    dtype, config = _layer_dtype(options), _int4_intx(options)
+    w = IntxUnpackedToInt8Tensor.from_hp(weight.to(dtype), (1, config.granularity.group_size), config.weight_dtype,
+                                         mapping_type=config.mapping_type)
+    return EmulatedLinear(w.dequantize(), _bias(bias, dtype), dtype, dtype,
+                          rule=f"torchao intx int4 {options.mapping}, group {options.group_size}")
+
+
+def _mslk_int4_zp(w: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Dequantized weight of mslk's ``int4_row_quantize_zp`` (mslk 1.1.0 ``mslk/quantize/shuffle.py``;
+    torchao's ``Int4Tensor.from_hp`` and ``quantize_int4_preshuffle(dtype="bf16")`` call it): in
+    float32 per group, ``scale = max(max - min, 1e-6) / 15``, ``zero = min + 8 * scale``,
+    ``q = clamp(round((w - min) / scale), 0, 15) - 8``; scale and zero then cast to bf16 (torchao),
+    and the kernel (CUTLASS mixed-input ``ConvertAndScaleWithZero``, bf16 math) forms
+    ``q * scale + zero``: here in float32, rounded once to bf16. Returns bf16 ``[N, K]``."""
+    x = group_view(w.float(), group_size)
+    lo, hi = x.amin(dim=-1, keepdim=True), x.amax(dim=-1, keepdim=True)
+    scale = (hi - lo).clamp(min=1e-6) / 15
+    zero = lo + scale * 8
+    q = x.sub(lo).div(scale).round().clamp(0, 15) - 8
+    w_hat = q * scale.to(torch.bfloat16).float() + zero.to(torch.bfloat16).float()
+    return w_hat.reshape(w.shape).to(torch.bfloat16)
+
+
+def _emulate_int4_mslk(weight, bias, options) -> torch.nn.Module:
+    """int4-plain / int4-preshuffled (mslk ``bf16i4bf16_rowwise`` / ``bf16i4bf16_shuffled``): both
+    quantize with ``int4_row_quantize_zp`` (:func:`_mslk_int4_zp`; preshuffling only reorders);
+    bf16 activations, bf16 out.
+
+    Raises:
+        ValueError: ``activation_dtype = "fp16"`` (the mslk int4 kernels are bf16 only).
+    """
+    if options.activation_dtype != "bf16":
+        raise ValueError(f"activation_dtype={options.activation_dtype}: {_MSLK_INT4_BF16}")
+    w_hat = _mslk_int4_zp(weight.to(torch.bfloat16), options.group_size)
+    return EmulatedLinear(w_hat, _bias(bias, torch.bfloat16), torch.bfloat16, torch.bfloat16,
+                          rule=f"mslk int4 asymmetric (zero point), group {options.group_size}")
+
+
+def _mslk_int4_symmetric(w: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """mslk's ``int4_row_quantize`` (mslk 1.1.0): per group in float32, ``scale = max(amax, 1e-6) / 8``,
+    ``q = clamp(round(w / scale), -8, 7)``. Returns ``q`` float ``[N, K/g, g]`` and ``scale`` ``[N, K/g, 1]``."""
+    x = group_view(w.float(), group_size)
+    scale = x.abs().amax(dim=-1, keepdim=True).clamp(min=1e-6) / 8
+    return x.div(scale).round().clamp(-8, 7), scale
+
+
+#: torchao 0.18 fixes the group size of ``Float8DynamicActivationInt4WeightConfig`` at 128.
+_FP8_INT4_GROUP = 128
+
+
+def _emulate_fp8_int4(weight, bias, options) -> torch.nn.Module:
+    """fp8-int4 (``Float8DynamicActivationInt4WeightConfig``, group 128); activations per token by
+    mslk's ``quantize_fp8_row`` (:func:`~qbench.schemes.emulate.mslk_fp8_row`) in both layouts.
+
+    ``preshuffled`` (``quantize_int4_preshuffle(dtype="fp8")``, mslk ``f8i4bf16_shuffled``): the bf16
+    weight first to e4m3 per row (``quantize_fp8_row``: row scale r), then ``int4_row_quantize`` of
+    those e4m3 values (:func:`_mslk_int4_symmetric`), group scales cast to e4m3; the kernel looks the
+    int4 codes up in a table of ``e4m3(group_scale * q)`` (CUTLASS ``packed_scale_t``), so
+    Ŵ = ``e4m3(e4m3(scale) * q) * r``.
+    ``plain`` (``Int4Tensor.from_hp``: ``int4_row_quantize`` of the bf16 weight, scales to bf16,
+    zero points 0; mslk ``f8i4bf16_rowwise``): the kernel converts ``q * scale`` in bf16 to the e4m3
+    MMA type, so Ŵ = ``e4m3(bf16(q * bf16(scale)))`` (small weights land in e4m3's subnormals: that
+    is the kernel's own loss).
+
+    Raises:
+        ValueError: ``activation_dtype = "fp16"`` (the kernels write bf16 only).
+    """
+    if options.activation_dtype != "bf16":
+        raise ValueError(f"activation_dtype={options.activation_dtype}: {_MSLK_FP8_INT4_BF16}")
+    w = weight.to(torch.bfloat16)
+    if options.int4_packing_format == "preshuffled":
+        w8, row_scale = mslk_fp8_row(w)
+        q, scale = _mslk_int4_symmetric(w8.float(), _FP8_INT4_GROUP)
+        w_hat = to_e4m3(q * scale.to(torch.float8_e4m3fn).float()).float().reshape(w.shape) * row_scale
+    else:
+        q, scale = _mslk_int4_symmetric(w, _FP8_INT4_GROUP)
+        w_hat = to_e4m3((q * scale.to(torch.bfloat16).float()).to(torch.bfloat16)).float().reshape(w.shape)
+    return EmulatedLinear(w_hat, _bias(bias, torch.bfloat16), torch.bfloat16, torch.bfloat16,
+                          act_quant=act_mslk_fp8_row,
+                          rule=f"mslk fp8 x int4 ({options.int4_packing_format}), group 128, fp8 rows")
+
+
 _COMMON = dict(library="torchao", packages=("torchao",), activation_dtype=torch.bfloat16)
 #: The mslk schemes: CUTLASS kernels built for Hopper (WGMMA), SM90.
 _MSLK = dict(cuda_only=True, min_compute_capability=(9, 0), **_COMMON)
@@ -212,17 +446,17 @@ _MSLK = dict(cuda_only=True, min_compute_capability=(9, 0), **_COMMON)
 register(Scheme(
     **spec("fp8-weight-only"), family="weight-only", weight_dtype="float8_e4m3fn", compute_dtype="bf16", nominal_bits=8,
     summary="torchao Float8WeightOnlyConfig: e4m3 weight, per-row scales, bf16 activations",
-    build=_quantized(_fp8_weight_only), parts=torchao_parts, **_COMMON,
+    build=_quantized(_fp8_weight_only), parts=torchao_parts, emulate=_emulate_fp8_weight_only, **_COMMON,
 ))
 register(Scheme(
     **spec("fp8-dynamic"), family="dynamic", weight_dtype="float8_e4m3fn", compute_dtype="fp8", nominal_bits=8,
     summary="torchao Float8DynamicActivationFloat8WeightConfig: e4m3 weight and dynamically quantized activations, FP8 GEMM",
-    build=_quantized(_fp8_dynamic), parts=torchao_parts, extra_check=_fp8_dynamic_check, cuda_only=True, min_compute_capability=(8, 9), **_COMMON,
+    build=_quantized(_fp8_dynamic), parts=torchao_parts, emulate=_emulate_fp8_dynamic, extra_check=_fp8_dynamic_check, cuda_only=True, min_compute_capability=(8, 9), **_COMMON,
 ))
 register(Scheme(
     **spec("int8-weight-only"), family="weight-only", weight_dtype="int8", compute_dtype="bf16", nominal_bits=8,
     summary="torchao Int8WeightOnlyConfig: int8 weight, per-row scales, bf16 activations",
-    build=_quantized(_int8_weight_only), parts=torchao_parts, **_COMMON,
+    build=_quantized(_int8_weight_only), parts=torchao_parts, emulate=_emulate_int8_weight_only, **_COMMON,
 ))
 def _int_mm_m(m: int, device: torch.device, options) -> Optional[str]:
     """Compiled w8a8-dynamic on CUDA: Inductor lowers the int8 x int8 matmul to ``torch._int_mm``,
@@ -237,18 +471,18 @@ def _int_mm_m(m: int, device: torch.device, options) -> Optional[str]:
 register(Scheme(
     **spec("w8a8-dynamic"), family="dynamic", weight_dtype="int8", compute_dtype="int8", nominal_bits=8,
     summary="torchao Int8DynamicActivationInt8WeightConfig: int8 weight (per-row), per-token dynamic int8 activations",
-    build=_quantized(_w8a8_dynamic), parts=torchao_parts, m_check=_int_mm_m, **_COMMON,
+    build=_quantized(_w8a8_dynamic), parts=torchao_parts, emulate=_emulate_w8a8_dynamic, m_check=_int_mm_m, **_COMMON,
 ))
 register(Scheme(
     **spec("int4-weight-only"), family="weight-only", weight_dtype="int4 (tinygemm packed int32)", compute_dtype="bf16",
     nominal_bits=4,
     summary="torchao Int4WeightOnlyConfig, tile_packed_to_4d (tinygemm): uint4 per-group asymmetric, bf16 scale+zero",
-    build=_quantized(_int4_weight_only), parts=torchao_parts, extra_check=_fp16_check(_TINYGEMM_BF16), cuda_only=True, min_compute_capability=(8, 0), **_COMMON,
+    build=_quantized(_int4_weight_only), parts=torchao_parts, emulate=_emulate_int4_weight_only, extra_check=_fp16_check(_TINYGEMM_BF16), cuda_only=True, min_compute_capability=(8, 0), **_COMMON,
 ))
 register(Scheme(
     **spec("int4-intx"), family="weight-only", weight_dtype="int4 (in int8)", compute_dtype="bf16", nominal_bits=4,
     summary="torchao IntxWeightOnlyConfig(int4, PerGroup): int4 values stored one per int8, per-group scales; runs on CPU",
-    build=_quantized(_int4_intx), parts=torchao_parts, **_COMMON,
+    build=_quantized(_int4_intx), parts=torchao_parts, emulate=_emulate_int4_intx, **_COMMON,
 ))
 
 # --- mslk kernels (the mslk-cuda package, SM90): torchao 0.18's default int4 path and FP8 x int4 ---
@@ -257,19 +491,19 @@ register(Scheme(
     nominal_bits=4,
     summary="torchao Int4WeightOnlyConfig, plain packing (torchao's default): int4 per-group asymmetric, bf16 scale "
             "and zero point; mslk CUTLASS bf16i4bf16_rowwise (needs mslk-cuda, SM90)",
-    build=_quantized(_int4_mslk("plain")), parts=torchao_parts, extra_check=_mslk_check(_MSLK_INT4_BF16), **_MSLK,
+    build=_quantized(_int4_mslk("plain")), parts=torchao_parts, emulate=_emulate_int4_mslk, extra_check=_mslk_check(_MSLK_INT4_BF16), **_MSLK,
 ))
 register(Scheme(
     **spec("int4-preshuffled"), family="weight-only", weight_dtype="int4 (2 per int8, mslk preshuffled)",
     compute_dtype="bf16", nominal_bits=4,
     summary="torchao Int4WeightOnlyConfig, preshuffled packing: int4 per-group asymmetric in mslk's WGMMA load order, "
             "bf16 scale and zero point; mslk CUTLASS bf16i4bf16_shuffled (needs mslk-cuda, SM90)",
-    build=_quantized(_int4_mslk("preshuffled")), parts=torchao_parts, extra_check=_mslk_check(_MSLK_INT4_BF16), **_MSLK,
+    build=_quantized(_int4_mslk("preshuffled")), parts=torchao_parts, emulate=_emulate_int4_mslk, extra_check=_mslk_check(_MSLK_INT4_BF16), **_MSLK,
 ))
 register(Scheme(
     **spec("fp8-int4"), family="dynamic", weight_dtype="int4 (2 per int8, symmetric)", compute_dtype="fp8",
     nominal_bits=4,
     summary="torchao Float8DynamicActivationInt4WeightConfig: symmetric int4 weight (group 128, fp8 group scales, "
             "fp32 row scales), per-row dynamic FP8 activations; mslk f8i4bf16_shuffled (needs mslk-cuda, SM90)",
-    build=_quantized(_fp8_int4), parts=torchao_parts, extra_check=_mslk_check(_MSLK_FP8_INT4_BF16), **_MSLK,
+    build=_quantized(_fp8_int4), parts=torchao_parts, emulate=_emulate_fp8_int4, extra_check=_mslk_check(_MSLK_FP8_INT4_BF16), **_MSLK,
 ))

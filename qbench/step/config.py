@@ -5,14 +5,14 @@ A configuration holds what the decode step needs: hidden size, attention heads, 
 query attention), head dim, FFN width, vocabulary, block count, RMSNorm epsilon, RoPE base and
 scaling, the largest position, and whether the LM head shares the embedding. Values of the presets
 are those of Meta's published ``config.json`` files (Llama-3-8B, Llama-3.1-8B, Llama-3.1-70B);
-their linear shapes equal :data:`LAYER_PRESETS`, the layer view's shapes of the same models (a test
-checks it).
+their linear shapes equal :data:`qbench.readers.model.PRESETS`, the layer view's shapes of the same
+models (a test checks it).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -122,7 +122,7 @@ _LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "
                  "original_max_position_embeddings": 8192}
 
 #: The step presets, by name. ``llama3-8b`` and ``llama3.1-70b`` are the models of
-#: :data:`LAYER_PRESETS`; ``llama3.1-8b`` has Llama-3-8B's shapes with Llama 3.1's RoPE
+#: :data:`qbench.readers.model.PRESETS`; ``llama3.1-8b`` has Llama-3-8B's shapes with Llama 3.1's RoPE
 #: scaling and 128k positions (Llama-3-8B itself is made for 8192); ``tiny`` is a 2-block model
 #: whose widths are multiples of 128 (every group-size scheme can take it) that runs on a CPU.
 PRESETS: dict[str, StepModelConfig] = {c.name: c for c in (
@@ -226,69 +226,3 @@ def read_hf_config(path: str | Path) -> StepModelConfig:
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ConfigError("", f"{path} is not JSON: {str(exc).splitlines()[0][:120]}") from None
     return from_hf_config(data, str(path))
-
-
-# ---- the layer view of the same models: the linear shapes ``qbench model`` sums (qbench.readers.model) ----
-
-
-@dataclass(frozen=True)
-class LinearShape:
-    """One linear shape of a model.
-
-    Attributes:
-        names: the projections of that shape, e.g. ``"q_proj, o_proj"``.
-        k: in_features.
-        n: out_features.
-        count: how many of them one block has (the LM head: how many the model has, 1).
-        scenario: the scenario file that measures this shape.
-    """
-
-    names: str
-    k: int
-    n: int
-    count: int
-    scenario: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.names} {self.k}→{self.n}"
-
-
-@dataclass(frozen=True)
-class ModelPreset:
-    """A model's linear layers: ``blocks`` decoder blocks of ``block`` shapes, plus ``lm_head``."""
-
-    name: str
-    title: str
-    blocks: int
-    block: tuple[LinearShape, ...]
-    lm_head: LinearShape
-    source: str
-
-
-def _layer_llama(name: str, title: str, blocks: int, hidden: int, kv: int, ffn: int, vocab: int,
-           prefix: str, source: str) -> ModelPreset:
-    """A Llama-architecture preset: q/o hidden→hidden, k/v hidden→kv (KV heads × head dim),
-    gate/up hidden→ffn, down ffn→hidden, LM head hidden→vocab (untied)."""
-    return ModelPreset(
-        name=name, title=title, blocks=blocks, source=source,
-        block=(LinearShape("q_proj, o_proj", hidden, hidden, 2, f"scenarios/{prefix}_q_o.toml"),
-               LinearShape("k_proj, v_proj", hidden, kv, 2, f"scenarios/{prefix}_k_v.toml"),
-               LinearShape("gate_proj, up_proj", hidden, ffn, 2, f"scenarios/{prefix}_gate_up.toml"),
-               LinearShape("down_proj", ffn, hidden, 1, f"scenarios/{prefix}_down.toml")),
-        lm_head=LinearShape("lm_head", hidden, vocab, 1, f"scenarios/{prefix}_lm_head.toml"),
-    )
-
-
-#: The model presets, by the name ``qbench model`` takes. Shapes from Meta's config.json files
-#: (head dim 128 in both; o_proj is hidden→hidden because heads × head dim = hidden).
-LAYER_PRESETS: dict[str, ModelPreset] = {
-    "llama3-8b": _layer_llama("llama3-8b", "Llama-3-8B", 32, 4096, 1024, 14336, 128256, "llama3_8b",
-                        "hidden 4096, 32 heads, 8 KV heads of 128, FFN 14336, vocab 128256, 32 layers"),
-    # Llama-3.1-8B's linear layers are Llama-3-8B's (the step presets differ in RoPE and positions only)
-    "llama3.1-8b": _layer_llama("llama3.1-8b", "Llama-3.1-8B", 32, 4096, 1024, 14336, 128256, "llama3_8b",
-                          "hidden 4096, 32 heads, 8 KV heads of 128, FFN 14336, vocab 128256, 32 layers"),
-    "llama3.1-70b": _layer_llama("llama3.1-70b", "Llama-3.1-70B", 80, 8192, 1024, 28672, 128256,
-                           "llama31_70b",
-                           "hidden 8192, 64 heads, 8 KV heads of 128, FFN 28672, vocab 128256, 80 layers"),
-}

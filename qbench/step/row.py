@@ -1,17 +1,20 @@
 """The typed row of a model-step result: one per (scheme, M, context). Torch-free.
 
 The producer (:mod:`qbench.step.measure`) fills a :class:`StepRow` and the readers use the same
-type (:func:`read_step_rows`). Units: µs for times, bytes, tokens/s; ``latency_us`` holds one
-STATS object per step method (``median``, ``p10``, ``p90``, ``mean``, ``cv``, ``n``, ``stop``,
-plus the method's extras), ``None`` with a reason in ``latency_reasons`` when the method did not
-run.
+type (:func:`check_rows`, the step record's row check). Units: µs for times, bytes, tokens/s;
+``latency_us`` holds one STATS object per step method (``median``, ``p10``, ``p90``, ``mean``,
+``cv``, ``n``, ``stop``, plus the method's extras), ``None`` with a reason in ``latency_reasons``
+when the method did not run.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from qbench.results import ResultsError
+from qbench.row import Stats
 
 #: What ``weight_source`` says for generated weights (the layer job's N(0, 1/K)).
 SEEDED = "seeded Gaussian: linear weights N(0, 1/K), embedding N(0, 1), norms 1 (synthetic: errors are not a trained model's)"
@@ -96,6 +99,14 @@ class StepRow(BaseModel):
         """The row's identity: (scheme, M, context, model, device)."""
         return (self.scheme, self.m, self.context, self.model, self.device)
 
+    def stats(self, method: str) -> Optional[Stats]:
+        """The ``method`` reading (median, p10, p90; µs) when the row is ``ok`` and has a median there,
+        else None: :meth:`qbench.row.Row.stats` for a step row."""
+        got = self.latency_us.get(method) if self.status == "ok" else None
+        if not got or got.get("median") is None:
+            return None
+        return Stats(median=got["median"], p10=got.get("p10"), p90=got.get("p90"))
+
     def step_us(self, method: str) -> Optional[float]:
         """The median step (µs) by ``method``, or None."""
         stats = self.latency_us.get(method)
@@ -112,10 +123,32 @@ class StepRow(BaseModel):
         return next((m for m in order if self.step_us(m) is not None), None)
 
 
-def read_step_rows(rows: list) -> list[StepRow]:
-    """The rows of a step result as :class:`StepRow` (validated).
+def check_rows(rows: list, source: str) -> list[StepRow]:
+    """Check the rows of a model-step result against :class:`StepRow` (unknown keys refused, every
+    value of its field's type), one row per (scheme, M, context, model, device); return them as
+    :class:`StepRow`, in order (the step record's ``check_rows``, :mod:`qbench.jobs`).
 
     Raises:
-        pydantic.ValidationError: a row that is not a step row.
+        qbench.results.ResultsError: one line naming ``source``, the row's index and key path, the bad
+            value, or a row that is not a step row (a step result holds only step rows).
     """
-    return [StepRow.model_validate(r) for r in rows]
+    seen: dict[tuple, int] = {}
+    out: list[StepRow] = []
+    for i, row in enumerate(rows):
+        if isinstance(row, StepRow):
+            row = row.model_dump(mode="json", exclude_unset=True)
+        if not isinstance(row, dict) or row.get("job") != "step":
+            raise ResultsError(f"{source}: rows[{i}]: a model-step result holds only step rows (job = 'step')")
+        try:
+            typed = StepRow.model_validate(row)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise ResultsError(f"{source}: rows[{i}].{where}: {err['msg']} (got {err.get('input')!r})"[:400]) from None
+        if typed.key in seen:
+            raise ResultsError(f"{source}: rows[{i}] repeats rows[{seen[typed.key]}] (scheme {row['scheme']!r}, "
+                               f"M={row['m']}, context={row['context']}): one row per scheme, M and context")
+        seen[typed.key] = i
+        out.append(typed)
+    return out
+

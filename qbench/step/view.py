@@ -247,13 +247,11 @@ def flag_notes(rows: Sequence[StepRow]) -> list[str]:
     return [f"{scheme}: {name} ({', '.join(where)})" for (scheme, name), where in seen.items()]
 
 
-def describe(doc: dict) -> list[str]:
+def describe(doc) -> list[str]:
     """Prose lines for a terminal under a step table: what the columns mean, where the weights came
-    from, and the step methods' inclusions."""
-    from qbench.timing import registry
-
-    rows = [StepRow.model_validate(r) for r in doc.get("rows") or []]
-    model = (doc.get("scenario") or {}).get("model") or {}
+    from, and the step methods' inclusions. ``doc``: a :class:`qbench.results.ResultDoc` of step rows."""
+    rows = doc.rows
+    model = (doc.scenario.model_extra or {}).get("model") or {}
     lines = [f"model step: {rows[0].title if rows else model.get('name')}; weights: {rows[0].weight_source if rows else ''}"]
     for m in methods_present(rows):
         meta = registry.METHODS.get(m)

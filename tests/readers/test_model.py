@@ -12,7 +12,7 @@ import pytest
 
 from qbench import cli
 from qbench.readers import model as model_mod
-from qbench.step.config import LAYER_PRESETS as PRESETS, LinearShape, ModelPreset
+from qbench.readers.model import PRESETS, LinearShape, ModelPreset
 from qbench.readers.model import index_rows, model_step, row_floor_us
 from qbench.results import read_results
 from qbench.row import reason_record

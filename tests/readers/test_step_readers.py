@@ -17,7 +17,7 @@ import pytest
 
 from qbench.readers import compare, model, plot, recommend, report
 from qbench.results import ResultDoc, read_results, write_results
-from qbench.step import view
+from qbench.step import view, views
 from qbench.step.row import StepRow
 from tests.conftest import run_subcommand
 
@@ -34,11 +34,11 @@ def _json(capsys, module, name, *argv) -> tuple[int, object]:
 
 # ---- the typed document ------------------------------------------------------------------------------
 
-def test_a_step_file_is_read_as_step_rows():
+def test_a_step_file_holds_its_rows_as_step_rows():
     doc = read_results(STEP_8B)
     raw = json.loads(Path(STEP_8B).read_text())
-    assert doc.job == "step" and doc.rows == [] and all(isinstance(r, StepRow) for r in doc.step_rows)
-    assert len(doc.step_rows) == len(raw["rows"]) == 78 and raw["complete"] is True and doc.machine == "cuda NVIDIA H200"
+    assert doc.job == "step" and all(isinstance(r, StepRow) for r in doc.rows)
+    assert len(doc.rows) == len(raw["rows"]) == 78 and raw["complete"] is True and doc.machine == "cuda NVIDIA H200"
     assert read_results(LAYER).job == "layer"
 
 
@@ -46,8 +46,8 @@ def test_a_step_file_written_back_reads_the_same(tmp_path):
     doc = read_results(STEP_70B)
     write_results(tmp_path / "s.json", doc)
     again = read_results(tmp_path / "s.json")
-    assert again.step_rows == doc.step_rows and again.to_json()["rows"] == json.loads(Path(STEP_70B).read_text())["rows"]
-    assert ResultDoc.of(doc.to_json()).step_rows == doc.step_rows
+    assert again.rows == doc.rows and again.to_json()["rows"] == json.loads(Path(STEP_70B).read_text())["rows"]
+    assert ResultDoc.of(doc.to_json()).rows == doc.rows
 
 
 # ---- qbench model ------------------------------------------------------------------------------------
@@ -171,10 +171,10 @@ def test_report_prints_the_step_table(capsys):
     from qbench.render import fit
 
     # a terminal table without --wide: the caller's 120-character rule (qbench.render.fit) passed in
-    assert out.rstrip("\n").endswith(view.step_table(read_results(STEP_8B).step_rows, fit=fit))
+    assert out.rstrip("\n").endswith(view.step_table(read_results(STEP_8B).rows, fit=fit))
     header = next(line for line in out.splitlines() if line.startswith("scheme "))
     assert "Σ lin " not in header  # Σ linear in µs: --wide, in a terminal
-    assert "Σ lin " in view.step_table(read_results(STEP_8B).step_rows).splitlines()[0]
+    assert "Σ lin " in view.step_table(read_results(STEP_8B).rows).splitlines()[0]
 
 
 def test_report_by_m_is_the_step_table_sorted_by_m(capsys):
@@ -219,7 +219,7 @@ def test_step_plot_lines_are_told_apart(monkeypatch, tmp_path):
 
     seen = []
     monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: seen.append(fig))
-    plot.plot_context(read_results(STEP_8B), tmp_path / "x.png")
+    views.plot_context(read_results(STEP_8B), tmp_path / "x.png")
     (fig,) = seen
     for ax in fig.axes:
         lines = {ln.get_label(): (ln.get_color(), ln.get_marker()) for ln in ax.get_lines() if ln.get_linestyle() == "-"}
@@ -235,14 +235,14 @@ def test_step_plot_tells_apart_option_variants_of_one_scheme(monkeypatch, tmp_pa
     from matplotlib.figure import Figure
 
     doc = read_results(STEP_8B)
-    keep = [r for r in doc.step_rows if r.scheme in ("fp8-dynamic", "fp8-dynamic[kernel_preference=mslk]",
+    keep = [r for r in doc.rows if r.scheme in ("fp8-dynamic", "fp8-dynamic[kernel_preference=mslk]",
                                                      "fp8-dynamic+compiled")]
     extra = [r.model_copy(update={"scheme": "fp8-dynamic+compiled[kernel_preference=mslk]"})
              for r in keep if r.scheme == "fp8-dynamic+compiled"]
-    doc = doc.model_copy(update={"step_rows": keep + extra})
+    doc = doc.model_copy(update={"rows": keep + extra})
     seen = []
     monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: seen.append(fig))
-    plot.plot_context(doc, tmp_path / "x.png")
+    views.plot_context(doc, tmp_path / "x.png")
     lines = {ln.get_label(): (ln.get_color(), ln.get_marker()) for ln in seen[0].axes[0].get_lines()
              if ln.get_linestyle() == "-"}
     assert len(set(lines.values())) == 4
@@ -367,9 +367,9 @@ def test_model_says_once_which_answer_decides_where_step_and_sigma_linear_disagr
     assert line.startswith("the measured step and Σ linear name different fastest schemes (")
     records = [{"m": 1, "context": 128, "scheme": s, "step_us": st, "linear_us": li, "over_budget": ob}
                for s, st, li, ob in (("a", 10, 5, False), ("b", 12, 4, False), ("c", 1, 1, True))]
-    assert model.disagreements(records) == [{"m": 1, "context": 128, "step": "a", "linear": "b"}]
+    assert views.disagreements(records) == [{"m": 1, "context": 128, "step": "a", "linear": "b"}]
     records[1]["linear_us"] = 6  # the same scheme is fastest both ways: nothing to say
-    assert model.disagreements(records) == []
+    assert views.disagreements(records) == []
 
 
 def test_model_takes_a_config_path_models_title_and_refuses_a_baseline_typo(tmp_path, capsys):
@@ -424,7 +424,7 @@ def test_step_plot_legend_names_the_dashed_sigma_linear_lines(monkeypatch, tmp_p
 
     seen = []
     monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: seen.append(fig))
-    plot.plot_context(read_results(STEP_8B), tmp_path / "x.png")
+    views.plot_context(read_results(STEP_8B), tmp_path / "x.png")
     (fig,) = seen
     labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
     assert "dashed: Σ linear (the layer view)" in labels and len(labels) == 14

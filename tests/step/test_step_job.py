@@ -64,7 +64,7 @@ def test_step_error_known_answers():
 
 # -- configurations --------------------------------------------------------------------------
 def test_presets_match_the_layer_presets():
-    from qbench.step.config import LAYER_PRESETS as LAYER
+    from qbench.readers.model import PRESETS as LAYER
     assert set(LAYER) == {"llama3-8b", "llama3.1-8b", "llama3.1-70b"}
     for name in LAYER:
         shapes = PRESETS[name].linear_shapes()
@@ -235,8 +235,8 @@ def test_run_writes_a_step_result_file(tmp_path):
     s = _scenario([{"name": "fp32"}], context=(4,))
     outcome = runner.run(s, device="cpu", out=str(tmp_path / "r.json"))
     doc = read_results(tmp_path / "r.json")
-    assert doc.job == "step" and doc.rows == []
-    rows = doc.step_rows
+    rows = doc.rows
+    assert doc.job == "step" and all(isinstance(r, StepRow) for r in rows)
     assert outcome.exit_code == 0 and len(rows) == 1 and rows[0].job == "step" and rows[0].status == "ok"
 
 
@@ -249,7 +249,7 @@ def test_a_timed_out_step_worker_is_reported_with_its_phase(tmp_path):
     s = _scenario([{"name": "fp32"}], context=(8,),
                   timing={"warmup": 1, "min_reps": 100000, "max_reps": 200000, "budget_s": 600, "scheme_timeout_s": 20})
     runner.run(s, device="cpu", out=str(tmp_path / "r.json"))
-    rows = read_results(tmp_path / "r.json").step_rows
+    rows = read_results(tmp_path / "r.json").rows
     assert rows and all(r.status == "failed" for r in rows)
     reason = rows[0].reason
     assert "worker timed out after 20 s; last output: " in reason

@@ -1,0 +1,516 @@
+"""The model-step job's views in the reader commands (``qbench run``, ``report``, ``recommend``,
+``model``, ``plot``), registered in the step record's ``views`` (:mod:`qbench.jobs`): a reader
+takes its view of a step file from there instead of branching on the job kind.
+
+A reader's view is ``(args, paths, docs) -> exit status`` (the files read by
+:func:`qbench.readers.common.open_results`); ``run``'s is ``(doc, args) -> rows shown``. Refusals
+raise :class:`qbench.readers.common.Refused` (one line, exit 2). The tables themselves are
+:mod:`qbench.step.view`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+from qbench.judge import incomplete_warning
+from qbench.readers.common import Refused, check_baseline, one_result
+from qbench.readers.model import ACT_ON, warn_machine_differences
+from qbench.readers.plot import plain, scheme_styles
+from qbench.render import Column, fit, narrow, render, synthetic_step_warning, wants_prose
+from qbench.render.columns import DASH, fmt_num, fmt_us
+from qbench.render.safe import visible
+from qbench.results import ResultDoc
+from qbench.step import view as step_view
+from qbench.step.row import SCATTER
+from qbench.step.view import decision_method
+
+__all__ = ["disagreements", "model_view", "plot_context", "plot_view", "recommend_view", "report_view", "run_view"]
+
+
+def _one_kind(paths: list[str], docs: list[ResultDoc]) -> None:
+    """Refuse model-step files given with files of another kind (one line naming each file's kind)."""
+    if any(doc.job != "step" for doc in docs):
+        raise Refused("give per-layer files or model-step files, not both: "
+                      + ", ".join(f"{p} ({d.job})" for p, d in zip(paths, docs)))
+
+
+# ---- qbench run ----------------------------------------------------------------------------------
+
+def run_view(doc: ResultDoc, args: argparse.Namespace) -> int:
+    """``qbench run``'s table of a model-step run: what the columns and methods are (on stderr when the
+    format is meant to be parsed), then :func:`qbench.step.view.step_table`. Returns the rows shown."""
+    machine = not wants_prose(args.format)
+    for line in step_view.describe(doc):
+        print(line, file=sys.stderr if machine else sys.stdout)
+    print(step_view.step_table(doc.rows, fmt=args.format, wide=args.wide,
+                               fit=fit if narrow(args.format, args.wide) else None))
+    return len(doc.rows)
+
+
+# ---- qbench report -------------------------------------------------------------------------------
+
+def report_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
+    """``qbench report STEP.json``: the step table of one file (:func:`_step_report`)."""
+    result = one_result(paths, docs)
+    args.result = result.label  # messages name every file
+    return _step_report(args, result.doc)
+
+
+def _step_report(args: argparse.Namespace, doc: ResultDoc) -> int:
+    """A model-step file: its step table (:func:`qbench.step.view.step_table`: the step per method,
+    tokens/s, Σ linear, the remainder, the HBM floor, the speed-up over ``--baseline`` measured and
+    as Σ linear predicts it, the logits error), in the file's order, or with ``--by-m`` sorted by M
+    and context; prose (what the columns and methods are, an incomplete file) around terminal
+    tables; ``--columns`` picks the step table's columns (:data:`qbench.step.view.COLUMN_KEYS`).
+    ``--crossover``, ``--sort`` and ``--method`` read per-layer rows and are refused."""
+    for flag, given in (("--crossover", args.crossover), ("--sort", args.sort), ("--method", args.method)):
+        if given:
+            raise Refused(f"{args.result}: a model-step result; {flag} reads per-layer results (qbench model "
+                          "shows the context sweep)")
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+    if columns:
+        try:
+            step_view.column_keys(columns)
+        except ValueError as exc:
+            raise Refused(f"{args.result}: {exc}") from None
+    if isinstance(args.by_m, str):  # a column (a bare --by-m is the table by M)
+        raise Refused(f"{args.result}: a model-step result; --by-m takes no column for it (the step table, by M)")
+    rows = [r for r in doc.rows if args.status == "all" or r.status == "ok"]
+    if args.by_m is not None:
+        order = {r.key: i for i, r in enumerate(rows)}
+        rows = sorted(rows, key=lambda r: (r.m, r.context, order[r.key]))
+    wide = getattr(args, "wide", False)
+    show = fit if narrow(args.format, wide) else (lambda line: line)  # noqa: E731  (prose within 120)
+    if wants_prose(args.format):
+        for line in step_view.describe(doc):
+            print(show(visible(line)))  # the file's title and model name: one line whatever they hold
+        warning = incomplete_warning(doc, args.result)
+        if warning:
+            print(show(warning.removeprefix("warning: ")))
+        print()
+    table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline, wide=wide,
+                                 fit=fit if narrow(args.format, wide) else None, columns=columns)
+    print(table, end="" if table.endswith("\n") else "\n")  # csv ends its last line itself
+    return 0
+
+
+# ---- qbench recommend ----------------------------------------------------------------------------
+
+def _recommend_columns(baseline: str, wide: bool = True) -> list[Column]:
+    """The columns of a model-step file's table; without ``wide`` (a terminal table without
+    ``--wide``) the same columns under shorter headers, which fit 120 characters (the line above
+    the table says what the pick is)."""
+    return [
+        Column("m", "M", lambda r: r["m"], str, True),
+        Column("context", "context" if wide else "ctx", lambda r: r["context"], str, True),
+        Column("pick", "fastest step within the budget" if wide else "pick", lambda r: r["pick"] or "none"),
+        Column("method", "step method" if wide else "method",
+               lambda r: step_view.SHORT.get(r["method"], DASH) if r["method"] else DASH),
+        Column("step_us", "step µs", lambda r: r["step_us"], fmt_us, True),
+        Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
+        Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+        Column("within", "within budget" if wide else "within", lambda r: f"{r['within']} of {r['timed']}",
+               numeric=True),
+    ]
+
+
+def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
+    """``qbench recommend STEP.json --max-rel-err X``: per file, per M and context, the fastest
+    measured decode step among the schemes whose logits error against the FP32 step
+    (``error.rel_fro``) is at most X, each timed by its decision method
+    (:data:`qbench.step.view.DECISION_ORDER`, named in the output), with its speed-up over
+    ``--baseline`` (:func:`qbench.step.view.recommend`); steps tied with the fastest within noise
+    (p10-p90 overlap) are named under the table with their ``throttled``/``noisy`` flags, and the
+    pick among them is the scheme of the smaller context, else the lower logits error, then the
+    fewer bytes. Returns 0 when some (M, context) has a
+    pick, else 1; raises :class:`~qbench.readers.common.Refused` for layer and step files mixed,
+    ``--summary``, ``--by-format`` or ``--method``."""
+    _one_kind(paths, docs)
+    if any(getattr(args, f, None) is not None for f in ("max_kld", "max_ppl_ratio", "min_same_top")):
+        raise Refused("--max-kld, --max-ppl-ratio and --min-same-top are budgets on a quality result (qbench run "
+                      "of a [quality] scenario): give its file beside the step file")
+    for flag, given in (("--summary", args.summary), ("--by-format", args.by_format), ("--method", args.method)):
+        if given:
+            raise Refused(f"{flag} reads per-layer files; a model-step file has one view (the fastest step per M "
+                          "and context)")
+    if args.max_rel_err is None:
+        raise Refused("--max-rel-err is required (e.g. 0.05: the step's logits error against the FP32 step)")
+    picked, records = False, []
+    for path, doc in zip(paths, docs):
+        if not any(r.scheme in (args.baseline, f"{args.baseline}+compiled") for r in doc.rows):
+            raise Refused(f"{path}: --baseline {args.baseline}: no row is {args.baseline} or {args.baseline}+compiled "
+                          f"(schemes: {', '.join(sorted({r.scheme for r in doc.rows}))})")
+        rec = step_view.recommend(doc.rows, args.max_rel_err, args.baseline)
+        picked = picked or any(r["pick"] for r in rec)
+        records.append((path, doc, rec))
+    if args.format == "json":
+        out = [{"file": path, "model": doc.rows[0].model, "max_rel_err": args.max_rel_err, "by_m_context": rec}
+               for path, doc, rec in records]
+        print(json.dumps(out if len(out) > 1 else out[0], indent=2, ensure_ascii=False))
+        return 0 if picked else 1
+    fits = narrow(args.format, getattr(args, "wide", False))
+    say = fit if fits else (lambda line: line)  # noqa: E731  (prose lines within 120 characters)
+    for i, (path, doc, rec) in enumerate(records):
+        rows = doc.rows
+        if len(records) > 1:
+            print(("\n" if i else "") + visible(f"== {path}"))
+        if wants_prose(args.format):
+            print(say(visible(f"{rows[0].title} ({rows[0].model}), decode step: the fastest step (or one tied with "
+                              f"it within noise, named under the table) whose logits error "
+                              f"against the FP32 step is ≤ {args.max_rel_err:g} (error.rel_fro), per M and context; "
+                              "step method: " + ", else ".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
+                              .replace("(r-o)", "(r-o: torch.compile reduce-overhead in a decode loop)") + "; "
+                              f"×{args.baseline} = {args.baseline} step / this step (a compiled scheme against "
+                              f"{args.baseline}+compiled)"
+                              + ("; within: how many timed schemes are within the budget" if fits else ""))))
+            warning = synthetic_step_warning(rows)
+            if warning:
+                print(say(visible(warning)))
+            print()
+        print(render(rec, _recommend_columns(args.baseline, wide=not fits), args.format))
+        if wants_prose(args.format):
+            tied = []
+            for r in rec:
+                if not r["ties"]:
+                    continue
+                names = [r["pick"], *r["ties"]]
+                flags = r["timing_flags"]
+                listed = ", ".join(f"{s}{' (fastest median)' if s == r['fastest'] else ''}"
+                                   f"{' [' + ', '.join(flags[s]) + ']' if s in flags else ''}" for s in names)
+                tied.append(f"M={r['m']} ctx={r['context']}: {r['pick']} picked from {listed}")
+            if tied:
+                flagged = any(r["timing_flags"] for r in rec)
+                print("\n" + say(visible("tied with the fastest within noise (p10–p90 overlap); among them the pick is "
+                                         "the smaller context's, else the lower logits error, then fewer bytes: "
+                                         + "; ".join(tied)
+                                         + ("; [throttled]: the GPU limited its clocks right after the reading, "
+                                            f"[noisy]: its p90/p10 above {SCATTER}" if flagged else ""))))
+            flagged, seen = [], []
+            for r in rec:
+                if not r["pick"] or not (r["pick_flags"] or r["baseline_flags"]):
+                    continue
+                said = [f"{r['pick']} [{', '.join(r['pick_flags'])}]"] if r["pick_flags"] else []
+                said += [f"{s} (baseline) [{', '.join(f)}]" for s, f in r["baseline_flags"].items()]
+                flagged.append(f"M={r['m']} ctx={r['context']}: " + ", ".join(said))
+                seen += [*r["pick_flags"], *(x for fs in r["baseline_flags"].values() for x in fs)]
+            if flagged:
+                legend = step_view.flag_legend(seen)
+                print("\n" + say(visible("flags on the picks and on the baselines their speed-up divides by (the rows' "
+                                         "own flag text in the JSON has the figures): " + "; ".join(flagged)
+                                         + (f"; {legend}" if legend else ""))))
+            failed = {}
+            for r in rows:
+                if r.status != "ok":
+                    failed.setdefault(r.scheme, f"{r.status}: {r.reason or 'no reason recorded'}")
+            if failed:
+                print("\n" + say(visible("not measured (no ok row, not considered): "
+                                         + "; ".join(f"{s}: {why[:160]}" for s, why in failed.items()))))
+            untimed = sorted({s for r in rec for s in r["untimed"]})
+            if untimed:
+                print("\n" + say(visible(f"not timed (no step time, not considered): {', '.join(untimed)}")))
+    if len(records) > 1 and wants_prose(args.format):
+        for line in _across_files(records):
+            print("\n" + say(visible(line)))
+    return 0 if picked else 1
+
+
+def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]:
+    """What ``recommend`` says under several step files: whether each (M, context) pick holds
+    across them (:func:`qbench.step.view.pick_stability`). A changed pick is put down to the step's
+    run-to-run variation only for runs of one scenario: same model, machine, schemes and weights;
+    otherwise the line names what differs. The same file twice, or files of several models, are
+    not compared (one line says why); an (M, context) missing from some file is named."""
+    paths = [Path(path).resolve() for path, _, _ in records]
+    if len(set(paths)) < len(paths):
+        return ["picks across files: not compared, the same file is given more than once"]
+    models = sorted({r.model for _, doc, _ in records for r in doc.rows})
+    if len(models) != 1:
+        return [f"picks across files: not compared, the files hold different models ({', '.join(models)})"]
+    differ = [what for what, key in (("machines", lambda d: d.machine),
+                                     ("scheme sets", lambda d: frozenset(r.scheme for r in d.rows)),
+                                     ("weights", lambda d: frozenset(r.weight_source for r in d.rows)))
+              if len({key(doc) for _, doc, _ in records}) > 1]
+    stable = step_view.pick_stability([rec for _, _, rec in records])
+    n = len(records)
+    said = [f"M={s['m']} ctx={s['context']}: " + (f"{s['picks'][0] or 'none'} in {'both' if n == 2 else f'all {n}'}"
+            if s["holds"] else "differ (" + ", ".join(f"{p or 'none'} in file {i + 1}" for i, p in enumerate(s["picks"])) + ")")
+            for s in stable]
+    everywhere = {(s["m"], s["context"]) for s in stable}
+    partial = sorted({(r["m"], r["context"]) for _, _, rec in records for r in rec} - everywhere)
+    moved = sum(not s["holds"] for s in stable)
+    if differ:
+        why = (f"; the files differ in {' and '.join(differ)}: a changed pick may come from that, not from "
+               "run-to-run variation")
+    elif moved:
+        why = (f"; {moved} of {len(stable)} picks change between files: there the difference is within the step's "
+               "run-to-run variation, whatever one file's p10–p90 says")
+    else:
+        why = ""
+    line = (f"picks across the {n} files of {models[0]}" + ("" if differ else " (runs of one scenario)") + ": "
+            + "; ".join(said) + why
+            + (f"; in only some files: {', '.join(f'M={m} ctx={c}' for m, c in partial)}" if partial else ""))
+    return [line]
+
+
+# ---- qbench model --------------------------------------------------------------------------------
+
+def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
+    """``qbench model NAME STEP.json...``: :func:`_step_model` (files of one kind)."""
+    _one_kind(paths, docs)
+    return _step_model(args, paths, docs)
+
+
+def _model_columns(records: list[dict], baseline: str, wide: bool = True) -> list[Column]:
+    """The step table's columns (before the error): M, context, scheme, step method, the measured
+    step, tokens/s, Σ linear, the remainder's share, ×baseline per step method present and as Σ
+    linear predicts it. Without ``wide`` the narrow set (:data:`STEP_WIDE_ONLY` left out; the
+    speed-up is the step method's, under ``×baseline``, and the headers are short), which fits 120
+    characters with the error and budget columns on the committed H200 step files."""
+    methods = [m for m in step_view.STEP_METHODS if any(m in r["speedup"] for r in records)]
+
+    def ratio(v: Optional[float]) -> str:
+        return DASH if v is None else f"{v:.2f}×"
+
+    cols = [
+        Column("m", "M", lambda r: r["m"], str, True),
+        Column("context", "context" if wide else "ctx", lambda r: r["context"], str, True),
+        Column("scheme", "scheme", lambda r: r["scheme"]),
+        Column("method", "step method" if wide else "method",
+               lambda r: step_view.SHORT.get(r["method"], r["method"] or DASH)),
+        Column("step_us", "step µs (measured)" if wide else "step µs", lambda r: r["step_us"], fmt_us, True),
+        Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
+        Column("linear_us", "Σ linear µs", lambda r: r["linear_us"], fmt_us, True),
+        Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None else 100 * r["rest_share"],
+               lambda v: DASH if v is None else f"{v:.0f} %", True),
+    ]
+    if not wide:  # the speed-up by the row's own step method, as the step table of qbench report shows it
+        cols.append(Column("speedup", f"×{baseline}", lambda r: r["speedup"].get(r["method"]) if r["method"] else None,
+                           ratio, True))
+        cols.append(Column("linear_speedup", f"×{baseline} Σ", lambda r: r["linear_speedup"], ratio, True))
+        return [c for c in cols if c.key not in STEP_WIDE_ONLY]
+    for m in methods:
+        cols.append(Column(f"speedup_{m}", f"×{baseline} {step_view.SHORT[m]}",
+                           lambda r, m=m: r["speedup"].get(m), ratio, True))
+    cols.append(Column("linear_speedup", f"×{baseline} Σ linear", lambda r: r["linear_speedup"], ratio, True))
+    return cols
+
+
+#: The columns of a model-step table a terminal shows only with ``--wide``: tokens/s (M / step) and Σ
+#: linear in µs (the narrow table keeps its share of the step, ``rest``, and the speed-up it predicts,
+#: ``×baseline Σ``); the narrow table's one ``×baseline`` is the row's step method's, the wide one has
+#: one per method.
+STEP_WIDE_ONLY = ("tokens_per_s", "linear_us")
+
+
+def disagreements(records: list[dict]) -> list[dict]:
+    """The (M, context) of :func:`qbench.step.view.model_records` ``records`` (with ``over_budget``)
+    at which the fastest measured step and the fastest Σ linear are different schemes, among the
+    schemes within the budget that have both: ``{"m", "context", "step", "linear"}`` each."""
+    out = []
+    for m, context in dict.fromkeys((r["m"], r["context"]) for r in records):
+        both = [r for r in records if (r["m"], r["context"]) == (m, context) and not r.get("over_budget")
+                and r["step_us"] is not None and r["linear_us"] is not None]
+        if len(both) < 2:
+            continue
+        step = min(both, key=lambda r: r["step_us"])["scheme"]
+        linear = min(both, key=lambda r: r["linear_us"])["scheme"]
+        if step != linear:
+            out.append({"m": m, "context": context, "step": step, "linear": linear})
+    return out
+
+
+def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
+    """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` (the rows of the
+    model-step files whose ``model`` is ``NAME``) beside the linear-only prediction (Σ linear, the
+    per-layer ``stream`` sum measured in the same run) and the end-to-end speed-up over
+    ``--baseline`` per step method (:func:`qbench.step.view.speedups`; a compiled scheme against
+    the baseline's compiled form), then one context-sweep line per scheme and M: the context at
+    which it stops beating the baseline (:func:`qbench.step.view.breakeven`). ``--max-rel-err``
+    marks schemes whose logits error is over it. Returns 0 when some scheme has a measured step,
+    else 1; raises :class:`~qbench.readers.common.Refused` (a file of another model, files of
+    several machines, a row that two files both hold, ``--method``)."""
+    if args.method is not None:
+        raise Refused("--method reads per-layer files; a model-step file's step methods are all shown")
+    if len({doc.machine for doc in docs}) > 1:
+        raise Refused("the files were measured on different machines ("
+                      + "; ".join(f"{p}: {d.machine}" for p, d in zip(paths, docs)) + ")")
+    warn_machine_differences(paths, docs)
+    rows = []
+    for path, doc in zip(paths, docs):
+        mine = [r for r in doc.rows if args.name in (r.model, r.title)]  # a config path's model by its title too
+        if not mine:
+            held = ", ".join(sorted({f"{r.model} (title {r.title})" if r.model.endswith(".json") else r.model
+                                     for r in doc.rows}))
+            raise Refused(f"{path}: a model-step result of {held}, not of {args.name}")
+        again = {r.key for r in mine} & {r.key for r in rows}
+        if again:
+            s, m, c = sorted(again)[0][:3]
+            raise Refused(f"{path}: {s} at M={m}, context {c} is in an earlier file too: qbench model reads one run "
+                          "per row; to compare runs of one scenario use qbench recommend A.json B.json")
+        rows += mine
+    check_baseline(paths, {r.scheme.replace("+compiled", "") for r in rows}, args.baseline)
+    notes = []
+    for path, doc in zip(paths, docs):
+        warning = incomplete_warning(doc, path)
+        if warning and getattr(args, "allow_incomplete", False) and wants_prose(args.format):
+            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.rows)} rows), read "
+                         "with --allow-incomplete")
+        elif warning:
+            print(warning, file=sys.stderr)
+    records = step_view.model_records(rows, args.baseline)
+    for rec in records:
+        err = next(step_view.logits_error(r) for r in rows if (r.scheme, r.m, r.context) ==
+                   (rec["scheme"], rec["m"], rec["context"]))
+        rec["rel_fro"] = err
+        rec["over_budget"] = args.max_rel_err is not None and (err is None or err > args.max_rel_err)
+    sweep = step_view.sweep(rows, args.baseline)
+    if args.format == "json":
+        print(json.dumps({"model": args.name, "baseline": args.baseline, "rows": records, "sweep": sweep,
+                          "notes": notes}, indent=2, ensure_ascii=False))
+        return 0 if any(r["step_us"] is not None for r in records) else 1
+    fits = narrow(args.format, getattr(args, "wide", False))
+    cols = _model_columns(records, args.baseline, wide=not fits)
+    cols.append(Column("rel_fro", "err" if fits else "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True))
+    if args.max_rel_err is not None:
+        cols.append(Column("budget", f"≤ {args.max_rel_err:g}", lambda r: "over" if r["over_budget"] else "ok"))
+    table = render(records, cols, args.format)
+    if not wants_prose(args.format):
+        print(table)
+        return 0 if any(r["step_us"] is not None for r in records) else 1
+    say = fit if fits else (lambda line: line)  # noqa: E731  (prose lines within 120 characters)
+    title = rows[0].title
+    b = args.baseline
+    methods = "/".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
+    print(say(visible(f"{title} ({args.name}): the measured decode step (qbench.step) beside the linear-only "
+                      "prediction")))
+    warning = synthetic_step_warning(rows)
+    if warning:
+        print(say(visible(warning)))
+    disagree = disagreements(records)
+    if disagree:
+        first = disagree[0]
+        print(say(f"the measured step and Σ linear name different fastest schemes ({len(disagree)} of "
+                  f"{len({(r['m'], r['context']) for r in records})} (M, context); M={first['m']} "
+                  f"context={first['context']}: {first['step']} measured, {first['linear']} by Σ linear); " + ACT_ON))
+    if fits:
+        print(say(f"step = the {methods} step, first present (method); rest = (step - Σ linear) / step, Σ linear = the "
+                  f"per-layer stream times of the same linear layers in the same run (what the layer view predicts); "
+                  f"×{b} = {b} step / this step by its method (a compiled scheme against {b}+compiled), ×{b} Σ = as "
+                  f"Σ linear predicts it; err = the logits' error against the FP32 step; --wide: tokens/s, Σ linear µs "
+                  f"and ×{b} per step method"))
+    else:
+        print(f"step = the {methods} step, first present "
+              f"(step method); Σ linear = the per-layer stream times of the same linear layers in the same run "
+              f"(what the layer view predicts); rest = (step - Σ linear) / step; ×{b} = "
+              f"{b} step / this step per method (a compiled scheme against {b}+compiled)")
+    print()
+    print(table)
+    print()
+    print(say(f"context sweep: where each scheme stops beating {b} (its step no faster than {b}'s)"))
+    for rec in sweep:
+        print(say(visible(step_view.sweep_line(rec, b))))
+    flags = step_view.flag_notes(rows)
+    if flags:
+        print()
+        print(say("flags (what could mislead a reader of a row): "
+                  + step_view.flag_legend([name for r in rows for name in r.flag_names])))
+        for line in flags:
+            print(say(visible(line)))
+    untimed = sorted({r.scheme for r in rows if r.status == "ok" and step_view.decision_method(r) is None})
+    for scheme in untimed:
+        why = next((t for r in rows if r.scheme == scheme for t in r.latency_reasons.values()), "no step time")
+        print(say(visible(f"note: {scheme} has no step time: {why[:160]}")))
+    for note in notes:
+        print(say(visible(f"note: {note}")))
+    return 0 if any(r["step_us"] is not None for r in records) else 1
+
+
+# ---- qbench plot ---------------------------------------------------------------------------------
+
+def plot_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
+    """``qbench plot STEP.json -o FILE``: :func:`_step_plot` of the one file."""
+    (doc,) = docs
+    return _step_plot(doc, args)
+
+
+def plot_context(doc: ResultDoc, path: Path) -> Path:
+    """A model-step result (its rows) against the context: one
+    panel per M, one line per scheme (the step by each row's decision method,
+    :data:`qbench.step.view.DECISION_ORDER`, ms, log-log), and each scheme's Σ linear (the layer
+    view's prediction, which does not depend on the context) dashed in the same colour. Colours are
+    the schemes' colours of every qbench chart (:func:`qbench.readers.plot.scheme_styles`); a compiled form has its eager
+    scheme's colour, square markers and a thicker line. Where a quantized line crosses bf16's, the
+    scheme stops paying. Returns ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in doc.rows if r.status == "ok" and decision_method(r)]
+    ms = sorted({r.m for r in rows})
+    fig, axes = plt.subplots(1, max(1, len(ms)), figsize=(6.5 * max(1, len(ms)), 5.5), squeeze=False)
+    schemes = list(dict.fromkeys(r.scheme for r in rows))
+    compiled = {r.scheme: r.mode == "compiled" for r in rows}
+    base = {s: s.replace("+compiled", "") for s in schemes}  # x+compiled and x+compiled[opts] alike
+    colours, _ = scheme_styles([{"base": base[s], "m": 0} for s in schemes])
+    # (colour, marker) unique per scheme: a compiled form squares, then the next shape two schemes share
+    style, used = {}, set()
+    for scheme in schemes:
+        shapes = ("s", "P", "X", "h", "*") if compiled[scheme] else ("o", "^", "v", "D", "<")
+        marker = next((mk for mk in shapes if (colours[base[scheme]], mk) not in used), shapes[0])
+        used.add((colours[base[scheme]], marker))
+        style[scheme] = marker
+    for ax, m in zip(axes[0], ms):
+        for scheme in schemes:
+            pts = sorted((r.context, r.step_us(decision_method(r)) / 1000, (r.linear or {}).get("sum_us"))
+                         for r in rows if r.m == m and r.scheme == scheme)
+            if not pts:
+                continue
+            # the shared scheme colours of every chart; a compiled form: its eager scheme's colour,
+            # square markers and a thicker line
+            color = colours[base[scheme]]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=style[scheme], ls="-", color=color,
+                    lw=2.2 if compiled[scheme] else 1.2, label=plain(scheme))
+            linear = [p[2] for p in pts if p[2] is not None]
+            if linear:
+                ax.axhline(linear[0] / 1000, color=color, ls="--", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("context (cached positions)")
+        ax.set_ylabel("step, ms (dashed: Σ linear, the layer view)")
+        ax.set_title(f"M = {m}")
+        ax.grid(True, which="both", alpha=0.2)
+    title = rows[0].title if rows else (doc.scenario.name or "")
+    fig.suptitle(plain(f"{title}: the measured decode step against the context"))
+    if rows:
+        from matplotlib.lines import Line2D
+
+        handles, _ = axes[0][-1].get_legend_handles_labels()
+        handles.append(Line2D([], [], color="grey", ls="--", lw=0.8, label="dashed: Σ linear (the layer view)"))
+        axes[0][-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5,
+                           borderaxespad=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _step_plot(doc: ResultDoc, args: argparse.Namespace) -> int:
+    """``qbench plot STEP.json -o FILE``: :func:`plot_context` (the roofline and Pareto charts are
+    the layer job's; ``--what`` and ``--method`` do not apply)."""
+    out = Path(args.output)
+    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
+    if out.exists() and not getattr(args, "force", False):
+        raise Refused(f"{out} already exists; pass --force to overwrite")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        print(plot_context(doc, out))
+    except OSError as exc:
+        raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
+    return 0
