@@ -1,7 +1,6 @@
 """Imported once by the runner's forkserver, so that every worker forked from it starts with the
-heavy imports done: torch, qbench's measurement modules, torch.profiler and Dynamo (4.6 s on the
-H200 host, ``results/h200/evidence/speed/probe-preload.json``). Scheme packages are not preloaded: none
-that takes time to import is fork-safe (:data:`FORK_SAFE_PACKAGES`).
+heavy imports done: torch, qbench's measurement modules, torch.profiler and Dynamo. Scheme packages
+are not preloaded: none that takes time to import is fork-safe (:data:`FORK_SAFE_PACKAGES`).
 
 Nothing here may initialise CUDA: every forked worker creates its own CUDA context, and a CUDA
 runtime initialised before ``fork`` cannot be used in the child. A worker checks this first
@@ -10,13 +9,11 @@ reason.
 
 Isolation is unchanged: each scheme still runs in its own process; only imports are shared, and an
 import has no state a measurement reads (``scripts/bench_decode.py`` compares the numbers of both
-designs on one machine; ``results/h200/evidence/speed/``).
+designs on one machine).
 
-Dynamo stays in: without it (``QBENCH_PRELOAD=lean``, tried in the third session) the forkserver was
-ready 4-6 s sooner, but every worker then imported Inductor after its go, because starting
-torch.profiler (the kernel method) evaluates ``hasattr(torch, "_inductor")``, a lazy import of
-Inductor and Dynamo: decode took 64-73 s against 54-61 s on the same machines
-(``results/h200/evidence/speed/2026-12-01/call9``, ``call10``).
+Dynamo stays in: without it the forkserver is ready sooner, but every worker then imports Inductor
+after its go, because starting torch.profiler (the kernel method) evaluates
+``hasattr(torch, "_inductor")``, a lazy import of Inductor and Dynamo: a run is slower overall.
 """
 
 import torch  # noqa: F401
@@ -29,10 +26,9 @@ import qbench.timing.registry
 
 qbench.timing.registry.load()  # every timing method's module
 
-#: Scheme packages that import without initialising CUDA, so they may be imported before ``fork``,
-#: measured on the H200 by ``scripts/probe_preload.py`` (``results/h200/evidence/speed/probe-preload.json``):
-#: a forked child of a process that imported torchao fails its CUDA matmul, bitsandbytes and gemlite
-#: initialise CUDA at import; only mslk (0.007 s) and this module pass. None is worth preloading:
-#: the scheme packages are imported by each worker while it prepares, started ahead.
+#: Scheme packages that import without initialising CUDA, so they may be imported before ``fork``: a
+#: forked child of a process that imported torchao fails its CUDA matmul, bitsandbytes and gemlite
+#: initialise CUDA at import; only mslk passes, and it imports in milliseconds. None is worth
+#: preloading: the scheme packages are imported by each worker while it prepares, started ahead.
 FORK_SAFE_PACKAGES: tuple[str, ...] = ()
 

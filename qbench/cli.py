@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Optional
 
 #: What the exit status of ``run`` and ``list`` means (printed under their --help); each reader
@@ -63,10 +64,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     render.check_format(args.format)  # a bad --format is refused before anything is measured
     if args.columns:  # so is an unknown --columns key (UnknownColumnError: one line, exit 2)
         render.resolve_columns([c.strip() for c in args.columns.split(",") if c.strip()], [])
+    from qbench import lifecycle  # torch-free: its checks of the output come before torch and the forkserver
+
+    named = args.out or loaded.output
+    if named:  # an existing result or partial file is refused at once, with no forkserver left behind
+        lifecycle.refuse_early(Path(named), args.force, args.resume)
     # Then, before this process imports torch: the forkserver's own imports (torch, qbench._preload)
     # overlap this process's.
     forkserver.start_early(loaded, args.device)
-    from qbench import lifecycle, runner
+    from qbench import runner
 
     say = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     terminal = sys.stderr.isatty()
@@ -81,21 +87,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from qbench import jobs
     from qbench.results import ResultDoc
 
-    machine = not render.wants_prose(args.format)
+    # a Markdown table is paste-ready on stdout: its prose goes to stderr too (_table)
+    machine = not render.wants_prose(args.format) or args.format in render.MARKDOWN_FORMATS
     # a document meant to be parsed (csv, json, tsv, latex, html, wiki markup) is alone on stdout; the rest
     # goes to stderr
     doc = ResultDoc.of(outcome.doc)
     job_view = jobs.get(doc.job).view("run")
-    if job_view is not None:  # the job kind's own table (qbench.jobs)
-        n = job_view(doc, args)
+    if job_view is not None:  # the job kind's own table (qbench.jobs), paste-ready in Markdown too
+        n = _paste_ready(args.format, lambda: job_view(doc, args))
     else:
         print(render.render_header(doc), file=sys.stderr if machine else sys.stdout)
         if scenario_mod.weight_is_synthetic(loaded):  # the errors below are not a trained layer's
             print(f"warning: errors come from a synthetic weight ({scenario_mod.weight_source(loaded)}), not a trained "
                   "layer; [weight] source = 'hf-checkpoint' or 'safetensors' measures a real one",
                   file=sys.stderr if machine else sys.stdout)
+        else:  # a real weight, but the activations are still qbench's own
+            print(f"note: {_activations_note(loaded)}", file=sys.stderr if machine else sys.stdout)
         columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
-        print(render.render(doc.rows, columns, fmt=args.format, wide=args.wide))
+        _table(render.render(doc.rows, columns, fmt=args.format, wide=args.wide), args.format)
         n = len(doc.rows)
     print(f"\nwrote {outcome.path} ({n} row{'' if n == 1 else 's'}, {outcome.doc['wall_s']:.1f} s)",
           file=sys.stderr if machine else sys.stdout)
@@ -107,6 +116,41 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if outcome.exit_code:
         print(f"qbench: {outcome.message}", file=sys.stderr)
     return outcome.exit_code
+
+
+def _activations_note(loaded) -> str:
+    """What a row's error means when its weight is a real one: the activations are seeded N(0, 1)
+    (with the ``[inputs]`` outlier columns, if any), not the model's own hidden states."""
+    inputs = loaded.inputs
+    outliers = (f", {inputs.outlier_fraction:g} of the K columns scaled to {inputs.outlier_magnitude:g}"
+                if inputs.outlier_fraction else "")
+    return (f"the weight is real ({loaded.weight.source}), the activations are not: seeded N(0, 1){outliers} "
+            "([inputs]); each error is this weight's on synthetic inputs, not the model's on real text")
+
+
+def _table(text: str, fmt: str) -> None:
+    """Print a run's table: in a Markdown format the table lines alone on stdout and the notes
+    under it on stderr (:func:`_paste_ready`), else as it is."""
+    _paste_ready(fmt, lambda: print(text))
+
+
+def _paste_ready(fmt: str, show):
+    """Run ``show`` (which prints); in a Markdown format its table lines go alone to stdout and
+    every other line to stderr (:func:`qbench.render.split_markdown`). Returns what ``show`` returns."""
+    import contextlib
+    import io
+
+    from qbench import render
+
+    if fmt not in render.MARKDOWN_FORMATS:
+        return show()
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        result = show()
+    tables, prose = render.split_markdown(buffer.getvalue())
+    sys.stderr.write(prose)
+    sys.stdout.write(tables)
+    return result
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -138,12 +182,26 @@ def _cmd_list(args: argparse.Namespace) -> int:
         return 0
     from tabulate import tabulate_formats
 
+    from qbench.render import TABLE_WIDTH, narrow
+
     if args.format not in tabulate_formats:
         print(f"qbench: list: unknown format {args.format!r}; allowed: csv, json, {', '.join(tabulate_formats)}",
               file=sys.stderr)
         return 2
+    widths = None
+    if narrow(args.format, args.wide):  # a terminal table fits 120 characters: the last column wraps in its cell
+        keep = [0, 1, 5, 6, 7]  # scheme, library, nominal bits, runs here, why not / what it is
+        rows, headers = [[r[i] for i in keep] for r in rows], ["scheme", "library", "bits", "runs here",
+                                                               "why not / what it is"]
+        widths = [None] * (len(headers) - 1) + [max(len(r[-1]) for r in rows)]
+    text = tabulate(rows, headers=headers, tablefmt=args.format)
+    while widths and max(map(len, text.splitlines())) > TABLE_WIDTH and widths[-1] > 24:  # the last column narrows
+        widths[-1] -= max(map(len, text.splitlines())) - TABLE_WIDTH
+        text = tabulate(rows, headers=headers, tablefmt=args.format, maxcolwidths=widths, break_on_hyphens=False)
     print(f"schemes on {device} (torch {torch.__version__}):")
-    print(tabulate(rows, headers=headers, tablefmt=args.format))
+    print(text)
+    if widths:
+        print("--wide: every column (weight, activation and compute dtypes), one line per scheme")
     return 0
 
 
@@ -193,7 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list every scheme and whether it can run here")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--format", default="simple", help="any tabulate format")
+    p.add_argument("--format", default="simple", help="any tabulate format, or csv / json")
+    p.add_argument("--wide", action="store_true", help="every column, one line per scheme (without it a terminal "
+                                                       "table fits 120 characters)")
     p.set_defaults(func=_cmd_list)
 
     for name, subparser in sub.choices.items():
@@ -241,7 +301,7 @@ def _is_user_error(exc: Exception) -> bool:
     from qbench.schemes import PluginError
 
     user: tuple = (ScenarioError, PluginError)
-    lifecycle = sys.modules.get("qbench.lifecycle")  # imported (with torch) only by a run: `check` stays torch-free
+    lifecycle = sys.modules.get("qbench.lifecycle")  # imported only by a run: `check` imports less
     if lifecycle is not None:
         user += (lifecycle.RunError,)
     try:

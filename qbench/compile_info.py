@@ -81,10 +81,9 @@ def single_compile_thread() -> int:
     1``) unless ``TORCHINDUCTOR_COMPILE_THREADS`` is set; returns the value in force. Call before
     ``torch._inductor.async_compile`` is imported, which otherwise starts a pool of compile
     processes (one per core, up to 32; each imports torch) the moment it is imported: in a worker
-    started ahead, 16 processes per compiled scheme on the 16-core H200 host, competing with the
-    measuring worker for the CPU, and a first call that took 0.9 to 10.3 s with the same cache
-    hits (``results/h200/evidence/speed/2026-12-01/call10``). A scheme compiles a handful of kernels, read
-    from Inductor's on-disk cache after the first run: one process is enough."""
+    started ahead, a process per core per compiled scheme, competing with the measuring worker for
+    the CPU and making its first calls several times slower. A scheme compiles a handful of kernels,
+    read from Inductor's on-disk cache after the first run: one process is enough."""
     import torch._inductor.config as inductor_config
 
     if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
@@ -105,12 +104,8 @@ def compile_in_parallel() -> int:
 
     :func:`single_compile_thread` keeps a worker started ahead from starting a pool beside the one
     measuring; once a worker measures, the workers ahead only import. A model-step block is many
-    kernels, not a layer's handful. Measured on the H200 (docs/step.md, "Speed of the job"): alone on
-    a warm machine the speed benchmark's ``fp8-weight-only+compiled`` worker compiled in 74 s on 16
-    threads against 151 s on one in the benchmark before
-    (``results/h200/evidence/speed/2026-12-02c/step_llama3_8b_fp8c_threads16.json``,
-    ``.../step_llama3_8b_392s.json``); in the benchmark on a fresh machine with this function, 148 s
-    (``results/h200/step_llama3_8b.json``): no gain shown there, the warm machine counted more."""
+    kernels, not a layer's handful: alone on a warm machine a compiled fp8 weight-only step compiled
+    in half the time on 16 threads; in a whole run on a fresh machine no gain showed."""
     import torch._inductor.config as inductor_config
 
     if "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:

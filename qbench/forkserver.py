@@ -4,8 +4,7 @@ checked here once for both the runner and the early start.
 
 This module imports neither torch nor any qbench module that does, so the command line can start
 the forkserver as soon as the scenario is validated (torch-free, :func:`start_early`): its imports
-(torch, then :mod:`qbench._preload`, about 7.5 s on the H200 host,
-``results/h200/evidence/speed/probe-preload.json``) then run at the same time as the runner's own (torch,
+(torch, then :mod:`qbench._preload`, seconds) then run at the same time as the runner's own (torch,
 the environment record, the ceilings) instead of after them.
 """
 
@@ -29,8 +28,8 @@ CPU_PRELOAD = "qbench._preload_cpu"
 
 def preload_enabled() -> bool:
     """Whether the forkserver preloads qbench's measurement modules (default); ``QBENCH_PRELOAD=0``
-    preloads torch alone, each worker importing the rest after its go (the design before issue 15,
-    kept for ``scripts/bench_decode.py``'s comparison)."""
+    preloads torch alone, each worker importing the rest after its go (kept for
+    ``scripts/bench_decode.py``'s comparison)."""
     return os.environ.get("QBENCH_PRELOAD", "1") != "0"
 
 

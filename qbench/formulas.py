@@ -1,6 +1,6 @@
 """The seed page's formulas, as pure functions (no torch, no device).
 
-Source: ``shared/seeds/000_80f88ce9020e0bc2.txt`` ("GEMM, GEMV, dtype and arithmetic intensity"):
+Source: the project's seed page ("GEMM, GEMV, dtype and arithmetic intensity"):
 
 * a linear layer flattens batch and tokens into ``M = B x T`` rows; ``Y[M, N] = X[M, K] @ W[N, K]^T``;
 * one multiply-add is 2 FLOPs, so ``FLOPs = 2 * M * K * N``;

@@ -207,7 +207,7 @@ def machine_differences(env_a: dict, env_b: dict) -> list[str]:
     Compared: the device kind and name; for CUDA runs the compute capability, SM count and memory;
     for every run the host CPU: model name, torch's CPU capability (the kernels torch picks), the
     instruction-set flags of :data:`ISA_FLAGS`, the cache sizes, the CPU count and torch's thread
-    count. Where both files are CPU runs and one lacks ``cpu_info`` (written by qbench before 2026-12-01's ``cpu_info``),
+    count. Where both files are CPU runs and one lacks ``cpu_info`` (an older file),
     a line says the instruction sets cannot be compared: "AMD EPYC" in both files can be an
     AVX2-only and an AVX-512-BF16 part. Torch-free; never raises on missing or odd fields.
     """

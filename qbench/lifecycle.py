@@ -30,8 +30,6 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import qbench
-from qbench import env as envmod
-from qbench import memory
 from qbench.results import ResultsExistError, write_results
 from qbench.scenario import Scenario
 
@@ -200,6 +198,16 @@ def check_output(path: Path, force: bool, resume: bool = False) -> None:
     Raises:
         RunError: one line naming the path.
     """
+    check_existing(path, force, resume)
+    check_folder(path)
+
+
+def check_existing(path: Path, force: bool, resume: bool = False) -> None:
+    """The refusals of :func:`check_output` that read what is at ``path`` and its partial file.
+
+    Raises:
+        RunError: one line naming the path.
+    """
     if path.is_dir():
         raise RunError(f"{path}: is a directory, not a result file")
     if os.path.lexists(path) and not (force or resume):
@@ -209,7 +217,23 @@ def check_output(path: Path, force: bool, resume: bool = False) -> None:
     if os.path.lexists(partial) and not resume:
         raise RunError(f"{partial}: holds the rows of an interrupted run, which a new run does not overwrite; "
                        f"run the same command with --resume to measure only the schemes it lacks, or move it away")
-    check_folder(path)
+
+
+def refuse_early(path: Path, force: bool, resume: bool = False) -> None:
+    """The refusals :func:`claim_output` makes of a named output that exists, made before torch is
+    imported (by the command line): another run writing it (:class:`OutputLock`, probed), then
+    :func:`check_existing`. Nothing is left behind; a path with no file and no partial file is left
+    to :func:`claim_output`.
+
+    Raises:
+        RunError: one line naming the path.
+    """
+    if not (os.path.lexists(path) or os.path.lexists(partial_path(path))):
+        return
+    probe = OutputLock(path)
+    probe.acquire()
+    probe.release()
+    check_existing(path, force, resume)
 
 
 def check_folder(path: Path) -> None:
@@ -355,6 +379,9 @@ def prepare(scenario: Scenario, device: Optional[str], out: Optional[str], force
             file to resume was measured with another scenario or on another machine.
         ScenarioError: the layer does not fit in the device's free memory (:mod:`qbench.memory`).
     """
+    from qbench import env as envmod  # torch: imported by a run, not by the command line's checks (check_output)
+    from qbench import memory
+
     try:
         dev = envmod.resolve_device(device or scenario.device)
     except (ValueError, RuntimeError) as exc:
@@ -558,9 +585,8 @@ def _last_line(log_path: str) -> str:
 #
 # Each run is a new process (new CUDA context, new ``torch.compile`` compilation, new autotuning where
 # a library autotunes), so the spread between the runs' medians shows what the within-run p10-p90
-# cannot: a compiled or autotuned kernel that differs between compilations (the gemlite int8 kernel
-# read 7.87 µs in one committed H200 decode file and 10.1 µs in another of the same day, far outside
-# either file's p10-p90; ``../shared/reviews/break-2026-12-01.md``). Torch-free.
+# cannot: a compiled or autotuned kernel that differs between compilations, far outside either
+# run's p10-p90. Torch-free.
 #
 # A combined row is the first run's row (its STATS, ledger, error, dispatch), with ``repeats``:
 #

@@ -97,6 +97,8 @@ def check_fits(scenario: Scenario, device: torch.device | str, *, free: Optional
         return  # (qbench.quality.measure.estimate_bytes): a model that does not fit is a skipped row
     if scenario.model is not None:
         _check_step_fits(scenario, device, free)
+        if device.type == "cpu":  # on a CPU every block is built: the whole model must fit
+            _check_cpu_step_fits(scenario, device, free)
         return
     est = estimate_bytes(scenario, device, l2_bytes=l2_bytes)
     if est["total"] <= free:
@@ -132,6 +134,55 @@ def _check_step_fits(scenario: Scenario, device: torch.device, free: int) -> Non
                             f"at M={m} and context {ctx}, the embedding and LM head need about {fmt_bytes(need)} of "
                             f"{device} memory, only {fmt_bytes(free)} is free, got name={scenario.model.name!r}, "
                             f"context={list(scenario.model.context)}")
+
+
+def estimate_cpu_step_bytes(scenario: Scenario) -> dict:
+    """Peak memory (bytes) of one worker of a model-step scenario on the CPU, by part: there every
+    block the step asks for (``[model] blocks``, default all) is built, where CUDA builds as many as
+    fit (:mod:`qbench.step.measure`). With B blocks, P linear weights per block, s the widest
+    activation element size of the scenario's schemes (a stored weight is at most its 16-bit or
+    FP32 source), M and C the largest M and context, E = 2 × KV heads × head dim:
+
+    * ``weights``: B P s, plus one block's FP32 source while it is built (4 P);
+    * ``kv_cache``: the M sequences' caches, B M (C + 1) E s, and the prompt's FP32 cache,
+      B (C + 1) E 4;
+    * ``embedding``: the embedding and the LM head, 2 × vocab × hidden × s, plus one FP32 source;
+    * ``reference``: the FP32 step's one block and its FP32 cache, 4 P + 4 M (C + 1) E;
+    * ``overhead``: :data:`PROCESS_OVERHEAD`.
+
+    Returns:
+        the parts and ``"total"`` (ints, bytes), ``"blocks"``, ``"m"`` and ``"context"``.
+    """
+    config = step_model(scenario)
+    blocks = min(scenario.model.blocks or config.blocks, config.blocks)
+    m, ctx = max(scenario.m), max(scenario.model.context)
+    size = max(_itemsize(schemes.get(e.name).activation_dtype) for e in scenario.schemes)
+    params, kv = config.block_linear_params(), config.kv_elements_per_position()
+    parts = {"weights": blocks * params * size + _FP32 * params,
+             "kv_cache": blocks * m * (ctx + 1) * kv * size + blocks * (ctx + 1) * kv * _FP32,
+             "embedding": config.vocab * config.hidden * (2 * size + _FP32),
+             "reference": _FP32 * params + _FP32 * m * (ctx + 1) * kv,
+             "overhead": PROCESS_OVERHEAD}
+    return {**parts, "total": sum(parts.values()), "blocks": blocks, "m": m, "context": ctx}
+
+
+def _check_cpu_step_fits(scenario: Scenario, device: torch.device, free: int) -> None:
+    """Refuse a model-step scenario whose whole model (:func:`estimate_cpu_step_bytes`) does not
+    fit in the CPU's free memory: a Llama-3-8B step on a 24 GiB machine, which would otherwise
+    build blocks for minutes before the system runs out.
+
+    Raises:
+        ScenarioError: ``model`` naming the estimate by part, the free memory and what to change.
+    """
+    est = estimate_cpu_step_bytes(scenario)
+    if est["total"] <= free:
+        return
+    parts = ", ".join(f"{name.replace('_', ' ')} {fmt_bytes(est[name])}" for name in
+                      ("weights", "kv_cache", "embedding", "reference", "overhead"))
+    raise ScenarioError(scenario.source, "model", f"{step_model(scenario).title} on the CPU builds all {est['blocks']} "
+                        f"blocks: about {fmt_bytes(est['total'])} at M={est['m']} and context {est['context']} "
+                        f"({parts}), only {fmt_bytes(free)} is free; use [model] blocks, smaller m or context, "
+                        f"or a GPU, got name={scenario.model.name!r}, context={list(scenario.model.context)}")
 
 
 def fmt_bytes(n: int) -> str:

@@ -1,8 +1,8 @@
 """The typed model of one result row: every field a row carries, its type, unit and meaning.
 
 :class:`Row` (pydantic) is the one definition of a row of a qbench result file
-(``docs/results-schema.md``; its ROW tables are generated from this module:
-``python scripts/docs_tables.py row-schema``). The producers (:mod:`qbench.measure`,
+(``docs/results-schema.md``; its ROW tables are generated from this module by
+``scripts/gen_docs.py``). The producers (:mod:`qbench.measure`,
 :mod:`qbench.tp.measure`) build rows as plain dicts and check them here before they leave the
 process that measured them (producer rules, below); :func:`qbench.results.write_results` checks
 every row again before a file is written and :func:`qbench.results.read_results` every row it

@@ -288,8 +288,8 @@ TIMELINE_EVENTS = {
 
 def must_release(scenario: Scenario, dev, ahead: int) -> bool:
     """Whether a CUDA worker must give its memory back to the driver (``gc.collect`` and
-    ``torch.cuda.empty_cache``, about 0.2 s per scheme on the H200 host, ``results/h200/evidence/speed/
-    2026-12-01/call10``) before it says ``done``: only when two workers' peaks (the measuring one
+    ``torch.cuda.empty_cache``, a fraction of a second per scheme) before it says ``done``: only when
+    two workers' peaks (the measuring one
     and the exiting one, :func:`qbench.memory.estimate_bytes`, an upper bound) and the contexts of the
     workers waiting ahead (:data:`qbench.memory.PROCESS_OVERHEAD` each) would not fit in the free
     memory; otherwise its memory goes back when it exits, while the next one measures. True when the
@@ -309,9 +309,9 @@ def must_release(scenario: Scenario, dev, ahead: int) -> bool:
 def default_ahead(dev) -> int:
     """Workers started ahead of the measuring one: ``QBENCH_AHEAD`` if set; on CUDA
     ``clamp((cores - 2) // 2, 1, 6)``, and 0 on the CPU, where start-up would compete with the timed
-    work for cores. On the H200 host (16 cores: 6 ahead) a torchao or bitsandbytes worker prepares
-    in 5-7 s (its package import) while most schemes measure in 0.5-2 s after their go
-    (``results/h200/evidence/speed/``), so one worker ahead leaves the runner waiting on imports."""
+    work for cores. A torchao or bitsandbytes worker takes seconds to prepare (its package import)
+    while most schemes measure in a second or two after their go, so one worker ahead would leave
+    the runner waiting on imports."""
     value = _env_ahead()
     if value is not None:
         return value

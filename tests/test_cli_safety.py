@@ -34,6 +34,15 @@ def test_run_format_json_stdout_is_the_document_alone(tiny_run):
     assert "wrote" in proc.stderr and "times:" in proc.stderr
 
 
+def test_run_prints_a_markdown_table_alone_on_stdout(capsys):
+    """qbench run --format github: the table lines on stdout, its notes on stderr (as the readers)."""
+    cli._table("| a |\n|---|\n| 1 |\n\n  fp8 (M=1) skipped: needs CUDA", "github")
+    cap = capsys.readouterr()
+    assert cap.out == "| a |\n|---|\n| 1 |\n" and cap.err == "  fp8 (M=1) skipped: needs CUDA\n"
+    cli._table("a  b\n-  -", "simple")
+    assert capsys.readouterr().out == "a  b\n-  -\n"
+
+
 def test_progress_is_one_line_per_scheme_off_a_terminal(tiny_run):
     _, proc = tiny_run
     lines = [line for line in proc.stderr.splitlines() if line.startswith("[")]
@@ -114,6 +123,19 @@ def test_list_honours_csv_and_json_and_refuses_unknown(capsys):
     assert cli.main(["list", "--format", "bogus"]) == 2
 
 
+def test_list_fits_120_characters_in_a_terminal_and_wide_keeps_every_column(capsys):
+    """Its widest line was 296 characters; the others views fit 120 (the description wraps in its cell)."""
+    from qbench import schemes
+
+    assert cli.main(["list", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= 120
+    assert all(f"{name} " in out for name in schemes.names())
+    assert cli.main(["list", "--device", "cpu", "--wide"]) == 0
+    wide = capsys.readouterr().out
+    assert "activations" in wide.splitlines()[1] and max(map(len, wide.splitlines())) > 120
+
+
 def test_quiet_before_the_subcommand(tmp_path):
     folder = tmp_path
     (folder / "t.toml").write_text(small_scenario_toml(["bf16"], m=(1,)))
@@ -158,3 +180,17 @@ def test_run_schemes_takes_a_label_with_a_comma_whole_and_is_repeatable(tmp_path
                    "--out", str(tmp_path / "x.json"), "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert [r["scheme"] for r in json.loads((tmp_path / "x.json").read_text())["rows"]] == ["fp32", "bf16"]
+
+
+@pytest.mark.parametrize("existing", ["r.json", "r.partial.json"])
+def test_a_refused_rerun_is_answered_before_torch_and_leaves_no_forkserver(tmp_path, existing):
+    """A rerun onto an existing result or partial file took 3.9 s to refuse and left a forkserver
+    importing torch for seconds: the output is checked before torch and before the forkserver."""
+    (tmp_path / "t.toml").write_text(small_scenario_toml(["bf16"], m=(1,)))
+    (tmp_path / existing).write_text("{}")
+    probe = ("import json, sys; from qbench import cli, forkserver; "
+             f"rc = cli.main(['run', {str(tmp_path / 't.toml')!r}, '--out', {str(tmp_path / 'r.json')!r}]); "
+             "print(json.dumps([rc, 'torch' in sys.modules, list(forkserver.pids())]))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert json.loads(proc.stdout.splitlines()[-1]) == [2, False, []], proc.stderr
+    assert proc.stderr.count("\n") == 1 and str(tmp_path / existing) in proc.stderr

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _result_files() -> list[Path]:
     out = []
-    for path in sorted((ROOT / "results").rglob("*.json")):
+    for path in [*sorted((ROOT / "results").rglob("*.json")), *sorted((ROOT / "tests" / "fixtures" / "real").glob("*.json"))]:
         doc = json.loads(path.read_text())
         if isinstance(doc, dict) and "schema_version" in doc and isinstance(doc.get("rows"), list) and "kind" not in doc:
             out.append(path)
@@ -101,14 +101,14 @@ def test_a_wrong_key_or_type_is_one_line(fields, message):
 # ---- every committed result file loads; legacy keys are handled explicitly -----------------------------
 
 def test_every_committed_result_file_loads():
-    """Every result document under results/ (the current files and the evidence) loads with all its rows
-    (a model-step file's as StepRow)."""
+    """Every result document under results/ and tests/fixtures/real/ loads with all its rows (a
+    model-step file's as StepRow)."""
     files = _result_files()
     assert len(files) >= 22
     for path in files:
         doc = read_results(path)
         assert len(doc.rows) == len(json.loads(path.read_text())["rows"]), path
-        assert (doc.job == "step") == path.name.startswith("step_"), path
+        assert (doc.job == "step") == ("step_" in path.name), path
 
 
 def test_legacy_and_added_fields_are_real_and_explicit():
@@ -126,7 +126,7 @@ def test_legacy_and_added_fields_are_real_and_explicit():
 
     assert set(LEGACY) == {"error.fp8_saturated"}
     with_legacy = [p for p, d in docs.items() if any(has(r, "error.fp8_saturated") for r in d["rows"])]
-    assert len(with_legacy) == 9  # the 2026-11-30 H200 files and evidence/decode-2026-11-29.json
+    assert len(with_legacy) == 9  # the 2026-11-30 H200 files and the two older decode files of tests/fixtures/real
     for path in ADDED_SINCE:
         candidates = [r for d in docs.values() for r in d["rows"]
                       if r["status"] == "ok" and (not path.startswith("compile.") or r.get("compile"))]
@@ -135,7 +135,7 @@ def test_legacy_and_added_fields_are_real_and_explicit():
 
 
 def test_reading_then_writing_an_old_file_keeps_its_legacy_keys(tmp_path):
-    doc = read_results(ROOT / "results" / "h200" / "evidence" / "decode-2026-11-30.json")
+    doc = read_results(ROOT / "tests" / "fixtures" / "real" / "h200_decode_2026-11-30.json")
     assert any(r.error is not None and "fp8_saturated" in r.error.model_fields_set for r in doc.rows)
     write_results(tmp_path / "copy.json", doc)  # the writer checks keys and types, not the producer's rules
     assert read_results(tmp_path / "copy.json") == doc
@@ -308,10 +308,10 @@ def test_the_typed_api_scan_catches_a_dict_read_of_a_row():
 
 def test_results_schema_doc_is_generated_from_the_model():
     text = (ROOT / "docs" / "results-schema.md").read_text()
-    marker = "<!-- BEGIN: python scripts/docs_tables.py row-schema -->\n"
+    marker = "<!-- gen:row-schema -->\n"
     assert marker in text
-    body = text.split(marker, 1)[1].split("<!-- END -->", 1)[0]
-    assert body == schema_markdown() + "\n"
+    body = text.split(marker, 1)[1].split("<!-- /gen -->", 1)[0]
+    assert body == schema_markdown().rstrip("\n") + "\n"
     for name in Row.model_fields:
         assert f"| `{name}` |" in body, name
     assert "| `compile_s` |" not in body

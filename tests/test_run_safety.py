@@ -444,7 +444,8 @@ def test_check_and_run_answer_a_typo_without_importing_torch(tmp_path):
     proc = _fresh(code)
     assert proc.stdout.strip().splitlines()[-1] == "[2, 2, 0] False", proc.stderr
     assert proc.stderr.strip().splitlines() == [f"qbench: {bad}: ms: unknown key; allowed: name, description, seed, "
-                                                "device, output, m, layer, timing, inputs, weight, schemes, tp, model"] * 2
+                                                "device, output, m, layer, timing, inputs, weight, schemes, tp, model, "
+                                                "quality"] * 2
     assert proc.stdout.strip().splitlines()[0] == (f"{good}: ok: 2 schemes (fp16, nf4-bnb); M = [1]; K = 256, N = 128; "
                                                    "device auto")
 
@@ -631,5 +632,7 @@ def test_run_warns_when_errors_come_from_a_synthetic_weight_and_rows_say_where_i
     save_file({"w": torch.randn(128, 256)}, str(tmp_path / "w.safetensors"))
     path.write_text(path.read_text() + '\n[weight]\nsource = "safetensors"\npath = "w.safetensors"\ntensor = "w"\n')
     assert _run(path, "--out", tmp_path / "f.json") == 0
-    assert "synthetic" not in capsys.readouterr().out
+    out = capsys.readouterr().out  # no synthetic-weight warning; the activations are still qbench's own
+    assert "synthetic weight" not in out
+    assert "note: the weight is real (safetensors), the activations are not: seeded N(0, 1) ([inputs])" in out
     assert json.loads((tmp_path / "f.json").read_text())["rows"][0]["weight_source"] == "safetensors w.safetensors:w"

@@ -5,6 +5,8 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: A committed H200 decode file of 2026-11-30: no worker phases, no timeline, no source digest.
+OLD = ROOT / "tests/fixtures/real/h200_decode_2026-11-30.json"
 
 
 def _script(name: str):
@@ -16,12 +18,12 @@ def _script(name: str):
 
 def test_summary_of_a_committed_run(capsys):
     bench = _script("bench_decode")
-    path = ROOT / "results/h200/evidence/speed/preload-1.json"
+    path = ROOT / "results/h200/step_llama3_8b.json"
     doc = json.loads(path.read_text())
     assert bench.main(["--summarize", str(path)]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[:4] == ["preload-1.json", "qbench preloaded, 6 ahead", "26", f"{doc['wall_s']:.0f}"]
+    assert cells[:4] == ["step_llama3_8b.json", "qbench preloaded, 6 ahead", "32", f"{doc['wall_s']:.0f}"]
     seen, prepare = set(), 0.0  # prepare summed once per scheme (its M rows share one worker)
     for row in doc["rows"]:
         if row["scheme"] not in seen:
@@ -32,7 +34,7 @@ def test_summary_of_a_committed_run(capsys):
 
 def test_old_files_say_not_recorded(capsys):
     bench = _script("bench_decode")
-    assert bench.main(["--summarize", str(ROOT / "results/h200/evidence/decode-2026-11-30.json")]) == 0
+    assert bench.main(["--summarize", str(OLD)]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert "not recorded (a file from before 2026-12-01)" in line and line.count("not recorded") == 3
 
@@ -58,17 +60,19 @@ def test_find_commit_refuses_files_without_a_digest(capsys):
 
     argv = sys.argv
     try:
-        sys.argv = ["find_commit.py", str(ROOT / "results/h200/evidence/decode-2026-11-30.json")]
+        sys.argv = ["find_commit.py", str(OLD)]
         assert find.main() == 2
     finally:
         sys.argv = argv
     assert "env.source_digest: absent" in capsys.readouterr().err
 
 
-def test_files_of_two_calls_with_one_name_are_told_apart(capsys):
+def test_files_of_two_calls_with_one_name_are_told_apart(capsys, tmp_path):
     bench = _script("bench_decode")
-    base = ROOT / "results/h200/evidence/speed/2026-12-01"
-    paths = [base / "call6/new/preload-4.json", base / "call8/bench/preload-4.json"]
+    paths = [tmp_path / "call6" / "new" / "preload-4.json", tmp_path / "call8" / "bench" / "preload-4.json"]
+    for path in paths:
+        path.parent.mkdir(parents=True)
+        path.write_text((ROOT / "results/h200/step_llama3_8b.json").read_text())
     assert bench.main(["--summarize", *map(str, paths)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()[2:]
     assert [line.strip("|").split("|")[0].strip() for line in lines] == ["call6/new/preload-4.json",
@@ -100,5 +104,5 @@ def test_timeline_of_a_worker_that_died_and_of_an_old_file(capsys):
         {"scheme": "a", "spawn": 0.1, "forked": 1.0, "go": 1.0, "exited": 4.0, "recorded": 4.1}]}}
     split = bench.timeline_split(doc)
     assert (split["first go"], split["measuring"], split["write and release"], split["end"]) == (1.0, 3.0, 0.0, 1.0)
-    assert bench.main(["--timeline", str(ROOT / "results/h200/evidence/speed/preload-1.json")]) == 0
+    assert bench.main(["--timeline", str(OLD)]) == 0
     assert "no timeline (written before 2026-12-01, third session)" in capsys.readouterr().out

@@ -186,6 +186,21 @@ def test_hf_checkpoint_single_file(tmp_path):
     assert torch.equal(inputs.make_weight(_hf(tmp_path, tensor="lm.w"), CPU)[0], w)
 
 
+def test_run_says_the_activations_of_a_real_weight_are_synthetic(tmp_path):
+    """A run on a checkpoint's tensor printed its errors with nothing saying that X is still N(0, 1)."""
+    from qbench import cli
+
+    pytest.importorskip("safetensors")
+    (tmp_path / "ckpt").mkdir()
+    _write(tmp_path / "ckpt" / "model.safetensors", {"lm.w": torch.randn(128, 256)})
+    note = cli._activations_note(_hf(tmp_path, tensor="lm.w"))
+    assert note.startswith("the weight is real (hf-checkpoint), the activations are not: seeded N(0, 1) ([inputs])")
+    sc = from_dict({"name": "w", "m": [1], "layer": {"in_features": 256, "out_features": 128}, "schemes": ["fp32"],
+                    "inputs": {"outlier_fraction": 0.01, "outlier_magnitude": 20},
+                    "weight": {"source": "hf-checkpoint", "path": "ckpt", "tensor": "lm.w"}}, str(tmp_path / "s.toml"))
+    assert "seeded N(0, 1), 0.01 of the K columns scaled to 20 ([inputs])" in cli._activations_note(sc)
+
+
 @pytest.mark.parametrize("case, key, words", [
     ("no_folder", "weight.path", "must be a Hugging Face checkpoint folder"),
     ("empty_folder", "weight.path", "has neither model.safetensors.index.json nor model.safetensors"),

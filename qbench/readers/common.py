@@ -10,6 +10,7 @@ line (:mod:`qbench.cli`) adds every command of :data:`qbench.readers.COMMANDS`. 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import statistics
 import sys
@@ -23,7 +24,7 @@ from qbench.results import ResultDoc, ResultsError, read_results
 from qbench.row import Repeats, Row
 
 __all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "combine_rows", "group_results", "merge_docs",
-           "split_runs", "add_baseline", "add_format", "add_max_rel_err",
+           "split_runs", "add_baseline", "check_baseline", "DEFAULT_BASELINE", "add_format", "add_max_rel_err",
            "add_method", "add_wide", "blocking_differences", "env_of", "fail", "job_view", "one_result", "open_results",
            "timing_differences"]
 
@@ -73,16 +74,24 @@ class Command:
         While it runs, stdout and stderr are :class:`qbench.render.safe.TerminalStream`: a prose
         line that quotes a result file's string (a scheme label, a reason, a device name) emits
         no control character but its own newlines and tabs (break review 2026-12-01, #16)."""
+        from qbench.render import MARKDOWN_FORMATS, split_markdown
         from qbench.render.safe import TerminalStream
 
         out, err = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = TerminalStream(out), TerminalStream(err)
+        markdown = getattr(args, "format", None) in MARKDOWN_FORMATS
+        # a Markdown table is paste-ready on stdout; the prose around it goes to stderr
+        buffer = io.StringIO() if markdown else None
+        sys.stdout, sys.stderr = TerminalStream(buffer or out), TerminalStream(err)
         try:
             return self.run(args)
         except Refused as exc:
             return fail(self.name, str(exc))
         finally:
             sys.stdout, sys.stderr = out, err
+            if buffer is not None:
+                tables, prose = split_markdown(buffer.getvalue())
+                TerminalStream(err).write(prose)
+                TerminalStream(out).write(tables)
 
 
 # ---- the options, declared once ----------------------------------------------------------------
@@ -99,9 +108,30 @@ def add_format(p: argparse.ArgumentParser, allowed: str = "any tabulate format, 
     p.add_argument("--format", default="simple", help=f"output format: {allowed}; default simple")
 
 
+#: ``--baseline``'s default.
+DEFAULT_BASELINE = "bf16"
+
+
 def add_baseline(p: argparse.ArgumentParser, what: str) -> None:
-    """``--baseline``: the scheme speed-ups are against, default ``bf16``."""
-    p.add_argument("--baseline", default="bf16", help=f"baseline scheme of {what} (default bf16)")
+    """``--baseline``: the scheme speed-ups are against, default :data:`DEFAULT_BASELINE`."""
+    p.add_argument("--baseline", default=DEFAULT_BASELINE, help=f"baseline scheme of {what} (default bf16)")
+
+
+def check_baseline(paths: str | Sequence[str], schemes, baseline: str, *, always: bool = False) -> None:
+    """Refuse a ``--baseline`` that names none of ``schemes`` (the schemes of the files at
+    ``paths``): a typo is one line, exit 2, in every view.
+    The default baseline is checked only with ``always`` (a view that divides by it): a file
+    without bf16 still has its other views.
+
+    Raises:
+        Refused: naming the file, the baseline and the file's schemes.
+    """
+    schemes = set(schemes)
+    if not (always or baseline != DEFAULT_BASELINE) or baseline in schemes:
+        return
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    raise Refused(f"{', '.join(paths)}: --baseline {baseline!r} is not a scheme of "
+                  f"{'this file' if len(paths) == 1 else 'these files'}; schemes: {', '.join(sorted(schemes))}")
 
 
 def add_max_rel_err(p: argparse.ArgumentParser, what: str) -> None:

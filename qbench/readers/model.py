@@ -43,16 +43,16 @@ from typing import Optional, Sequence
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, incomplete_warning, resolve_method, unusable_note
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
-                                   add_method, add_wide, check_max_rel_err, job_view, open_results,
+                                   add_method, add_wide, check_baseline, check_max_rel_err, job_view, open_results,
                                    timing_differences)
-from qbench.render import Column, check_format, fit, narrow, render, wants_prose
+from qbench.render import Column, check_format, fit, narrow, render, synthetic_weights, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
 
-__all__ = ["COMMAND", "Indexed", "LinearShape", "ModelPreset", "PRESETS", "index_rows", "model_step", "render_model",
-           "row_floor_us", "run_model"]
+__all__ = ["ACT_ON", "COMMAND", "Indexed", "LinearShape", "ModelPreset", "PRESETS", "index_rows", "model_step",
+           "render_model", "row_floor_us", "run_model"]
 
 
 # ---- the models: the linear shapes of one decode step ------------------------------------------
@@ -112,6 +112,9 @@ def _layer_llama(name: str, title: str, blocks: int, hidden: int, kv: int, ffn: 
 PRESETS: dict[str, ModelPreset] = {
     "llama3-8b": _layer_llama("llama3-8b", "Llama-3-8B", 32, 4096, 1024, 14336, 128256, "llama3_8b",
                         "hidden 4096, 32 heads, 8 KV heads of 128, FFN 14336, vocab 128256, 32 layers"),
+    # Llama-3.1-8B's linear layers are Llama-3-8B's (the step presets differ in RoPE and positions only)
+    "llama3.1-8b": _layer_llama("llama3.1-8b", "Llama-3.1-8B", 32, 4096, 1024, 14336, 128256, "llama3_8b",
+                          "hidden 4096, 32 heads, 8 KV heads of 128, FFN 14336, vocab 128256, 32 layers"),
     "llama3.1-70b": _layer_llama("llama3.1-70b", "Llama-3.1-70B", 80, 8192, 1024, 28672, 128256,
                            "llama31_70b",
                            "hidden 8192, 64 heads, 8 KV heads of 128, FFN 28672, vocab 128256, 80 layers"),
@@ -287,6 +290,12 @@ _GIB = 2.0**-30
 
 NOT_INCLUDED = ("the linear layers only: attention (scores, softmax, RoPE), the KV cache, norms, "
                 "embeddings and sampling are not included")
+#: Which of qbench's three answers decides what, said once by each view of ``qbench model``: the
+#: per-layer pick (``qbench recommend`` on one layer's file), Σ linear (this sum of per-layer times)
+#: and the measured step (a ``[model]`` scenario) can name three different schemes.
+ACT_ON = ("which answer to act on: the measured step decides a model (a [model] scenario: it includes attention, "
+          "the KV cache and the gaps between kernels); the layer view (qbench recommend on one layer's file) decides "
+          "a kernel for that layer; Σ linear, the sum of per-layer times, only predicts the step")
 
 
 #: The columns of the model table a terminal shows only with ``--wide``: the HBM floor and its share
@@ -368,7 +377,8 @@ def render_model(result: dict, fmt: str = "simple", wide: bool = False) -> str:
     speedup = ([f"×{result['baseline']} = {result['baseline']} step / this step, at the same M (> 1: faster); "
                 f"status: ok, over error budget, non-finite outputs, incomplete or unusable (--wide: the note)"]
                if fits else [])
-    lines = [*map(visible, describe(result)), *speedup, *map(visible, missing_lines(result)), "", table, ""]
+    lines = [*map(visible, describe(result)), *map(visible, result.get("warnings", [])), *speedup,
+             *map(visible, missing_lines(result)), "", table, ""]
     for m in result["ms"]:
         name = result["fastest"].get(m)
         if name is None:
@@ -387,6 +397,7 @@ def render_model(result: dict, fmt: str = "simple", wide: bool = False) -> str:
                              result["method"])
     if unusable:
         lines.append(visible(unusable))
+    lines.append(ACT_ON)
     if fits:  # the prose lines too (the table's fit already)
         lines = [line if line == table else fit(line) for line in lines]
     return "\n".join(lines).rstrip("\n")
@@ -469,9 +480,14 @@ def run_model(args: argparse.Namespace) -> int:
         elif warning:
             print(warning, file=sys.stderr)
     method = next(iter(methods.values()), args.method or DECISION_METHOD)
+    if paths:
+        check_baseline(paths, {r.scheme for doc in docs for r in doc.rows}, args.baseline)
     index, dup_notes = index_rows(list(zip(paths, docs)))
     result = model_step(preset, index, method, args.baseline, args.max_rel_err)
     result["notes"] = notes + dup_notes
+    synthetic = synthetic_weights([r for doc in docs for r in doc.rows])
+    result["warnings"] = [f"warning: errors come from a synthetic weight ({'; '.join(synthetic)}), not a trained "
+                          "layer: a trained layer's outliers can raise them several-fold"] if synthetic else []
     if result["missing"]:
         have = ", ".join(f"{k}→{n}" for k, n in dict.fromkeys((k, n) for (_, _, k, n) in index)) or "none"
         head = (f"{len(result['missing'])} of its {len(preset.block)} block shapes are in none of the "

@@ -357,6 +357,21 @@ def pareto_groups(doc: ResultDoc | dict, method: str) -> list[dict]:
     return out
 
 
+def _log_ticks(axis, low: float, high: float) -> None:
+    """Readable tick labels on a log ``axis`` spanning ``low`` .. ``high``: matplotlib labels the
+    minor ticks of a span under about two decades (``2×10¹ 3×10¹ 4×10¹ ...``, in the default font
+    size), which overlap in a small panel. Minor ticks stay unlabelled; a span under two decades is
+    labelled at 1, 2 and 5 × 10^k in plain numbers (``20 50 100 200``)."""
+    import math
+
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_minor_formatter(NullFormatter())
+    if math.log10(high / low) < 2:
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+
 def draw_pareto(doc: ResultDoc, method: str):
     """The latency-vs-error figure of ``doc``: one panel per (M, shape) group of
     :func:`pareto_groups`, log-log, every point coloured by scheme, the Pareto front's points ringed
@@ -397,6 +412,7 @@ def draw_pareto(doc: ResultDoc, method: str):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(min(xs) / 1.6, max(xs) * 1.6)
+        _log_ticks(ax.xaxis, min(xs) / 1.6, max(xs) * 1.6)
         title = f"M={g['m']}" + (f", K={g['k']}, N={g['n']}" if shapes > 1 else "") + \
             (f", tp_size={g['tp_size']} {g['split']}" if g["tp_size"] is not None else "")
         if not single:

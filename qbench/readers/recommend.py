@@ -51,7 +51,8 @@ from typing import Optional
 from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape, capture_failure, methods_present, pareto_front,
                           resolve_method, row_caveats, row_verdict, tie_note, unusable_note)
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
-                                   add_method, add_wide, check_max_rel_err, group_results, job_view, open_results)
+                                   add_method, add_wide, check_baseline, check_max_rel_err, group_results, job_view,
+                                   open_results)
 from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, render, synthetic_weights, wants_prose
 from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
@@ -662,10 +663,9 @@ def run_recommend(args: argparse.Namespace) -> int:
         method, note = resolve_method(doc, args.method)
         if note and note not in notes:
             notes.append(note)
+        check_baseline(path, {r.scheme for r in doc.rows}, baseline, always=summary_mode)
         if summary_mode:
             _check_method(path, doc, method)
-            if not any(r.scheme == baseline for r in doc.rows):
-                raise Refused(f"{path}: --baseline {baseline!r} is not a scheme of this file")
         rec = recommend(doc, args.max_rel_err, method)
         if len(result.paths) > 1:
             rec["files"] = list(result.paths)
@@ -741,6 +741,7 @@ def _run_by_format(args: argparse.Namespace, paths: list[str], docs: list[Result
         if note and note not in notes:
             notes.append(note)
         _check_method(path, doc, method)
+        check_baseline(path, {r.scheme for r in doc.rows}, baseline)
         methods.add(method)
         records += [dict(r, file=path) for r in by_format(doc, method, args.max_rel_err, baseline)]
     method = _one_method(methods, "--by-format")

@@ -87,7 +87,7 @@ MARKUP_FORMATS = frozenset({"tsv", "html", "unsafehtml", "latex", "latex_raw", "
 #: reader views that narrow a terminal table (:func:`narrow`) keep every column there.
 MARKDOWN_FORMATS = frozenset({"github", "pipe", "markdown", "md"})
 
-#: The width (characters) a default terminal view fits: its tables and prose lines (issue 24).
+#: The width (characters) a default terminal view fits: its tables and prose lines.
 TABLE_WIDTH = 120
 
 
@@ -114,6 +114,26 @@ def fit(lines: str | Iterable[str], width: int = TABLE_WIDTH) -> str:
             out += textwrap.wrap(part.strip(), width, initial_indent=indent, subsequent_indent=indent + "  ",
                                  break_long_words=False, break_on_hyphens=False)
     return "\n".join(out)
+
+
+def split_markdown(text: str) -> tuple[str, str]:
+    """``text`` (a command's output in a Markdown format) as ``(tables, prose)``: the table lines
+    (those starting with ``|``), each table separated from the next by a blank line, and every
+    other line. A Markdown table on stdout is then paste-ready, its prose (headers, legends,
+    warnings, notes) going to stderr. Each part ends with a newline unless empty."""
+    tables, prose, block = [], [], []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            block.append(line)
+            continue
+        if block:
+            tables.append("\n".join(block))
+            block = []
+        if line.strip():
+            prose.append(line)
+    if block:
+        tables.append("\n".join(block))
+    return ("\n\n".join(tables) + "\n" if tables else ""), ("\n".join(prose) + "\n" if prose else "")
 
 
 def wants_prose(fmt: str) -> bool:
@@ -203,8 +223,8 @@ def _times_line(rows: list[Row], env: Env) -> str:
     return f"times: {' + '.join(parts)}{tail}; µs per call, median"
 
 
-#: What :func:`weight_sources` says for a row without ``weight_source`` (written before 2026-12-01,
-#: when every weight was qbench's seeded Gaussian).
+#: What :func:`weight_sources` says for a row without ``weight_source`` (an older file, written when
+#: every weight was qbench's seeded Gaussian).
 OLD_WEIGHT = "seeded Gaussian N(0, 1/K) (synthetic; a file written before rows said their weight)"
 
 

@@ -1,5 +1,5 @@
 """Text from result files made harmless on output: one rule per kind of output, used by every
-renderer and by every reader command (break review 2026-12-01, finding 16; issue 24).
+renderer and by every reader command.
 
 A result file may come from another machine, so its strings (a row's ``scheme``, ``reason``,
 ``env.device_name``...) are not trusted:

@@ -29,8 +29,10 @@ __all__ = ["render_table", "footnotes", "rest_width"]
 
 def footnotes(rows: Sequence[Row]) -> list[str]:
     """One line per distinct (scheme, status, reason) among rows whose status is not ``ok``
-    (``int4-weight-only (M=1,16,512) skipped: needs CUDA``), then one per distinct (scheme, flag)
-    among the rows' ``flags`` (``nf4-bnb (M=1) flag: repacked: ...``)."""
+    (``int4-weight-only (M=1,16,512) skipped: needs CUDA``), then per flag name among the rows'
+    ``flags`` its first row's text (``nf4-bnb (M=1) flag: repacked: ...``) and, when other schemes
+    carry it too, one line naming them (``flag repacked also on: fp4-bnb (M=1) ...``): a flag on
+    many rows does not swamp the table."""
     groups: dict[tuple, list] = {}
     for r in rows:
         if r.status == "ok":
@@ -44,8 +46,16 @@ def footnotes(rows: Sequence[Row]) -> list[str]:
     flagged: dict[tuple, list] = {}
     for r in rows:  # what could mislead a reader about an ok row
         for flag in r.flags:
-            flagged.setdefault((r.scheme, flag.line), []).append(r.m)
-    out += [f"{scheme} (M={','.join(str(m) for m in ms)}) flag: {flag}" for (scheme, flag), ms in flagged.items()]
+            flagged.setdefault((flag.name, r.scheme, flag.line), []).append(r.m)
+    shown: dict[str, list] = {}  # flag name -> (scheme, line, Ms), in the rows' order
+    for (name, scheme, line), ms in flagged.items():
+        shown.setdefault(name, []).append((scheme, line, ms))
+    for name, items in shown.items():
+        (scheme, line, ms), rest = items[0], items[1:]
+        out.append(f"{scheme} (M={','.join(str(m) for m in ms)}) flag: {line}")
+        if rest:  # one flag on many rows: named once, the others listed (each row's own text in the JSON)
+            others = dict.fromkeys(f"{s} (M={','.join(str(m) for m in ms)})" for s, _, ms in rest)
+            out.append(f"flag {name} also on: {', '.join(others)} (each row's figures: --format json)")
     return out
 
 
@@ -65,6 +75,23 @@ def rest_width(rows: Sequence[Any], columns: Sequence[Column], key: str, width: 
     return max(width - used, least)
 
 
+def _breakable(cell: str, width: int | None) -> str:
+    """``cell`` with each word longer than ``width`` given break points before ``[`` and after
+    ``,`` (``fp8-dynamic[kernel_preference=mslk]`` wraps as ``fp8-dynamic`` / ``[kernel_preference=mslk]``),
+    so that a wrapped label is never cut inside a name."""
+    if not width or len(cell) <= width:
+        return cell
+    return " ".join(w.replace("[", " [").replace(",", ", ") if len(w) > width else w for w in cell.split(" "))
+
+
+def _unbroken_width(column: Column, body: Sequence[Sequence[str]], index: int) -> int | None:
+    """``column``'s wrap width, widened to its longest word left after :func:`_breakable` (None:
+    the column does not wrap)."""
+    if not column.width:
+        return None
+    return max([column.width, *(len(w) for row in body for w in str(row[index]).split())])
+
+
 def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str = "simple",
                  notes_width: int | None = None) -> str:
     """Render ``rows`` (result rows, or any records the ``columns`` getters read) as a table in
@@ -72,7 +99,7 @@ def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str =
     ``notes_width``: the footnotes under the table wrap at word boundaries to this many characters
     (:func:`qbench.render.fit`; ``None``: one line each). Returns the text without a trailing newline."""
     safe = markdown_cell if tablefmt in MARKDOWN_FORMATS else visible
-    body = [[safe(c.cell(r)) for c in columns] for r in rows]
+    body = [[_breakable(safe(c.cell(r)), c.width) for c in columns] for r in rows]
     text = tabulate(
         body,
         headers=[safe(c.header) for c in columns],
@@ -81,7 +108,7 @@ def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str =
         colalign=["right" if c.numeric else "left" for c in columns],
         # a column with a width wraps its longer cells onto several lines (passed only when one has one),
         # between words, never inside a scheme name at its hyphens (int4-weight-only stays whole)
-        **({"maxcolwidths": [c.width for c in columns], "break_on_hyphens": False}
+        **({"maxcolwidths": [_unbroken_width(c, body, i) for i, c in enumerate(columns)], "break_on_hyphens": False}
            if any(c.width for c in columns) else {}),
     )
     keys = {c.key for c in columns}

@@ -71,19 +71,15 @@ def _build_4bit(quant_type: str):
 
         n, k = weight.shape
         # Built on the meta device, its weight and bias replaced below: constructed on the CPU,
-        # Linear4bit first draws nn.Linear's kaiming-uniform FP32 weight there (0.37 s for a
-        # 4096 x 14336 layer on this project's CPU machine), which was 46 of the 50 s nf4-bnb's
-        # model-step worker spent on Llama-3-8B's 224 layers on the H200
-        # (results/h200/evidence/speed/2026-12-02c/step_llama3_8b_392s.json, nf4-bnb's
-        # worker_phases_s.build; every other scheme built in under 2 s); built on the meta device,
-        # 0.3 of 3.5 s (results/h200/step_llama3_8b.json). qbench.schemes.base builds its nn.Linear
-        # the same way.
+        # Linear4bit first draws nn.Linear's kaiming-uniform FP32 weight there, which took most of a
+        # model-step worker's build time over a model's hundreds of layers. qbench.schemes.base
+        # builds its nn.Linear the same way.
         layer = bnb.nn.Linear4bit(k, n, bias=bias is not None, compute_dtype=COMPUTE_DTYPES[options.compute_dtype],
                                   compress_statistics=options.double_quant, quant_type=quant_type, device="meta")
         # Params4bit quantizes on its first .to(device), wherever its data is (bitsandbytes 0.50
         # Params4bit.to -> _quantize(device)): the weight stays on its device. A round trip through
-        # the host (what Int8Params needs, above) cost the model-step job 75 s for Llama-3-8B's 224
-        # layers on the H200 (results/h200/step_llama31_8b.json, nf4-bnb's worker_phases_s.build).
+        # the host (what Int8Params needs, above) would cost a model-step job a minute over a
+        # model's layers.
         layer.weight = bnb.nn.Params4bit(weight.detach().to(torch.bfloat16), requires_grad=False,
                                          blocksize=options.blocksize, compress_statistics=options.double_quant,
                                          quant_type=quant_type)

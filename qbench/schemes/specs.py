@@ -94,8 +94,7 @@ class Fp8DynamicOptions(TorchaoOptions):
     kernel quantizes per row and mslk's CUTLASS ``f8f8bf16_rowwise`` multiplies (needs the
     ``mslk-cuda`` package and SM90+). torchao's own default, AUTO, silently picks mslk when that
     package is importable, so a row's kernels would depend on what happens to be installed; qbench
-    asks for one explicitly (H200, graph of 8 copies, M = 1: torch 28.3 µs, mslk 10.4 µs,
-    ``results/h200/evidence/cold-experiment.json``)."""
+    asks for one explicitly (the two differ in speed several-fold at M = 1)."""
 
     granularity: Literal["per-row", "per-tensor"] = "per-row"
     kernel_preference: Literal["torch", "mslk"] = "torch"

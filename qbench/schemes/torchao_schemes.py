@@ -460,8 +460,8 @@ register(Scheme(
 ))
 def _int_mm_m(m: int, device: torch.device, options) -> Optional[str]:
     """Compiled w8a8-dynamic on CUDA: Inductor lowers the int8 x int8 matmul to ``torch._int_mm``,
-    whose CUDA kernel refuses M <= 16 ("self.size(0) needs to be greater than 16", the H200 decode
-    row of results/h200/decode.json). Eager w8a8-dynamic and the CPU kernel take any M."""
+    whose CUDA kernel refuses M <= 16 ("self.size(0) needs to be greater than 16"). Eager
+    w8a8-dynamic and the CPU kernel take any M."""
     if device.type == "cuda" and getattr(options, "mode", "eager") == "compiled" and m <= 16:
         return (f"compiled w8a8-dynamic lowers to torch._int_mm, whose CUDA kernel needs M > 16 (M = {m}); "
                 "the eager w8a8-dynamic row runs at this M")

@@ -149,13 +149,33 @@ WIDE_ONLY = ("status", "blocks", "tok/s", "floor %", "KL", "top-1", "flags")
 #: linear in µs; the narrow table keeps its share of the step (``rest``) and the speed-up it predicts
 #: (``×base Σ``), and so fits 120 characters with three step methods and a 35-character scheme.
 TERMINAL_WIDE_ONLY = ("Σ linear µs",)
+#: ``--columns`` keys of the step table -> its record keys (:func:`table_records`); a step method's
+#: key is the first word of its short name (``graph``, ``compiled``, ``loop``, ``cpu``).
+COLUMN_KEYS: dict[str, str] = {
+    "scheme": "scheme", "m": "M", "context": "context", "status": "status", "blocks": "blocks",
+    **{SHORT[m].split()[0]: f"{SHORT[m]} µs" for m in STEP_METHODS}, "tokens_per_s": "tok/s",
+    "linear": "Σ linear µs", "rest": "rest %", "floor": "floor %", "speedup": "×base", "speedup_linear": "×base (Σ lin)",
+    "err": "logits err", "kl": "KL", "top1": "top-1", "flags": "flags", "reason": "reason"}
+
+
+def column_keys(columns: Sequence[str]) -> list[str]:
+    """The record keys of the ``--columns`` keys ``columns`` (:data:`COLUMN_KEYS`), in their order.
+
+    Raises:
+        ValueError: an unknown key (one line naming it and the allowed ones)."""
+    unknown = [c for c in columns if c not in COLUMN_KEYS]
+    if unknown:
+        raise ValueError(f"unknown column {unknown[0]!r} for a model-step table; allowed: {', '.join(COLUMN_KEYS)}")
+    return [COLUMN_KEYS[c] for c in columns]
+
+
 #: Shorter titles of the default (narrow) table, which fits 120 characters.
 _NARROW_TITLES = {"context": "ctx", "Σ linear µs": "Σ lin", "rest %": "rest", "×base": "×{b}",
                   "×base (Σ lin)": "×{b} Σ", "logits err": "err"}
 
 
 def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16", wide: bool = False,
-               fit: Optional[Callable[[str], str]] = None) -> str:
+               fit: Optional[Callable[[str], str]] = None, columns: Optional[Sequence[str]] = None) -> str:
     """The step rows as a table in ``fmt`` (any tabulate format, ``csv`` or ``json``).
 
     Columns: scheme, M, context, the step per method present (µs), the remainder's share by the
@@ -167,16 +187,20 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
     terminal table without ``wide``: :func:`qbench.render.narrow`) makes it a terminal table: Σ
     linear in µs is left out too (:data:`TERMINAL_WIDE_ONLY`), so that it fits 120 characters on
     the committed H200 step files, and the notes under it go through ``fit``. (The renderer's width
-    rule is the caller's: this module stands below :mod:`qbench.render`.)
+    rule is the caller's: this module stands below :mod:`qbench.render`.) ``columns``: ``--columns``
+    keys (:data:`COLUMN_KEYS`): those columns alone, in that order, in every format.
     """
     terminal = fit is not None
     recs = table_records(rows, baseline)
+    if columns:
+        keys = column_keys(columns)
+        recs = [{k: rec[k] for k in keys} for rec in recs]
     if fmt == "json":
         return json.dumps(recs, indent=1, ensure_ascii=False)
     if fmt == "csv":
         buf = io.StringIO()
         if recs:
-            writer = csv.DictWriter(buf, fieldnames=list(recs[0]))
+            writer = csv.DictWriter(buf, fieldnames=list(recs[0]), lineterminator="\n")
             writer.writeheader()
             writer.writerows(recs)
         return buf.getvalue()
@@ -184,8 +208,9 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
     for rec in recs:
         out = {}
         for key, value in rec.items():
-            if key == "reason" or (not wide and key in WIDE_ONLY) or (terminal and key in TERMINAL_WIDE_ONLY):
-                continue
+            if not columns and (key == "reason" or (not wide and key in WIDE_ONLY)
+                                or (terminal and key in TERMINAL_WIDE_ONLY)):
+                continue  # (the columns asked for are shown whatever the width)
             if key.endswith("µs"):
                 out[key] = _us(value)
             elif key in ("rest %", "floor %"):

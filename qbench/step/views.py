@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Optional
 
 from qbench.judge import incomplete_warning
-from qbench.readers.common import Refused, one_result
-from qbench.readers.model import warn_machine_differences
+from qbench.readers.common import Refused, check_baseline, one_result
+from qbench.readers.model import ACT_ON, warn_machine_differences
 from qbench.readers.plot import plain, scheme_styles
 from qbench.render import Column, fit, narrow, render, synthetic_step_warning, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
@@ -28,7 +28,7 @@ from qbench.step import view as step_view
 from qbench.step.row import SCATTER
 from qbench.step.view import decision_method
 
-__all__ = ["model_view", "plot_context", "plot_view", "recommend_view", "report_view", "run_view"]
+__all__ = ["disagreements", "model_view", "plot_context", "plot_view", "recommend_view", "report_view", "run_view"]
 
 
 def _one_kind(paths: list[str], docs: list[ResultDoc]) -> None:
@@ -65,13 +65,18 @@ def _step_report(args: argparse.Namespace, doc: ResultDoc) -> int:
     tokens/s, Σ linear, the remainder, the HBM floor, the speed-up over ``--baseline`` measured and
     as Σ linear predicts it, the logits error), in the file's order, or with ``--by-m`` sorted by M
     and context; prose (what the columns and methods are, an incomplete file) around terminal
-    tables. ``--crossover``, ``--columns``, ``--sort`` and ``--method`` read per-layer rows and are
-    refused."""
-    for flag, given in (("--crossover", args.crossover), ("--columns", args.columns), ("--sort", args.sort),
-                        ("--method", args.method)):
+    tables; ``--columns`` picks the step table's columns (:data:`qbench.step.view.COLUMN_KEYS`).
+    ``--crossover``, ``--sort`` and ``--method`` read per-layer rows and are refused."""
+    for flag, given in (("--crossover", args.crossover), ("--sort", args.sort), ("--method", args.method)):
         if given:
-            raise Refused(f"{args.result}: a model-step result; {flag} reads per-layer results (the step table "
-                          "has fixed columns; qbench model shows the context sweep)")
+            raise Refused(f"{args.result}: a model-step result; {flag} reads per-layer results (qbench model "
+                          "shows the context sweep)")
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+    if columns:
+        try:
+            step_view.column_keys(columns)
+        except ValueError as exc:
+            raise Refused(f"{args.result}: {exc}") from None
     if isinstance(args.by_m, str):  # a column (a bare --by-m is the table by M)
         raise Refused(f"{args.result}: a model-step result; --by-m takes no column for it (the step table, by M)")
     rows = [r for r in doc.rows if args.status == "all" or r.status == "ok"]
@@ -88,7 +93,7 @@ def _step_report(args: argparse.Namespace, doc: ResultDoc) -> int:
             print(show(warning.removeprefix("warning: ")))
         print()
     table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline, wide=wide,
-                                 fit=fit if narrow(args.format, wide) else None)
+                                 fit=fit if narrow(args.format, wide) else None, columns=columns)
     print(table, end="" if table.endswith("\n") else "\n")  # csv ends its last line itself
     return 0
 
@@ -302,6 +307,23 @@ def _model_columns(records: list[dict], baseline: str, wide: bool = True) -> lis
 STEP_WIDE_ONLY = ("tokens_per_s", "linear_us")
 
 
+def disagreements(records: list[dict]) -> list[dict]:
+    """The (M, context) of :func:`qbench.step.view.model_records` ``records`` (with ``over_budget``)
+    at which the fastest measured step and the fastest Σ linear are different schemes, among the
+    schemes within the budget that have both: ``{"m", "context", "step", "linear"}`` each."""
+    out = []
+    for m, context in dict.fromkeys((r["m"], r["context"]) for r in records):
+        both = [r for r in records if (r["m"], r["context"]) == (m, context) and not r.get("over_budget")
+                and r["step_us"] is not None and r["linear_us"] is not None]
+        if len(both) < 2:
+            continue
+        step = min(both, key=lambda r: r["step_us"])["scheme"]
+        linear = min(both, key=lambda r: r["linear_us"])["scheme"]
+        if step != linear:
+            out.append({"m": m, "context": context, "step": step, "linear": linear})
+    return out
+
+
 def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
     """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` (the rows of the
     model-step files whose ``model`` is ``NAME``) beside the linear-only prediction (Σ linear, the
@@ -320,9 +342,10 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
     warn_machine_differences(paths, docs)
     rows = []
     for path, doc in zip(paths, docs):
-        mine = [r for r in doc.rows if r.model == args.name]
+        mine = [r for r in doc.rows if args.name in (r.model, r.title)]  # a config path's model by its title too
         if not mine:
-            held = ", ".join(sorted({r.model for r in doc.rows}))
+            held = ", ".join(sorted({f"{r.model} (title {r.title})" if r.model.endswith(".json") else r.model
+                                     for r in doc.rows}))
             raise Refused(f"{path}: a model-step result of {held}, not of {args.name}")
         again = {r.key for r in mine} & {r.key for r in rows}
         if again:
@@ -330,6 +353,7 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
             raise Refused(f"{path}: {s} at M={m}, context {c} is in an earlier file too: qbench model reads one run "
                           "per row; to compare runs of one scenario use qbench recommend A.json B.json")
         rows += mine
+    check_baseline(paths, {r.scheme.replace("+compiled", "") for r in rows}, args.baseline)
     notes = []
     for path, doc in zip(paths, docs):
         warning = incomplete_warning(doc, path)
@@ -367,6 +391,12 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
     warning = synthetic_step_warning(rows)
     if warning:
         print(say(visible(warning)))
+    disagree = disagreements(records)
+    if disagree:
+        first = disagree[0]
+        print(say(f"the measured step and Σ linear name different fastest schemes ({len(disagree)} of "
+                  f"{len({(r['m'], r['context']) for r in records})} (M, context); M={first['m']} "
+                  f"context={first['context']}: {first['step']} measured, {first['linear']} by Σ linear); " + ACT_ON))
     if fits:
         print(say(f"step = the {methods} step, first present (method); rest = (step - Σ linear) / step, Σ linear = the "
                   f"per-layer stream times of the same linear layers in the same run (what the layer view predicts); "
@@ -458,7 +488,12 @@ def plot_context(doc: ResultDoc, path: Path) -> Path:
     title = rows[0].title if rows else (doc.scenario.name or "")
     fig.suptitle(plain(f"{title}: the measured decode step against the context"))
     if rows:
-        axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5, borderaxespad=0)
+        from matplotlib.lines import Line2D
+
+        handles, _ = axes[0][-1].get_legend_handles_labels()
+        handles.append(Line2D([], [], color="grey", ls="--", lw=0.8, label="dashed: Σ linear (the layer view)"))
+        axes[0][-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5,
+                           borderaxespad=0)
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)

@@ -114,9 +114,8 @@ def time_cold(fn: Callable[[], object], settings: TimingSettings, flusher: L2Flu
 
     With ``host_sync`` (fn blocks the host inside; :func:`syncs_host`) the launch cannot be
     hidden: each sample starts on an idle GPU after a flush and includes fn's host work
-    (:func:`_time_cold_synced`). A busy period before such a fn made its time depend on how
-    long the GPU slept (int8-bnb, H200: 138-441 µs over runs with the busy period, 197-206 µs
-    over five repeats without; ``results/h200/evidence/cold-experiment.json``, docs/methodology.md).
+    (:func:`_time_cold_synced`): a busy period before such a fn made its time depend on how long
+    the GPU slept.
 
     Per sample, enqueued without waiting: ``torch.cuda._sleep(c)`` (keeps the GPU busy),
     ``flusher.flush()`` (L2 now holds the flush buffer, not the weight), start event,

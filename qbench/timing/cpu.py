@@ -3,8 +3,7 @@
 qbench times its blocks itself (``time.perf_counter`` around ``number`` calls, the garbage collector
 disabled around the block as ``timeit`` does) instead of with ``torch.utils.benchmark.Timer.timeit``:
 ``Timer.timeit(number)`` runs ``max(number // 100, 2)`` untimed warm-up calls before every timed
-block (torch/utils/benchmark/utils/timer.py), so a sample of one slow call cost three calls: 12 s of
-the 2-core CPU decode's 44 s went to fp8-weight-only's 73 ms calls (results/cpu/evidence/speed/preload-1.json).
+block (torch/utils/benchmark/utils/timer.py), so a sample of one slow call would cost three calls.
 The warm-up of ``settings.warmup`` calls is done once, before the first sample.
 """
 

@@ -9,16 +9,15 @@ class L2Flusher:
     """Evicts the weight from L2 by reading a buffer of ``multiple`` x L2 bytes.
 
     The L2 size comes from ``torch.cuda.get_device_properties(dev).L2_cache_size``
-    (bytes; 62,914,560 = 60 MiB on the H200, ``env.l2_bytes`` of ``results/h200/decode.json``).
+    (bytes; a row's ``env.l2_bytes``).
     Reading 4 x L2 (the default of ``TimingSettings.flush_multiple``) leaves, under any
     reasonable replacement policy, no line of the previous call's data.
 
     Why a read and not a write (triton's ``do_bench`` zeroes a 256 MB buffer): the GPU's L2
     is write-back, so a flush that *writes* leaves L2 full of dirty lines, and the timed
-    kernel pays their write-back to HBM while it reads its weight. Measured on an H200
-    (``results/h200/evidence/cold-experiment.json``, bf16, M = 1): an 8192 x 8192 layer read 44.4 µs
-    cold after a write flush, 37.8 µs after a read flush, against 34.9 µs per call in a CUDA
-    graph streaming distinct weight copies from HBM (docs/methodology.md, "cold").
+    kernel pays their write-back to HBM while it reads its weight: measured on an H200, a write
+    flush put an 8192 x 8192 bf16 layer's cold time about 30 % above a CUDA graph streaming
+    distinct weight copies from HBM, a read flush within 10 % (docs/methodology.md, "cold").
 
     Each ``flush()`` is one reduction kernel (``torch.sum`` over the int32 buffer into a
     preallocated int64 scalar): it reads every byte of the buffer and writes 8 bytes.

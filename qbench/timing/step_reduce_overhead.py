@@ -29,10 +29,10 @@ from qbench.timing.stats import Stats, summarize
 #: share of it (a step is >= ~1 ms on a billion-parameter model), short enough for many samples.
 #: Project choice.
 LOOP_STEPS = 16
-#: The fewest steps per sample, and the wall time (s) a sample of a slow step is sized to: a
-#: step of 269 ms (compiled int8 weight-only at M = 16 on an H200, results/h200/evidence/speed/2026-12-02c/step_llama3_8b_392s.json)
-#: took 16 x 269 ms = 4.3 s per sample, 43 s for the 10 samples of a scenario's min_reps, while
-#: the one unoverlapped call a sample holds is already under 1 % of 4 steps of it. Project choice.
+#: The fewest steps per sample, and the wall time (s) a sample of a slow step is sized to: a step of
+#: hundreds of ms (compiled int8 weight-only at M = 16 lowers to a slow kernel) would take seconds per
+#: sample at 16 steps, while the one unoverlapped call a sample holds is already under 1 % of 4 steps
+#: of it. Project choice.
 MIN_LOOP_STEPS = 4
 LOOP_SAMPLE_S = 0.25
 #: Calls timed one at a time for ``host_us`` and ``synced_us``.

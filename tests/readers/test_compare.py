@@ -147,7 +147,7 @@ def test_two_machines_are_named_and_warned(capsys):
     from tests.conftest import run_subcommand
 
     root = Path(__file__).resolve().parents[2]
-    a, b = str(root / "results/cpu/decode.json"), str(root / "results/h200/evidence/speed/preload-1.json")
+    a, b = str(root / "results/cpu/decode.json"), str(root / "results/h200/decode.json")
     assert run_subcommand(compare, "compare", a, b) == 2  # another device: refused in one line (issue 24)
     out, err = capsys.readouterr()
     assert out == "" and err == (f"qbench compare: A ({a}) and B ({b}) ran on different machines (device: cpu (A) "
@@ -279,8 +279,8 @@ def test_two_cuda_runs_on_hosts_of_other_cpu_counts_are_one_machine(capsys):
     kernel's time does not depend on that, so nothing is warned and the rows' notes stay clean."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2] / "results" / "h200" / "evidence"
-    a, b = str(root / "decode-2026-11-29.json"), str(root / "decode-2026-11-30.json")
+    root = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "real"
+    a, b = str(root / "h200_decode_2026-11-29.json"), str(root / "h200_decode_2026-11-30.json")
     run(a, b)
     out, err = capsys.readouterr()
     assert "machines differ" not in out + err and "warning" not in err

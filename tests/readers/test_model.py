@@ -299,3 +299,22 @@ def test_files_of_different_machines_are_warned_about(tmp_path, capsys):
                    "B has avx512f (bf16, int8 and bitsandbytes CPU kernels depend on these)",
                    "warning: a.json (A) and c.json (B) may come from different machines: CPU count: 8 (A) vs 16 (B)"]
     assert capsys.readouterr().err == "\n".join(got) + "\n"
+
+
+def test_llama31_8b_takes_llama3_8b_shapes_and_says_which_answer_to_act_on(capsys):
+    """The newcomer's friction: the layer view named no llama3.1-8b (the step job's model, the same
+    linear shapes as Llama-3-8B), showed its errors without the synthetic-weights warning that
+    recommend prints for the same files, and never said which of the three answers decides."""
+    assert run("llama3.1-8b", *LLAMA3_8B_FILES, "--wide") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Llama-3.1-8B (llama3.1-8b): 32 blocks")
+    assert out.count("warning: errors come from a synthetic weight") == 1
+    assert out.count(model_mod.ACT_ON) == 1 and "the measured step decides a model" in model_mod.ACT_ON
+    assert run("llama3.1-8b", *LLAMA3_8B_FILES, "--format", "json") == 0
+    assert json.loads(capsys.readouterr().out)["warnings"][0].startswith("warning: errors come from a synthetic weight")
+
+
+def test_a_baseline_typo_is_refused(capsys):
+    assert run("llama3-8b", *LLAMA3_8B_FILES, "--baseline", "bf-16") == 2
+    err = capsys.readouterr().err
+    assert "--baseline 'bf-16' is not a scheme of these files; schemes: bf16" in err and err.count("\n") == 1

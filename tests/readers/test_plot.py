@@ -282,3 +282,25 @@ def test_mathtext_labels_are_drawn_literally(label, tmp_path, capsys):
         fig.canvas.draw()  # the labels lay out without a mathtext parse
     finally:
         plt.close(fig)
+
+
+def test_axis_tick_labels_do_not_overlap():
+    """The gate_up chart's M = 1 panel spans under two decades: matplotlib labelled its minor ticks
+    (2×10¹ 3×10¹ 4×10¹ ...) in a larger font, into an unreadable smear. No two x tick labels of a
+    panel overlap now, and each panel has at least two."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    fig, _, _ = plot.draw_pareto(read_results(ROOT / "results" / "h200" / "llama3_8b_gate_up.json"), "stream")
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in (a for a in fig.axes if a.axison):
+            low, high = ax.get_xlim()
+            labels = [t for t in (*ax.get_xticklabels(minor=False), *ax.get_xticklabels(minor=True))
+                      if t.get_text() and low <= t.get_position()[0] <= high]
+            boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
+            assert len(boxes) >= 2, ax.get_title()
+            assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:])), (ax.get_title(), [t.get_text() for t in labels])
+    finally:
+        plt.close(fig)

@@ -228,6 +228,21 @@ def test_cli_summary_bad_baseline_and_missing_method_are_bad_input(capsys):
     assert "no row has cold latency; methods in this file: cpu" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("view", [[], ["--by-format"]], ids=["picks", "by-format"])
+def test_a_baseline_typo_is_refused_in_every_view(capsys, tmp_path, view):
+    """A --baseline that names no scheme of the file is one line, exit 2, with or without --summary
+    (it was ignored without it); the default bf16 missing from a file refuses nothing."""
+    a = str(FIXTURES / "cuda_run1.json")
+    assert run(a, "--max-rel-err", "0.01", *view, "--baseline", "bf-16") == 2
+    err = capsys.readouterr().err
+    assert "--baseline 'bf-16' is not a scheme of this file; schemes: bf16" in err and err.count("\n") == 1
+    doc = json.loads(Path(a).read_text())
+    doc["rows"] = [r for r in doc["rows"] if r["scheme"] != "bf16"]
+    (tmp_path / "no_bf16.json").write_text(json.dumps(doc))
+    assert run(str(tmp_path / "no_bf16.json"), "--max-rel-err", "0.01", *view) in (0, 1)
+    assert "--baseline" not in capsys.readouterr().err
+
+
 def test_cli_summary_csv_and_same_scenario_twice(capsys, tmp_path):
     a = str(FIXTURES / "cuda_run1.json")
     assert run(a, a, "--max-rel-err", "0.01", "--summary", "--format", "csv") == 0
@@ -616,9 +631,10 @@ def test_pick_stability_over_committed_h200_decode_files_of_three_days(capsys):
     """Files of one scenario from three days read as one result: 11-29 (no stream time: not a run
     of the stream pick), 11-30 (no gemlite: int8-weight-only+compiled wins) and the current file's
     three runs."""
-    root = Path(__file__).resolve().parents[2] / "results" / "h200"
-    files = [str(root / "evidence" / "decode-2026-11-29.json"), str(root / "evidence" / "decode-2026-11-30.json"),
-             str(root / "decode.json")]
+    root = Path(__file__).resolve().parents[2]
+    real = root / "tests" / "fixtures" / "real"
+    files = [str(real / "h200_decode_2026-11-29.json"), str(real / "h200_decode_2026-11-30.json"),
+             str(root / "results" / "h200" / "decode.json")]
     assert run(*files, "--max-rel-err", "0.01") == 0
     out, err = capsys.readouterr()
     assert err == "" and "picked in 2 of 4 runs (int8-weight-only+compiled in 2)" in out
@@ -692,7 +708,8 @@ def test_hostile_strings_are_shown_escaped(tmp_path, capsys):
         assert run(str(path), "--max-rel-err", "0.1", "--format", fmt) == 0
         out, err = capsys.readouterr()
         assert "\x1b" not in out + err and "\x07" not in out + err
-        assert "M=1 (K=256, N=128): use \\x1b]0;pwned\\x07\\x1b[2J (5.00 µs, rel_fro 0.01)" in out.splitlines()
+        prose = out if fmt == "simple" else err  # Markdown: the table alone on stdout, the prose on stderr
+        assert "M=1 (K=256, N=128): use \\x1b]0;pwned\\x07\\x1b[2J (5.00 µs, rel_fro 0.01)" in prose.splitlines()
         assert not any(line.startswith("c ") or line.startswith("| c ") for line in out.splitlines())
         if fmt == "github":
             why_not = [line for line in out.splitlines() if line.startswith("|")]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from qbench.readers import report
-from qbench.render import FORMATS, MARKUP_FORMATS
+from qbench.render import FORMATS, MARKDOWN_FORMATS, MARKUP_FORMATS
 from qbench.results import read_results
 from qbench.readers.report import crossover, m_ranges, render_crossover
 from tests.conftest import run_subcommand
@@ -28,10 +28,15 @@ def run(*argv):
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_every_format(fmt, capsys):
     assert run(CUDA, "--format", fmt) == 0
-    out = capsys.readouterr().out
-    assert "bf16" in out
-    # data formats and formats meant to be pasted or parsed (LaTeX, HTML, TSV, wikis): no header
-    assert ("NVIDIA H200" in out) == (fmt not in ("csv", "json") and fmt not in MARKUP_FORMATS)
+    cap = capsys.readouterr()
+    assert "bf16" in cap.out
+    # data formats and formats meant to be pasted or parsed (LaTeX, HTML, TSV, wikis): no header; Markdown: the
+    # table alone on stdout (paste-ready), the header on stderr
+    markdown = fmt in MARKDOWN_FORMATS
+    assert ("NVIDIA H200" in cap.out) == (fmt not in ("csv", "json") and fmt not in MARKUP_FORMATS and not markdown)
+    assert ("NVIDIA H200" in cap.err) == markdown
+    if markdown:
+        assert all(line.startswith("|") for line in cap.out.splitlines())
 
 
 def test_columns_sort_status(capsys):
@@ -170,8 +175,8 @@ def test_by_m_grid_cells_are_the_report_cells():
 
 def test_by_m_cli_and_bad_column(capsys):
     assert run(CUDA, "--by-m", "rel_err", "--format", "github") == 0
-    out = capsys.readouterr().out
-    assert "rel err, by M" in out and "M=512" in out
+    cap = capsys.readouterr()
+    assert "rel err, by M" in cap.err and "M=512" in cap.out
     assert run(CUDA, "--by-m", "bogus") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown column 'bogus'" in err
@@ -302,9 +307,10 @@ def test_report_default_columns_put_stream_first_with_the_hbm_floor(capsys):
     assert _table_header(out) == ["scheme", "M", "bits/w", "stream µs", "cold µs", "floor %", "rel err", "status"]
     assert max(len(line) for line in out.splitlines() if line.startswith("|")) <= 120
     assert run(STREAM, "--format", "github", "--wide") == 0
-    out = capsys.readouterr().out
-    assert out.splitlines()[1] == ("times: stream (graph over weight copies > L2) + CUDA cold, warm, eager, kernel; "
-                                   "µs per call, median")
+    cap = capsys.readouterr()
+    out = cap.out
+    assert cap.err.splitlines()[1] == ("times: stream (graph over weight copies > L2) + CUDA cold, warm, eager, kernel; "
+                                       "µs per call, median")
     head = _table_header(out)
     assert head[head.index("roofline µs") + 1:] == ["stream µs", "cold µs", "warm µs", "eager µs", "HBM floor µs",
                                                     "floor %", "rel err", "status"]
@@ -319,8 +325,9 @@ def test_report_on_a_file_without_stream_is_unchanged(capsys):
     assert run(CUDA, "--format", "github") == 0
     assert _table_header(capsys.readouterr().out) == ["scheme", "M", "bits/w", "cold µs", "warm µs", "rel err", "status"]
     assert run(CUDA, "--format", "github", "--wide") == 0
-    out = capsys.readouterr().out
-    assert out.splitlines()[1] == "times: CUDA cold, warm, eager, kernel; µs per call, median"
+    cap = capsys.readouterr()
+    out = cap.out
+    assert cap.err.splitlines()[1] == "times: CUDA cold, warm, eager, kernel; µs per call, median"
     head = _table_header(out)
     assert "stream µs" not in head and "HBM floor µs" not in head
     assert head[head.index("roofline µs") + 1:] == ["cold µs", "warm µs", "eager µs", "rel err", "status"]
@@ -330,8 +337,9 @@ def test_cpu_report_shows_stream_beside_cpu(capsys):
     assert run(CPU_STREAM, "--format", "github") == 0
     assert _table_header(capsys.readouterr().out) == ["scheme", "M", "bits/w", "stream µs", "cpu µs", "rel err", "status"]
     assert run(CPU_STREAM, "--format", "github", "--wide") == 0
-    out = capsys.readouterr().out
-    assert out.splitlines()[1] == "times: stream (copies > LLC) + cpu; CPU run, no CUDA timings; µs per call, median"
+    cap = capsys.readouterr()
+    out = cap.out
+    assert cap.err.splitlines()[1] == "times: stream (copies > LLC) + cpu; CPU run, no CUDA timings; µs per call, median"
     head = _table_header(out)
     assert head[head.index("roofline µs") + 1:] == ["stream µs", "cpu µs", "rel err", "status"]
 
@@ -364,14 +372,14 @@ def test_crossover_on_a_file_without_stream_falls_back_to_cold(capsys):
 
 def test_by_m_without_a_column_reads_the_method(capsys):
     assert run(STREAM, "--by-m", "--format", "github") == 0
-    out = capsys.readouterr().out
-    assert "stream µs, by M" in out and out.rstrip().splitlines()[-1].startswith(UNUSABLE)
+    err = capsys.readouterr().err  # Markdown: the prose on stderr
+    assert "stream µs, by M" in err and err.rstrip().splitlines()[-1].startswith(UNUSABLE)
     assert run(CUDA, "--by-m", "--format", "github") == 0
-    out = capsys.readouterr().out
-    assert "cold µs, by M" in out and "no stream latency in this file" in out
+    err = capsys.readouterr().err
+    assert "cold µs, by M" in err and "no stream latency in this file" in err
     assert run(STREAM, "--by-m", "--method", "cold", "--format", "github") == 0
-    out = capsys.readouterr().out
-    assert "cold µs, by M" in out and UNUSABLE not in out
+    err = capsys.readouterr().err
+    assert "cold µs, by M" in err and UNUSABLE not in err
     assert run(STREAM, "--by-m", "rel_err", "--method", "cold") == 2
     assert "--method does not apply to --by-m rel_err" in capsys.readouterr().err
     assert run(CUDA, "--by-m", "stream") == 2  # explicit: no fallback

@@ -126,10 +126,6 @@ def test_recommend_fastest_step_within_the_logits_budget(capsys):
     assert [(by[(1, c)]["pick"], by[(1, c)]["ties"]) for c in (4096, 32768)] == [("int4-weight-only+compiled", [])] * 2
     assert by[(16, 128)]["pick"] == "bf16+compiled"  # int4 loses at M=16
     assert all(r["untimed"] == [] for r in by.values())
-    docs = " ".join((ROOT / "docs" / "step.md").read_text().split())
-    assert (f"fp8-weight-only+compiled at M = 1 and 128 positions ({pick['speedup']:.2f}×, tied with "
-            f"int4-weight-only+compiled and a quarter of its error), int4-weight-only+compiled at 4096 and 32768 "
-            f"({by[(1, 4096)]['speedup']:.2f}× and {by[(1, 32768)]['speedup']:.2f}× bf16+compiled)") in docs
     # a budget int4 and fp8 weight-only miss: compiled int8 at M = 1, compiled bf16 at M = 16
     code, out = _json(capsys, recommend, "recommend", STEP_8B, "--max-rel-err", "0.05")
     by = {(r["m"], r["context"]): r for r in out["by_m_context"]}
@@ -137,8 +133,6 @@ def test_recommend_fastest_step_within_the_logits_budget(capsys):
     assert {by[(16, c)]["pick"] for c in (128, 4096, 32768)} == {"bf16+compiled"}
     # bf16, fp16, int8-weight-only, bf16+compiled, int8-weight-only+compiled
     assert all(r["within"] == 5 for r in out["by_m_context"])
-    assert (f"int8-weight-only+compiled at M = 1 ({by[(1, 128)]['speedup']:.2f}× at context 128, "
-            f"{by[(1, 32768)]['speedup']:.2f}× at 32768)") in docs
 
 
 def test_recommend_names_the_ties_under_the_table(capsys):
@@ -258,7 +252,7 @@ def test_step_plot_tells_apart_option_variants_of_one_scheme(monkeypatch, tmp_pa
 # ---- recommend: what could mislead a reader of a step pick (new-user trial 2026-12-02) ------------------
 
 BENCH = str(ROOT / "results" / "h200" / "step_llama3_8b.json")
-BENCH_RUN2 = str(ROOT / "results" / "h200" / "evidence" / "speed" / "2026-12-02d" / "step_llama3_8b_run2.json")
+BENCH_RUN2 = str(ROOT / "tests" / "fixtures" / "real" / "h200_step_llama3_8b_run2.json")  # the benchmark's second run
 
 
 def test_recommend_records_the_flags_of_the_pick_and_of_its_baseline(capsys):
@@ -363,3 +357,74 @@ def test_model_refuses_two_runs_of_one_row_and_takes_the_legend_from_the_rows(tm
     assert run_subcommand(model, "model", "llama3-8b", str(path)) == 0
     flat = " ".join(capsys.readouterr().out.split())
     assert "[throttled]: the GPU limited its clocks" in flat and "[noisy]:" not in flat
+
+
+def test_model_says_once_which_answer_decides_where_step_and_sigma_linear_disagree(capsys):
+    assert run_subcommand(model, "model", "llama3.1-8b", STEP_8B, "--wide") == 0
+    out = capsys.readouterr().out
+    assert out.count(model.ACT_ON) == 1
+    line = next(x for x in out.splitlines() if model.ACT_ON in x)
+    assert line.startswith("the measured step and Σ linear name different fastest schemes (")
+    records = [{"m": 1, "context": 128, "scheme": s, "step_us": st, "linear_us": li, "over_budget": ob}
+               for s, st, li, ob in (("a", 10, 5, False), ("b", 12, 4, False), ("c", 1, 1, True))]
+    assert views.disagreements(records) == [{"m": 1, "context": 128, "step": "a", "linear": "b"}]
+    records[1]["linear_us"] = 6  # the same scheme is fastest both ways: nothing to say
+    assert views.disagreements(records) == []
+
+
+def test_model_takes_a_config_path_models_title_and_refuses_a_baseline_typo(tmp_path, capsys):
+    """A step file of a config.json is named by the config path; the title the run printed
+    (the checkpoint folder's name) names it too."""
+    doc = json.loads(Path(STEP_8B).read_text())
+    for r in doc["rows"]:
+        r["model"], r["title"] = "../ckpt/tinyllama/config.json", "tinyllama"
+    path = tmp_path / "mine_step.json"
+    path.write_text(json.dumps(doc))
+    assert run_subcommand(model, "model", "tinyllama", str(path), "--format", "json") == 0
+    assert run_subcommand(model, "model", "../ckpt/tinyllama/config.json", str(path), "--format", "json") == 0
+    capsys.readouterr()
+    assert run_subcommand(model, "model", "llama3-8b", str(path)) == 2
+    assert "a model-step result of ../ckpt/tinyllama/config.json (title tinyllama), not of llama3-8b" in capsys.readouterr().err
+    assert run_subcommand(model, "model", "llama3.1-8b", STEP_8B, "--baseline", "bf-16") == 2
+    assert "--baseline 'bf-16' is not a scheme of this file" in capsys.readouterr().err
+
+
+def test_report_takes_columns_for_a_step_table(capsys):
+    """--columns was refused for step files ("the step table has fixed columns")."""
+    assert run_subcommand(report, "report", STEP_8B, "--columns", "scheme,m,context,compiled,speedup,err",
+                          "--format", "csv") == 0
+    rows = list(csv.DictReader(capsys.readouterr().out.splitlines()))
+    assert list(rows[0]) == ["scheme", "M", "context", "compiled µs", "×base", "logits err"] and len(rows) == 78
+    assert run_subcommand(report, "report", STEP_8B, "--columns", "scheme,linear,kl", "--format", "github") == 0
+    assert [c.strip() for c in capsys.readouterr().out.splitlines()[0].split("|")[1:-1]] == ["scheme", "Σ lin", "KL"]
+    assert run_subcommand(report, "report", STEP_8B, "--columns", "scheme,bogus") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown column 'bogus' for a model-step table; allowed: scheme, m," in err
+
+
+@pytest.mark.parametrize("argv", [["report", STEP_8B], ["recommend", STEP_8B, "--max-rel-err", "0.1"],
+                                  ["model", "llama3.1-8b", STEP_8B], ["report", LAYER],
+                                  ["recommend", LAYER, "--max-rel-err", "0.01"],
+                                  ["model", "llama3-8b", *(LAYER.replace("q_o", s) for s in ("q_o", "k_v", "gate_up", "down"))]])
+def test_a_markdown_table_is_alone_on_stdout(argv, capsys):
+    """--format github printed 3-6 prose lines (and a flags paragraph) around the table: the table is
+    now paste-ready on stdout, the prose on stderr."""
+    from qbench import cli
+
+    cli.main([*argv, "--format", "github"])
+    cap = capsys.readouterr()
+    lines = cap.out.splitlines()
+    assert lines and all(line.startswith("|") or line == "" for line in lines), cap.out[:300]
+    assert cap.err.strip()
+
+
+def test_step_plot_legend_names_the_dashed_sigma_linear_lines(monkeypatch, tmp_path):
+    pytest.importorskip("matplotlib", reason="plot needs matplotlib (pip install -e '.[plot]')")
+    from matplotlib.figure import Figure
+
+    seen = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: seen.append(fig))
+    views.plot_context(read_results(STEP_8B), tmp_path / "x.png")
+    (fig,) = seen
+    labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert "dashed: Σ linear (the layer view)" in labels and len(labels) == 14

@@ -18,3 +18,22 @@ def test_flags_are_listed_under_the_table_and_in_their_column():
     assert "flag: repacked" in text
     flags = COLUMNS["flags"]
     assert flags.cell(rows[0]) == "repacked" and flags.cell(rows[2]) == "—"
+
+
+def test_one_flag_on_many_schemes_is_written_out_once():
+    """On the CPU most rows carried a two-line above-ceiling flag, which swamped the table: the flag
+    is written out once, the other schemes named on one line."""
+    from qbench.render.table import footnotes
+
+    from qbench.row import flag_record
+    from tests.rows import typed_row
+
+    def above(us):
+        return flag_record("above-ceiling", f"stream {us} µs is below the measured roofline (300 µs): that ceiling "
+                                            "underestimates this device")
+
+    rows = [typed_row(scheme=s, m=1, k=8, n=8, status="ok", flags=[above(us)])
+            for s, us in (("int8-bnb", 194), ("nf4-bnb", 175), ("fp4-bnb", 175))]
+    assert footnotes(rows) == ["int8-bnb (M=1) flag: above-ceiling: stream 194 µs is below the measured roofline "
+                               "(300 µs): that ceiling underestimates this device",
+                               "flag above-ceiling also on: nf4-bnb (M=1), fp4-bnb (M=1) (each row's figures: --format json)"]

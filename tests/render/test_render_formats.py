@@ -124,3 +124,18 @@ def test_header_names_stream_per_device():
     assert line == "times: stream (copies > LLC) + cpu; CPU run, no CUDA timings; µs per call, median"
     assert "CUDA stream" not in line
     assert render_header({"rows": []}).splitlines()[1] == "times: none measured"
+
+
+def test_a_wrapped_cell_never_cuts_a_scheme_label():
+    """A wrapping column broke a long label mid-word (``fp8-dynamic[kernel_preferenc`` / ``e=mslk]``):
+    it now breaks before ``[`` and after ``,``, and widens only for a word longer than its width."""
+    from qbench.render.columns import Column
+    from qbench.render.table import render_table
+
+    col = Column("others", "others", lambda r: r["others"], width=24)
+    text = render_table([{"others": "fp8-dynamic[kernel_preference=mslk] 1.24×, fp8-dynamic 2.01×"}], [col])
+    lines = [line.strip() for line in text.splitlines()[2:]]
+    assert lines[:2] == ["fp8-dynamic", "[kernel_preference=mslk]"] and max(map(len, text.splitlines())) <= 24
+    assert "fp8-dynamic 2.01×" in " ".join(lines)
+    short = render_table([{"others": "int8-bnb 1.2×"}], [col])
+    assert short.splitlines()[2].strip() == "int8-bnb 1.2×"  # a cell that fits is shown as it is

@@ -65,7 +65,8 @@ def test_step_error_known_answers():
 # -- configurations --------------------------------------------------------------------------
 def test_presets_match_the_layer_presets():
     from qbench.readers.model import PRESETS as LAYER
-    for name in ("llama3-8b", "llama3.1-70b"):
+    assert set(LAYER) == {"llama3-8b", "llama3.1-8b", "llama3.1-70b"}
+    for name in LAYER:
         shapes = PRESETS[name].linear_shapes()
         layer = LAYER[name]
         assert {(s.k, s.n) for s in layer.block} == {v for k, v in shapes.items() if k != "lm_head"}
@@ -148,6 +149,24 @@ def test_model_that_cannot_fit_one_block():
         memory.check_fits(s, "cpu", free=8 << 30)
     assert exc.value.key == "model" and "not even one block" in str(exc.value)
     memory.check_fits(s, "cpu", free=1 << 40)  # a terabyte: fits
+
+
+def test_a_model_too_big_for_the_cpu_is_refused_up_front():
+    """The newcomer's Llama-3.1-8B step on a 24 GiB CPU machine: accepted, then 13 GB and no progress
+    for minutes. On a CPU every block is built, so the whole model is estimated and refused."""
+    from qbench import memory
+
+    s = _scenario([{"name": "bf16"}], m=(1, 16), model={"name": "llama3.1-8b", "context": [128, 4096, 32768]})
+    est = memory.estimate_cpu_step_bytes(s)
+    params, kv = 218_103_808, 2 * 8 * 128
+    assert est["weights"] == 32 * params * 2 + 4 * params  # bf16 blocks + one FP32 block while built
+    assert est["kv_cache"] == 32 * 16 * 32769 * kv * 2 + 32 * 32769 * kv * 4
+    with pytest.raises(ScenarioError) as exc:
+        memory.check_fits(s, "cpu", free=24 << 30)
+    assert exc.value.key == "model" and "on the CPU builds all 32 blocks: about 95.0 GiB" in str(exc.value)
+    memory.check_fits(s, "cuda", free=24 << 30)  # on CUDA the worker builds the blocks that fit
+    small = _scenario([{"name": "bf16"}], m=(1,), model={"name": "llama3.1-8b", "context": [128], "blocks": 2})
+    memory.check_fits(small, "cpu", free=24 << 30)  # two blocks fit
 
 
 # -- the step on a CPU -----------------------------------------------------------------------
