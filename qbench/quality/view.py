@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Optional, Sequence
 
 from qbench.quality.row import QualityRow
@@ -231,8 +232,9 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         print(json.dumps({"budget": dict(zip(("max_kld", "max_ppl_ratio", "min_same_top"), budget)),
                           "by_m_context": rec}, indent=2))
         return 0 if any(r["pick"] for r in rec) else 1
+    say = print if wants_prose(args.format) else (lambda *a: print(*a, file=sys.stderr))  # a data table alone on stdout
     first = steps[0]
-    print(f"{first.title} ({first.model}): per M and context, the fastest measured decode step whose scheme meets "
+    say(f"{first.title} ({first.model}): per M and context, the fastest measured decode step whose scheme meets "
           f"{_budget_text(*budget)} on this checkpoint (quality file: {', '.join(p for p, d in zip(paths, docs) if d.job == 'quality')})")
     cols = [Column("m", "M", lambda r: r["m"], numeric=True), Column("context", "context", lambda r: r["context"], numeric=True),
             Column("pick", "pick", lambda r: r["pick"] or "none within budget"),
@@ -246,12 +248,12 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
     print(render(rec, cols, args.format))
     missed = sorted({f"{q.scheme} ({w})" for q in quality if (w := meets(q, *budget))})
     if missed:
-        print("outside the budget: " + "; ".join(missed))
+        say("outside the budget: " + "; ".join(missed))
     unmeasured = sorted({r.scheme for r in steps if quality_of(r, quality) is None})
     if unmeasured:
-        print("no quality row (never picked): " + ", ".join(unmeasured))
+        say("no quality row (never picked): " + ", ".join(unmeasured))
     if any(q.emulated for q in quality):
-        print("emulated quality rows: the scheme's kernel did not run there; its dequantized weights did")
+        say("emulated quality rows: the scheme's kernel did not run there; its dequantized weights did")
     return 0 if any(r["pick"] for r in rec) else 1
 
 
@@ -288,13 +290,14 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     for m, context in points:
         key = f"M={m}/{context}"
         cols.append(Column(key, f"×bf16 {key}", lambda r, k=key: r.get(k), lambda v: DASH if v is None else f"{v:.2f}×", True))
+    say = print if wants_prose(args.format) else (lambda *a: print(*a, file=sys.stderr))
     if quality:
         for line in describe(quality):
-            print(line)
+            say(line)
     print(render(records, cols, args.format))
     if steps:
-        print("×bf16: the measured decode step's speed-up over bf16 (the fastest form of the scheme: eager or "
+        say("×bf16: the measured decode step's speed-up over bf16 (the fastest form of the scheme: eager or "
               "compiled); the step decides a model, the layer view a kernel")
     for line in notes(quality):
-        print(line)
+        say(line)
     return 0
