@@ -75,13 +75,13 @@ def test_generated_result_pages_open_with_a_contents_list():
 # ---- the README ------------------------------------------------------------------------------------
 
 def _prose_lines(text: str) -> list[str]:
-    """The lines of ``text`` outside fenced code blocks and generated tables' rows."""
+    """The lines of ``text`` outside fenced code blocks (tables and markers included)."""
     out, fenced = [], False
     for line in text.splitlines():
         if line.startswith("```"):
             fenced = not fenced
             continue
-        if not fenced and not line.startswith("|"):
+        if not fenced:
             out.append(line)
     return out
 
