@@ -114,12 +114,15 @@ def to_e4m3(x: torch.Tensor) -> torch.Tensor:
 def mslk_fp8_row(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """mslk's ``quantize_fp8_row`` (mslk 1.1.0, ``mslk/quantize/triton/fp8_quantize.py``, the Triton
     kernel every CUDA caller gets) on ``[M, K]``, in float32: ``scale = max(amax_row, 1/512) / 448``
-    (``eps_opt`` default 1/512; ``tl.div_rn``), ``q = e4m3(clamp(x / scale, ±448))``.
+    (``eps_opt`` default 1/512), ``q = e4m3(clamp(x / scale, ±448))``, both divisions IEEE
+    (``tl.div_rn``). Divided by a tensor here: torch divides by a Python scalar as a multiplication
+    by its rounded reciprocal, a scale one ulp off that, on the H200, flipped the e4m3 rounding of
+    weights sitting on a tie (bf16 weights over a bf16 absmax often do).
 
     Returns ``q`` float8_e4m3fn ``[M, K]`` and ``scale`` float32 ``[M, 1]`` (x ≈ q * scale)."""
     xf = x.float()
     amax = xf.abs().amax(dim=-1, keepdim=True).clamp(min=1.0 / 512)
-    scale = amax / E4M3_MAX
+    scale = amax / torch.full_like(amax, E4M3_MAX)
     return to_e4m3(xf / scale), scale
 
 
@@ -129,17 +132,25 @@ def act_mslk_fp8_row(x: torch.Tensor) -> torch.Tensor:
     return q.float() * scale
 
 
+def cuda_scalar_div(t: torch.Tensor, c: float) -> torch.Tensor:
+    """``t / c`` for a Python scalar ``c`` as torch computes it on CUDA: ``t`` times the float32
+    reciprocal ``fl(1/c)`` (ATen's ``div_true_kernel_cuda`` for a CPU-scalar divisor), which can be
+    one ulp off the IEEE quotient that torch gives on the CPU. Library code that quantizes on the GPU
+    with such a division is emulated with this, so the emulation is the same on either device."""
+    return t * torch.tensor(1.0 / c, dtype=torch.float32, device=t.device)
+
+
 def gemlite_rowwise_8bit(w: torch.Tensor, fp8: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """gemlite's 8-bit channel-wise rule (gemlite 0.6.0.post2 ``helper.A16W8.from_weights`` and
     ``A8W8_dynamic.from_weights``; the Triton ``scale_activations_per_token`` kernel applies the same
     to activations, per token), on ``[R, K]`` in float32: ``scale = max(amax_row / qmax, 1e-6)``
     (qmax 127 for int8, 448 for e4m3), ``q = round(clamp(w / scale, -128, 127))`` as int8, or
-    ``e4m3(clamp(w / scale, ±448))``.
+    ``e4m3(clamp(w / scale, ±448))``; ``amax / qmax`` as on CUDA (:func:`cuda_scalar_div`).
 
     Returns ``q`` (int8 or float8_e4m3fn) and ``scale`` float32 ``[R, 1]`` (w ≈ q * scale)."""
     wf = w.float()
     qmax = E4M3_MAX if fp8 else 127.0
-    scale = (wf.abs().amax(dim=-1, keepdim=True) / qmax).clamp(min=1e-6)
+    scale = cuda_scalar_div(wf.abs().amax(dim=-1, keepdim=True), qmax).clamp(min=1e-6)
     if fp8:
         return to_e4m3(wf / scale), scale
     return (wf / scale).clamp(-128, 127).round().to(torch.int8), scale
@@ -147,8 +158,8 @@ def gemlite_rowwise_8bit(w: torch.Tensor, fp8: bool) -> tuple[torch.Tensor, torc
 
 def act_gemlite_fp8(x: torch.Tensor) -> torch.Tensor:
     """Activation fake-quant of gemlite's FP8 dynamic path (per token, :func:`gemlite_rowwise_8bit`),
-    dequantized (float32). gemlite's Triton kernel divides with Triton's approximate ``/``: a value
-    within an ulp of an e4m3 rounding boundary may land on the other side."""
+    dequantized (float32). gemlite's Triton kernel divides with Triton's ``/``, whose last-bit rounding
+    may differ: a value within an ulp of an e4m3 rounding boundary may land on the other side."""
     q, scale = gemlite_rowwise_8bit(x, fp8=True)
     return q.float() * scale
 

@@ -19,7 +19,9 @@ Importing gemlite needs a CUDA device (it reads the device's properties at impor
 module imports it only inside ``build`` and the tuning-cache hooks.
 
 Each scheme's ``emulate`` (:mod:`qbench.schemes.emulate`) redoes gemlite's quantization and its
-kernels' dequantization in torch, without importing gemlite (see the ``_emulate_*`` functions).
+kernels' dequantization in torch, without importing gemlite (see the ``_emulate_*`` functions). Not
+emulated: below M = 64 the split-K GEMM adds its partial sums into the bf16 output with atomics
+(more rounding, run-to-run noise); from M = 64 (the quality job's chunks) one GEMM writes once.
 
 Autotuning costs seconds per scheme and run; the tuned configs are kept between runs on the same GPU
 and versions (:data:`TUNING_CACHE`, :mod:`qbench.schemes.tuning_cache`), with gemlite's own

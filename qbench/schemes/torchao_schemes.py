@@ -22,7 +22,9 @@ import torch.nn.functional as F
 
 from qbench.schemes import register
 from qbench.schemes.base import Scheme, SchemeOptions, TensorPart, bias_parts, plain_linear
-from qbench.schemes.emulate import EmulatedLinear, act_mslk_fp8_row, group_view, mslk_fp8_row, to_e4m3
+from qbench.schemes.emulate import (
+    EmulatedLinear, act_mslk_fp8_row, cuda_scalar_div, group_view, mslk_fp8_row, to_e4m3,
+)
 from qbench.schemes.specs import (  # noqa: F401 - the options models, re-exported where they were
     Fp8DynamicOptions, Fp8Int4Options, GroupOptions, IntxOptions, MslkGroupOptions, TorchaoOptions, spec,
 )
@@ -368,12 +370,13 @@ def _mslk_int4_zp(w: torch.Tensor, group_size: int) -> torch.Tensor:
     """Dequantized weight of mslk's ``int4_row_quantize_zp`` (mslk 1.1.0 ``mslk/quantize/shuffle.py``;
     torchao's ``Int4Tensor.from_hp`` and ``quantize_int4_preshuffle(dtype="bf16")`` call it): in
     float32 per group, ``scale = max(max - min, 1e-6) / 15``, ``zero = min + 8 * scale``,
-    ``q = clamp(round((w - min) / scale), 0, 15) - 8``; scale and zero then cast to bf16 (torchao),
+    ``q = clamp(round((w - min) / scale), 0, 15) - 8`` (the ``/ 15`` as torch does it on the GPU,
+    :func:`~qbench.schemes.emulate.cuda_scalar_div`); scale and zero then cast to bf16 (torchao),
     and the kernel (CUTLASS mixed-input ``ConvertAndScaleWithZero``, bf16 math) forms
     ``q * scale + zero``: here in float32, rounded once to bf16. Returns bf16 ``[N, K]``."""
     x = group_view(w.float(), group_size)
     lo, hi = x.amin(dim=-1, keepdim=True), x.amax(dim=-1, keepdim=True)
-    scale = (hi - lo).clamp(min=1e-6) / 15
+    scale = cuda_scalar_div((hi - lo).clamp(min=1e-6), 15)
     zero = lo + scale * 8
     q = x.sub(lo).div(scale).round().clamp(0, 15) - 8
     w_hat = q * scale.to(torch.bfloat16).float() + zero.to(torch.bfloat16).float()
