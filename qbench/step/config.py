@@ -186,6 +186,12 @@ def from_hf_config(data: Any, name: str) -> StepModelConfig:
         raise ConfigError("head_dim", f"must be an even integer > 0, got {head_dim!r}")
     if heads % kv_heads:
         raise ConfigError("num_key_value_heads", f"must divide num_attention_heads={heads}, got {kv_heads}")
+    params = data.get("rope_parameters")  # transformers 5 writes RoPE here, often without the top-level keys
+    if isinstance(params, dict):
+        if "rope_theta" not in data and "rope_theta" in params:
+            data = {**data, "rope_theta": params["rope_theta"]}
+        if data.get("rope_scaling") is None and params.get("rope_type", "default") != "default":
+            data = {**data, "rope_scaling": {k: v for k, v in params.items() if k != "rope_theta"}}
     scaling = data.get("rope_scaling")
     if scaling is not None:
         if not isinstance(scaling, dict):

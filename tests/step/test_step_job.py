@@ -288,3 +288,15 @@ def test_committed_h200_step_files_hold_their_claims():
                     assert stats["median"] >= r.hbm_floor_us, (name, r.key, method)
                     assert r.linear["sum_us"] <= stats["median"] * 1.02 or any(
                         f.startswith("linear-above-step") for f in r.flags), (name, r.key, method)
+
+
+def test_transformers_5_rope_parameters_are_read():
+    """transformers 5 writes RoPE under rope_parameters, without a top-level rope_theta."""
+    base = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+            "vocab_size": 100, "num_hidden_layers": 1}
+    c = from_hf_config({**base, "rope_parameters": {"rope_type": "default", "rope_theta": 100000.0}}, "c.json")
+    assert c.rope_theta == 100000.0 and c.rope_scaling is None
+    scaled = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    c = from_hf_config({**base, "rope_parameters": scaled}, "c.json")
+    assert c.rope_theta == 500000.0 and c.rope_scaling["rope_type"] == "llama3" and c.rope_scaling["factor"] == 8.0
