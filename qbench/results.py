@@ -23,7 +23,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -411,3 +411,33 @@ def check_rows(rows: list, source: str) -> list[Row]:
         seen[key] = i
     return out
 
+
+def check_job_rows(rows: list, source: str, row_type: type[BaseModel], job: str, only: str,
+                   repeats: Callable[[Any], str]) -> list:
+    """The rows of a result of job kind ``job`` as ``row_type`` (a pydantic row with a ``key``
+    property), in order: each row a dict (or already ``row_type``) saying ``"job": job``, every key a
+    field and every value of its type, no two rows of one ``key``. The row check of every job kind
+    but the layer's (:attr:`qbench.jobs.Job.check_rows`).
+
+    Raises:
+        ResultsError: one line naming ``source``, the row's index and key path and the bad value;
+            ``only`` for a row of another kind; ``repeats(row)`` names a repeated row's identity.
+    """
+    seen: dict[tuple, int] = {}
+    out: list = []
+    for i, row in enumerate(rows):
+        if isinstance(row, row_type):
+            row = row.model_dump(mode="json", exclude_unset=True)
+        if not isinstance(row, dict) or row.get("job") != job:
+            raise ResultsError(f"{source}: rows[{i}]: {only}")
+        try:
+            typed = row_type.model_validate(row)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise ResultsError(f"{source}: rows[{i}].{where}: {err['msg']} (got {err.get('input')!r})"[:400]) from None
+        if typed.key in seen:
+            raise ResultsError(f"{source}: rows[{i}] repeats rows[{seen[typed.key]}] {repeats(typed)}")
+        seen[typed.key] = i
+        out.append(typed)
+    return out

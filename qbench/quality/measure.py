@@ -34,16 +34,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from qbench.step.checkpoint import open_checkpoint, resolve_folder, weight_source
+from qbench.step.checkpoint import of_model, weight_source
 from qbench.quality import stats as qstats
 from qbench.quality.model import Cast, FloatLinear, Source, build_model
 from qbench.quality.row import QualityRow
-from qbench.quality.spec import bos_id, check, read_tokens, resolve_path, scored_per_chunk
+from qbench.quality.spec import bos_id, read_tokens, resolve_path, scored_per_chunk
 from qbench.hardware import free_bytes
 from qbench.row import describe_exception, flag_record
 from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger
-from qbench.step.config import BLOCK_LINEARS, StepModelConfig
+from qbench.step.config import BLOCK_LINEARS, StepModelConfig, shape_reason
+from qbench.step.spec import resolve
 
 log = logging.getLogger("qbench.quality")
 
@@ -57,13 +58,6 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _checkpoint(scenario: Any):
-
-    if scenario.model.checkpoint is None:
-        return None
-    return open_checkpoint(resolve_folder(scenario.model.checkpoint, scenario.source))
-
-
 def weights_label(scenario: Any, ckpt) -> str:
     """Where the weights come from, as the row records it."""
     if ckpt is None:
@@ -71,14 +65,22 @@ def weights_label(scenario: Any, ckpt) -> str:
     return weight_source(ckpt)
 
 
+def _inputs(scenario: Any) -> tuple:
+    """What a worker reads once: the checkpoint (or None), the model config and the text's token ids."""
+    ckpt = of_model(scenario.model, scenario.source)
+    config = ckpt.config if ckpt is not None else resolve(scenario.model, scenario.source)
+    return ckpt, config, read_tokens(scenario.model, scenario.quality, scenario.source)
+
+
 def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
     """The scheme's one row with its identity and nothing measured."""
+    return [_blank(scenario, entry, scheme, device, *_inputs(scenario))]
+
+
+def _blank(scenario: Any, entry, scheme, device, ckpt, config: StepModelConfig, ids: list[int]) -> dict:
     q = scenario.quality
-    config = check(scenario.model, q, scenario.source)
-    ckpt = _checkpoint(scenario)
     text = resolve_path(q.text, scenario.source)
-    tokens = len(read_tokens(scenario.model, q, scenario.source))
-    chunks = q.chunks or tokens // q.chunk
+    chunks = q.chunks or len(ids) // q.chunk
     params = sum(k * n for role, (k, n) in config.linear_shapes().items() if role != "lm_head") * config.blocks
     if q.lm_head:
         params += config.hidden * config.vocab
@@ -90,17 +92,13 @@ def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
                      text_sha256=hashlib.sha256(text.read_bytes()).hexdigest(), chunk=q.chunk, chunks=chunks,
                      scored_per_chunk=scored_per_chunk(q.chunk), lm_head="scheme" if q.lm_head else "float",
                      linear_params=params)
-    return [row.model_dump(mode="json", exclude_none=True)]
+    return row.model_dump(mode="json", exclude_none=True)
 
 
 def _skip(rows: list[dict], status: str, reason: str) -> list[dict]:
     for row in rows:
         row["status"], row["reason"] = status, (reason.strip().splitlines() or [status])[0][:400]
     return [QualityRow.model_validate(r).model_dump(mode="json", exclude_none=True) for r in rows]
-
-
-def _describe(exc: BaseException) -> str:
-    return describe_exception(exc)
 
 
 def reference_dtype(scenario: Any, ckpt, device: torch.device) -> torch.dtype:
@@ -114,31 +112,16 @@ def reference_dtype(scenario: Any, ckpt, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def chunk_tokens(scenario: Any, device: torch.device) -> torch.Tensor:
-    """``[chunks, chunk]`` int64 token ids; each chunk's first token the BOS when the checkpoint has one."""
+def chunk_tokens(scenario: Any, ids: list[int], device: torch.device) -> torch.Tensor:
+    """``[chunks, chunk]`` int64 token ids from the text's ``ids``; each chunk's first token the BOS
+    when the checkpoint has one."""
     q = scenario.quality
-    ids = read_tokens(scenario.model, q, scenario.source)
     n = q.chunks or len(ids) // q.chunk
     out = torch.tensor(ids[: n * q.chunk], dtype=torch.int64).view(n, q.chunk)
     bos = bos_id(scenario.model, scenario.source)
     if bos is not None:
         out[:, 0] = bos
     return out.to(device)
-
-
-def _shape_reason(config: StepModelConfig, scheme, options, head: bool) -> Optional[str]:
-    for role, (k, n) in config.linear_shapes().items():
-        if role == "lm_head" and not head:
-            continue
-        km, nm = scheme.k_multiple(options), scheme.n_multiple(options)
-        if k % km or n % nm:
-            need = f"K a multiple of {km}" if k % km else f"N a multiple of {nm}"
-            return f"{scheme.name} cannot take {role} (K={k}, N={n}): needs {need}"
-    return None
-
-
-def _free_bytes(device: torch.device) -> Optional[int]:
-    return free_bytes(device)
 
 
 def estimate_bytes(config: StepModelConfig, scheme, ref_dtype: torch.dtype, with_reference: bool,
@@ -230,10 +213,9 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     entry = scenario.schemes[entry_index]
     scheme = get_scheme(entry.name)
     q = scenario.quality
-    rows = blank_rows(scenario, entry, scheme, device)
+    ckpt, config, ids = _inputs(scenario)  # the scenario was checked when it was read (qbench.quality.spec.check)
+    rows = [_blank(scenario, entry, scheme, device, ckpt, config, ids)]
     row = rows[0]
-    ckpt = _checkpoint(scenario)
-    config = check(scenario.model, q, scenario.source)
     emulate = getattr(scheme, "emulate", None)
     reason = scheme.unavailable_reason(device, entry.options)
     emulated = False
@@ -241,13 +223,13 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
         emulated = True
     elif reason:
         return _skip(rows, "skipped", reason)
-    shape = _shape_reason(config, scheme, entry.options, q.lm_head)
+    shape = shape_reason(config, scheme, entry.options, q.lm_head)
     if shape:
         return _skip(rows, "skipped", shape)
-    tokens = chunk_tokens(scenario, device)
+    tokens = chunk_tokens(scenario, ids, device)
     ref = _Reference(scenario, config, ckpt, device, shared_dir or ".", tokens)
     need = estimate_bytes(config, scheme, ref.dtype, not ref.path.exists(), q.sensitivity != "none", q.chunk, emulated)
-    free = _free_bytes(device)
+    free = free_bytes(device)
     if free is not None and need + (HEADROOM if device.type == "cuda" else 0) > free:
         return _skip(rows, "skipped", f"needs about {need / 2**30:.1f} GiB of {device} memory (the model, its reference "
                                       f"and one chunk's logits), {free / 2**30:.1f} GiB free")
@@ -261,7 +243,7 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
         ref.ensure(source, tokens)
         phases["reference"] = time.perf_counter() - t0
     except Exception as exc:
-        return _skip(rows, "failed", f"reference: {_describe(exc)}")
+        return _skip(rows, "failed", f"reference: {describe_exception(exc)}")
     act = scheme.activation_dtype
 
     def build(w: torch.Tensor, b: Optional[torch.Tensor], block: int, role: str):
@@ -274,14 +256,14 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     try:
         model = build_model(source, build, act, head=build if q.lm_head else None, keep=kept)
     except Exception as exc:
-        return _skip(rows, "failed", f"build: {_describe(exc)}")
+        return _skip(rows, "failed", f"build: {describe_exception(exc)}")
     phases["build"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     log.info("%s: %d chunks of %d tokens", entry.label, tokens.shape[0], q.chunk)
     try:
         per = _per_token(model, tokens, ref, device)
     except Exception as exc:
-        return _skip(rows, "failed", f"run: {_describe(exc)}")
+        return _skip(rows, "failed", f"run: {describe_exception(exc)}")
     phases["run"] = time.perf_counter() - t0
     row["stats"] = qstats.summarize(per["nll"], per["nll_ref"], per["kld"], per["same_top"], per["p"], per["p_ref"])
     row["emulated"] = emulated
@@ -317,7 +299,7 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
             row["sensitivity"] = _sensitivity(q.sensitivity, source, kept, model, ref, tokens, device, act)
             row["sensitivity_by"] = q.sensitivity
         except Exception as exc:
-            flags.append(flag_record("input-fault", f"sensitivity not measured: {_describe(exc)}"))
+            flags.append(flag_record("input-fault", f"sensitivity not measured: {describe_exception(exc)}"))
         phases["sensitivity"] = time.perf_counter() - t0
     row["flags"] = flags
     row["wall_s"] = phases

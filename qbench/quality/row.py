@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from qbench.row import Flag
 
@@ -144,24 +144,7 @@ def check_rows(rows: list, source: str) -> list[QualityRow]:
     Raises:
         qbench.results.ResultsError: one line naming ``source``, the row index, the key and the value.
     """
-    from qbench.results import ResultsError
+    from qbench.results import check_job_rows  # results reads rows through the job registry: imported on use
 
-    out: list[QualityRow] = []
-    seen: dict[tuple, int] = {}
-    for i, row in enumerate(rows):
-        if isinstance(row, QualityRow):
-            row = row.model_dump(mode="json", exclude_unset=True)
-        if not isinstance(row, dict) or row.get("job") != "quality":
-            raise ResultsError(f"{source}: rows[{i}]: a quality result holds only quality rows (job = 'quality')")
-        try:
-            typed = QualityRow.model_validate(row)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise ResultsError(f"{source}: rows[{i}].{where}: {err['msg']} (got {err.get('input')!r})"[:400]) from None
-        if typed.key in seen:
-            raise ResultsError(f"{source}: rows[{i}] repeats rows[{seen[typed.key]}] (scheme {typed.scheme!r}): one row "
-                               "per scheme, model, device and text")
-        seen[typed.key] = i
-        out.append(typed)
-    return out
+    return check_job_rows(rows, source, QualityRow, "quality", "a quality result holds only quality rows (job = 'quality')",
+                          lambda r: f"(scheme {r.scheme!r}): one row per scheme, model, device and text")

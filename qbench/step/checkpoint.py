@@ -217,3 +217,11 @@ def open_checkpoint(folder: Path, key: str = "model.checkpoint") -> Checkpoint:
         stored += n * FLOAT_DTYPES[info["dtype"]]
     dtype = TORCH_DTYPE[dtypes[linear_name(0, "q_proj")]]
     return Checkpoint(folder, config, files, dtypes, dtype, stored)
+
+
+def of_model(model, source: str) -> Optional[Checkpoint]:
+    """The checkpoint a ``[model]`` table names (``model.checkpoint``, relative to the scenario file
+    ``source``), opened and checked; None for a preset or a config (seeded weights)."""
+    if model.checkpoint is None:
+        return None
+    return open_checkpoint(resolve_folder(model.checkpoint, source))

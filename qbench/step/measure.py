@@ -41,11 +41,11 @@ from typing import Any, Callable, Optional
 import torch
 
 from qbench import compile_info
-from qbench.step.checkpoint import TensorMap, open_checkpoint, resolve_folder, weight_source
+from qbench.step.checkpoint import TensorMap, of_model, weight_source
 from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger
 from qbench.step import floor, llama
-from qbench.step.config import StepModelConfig
+from qbench.step.config import StepModelConfig, shape_reason
 from qbench.step.row import SCATTER, StepRow
 from qbench.step.spec import check as check_spec
 from qbench.timing.settings import TimingSettings
@@ -60,13 +60,6 @@ PREFILL_CHUNK = 4096
 log = logging.getLogger("qbench.step")
 
 
-def _checkpoint(scenario: Any):
-    """The scenario's checkpoint (``model.checkpoint``), opened and checked, or None (seeded weights)."""
-    if scenario.model.checkpoint is None:
-        return None
-    return open_checkpoint(resolve_folder(scenario.model.checkpoint, scenario.source))
-
-
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -78,7 +71,7 @@ def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
     spec = scenario.model
     config = check_spec(spec, scenario.source)
     lm = "none" if not spec.lm_head else ("scheme" if spec.quantize_lm_head else "float")
-    ckpt = _checkpoint(scenario)
+    ckpt = of_model(scenario.model, scenario.source)
     source = {} if ckpt is None else {"weight_source": weight_source(ckpt)}
     return [StepRow(**source, scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
                     options=entry.options.model_dump(exclude={"label", "mode"}), model=spec.name or spec.config or spec.checkpoint,
@@ -92,17 +85,6 @@ def _fail(rows: list[dict], status: str, reason: str) -> list[dict]:
         if row["status"] == "ok":
             row["status"], row["reason"] = status, reason.splitlines()[0][:400] if reason.strip() else status
     return rows
-
-
-def _shape_reason(config: StepModelConfig, scheme, options, quantize_head: bool) -> Optional[str]:
-    for role, (k, n) in config.linear_shapes().items():
-        if role == "lm_head" and not quantize_head:
-            continue
-        km, nm = scheme.k_multiple(options), scheme.n_multiple(options)
-        if k % km or n % nm:
-            need = f"K a multiple of {km}" if k % km else f"N a multiple of {nm}"
-            return f"{scheme.name} cannot take {role} (K={k}, N={n}): needs {need}"
-    return None
 
 
 def _describe(exc: BaseException) -> str:
@@ -129,7 +111,7 @@ def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
     rows = blank_rows(scenario, entry, scheme, device)
     reason = (scheme.unavailable_reason(device, entry.options)
               or compile_info.cpu_compile_reason(entry.options.mode, device.type))
-    reason = reason or _shape_reason(config, scheme, entry.options, spec.lm_head and spec.quantize_lm_head)
+    reason = reason or shape_reason(config, scheme, entry.options, spec.lm_head and spec.quantize_lm_head)
     if reason:
         return _checked(_fail(rows, "skipped", reason))
     for row in rows:
@@ -182,7 +164,7 @@ class _Built:
         self.act = scheme.activation_dtype
         self.prefill_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         self.compiled = entry.options.mode == "compiled"
-        ckpt = _checkpoint(scenario)
+        ckpt = of_model(scenario.model, scenario.source)
         tensors = None if ckpt is None else TensorMap(ckpt, str(device))
         self.weights = llama.Weights(config, scenario.seed, device, state_dict=tensors)
         self.capture_failure: Optional[str] = None

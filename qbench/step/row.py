@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from qbench.results import ResultsError
+from qbench.results import check_job_rows
 from qbench.row import Stats
 
 #: What ``weight_source`` says for generated weights (the layer job's N(0, 1/K)).
@@ -132,23 +132,6 @@ def check_rows(rows: list, source: str) -> list[StepRow]:
         qbench.results.ResultsError: one line naming ``source``, the row's index and key path, the bad
             value, or a row that is not a step row (a step result holds only step rows).
     """
-    seen: dict[tuple, int] = {}
-    out: list[StepRow] = []
-    for i, row in enumerate(rows):
-        if isinstance(row, StepRow):
-            row = row.model_dump(mode="json", exclude_unset=True)
-        if not isinstance(row, dict) or row.get("job") != "step":
-            raise ResultsError(f"{source}: rows[{i}]: a model-step result holds only step rows (job = 'step')")
-        try:
-            typed = StepRow.model_validate(row)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise ResultsError(f"{source}: rows[{i}].{where}: {err['msg']} (got {err.get('input')!r})"[:400]) from None
-        if typed.key in seen:
-            raise ResultsError(f"{source}: rows[{i}] repeats rows[{seen[typed.key]}] (scheme {row['scheme']!r}, "
-                               f"M={row['m']}, context={row['context']}): one row per scheme, M and context")
-        seen[typed.key] = i
-        out.append(typed)
-    return out
+    return check_job_rows(rows, source, StepRow, "step", "a model-step result holds only step rows (job = 'step')",
+                          lambda r: f"(scheme {r.scheme!r}, M={r.m}, context={r.context}): one row per scheme, M and context")
 
