@@ -76,9 +76,21 @@ def finite_or_none(obj: Any) -> Any:
     return obj
 
 
+def _dumps(doc: Any) -> str:
+    """Compact JSON with one row per line: a third of the indented size, and a diff still shows rows."""
+    def one(value: Any) -> str:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+
+    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+        return one(doc)
+    head = {k: v for k, v in doc.items() if k != "rows"}
+    rows = ",\n".join(one(row) for row in doc["rows"])
+    return one(head)[:-1] + (',' if head else '') + '"rows":[\n' + rows + "\n]}"
+
+
 def write_results(path: str | os.PathLike, doc: "dict | ResultDoc", *, force: bool = False) -> Path:
     """Write the result document ``doc`` (a dict, or a :class:`ResultDoc` as read:
-    :meth:`ResultDoc.to_json`) to ``path`` as strict, indented JSON, atomically.
+    :meth:`ResultDoc.to_json`) to ``path`` as strict JSON (compact, one row per line), atomically.
 
     Non-finite floats become ``null`` (see the module docstring). Parent folders are created.
 
@@ -108,7 +120,7 @@ def write_results(path: str | os.PathLike, doc: "dict | ResultDoc", *, force: bo
                 rows = [upgrade_v1_row(r) if isinstance(r, dict) else r for r in rows]
             check_rows(rows, f"{path}: not written")
     try:
-        text = json.dumps(clean, indent=2, allow_nan=False, ensure_ascii=False)
+        text = _dumps(clean)
     except (TypeError, ValueError) as exc:
         raise ResultsError(f"{path}: cannot write result JSON: {exc}") from None
     path.parent.mkdir(parents=True, exist_ok=True)

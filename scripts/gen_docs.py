@@ -385,6 +385,13 @@ def image_commands(text: str) -> list[str]:
     return [m.group("cmd").strip() for m in _IMAGE.finditer(text)]
 
 
+def _job_of(path: Path) -> str:
+    """The job kind of a result file's rows (``qbench.jobs.of_rows``)."""
+    from qbench import jobs
+
+    return jobs.of_rows(json.loads(path.read_text(encoding="utf-8")).get("rows", [])).name
+
+
 def image_outputs(command: str) -> list[Path]:
     """The PNGs a ``qbench plot`` command writes: ``-o FILE.png`` and, unless ``--what roofline``,
     ``FILE-pareto.png``; of a model-step result, ``FILE.png`` alone."""
@@ -394,7 +401,7 @@ def image_outputs(command: str) -> list[Path]:
         raise DocsError(f"image command without -o: {command!r}")
     what = argv[argv.index("--what") + 1] if "--what" in argv else "both"
     source = next((ROOT / a for a in argv[2:] if a.endswith(".json")), None)
-    if source is not None and source.is_file() and '"job": "step"' in source.read_text(encoding="utf-8"):
+    if source is not None and source.is_file() and _job_of(source) == "step":
         return [ROOT / out]  # a model-step file: one chart, the step against the context
     files = [] if what == "pareto" else [out]
     if what in ("pareto", "both"):
