@@ -175,6 +175,19 @@ def per_scheme_table(path: str) -> str:
                     tablefmt="github", disable_numparse=True)
 
 
+def _load(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _is_bench(path: str) -> bool:
+    """Whether ``path`` is a ``bench.json`` this script wrote (its runs, not a result file)."""
+    try:
+        return _load(path).get("kind") == "bench-decode"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _check_results(paths: list[str]) -> str | None:
     """One line naming the first path that is not a qbench result file (rows and env), else None."""
     for path in paths:
@@ -199,12 +212,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated: preload (the current runner), per-scheme-imports (the runner "
                              "before issue 15)")
     parser.add_argument("--summarize", nargs="+", metavar="RESULT",
-                        help="print a Markdown table of wall time and phases per result file, run nothing")
+                        help="print a Markdown table of wall time and phases per result file (or, given "
+                             "bench.json files, of their runs), run nothing")
     parser.add_argument("--per-scheme", metavar="RESULT", help="print each scheme's phases in one result file")
     parser.add_argument("--timeline", nargs="+", metavar="RESULT",
                         help="print a Markdown table of where each file's wall_s went between the workers "
                              "(workers.timeline), run nothing")
     args = parser.parse_args(argv)
+    if args.summarize and all(_is_bench(p) for p in args.summarize):
+        print("\n\n".join(runs_table(_load(p)["runs"]) for p in args.summarize))
+        return 0
     if args.summarize or args.per_scheme or args.timeline:
         bad = _check_results(args.summarize or args.timeline or [args.per_scheme])
         if bad:
@@ -252,19 +269,23 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(args.outdir, "bench.json"), "w", encoding="utf-8") as f:
         json.dump({"kind": "bench-decode", "scenario": args.scenario, "runs": runs}, f, indent=1)
     failed = [r for r in runs if "wall_s" not in r]
-    status = 1 if failed else 0
-    try:
-        from tabulate import tabulate
-    except ImportError:
-        return status
-    keys = sorted({k for r in runs for k in r.get("phases_s", {})})
-    table = [[r["design"], r["run"], r.get("wall_s")] + [r.get("phases_s", {}).get(k) for k in keys] for r in runs]
-    print(tabulate(table, headers=["design", "run", "wall_s"] + keys, floatfmt=".1f"))
+    print(runs_table(runs))
     if failed:
         print(f"bench_decode: {len(failed)} run(s) failed (rc {', '.join(str(r['rc']) for r in failed)}); "
               f"their logs are in {args.outdir}", file=sys.stderr)
-    return status
+    return 1 if failed else 0
 
+
+def runs_table(runs: list[dict]) -> str:
+    """Markdown: each benchmark run's process seconds (the command, start to exit), qbench's wall_s
+    and the seconds summed over schemes by phase (``bench.json``'s runs)."""
+    from tabulate import tabulate
+
+    keys = ["prepare", "build", "measure", "after_go", "ceilings"]
+    table = [[r["design"], r["run"], f"{r['process_s']:.1f}", f"{r['wall_s']:.1f}" if "wall_s" in r else f"rc {r['rc']}"]
+             + [f"{r['phases_s'][k]:.1f}" if k in r.get("phases_s", {}) else "" for k in keys] for r in runs]
+    return tabulate(table, headers=["design", "run", "process_s", "wall_s"] + [k.replace("_", " ") for k in keys],
+                    tablefmt="github", disable_numparse=True)
 
 if __name__ == "__main__":
     sys.exit(main())

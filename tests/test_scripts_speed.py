@@ -32,6 +32,20 @@ def test_summary_of_a_committed_run(capsys):
     assert cells[4] == f"{prepare:.1f}"
 
 
+def test_summary_of_a_committed_bench(capsys):
+    """A bench.json gives one line per run: its process seconds, qbench's wall_s and the phases."""
+    bench = _script("bench_decode")
+    path = ROOT / "results/h200/evidence/speed/bench.json"
+    runs = json.loads(path.read_text())["runs"]
+    assert bench.main(["--summarize", str(path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()[2:]
+    assert len(lines) == len(runs) == 3
+    for line, run in zip(lines, runs):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[:5] == [run["design"], str(run["run"]), f"{run['process_s']:.1f}", f"{run['wall_s']:.1f}",
+                             f"{run['phases_s']['prepare']:.1f}"]
+
+
 def test_old_files_say_not_recorded(capsys):
     bench = _script("bench_decode")
     assert bench.main(["--summarize", str(OLD)]) == 0

@@ -280,7 +280,8 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     flags = []
     if emulated:
         estimate = ("; its activations are fake-quantized per token, which the kernel's own quantization and "
-                    "accumulation differ from: an estimate (docs/quality.md)") if scheme.family == "dynamic" else ""
+                    "accumulation differ from: an estimate (docs/quality.md)") \
+            if any(getattr(m, "act_quant", None) is not None for m in model.modules()) else ""
         flags.append(flag_record("emulated", f"no {scheme.name} kernel on {device.type} ({reason}): its quantized weights "
                                              f"were dequantized and run in a float matmul{estimate}"))
     if ckpt is None:

@@ -48,20 +48,23 @@ def _kld(p_logits: torch.Tensor, q_logits: torch.Tensor) -> float:
     return float((lp.exp() * (lp - lq)).sum(-1).mean())
 
 
-#: Dynamic activation quantization: the emulation fake-quantizes activations per token in FP32, the
-#: kernels quantize and accumulate their own way; on the H200 (results/h200/env/2026-12-04) the KL
-#: divergence between kernel and emulation was 0.6x the scheme's own for these, so their emulated
-#: CPU rows are estimates (docs/quality.md).
-APPROXIMATE = {"fp8-dynamic", "w8a8-dynamic", "fp8-dynamic-gemlite"}
+#: Dynamic activation quantization (LLM.int8's int8 rows with fp16 outlier columns among them):
+#: the emulation fake-quantizes activations per token in FP32, the kernels quantize and accumulate
+#: their own way, so kernel and emulation differ by a fraction of the scheme's own KL (docs/quality.md:
+#: their emulated CPU rows are estimates). They are held to the looser bound below.
+APPROXIMATE = {"fp8-dynamic", "w8a8-dynamic", "fp8-dynamic-gemlite", "int8-bnb"}
+
+#: The share of a scheme's own KL that KL(kernel || emulation) may reach: exact emulations (weights
+#: dequantized, activations in the scheme's dtype) a tenth; dynamic-activation estimates three quarters.
+SHARE_EXACT, SHARE_APPROXIMATE = 0.1, 0.75
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason="emulated dynamic activation "
-                                                                         "quantization is an estimate", strict=False))
-                                  if n in APPROXIMATE else n for n in EMULATED])
+@pytest.mark.parametrize("name", EMULATED)
 def test_kernel_and_emulation_agree(name):
-    """KL(kernel ‖ emulation) is below a tenth of the scheme's own KL, or within twice the noise of
-    the activation dtype alone (float weights run at the scheme's activation dtype: two such
-    roundings, the kernel's and the emulation's, differ by about that much)."""
+    """KL(kernel ‖ emulation) is below a share of the scheme's own KL (:data:`SHARE_EXACT`, or
+    :data:`SHARE_APPROXIMATE` for :data:`APPROXIMATE`), or within twice the noise of the activation
+    dtype alone (float weights run at the scheme's activation dtype: two such roundings, the
+    kernel's and the emulation's, differ by about that much)."""
     kernel, emulated, ref, floor = _models(name)
     ids = torch.tensor(list(HAMLET.read_bytes()[:4 * 512]), dtype=torch.int64, device="cuda").view(4, 512)
     ids[:, 0] = 256
@@ -72,7 +75,8 @@ def test_kernel_and_emulation_agree(name):
         f_logits = torch.cat([floor(c)[256:] for c in ids])
     own, noise = _kld(r_logits, k_logits), _kld(r_logits, f_logits)
     between = _kld(k_logits, e_logits)
-    assert between <= max(0.1 * own, 2 * noise, 2e-6), \
+    share = SHARE_APPROXIMATE if name in APPROXIMATE else SHARE_EXACT
+    assert between <= max(share * own, 2 * noise, 2e-6), \
         f"{name}: KL(kernel || emulated) {between:.3g}, own KL {own:.3g}, activation-dtype noise {noise:.3g}"
 
 
