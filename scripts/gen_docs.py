@@ -308,7 +308,8 @@ def gen_step_pick(args: list[str], page: str) -> str:
         base = by_key.get(("bf16+compiled" if pick.mode == "compiled" else "bf16", rec["m"], rec["context"]))
         said = ""
         if base is not None and pick.step_us(loop) and base.step_us(loop) and pick.scheme != base.scheme:
-            said = f"; in a reduce-overhead decode loop {base.step_us(loop) / pick.step_us(loop):.2f}× bf16's loop"
+            ratio = base.step_us(loop) / pick.step_us(loop)
+            said = f"; in a reduce-overhead loop {ratio:.2f}× bf16's speed{' (slower)' if ratio < 1 else ''}"
         against = "bf16 compiled" if pick.mode == "compiled" else "bf16"
         lines.append(_bullet(f"M = {rec['m']}, {rec['context']} positions: **{rec['pick']}**, "
                              f"{rec['step_us'] / 1000:.2f} ms per step, {rec['speedup']:.2f}× {against}, logits rel_fro "
