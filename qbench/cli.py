@@ -164,7 +164,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     rows = []
     for s in schemes.all_schemes():
         reason = s.unavailable_reason(device, s.options_model())
-        rows.append([s.name, s.library, s.weight_dtype, str(s.activation_dtype).removeprefix("torch."),
+        rows.append([s.name, s.library, s.weight_dtype, s.activation_name,
                      s.compute_dtype, s.nominal_bits, "yes" if reason is None else "no", reason or s.summary])
     headers = ["scheme", "library", "weight", "activations", "compute", "nominal bits", "runs here",
                "why not / what it is"]

@@ -24,7 +24,6 @@ import torch
 from qbench import compile_info, formulas, inputs, metrics
 from qbench.row import Row, check_row, describe_exception, first_and_last_line, flag_record, reason_record  # noqa: F401 - re-exported
 from qbench.scenario import Scenario, SchemeEntry, weight_source
-from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger, tuning_cache
 from qbench.schemes.base import Scheme
 from qbench.timing import registry
@@ -123,7 +122,7 @@ def measure_scheme(scenario: Scenario, entry_index: int, device: torch.device,
     Every row is checked against :class:`qbench.row.Row` before it is returned (:func:`checked`).
     """
     entry = scenario.schemes[entry_index]
-    scheme = get_scheme(entry.name)
+    scheme = entry.scheme
     rows = [base_row(scenario, entry, scheme, m, device) for m in scenario.m]
     reason = unavailable_reason(scheme, entry, device)
     if reason:

@@ -16,12 +16,10 @@ byte.
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
 
-from qbench import schemes
 from qbench.hardware import free_bytes  # noqa: F401 - re-exported: the memory checks' free memory
 from qbench.scenario import Scenario, ScenarioError, step_model
 from qbench.timing import registry
@@ -63,7 +61,7 @@ def estimate_bytes(scenario: Scenario, device: torch.device | str, *, l2_bytes: 
     device = torch.device(device)
     k, n = scenario.layer.in_features, scenario.layer.out_features
     m = max(scenario.m)
-    act_sizes = [_itemsize(schemes.get(e.name).activation_dtype) for e in scenario.schemes]
+    act_sizes = [_itemsize(e.scheme.activation_dtype) for e in scenario.schemes]
     stored = max(act_sizes) * n * k
     weights = (_FP32 + _BF16 + _FP32) * n * k + stored + (_FP32 * n if scenario.layer.bias else 0)
     activations = _FP32 * m * k + sum(scenario.m) * k * max(act_sizes)
@@ -156,7 +154,7 @@ def estimate_cpu_step_bytes(scenario: Scenario) -> dict:
     config = step_model(scenario)
     blocks = min(scenario.model.blocks or config.blocks, config.blocks)
     m, ctx = max(scenario.m), max(scenario.model.context)
-    size = max(_itemsize(schemes.get(e.name).activation_dtype) for e in scenario.schemes)
+    size = max(_itemsize(e.scheme.activation_dtype) for e in scenario.schemes)
     params, kv = config.block_linear_params(), config.kv_elements_per_position()
     parts = {"weights": blocks * params * size + _FP32 * params,
              "kv_cache": blocks * m * (ctx + 1) * kv * size + blocks * (ctx + 1) * kv * _FP32,

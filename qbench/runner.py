@@ -19,11 +19,9 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Callable, Optional
 
-import qbench
-from qbench import forkserver, jobs, schemes
+from qbench import forkserver, jobs
 from qbench.forkserver import preload_enabled, preload_modules  # noqa: F401 - the runner's public names
 from qbench.tp.worker import runner_alive  # one liveness check (a zombie is dead) for both runners
 from qbench.lifecycle import (  # noqa: F401 - re-exported: the runner's public names stay where they were
@@ -33,7 +31,6 @@ from qbench.lifecycle import (  # noqa: F401 - re-exported: the runner's public 
 from qbench.measure import failed_rows, unavailable_reason
 from qbench.scenario import Scenario
 
-_PACKAGE_ROOT = str(Path(qbench.__file__).resolve().parent.parent)
 
 
 def run(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] = None, force: bool = False,
@@ -221,7 +218,7 @@ def remove_stale_temp_folders(folder: Optional[str] = None) -> list[str]:
 def blank_rows(scenario: Scenario, entry, dev) -> list[dict]:
     """The rows of one scheme with their identity and nothing measured, for the scenario's job kind
     (:attr:`qbench.jobs.Job.blank_rows`: a layer row per M, a model-step row per context and M, ...)."""
-    return jobs.load(jobs.of_scenario(scenario).blank_rows)(scenario, entry, schemes.get(entry.name), dev)
+    return jobs.load(jobs.of_scenario(scenario).blank_rows)(scenario, entry, entry.scheme, dev)
 
 
 def _bar(total: int):
@@ -239,7 +236,7 @@ def _ceilings(dev, scenario: Scenario) -> Optional[dict]:
         from qbench.ceilings import measure_ceilings
     except ImportError as exc:
         return {"measured": None, "datasheet": None, "reason": f"ceilings unavailable: {exc}"}
-    entries = [(schemes.get(e.name), e) for e in scenario.schemes]
+    entries = [(e.scheme, e) for e in scenario.schemes]
     if dev.type == "cpu":
         entries = [(s, e) for s, e in entries if s.unavailable_reason(dev, e.options) is None]
     return measure_ceilings(dev, sorted({s.compute_dtype for s, _ in entries}))
@@ -390,7 +387,7 @@ class _Workers:
 
         if self.broken is not None:
             raise ForkserverGone(self.broken)
-        scheme = schemes.get(self.scenario.schemes[index].name)
+        scheme = self.scenario.schemes[index].scheme
         self.runs_of[index] = self.runs_of.get(index, 0) + 1  # --repeat: one folder per run
         self.gone.discard(index)  # a new worker of this scheme waits for its own go
         run = self.runs_of[index]
@@ -404,13 +401,7 @@ class _Workers:
                            "runner_pid": os.getpid(), "shared_dir": self.folder}, f)
         except OSError as exc:
             raise WorkerFilesError(f"{job_path}: cannot write the worker's job file ({exc.strerror or exc})") from None
-        env = os.environ.copy()
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-        for key, value in scheme.worker_env.items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = value
+        env = scheme.worker_environ()
         # "go" (runner -> worker) and "done" (worker -> runner) are messages on one pipe (not Events:
         # no named semaphore for the resource tracker to report at exit; and a worker whose runner
         # died sees EOF and exits: before its go at once, while measuring through a watcher thread).
@@ -474,7 +465,7 @@ class _Workers:
         if self.dev.type != "cpu" or index in self.started:
             return None
         entry = self.scenario.schemes[index]
-        scheme = schemes.get(entry.name)
+        scheme = entry.scheme
         if jobs.of_scenario(self.scenario).emulates and scheme.emulate is not None:
             return None  # the job runs it emulated where it has no kernel: the worker decides
         return unavailable_reason(scheme, entry, self.dev)

@@ -7,7 +7,7 @@ Every error names the file, the key path and the bad value, in one line::
 Code past :func:`load` trusts the :class:`Scenario` it gets. The format is documented in
 ``docs/scenarios.md`` and by the files under ``scenarios/``.
 
-Validation imports no torch: what it needs of a scheme is in :mod:`qbench.schemes.specs`
+Validation imports no torch: a scheme's declaration (:mod:`qbench.schemes.catalog`) is torch-free
 (``qbench check`` answers in well under a torch import).
 """
 
@@ -22,7 +22,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from qbench.schemes import specs
+from qbench import schemes
 from qbench.schemes.specs import SchemeOptions
 from qbench import jobs
 from qbench.step.config import ConfigError, StepModelConfig
@@ -136,6 +136,12 @@ class SchemeEntry(_Frozen):
     name: str
     options: SchemeOptions
     label: str
+
+    @property
+    def scheme(self) -> schemes.Scheme:
+        """The registered :class:`~qbench.schemes.scheme.Scheme` of ``name`` (a dictionary look-up;
+        the entry pickles as its name, and a worker process finds the same record by it)."""
+        return schemes.get(self.name)
 
 
 #: Largest tensor-parallel size a scenario may ask for (one host of 8 GPUs).
@@ -464,8 +470,8 @@ def _scheme_entries(raw: Any, source: str, data: Optional[dict] = None) -> tuple
             raise ScenarioError(source, f"{key}.name", f"missing or not a string: give a registered scheme name "
                                                        f"(qbench list), got {_show(name)}")
         try:
-            scheme = specs.lookup(name)
-        except specs.UnknownSchemeError as exc:
+            scheme = schemes.get(name)
+        except schemes.UnknownSchemeError as exc:
             raise ScenarioError(source, f"{key}.name", str(exc)) from None
         try:
             options = scheme.options_model.model_validate(item)
@@ -492,12 +498,12 @@ def _check_cross_fields(scenario: Scenario) -> None:
     n = scenario.layer.out_features
     # a model-step scenario's shapes are the model's: a scheme that cannot take one is a skipped row
     for i, entry in enumerate(() if scenario.model is not None else scenario.schemes):
-        multiple = specs.lookup(entry.name).k_multiple(entry.options)
+        multiple = entry.scheme.k_multiple(entry.options)
         if k % multiple:
             raise ScenarioError(scenario.source, "layer.in_features",
                                 f"must be a multiple of {multiple} (group/block size or kernel constraint of schemes[{i}] "
                                 f"{entry.label}), got {k}")
-        multiple = specs.lookup(entry.name).n_multiple(entry.options)
+        multiple = entry.scheme.n_multiple(entry.options)
         if n % multiple:
             raise ScenarioError(scenario.source, "layer.out_features",
                                 f"must be a multiple of {multiple} (kernel constraint of schemes[{i}] {entry.label}), got {n}")
@@ -537,7 +543,7 @@ def _check_tp(scenario: Scenario) -> None:
             if split != "row":
                 continue
             for i, entry in enumerate(scenario.schemes):
-                multiple = specs.lookup(entry.name).k_multiple(entry.options)
+                multiple = entry.scheme.k_multiple(entry.options)
                 if (k // p) % multiple:
                     raise ScenarioError(scenario.source, "tp.tp_size",
                                         f"a row shard's K = {k}/{p} = {k // p} must be a multiple of {multiple} "

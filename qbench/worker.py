@@ -42,7 +42,7 @@ def main(argv: list[str], go=None) -> int:
         raise RuntimeError("the runner's forkserver initialised CUDA before forking this worker (a module "
                            "qbench._preload imports is not fork-safe; QBENCH_PRELOAD=0 preloads torch alone)")
 
-    from qbench import jobs, schemes
+    from qbench import jobs
     from qbench.measure import import_ahead
     from qbench.results import finite_or_none
     from qbench.scenario import from_dict
@@ -50,7 +50,7 @@ def main(argv: list[str], go=None) -> int:
     scenario = from_dict(job["scenario"], job["source"])
     device = torch.device(job["device"])
     entry = scenario.schemes[job["entry_index"]]
-    scheme = schemes.get(entry.name)
+    scheme = entry.scheme
     import_ahead(scheme, entry, device, scenario.m)
     if device.type == "cuda":
         torch.cuda.init()

@@ -414,7 +414,7 @@ def _shard_vs_slice(name, options, split, k, n=16, p=2, rank=1):
     part = _bnb_dequantized(scheme.build(shard.shard_weight(w, None, split, p, rank)[0], None, options))
     lo, hi = shard.shard_range(n if split == "column" else k, p, rank)
     sliced = whole[lo:hi] if split == "column" else whole[:, lo:hi]
-    return shard.plan(name, options, split, p, k, n), torch.equal(part, sliced)
+    return shard.plan(schemes.get(name), options, split, p, k, n), torch.equal(part, sliced)
 
 
 @pytest.mark.parametrize("name", ["nf4-bnb", "fp4-bnb"])
@@ -437,10 +437,10 @@ def test_bnb_4bit_row_shard_needs_whole_blocks(name):
     from qbench.tp import shard
 
     options = schemes.get(name).options_model(double_quant=False)
-    plan = shard.plan(name, options, "row", 2, 64, 16)
+    plan = shard.plan(schemes.get(name), options, "row", 2, 64, 16)
     assert plan.reason == f"row shard K = 32 is not a multiple of 64 (blocksize) for {name}"
-    assert shard.plan(name, schemes.get(name).options_model(blocksize=128), "row", 2, 256, 16).reason is None
-    assert "not a multiple of 128" in shard.plan(name, schemes.get(name).options_model(blocksize=128), "row", 4,
+    assert shard.plan(schemes.get(name), schemes.get(name).options_model(blocksize=128), "row", 2, 256, 16).reason is None
+    assert "not a multiple of 128" in shard.plan(schemes.get(name), schemes.get(name).options_model(blocksize=128), "row", 4,
                                                  256, 16).reason
     _, equal = _shard_vs_slice(name, options, "row", k=64)
     assert not equal  # what the rule prevents: the blocks of a 32-wide shard are not the slice's

@@ -332,7 +332,7 @@ def test_m_check_skips_only_its_rows(monkeypatch):
 
     bf16 = schemes.get("bf16")
     picky = dataclasses.replace(bf16, m_check=lambda m, device, options: "no M = 1 here" if m == 1 else None)
-    monkeypatch.setattr(measure, "get_scheme", lambda name: picky)
+    monkeypatch.setitem(schemes._REGISTRY, "bf16", picky)
     sc = from_dict({"name": "t", "m": [1, 4], "layer": {"in_features": 64, "out_features": 32},
                     "timing": {"warmup": 1, "min_reps": 3, "max_reps": 5, "budget_s": 0.05, "methods": ["cold"]},
                     "schemes": ["bf16"]}, "t.toml")
@@ -340,5 +340,5 @@ def test_m_check_skips_only_its_rows(monkeypatch):
     assert [(r["m"], r["status"], r["reason"]) for r in rows] == [(1, "skipped", "no M = 1 here"), (4, "ok", None)]
     assert rows[1]["latency_us"]["cpu"]["median"] > 0 and rows[0]["latency_us"].get("cpu") is None
     all_refused = dataclasses.replace(bf16, m_check=lambda m, device, options: "never")
-    monkeypatch.setattr(measure, "get_scheme", lambda name: all_refused)
+    monkeypatch.setitem(schemes._REGISTRY, "bf16", all_refused)
     assert {r["status"] for r in measure.measure_scheme(sc, 0, torch.device("cpu"))} == {"skipped"}

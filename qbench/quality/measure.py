@@ -41,7 +41,6 @@ from qbench.quality.row import QualityRow
 from qbench.quality.spec import bos_id, read_tokens, resolve_path, scored_per_chunk
 from qbench.hardware import free_bytes
 from qbench.row import describe_exception, flag_record
-from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger
 from qbench.step.config import BLOCK_LINEARS, StepModelConfig, shape_reason
 from qbench.step.spec import resolve
@@ -211,7 +210,7 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     exception while building or running a ``failed`` one (the exception described in one line).
     """
     entry = scenario.schemes[entry_index]
-    scheme = get_scheme(entry.name)
+    scheme = entry.scheme
     q = scenario.quality
     ckpt, config, ids = _inputs(scenario)  # the scenario was checked when it was read (qbench.quality.spec.check)
     rows = [_blank(scenario, entry, scheme, device, ckpt, config, ids)]

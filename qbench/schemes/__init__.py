@@ -1,18 +1,17 @@
-"""The scheme registry: a name maps to a :class:`~qbench.schemes.base.Scheme`.
+"""The scheme registry: a name maps to a :class:`~qbench.schemes.scheme.Scheme`.
 
-Adding a scheme means adding one ``register(Scheme(...))`` call in one module of this package;
-the CLI, the scenario loader and the parametrized tests pick it up. Extra modules named in the
-``QBENCH_PLUGINS`` environment variable (comma-separated import paths) are imported too, in the
-parent and in every worker process, so tests and users can register schemes of their own.
+A scheme is declared once, by one ``register(Scheme(...))`` call: the built-in ones in
+:mod:`qbench.schemes.catalog` (options, multiples of K and N, shard rule, and the torch functions
+that build it, named and imported when first called). The CLI, the scenario loader, the tp job and
+the parametrized tests pick it up. Extra modules named in the ``QBENCH_PLUGINS`` environment
+variable (comma-separated import paths) are imported too, in the parent and in every worker
+process, so tests and users can register schemes of their own.
 
-What a scenario needs of a scheme (its options, the multiples of K and N) is in the torch-free
-:mod:`qbench.schemes.specs`; importing this package does not import torch either (``Scheme``,
-``TensorPart`` and the scheme modules are imported when first used). The byte ledger that counts
-what a built scheme stores, by the roles of its :class:`~qbench.schemes.base.TensorPart` list, is
-:mod:`qbench.schemes.ledger`; the autotune cache a scheme may declare
-(:attr:`~qbench.schemes.base.Scheme.tuning_cache`) is :mod:`qbench.schemes.tuning_cache`; the FP32
-matmul precision the fp32 and tf32 layers set and check (and the environment record reports) is
-:mod:`qbench.schemes.precision`.
+Importing this package or loading the built-in registry does not import torch (a plugin module may).
+The byte ledger that counts what a built scheme stores, by the roles of its
+:class:`~qbench.schemes.base.TensorPart` list, is :mod:`qbench.schemes.ledger`; the autotune cache
+a scheme may declare is :mod:`qbench.schemes.tuning_cache`; the FP32 matmul precision the fp32 and
+tf32 layers set and check is :mod:`qbench.schemes.precision`.
 """
 
 from __future__ import annotations
@@ -20,15 +19,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from qbench.schemes.scheme import Scheme
 from qbench.schemes.specs import SchemeOptions, UnknownSchemeError, plugins, unknown
 
 if TYPE_CHECKING:
-    from qbench.schemes.base import Scheme, TensorPart
+    from qbench.schemes.base import TensorPart
 
 _REGISTRY: dict[str, "Scheme"] = {}
-_BUILTIN_MODULES = ("qbench.schemes.float_schemes", "qbench.schemes.torchao_schemes", "qbench.schemes.bnb_schemes",
-                    "qbench.schemes.gemlite_schemes")
+_BUILTIN_MODULES = ("qbench.schemes.catalog",)
 _loaded = False
+_builtin_loaded = False
 
 
 class PluginError(ValueError):
@@ -37,10 +37,10 @@ class PluginError(ValueError):
 
 
 def __getattr__(name: str):
-    if name in ("Scheme", "TensorPart"):  # torch: imported on first use only
+    if name == "TensorPart":  # torch: imported on first use only
         from qbench.schemes import base
 
-        return getattr(base, name)
+        return base.TensorPart
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -56,13 +56,21 @@ def register(scheme: Scheme) -> Scheme:
     return scheme
 
 
-def _load() -> None:
-    global _loaded
-    if _loaded:
+def _load(with_plugins: bool = True) -> None:
+    """Import the built-in declarations (once), then, with ``with_plugins``, the ``QBENCH_PLUGINS``
+    modules (once; again after a failure, so the next call says it again).
+
+    Raises:
+        PluginError: a plugin module cannot be imported, fails, or registers a name twice.
+    """
+    global _loaded, _builtin_loaded
+    if not _builtin_loaded:
+        _builtin_loaded = True
+        for module in _BUILTIN_MODULES:
+            importlib.import_module(module)
+    if _loaded or not with_plugins:
         return
     _loaded = True
-    for module in _BUILTIN_MODULES:
-        importlib.import_module(module)
     for module in plugins():
         try:
             importlib.import_module(module)
@@ -85,12 +93,17 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Scheme:
-    """The scheme registered as ``name``.
+    """The scheme registered as ``name``. A built-in name (or one registered in this process) is
+    found without importing the ``QBENCH_PLUGINS`` modules, so validating a scenario of built-in
+    schemes imports no torch and no plugin.
 
     Raises:
         UnknownSchemeError: with the closest registered names in the message.
+        PluginError: the name is not built in and a plugin module cannot be imported.
     """
-    _load()
+    _load(with_plugins=False)
+    if name not in _REGISTRY:
+        _load()
     try:
         return _REGISTRY[name]
     except KeyError:

@@ -26,10 +26,9 @@ from typing import Optional
 
 import torch
 
-from qbench.schemes import register
-from qbench.schemes.base import Scheme, TensorPart, bias_parts
+from qbench.schemes.base import TensorPart, bias_parts
 from qbench.schemes.emulate import EmulatedLinear
-from qbench.schemes.specs import FourBitOptions, Int8BnbOptions, spec
+from qbench.schemes.specs import FourBitOptions, Int8BnbOptions
 
 
 #: ``compute_dtype`` option -> the ``Linear4bit(compute_dtype=...)`` it builds.
@@ -169,17 +168,8 @@ def _emulate_4bit(quant_type: str):
     return emulate
 
 
-register(Scheme(
-    **spec("int8-bnb"), library="bitsandbytes", family="bnb", weight_dtype="int8", activation_dtype=torch.float16,
-    compute_dtype="int8", nominal_bits=8, packages=("bitsandbytes",),
-    summary="bitsandbytes Linear8bitLt (LLM.int8): int8 weight, per-row absmax, fp16 outlier columns above threshold",
-    build=_build_int8, parts=int8_parts, emulate=_emulate_int8,
-))
-for _qt in ("nf4", "fp4"):
-    register(Scheme(
-        **spec(f"{_qt}-bnb"), library="bitsandbytes", family="bnb", weight_dtype=f"{_qt} (2 per uint8)",
-        activation_dtype=torch.bfloat16, compute_dtype="bf16", nominal_bits=4, packages=("bitsandbytes",),
-        summary=f"bitsandbytes Linear4bit {_qt.upper()}: block size 64, absmax per block, double quantization on; "
-                "compute_dtype bf16 (fp16, or fp32: the slow path, no tensor-core 4-bit kernel)",
-        build=_build_4bit(_qt), parts=four_bit_parts, emulate=_emulate_4bit(_qt),
-    ))
+# --- named by the declarations in qbench.schemes.catalog ---
+build_nf4 = _build_4bit("nf4")
+build_fp4 = _build_4bit("fp4")
+emulate_nf4 = _emulate_4bit("nf4")
+emulate_fp4 = _emulate_4bit("fp4")

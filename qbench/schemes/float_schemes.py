@@ -18,10 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from qbench.schemes import precision
-from qbench.schemes import register
-from qbench.schemes.base import Scheme, SchemeOptions, linear_parts, plain_linear
+from qbench.schemes.base import SchemeOptions, plain_linear
 from qbench.schemes.emulate import EmulatedLinear, round_to_tf32
-from qbench.schemes.specs import spec
 
 
 class PrecisionCheckedLinear(torch.nn.Module):
@@ -93,28 +91,15 @@ def _emulate_tf32(weight: torch.Tensor, bias: Optional[torch.Tensor], options: S
                           rule="operands rounded to TF32 (RNE), fp32 accumulate")
 
 
-register(Scheme(
-    **spec("fp32"), library="torch", family="float",
-    summary="FP32 weight and activations, strict IEEE FP32 matmul (TF32 off, checked at each call)",
-    weight_dtype="float32", activation_dtype=torch.float32, compute_dtype="fp32", nominal_bits=32,
-    build=_build_fp32, parts=linear_parts, emulate=_emulate_float(torch.float32),
-    worker_env={precision.ENV_OVERRIDE: "0"},
-))
+# --- named by the declarations in qbench.schemes.catalog ---
+emulate_fp32 = _emulate_float(torch.float32)
+emulate_fp16 = _emulate_float(torch.float16)
+emulate_bf16 = _emulate_float(torch.bfloat16)
 
-register(Scheme(
-    **spec("tf32"), library="torch", family="float",
-    summary="FP32 storage, TF32 tensor-core matmul (10-bit mantissa products, FP32 accumulate)",
-    weight_dtype="float32", activation_dtype=torch.float32, compute_dtype="tf32", nominal_bits=32,
-    build=_build_tf32, parts=linear_parts, emulate=_emulate_tf32, cuda_only=True, min_compute_capability=(8, 0),
-    extra_check=_tf32_check,
-))
 
-for _name, _dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
-    register(Scheme(
-        **spec(_name), library="torch", family="float",
-        summary=f"{_name.upper()} weight and activations; on CUDA a {_name} cuBLAS GEMM/GEMV with FP32 accumulate",
-        weight_dtype=str(_dtype).removeprefix("torch."), activation_dtype=_dtype, compute_dtype=_name,
-        nominal_bits=16,
-        build=lambda weight, bias, options, _dtype=_dtype: plain_linear(weight, bias, _dtype),
-        parts=linear_parts, emulate=_emulate_float(_dtype),
-    ))
+def build_fp16(weight: torch.Tensor, bias: Optional[torch.Tensor], options: SchemeOptions) -> torch.nn.Module:
+    return plain_linear(weight, bias, torch.float16)
+
+
+def build_bf16(weight: torch.Tensor, bias: Optional[torch.Tensor], options: SchemeOptions) -> torch.nn.Module:
+    return plain_linear(weight, bias, torch.bfloat16)

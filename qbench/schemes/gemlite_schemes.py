@@ -36,11 +36,9 @@ from typing import Optional
 
 import torch
 
-from qbench.schemes import register
-from qbench.schemes.base import Scheme, SchemeOptions, TensorPart, bias_parts, plain_linear
+from qbench.schemes.base import SchemeOptions, TensorPart, bias_parts, plain_linear
 from qbench.schemes.emulate import EmulatedLinear, act_gemlite_fp8, gemlite_rowwise_8bit, group_view
-from qbench.schemes.specs import GemliteInt4Options, spec
-from qbench.schemes.tuning_cache import TuningCache
+from qbench.schemes.specs import GemliteInt4Options
 
 #: ``GemLiteLinearTriton`` tensors other than the weight, in the order the kernel receives the
 #: first three (``get_tensor_args``: W_q, scales, zeros, meta_scale); ``metadata`` and
@@ -201,37 +199,9 @@ def _cache_save(path: str) -> int:
     return saved
 
 
-#: gemlite's autotune configs, kept per gemlite / Triton version and GPU (:mod:`qbench.schemes.tuning_cache`).
-TUNING_CACHE = TuningCache(library="gemlite", version=_cache_version, load=_cache_load, save=_cache_save)
-
-_COMMON = dict(library="gemlite", packages=("gemlite",), activation_dtype=torch.bfloat16, cuda_only=True,
-               tuning_cache=TUNING_CACHE)
-
-register(Scheme(
-    **spec("int4-weight-only-gemlite"), family="weight-only", weight_dtype="uint4 (8 per int32)", compute_dtype="bf16",
-    nominal_bits=4,
-    summary="gemlite A16W4 (GemLiteLinearTriton, 4-bit grouped): min-max asymmetric int4 per group, bf16 scale and "
-            "zero; Triton GEMV (RevSplit-K) at M <= 4, split-K GEMM below 64, GEMM above",
-    build=_build_int4, parts=gemlite_parts, emulate=_emulate_int4,
-    min_compute_capability=(8, 0), **_COMMON,
-))
-register(Scheme(
-    **spec("int8-weight-only-gemlite"), family="weight-only", weight_dtype="int8", compute_dtype="bf16", nominal_bits=8,
-    summary="gemlite A16W8_INT8: int8 weight, fp32 per-row scale, bf16 activations; Triton split-K GEMV at M <= 2",
-    build=_from_linear("A16W8_INT8"), parts=gemlite_parts, emulate=_emulate_8bit(fp8=False),
-    min_compute_capability=(8, 0), **_COMMON,
-))
-register(Scheme(
-    **spec("fp8-weight-only-gemlite"), family="weight-only", weight_dtype="float8_e4m3fn", compute_dtype="bf16",
-    nominal_bits=8,
-    summary="gemlite A16W8_FP8: e4m3 weight, fp32 per-row scale, bf16 activations; Triton split-K GEMV at M <= 2",
-    build=_from_linear("A16W8_FP8"), parts=gemlite_parts, emulate=_emulate_8bit(fp8=True),
-    min_compute_capability=(8, 9), **_COMMON,
-))
-register(Scheme(
-    **spec("fp8-dynamic-gemlite"), family="dynamic", weight_dtype="float8_e4m3fn", compute_dtype="fp8", nominal_bits=8,
-    summary="gemlite A8W8_fp8_dynamic: e4m3 weight (fp32 per-row scale), per-token dynamic e4m3 activations "
-            "(Triton quantize kernel), FP8 Triton GEMV / GEMM",
-    build=_from_linear("A8W8_fp8_dynamic"), parts=gemlite_parts, emulate=_emulate_fp8_dynamic,
-    min_compute_capability=(8, 9), **_COMMON,
-))
+# --- named by the declarations in qbench.schemes.catalog ---
+build_int8 = _from_linear("A16W8_INT8")
+build_fp8 = _from_linear("A16W8_FP8")
+build_fp8_dynamic = _from_linear("A8W8_fp8_dynamic")
+emulate_int8 = _emulate_8bit(fp8=False)
+emulate_fp8 = _emulate_8bit(fp8=True)

@@ -1,17 +1,8 @@
-"""What a scenario needs to know about a scheme, without torch: its name, its options (a pydantic
-model) and the multiples K and N must be (group size, block size, kernel constraint).
+"""The options a scheme takes, as pydantic models, and the registry's torch-free errors.
 
-``qbench check`` and ``qbench run``'s first step validate a scenario from these alone, so a typo is
-answered in a fraction of a second, before anything imports torch (a torch import is 2-3 s on a
-quiet machine, 13-48 s on a loaded 2-core one). The scheme modules (``float_schemes``,
-``torchao_schemes``, ``bnb_schemes``, ``gemlite_schemes``) register the full :class:`Scheme`
-with ``**spec(name)``, so the options model and the multiples exist in one place.
-
-A scheme of a ``QBENCH_PLUGINS`` module has no entry here; :func:`lookup` then loads the full
-registry (which imports torch) to find it.
-
-Adding a scheme: its entry in :data:`SPECS` here, its ``register(Scheme(**spec(name), ...))`` in a
-scheme module (``tests/test_schemes.py`` checks that the two lists agree).
+A scheme's declaration (:mod:`qbench.schemes.catalog`) names its options model from here; the
+scenario loader validates a ``[[schemes]]`` table against it with the bad key and value named
+(strict: no coercion of strings to numbers or booleans).
 """
 
 from __future__ import annotations
@@ -19,8 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import unicodedata
-from dataclasses import dataclass, field
-from typing import Callable, Literal, Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -172,105 +162,6 @@ class GemliteInt4Options(SchemeOptions):
     group_size: Literal[64, 128] = 128
 
 
-#: ``GemLiteLinearTriton.MIN_SIZE``: in_features must be a multiple of 32.
-GEMLITE_MIN_K = 32
-
-
-def _one(options) -> int:
-    return 1
-
-
-def _group_size(options) -> int:
-    return options.group_size
-
-
-def _blocksize(options) -> int:
-    return options.blocksize
-
-
-def _multiple_of_16(options) -> int:
-    """FP8 GEMMs (``torch._scaled_mm``, cuBLASLt; mslk's rowwise GEMM) need K and N multiples of 16;
-    torchao 0.18's ``quantize_`` silently leaves other shapes unquantized."""
-    return 16
-
-
-def _gemlite_min_k(options) -> int:
-    return GEMLITE_MIN_K
-
-
-def _fixed_128(options) -> int:
-    """fp8-int4: torchao fixes the group size at 128."""
-    return 128
-
-
-@dataclass(frozen=True)
-class SchemeSpec:
-    """The torch-free part of a scheme: ``name``, ``options_model``, and ``k_multiple(options)`` /
-    ``n_multiple(options)``, the numbers in_features (K) and out_features (N) must be multiples of."""
-
-    name: str
-    options_model: type[SchemeOptions] = SchemeOptions
-    k_multiple: Callable[[SchemeOptions], int] = field(default=_one)
-    n_multiple: Callable[[SchemeOptions], int] = field(default=_one)
-
-
-def _specs(*entries: SchemeSpec) -> dict[str, SchemeSpec]:
-    return {s.name: s for s in entries}
-
-
-#: Every built-in scheme, in registration order (float, torchao, bitsandbytes, gemlite).
-SPECS: dict[str, SchemeSpec] = _specs(
-    SchemeSpec("fp32"), SchemeSpec("tf32"), SchemeSpec("fp16"), SchemeSpec("bf16"),
-    SchemeSpec("fp8-weight-only", TorchaoOptions),
-    SchemeSpec("fp8-dynamic", Fp8DynamicOptions, _multiple_of_16, _multiple_of_16),
-    SchemeSpec("int8-weight-only", TorchaoOptions),
-    SchemeSpec("w8a8-dynamic", TorchaoOptions),
-    SchemeSpec("int4-weight-only", GroupOptions, _group_size),
-    SchemeSpec("int4-intx", IntxOptions, _group_size),
-    SchemeSpec("int4-plain", MslkGroupOptions, _group_size),
-    SchemeSpec("int4-preshuffled", MslkGroupOptions, _group_size),
-    SchemeSpec("fp8-int4", Fp8Int4Options, _fixed_128),
-    SchemeSpec("int8-bnb", Int8BnbOptions),
-    SchemeSpec("nf4-bnb", FourBitOptions, _blocksize),
-    SchemeSpec("fp4-bnb", FourBitOptions, _blocksize),
-    SchemeSpec("int4-weight-only-gemlite", GemliteInt4Options, _group_size),
-    SchemeSpec("int8-weight-only-gemlite", SchemeOptions, _gemlite_min_k),
-    SchemeSpec("fp8-weight-only-gemlite", SchemeOptions, _gemlite_min_k),
-    SchemeSpec("fp8-dynamic-gemlite", SchemeOptions, _gemlite_min_k),
-)
-
-
-def spec(name: str) -> dict:
-    """``Scheme(**spec(name), ...)``'s torch-free fields of built-in scheme ``name``: ``name``,
-    ``options_model``, ``k_multiple``, ``n_multiple``.
-
-    Raises:
-        KeyError: ``name`` is not in :data:`SPECS`."""
-    s = SPECS[name]
-    return {"name": s.name, "options_model": s.options_model, "k_multiple": s.k_multiple, "n_multiple": s.n_multiple}
-
-
 def plugins() -> list[str]:
     """The module paths ``QBENCH_PLUGINS`` names (comma-separated; blanks ignored)."""
     return [p.strip() for p in os.environ.get("QBENCH_PLUGINS", "").split(",") if p.strip()]
-
-
-def lookup(name: str) -> SchemeSpec:
-    """The spec of scheme ``name``: a built-in one from :data:`SPECS` (no torch import); any other
-    from the registry (a scheme registered in this process, or by a ``QBENCH_PLUGINS`` module: then
-    the full registry is loaded, which imports torch and the plugins).
-
-    Raises:
-        UnknownSchemeError: no such scheme, with the closest names.
-        qbench.schemes.PluginError: a plugin module cannot be imported or registers a name twice.
-    """
-    if name in SPECS:
-        return SPECS[name]
-    from qbench import schemes
-
-    scheme = schemes._REGISTRY.get(name)
-    if scheme is None and plugins():
-        scheme = schemes.get(name)
-    if scheme is None:
-        raise unknown(name, list(dict.fromkeys([*SPECS, *schemes._REGISTRY])))
-    return SchemeSpec(scheme.name, scheme.options_model, scheme.k_multiple, scheme.n_multiple)

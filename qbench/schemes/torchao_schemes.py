@@ -20,13 +20,12 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from qbench.schemes import register
-from qbench.schemes.base import Scheme, SchemeOptions, TensorPart, bias_parts, plain_linear
+from qbench.schemes.base import SchemeOptions, TensorPart, bias_parts, plain_linear
 from qbench.schemes.emulate import (
     EmulatedLinear, act_mslk_fp8_row, cuda_scalar_div, group_view, mslk_fp8_row, to_e4m3,
 )
 from qbench.schemes.specs import (  # noqa: F401 - the options models, re-exported where they were
-    Fp8DynamicOptions, Fp8Int4Options, GroupOptions, IntxOptions, MslkGroupOptions, TorchaoOptions, spec,
+    Fp8DynamicOptions, Fp8Int4Options, GroupOptions, IntxOptions, MslkGroupOptions, TorchaoOptions,
 )
 
 _PAYLOAD_NAMES = ("qdata", "packed_weights", "qdata_and_metadata")
@@ -442,25 +441,6 @@ def _emulate_fp8_int4(weight, bias, options) -> torch.nn.Module:
                           rule=f"mslk fp8 x int4 ({options.int4_packing_format}), group 128, fp8 rows")
 
 
-_COMMON = dict(library="torchao", packages=("torchao",), activation_dtype=torch.bfloat16)
-#: The mslk schemes: CUTLASS kernels built for Hopper (WGMMA), SM90.
-_MSLK = dict(cuda_only=True, min_compute_capability=(9, 0), **_COMMON)
-
-register(Scheme(
-    **spec("fp8-weight-only"), family="weight-only", weight_dtype="float8_e4m3fn", compute_dtype="bf16", nominal_bits=8,
-    summary="torchao Float8WeightOnlyConfig: e4m3 weight, per-row scales, bf16 activations",
-    build=_quantized(_fp8_weight_only), parts=torchao_parts, emulate=_emulate_fp8_weight_only, **_COMMON,
-))
-register(Scheme(
-    **spec("fp8-dynamic"), family="dynamic", weight_dtype="float8_e4m3fn", compute_dtype="fp8", nominal_bits=8,
-    summary="torchao Float8DynamicActivationFloat8WeightConfig: e4m3 weight and dynamically quantized activations, FP8 GEMM",
-    build=_quantized(_fp8_dynamic), parts=torchao_parts, emulate=_emulate_fp8_dynamic, extra_check=_fp8_dynamic_check, cuda_only=True, min_compute_capability=(8, 9), **_COMMON,
-))
-register(Scheme(
-    **spec("int8-weight-only"), family="weight-only", weight_dtype="int8", compute_dtype="bf16", nominal_bits=8,
-    summary="torchao Int8WeightOnlyConfig: int8 weight, per-row scales, bf16 activations",
-    build=_quantized(_int8_weight_only), parts=torchao_parts, emulate=_emulate_int8_weight_only, **_COMMON,
-))
 def _int_mm_m(m: int, device: torch.device, options) -> Optional[str]:
     """Compiled w8a8-dynamic on CUDA: Inductor lowers the int8 x int8 matmul to ``torch._int_mm``,
     whose CUDA kernel refuses M <= 16 ("self.size(0) needs to be greater than 16"). Eager
@@ -471,42 +451,16 @@ def _int_mm_m(m: int, device: torch.device, options) -> Optional[str]:
     return None
 
 
-register(Scheme(
-    **spec("w8a8-dynamic"), family="dynamic", weight_dtype="int8", compute_dtype="int8", nominal_bits=8,
-    summary="torchao Int8DynamicActivationInt8WeightConfig: int8 weight (per-row), per-token dynamic int8 activations",
-    build=_quantized(_w8a8_dynamic), parts=torchao_parts, emulate=_emulate_w8a8_dynamic, m_check=_int_mm_m, **_COMMON,
-))
-register(Scheme(
-    **spec("int4-weight-only"), family="weight-only", weight_dtype="int4 (tinygemm packed int32)", compute_dtype="bf16",
-    nominal_bits=4,
-    summary="torchao Int4WeightOnlyConfig, tile_packed_to_4d (tinygemm): uint4 per-group asymmetric, bf16 scale+zero",
-    build=_quantized(_int4_weight_only), parts=torchao_parts, emulate=_emulate_int4_weight_only, extra_check=_fp16_check(_TINYGEMM_BF16), cuda_only=True, min_compute_capability=(8, 0), **_COMMON,
-))
-register(Scheme(
-    **spec("int4-intx"), family="weight-only", weight_dtype="int4 (in int8)", compute_dtype="bf16", nominal_bits=4,
-    summary="torchao IntxWeightOnlyConfig(int4, PerGroup): int4 values stored one per int8, per-group scales; runs on CPU",
-    build=_quantized(_int4_intx), parts=torchao_parts, emulate=_emulate_int4_intx, **_COMMON,
-))
-
-# --- mslk kernels (the mslk-cuda package, SM90): torchao 0.18's default int4 path and FP8 x int4 ---
-register(Scheme(
-    **spec("int4-plain"), family="weight-only", weight_dtype="int4 (2 per int8, plain)", compute_dtype="bf16",
-    nominal_bits=4,
-    summary="torchao Int4WeightOnlyConfig, plain packing (torchao's default): int4 per-group asymmetric, bf16 scale "
-            "and zero point; mslk CUTLASS bf16i4bf16_rowwise (needs mslk-cuda, SM90)",
-    build=_quantized(_int4_mslk("plain")), parts=torchao_parts, emulate=_emulate_int4_mslk, extra_check=_mslk_check(_MSLK_INT4_BF16), **_MSLK,
-))
-register(Scheme(
-    **spec("int4-preshuffled"), family="weight-only", weight_dtype="int4 (2 per int8, mslk preshuffled)",
-    compute_dtype="bf16", nominal_bits=4,
-    summary="torchao Int4WeightOnlyConfig, preshuffled packing: int4 per-group asymmetric in mslk's WGMMA load order, "
-            "bf16 scale and zero point; mslk CUTLASS bf16i4bf16_shuffled (needs mslk-cuda, SM90)",
-    build=_quantized(_int4_mslk("preshuffled")), parts=torchao_parts, emulate=_emulate_int4_mslk, extra_check=_mslk_check(_MSLK_INT4_BF16), **_MSLK,
-))
-register(Scheme(
-    **spec("fp8-int4"), family="dynamic", weight_dtype="int4 (2 per int8, symmetric)", compute_dtype="fp8",
-    nominal_bits=4,
-    summary="torchao Float8DynamicActivationInt4WeightConfig: symmetric int4 weight (group 128, fp8 group scales, "
-            "fp32 row scales), per-row dynamic FP8 activations; mslk f8i4bf16_shuffled (needs mslk-cuda, SM90)",
-    build=_quantized(_fp8_int4), parts=torchao_parts, emulate=_emulate_fp8_int4, extra_check=_mslk_check(_MSLK_FP8_INT4_BF16), **_MSLK,
-))
+# --- named by the declarations in qbench.schemes.catalog ---
+build_fp8_weight_only = _quantized(_fp8_weight_only)
+build_fp8_dynamic = _quantized(_fp8_dynamic)
+build_int8_weight_only = _quantized(_int8_weight_only)
+build_w8a8_dynamic = _quantized(_w8a8_dynamic)
+build_int4_weight_only = _quantized(_int4_weight_only)
+build_int4_intx = _quantized(_int4_intx)
+build_int4_plain = _quantized(_int4_mslk("plain"))
+build_int4_preshuffled = _quantized(_int4_mslk("preshuffled"))
+build_fp8_int4 = _quantized(_fp8_int4)
+tinygemm_check = _fp16_check(_TINYGEMM_BF16)
+mslk_int4_check = _mslk_check(_MSLK_INT4_BF16)
+mslk_fp8_int4_check = _mslk_check(_MSLK_FP8_INT4_BF16)

@@ -42,7 +42,6 @@ import torch
 
 from qbench import compile_info
 from qbench.step.checkpoint import TensorMap, of_model, weight_source
-from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger
 from qbench.step import floor, llama
 from qbench.step.config import StepModelConfig, shape_reason
@@ -105,7 +104,7 @@ def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
     Every row is checked against :class:`qbench.step.row.StepRow`.
     """
     entry = scenario.schemes[entry_index]
-    scheme = get_scheme(entry.name)
+    scheme = entry.scheme
     spec = scenario.model
     config = check_spec(spec, scenario.source)
     rows = blank_rows(scenario, entry, scheme, device)

@@ -27,7 +27,6 @@ from qbench import inputs, metrics
 from qbench.measure import base_row, checked, dtype_name, failed_rows, make_copies
 from qbench.row import TP_ROW_FIELDS, check_row, reason_record
 from qbench.scenario import Scenario
-from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger
 from qbench.tp import collectives, shard
 from qbench.timing import registry
@@ -44,7 +43,7 @@ def tp_row(scenario: Scenario, entry_index: int, m: int, device: torch.device, t
     of both splits).
     """
     entry = scenario.schemes[entry_index]
-    scheme = get_scheme(entry.name)
+    scheme = entry.scheme
     row = base_row(scenario, entry, scheme, m, device)
     row.update({key: None for key in TP_FIELDS})
     row.update(tp_size=tp_size, split=split, collective=collectives.collective_name(split, tp_size),
@@ -62,10 +61,10 @@ def measure_tp(scenario: Scenario, entry_index: int, split: str, ranks: RankGrou
     """
     p, device = ranks.size, ranks.device
     entry = scenario.schemes[entry_index]
-    scheme = get_scheme(entry.name)
+    scheme = entry.scheme
     rows = [tp_row(scenario, entry_index, m, device, p, split) for m in scenario.m]
     k, n = scenario.layer.in_features, scenario.layer.out_features
-    verdict = shard.plan(entry.name, entry.options, split, p, k, n) if split != "none" else None
+    verdict = shard.plan(scheme, entry.options, split, p, k, n) if split != "none" else None
     torch.manual_seed(scenario.seed)
     t0 = time.perf_counter()
     problem = None
@@ -174,7 +173,7 @@ def _measure_m(scenario, scheme, module, unsharded, weight, bias, row, split, ra
         x_local = x if split == "none" else shard.shard_activations(x, split, p, ranks.rank)
         collect = _collective(split, ranks, bias, reduce_dtype)
         y_local = module(x_local)
-        y = collect(module(x_local))
+        y = collect(y_local)  # a row split sums y_local in place; later only its shape and dtype are read
         row["output_dtype"] = dtype_name(y.dtype)
         if ranks.rank == 0:
             y_ref = inputs.reference(x32, weight, bias)

@@ -22,11 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Callable, Optional
 
-import qbench
-from qbench import schemes
 from qbench.measure import failed_rows
 from qbench.lifecycle import (
     RunInterrupted, RunOutcome, RunWriteError, done_labels, finish, log_tail, prepare, record,
@@ -35,7 +32,6 @@ from qbench.scenario import Scenario
 from qbench.tp import shard
 from qbench.tp.measure import add_speedup_vs_tp1, tp_row
 
-_PACKAGE_ROOT = str(Path(qbench.__file__).resolve().parent.parent)
 #: Most gloo ranks started on one CPU host (each needs a core of its own to mean anything).
 MAX_CPU_RANKS = 8
 
@@ -54,11 +50,11 @@ def jobs(scenario: Scenario) -> list[tuple[int, int, str]]:
 def skip_reason(scenario: Scenario, index: int, tp_size: int, split: str, device, ranks_available: int) -> Optional[str]:
     """Why a job cannot run here (one line), or None."""
     entry = scenario.schemes[index]
-    reason = schemes.get(entry.name).unavailable_reason(device, entry.options)
+    reason = entry.scheme.unavailable_reason(device, entry.options)
     if reason:
         return reason
     if split != "none":
-        verdict = shard.plan(entry.name, entry.options, split, tp_size, scenario.layer.in_features,
+        verdict = shard.plan(entry.scheme, entry.options, split, tp_size, scenario.layer.in_features,
                              scenario.layer.out_features)
         if verdict.reason:
             return verdict.reason
@@ -152,13 +148,8 @@ def run_job(scenario: Scenario, index: int, tp_size: int, split: str, dev, folde
         json.dump({"scenario": scenario.to_dict(), "source": scenario.source, "entry_index": index,
                    "split": split, "device": str(dev), "runner_pid": os.getpid()}, f)
     env = os.environ.copy()
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // tp_size)))  # silences torchrun's notice
-    for key, value in schemes.get(scenario.schemes[index].name).worker_env.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
+    env = scenario.schemes[index].scheme.worker_environ(env)
     timeout = scenario.timing.scheme_timeout_s
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command(tp_size, job_path, folder), stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -6,7 +6,7 @@ One spawn of two processes runs every case (start-up dominates). For each scheme
 sharded one's and ``d`` the sharded output against the unsharded output:
 
 * column split, whose shards equal the slice of the unsharded quantized weight
-  (:data:`qbench.tp.shard.RULES`): the same products and sums, so ``d`` is (near) zero;
+  (the scheme's :attr:`~qbench.schemes.scheme.Scheme.shard` rule): the same products and sums, so ``d`` is (near) zero;
 * row split: each rank rounds its partial sum to the output dtype and the all-reduce rounds the
   sum, ``p`` more roundings of unit roundoff ``u`` (2^-8 for bf16), and a per-row-scaled weight is
   quantized per shard; so ``e_s <= e_u + p u``, and ``d <= max(e_u, e_s)`` where the shard is the
@@ -53,5 +53,5 @@ def test_two_gloo_ranks_match_unsharded(tmp_path):
                 assert d <= BF16_U / 2, (key, d)
             else:
                 assert e_s <= e_u + world * BF16_U, (key, e_s, e_u)
-                same = shard.plan(name, scheme.options_model(), split, world, k, n).same_as_slice
+                same = shard.plan(scheme, scheme.options_model(), split, world, k, n).same_as_slice
                 assert d <= (1.0 if same else 1.5) * max(e_u, e_s), (key, d, e_u, e_s)

@@ -1,10 +1,14 @@
-"""qbench.tp.shard: slices by hand, every registered scheme has a rule, and the docstring's
-claims about which shards equal the slice of the unsharded quantized weight."""
+"""qbench.tp.shard: slices by hand, the verdicts read from each scheme's declared rule, and the
+rules' claims about which shards equal the slice of the unsharded quantized weight."""
+
+import dataclasses
 
 import pytest
 import torch
 
 from qbench import schemes
+from qbench.schemes import shard_rule
+from qbench.schemes.shard_rule import ShardRule, Sharding
 from qbench.tp import shard
 
 
@@ -33,26 +37,25 @@ def test_shard_weight_and_activations_by_hand():
         shard.shard_weight(w, b, "diagonal", 2, 0)
 
 
-@pytest.mark.parametrize("name", schemes.names())
-def test_every_registered_scheme_has_both_rules(name):
-    """Adding a scheme without saying how it shards fails here, not on a multi-GPU host."""
-    assert set(shard.RULES[name]) == {"column", "row"}, f"add {name} to qbench.tp.shard.RULES"
+def _undeclared(name: str = "nope"):
+    """A registered scheme's record with another name and no shard rule."""
+    return dataclasses.replace(schemes.get("int8-weight-only"), name=name, shard=None)
 
 
 def test_plan_verdicts():
     int4 = schemes.get("int4-weight-only").options_model()
-    assert shard.plan("int4-weight-only", int4, "row", 4, 4096, 4096).reason is None
-    reason = shard.plan("int4-weight-only", int4, "row", 8, 4096, 4096).reason
+    assert shard.plan(schemes.get("int4-weight-only"), int4, "row", 4, 4096, 4096).reason is None
+    reason = shard.plan(schemes.get("int4-weight-only"), int4, "row", 8, 4096, 4096).reason
     assert "512" in reason and "1024" in reason
-    assert shard.plan("int4-weight-only", int4, "column", 8, 4096, 4096).reason is None
-    assert "8" in shard.plan("int4-weight-only", int4, "column", 2, 4096, 12).reason  # N/p = 6
-    unknown = shard.plan("no-such-scheme", int4, "row", 2, 64, 64)
-    assert unknown.reason and "qbench.tp.shard.RULES" in unknown.reason
+    assert shard.plan(schemes.get("int4-weight-only"), int4, "column", 8, 4096, 4096).reason is None
+    assert "8" in shard.plan(schemes.get("int4-weight-only"), int4, "column", 2, 4096, 12).reason  # N/p = 6
+    unknown = shard.plan(_undeclared(), int4, "row", 2, 64, 64)
+    assert unknown.reason == "scheme 'nope' declares no shard rule (give its Scheme(...) a shard=Sharding(column=..., row=...))"
     fp8 = schemes.get("fp8-dynamic").options_model
-    assert shard.plan("fp8-dynamic", fp8(), "column", 2, 64, 64).same_as_slice
-    assert not shard.plan("fp8-dynamic", fp8(granularity="per-tensor"), "column", 2, 64, 64).same_as_slice
-    assert not shard.plan("int8-weight-only", int4, "row", 2, 64, 64).same_as_slice
-    assert shard.plan("int4-intx", schemes.get("int4-intx").options_model(), "row", 2, 256, 64).same_as_slice
+    assert shard.plan(schemes.get("fp8-dynamic"), fp8(), "column", 2, 64, 64).same_as_slice
+    assert not shard.plan(schemes.get("fp8-dynamic"), fp8(granularity="per-tensor"), "column", 2, 64, 64).same_as_slice
+    assert not shard.plan(schemes.get("int8-weight-only"), int4, "row", 2, 64, 64).same_as_slice
+    assert shard.plan(schemes.get("int4-intx"), schemes.get("int4-intx").options_model(), "row", 2, 256, 64).same_as_slice
 
 
 def _dequantized(module) -> torch.Tensor:
@@ -70,7 +73,7 @@ _CPU = [n for n in schemes.names()
 @pytest.mark.parametrize("split", ["column", "row"])
 @pytest.mark.parametrize("name", _CPU)
 def test_same_as_slice_holds(name, split):
-    """Where RULES says a shard equals the slice, the shard's dequantized weight is the slice of
+    """Where the declared rule says a shard equals the slice, the shard's dequantized weight is the slice of
     the unsharded one, exactly; where it says not, they differ (per-row scales over K/p)."""
     scheme = schemes.get(name)
     options = scheme.options_model()
@@ -82,7 +85,7 @@ def test_same_as_slice_holds(name, split):
     part = _dequantized(scheme.build(shard.shard_weight(w, None, split, p, rank)[0], None, options))
     lo, hi = shard.shard_range(64 if split == "column" else 256, p, rank)
     sliced = whole[lo:hi] if split == "column" else whole[:, lo:hi]
-    verdict = shard.plan(name, options, split, p, 256, 64)
+    verdict = shard.plan(scheme, options, split, p, 256, 64)
     if verdict.same_as_slice:
         assert torch.equal(part, sliced)
     else:
@@ -102,30 +105,35 @@ def test_messages_and_integer_shapes():
 
 def test_plan_every_branch_field_by_field(monkeypatch):
     int8 = schemes.get("int8-weight-only").options_model()
-    note = shard.RULES["int8-weight-only"]["row"].note
-    assert shard.plan("int8-weight-only", int8, "row", 1, 256, 64) == shard.ShardPlan(256, 64, True, note, None)
-    assert shard.plan("int8-weight-only", int8, "row", 2, 256, 64) == shard.ShardPlan(128, 64, False, note, None)
-    col = shard.RULES["int8-weight-only"]["column"].note
-    assert shard.plan("int8-weight-only", int8, "column", 4, 256, 64) == shard.ShardPlan(256, 16, True, col, None)
-    assert shard.plan("nope", int8, "row", 2, 256, 64) == shard.ShardPlan(
-        128, 64, False, "", "no row sharding rule for scheme 'nope' (add one to qbench.tp.shard.RULES)")
+    note = schemes.get("int8-weight-only").shard.row.note
+    assert shard.plan(schemes.get("int8-weight-only"), int8, "row", 1, 256, 64) == shard.ShardPlan(256, 64, True, note, None)
+    assert shard.plan(schemes.get("int8-weight-only"), int8, "row", 2, 256, 64) == shard.ShardPlan(128, 64, False, note, None)
+    col = schemes.get("int8-weight-only").shard.column.note
+    assert shard.plan(schemes.get("int8-weight-only"), int8, "column", 4, 256, 64) == shard.ShardPlan(256, 16, True, col, None)
+    assert shard.plan(_undeclared(), int8, "row", 2, 256, 64) == shard.ShardPlan(
+        128, 64, False, "", "scheme 'nope' declares no shard rule (give its Scheme(...) a shard=Sharding(column=..., "
+                            "row=...))")
     int4 = schemes.get("int4-weight-only").options_model()
-    int4_note = shard.RULES["int4-weight-only"]["column"].note
-    assert shard.plan("int4-weight-only", int4, "column", 2, 4096, 12) == shard.ShardPlan(
+    int4_note = schemes.get("int4-weight-only").shard.column.note
+    assert shard.plan(schemes.get("int4-weight-only"), int4, "column", 2, 4096, 12) == shard.ShardPlan(
         4096, 6, False, int4_note, "column shard N = 6 is not a multiple of 8 (the tinygemm N tile (torchao pads N "
                                    "to a multiple of 8)) for int4-weight-only")
-    packed = shard.ShardRule(False, "packed tiles")
-    monkeypatch.setitem(shard.RULES, "packed", {"column": packed, "row": packed})
-    assert shard.plan("packed", int8, "column", 2, 256, 64) == shard.ShardPlan(
+    packed = ShardRule(False, "packed tiles")
+    tiles = dataclasses.replace(_undeclared("packed"), shard=Sharding(packed, packed))
+    assert shard.plan(tiles, int8, "column", 2, 256, 64) == shard.ShardPlan(
         256, 32, False, "packed tiles", "packed cannot be split along N: packed tiles")
-    assert shard.plan("packed", int8, "row", 2, 256, 64).reason == "packed cannot be split along K: packed tiles"
+    assert shard.plan(tiles, int8, "row", 2, 256, 64).reason == "packed cannot be split along K: packed tiles"
 
 
 def test_rule_helpers():
     import types
 
-    assert shard._always(True)(None) is True and shard._always(False)(None) is False
-    assert shard._fp8_dynamic_column(types.SimpleNamespace()) is True  # options without granularity: per-row
-    assert shard._fp8_dynamic_column(types.SimpleNamespace(granularity="per-tensor")) is False
-    rule = shard.ShardRule(True, "n")
+    assert shard_rule._always(True)(None) is True and shard_rule._always(False)(None) is False
+    assert shard_rule.fp8_dynamic_column(types.SimpleNamespace()) is True  # options without granularity: per-row
+    assert shard_rule.fp8_dynamic_column(types.SimpleNamespace(granularity="per-tensor")) is False
+    assert shard_rule.no_double_quant(types.SimpleNamespace(double_quant=False)) is True
+    assert Sharding(rule := ShardRule(True, "c"), ShardRule(True, "r")).rule("column") is rule
+    with pytest.raises(ValueError, match="^split must be 'column' or 'row', got 'diagonal'$"):
+        Sharding(rule, rule).rule("diagonal")
+    rule = ShardRule(True, "n")
     assert rule.multiple(None) == 1 and rule.same_as_slice(None) is True and rule.why_multiple == ""
