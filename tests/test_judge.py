@@ -7,7 +7,7 @@ import pytest
 from qbench.judge import (NOISY_CV, UNUSABLE, capture_failure, common_method, incomplete_warning, is_noisy,
                           machine_of, methods_present, pareto_front, resolve_method, row_caveats, unusable_note,
                           verdict)
-from qbench.results import ResultDoc, upgrade_v1_row
+from qbench.results import ResultDoc, upgrade_prose_row
 from qbench.row import Row, Stats, flag_record, reason_record
 
 
@@ -68,9 +68,9 @@ def test_the_one_legacy_rule_maps_schema_1_words_to_kinds():
                         ("CUDA graph capture failed at M=1: x", "capture-failed"),
                         ("do not time stream yet (graph-captured call + collective)", "other"),
                         ("failed: not timed", "other"), ("", "other")):
-        up = upgrade_v1_row({"latency_reasons": {"stream": words}})
+        up = upgrade_prose_row({"latency_reasons": {"stream": words}})
         assert up["latency_reasons"] == {"stream": {"kind": kind, "text": words}}, words
-    up = upgrade_v1_row({"flags": ["throttled: sw_power_cap active right after cold"], "m": 1})
+    up = upgrade_prose_row({"flags": ["throttled: sw_power_cap active right after cold"], "m": 1})
     assert up == {"flags": [{"name": "throttled", "text": "sw_power_cap active right after cold"}], "m": 1}
 
 

@@ -46,7 +46,8 @@ from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger
 from qbench.step import floor, llama
 from qbench.step.config import StepModelConfig, shape_reason
-from qbench.step.row import SCATTER, StepRow
+from qbench.row import SCATTER, flag_record, reason_record
+from qbench.step.row import StepRow
 from qbench.step.spec import check as check_spec
 from qbench.timing.settings import TimingSettings
 
@@ -93,7 +94,10 @@ def _describe(exc: BaseException) -> str:
 
 
 def _checked(rows: list[dict]) -> list[dict]:
-    return [StepRow.model_validate(r).model_dump() for r in rows]
+    """``rows`` themselves, each checked against :class:`StepRow` (pydantic's error names the key)."""
+    for row in rows:
+        StepRow.model_validate(row)
+    return rows
 
 
 def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
@@ -304,8 +308,8 @@ class _Built:
         counts = [self.blocks_built]
         if self.blocks_built < self.config.blocks:
             if self.blocks_built < 2:
-                row["flags"].append(f"extrapolated-from-one: only 1 of {self.config.blocks} blocks fits; "
-                                    "the step is that block's times the block count")
+                row["flags"].append(flag_record("extrapolated-from-one", f"only 1 of {self.config.blocks} blocks "
+                                                "fits; the step is that block's times the block count"))
             else:
                 counts = [self.blocks_built // 2, self.blocks_built]
         self.timed = []
@@ -332,12 +336,13 @@ class _Built:
                 self.timed.append(method)
             except _NotAttempted as exc:
                 row["latency_us"][method.name] = None
-                row["latency_reasons"][method.name] = f"not attempted: {exc}"
+                row["latency_reasons"][method.name] = reason_record("not-attempted", f"not attempted: {exc}")
             except Exception as exc:
                 why = _describe(exc)
                 row["latency_us"][method.name] = None
-                row["latency_reasons"][method.name] = why
-                if isinstance(exc, GraphCaptureError):
+                capture = isinstance(exc, GraphCaptureError)
+                row["latency_reasons"][method.name] = reason_record("capture-failed" if capture else "error", why)
+                if capture:
                     self.capture_failure = f"CUDA graph capture failed ({method.name}): {why}"
             finally:
                 model.block_call, model.head_call = _eager_block, model._head
@@ -345,9 +350,9 @@ class _Built:
             self._gpu_reading(row, method.name)
         if row["extrapolated"] is not None:
             n_small, n_large = counts
-            row["flags"].append(f"extrapolated: {n_large} of {self.config.blocks} blocks fit; each step is "
-                                f"t({n_large}) + ({self.config.blocks} - {n_large}) x (t({n_large}) - t({n_small})) / "
-                                f"{n_large - n_small} (both readings in 'extrapolated')")
+            row["flags"].append(flag_record("extrapolated", f"{n_large} of {self.config.blocks} blocks fit; each step "
+                                            f"is t({n_large}) + ({self.config.blocks} - {n_large}) x (t({n_large}) - "
+                                            f"t({n_small})) / {n_large - n_small} (both readings in 'extrapolated')"))
 
     # -- compiled forms ---------------------------------------------------------------------
     def _step_call(self, model: llama.DecodeModel, tokens: torch.Tensor, n: int, mode: Optional[str]) -> Callable[[], Any]:
@@ -464,30 +469,35 @@ class _Built:
             if row["hbm_floor_us"]:
                 row["floor_fraction"][method] = row["hbm_floor_us"] / step
                 if step < row["hbm_floor_us"]:
-                    row["flags"].append(f"below-floor: {method} {step:.0f} µs is under the HBM floor "
-                                        f"({row['hbm_floor_us']:.0f} µs): the measured bandwidth underestimates this device")
+                    row["flags"].append(flag_record("below-floor", f"{method} {step:.0f} µs is under the HBM floor "
+                                                    f"({row['hbm_floor_us']:.0f} µs): the measured bandwidth "
+                                                    "underestimates this device"))
             if linear is not None:
                 row["remainder_us"][method] = step - linear
                 row["remainder_share"][method] = (step - linear) / step
                 if linear > step * 1.02:
-                    row["flags"].append(f"linear-above-step: Σ linear {linear:.0f} µs exceeds the {method} step "
-                                        f"({step:.0f} µs) by more than 2 %: the layer view overstates this step")
+                    row["flags"].append(flag_record("linear-above-step", f"Σ linear {linear:.0f} µs exceeds the {method} "
+                                                    f"step ({step:.0f} µs) by more than 2 %: the layer view overstates "
+                                                    "this step"))
             if stats["p10"] > 0 and stats["p90"] / stats["p10"] > SCATTER:
-                row["flags"].append(f"noisy: {method} p90/p10 = {stats['p90'] / stats['p10']:.2f} (> {SCATTER})")
+                row["flags"].append(flag_record("noisy", f"{method} p90/p10 = {stats['p90'] / stats['p10']:.2f} "
+                                                f"(> {SCATTER})"))
         for method in getattr(self, "timed", []):  # a decode loop slower than its hand-captured twin
             loop, twin = row["latency_us"].get(method.name), row["latency_us"].get(method.twin or "")
             if method.compiled == "reduce-overhead" and loop and twin and loop["p10"] > twin["p90"]:
-                row["flags"].append(f"reduce-overhead-slower: the decode loop's {loop['median']:.0f} µs/step exceeds "
-                                    f"the hand-captured compiled step ({twin['median']:.0f} µs) beyond both p10-p90 "
-                                    "ranges: the compiled wrapper's host work per call is not hidden")
+                row["flags"].append(flag_record("reduce-overhead-slower", f"the decode loop's {loop['median']:.0f} "
+                                                f"µs/step exceeds the hand-captured compiled step ({twin['median']:.0f} "
+                                                "µs) beyond both p10-p90 ranges: the compiled wrapper's host work per "
+                                                "call is not hidden"))
         if self.compiled and row["compile"] is not None:
             c = row["compile"]
             if c.get("graphs_compiled", 0) == 0:
-                row["flags"].append("not-compiled: torch.compile compiled no graph; the step ran eagerly")
+                row["flags"].append(flag_record("not-compiled", "torch.compile compiled no graph; the step ran eagerly"))
             if c.get("graph_breaks"):
-                row["flags"].append(f"graph-breaks: {c['graph_breaks']} graph break(s) in the compiled step")
+                row["flags"].append(flag_record("graph-breaks", f"{c['graph_breaks']} graph break(s) in the compiled step"))
             if c.get("cudagraph_skips"):
-                row["flags"].append(f"cudagraphs-skipped: reduce-overhead skipped CUDA graphs {c['cudagraph_skips']} time(s)")
+                row["flags"].append(flag_record("cudagraphs-skipped", f"reduce-overhead skipped CUDA graphs "
+                                                f"{c['cudagraph_skips']} time(s)"))
 
     def _gpu_reading(self, row: dict, method: str) -> None:
         if self.device.type != "cuda":
@@ -503,7 +513,8 @@ class _Built:
         state.setdefault("by_method", {})[method] = reading
         row["gpu_state"] = state
         if reading.get("throttle_reasons"):
-            row["flags"].append(f"throttled: {', '.join(reading['throttle_reasons'])} active right after {method}")
+            row["flags"].append(flag_record("throttled", f"{', '.join(reading['throttle_reasons'])} active right "
+                                            f"after {method}"))
 
 
 class _NotAttempted(Exception):

@@ -15,8 +15,8 @@ from typing import Callable, Optional, Sequence
 
 from tabulate import tabulate
 
-from qbench.row import Stats
-from qbench.step.row import SCATTER, StepRow
+from qbench.row import FLAG_MEANINGS, Stats
+from qbench.step.row import StepRow
 from qbench.timing import registry
 from qbench.timing.stats import verdict
 
@@ -137,7 +137,7 @@ def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
         rec["×base (Σ lin)"] = lsp.get(r.key)
         err = r.error or {}
         rec["logits err"], rec["KL"], rec["top-1"] = err.get("rel_fro"), err.get("kl_div"), err.get("top1_agree")
-        rec["flags"] = ", ".join(r.flag_names)
+        rec["flags"] = ", ".join(f.name for f in r.flags)
         rec["reason"] = r.reason
         out.append(rec)
     return out
@@ -292,7 +292,7 @@ def model_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
                     "linear_us": (r.linear or {}).get("sum_us"),
                     "rest_share": r.remainder_share.get(method) if method else None,
                     "speedup": dict(sp.get(r.key, {})), "linear_speedup": lsp.get(r.key),
-                    "reasons": dict(r.latency_reasons)})
+                    "reasons": {m: why.text for m, why in r.latency_reasons.items()}})
     return out
 
 
@@ -333,11 +333,9 @@ TIMING_FLAGS = ("throttled", "noisy")
 
 
 def step_stats(row: StepRow, method: str) -> Optional[Stats]:
-    """The row's ``method`` reading as :class:`qbench.row.Stats` (median, p10, p90), or None."""
+    """The row's ``method`` reading (:class:`qbench.row.Stats`), or None."""
     got = row.latency_us.get(method)
-    if not got or got.get("median") is None:
-        return None
-    return Stats(median=got["median"], p10=got.get("p10"), p90=got.get("p90"))
+    return got if got is not None and got.median is not None else None
 
 
 def linear_stats(row: StepRow) -> Optional[Stats]:
@@ -384,26 +382,9 @@ def _tie_break(group: Sequence[StepRow], previous: Optional[str]) -> StepRow:
                                      (r.bytes or {}).get("total", inf), r.step_us(decision_method(r))))
 
 
-#: What each flag of a step row means, in the words a reader of ``recommend`` needs (the row's own
-#: flag text has the figures; qbench.step.measure writes them).
-FLAG_MEANINGS = {
-    "throttled": "the GPU limited its clocks (power or thermal cap) right after the reading",
-    "noisy": f"a step method's p90/p10 above {SCATTER}",
-    "reduce-overhead-slower": "the reduce-overhead decode loop is slower than the hand-captured compiled step "
-                              "beyond noise (its host work is not hidden)",
-    "linear-above-step": "Σ linear exceeds the measured step: the layer view overstates this scheme's linear time",
-    "below-floor": "a step reads under its HBM floor: the timing is wrong or the bytes are miscounted",
-    "extrapolated": "too few blocks fit: the step is extrapolated linearly from two block counts",
-    "extrapolated-from-one": "only one block fits: the step is scaled from it, not measured at two block counts",
-    "not-compiled": "torch.compile compiled no graph: the 'compiled' step ran eagerly",
-    "graph-breaks": "the compiled step has graph breaks: part of it runs eagerly between graphs",
-    "cudagraphs-skipped": "reduce-overhead skipped CUDA graphs: its loop time includes launches",
-}
-
-
 def flag_legend(names: Sequence[str]) -> str:
-    """``[name]: meaning`` for each of ``names`` that :data:`FLAG_MEANINGS` knows, in order, each
-    once, joined by ``; `` (``""`` when none is known)."""
+    """``[name]: meaning`` for each of ``names`` that :data:`qbench.row.FLAG_MEANINGS` knows, in order,
+    each once, joined by ``; `` (``""`` when none is known)."""
     return "; ".join(f"[{f}]: {FLAG_MEANINGS[f]}" for f in dict.fromkeys(names) if f in FLAG_MEANINGS)
 
 

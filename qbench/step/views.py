@@ -24,8 +24,8 @@ from qbench.render import Column, fit, narrow, render, synthetic_step_warning, w
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
+from qbench.row import SCATTER
 from qbench.step import view as step_view
-from qbench.step.row import SCATTER
 from qbench.step.view import decision_method
 
 __all__ = ["disagreements", "model_view", "plot_context", "plot_view", "recommend_view", "report_view", "run_view"]
@@ -423,7 +423,7 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
             print(say(visible(line)))
     untimed = sorted({r.scheme for r in rows if r.status == "ok" and step_view.decision_method(r) is None})
     for scheme in untimed:
-        why = next((t for r in rows if r.scheme == scheme for t in r.latency_reasons.values()), "no step time")
+        why = next((t.text for r in rows if r.scheme == scheme for t in r.latency_reasons.values()), "no step time")
         print(say(visible(f"note: {scheme} has no step time: {why[:160]}")))
     for note in notes:
         print(say(visible(f"note: {note}")))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from qbench.row import Flag
 from qbench.step.row import StepRow
 from qbench.step.view import recommend, tied
 
@@ -59,6 +60,7 @@ def test_a_context_without_a_pick_passes_the_last_pick_on():
 
 def test_tied_rows_carry_their_timing_flags():
     a, b = _row("a", 128, 100.0, 99.0, 101.0, 0.1), _row("b", 128, 100.5, 100.0, 102.0, 0.2)
-    b.flags.extend(["throttled: sw_power_cap active right after step_graph", "throttled: again", "noisy: x"])
+    b.flags.extend([Flag(name="throttled", text="sw_power_cap active right after step_graph"),
+                    Flag(name="throttled", text="again"), Flag(name="noisy", text="x")])
     (rec,) = recommend([a, b], max_rel_err=0.5)
     assert rec["timing_flags"] == {"b": ["throttled", "noisy"]}
