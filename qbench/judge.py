@@ -14,7 +14,7 @@ import os
 from typing import Optional, Sequence
 
 from qbench.results import ResultDoc
-from qbench.row import Row, Stats
+from qbench.row import NOISY_CV, Row, Stats, is_noisy_cv  # noqa: F401  (NOISY_CV: readers import it here)
 from qbench.timing import registry
 from qbench.timing.stats import verdict  # noqa: F401  (the rule lives with the statistics; readers import it here)
 
@@ -68,9 +68,6 @@ UNUSABLE = "unusable in a graph-captured decode loop"
 #: with the host.
 CAPTURE_KINDS = frozenset({"capture-failed", "not-attempted", "host-sync"})
 
-#: Coefficient of variation above which a reading is noisy: the spread is then too wide for the
-#: median alone to rank schemes (this project's threshold; tables mark the cell ``*``).
-NOISY_CV = 0.25
 
 
 # ---- which method --------------------------------------------------------------------------------
@@ -207,19 +204,20 @@ def unusable_note(pairs: Sequence[tuple[str, Optional[int]]], method: str) -> Op
 
 
 def is_noisy(row: Row, method: str) -> bool:
-    """True when ``latency_us[method].cv`` exceeds :data:`NOISY_CV` (whatever the row's status)."""
+    """True when ``latency_us[method].cv`` exceeds :data:`qbench.row.NOISY_CV` (whatever the row's
+    status): the one noise rule (:func:`qbench.row.is_noisy_cv`), for a row of any job kind."""
     stats = row.latency_us.get(method)
-    cv = stats.cv if stats is not None else None
-    return cv is not None and cv > NOISY_CV
+    return is_noisy_cv(stats.cv if stats is not None else None)
 
 
 def row_caveats(row: Row, stats: Optional[Stats]) -> list[str]:
     """What could mislead a reader of one row's time: its flags by name (``cpu-busy``,
     ``throttled``, ``repacked``, ...) and ``noisy (cv X)`` when ``stats``' cv exceeds
-    :data:`NOISY_CV`. Readers that compare rows (compare, recommend) print these next to the row."""
+    :data:`NOISY_CV` (:func:`qbench.row.is_noisy_cv`). Readers that compare rows (compare,
+    recommend) print these next to the row."""
     said = row.flag_names
     cv = stats.cv if stats is not None else None
-    if cv is not None and cv > NOISY_CV:
+    if is_noisy_cv(cv):
         said.append(f"noisy (cv {cv:.2f})")
     return said
 

@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from qbench import SCHEMA_VERSION, jobs
-from qbench.row import Num, Row, RowError, row_key, validate_row
+from qbench.row import NOISY_CV, Num, Row, RowError, flag_record, is_noisy_cv, row_key, validate_row
 
 __all__ = [
     "Ceilings",
@@ -43,6 +43,7 @@ __all__ = [
     "ScenarioInfo",
     "finite_or_none",
     "read_results",
+    "renoise_row",
     "upgrade_prose_row",
     "write_results",
 ]
@@ -269,8 +270,48 @@ def _current(rows: list, version: Any) -> list:
     reason stays refused)."""
     if not isinstance(version, int) or version >= SCHEMA_VERSION:
         return rows
-    return [upgrade_prose_row(r) if isinstance(r, dict) and version <= _PROSE_UNTIL.get(r.get("job"), 1) else r
-            for r in rows]
+    out = []
+    for r in rows:
+        if isinstance(r, dict) and version <= _PROSE_UNTIL.get(r.get("job"), 1):
+            r = upgrade_prose_row(r)
+        if isinstance(r, dict) and version <= _OTHER_NOISE_RULE_UNTIL.get(r.get("job"), 0):
+            r = renoise_row(r)
+        out.append(r)
+    return out
+
+
+#: The newest schema in which a row of each job kind flagged ``noisy`` by another rule than
+#: :func:`qbench.row.is_noisy_cv` (the model step: a method's p90 / p10 above 1.25).
+_OTHER_NOISE_RULE_UNTIL = {"step": 2}
+
+
+def renoise_row(row: dict) -> dict:
+    """``row`` (a dict with structured ``flags``) with its ``noisy`` flags decided again by the one
+    noise rule (:func:`qbench.row.is_noisy_cv` on each ``latency_us.<method>.cv``): a ``noisy`` flag
+    whose method (its text's first word) is not noisy by that rule goes, one that is keeps its place
+    with the rule's words, and a noisy method without a flag gets one at the end. Other keys are
+    unchanged."""
+    latency = row.get("latency_us")
+    flags = row.get("flags")
+    if not isinstance(latency, dict) or not isinstance(flags, list):
+        return row
+    cvs = {m: s.get("cv") for m, s in latency.items() if isinstance(s, dict)}
+    noisy = [m for m, cv in cvs.items() if isinstance(cv, (int, float)) and is_noisy_cv(cv)]
+
+    def said(method: str) -> dict:
+        return flag_record("noisy", f"{method} cv = {cvs[method]:.2f} (> {NOISY_CV})")
+
+    out, flagged = [], set()
+    for f in flags:
+        if isinstance(f, dict) and f.get("name") == "noisy":
+            method = str(f.get("text", "")).split(" ", 1)[0]
+            if method in noisy and method not in flagged:
+                out.append(said(method))
+                flagged.add(method)
+            continue
+        out.append(f)
+    out += [said(m) for m in noisy if m not in flagged]
+    return {**row, "flags": out}
 
 
 def _prose_reason(text: str) -> dict:

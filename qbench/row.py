@@ -60,14 +60,15 @@ __all__ = [
     "Reason",
     "IDENTITY",
     "LEGACY",
+    "NOISY_CV",
     "Row",
     "RowError",
-    "SCATTER",
     "Stats",
     "TP_ROW_FIELDS",
     "check_row",
     "check_extras",
     "field_paths",
+    "is_noisy_cv",
     "flag_record",
     "known_methods",
     "reason_record",
@@ -402,9 +403,17 @@ REASON_KINDS = ("capture-failed", "not-attempted", "host-sync", "cuda-only", "cp
 ReasonKind = Literal["capture-failed", "not-attempted", "host-sync", "cuda-only", "cpu-only", "copies", "error",
                      "not-timed", "other"]
 
-#: A step method's p90 / p10 above which the model-step worker flags its reading ``noisy`` (project
-#: choice; the layer tables mark a reading by its cv, :data:`qbench.judge.NOISY_CV`).
-SCATTER = 1.25
+#: Coefficient of variation (stdev / mean of a method's samples) above which a reading is noisy: its
+#: spread is then too wide for the median alone to rank schemes. The one noise rule of every job kind
+#: (project choice): layer tables mark such a cell ``*``, :mod:`qbench.judge` names it beside a pick,
+#: the model-step worker flags the row ``noisy``.
+NOISY_CV = 0.25
+
+
+def is_noisy_cv(cv: Optional[float]) -> bool:
+    """True when the coefficient of variation ``cv`` of a reading (``Stats.cv``; None: not known)
+    exceeds :data:`NOISY_CV`."""
+    return cv is not None and cv > NOISY_CV
 
 #: What can mislead a reader about an ``ok`` row (``flags[].name``), one meaning each, in the words a
 #: reader of a table needs (the flag's own ``text`` has the figures). One vocabulary for every job
@@ -418,7 +427,7 @@ FLAG_MEANINGS: dict[str, str] = {
     "cpu-busy": "CPU threads exceed the free cores",
     "input-fault": "a NaN/Inf or all-zero weight, or activations that overflow the activation dtype when cast: the "
                    "input's fault, not the scheme's",
-    "noisy": f"a step method's p90/p10 above {SCATTER}",
+    "noisy": f"a reading's cv (stdev/mean) is over {NOISY_CV:.0%}: its spread is too wide for the median alone",
     "reduce-overhead-slower": "the reduce-overhead decode loop is slower than the hand-captured compiled step "
                               "beyond noise (its host work is not hidden)",
     "linear-above-step": "Σ linear exceeds the measured step: the layer view overstates this scheme's linear time",

@@ -46,7 +46,7 @@ from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger
 from qbench.step import floor, llama
 from qbench.step.config import StepModelConfig, shape_reason
-from qbench.row import SCATTER, flag_record, reason_record
+from qbench.row import NOISY_CV, flag_record, is_noisy_cv, reason_record
 from qbench.step.row import StepRow
 from qbench.step.spec import check as check_spec
 from qbench.timing.settings import TimingSettings
@@ -479,9 +479,8 @@ class _Built:
                     row["flags"].append(flag_record("linear-above-step", f"Σ linear {linear:.0f} µs exceeds the {method} "
                                                     f"step ({step:.0f} µs) by more than 2 %: the layer view overstates "
                                                     "this step"))
-            if stats["p10"] > 0 and stats["p90"] / stats["p10"] > SCATTER:
-                row["flags"].append(flag_record("noisy", f"{method} p90/p10 = {stats['p90'] / stats['p10']:.2f} "
-                                                f"(> {SCATTER})"))
+            if is_noisy_cv(stats.get("cv")):
+                row["flags"].append(flag_record("noisy", f"{method} cv = {stats['cv']:.2f} (> {NOISY_CV})"))
         for method in getattr(self, "timed", []):  # a decode loop slower than its hand-captured twin
             loop, twin = row["latency_us"].get(method.name), row["latency_us"].get(method.twin or "")
             if method.compiled == "reduce-overhead" and loop and twin and loop["p10"] > twin["p90"]:

@@ -24,7 +24,7 @@ from qbench.render import Column, fit, narrow, render, synthetic_step_warning, w
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
-from qbench.row import SCATTER
+from qbench.row import FLAG_MEANINGS
 from qbench.step import view as step_view
 from qbench.step.view import decision_method
 
@@ -189,7 +189,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
                                          "the smaller context's, else the lower logits error, then fewer bytes: "
                                          + "; ".join(tied)
                                          + ("; [throttled]: the GPU limited its clocks right after the reading, "
-                                            f"[noisy]: its p90/p10 above {SCATTER}" if flagged else ""))))
+                                            f"[noisy]: {FLAG_MEANINGS['noisy']}" if flagged else ""))))
             flagged, seen = [], []
             for r in rec:
                 if not r["pick"] or not (r["pick_flags"] or r["baseline_flags"]):

@@ -146,7 +146,8 @@ def test_recommend_names_the_ties_under_the_table(capsys):
     assert run_subcommand(recommend, "recommend", STEP_8B, "--max-rel-err", "0.5") == 0
     flat = " ".join(capsys.readouterr().out.split())
     assert "tied with the fastest within noise (p10–p90 overlap)" in flat
-    assert ("M=1 ctx=128: fp8-weight-only+compiled picked from fp8-weight-only+compiled [throttled, noisy], "
+    # (the file flagged its loop noisy by p90/p10 1.58; its cv, 0.19, is within the one noise rule)
+    assert ("M=1 ctx=128: fp8-weight-only+compiled picked from fp8-weight-only+compiled [throttled], "
             "int4-weight-only+compiled (fastest median)") in flat
 
 
