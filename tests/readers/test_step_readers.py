@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from qbench import SCHEMA_VERSION, judge
 from qbench.readers import compare, model, plot, recommend, report
-from qbench import SCHEMA_VERSION
 from qbench.results import ResultDoc, read_results, upgrade_prose_row, write_results
 from qbench.step import view, views
 from qbench.row import FLAG_MEANINGS
@@ -291,9 +291,9 @@ def test_recommend_prints_the_flags_the_synthetic_weights_and_whether_picks_hold
 def test_pick_stability_by_hand():
     a = [{"m": 1, "context": 128, "pick": "x"}, {"m": 1, "context": 4096, "pick": "y"}, {"m": 16, "context": 128, "pick": None}]
     b = [{"m": 1, "context": 128, "pick": "z"}, {"m": 1, "context": 4096, "pick": "y"}]
-    assert view.pick_stability([a, b]) == [{"m": 1, "context": 128, "picks": ["x", "z"], "holds": False},
+    assert judge.pick_stability([a, b]) == [{"m": 1, "context": 128, "picks": ["x", "z"], "holds": False},
                                            {"m": 1, "context": 4096, "picks": ["y", "y"], "holds": True}]
-    assert view.pick_stability([]) == []
+    assert judge.pick_stability([]) == []
 
 
 def test_every_flag_in_the_committed_step_files_has_a_meaning():

@@ -1,10 +1,12 @@
-"""qbench.step.view's decision rules on hand-made step rows: ties within noise and the pick among them."""
+"""The model step's decisions (qbench.judge's rules, through qbench.step.view.recommend) on hand-made
+step rows: ties within noise and the pick among them."""
 
 from __future__ import annotations
 
 from qbench.row import Flag
 from qbench.step.row import StepRow
-from qbench.step.view import recommend, tied
+from qbench.judge import tied
+from qbench.step.view import recommend
 
 
 def _row(scheme, context, median, p10, p90, err, total_bytes=1000):
