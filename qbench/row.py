@@ -67,6 +67,8 @@ __all__ = [
     "TP_ROW_FIELDS",
     "check_row",
     "check_extras",
+    "dtype_name",
+    "failed_rows",
     "field_paths",
     "is_noisy_cv",
     "flag_record",
@@ -893,7 +895,7 @@ def schema_markdown() -> str:
     return "\n".join(out)
 
 
-# ---- a row's reason from an exception (producers of every job kind) ----------------------------
+# ---- what every job kind's producer writes into its rows: a reason from an exception, a failed row --
 
 def first_and_last_line(text: str) -> str:
     """The first and the last non-blank line of ``text`` joined by " … " (one line when there is
@@ -911,3 +913,17 @@ def describe_exception(exc: BaseException, limit: int = 300) -> str:
     message = first_and_last_line(str(exc))
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def failed_rows(rows: list[dict], status: str, reason: str) -> list[dict]:
+    """Mark every row of ``rows`` (row dicts of any job kind) ``status`` (``skipped`` or ``failed``)
+    with ``reason`` (one line: its first and last line, at most 400 characters); returns ``rows``."""
+    text = first_and_last_line(reason) or status
+    for row in rows:
+        row["status"], row["reason"] = status, text[:400]
+    return rows
+
+
+def dtype_name(dtype: Any) -> str:
+    """A torch dtype as rows name it: ``torch.bfloat16`` -> ``"bfloat16"`` (torch-free: its ``str``)."""
+    return str(dtype).removeprefix("torch.")

@@ -46,8 +46,10 @@ from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger
 from qbench.step import floor, llama
 from qbench.step.config import StepModelConfig, shape_reason
-from qbench.row import NOISY_CV, flag_record, is_noisy_cv, reason_record
-from qbench.step.row import StepRow
+from qbench.gpu_state import record_reading
+from qbench.row import (NOISY_CV, describe_exception, dtype_name, failed_rows, flag_record, is_noisy_cv,
+                        reason_record)
+from qbench.step.row import StepRow, check_rows
 from qbench.step.spec import check as check_spec
 from qbench.timing.settings import TimingSettings
 
@@ -59,10 +61,6 @@ PREFILL_CHUNK = 4096
 
 #: One INFO line per phase, before the phase: a worker's log file ends with the phase it is in.
 log = logging.getLogger("qbench.step")
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
@@ -77,27 +75,8 @@ def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
     return [StepRow(**source, scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
                     options=entry.options.model_dump(exclude={"label", "mode"}), model=spec.name or spec.config or spec.checkpoint,
                     title=config.title, m=m, context=context, device=str(device), weight_dtype=scheme.weight_dtype,
-                    activation_dtype=_dtype_name(scheme.activation_dtype), lm_head=lm, blocks=config.blocks,
+                    activation_dtype=dtype_name(scheme.activation_dtype), lm_head=lm, blocks=config.blocks,
                     ).model_dump() for context in spec.context for m in scenario.m]
-
-
-def _fail(rows: list[dict], status: str, reason: str) -> list[dict]:
-    for row in rows:
-        if row["status"] == "ok":
-            row["status"], row["reason"] = status, reason.splitlines()[0][:400] if reason.strip() else status
-    return rows
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
-
-
-def _checked(rows: list[dict]) -> list[dict]:
-    """``rows`` themselves, each checked against :class:`StepRow` (pydantic's error names the key)."""
-    for row in rows:
-        StepRow.model_validate(row)
-    return rows
 
 
 def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
@@ -105,9 +84,21 @@ def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
     """Rows (one per context and M) for ``scenario.schemes[entry_index]`` on ``device``.
 
     Never raises for the scheme's own failure: an unavailable scheme gives ``skipped`` rows, an
-    exception while building gives ``failed`` rows, one while measuring a row fails that row.
-    Every row is checked against :class:`qbench.step.row.StepRow`.
+    exception while building gives ``failed`` rows, one while measuring a row fails that row (the
+    producers' :func:`qbench.row.failed_rows`, the exception by
+    :func:`qbench.row.describe_exception`). The rows are checked once, by the step job's row check
+    (:func:`qbench.step.row.check_rows`).
+
+    Raises:
+        qbench.results.ResultsError: a row that does not fit :class:`qbench.step.row.StepRow` (a bug
+            in the producer: the worker fails loudly instead of writing a row readers would misread).
     """
+    rows = _measure(scenario, entry_index, device, ceilings)
+    check_rows(rows, "step worker")
+    return rows
+
+
+def _measure(scenario: Any, entry_index: int, device: torch.device, ceilings: Optional[dict]) -> list[dict]:
     entry = scenario.schemes[entry_index]
     scheme = get_scheme(entry.name)
     spec = scenario.model
@@ -117,13 +108,13 @@ def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
               or compile_info.cpu_compile_reason(entry.options.mode, device.type))
     reason = reason or shape_reason(config, scheme, entry.options, spec.lm_head and spec.quantize_lm_head)
     if reason:
-        return _checked(_fail(rows, "skipped", reason))
+        return failed_rows(rows, "skipped", reason)
     for row in rows:
         m_reason = scheme.m_reason(row["m"], device, entry.options)
         if m_reason:
-            _fail([row], "skipped", m_reason)
+            failed_rows([row], "skipped", m_reason)
     if all(r["status"] != "ok" for r in rows):
-        return _checked(rows)
+        return rows
     torch.manual_seed(scenario.seed)
     if entry.options.mode == "compiled" and device.type == "cuda":
         log.info("%s: starting Inductor's compile pool", entry.label)
@@ -133,7 +124,8 @@ def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
     try:
         built = _Built(scenario, config, scheme, entry, device)
     except Exception as exc:  # the scheme could not be built here: failed rows, the run goes on
-        return _checked(_fail(rows, "failed", f"build: {_describe(exc)}"))
+        failed_rows([r for r in rows if r["status"] == "ok"], "failed", f"build: {describe_exception(exc)}")
+        return rows  # (a row skipped for its M stays skipped)
     build_s = time.perf_counter() - t0
     with torch.inference_mode():
         for context in spec.context:
@@ -144,19 +136,19 @@ def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
             try:
                 prompt_cache = built.prefill(context)
             except Exception as exc:
-                _fail(todo, "failed", f"prefill: {_describe(exc)}")
+                failed_rows(todo, "failed", f"prefill: {describe_exception(exc)}")
                 continue
             for row in todo:
                 t1 = time.perf_counter()
                 try:
                     built.measure(row, prompt_cache, ceilings)
                 except Exception as exc:
-                    _fail([row], "failed", f"run: {_describe(exc)}")
+                    failed_rows([row], "failed", f"run: {describe_exception(exc)}")
                 row["worker_phases_s"] = {"build": build_s, "row": time.perf_counter() - t1}
             del prompt_cache
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    return _checked(rows)
+    return rows
 
 
 class _Built:
@@ -338,7 +330,7 @@ class _Built:
                 row["latency_us"][method.name] = None
                 row["latency_reasons"][method.name] = reason_record("not-attempted", f"not attempted: {exc}")
             except Exception as exc:
-                why = _describe(exc)
+                why = describe_exception(exc)
                 row["latency_us"][method.name] = None
                 capture = isinstance(exc, GraphCaptureError)
                 row["latency_reasons"][method.name] = reason_record("capture-failed" if capture else "error", why)
@@ -347,7 +339,7 @@ class _Built:
             finally:
                 model.block_call, model.head_call = _eager_block, model._head
                 row["worker_phases_s"] = {**row["worker_phases_s"], method.name: time.perf_counter() - t0}
-            self._gpu_reading(row, method.name)
+            record_reading(row, method.name, self.device)
         if row["extrapolated"] is not None:
             n_small, n_large = counts
             row["flags"].append(flag_record("extrapolated", f"{n_large} of {self.config.blocks} blocks fit; each step "
@@ -442,7 +434,7 @@ class _Built:
                 record["stream"] = stats.to_dict()
                 record["copies"] = len(mods)
             except Exception as exc:
-                record["reason"] = f"not attempted: {exc}" if isinstance(exc, _NotAttempted) else _describe(exc)
+                record["reason"] = f"not attempted: {exc}" if isinstance(exc, _NotAttempted) else describe_exception(exc)
             by_role[role] = record
             if record["stream"] is None or total is None:
                 total = None
@@ -497,23 +489,6 @@ class _Built:
             if c.get("cudagraph_skips"):
                 row["flags"].append(flag_record("cudagraphs-skipped", f"reduce-overhead skipped CUDA graphs "
                                                 f"{c['cudagraph_skips']} time(s)"))
-
-    def _gpu_reading(self, row: dict, method: str) -> None:
-        if self.device.type != "cuda":
-            return
-        try:
-            from qbench import gpu_state
-        except ImportError:
-            return
-        reading = gpu_state.read_gpu_state(self.device.index or 0)
-        if reading is None:
-            return
-        state = row["gpu_state"] or {}
-        state.setdefault("by_method", {})[method] = reading
-        row["gpu_state"] = state
-        if reading.get("throttle_reasons"):
-            row["flags"].append(flag_record("throttled", f"{', '.join(reading['throttle_reasons'])} active right "
-                                            f"after {method}"))
 
 
 class _NotAttempted(Exception):
