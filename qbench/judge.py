@@ -380,9 +380,6 @@ def tie_band(stats, repeats, method: str) -> Optional[float]:
 
 # ---- runs of one row: run --repeat and several files ---------------------------------------------
 
-R = TypeVar("R", bound=Any)
-
-
 def _row_medians(row: Any) -> tuple[int, int, dict[str, list[float]]]:
     """(runs, ok runs, {method: medians, µs}) of one row: its ``repeats``, or the row as one run."""
     if row.repeats is not None:
@@ -394,7 +391,7 @@ def _row_medians(row: Any) -> tuple[int, int, dict[str, list[float]]]:
     return 1, int(ok), medians
 
 
-def combine_repeats(rows: Sequence[R]) -> tuple[int, Repeats]:
+def combine_repeats(rows: Sequence[T]) -> tuple[int, Repeats]:
     """The runs of one row identity (``rows``: typed rows of any job kind with ``status``,
     ``latency_us`` and ``repeats``, in run or file order) as one: the index of the base row (the
     first ``ok`` row timed by the most methods, else the first row) and the :class:`Repeats` of all
@@ -422,7 +419,7 @@ def combine_repeats(rows: Sequence[R]) -> tuple[int, Repeats]:
     return base, Repeats(runs=runs, ok_runs=ok_runs, medians=medians, spread=spread)
 
 
-def combine_rows(rows: Sequence[R]) -> R:
+def combine_rows(rows: Sequence[T]) -> T:
     """One row of several runs' or files' rows of one identity: the base row of
     :func:`combine_repeats` with its ``repeats``. A single row is returned as it is."""
     if len(rows) == 1:
