@@ -9,4 +9,4 @@ latency and the error against an FP32 (float64-accumulated) reference.
 __version__ = "0.1.0"
 
 #: Version of the result JSON written by :mod:`qbench.results`; readers refuse other versions.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from qbench.row import flag_record
+
 
 def _pci_bus_id(device_index: int) -> str | None:
     """NVML PCI bus id ("00000000:19:00.0") of torch's CUDA device `device_index`, so that
@@ -178,3 +180,21 @@ def clock_dropped(before: dict | None, after: dict | None, tolerance: float = 0.
     if not b or a is None:
         return False
     return a < b * (1.0 - tolerance)
+
+
+def record_reading(row: dict, method: str, device: Any) -> None:
+    """A fresh reading (:func:`read_gpu_state`) right after ``method``'s last sample into
+    ``row["gpu_state"]["by_method"][method]`` (``row``: a row dict of any job kind; ``device``: a
+    ``torch.device``), and a ``throttled`` flag when a slow-down reason (power cap, thermal, ...) was
+    active. Nothing on a CPU device or when NVML gives no reading."""
+    if device.type != "cuda":
+        return
+    reading = read_gpu_state(device.index or 0)
+    if reading is None:
+        return
+    state = row.get("gpu_state") or {}
+    state.setdefault("by_method", {})[method] = reading
+    row["gpu_state"] = state
+    active = reading.get("throttle_reasons") or []
+    if active:
+        row["flags"].append(flag_record("throttled", f"{', '.join(active)} active right after {method}"))

@@ -1,9 +1,12 @@
-"""The decisions readers make about rows, in one place: which timing method a file is read by,
-whether two readings differ beyond their noise, why a scheme has no graph-captured time, what
-could mislead a reader of a row, and which machine a file comes from.
+"""The decisions readers make about rows, in one place, for every job kind: which timing method a
+file (or a model-step row) is read by, whether two readings differ beyond their noise (one noise
+rule), which scheme is picked among those tied within noise, whether a pick holds across runs,
+why a scheme has no graph-captured time, what could mislead a reader of a row, and which machine
+a file comes from.
 
-Every function takes the typed result (:class:`qbench.results.ResultDoc`,
-:class:`qbench.row.Row`, :class:`qbench.row.Stats`) and is pure. The readers
+Every function takes the typed result (:class:`qbench.results.ResultDoc`, its rows —
+:class:`qbench.row.Row` or a job's own row on the same parts, e.g. the model step's —,
+:class:`qbench.row.Stats`) and is pure. The readers
 (:mod:`qbench.readers`) and the renderers (:mod:`qbench.render`) call these; none of them decides
 on its own.
 """
@@ -11,10 +14,12 @@ on its own.
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+import statistics
+from typing import Any, Callable, Hashable, Mapping, Optional, Sequence, TypeVar
 
+from qbench import jobs
 from qbench.results import ResultDoc
-from qbench.row import Row, Stats
+from qbench.row import NOISY_CV, Repeats, Row, Stats, is_noisy_cv  # noqa: F401  (NOISY_CV: readers import it here)
 from qbench.timing import registry
 from qbench.timing.stats import verdict  # noqa: F401  (the rule lives with the statistics; readers import it here)
 
@@ -29,19 +34,27 @@ __all__ = [
     "STORED_BYTES_RTOL",
     "UNUSABLE",
     "capture_failure",
+    "combine_repeats",
+    "combine_rows",
     "common_method",
+    "decision_method",
+    "decision_stats",
     "incomplete_warning",
     "is_noisy",
     "machine_of",
     "methods_present",
     "pareto_front",
+    "pick_stability",
+    "pick_within_noise",
     "resolve_method",
     "row_caveats",
     "shape_order",
     "HOST_CLOCK_METHOD",
     "by_shape",
+    "tied",
     "unusable_note",
     "verdict",
+    "within_noise",
 ]
 
 #: The CPU method every CPU row has (CPU rows may also have ``stream``).
@@ -68,17 +81,16 @@ UNUSABLE = "unusable in a graph-captured decode loop"
 #: with the host.
 CAPTURE_KINDS = frozenset({"capture-failed", "not-attempted", "host-sync"})
 
-#: Coefficient of variation above which a reading is noisy: the spread is then too wide for the
-#: median alone to rank schemes (this project's threshold; tables mark the cell ``*``).
-NOISY_CV = 0.25
 
 
 # ---- which method --------------------------------------------------------------------------------
 
 def methods_present(rows: Sequence[Row]) -> list[str]:
-    """Timing methods with at least one non-null STATS in ``rows``, in the registry's order
-    (``stream``, ``cold``, ``warm``, ``eager``, ``kernel``, ``cpu``), unknown names last."""
-    seen = {m for r in rows for m, s in r.latency_us.items() if s is not None}
+    """Timing methods with at least one STATS with a median in ``rows`` (of any job kind), in the
+    registry's order (``stream``, ``cold``, ``warm``, ``eager``, ``kernel``, ``cpu``, then the
+    model step's ``step_graph``, ``step_compiled``, ``step_reduce_overhead``, ``step_cpu``),
+    unknown names last."""
+    seen = {m for r in rows for m, s in r.latency_us.items() if s is not None and s.median is not None}
     order = list(registry.METHODS)
     return [m for m in order if m in seen] + sorted(seen - set(order))
 
@@ -104,6 +116,21 @@ def resolve_method(doc: ResultDoc, requested: Optional[str],
         return default, None
     return fallback, (f"no {default} latency in this file: an older result, or {default} not timed; "
                       f"using {fallback} times")
+
+
+def decision_method(row: Any) -> Optional[str]:
+    """The method a decision about one row of a job read row by row (the model step: each row by its
+    own best form) reads: the first of the registry's decision order for the row's job
+    (:func:`qbench.timing.registry.decision_order`; ``row.job``, the layer job without one) the row
+    has a median for, or None."""
+    order = registry.decision_order(getattr(row, "job", None) or jobs.DEFAULT)
+    return next((m for m in order if (s := row.latency_us.get(m)) is not None and s.median is not None), None)
+
+
+def decision_stats(row: Any) -> Optional[Stats]:
+    """The row's STATS by its :func:`decision_method`, or None."""
+    method = decision_method(row)
+    return row.latency_us.get(method) if method else None
 
 
 def common_method(a: ResultDoc, b: ResultDoc, requested: Optional[str]) -> tuple[str, Optional[str]]:
@@ -172,6 +199,67 @@ def tie_note(ra: Row, rb: Row, method: str) -> Optional[str]:
     return f"between-run spread {band:.0%}" if band is not None else "between-run spread"
 
 
+T = TypeVar("T")
+
+
+def tied(candidates: Sequence[T], best: T, reading: Callable[[T], Optional[Stats]] = decision_stats) -> list[T]:
+    """The items of ``candidates`` (``best`` itself excluded) whose ``reading`` is the same as
+    ``best``'s within noise: :func:`verdict` says ``same`` (their p10-p90 intervals overlap). By
+    default each row by its own :func:`decision_method`; an item without a reading is never tied.
+    Order kept."""
+    return [c for c in candidates if c is not best and within_noise(best, c, reading)]
+
+
+def within_noise(a: T, b: T, reading: Callable[[T], Optional[Stats]] = decision_stats) -> bool:
+    """True when ``a`` and ``b`` both have a ``reading`` and :func:`verdict` finds them the same
+    (p10-p90 overlap): by default each row by its own :func:`decision_method`."""
+    mine, theirs = reading(a), reading(b)
+    return mine is not None and theirs is not None and verdict(mine, theirs) == "same"
+
+
+def pick_within_noise(candidates: Sequence[T], *, time: Callable[[T], float],
+                      same: Callable[[T, T], bool], error: Callable[[T], Optional[float]],
+                      size: Callable[[T], Optional[float]], name: Callable[[T], str],
+                      previous: Optional[str] = None) -> tuple[Optional[T], Optional[T], Optional[T], list[T]]:
+    """The pick among ``candidates`` (each within the error budget, with a time): the fastest by
+    ``time`` (µs, first wins on equal times), the group of candidates ``same`` as it within noise
+    (the fastest first, then the rest in the given order), and in that group the one named
+    ``previous`` (the pick of the neighbouring problem: M for a layer, the next smaller context
+    for a model step; a deployment stores one weight format, so a pick does not flip inside
+    noise), else the lowest ``error``, then the fewest ``size`` bytes, then the lowest ``time``
+    (None: unknown, ranked last). A median difference inside the runs' own spread is no reason to
+    accept a larger error.
+
+    Returns ``(pick, by_rank, fastest, group)``: ``by_rank`` is the group's best by error / bytes /
+    time (the pick unless ``previous`` kept another); all None and ``[]`` without candidates."""
+    if not candidates:
+        return None, None, None, []
+    fastest = min(candidates, key=time)
+    group = [fastest, *(c for c in candidates if c is not fastest and same(fastest, c))]
+    inf = float("inf")
+    by_rank = min(group, key=lambda c: (_or(error(c), inf), _or(size(c), inf), time(c)))
+    best = next((c for c in group if name(c) == previous), by_rank)
+    return best, by_rank, fastest, group
+
+
+def _or(value: Optional[float], default: float) -> float:
+    return default if value is None else value
+
+
+def pick_stability(records: Sequence[Sequence[Mapping[str, Any]]],
+                   keys: tuple[str, ...] = ("m", "context")) -> list[dict]:
+    """Across several files' pick records (runs of one scenario; each record a mapping with
+    ``keys`` and ``pick``, the scheme or None): per value of ``keys`` present in every file, in
+    ascending order, ``{**keys, "picks": [pick per file], "holds": all picks equal}``. A pick that
+    changes between runs of the same scenario is within the run-to-run variation, whatever each
+    file's own p10-p90 says."""
+    by_file: list[dict[tuple, Optional[str]]] = [{tuple(r[k] for k in keys): r["pick"] for r in rec}
+                                                 for rec in records]
+    common: list[Hashable] = sorted(set.intersection(*(set(f) for f in by_file))) if by_file else []
+    return [{**dict(zip(keys, where)), "picks": [f[where] for f in by_file],
+             "holds": len({f[where] for f in by_file}) == 1} for where in common]
+
+
 # ---- one row -------------------------------------------------------------------------------------
 
 def capture_failure(row: Row, method: str) -> Optional[str]:
@@ -207,19 +295,20 @@ def unusable_note(pairs: Sequence[tuple[str, Optional[int]]], method: str) -> Op
 
 
 def is_noisy(row: Row, method: str) -> bool:
-    """True when ``latency_us[method].cv`` exceeds :data:`NOISY_CV` (whatever the row's status)."""
+    """True when ``latency_us[method].cv`` exceeds :data:`qbench.row.NOISY_CV` (whatever the row's
+    status): the one noise rule (:func:`qbench.row.is_noisy_cv`), for a row of any job kind."""
     stats = row.latency_us.get(method)
-    cv = stats.cv if stats is not None else None
-    return cv is not None and cv > NOISY_CV
+    return is_noisy_cv(stats.cv if stats is not None else None)
 
 
 def row_caveats(row: Row, stats: Optional[Stats]) -> list[str]:
     """What could mislead a reader of one row's time: its flags by name (``cpu-busy``,
     ``throttled``, ``repacked``, ...) and ``noisy (cv X)`` when ``stats``' cv exceeds
-    :data:`NOISY_CV`. Readers that compare rows (compare, recommend) print these next to the row."""
+    :data:`NOISY_CV` (:func:`qbench.row.is_noisy_cv`). Readers that compare rows (compare,
+    recommend) print these next to the row."""
     said = row.flag_names
     cv = stats.cv if stats is not None else None
-    if cv is not None and cv > NOISY_CV:
+    if is_noisy_cv(cv):
         said.append(f"noisy (cv {cv:.2f})")
     return said
 
@@ -287,3 +376,53 @@ def tie_band(stats, repeats, method: str) -> Optional[float]:
     if between is not None:
         bands.append(between)
     return max(bands) if bands else None
+
+
+# ---- runs of one row: run --repeat and several files ---------------------------------------------
+
+def _row_medians(row: Any) -> tuple[int, int, dict[str, list[float]]]:
+    """(runs, ok runs, {method: medians, µs}) of one row: its ``repeats``, or the row as one run."""
+    if row.repeats is not None:
+        rep = row.repeats if isinstance(row.repeats, Repeats) else Repeats.model_validate(row.repeats)
+        return rep.runs, rep.ok_runs, {m: list(v) for m, v in rep.medians.items()}
+    ok = row.status == "ok"
+    latency = getattr(row, "latency_us", None) or {}  # a job without timing methods (quality): no medians
+    medians = {m: [s.median] for m, s in latency.items() if ok and s is not None and s.median is not None}
+    return 1, int(ok), medians
+
+
+def combine_repeats(rows: Sequence[T]) -> tuple[int, Repeats]:
+    """The runs of one row identity (``rows``: typed rows of any job kind with ``status``,
+    ``latency_us`` and ``repeats``, in run or file order) as one: the index of the base row (the
+    first ``ok`` row timed by the most methods, else the first row) and the :class:`Repeats` of all
+    of them (run counts summed, a row's own ``repeats`` bringing every one of its runs' medians;
+    ``spread`` = (max - min) / median of the medians, per method with two or more). The one
+    combination of ``qbench run --repeat`` (:func:`qbench.lifecycle.combine_runs`) and of readers
+    given several files (:func:`combine_rows`).
+
+    Raises:
+        ValueError: no rows."""
+    if not rows:
+        raise ValueError("combine_repeats: needs at least one row")
+    ok = [i for i, r in enumerate(rows) if r.status == "ok"]
+    timed = [sum(1 for st in (getattr(rows[i], "latency_us", None) or {}).values()
+                 if st is not None and st.median is not None) for i in ok]
+    base = ok[timed.index(max(timed))] if ok else 0  # the first of those timed by the most methods
+    runs = ok_runs = 0
+    medians: dict[str, list[float]] = {}
+    for r in rows:
+        n, n_ok, meds = _row_medians(r)
+        runs, ok_runs = runs + n, ok_runs + n_ok
+        for m, v in meds.items():
+            medians.setdefault(m, []).extend(v)
+    spread = {m: (max(v) - min(v)) / statistics.median(v) for m, v in medians.items() if len(v) >= 2}
+    return base, Repeats(runs=runs, ok_runs=ok_runs, medians=medians, spread=spread)
+
+
+def combine_rows(rows: Sequence[T]) -> T:
+    """One row of several runs' or files' rows of one identity: the base row of
+    :func:`combine_repeats` with its ``repeats``. A single row is returned as it is."""
+    if len(rows) == 1:
+        return rows[0]
+    base, repeats = combine_repeats(rows)
+    return rows[base].model_copy(update={"repeats": repeats})

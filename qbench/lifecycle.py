@@ -14,7 +14,6 @@ other's internals, so the import graph has no cycle.
 
 from __future__ import annotations
 
-import statistics
 
 import datetime as _dt
 import fcntl
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import qbench
+from qbench import jobs
+from qbench.judge import combine_repeats
 from qbench.results import ResultsExistError, write_results
 from qbench.scenario import Scenario
 
@@ -588,12 +589,14 @@ def _last_line(log_path: str) -> str:
 # cannot: a compiled or autotuned kernel that differs between compilations, far outside either
 # run's p10-p90. Torch-free.
 #
-# A combined row is the first run's row (its STATS, ledger, error, dispatch), with ``repeats``:
+# A combined row is one run's row (its STATS, ledger, error, dispatch: the first ok run timed by the
+# most methods, :func:`qbench.judge.combine_repeats`, the rule readers use for several files), with
+# ``repeats``:
 #
 #     {"runs": N, "ok_runs": k, "medians": {method: [median of run 1, ..., run N]},
 #      "spread": {method: (max - min) / median of the medians}}
 #
-# Decisions (ties, picks) use the wider of the two spreads (:func:`tie_band`).
+# Decisions (ties, picks) use the wider of the two spreads (:func:`qbench.judge.tie_band`).
 
 
 def _identity(row: dict) -> tuple:
@@ -603,37 +606,28 @@ def _identity(row: dict) -> tuple:
 def combine_runs(runs: Sequence[list[dict]]) -> list[dict]:
     """The rows of one scheme from ``runs`` (the rows of each of N runs, in run order), combined.
 
-    The first ``ok`` row of each identity (M, and context for a model step) is the base; rows the
-    first run failed but a later run measured take that later run's row. ``repeats.medians[method]``
-    lists the median of every run that has one, in run order; ``spread`` is defined when at least two
-    do. With one run the rows are returned unchanged.
+    Rows of one identity (M, and context for a model step) are combined by
+    :func:`qbench.judge.combine_repeats` on their typed rows (the job's row model): the base is
+    the first ``ok`` row timed by the most methods (a run that failed yields to a later one that
+    measured), and ``repeats`` lists every run's count and medians (``spread`` with two or more).
+    The base row's dict is returned with ``repeats`` added; with one run the rows are returned
+    unchanged.
 
     Raises:
         ValueError: no runs.
+        qbench.results.ResultsError: a row does not fit its job's row model.
     """
     if not runs:
         raise ValueError("combine_runs: needs at least one run")
     if len(runs) == 1:
         return list(runs[0])
     by_key: dict[tuple, list[dict]] = {}
-    order: list[tuple] = []
     for rows in runs:
         for row in rows:
-            key = _identity(row)
-            if key not in by_key:
-                order.append(key)
-            by_key.setdefault(key, []).append(row)
+            by_key.setdefault(_identity(row), []).append(row)
     out = []
-    for key in order:
-        rows = by_key[key]
-        ok = [r for r in rows if r.get("status") == "ok"]
-        base = dict(ok[0] if ok else rows[0])
-        medians: dict[str, list[float]] = {}
-        for r in ok:
-            for method, stats in (r.get("latency_us") or {}).items():
-                if isinstance(stats, dict) and stats.get("median") is not None:
-                    medians.setdefault(method, []).append(float(stats["median"]))
-        spread = {m: (max(v) - min(v)) / statistics.median(v) for m, v in medians.items() if len(v) >= 2}
-        base["repeats"] = {"runs": len(rows), "ok_runs": len(ok), "medians": medians, "spread": spread}
-        out.append(base)
+    for rows in by_key.values():
+        check = jobs.load(jobs.of_rows(rows).check_rows)
+        base, repeats = combine_repeats([check([r], "run --repeat")[0] for r in rows])
+        out.append({**rows[base], "repeats": repeats.model_dump()})
     return out

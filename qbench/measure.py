@@ -22,20 +22,14 @@ from typing import Any, Callable, Optional
 import torch
 
 from qbench import compile_info, formulas, inputs, metrics
-from qbench.row import Row, check_row, describe_exception, first_and_last_line, flag_record, reason_record  # noqa: F401 - re-exported
+from qbench.row import (Row, check_row, describe_exception, dtype_name, failed_rows, first_and_last_line,  # noqa: F401
+                        flag_record, reason_record)  # (describe_exception, first_and_last_line, failed_rows re-exported)
 from qbench.scenario import Scenario, SchemeEntry, weight_source
 from qbench.schemes import ledger, tuning_cache
 from qbench.schemes.base import Scheme
 from qbench.timing import registry
 from qbench.timing._cuda import GraphCaptureError, syncs_host
 from qbench.timing.method import Call, TimingMethod
-
-DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """``torch.bfloat16`` -> ``"bfloat16"``."""
-    return DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
 
 
 def base_row(scenario: Scenario, entry: SchemeEntry, scheme: Scheme, m: int, device: torch.device) -> dict:
@@ -102,14 +96,6 @@ def checked(rows: list[dict]) -> list[dict]:
     """
     for row in rows:
         check_row(row, writing=True)
-    return rows
-
-
-def failed_rows(rows: list[dict], status: str, reason: str) -> list[dict]:
-    """Mark every row ``status`` with ``reason`` (one line: its first and last line, 400 characters)."""
-    text = first_and_last_line(reason) or status
-    for row in rows:
-        row["status"], row["reason"] = status, text[:400]
     return rows
 
 
@@ -423,21 +409,9 @@ class _Runner:
                                                  "threads: noisy"))
 
     def _reading(self, row: dict, method: str) -> None:
-        """A fresh NVML reading right after ``method``'s last sample (SM and memory clocks, power,
-        temperature, slow-down reasons) into ``gpu_state.by_method``; a ``throttled`` flag when
-        a slow-down reason (power cap, thermal, ...) was active."""
         gpu = _gpu_state_module()
-        if gpu is None or self.device.type != "cuda":
-            return
-        reading = gpu.read_gpu_state(self.device.index or 0)
-        if reading is None:
-            return
-        state = row.get("gpu_state") or {}
-        state.setdefault("by_method", {})[method] = reading
-        row["gpu_state"] = state
-        active = reading.get("throttle_reasons") or []
-        if active:
-            row["flags"].append(flag_record("throttled", f"{', '.join(active)} active right after {method}"))
+        if gpu is not None:
+            gpu.record_reading(row, method, self.device)
 
     def _recount_ledger(self, row: dict) -> None:
         """Count the ledger again after the first call: the timed state. A library that repacks its

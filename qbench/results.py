@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from qbench import SCHEMA_VERSION, jobs
-from qbench.row import Num, Row, RowError, row_key, validate_row
+from qbench.row import NOISY_CV, Num, Row, RowError, flag_record, is_noisy_cv, row_key, validate_row
 
 __all__ = [
     "Ceilings",
@@ -43,13 +43,15 @@ __all__ = [
     "ScenarioInfo",
     "finite_or_none",
     "read_results",
-    "upgrade_v1_row",
+    "renoise_row",
+    "upgrade_prose_row",
     "write_results",
 ]
 
-#: The ``schema_version`` values :func:`read_results` reads: 1 (reasons and flags as sentences,
-#: upgraded on reading by :func:`upgrade_v1_row`) and 2 (:data:`qbench.SCHEMA_VERSION`).
-READABLE_VERSIONS = (1, 2)
+#: The ``schema_version`` values :func:`read_results` reads: 1 (every row's reasons and flags as
+#: sentences), 2 (structured on layer rows, sentences on model-step rows), both upgraded on reading
+#: by :func:`upgrade_prose_row`, and 3 (:data:`qbench.SCHEMA_VERSION`: structured on every row).
+READABLE_VERSIONS = (1, 2, 3)
 
 
 class ResultsError(Exception):
@@ -111,14 +113,10 @@ def write_results(path: str | os.PathLike, doc: "dict | ResultDoc", *, force: bo
         doc = doc.to_json()
     clean = finite_or_none(doc)
     if isinstance(clean, dict) and "kind" not in clean and isinstance(clean.get("rows"), list):
-        rows = clean["rows"]
+        rows = _current(clean["rows"], clean.get("schema_version", SCHEMA_VERSION))  # an old file's: checked as read
         job = jobs.of_rows(rows)
-        if job.name != jobs.DEFAULT:  # another job kind: its row model's rules
-            jobs.load(job.check_rows)(rows, f"{path}: not written")
-        else:
-            if clean.get("schema_version") == 1:  # a schema 1 document (a test fixture of an old file): checked as read
-                rows = [upgrade_v1_row(r) if isinstance(r, dict) else r for r in rows]
-            check_rows(rows, f"{path}: not written")
+        check = check_rows if job.name == jobs.DEFAULT else jobs.load(job.check_rows)
+        check(rows, f"{path}: not written")
     try:
         text = _dumps(clean)
     except (TypeError, ValueError) as exc:
@@ -181,8 +179,8 @@ def _finite_float(token: str) -> float:
 
 def read_results(path: str | os.PathLike) -> "ResultDoc":
     """Read and check a result JSON file; return it as a :class:`ResultDoc` (rows as
-    :class:`qbench.row.Row`). A schema 1 file's reasons and flags are upgraded on the way
-    (:func:`upgrade_v1_row`). The rows of another job kind (a ``job`` key on its rows) are typed and
+    :class:`qbench.row.Row`). An older file's reasons and flags written as sentences are upgraded
+    on the way (:func:`upgrade_prose_row`). The rows of another job kind (a ``job`` key on its rows) are typed and
     checked by that kind's ``check_rows`` (:mod:`qbench.jobs`); :attr:`ResultDoc.job` names it.
 
     Raises :class:`ResultsError` when the file is missing, is not strict JSON, or is not a qbench
@@ -221,14 +219,13 @@ def read_results(path: str | os.PathLike) -> "ResultDoc":
         )
     if not isinstance(doc.get("rows"), list):
         raise ResultsError(f"{path}: not a qbench result (no 'rows' list)")
-    job = jobs.of_rows(doc["rows"])
+    rows = _current(doc["rows"], version)  # upgraded in memory
+    job = jobs.of_rows(rows)
     if job.name != jobs.DEFAULT:  # another job kind: rows typed by its row model
-        parts = {"rows": jobs.load(job.check_rows)(doc["rows"], str(path)), "job_kind": job.name}
+        parts = {"rows": jobs.load(job.check_rows)(rows, str(path)), "job_kind": job.name}
     else:
-        if version == 1:  # upgraded in memory
-            doc["rows"] = [upgrade_v1_row(r) if isinstance(r, dict) else r for r in doc["rows"]]
-        parts = {"rows": check_rows(doc["rows"], str(path))}
-    doc["schema_version"] = SCHEMA_VERSION  # the document is a schema 2 one from here on
+        parts = {"rows": check_rows(rows, str(path))}
+    doc["schema_version"] = SCHEMA_VERSION  # the document is a current one from here on
     try:
         return ResultDoc.model_validate({**doc, **parts})
     except ValidationError as exc:
@@ -237,37 +234,93 @@ def read_results(path: str | os.PathLike) -> "ResultDoc":
         raise ResultsError(f"{path}: {loc}: {err['msg']} (got {err.get('input')!r})"[:400]) from None
 
 
-#: Schema 1 wrote why a method has no time as a sentence; these words of it say the call was not
+#: Older files wrote why a method has no time as a sentence; these words of it say the call was not
 #: captured in a CUDA graph (the capture failed, was not attempted after an earlier failure, or the
 #: call syncs with the host), in the order checked. Not a bare "capture": tensor-parallel rows said
 #: "do not time stream yet (graph-captured call + collective)", which is not the scheme's fault.
-#: The one place a reason's words are read: schema 2 writes the kind.
-_V1_CAPTURE_WORDS = (("not attempted", "not-attempted"), ("capture failed", "capture-failed"),
-                     ("cannot be captured", "capture-failed"), ("host sync", "host-sync"))
+#: The one place a reason's words are read: the current schema writes the kind.
+_PROSE_CAPTURE_WORDS = (("not attempted", "not-attempted"), ("capture failed", "capture-failed"),
+                        ("cannot be captured", "capture-failed"), ("host sync", "host-sync"))
 
 
-def upgrade_v1_row(row: dict) -> dict:
-    """A schema 1 row as schema 2 reads it: each ``latency_reasons`` sentence becomes
-    ``{"kind", "text"}`` (the kind from :data:`_V1_CAPTURE_WORDS`, else ``other``), each
-    ``flags`` sentence ``name: text`` becomes ``{"name", "text"}``. Other keys are unchanged;
-    entries already structured are kept."""
+def upgrade_prose_row(row: dict) -> dict:
+    """A row of an older file (schema 1; a model-step row of schema 2) as the current schema reads
+    it: each ``latency_reasons`` sentence becomes ``{"kind", "text"}`` (the kind from
+    :data:`_PROSE_CAPTURE_WORDS`, else ``other``), each ``flags`` sentence ``name: text`` becomes
+    ``{"name", "text"}``. Other keys are unchanged; entries already structured are kept."""
     out = dict(row)
     reasons = row.get("latency_reasons")
     if isinstance(reasons, dict):
-        out["latency_reasons"] = {m: _v1_reason(t) if isinstance(t, str) else t for m, t in reasons.items()}
+        out["latency_reasons"] = {m: _prose_reason(t) if isinstance(t, str) else t for m, t in reasons.items()}
     flags = row.get("flags")
     if isinstance(flags, list):
-        out["flags"] = [_v1_flag(f) if isinstance(f, str) else f for f in flags]
+        out["flags"] = [_prose_flag(f) if isinstance(f, str) else f for f in flags]
     return out
 
 
-def _v1_reason(text: str) -> dict:
+#: The newest schema in which a row of each job kind still wrote its reasons and flags as sentences
+#: (a kind not listed never did, or did only in schema 1).
+_PROSE_UNTIL = {"step": 2}
+
+
+def _current(rows: list, version: Any) -> list:
+    """``rows`` of a document of schema ``version`` as the current schema holds them: a row written
+    as sentences in that version (every row of schema 1, a model-step row of schema 2) upgraded by
+    :func:`upgrade_prose_row`, every other row as it is (a schema 2 layer row with a sentence for a
+    reason stays refused)."""
+    if not isinstance(version, int) or version >= SCHEMA_VERSION:
+        return rows
+    out = []
+    for r in rows:
+        if isinstance(r, dict) and version <= _PROSE_UNTIL.get(r.get("job"), 1):
+            r = upgrade_prose_row(r)
+        if isinstance(r, dict) and version <= _OTHER_NOISE_RULE_UNTIL.get(r.get("job"), 0):
+            r = renoise_row(r)
+        out.append(r)
+    return out
+
+
+#: The newest schema in which a row of each job kind flagged ``noisy`` by another rule than
+#: :func:`qbench.row.is_noisy_cv` (the model step: a method's p90 / p10 above 1.25).
+_OTHER_NOISE_RULE_UNTIL = {"step": 2}
+
+
+def renoise_row(row: dict) -> dict:
+    """``row`` (a dict with structured ``flags``) with its ``noisy`` flags decided again by the one
+    noise rule (:func:`qbench.row.is_noisy_cv` on each ``latency_us.<method>.cv``): a ``noisy`` flag
+    whose method (its text's first word) is not noisy by that rule goes, one that is keeps its place
+    with the rule's words, and a noisy method without a flag gets one at the end. Other keys are
+    unchanged."""
+    latency = row.get("latency_us")
+    flags = row.get("flags")
+    if not isinstance(latency, dict) or not isinstance(flags, list):
+        return row
+    cvs = {m: s.get("cv") for m, s in latency.items() if isinstance(s, dict)}
+    noisy = [m for m, cv in cvs.items() if isinstance(cv, (int, float)) and is_noisy_cv(cv)]
+
+    def said(method: str) -> dict:
+        return flag_record("noisy", f"{method} cv = {cvs[method]:.2f} (> {NOISY_CV})")
+
+    out, flagged = [], set()
+    for f in flags:
+        if isinstance(f, dict) and f.get("name") == "noisy":
+            method = str(f.get("text", "")).split(" ", 1)[0]
+            if method in noisy and method not in flagged:
+                out.append(said(method))
+                flagged.add(method)
+            continue
+        out.append(f)
+    out += [said(m) for m in noisy if m not in flagged]
+    return {**row, "flags": out}
+
+
+def _prose_reason(text: str) -> dict:
     low = text.lower()
-    kind = next((k for word, k in _V1_CAPTURE_WORDS if word in low), "other")
+    kind = next((k for word, k in _PROSE_CAPTURE_WORDS if word in low), "other")
     return {"kind": kind, "text": text}
 
 
-def _v1_flag(text: str) -> dict:
+def _prose_flag(text: str) -> dict:
     name, _, rest = text.partition(": ")
     return {"name": name, "text": rest}
 
@@ -323,7 +376,7 @@ class ResultDoc(BaseModel):
     fields, with ``rows`` typed by the job kind: :class:`qbench.row.Row` for the layer and
     tensor-parallel jobs, the kind's own row model otherwise (:attr:`job` names the kind; a reader
     takes its view from the kind's record, :mod:`qbench.jobs`). Keys this model does not list are
-    kept. A schema 1 file is held as the schema 2 document it upgrades to (``schema_version`` 2)."""
+    kept. An older file is held as the current document it upgrades to (:data:`qbench.SCHEMA_VERSION`)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -362,18 +415,18 @@ class ResultDoc(BaseModel):
     @classmethod
     def of(cls, doc: "ResultDoc | dict") -> "ResultDoc":
         """``doc`` itself, or a dict (a document of :func:`qbench.runner.run`, or one a test builds)
-        checked into a :class:`ResultDoc` the way :func:`read_results` checks a file (a schema 1
+        checked into a :class:`ResultDoc` the way :func:`read_results` checks a file (an older
         dict's rows upgraded). Raises :class:`ResultsError` when a row does not fit the model."""
         if isinstance(doc, cls):
             return doc
         rows = doc.get("rows") or []
+        version = doc.get("schema_version", SCHEMA_VERSION)
+        if isinstance(version, int) and version < SCHEMA_VERSION:
+            rows, doc = _current(rows, version), {**doc, "schema_version": SCHEMA_VERSION}
         job = jobs.of_rows(rows)
         if job.name != jobs.DEFAULT:
             return cls.model_validate({**doc, "schema_version": SCHEMA_VERSION, "job_kind": job.name,
                                        "rows": jobs.load(job.check_rows)(rows, "document")})
-        if doc.get("schema_version", SCHEMA_VERSION) == 1:
-            rows = [upgrade_v1_row(r) if isinstance(r, dict) else r for r in rows]
-            doc = {**doc, "schema_version": SCHEMA_VERSION}
         typed = [r for r in rows if isinstance(r, Row)]
         plain = [r for r in rows if not isinstance(r, Row)]
         if plain and typed:
@@ -382,7 +435,7 @@ class ResultDoc(BaseModel):
         return cls.model_validate({"schema_version": SCHEMA_VERSION, **doc, "rows": checked})
 
     def to_json(self) -> dict:
-        """The document as JSON types, with exactly the keys it was read or built with (a schema 1
+        """The document as JSON types, with exactly the keys it was read or built with (an older
         file's rows and version upgraded): what :func:`write_results` writes back."""
         out = self.model_dump(mode="json", exclude_unset=True, exclude={"rows"})
         if "rows" in self.model_fields_set:

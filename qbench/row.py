@@ -12,11 +12,12 @@ readers (:mod:`qbench.readers`, :mod:`qbench.render`, :mod:`qbench.judge`) hold 
 (:attr:`Row.key`, :attr:`Row.shape`, :meth:`Row.stats`, :meth:`Row.reason_for`,
 :attr:`Row.flag_names`).
 
-Schema 2 gives why a method has no time and what could mislead a reader a structured form:
-``latency_reasons.<method>`` is a :class:`Reason` (``kind``, ``text``) and ``flags`` a list of
-:class:`Flag` (``name``, ``text``); producers build them with :func:`reason_record` and
-:func:`flag_record`. Schema 1 files (sentences) are upgraded on reading
-(:func:`qbench.results.upgrade_v1_row`).
+Why a method has no time and what could mislead a reader are structured: ``latency_reasons.<method>``
+is a :class:`Reason` (``kind``, ``text``) and ``flags`` a list of :class:`Flag` (``name``,
+``text``), on layer rows since schema 2 and on model-step rows (:mod:`qbench.step.row`,
+built on the same parts) since schema 3; producers build them with :func:`reason_record` and
+:func:`flag_record`. Older files' sentences are upgraded on reading
+(:func:`qbench.results.upgrade_prose_row`).
 
 Two strengths of check (:func:`validate_row`):
 
@@ -52,19 +53,26 @@ from qbench.timing.adaptive import STOP_REASONS
 
 __all__ = [
     "ADDED_SINCE",
+    "FLAG_MEANINGS",
     "FLAG_NAMES",
     "Flag",
     "REASON_KINDS",
     "Reason",
     "IDENTITY",
     "LEGACY",
+    "NOISY_CV",
     "Row",
     "RowError",
     "Stats",
     "TP_ROW_FIELDS",
     "check_row",
+    "check_extras",
+    "dtype_name",
+    "failed_rows",
     "field_paths",
+    "is_noisy_cv",
     "flag_record",
+    "known_methods",
     "reason_record",
     "row_key",
     "schema_markdown",
@@ -182,10 +190,28 @@ class Stats(_Part):
     # cold only
     launch: Optional[str] = Field(None, description="cold: `hidden` (a busy GPU hides the host launch) or "
                                   "`exposed (host sync inside the call)`")
+    # step_reduce_overhead only (model-step rows)
+    loop_steps: Optional[int] = Field(None, ge=1, description="step_reduce_overhead: decode steps per sample")
+    host_us: Optional[Num] = Field(None, ge=0, description="step_reduce_overhead: the median host time of one call "
+                                   "(until it returns, GPU work not waited for), µs")
+    synced_us: Optional[Num] = Field(None, ge=0, description="step_reduce_overhead: the median of one call plus a "
+                                     "synchronize from an idle GPU, µs")
 
 
-#: STATS key -> the method whose records alone carry it (each method's ``extras``, :mod:`qbench.timing.registry`).
-EXTRAS_OWNER: dict[str, str] = registry.extras_owner()
+#: STATS key -> the method whose records alone carry it (each method's ``extras``, :mod:`qbench.timing.registry`),
+#: of every job.
+EXTRAS_OWNER: dict[str, str] = {**registry.extras_owner(registry.LAYER), **registry.extras_owner(registry.STEP)}
+
+
+def check_extras(latency: dict[str, Optional["Stats"]]) -> None:
+    """Raise ValueError when a STATS record of ``latency`` (method -> STATS) carries another method's
+    extra key (:data:`EXTRAS_OWNER`)."""
+    for method, stats in latency.items():
+        if stats is None:
+            continue
+        for key, owner in EXTRAS_OWNER.items():
+            if owner != method and getattr(stats, key) is not None:
+                raise ValueError(f"latency_us.{method}.{key}: a {owner} key on a {method} record")
 
 
 class LedgerPart(_Part):
@@ -283,7 +309,7 @@ class GpuState(_Part):
     @field_validator("by_method")
     @classmethod
     def _methods(cls, v: dict) -> dict:
-        return _known_methods(v)
+        return known_methods(v, tuple(registry.METHODS))
 
 
 class CompileInfo(_Part):
@@ -354,34 +380,70 @@ class Shard(_Part):
     note: Optional[str] = Field(None, description="how the shard was cut, or `unsharded`")
 
 
-def _known_methods(v: dict) -> dict:
-    unknown = [m for m in v if m not in registry.LAYER_METHODS]
+def known_methods(v: dict, known: tuple[str, ...] = ()) -> dict:
+    """``v`` (method -> anything) when every key is a method of ``known`` (default: the layer job's)."""
+    known = known or registry.LAYER_METHODS
+    unknown = [m for m in v if m not in known]
     if unknown:
-        raise ValueError(f"unknown timing method {unknown[0]!r} (known: {', '.join(registry.LAYER_METHODS)})")
+        raise ValueError(f"unknown timing method {unknown[0]!r} (known: {', '.join(known)})")
     return v
 
 
 OptionValue = Union[bool, int, float, str, None]
 
 
-#: Why a method's latency is null (``latency_reasons.<method>.kind``, schema 2):
+#: Why a method's latency is null (``latency_reasons.<method>.kind``):
 #: ``capture-failed`` (the call could not be captured in a CUDA graph), ``not-attempted`` (a capture
 #: was skipped after an earlier capture of the same scheme failed), ``host-sync`` (the call syncs
 #: with the host, so it cannot be captured), ``cuda-only`` (a CUDA method on a CPU row), ``cpu-only``
 #: (a CPU method on a CUDA row), ``copies``
 #: (the weight copies for stream could not be built), ``error`` (the method raised), ``not-timed``
-#: (the job does not time this method, e.g. tensor-parallel rows), ``other`` (a reason of a schema 1
-#: file that says none of these).
+#: (the job does not time this method, e.g. tensor-parallel rows), ``other`` (an older file's sentence
+#: that says none of these).
 REASON_KINDS = ("capture-failed", "not-attempted", "host-sync", "cuda-only", "cpu-only", "copies", "error", "not-timed",
                 "other")
 ReasonKind = Literal["capture-failed", "not-attempted", "host-sync", "cuda-only", "cpu-only", "copies", "error",
                      "not-timed", "other"]
 
-#: What can mislead a reader about an ``ok`` row (``flags[].name``, schema 2).
-FLAG_NAMES = ("repacked", "not-compiled", "graph-breaks", "throttled", "above-ceiling", "cpu-busy", "input-fault",
-              "emulated", "synthetic-weights", "prequantized-weights")
-FlagName = Literal["repacked", "not-compiled", "graph-breaks", "throttled", "above-ceiling", "cpu-busy", "input-fault",
-                   "emulated", "synthetic-weights", "prequantized-weights"]
+#: Coefficient of variation (stdev / mean of a method's samples) above which a reading is noisy: its
+#: spread is then too wide for the median alone to rank schemes. The one noise rule of every job kind
+#: (project choice): layer tables mark such a cell ``*``, :mod:`qbench.judge` names it beside a pick,
+#: the model-step worker flags the row ``noisy``.
+NOISY_CV = 0.25
+
+
+def is_noisy_cv(cv: Optional[float]) -> bool:
+    """True when the coefficient of variation ``cv`` of a reading (``Stats.cv``; None: not known)
+    exceeds :data:`NOISY_CV`."""
+    return cv is not None and cv > NOISY_CV
+
+#: What can mislead a reader about an ``ok`` row (``flags[].name``), one meaning each, in the words a
+#: reader of a table needs (the flag's own ``text`` has the figures). One vocabulary for every job
+#: kind: a name means the same on a layer, model-step or quality row.
+FLAG_MEANINGS: dict[str, str] = {
+    "repacked": "the library changed the stored weight on the first call; the ledger is the timed state",
+    "not-compiled": "torch.compile compiled no graph: the 'compiled' layer or step ran eagerly",
+    "graph-breaks": "the compiled call has graph breaks: part of it runs eagerly between graphs",
+    "throttled": "the GPU limited its clocks (power or thermal cap) right after the reading",
+    "above-ceiling": "faster than the roofline of the ceilings used: the ceiling underestimates the device",
+    "cpu-busy": "CPU threads exceed the free cores",
+    "input-fault": "a NaN/Inf or all-zero weight, or activations that overflow the activation dtype when cast: the "
+                   "input's fault, not the scheme's",
+    "noisy": f"a reading's cv (stdev/mean) is over {NOISY_CV:.0%}: its spread is too wide for the median alone",
+    "reduce-overhead-slower": "the reduce-overhead decode loop is slower than the hand-captured compiled step "
+                              "beyond noise (its host work is not hidden)",
+    "linear-above-step": "Σ linear exceeds the measured step: the layer view overstates this scheme's linear time",
+    "below-floor": "a step reads under its HBM floor: the timing is wrong or the bytes are miscounted",
+    "extrapolated": "too few blocks fit: the step is extrapolated linearly from two block counts",
+    "extrapolated-from-one": "only one block fits: the step is scaled from it, not measured at two block counts",
+    "cudagraphs-skipped": "reduce-overhead skipped CUDA graphs: its loop time includes launches",
+    "emulated": "no kernel of the scheme on this device: its quantized weights dequantized and run in a float matmul",
+    "synthetic-weights": "seeded weights, not a trained model's: quality numbers say nothing of a real model",
+    "prequantized-weights": "the checkpoint's weights already sit on a quantization grid: errors of schemes on that "
+                            "grid are biased low",
+}
+FLAG_NAMES = tuple(FLAG_MEANINGS)
+FlagName = Literal[FLAG_NAMES]
 
 
 class Reason(_Part):
@@ -390,7 +452,7 @@ class Reason(_Part):
     failed), `host-sync` (the call syncs with the host), `cuda-only` (a CUDA method on a CPU row),
     `cpu-only` (a CPU method on a CUDA row), `copies` (the weight copies for stream could not be
     built), `error` (the method raised), `not-timed` (the job does not time it: tensor-parallel
-    rows), `other` (a schema 1 reason that says none of these)."""
+    rows), `other` (an older file's sentence that says none of these)."""
 
     kind: ReasonKind = Field(description="what kind of reason (see REASON_KINDS in qbench/row.py)",
                              json_schema_extra=_always())
@@ -401,17 +463,7 @@ class Reason(_Part):
 class Flag(_Part):
     """One thing that could mislead a reader about an `ok` row."""
 
-    name: FlagName = Field(description="`repacked` (the library changed the stored weight on the first call; the "
-                           "ledger is the timed state), `not-compiled` (a compiled scheme compiled no graph), "
-                           "`graph-breaks`, `throttled` (an NVML slow-down reason right after a method), "
-                           "`above-ceiling` (faster than the roofline of the ceilings used: the ceiling "
-                           "underestimates the device), `cpu-busy` (CPU threads exceed the free cores), `input-fault` (a "
-                           "NaN/Inf or all-zero weight, or activations that overflow the activation dtype when cast: "
-                           "the input's fault, not the scheme's), `emulated` (no kernel of the scheme on this device: its "
-                           "quantized weights dequantized and run in a float matmul), `synthetic-weights` (seeded "
-                           "weights, not a trained model's: quality numbers say nothing of a real model), "
-                           "`prequantized-weights` (the checkpoint's weights already sit on a quantization grid: "
-                           "errors of schemes on that grid are biased low)",
+    name: FlagName = Field(description=", ".join(f"`{n}` ({meaning})" for n, meaning in FLAG_MEANINGS.items()),
                            json_schema_extra=_always())
     text: str = Field(description="what happened, one sentence (tables print `name: text` under the table)",
                       json_schema_extra=_always())
@@ -612,16 +664,11 @@ class Row(_Part):
     @field_validator("latency_us", "latency_reasons")
     @classmethod
     def _methods(cls, v: dict) -> dict:
-        return _known_methods(v)
+        return known_methods(v)
 
     @model_validator(mode="after")
     def _method_extras(self) -> "Row":
-        for method, stats in self.latency_us.items():
-            if stats is None:
-                continue
-            for key, owner in EXTRAS_OWNER.items():
-                if owner != method and getattr(stats, key) is not None:
-                    raise ValueError(f"latency_us.{method}.{key}: a {owner} key on a {method} record")
+        check_extras(self.latency_us)
         return self
 
 
@@ -848,7 +895,7 @@ def schema_markdown() -> str:
     return "\n".join(out)
 
 
-# ---- a row's reason from an exception (producers of every job kind) ----------------------------
+# ---- what every job kind's producer writes into its rows: a reason from an exception, a failed row --
 
 def first_and_last_line(text: str) -> str:
     """The first and the last non-blank line of ``text`` joined by " … " (one line when there is
@@ -866,3 +913,17 @@ def describe_exception(exc: BaseException, limit: int = 300) -> str:
     message = first_and_last_line(str(exc))
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def failed_rows(rows: list[dict], status: str, reason: str) -> list[dict]:
+    """Mark every row of ``rows`` (row dicts of any job kind) ``status`` (``skipped`` or ``failed``)
+    with ``reason`` (one line: its first and last line, at most 400 characters); returns ``rows``."""
+    text = first_and_last_line(reason) or status
+    for row in rows:
+        row["status"], row["reason"] = status, text[:400]
+    return rows
+
+
+def dtype_name(dtype: Any) -> str:
+    """A torch dtype as rows name it: ``torch.bfloat16`` -> ``"bfloat16"`` (torch-free: its ``str``)."""
+    return str(dtype).removeprefix("torch.")

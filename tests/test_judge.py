@@ -7,7 +7,7 @@ import pytest
 from qbench.judge import (NOISY_CV, UNUSABLE, capture_failure, common_method, incomplete_warning, is_noisy,
                           machine_of, methods_present, pareto_front, resolve_method, row_caveats, unusable_note,
                           verdict)
-from qbench.results import ResultDoc, upgrade_v1_row
+from qbench.results import ResultDoc, upgrade_prose_row
 from qbench.row import Row, Stats, flag_record, reason_record
 
 
@@ -68,9 +68,9 @@ def test_the_one_legacy_rule_maps_schema_1_words_to_kinds():
                         ("CUDA graph capture failed at M=1: x", "capture-failed"),
                         ("do not time stream yet (graph-captured call + collective)", "other"),
                         ("failed: not timed", "other"), ("", "other")):
-        up = upgrade_v1_row({"latency_reasons": {"stream": words}})
+        up = upgrade_prose_row({"latency_reasons": {"stream": words}})
         assert up["latency_reasons"] == {"stream": {"kind": kind, "text": words}}, words
-    up = upgrade_v1_row({"flags": ["throttled: sw_power_cap active right after cold"], "m": 1})
+    up = upgrade_prose_row({"flags": ["throttled: sw_power_cap active right after cold"], "m": 1})
     assert up == {"flags": [{"name": "throttled", "text": "sw_power_cap active right after cold"}], "m": 1}
 
 
@@ -137,3 +137,61 @@ def test_rows_by_shape_ascending():
     assert [shape for shape, _ in groups] == [(1, 64, 32, None, None), (1, 64, 32, 2, "row"), (16, 64, 32, None, None)]
     assert [r.scheme for r in groups[0][1]] == ["b", "a"]  # file order inside a group
     assert shape_order((1, 64, 32, None, None)) == (1, 64, 32, 0, 0)
+
+
+# ---- one library for every job kind: the model step's decisions ------------------------------------
+
+def _step(scheme, *, graph=None, compiled=None, err=0.1, total=1000):
+    from qbench.step.row import StepRow
+
+    def reading(t):
+        return None if t is None else {"median": t[0], "p10": t[1], "p90": t[2]}
+    return StepRow(scheme=scheme, base_scheme=scheme, library="torch", mode="eager", model="m", title="M", m=1,
+                   context=8, device="cuda:0", weight_dtype="x", activation_dtype="bfloat16", lm_head="float", blocks=1,
+                   latency_us={"step_graph": reading(graph), "step_compiled": reading(compiled)},
+                   error={"rel_fro": err}, bytes={"total": total})
+
+
+def test_a_step_row_is_read_by_its_own_best_method():
+    """The registry's step decision order: the compiled step in a graph before the eager one."""
+    from qbench.judge import decision_method, decision_stats
+
+    both, eager = _step("a", graph=(100.0, 99.0, 101.0), compiled=(80.0, 79.0, 81.0)), _step("b", graph=(90.0, 89.0, 91.0))
+    assert decision_method(both) == "step_compiled" and decision_stats(both).median == 80.0
+    assert decision_method(eager) == "step_graph" and decision_method(_step("c")) is None
+    assert methods_present([eager]) == ["step_graph"]
+    streamed = _row("x", latency_us={"stream": {"median": 5.0}})
+    assert methods_present([both, streamed]) == ["stream", "step_graph", "step_compiled"]  # registry order
+
+
+def test_ties_and_the_pick_within_noise_for_step_rows():
+    """fast (80, p90 82) and close (81.5, p10 81.9): tied; far (p10 83): not. Among the tied the lower
+    error is the pick, unless the previous pick is among them; unknown bytes rank last."""
+    from qbench.judge import pick_within_noise, tied, within_noise
+
+    fast = _step("fast", graph=(80.0, 79.0, 82.0), err=0.3)
+    close = _step("close", graph=(81.5, 81.9, 83.0), err=0.1)
+    far = _step("far", graph=(84.0, 83.0, 85.0), err=0.01)
+    assert tied([fast, close, far], fast) == [close] and within_noise(close, fast) and not within_noise(fast, far)
+
+    def pick(cands, previous=None, size=lambda r: r.bytes["total"]):
+        return pick_within_noise(cands, time=lambda r: r.latency_us["step_graph"].median, same=within_noise,
+                                 error=lambda r: r.error["rel_fro"], size=size, name=lambda r: r.scheme,
+                                 previous=previous)
+    best, by_rank, fastest, group = pick([far, close, fast])
+    assert (best.scheme, by_rank.scheme, fastest.scheme, [r.scheme for r in group]) == ("close", "close", "fast",
+                                                                                       ["fast", "close"])
+    assert pick([far, close, fast], previous="fast")[0].scheme == "fast"  # kept: tied with the fastest
+    assert pick([far, close, fast], previous="far")[0].scheme == "close"  # not tied: no
+    twin = _step("twin", graph=(80.0, 79.0, 82.0), err=0.1)
+    assert pick([twin, close], size=lambda r: None if r is close else 1)[0].scheme == "twin"  # equal error: bytes
+    assert pick([]) == (None, None, None, [])
+
+
+def test_pick_stability_of_any_keys():
+    from qbench.judge import pick_stability
+
+    a = [{"m": 1, "k": 8, "pick": "x"}, {"m": 2, "k": 8, "pick": "y"}]
+    b = [{"m": 1, "k": 8, "pick": "x"}, {"m": 2, "k": 8, "pick": None}, {"m": 4, "k": 8, "pick": "x"}]
+    assert pick_stability([a, b], keys=("m", "k")) == [
+        {"m": 1, "k": 8, "picks": ["x", "x"], "holds": True}, {"m": 2, "k": 8, "picks": ["y", None], "holds": False}]

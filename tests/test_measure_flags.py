@@ -119,23 +119,25 @@ def test_a_busy_load_average_without_proc_stat_still_flags(tmp_path, monkeypatch
         assert row["flags"][0]["text"].startswith(f"load {cores + torch.get_num_threads():.1f} leaves 0.0 free")
 
 
-def test_a_throttle_reason_after_a_method_is_a_flag():
-    import types
-
-    from qbench import measure
+def test_a_throttle_reason_after_a_method_is_a_flag(monkeypatch):
+    """One reading for every job's producer (qbench.gpu_state.record_reading): the layer runner's and
+    the model step's rows get the same reading and the same flag."""
+    from qbench import gpu_state, measure
 
     runner = measure._Runner.__new__(measure._Runner)
     runner.device = torch.device("cuda", 0)
-    fake = types.SimpleNamespace(read_gpu_state=lambda index: {"sm_clock_mhz": 1500, "throttle_reasons": ["sw_power_cap"]})
+    monkeypatch.setattr(gpu_state, "read_gpu_state",
+                        lambda index: {"sm_clock_mhz": 1500, "throttle_reasons": ["sw_power_cap"]})
     row = {"flags": [], "gpu_state": None}
-    original = measure._gpu_state_module
-    measure._gpu_state_module = lambda: fake
-    try:
-        runner._reading(row, "stream")
-    finally:
-        measure._gpu_state_module = original
+    runner._reading(row, "stream")
     assert row["gpu_state"]["by_method"]["stream"]["sm_clock_mhz"] == 1500
     assert row["flags"] == [{"name": "throttled", "text": "sw_power_cap active right after stream"}]
+    step_row = {"flags": [], "gpu_state": None}
+    gpu_state.record_reading(step_row, "step_graph", torch.device("cuda", 0))
+    assert step_row["flags"] == [{"name": "throttled", "text": "sw_power_cap active right after step_graph"}]
+    cpu_row = {"flags": [], "gpu_state": None}
+    gpu_state.record_reading(cpu_row, "step_cpu", torch.device("cpu"))
+    assert cpu_row == {"flags": [], "gpu_state": None}
 
 
 def test_graph_breaks_are_counted_and_flagged(tmp_path):

@@ -63,3 +63,35 @@ def test_repeated_run_writes_repeats(tmp_path):
     assert row["repeats"]["runs"] == 2 and row["repeats"]["ok_runs"] == 2
     assert len(row["repeats"]["medians"]["cpu"]) == 2
     assert doc["workers"]["repeat"] == 2 if isinstance(doc, dict) else True
+
+
+def _step(median, status="ok", compiled=None):
+    lat = {"step_graph": {"median": median, "p10": median * 0.99, "p90": median * 1.01} if status == "ok" else None}
+    if compiled is not None:
+        lat["step_compiled"] = {"median": compiled, "p10": compiled * 0.99, "p90": compiled * 1.01}
+    return {"job": "step", "scheme": "s", "base_scheme": "s", "library": "torch", "mode": "eager", "model": "m",
+            "title": "M", "m": 1, "context": 8, "device": "cuda:0", "weight_dtype": "bfloat16",
+            "activation_dtype": "bfloat16", "lm_head": "scheme", "blocks": 1, "status": status, "latency_us": lat}
+
+
+def test_one_combination_for_step_rows_and_for_several_files():
+    """run --repeat on model-step rows and readers given several files combine alike (judge.combine_repeats):
+    runs 100, 110 and a failed one -> 3 runs, 2 ok, spread (110 - 100) / 105."""
+    from qbench.judge import combine_rows
+    from qbench.step.row import StepRow
+
+    (out,) = combine_runs([[_step(100.0)], [_step(110.0)], [_step(0, status="failed")]])
+    assert out["latency_us"]["step_graph"]["median"] == 100.0
+    assert out["repeats"] == {"runs": 3, "ok_runs": 2, "medians": {"step_graph": [100.0, 110.0]},
+                              "spread": {"step_graph": pytest.approx(10 / 105)}}
+    typed = combine_rows([StepRow.model_validate(r) for r in (_step(100.0), _step(110.0), _step(0, status="failed"))])
+    assert typed.repeats.model_dump() == out["repeats"] and typed.step_us("step_graph") == 100.0
+    again = combine_rows([typed, StepRow.model_validate(_step(90.0))])  # a combined row brings all of its runs
+    assert again.repeats.runs == 4 and again.repeats.medians == {"step_graph": [100.0, 110.0, 90.0]}
+
+
+def test_the_base_is_the_first_ok_run_timed_by_the_most_methods():
+    """A run whose compiled step also ran is the base over an earlier one with the eager step alone."""
+    (out,) = combine_runs([[_step(100.0)], [_step(101.0, compiled=80.0)], [_step(102.0, compiled=81.0)]])
+    assert out["latency_us"]["step_compiled"]["median"] == 80.0 and out["repeats"]["runs"] == 3
+    assert out["repeats"]["medians"] == {"step_graph": [100.0, 101.0, 102.0], "step_compiled": [80.0, 81.0]}

@@ -222,14 +222,14 @@ def test_committed_results_all_pass_the_row_contract():
             read_results(f)  # run results; "kind" marks derived summaries (repeatability.json)
 
 
-def test_schema_1_files_are_read_as_schema_2():
+def test_schema_1_files_are_read_as_the_current_schema():
     """A schema 1 file's reasons and flags (sentences) become records with a kind and a name; the
     rest of the file is unchanged."""
     p = Path(__file__).parent.parent / "results" / "h200" / "llama31_70b_q_o.json"  # a schema 1 run of 2026-12-01
     raw = json.loads(p.read_text())
     assert raw["schema_version"] == 1
     doc = read_results(p)
-    assert doc.schema_version == 2 and len(doc.rows) == len(raw["rows"])
+    assert doc.schema_version == SCHEMA_VERSION == 3 and len(doc.rows) == len(raw["rows"])
     for got, was in zip(doc.rows, raw["rows"]):
         assert {m: r.text for m, r in got.latency_reasons.items()} == was["latency_reasons"]
         assert [f.line for f in got.flags] == was["flags"]
@@ -239,9 +239,59 @@ def test_schema_1_files_are_read_as_schema_2():
     assert {r.kind for row in cpu.rows for r in row.latency_reasons.values()} == {"other"}  # "CUDA method; ..."
 
 
-def test_a_schema_2_row_with_a_sentence_for_a_reason_is_refused(tmp_path):
+def test_schema_2_step_files_are_read_with_structured_flags():
+    """A model-step row of schema 2 wrote its flags as sentences (``name: text``): read, each is a
+    record with the flag's name (one of row.FLAG_NAMES) and the rest of the sentence; the STATS are
+    typed; the rest of the row is unchanged."""
+    p = Path(__file__).parent.parent / "results" / "h200" / "step_llama3_8b.json"
+    raw = json.loads(p.read_text())
+    assert raw["schema_version"] == 2
+    doc = read_results(p)
+    assert doc.job == "step" and doc.schema_version == SCHEMA_VERSION
+    for got, was in zip(doc.rows, raw["rows"]):
+        assert [f.line for f in got.flags if f.name != "noisy"] == [f for f in was["flags"] if not f.startswith("noisy")]
+        assert {m: s.median for m, s in got.latency_us.items() if s} == {m: s["median"] for m, s in was["latency_us"].items() if s}
+        assert got.model_dump(mode="json", exclude_unset=True, exclude={"flags"}) == \
+            {k: v for k, v in was.items() if k != "flags"}
+    assert {"throttled", "noisy", "reduce-overhead-slower"} <= {n for r in doc.rows for n in r.flag_names}
+    # noisy decided again by the one rule (cv > NOISY_CV): of the file's two p90/p10 flags, one stays
+    noisy = [(r.scheme, r.m, r.context, f.text) for r in doc.rows for f in r.flags if f.name == "noisy"]
+    assert noisy == [("int8-weight-only+compiled", 1, 4096, "step_reduce_overhead cv = 0.27 (> 0.25)")]
+    assert sum(f.startswith("noisy") for r in raw["rows"] for f in r["flags"]) == 2
+
+
+def _step_row(flags: list, **stats) -> dict:
+    return {"job": "step", "scheme": "x", "base_scheme": "x", "library": "torch", "mode": "eager", "model": "m",
+            "title": "M", "m": 1, "context": 8, "device": "cuda:0", "weight_dtype": "bfloat16",
+            "activation_dtype": "bfloat16", "lm_head": "scheme", "blocks": 1, "flags": flags,
+            "latency_us": {"step_graph": {"median": 100.0, **stats}}}
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_one_noise_rule_for_old_step_rows(tmp_path, version):
+    """The one noise rule (cv > NOISY_CV) decides an old step row's noisy flag when it is read: a
+    reading of cv 0.30 and p90/p10 1.10 (the old p90/p10 > 1.25 rule did not flag it) is noisy; one of
+    cv 0.10 and p90/p10 1.60 (flagged by the old rule) is not; judge says the same of both."""
+    from qbench.judge import is_noisy
+    p = tmp_path / "s.json"
+    tripped = _step_row([], p10=95.0, p90=104.5, cv=0.30)
+    calm = _step_row(["noisy: step_graph p90/p10 = 1.60 (> 1.25)", "throttled: sw_power_cap"], p10=80.0, p90=128.0,
+                     cv=0.10)
+    for row, want in ((tripped, [("noisy", "step_graph cv = 0.30 (> 0.25)")]), (calm, [("throttled", "sw_power_cap")])):
+        p.write_text(json.dumps(_doc(schema_version=version, rows=[row])))
+        (got,) = read_results(p).rows
+        assert [(f.name, f.text) for f in got.flags] == want
+        assert is_noisy(got, "step_graph") == (want[0][0] == "noisy")
+    p.write_text(json.dumps(_doc(rows=[{**calm, "flags": [{"name": "noisy", "text": "kept as written"}]}])))
+    assert read_results(p).rows[0].flag_names == ["noisy"]  # a current file's flags are as the worker wrote them
+
+
+@pytest.mark.parametrize("version", [2, SCHEMA_VERSION])
+def test_a_layer_row_with_a_sentence_for_a_reason_is_refused(tmp_path, version):
+    """Layer rows wrote structured reasons from schema 2 on: only schema 1 sentences (and a schema 2
+    model-step row's) are upgraded."""
     p = tmp_path / "r.json"
-    p.write_text(json.dumps(_doc(rows=[_row(latency_reasons={"warm": "capture failed"})])))
+    p.write_text(json.dumps(_doc(schema_version=version, rows=[_row(latency_reasons={"warm": "capture failed"})])))
     with pytest.raises(ResultsError, match=r"rows\[0\]\.latency_reasons\.warm: Input should be a valid dictionary"):
         read_results(p)
     with pytest.raises(ResultsError, match="kind"):

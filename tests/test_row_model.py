@@ -342,3 +342,17 @@ def test_preset_starts_a_row_with_every_always_written_field():
     assert Row.preset(scheme="x", m=1, k=8, n=8)["latency_reasons"] is not row["latency_reasons"]  # fresh dicts
     with pytest.raises(RowError, match="stored_byte"):
         Row.preset(scheme="x", m=1, k=8, n=8, stored_byte=10)
+
+
+def test_the_producers_helpers_of_every_job_kind():
+    """qbench.row.failed_rows / dtype_name / describe_exception: what the layer, step and tp producers write."""
+    import torch
+
+    from qbench.row import describe_exception, dtype_name, failed_rows
+
+    rows = failed_rows([{"status": "ok"}, {"status": "ok"}], "failed", "build: first\n\n  last  \n")
+    assert rows == [{"status": "failed", "reason": "build: first … last"}] * 2
+    assert failed_rows([{"status": "ok"}], "skipped", "  ") == [{"status": "skipped", "reason": "skipped"}]
+    assert [dtype_name(d) for d in (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn)] == [
+        "bfloat16", "float16", "float32", "float8_e4m3fn"]
+    assert describe_exception(ValueError("bad\nsee https://x")) == "ValueError: bad … see https://x"

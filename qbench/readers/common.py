@@ -12,18 +12,17 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import statistics
 import sys
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from qbench import jobs
-from qbench.judge import DECISION_METHOD, METHOD_CHOICES, incomplete_warning
+from qbench.judge import DECISION_METHOD, METHOD_CHOICES, combine_rows, incomplete_warning
 from qbench.hardware import machine_differences
 from qbench.results import ResultDoc, ResultsError, read_results
-from qbench.row import Repeats, Row
+from qbench.row import Row
 
-__all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "combine_rows", "group_results", "merge_docs",
+__all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "group_results", "merge_docs",
            "split_runs", "add_baseline", "check_baseline", "DEFAULT_BASELINE", "add_format", "add_max_rel_err",
            "add_method", "add_wide", "blocking_differences", "env_of", "fail", "job_view", "one_result", "open_results",
            "timing_differences"]
@@ -236,40 +235,10 @@ class Result:
         return " + ".join(str(p) for p in self.paths)
 
 
-def _row_medians(row: Row) -> tuple[int, int, dict[str, list[float]]]:
-    """(runs, ok runs, {method: medians}) of one row: its ``repeats``, or the row as one run."""
-    if row.repeats is not None:
-        return row.repeats.runs, row.repeats.ok_runs, {m: list(v) for m, v in row.repeats.medians.items()}
-    ok = row.status == "ok"
-    medians = {m: [s.median] for m, s in row.latency_us.items() if ok and s is not None and s.median is not None}
-    return 1, int(ok), medians
-
-
-def combine_rows(rows: Sequence[Row]) -> Row:
-    """One row of several files' rows of one identity: the first ``ok`` row timed by the most methods
-    (a newer file's row with ``stream`` over an older one's without; else the first row) with
-    ``repeats`` = every row's run count and medians in file order (a row that has ``repeats``
-    brings all of its runs' medians), ``spread`` = (max - min) / median of the medians per method
-    with two or more. A single row is returned as it is."""
-    if len(rows) == 1:
-        return rows[0]
-    ok = [r for r in rows if r.status == "ok"]
-    timed = lambda r: sum(1 for st in r.latency_us.values() if st is not None and st.median is not None)  # noqa: E731
-    base = max(ok, key=timed) if ok else rows[0]  # the first of those timed by the most methods
-    runs = ok_runs = 0
-    medians: dict[str, list[float]] = {}
-    for r in rows:
-        n, n_ok, meds = _row_medians(r)
-        runs, ok_runs = runs + n, ok_runs + n_ok
-        for m, v in meds.items():
-            medians.setdefault(m, []).extend(v)
-    spread = {m: (max(v) - min(v)) / statistics.median(v) for m, v in medians.items() if len(v) >= 2}
-    return base.model_copy(update={"repeats": Repeats(runs=runs, ok_runs=ok_runs, medians=medians, spread=spread)})
-
-
 def merge_docs(docs: Sequence[ResultDoc]) -> ResultDoc:
     """The rows of ``docs`` (files of one scenario) as one document: the first file's fields, rows
-    in first-seen order, a row identity found in several files combined (:func:`combine_rows`);
+    in first-seen order, a row identity found in several files combined
+    (:func:`qbench.judge.combine_rows`);
     ``complete`` is False when any file says so. One document is returned as it is."""
     if len(docs) == 1:
         return docs[0]

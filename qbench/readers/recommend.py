@@ -49,7 +49,7 @@ import json
 from typing import Optional
 
 from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape, capture_failure, methods_present, pareto_front,
-                          resolve_method, row_caveats, row_verdict, tie_note, unusable_note)
+                          pick_within_noise, resolve_method, row_caveats, row_verdict, tie_note, unusable_note)
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
                                    add_method, add_wide, check_baseline, check_max_rel_err, group_results, job_view,
                                    open_results)
@@ -152,17 +152,15 @@ def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_
         cands.sort(key=lambda p: p["latency_us"])
         pick = None
         shape = (k, n, tp_size, split)
-        if cands:
-            # Among the schemes as fast as the fastest within noise: the scheme picked at the
-            # neighbouring M when it is one of them (M ascending, so the pick cannot flip between two
-            # schemes tied within noise), else the lower error, then fewer stored bytes: a median
-            # difference inside the runs' own spread is no reason to accept 10x the error.
-            fastest = cands[0]
-            tied = [c for c in cands
-                    if c is fastest or row_verdict(by_scheme[fastest["scheme"]], by_scheme[c["scheme"]], method) == "same"]
-            by_error = min(tied, key=lambda c: (c["rel_fro"], c["stored_bytes"] or 0, c["latency_us"]))
-            prev_m, prev_scheme = neighbour.get(shape, (None, None))
-            best = next((c for c in tied if c["scheme"] == prev_scheme), by_error)
+        # Among the schemes as fast as the fastest within noise (their runs' spread included): the
+        # scheme picked at the neighbouring M when it is one of them (M ascending), else the lower
+        # error, then fewer stored bytes (qbench.judge.pick_within_noise, the rule of every job kind).
+        prev_m, prev_scheme = neighbour.get(shape, (None, None))
+        best, by_error, fastest, tied = pick_within_noise(
+            cands, time=lambda c: c["latency_us"], error=lambda c: c["rel_fro"], size=lambda c: c["stored_bytes"],
+            same=lambda a, b: row_verdict(by_scheme[a["scheme"]], by_scheme[b["scheme"]], method) == "same",
+            name=lambda c: c["scheme"], previous=prev_scheme)
+        if best is not None:
             pick = dict(best, ties=[], fastest_median=fastest["scheme"] if best is not fastest else None,
                         kept_from_m=prev_m if best is not by_error else None,
                         caveats=row_caveats(by_scheme[best["scheme"]], stats[best["scheme"]]))

@@ -45,7 +45,10 @@ from qbench.step.checkpoint import TensorMap, of_model, weight_source
 from qbench.schemes import ledger
 from qbench.step import floor, llama
 from qbench.step.config import StepModelConfig, shape_reason
-from qbench.step.row import SCATTER, StepRow
+from qbench.gpu_state import record_reading
+from qbench.row import (NOISY_CV, describe_exception, dtype_name, failed_rows, flag_record, is_noisy_cv,
+                        reason_record)
+from qbench.step.row import StepRow, check_rows
 from qbench.step.spec import check as check_spec
 from qbench.timing.settings import TimingSettings
 
@@ -57,10 +60,6 @@ PREFILL_CHUNK = 4096
 
 #: One INFO line per phase, before the phase: a worker's log file ends with the phase it is in.
 log = logging.getLogger("qbench.step")
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
@@ -75,24 +74,8 @@ def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
     return [StepRow(**source, scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
                     options=entry.options.model_dump(exclude={"label", "mode"}), model=spec.name or spec.config or spec.checkpoint,
                     title=config.title, m=m, context=context, device=str(device), weight_dtype=scheme.weight_dtype,
-                    activation_dtype=_dtype_name(scheme.activation_dtype), lm_head=lm, blocks=config.blocks,
+                    activation_dtype=dtype_name(scheme.activation_dtype), lm_head=lm, blocks=config.blocks,
                     ).model_dump() for context in spec.context for m in scenario.m]
-
-
-def _fail(rows: list[dict], status: str, reason: str) -> list[dict]:
-    for row in rows:
-        if row["status"] == "ok":
-            row["status"], row["reason"] = status, reason.splitlines()[0][:400] if reason.strip() else status
-    return rows
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
-
-
-def _checked(rows: list[dict]) -> list[dict]:
-    return [StepRow.model_validate(r).model_dump() for r in rows]
 
 
 def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
@@ -100,9 +83,21 @@ def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
     """Rows (one per context and M) for ``scenario.schemes[entry_index]`` on ``device``.
 
     Never raises for the scheme's own failure: an unavailable scheme gives ``skipped`` rows, an
-    exception while building gives ``failed`` rows, one while measuring a row fails that row.
-    Every row is checked against :class:`qbench.step.row.StepRow`.
+    exception while building gives ``failed`` rows, one while measuring a row fails that row (the
+    producers' :func:`qbench.row.failed_rows`, the exception by
+    :func:`qbench.row.describe_exception`). The rows are checked once, by the step job's row check
+    (:func:`qbench.step.row.check_rows`).
+
+    Raises:
+        qbench.results.ResultsError: a row that does not fit :class:`qbench.step.row.StepRow` (a bug
+            in the producer: the worker fails loudly instead of writing a row readers would misread).
     """
+    rows = _measure(scenario, entry_index, device, ceilings)
+    check_rows(rows, "step worker")
+    return rows
+
+
+def _measure(scenario: Any, entry_index: int, device: torch.device, ceilings: Optional[dict]) -> list[dict]:
     entry = scenario.schemes[entry_index]
     scheme = entry.scheme
     spec = scenario.model
@@ -112,13 +107,13 @@ def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
               or compile_info.cpu_compile_reason(entry.options.mode, device.type))
     reason = reason or shape_reason(config, scheme, entry.options, spec.lm_head and spec.quantize_lm_head)
     if reason:
-        return _checked(_fail(rows, "skipped", reason))
+        return failed_rows(rows, "skipped", reason)
     for row in rows:
         m_reason = scheme.m_reason(row["m"], device, entry.options)
         if m_reason:
-            _fail([row], "skipped", m_reason)
+            failed_rows([row], "skipped", m_reason)
     if all(r["status"] != "ok" for r in rows):
-        return _checked(rows)
+        return rows
     torch.manual_seed(scenario.seed)
     if entry.options.mode == "compiled" and device.type == "cuda":
         log.info("%s: starting Inductor's compile pool", entry.label)
@@ -128,7 +123,8 @@ def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
     try:
         built = _Built(scenario, config, scheme, entry, device)
     except Exception as exc:  # the scheme could not be built here: failed rows, the run goes on
-        return _checked(_fail(rows, "failed", f"build: {_describe(exc)}"))
+        failed_rows([r for r in rows if r["status"] == "ok"], "failed", f"build: {describe_exception(exc)}")
+        return rows  # (a row skipped for its M stays skipped)
     build_s = time.perf_counter() - t0
     with torch.inference_mode():
         for context in spec.context:
@@ -139,19 +135,19 @@ def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
             try:
                 prompt_cache = built.prefill(context)
             except Exception as exc:
-                _fail(todo, "failed", f"prefill: {_describe(exc)}")
+                failed_rows(todo, "failed", f"prefill: {describe_exception(exc)}")
                 continue
             for row in todo:
                 t1 = time.perf_counter()
                 try:
                     built.measure(row, prompt_cache, ceilings)
                 except Exception as exc:
-                    _fail([row], "failed", f"run: {_describe(exc)}")
+                    failed_rows([row], "failed", f"run: {describe_exception(exc)}")
                 row["worker_phases_s"] = {"build": build_s, "row": time.perf_counter() - t1}
             del prompt_cache
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    return _checked(rows)
+    return rows
 
 
 class _Built:
@@ -303,8 +299,8 @@ class _Built:
         counts = [self.blocks_built]
         if self.blocks_built < self.config.blocks:
             if self.blocks_built < 2:
-                row["flags"].append(f"extrapolated-from-one: only 1 of {self.config.blocks} blocks fits; "
-                                    "the step is that block's times the block count")
+                row["flags"].append(flag_record("extrapolated-from-one", f"only 1 of {self.config.blocks} blocks "
+                                                "fits; the step is that block's times the block count"))
             else:
                 counts = [self.blocks_built // 2, self.blocks_built]
         self.timed = []
@@ -331,22 +327,23 @@ class _Built:
                 self.timed.append(method)
             except _NotAttempted as exc:
                 row["latency_us"][method.name] = None
-                row["latency_reasons"][method.name] = f"not attempted: {exc}"
+                row["latency_reasons"][method.name] = reason_record("not-attempted", f"not attempted: {exc}")
             except Exception as exc:
-                why = _describe(exc)
+                why = describe_exception(exc)
                 row["latency_us"][method.name] = None
-                row["latency_reasons"][method.name] = why
-                if isinstance(exc, GraphCaptureError):
+                capture = isinstance(exc, GraphCaptureError)
+                row["latency_reasons"][method.name] = reason_record("capture-failed" if capture else "error", why)
+                if capture:
                     self.capture_failure = f"CUDA graph capture failed ({method.name}): {why}"
             finally:
                 model.block_call, model.head_call = _eager_block, model._head
                 row["worker_phases_s"] = {**row["worker_phases_s"], method.name: time.perf_counter() - t0}
-            self._gpu_reading(row, method.name)
+            record_reading(row, method.name, self.device)
         if row["extrapolated"] is not None:
             n_small, n_large = counts
-            row["flags"].append(f"extrapolated: {n_large} of {self.config.blocks} blocks fit; each step is "
-                                f"t({n_large}) + ({self.config.blocks} - {n_large}) x (t({n_large}) - t({n_small})) / "
-                                f"{n_large - n_small} (both readings in 'extrapolated')")
+            row["flags"].append(flag_record("extrapolated", f"{n_large} of {self.config.blocks} blocks fit; each step "
+                                            f"is t({n_large}) + ({self.config.blocks} - {n_large}) x (t({n_large}) - "
+                                            f"t({n_small})) / {n_large - n_small} (both readings in 'extrapolated')"))
 
     # -- compiled forms ---------------------------------------------------------------------
     def _step_call(self, model: llama.DecodeModel, tokens: torch.Tensor, n: int, mode: Optional[str]) -> Callable[[], Any]:
@@ -436,7 +433,7 @@ class _Built:
                 record["stream"] = stats.to_dict()
                 record["copies"] = len(mods)
             except Exception as exc:
-                record["reason"] = f"not attempted: {exc}" if isinstance(exc, _NotAttempted) else _describe(exc)
+                record["reason"] = f"not attempted: {exc}" if isinstance(exc, _NotAttempted) else describe_exception(exc)
             by_role[role] = record
             if record["stream"] is None or total is None:
                 total = None
@@ -463,46 +460,34 @@ class _Built:
             if row["hbm_floor_us"]:
                 row["floor_fraction"][method] = row["hbm_floor_us"] / step
                 if step < row["hbm_floor_us"]:
-                    row["flags"].append(f"below-floor: {method} {step:.0f} µs is under the HBM floor "
-                                        f"({row['hbm_floor_us']:.0f} µs): the measured bandwidth underestimates this device")
+                    row["flags"].append(flag_record("below-floor", f"{method} {step:.0f} µs is under the HBM floor "
+                                                    f"({row['hbm_floor_us']:.0f} µs): the measured bandwidth "
+                                                    "underestimates this device"))
             if linear is not None:
                 row["remainder_us"][method] = step - linear
                 row["remainder_share"][method] = (step - linear) / step
                 if linear > step * 1.02:
-                    row["flags"].append(f"linear-above-step: Σ linear {linear:.0f} µs exceeds the {method} step "
-                                        f"({step:.0f} µs) by more than 2 %: the layer view overstates this step")
-            if stats["p10"] > 0 and stats["p90"] / stats["p10"] > SCATTER:
-                row["flags"].append(f"noisy: {method} p90/p10 = {stats['p90'] / stats['p10']:.2f} (> {SCATTER})")
+                    row["flags"].append(flag_record("linear-above-step", f"Σ linear {linear:.0f} µs exceeds the {method} "
+                                                    f"step ({step:.0f} µs) by more than 2 %: the layer view overstates "
+                                                    "this step"))
+            if is_noisy_cv(stats.get("cv")):
+                row["flags"].append(flag_record("noisy", f"{method} cv = {stats['cv']:.2f} (> {NOISY_CV})"))
         for method in getattr(self, "timed", []):  # a decode loop slower than its hand-captured twin
             loop, twin = row["latency_us"].get(method.name), row["latency_us"].get(method.twin or "")
             if method.compiled == "reduce-overhead" and loop and twin and loop["p10"] > twin["p90"]:
-                row["flags"].append(f"reduce-overhead-slower: the decode loop's {loop['median']:.0f} µs/step exceeds "
-                                    f"the hand-captured compiled step ({twin['median']:.0f} µs) beyond both p10-p90 "
-                                    "ranges: the compiled wrapper's host work per call is not hidden")
+                row["flags"].append(flag_record("reduce-overhead-slower", f"the decode loop's {loop['median']:.0f} "
+                                                f"µs/step exceeds the hand-captured compiled step ({twin['median']:.0f} "
+                                                "µs) beyond both p10-p90 ranges: the compiled wrapper's host work per "
+                                                "call is not hidden"))
         if self.compiled and row["compile"] is not None:
             c = row["compile"]
             if c.get("graphs_compiled", 0) == 0:
-                row["flags"].append("not-compiled: torch.compile compiled no graph; the step ran eagerly")
+                row["flags"].append(flag_record("not-compiled", "torch.compile compiled no graph; the step ran eagerly"))
             if c.get("graph_breaks"):
-                row["flags"].append(f"graph-breaks: {c['graph_breaks']} graph break(s) in the compiled step")
+                row["flags"].append(flag_record("graph-breaks", f"{c['graph_breaks']} graph break(s) in the compiled step"))
             if c.get("cudagraph_skips"):
-                row["flags"].append(f"cudagraphs-skipped: reduce-overhead skipped CUDA graphs {c['cudagraph_skips']} time(s)")
-
-    def _gpu_reading(self, row: dict, method: str) -> None:
-        if self.device.type != "cuda":
-            return
-        try:
-            from qbench import gpu_state
-        except ImportError:
-            return
-        reading = gpu_state.read_gpu_state(self.device.index or 0)
-        if reading is None:
-            return
-        state = row["gpu_state"] or {}
-        state.setdefault("by_method", {})[method] = reading
-        row["gpu_state"] = state
-        if reading.get("throttle_reasons"):
-            row["flags"].append(f"throttled: {', '.join(reading['throttle_reasons'])} active right after {method}")
+                row["flags"].append(flag_record("cudagraphs-skipped", f"reduce-overhead skipped CUDA graphs "
+                                                f"{c['cudagraph_skips']} time(s)"))
 
 
 class _NotAttempted(Exception):

@@ -11,17 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from qbench.results import check_job_rows
-from qbench.row import Stats
+from qbench.row import Flag, GpuState, Reason, Repeats, Stats, check_extras, known_methods
+from qbench.timing import registry
 
 #: What ``weight_source`` says for generated weights (the layer job's N(0, 1/K)).
 SEEDED = "seeded Gaussian: linear weights N(0, 1/K), embedding N(0, 1), norms 1 (synthetic: errors are not a trained model's)"
-
-
-#: A step method's p90 / p10 above which the worker flags its reading ``noisy`` (project choice).
-SCATTER = 1.25
 
 
 class StepRow(BaseModel):
@@ -30,7 +27,8 @@ class StepRow(BaseModel):
     Attributes (beyond the identity: ``scheme``, ``m``, ``context``, ``model``, ``device``):
         blocks: the model's block count; ``blocks_built``: how many were built (fewer: the step is
             extrapolated, see ``extrapolated``).
-        latency_us: step µs per method (STATS + extras); ``latency_reasons``: why a method has none.
+        latency_us: step µs per method (:class:`qbench.row.Stats`: STATS + the method's extras);
+            ``latency_reasons``: why a method has none (:class:`qbench.row.Reason`).
         tokens_per_s: M / step per method.
         bytes: one step's bytes by part (:func:`qbench.step.floor.step_bytes`).
         hbm_floor_us: ``bytes.total`` / the measured bandwidth; ``floor_fraction``: floor / step per
@@ -50,9 +48,11 @@ class StepRow(BaseModel):
             of seconds, one per compiled step method in the order timed (``step_compiled``, then
             ``step_reduce_overhead``), compilation included; ``compile_threads`` (Inductor's, in the
             measuring worker: on CUDA the CPUs it may use, :func:`qbench.compile_info.compile_in_parallel`;
-            absent in files before 2026-12-02's fourth session); ``graphs_compiled``, ``graph_breaks``,
-            ``cudagraph_skips`` and Inductor's cache counters summed over those calls.
-        flags: ``name: text`` lines a reader must see (:data:`qbench.step.view.FLAG_MEANINGS`).
+            absent in older files); ``graphs_compiled``, ``graph_breaks``, ``cudagraph_skips`` and
+            Inductor's cache counters summed over those calls.
+        gpu_state: NVML readings right after each method (:class:`qbench.row.GpuState`, CUDA only).
+        flags: what a reader must see (:class:`qbench.row.Flag`; :data:`qbench.row.FLAG_MEANINGS`).
+        repeats: ``qbench run --repeat`` (:class:`qbench.row.Repeats`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -75,8 +75,8 @@ class StepRow(BaseModel):
     reason: Optional[str] = None
     blocks: int = Field(gt=0)
     blocks_built: Optional[int] = None
-    latency_us: dict[str, Optional[dict[str, Any]]] = Field(default_factory=dict)
-    latency_reasons: dict[str, str] = Field(default_factory=dict)
+    latency_us: dict[str, Optional[Stats]] = Field(default_factory=dict)
+    latency_reasons: dict[str, Reason] = Field(default_factory=dict)
     tokens_per_s: dict[str, float] = Field(default_factory=dict)
     bytes: Optional[dict[str, int]] = None
     hbm_floor_us: Optional[float] = None
@@ -88,11 +88,21 @@ class StepRow(BaseModel):
     error: Optional[dict[str, Any]] = None
     extrapolated: Optional[dict[str, Any]] = None
     compile: Optional[dict[str, Any]] = None
-    gpu_state: Optional[dict[str, Any]] = None
-    flags: list[str] = Field(default_factory=list)
+    gpu_state: Optional[GpuState] = None
+    flags: list[Flag] = Field(default_factory=list)
     worker_phases_s: dict[str, Any] = Field(default_factory=dict)
     worker_wall_s: Optional[float] = None
-    repeats: Optional[dict[str, Any]] = None
+    repeats: Optional[Repeats] = None
+
+    @field_validator("latency_us", "latency_reasons")
+    @classmethod
+    def _step_methods(cls, v: dict) -> dict:
+        return known_methods(v, registry.STEP_METHODS)
+
+    @model_validator(mode="after")
+    def _method_extras(self) -> "StepRow":
+        check_extras(self.latency_us)
+        return self
 
     @property
     def key(self) -> tuple:
@@ -100,23 +110,25 @@ class StepRow(BaseModel):
         return (self.scheme, self.m, self.context, self.model, self.device)
 
     def stats(self, method: str) -> Optional[Stats]:
-        """The ``method`` reading (median, p10, p90; µs) when the row is ``ok`` and has a median there,
-        else None: :meth:`qbench.row.Row.stats` for a step row."""
+        """The STATS (µs) of ``method`` when the row is ``ok`` and has a median there, else None (as
+        :meth:`qbench.row.Row.stats`)."""
         got = self.latency_us.get(method) if self.status == "ok" else None
-        if not got or got.get("median") is None:
-            return None
-        return Stats(median=got["median"], p10=got.get("p10"), p90=got.get("p90"))
+        return got if got is not None and got.median is not None else None
 
     def step_us(self, method: str) -> Optional[float]:
         """The median step (µs) by ``method``, or None."""
         stats = self.latency_us.get(method)
-        return None if not stats else stats.get("median")
+        return None if stats is None else stats.median
+
+    def reason_for(self, method: str) -> Optional[Reason]:
+        """Why ``method`` has no STATS on this row, or None (as :meth:`qbench.row.Row.reason_for`)."""
+        return self.latency_reasons.get(method)
 
     @property
     def flag_names(self) -> list[str]:
-        """The flags' names, in order (a step flag is one line, ``name: text``, as the producer
-        writes it; the step file's flags stay text in every schema version)."""
-        return [flag.split(":", 1)[0] for flag in self.flags]
+        """The names of the row's flags, each once, in the order the row lists them (as
+        :attr:`qbench.row.Row.flag_names`)."""
+        return list(dict.fromkeys(f.name for f in self.flags))
 
     def best_method(self, order: tuple[str, ...]) -> Optional[str]:
         """The first method of ``order`` this row has a step time for."""

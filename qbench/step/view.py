@@ -15,10 +15,11 @@ from typing import Callable, Optional, Sequence
 
 from tabulate import tabulate
 
-from qbench.row import Stats
-from qbench.step.row import SCATTER, StepRow
+from qbench import judge
+from qbench.judge import decision_method, methods_present
+from qbench.row import FLAG_MEANINGS, Stats
+from qbench.step.row import StepRow
 from qbench.timing import registry
-from qbench.timing.stats import verdict
 
 DASH = "—"
 _STEP = [m for m in registry.methods().values() if m.job == "step"]
@@ -42,11 +43,6 @@ def _us(value: Optional[float]) -> str:
 
 def _num(value: Optional[float], fmt: str = "{:.3g}") -> str:
     return DASH if value is None else fmt.format(value)
-
-
-def methods_present(rows: Sequence[StepRow]) -> list[str]:
-    """The step methods some row has a time for, in registry order."""
-    return [m for m in STEP_METHODS if any(r.step_us(m) is not None for r in rows)]
 
 
 def _baselines(rows: Sequence[StepRow], baseline: str) -> dict[tuple, StepRow]:
@@ -96,11 +92,6 @@ def linear_speedup(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tupl
     return out
 
 
-def decision_method(row: StepRow) -> Optional[str]:
-    """The method a row's decision reads (:data:`DECISION_ORDER`)."""
-    return row.best_method(DECISION_ORDER)
-
-
 def breakeven(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple[str, int], Optional[int]]:
     """``{(scheme, M): the smallest context at which the scheme's decision step is no faster than
     the baseline's}`` (``None``: faster at every context measured)."""
@@ -137,7 +128,7 @@ def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
         rec["×base (Σ lin)"] = lsp.get(r.key)
         err = r.error or {}
         rec["logits err"], rec["KL"], rec["top-1"] = err.get("rel_fro"), err.get("kl_div"), err.get("top1_agree")
-        rec["flags"] = ", ".join(r.flag_names)
+        rec["flags"] = ", ".join(f.name for f in r.flags)
         rec["reason"] = r.reason
         out.append(rec)
     return out
@@ -292,7 +283,7 @@ def model_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
                     "linear_us": (r.linear or {}).get("sum_us"),
                     "rest_share": r.remainder_share.get(method) if method else None,
                     "speedup": dict(sp.get(r.key, {})), "linear_speedup": lsp.get(r.key),
-                    "reasons": dict(r.latency_reasons)})
+                    "reasons": {m: why.text for m, why in r.latency_reasons.items()}})
     return out
 
 
@@ -332,14 +323,6 @@ def sweep_line(rec: dict, baseline: str = "bf16") -> str:
 TIMING_FLAGS = ("throttled", "noisy")
 
 
-def step_stats(row: StepRow, method: str) -> Optional[Stats]:
-    """The row's ``method`` reading as :class:`qbench.row.Stats` (median, p10, p90), or None."""
-    got = row.latency_us.get(method)
-    if not got or got.get("median") is None:
-        return None
-    return Stats(median=got["median"], p10=got.get("p10"), p90=got.get("p90"))
-
-
 def linear_stats(row: StepRow) -> Optional[Stats]:
     """Σ linear of the row as a reading: its ``sum_us`` as the median and, as the band, each layer's
     ``stream`` p10 (p90) times its count per step, summed (µs; wider than the p10-p90 of a sum,
@@ -352,78 +335,18 @@ def linear_stats(row: StepRow) -> Optional[Stats]:
     return Stats(median=lin["sum_us"], p10=min(band["p10"], lin["sum_us"]), p90=max(band["p90"], lin["sum_us"]))
 
 
-def decision_stats(row: StepRow) -> Optional[Stats]:
-    """The row's step by its decision method (:func:`decision_method`) as a reading, or None."""
-    method = decision_method(row)
-    return step_stats(row, method) if method else None
-
-
-def tied(candidates: Sequence[StepRow], best: StepRow,
-         reading: Callable[[StepRow], Optional[Stats]] = decision_stats) -> list[StepRow]:
-    """The rows of ``candidates`` (``best`` excluded) whose ``reading`` is the same as ``best``'s
-    within noise: their [p10, p90] intervals overlap (:func:`qbench.timing.stats.verdict`, the rule
-    of the layer ``recommend``). By default the step, each row by its own decision method
-    (:func:`decision_stats`); :func:`linear_stats` compares Σ linear. Order kept."""
-    mine = reading(best)
-    if mine is None:
-        return []
-    return [r for r in candidates if r.key != best.key and (theirs := reading(r)) is not None
-            and verdict(mine, theirs) == "same"]
-
-
-def _tie_break(group: Sequence[StepRow], previous: Optional[str]) -> StepRow:
-    """Among rows tied within noise, the pick: the scheme picked at the next smaller context of the
-    same M when it is among them (a deployment stores one weight format for every context, so the
-    pick does not flip inside noise as the context grows), else the lower logits error, else the
-    fewer bytes per step, else the lower median."""
-    for r in group:
-        if r.scheme == previous:
-            return r
-    inf = float("inf")
-    return min(group, key=lambda r: (logits_error(r) if logits_error(r) is not None else inf,
-                                     (r.bytes or {}).get("total", inf), r.step_us(decision_method(r))))
-
-
-#: What each flag of a step row means, in the words a reader of ``recommend`` needs (the row's own
-#: flag text has the figures; qbench.step.measure writes them).
-FLAG_MEANINGS = {
-    "throttled": "the GPU limited its clocks (power or thermal cap) right after the reading",
-    "noisy": f"a step method's p90/p10 above {SCATTER}",
-    "reduce-overhead-slower": "the reduce-overhead decode loop is slower than the hand-captured compiled step "
-                              "beyond noise (its host work is not hidden)",
-    "linear-above-step": "Σ linear exceeds the measured step: the layer view overstates this scheme's linear time",
-    "below-floor": "a step reads under its HBM floor: the timing is wrong or the bytes are miscounted",
-    "extrapolated": "too few blocks fit: the step is extrapolated linearly from two block counts",
-    "extrapolated-from-one": "only one block fits: the step is scaled from it, not measured at two block counts",
-    "not-compiled": "torch.compile compiled no graph: the 'compiled' step ran eagerly",
-    "graph-breaks": "the compiled step has graph breaks: part of it runs eagerly between graphs",
-    "cudagraphs-skipped": "reduce-overhead skipped CUDA graphs: its loop time includes launches",
-}
-
-
 def flag_legend(names: Sequence[str]) -> str:
-    """``[name]: meaning`` for each of ``names`` that :data:`FLAG_MEANINGS` knows, in order, each
-    once, joined by ``; `` (``""`` when none is known)."""
+    """``[name]: meaning`` for each of ``names`` that :data:`qbench.row.FLAG_MEANINGS` knows, in order,
+    each once, joined by ``; `` (``""`` when none is known)."""
     return "; ".join(f"[{f}]: {FLAG_MEANINGS[f]}" for f in dict.fromkeys(names) if f in FLAG_MEANINGS)
-
-
-def pick_stability(records: Sequence[Sequence[dict]]) -> list[dict]:
-    """Across several files' :func:`recommend` records (runs of one model): per (M, context) present
-    in every file, ``{"m", "context", "picks": [scheme or None per file], "holds": all picks equal}``.
-    A pick that changes between runs of the same scenario is within the run-to-run variation of the
-    step, whatever each file's own p10-p90 says."""
-    by_file = [{(r["m"], r["context"]): r["pick"] for r in rec} for rec in records]
-    common = sorted(set.intersection(*(set(f) for f in by_file))) if by_file else []
-    return [{"m": m, "context": c, "picks": [f[(m, c)] for f in by_file],
-             "holds": len({f[(m, c)] for f in by_file}) == 1} for m, c in common]
 
 
 def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16") -> list[dict]:
     """Per (M, context), in order: the fastest step among the ``ok`` rows whose logits error
     (:func:`logits_error`) is at most ``max_rel_err``, each row timed by its decision method
-    (:data:`DECISION_ORDER`). Rows tied with the fastest within noise (:func:`tied`) are one group,
-    and the pick is chosen in it by :func:`_tie_break` (the same pick as at the smaller context,
-    else the lower error, the fewer bytes, the lower median). A record: ``m``, ``context``,
+    (:data:`DECISION_ORDER`). The pick is :func:`qbench.judge.pick_within_noise`'s: among the rows
+    tied with the fastest within noise (:func:`qbench.judge.within_noise`), the same pick as at the
+    smaller context, else the lower error, the fewer bytes, the lower median. A record: ``m``, ``context``,
     ``pick`` (the scheme or None), ``method``, ``step_us``, ``tokens_per_s``, ``speedup`` (over
     ``baseline``, :func:`speedups`), ``rel_fro`` and ``compared`` of the pick, ``ties`` (the other
     schemes of its group, fastest first), ``within`` / ``timed`` (how many timed schemes are within
@@ -440,9 +363,10 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16
         here = [r for r in rows if r.m == m and r.context == context and r.status == "ok"]
         timed = [r for r in here if decision_method(r)]
         within = [r for r in timed if logits_error(r) is not None and logits_error(r) <= max_rel_err]
-        fastest = min(within, key=lambda r: r.step_us(decision_method(r))) if within else None
-        group = [fastest, *tied(within, fastest)] if fastest else []
-        best = _tie_break(group, previous.get(m)) if group else None
+        best, _, fastest, group = judge.pick_within_noise(
+            within, time=lambda r: r.step_us(decision_method(r)), same=judge.within_noise,
+            error=logits_error, size=lambda r: (r.bytes or {}).get("total"), name=lambda r: r.scheme,
+            previous=previous.get(m))
         if best:  # a context without a pick leaves the last pick to the next context
             previous[m] = best.scheme
         method = decision_method(best) if best else None

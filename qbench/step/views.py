@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from qbench.judge import incomplete_warning
+from qbench import judge
+from qbench.judge import decision_method, incomplete_warning
 from qbench.readers.common import Refused, check_baseline, one_result
 from qbench.readers.model import ACT_ON, warn_machine_differences
 from qbench.readers.plot import plain, scheme_styles
@@ -24,9 +25,8 @@ from qbench.render import Column, fit, narrow, render, synthetic_step_warning, w
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
+from qbench.row import FLAG_MEANINGS
 from qbench.step import view as step_view
-from qbench.step.row import SCATTER
-from qbench.step.view import decision_method
 
 __all__ = ["disagreements", "model_view", "plot_context", "plot_view", "recommend_view", "report_view", "run_view"]
 
@@ -189,7 +189,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
                                          "the smaller context's, else the lower logits error, then fewer bytes: "
                                          + "; ".join(tied)
                                          + ("; [throttled]: the GPU limited its clocks right after the reading, "
-                                            f"[noisy]: its p90/p10 above {SCATTER}" if flagged else ""))))
+                                            f"[noisy]: {FLAG_MEANINGS['noisy']}" if flagged else ""))))
             flagged, seen = [], []
             for r in rec:
                 if not r["pick"] or not (r["pick_flags"] or r["baseline_flags"]):
@@ -221,7 +221,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
 
 def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]:
     """What ``recommend`` says under several step files: whether each (M, context) pick holds
-    across them (:func:`qbench.step.view.pick_stability`). A changed pick is put down to the step's
+    across them (:func:`qbench.judge.pick_stability`). A changed pick is put down to the step's
     run-to-run variation only for runs of one scenario: same model, machine, schemes and weights;
     otherwise the line names what differs. The same file twice, or files of several models, are
     not compared (one line says why); an (M, context) missing from some file is named."""
@@ -235,7 +235,7 @@ def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]
                                      ("scheme sets", lambda d: frozenset(r.scheme for r in d.rows)),
                                      ("weights", lambda d: frozenset(r.weight_source for r in d.rows)))
               if len({key(doc) for _, doc, _ in records}) > 1]
-    stable = step_view.pick_stability([rec for _, _, rec in records])
+    stable = judge.pick_stability([rec for _, _, rec in records])
     n = len(records)
     said = [f"M={s['m']} ctx={s['context']}: " + (f"{s['picks'][0] or 'none'} in {'both' if n == 2 else f'all {n}'}"
             if s["holds"] else "differ (" + ", ".join(f"{p or 'none'} in file {i + 1}" for i, p in enumerate(s["picks"])) + ")")
@@ -423,7 +423,7 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
             print(say(visible(line)))
     untimed = sorted({r.scheme for r in rows if r.status == "ok" and step_view.decision_method(r) is None})
     for scheme in untimed:
-        why = next((t for r in rows if r.scheme == scheme for t in r.latency_reasons.values()), "no step time")
+        why = next((t.text for r in rows if r.scheme == scheme for t in r.latency_reasons.values()), "no step time")
         print(say(visible(f"note: {scheme} has no step time: {why[:160]}")))
     for note in notes:
         print(say(visible(f"note: {note}")))

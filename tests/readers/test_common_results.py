@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from qbench.judge import row_verdict, tie_note
-from qbench.readers.common import combine_rows, group_results, merge_docs, split_runs
+from qbench.judge import combine_rows, row_verdict, tie_note
+from qbench.readers.common import group_results, merge_docs, split_runs
 from qbench.results import ResultDoc
 from tests.rows import make_row, stats, typed_row
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from qbench.results import read_results
 from qbench.scenario import ScenarioError, from_dict, load
 from qbench.step import floor
 from qbench.step.config import PRESETS, ConfigError, from_hf_config
@@ -230,7 +231,6 @@ def test_scheme_that_cannot_take_a_shape_is_skipped(tmp_path):
 
 def test_run_writes_a_step_result_file(tmp_path):
     from qbench import runner
-    from qbench.results import read_results
 
     s = _scenario([{"name": "fp32"}], context=(4,))
     outcome = runner.run(s, device="cpu", out=str(tmp_path / "r.json"))
@@ -244,7 +244,6 @@ def test_a_timed_out_step_worker_is_reported_with_its_phase(tmp_path):
     """The input that trips it: a timing budget far beyond the scheme timeout. The worker is killed while
     timing; the failed rows' reason ends with the last phase it logged, not with a library's warning."""
     from qbench import runner
-    from qbench.results import read_results
 
     s = _scenario([{"name": "fp32"}], context=(8,),
                   timing={"warmup": 1, "min_reps": 100000, "max_reps": 200000, "budget_s": 600, "scheme_timeout_s": 20})
@@ -279,15 +278,14 @@ def test_speedups_and_breakeven():
 def test_committed_h200_step_files_hold_their_claims():
     """Every ok row of the committed H200 step files: each step >= its HBM floor, Σ linear <= step."""
     for name in ("step_llama31_8b.json", "step_llama31_70b.json"):
-        doc = json.loads((ROOT / "results" / "h200" / name).read_text())
-        ok = [StepRow.model_validate(r) for r in doc["rows"] if r["status"] == "ok"]
+        ok = [r for r in read_results(ROOT / "results" / "h200" / name).rows if r.status == "ok"]
         assert ok
         for r in ok:
             for method, stats in r.latency_us.items():
                 if stats:
-                    assert stats["median"] >= r.hbm_floor_us, (name, r.key, method)
-                    assert r.linear["sum_us"] <= stats["median"] * 1.02 or any(
-                        f.startswith("linear-above-step") for f in r.flags), (name, r.key, method)
+                    assert stats.median >= r.hbm_floor_us, (name, r.key, method)
+                    assert r.linear["sum_us"] <= stats.median * 1.02 or "linear-above-step" in r.flag_names, \
+                        (name, r.key, method)
 
 
 def test_transformers_5_rope_parameters_are_read():

@@ -1,9 +1,12 @@
-"""qbench.step.view's decision rules on hand-made step rows: ties within noise and the pick among them."""
+"""The model step's decisions (qbench.judge's rules, through qbench.step.view.recommend) on hand-made
+step rows: ties within noise and the pick among them."""
 
 from __future__ import annotations
 
+from qbench.row import Flag
 from qbench.step.row import StepRow
-from qbench.step.view import recommend, tied
+from qbench.judge import tied
+from qbench.step.view import recommend
 
 
 def _row(scheme, context, median, p10, p90, err, total_bytes=1000):
@@ -59,6 +62,7 @@ def test_a_context_without_a_pick_passes_the_last_pick_on():
 
 def test_tied_rows_carry_their_timing_flags():
     a, b = _row("a", 128, 100.0, 99.0, 101.0, 0.1), _row("b", 128, 100.5, 100.0, 102.0, 0.2)
-    b.flags.extend(["throttled: sw_power_cap active right after step_graph", "throttled: again", "noisy: x"])
+    b.flags.extend([Flag(name="throttled", text="sw_power_cap active right after step_graph"),
+                    Flag(name="throttled", text="again"), Flag(name="noisy", text="x")])
     (rec,) = recommend([a, b], max_rel_err=0.5)
     assert rec["timing_flags"] == {"b": ["throttled", "noisy"]}
