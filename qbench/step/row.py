@@ -53,6 +53,8 @@ class StepRow(BaseModel):
             absent in files before 2026-12-02's fourth session); ``graphs_compiled``, ``graph_breaks``,
             ``cudagraph_skips`` and Inductor's cache counters summed over those calls.
         flags: ``name: text`` lines a reader must see (:data:`qbench.step.view.FLAG_MEANINGS`).
+        recipe: a mixed recipe's scheme per role and kept blocks, and the linears each scheme built
+            (:meth:`qbench.step.recipe.Plan.record`); None for one scheme everywhere.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -71,6 +73,7 @@ class StepRow(BaseModel):
     activation_dtype: str
     lm_head: Literal["scheme", "float", "none"]
     weight_source: str = SEEDED
+    recipe: Optional[dict[str, Any]] = None
     status: Literal["ok", "skipped", "failed"] = "ok"
     reason: Optional[str] = None
     blocks: int = Field(gt=0)
