@@ -534,7 +534,8 @@ def _check_recipes(scenario: Scenario, config: Optional[StepModelConfig]) -> Non
         i, entry = entries[0]
         key = f"schemes[{i}].{'recipe' if entry.recipe.roles else 'keep_blocks'}"
         raise ScenarioError(scenario.source, key, f"a recipe picks a scheme per linear of a model ([model]); a "
-                                                  f"{scenario.job} scenario measures one linear layer, got a recipe on "
+                                                  f"{scenario.job} scenario measures one "
+                                                  f"{'sharded ' if scenario.tp else ''}linear layer, got a recipe on "
                                                   f"{entry.label!r}")
     if scenario.quality is not None:
         head, head_key = ("scheme" if scenario.quality.lm_head else "float"), "quality.lm_head"

@@ -244,8 +244,9 @@ def _choice(value: Any, key: str) -> Choice:
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
         raise RecipeError(f"{key}.{where}" if where else key,
-                          f"{err['msg'].removeprefix('Value error, ')} ({name}), got {_show(err.get('input'))}") from None
+                          f"{msg[:1].lower() + msg[1:]} ({name}), got {_show(err.get('input'))}") from None
     return Choice(name, opts)
 
 
@@ -323,8 +324,9 @@ def check(recipe: Recipe, base: Choice, blocks: int, head: str, key: str, head_k
             raise RecipeError(f"{key}.keep_blocks.blocks[{i}]", f"outside the model's {blocks} blocks (0..{blocks - 1}, "
                                                                 f"or -{blocks}..-1 from the end), got {b}")
         if b % blocks in seen:
-            raise RecipeError(f"{key}.keep_blocks.blocks[{i}]", f"names block {b % blocks} again (as "
-                                                                f"{recipe.keep_blocks[seen[b % blocks]]}), got {b}")
+            j = seen[b % blocks]
+            raise RecipeError(f"{key}.keep_blocks.blocks[{i}]", f"names block {b % blocks} a second time (blocks[{j}] "
+                                                                f"= {recipe.keep_blocks[j]}), got {b}")
         seen[b % blocks] = i
     roles = dict(recipe.roles)
     if "lm_head" in roles and head != "scheme":
