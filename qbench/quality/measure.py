@@ -47,7 +47,7 @@ from qbench.row import describe_exception, flag_record
 from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger
 from qbench.step.config import BLOCK_LINEARS, StepModelConfig
-from qbench.step.recipe import Choice, Plan
+from qbench.step.recipe import plan_of
 from qbench.step.spec import resolve
 
 log = logging.getLogger("qbench.quality")
@@ -81,11 +81,6 @@ def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
     return [_blank(scenario, entry, scheme, device, *_inputs(scenario))]
 
 
-def plan_of(entry, config: StepModelConfig) -> Plan:
-    """Which scheme builds each linear of the model: the entry's scheme, or its recipe's (:mod:`qbench.step.recipe`)."""
-    return Plan(Choice(entry.name, entry.options), config.blocks, entry.recipe)
-
-
 def _blank(scenario: Any, entry, scheme, device, ckpt, config: StepModelConfig, ids: list[int]) -> dict:
     q = scenario.quality
     text = resolve_path(q.text, scenario.source)
@@ -100,7 +95,7 @@ def _blank(scenario: Any, entry, scheme, device, ckpt, config: StepModelConfig, 
                      activation_dtype=_dtype_name(scheme.activation_dtype), text=str(text),
                      text_sha256=hashlib.sha256(text.read_bytes()).hexdigest(), chunk=q.chunk, chunks=chunks,
                      scored_per_chunk=scored_per_chunk(q.chunk), lm_head="scheme" if q.lm_head else "float",
-                     linear_params=params, recipe=plan_of(entry, config).record(q.lm_head))
+                     linear_params=params, recipe=plan_of(entry, config.blocks).record(q.lm_head))
     return row.model_dump(mode="json", exclude_none=True)
 
 
@@ -225,7 +220,7 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     ckpt, config, ids = _inputs(scenario)  # the scenario was checked when it was read (qbench.quality.spec.check)
     rows = [_blank(scenario, entry, scheme, device, ckpt, config, ids)]
     row = rows[0]
-    plan = plan_of(entry, config)
+    plan = plan_of(entry, config.blocks)
     # every scheme the model is built with (one, or a recipe's): its kernel here, else emulated, else skipped
     parts: dict[str, tuple[Any, Any, bool, Optional[str]]] = {}  # label -> (scheme, choice, emulated, reason)
     for choice in plan.distinct(q.lm_head):

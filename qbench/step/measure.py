@@ -48,7 +48,7 @@ from qbench.schemes import get as get_scheme
 from qbench.schemes import ledger
 from qbench.step import floor, llama
 from qbench.step.config import StepModelConfig
-from qbench.step.recipe import Choice, Plan
+from qbench.step.recipe import plan_of
 from qbench.step.row import SCATTER, StepRow
 from qbench.step.spec import check as check_spec
 from qbench.timing.settings import TimingSettings
@@ -65,11 +65,6 @@ log = logging.getLogger("qbench.step")
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-def plan_of(entry, config: StepModelConfig) -> Plan:
-    """Which scheme builds each linear of the model: the entry's scheme, or its recipe's (:mod:`qbench.step.recipe`)."""
-    return Plan(Choice(entry.name, entry.options), config.blocks, entry.recipe)
 
 
 def _head_is_scheme(spec) -> bool:
@@ -89,7 +84,7 @@ def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
                     options=entry.options.model_dump(exclude={"label", "mode"}), model=spec.name or spec.config or spec.checkpoint,
                     title=config.title, m=m, context=context, device=str(device), weight_dtype=scheme.weight_dtype,
                     activation_dtype=_dtype_name(scheme.activation_dtype), lm_head=lm, blocks=config.blocks,
-                    recipe=plan_of(entry, config).record(_head_is_scheme(spec)),
+                    recipe=plan_of(entry, config.blocks).record(_head_is_scheme(spec)),
                     ).model_dump() for context in spec.context for m in scenario.m]
 
 
@@ -122,7 +117,7 @@ def measure_step_scheme(scenario: Any, entry_index: int, device: torch.device,
     spec = scenario.model
     config = check_spec(spec, scenario.source)
     rows = blank_rows(scenario, entry, scheme, device)
-    plan = plan_of(entry, config)
+    plan = plan_of(entry, config.blocks)
     parts = [(get_scheme(c.name), c) for c in plan.distinct(_head_is_scheme(spec))]  # one, or a recipe's
     named = (lambda c, why: why) if plan.recipe is None else (lambda c, why: f"{c.label} (in the recipe): {why}")
     reason = next((named(c, why) for part, c in parts if (why := part.unavailable_reason(device, c.options))), None)
@@ -180,7 +175,7 @@ class _Built:
     def __init__(self, scenario: Any, config: StepModelConfig, scheme, entry, device: torch.device):
         self.scenario, self.config, self.scheme, self.entry, self.device = scenario, config, scheme, entry, device
         self.spec = scenario.model
-        self.plan = plan_of(entry, config)
+        self.plan = plan_of(entry, config.blocks)
         self.linear_bytes: dict[tuple[str, str], int] = {}  # (role, scheme label) -> stored bytes of one such linear
         self.act = scheme.activation_dtype
         self.prefill_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

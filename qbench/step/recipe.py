@@ -211,6 +211,11 @@ class Plan:
         return None
 
 
+def plan_of(entry: Any, blocks: int) -> Plan:
+    """The plan of a scenario's scheme entry (its ``name``, ``options`` and ``recipe``) on a model of ``blocks`` blocks."""
+    return Plan(Choice(entry.name, entry.options), blocks, entry.recipe)
+
+
 def identity_key(record: Optional[dict]) -> Optional[str]:
     """A row's ``recipe`` record reduced to what identifies it (:meth:`Plan.identity`), as text."""
     if not record:

@@ -227,3 +227,14 @@ def test_quality_of_pairs_a_recipe_only_with_the_same_recipe(step_rows, tmp_path
     assert quality_of(plain, quality).scheme == "int4-intx"
     assert quality_of(mixed, quality).scheme == "other label"  # same recipe, blocks written another way
     assert quality_of(mixed, quality[:1]) is None  # never the base scheme's plain row
+
+
+def test_shipped_recipe_scenarios_are_one_pair():
+    """recipe_tiny_quality.toml and recipe_tiny_step.toml hold the same entries: each step row finds its quality row."""
+    from qbench.step.recipe import plan_of
+
+    quality, step = (load(ROOT / "scenarios" / f"recipe_tiny_{kind}.toml") for kind in ("quality", "step"))
+    assert quality.model.checkpoint == step.model.checkpoint and quality.device == step.device == "auto"
+    plans = [{e.label: (e.name, e.options, plan_of(e, 4).identity()) for e in s.schemes} for s in (quality, step)]
+    assert plans[0] == plans[1]
+    assert sum(e.recipe is not None for e in quality.schemes) == 2
