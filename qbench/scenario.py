@@ -30,6 +30,7 @@ from qbench.quality.spec import QualitySpec
 from qbench.quality.spec import check as check_quality
 from qbench.step.spec import ModelSpec
 from qbench.step.spec import check as check_model
+from qbench.step import recipe as recipes
 from qbench.timing import registry
 from qbench.timing.settings import TimingSettings
 
@@ -130,12 +131,14 @@ class WeightSpec(_Frozen):
 
 
 class SchemeEntry(_Frozen):
-    """One scheme to run: registry ``name``, validated ``options``, and the row ``label``."""
+    """One scheme to run: registry ``name``, validated ``options``, the row ``label``, and, for a
+    model scenario, an optional mixed ``recipe`` (a scheme per role or block: :mod:`qbench.step.recipe`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
     name: str
     options: SchemeOptions
     label: str
+    recipe: Optional[recipes.Recipe] = None
 
     @property
     def scheme(self) -> schemes.Scheme:
@@ -233,7 +236,8 @@ class Scenario(_Frozen):
         data = self.model_dump(exclude={"schemes"})
         data["m"] = list(self.m)
         data["timing"]["methods"] = list(self.timing.methods)
-        data["schemes"] = [{"name": e.name, **e.options.model_dump(exclude_none=True)} for e in self.schemes]
+        data["schemes"] = [{"name": e.name, **e.options.model_dump(exclude_none=True),
+                            **(e.recipe.to_scenario() if e.recipe else {})} for e in self.schemes]
         if self.model is None:
             data.pop("model")
             for key in ("df", "outlier_channels", "outlier_scale"):  # as files before these keys were written
@@ -474,14 +478,20 @@ def _scheme_entries(raw: Any, source: str, data: Optional[dict] = None) -> tuple
         except schemes.UnknownSchemeError as exc:
             raise ScenarioError(source, f"{key}.name", str(exc)) from None
         try:
+            recipe = recipes.parse(item, key)
+        except recipes.RecipeError as exc:
+            raise ScenarioError(source, exc.key, exc.message) from None
+        try:
             options = scheme.options_model.model_validate(item)
         except ValidationError as exc:
             raise _as_scenario_error(exc, source, scheme.options_model, prefix=f"{key}.", what=f" ({name})") from None
         label = options.label or _auto_label(name, options)
+        if recipe is not None and not options.label:
+            label = recipes.auto_label(label, recipe)
         if label in labels:
             raise ScenarioError(source, key, f"duplicate scheme label {label!r}: give one of them a 'label'")
         labels.add(label)
-        entries.append(SchemeEntry(name=name, options=options, label=label))
+        entries.append(SchemeEntry(name=name, options=options, label=label, recipe=recipe))
     return tuple(entries)
 
 
@@ -513,10 +523,38 @@ def _check_cross_fields(scenario: Scenario) -> None:
                             f"must be > 0 when outlier_fraction > 0, got {scenario.inputs.outlier_magnitude}")
     if scenario.tp is not None:
         _check_tp(scenario)
+    config = None
     if scenario.quality is not None:
-        quality_model(scenario)
+        config = quality_model(scenario)
     elif scenario.model is not None:
-        step_model(scenario)
+        config = step_model(scenario)
+    _check_recipes(scenario, config)
+
+
+def _check_recipes(scenario: Scenario, config: Optional[StepModelConfig]) -> None:
+    """Every recipe (:func:`qbench.step.recipe.check`) against the model; a layer or tp scenario refuses one."""
+    entries = [(i, e) for i, e in enumerate(scenario.schemes) if e.recipe is not None]
+    if not entries:
+        return
+    if config is None:
+        i, entry = entries[0]
+        key = f"schemes[{i}].{'recipe' if entry.recipe.roles else 'keep_blocks'}"
+        raise ScenarioError(scenario.source, key, f"a recipe picks a scheme per linear of a model ([model]); a "
+                                                  f"{scenario.job} scenario measures one "
+                                                  f"{'sharded ' if scenario.tp else ''}linear layer, got a recipe on "
+                                                  f"{entry.label!r}")
+    if scenario.quality is not None:
+        head, head_key = ("scheme" if scenario.quality.lm_head else "float"), "quality.lm_head"
+    else:
+        spec = scenario.model
+        head = "none" if not spec.lm_head else ("scheme" if spec.quantize_lm_head else "float")
+        head_key = "model.quantize_lm_head" + ("" if spec.lm_head else " (and model.lm_head)")
+    try:
+        for i, entry in entries:
+            recipes.check(entry.recipe, recipes.Choice(entry.name, entry.options), config.blocks, head,
+                          f"schemes[{i}]", head_key)
+    except recipes.RecipeError as exc:
+        raise ScenarioError(scenario.source, exc.key, exc.message) from None
 
 
 def quality_model(scenario: Scenario) -> StepModelConfig:

@@ -10,11 +10,14 @@ In order:
    chunk; the log-probabilities of the scored positions go to a file in the run's shared folder
    (``[chunks, scored, vocab]`` at ``quality.logprobs`` precision) that every later worker reads.
 3. **Scheme**: the model with every linear of every block built by the scheme from the FP32
-   weights (the LM head too with ``quality.lm_head``), run teacher-forced over the same chunks.
+   weights (the LM head too with ``quality.lm_head``), run teacher-forced over the same chunks. An
+   entry with a mixed recipe builds each linear with the recipe's scheme for its (block, role)
+   (:class:`qbench.step.recipe.Plan`); each of those schemes runs its kernel or, without one here,
+   emulated (the row is ``emulated`` when any part is).
    Each chunk's first token is the checkpoint's BOS when it has one (llama.cpp does the same); the
    logits of positions ``chunk/2 .. chunk-2`` are scored against the tokens that follow.
 4. **Statistics** (:func:`qbench.quality.stats.summarize`), stored bytes (the ledger of every built
-   linear), peak memory; with ``quality.sensitivity``, each role (or block) quantized alone inside
+   linear, each counted by the scheme that built it), peak memory; with ``quality.sensitivity``, each role (or block) quantized alone inside
    the reference model, ranked by KL divergence.
 
 Every scheme's worker sees the same tokens and the same reference, so rows of one run compare.
@@ -41,8 +44,10 @@ from qbench.quality.row import QualityRow
 from qbench.quality.spec import bos_id, read_tokens, resolve_path, scored_per_chunk
 from qbench.hardware import free_bytes
 from qbench.row import describe_exception, flag_record
+from qbench import schemes
 from qbench.schemes import ledger
-from qbench.step.config import BLOCK_LINEARS, StepModelConfig, shape_reason
+from qbench.step.config import BLOCK_LINEARS, StepModelConfig
+from qbench.step.recipe import plan_of
 from qbench.step.spec import resolve
 
 log = logging.getLogger("qbench.quality")
@@ -90,7 +95,7 @@ def _blank(scenario: Any, entry, scheme, device, ckpt, config: StepModelConfig, 
                      activation_dtype=_dtype_name(scheme.activation_dtype), text=str(text),
                      text_sha256=hashlib.sha256(text.read_bytes()).hexdigest(), chunk=q.chunk, chunks=chunks,
                      scored_per_chunk=scored_per_chunk(q.chunk), lm_head="scheme" if q.lm_head else "float",
-                     linear_params=params)
+                     linear_params=params, recipe=plan_of(entry, config.blocks).record(q.lm_head))
     return row.model_dump(mode="json", exclude_none=True)
 
 
@@ -215,19 +220,26 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     ckpt, config, ids = _inputs(scenario)  # the scenario was checked when it was read (qbench.quality.spec.check)
     rows = [_blank(scenario, entry, scheme, device, ckpt, config, ids)]
     row = rows[0]
-    emulate = getattr(scheme, "emulate", None)
-    reason = scheme.unavailable_reason(device, entry.options)
-    emulated = False
-    if reason and emulate is not None and not any(p in reason for p in ("not installed",)):
-        emulated = True
-    elif reason:
-        return _skip(rows, "skipped", reason)
-    shape = shape_reason(config, scheme, entry.options, q.lm_head)
+    plan = plan_of(entry, config.blocks)
+    # every scheme the model is built with (one, or a recipe's): its kernel here, else emulated, else skipped
+    parts: dict[str, tuple[Any, Any, bool, Optional[str]]] = {}  # label -> (scheme, choice, emulated, reason)
+    for choice in plan.distinct(q.lm_head):
+        part = schemes.get(choice.name)
+        reason = part.unavailable_reason(device, choice.options)
+        if reason and part.emulate is not None and "not installed" not in reason:
+            parts[choice.label] = (part, choice, True, reason)
+        elif reason:
+            return _skip(rows, "skipped", reason if plan.recipe is None else f"{choice.label} (in the recipe): {reason}")
+        else:
+            parts[choice.label] = (part, choice, False, None)
+    emulated = any(p[2] for p in parts.values())
+    shape = plan.shape_reason(config.linear_shapes(), q.lm_head)
     if shape:
         return _skip(rows, "skipped", shape)
     tokens = chunk_tokens(scenario, ids, device)
     ref = _Reference(scenario, config, ckpt, device, shared_dir or ".", tokens)
-    need = estimate_bytes(config, scheme, ref.dtype, not ref.path.exists(), q.sensitivity != "none", q.chunk, emulated)
+    widest = max((p[0] for p in parts.values()), key=lambda part: part.nominal_bits)
+    need = estimate_bytes(config, widest, ref.dtype, not ref.path.exists(), q.sensitivity != "none", q.chunk, emulated)
     free = free_bytes(device)
     if free is not None and need + (HEADROOM if device.type == "cuda" else 0) > free:
         return _skip(rows, "skipped", f"needs about {need / 2**30:.1f} GiB of {device} memory (the model, its reference "
@@ -245,8 +257,12 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
         return _skip(rows, "failed", f"reference: {describe_exception(exc)}")
     act = scheme.activation_dtype
 
+    built_by: dict[str, list] = {label: [] for label in parts}  # the modules each scheme built
+
     def build(w: torch.Tensor, b: Optional[torch.Tensor], block: int, role: str):
-        module = emulate(w, b, entry.options) if emulated else scheme.build(w, b, entry.options)
+        part, choice, part_emulated, _ = parts[plan.choice(block, role).label]
+        module = part.emulate(w, b, choice.options) if part_emulated else part.build(w, b, choice.options)
+        built_by[choice.label].append(module)
         return module
 
     kept: list[dict] = []
@@ -266,23 +282,31 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     phases["run"] = time.perf_counter() - t0
     row["stats"] = qstats.summarize(per["nll"], per["nll_ref"], per["kld"], per["same_top"], per["p"], per["p_ref"])
     row["emulated"] = emulated
+    row["recipe"] = plan.record(q.lm_head, {label: "emulated" if p[2] else "kernel" for label, p in parts.items()})
     row["reference"] = {"dtype": _dtype_name(ref.dtype), "logprobs": _dtype_name(ref.store), "computed_s": ref.computed_s}
-    if not emulated:
-        linear = sum(ledger.count(scheme.parts(mod)).stored_bytes for block in kept for mod in block.values())
+    if not emulated:  # each linear counted by the scheme that built it
+        linear = sum(ledger.count(parts[plan.choice(b, role).label][0].parts(mod)).stored_bytes
+                     for b, block in enumerate(kept) for role, mod in block.items())
         if q.lm_head:
-            linear += ledger.count(scheme.parts(model.head)).stored_bytes
+            linear += ledger.count(parts[plan.choice(-1, "lm_head").label][0].parts(model.head)).stored_bytes
         other = sum(t.numel() * t.element_size() for name, t in model.named_parameters()
                     if not name.startswith("blocks.") or "norm" in name.rsplit(".", 1)[-1])
         if not q.lm_head:
             other += model.head.weight.numel() * model.head.weight.element_size()
         row["linear_stored_bytes"], row["model_stored_bytes"] = int(linear), int(linear + other)
     flags = []
-    if emulated:
+    said = []  # one flag, each emulated scheme of the model (a recipe may hold several) in it
+    for part, choice, part_emulated, reason in parts.values():
+        if not part_emulated:
+            continue
         estimate = ("; its activations are fake-quantized per token, which the kernel's own quantization and "
                     "accumulation differ from: an estimate (docs/quality.md)") \
-            if any(getattr(m, "act_quant", None) is not None for m in model.modules()) else ""
-        flags.append(flag_record("emulated", f"no {scheme.name} kernel on {device.type} ({reason}): its quantized weights "
-                                             f"were dequantized and run in a float matmul{estimate}"))
+            if any(getattr(m, "act_quant", None) is not None for mod in built_by[choice.label] for m in mod.modules()) else ""
+        which = "" if plan.recipe is None else f" (the recipe's {choice.label} linears)"
+        said.append(f"no {part.name} kernel on {device.type} ({reason}): its quantized weights were dequantized "
+                    f"and run in a float matmul{which}{estimate}")
+    if said:
+        flags.append(flag_record("emulated", "; ".join(said)))
     if ckpt is None:
         flags.append(flag_record("synthetic-weights", "seeded weights, not a trained model: the quality numbers say "
                                                       "nothing of a real model (the row shows the job's speed)"))

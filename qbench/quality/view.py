@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from qbench.quality.row import QualityRow
 from qbench.render import Column, render, wants_prose
+from qbench.step.recipe import identity_key
 
 DASH = "—"
 
@@ -139,16 +140,19 @@ def meets(row: QualityRow, max_kld: Optional[float], max_ppl_ratio: Optional[flo
     return None
 
 
-def _identity(scheme: str, options: dict) -> tuple:
-    return scheme, json.dumps({k: v for k, v in (options or {}).items() if k not in ("label", "mode")}, sort_keys=True)
+def _identity(row) -> tuple:
+    options = json.dumps({k: v for k, v in (row.options or {}).items() if k not in ("label", "mode")}, sort_keys=True)
+    return row.base_scheme, options, identity_key(getattr(row, "recipe", None))
 
 
 def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
     """The quality row of a step row's scheme: same base scheme and options (its eager or compiled
-    form: both run the same kernels), measured on the same model."""
-    key = _identity(step_row.base_scheme, step_row.options)
+    form: both run the same kernels) and, for a mixed recipe, the same scheme per role and kept
+    blocks (:func:`qbench.step.recipe.identity_key`; a recipe never pairs with its base scheme's
+    plain row), measured on the same model."""
+    key = _identity(step_row)
     for q in quality:
-        if _identity(q.base_scheme, q.options) == key:
+        if _identity(q) == key:
             return q
     return None
 

@@ -141,20 +141,6 @@ PRESETS: dict[str, StepModelConfig] = {c.name: c for c in (
 )}
 
 
-def shape_reason(config: StepModelConfig, scheme: Any, options: Any, quantize_head: bool) -> Optional[str]:
-    """Why ``scheme`` (with ``options``) cannot build one of the model's linear layers (its group or
-    block size, a kernel constraint: :attr:`qbench.schemes.base.Scheme.k_multiple` / ``n_multiple``),
-    the LM head only when it is quantized; None when it can take them all. Torch-free."""
-    for role, (k, n) in config.linear_shapes().items():
-        if role == "lm_head" and not quantize_head:
-            continue
-        km, nm = scheme.k_multiple(options), scheme.n_multiple(options)
-        if k % km or n % nm:
-            need = f"K a multiple of {km}" if k % km else f"N a multiple of {nm}"
-            return f"{scheme.name} cannot take {role} (K={k}, N={n}): needs {need}"
-    return None
-
-
 def _get(data: dict, key: str, kind: type, *, default: Any = None, required: bool = True) -> Any:
     if key not in data:
         if required and default is None:

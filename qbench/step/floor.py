@@ -10,13 +10,14 @@ HBM can be faster (the layer job's ``hbm_floor_us``, one level up).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 from qbench.step.config import StepModelConfig
 
 
-def step_bytes(config: StepModelConfig, *, m: int, context: int, blocks: int, block_weight_bytes: int,
-               lm_head_bytes: int, act_itemsize: int, kv_itemsize: int) -> dict:
+def step_bytes(config: StepModelConfig, *, m: int, context: int, blocks: int,
+               block_weight_bytes: Union[int, Sequence[int]], lm_head_bytes: int, act_itemsize: int,
+               kv_itemsize: int) -> dict:
     """Bytes read and written by one decode step, by part.
 
     Args:
@@ -24,17 +25,27 @@ def step_bytes(config: StepModelConfig, *, m: int, context: int, blocks: int, bl
         m: sequences (one new token each).
         context: positions already cached.
         blocks: blocks of the model (all of them: an extrapolated step counts the whole model).
-        block_weight_bytes: stored bytes of one block's seven linear layers (the ledger's count).
+        block_weight_bytes: stored bytes of one block's seven linear layers (the ledger's count), or
+            one such count per block (``blocks`` of them: a mixed recipe's blocks differ).
         lm_head_bytes: stored bytes of the LM head (0 without one).
         act_itemsize: bytes per element of the activations (embedding rows, norm weights).
         kv_itemsize: bytes per element of the KV cache.
 
     Returns:
         ``{"weights", "lm_head", "embedding", "norms", "kv_read", "kv_write", "total"}`` in bytes.
+
+    Raises:
+        ValueError: a per-block list whose length is not ``blocks``.
     """
+    if isinstance(block_weight_bytes, int):
+        weights = blocks * block_weight_bytes
+    elif len(block_weight_bytes) != blocks:
+        raise ValueError(f"step_bytes: {len(block_weight_bytes)} per-block byte counts for {blocks} blocks")
+    else:
+        weights = sum(block_weight_bytes)
     kv_per_position = config.kv_elements_per_position() * kv_itemsize
     out = {
-        "weights": blocks * block_weight_bytes,
+        "weights": weights,
         "lm_head": lm_head_bytes,
         "embedding": m * config.hidden * act_itemsize,
         "norms": (2 * blocks + 1) * config.hidden * act_itemsize,

@@ -10,6 +10,8 @@ a layer scenario). In order:
    ``quantize_lm_head``, else a float layer in the activation dtype), the embedding and norms. On
    CUDA, block 0 is built first and its memory measured; as many blocks are built as fit beside the
    largest KV cache and a workspace (fewer than the model has: the step is extrapolated, 5 below).
+   An entry with a mixed recipe builds each linear with the recipe's scheme for its (block, role)
+   (:class:`qbench.step.recipe.Plan`), and the step's bytes count every block with its own schemes.
 3. **Cache**: per context, a prefill of one seeded prompt (bf16 on CUDA, FP32 on the CPU) through
    the blocks fills positions ``0 .. context - 1``; each of the M sequences gets a copy (the step
    still reads M distinct caches) and decodes its own seeded token at position ``context``. Every
@@ -40,14 +42,15 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from qbench import compile_info
+from qbench import compile_info, schemes
 from qbench.step.checkpoint import TensorMap, of_model, weight_source
 from qbench.schemes import ledger
 from qbench.step import floor, llama
-from qbench.step.config import StepModelConfig, shape_reason
+from qbench.step.config import StepModelConfig
 from qbench.gpu_state import record_reading
 from qbench.row import (NOISY_CV, describe_exception, dtype_name, failed_rows, flag_record, is_noisy_cv,
                         reason_record)
+from qbench.step.recipe import plan_of
 from qbench.step.row import StepRow, check_rows
 from qbench.step.spec import check as check_spec
 from qbench.timing.settings import TimingSettings
@@ -60,6 +63,10 @@ PREFILL_CHUNK = 4096
 
 #: One INFO line per phase, before the phase: a worker's log file ends with the phase it is in.
 log = logging.getLogger("qbench.step")
+
+
+def _head_is_scheme(spec) -> bool:
+    return bool(spec.lm_head and spec.quantize_lm_head)
 
 
 def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
@@ -75,6 +82,7 @@ def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
                     options=entry.options.model_dump(exclude={"label", "mode"}), model=spec.name or spec.config or spec.checkpoint,
                     title=config.title, m=m, context=context, device=str(device), weight_dtype=scheme.weight_dtype,
                     activation_dtype=dtype_name(scheme.activation_dtype), lm_head=lm, blocks=config.blocks,
+                    recipe=plan_of(entry, config.blocks).record(_head_is_scheme(spec)),
                     ).model_dump() for context in spec.context for m in scenario.m]
 
 
@@ -103,13 +111,16 @@ def _measure(scenario: Any, entry_index: int, device: torch.device, ceilings: Op
     spec = scenario.model
     config = check_spec(spec, scenario.source)
     rows = blank_rows(scenario, entry, scheme, device)
-    reason = (scheme.unavailable_reason(device, entry.options)
-              or compile_info.cpu_compile_reason(entry.options.mode, device.type))
-    reason = reason or shape_reason(config, scheme, entry.options, spec.lm_head and spec.quantize_lm_head)
+    plan = plan_of(entry, config.blocks)
+    parts = [(schemes.get(c.name), c) for c in plan.distinct(_head_is_scheme(spec))]  # one, or a recipe's
+    named = (lambda c, why: why) if plan.recipe is None else (lambda c, why: f"{c.label} (in the recipe): {why}")
+    reason = next((named(c, why) for part, c in parts if (why := part.unavailable_reason(device, c.options))), None)
+    reason = reason or compile_info.cpu_compile_reason(entry.options.mode, device.type)
+    reason = reason or plan.shape_reason(config.linear_shapes(), _head_is_scheme(spec))
     if reason:
         return failed_rows(rows, "skipped", reason)
     for row in rows:
-        m_reason = scheme.m_reason(row["m"], device, entry.options)
+        m_reason = next((named(c, why) for part, c in parts if (why := part.m_reason(row["m"], device, c.options))), None)
         if m_reason:
             failed_rows([row], "skipped", m_reason)
     if all(r["status"] != "ok" for r in rows):
@@ -126,6 +137,9 @@ def _measure(scenario: Any, entry_index: int, device: torch.device, ceilings: Op
         failed_rows([r for r in rows if r["status"] == "ok"], "failed", f"build: {describe_exception(exc)}")
         return rows  # (a row skipped for its M stays skipped)
     build_s = time.perf_counter() - t0
+    ran = plan.record(_head_is_scheme(spec), {c.label: "kernel" for _, c in parts})  # the step job never emulates
+    for row in rows:
+        row["recipe"] = ran
     with torch.inference_mode():
         for context in spec.context:
             todo = [r for r in rows if r["context"] == context and r["status"] == "ok"]
@@ -156,6 +170,8 @@ class _Built:
     def __init__(self, scenario: Any, config: StepModelConfig, scheme, entry, device: torch.device):
         self.scenario, self.config, self.scheme, self.entry, self.device = scenario, config, scheme, entry, device
         self.spec = scenario.model
+        self.plan = plan_of(entry, config.blocks)
+        self.linear_bytes: dict[tuple[str, str], int] = {}  # (role, scheme label) -> stored bytes of one such linear
         self.act = scheme.activation_dtype
         self.prefill_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         self.compiled = entry.options.mode == "compiled"
@@ -173,7 +189,6 @@ class _Built:
         self.linears: list[dict[str, torch.nn.Module]] = []
         before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
         self.linears.append(self._build_block(0))
-        self.block_bytes = sum(ledger.count(scheme.parts(mod)).stored_bytes for mod in self.linears[0].values())
         n = want
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -184,6 +199,7 @@ class _Built:
         for i in range(1, n):
             self.linears.append(self._build_block(i))
         self.blocks_built = n
+        self.block_bytes = [self._block_bytes(i) for i in range(config.blocks)]
         self.embed = self.weights.get("model.embed_tokens.weight").to(self.act)
         self.norm = self.weights.get("model.norm.weight")
         self.head: Optional[torch.nn.Module] = None
@@ -191,8 +207,10 @@ class _Built:
         if self.spec.lm_head:
             w = self.weights.get("lm_head.weight")
             if self.spec.quantize_lm_head:
-                self.head = scheme.build(w, None, entry.options)
-                self.head_bytes = ledger.count(scheme.parts(self.head)).stored_bytes
+                choice = self.plan.choice(-1, "lm_head")
+                part = schemes.get(choice.name)
+                self.head = part.build(w, None, choice.options)
+                self.head_bytes = ledger.count(part.parts(self.head)).stored_bytes
             else:
                 self.head = llama.FloatLinear(w.to(self.act))
                 self.head_bytes = w.numel() * torch.empty((), dtype=self.act).element_size()
@@ -204,12 +222,31 @@ class _Built:
 
     # -- building ---------------------------------------------------------------------------
     def _build_block(self, index: int) -> dict[str, torch.nn.Module]:
+        """Block ``index``'s seven linears, each built by its scheme (:meth:`Plan.choice`); the stored
+        bytes of each (role, scheme) are counted from the first one built."""
         out = {}
-        for role in llama.BLOCK_LINEARS:
+        for role, choice in self.plan.block_choices(index).items():
             w = self.weights.get(llama.linear_name(index, role))
-            out[role] = self.scheme.build(w, None, self.entry.options)
+            part = schemes.get(choice.name)
+            out[role] = part.build(w, None, choice.options)
+            self.linear_bytes.setdefault((role, choice.label), ledger.count(part.parts(out[role])).stored_bytes)
             del w
         return out
+
+    def _block_bytes(self, index: int) -> int:
+        """Stored bytes of block ``index``'s seven linears, each by its own scheme. A (role, scheme)
+        no built block holds (a recipe's kept block beyond the blocks that fit) is built once from
+        that block's weight, counted and dropped."""
+        total = 0
+        for role, choice in self.plan.block_choices(index).items():
+            key = (role, choice.label)
+            if key not in self.linear_bytes:
+                part = schemes.get(choice.name)
+                mod = part.build(self.weights.get(llama.linear_name(index, role)), None, choice.options)
+                self.linear_bytes[key] = ledger.count(part.parts(mod)).stored_bytes
+                del mod
+            total += self.linear_bytes[key]
+        return total
 
     def _blocks_that_fit(self, per_block: int) -> int:
         """Blocks that fit in the free memory beside the largest KV cache, the embedding, the LM
@@ -341,9 +378,14 @@ class _Built:
             record_reading(row, method.name, self.device)
         if row["extrapolated"] is not None:
             n_small, n_large = counts
+            kept = self.plan.kept()
+            mixed = (f"; the recipe keeps blocks {', '.join(map(str, kept))} of {self.config.blocks} in "
+                     f"{self.plan.recipe.keep_scheme.label}: the blocks not built are timed as the built ones "
+                     "(their bytes are counted as they are)") if kept else ""
             row["flags"].append(flag_record("extrapolated", f"{n_large} of {self.config.blocks} blocks fit; each step "
                                             f"is t({n_large}) + ({self.config.blocks} - {n_large}) x (t({n_large}) - "
-                                            f"t({n_small})) / {n_large - n_small} (both readings in 'extrapolated')"))
+                                            f"t({n_small})) / {n_large - n_small} (both readings in 'extrapolated')"
+                                            f"{mixed}"))
 
     # -- compiled forms ---------------------------------------------------------------------
     def _step_call(self, model: llama.DecodeModel, tokens: torch.Tensor, n: int, mode: Optional[str]) -> Callable[[], Any]:

@@ -53,6 +53,8 @@ class StepRow(BaseModel):
         gpu_state: NVML readings right after each method (:class:`qbench.row.GpuState`, CUDA only).
         flags: what a reader must see (:class:`qbench.row.Flag`; :data:`qbench.row.FLAG_MEANINGS`).
         repeats: ``qbench run --repeat`` (:class:`qbench.row.Repeats`).
+        recipe: a mixed recipe's scheme per role and kept blocks, and the linears each scheme built
+            (:meth:`qbench.step.recipe.Plan.record`); None for one scheme everywhere.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -71,6 +73,7 @@ class StepRow(BaseModel):
     activation_dtype: str
     lm_head: Literal["scheme", "float", "none"]
     weight_source: str = SEEDED
+    recipe: Optional[dict[str, Any]] = None
     status: Literal["ok", "skipped", "failed"] = "ok"
     reason: Optional[str] = None
     blocks: int = Field(gt=0)

@@ -1,0 +1,60 @@
+"""Mixed recipes on CUDA, on the committed trained checkpoint: the shipped pair of recipe scenarios runs
+every part on its own kernel (no part emulated), the step's bytes count each linear by its scheme, and
+a recipe of int4 weight-only with int8 v/down projections loses less than int4 alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CUDA
+
+torch = pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not CUDA, reason="needs CUDA (no CUDA device on this machine)")]
+
+
+def _scenario(name: str, tmp_path: Path, **replace: str):
+    from qbench.scenario import load
+
+    text = (ROOT / "scenarios" / f"{name}.toml").read_text()
+    for old, new in replace.items():
+        text = text.replace(old, new)
+    text = text.replace("../data/", f"{ROOT}/data/")
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    return load(path)
+
+
+def test_quality_recipes_run_their_kernels(tmp_path):
+    from qbench.quality.measure import measure_quality_scheme
+
+    scenario = _scenario("recipe_tiny_quality", tmp_path, **{"chunks = 64": "chunks = 8"})
+    rows = {e.label: measure_quality_scheme(scenario, i, torch.device("cuda"), shared_dir=str(tmp_path))[0]
+            for i, e in enumerate(scenario.schemes)}
+    for label, row in rows.items():
+        assert row["status"] == "ok" and not row["emulated"], (label, row.get("reason"))
+    mixed = rows["int4 (v, down int8)"]
+    assert {i["ran"] for i in mixed["recipe"]["linears"]} == {"kernel"}
+    assert mixed["stats"]["kld"]["mean"] < rows["int4-weight-only"]["stats"]["kld"]["mean"]
+    assert rows["int4-weight-only"]["linear_stored_bytes"] < mixed["linear_stored_bytes"] \
+        < rows["int4 (v, down int8; ends bf16)"]["linear_stored_bytes"] < rows["bf16"]["linear_stored_bytes"]
+
+
+def test_step_recipes_count_each_linear(tmp_path):
+    from qbench.step.measure import measure_step_scheme
+
+    scenario = _scenario("recipe_tiny_step", tmp_path, **{"m = [1, 16]": "m = [1]", "context = [128, 512]": "context = [128]"})
+    labels = [e.label for e in scenario.schemes]
+    rows = {label: measure_step_scheme(scenario, i, torch.device("cuda"))[0] for i, label in enumerate(labels)}
+    for label, row in rows.items():
+        assert row["status"] == "ok", (label, row.get("reason"))
+    int4, int8, bf16 = (rows[k]["bytes"]["weights"] for k in ("int4-weight-only", "int8-weight-only", "bf16"))
+    # the recipe's blocks hold int4 q/k/o/gate/up and int8 v/down: between int4 and int8 everywhere
+    assert int4 < rows["int4 (v, down int8)"]["bytes"]["weights"] < int8
+    ends = rows["int4 (v, down int8; ends bf16)"]
+    # 2 of the 4 blocks in bf16, the other 2 as in the recipe without kept blocks
+    assert ends["bytes"]["weights"] == rows["int4 (v, down int8)"]["bytes"]["weights"] // 2 + bf16 // 2
+    assert {i["scheme"]: i["count"] for i in ends["recipe"]["linears"]} == {"bf16": 14, "int4-weight-only": 10,
+                                                                          "int8-weight-only": 4}
