@@ -38,8 +38,12 @@ def test_quality_recipes_run_their_kernels(tmp_path):
     mixed = rows["int4 (v, down int8)"]
     assert {i["ran"] for i in mixed["recipe"]["linears"]} == {"kernel"}
     assert mixed["stats"]["kld"]["mean"] < rows["int4-weight-only"]["stats"]["kld"]["mean"]
-    assert rows["int4-weight-only"]["linear_stored_bytes"] < mixed["linear_stored_bytes"] \
-        < rows["int4 (v, down int8; ends bf16)"]["linear_stored_bytes"] < rows["bf16"]["linear_stored_bytes"]
+    stored = {label: row["linear_stored_bytes"] for label, row in rows.items()}
+    # a mixture lies between its pure schemes (on CUDA tinygemm's packed int4 layout of this small model's
+    # shapes is larger than int8's, so the order of the two is not assumed); 2 of 4 blocks kept in bf16
+    assert min(stored["int4-weight-only"], stored["int8-weight-only"]) < stored["int4 (v, down int8)"] \
+        < max(stored["int4-weight-only"], stored["int8-weight-only"])
+    assert stored["int4 (v, down int8; ends bf16)"] == stored["int4 (v, down int8)"] // 2 + stored["bf16"] // 2
 
 
 def test_step_recipes_count_each_linear(tmp_path):
@@ -51,8 +55,9 @@ def test_step_recipes_count_each_linear(tmp_path):
     for label, row in rows.items():
         assert row["status"] == "ok", (label, row.get("reason"))
     int4, int8, bf16 = (rows[k]["bytes"]["weights"] for k in ("int4-weight-only", "int8-weight-only", "bf16"))
-    # the recipe's blocks hold int4 q/k/o/gate/up and int8 v/down: between int4 and int8 everywhere
-    assert int4 < rows["int4 (v, down int8)"]["bytes"]["weights"] < int8
+    # the recipe's blocks hold int4 q/k/o/gate/up and int8 v/down: between int4 and int8 everywhere (on
+    # CUDA tinygemm's packed int4 layout of this small model's shapes is larger than int8's: no order assumed)
+    assert min(int4, int8) < rows["int4 (v, down int8)"]["bytes"]["weights"] < max(int4, int8)
     ends = rows["int4 (v, down int8; ends bf16)"]
     # 2 of the 4 blocks in bf16, the other 2 as in the recipe without kept blocks
     assert ends["bytes"]["weights"] == rows["int4 (v, down int8)"]["bytes"]["weights"] // 2 + bf16 // 2
