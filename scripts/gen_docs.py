@@ -319,37 +319,11 @@ def gen_step_pick(args: list[str], page: str) -> str:
     return "\n".join(lines)
 
 
-def gen_quality_pair(args: list[str], page: str) -> str:
-    """``quality-pair A B [ROLES]``: B's quality rows (costliest role: own or ROLES') beside A's of that label/scheme."""
-    from qbench.quality.view import DASH, _pct, _pm
-    from qbench.results import read_results
-
-    first, second, *extra = (read_results(ROOT / a).rows for a in args)
-    roles = {r.scheme: r.sensitivity for rows in extra for r in rows if r.sensitivity}
-    mate, body = {**{r.base_scheme: r for r in reversed(first)}, **{r.scheme: r for r in first}}, []
-    for r in second:
-        o, st, ranked = mate.get(r.scheme) or mate.get(r.base_scheme), r.stats, r.sensitivity or roles.get(r.scheme)
-        body.append([r.scheme + ("" if o is None or o.scheme == r.scheme else f" (beside {o.scheme})"),
-                     *([DASH] * 2 if o is None else [f"{o.stats.kld.mean:.3g}", _pct(o.stats.same_top)]),
-                     *([DASH] * 3 if st is None else [_pm(st.ln_ppl_ratio, st.ln_ppl_ratio_unc, "{:.3g}"), _pm(
-                         st.kld.mean, st.kld.unc, "{:.3g}"), _pct(st.same_top, st.same_top_unc)]),
-                     ranked[0].part if ranked and st and st.kld.mean > 0 else DASH,
-                     r.status if r.status != "ok" else ("emulated" if r.emulated else "CPU kernel")])
-    t1, t2 = first[0].title, second[0].title
-    out = [_table(body, ["scheme", f"{t1}: mean KLD", f"{t1}: same top", f"{t2}: ln(PPL/PPL ref)", f"{t2}: mean KLD",
-                         f"{t2}: same top", "most sensitive role", "ran"], right=(1, 2, 3, 4, 5)), ""]
-    for path, ok in ((p, next(r for r in rows if r.reference)) for p, rows in zip(args, (first, second))):
-        out.append(_bullet(f"`{path}`: {ok.title}, weights {ok.weights}; reference {ok.reference.dtype}, PPL {ok.stats.ref_ppl:.4g} "
-                           f"± {ok.stats.ref_ppl_unc:.2g} over {ok.stats.tokens:,} scored tokens ({ok.chunks} chunks of {ok.chunk})"))
-    flags = {f.name: f.text for r in reversed(second) for f in r.flags}  # each flag's first text, in order:
-    return "\n".join(out + [_bullet(f"{n} ({t2}): {flags[n]}") for n in dict.fromkeys(f.name for r in second for f in r.flags)])
-
-
 #: The named blocks: name -> function(arguments, the page's text) returning Markdown.
 GENERATORS: dict[str, Callable[[list[str], str], str]] = {
     "contents": gen_contents, "scheme": gen_scheme, "ceilings": gen_ceilings, "row-schema": gen_row_schema,
     "crosscheck": gen_crosscheck, "crosscheck-step": gen_crosscheck_step, "layer-pick": gen_layer_pick,
-    "step-pick": gen_step_pick, "quality-pair": gen_quality_pair,
+    "step-pick": gen_step_pick,
 }
 
 

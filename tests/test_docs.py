@@ -65,19 +65,6 @@ def test_contents_lists_the_sections_with_their_anchors():
         "- [Decode, M = 1](#decode-m--1)", "- [qbench x](#qbench-x)", "- [Decode, M = 1](#decode-m--1-1)"]
 
 
-def test_quality_pair_puts_a_schemes_figures_of_two_files_on_one_line():
-    """A file beside itself: each scheme's mean KLD and same top appear in both halves of its line
-    (the committed tiny result's int4-weight-only: KLD 0.00158, same top 96.88 %), the first file's
-    row found by label; the reference's perplexity and token count follow the table."""
-    out = gen_docs.gen_quality_pair(["results/cpu/quality_tiny.json"] * 2, "")
-    line = next(x for x in out.splitlines() if x.startswith("| int4-weight-only "))
-    cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[:3] == ["int4-weight-only", "0.00158", "96.88 %"]
-    assert cells[4].startswith("0.00158 ± ") and cells[5].startswith("96.88 ± ") and cells[6] == "down_proj"
-    assert cells[7] == "emulated"
-    assert "reference float32, PPL 7.591 ± 0.086 over 16,320 scored tokens (64 chunks of 512)" in " ".join(out.split())
-
-
 def test_generated_result_pages_open_with_a_contents_list():
     for name in ("results-h200.md", "schemes.md", "methodology.md"):
         text = (ROOT / "docs" / name).read_text(encoding="utf-8")
