@@ -36,7 +36,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
     loaded = _validated(args.scenario, args.schemes)
     labels = ", ".join(e.label for e in loaded.schemes)
     tp = f", tp_size {list(loaded.tp.tp_size)} split {list(loaded.tp.split)}" if loaded.tp is not None else ""
-    if loaded.model is not None:  # a model-step scenario: the model's shapes, not [layer]'s (torch-free)
+    if loaded.quality is not None:  # a quality scenario: its model and text, checked (torch-free); no context
+        from qbench.scenario import quality_model
+
+        q = loaded.quality
+        shape = (f"model {quality_model(loaded).title}, text {q.text}, "
+                 f"{q.chunks or 'every'} chunks of {q.chunk} tokens")
+    elif loaded.model is not None:  # a model-step scenario: the model's shapes, not [layer]'s (torch-free)
         from qbench.scenario import step_model
 
         shape = f"model {step_model(loaded).title}, context {list(loaded.model.context)}"

@@ -461,6 +461,17 @@ def test_check_a_model_step_scenario_without_importing_torch():
         "M = [1, 3]; model tiny Llama (2 blocks, CPU), context [16, 128]; device auto", "0 False"], proc.stderr
 
 
+def test_check_a_quality_scenario_names_its_model_and_text_without_importing_torch():
+    """``qbench check`` of a ``[quality]`` scenario checks its checkpoint, tokenizer and text and
+    names them; it asks for no ``model.context`` (a step job's key) and imports no torch."""
+    code = ("import sys\nfrom qbench import cli\n"
+            "print(cli.main(['check', 'scenarios/quality_tiny.toml', '--schemes', 'fp32,bf16']), 'torch' in sys.modules)\n")
+    proc = _fresh(code)
+    assert proc.stdout.strip().splitlines() == [
+        "scenarios/quality_tiny.toml: ok: 2 schemes (fp32, bf16); M = [512]; model tiny-shakespeare-llama, "
+        "text ../data/text/hamlet.txt, 64 chunks of 512 tokens; device auto", "0 False"], proc.stderr
+
+
 @pytest.mark.parametrize("line,message", [
     ('output = "a\\u0000b.json"', "output: must not contain control characters (NUL, newline, escape), got 'a\\x00b.json'"),
     ('output = "../../escaped/x.json"', "output: must be a path inside the working directory (no absolute path, no "

@@ -91,6 +91,21 @@ def notes(rows: Sequence[QualityRow]) -> list[str]:
     return out + list(seen.values())
 
 
+#: Flags that say where a row's weights come from: a budget read off such rows says so.
+WEIGHT_FLAGS = ("synthetic-weights", "prequantized-weights")
+
+
+def weight_notes(rows: Sequence[QualityRow]) -> list[str]:
+    """Each weight-provenance flag of ``rows`` once (``name: text``): what a pick on these rows
+    cannot be taken for (seeded weights; weights already on a quantization grid)."""
+    seen: dict[str, str] = {}
+    for r in rows:
+        for f in r.flags:
+            if f.name in WEIGHT_FLAGS:
+                seen.setdefault(f.name, f"{f.name}: {f.text}")
+    return list(seen.values())
+
+
 def sensitivity_lines(rows: Sequence[QualityRow]) -> list[str]:
     """Per scheme with a sensitivity run: its parts ranked by KL divergence, one line."""
     out = []
@@ -220,12 +235,15 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
                       "--max-ppl-ratio (PPL(Q)/PPL(ref)) and/or --min-same-top (0..1); --max-rel-err is the layer "
                       "job's synthetic error, never a model decision's budget")
     steps, quality = _split(docs)
+    say = print if wants_prose(args.format) else (lambda *a: print(*a, file=sys.stderr))  # a data table alone on stdout
     if not steps:
         within = [(q, meets(q, *budget)) for q in quality]
         print(f"quality budget: {_budget_text(*budget)} (no step file given: no speed half)")
         print(render([{"scheme": q.scheme, "meets": "yes" if why is None else f"no: {why}"} for q, why in within],
                      [Column("scheme", "scheme", lambda r: r["scheme"]), Column("meets", "within budget",
                                                                                  lambda r: r["meets"])], args.format))
+        for line in weight_notes(quality):
+            say(line)
         return 0 if any(why is None for _, why in within) else 1
     why = _same_weights(steps, quality)
     if why:
@@ -236,7 +254,6 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         print(json.dumps({"budget": dict(zip(("max_kld", "max_ppl_ratio", "min_same_top"), budget)),
                           "by_m_context": rec}, indent=2))
         return 0 if any(r["pick"] for r in rec) else 1
-    say = print if wants_prose(args.format) else (lambda *a: print(*a, file=sys.stderr))  # a data table alone on stdout
     first = steps[0]
     say(f"{first.title} ({first.model}): per M and context, the fastest measured decode step whose scheme meets "
           f"{_budget_text(*budget)} on this checkpoint (quality file: {', '.join(p for p, d in zip(paths, docs) if d.job == 'quality')})")
@@ -258,6 +275,8 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         say("no quality row (never picked): " + ", ".join(unmeasured))
     if any(q.emulated for q in quality):
         say("emulated quality rows: the scheme's kernel did not run there; its dequantized weights did")
+    for line in weight_notes(quality):
+        say(line)
     return 0 if any(r["pick"] for r in rec) else 1
 
 

@@ -150,3 +150,17 @@ def test_float16_logprobs_keep_the_reference_exact(tmp_path, ck):
     ref, q = run_scheme(scenario, 0, half), run_scheme(scenario, 1, half)
     assert ref["stats"]["kld"]["mean"] == 0 and ref["reference"]["logprobs"] == "float16"
     assert q["stats"]["kld"]["mean"] == pytest.approx(exact["stats"]["kld"]["mean"], rel=0.05, abs=1e-4)
+
+
+def test_recommend_on_prequantized_rows_says_where_the_weights_come_from(capsys):
+    """A budget read off the committed SmolLM2 rows (weights already on Q4_1's grid) names the bias
+    under the table: int4 at group 32 meets 0.01 there only because it shares the GGUF's blocks."""
+    from qbench import cli
+
+    path = Path(__file__).resolve().parents[2] / "results/cpu/quality_smollm2.json"
+    assert cli.main(["recommend", str(path), "--max-kld", "0.01"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert next(x for x in out if x.startswith("int4-weight-only[group_size=32] ")).split()[-1] == "yes"
+    assert next(x for x in out if x.startswith("int4-weight-only[group_size=64] ")).split()[1] == "no:"
+    assert out[-1].startswith("prequantized-weights: dequantized from SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert out[-1].endswith("biased low")
