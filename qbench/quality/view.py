@@ -178,6 +178,18 @@ def _split(docs: Sequence) -> tuple[list, list[QualityRow]]:
     return steps, quality
 
 
+def _one_checkpoint(quality: list[QualityRow]) -> Optional[str]:
+    """Why the quality rows are not all of one checkpoint's weights over one text, or None: schemes
+    are compared on the same model and tokens, never across models."""
+    weights, texts = {r.weights for r in quality}, {r.text_sha256 for r in quality}
+    if len(weights) > 1:
+        return (f"the quality files hold rows of {len(weights)} different weights ({'; '.join(sorted(weights))}): "
+                f"compare schemes on one checkpoint at a time")
+    if len(texts) > 1:
+        return f"the quality files score {len(texts)} different texts: compare schemes over the same tokens"
+    return None
+
+
 def _same_weights(steps: list, quality: list[QualityRow]) -> Optional[str]:
     """Why the step rows and the quality rows are not of one model's same weights, or None."""
     step_sources = {r.weight_source for r in steps}
@@ -235,6 +247,8 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
                       "--max-ppl-ratio (PPL(Q)/PPL(ref)) and/or --min-same-top (0..1); --max-rel-err is the layer "
                       "job's synthetic error, never a model decision's budget")
     steps, quality = _split(docs)
+    if (why := _one_checkpoint(quality)):
+        raise Refused(why)
     say = print if wants_prose(args.format) else (lambda *a: print(*a, file=sys.stderr))  # a data table alone on stdout
     if not steps:
         within = [(q, meets(q, *budget)) for q in quality]
@@ -287,6 +301,8 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     from qbench.step import view as step_view
 
     steps, quality = _split(docs)
+    if (why := _one_checkpoint(quality)):
+        raise Refused(why)
     if steps:
         why = _same_weights(steps, quality)
         if why:

@@ -13,6 +13,8 @@ import pytest
 from qbench import schemes
 from tests.quality.conftest import TEXT, make_checkpoint, run_scheme, write_scenario
 
+ROOT = Path(__file__).resolve().parents[2]
+
 torch = pytest.importorskip("torch")
 
 
@@ -138,6 +140,19 @@ def test_recommend_refuses_step_and_quality_of_different_weights(tmp_path, ck):
 
     why = view._same_weights([R(weight_source="seeded ...")], [R(weights=f"checkpoint {ck} (float32)")])
     assert why and "same checkpoint" in why
+
+
+@pytest.mark.parametrize("command", [["model", "m"], ["recommend"]])
+def test_quality_files_of_two_checkpoints_are_refused(command):
+    """The committed tiny and SmolLM2 quality files side by side: one line, exit 2 (schemes are
+    compared on one checkpoint at a time); the H200 and CPU files of one checkpoint are accepted."""
+    files = ["results/cpu/quality_tiny.json", "results/cpu/quality_smollm2.json"]
+    proc = _run(*command, *files, "--max-kld", "0.01", cwd=ROOT) if command == ["recommend"] else \
+        _run(*command, *files, cwd=ROOT)
+    assert proc.returncode == 2 and "2 different weights" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    proc = _run("recommend", "results/h200/quality_tiny.json", "results/cpu/quality_tiny.json", "--max-kld", "0.01",
+                cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_float16_logprobs_keep_the_reference_exact(tmp_path, ck):
