@@ -280,6 +280,23 @@ def gen_layer_pick(args: list[str], page: str) -> str:
     return "\n".join(lines)
 
 
+def _other_m(recs: list[dict], speedups: dict) -> list[str]:
+    """A bullet per larger M where the smallest M's picks lose to bf16: their speed-up range there
+    (by the pick's own method), so no reader carries a single-request pick to a batch."""
+    first = min(r["m"] for r in recs)
+    picks = {(r["pick"], r["method"]) for r in recs if r["m"] == first and r["pick"] and not r["pick"].startswith("bf16")}
+    out = []
+    for m in sorted({r["m"] for r in recs} - {first}):
+        said = []
+        for scheme, method in sorted(picks):
+            got = [v[method] for k, v in speedups.items() if k[0] == scheme and k[1] == m and method in v]
+            if got and max(got) < 1:
+                said.append(f"{scheme} {min(got):.2f}-{max(got):.2f}×")
+        if said:
+            out.append(_bullet(f"At M = {m} the M = {first} picks lose to bf16: {', '.join(said)}: pick per M"))
+    return out
+
+
 def gen_step_pick(args: list[str], page: str) -> str:
     """``step-pick FILE BUDGET``: per M and context, the fastest measured step within a logits
     budget (``qbench recommend STEP.json --max-rel-err BUDGET``) as a list, each with its speed-up
@@ -314,6 +331,7 @@ def gen_step_pick(args: list[str], page: str) -> str:
         lines.append(_bullet(f"M = {rec['m']}, {rec['context']} positions: **{rec['pick']}**, "
                              f"{rec['step_us'] / 1000:.2f} ms per step, {rec['speedup']:.2f}× {against}, logits rel_fro "
                              f"{rec['rel_fro']:.2g}{said}"))
+    lines += _other_m(recs, view.speedups(rows))
     own = [view.logits_error(r) for r in rows if r.scheme == "bf16" and view.logits_error(r) is not None]
     if own:
         lines.append(f"\n(bf16's own logits rel_fro against the FP32 step: {min(own):.2g} to {max(own):.2g}.)")
