@@ -31,6 +31,11 @@ import subprocess
 import sys
 import time
 
+def _load(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def designs() -> dict:
     """Each design's environment. The old runner started one worker ahead on CUDA and none on the
     CPU (its start-up would compete with the timed work for cores)."""
@@ -103,8 +108,7 @@ def timeline_table(paths: list[str]) -> str:
             "end"]
     rows = []
     for path in paths:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+        doc = _load(path)
         split = timeline_split(doc)
         cells = ["no timeline (written before 2026-12-01, third session)"] + [""] * (len(keys) - 1) if split is None \
             else [f"{split[k]:.1f}" if split[k] is not None else "" for k in keys]
@@ -116,9 +120,7 @@ def _design(doc: dict) -> str:
     workers = doc.get("workers")
     if not workers:
         return "not recorded (a file from before 2026-12-01)"
-    # qbench._preload_lean: QBENCH_PRELOAD=lean, tried and removed in the third session (call9, call10 files)
-    pre = {"qbench._preload": "qbench preloaded", "qbench._preload_lean": "qbench preloaded, no Dynamo"}.get(
-        (workers["preloaded"] or ["torch"])[0], "torch preloaded")
+    pre = {"qbench._preload": "qbench preloaded"}.get((workers["preloaded"] or ["torch"])[0], "torch preloaded")
     if "qbench._preload_cpu" in workers["preloaded"]:
         pre = "qbench and scheme packages preloaded"
     return f"{pre}, {workers['ahead']} ahead"
@@ -141,8 +143,7 @@ def summary_table(paths: list[str]) -> str:
 
     rows = []
     for path in paths:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+        doc = _load(path)
         ph = phases(doc)
         known = any(k.startswith("method:") for k in ph)  # by_method: files from 2026-12-01 on
         methods = sum(v for k, v in ph.items() if k.startswith("method:"))
@@ -160,8 +161,7 @@ def per_scheme_table(path: str) -> str:
     """Markdown: each scheme's worker phases (s) in one result file, in run order."""
     from tabulate import tabulate
 
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
+    doc = _load(path)
     rows = []
     for row in scheme_rows(doc):
         ph = row["worker_phases_s"]
@@ -175,17 +175,9 @@ def per_scheme_table(path: str) -> str:
                     tablefmt="github", disable_numparse=True)
 
 
-def _load(path: str) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def _is_bench(path: str) -> bool:
     """Whether ``path`` is a ``bench.json`` this script wrote (its runs, not a result file)."""
-    try:
-        return _load(path).get("kind") == "bench-decode"
-    except (OSError, ValueError, AttributeError):
-        return False
+    return os.path.basename(path).startswith("bench") and os.path.isfile(path) and _load(path).get("kind") == "bench-decode"
 
 
 def _check_results(paths: list[str]) -> str | None:
@@ -256,8 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append({"design": design, "run": i, "rc": proc.returncode, "process_s": process_s})
                 print(f"{design} {i}: rc {proc.returncode}", file=sys.stderr)
                 continue
-            with open(out, encoding="utf-8") as f:
-                doc = json.load(f)
+            doc = _load(out)
             statuses = {}
             for row in doc["rows"]:
                 statuses[row["status"]] = statuses.get(row["status"], 0) + 1
@@ -277,8 +268,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def runs_table(runs: list[dict]) -> str:
-    """Markdown: each benchmark run's process seconds (the command, start to exit), qbench's wall_s
-    and the seconds summed over schemes by phase (``bench.json``'s runs)."""
+    """Markdown: each run of a ``bench.json``: process s (start to exit), wall_s, phases summed over schemes."""
     from tabulate import tabulate
 
     keys = ["prepare", "build", "measure", "after_go", "ceilings"]

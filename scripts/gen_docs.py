@@ -281,17 +281,13 @@ def gen_layer_pick(args: list[str], page: str) -> str:
 
 
 def _other_m(recs: list[dict], speedups: dict) -> list[str]:
-    """A bullet per larger M where the smallest M's picks lose to bf16: their speed-up range there
-    (by the pick's own method), so no reader carries a single-request pick to a batch."""
+    """A bullet per larger M where the smallest M's picks lose to bf16 (by the pick's own method)."""
     first = min(r["m"] for r in recs)
     picks = {(r["pick"], r["method"]) for r in recs if r["m"] == first and r["pick"] and not r["pick"].startswith("bf16")}
     out = []
     for m in sorted({r["m"] for r in recs} - {first}):
-        said = []
-        for scheme, method in sorted(picks):
-            got = [v[method] for k, v in speedups.items() if k[0] == scheme and k[1] == m and method in v]
-            if got and max(got) < 1:
-                said.append(f"{scheme} {min(got):.2f}-{max(got):.2f}×")
+        got = {(s, meth): [v[meth] for k, v in speedups.items() if k[:2] == (s, m) and meth in v] for s, meth in picks}
+        said = [f"{s} {min(g):.2f}-{max(g):.2f}×" for (s, _), g in sorted(got.items()) if g and max(g) < 1]
         if said:
             out.append(_bullet(f"At M = {m} the M = {first} picks lose to bf16: {', '.join(said)}: pick per M"))
     return out
