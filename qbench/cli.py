@@ -48,8 +48,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
         shape = f"model {step_model(loaded).title}, context {list(loaded.model.context)}"
     else:
         shape = f"K = {loaded.layer.in_features}, N = {loaded.layer.out_features}{tp}"
+    m = "" if loaded.quality is not None else f"M = {list(loaded.m)}; "  # a quality chunk is no M: teacher-forced
     print(f"{args.scenario}: ok: {len(loaded.schemes)} scheme{'s' if len(loaded.schemes) != 1 else ''} ({labels}); "
-          f"M = {list(loaded.m)}; {shape}; device {loaded.device}")
+          f"{m}{shape}; device {loaded.device}")
     return 0
 
 

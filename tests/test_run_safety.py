@@ -468,7 +468,7 @@ def test_check_a_quality_scenario_names_its_model_and_text_without_importing_tor
             "print(cli.main(['check', 'scenarios/quality_tiny.toml', '--schemes', 'fp32,bf16']), 'torch' in sys.modules)\n")
     proc = _fresh(code)
     assert proc.stdout.strip().splitlines() == [
-        "scenarios/quality_tiny.toml: ok: 2 schemes (fp32, bf16); M = [512]; model tiny-shakespeare-llama, "
+        "scenarios/quality_tiny.toml: ok: 2 schemes (fp32, bf16); model tiny-shakespeare-llama, "
         "text ../data/text/hamlet.txt, 64 chunks of 512 tokens; device auto", "0 False"], proc.stderr
 
 
