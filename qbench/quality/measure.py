@@ -301,7 +301,7 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
             continue
         estimate = ("; its activations are fake-quantized per token, which the kernel's own quantization and "
                     "accumulation differ from: an estimate (docs/quality.md)") \
-            if any(getattr(m, "act_quant", None) is not None for mod in built_by[choice.label] for m in mod.modules()) else ""
+            if any(getattr(m, "estimate", False) for mod in built_by[choice.label] for m in mod.modules()) else ""
         which = "" if plan.recipe is None else f" (the recipe's {choice.label} linears)"
         said.append(f"no {part.name} kernel on {device.type} ({reason}): its quantized weights were dequantized "
                     f"and run in a float matmul{which}{estimate}")

@@ -37,6 +37,9 @@ class EmulatedLinear(torch.nn.Module):
         act_quant: ``act_quant(x [M, K] in input_dtype) -> float32 [M, K]``: the kernel's dynamic
             activation quantization, quantized and dequantized; None: ``x.float()``.
         rule: one line saying what is emulated (shown in ``repr``).
+        estimate: whether the result is an estimate of the kernel's (default: when ``act_quant`` is
+            given, since a kernel's dynamic activation quantization and accumulation differ from a
+            float32 fake-quantization; False for an exact operand rounding such as TF32's).
 
     ``forward`` takes ``[..., K]`` and returns ``[..., N]`` in ``output_dtype``;
     :meth:`forward_float` returns the same before the final cast (float32).
@@ -44,13 +47,14 @@ class EmulatedLinear(torch.nn.Module):
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], input_dtype: torch.dtype,
                  output_dtype: torch.dtype, act_quant: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-                 rule: str = ""):
+                 rule: str = "", estimate: Optional[bool] = None):
         super().__init__()
         self.weight = torch.nn.Parameter(weight.detach().float().contiguous(), requires_grad=False)
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach().float(), requires_grad=False)
         self.input_dtype, self.output_dtype = input_dtype, output_dtype
         self.act_quant = act_quant
         self.rule = rule
+        self.estimate = act_quant is not None if estimate is None else estimate
 
     def forward_float(self, x: torch.Tensor) -> torch.Tensor:
         """The float32 result ``[..., N]``, before the cast to ``output_dtype``."""

@@ -88,7 +88,7 @@ def _emulate_tf32(weight: torch.Tensor, bias: Optional[torch.Tensor], options: S
     strict FP32 with TF32 on: error 1.1e-7 against 2.9e-4 without the bias. The emulation follows
     the scheme, TF32, not that.)"""
     return EmulatedLinear(round_to_tf32(weight), bias, torch.float32, torch.float32, act_quant=round_to_tf32,
-                          rule="operands rounded to TF32 (RNE), fp32 accumulate")
+                          rule="operands rounded to TF32 (RNE), fp32 accumulate", estimate=False)
 
 
 # --- named by the declarations in qbench.schemes.catalog ---

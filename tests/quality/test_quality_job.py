@@ -37,10 +37,11 @@ def test_every_registered_scheme(tmp_path, ck, name):
     emulated = scheme.unavailable_reason(torch.device("cpu"), scheme.options_model()) is not None
     assert row["emulated"] == emulated
     assert ("emulated" in [f["name"] for f in row["flags"]]) == emulated
-    if emulated:  # an emulation that fake-quantizes activations is an estimate, and its flag says so
+    if emulated:  # an emulation that fake-quantizes activations dynamically is an estimate, and its flag says so
         text = next(f["text"] for f in row["flags"] if f["name"] == "emulated")
-        fakes_activations = scheme.emulate(torch.randn(256, 256), None, scheme.options_model()).act_quant is not None
-        assert ("an estimate" in text) == fakes_activations, text
+        estimate = scheme.emulate(torch.randn(256, 256), None, scheme.options_model()).estimate
+        assert ("an estimate" in text) == estimate, text
+        assert estimate == (name in ("fp8-dynamic", "w8a8-dynamic", "fp8-int4", "int8-bnb", "fp8-dynamic-gemlite"))
     if not emulated:
         assert row["linear_stored_bytes"] > 0
     assert row["reference"]["dtype"] == "float32"
