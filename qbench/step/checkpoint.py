@@ -45,7 +45,8 @@ def resolve_folder(value: str, source: str) -> Path:
         if cached is not None:
             return cached
     raise ConfigError("model.checkpoint", f"no such folder ({path}) and no model {value!r} in the local Hugging Face "
-                                          f"cache (qbench downloads nothing), got {value!r}")
+                                          f"cache (qbench downloads nothing; data/README.md says how to fetch the models the shipped "
+                                          f"scenarios name), got {value!r}")
 
 
 def _hf_cache(repo_id: str) -> Optional[Path]:
