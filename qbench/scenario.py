@@ -23,7 +23,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from qbench import schemes
-from qbench.schemes.specs import SchemeOptions
+from qbench.schemes.options import SchemeOptions
 from qbench import jobs
 from qbench.step.config import ConfigError, StepModelConfig
 from qbench.quality.spec import QualitySpec

@@ -20,7 +20,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from qbench.schemes.scheme import Scheme
-from qbench.schemes.specs import SchemeOptions, UnknownSchemeError, plugins, unknown
+from qbench.schemes.options import SchemeOptions, UnknownSchemeError, plugins, unknown
 
 if TYPE_CHECKING:
     from qbench.schemes.base import TensorPart

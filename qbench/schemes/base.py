@@ -12,7 +12,7 @@ from typing import Literal, Optional
 import torch
 
 from qbench.schemes.scheme import STORAGE_FORMATS, Scheme, storage_format_of  # noqa: F401 - re-exported
-from qbench.schemes.specs import SchemeOptions  # noqa: F401 - re-exported
+from qbench.schemes.options import SchemeOptions  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)

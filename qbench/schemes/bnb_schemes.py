@@ -28,7 +28,7 @@ import torch
 
 from qbench.schemes.base import TensorPart, bias_parts
 from qbench.schemes.emulate import EmulatedLinear
-from qbench.schemes.specs import FourBitOptions, Int8BnbOptions
+from qbench.schemes.options import FourBitOptions, Int8BnbOptions
 
 
 #: ``compute_dtype`` option -> the ``Linear4bit(compute_dtype=...)`` it builds.

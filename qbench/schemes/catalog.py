@@ -18,7 +18,7 @@ from qbench.schemes.shard_rule import (
     DYNAMIC_ROW, GROUP_COLUMN, GROUP_ROW, PER_GROUP, PER_ROW, PER_ROW_COLUMN, UNQUANTIZED, ShardRule, Sharding,
     fp8_dynamic_column, group_size, no_double_quant,
 )
-from qbench.schemes.specs import (
+from qbench.schemes.options import (
     FourBitOptions, Fp8DynamicOptions, Fp8Int4Options, GemliteInt4Options, GroupOptions, Int8BnbOptions, IntxOptions,
     MslkGroupOptions, SchemeOptions, TorchaoOptions,
 )

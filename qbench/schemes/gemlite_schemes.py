@@ -38,7 +38,7 @@ import torch
 
 from qbench.schemes.base import SchemeOptions, TensorPart, bias_parts, plain_linear
 from qbench.schemes.emulate import EmulatedLinear, act_gemlite_fp8, gemlite_rowwise_8bit, group_view
-from qbench.schemes.specs import GemliteInt4Options
+from qbench.schemes.options import GemliteInt4Options
 
 #: ``GemLiteLinearTriton`` tensors other than the weight, in the order the kernel receives the
 #: first three (``get_tensor_args``: W_q, scales, zeros, meta_scale); ``metadata`` and

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from qbench.schemes.shard_rule import Sharding
-from qbench.schemes.specs import SchemeOptions
+from qbench.schemes.options import SchemeOptions
 from qbench.schemes.tuning_cache import TuningCache
 
 #: The folder that holds the ``qbench`` package: put first on a worker's ``PYTHONPATH`` so the

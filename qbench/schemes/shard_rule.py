@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from qbench.schemes.specs import SchemeOptions
+from qbench.schemes.options import SchemeOptions
 
 
 def _one(options) -> int:

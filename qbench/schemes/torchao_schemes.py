@@ -24,7 +24,7 @@ from qbench.schemes.base import SchemeOptions, TensorPart, bias_parts, plain_lin
 from qbench.schemes.emulate import (
     EmulatedLinear, act_mslk_fp8_row, cuda_scalar_div, group_view, mslk_fp8_row, to_e4m3,
 )
-from qbench.schemes.specs import (  # noqa: F401 - the options models, re-exported where they were
+from qbench.schemes.options import (  # noqa: F401 - the options models, re-exported where they were
     Fp8DynamicOptions, Fp8Int4Options, GroupOptions, IntxOptions, MslkGroupOptions, TorchaoOptions,
 )
 

@@ -38,7 +38,7 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from qbench import schemes
-from qbench.schemes.specs import SchemeOptions
+from qbench.schemes.options import SchemeOptions
 from qbench.step.config import BLOCK_LINEARS
 
 #: The roles a recipe may name, in model order: a block's seven linears, then the LM head.

@@ -26,7 +26,7 @@ from typing import Literal, Optional
 import torch
 
 from qbench.schemes.scheme import Scheme
-from qbench.schemes.specs import SchemeOptions
+from qbench.schemes.options import SchemeOptions
 
 Split = Literal["column", "row"]
 

@@ -13,7 +13,7 @@ import pytest
 
 from qbench import schemes
 from qbench.scenario import from_dict
-from qbench.schemes import catalog, specs
+from qbench.schemes import catalog, options as options_module
 from qbench.schemes.scheme import PACKAGE_ROOT, Impl, Scheme
 from qbench.schemes.shard_rule import ShardRule, Sharding
 
@@ -27,7 +27,7 @@ def test_every_scheme_has_its_options_multiples_and_shard_rule_from_its_declarat
     multi-GPU host."""
     scheme = schemes.get(name)
     assert isinstance(scheme, Scheme) and scheme.__module__ == "qbench.schemes.scheme"
-    assert issubclass(scheme.options_model, specs.SchemeOptions)
+    assert issubclass(scheme.options_model, options_module.SchemeOptions)
     options = scheme.options_model()
     assert isinstance(scheme.shard, Sharding), f"declare shard=Sharding(column=..., row=...) for {name}"
     for split in ("column", "row"):
@@ -44,7 +44,7 @@ def test_the_declaration_is_the_only_table():
     """No second list keyed by scheme name: the options table and the tp rule table are gone."""
     from qbench.tp import shard
 
-    assert not hasattr(specs, "SPECS") and not hasattr(shard, "RULES")
+    assert not hasattr(options_module, "SPECS") and not hasattr(shard, "RULES")
     assert schemes._BUILTIN_MODULES == ("qbench.schemes.catalog",)
     assert (schemes.get("int4-weight-only").k_multiple(schemes.get("int4-weight-only").options_model(group_size=64))
             == 64)

@@ -14,7 +14,7 @@ from qbench.scenario import from_dict, load
 from qbench.step import floor
 from qbench.step.config import PRESETS
 from qbench.step.recipe import Choice, Plan, Recipe
-from qbench.schemes.specs import IntxOptions, SchemeOptions, TorchaoOptions
+from qbench.schemes.options import IntxOptions, SchemeOptions, TorchaoOptions
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
