@@ -300,9 +300,9 @@ def render(machine: str) -> str:
 
 
 def machines() -> list[str]:
-    """The machine folders under results/ (those that hold an ``env/provenance.toml`` or any JSON)."""
-    return sorted(p.name for p in RESULTS.iterdir()
-                  if p.is_dir() and ((p / "env" / "provenance.toml").is_file() or any(p.glob("*.json"))))
+    """The folders under results/ holding an ``env/provenance.toml`` or JSON; not runs/ (qbench run's, gitignored)."""
+    return sorted(p.name for p in RESULTS.iterdir() if p.is_dir() and p.name != "runs"
+                  and ((p / "env" / "provenance.toml").is_file() or any(p.glob("*.json"))))
 
 
 def main(argv: list[str] | None = None) -> int:

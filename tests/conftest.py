@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 import torch
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA (no CUDA device on this machine)")
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+
+
+def committed_results(pattern: str = "*.json") -> list[Path]:
+    """The files under results/ matching ``pattern``, without results/runs/ (where ``qbench run``
+    writes by default, gitignored): a user's own runs never decide a test."""
+    return sorted(p for p in RESULTS.rglob(pattern) if p.relative_to(RESULTS).parts[0] != "runs")
 
 
 def small_scenario_toml(schemes: list[str], m=(1, 4), k: int = 256, n: int = 128, extra: str = "") -> str:

@@ -20,6 +20,7 @@ from qbench.results import (
     read_results,
     write_results,
 )
+from tests.conftest import committed_results
 
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -213,8 +214,7 @@ def test_rows_that_differ_only_by_tp_size_are_distinct(tmp_path):
 
 
 def test_committed_results_all_pass_the_row_contract():
-    root = Path(__file__).parent.parent / "results"
-    files = sorted(root.rglob("*.json"))
+    files = committed_results()
     assert len(files) >= 10
     for f in files:
         doc = json.loads(f.read_text())

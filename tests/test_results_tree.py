@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import committed_results
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 
@@ -29,6 +31,17 @@ MACHINES = index.machines()
 def test_the_machines_are_found():
     assert {"h200", "cpu"} <= set(MACHINES)
 
+def test_qbench_runs_own_folder_is_not_a_machine(tmp_path, monkeypatch):
+    """``qbench run`` writes results/runs/ (gitignored): after the README's first command the docs
+    check must not index it (it did: a fresh clone's test command then failed)."""
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "decode-cpu-20261204T075342Z.json").write_text("{}")
+    (tmp_path / "h200" / "env").mkdir(parents=True)
+    (tmp_path / "h200" / "env" / "provenance.toml").write_text("")
+    monkeypatch.setattr(index, "RESULTS", tmp_path)
+    assert index.machines() == ["h200"]
+
+
 
 @pytest.mark.parametrize("machine", MACHINES)
 def test_machine_folder_holds_current_files_evidence_and_env_only(machine):
@@ -44,7 +57,7 @@ def test_machine_folder_holds_current_files_evidence_and_env_only(machine):
 
 
 def test_no_partial_file_is_committed():
-    assert not sorted(RESULTS.rglob("*.partial.json"))
+    assert not committed_results("*.partial.json")
     assert "results/**/*.partial.json" in (ROOT / ".gitignore").read_text()
 
 

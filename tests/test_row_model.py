@@ -17,13 +17,14 @@ from qbench.results import ResultsError, read_results, write_results
 from qbench.row import (ADDED_SINCE, IDENTITY, LEGACY, TP_ROW_FIELDS, Row, RowError, check_row, field_paths,
                         row_key, schema_markdown, validate_row)
 from tests.rows import full_cpu_row, full_failed_row, full_row, full_tp_row, make_row, stats
+from tests.conftest import committed_results
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _result_files() -> list[Path]:
     out = []
-    for path in [*sorted((ROOT / "results").rglob("*.json")), *sorted((ROOT / "tests" / "fixtures" / "real").glob("*.json"))]:
+    for path in [*committed_results(), *sorted((ROOT / "tests" / "fixtures" / "real").glob("*.json"))]:
         doc = json.loads(path.read_text())
         if isinstance(doc, dict) and "schema_version" in doc and isinstance(doc.get("rows"), list) and "kind" not in doc:
             out.append(path)

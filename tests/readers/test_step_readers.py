@@ -21,7 +21,7 @@ from qbench.results import ResultDoc, read_results, upgrade_prose_row, write_res
 from qbench.step import view, views
 from qbench.row import FLAG_MEANINGS
 from qbench.step.row import StepRow
-from tests.conftest import run_subcommand
+from tests.conftest import committed_results, run_subcommand
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP_8B = str(ROOT / "results" / "h200" / "step_llama31_8b.json")
@@ -297,7 +297,7 @@ def test_pick_stability_by_hand():
 
 
 def test_every_flag_in_the_committed_step_files_has_a_meaning():
-    files = [*(ROOT / "results").rglob("step_*.json")]
+    files = committed_results("step_*.json")
     names = {name for f in files for r in read_results(f).rows for name in r.flag_names}
     assert {"throttled", "reduce-overhead-slower", "linear-above-step"} <= names  # the flags the H200 files carry
     assert names <= set(FLAG_MEANINGS), names - set(FLAG_MEANINGS)
