@@ -98,7 +98,11 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    from importlib.util import find_spec
 
+    missing = [m for m in ("torch", "transformers", "tokenizers", "safetensors", "gguf", "accelerate") if find_spec(m) is None]
+    if missing:
+        sys.exit(f"fetch_smollm2.py needs {', '.join(missing)}: pip install -e \".[test]\" gguf==0.19.0 accelerate==1.16.0")
     import tokenizers
     import torch
     import transformers

@@ -10,21 +10,23 @@ model decision's budget here: only quality rows measured on the model are.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Optional, Sequence
 
 from qbench.quality.row import QualityRow
-from qbench.render import Column, render, wants_prose
+from qbench.render import Column, fit, narrow, render, wants_prose
 from qbench.step.recipe import identity_key
 
 DASH = "—"
 
 
 def _pm(value: Optional[float], unc: Optional[float], fmt: str = "{:.4g}") -> str:
+    """``value ± unc``, the uncertainty to two significant digits (more would be noise)."""
     if value is None:
         return DASH
-    return fmt.format(value) + ("" if unc is None else " ± " + fmt.format(unc))
+    return fmt.format(value) + ("" if unc is None else " ± 0" if unc == 0 else f" ± {unc:#.2g}".removesuffix("."))
 
 
 def _pct(value: Optional[float], unc: Optional[float] = None) -> str:
@@ -58,11 +60,30 @@ COLUMNS = [
     Column("stored", "model MiB", lambda r: r.model_stored_bytes, _mib, True),
     Column("flags", "flags", lambda r: ", ".join(f.name for f in r.flags) or DASH),
 ]
+#: The narrow default of a terminal table (:func:`qbench.render.narrow`): fits 120 characters, a
+#: row's status and flags in one column ("skipped", "emulated"; an ok row without flags: "—") and the
+#: flags every row shares said once under it. ``--wide`` (and every Markdown or data format) shows all.
+NARROW = ("scheme", "ppl", "kld", "kld99", "same_top", "stored")
 
 
-def quality_table(rows: Sequence[QualityRow], fmt: str = "simple") -> str:
-    """The quality table, one line per scheme (skipped and failed rows name their reason under it)."""
-    return render(list(rows), COLUMNS, fmt)
+def shared_flags(rows: Sequence[QualityRow]) -> list[str]:
+    """The flag names every row carries (a checkpoint's provenance, such as ``prequantized-weights``)."""
+    names = [{f.name for f in r.flags} for r in rows]
+    return sorted(set.intersection(*names)) if names else []
+
+
+def quality_table(rows: Sequence[QualityRow], fmt: str = "simple", narrow_view: bool = False) -> str:
+    """The quality table, one line per scheme (skipped and failed rows name their reason under it);
+    ``narrow_view``: the :data:`NARROW` columns, the flags every row shares left out of the cells."""
+    if not narrow_view:
+        return render(list(rows), COLUMNS, fmt)
+    shared = set(shared_flags(rows))
+
+    def status_flags(r: QualityRow) -> str:
+        return ", ".join([*([r.status] if r.status != "ok" else []), *(f.name for f in r.flags if f.name not in shared)])
+
+    columns = [dataclasses.replace(c, header="MiB") if c.key == "stored" else c for c in COLUMNS if c.key in NARROW]
+    return render(list(rows), [*columns, Column("flags", "flags", lambda r: status_flags(r) or DASH)], fmt)
 
 
 def describe(rows: Sequence[QualityRow]) -> list[str]:
@@ -120,13 +141,18 @@ def run_view(doc, args: argparse.Namespace) -> int:
     """``qbench run``'s and ``report``'s output for a quality result; returns the row count."""
     rows = list(doc.rows)
     prose = wants_prose(args.format)
+    short = narrow(args.format, getattr(args, "wide", False))
+    say = fit if short else (lambda line: line)  # noqa: E731  (prose within 120 characters)
     if prose:
         for line in describe(rows):
-            print(line)
-    print(quality_table(rows, args.format))
+            print(say(line))
+    print(quality_table(rows, args.format, narrow_view=short))
     if prose:
+        shared = shared_flags(rows) if short else []
+        if shared:
+            print(say(f"every row is flagged: {', '.join(shared)}"))
         for line in notes(rows) + sensitivity_lines(rows):
-            print(line)
+            print(say(line))
     return len(rows)
 
 
@@ -249,7 +275,8 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
     steps, quality = _split(docs)
     if (why := _one_checkpoint(quality)):
         raise Refused(why)
-    say = print if wants_prose(args.format) else (lambda *a: print(*a, file=sys.stderr))  # a data table alone on stdout
+    shown = fit if narrow(args.format, getattr(args, "wide", False)) else (lambda line: line)  # noqa: E731  (within 120)
+    say = (lambda line: print(shown(line))) if wants_prose(args.format) else (lambda line: print(line, file=sys.stderr))  # noqa: E731
     if not steps:
         within = [(q, meets(q, *budget)) for q in quality]
         print(f"quality budget: {_budget_text(*budget)} (no step file given: no speed half)")
@@ -325,18 +352,22 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
                                                                                 _stat(r["q"], "kld", "unc"), "{:.3g}")),
             Column("ppl", "PPL ratio", lambda r: _stat(r["q"], "ppl_ratio"), lambda v: DASH if v is None else f"{v:.4f}", True),
             Column("same_top", "same top", lambda r: r, cell_override=lambda r: _pct(_stat(r["q"], "same_top"))),
-            Column("stored", "model MiB", lambda r: r["q"].model_stored_bytes, _mib, True)]
+            Column("stored", "MiB", lambda r: r["q"].model_stored_bytes, _mib, True)]
     for m, context in points:
         key = f"M={m}/{context}"
-        cols.append(Column(key, f"×bf16 {key}", lambda r, k=key: r.get(k), lambda v: DASH if v is None else f"{v:.2f}×", True))
-    say = print if wants_prose(args.format) else (lambda *a: print(*a, file=sys.stderr))
+        cols.append(Column(key, key, lambda r, k=key: r.get(k), lambda v: DASH if v is None else f"{v:.2f}×", True))
+    short = narrow(args.format, getattr(args, "wide", False))
+    if short:  # the narrow default: mean KLD and same top judge quality; --wide adds the PPL ratio
+        cols = [c for c in cols if c.key != "ppl"]
+    shown = fit if short else (lambda line: line)  # noqa: E731  (within 120)
+    say = (lambda line: print(shown(line))) if wants_prose(args.format) else (lambda line: print(line, file=sys.stderr))  # noqa: E731
     if quality:
         for line in describe(quality):
             say(line)
     print(render(records, cols, args.format))
     if steps:
-        say("×bf16: the measured decode step's speed-up over bf16 (the fastest form of the scheme: eager or "
-              "compiled); the step decides a model, the layer view a kernel")
+        say("M=m/context: the measured decode step's speed-up over bf16 at that M and context (the fastest form of "
+            "the scheme: eager or compiled); the step decides a model, the layer view a kernel")
     for line in notes(quality):
         say(line)
     return 0

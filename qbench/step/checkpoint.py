@@ -40,13 +40,15 @@ def resolve_folder(value: str, source: str) -> Path:
         path = Path(source).parent / path
     if path.is_dir():
         return path
-    if value.count("/") == 1 and not value.startswith((".", "/")):
+    fetch = "qbench downloads nothing; data/README.md says how to fetch the models the shipped scenarios name"
+    if value.count("/") == 1 and not value.startswith((".", "/", "~")):
         cached = _hf_cache(value)
         if cached is not None:
             return cached
-    raise ConfigError("model.checkpoint", f"no such folder ({path}) and no model {value!r} in the local Hugging Face "
-                                          f"cache (qbench downloads nothing; data/README.md says how to fetch the models the shipped "
-                                          f"scenarios name), got {value!r}")
+        raise ConfigError("model.checkpoint", f"no folder {path} and no model {value!r} in the local Hugging Face cache "
+                                              f"({fetch}), got {value!r}")
+    raise ConfigError("model.checkpoint", f"no such folder: {path} (a relative path is read from the scenario file's "
+                                          f"folder; {fetch}), got {value!r}")
 
 
 def _hf_cache(repo_id: str) -> Optional[Path]:
