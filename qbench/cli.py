@@ -18,7 +18,7 @@ EXIT_CODES = {
            "another run on the same --out, or a write that failed mid-run (the message names the partial file "
            "holding the rows so far); 130 interrupted (Ctrl-C), 143 SIGTERM, 129 SIGHUP (the message names "
            "the partial file holding the rows so far, <out>.partial.json; --resume measures the rest)",
-    "check": "0 the scenario is valid; 2 it is not (one line naming the file, key and value)",
+    "check": "0 every scenario is valid; 2 one is not (one line per bad file naming the file, key and value)",
     "list": "0; 2 bad --device",
 }
 
@@ -33,7 +33,23 @@ def _validated(path: str, schemes: Optional[list[str]] = None):
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    loaded = _validated(args.scenario, args.schemes)
+    """Each scenario file checked in turn: its summary line, or its one error line; exit 2 if any failed."""
+    if len(args.scenario) == 1:
+        return _check_one(args.scenario[0], args.schemes)
+    failed = 0
+    for path in args.scenario:
+        try:
+            _check_one(path, args.schemes)
+        except Exception as exc:
+            if args.debug or not _is_user_error(exc):
+                raise
+            print(f"qbench: {exc}", file=sys.stderr)
+            failed += 1
+    return 2 if failed else 0
+
+
+def _check_one(path: str, schemes: Optional[list[str]]) -> int:
+    loaded = _validated(path, schemes)
     labels = ", ".join(e.label for e in loaded.schemes)
     tp = f", tp_size {list(loaded.tp.tp_size)} split {list(loaded.tp.split)}" if loaded.tp is not None else ""
     if loaded.quality is not None:  # a quality scenario: its model and text, checked (torch-free); no context
@@ -49,7 +65,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     else:
         shape = f"K = {loaded.layer.in_features}, N = {loaded.layer.out_features}{tp}"
     m = "" if loaded.quality is not None else f"M = {list(loaded.m)}; "  # a quality chunk is no M: teacher-forced
-    print(f"{args.scenario}: ok: {len(loaded.schemes)} scheme{'s' if len(loaded.schemes) != 1 else ''} ({labels}); "
+    print(f"{path}: ok: {len(loaded.schemes)} scheme{'s' if len(loaded.schemes) != 1 else ''} ({labels}); "
           f"{m}{shape}; device {loaded.device}")
     return 0
 
@@ -214,7 +230,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser with every subcommand."""
-    parser = argparse.ArgumentParser(prog="qbench", description="Compare quantization schemes for one LLM linear layer.")
+    parser = argparse.ArgumentParser(prog="qbench", description="Compare quantization schemes for an LLM's linear layers: per layer, per decode step, "
+                                     "and their quality on a real checkpoint.")
     parser.add_argument("--debug", action="store_true",
                         help="show tracebacks instead of one-line errors (anywhere on the command line)")
     from qbench import __version__
@@ -250,8 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "lists only them")
     p.set_defaults(func=_cmd_run)
 
-    p = sub.add_parser("check", help="validate a TOML scenario without running it (no torch import: instant)")
-    p.add_argument("scenario", help="scenario file, e.g. scenarios/decode.toml")
+    p = sub.add_parser("check", help="validate TOML scenarios without running them (no torch import: instant)")
+    p.add_argument("scenario", nargs="+", help="scenario files, e.g. scenarios/*.toml")
     p.add_argument("--schemes", default=None, action="append", metavar="LABEL[,LABEL...]",
                    help="check that these row labels are in the scenario (as run --schemes would)")
     p.set_defaults(func=_cmd_check)

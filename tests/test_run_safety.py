@@ -647,3 +647,17 @@ def test_run_warns_when_errors_come_from_a_synthetic_weight_and_rows_say_where_i
     assert "synthetic weight" not in out
     assert "note: the weight is real (safetensors), the activations are not: seeded N(0, 1) ([inputs])" in out
     assert json.loads((tmp_path / "f.json").read_text())["rows"][0]["weight_source"] == "safetensors w.safetensors:w"
+
+
+def test_check_takes_several_files_and_names_each_bad_one(tmp_path, capsys):
+    """``qbench check scenarios/*.toml``: a summary line per good file, one error line per bad one,
+    exit 2 when any is bad (a newcomer's glob was refused by argparse)."""
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    good.write_text(small_scenario_toml(["fp16"]))
+    bad.write_text(small_scenario_toml(["fp61"]))
+    assert cli.main(["check", str(good), str(bad), str(good)]) == 2
+    out, err = capsys.readouterr()
+    assert out.count(f"{good}: ok: 1 scheme (fp16)") == 2
+    (line,) = err.splitlines()
+    assert line.startswith(f"qbench: {bad}: schemes[0].name: unknown scheme 'fp61'; did you mean fp16")
+    assert cli.main(["check", str(good), str(good)]) == 0

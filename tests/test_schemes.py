@@ -24,8 +24,11 @@ def test_registry_has_the_mission_schemes():
 
 
 def test_unknown_scheme_suggests_close_names():
-    with pytest.raises(schemes.UnknownSchemeError, match="did you mean.*nf4-bnb"):
+    with pytest.raises(schemes.UnknownSchemeError, match="did you mean.*nf4-bnb") as info:
         schemes.get("nf4bnb")
+    assert "known:" not in str(info.value) and len(str(info.value)) < 160  # the hint alone, one short line
+    with pytest.raises(schemes.UnknownSchemeError, match=r"\(known: fp32, tf32, "):  # nothing close: every name
+        schemes.get("zzzz")
 
 
 def test_duplicate_registration_refused():

@@ -19,6 +19,7 @@ put the ``stream`` time against the HBM floor (stored bytes / measured bandwidth
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -396,8 +397,8 @@ def resolve_columns(columns: Iterable[str | Column] | None, rows: Sequence[Any])
             out.append(c)
             continue
         if c not in COLUMNS:
-            raise UnknownColumnError(
-                f"unknown column {c!r}; allowed: {', '.join(COLUMNS)}"
-            )
+            close = difflib.get_close_matches(c, list(COLUMNS), n=3, cutoff=0.7)
+            raise UnknownColumnError(f"unknown column {c!r}; did you mean {', '.join(close)}? (--help-columns lists all "
+                                     f"{len(COLUMNS)})" if close else f"unknown column {c!r}; allowed: {', '.join(COLUMNS)}")
         out.append(COLUMNS[c])
     return out

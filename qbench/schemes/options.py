@@ -25,8 +25,10 @@ class UnknownSchemeError(KeyError):
 def unknown(name: str, known: list[str]) -> UnknownSchemeError:
     """The error for ``name``, with the closest of ``known`` (difflib, cutoff 0.5) as a hint."""
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return UnknownSchemeError(f"unknown scheme {name!r}{hint} (known: {', '.join(known)})")
+    if close:  # the hint alone keeps the line short; `qbench list` has the rest
+        return UnknownSchemeError(f"unknown scheme {name!r}; did you mean {', '.join(close)}? (`qbench list` names all "
+                                  f"{len(known)})")
+    return UnknownSchemeError(f"unknown scheme {name!r} (known: {', '.join(known)})")
 
 
 class SchemeOptions(BaseModel):

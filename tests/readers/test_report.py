@@ -60,6 +60,8 @@ def test_sort_descending_puts_missing_last(capsys):
     "argv, needle",
     [
         (["--columns", "scheme,bogus"], "unknown column 'bogus'; allowed: scheme"),
+        (["--columns", "scheme,strem"], "unknown column 'strem'; did you mean stream, stream_cv? "
+                                        "(--help-columns lists all"),
         (["--format", "excel"], "unknown format 'excel'; allowed:"),
         (["--sort", "nope"], "unknown column 'nope'"),
         (["--crossover", "--baseline", "fp64"], "--baseline 'fp64' is not a scheme of this file"),
