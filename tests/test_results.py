@@ -18,6 +18,7 @@ from qbench.results import (
     ResultsSchemaError,
     finite_or_none,
     read_results,
+    upgrade_prose_row,
     write_results,
 )
 from tests.conftest import committed_results
@@ -235,8 +236,11 @@ def test_schema_1_files_are_read_as_the_current_schema():
         assert [f.line for f in got.flags] == was["flags"]
     kinds = {r.kind for row in doc.rows for r in row.latency_reasons.values()}
     assert kinds == {"capture-failed", "not-attempted"}
-    cpu = read_results(Path(__file__).parent.parent / "results" / "cpu" / "decode.json")
-    assert {r.kind for row in cpu.rows for r in row.latency_reasons.values()} == {"other"}  # "CUDA method; ..."
+    # the 2026-12-01 CPU file's sentence (schema 1): no capture words, so kind "other"
+    old = upgrade_prose_row({"latency_reasons": {"cold": "CUDA method; this row ran on the CPU"}, "flags": []})
+    assert old["latency_reasons"] == {"cold": {"kind": "other", "text": "CUDA method; this row ran on the CPU"}}
+    cpu = read_results(Path(__file__).parent.parent / "results" / "cpu" / "decode.json")  # schema 3, written typed
+    assert {r.kind for row in cpu.rows for r in row.latency_reasons.values()} == {"cuda-only"}
 
 
 def test_schema_2_step_files_are_read_with_structured_flags():
