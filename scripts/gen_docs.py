@@ -319,10 +319,10 @@ def gen_step_pick(args: list[str], page: str) -> str:
             continue
         pick = by_key[(rec["pick"], rec["m"], rec["context"])]
         base = by_key.get(("bf16+compiled" if pick.mode == "compiled" else "bf16", rec["m"], rec["context"]))
-        said = ""
+        said = "; the GPU throttled during it" if "throttled" in pick.flag_names else ""
         if base is not None and pick.step_us(loop) and base.step_us(loop) and pick.scheme != base.scheme:
             ratio = base.step_us(loop) / pick.step_us(loop)
-            said = f"; in a reduce-overhead loop {ratio:.2f}× bf16's speed{' (slower)' if ratio < 1 else ''}"
+            said += f"; in a reduce-overhead loop {ratio:.2f}× bf16's speed{' (slower)' if ratio < 1 else ''}"
         against = "bf16 compiled" if pick.mode == "compiled" else "bf16"
         lines.append(_bullet(f"M = {rec['m']}, {rec['context']} positions: **{rec['pick']}**, "
                              f"{rec['step_us'] / 1000:.2f} ms per step, {rec['speedup']:.2f}× {against}, logits rel_fro "
