@@ -31,8 +31,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The 2026-11-30 H200 decode file and the sweep file the fixtures were made from
-#: (tests/fixtures/make_fixtures.py), and the CPU decode file.
-REAL_FILES = ("tests/fixtures/real/h200_decode_2026-11-30.json", "results/cpu/decode.json", "results/h200/sweep.json")
+#: (tests/fixtures/make_fixtures.py), the CPU decode file of the same days (its rows, from before CPU
+#: ceilings were measured, carry a ``roofline_reason``) and the current CPU decode file.
+REAL_FILES = ("tests/fixtures/real/h200_decode_2026-11-30.json", "tests/fixtures/real/cpu_decode_2026-12-01.json",
+              "results/cpu/decode.json", "results/h200/sweep.json")
 FIXTURES = ROOT / "tests" / "fixtures"
 #: Per-run fields of a document, not of the result schema's rows: their sub-keys are the
 #: scenario's / machine's own (checked by qbench.scenario and qbench.env), not by this contract.
