@@ -143,15 +143,36 @@ def start(cpu: bool = False) -> None:
             pass
     saved = [os.dup(1), os.dup(2)]
     null = os.open(os.devnull, os.O_WRONLY)
+    env = {key: os.environ.get(key) for key in IMPORT_PATH_ENV}
     try:
         os.dup2(null, 1)
         os.dup2(null, 2)
+        os.environ.update(import_path_env(sys.path))
         multiprocessing.forkserver.ensure_running()
     finally:
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         for fd in (*saved, null):
             os.close(fd)
+        for key, value in env.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+
+
+#: The variables :func:`import_path_env` sets for the forkserver's start.
+IMPORT_PATH_ENV = ("PYTHONPATH", "PYTHONSAFEPATH")
+
+
+def import_path_env(path: Sequence[str]) -> dict[str, str]:
+    """The environment that gives the forkserver this process's import path ``path`` (``sys.path``).
+
+    Python 3.11's forkserver runs ``python -c ...`` and ignores the parent's ``sys.path`` (3.12
+    copies it): the server's ``sys.path`` starts with its working directory, so a folder named
+    ``qbench`` there (a clone, run from its parent) shadows an editable install as a namespace
+    package and every worker fails to import. ``PYTHONSAFEPATH=1`` drops that entry (Python 3.11+,
+    the ``-P`` option) and ``PYTHONPATH`` lists the parent's own entries, in order (``''`` as the
+    working directory, as multiprocessing's spawn does), so workers import what this process does."""
+    entries = [os.getcwd() if entry == "" else entry for entry in path]
+    return {"PYTHONSAFEPATH": "1", "PYTHONPATH": os.pathsep.join(dict.fromkeys(entries))}
 
 
 def worth_starting_early(scenario) -> bool:

@@ -130,8 +130,9 @@ def _measure(scenario, dev, output, doc, preloaded, started, force, progress, sh
                     bar.update(1)
                 if progress is not None:
                     for row in rows:  # skipped rows are listed under the table; failures are news
-                        if row["status"] == "failed":
-                            progress(f"{row['scheme']} M={row['m']}: {row['status']}: {row['reason']}")
+                        if row["status"] == "failed":  # a quality row has no M (teacher-forced chunks)
+                            at = f" M={row['m']}" if row.get("m") is not None else ""
+                            progress(f"{row['scheme']}{at}: {row['status']}: {row['reason']}")
         finally:
             workers.close()
     except KeyboardInterrupt as exc:

@@ -174,3 +174,31 @@ def test_wait_idle_waits_until_the_forkserver_spends_no_cpu(monkeypatch):
     monkeypatch.setattr(forkserver.time, "sleep", lambda s: None)
     assert forkserver.wait_idle(quiet_s=0.1, limit_s=30.0) >= 0.0
     assert seen == [(4242,)] * 4  # 10 -> 40 -> 70 -> 70: quiet, the fifth reading is never taken
+
+
+def test_import_path_env_gives_the_parents_path_without_the_working_directory(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    env = forkserver.import_path_env(["/venv/bin", "", "/lib/site-packages", "/venv/bin"])
+    assert env == {"PYTHONSAFEPATH": "1",
+                   "PYTHONPATH": os.pathsep.join(["/venv/bin", str(tmp_path), "/lib/site-packages"])}
+
+
+def test_a_folder_named_qbench_in_the_working_directory_does_not_shadow_the_install(tmp_path):
+    """``cd parent-of-clone && qbench run s.toml`` (a user's clone named qbench): Python 3.11's
+    forkserver put the working directory first on its path, imported that folder as a namespace
+    package and every worker failed ("cannot import name ... (unknown location)")."""
+    console = Path(sys.executable).parent / "qbench"
+    if not console.is_file():
+        pytest.skip(f"no qbench console script beside {sys.executable} (pip install -e . makes one)")
+    (tmp_path / "qbench" / "results").mkdir(parents=True)  # what a clone's folder holds
+    from tests.conftest import small_scenario_toml
+
+    (tmp_path / "s.toml").write_text(small_scenario_toml(["fp16"], m=(1,)).replace('name = "tiny"', 'name = "tiny"\ndevice = "cpu"'))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    proc = subprocess.run([str(console), "run", "s.toml", "-o", "out.json"], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    (row,) = json.loads((tmp_path / "out.json").read_text())["rows"]
+    assert row["status"] == "ok", row.get("reason")

@@ -180,3 +180,14 @@ def test_recommend_on_prequantized_rows_says_where_the_weights_come_from(capsys)
     assert next(x for x in out if x.startswith("int4-weight-only[group_size=64] ")).split()[1] == "no:"
     assert out[-2].startswith("prequantized-weights: dequantized from SmolLM2-135M-Instruct.Q4_1.gguf")
     assert out[-1].endswith("biased low") and max(map(len, out)) <= 120  # the note wraps within 120 characters
+
+
+def test_a_failed_quality_row_is_said_in_one_line(tmp_path, ck):
+    """A quality row has no M: the runner's line for a failed row crashed on ``row['m']`` (KeyError)
+    and hid the reason; it now names the scheme and the reason."""
+    scenario = write_scenario(tmp_path, ck, ["bf16"], extra="[timing]\nscheme_timeout_s = 0.05")
+    proc = _run("run", str(scenario), "--out", "q.json", cwd=tmp_path)
+    assert "KeyError" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "bf16: failed: " in proc.stdout + proc.stderr
+    (row,) = json.loads((tmp_path / "q.json").read_text())["rows"]
+    assert row["status"] == "failed" and "0.05" in row["reason"]
