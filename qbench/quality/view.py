@@ -61,8 +61,8 @@ COLUMNS = [
     Column("flags", "flags", lambda r: ", ".join(f.name for f in r.flags) or DASH),
 ]
 #: The narrow default of a terminal table (:func:`qbench.render.narrow`): fits 120 characters, a
-#: row's status and flags in one column ("skipped", "emulated"; an ok row without flags: "—") and the
-#: flags every row shares said once under it. ``--wide`` (and every Markdown or data format) shows all.
+#: row's status and flags in one column ("skipped", "emulated"; an ok row without flags: "—"), the
+#: flags every row shares left to the notes under it ("(every row)"). ``--wide`` (and every Markdown or data format) shows all.
 NARROW = ("scheme", "ppl", "kld", "kld99", "same_top", "stored")
 
 
@@ -105,10 +105,11 @@ def describe(rows: Sequence[QualityRow]) -> list[str]:
 def notes(rows: Sequence[QualityRow]) -> list[str]:
     """The lines under the table: why rows did not run, and each flag once with its text."""
     out = [f"{r.scheme}: {r.status}: {r.reason}" for r in rows if r.status != "ok"]
+    shared = set(shared_flags(rows)) if len(rows) > 1 else set()
     seen: dict[str, str] = {}
     for r in rows:
         for f in r.flags:
-            seen.setdefault(f.name, f"{f.name} ({r.scheme}): {f.text}")
+            seen.setdefault(f.name, f"{f.name} ({'every row' if f.name in shared else r.scheme}): {f.text}")
     return out + list(seen.values())
 
 
@@ -147,10 +148,7 @@ def run_view(doc, args: argparse.Namespace) -> int:
         for line in describe(rows):
             print(say(line))
     print(quality_table(rows, args.format, narrow_view=short))
-    if prose:
-        shared = shared_flags(rows) if short else []
-        if shared:
-            print(say(f"every row is flagged: {', '.join(shared)}"))
+    if prose:  # a flag every row carries is said once, "(every row)", by notes()
         for line in notes(rows) + sensitivity_lines(rows):
             print(say(line))
     return len(rows)
@@ -228,16 +226,21 @@ def _same_weights(steps: list, quality: list[QualityRow]) -> Optional[str]:
 
 def recommend_records(steps: list, quality: list[QualityRow], max_kld: Optional[float],
                       max_ppl_ratio: Optional[float], min_same_top: Optional[float], baseline: str = "bf16") -> list[dict]:
-    """Per (M, context): the fastest measured step (ties within noise broken as
-    :func:`qbench.step.view.recommend` breaks them) among the schemes whose quality on the same
-    checkpoint meets the budget, with its speed-up over ``baseline`` and its quality beside it."""
+    """Per (M, context): the fastest measured step among the schemes whose quality on the same
+    checkpoint meets the budget (ties within noise broken as :func:`qbench.step.view.recommend`
+    breaks them, the lower error being the lower mean KL divergence: this checkpoint's, not the
+    step's seeded logits error), with its speed-up over ``baseline`` and its quality beside it."""
     from qbench.step import view as step_view
 
     ok = {r.scheme for r in steps if (q := quality_of(r, quality)) is not None
           and meets(q, max_kld, max_ppl_ratio, min_same_top) is None}
     candidates = [r for r in steps if r.scheme in ok]
     base = [r for r in steps if r.scheme not in ok and r.scheme in (baseline, f"{baseline}+compiled")]
-    rec = step_view.recommend(candidates + base, float("inf"), baseline)
+    def kld(row) -> Optional[float]:
+        q = quality_of(row, quality)
+        return None if q is None else _stat(q, "kld", "mean")
+
+    rec = step_view.recommend(candidates + base, float("inf"), baseline, tie_error=kld)
     out = []
     for record in rec:
         if record["pick"] is not None and record["pick"] not in ok:  # the baseline was kept only to divide by
@@ -296,7 +299,9 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
                           "by_m_context": rec}, indent=2))
         return 0 if any(r["pick"] for r in rec) else 1
     first = steps[0]
-    say(f"{first.title} ({first.model}): per M and context, the fastest measured decode step whose scheme meets "
+    machine = next((d.machine for d in docs if d.job == "step"), first.device)
+    say(f"{first.title} ({first.model}): per M and context, the fastest decode step measured on {machine} "
+        f"({', '.join(sorted({r['method'] for r in rec if r['method']})) or 'no method'}) whose scheme meets "
           f"{_budget_text(*budget)} on this checkpoint (quality file: {', '.join(p for p, d in zip(paths, docs) if d.job == 'quality')})")
     cols = [Column("m", "M", lambda r: r["m"], numeric=True), Column("context", "context", lambda r: r["context"], numeric=True),
             Column("pick", "pick", lambda r: r["pick"] or "none within budget"),
