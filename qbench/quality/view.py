@@ -339,6 +339,10 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
         why = _same_weights(steps, quality)
         if why:
             raise Refused(why)
+    for path, doc in zip(paths, docs):  # NAME is the files' model (its path or title), as for a step file alone
+        if not any(args.name in (r.model, r.title) for r in doc.rows):
+            held = ", ".join(sorted({f"{r.title} ({r.model})" for r in doc.rows}))
+            raise Refused(f"{path}: a {doc.job} result of {held}, not of {args.name}")
     sp = step_view.speedups(steps) if steps else {}
     points = sorted({(r.m, r.context) for r in steps})
     records = []

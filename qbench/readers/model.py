@@ -406,7 +406,8 @@ def render_model(result: dict, fmt: str = "simple", wide: bool = False) -> str:
 # ---- the subcommand ----------------------------------------------------------------------------
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", help=f"model preset: {', '.join(PRESETS)}")
+    p.add_argument("name", help=f"model preset: {', '.join(PRESETS)}; with model-step or quality files, their "
+                                "model: its preset, config path, or checkpoint folder's name (the title runs print)")
     p.add_argument("result", nargs="*", help="per-layer result JSON files (qbench run); none: list "
                                              "the shapes the model needs and their scenarios; or "
                                              "model-step result files (NAME: their model, e.g. llama3.1-8b): "

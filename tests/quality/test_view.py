@@ -41,11 +41,11 @@ TINY = str(ROOT / "results" / "h200" / "quality_tiny.json")
 
 def test_model_and_recommend_on_both_halves_fit_120(capsys):
     """The narrow `model` view leaves the PPL ratio to --wide; `recommend`'s prose wraps."""
-    assert cli.main(["model", "tiny", STEP, TINY]) == 0
+    assert cli.main(["model", "tiny-shakespeare-llama", STEP, TINY]) == 0
     out = capsys.readouterr().out.splitlines()
     assert max(map(len, out)) <= 120 and not any("PPL ratio" in line for line in out)
     assert any(line.split()[:1] == ["scheme"] and "M=1/128" in line for line in out)
-    assert cli.main(["model", "tiny", STEP, TINY, "--wide"]) == 0
+    assert cli.main(["model", "tiny-shakespeare-llama", STEP, TINY, "--wide"]) == 0
     assert "PPL ratio" in capsys.readouterr().out
     assert cli.main(["recommend", STEP, TINY, "--max-kld", "0.002"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -73,3 +73,12 @@ def test_ties_within_noise_are_broken_by_the_checkpoints_kld(monkeypatch):
     assert kld["bf16"] < kld["int8-weight-only"] < kld["nf4-bnb"]
     picks = view.recommend_records(steps, quality, 1.0, None, None)
     assert {r["pick"] for r in picks} == {"bf16"}
+
+
+def test_model_refuses_a_name_the_files_are_not_of(capsys):
+    """`qbench model llama3-8b step.json quality.json` printed the tiny model's table; now one line."""
+    assert cli.main(["model", "llama3-8b", STEP, TINY]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("a step result of tiny-shakespeare-llama (../data/checkpoints/tiny-shakespeare-llama), not of "
+                         "llama3-8b")
+    assert cli.main(["model", "../data/checkpoints/tiny-shakespeare-llama", STEP, TINY]) == 0  # its path names it too
