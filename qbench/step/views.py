@@ -44,8 +44,9 @@ def run_view(doc: ResultDoc, args: argparse.Namespace) -> int:
     """``qbench run``'s table of a model-step run: what the columns and methods are (on stderr when the
     format is meant to be parsed), then :func:`qbench.step.view.step_table`. Returns the rows shown."""
     machine = not wants_prose(args.format)
+    show = fit if narrow(args.format, args.wide) else (lambda line: line)  # noqa: E731  (prose within 120, as report)
     for line in step_view.describe(doc):
-        print(line, file=sys.stderr if machine else sys.stdout)
+        print(show(visible(line)), file=sys.stderr if machine else sys.stdout)
     print(step_view.step_table(doc.rows, fmt=args.format, wide=args.wide,
                                fit=fit if narrow(args.format, args.wide) else None))
     return len(doc.rows)

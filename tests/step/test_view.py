@@ -66,3 +66,20 @@ def test_tied_rows_carry_their_timing_flags():
                     Flag(name="throttled", text="again"), Flag(name="noisy", text="x")])
     (rec,) = recommend([a, b], max_rel_err=0.5)
     assert rec["timing_flags"] == {"b": ["throttled", "noisy"]}
+
+
+def test_qbench_runs_step_view_fits_120_like_report(capsys):
+    """`qbench run` of a step scenario printed the 'Σ linear: ...' legend as one 222-character line
+    while `qbench report` wrapped it: both wrap at 120 now (--wide keeps it whole)."""
+    import argparse
+    from pathlib import Path
+
+    from qbench.results import read_results
+    from qbench.step import views
+
+    doc = read_results(Path(__file__).resolve().parents[2] / "results" / "h200" / "step_tiny_trained.json")
+    views.run_view(doc, argparse.Namespace(format="simple", wide=False))
+    out = capsys.readouterr().out.splitlines()
+    assert max(map(len, out)) <= 120 and any(line.startswith("  Σ linear: the per-layer stream times") for line in out)
+    views.run_view(doc, argparse.Namespace(format="simple", wide=True))
+    assert max(map(len, capsys.readouterr().out.splitlines())) > 120
