@@ -207,6 +207,20 @@ def _per_token(model, tokens: torch.Tensor, ref: _Reference, device: torch.devic
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
+
+def float_bytes(model, skip_head: bool) -> int:
+    """Bytes of the model's float tensors outside the scheme-built linears: the embedding, the norms
+    and (unless ``skip_head``: the scheme built it, its ledger counts it) the float LM head, each
+    storage once (a tied head in the embedding's dtype shares its storage: counted once, as run)."""
+    seen: dict[int, int] = {}
+    for name, t in model.named_parameters():
+        if name.startswith("blocks.") and "norm" not in name.rsplit(".", 1)[-1]:
+            continue  # a block's linears: counted by their schemes' ledgers
+        if skip_head and name.startswith("head."):
+            continue
+        seen[t.data_ptr()] = t.numel() * t.element_size()
+    return sum(seen.values())
+
 def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device, ceilings: Optional[dict] = None,
                            shared_dir: Optional[str] = None) -> list[dict]:
     """The row of ``scenario.schemes[entry_index]`` on ``device`` (see the module docstring).
@@ -289,10 +303,7 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
                      for b, block in enumerate(kept) for role, mod in block.items())
         if q.lm_head:
             linear += ledger.count(parts[plan.choice(-1, "lm_head").label][0].parts(model.head)).stored_bytes
-        other = sum(t.numel() * t.element_size() for name, t in model.named_parameters()
-                    if not name.startswith("blocks.") or "norm" in name.rsplit(".", 1)[-1])
-        if not q.lm_head:
-            other += model.head.weight.numel() * model.head.weight.element_size()
+        other = float_bytes(model, skip_head=q.lm_head)
         row["linear_stored_bytes"], row["model_stored_bytes"] = int(linear), int(linear + other)
     flags = []
     said = []  # one flag, each emulated scheme of the model (a recipe may hold several) in it

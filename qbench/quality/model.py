@@ -146,6 +146,10 @@ def build_model(source: Source, linear: LinearBuilder, dtype: torch.dtype,
             keep.append(linears)
         blocks.append(Block(config, linears, source.get(f"model.layers.{b}.input_layernorm.weight"),
                             source.get(f"model.layers.{b}.post_attention_layernorm.weight"), dtype))
-    w = source.get("lm_head.weight")
-    lm = head(w, None, -1, "lm_head") if head is not None else FloatLinear(w.to(dtype))
-    return Forward(config, source.get("model.embed_tokens.weight"), blocks, source.get("model.norm.weight"), lm, dtype)
+    embed = source.get("model.embed_tokens.weight").to(dtype)
+    if head is None and config.tie_embeddings:  # a float tied head shares the embedding's tensor, as the checkpoint does
+        lm = FloatLinear(embed)
+    else:
+        w = source.get("lm_head.weight")
+        lm = head(w, None, -1, "lm_head") if head is not None else FloatLinear(w.to(dtype))
+    return Forward(config, embed, blocks, source.get("model.norm.weight"), lm, dtype)

@@ -191,3 +191,20 @@ def test_a_failed_quality_row_is_said_in_one_line(tmp_path, ck):
     assert "bf16: failed: " in proc.stdout + proc.stderr
     (row,) = json.loads((tmp_path / "q.json").read_text())["rows"]
     assert row["status"] == "failed" and "0.05" in row["reason"]
+
+
+@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("name, size", [("fp32", 4), ("bf16", 2)])
+def test_model_bytes_count_every_tensor_once(tmp_path, tied, name, size):
+    """A float scheme's model bytes are the checkpoint's parameters at its width, each once: the
+    float LM head was counted twice, and a tied one held as a copy (SmolLM2's bf16 row read 364.6 MiB
+    for a 256.6 MiB checkpoint)."""
+    from safetensors import safe_open
+
+    from tests.quality.conftest import make_checkpoint
+
+    ck = make_checkpoint(tmp_path / "ck", tied=tied)
+    with safe_open(str(ck / "model.safetensors"), "pt") as f:
+        params = sum(f.get_slice(k).get_shape()[0] * (f.get_slice(k).get_shape()[1:] or [1])[0] for k in f.keys())
+    row = run_scheme(write_scenario(tmp_path, ck, [name]), 0, tmp_path)
+    assert row["model_stored_bytes"] == params * size  # tied: the float head shares the embedding's tensor
