@@ -248,9 +248,14 @@ def describe(doc) -> list[str]:
         meta = registry.METHODS.get(m)
         if meta is not None:
             lines.append(f"  {SHORT[m]}: {meta.includes}")
-    lines.append("  Σ linear: the per-layer stream times of the same linear layers, summed over one step (the layer "
-                 "view); rest % = (step - Σ linear) / step: attention over the KV cache, norms, RoPE, embedding, "
-                 "LM head argmax, launch gaps")
+    if any(r.linear for r in rows):
+        lines.append("  Σ linear: the per-layer stream times of the same linear layers, summed over one step (the layer "
+                     "view); rest % = (step - Σ linear) / step: attention over the KV cache, norms, RoPE, embedding, "
+                     "LM head argmax, launch gaps")
+    else:
+        lines.append("  Σ linear, rest % and the speed-up Σ linear predicts: not measured ([model] linear_sum = false)")
+    lines.append("  err: relative Frobenius error of the logits (the final hidden state without an LM head) against "
+                 "the FP32 step on the same weights")
     return lines
 
 

@@ -83,3 +83,23 @@ def test_qbench_runs_step_view_fits_120_like_report(capsys):
     assert max(map(len, out)) <= 120 and any(line.startswith("  Σ linear: the per-layer stream times") for line in out)
     views.run_view(doc, argparse.Namespace(format="simple", wide=True))
     assert max(map(len, capsys.readouterr().out.splitlines())) > 120
+
+
+def test_the_legend_says_when_linear_sum_was_off(tmp_path):
+    """A step run with ``linear_sum = false`` shows "—" under Σ linear and rest: the legend says why."""
+    import json
+    from pathlib import Path
+
+    from qbench.results import read_results
+    from qbench.step.view import describe
+
+    path = Path(__file__).resolve().parents[2] / "results" / "h200" / "step_tiny_trained.json"
+    doc = json.loads(path.read_text())
+    assert any("Σ linear: the per-layer" in line for line in describe(read_results(path)))
+    for row in doc["rows"]:
+        row["linear"] = None
+    off = tmp_path / "off.json"
+    off.write_text(json.dumps(doc))
+    lines = describe(read_results(off))
+    assert "  Σ linear, rest % and the speed-up Σ linear predicts: not measured ([model] linear_sum = false)" in lines
+    assert any(line.startswith("  err: relative Frobenius error of the logits") for line in lines)
