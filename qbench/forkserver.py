@@ -165,8 +165,9 @@ IMPORT_PATH_ENV = ("PYTHONPATH", "PYTHONSAFEPATH")
 def import_path_env(path: Sequence[str]) -> dict[str, str]:
     """The environment that gives the forkserver this process's import path ``path`` (``sys.path``).
 
-    Python 3.11's forkserver runs ``python -c ...`` and ignores the parent's ``sys.path`` (3.12
-    copies it): the server's ``sys.path`` starts with its working directory, so a folder named
+    Python 3.11's forkserver runs ``python -c ...`` and ignores the parent's ``sys.path`` while it
+    preloads (CPython fixed that in later bugfix releases: the server now copies it): the server's
+    ``sys.path`` then starts with its working directory, so a folder named
     ``qbench`` there (a clone, run from its parent) shadows an editable install as a namespace
     package and every worker fails to import. ``PYTHONSAFEPATH=1`` drops that entry (Python 3.11+,
     the ``-P`` option) and ``PYTHONPATH`` lists the parent's own entries, in order (``''`` as the
