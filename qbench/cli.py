@@ -33,19 +33,15 @@ def _validated(path: str, schemes: Optional[list[str]] = None):
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    """Each scenario file checked in turn: its summary line, or its one error line; exit 2 if any failed."""
-    if len(args.scenario) == 1:
-        return _check_one(args.scenario[0], args.schemes)
-    failed = 0
+    """Each scenario file checked in turn: its summary line, or its one error line (as :func:`main`
+    says any user error); exit 2 if any failed."""
+    status = 0
     for path in args.scenario:
         try:
             _check_one(path, args.schemes)
         except Exception as exc:
-            if args.debug or not _is_user_error(exc):
-                raise
-            print(f"qbench: {exc}", file=sys.stderr)
-            failed += 1
-    return 2 if failed else 0
+            status = _user_error(exc, args.debug)
+    return status
 
 
 def _check_one(path: str, schemes: Optional[list[str]]) -> int:
@@ -314,10 +310,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"qbench: {said}", file=sys.stderr)
         return getattr(exc, "exit_code", 130)
     except Exception as exc:
-        if args.debug or not _is_user_error(exc):
-            raise
-        print(f"qbench: {exc}", file=sys.stderr)
-        return 2
+        return _user_error(exc, args.debug)
+
+
+def _user_error(exc: Exception, debug: bool) -> int:
+    """Say a user error (:func:`_is_user_error`) in one line and return exit status 2; re-raise
+    anything else, and everything under ``--debug``. Call it from an ``except`` block."""
+    if debug or not _is_user_error(exc):
+        raise exc
+    print(f"qbench: {exc}", file=sys.stderr)
+    return 2
 
 
 def _is_user_error(exc: Exception) -> bool:

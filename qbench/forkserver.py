@@ -154,8 +154,11 @@ def start(cpu: bool = False) -> None:
         os.dup2(saved[1], 2)
         for fd in (*saved, null):
             os.close(fd)
-        for key, value in env.items():
-            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+        for key, value in env.items():  # this process's own environment as it was
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 #: The variables :func:`import_path_env` sets for the forkserver's start.

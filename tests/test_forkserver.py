@@ -3,6 +3,7 @@ pipe of the caller (a user's ``$(qbench run bad.toml)`` or a CI log reader waite
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from qbench import forkserver
+from tests.conftest import small_scenario_toml
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -191,14 +193,10 @@ def test_a_folder_named_qbench_in_the_working_directory_does_not_shadow_the_inst
     if not console.is_file():
         pytest.skip(f"no qbench console script beside {sys.executable} (pip install -e . makes one)")
     (tmp_path / "qbench" / "results").mkdir(parents=True)  # what a clone's folder holds
-    from tests.conftest import small_scenario_toml
-
-    (tmp_path / "s.toml").write_text(small_scenario_toml(["fp16"], m=(1,)).replace('name = "tiny"', 'name = "tiny"\ndevice = "cpu"'))
+    (tmp_path / "s.toml").write_text(small_scenario_toml(["fp16"], m=(1,), extra='device = "cpu"'))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
     proc = subprocess.run([str(console), "run", "s.toml", "-o", "out.json"], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    import json
-
     (row,) = json.loads((tmp_path / "out.json").read_text())["rows"]
     assert row["status"] == "ok", row.get("reason")

@@ -207,7 +207,6 @@ def _per_token(model, tokens: torch.Tensor, ref: _Reference, device: torch.devic
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
-
 def float_bytes(model, skip_head: bool) -> int:
     """Bytes of the model's float tensors outside the scheme-built linears: the embedding, the norms
     and (unless ``skip_head``: the scheme built it, its ledger counts it) the float LM head, each
@@ -220,6 +219,7 @@ def float_bytes(model, skip_head: bool) -> int:
             continue
         seen[t.data_ptr()] = t.numel() * t.element_size()
     return sum(seen.values())
+
 
 def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device, ceilings: Optional[dict] = None,
                            shared_dir: Optional[str] = None) -> list[dict]:

@@ -13,10 +13,10 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from qbench.quality.row import QualityRow
-from qbench.render import Column, fit, narrow, render, wants_prose
+from qbench.render import Column, narrow, prose, render, wants_prose
 from qbench.step.recipe import identity_key
 
 DASH = "—"
@@ -141,17 +141,26 @@ def sensitivity_lines(rows: Sequence[QualityRow]) -> list[str]:
 def run_view(doc, args: argparse.Namespace) -> int:
     """``qbench run``'s and ``report``'s output for a quality result; returns the row count."""
     rows = list(doc.rows)
-    prose = wants_prose(args.format)
-    short = narrow(args.format, getattr(args, "wide", False))
-    say = fit if short else (lambda line: line)  # noqa: E731  (prose within 120 characters)
-    if prose:
+    wide = getattr(args, "wide", False)
+    shown = prose(args.format, wide)
+    if wants_prose(args.format):
         for line in describe(rows):
-            print(say(line))
-    print(quality_table(rows, args.format, narrow_view=short))
-    if prose:  # a flag every row carries is said once, "(every row)", by notes()
+            print(shown(line))
+    print(quality_table(rows, args.format, narrow_view=narrow(args.format, wide)))
+    if wants_prose(args.format):  # a flag every row carries is said once, "(every row)", by notes()
         for line in notes(rows) + sensitivity_lines(rows):
-            print(say(line))
+            print(shown(line))
     return len(rows)
+
+
+def _sayer(args: argparse.Namespace) -> Callable[[str], None]:
+    """How ``recommend`` and ``model`` on quality files print a prose line: on stdout, wrapped in the
+    narrow view (:func:`qbench.render.prose`); on stderr as it is when the format is data or
+    Markdown, so stdout holds the table alone."""
+    if not wants_prose(args.format):
+        return lambda line: print(line, file=sys.stderr)
+    shown = prose(args.format, getattr(args, "wide", False))
+    return lambda line: print(shown(line))
 
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
@@ -278,8 +287,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
     steps, quality = _split(docs)
     if (why := _one_checkpoint(quality)):
         raise Refused(why)
-    shown = fit if narrow(args.format, getattr(args, "wide", False)) else (lambda line: line)  # noqa: E731  (within 120)
-    say = (lambda line: print(shown(line))) if wants_prose(args.format) else (lambda line: print(line, file=sys.stderr))  # noqa: E731
+    say = _sayer(args)
     if not steps:
         within = [(q, meets(q, *budget)) for q in quality]
         print(f"quality budget: {_budget_text(*budget)} (no step file given: no speed half)")
@@ -368,8 +376,7 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     short = narrow(args.format, getattr(args, "wide", False))
     if short:  # the narrow default: mean KLD and same top judge quality; --wide adds the PPL ratio
         cols = [c for c in cols if c.key != "ppl"]
-    shown = fit if short else (lambda line: line)  # noqa: E731  (within 120)
-    say = (lambda line: print(shown(line))) if wants_prose(args.format) else (lambda line: print(line, file=sys.stderr))  # noqa: E731
+    say = _sayer(args)
     if quality:
         for line in describe(quality):
             say(line)

@@ -41,7 +41,7 @@ import sys
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, row_verdict
 from qbench.readers.common import (Command, Refused, add_format, add_method, add_wide, blocking_differences,
                                    group_results, open_results, timing_differences)
-from qbench.render import TABLE_WIDTH, Column, check_format, fit, narrow, render, wants_prose
+from qbench.render import TABLE_WIDTH, Column, check_format, narrow, prose, render, wants_prose
 from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
@@ -263,7 +263,7 @@ def run_compare(args) -> int:
         print(visible(f"warning: machines {'may differ' if line.split(':')[0].endswith('unknown') else 'differ'}: "
                       f"{line}"), file=sys.stderr)
     wide = getattr(args, "wide", False)
-    say = fit if narrow(args.format, wide) else (lambda line: line)  # noqa: E731  (prose within 120 characters)
+    say = prose(args.format, wide)
     if wants_prose(args.format):  # the narrow view: A and B on a line each (two long paths rarely fit one)
         print(say(visible(f"A = {label_a} ({a.machine})")) + "\n" + say(visible(f"B = {label_b} ({b.machine})"))
               if narrow(args.format, wide) else visible(f"A = {label_a} ({a.machine}); B = {label_b} ({b.machine})"))

@@ -53,7 +53,7 @@ from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
                                    add_method, add_wide, check_baseline, check_max_rel_err, group_results, job_view,
                                    open_results)
-from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, render, synthetic_weights, wants_prose
+from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, prose, render, synthetic_weights, wants_prose
 from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
 from qbench.render.kernels import short_kernel
@@ -307,7 +307,7 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
         return json.dumps(rec, indent=2, ensure_ascii=False)
     fits = narrow(fmt, wide)
     method = rec["method"]
-    say = fit if fits else (lambda line: line)  # noqa: E731  (prose lines within 120 characters)
+    say = prose(fmt, wide)
     lines = [say(f"budget rel_fro <= {rec['max_rel_err']:g}; latency = {method} median"
                  + (f" ({note})" if note else ""))] + ([say(visible(warning))] if warning else [])
     if method not in rec["methods_present"]:
@@ -654,7 +654,7 @@ def run_recommend(args: argparse.Namespace) -> int:
         return _run_by_format(args, paths, docs)
     baseline = getattr(args, "baseline", "bf16")
     wide = getattr(args, "wide", False)
-    say = fit if narrow(args.format, wide) else (lambda line: line)  # noqa: E731  (prose within 120)
+    say = prose(args.format, wide)
     picked, summary, methods, records, notes, warnings = False, [], set(), [], [], []
     for result in group_results(paths, docs):  # files of one scenario and machine: one result
         path, doc = result.label, result.doc

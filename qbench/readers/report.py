@@ -32,7 +32,7 @@ from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, meth
                           resolve_method, row_verdict, unusable_note)
 from qbench.readers.common import (Command, Refused, add_baseline, add_format, add_method, add_wide, job_view,
                                    one_result, open_results)
-from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, fit, narrow, render, render_header, wants_prose
+from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, narrow, prose, render, render_header, wants_prose
 from qbench.render.columns import DASH, resolve_columns
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
@@ -308,7 +308,7 @@ def _show_crossover(args: argparse.Namespace, doc: ResultDoc) -> int:
         raise Refused(f"{args.result}: {exc}") from None
     table = wants_prose(args.format)
     wide = getattr(args, "wide", False)
-    show = (lambda text: text) if not narrow(args.format, wide) else fit  # noqa: E731  (prose within 120)
+    show = prose(args.format, wide)
     if table:
         print(show(render_header(doc)))
         print(show(f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else "")
@@ -342,7 +342,7 @@ def _show_by_m(args: argparse.Namespace, doc: ResultDoc) -> int:
     col = COLUMNS[column]
     table = wants_prose(args.format)
     wide = getattr(args, "wide", False)
-    show = (lambda text: text) if not narrow(args.format, wide) else fit  # noqa: E731  (prose within 120)
+    show = prose(args.format, wide)
     if table:
         print(show(render_header(doc)))
         if note:

@@ -49,6 +49,7 @@ __all__ = [
     "check_format",
     "default_columns",
     "fit",
+    "prose",
     "narrow",
     "render",
     "render_header",
@@ -114,6 +115,16 @@ def fit(lines: str | Iterable[str], width: int = TABLE_WIDTH) -> str:
             out += textwrap.wrap(part.strip(), width, initial_indent=indent, subsequent_indent=indent + "  ",
                                  break_long_words=False, break_on_hyphens=False)
     return "\n".join(out)
+
+
+def prose(fmt: str, wide: bool = False) -> Callable[[str], str]:
+    """How a reader view prints a prose line in format ``fmt``: wrapped by :func:`fit` in the narrow
+    default (:func:`narrow`: a terminal table without ``wide``), else as it is."""
+    return fit if narrow(fmt, wide) else _as_is
+
+
+def _as_is(line: str) -> str:
+    return line
 
 
 def split_markdown(text: str) -> tuple[str, str]:

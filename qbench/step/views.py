@@ -21,7 +21,7 @@ from qbench.judge import decision_method, incomplete_warning
 from qbench.readers.common import Refused, check_baseline, one_result
 from qbench.readers.model import ACT_ON, warn_machine_differences
 from qbench.readers.plot import plain, scheme_styles
-from qbench.render import Column, fit, narrow, render, synthetic_step_warning, wants_prose
+from qbench.render import Column, fit, narrow, prose, render, synthetic_step_warning, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
@@ -44,7 +44,7 @@ def run_view(doc: ResultDoc, args: argparse.Namespace) -> int:
     """``qbench run``'s table of a model-step run: what the columns and methods are (on stderr when the
     format is meant to be parsed), then :func:`qbench.step.view.step_table`. Returns the rows shown."""
     machine = not wants_prose(args.format)
-    show = fit if narrow(args.format, args.wide) else (lambda line: line)  # noqa: E731  (prose within 120, as report)
+    show = prose(args.format, args.wide)
     for line in step_view.describe(doc):
         print(show(visible(line)), file=sys.stderr if machine else sys.stdout)
     print(step_view.step_table(doc.rows, fmt=args.format, wide=args.wide,
@@ -85,7 +85,7 @@ def _step_report(args: argparse.Namespace, doc: ResultDoc) -> int:
         order = {r.key: i for i, r in enumerate(rows)}
         rows = sorted(rows, key=lambda r: (r.m, r.context, order[r.key]))
     wide = getattr(args, "wide", False)
-    show = fit if narrow(args.format, wide) else (lambda line: line)  # noqa: E731  (prose within 120)
+    show = prose(args.format, wide)
     if wants_prose(args.format):
         for line in step_view.describe(doc):
             print(show(visible(line)))  # the file's title and model name: one line whatever they hold
@@ -155,7 +155,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
         print(json.dumps(out if len(out) > 1 else out[0], indent=2, ensure_ascii=False))
         return 0 if picked else 1
     fits = narrow(args.format, getattr(args, "wide", False))
-    say = fit if fits else (lambda line: line)  # noqa: E731  (prose lines within 120 characters)
+    say = prose(args.format, getattr(args, "wide", False))
     for i, (path, doc, rec) in enumerate(records):
         rows = doc.rows
         if len(records) > 1:
@@ -383,7 +383,7 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
     if not wants_prose(args.format):
         print(table)
         return 0 if any(r["step_us"] is not None for r in records) else 1
-    say = fit if fits else (lambda line: line)  # noqa: E731  (prose lines within 120 characters)
+    say = prose(args.format, getattr(args, "wide", False))
     title = rows[0].title
     b = args.baseline
     methods = "/".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
