@@ -39,8 +39,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from qbench import schemes  # noqa: E402
-from qbench.step import llama  # noqa: E402
-from qbench.step.config import PRESETS  # noqa: E402
+from qbench.model import llama  # noqa: E402
+from qbench.model.config import PRESETS  # noqa: E402
 
 
 def hf_config(config):

@@ -12,7 +12,7 @@ In order:
 3. **Scheme**: the model with every linear of every block built by the scheme from the FP32
    weights (the LM head too with ``quality.lm_head``), run teacher-forced over the same chunks. An
    entry with a mixed recipe builds each linear with the recipe's scheme for its (block, role)
-   (:class:`qbench.step.recipe.Plan`); each of those schemes runs its kernel or, without one here,
+   (:class:`qbench.model.recipe.Plan`); each of those schemes runs its kernel or, without one here,
    emulated (the row is ``emulated`` when any part is).
    Each chunk's first token is the checkpoint's BOS when it has one (llama.cpp does the same); the
    logits of positions ``chunk/2 .. chunk-2`` are scored against the tokens that follow.
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from qbench.step.checkpoint import of_model, weight_source
+from qbench.model.checkpoint import of_model, weight_source
 from qbench.quality import stats as qstats
 from qbench.quality.model import Cast, FloatLinear, Source, build_model
 from qbench.quality.row import QualityRow
@@ -46,8 +46,8 @@ from qbench.hardware import free_bytes
 from qbench.row import describe_exception, flag_record
 from qbench import schemes
 from qbench.schemes import ledger
-from qbench.step.config import BLOCK_LINEARS, StepModelConfig
-from qbench.step.recipe import plan_of
+from qbench.model.config import BLOCK_LINEARS, StepModelConfig
+from qbench.model.recipe import plan_of
 from qbench.step.spec import resolve
 
 log = logging.getLogger("qbench.quality")

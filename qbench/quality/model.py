@@ -5,7 +5,7 @@ q/k/v projections (with the checkpoint's biases), RoPE (with the config's scalin
 grouped-query attention over the chunk, o projection, residual, RMSNorm, SiLU-gated MLP,
 residual; final RMSNorm and LM head. The operations are ``transformers``' ``LlamaDecoderLayer``
 (and ``Qwen2DecoderLayer`` with its q/k/v biases), written on qbench's step primitives
-(:mod:`qbench.step.llama`: RoPE, RMSNorm), so each scheme's real module runs in every linear.
+(:mod:`qbench.model.llama`: RoPE, RMSNorm), so each scheme's real module runs in every linear.
 
 Hidden states flow in the model's activation dtype (the scheme's ``activation_dtype``; the
 reference's dtype for the reference); a linear's output is cast back to it when a library returns
@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from qbench.step.config import BLOCK_LINEARS, StepModelConfig, linear_name
-from qbench.step.llama import apply_rope, rms_norm, rope_cos_sin
+from qbench.model.config import BLOCK_LINEARS, StepModelConfig, linear_name
+from qbench.model.llama import apply_rope, rms_norm, rope_cos_sin
 
 
 class Cast(nn.Module):
@@ -104,11 +104,11 @@ class Forward(nn.Module):
 
 class Source:
     """Where a model's tensors come from, as FP32 on ``device``: a checkpoint
-    (:class:`qbench.step.checkpoint.Checkpoint`, its own weights and biases) or seeded weights
-    (:class:`qbench.step.llama.Weights`, no biases)."""
+    (:class:`qbench.model.checkpoint.Checkpoint`, its own weights and biases) or seeded weights
+    (:class:`qbench.model.llama.Weights`, no biases)."""
 
     def __init__(self, config: StepModelConfig, device: torch.device, checkpoint=None, seed: int = 0):
-        from qbench.step.llama import Weights
+        from qbench.model.llama import Weights
 
         self.config, self.device, self.checkpoint = config, device, checkpoint
         self.seeded = None if checkpoint is not None else Weights(config, seed, device)

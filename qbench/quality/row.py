@@ -120,7 +120,7 @@ class QualityRow(_Part):
     sensitivity_by: Optional[str] = None
     lm_head: Literal["float", "scheme"] = "float"
     recipe: Optional[dict] = Field(None, description="a mixed recipe's scheme per role and kept blocks, and the "
-                                                     "linears each scheme built (qbench.step.recipe.Plan.record)")
+                                                     "linears each scheme built (qbench.model.recipe.Plan.record)")
     linear_params: int = Field(ge=0, description="weights of the linears the scheme built")
     linear_stored_bytes: Optional[int] = Field(None, description="their bytes as the scheme stores them (the "
                                                                  "ledger); None when emulated")

@@ -108,7 +108,7 @@ def _layer_llama(name: str, title: str, blocks: int, hidden: int, kv: int, ffn: 
 
 #: The model presets, by the name ``qbench model`` takes. Shapes from Meta's config.json files
 #: (head dim 128 in both; o_proj is hidden→hidden because heads × head dim = hidden); the step's
-#: configurations of the same models (:data:`qbench.step.config.PRESETS`) have the same shapes.
+#: configurations of the same models (:data:`qbench.model.config.PRESETS`) have the same shapes.
 PRESETS: dict[str, ModelPreset] = {
     "llama3-8b": _layer_llama("llama3-8b", "Llama-3-8B", 32, 4096, 1024, 14336, 128256, "llama3_8b",
                         "hidden 4096, 32 heads, 8 KV heads of 128, FFN 14336, vocab 128256, 32 layers"),

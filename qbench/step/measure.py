@@ -11,13 +11,13 @@ a layer scenario). In order:
    CUDA, block 0 is built first and its memory measured; as many blocks are built as fit beside the
    largest KV cache and a workspace (fewer than the model has: the step is extrapolated, 5 below).
    An entry with a mixed recipe builds each linear with the recipe's scheme for its (block, role)
-   (:class:`qbench.step.recipe.Plan`), and the step's bytes count every block with its own schemes.
+   (:class:`qbench.model.recipe.Plan`), and the step's bytes count every block with its own schemes.
 3. **Cache**: per context, a prefill of one seeded prompt (bf16 on CUDA, FP32 on the CPU) through
    the blocks fills positions ``0 .. context - 1``; each of the M sequences gets a copy (the step
    still reads M distinct caches) and decodes its own seeded token at position ``context``. Every
    scheme's worker fills the same cache (same seed, same weights), so the steps of all schemes
    read identical histories.
-4. **Error**: the step's logits against the FP32 step (:func:`qbench.step.llama.reference_logits`)
+4. **Error**: the step's logits against the FP32 step (:func:`qbench.model.llama.reference_logits`)
    on the same tokens and cache.
 5. **Timing**, by the step methods of the timing registry (:mod:`qbench.timing.step_graph`,
    ``step_compiled``, ``step_reduce_overhead``, ``step_cpu``), each saying what it includes; with
@@ -43,14 +43,15 @@ from typing import Any, Callable, Optional
 import torch
 
 from qbench import compile_info, schemes
-from qbench.step.checkpoint import TensorMap, of_model, weight_source
+from qbench.model.checkpoint import TensorMap, of_model, weight_source
 from qbench.schemes import ledger
-from qbench.step import floor, llama
-from qbench.step.config import StepModelConfig
+from qbench.model import llama
+from qbench.step import floor
+from qbench.model.config import StepModelConfig
 from qbench.gpu_state import record_reading
 from qbench.row import (NOISY_CV, describe_exception, dtype_name, failed_rows, flag_record, is_noisy_cv,
                         reason_record)
-from qbench.step.recipe import plan_of
+from qbench.model.recipe import plan_of
 from qbench.step.row import StepRow, check_rows
 from qbench.step.spec import check as check_spec
 from qbench.timing.settings import TimingSettings

@@ -54,7 +54,7 @@ class StepRow(BaseModel):
         flags: what a reader must see (:class:`qbench.row.Flag`; :data:`qbench.row.FLAG_MEANINGS`).
         repeats: ``qbench run --repeat`` (:class:`qbench.row.Repeats`).
         recipe: a mixed recipe's scheme per role and kept blocks, and the linears each scheme built
-            (:meth:`qbench.step.recipe.Plan.record`); None for one scheme everywhere.
+            (:meth:`qbench.model.recipe.Plan.record`); None for one scheme everywhere.
     """
 
     model_config = ConfigDict(extra="forbid")

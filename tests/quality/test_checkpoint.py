@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from qbench.step.checkpoint import open_checkpoint
+from qbench.model.checkpoint import open_checkpoint
 from qbench.scenario import ScenarioError, load
 from tests.quality.conftest import TEXT, hf_nll, make_checkpoint, run_scheme, write_scenario
 

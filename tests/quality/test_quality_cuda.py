@@ -21,7 +21,7 @@ EMULATED = [s.name for s in schemes.all_schemes() if getattr(s, "emulate", None)
 
 
 def _models(name: str):
-    from qbench.step.checkpoint import open_checkpoint
+    from qbench.model.checkpoint import open_checkpoint
     from qbench.quality.model import FloatLinear, Source, build_model
 
     scheme = schemes.get(name)

@@ -10,8 +10,8 @@ import torch
 
 transformers = pytest.importorskip("transformers", reason="transformers is a test dependency (pip install -e '.[test]')")
 
-from qbench.step import llama  # noqa: E402
-from qbench.step.config import from_hf_config  # noqa: E402
+from qbench.model import llama  # noqa: E402
+from qbench.model.config import from_hf_config  # noqa: E402
 
 HF_CONFIG = dict(model_type="llama", hidden_size=64, intermediate_size=96, num_attention_heads=4,
                  num_key_value_heads=2, num_hidden_layers=2, vocab_size=101, max_position_embeddings=256,

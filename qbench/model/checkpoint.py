@@ -16,7 +16,7 @@ import struct
 from pathlib import Path
 from typing import Optional
 
-from qbench.step.config import BLOCK_LINEARS, ConfigError, StepModelConfig, linear_name, read_hf_config
+from qbench.model.config import BLOCK_LINEARS, ConfigError, StepModelConfig, linear_name, read_hf_config
 
 INDEX, SINGLE, CONFIG, TOKENIZER = "model.safetensors.index.json", "model.safetensors", "config.json", "tokenizer.json"
 #: safetensors dtype names of float tensors, and their bytes per element (safetensors format spec).
@@ -111,7 +111,7 @@ class Checkpoint:
 
     Attributes:
         folder: the folder.
-        config: its ``config.json`` as :class:`qbench.step.config.StepModelConfig`.
+        config: its ``config.json`` as :class:`qbench.model.config.StepModelConfig`.
         files: tensor name -> the safetensors file holding it.
         dtypes: tensor name -> safetensors dtype (``BF16``, ``F32``, ...).
         dtype: the torch dtype name of the linear weights (the checkpoint's own dtype).
@@ -143,7 +143,7 @@ class Checkpoint:
 
 class TensorMap:
     """The checkpoint's tensors as a read-only mapping (name -> tensor read on first access, on
-    ``device``): what :class:`qbench.step.llama.Weights` takes as its state dict, so the decode step
+    ``device``): what :class:`qbench.model.llama.Weights` takes as its state dict, so the decode step
     runs on the checkpoint's own weights."""
 
     def __init__(self, checkpoint: Checkpoint, device: str = "cpu"):

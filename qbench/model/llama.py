@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from qbench.step.config import BLOCK_LINEARS, StepModelConfig, linear_name  # noqa: F401 - re-exported
+from qbench.model.config import BLOCK_LINEARS, StepModelConfig, linear_name  # noqa: F401 - re-exported
 
 
 
