@@ -225,22 +225,52 @@ def weight_source(checkpoint: Checkpoint) -> str:
     return f"checkpoint {checkpoint.folder} ({checkpoint.dtype})"
 
 
-def _shards(folder: Path, key: str) -> list[str]:
+def _weight_map(folder: Path, key: str) -> dict:
+    """The index's ``weight_map`` (tensor name -> shard file name)."""
     index = folder / INDEX
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            if not isinstance(weight_map, dict):
-                raise TypeError
-        except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
-            raise ConfigError(f"{key}.index", f"{index} has no 'weight_map' table") from None
-        shards = sorted(set(weight_map.values()))
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise TypeError
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
+        raise ConfigError(f"{key}.index", f"{index} has no 'weight_map' table") from None
+    return weight_map
+
+
+def _shard(folder: Path, shard: object, key: str) -> Path:
+    if not isinstance(shard, str) or Path(shard).name != shard or shard in (".", "..") or not (folder / shard).is_file():
+        raise ConfigError(f"{key}.index.weight_map", f"{folder / INDEX} names shard {shard!r}, which is not in {folder}")
+    return folder / shard
+
+
+def _shards(folder: Path, key: str) -> list[str]:
+    """The safetensors files of the folder: the index's shards, else ``model.safetensors``."""
+    if (folder / INDEX).is_file():
+        shards = sorted(set(map(str, _weight_map(folder, key).values())))
         for shard in shards:
-            if not isinstance(shard, str) or Path(shard).name != shard or not (folder / shard).is_file():
-                raise ConfigError(f"{key}.index.weight_map", f"{index} names shard {shard!r}, which is not in {folder}")
+            _shard(folder, shard, key)
         return shards
     if (folder / SINGLE).is_file():
         return [SINGLE]
+    raise ConfigError(key, f"no {SINGLE} and no {INDEX} in {folder}")
+
+
+def tensor_file(folder: Path, name: str, key: str = "weight.path") -> Path:
+    """The safetensors file of the checkpoint ``folder`` holding tensor ``name``: the shard the
+    index names, else ``model.safetensors`` (any model family: no config is read).
+
+    Raises:
+        ConfigError: ``key``: no index and no single file, an unreadable index, a tensor the index
+            does not list, or a shard that is not a file of the folder.
+    """
+    folder = Path(folder)
+    if (folder / INDEX).is_file():
+        weight_map = _weight_map(folder, key)
+        if name not in weight_map:
+            raise ConfigError(key, f"tensor {name!r} is not in {folder / INDEX}")
+        return _shard(folder, weight_map[name], key)
+    if (folder / SINGLE).is_file():
+        return folder / SINGLE
     raise ConfigError(key, f"no {SINGLE} and no {INDEX} in {folder}")
 
 
