@@ -344,9 +344,11 @@ class Llama(nn.Module):
         x = F.embedding(tokens, self.embed)
         cos, sin = rope if rope is not None else self.rope(input_pos, None if tokens.dim() == 1 else tokens.shape[1],
                                                             tokens.device)
-        layers = repeat(None) if cache is None else cache
-        for block, layer in zip(islice(self.blocks, blocks), layers):
+        layers = iter(repeat(None) if cache is None else cache)
+        for block in islice(self.blocks, blocks):
+            layer = next(layers)
             x = self.block_call(block, x, cos, sin, layer, input_pos)
+            del block, layer  # a block built on demand, and a cache copy, freed before the next is made
         return x
 
     def forward(self, tokens: torch.Tensor, input_pos: int = 0, cache: Optional[Iterable[LayerCache]] = None,

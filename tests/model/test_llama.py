@@ -130,3 +130,30 @@ def test_a_chunk_past_position_zero_needs_a_cache():
     forward = llama.build_model(_weights(HF_CONFIG, model), llama.float_builder(torch.float32), torch.float32)
     with pytest.raises(ValueError, match="give a cache"):
         forward(torch.arange(4)[None], 3)
+
+
+def test_blocks_on_demand_hold_one_block_at_a_time():
+    """The prefill and the FP32 reference build each block when the forward reaches it: a block is
+    freed before the next is built (the reference of a 70B block is 3.4 GB of FP32 weights)."""
+    import weakref
+
+    from qbench.model.config import PRESETS
+
+    config = PRESETS["tiny"]
+    weights = llama.Weights(config, 0, CPU)
+    refs, most = [], []
+
+    class Counting(llama.BlocksOnDemand):
+        def __iter__(self):
+            for block in super().__iter__():
+                refs.append(weakref.ref(block))
+                most.append(sum(r() is not None for r in refs))
+                yield block
+
+    model = llama.Llama(config, weights.get("model.embed_tokens.weight"),
+                        Counting(weights, llama.float_builder(torch.float32), torch.float32, config.blocks),
+                        weights.get("model.norm.weight"), None, torch.float32)
+    cache = llama.KVCache.empty(config, 1, 9, torch.float32, CPU)
+    with torch.inference_mode():
+        model.hidden(torch.arange(8)[None], 0, cache)
+    assert most == [1, 1]
