@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from qbench.scenario import Scenario, weight_file
+from qbench.scenario import Scenario, weight_path
 
 #: Largest finite float8 e4m3fn value (OCP 8-bit floating point spec, "E4M3": 448).
 FP8_E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)
@@ -27,7 +27,7 @@ def make_weight(scenario: Scenario, device: torch.device) -> tuple[torch.Tensor,
     the largest of N x K entries is many standard deviations out). ``"outlier-channels"``: the
     Gaussian with :func:`weight_outlier_channels` (input channels, columns of W) x ``outlier_scale``.
     ``"safetensors"`` / ``"hf-checkpoint"``: the named tensor of the file or of the checkpoint
-    folder's shard (:func:`qbench.scenario.weight_file`), which must have shape ``[N, K]``.
+    folder's shard (:func:`qbench.model.checkpoint.tensor_file`), which must have shape ``[N, K]``.
 
     Raises:
         ValueError: a safetensors tensor that is missing or has the wrong shape, one line.
@@ -55,7 +55,14 @@ def load_safetensors_weight(scenario: Scenario, n: int, k: int) -> torch.Tensor:
     """
     from safetensors import safe_open
 
-    path = weight_file(scenario)  # the loader already checked file, name, shape and dtype (header only)
+    from qbench.model.checkpoint import ConfigError, tensor_file
+
+    path = weight_path(scenario)  # the loader already checked file, name, shape and dtype (header only)
+    if scenario.weight.source == "hf-checkpoint":  # the model library's reader finds the tensor's shard
+        try:
+            path = tensor_file(path, scenario.weight.tensor)
+        except ConfigError as exc:
+            raise ValueError(f"{scenario.source}: {exc}") from None
     if not path.exists():
         raise ValueError(f"{scenario.source}: weight.path: no such file, got {str(path)!r}")
     with safe_open(str(path), framework="pt") as f:

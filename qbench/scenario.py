@@ -25,12 +25,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from qbench import schemes
 from qbench.schemes.options import SchemeOptions
 from qbench import jobs
-from qbench.step.config import ConfigError, StepModelConfig
+from qbench.model.config import ConfigError, StepModelConfig
 from qbench.quality.spec import QualitySpec
 from qbench.quality.spec import check as check_quality
 from qbench.step.spec import ModelSpec
 from qbench.step.spec import check as check_model
-from qbench.step import recipe as recipes
+from qbench.model import recipe as recipes
 from qbench.timing import registry
 from qbench.timing.settings import TimingSettings
 
@@ -132,7 +132,7 @@ class WeightSpec(_Frozen):
 
 class SchemeEntry(_Frozen):
     """One scheme to run: registry ``name``, validated ``options``, the row ``label``, and, for a
-    model scenario, an optional mixed ``recipe`` (a scheme per role or block: :mod:`qbench.step.recipe`)."""
+    model scenario, an optional mixed ``recipe`` (a scheme per role or block: :mod:`qbench.model.recipe`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
     name: str
@@ -532,7 +532,7 @@ def _check_cross_fields(scenario: Scenario) -> None:
 
 
 def _check_recipes(scenario: Scenario, config: Optional[StepModelConfig]) -> None:
-    """Every recipe (:func:`qbench.step.recipe.check`) against the model; a layer or tp scenario refuses one."""
+    """Every recipe (:func:`qbench.model.recipe.check`) against the model; a layer or tp scenario refuses one."""
     entries = [(i, e) for i, e in enumerate(scenario.schemes) if e.recipe is not None]
     if not entries:
         return

@@ -9,7 +9,8 @@ transformers' 32 Llama blocks takes minutes). Not part of the package: it import
 qbench does not need.
 
 For each scheme it times, by its own event loop (median of ``--reps`` replays, no qbench timing
-code), transformers' step and qbench's ``DecodeModel`` step over the same weights, and compares the
+code), transformers' step and qbench's ``Decoder`` step (the model library's one forward) over the
+same weights, and compares the
 two steps' logits. ``bf16``: transformers' own ``nn.Linear`` layers. Any other scheme: both models
 hold the same quantized layer modules, built by qbench's scheme registry from the same FP32 weights
 and swapped into transformers' blocks (the LM head left in bf16, as qbench's step does by default),
@@ -39,8 +40,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from qbench import schemes  # noqa: E402
-from qbench.step import llama  # noqa: E402
-from qbench.step.config import PRESETS  # noqa: E402
+from qbench.model import llama  # noqa: E402
+from qbench.model.config import BLOCK_LINEARS, PRESETS, linear_name  # noqa: E402
 
 
 def hf_config(config):
@@ -76,8 +77,8 @@ def swap_linears(model, config, weights, build) -> None:
     """Replace every block linear of ``model`` (a LlamaForCausalLM) by ``build(fp32_weight [N, K])``,
     the LM head left as it is (qbench's step keeps it in the activation dtype by default)."""
     for i in range(config.blocks):
-        for role in llama.BLOCK_LINEARS:
-            name = llama.linear_name(i, role)  # model.layers.3.self_attn.q_proj.weight
+        for role in BLOCK_LINEARS:
+            name = linear_name(i, role)  # model.layers.3.self_attn.q_proj.weight
             parent, _, attr = name.removesuffix(".weight").rpartition(".")
             setattr(model.get_submodule(parent), attr, build(weights.get(name)))
 
@@ -200,19 +201,14 @@ def one_scheme(name, config, args, device):
     if device.type == "cuda":
         torch.cuda.empty_cache()
     # qbench, the same weights through its scheme registry
-    kv = llama.new_cache(config, 1, args.context, dtype, device, config.blocks)
+    kv = llama.KVCache.empty(config, 1, args.context + 1, dtype, device)
     llama.prefill(weights, kv, prompt, dtype)
-    blocks = []
-    for i, (k, v) in enumerate(kv):
-        blocks.append(llama.build_block(config, weights, i, k.expand(args.m, -1, -1, -1).contiguous(),
-                                        v.expand(args.m, -1, -1, -1).contiguous(),
-                                        lambda w, role: scheme.build(w, None, options), args.context, dtype))
-    head = llama.FloatLinear(weights.get("lm_head.weight").to(dtype))
-    model = llama.DecodeModel(config, weights.get("model.embed_tokens.weight"), blocks, weights.get("model.norm.weight"),
-                              head, args.context, dtype)
+    forward = llama.build_model(weights, lambda w, b, i, role: scheme.build(w, b, options), dtype)
+    model = llama.Decoder(forward, kv.copies(args.m, dtype), args.context)
     if args.compiled:  # qbench's step_compiled form: one compiled function for every block, one for the head
-        block_fn = torch.compile(lambda block, x, cos, sin: block(x, cos, sin), dynamic=False)
-        model.block_call, model.head_call = block_fn, torch.compile(model.head_call, dynamic=False)
+        forward.block_call = torch.compile(lambda block, x, cos, sin, layer, pos: block(x, cos, sin, layer, pos),
+                                           dynamic=False)
+        model.head_call = torch.compile(model.head_call, dynamic=False)
     t0 = time.perf_counter()
     model(tokens)
     rec["qbench_first_call_s"] = time.perf_counter() - t0

@@ -36,3 +36,12 @@ def run_subcommand(module, name: str, *argv: str):
     module.COMMAND.register(parser.add_subparsers())
     args = parser.parse_args([name, *argv])
     return args.func(args)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cache_dir(tmp_path_factory):
+    """qbench's on-disk caches (the checkpoint digests, :func:`qbench.model.checkpoint.cache_dir`) in
+    a folder of this session, never the user's ``~/.cache/qbench``; subprocesses inherit it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("QBENCH_CACHE_DIR", str(tmp_path_factory.mktemp("qbench-cache")))
+        yield

@@ -130,7 +130,7 @@ def test_fp8_dynamic_names_its_multiple_of_16_before_anything_runs(tmp_path):
 def test_step_model_is_the_checked_model_of_a_step_scenario():
     """scenario.step_model: the preset a [model] table names (what memory's fit check and
     ``qbench check`` read); a layer scenario has none and is refused naming ``model``."""
-    from qbench.step.config import PRESETS
+    from qbench.model.config import PRESETS
 
     sc = scenario.load(ROOT / "scenarios" / "step_tiny.toml")
     assert scenario.step_model(sc) == PRESETS["tiny"]

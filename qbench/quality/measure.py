@@ -12,7 +12,7 @@ In order:
 3. **Scheme**: the model with every linear of every block built by the scheme from the FP32
    weights (the LM head too with ``quality.lm_head``), run teacher-forced over the same chunks. An
    entry with a mixed recipe builds each linear with the recipe's scheme for its (block, role)
-   (:class:`qbench.step.recipe.Plan`); each of those schemes runs its kernel or, without one here,
+   (:class:`qbench.model.recipe.Plan`); each of those schemes runs its kernel or, without one here,
    emulated (the row is ``emulated`` when any part is).
    Each chunk's first token is the checkpoint's BOS when it has one (llama.cpp does the same); the
    logits of positions ``chunk/2 .. chunk-2`` are scored against the tokens that follow.
@@ -37,18 +37,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from qbench.step.checkpoint import of_model, weight_source
+from qbench.model.checkpoint import TensorMap, of_model, weight_source
+from qbench.model.llama import Llama, Weights, build_model, float_builder
 from qbench.quality import stats as qstats
-from qbench.quality.model import Cast, FloatLinear, Source, build_model
 from qbench.quality.row import QualityRow
-from qbench.quality.spec import bos_id, read_tokens, resolve_path, scored_per_chunk
+from qbench.quality.spec import read_tokens, resolve_path, scored_per_chunk
 from qbench.hardware import free_bytes
 from qbench.row import describe_exception, flag_record
 from qbench import schemes
 from qbench.schemes import ledger
-from qbench.step.config import BLOCK_LINEARS, StepModelConfig
-from qbench.step.recipe import plan_of
-from qbench.step.spec import resolve
+from qbench.model.config import BLOCK_LINEARS, PRESETS, StepModelConfig
+from qbench.model.recipe import plan_of
 
 log = logging.getLogger("qbench.quality")
 
@@ -70,9 +69,11 @@ def weights_label(scenario: Any, ckpt) -> str:
 
 
 def _inputs(scenario: Any) -> tuple:
-    """What a worker reads once: the checkpoint (or None), the model config and the text's token ids."""
+    """What a worker reads once: the checkpoint (or None; opened once per process), the model config
+    (the checkpoint's, else the preset's: a quality scenario names one or the other) and the text's
+    token ids."""
     ckpt = of_model(scenario.model, scenario.source)
-    config = ckpt.config if ckpt is not None else resolve(scenario.model, scenario.source)
+    config = ckpt.config if ckpt is not None else PRESETS[scenario.model.name]
     return ckpt, config, read_tokens(scenario.model, scenario.quality, scenario.source)
 
 
@@ -91,7 +92,8 @@ def _blank(scenario: Any, entry, scheme, device, ckpt, config: StepModelConfig, 
     row = QualityRow(scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
                      options=entry.options.model_dump(exclude={"label", "mode"}),
                      model=scenario.model.checkpoint or scenario.model.name, title=config.title,
-                     weights=weights_label(scenario, ckpt), device=str(device), weight_dtype=scheme.weight_dtype,
+                     weights=weights_label(scenario, ckpt), checkpoint_id=None if ckpt is None else ckpt.identity,
+                     device=str(device), weight_dtype=scheme.weight_dtype,
                      activation_dtype=_dtype_name(scheme.activation_dtype), text=str(text),
                      text_sha256=hashlib.sha256(text.read_bytes()).hexdigest(), chunk=q.chunk, chunks=chunks,
                      scored_per_chunk=scored_per_chunk(q.chunk), lm_head="scheme" if q.lm_head else "float",
@@ -116,15 +118,14 @@ def reference_dtype(scenario: Any, ckpt, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def chunk_tokens(scenario: Any, ids: list[int], device: torch.device) -> torch.Tensor:
+def chunk_tokens(scenario: Any, ids: list[int], device: torch.device, ckpt=None) -> torch.Tensor:
     """``[chunks, chunk]`` int64 token ids from the text's ``ids``; each chunk's first token the BOS
-    when the checkpoint has one."""
+    when the checkpoint ``ckpt`` has one."""
     q = scenario.quality
     n = q.chunks or len(ids) // q.chunk
     out = torch.tensor(ids[: n * q.chunk], dtype=torch.int64).view(n, q.chunk)
-    bos = bos_id(scenario.model, scenario.source)
-    if bos is not None:
-        out[:, 0] = bos
+    if ckpt is not None and ckpt.bos is not None:
+        out[:, 0] = ckpt.bos
     return out.to(device)
 
 
@@ -161,24 +162,23 @@ class _Reference:
         self.path = Path(shared_dir) / f"quality-reference-{digest}.bin"
         self.computed_s: Optional[float] = None
 
-    def ensure(self, source: Source, tokens: torch.Tensor) -> None:
+    def ensure(self, weights: Weights, tokens: torch.Tensor) -> None:
         if self.path.exists():
             return
         t0 = time.perf_counter()
         log.info("reference: building the %s model and running %d chunks", _dtype_name(self.dtype), tokens.shape[0])
-        model = build_model(source, lambda w, b, i, r: FloatLinear(w.to(self.dtype), None if b is None else b.to(self.dtype)),
-                            self.dtype)
+        model = build_model(weights, float_builder(self.dtype), self.dtype)
         np_dtype = np.float32 if self.store == torch.float32 else np.float16
         tmp = self.path.with_suffix(".tmp")
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np_dtype, shape=self.shape)
         with torch.inference_mode():
             for c in range(tokens.shape[0]):
-                logits = model(tokens[c])[self.first: self.first + self.scored]
+                logits = model(tokens[c][None])[0, self.first: self.first + self.scored]
                 out[c] = F.log_softmax(logits, dim=-1).to(self.store).cpu().numpy()
         out.flush()
         del out, model
         os.replace(tmp, self.path)
-        if source.device.type == "cuda":
+        if weights.device.type == "cuda":
             torch.cuda.empty_cache()
         self.computed_s = time.perf_counter() - t0
 
@@ -187,13 +187,14 @@ class _Reference:
         return torch.from_numpy(np.ascontiguousarray(data[c])).to(device).float()
 
 
-def _per_token(model, tokens: torch.Tensor, ref: _Reference, device: torch.device) -> dict[str, np.ndarray]:
-    """Per scored token over every chunk: NLL under the scheme and the reference, KL divergence, same
-    top, and the probability of the token that follows under each."""
+def _per_token(model: Llama, tokens: torch.Tensor, ref: _Reference, device: torch.device) -> dict[str, np.ndarray]:
+    """Per scored token over every chunk (each teacher-forced through the model's one forward, no
+    cache): NLL under the scheme and the reference, KL divergence, same top, and the probability of
+    the token that follows under each."""
     parts: dict[str, list] = {k: [] for k in ("nll", "nll_ref", "kld", "same_top", "p", "p_ref")}
     with torch.inference_mode():
         for c in range(tokens.shape[0]):
-            logits = model(tokens[c])[ref.first: ref.first + ref.scored]
+            logits = model(tokens[c][None])[0, ref.first: ref.first + ref.scored]
             lp = F.log_softmax(logits, dim=-1).to(ref.store).float()  # at the reference's stored precision
             lp_ref = ref.chunk(c, device)
             target = tokens[c, ref.first + 1: ref.first + 1 + ref.scored].unsqueeze(-1)
@@ -250,7 +251,7 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     shape = plan.shape_reason(config.linear_shapes(), q.lm_head)
     if shape:
         return _skip(rows, "skipped", shape)
-    tokens = chunk_tokens(scenario, ids, device)
+    tokens = chunk_tokens(scenario, ids, device, ckpt)
     ref = _Reference(scenario, config, ckpt, device, shared_dir or ".", tokens)
     widest = max((p[0] for p in parts.values()), key=lambda part: part.nominal_bits)
     need = estimate_bytes(config, widest, ref.dtype, not ref.path.exists(), q.sensitivity != "none", q.chunk, emulated)
@@ -260,12 +261,12 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
                                       f"and one chunk's logits), {free / 2**30:.1f} GiB free")
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    source = Source(config, device, ckpt, scenario.seed)
+    weights = Weights(config, scenario.seed, device, state_dict=None if ckpt is None else TensorMap(ckpt, str(device)))
     torch.manual_seed(scenario.seed)
     phases: dict[str, float] = {}
     try:
         t0 = time.perf_counter()
-        ref.ensure(source, tokens)
+        ref.ensure(weights, tokens)
         phases["reference"] = time.perf_counter() - t0
     except Exception as exc:
         return _skip(rows, "failed", f"reference: {describe_exception(exc)}")
@@ -283,7 +284,7 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     t0 = time.perf_counter()
     log.info("%s: building %s (%s)", entry.label, config.title, "emulated" if emulated else "the scheme's kernels")
     try:
-        model = build_model(source, build, act, head=build if q.lm_head else None, keep=kept)
+        model = build_model(weights, build, act, head=build if q.lm_head else None, keep=kept)
     except Exception as exc:
         return _skip(rows, "failed", f"build: {describe_exception(exc)}")
     phases["build"] = time.perf_counter() - t0
@@ -331,7 +332,7 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     if q.sensitivity != "none":
         t0 = time.perf_counter()
         try:
-            row["sensitivity"] = _sensitivity(q.sensitivity, source, kept, model, ref, tokens, device, act)
+            row["sensitivity"] = _sensitivity(q.sensitivity, weights, kept, model, ref, tokens, device, act)
             row["sensitivity_by"] = q.sensitivity
         except Exception as exc:
             flags.append(flag_record("input-fault", f"sensitivity not measured: {describe_exception(exc)}"))
@@ -349,29 +350,36 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     return [QualityRow.model_validate(row).model_dump(mode="json", exclude_none=True)]
 
 
-def _sensitivity(by: str, source: Source, kept: list[dict], model, ref: _Reference, tokens: torch.Tensor,
+def _sensitivity(by: str, weights: Weights, kept: list[dict], model: Llama, ref: _Reference, tokens: torch.Tensor,
                  device: torch.device, act: torch.dtype) -> list[dict]:
     """Each role of every block (``by = "role"``; the LM head too when the scheme built it) or each
     block (``"block"``) quantized alone: the reference model (float linears in the reference dtype)
     with that part's scheme modules in place, run at the scheme's activation dtype inside. Ranked by
     mean KL divergence, largest first."""
-    config = source.config
+    config = weights.config
     ref_linears: list[dict] = []
-    dtype = ref.dtype
-
-    def float_linear(w, b, i, r):
-        return FloatLinear(w.to(dtype), None if b is None else b.to(dtype))
-
-    base = build_model(source, float_linear, dtype, keep=ref_linears)
+    base = build_model(weights, float_builder(ref.dtype), ref.dtype, keep=ref_linears)
     parts = list(BLOCK_LINEARS) if by == "role" else [f"block {b}" for b in range(config.blocks)]
     out = []
     for part in parts:
         for b, block in enumerate(base.blocks):
             for role in BLOCK_LINEARS:
                 quantized = part == role or part == f"block {b}"
-                block.linears[role] = Cast(kept[b][role], act) if quantized else ref_linears[b][role]
+                setattr(block, role, Cast(kept[b][role], act) if quantized else ref_linears[b][role])
         per = _per_token(base, tokens, ref, device)
         kld, kld_unc = qstats.mean_and_uncertainty(per["kld"])
         out.append({"part": part, "kld": kld, "kld_unc": kld_unc, "same_top": float(per["same_top"].mean()),
                     "ppl_ratio": float(np.exp(per["nll"].mean() - per["nll_ref"].mean()))})
     return sorted(out, key=lambda r: -r["kld"])
+
+
+class Cast(torch.nn.Module):
+    """A linear module run at another activation dtype: input cast to ``dtype``, output back to the
+    caller's (a part quantized alone inside the reference model, :func:`_sensitivity`)."""
+
+    def __init__(self, inner: torch.nn.Module, dtype: torch.dtype):
+        super().__init__()
+        self.inner, self.dtype = inner, dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x.to(self.dtype)).to(x.dtype)

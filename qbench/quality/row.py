@@ -103,6 +103,7 @@ class QualityRow(_Part):
     model: str = Field(description="the checkpoint folder, or the preset's name")
     title: str
     weights: str = Field(description="where the weights come from: the checkpoint and its dtype, or seeded")
+    checkpoint_id: Optional[str] = Field(None, description="sha256 of the checkpoint's config, tensor headers and tensor bytes (qbench.model.checkpoint.identity); None for seeded weights or older files")
     device: str
     weight_dtype: str
     activation_dtype: str
@@ -120,7 +121,7 @@ class QualityRow(_Part):
     sensitivity_by: Optional[str] = None
     lm_head: Literal["float", "scheme"] = "float"
     recipe: Optional[dict] = Field(None, description="a mixed recipe's scheme per role and kept blocks, and the "
-                                                     "linears each scheme built (qbench.step.recipe.Plan.record)")
+                                                     "linears each scheme built (qbench.model.recipe.Plan.record)")
     linear_params: int = Field(ge=0, description="weights of the linears the scheme built")
     linear_stored_bytes: Optional[int] = Field(None, description="their bytes as the scheme stores them (the "
                                                                  "ledger); None when emulated")

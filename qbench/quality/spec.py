@@ -26,8 +26,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from qbench.step.checkpoint import TOKENIZER, open_checkpoint, resolve_folder
-from qbench.step.config import ConfigError, StepModelConfig
+from qbench.model.checkpoint import TOKENIZER, open_named, resolve_folder
+from qbench.model.config import ConfigError, StepModelConfig
 from qbench.step.spec import ModelSpec, resolve
 
 #: Fewest scored tokens a row's statistics are given on (their uncertainties mean little below).
@@ -79,7 +79,7 @@ def tokenizer_file(model: ModelSpec, quality: QualitySpec, source: str) -> Path:
 
 def check(model: ModelSpec, quality: QualitySpec, source: str) -> StepModelConfig:
     """The model of a quality scenario, with every input checked before anything is built: the
-    checkpoint's tensors (:func:`qbench.step.checkpoint.open_checkpoint`), the tokenizer, the text
+    checkpoint's tensors (:func:`qbench.model.checkpoint.open_named`), the tokenizer, the text
     (UTF-8, at least one chunk, enough scored tokens) and the chunk length within the model's
     positions. Torch-free.
 
@@ -93,7 +93,7 @@ def check(model: ModelSpec, quality: QualitySpec, source: str) -> StepModelConfi
         raise ConfigError("model.context", "not used by a quality job (chunks are teacher-forced from position 0), "
                                            f"got {list(model.context)}")
     if model.checkpoint is not None:
-        config = open_checkpoint(resolve_folder(model.checkpoint, source)).config
+        config = open_named(model.checkpoint, source).config
     else:
         config = resolve(model, source)
     if quality.chunk > config.max_positions:

@@ -17,7 +17,7 @@ from typing import Callable, Optional, Sequence
 
 from qbench.quality.row import QualityRow
 from qbench.render import Column, narrow, prose, render, wants_prose
-from qbench.step.recipe import identity_key
+from qbench.model.recipe import identity_key
 
 DASH = "—"
 
@@ -196,7 +196,7 @@ def _identity(row) -> tuple:
 def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
     """The quality row of a step row's scheme: same base scheme and options (its eager or compiled
     form: both run the same kernels) and, for a mixed recipe, the same scheme per role and kept
-    blocks (:func:`qbench.step.recipe.identity_key`; a recipe never pairs with its base scheme's
+    blocks (:func:`qbench.model.recipe.identity_key`; a recipe never pairs with its base scheme's
     plain row), measured on the same model."""
     key = _identity(step_row)
     for q in quality:

@@ -50,6 +50,7 @@ from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
+from qbench.model.config import PRESETS as STEP_PRESETS
 
 __all__ = ["ACT_ON", "COMMAND", "Indexed", "LinearShape", "ModelPreset", "PRESETS", "index_rows", "model_step",
            "render_model", "row_floor_us", "run_model"]
@@ -106,19 +107,20 @@ def _layer_llama(name: str, title: str, blocks: int, hidden: int, kv: int, ffn: 
     )
 
 
-#: The model presets, by the name ``qbench model`` takes. Shapes from Meta's config.json files
-#: (head dim 128 in both; o_proj is hidden→hidden because heads × head dim = hidden); the step's
-#: configurations of the same models (:data:`qbench.step.config.PRESETS`) have the same shapes.
-PRESETS: dict[str, ModelPreset] = {
-    "llama3-8b": _layer_llama("llama3-8b", "Llama-3-8B", 32, 4096, 1024, 14336, 128256, "llama3_8b",
-                        "hidden 4096, 32 heads, 8 KV heads of 128, FFN 14336, vocab 128256, 32 layers"),
-    # Llama-3.1-8B's linear layers are Llama-3-8B's (the step presets differ in RoPE and positions only)
-    "llama3.1-8b": _layer_llama("llama3.1-8b", "Llama-3.1-8B", 32, 4096, 1024, 14336, 128256, "llama3_8b",
-                          "hidden 4096, 32 heads, 8 KV heads of 128, FFN 14336, vocab 128256, 32 layers"),
-    "llama3.1-70b": _layer_llama("llama3.1-70b", "Llama-3.1-70B", 80, 8192, 1024, 28672, 128256,
-                           "llama31_70b",
-                           "hidden 8192, 64 heads, 8 KV heads of 128, FFN 28672, vocab 128256, 80 layers"),
-}
+def _of_step(name: str, prefix: str) -> ModelPreset:
+    """The layer view of a model preset of :data:`qbench.model.config.PRESETS` (one table for both)."""
+    c = STEP_PRESETS[name]
+    return _layer_llama(c.name, c.title, c.blocks, c.hidden, c.kv_heads * c.head_dim, c.ffn, c.vocab, prefix,
+                        f"hidden {c.hidden}, {c.heads} heads, {c.kv_heads} KV heads of {c.head_dim}, FFN {c.ffn}, "
+                        f"vocab {c.vocab}, {c.blocks} layers")
+
+
+#: The model presets, by the name ``qbench model`` takes: the shapes of the model library's presets
+#: (:data:`qbench.model.config.PRESETS`, from Meta's config.json files), with the layer scenarios that
+#: measure them (Llama-3.1-8B's linear layers are Llama-3-8B's: the presets differ in RoPE and positions).
+PRESETS: dict[str, ModelPreset] = {name: _of_step(name, prefix) for name, prefix in
+                                   (("llama3-8b", "llama3_8b"), ("llama3.1-8b", "llama3_8b"),
+                                    ("llama3.1-70b", "llama31_70b"))}
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ with the step methods of the timing registry (``step_graph``, ``step_compiled``,
 ``stream`` sum of the model's own linear layers, so the remainder (step - Σ linear) is read from
 one run.
 
-Modules (torch-free unless said): :mod:`.config` (model configs: presets, HF ``config.json``),
-:mod:`.spec` (the ``[model]`` table), :mod:`.row` (the typed step row), :mod:`.llama` (torch:
-the compact decode model), :mod:`.measure` (torch: one scheme's rows), :mod:`.ledger` (bytes
-and HBM floor of a step, pure).
+Modules (torch-free unless said): :mod:`.spec` (the ``[model]`` table), :mod:`.row` (the typed
+step row), :mod:`.measure` (torch: one scheme's rows), :mod:`.floor` (bytes and HBM floor of a
+step, pure). The model itself (configs, checkpoint, the Llama forward, recipes) is
+:mod:`qbench.model`'s.
 """

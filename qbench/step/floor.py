@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence, Union
 
-from qbench.step.config import StepModelConfig
+from qbench.model.config import StepModelConfig
 
 
 def step_bytes(config: StepModelConfig, *, m: int, context: int, blocks: int,

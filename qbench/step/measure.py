@@ -11,14 +11,17 @@ a layer scenario). In order:
    CUDA, block 0 is built first and its memory measured; as many blocks are built as fit beside the
    largest KV cache and a workspace (fewer than the model has: the step is extrapolated, 5 below).
    An entry with a mixed recipe builds each linear with the recipe's scheme for its (block, role)
-   (:class:`qbench.step.recipe.Plan`), and the step's bytes count every block with its own schemes.
+   (:class:`qbench.model.recipe.Plan`), and the step's bytes count every block with its own schemes.
 3. **Cache**: per context, a prefill of one seeded prompt (bf16 on CUDA, FP32 on the CPU) through
    the blocks fills positions ``0 .. context - 1``; each of the M sequences gets a copy (the step
    still reads M distinct caches) and decodes its own seeded token at position ``context``. Every
    scheme's worker fills the same cache (same seed, same weights), so the steps of all schemes
    read identical histories.
-4. **Error**: the step's logits against the FP32 step (:func:`qbench.step.llama.reference_logits`)
+4. **Error**: the step's logits against the FP32 step (:func:`qbench.model.llama.reference_logits`)
    on the same tokens and cache.
+
+The prefill, the step and the FP32 reference all run the model library's one forward
+(:class:`qbench.model.llama.Llama`; the step is its :class:`~qbench.model.llama.Decoder`).
 5. **Timing**, by the step methods of the timing registry (:mod:`qbench.timing.step_graph`,
    ``step_compiled``, ``step_reduce_overhead``, ``step_cpu``), each saying what it includes; with
    fewer blocks built than the model has, each method also times the step of half the built blocks
@@ -43,14 +46,15 @@ from typing import Any, Callable, Optional
 import torch
 
 from qbench import compile_info, schemes
-from qbench.step.checkpoint import TensorMap, of_model, weight_source
+from qbench.model.checkpoint import TensorMap, of_model, weight_source
 from qbench.schemes import ledger
-from qbench.step import floor, llama
-from qbench.step.config import StepModelConfig
+from qbench.model import llama
+from qbench.step import floor
+from qbench.model.config import StepModelConfig
 from qbench.gpu_state import record_reading
 from qbench.row import (NOISY_CV, describe_exception, dtype_name, failed_rows, flag_record, is_noisy_cv,
                         reason_record)
-from qbench.step.recipe import plan_of
+from qbench.model.recipe import plan_of
 from qbench.step.row import StepRow, check_rows
 from qbench.step.spec import check as check_spec
 from qbench.timing.settings import TimingSettings
@@ -58,8 +62,8 @@ from qbench.timing.settings import TimingSettings
 #: Device memory kept free beyond the estimate (bytes): CUDA graphs' pools, cuBLAS workspaces,
 #: the allocator's fragmentation. Project choice, from the H200 runs' peaks.
 HEADROOM = 3 << 30
-#: Positions per MLP chunk of the prefill.
-PREFILL_CHUNK = 4096
+#: Positions per MLP chunk of the prefill (the forward's chunk).
+PREFILL_CHUNK = llama.MLP_CHUNK
 
 #: One INFO line per phase, before the phase: a worker's log file ends with the phase it is in.
 log = logging.getLogger("qbench.step")
@@ -77,7 +81,7 @@ def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
     config = check_spec(spec, scenario.source)
     lm = "none" if not spec.lm_head else ("scheme" if spec.quantize_lm_head else "float")
     ckpt = of_model(scenario.model, scenario.source)
-    source = {} if ckpt is None else {"weight_source": weight_source(ckpt)}
+    source = {} if ckpt is None else {"weight_source": weight_source(ckpt), "checkpoint_id": ckpt.identity}
     return [StepRow(**source, scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
                     options=entry.options.model_dump(exclude={"label", "mode"}), model=spec.name or spec.config or spec.checkpoint,
                     title=config.title, m=m, context=context, device=str(device), weight_dtype=scheme.weight_dtype,
@@ -266,23 +270,23 @@ class _Built:
         return int(spare // (per_block + cache_per_block + prompt_cache_per_block)) + 1  # block 0 is built already
 
     # -- per context ------------------------------------------------------------------------
-    def prefill(self, context: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The shared prompt's K/V (one sequence) for every built block, in the prefill dtype."""
+    def prefill(self, context: int) -> llama.KVCache:
+        """The shared prompt's K/V (one sequence, ``context + 1`` slots) for every built block, in the
+        prefill dtype."""
         gen = torch.Generator(device="cpu").manual_seed(self.scenario.seed * 7919 + context)
         prompt = torch.randint(0, self.config.vocab, (1, context), generator=gen).to(self.device)
-        cache = llama.new_cache(self.config, 1, context, self.prefill_dtype, self.device, self.blocks_built)
-        llama.prefill(self.weights, cache, prompt, self.prefill_dtype, chunk=PREFILL_CHUNK)
+        cache = llama.KVCache.empty(self.config, 1, context + 1, self.prefill_dtype, self.device, self.blocks_built)
+        llama.prefill(self.weights, cache, prompt, self.prefill_dtype)
         return cache
 
     # -- per row ----------------------------------------------------------------------------
-    def _model(self, m: int, context: int, prompt_cache) -> llama.DecodeModel:
-        blocks = []
-        for i, (k1, v1) in enumerate(prompt_cache):
-            k = k1.to(self.act).expand(m, -1, -1, -1).contiguous()
-            v = v1.to(self.act).expand(m, -1, -1, -1).contiguous()
-            blocks.append(llama.Block(self.config, self.linears[i], self.norms[i][0], self.norms[i][1], k, v, context,
-                                      self.act))
-        return llama.DecodeModel(self.config, self.embed, blocks, self.norm, self.head, context, self.act)
+    def _model(self, m: int, context: int, prompt_cache: llama.KVCache) -> llama.Decoder:
+        """The step at ``context`` for ``m`` sequences: the built blocks, each sequence its own copy of
+        the prompt's cache in the activation dtype."""
+        blocks = [llama.Block(self.config, self.linears[i], self.norms[i][0], self.norms[i][1], self.act)
+                  for i in range(len(prompt_cache))]
+        model = llama.Llama(self.config, self.embed, blocks, self.norm, self.head, self.act)
+        return llama.Decoder(model, prompt_cache.copies(m, self.act), context)
 
     def measure(self, row: dict, prompt_cache, ceilings: Optional[dict]) -> None:
         m, context, dev = row["m"], row["context"], self.device
@@ -307,10 +311,9 @@ class _Built:
             row["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(dev))
         del model
 
-    def _error(self, row: dict, model: llama.DecodeModel, tokens: torch.Tensor, context: int) -> None:
-        caches = [(b.k_cache, b.v_cache) for b in model.blocks]
+    def _error(self, row: dict, model: llama.Decoder, tokens: torch.Tensor, context: int) -> None:
         got = model.logits(tokens)
-        ref = llama.reference_logits(self.weights, caches, tokens, context, lm_head=self.spec.lm_head)
+        ref = llama.reference_logits(self.weights, model.cache, tokens, context, lm_head=self.spec.lm_head)
         row["error"] = step_error(got, ref, "logits" if self.spec.lm_head else "hidden")
         if self.blocks_built < self.config.blocks:
             row["error"]["blocks"] = self.blocks_built
@@ -323,7 +326,7 @@ class _Built:
         return [m for m in registry.plan(self.spec.methods, self.device.type, job="step")
                 if self.compiled or m.compiled is None]
 
-    def _time(self, row: dict, model: llama.DecodeModel, tokens: torch.Tensor) -> None:
+    def _time(self, row: dict, model: llama.Decoder, tokens: torch.Tensor) -> None:
         """Each step method's reading (:meth:`qbench.timing.method.TimingMethod.run` on a
         :class:`~qbench.timing.method.Call` of the step): the step compiled first in the method's
         ``compiled`` mode; with fewer blocks built than the model has, at two block counts and
@@ -373,7 +376,7 @@ class _Built:
                 if capture:
                     self.capture_failure = f"CUDA graph capture failed ({method.name}): {why}"
             finally:
-                model.block_call, model.head_call = _eager_block, model._head
+                model.model.block_call, model.head_call = _eager_block, model._head
                 row["worker_phases_s"] = {**row["worker_phases_s"], method.name: time.perf_counter() - t0}
             record_reading(row, method.name, self.device)
         if row["extrapolated"] is not None:
@@ -388,12 +391,12 @@ class _Built:
                                             f"{mixed}"))
 
     # -- compiled forms ---------------------------------------------------------------------
-    def _step_call(self, model: llama.DecodeModel, tokens: torch.Tensor, n: int, mode: Optional[str]) -> Callable[[], Any]:
+    def _step_call(self, model: llama.Decoder, tokens: torch.Tensor, n: int, mode: Optional[str]) -> Callable[[], Any]:
         """The zero-argument step of ``n`` blocks in the form ``mode`` (None: eager) times. The
         decode loop's step (``reduce-overhead``) feeds itself, as gpt-fast's loop does: each call
         reads the tokens the previous call produced (cloned out of the CUDA-graph pool)."""
         if mode is None:
-            model.block_call, model.head_call = _eager_block, model._head
+            model.model.block_call, model.head_call = _eager_block, model._head
         else:
             self._use_compiled(model, mode)
         if mode != "reduce-overhead":
@@ -405,7 +408,7 @@ class _Built:
 
         return loop_step
 
-    def _use_compiled(self, model: llama.DecodeModel, mode: str) -> None:
+    def _use_compiled(self, model: llama.Decoder, mode: str) -> None:
         """Point the model's block and head calls at their compiled forms in ``mode`` (compiled once
         per worker and mode: one function for every block, one for the head)."""
         compile_info.allow_recompiles(64)
@@ -414,7 +417,7 @@ class _Built:
             self.compiled_fns[mode] = (torch.compile(_eager_block, mode=compile_mode, dynamic=False),
                                        torch.compile(_head_fn, mode=compile_mode, dynamic=False))
         block_fn, head_fn = self.compiled_fns[mode]
-        model.block_call = block_fn
+        model.model.block_call = block_fn
         model.head_call = lambda x: head_fn(model, x)
 
     def _compiled_reading(self, row: dict, call, timed: Callable, mode: str) -> dict:
@@ -442,7 +445,7 @@ class _Built:
         return timed(call)
 
     # -- Σ linear ---------------------------------------------------------------------------
-    def _linear_sum(self, row: dict, model: llama.DecodeModel, m: int) -> None:
+    def _linear_sum(self, row: dict, model: llama.Decoder, m: int) -> None:
         from qbench.timing.stream import time_stream, time_stream_cpu
 
         settings = self.settings
@@ -536,8 +539,11 @@ class _NotAttempted(Exception):
     pass
 
 
-def _eager_block(block: llama.Block, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return block(x, cos, sin)
+def _eager_block(block: llama.Block, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: llama.LayerCache,
+                 pos: int) -> torch.Tensor:
+    """One block of the step (the function compiled once per worker and mode: every block reuses
+    its code, the block and its cache passed in as modules)."""
+    return block(x, cos, sin, cache, pos)
 
 
 def _linear_fn(mod: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -548,7 +554,7 @@ def _linear_fn(mod: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return mod(x)
 
 
-def _head_fn(model: llama.DecodeModel, x: torch.Tensor) -> torch.Tensor:
+def _head_fn(model: llama.Decoder, x: torch.Tensor) -> torch.Tensor:
     return model._head(x)
 
 

@@ -54,7 +54,7 @@ class StepRow(BaseModel):
         flags: what a reader must see (:class:`qbench.row.Flag`; :data:`qbench.row.FLAG_MEANINGS`).
         repeats: ``qbench run --repeat`` (:class:`qbench.row.Repeats`).
         recipe: a mixed recipe's scheme per role and kept blocks, and the linears each scheme built
-            (:meth:`qbench.step.recipe.Plan.record`); None for one scheme everywhere.
+            (:meth:`qbench.model.recipe.Plan.record`); None for one scheme everywhere.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -73,6 +73,7 @@ class StepRow(BaseModel):
     activation_dtype: str
     lm_head: Literal["scheme", "float", "none"]
     weight_source: str = SEEDED
+    checkpoint_id: Optional[str] = Field(None, description="sha256 of the checkpoint's config, tensor headers and tensor bytes (qbench.model.checkpoint.identity); None for seeded weights or older files")
     recipe: Optional[dict[str, Any]] = None
     status: Literal["ok", "skipped", "failed"] = "ok"
     reason: Optional[str] = None

@@ -3,7 +3,7 @@
 ::
 
     [model]
-    name = "llama3-8b"          # a preset (qbench.step.config.PRESETS), or
+    name = "llama3-8b"          # a preset (qbench.model.config.PRESETS), or
     # config = "path/config.json" # any Llama-family Hugging Face config.json (relative to the scenario)
     # checkpoint = "DIR"          # a Hugging Face folder (config.json, safetensors, tokenizer.json) or a
     #                             # model id in the local Hugging Face cache: its own weights
@@ -25,7 +25,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from qbench.step.config import PRESETS, ConfigError, StepModelConfig, read_hf_config
+from qbench.model.config import PRESETS, ConfigError, StepModelConfig, read_hf_config
 from qbench.timing import registry
 
 #: The step methods, in table order: the timing registry's ``job = "step"`` methods (a method
@@ -99,14 +99,9 @@ def resolve(spec: ModelSpec, source: str) -> StepModelConfig:
                                    f"(a Llama-family config.json) or 'checkpoint' (a Hugging Face folder), got "
                                    f"name={spec.name!r}, config={spec.config!r}, checkpoint={spec.checkpoint!r}")
     if spec.checkpoint is not None:
-        from qbench.step import checkpoint  # torch-free: reads config.json only
+        from qbench.model import checkpoint  # torch-free: opened once per process
 
-        folder = checkpoint.resolve_folder(spec.checkpoint, source)
-        try:
-            return read_hf_config(folder / "config.json")
-        except ConfigError as exc:
-            key = f"model.checkpoint.{exc.key}" if exc.key else "model.checkpoint"
-            raise ConfigError(key, f"{exc.message} (in {folder / 'config.json'})") from None
+        return checkpoint.open_named(spec.checkpoint, source).config
     if spec.name is not None:
         if spec.name not in PRESETS:
             raise ConfigError("model.name", f"unknown model preset (known: {', '.join(PRESETS)}; or give "

@@ -9,7 +9,6 @@ import sys
 
 import pytest
 
-from qbench.step.checkpoint import open_checkpoint
 from qbench.scenario import ScenarioError, load
 from tests.quality.conftest import TEXT, hf_nll, make_checkpoint, run_scheme, write_scenario
 
@@ -33,12 +32,6 @@ def test_reference_perplexity_equals_transformers(tmp_path, kind, tied, shard):
     assert row["stats"]["ref_ppl"] == pytest.approx(hf_ppl, rel=1e-5)
     # the fp32 scheme runs the reference's computation: KL 0, every top token the same
     assert row["stats"]["kld"]["mean"] == 0 and row["stats"]["same_top"] == 1.0
-
-
-def test_checkpoint_reads_biases_and_dtype(tmp_path):
-    ck = open_checkpoint(make_checkpoint(tmp_path / "ck", "qwen2"))
-    assert ck.config.biased == ("q_proj", "k_proj", "v_proj") and ck.dtype == "float32"
-    assert tuple(ck.bias(0, "k_proj").shape) == (64,) and ck.bias(0, "o_proj") is None
 
 
 def _refused(path, key: str, *words: str) -> str:

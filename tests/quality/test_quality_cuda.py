@@ -21,8 +21,8 @@ EMULATED = [s.name for s in schemes.all_schemes() if getattr(s, "emulate", None)
 
 
 def _models(name: str):
-    from qbench.step.checkpoint import open_checkpoint
-    from qbench.quality.model import FloatLinear, Source, build_model
+    from qbench.model.checkpoint import TensorMap, open_checkpoint
+    from qbench.model.llama import FloatLinear, Weights, build_model
 
     scheme = schemes.get(name)
     device = torch.device("cuda")
@@ -34,7 +34,7 @@ def _models(name: str):
     for role, (k, n) in ck.config.linear_shapes().items():
         if role != "lm_head" and (k % scheme.k_multiple(options) or n % scheme.n_multiple(options)):
             pytest.skip(f"{name} cannot take {role} (K={k}, N={n})")
-    source = Source(ck.config, device, ck)
+    source = Weights(ck.config, 0, device, state_dict=TensorMap(ck, "cuda"))
     act = scheme.activation_dtype
     kernel = build_model(source, lambda w, b, i, r: scheme.build(w, b, options), act)
     emulated = build_model(source, lambda w, b, i, r: scheme.emulate(w, b, options), act)
@@ -69,10 +69,10 @@ def test_kernel_and_emulation_agree(name):
     ids = torch.tensor(list(HAMLET.read_bytes()[:4 * 512]), dtype=torch.int64, device="cuda").view(4, 512)
     ids[:, 0] = 256
     with torch.inference_mode():
-        k_logits = torch.cat([kernel(c)[256:] for c in ids])
-        e_logits = torch.cat([emulated(c)[256:] for c in ids])
-        r_logits = torch.cat([ref(c)[256:] for c in ids])
-        f_logits = torch.cat([floor(c)[256:] for c in ids])
+        k_logits = torch.cat([kernel(c[None])[0, 256:] for c in ids])
+        e_logits = torch.cat([emulated(c[None])[0, 256:] for c in ids])
+        r_logits = torch.cat([ref(c[None])[0, 256:] for c in ids])
+        f_logits = torch.cat([floor(c[None])[0, 256:] for c in ids])
     own, noise = _kld(r_logits, k_logits), _kld(r_logits, f_logits)
     between = _kld(k_logits, e_logits)
     share = SHARE_APPROXIMATE if name in APPROXIMATE else SHARE_EXACT

@@ -26,7 +26,7 @@ def test_graph_step_equals_eager_step():
     s = _scenario([{"name": "bf16"}])
     from qbench import schemes
 
-    built = _Built(s, __import__("qbench.step.config", fromlist=["PRESETS"]).PRESETS["tiny"], schemes.get("bf16"),
+    built = _Built(s, __import__("qbench.model.config", fromlist=["PRESETS"]).PRESETS["tiny"], schemes.get("bf16"),
                    s.schemes[0], torch.device("cuda"))
     with torch.inference_mode():
         cache = built.prefill(32)

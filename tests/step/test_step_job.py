@@ -12,7 +12,7 @@ import torch
 from qbench.results import read_results
 from qbench.scenario import ScenarioError, from_dict, load
 from qbench.step import floor
-from qbench.step.config import PRESETS, ConfigError, from_hf_config
+from qbench.model.config import PRESETS, ConfigError, from_hf_config
 from qbench.step.measure import measure_step_scheme, step_error
 from qbench.step.row import StepRow
 from qbench.step.view import breakeven, linear_speedup, speedups, step_table

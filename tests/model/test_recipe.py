@@ -1,4 +1,4 @@
-"""Mixed recipes (qbench.step.recipe): which scheme builds each linear, the scenario round trip, and
+"""Mixed recipes (qbench.model.recipe): which scheme builds each linear, the scenario round trip, and
 known answers of both jobs on the committed trained checkpoint on a CPU: a recipe naming the base
 scheme everywhere is the plain scheme bit for bit, one naming bf16 everywhere is the bf16 row, int4
 with int8 down projections loses between int8 and int4, and stored bytes are the hand sum of each
@@ -12,8 +12,8 @@ import pytest
 
 from qbench.scenario import from_dict, load
 from qbench.step import floor
-from qbench.step.config import PRESETS
-from qbench.step.recipe import Choice, Plan, Recipe
+from qbench.model.config import PRESETS
+from qbench.model.recipe import Choice, Plan, Recipe
 from qbench.schemes.options import IntxOptions, SchemeOptions, TorchaoOptions
 
 torch = pytest.importorskip("torch")
@@ -231,7 +231,7 @@ def test_quality_of_pairs_a_recipe_only_with_the_same_recipe(step_rows, tmp_path
 
 def test_shipped_recipe_scenarios_are_one_pair():
     """recipe_tiny_quality.toml and recipe_tiny_step.toml hold the same entries: each step row finds its quality row."""
-    from qbench.step.recipe import plan_of
+    from qbench.model.recipe import plan_of
 
     quality, step = (load(ROOT / "scenarios" / f"recipe_tiny_{kind}.toml") for kind in ("quality", "step"))
     assert quality.model.checkpoint == step.model.checkpoint and quality.device == step.device == "auto"

@@ -39,7 +39,7 @@ from pydantic import ValidationError
 
 from qbench import schemes
 from qbench.schemes.options import SchemeOptions
-from qbench.step.config import BLOCK_LINEARS
+from qbench.model.config import BLOCK_LINEARS
 
 #: The roles a recipe may name, in model order: a block's seven linears, then the LM head.
 ROLES: tuple[str, ...] = BLOCK_LINEARS + ("lm_head",)
@@ -198,7 +198,7 @@ class Plan:
     def shape_reason(self, shapes: dict[str, tuple[int, int]], head: bool) -> Optional[str]:
         """Why a scheme of the plan cannot take the shape of a linear it builds (its group or block
         size, a kernel constraint: the spec's ``k_multiple`` / ``n_multiple``), or None.
-        ``shapes``: role -> (K, N) (:meth:`qbench.step.config.StepModelConfig.linear_shapes`)."""
+        ``shapes``: role -> (K, N) (:meth:`qbench.model.config.StepModelConfig.linear_shapes`)."""
         pairs = {(role, c.label): c for b in range(self.blocks) for role, c in self.block_choices(b).items()}
         if head:
             pairs[("lm_head", self.choice(-1, "lm_head").label)] = self.choice(-1, "lm_head")

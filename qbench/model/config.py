@@ -37,7 +37,7 @@ ROPE_TYPES = ("default", "llama3", "linear")
 
 class ConfigError(ValueError):
     """A model configuration that cannot be used: ``"<key>: <what is wrong>, got <value>"``
-    (:mod:`qbench.step.spec` adds the scenario file and the ``model.`` prefix)."""
+    (the scenario adds its file and the ``model.`` prefix)."""
 
     def __init__(self, key: str, message: str):
         self.key, self.message = key, message
@@ -213,11 +213,11 @@ def from_hf_config(data: Any, name: str) -> StepModelConfig:
         model_type=model_type, source=name)
 
 
-def read_hf_config(path: str | Path) -> StepModelConfig:
-    """:func:`from_hf_config` of the JSON file at ``path`` (at most 1 MiB).
+def read_hf_json(path: str | Path) -> tuple[bytes, dict]:
+    """The bytes of the ``config.json`` at ``path`` (at most 1 MiB) and their JSON value.
 
     Raises:
-        ConfigError: unreadable, not JSON, too large, or not a Llama-family config.
+        ConfigError: unreadable, not JSON or too large.
     """
     path = Path(path)
     try:
@@ -231,4 +231,13 @@ def read_hf_config(path: str | Path) -> StepModelConfig:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ConfigError("", f"{path} is not JSON: {str(exc).splitlines()[0][:120]}") from None
-    return from_hf_config(data, str(path))
+    return raw, data
+
+
+def read_hf_config(path: str | Path) -> StepModelConfig:
+    """:func:`from_hf_config` of the JSON file at ``path`` (:func:`read_hf_json`).
+
+    Raises:
+        ConfigError: unreadable, not JSON, too large, or not a Llama-family config.
+    """
+    return from_hf_config(read_hf_json(path)[1], str(path))
