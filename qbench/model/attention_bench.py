@@ -2,9 +2,9 @@
 nearest the HBM floor (``python -m qbench.model.attention_bench --out FILE.json``, CUDA only).
 
 Candidates, each on the decode step's shapes (M sequences, one new token each, S cached positions):
-``sdpa-group-rows`` (the step's call today: the G query heads of a KV head as the query rows of one
-SDPA call, ``[M, H_kv, G, D]``), ``sdpa-enable-gqa`` (``[M, H, 1, D]`` with ``enable_gqa``),
-``flex`` (torch's FlexAttention, compiled: its decoding path), ``splitkv`` (:mod:`qbench.model.splitkv`).
+``sdpa-group-rows`` (the step's call today, :func:`qbench.model.llama.decode_attention`: the G query
+heads of a KV head as the query rows of one SDPA call, ``[M, H_kv, G, D]``), ``flex`` (torch's
+FlexAttention, compiled, ``enable_gqa``: its decoding path), ``splitkv`` (:mod:`qbench.model.splitkv`).
 Each runs over ``layers`` distinct caches (more bytes than L2 holds, as in a step) inside one CUDA
 graph; a replay is timed with CUDA events and divided by ``layers``. Bytes are the cache's K and V
 read once (2 · M · H_kv · S · D · element size); the floor is those bytes over the measured
@@ -22,7 +22,6 @@ import sys
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 
 def copy_bandwidth(device: torch.device, nbytes: int = 1 << 30) -> float:
@@ -60,20 +59,18 @@ def graph_time(fn: Callable[[], None], reps: int = 30) -> list[float]:
 
 def candidates(m: int, heads: int, kv_heads: int, d: int, s: int, device) -> dict[str, Callable]:
     """name -> f(q [M, H, 1, D], k, v [M, H_kv, S, D]) -> [M, H, 1, D]."""
+    from qbench.model.llama import decode_attention
     from qbench.model.splitkv import SplitKV
     group = heads // kv_heads
     split = SplitKV(m, kv_heads, group, d, s, device)
 
     def rows(q, k, v):
-        return F.scaled_dot_product_attention(q.view(m, kv_heads, group, d), k, v).view(m, heads, 1, d)
-
-    def gqa(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        return decode_attention(q.view(m, kv_heads, group, d), k, v, 1 / math.sqrt(d)).view(m, heads, 1, d)
 
     def splitkv(q, k, v):
         return split(q.view(m, kv_heads, group, d), k, v).view(m, heads, 1, d)
 
-    found = {"sdpa-group-rows": rows, "sdpa-enable-gqa": gqa, f"splitkv[{split.splits}]": splitkv}
+    found = {"sdpa-group-rows": rows, f"splitkv[{split.splits}]": splitkv}
     try:
         from torch.nn.attention.flex_attention import flex_attention
         flex = torch.compile(flex_attention, dynamic=False)

@@ -134,6 +134,13 @@ def rope_cos_sin(config: StepModelConfig, positions: torch.Tensor, dtype: torch.
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """The decode step's attention, GQA without repeating K/V: ``q [M, kv_heads, group, head_dim]`` (the
+    query heads of one KV head as the query rows of one SDPA call) against the filled cache ``k``, ``v``
+    ``[M, kv_heads, S, head_dim]``, every cached position attended (no mask). Returns ``q``'s shape."""
+    return F.scaled_dot_product_attention(q, k, v, scale=scale)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm as LlamaRMSNorm computes it: in FP32, then back to ``x``'s dtype, times ``weight``."""
     xf = x.float()
@@ -274,8 +281,8 @@ class Block(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         cache.k[:, :, pos] = k
         cache.v[:, :, pos] = v
-        att = F.scaled_dot_product_attention(q.view(m, self.kv_heads, self.group, self.head_dim),
-                                             cache.k[:, :, :pos + 1], cache.v[:, :, :pos + 1], scale=self.scale)
+        att = decode_attention(q.view(m, self.kv_heads, self.group, self.head_dim),
+                               cache.k[:, :, :pos + 1], cache.v[:, :, :pos + 1], self.scale)
         return att.reshape(m, self.heads * self.head_dim)
 
     def _attend_chunk(self, h: torch.Tensor, b: int, t: int, cos: torch.Tensor, sin: torch.Tensor,
