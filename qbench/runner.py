@@ -96,9 +96,13 @@ def _measure(scenario, dev, output, doc, preloaded, started, force, progress, sh
             progress(f"warning: {line}")
         if output.resumed_from is not None:
             progress(f"resuming {output.resumed_from}: {len(doc['rows'])} rows kept")
+        elif output.nothing_to_resume:
+            progress(f"nothing to resume: no partial or complete result at {output.path}; measuring every scheme")
     job = jobs.of_scenario(scenario)
     done = done_labels(doc)
     entries = [(i, e) for i, e in enumerate(scenario.schemes) if e.label not in done]
+    if progress is not None and output.resumed_from is not None and not entries:
+        progress(f"every scheme has rows in {output.resumed_from}: nothing to measure (its wall time is kept)")
     bar = _bar(len(entries)) if show_bar else None
     tmp = None
     try:

@@ -362,8 +362,7 @@ def _as_scenario_error(exc: ValidationError, source: str, root: type[BaseModel],
         return ScenarioError(source, key, f"unknown key{what}" + (f"; allowed: {', '.join(allowed)}" if allowed else "") + hint)
     if kind == "missing":
         said = root.MISSING.get(key) if issubclass(root, Tables) and len(loc) == 1 else None
-        return ScenarioError(source, key, f"missing{what}: " + (f"a {job} scenario needs {said}" if said else
-                                                                 "this key is required"))
+        return ScenarioError(source, key, said or f"missing{what}: this key is required")
     msg = _one_line(msg.removeprefix("Value error, ")) or "invalid"
     msg = msg[0].lower() + msg[1:]
     for pattern, wording in _REWORDS:

@@ -42,7 +42,8 @@ class Tables(Frozen):
     Class attributes a kind may set:
         REFUSED: key path of another kind's key -> why this kind takes none (added to the one-line
             refusal, which always names the key and the kind that takes it).
-        MISSING: a required key -> what it is, said when the file lacks it.
+        MISSING: a required top-level key -> the line said when the file lacks it (what the key is,
+            and what else the file may have meant).
     """
 
     REFUSED: ClassVar[dict[str, str]] = {}
@@ -70,7 +71,7 @@ class MTables(Tables):
     """The tables of a kind measured at M values (``m``: rows = batch x tokens): the layer job's,
     tensor parallelism's and the model step's."""
 
-    MISSING = {"m": "the M values (rows = batch x tokens), e.g. m = [1, 16]"}
+    MISSING = {"m": "missing: the M values (rows = batch x tokens), e.g. m = [1, 16]"}
     m: tuple[int, ...] = Field(min_length=1, max_length=64)
 
     @classmethod

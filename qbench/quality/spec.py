@@ -128,7 +128,7 @@ class QualityTables(Tables):
                "model.quantize_lm_head": "quality.lm_head says whether the scheme builds the LM head",
                "timing.methods": "a quality scenario times no layer method"}
     MISSING = {"model": "a quality scenario ([quality]) names its model in a [model] table (checkpoint = a Hugging "
-                        "Face folder)"}
+                        "Face folder), got none"}
     model: ModelSource
     quality: QualitySpec
 

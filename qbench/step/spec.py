@@ -123,9 +123,9 @@ class StepTables(MTables):
     REFUSED = {"layer": "a model-step scenario builds every layer of the model", "weight": _SEEDED,
                "inputs": _SEEDED, "tp": "a model-step scenario runs the whole model on one device",
                "timing.methods": "a model-step scenario lists its step methods in model.methods"}
-    MISSING = {"m": "the M values of the decode step (sequences decoded at once), e.g. m = [1, 16]; a quality "
-                    "scenario (perplexity and KL divergence of a checkpoint over a text) has a [quality] table "
-                    "instead: text = a UTF-8 file"}
+    MISSING = {"m": "a [model] table without [quality] is a model-step scenario, which lists the M values of its "
+                    "decode step (sequences decoded at once), e.g. m = [1, 16], and its context; for a quality "
+                    "scenario (perplexity and KL divergence over a text) add a [quality] table (text = a UTF-8 file)"}
     model: ModelSpec
 
     def tables_dict(self) -> dict:
