@@ -56,15 +56,11 @@ class Tables(Frozen):
         return data
 
     def tables_dict(self) -> dict:
-        """This kind's keys as run, JSON-ready (lists, not tuples), for :meth:`qbench.scenario.Scenario.to_dict`."""
-        return {name: listed(getattr(self, name)) for name in Tables.own_fields(type(self))}
-
-    @staticmethod
-    def own_fields(cls: type) -> list[str]:
-        """The fields a job's table model adds to the shared ones."""
-        from qbench.scenario import Scenario  # a job's tables are only ever asked this once joined
-
-        return [name for name in cls.model_fields if name not in Scenario.model_fields]
+        """This kind's keys as run, JSON-ready (lists, not tuples), for :meth:`qbench.scenario.Scenario.to_dict`:
+        the fields the table models declare, base classes first."""
+        declared = [name for c in reversed(type(self).__mro__) if issubclass(c, Tables) and c is not Tables
+                    for name in c.__dict__.get("__annotations__", {}) if name in type(self).model_fields]
+        return {name: listed(getattr(self, name)) for name in dict.fromkeys(declared)}
 
 
 class MTables(Tables):
