@@ -384,6 +384,14 @@ def _path(root: type[BaseModel], loc: list) -> Any:
 
 
 def _allowed_keys(root: type[BaseModel], loc: list) -> list[str]:
+    """The keys allowed where ``loc`` points; at the top of a kind's scenario, the shared keys around the
+    kind's own, then the tables that would make the file another kind (tried first: :data:`qbench.jobs.JOBS`)."""
+    job = getattr(root, "job", "")
+    if len(loc) == 1 and job:
+        shared, before = list(Scenario.model_fields), list(jobs.JOBS)[:list(jobs.JOBS).index(job)]
+        own = [k for k in root.model_fields if k not in shared]
+        return (shared[:5] + own + [k for k in shared[5:] if k != "source"]
+                + [t for j in reversed(before) if (t := jobs.JOBS[j].table) not in root.model_fields])
     model: Any = root
     for part in loc[:-1]:
         field = model.model_fields.get(part) if isinstance(part, str) else None
