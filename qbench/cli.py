@@ -45,24 +45,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _check_one(path: str, schemes: Optional[list[str]]) -> int:
+    from qbench import jobs
+
     loaded = _validated(path, schemes)
     labels = ", ".join(e.label for e in loaded.schemes)
-    tp = f", tp_size {list(loaded.tp.tp_size)} split {list(loaded.tp.split)}" if loaded.tp is not None else ""
-    if loaded.quality is not None:  # a quality scenario: its model and text, checked (torch-free); no context
-        from qbench.scenario import quality_model
-
-        q = loaded.quality
-        shape = (f"model {quality_model(loaded).title}, text {q.text}, "
-                 f"{q.chunks or 'every'} chunks of {q.chunk} tokens")
-    elif loaded.model is not None:  # a model-step scenario: the model's shapes, not [layer]'s (torch-free)
-        from qbench.scenario import step_model
-
-        shape = f"model {step_model(loaded).title}, context {list(loaded.model.context)}"
-    else:
-        shape = f"K = {loaded.layer.in_features}, N = {loaded.layer.out_features}{tp}"
-    m = "" if loaded.quality is not None else f"M = {list(loaded.m)}; "  # a quality chunk is no M: teacher-forced
+    shape = jobs.load(jobs.of_scenario(loaded).describe)(loaded)  # the kind's own line (torch-free)
     print(f"{path}: ok: {len(loaded.schemes)} scheme{'s' if len(loaded.schemes) != 1 else ''} ({labels}); "
-          f"{m}{shape}; device {loaded.device}")
+          f"{shape}; device {loaded.device}")
     return 0
 
 
@@ -75,7 +64,6 @@ def runner_error(message: str) -> Exception:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from qbench import forkserver, render
-    from qbench import scenario as scenario_mod
 
     loaded = _validated(args.scenario, args.schemes)  # a typo is answered before any torch import
     if not 1 <= args.repeat <= 20:
@@ -116,8 +104,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         n = _paste_ready(args.format, lambda: job_view(doc, args))
     else:
         print(render.render_header(doc), file=sys.stderr if machine else sys.stdout)
-        if scenario_mod.weight_is_synthetic(loaded):  # the errors below are not a trained layer's
-            print(f"warning: errors come from a synthetic weight ({scenario_mod.weight_source(loaded)}), not a trained "
+        from qbench.layer import weight
+
+        if weight.weight_is_synthetic(loaded):  # the errors below are not a trained layer's
+            print(f"warning: errors come from a synthetic weight ({weight.weight_source(loaded)}), not a trained "
                   "layer; [weight] source = 'hf-checkpoint' or 'safetensors' measures a real one",
                   file=sys.stderr if machine else sys.stdout)
         else:  # a real weight, but the activations are still qbench's own
@@ -323,8 +313,8 @@ def _user_error(exc: Exception, debug: bool) -> int:
 
 
 def _is_user_error(exc: Exception) -> bool:
-    from qbench.scenario import ScenarioError
     from qbench.schemes import PluginError
+    from qbench.tables import ScenarioError
 
     user: tuple = (ScenarioError, PluginError)
     lifecycle = sys.modules.get("qbench.lifecycle")  # imported only by a run: `check` imports less

@@ -12,7 +12,8 @@ from typing import Optional
 
 import torch
 
-from qbench.scenario import Scenario, weight_path
+from qbench.layer.weight import weight_path
+from qbench.scenario import Scenario
 
 #: Largest finite float8 e4m3fn value (OCP 8-bit floating point spec, "E4M3": 448).
 FP8_E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)

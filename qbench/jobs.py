@@ -1,6 +1,7 @@
 """The one registry of job kinds: a job is one :class:`Job` record plus its own package.
 
-A job kind says which scenario table selects it, how its rows are checked, how its worker starts
+A job kind says which scenario table selects it, which keys its scenarios take (its table model)
+and how they are checked, summarized and fitted to the device's memory, how its rows are checked, how its worker starts
 and measures, whether two of its workers may hold the device at once, and which reader views it
 offers. Code outside a job's own package asks this registry (:func:`of_scenario`, :func:`of_rows`,
 :func:`get`) instead of branching on the kind, as schemes (:mod:`qbench.schemes`) and timing
@@ -25,7 +26,18 @@ class Job:
     Attributes:
         name: the kind, as rows record it (``row["job"]``; a layer row has no ``job`` key).
         table: the scenario table whose presence selects this kind (``None``: the default kind).
-        requires: other tables the kind needs beside ``table`` (the quality job reads ``[model]``).
+        tables: ``"module:class"``, the kind's table model (a :class:`qbench.tables.Tables`): the
+            scenario keys only this kind takes (``m`` and ``[layer]``, ``[model]``, ...), which
+            :mod:`qbench.scenario` joins with the shared ones; any other key is refused.
+        check: ``"module:function"`` ``(scenario) -> None``: the kind's rules across keys (shapes
+            against schemes, the model's files), raising :class:`qbench.tables.ScenarioError`.
+        describe: ``"module:function"`` ``(scenario) -> str``: what ``qbench check`` says of the
+            scenario after its schemes (``M = [1]; K = 4096, N = 4096``).
+        fits: ``"module:function"`` ``(scenario, device, free) -> None`` refusing (``ScenarioError``)
+            a scenario that cannot fit in ``free`` bytes of ``device`` before a run starts; None: the
+            kind's worker decides (a quality row whose model does not fit is skipped).
+        at: the row keys saying where a row was measured, for the run's progress lines
+            (``M=16``; a quality row has none).
         check_rows: ``"module:function"`` ``(rows: list[dict | row], source: str) -> list[row]``: the
             rows checked against the kind's row model (one line naming ``source``, the row index and
             key on a bad one: :class:`qbench.results.ResultsError`).
@@ -50,11 +62,15 @@ class Job:
 
     name: str
     table: Optional[str]
+    tables: str
+    check: str
+    describe: str
     check_rows: str
     blank_rows: str
     measure: str
     summary: str
-    requires: tuple[str, ...] = ()
+    fits: Optional[str] = None
+    at: tuple[str, ...] = ("m",)
     launcher: str = "fork"
     run: Optional[str] = None
     exclusive: bool = False
@@ -67,17 +83,26 @@ class Job:
         target = self.views.get(command)
         return None if target is None else load(target)
 
+    def where(self, row: Mapping[str, Any]) -> str:
+        """Where ``row`` was measured, for a progress line: `` M=16 context=128`` (``""`` when the
+        kind's rows say nothing of it)."""
+        return "".join(f" {'M' if key == 'm' else key}={row[key]}" for key in self.at if row.get(key) is not None)
+
 
 #: Every job kind, in the order a scenario's tables are tried (the first whose table is present wins;
 #: the default kind, without a table, last).
 JOBS: dict[str, Job] = {j.name: j for j in (
-    Job("quality", table="quality", requires=("model",), exclusive=True, emulates=True,
+    Job("quality", table="quality", exclusive=True, emulates=True, at=(),
+        tables="qbench.quality.spec:QualityTables", check="qbench.quality.spec:check_scenario",
+        describe="qbench.quality.spec:describe",
         check_rows="qbench.quality.row:check_rows", blank_rows="qbench.quality.measure:blank_rows",
         measure="qbench.quality.measure:measure_quality_scheme",
         views={"run": "qbench.quality.view:run_view", "report": "qbench.quality.view:report_view",
                "recommend": "qbench.quality.view:recommend_view", "model": "qbench.quality.view:model_view"},
         summary="a checkpoint's perplexity, KL divergence and same-top share over a text, per scheme"),
-    Job("step", table="model", exclusive=True,
+    Job("step", table="model", exclusive=True, at=("m", "context"),
+        tables="qbench.step.spec:StepTables", check="qbench.step.spec:check_scenario",
+        describe="qbench.step.spec:describe", fits="qbench.step.spec:fits",
         check_rows="qbench.step.row:check_rows", blank_rows="qbench.step.measure:blank_rows",
         measure="qbench.step.measure:measure_step_scheme",
         views={"run": "qbench.step.views:run_view", "report": "qbench.step.views:report_view",
@@ -87,10 +112,14 @@ JOBS: dict[str, Job] = {j.name: j for j in (
                 "recommend and model read model-step files)",
         summary="a Llama model's whole decode step, per scheme, M and context"),
     Job("tp", table="tp", launcher="torchrun", run="qbench.tp.runner:run_tp",
+        tables="qbench.tp.spec:TpTables", check="qbench.tp.spec:check", describe="qbench.tp.spec:describe",
+        fits="qbench.layer.memory:fits",
         check_rows="qbench.results:check_rows", blank_rows="qbench.measure:blank_rows",
         measure="qbench.tp.measure:measure_tp",
         summary="one linear layer split over GPUs (tensor parallelism)"),
     Job("layer", table=None,
+        tables="qbench.layer.tables:LayerTables", check="qbench.layer.tables:check",
+        describe="qbench.layer.tables:describe", fits="qbench.layer.memory:fits",
         check_rows="qbench.results:check_rows", blank_rows="qbench.measure:blank_rows",
         measure="qbench.measure:measure_scheme",
         summary="one linear layer, per scheme and M"),
@@ -125,8 +154,8 @@ def of_tables(tables: Mapping[str, Any] | Any) -> Job:
 
 
 def of_scenario(scenario: Any) -> Job:
-    """The job kind of a :class:`qbench.scenario.Scenario` (:func:`of_tables` of its tables)."""
-    return of_tables(scenario)
+    """The job kind of a :class:`qbench.scenario.Scenario` (its ``job``, the kind it was validated as)."""
+    return JOBS[scenario.job]
 
 
 def row_job(row: Any) -> str:

@@ -315,12 +315,15 @@ class Output:
     Attributes:
         written: rows in the partial file as last written (what an interrupt message may claim).
         resumed_from: the file whose rows this run kept (``--resume``), or None.
+        nothing_to_resume: ``--resume`` found neither a partial nor a complete file: every scheme
+            is measured (the run says so).
     """
 
     def __init__(self, path: Path, lock: OutputLock):
         self.path, self.lock, self.partial = path, lock, partial_path(path)
         self.written: Optional[int] = None  # None: no partial file written by this run yet
         self.resumed_from: Optional[Path] = None
+        self.nothing_to_resume = False
 
     def write_partial(self, doc: dict) -> None:
         """Write ``doc`` to the partial file (atomically: a reader sees the old or the new file).
@@ -441,6 +444,7 @@ def resume_rows(doc: dict, output: Output) -> None:
 
     source = output.partial if output.partial.exists() else output.path if output.path.exists() else None
     if source is None:
+        output.nothing_to_resume = True
         return
     try:
         earlier = read_results(source).to_json()  # the document as written (a schema 1 file's rows upgraded)
@@ -511,9 +515,16 @@ def record(doc: dict, output: Output, rows: list[dict], t0: float, started: floa
     now = time.perf_counter()
     for row in rows:
         row["worker_wall_s"] = now - t0
-    updated = {**doc, "rows": doc["rows"] + rows, "wall_s": now - started}
+    updated = {**doc, "rows": doc["rows"] + rows, "wall_s": _kept_wall_s(doc) + now - started}
     output.write_partial(updated)
     doc["rows"], doc["wall_s"] = updated["rows"], updated["wall_s"]
+
+
+def _kept_wall_s(doc: dict) -> float:
+    """The wall time (s) of the runs whose rows ``--resume`` kept in ``doc`` (0 without a resume)."""
+    resumed = (doc.get("workers") or {}).get("resumed") or {}
+    earlier = resumed.get("wall_s")
+    return float(earlier) if isinstance(earlier, (int, float)) and not isinstance(earlier, bool) else 0.0
 
 
 def finish(doc: dict, output: Output, started: float, *, force: bool = False) -> RunOutcome:
@@ -526,7 +537,10 @@ def finish(doc: dict, output: Output, started: float, *, force: bool = False) ->
         RunInterrupted: a stop signal during the final write (the partial file keeps every row).
     """
     doc["complete"] = True
-    doc["wall_s"] = time.perf_counter() - started
+    resumed = (doc.get("workers") or {}).get("resumed") or {}
+    measured_now = len(doc["rows"]) > resumed.get("rows_kept", 0)
+    # a resumed file's wall time is its earlier runs' plus this one's; a resume that measured nothing keeps it
+    doc["wall_s"] = _kept_wall_s(doc) + (time.perf_counter() - started if measured_now or not resumed else 0.0)
     replace = force or output.resumed_from is not None
     try:
         write_results(output.path, doc, force=replace)

@@ -24,7 +24,8 @@ import torch
 from qbench import compile_info, formulas, inputs, metrics
 from qbench.row import (Row, check_row, describe_exception, dtype_name, failed_rows, first_and_last_line,  # noqa: F401
                         flag_record, reason_record)  # (describe_exception, first_and_last_line, failed_rows re-exported)
-from qbench.scenario import Scenario, SchemeEntry, weight_source
+from qbench.layer.weight import weight_source
+from qbench.scenario import Scenario, SchemeEntry
 from qbench.schemes import ledger, tuning_cache
 from qbench.schemes.base import Scheme
 from qbench.timing import registry

@@ -96,8 +96,13 @@ def _measure(scenario, dev, output, doc, preloaded, started, force, progress, sh
             progress(f"warning: {line}")
         if output.resumed_from is not None:
             progress(f"resuming {output.resumed_from}: {len(doc['rows'])} rows kept")
+        elif output.nothing_to_resume:
+            progress(f"nothing to resume: no partial or complete result at {output.path}; measuring every scheme")
+    job = jobs.of_scenario(scenario)
     done = done_labels(doc)
     entries = [(i, e) for i, e in enumerate(scenario.schemes) if e.label not in done]
+    if progress is not None and output.resumed_from is not None and not entries:
+        progress(f"every scheme has rows in {output.resumed_from}: nothing to measure (its wall time is kept)")
     bar = _bar(len(entries)) if show_bar else None
     tmp = None
     try:
@@ -130,9 +135,8 @@ def _measure(scenario, dev, output, doc, preloaded, started, force, progress, sh
                     bar.update(1)
                 if progress is not None:
                     for row in rows:  # skipped rows are listed under the table; failures are news
-                        if row["status"] == "failed":  # a quality row has no M (teacher-forced chunks)
-                            at = f" M={row['m']}" if row.get("m") is not None else ""
-                            progress(f"{row['scheme']}{at}: {row['status']}: {row['reason']}")
+                        if row["status"] == "failed":
+                            progress(f"{row['scheme']}{job.where(row)}: {row['status']}: {row['reason']}")
         finally:
             workers.close()
     except KeyboardInterrupt as exc:
@@ -288,7 +292,8 @@ def must_release(scenario: Scenario, dev, ahead: int) -> bool:
     """Whether a CUDA worker must give its memory back to the driver (``gc.collect`` and
     ``torch.cuda.empty_cache``, a fraction of a second per scheme) before it says ``done``: only when
     two workers' peaks (the measuring one
-    and the exiting one, :func:`qbench.memory.estimate_bytes`, an upper bound) and the contexts of the
+    and the exiting one, :func:`qbench.layer.memory.estimate_bytes`, an upper bound: the one kind
+    whose workers may overlap is the layer job) and the contexts of the
     workers waiting ahead (:data:`qbench.memory.PROCESS_OVERHEAD` each) would not fit in the free
     memory; otherwise its memory goes back when it exits, while the next one measures. True when the
     free memory cannot be read; False on the CPU (no ``done``-time release there)."""
@@ -297,11 +302,12 @@ def must_release(scenario: Scenario, dev, ahead: int) -> bool:
     if jobs.of_scenario(scenario).exclusive:  # a worker holds a whole model: never two at once
         return True
     from qbench import memory
+    from qbench.layer.memory import estimate_bytes
 
     free = memory.free_bytes(dev)
     if free is None:
         return True
-    return 2 * memory.estimate_bytes(scenario, dev)["total"] + ahead * memory.PROCESS_OVERHEAD > free
+    return 2 * estimate_bytes(scenario, dev)["total"] + ahead * memory.PROCESS_OVERHEAD > free
 
 
 def default_ahead(dev) -> int:

@@ -4,8 +4,13 @@ Every error names the file, the key path and the bad value, in one line::
 
     decode.toml: layer.in_features: must be a multiple of group_size=128 for int4-intx, got 4000
 
-Code past :func:`load` trusts the :class:`Scenario` it gets. The format is documented in
-``docs/scenarios.md`` and by the files under ``scenarios/``.
+A scenario is the keys every job kind shares (:class:`Scenario`: name, seed, device, output,
+``[timing]``, schemes) joined with the keys of its kind: the kind's table model
+(:attr:`qbench.jobs.Job.tables`, found through the registry by name, never imported here) makes
+``m`` and ``[layer]`` a layer scenario's, ``[model]`` a model step's, ``[quality]`` a quality run's.
+A key of another kind is refused naming the kind that takes it. Code past :func:`load` trusts the
+scenario it gets. The format is documented in ``docs/scenarios.md`` and by the files under
+``scenarios/``.
 
 Validation imports no torch: a scheme's declaration (:mod:`qbench.schemes.catalog`) is torch-free
 (``qbench check`` answers in well under a torch import).
@@ -13,124 +18,32 @@ Validation imports no torch: a scheme's declaration (:mod:`qbench.schemes.catalo
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from qbench import schemes
+from qbench import jobs, schemes
 from qbench.schemes.options import SchemeOptions
-from qbench import jobs
-from qbench.model.config import ConfigError, StepModelConfig
-from qbench.quality.spec import QualitySpec
-from qbench.quality.spec import check as check_quality
-from qbench.step.spec import ModelSpec
-from qbench.step.spec import check as check_model
 from qbench.model import recipe as recipes
-from qbench.timing import registry
-from qbench.timing.settings import TimingSettings
+from qbench.tables import Frozen, ScenarioError, Tables, TimingSpec, listed, one_line as _one_line, show as _show
 
-#: The layer timing methods a scenario's ``timing.methods`` may list (:mod:`qbench.timing.registry`).
-METHODS = registry.SCENARIO_METHODS
+__all__ = ["Scenario", "ScenarioError", "SchemeEntry", "TimingSpec", "check_output_path", "from_dict", "load",
+           "loads", "only_schemes", "read_bytes", "scenario_class"]
+
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
-#: Largest M a scenario may ask for (rows = batch x tokens).
-M_MAX = 1 << 20
-#: safetensors dtypes a weight may be stored in (header names, safetensors format spec).
-_SAFETENSORS_FLOAT = ("F64", "F32", "F16", "BF16")
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-_VALUE_CHARS = 120
 #: Largest scenario file read (bytes): a scenario is a few hundred bytes; this bounds a read of
 #: ``/dev/zero`` or a huge file instead of filling the memory.
 MAX_SCENARIO_BYTES = 64 << 20
 
 
-class ScenarioError(ValueError):
-    """A scenario that cannot be run: ``"<file>: <key path>: <what is wrong>, got <value>"``."""
-
-    def __init__(self, source: str, key: str, message: str):
-        self.source, self.key, self.message = source, key, message
-        super().__init__(f"{source}: {key}: {message}" if key else f"{source}: {message}")
-
-
-class _Frozen(BaseModel):
-    # allow_inf_nan=False: TOML has ``inf`` and ``nan`` floats; no scenario number may be either.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-class LayerSpec(_Frozen):
-    """The linear layer: ``in_features`` = K, ``out_features`` = N, optional bias."""
-
-    in_features: int = Field(default=4096, gt=0, le=1 << 17)
-    out_features: int = Field(default=4096, gt=0, le=1 << 17)
-    bias: bool = False
-
-
-class TimingSpec(TimingSettings):
-    """A scenario's ``[timing]`` table: the timing knobs (:class:`~qbench.timing.settings.TimingSettings`:
-    warm-up calls, repetition bounds, the target relative half-width of the median's confidence
-    interval, the per-method budget (s), calls per CUDA graph, the L2 flush buffer as a multiple of
-    the L2 size) plus the layer methods to run and the per-scheme worker timeout (s). The timing
-    methods read it as their settings."""
-
-    methods: tuple[Literal[METHODS], ...] = Field(default=METHODS, min_length=1)
-    scheme_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
-
-    @field_validator("methods")
-    @classmethod
-    def _methods(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if len(set(value)) != len(value):
-            raise ValueError("timing methods must be distinct")
-        return value
-
-
-class InputsSpec(_Frozen):
-    """Activation distribution: standard normal, plus ``outlier_fraction`` of the K columns
-    scaled to ``outlier_magnitude`` (LLM.int8-style outlier features)."""
-
-    outlier_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
-    outlier_magnitude: float = Field(default=0.0, ge=0.0, le=1e6)
-
-
-#: ``weight.source`` values whose weight qbench draws itself (errors on them are not a trained layer's).
-SYNTHETIC_WEIGHTS = ("random", "student-t", "outlier-channels")
-#: ``weight.source`` -> the keys of ``[weight]`` it takes (all of them required).
-WEIGHT_KEYS = {"random": (), "student-t": ("df",), "outlier-channels": ("outlier_channels", "outlier_scale"),
-               "safetensors": ("path", "tensor"), "hf-checkpoint": ("path", "tensor")}
-#: The files of a Hugging Face checkpoint folder qbench reads (sharded, or one file).
-HF_INDEX, HF_SINGLE = "model.safetensors.index.json", "model.safetensors"
-
-
-class WeightSpec(_Frozen):
-    """Where the FP32 weight ``[N, K]`` comes from (``docs/scenarios.md``, ``[weight]``):
-
-    * ``random``: seeded Gaussian N(0, 1/K) (synthetic);
-    * ``student-t``: seeded Student-t of ``df`` degrees of freedom (> 2), scaled to variance 1/K:
-      heavy-tailed like trained layers (synthetic);
-    * ``outlier-channels``: the Gaussian with ``outlier_channels`` input channels (columns of W,
-      chosen by the seed) multiplied by ``outlier_scale`` (synthetic);
-    * ``safetensors``: tensor ``tensor`` of the file ``path`` (relative to the scenario file);
-    * ``hf-checkpoint``: tensor ``tensor`` of the Hugging Face checkpoint folder ``path``
-      (``model.safetensors.index.json`` names its shard, else ``model.safetensors``).
-    """
-
-    source: Literal["random", "student-t", "outlier-channels", "safetensors", "hf-checkpoint"] = "random"
-    path: Optional[str] = None
-    tensor: Optional[str] = None
-    df: Optional[float] = Field(None, gt=2.0, le=1e6)
-    outlier_channels: Optional[int] = Field(None, ge=1, le=1 << 17)
-    outlier_scale: Optional[float] = Field(None, gt=0.0, le=1e4)
-
-    @field_validator("df", "outlier_scale", mode="before")
-    @classmethod
-    def _float(cls, value: Any) -> Any:  # TOML's `df = 3` is an int; strict mode would refuse it
-        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
-class SchemeEntry(_Frozen):
+class SchemeEntry(Frozen):
     """One scheme to run: registry ``name``, validated ``options``, the row ``label``, and, for a
     model scenario, an optional mixed ``recipe`` (a scheme per role or block: :mod:`qbench.model.recipe`)."""
 
@@ -147,72 +60,22 @@ class SchemeEntry(_Frozen):
         return schemes.get(self.name)
 
 
-#: Largest tensor-parallel size a scenario may ask for (one host of 8 GPUs).
-TP_MAX = 8
-
-
-class TpSpec(_Frozen):
-    """Tensor parallelism (``[tp]``, see ``docs/tp.md``): the layer sharded over ``tp_size``
-    ranks, each a power of two <= 8. ``split``: ``column`` shards N (each rank computes
-    ``Y[:, N/p slice]``, then an all-gather), ``row`` shards K (each rank a partial ``Y``, then an
-    all-reduce); one of them or both. ``reduce_dtype``: what the row split all-reduces, the
-    layer's ``output`` dtype (as Megatron-LM and vLLM do) or ``float32`` partial sums."""
-
-    tp_size: tuple[int, ...] = Field(min_length=1, max_length=4)
-    split: tuple[Literal["column", "row"], ...] = Field(default=("column", "row"), min_length=1, max_length=2)
-    reduce_dtype: Literal["output", "float32"] = "output"
-
-    @field_validator("tp_size", "split", mode="before")
-    @classmethod
-    def _listed(cls, value: Any) -> Any:
-        if isinstance(value, (int, str)) and not isinstance(value, bool):
-            return (value,)
-        return tuple(value) if isinstance(value, list) else value
-
-    @field_validator("tp_size")
-    @classmethod
-    def _tp_size(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        for i, p in enumerate(value):
-            if not 1 <= p <= TP_MAX or p & (p - 1):
-                raise ValueError(f"every tp_size must be a power of two in 1..{TP_MAX}, item {i} is {p}")
-        if len(set(value)) != len(value):
-            raise ValueError("tp_size values must be distinct")
-        return value
-
-    @field_validator("split")
-    @classmethod
-    def _split(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if len(set(value)) != len(value):
-            raise ValueError("split values must be distinct")
-        return value
-
-
-class Scenario(_Frozen):
-    """A validated scenario. ``m`` lists the M values (rows = batch x tokens)."""
+class Scenario(Frozen):
+    """A validated scenario: the keys every job kind shares. A loaded scenario is an instance of its
+    kind's class (:func:`scenario_class`), which adds the kind's own keys (``scenario.m``,
+    ``scenario.model``, ...); ``job`` names the kind."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, arbitrary_types_allowed=True,
                               allow_inf_nan=False)
+    job: ClassVar[str] = ""
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
     seed: int = Field(default=0, ge=0, lt=2**63)
     device: str = "auto"
     output: Optional[str] = None
-    m: tuple[int, ...] = Field(min_length=1, max_length=64)
-    layer: LayerSpec = LayerSpec()
     timing: TimingSpec = TimingSpec()
-    inputs: InputsSpec = InputsSpec()
-    weight: WeightSpec = WeightSpec()
     schemes: tuple[SchemeEntry, ...] = Field(min_length=1)
-    tp: Optional[TpSpec] = None
-    model: Optional[ModelSpec] = None
-    quality: Optional[QualitySpec] = None
     source: str = "<scenario>"
-
-    @property
-    def job(self) -> str:
-        """The job kind (:func:`qbench.jobs.of_scenario`): ``"quality"`` (``[quality]`` and ``[model]``),
-        ``"step"`` (a ``[model]`` table: the whole decode step), ``"tp"`` (a ``[tp]`` table) or ``"layer"``."""
-        return jobs.of_scenario(self).name
 
     @field_validator("device")
     @classmethod
@@ -221,42 +84,28 @@ class Scenario(_Frozen):
             raise ValueError("must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
         return value
 
-    @field_validator("m")
-    @classmethod
-    def _m(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        for i, m in enumerate(value):
-            if m <= 0 or m > M_MAX:
-                raise ValueError(f"every M must be an integer in 1..{M_MAX}, item {i} is {m}")
-        if len(set(value)) != len(value):
-            raise ValueError("M values must be distinct")
-        return value
+    def tables_dict(self) -> dict:  # the kind's table model has its own (qbench.tables.Tables)
+        return {}
 
     def to_dict(self) -> dict:
         """The scenario as run, JSON-ready (scheme options expanded, defaults included)."""
-        data = self.model_dump(exclude={"schemes"})
-        data["m"] = list(self.m)
-        data["timing"]["methods"] = list(self.timing.methods)
+        data = {key: getattr(self, key) for key in ("name", "description", "seed", "device", "output")}
+        data.update(self.tables_dict())
+        data["timing"] = listed(self.timing)
+        data["source"] = self.source
         data["schemes"] = [{"name": e.name, **e.options.model_dump(exclude_none=True),
                             **(e.recipe.to_scenario() if e.recipe else {})} for e in self.schemes]
-        if self.model is None:
-            data.pop("model")
-            for key in ("df", "outlier_channels", "outlier_scale"):  # as files before these keys were written
-                if data["weight"].get(key) is None:
-                    data["weight"].pop(key, None)
-        else:
-            data["model"] = self.model.to_dict()
-            for key in ("layer", "weight", "inputs"):
-                data.pop(key)
-            data["timing"].pop("methods")
-        if self.quality is None:
-            data.pop("quality")
-        else:
-            data.pop("m")  # a quality scenario has no M of its own (:func:`from_dict` sets the chunk)
-        if self.tp is None:
-            data.pop("tp")
-        else:
-            data["tp"] = {**data["tp"], "tp_size": list(self.tp.tp_size), "split": list(self.tp.split)}
         return data
+
+
+@functools.cache
+def scenario_class(job: str) -> type[Scenario]:
+    """The class of a scenario of job kind ``job``: :class:`Scenario`'s shared keys and the kind's
+    table model (:attr:`qbench.jobs.Job.tables`, imported on first use), whose keys win (a kind may
+    widen ``[timing]``)."""
+    tables = jobs.load(jobs.get(job).tables)
+    return type(f"{job.capitalize()}Scenario", (tables, Scenario), {"job": job, "__module__": __name__,
+                                                                     "__qualname__": f"{job.capitalize()}Scenario"})
 
 
 def load(path: str | Path) -> Scenario:
@@ -312,8 +161,9 @@ def loads(data: bytes, source: str) -> Scenario:
     except RecursionError:
         raise ScenarioError(source, "", "not valid TOML: arrays or tables nested too deeply") from None
     if "source" in parsed:
+        fields = scenario_class(jobs.of_tables(parsed).name).model_fields
         raise ScenarioError(source, "source", f"unknown key (qbench records the file itself); allowed: "
-                                              f"{', '.join(k for k in Scenario.model_fields if k != 'source')}")
+                                              f"{', '.join(k for k in fields if k != 'source')}")
     try:
         scenario = from_dict(parsed, source)
     except RecursionError:
@@ -381,7 +231,9 @@ def only_schemes(scenario: Scenario, values: list[str]) -> Scenario:
 
 
 def from_dict(data: Any, source: str = "<scenario>") -> Scenario:
-    """Validate a parsed scenario (a dict as tomllib returns it, or :meth:`Scenario.to_dict`).
+    """Validate a parsed scenario (a dict as tomllib returns it, or :meth:`Scenario.to_dict`) as the
+    job kind its tables select (:func:`qbench.jobs.of_tables`), then the kind's own rules
+    (:attr:`qbench.jobs.Job.check`).
 
     Raises:
         ScenarioError: naming ``source``, the key path and the bad value.
@@ -392,50 +244,17 @@ def from_dict(data: Any, source: str = "<scenario>") -> Scenario:
     data.pop("source", None)
     raw_schemes = data.pop("schemes", None)
     entries = _scheme_entries(raw_schemes, source, data)
-    if "quality" in data:
-        if not isinstance(data.get("model"), dict):
-            raise ScenarioError(source, "model", "a quality scenario ([quality]) names its model in a [model] table "
-                                                 "(checkpoint = a Hugging Face folder), got none")
-        if "m" in data:
-            raise ScenarioError(source, "m", "not used by a quality scenario: each chunk runs at M = quality.chunk "
-                                             f"tokens; remove it, got {_show(data['m'])}")
-        chunk = data["quality"].get("chunk", 512) if isinstance(data["quality"], dict) else 512
-        data["m"] = (chunk,) if isinstance(chunk, int) and not isinstance(chunk, bool) and 0 < chunk <= M_MAX else (1,)
-    if "m" in data:
-        data["m"] = _m_values(data["m"], source)
-    if isinstance(data.get("model"), dict):
-        if "layer" in data:
-            raise ScenarioError(source, "layer", "a model-step scenario ([model]) builds every layer of the model; "
-                                                 "remove [layer], got a [layer] table")
-        for key in ("tp", "weight", "inputs"):
-            if key in data:
-                raise ScenarioError(source, key, f"not used by a model-step scenario ([model]): its weights are seeded "
-                                                 f"per block and its inputs are token ids; remove [{key}]")
-        if isinstance(data.get("timing"), dict) and "methods" in data["timing"]:
-            raise ScenarioError(source, "timing.methods", "a model-step scenario lists its step methods in "
-                                                          f"model.methods, got {_show(data['timing']['methods'])}")
+    job = jobs.of_tables(data)
+    cls = scenario_class(job.name)
+    data = cls.prepare(data, source)
     if isinstance(data.get("timing"), dict) and isinstance(data["timing"].get("methods"), list):
         data["timing"] = {**data["timing"], "methods": tuple(data["timing"]["methods"])}
     try:
-        scenario = Scenario.model_validate({**data, "schemes": entries, "source": source})
+        scenario = cls.model_validate({**data, "schemes": entries, "source": source})
     except ValidationError as exc:
-        raise _as_scenario_error(exc, source, Scenario) from None
-    _check_cross_fields(scenario)
+        raise _as_scenario_error(exc, source, cls) from None
+    jobs.load(job.check)(scenario)
     return scenario
-
-
-def _m_values(raw: Any, source: str) -> tuple:
-    """``m`` as a tuple, each out-of-range item named ``m[i]``; wrong item types go on to pydantic."""
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        raw = [raw]
-    if not isinstance(raw, (list, tuple)):
-        raise ScenarioError(source, "m", f"must be a list of integers (rows = batch x tokens) or one integer, got {_show(raw)}")
-    if not raw:
-        raise ScenarioError(source, "m", "is empty: list at least one M (rows = batch x tokens), got []")
-    for i, m in enumerate(raw):
-        if isinstance(m, int) and not isinstance(m, bool) and not 1 <= m <= M_MAX:
-            raise ScenarioError(source, f"m[{i}]", f"must be an integer in 1..{M_MAX} (rows = batch x tokens), got {m}")
-    return tuple(raw)
 
 
 def _under_table(table: str, key: str) -> str:
@@ -503,271 +322,6 @@ def _auto_label(name: str, options: SchemeOptions) -> str:
     return label + (f"[{','.join(changed)}]" if changed else "")
 
 
-def _check_cross_fields(scenario: Scenario) -> None:
-    k = scenario.layer.in_features
-    n = scenario.layer.out_features
-    # a model-step scenario's shapes are the model's: a scheme that cannot take one is a skipped row
-    for i, entry in enumerate(() if scenario.model is not None else scenario.schemes):
-        multiple = entry.scheme.k_multiple(entry.options)
-        if k % multiple:
-            raise ScenarioError(scenario.source, "layer.in_features",
-                                f"must be a multiple of {multiple} (group/block size or kernel constraint of schemes[{i}] "
-                                f"{entry.label}), got {k}")
-        multiple = entry.scheme.n_multiple(entry.options)
-        if n % multiple:
-            raise ScenarioError(scenario.source, "layer.out_features",
-                                f"must be a multiple of {multiple} (kernel constraint of schemes[{i}] {entry.label}), got {n}")
-    _check_weight(scenario)
-    if scenario.inputs.outlier_fraction > 0 and scenario.inputs.outlier_magnitude <= 0:
-        raise ScenarioError(scenario.source, "inputs.outlier_magnitude",
-                            f"must be > 0 when outlier_fraction > 0, got {scenario.inputs.outlier_magnitude}")
-    if scenario.tp is not None:
-        _check_tp(scenario)
-    config = None
-    if scenario.quality is not None:
-        config = quality_model(scenario)
-    elif scenario.model is not None:
-        config = step_model(scenario)
-    _check_recipes(scenario, config)
-
-
-def _check_recipes(scenario: Scenario, config: Optional[StepModelConfig]) -> None:
-    """Every recipe (:func:`qbench.model.recipe.check`) against the model; a layer or tp scenario refuses one."""
-    entries = [(i, e) for i, e in enumerate(scenario.schemes) if e.recipe is not None]
-    if not entries:
-        return
-    if config is None:
-        i, entry = entries[0]
-        key = f"schemes[{i}].{'recipe' if entry.recipe.roles else 'keep_blocks'}"
-        raise ScenarioError(scenario.source, key, f"a recipe picks a scheme per linear of a model ([model]); a "
-                                                  f"{scenario.job} scenario measures one "
-                                                  f"{'sharded ' if scenario.tp else ''}linear layer, got a recipe on "
-                                                  f"{entry.label!r}")
-    if scenario.quality is not None:
-        head, head_key = ("scheme" if scenario.quality.lm_head else "float"), "quality.lm_head"
-    else:
-        spec = scenario.model
-        head = "none" if not spec.lm_head else ("scheme" if spec.quantize_lm_head else "float")
-        head_key = "model.quantize_lm_head" + ("" if spec.lm_head else " (and model.lm_head)")
-    try:
-        for i, entry in entries:
-            recipes.check(entry.recipe, recipes.Choice(entry.name, entry.options), config.blocks, head,
-                          f"schemes[{i}]", head_key)
-    except recipes.RecipeError as exc:
-        raise ScenarioError(scenario.source, exc.key, exc.message) from None
-
-
-def quality_model(scenario: Scenario) -> StepModelConfig:
-    """The model of a quality scenario with its checkpoint, tokenizer and text checked
-    (:func:`qbench.quality.spec.check`). Torch-free.
-
-    Raises:
-        ScenarioError: the key ``model.<key>`` or ``quality.<key>`` at fault and why."""
-    try:
-        return check_quality(scenario.model, scenario.quality, scenario.source)
-    except ConfigError as exc:
-        raise ScenarioError(scenario.source, exc.key, exc.message) from None
-
-
-def _check_tp(scenario: Scenario) -> None:
-    """Every shard is a whole layer: N (column) or K (row) divides by every tp_size, and a row
-    shard's K stays a multiple of every scheme's group/block size (groups never straddle ranks)."""
-    tp, k, n = scenario.tp, scenario.layer.in_features, scenario.layer.out_features
-    for split in tp.split:
-        dim, name = (n, "layer.out_features (N, split = 'column')") if split == "column" else (k, "layer.in_features (K, split = 'row')")
-        for p in tp.tp_size:
-            if dim % p:
-                raise ScenarioError(scenario.source, "tp.tp_size", f"{name} = {dim} must divide by every tp_size, got {p}")
-            if split != "row":
-                continue
-            for i, entry in enumerate(scenario.schemes):
-                multiple = entry.scheme.k_multiple(entry.options)
-                if (k // p) % multiple:
-                    raise ScenarioError(scenario.source, "tp.tp_size",
-                                        f"a row shard's K = {k}/{p} = {k // p} must be a multiple of {multiple} "
-                                        f"(group/block size of schemes[{i}] {entry.label}), got {p}")
-
-
-def step_model(scenario: Scenario) -> StepModelConfig:
-    """The model a model-step scenario's ``[model]`` table names (a preset, or the config.json at
-    ``model.config``), checked against its ``context`` and ``blocks`` (:func:`qbench.step.spec.check`).
-    Torch-free.
-
-    Raises:
-        ScenarioError: the scenario has no ``[model]`` table, or the key ``model.<key>`` that
-            :func:`qbench.step.spec.check` refuses and why.
-    """
-    if scenario.model is None:
-        raise ScenarioError(scenario.source, "model", "not a model-step scenario (it has no [model] table)")
-    try:
-        return check_model(scenario.model, scenario.source)
-    except ConfigError as exc:
-        raise ScenarioError(scenario.source, exc.key, exc.message) from None
-
-
-def weight_path(scenario: Scenario) -> Path:
-    """``weight.path`` (a safetensors file or a checkpoint folder), relative to the scenario file's folder."""
-    path = Path(scenario.weight.path or "")
-    return path if path.is_absolute() else Path(scenario.source).parent / path
-
-
-def weight_file(scenario: Scenario) -> Path:
-    """The safetensors file holding ``weight.tensor``: ``weight.path`` itself (``safetensors``), or the
-    shard of the checkpoint folder that its ``model.safetensors.index.json`` names, else its
-    ``model.safetensors`` (``hf-checkpoint``). Torch-free: reads the index only.
-
-    Raises:
-        ScenarioError: not a folder, no index and no single file, an unreadable index, a tensor
-            the index does not list, or a shard name that leaves the folder (file, key, value).
-    """
-    path = weight_path(scenario)
-    if scenario.weight.source != "hf-checkpoint":
-        return path
-    source, name = scenario.source, scenario.weight.tensor
-    if not path.is_dir():
-        raise ScenarioError(source, "weight.path", f"must be a Hugging Face checkpoint folder (relative to the scenario's "
-                                                   f"folder) holding {HF_INDEX} or {HF_SINGLE}, got {_show(str(path))}")
-    index = path / HF_INDEX
-    if not index.is_file():
-        if (path / HF_SINGLE).is_file():
-            return path / HF_SINGLE
-        raise ScenarioError(source, "weight.path", f"has neither {HF_INDEX} nor {HF_SINGLE}, got {_show(str(path))}")
-    try:
-        if index.stat().st_size > 100 << 20:
-            raise ValueError("larger than 100 MiB")
-        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
-    except (OSError, ValueError, AttributeError, RecursionError) as exc:
-        raise ScenarioError(source, "weight.path", f"{HF_INDEX} is not a readable JSON index "
-                                                   f"({_one_line(str(exc)) or type(exc).__name__}), got {_show(str(index))}") from None
-    if not isinstance(weight_map, dict):
-        raise ScenarioError(source, "weight.path", f"{HF_INDEX} has no 'weight_map' table, got {_show(str(index))}")
-    shard = weight_map.get(name)
-    if shard is None:
-        names = sorted(str(key) for key in weight_map)
-        have = (", ".join(names[:8]) + (", ..." if len(names) > 8 else "")) if names else "no tensors"
-        raise ScenarioError(source, "weight.tensor", f"not in {HF_INDEX} of {path.name} (it has {have}), got {_show(name)}")
-    if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
-        raise ScenarioError(source, "weight.tensor", f"{HF_INDEX} maps it to a shard that is not a file name in the "
-                                                     f"folder ({_show(shard)}), got {_show(name)}")
-    return path / shard
-
-
-def weight_source(scenario: Scenario) -> str:
-    """Where the weight of every row comes from, one line (the rows' ``weight_source``): ``seeded
-    Gaussian N(0, 1/K) (synthetic, seed 0)``, ``Student-t (df=3) ...``, ``outlier channels ...``,
-    ``safetensors <file>:<tensor>``, ``HF checkpoint <folder>:<tensor>``. Torch-free."""
-    w, seed = scenario.weight, scenario.seed
-    if w.source == "random":
-        return f"seeded Gaussian N(0, 1/K) (synthetic, seed {seed})"
-    if w.source == "student-t":
-        return f"Student-t (df={w.df:g}) scaled to variance 1/K (synthetic, seed {seed})"
-    if w.source == "outlier-channels":
-        return (f"outlier channels: {w.outlier_channels} of the K input channels x {w.outlier_scale:g} on N(0, 1/K) "
-                f"(synthetic, seed {seed})")
-    if w.source == "hf-checkpoint":
-        return f"HF checkpoint {w.path}:{w.tensor}"
-    return f"safetensors {w.path}:{w.tensor}"
-
-
-def weight_is_synthetic(scenario: Scenario) -> bool:
-    """Whether qbench drew the weight itself (:data:`SYNTHETIC_WEIGHTS`): its errors are not a trained layer's."""
-    return scenario.weight.source in SYNTHETIC_WEIGHTS
-
-
-def _check_weight(scenario: Scenario) -> None:
-    """``[weight]``: the keys its ``source`` takes are all given, no other is; a file source holds the
-    tensor (:func:`_check_safetensors`); ``outlier_channels`` is at most K."""
-    weight, source = scenario.weight, scenario.source
-    wanted = WEIGHT_KEYS[weight.source]
-    for key in ("path", "tensor", "df", "outlier_channels", "outlier_scale"):
-        value = getattr(weight, key)
-        if key in wanted and value in (None, ""):
-            raise ScenarioError(source, f"weight.{key}", f"missing: source = {weight.source!r} needs "
-                                                         f"{'both ' if len(wanted) == 2 else ''}"
-                                                         f"{' and '.join(repr(k) for k in wanted)}, got "
-                                                         f"{_show(weight.model_dump(exclude_none=True))}")
-        if key not in wanted and value is not None:
-            users = [s for s, keys in WEIGHT_KEYS.items() if key in keys]
-            raise ScenarioError(source, f"weight.{key}", f"only used with source = {' or '.join(repr(u) for u in users)}, "
-                                                         f"got source = {weight.source!r}")
-    if weight.source == "outlier-channels" and weight.outlier_channels > scenario.layer.in_features:
-        raise ScenarioError(source, "weight.outlier_channels", f"must be at most in_features = "
-                                                               f"{scenario.layer.in_features}, got {weight.outlier_channels}")
-    if weight.source in ("safetensors", "hf-checkpoint"):
-        _check_safetensors(scenario)
-
-
-def _check_safetensors(scenario: Scenario) -> None:
-    """The weight file (:func:`weight_file`) exists and holds ``weight.tensor`` as a float tensor
-    of shape ``[N, K]``.
-
-    Reads only the file's header (8-byte little-endian length, then JSON; safetensors format
-    spec), never the tensor data.
-    """
-    source, name = scenario.source, scenario.weight.tensor
-    n, k = scenario.layer.out_features, scenario.layer.in_features
-    import importlib.util
-
-    if importlib.util.find_spec("safetensors") is None:  # the workers load the weight with it
-        raise ScenarioError(source, "weight.source", f"{scenario.weight.source!r} needs the safetensors package "
-                                                     "(pip install safetensors, or qbench's extra: pip install -e '.[safetensors]'), "
-                                                     f"got source = {scenario.weight.source!r}")
-    path = weight_file(scenario)
-    if not path.is_file():
-        raise ScenarioError(source, "weight.path", f"no such file (relative to the scenario's folder), "
-                                                   f"got {_show(str(path))}")
-    try:
-        header = _safetensors_header(path)
-    except (OSError, ValueError) as exc:
-        raise ScenarioError(source, "weight.path", f"not a readable safetensors file ({_one_line(str(exc))}), "
-                                                   f"got {_show(str(path))}") from None
-    entry = header.get(name)
-    if not isinstance(entry, dict) or name == "__metadata__":
-        names = sorted(key for key in header if key != "__metadata__")
-        have = (", ".join(names[:8]) + (", ..." if len(names) > 8 else "")) if names else "no tensors"
-        raise ScenarioError(source, "weight.tensor", f"not in {path.name} (it has {have}), got {_show(name)}")
-    shape, dtype = entry.get("shape"), entry.get("dtype")
-    if shape != [n, k]:
-        raise ScenarioError(source, "weight.tensor", f"shape must be [out_features, in_features] = [{n}, {k}], "
-                                                     f"got {name!r} of shape {_show(shape)}")
-    if dtype not in _SAFETENSORS_FLOAT:
-        raise ScenarioError(source, "weight.tensor", f"dtype must be one of {', '.join(_SAFETENSORS_FLOAT)}, "
-                                                     f"got {name!r} of dtype {_show(dtype)}")
-
-
-def _safetensors_header(path: Path) -> dict:
-    """The JSON header of a safetensors file: ``{name: {"dtype", "shape", "data_offsets"}}``.
-
-    Raises:
-        ValueError: the file is too short or its header is not a JSON object (json's
-            ``JSONDecodeError`` and ``UnicodeDecodeError`` are ValueErrors).
-    """
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise ValueError("shorter than the 8-byte header length")
-        length = int.from_bytes(head, "little")
-        if length > min(size - 8, 100 << 20):
-            raise ValueError(f"header length {length} does not fit the file ({size} bytes)")
-        header = json.loads(f.read(length).decode("utf-8"))
-    if not isinstance(header, dict):
-        raise ValueError("header is not a JSON object")
-    return header
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _show(value: Any) -> str:
-    """``repr(value)`` on one line, cut to ``_VALUE_CHARS`` characters."""
-    if isinstance(value, tuple):  # lists become tuples before validation; show what the file says
-        value = list(value)
-    text = repr(value)
-    return text if len(text) <= _VALUE_CHARS else text[: _VALUE_CHARS - 3] + "..."
-
-
 def _key_part(part: Any) -> str:
     if isinstance(part, int):
         return f"[{part}]"
@@ -791,14 +345,24 @@ def _as_scenario_error(exc: ValidationError, source: str, root: type[BaseModel],
     loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
     key = prefix + ".".join(_key_part(p) for p in loc).replace(".[", "[")
     kind, msg = err["type"], err["msg"]
+    job = getattr(root, "job", "") if not prefix else ""
     if kind == "extra_forbidden":
+        owners = [j for j in reversed(jobs.JOBS) if job and j != job and _path(scenario_class(j), loc) is not None]
+        if owners:  # another kind's key: say which kind takes it
+            table = isinstance(_path(scenario_class(owners[0]), loc), type)
+            thing = f"[{loc[-1]}]" if table and len(loc) == 1 else repr(loc[-1])
+            why = root.REFUSED.get(".".join(map(str, loc))) if issubclass(root, Tables) else None
+            kinds = " or ".join([", ".join(owners[:-1]), owners[-1]] if len(owners) > 1 else owners)
+            return ScenarioError(source, key, f"a {job} scenario takes no {thing} (a {kinds} key"
+                                              f"{': ' + why if why else ''})")
         allowed = _allowed_keys(root, loc)
         hint = ""
         if len(loc) == 2 and isinstance(loc[-1], str) and loc[-1] in root.model_fields and not prefix:
             hint = f"; '{loc[-1]}' is a top-level key: {_under_table(loc[0], loc[-1])}"
         return ScenarioError(source, key, f"unknown key{what}" + (f"; allowed: {', '.join(allowed)}" if allowed else "") + hint)
     if kind == "missing":
-        return ScenarioError(source, key, f"missing{what}: this key is required")
+        said = root.MISSING.get(key) if issubclass(root, Tables) and len(loc) == 1 else None
+        return ScenarioError(source, key, said or f"missing{what}: this key is required")
     msg = _one_line(msg.removeprefix("Value error, ")) or "invalid"
     msg = msg[0].lower() + msg[1:]
     for pattern, wording in _REWORDS:
@@ -806,7 +370,28 @@ def _as_scenario_error(exc: ValidationError, source: str, root: type[BaseModel],
     return ScenarioError(source, key.rstrip(".") or "scenario", f"{msg}{what}, got {_show(err.get('input'))}")
 
 
+def _path(root: type[BaseModel], loc: list) -> Any:
+    """What the key path ``loc`` is in model ``root``: the nested model class of a table, another
+    annotation for a plain key, None when ``root`` has no such key."""
+    model: Any = root
+    for part in loc:
+        fields = getattr(model, "model_fields", None) if isinstance(model, type) else None
+        field = fields.get(part) if fields and isinstance(part, str) else None
+        if field is None:
+            return None
+        model = field.annotation
+    return model
+
+
 def _allowed_keys(root: type[BaseModel], loc: list) -> list[str]:
+    """The keys allowed where ``loc`` points; at the top of a kind's scenario, the shared keys around the
+    kind's own, then the tables that would make the file another kind (tried first: :data:`qbench.jobs.JOBS`)."""
+    job = getattr(root, "job", "")
+    if len(loc) == 1 and job:
+        shared, before = list(Scenario.model_fields), list(jobs.JOBS)[:list(jobs.JOBS).index(job)]
+        own = [k for k in root.model_fields if k not in shared]
+        return (shared[:5] + own + [k for k in shared[5:] if k != "source"]
+                + [t for j in reversed(before) if (t := jobs.JOBS[j].table) not in root.model_fields])
     model: Any = root
     for part in loc[:-1]:
         field = model.model_fields.get(part) if isinstance(part, str) else None

@@ -51,7 +51,7 @@ def main(argv: list[str], go=None) -> int:
     device = torch.device(job["device"])
     entry = scenario.schemes[job["entry_index"]]
     scheme = entry.scheme
-    import_ahead(scheme, entry, device, scenario.m)
+    import_ahead(scheme, entry, device, getattr(scenario, "m", ()))  # a quality run has no M
     if device.type == "cuda":
         torch.cuda.init()
         torch.empty(1, device=device)  # creates the context; allocates, launches no kernel

@@ -1,4 +1,4 @@
-"""memory: the peak-memory estimate (hand-computed) and the check that refuses a scenario that
+"""memory: the layer job's peak-memory estimate (hand-computed, :mod:`qbench.layer.memory`) and the check that refuses a scenario that
 cannot fit, naming ``layer`` or ``m``, before anything is allocated."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from qbench import hardware, memory
+from qbench.layer import memory as layer_memory
 from qbench.scenario import ScenarioError, from_dict
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -19,7 +20,7 @@ def _scenario(k=4096, n=4096, m=(1, 16), schemes=("fp16",), bias=False, timing=N
 
 def test_estimate_by_hand_cpu():
     k, n, ms = 4096, 2048, (1, 16)
-    est = memory.estimate_bytes(_scenario(k, n, ms, schemes=("fp16", "int4-intx")), "cpu")
+    est = layer_memory.estimate_bytes(_scenario(k, n, ms, schemes=("fp16", "int4-intx")), "cpu")
     # FP32 weight 4 NK + 16-bit staging 2 NK + FP32 temporary 4 NK + widest stored weight (2 NK: fp16 / bf16 source)
     assert est["weights"] == (4 + 2 + 4 + 2) * n * k
     assert est["activations"] == 4 * 16 * k + (1 + 16) * k * 2
@@ -32,21 +33,21 @@ def test_estimate_by_hand_cpu():
 
 def test_fp32_scheme_and_bias_count_four_bytes():
     k = n = 1024
-    est = memory.estimate_bytes(_scenario(k, n, (1,), schemes=("fp16", "fp32"), bias=True), "cpu")
+    est = layer_memory.estimate_bytes(_scenario(k, n, (1,), schemes=("fp16", "fp32"), bias=True), "cpu")
     assert est["weights"] == (4 + 2 + 4 + 4) * n * k + 4 * n
     assert est["activations"] == 4 * k + 4 * k  # fp32 is the widest activation dtype
 
 
 def test_cuda_adds_the_flush_buffer_only_for_cold_timing():
     sc = _scenario()
-    est = memory.estimate_bytes(sc, torch.device("cuda"), l2_bytes=50 * MiB)
+    est = layer_memory.estimate_bytes(sc, torch.device("cuda"), l2_bytes=50 * MiB)
     assert est["flush"] == 4 * 50 * MiB  # timing.flush_multiple (default 4) x L2
     sc2 = _scenario(timing={"flush_multiple": 8})
-    assert memory.estimate_bytes(sc2, "cuda:0", l2_bytes=50 * MiB)["flush"] == 8 * 50 * MiB
+    assert layer_memory.estimate_bytes(sc2, "cuda:0", l2_bytes=50 * MiB)["flush"] == 8 * 50 * MiB
     warm_only = _scenario(timing={"methods": ["warm", "eager"]})
-    assert memory.estimate_bytes(warm_only, "cuda", l2_bytes=50 * MiB)["flush"] == 0
+    assert layer_memory.estimate_bytes(warm_only, "cuda", l2_bytes=50 * MiB)["flush"] == 0
     kernel_only = _scenario(timing={"methods": ["kernel"]})  # the kernel method flushes the L2 too
-    assert memory.estimate_bytes(kernel_only, "cuda", l2_bytes=50 * MiB)["flush"] == 4 * 50 * MiB
+    assert layer_memory.estimate_bytes(kernel_only, "cuda", l2_bytes=50 * MiB)["flush"] == 4 * 50 * MiB
 
 
 def test_estimate_does_not_allocate():
@@ -54,7 +55,7 @@ def test_estimate_does_not_allocate():
     hand, with NK = 2^34, MK = MN = 2^37 and fp16 (2 bytes) the widest activation and stored weight:
     weights (4 + 2 + 4 + 2) NK, activations 4 MK + 2 MK, reference 8 (MK + NK + MN), outputs
     (4 + 24) MN, overhead 512 MiB = 2^29."""
-    est = memory.estimate_bytes(_scenario(1 << 17, 1 << 17, (1 << 20,)), "cpu")
+    est = layer_memory.estimate_bytes(_scenario(1 << 17, 1 << 17, (1 << 20,)), "cpu")
     nk, mk = 1 << 34, 1 << 37
     assert est["weights"] == 12 * nk and est["activations"] == 6 * mk
     assert est["reference"] == 8 * (2 * mk + nk) and est["outputs"] == 28 * mk
@@ -86,7 +87,7 @@ def test_check_fits_blames_the_layer_when_it_cannot_fit_at_m_1():
 
 def test_check_fits_on_cuda_counts_the_flush(monkeypatch):
     sc = _scenario(256, 256, (1,))
-    base = memory.estimate_bytes(sc, "cuda", l2_bytes=0)["total"]
+    base = layer_memory.estimate_bytes(sc, "cuda", l2_bytes=0)["total"]
     memory.check_fits(sc, "cuda", free=base, l2_bytes=0)
     with pytest.raises(ScenarioError, match="flush 200.0 MiB"):
         memory.check_fits(sc, "cuda", free=base + 100 * MiB, l2_bytes=50 * MiB)
@@ -97,7 +98,7 @@ def test_unknown_free_memory_skips_the_check(monkeypatch):
     with pytest.raises(ScenarioError):  # with the free memory known, this scenario is refused
         memory.check_fits(huge, "cpu", free=8 * GiB)
     monkeypatch.setattr(memory, "free_bytes", lambda device: None)
-    monkeypatch.setattr(memory, "estimate_bytes", lambda *a, **k: pytest.fail("estimated without free memory"))
+    monkeypatch.setattr(layer_memory, "estimate_bytes", lambda *a, **k: pytest.fail("estimated without free memory"))
     assert memory.check_fits(huge, "cpu") is None
 
 

@@ -98,6 +98,24 @@ def test_resume_of_a_complete_file_adds_the_schemes_it_lacks(tmp_path, monkeypat
     assert [s["name"] for s in doc["scenario"]["schemes"]] == ["fp16", "bf16"]
 
 
+def test_resume_keeps_the_wall_time_and_says_when_there_is_nothing_to_resume(tmp_path, capsys):
+    """A resume of a complete file with nothing left to measure keeps its wall_s (it read 5.4 s after
+    an 80.4 s run); a resume that measures more adds to it; --resume without a file says so."""
+    import json
+
+    out, sc = tmp_path / "r.json", _scenario(tmp_path, ["fp16"])
+    assert cli.main(["run", str(sc), "--out", str(out), "--resume"]) == 0
+    assert "nothing to resume: no partial or complete result at" in capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    doc["wall_s"] = 80.4  # as if the first run took long
+    out.write_text(json.dumps(doc))
+    assert cli.main(["run", str(sc), "--out", str(out), "--resume"]) == 0
+    assert "nothing to measure (its wall time is kept)" in capsys.readouterr().err
+    assert json.loads(out.read_text())["wall_s"] == 80.4
+    assert _run(_scenario(tmp_path, ["fp16", "bf16"], name="t.toml"), "--out", out, "--resume") == 0
+    assert json.loads(out.read_text())["wall_s"] > 80.4
+
+
 def test_resume_refuses_a_file_of_another_scenario_or_a_bad_file(tmp_path, capsys):
     out = tmp_path / "r.json"
     assert _run(_scenario(tmp_path, ["fp16"]), "--out", out) == 0
@@ -444,7 +462,7 @@ def test_check_and_run_answer_a_typo_without_importing_torch(tmp_path):
     proc = _fresh(code)
     assert proc.stdout.strip().splitlines()[-1] == "[2, 2, 0] False", proc.stderr
     assert proc.stderr.strip().splitlines() == [f"qbench: {bad}: ms: unknown key; allowed: name, description, seed, "
-                                                "device, output, m, layer, timing, inputs, weight, schemes, tp, model, "
+                                                "device, output, m, layer, inputs, weight, timing, schemes, tp, model, "
                                                 "quality"] * 2
     assert proc.stdout.strip().splitlines()[0] == (f"{good}: ok: 2 schemes (fp16, nf4-bnb); M = [1]; K = 256, N = 128; "
                                                    "device auto")

@@ -450,7 +450,9 @@ def test_must_release_only_when_two_workers_would_not_fit(monkeypatch, tmp_path)
 
     gib = 1 << 30
     sc = _load(tmp_path, small_scenario_toml(["bf16"], m=(1,)))
-    monkeypatch.setattr(memory, "estimate_bytes", lambda scenario, dev: {"total": 40 * gib})
+    from qbench.layer import memory as layer_memory
+
+    monkeypatch.setattr(layer_memory, "estimate_bytes", lambda scenario, dev: {"total": 40 * gib})
     cuda = torch.device("cuda", 0)
     for free, expected in ((100 * gib, False), (83 * gib, False), (83 * gib - 1, True), (None, True)):
         monkeypatch.setattr(memory, "free_bytes", lambda dev, free=free: free)

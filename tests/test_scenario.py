@@ -37,7 +37,7 @@ def test_shipped_scenarios_load(path):
         text = path.read_text(encoding="utf-8").replace(f'checkpoint = "{fetched}"', f'checkpoint = "{TINY.as_posix()}"')
         assert TINY.as_posix() in text
         sc = scenario.loads(text.encode(), str(path))
-    assert sc.schemes and sc.m
+    assert sc.schemes and (sc.quality.chunk if sc.job == "quality" else sc.m)  # a quality run has no M
     assert scenario.from_dict(sc.to_dict(), str(path)) == sc  # the JSON "scenario as run" round-trips
 
 
@@ -128,12 +128,13 @@ def test_fp8_dynamic_names_its_multiple_of_16_before_anything_runs(tmp_path):
 
 
 def test_step_model_is_the_checked_model_of_a_step_scenario():
-    """scenario.step_model: the preset a [model] table names (what memory's fit check and
+    """step.spec.step_model: the preset a [model] table names (what the step's fit check and
     ``qbench check`` read); a layer scenario has none and is refused naming ``model``."""
     from qbench.model.config import PRESETS
+    from qbench.step.spec import step_model
 
     sc = scenario.load(ROOT / "scenarios" / "step_tiny.toml")
-    assert scenario.step_model(sc) == PRESETS["tiny"]
+    assert step_model(sc) == PRESETS["tiny"]
     layer = scenario.load(ROOT / "scenarios" / "decode.toml")
     with pytest.raises(scenario.ScenarioError, match=r"decode\.toml: model: not a model-step scenario"):
-        scenario.step_model(layer)
+        step_model(layer)

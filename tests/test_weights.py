@@ -12,7 +12,8 @@ import torch
 
 from qbench import inputs
 from qbench.measure import measure_scheme
-from qbench.scenario import ScenarioError, from_dict, weight_is_synthetic, weight_source
+from qbench.layer.weight import weight_is_synthetic, weight_source
+from qbench.scenario import ScenarioError, from_dict
 
 CPU = torch.device("cpu")
 _TIMING = {"warmup": 1, "min_reps": 3, "max_reps": 3, "budget_s": 0.01, "methods": ["cold"]}  # CPU rows: the always-run cpu method only

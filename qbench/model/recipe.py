@@ -40,6 +40,7 @@ from pydantic import ValidationError
 from qbench import schemes
 from qbench.schemes.options import SchemeOptions
 from qbench.model.config import BLOCK_LINEARS
+from qbench.tables import ScenarioError
 
 #: The roles a recipe may name, in model order: a block's seven linears, then the LM head.
 ROLES: tuple[str, ...] = BLOCK_LINEARS + ("lm_head",)
@@ -357,3 +358,18 @@ def activation_dtype(name: str) -> str:
 def auto_label(base_label: str, recipe: Recipe) -> str:
     """The row label of an entry without one: ``int4-weight-only recipe(down=int8-weight-only; blocks 0,-1 bf16)``."""
     return f"{base_label} recipe({recipe.describe()})"
+
+
+def check_entries(scenario: Any, config: StepModelConfig, head: str, head_key: str) -> None:
+    """Every scheme's recipe (:func:`check`) against the model ``config``; ``head``
+    is what the LM head is (``"scheme"``, ``"float"`` or ``"none"``), set by the key ``head_key``.
+
+    Raises:
+        ScenarioError: the recipe key at fault and why."""
+    try:
+        for i, entry in enumerate(scenario.schemes):
+            if entry.recipe is not None:
+                check(entry.recipe, Choice(entry.name, entry.options), config.blocks, head,
+                              f"schemes[{i}]", head_key)
+    except RecipeError as exc:
+        raise ScenarioError(scenario.source, exc.key, exc.message) from None

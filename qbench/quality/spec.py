@@ -15,29 +15,34 @@
     tokenizer = "tokenizer.json"  # default: the checkpoint's
     lm_head = false               # the scheme also builds the LM head
 
-Every error names the file, ``quality.<key>`` and the value.
+Its ``[model]`` table is the model's source alone (:class:`qbench.model.source.ModelSource`): a
+step key there (``blocks``, ``context``, ``methods`` ...) is refused, as is ``m`` (each chunk runs
+at ``chunk`` tokens). Every error names the file, ``quality.<key>`` or ``model.<key>`` and the value.
+This module holds the job's table model (:class:`QualityTables`), its checks and its ``qbench
+check`` line (:attr:`qbench.jobs.Job`).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from qbench.model.source import ModelSource, resolve
 from qbench.model.checkpoint import TOKENIZER, open_named, resolve_folder
 from qbench.model.config import ConfigError, StepModelConfig
-from qbench.step.spec import ModelSpec, resolve
+from qbench.model import recipe as recipes
+from qbench.tables import Frozen, ScenarioError, Tables
 
 #: Fewest scored tokens a row's statistics are given on (their uncertainties mean little below).
 MIN_TOKENS = 100
 
 
-class QualitySpec(BaseModel):
+class QualitySpec(Frozen):
     """The validated ``[quality]`` table (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
     text: str = Field(min_length=1, max_length=4096)
     chunk: int = Field(default=512, ge=16, le=1 << 17)
     chunks: Optional[int] = Field(default=None, gt=0, le=1 << 20)
@@ -57,7 +62,7 @@ def resolve_path(value: str, source: str) -> Path:
     return path if path.is_absolute() else Path(source).parent / path
 
 
-def tokenizer_file(model: ModelSpec, quality: QualitySpec, source: str) -> Path:
+def tokenizer_file(model: ModelSource, quality: QualitySpec, source: str) -> Path:
     """The ``tokenizer.json`` the text is tokenized with: ``quality.tokenizer``, else the checkpoint's.
 
     Raises:
@@ -77,7 +82,7 @@ def tokenizer_file(model: ModelSpec, quality: QualitySpec, source: str) -> Path:
     return path
 
 
-def check(model: ModelSpec, quality: QualitySpec, source: str) -> StepModelConfig:
+def check(model: ModelSource, quality: QualitySpec, source: str) -> StepModelConfig:
     """The model of a quality scenario, with every input checked before anything is built: the
     checkpoint's tensors (:func:`qbench.model.checkpoint.open_named`), the tokenizer, the text
     (UTF-8, at least one chunk, enough scored tokens) and the chunk length within the model's
@@ -86,12 +91,6 @@ def check(model: ModelSpec, quality: QualitySpec, source: str) -> StepModelConfi
     Raises:
         ConfigError: one line naming ``model.<key>`` or ``quality.<key>``, the file and the value.
     """
-    if model.config is not None:
-        raise ConfigError("model.config", "a quality job needs weights: give checkpoint (a Hugging Face folder) or "
-                                          f"name (a preset with seeded weights), got config={model.config!r}")
-    if model.context:
-        raise ConfigError("model.context", "not used by a quality job (chunks are teacher-forced from position 0), "
-                                           f"got {list(model.context)}")
     if model.checkpoint is not None:
         config = open_named(model.checkpoint, source).config
     else:
@@ -119,6 +118,54 @@ def check(model: ModelSpec, quality: QualitySpec, source: str) -> StepModelConfi
     return config
 
 
+class QualityTables(Tables):
+    """A quality scenario's own keys: ``[model]`` (its source only) and ``[quality]``."""
+
+    REFUSED = {"m": "each chunk runs at quality.chunk tokens",
+               "model.context": "chunks are teacher-forced from position 0",
+               "model.config": "a quality job needs weights: give checkpoint (a Hugging Face folder) or name "
+                               "(a preset with seeded weights)",
+               "model.quantize_lm_head": "quality.lm_head says whether the scheme builds the LM head",
+               "timing.methods": "a quality scenario times no layer method"}
+    MISSING = {"model": "a quality scenario ([quality]) names its model in a [model] table (checkpoint = a Hugging "
+                        "Face folder), got none"}
+    model: ModelSource
+    quality: QualitySpec
+
+    def tables_dict(self) -> dict:
+        return {"model": self.model.to_dict(), "quality": self.quality.to_dict()}
+
+
+def quality_model(scenario: Any) -> StepModelConfig:
+    """The model of a quality scenario with its checkpoint, tokenizer and text checked (:func:`check`).
+    Torch-free.
+
+    Raises:
+        ScenarioError: the key ``model.<key>`` or ``quality.<key>`` at fault and why."""
+    try:
+        return check(scenario.model, scenario.quality, scenario.source)
+    except ConfigError as exc:
+        raise ScenarioError(scenario.source, exc.key, exc.message) from None
+
+
+def check_scenario(scenario: Any) -> None:
+    """A quality scenario's cross-key rules: its model, tokenizer and text (:func:`quality_model`),
+    and every recipe against the model, the LM head as ``quality.lm_head`` says.
+
+    Raises:
+        ScenarioError: the key at fault and why."""
+    config = quality_model(scenario)
+    recipes.check_entries(scenario, config, "scheme" if scenario.quality.lm_head else "float", "quality.lm_head")
+
+
+def describe(scenario: Any) -> str:
+    """The ``qbench check`` summary: ``model SmolLM2-135M, text wiki.test.raw, 64 chunks of 512 tokens``
+    (no M: the chunks are teacher-forced)."""
+    q = scenario.quality
+    chunks = q.chunks or "every"
+    return f"model {quality_model(scenario).title}, text {q.text}, {chunks} chunk{'' if chunks == 1 else 's'} of {q.chunk} tokens"
+
+
 def scored_per_chunk(chunk: int) -> int:
     """Tokens scored per chunk: the logits of positions ``chunk // 2 .. chunk - 2`` predict tokens
     ``chunk // 2 + 1 .. chunk - 1``, so every scored token has at least half a chunk of context
@@ -126,7 +173,7 @@ def scored_per_chunk(chunk: int) -> int:
     return chunk - 1 - chunk // 2
 
 
-def read_tokens(model: ModelSpec, quality: QualitySpec, source: str) -> list[int]:
+def read_tokens(model: ModelSource, quality: QualitySpec, source: str) -> list[int]:
     """The text's token ids (the ``tokenizers`` library, no special tokens added).
 
     Raises:
@@ -151,7 +198,7 @@ def read_tokens(model: ModelSpec, quality: QualitySpec, source: str) -> list[int
     return tokenizer.encode(text, add_special_tokens=False).ids
 
 
-def bos_id(model: ModelSpec, source: str) -> Optional[int]:
+def bos_id(model: ModelSource, source: str) -> Optional[int]:
     """The checkpoint's ``bos_token_id`` (config.json), or None."""
     if model.checkpoint is None:
         return None

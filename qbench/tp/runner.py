@@ -92,7 +92,7 @@ def run_tp(scenario: Scenario, *, device: Optional[str] = None, out: Optional[st
         RunInterrupted: a stop signal; the rows so far are in the partial file.
         ValueError: the scenario has no ``tp`` table.
     """
-    if scenario.tp is None:
+    if scenario.job != "tp":
         raise ValueError("run_tp: the scenario has no [tp] table; use qbench.runner.run")
     started = time.perf_counter()
     try:

@@ -156,9 +156,10 @@ def test_a_model_too_big_for_the_cpu_is_refused_up_front():
     """The newcomer's Llama-3.1-8B step on a 24 GiB CPU machine: accepted, then 13 GB and no progress
     for minutes. On a CPU every block is built, so the whole model is estimated and refused."""
     from qbench import memory
+    from qbench.step.spec import estimate_cpu_step_bytes
 
     s = _scenario([{"name": "bf16"}], m=(1, 16), model={"name": "llama3.1-8b", "context": [128, 4096, 32768]})
-    est = memory.estimate_cpu_step_bytes(s)
+    est = estimate_cpu_step_bytes(s)
     params, kv = 218_103_808, 2 * 8 * 128
     assert est["weights"] == 32 * params * 2 + 4 * params  # bf16 blocks + one FP32 block while built
     assert est["kv_cache"] == 32 * 16 * 32769 * kv * 2 + 32 * 32769 * kv * 4

@@ -14,11 +14,11 @@ from qbench.timing.registry import CPU_METHOD, DECISION_METHOD, FALLBACK_METHODS
 
 
 def test_every_scenario_method_is_registered():
-    from qbench import scenario
+    from qbench.layer import tables
 
-    assert set(scenario.METHODS) <= set(METHODS)
-    assert tuple(scenario.METHODS) == SCENARIO_METHODS == ("stream", "cold", "warm", "eager", "kernel")
-    assert scenario.TimingSpec().methods == SCENARIO_METHODS  # a scenario runs every method by default
+    assert set(tables.METHODS) <= set(METHODS)
+    assert tuple(tables.METHODS) == SCENARIO_METHODS == ("stream", "cold", "warm", "eager", "kernel")
+    assert tables.LayerTiming().methods == SCENARIO_METHODS  # a layer scenario runs every method by default
     assert all(METHODS[m].cuda for m in SCENARIO_METHODS)
 
 
