@@ -103,6 +103,7 @@ class QualityRow(_Part):
     model: str = Field(description="the checkpoint folder, or the preset's name")
     title: str
     weights: str = Field(description="where the weights come from: the checkpoint and its dtype, or seeded")
+    checkpoint_id: Optional[str] = Field(None, description="sha256 of the checkpoint's config, tensor headers and tensor bytes (qbench.model.checkpoint.identity); None for seeded weights or older files")
     device: str
     weight_dtype: str
     activation_dtype: str

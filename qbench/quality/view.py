@@ -12,11 +12,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import re
 import sys
 from typing import Callable, Optional, Sequence
 
 from qbench.quality.row import QualityRow
+from qbench.readers.common import Refused
 from qbench.render import Column, narrow, prose, render, wants_prose
+from qbench.step import view as step_view
 from qbench.step.recipe import identity_key
 
 DASH = "—"
@@ -205,10 +209,25 @@ def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
     return None
 
 
-def _split(docs: Sequence) -> tuple[list, list[QualityRow]]:
+def _split(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow]]:
+    """The step rows and the quality rows of the files; any other kind is refused (a per-layer file is
+    not a speed half: its times are one linear layer's, not the model's step)."""
+    for path, doc in zip(paths, docs):
+        if doc.job not in ("step", "quality"):
+            raise Refused(f"{path}: a {doc.job} result cannot be the speed half of a model decision: give a model-step "
+                          "result (qbench run of a [model] scenario) beside the quality file")
     steps = [r for d in docs if d.job == "step" for r in d.rows]
     quality = [r for d in docs if d.job == "quality" for r in d.rows]
     return steps, quality
+
+
+def _pair(docs: Sequence) -> Optional[str]:
+    """:func:`pairing` of the step and the quality files of ``docs``: its note (None: nothing to
+    say); raises :class:`~qbench.readers.common.Refused` with its refusal."""
+    why, note = pairing([d for d in docs if d.job == "step"], [d for d in docs if d.job == "quality"])
+    if why:
+        raise Refused(why)
+    return note
 
 
 def _one_checkpoint(quality: list[QualityRow]) -> Optional[str]:
@@ -223,14 +242,82 @@ def _one_checkpoint(quality: list[QualityRow]) -> Optional[str]:
     return None
 
 
-def _same_weights(steps: list, quality: list[QualityRow]) -> Optional[str]:
-    """Why the step rows and the quality rows are not of one model's same weights, or None."""
-    step_sources = {r.weight_source for r in steps}
-    q_sources = {r.weights for r in quality}
-    if step_sources != q_sources or len(q_sources) != 1:
-        return (f"the step files' weights ({'; '.join(sorted(step_sources))}) are not the quality files' "
-                f"({'; '.join(sorted(q_sources))}): a model decision takes speed and quality of the same checkpoint")
-    return None
+def _normal(source: str) -> str:
+    """A weight source with its checkpoint path normalized: ``checkpoint my/../data/x (bf16)`` ->
+    ``checkpoint data/x (bf16)`` (``..`` collapsed); any other source as it is."""
+    m = re.fullmatch(r"checkpoint (.+) \(([^()]+)\)", source)
+    return source if m is None else f"checkpoint {os.path.normpath(m[1])} ({m[2]})"
+
+
+def _resolved(source: str) -> str:
+    """:func:`_normal` with the path made absolute and its links followed: two spellings of one folder
+    (a ``..`` detour, a symbolic link) compare equal."""
+    m = re.fullmatch(r"checkpoint (.+) \(([^()]+)\)", source)
+    return source if m is None else f"checkpoint {os.path.realpath(m[1])} ({m[2]})"
+
+
+#: The config keys a decode step's time depends on (the shapes of its tensors), in the order said.
+SHAPE_KEYS = ("hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "blocks")
+
+
+def shapes_of(doc) -> Optional[tuple[int, ...]]:
+    """The :data:`SHAPE_KEYS` of the model a result file ran (its scenario's ``[model]`` preset,
+    config or checkpoint, read as the run read it: relative to the scenario file), or None when it
+    cannot be read here (a config or checkpoint folder not at that path)."""
+    from qbench.step.config import ConfigError
+    from qbench.step.spec import ModelSpec, resolve
+
+    extra = doc.scenario.model_extra or {}
+    model = extra.get("model") or {}
+    try:
+        spec = ModelSpec(**{k: model[k] for k in ("name", "config", "checkpoint") if model.get(k) is not None})
+        config = resolve(spec, extra.get("source") or "<scenario>")
+    except (ConfigError, ValueError, OSError):
+        return None
+    return tuple(getattr(config, k) for k in SHAPE_KEYS)
+
+
+def _shape_text(shape: Optional[tuple[int, ...]]) -> str:
+    return "a config not readable from here" if shape is None else ", ".join(f"{k} {v}" for k, v in zip(SHAPE_KEYS, shape))
+
+
+def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str], Optional[str]]:
+    """Whether the step files' rows are a speed half of the quality files' checkpoint: ``(refusal,
+    note)``, one of them None. The rule, first that applies: both sides carry a ``checkpoint_id``
+    (the checkpoint's content digest) -> they must be equal, wherever the runs started; the step ran
+    seeded weights of the quality checkpoint's config (:data:`SHAPE_KEYS` equal: a step's time
+    depends on shapes, not values) -> accepted, and the note says so; else the weight sources with
+    their paths resolved (:func:`_resolved`) must be equal. The refusal says what differed."""
+    from qbench.step.row import SEEDED
+
+    steps = [r for d in step_docs for r in d.rows]
+    quality = [r for d in quality_docs for r in d.rows]
+    step_ids, quality_ids = {r.checkpoint_id for r in steps}, {r.checkpoint_id for r in quality}
+    if None not in step_ids and None not in quality_ids:
+        if step_ids == quality_ids and len(quality_ids) == 1:
+            return None, None
+        return (f"the step files' checkpoint (sha256 {'; '.join(sorted(i[:12] for i in step_ids))}) is not the quality "
+                f"files' (sha256 {'; '.join(sorted(i[:12] for i in quality_ids))}): their config, tensors or bytes differ; a "
+                "model decision takes speed and quality of the same checkpoint"), None
+    step_sources = sorted({_normal(r.weight_source) for r in steps})
+    quality_sources = sorted({_normal(r.weights) for r in quality})
+    if all(r.weight_source == SEEDED for r in steps):
+        step_shapes = {shapes_of(d) for d in step_docs}
+        quality_shapes = {shapes_of(d) for d in quality_docs}
+        if len(step_shapes) == 1 and step_shapes == quality_shapes and None not in step_shapes:
+            return None, (f"speed measured on seeded weights of the same config ({_shape_text(next(iter(step_shapes)))}) "
+                          f"as the quality rows' ({'; '.join(quality_sources)}): a step's time depends on the shapes, "
+                          "not the weights' values")
+        return (f"the step files ran seeded weights of {'; '.join(_shape_text(s) for s in step_shapes)}, the quality "
+                f"files {'; '.join(quality_sources)} of {'; '.join(_shape_text(s) for s in quality_shapes)}: a seeded "
+                "speed half must have the quality checkpoint's config"), None
+    if {_resolved(r.weight_source) for r in steps} == {_resolved(r.weights) for r in quality} and len(quality_sources) == 1:
+        return None, None
+    return (f"the step files' weights ({'; '.join(step_sources)}) are not the quality files' "
+            f"({'; '.join(quality_sources)}): "
+            + ("the paths differ and " if all(s.startswith("checkpoint ") for s in step_sources + quality_sources) else "")
+            + "the files carry no checkpoint_id to compare contents by (older files); a model decision takes speed "
+              "and quality of the same checkpoint"), None
 
 
 def recommend_records(steps: list, quality: list[QualityRow], max_kld: Optional[float],
@@ -239,8 +326,6 @@ def recommend_records(steps: list, quality: list[QualityRow], max_kld: Optional[
     checkpoint meets the budget (ties within noise broken as :func:`qbench.step.view.recommend`
     breaks them, the lower error being the lower mean KL divergence: this checkpoint's, not the
     step's seeded logits error), with its speed-up over ``baseline`` and its quality beside it."""
-    from qbench.step import view as step_view
-
     ok = {r.scheme for r in steps if (q := quality_of(r, quality)) is not None
           and meets(q, max_kld, max_ppl_ratio, min_same_top) is None}
     candidates = [r for r in steps if r.scheme in ok]
@@ -253,7 +338,7 @@ def recommend_records(steps: list, quality: list[QualityRow], max_kld: Optional[
     out = []
     for record in rec:
         if record["pick"] is not None and record["pick"] not in ok:  # the baseline was kept only to divide by
-            record = {**record, "pick": None, "speedup": None, "step_us": None}
+            record = {**record, "pick": None, "speedup": None, "step_us": None, "pick_flags": [], "baseline_flags": {}}
         row = next((r for r in steps if r.scheme == record["pick"]), None)
         q = quality_of(row, quality) if row is not None else None
         record["quality"] = None if q is None else {
@@ -274,17 +359,25 @@ def _budget_text(max_kld, max_ppl_ratio, min_same_top) -> str:
     return ", ".join(p for p in parts if p) or "no budget"
 
 
+def unpaired(steps: Sequence, quality: Sequence[QualityRow]) -> list[str]:
+    """What the join leaves out, each side named: step schemes without a quality row, and quality
+    schemes without a step row (never picked: they have no speed half)."""
+    paired = {q.scheme for r in steps if (q := quality_of(r, quality)) is not None}
+    no_quality = sorted({r.scheme for r in steps if quality_of(r, quality) is None})
+    no_step = [q.scheme for q in quality if q.scheme not in paired]
+    return ((["no quality row (never picked): " + ", ".join(no_quality)] if no_quality else [])
+            + (["no step row (quality only, never picked): " + ", ".join(no_step)] if no_step else []))
+
+
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     """``qbench recommend STEP.json QUALITY.json --max-kld X``: one pick per (M, context) on both
     halves; exit 0 with a pick, 1 without. A quality file alone: the schemes within the budget."""
-    from qbench.readers.common import Refused
-
     budget = _budget(args)
     if all(b is None for b in budget):
         raise Refused("a quality file takes a budget in the field's terms: --max-kld (mean KL divergence, nats), "
                       "--max-ppl-ratio (PPL(Q)/PPL(ref)) and/or --min-same-top (0..1); --max-rel-err is the layer "
                       "job's synthetic error, never a model decision's budget")
-    steps, quality = _split(docs)
+    steps, quality = _split(paths, docs)
     if (why := _one_checkpoint(quality)):
         raise Refused(why)
     say = _sayer(args)
@@ -297,9 +390,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         for line in weight_notes(quality):
             say(line)
         return 0 if any(why is None for _, why in within) else 1
-    why = _same_weights(steps, quality)
-    if why:
-        raise Refused(why)
+    paired = _pair(docs)
     baseline = getattr(args, "baseline", "bf16")
     rec = recommend_records(steps, quality, *budget, baseline=baseline)
     if getattr(args, "format", "simple") == "json":
@@ -321,12 +412,15 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
                    _pct(r["quality"]["same_top"])),
             Column("ties", "tied within noise", lambda r: ", ".join(r["ties"]) or DASH)]
     print(render(rec, cols, args.format))
+    if paired:
+        say(paired)
+    for line in step_view.pick_notes(rec, steps, error="the lower mean KLD on this checkpoint"):
+        say(line)
     missed = sorted({f"{q.scheme} ({w})" for q in quality if (w := meets(q, *budget))})
     if missed:
         say("outside the budget: " + "; ".join(missed))
-    unmeasured = sorted({r.scheme for r in steps if quality_of(r, quality) is None})
-    if unmeasured:
-        say("no quality row (never picked): " + ", ".join(unmeasured))
+    for line in unpaired(steps, quality):
+        say(line)
     if any(q.emulated for q in quality):
         say("emulated quality rows: the scheme's kernel did not run there; its dequantized weights did")
     for line in weight_notes(quality):
@@ -337,23 +431,18 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
 def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     """``qbench model STEP.json QUALITY.json``: per scheme, the measured step (median per M and
     context, speed-up over bf16) beside its quality on the same checkpoint."""
-    from qbench.readers.common import Refused
-    from qbench.step import view as step_view
-
-    steps, quality = _split(docs)
+    steps, quality = _split(paths, docs)
     if (why := _one_checkpoint(quality)):
         raise Refused(why)
-    if steps:
-        why = _same_weights(steps, quality)
-        if why:
-            raise Refused(why)
+    paired = _pair(docs) if steps else None
     for path, doc in zip(paths, docs):  # NAME is the files' model (its path or title), as for a step file alone
         if not any(args.name in (r.model, r.title) for r in doc.rows):
             held = ", ".join(sorted({f"{r.title} ({r.model})" for r in doc.rows}))
             raise Refused(f"{path}: a {doc.job} result of {held}, not of {args.name}")
     sp = step_view.speedups(steps) if steps else {}
+    doubts = step_view.speedup_doubts(steps) if steps else {}
     points = sorted({(r.m, r.context) for r in steps})
-    records = []
+    records, doubted = [], []
     for q in quality:
         rec = {"scheme": q.scheme, "q": q}
         for r in steps:
@@ -361,8 +450,12 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
                 method = step_view.decision_method(r)
                 value = sp.get(r.key, {}).get(method) if method else None
                 key = f"M={r.m}/{r.context}"
-                if value is not None and (rec.get(key) is None or value > rec[key]):
-                    rec[key] = value
+                if value is not None and (rec.get(key) is None or value > rec[key][0]):
+                    rec[key] = (value, doubts.get(r.key, []), r.scheme)
+        for key in [k for k in rec if k.startswith("M=")]:
+            value, doubt, scheme = rec[key]
+            if doubt:
+                doubted.append((f"{scheme} {key} [{', '.join(doubt)}]", doubt))
         records.append(rec)
     cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
             Column("kld", "mean KLD", lambda r: r, cell_override=lambda r: _pm(_stat(r["q"], "kld", "mean"),
@@ -372,7 +465,8 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
             Column("stored", "MiB", lambda r: r["q"].model_stored_bytes, _mib, True)]
     for m, context in points:
         key = f"M={m}/{context}"
-        cols.append(Column(key, key, lambda r, k=key: r.get(k), lambda v: DASH if v is None else f"{v:.2f}×", True))
+        cols.append(Column(key, key, lambda r, k=key: r.get(k), lambda v: DASH if v is None else
+                           f"{v[0]:.2f}×" + ("*" if v[1] else ""), True))
     short = narrow(args.format, getattr(args, "wide", False))
     if short:  # the narrow default: mean KLD and same top judge quality; --wide adds the PPL ratio
         cols = [c for c in cols if c.key != "ppl"]
@@ -384,6 +478,14 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     if steps:
         say("M=m/context: the measured decode step's speed-up over bf16 at that M and context (the fastest form of "
             "the scheme: eager or compiled); the step decides a model, the layer view a kernel")
+    if doubted:
+        say("*: a speed-up whose step or bf16 step is flagged, not a ratio to rank by: "
+            + "; ".join(text for text, _ in doubted) + "; " + step_view.flag_legend([n for _, d in doubted for n in d]))
+    if paired:
+        say(paired)
+    for line in unpaired(steps, quality) if steps else []:
+        if line.startswith("no quality row"):
+            say(line.replace("(never picked)", "(not in the table)"))
     for line in notes(quality):
         say(line)
     return 0

@@ -279,7 +279,9 @@ def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BU
         parts.append(f"{where} {pick['scheme']} ({fmt_us(pick['latency_us'])} µs{said}{tie})")
     budget = f"{max_rel_err:g}"
     quoted = path if all(c.isalnum() or c in "/._-+" for c in path) else "'" + path.replace("'", "'\\''") + "'"
-    return [visible(f"pick within rel_fro <= {budget} ({method} median): " + ", ".join(parts)),
+    rule = ("; among schemes as fast within noise the pick is the smaller M's, else the lowest error, then the fewest "
+            "stored bytes" if any(g["pick"] and g["pick"].get("ties") for g in rec["by_m"]) else "")
+    return [visible(f"pick within rel_fro <= {budget} ({method} median): " + ", ".join(parts) + rule),
             visible(f"why, and the other schemes: qbench recommend {quoted} --max-rel-err {budget}")]
 
 

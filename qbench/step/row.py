@@ -73,6 +73,7 @@ class StepRow(BaseModel):
     activation_dtype: str
     lm_head: Literal["scheme", "float", "none"]
     weight_source: str = SEEDED
+    checkpoint_id: Optional[str] = Field(None, description="sha256 of the checkpoint's config, tensor headers and tensor bytes (qbench.model.checkpoint.identity); None for seeded weights or older files")
     recipe: Optional[dict[str, Any]] = None
     status: Literal["ok", "skipped", "failed"] = "ok"
     reason: Optional[str] = None

@@ -25,7 +25,6 @@ from qbench.render import Column, fit, narrow, prose, render, synthetic_step_war
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
-from qbench.row import FLAG_MEANINGS
 from qbench.step import view as step_view
 
 __all__ = ["disagreements", "model_view", "plot_context", "plot_view", "recommend_view", "report_view", "run_view"]
@@ -175,45 +174,8 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
             print()
         print(render(rec, _recommend_columns(args.baseline, wide=not fits), args.format))
         if wants_prose(args.format):
-            tied = []
-            for r in rec:
-                if not r["ties"]:
-                    continue
-                names = [r["pick"], *r["ties"]]
-                flags = r["timing_flags"]
-                listed = ", ".join(f"{s}{' (fastest median)' if s == r['fastest'] else ''}"
-                                   f"{' [' + ', '.join(flags[s]) + ']' if s in flags else ''}" for s in names)
-                tied.append(f"M={r['m']} ctx={r['context']}: {r['pick']} picked from {listed}")
-            if tied:
-                flagged = any(r["timing_flags"] for r in rec)
-                print("\n" + say(visible("tied with the fastest within noise (p10–p90 overlap); among them the pick is "
-                                         "the smaller context's, else the lower logits error, then fewer bytes: "
-                                         + "; ".join(tied)
-                                         + ("; [throttled]: the GPU limited its clocks right after the reading, "
-                                            f"[noisy]: {FLAG_MEANINGS['noisy']}" if flagged else ""))))
-            flagged, seen = [], []
-            for r in rec:
-                if not r["pick"] or not (r["pick_flags"] or r["baseline_flags"]):
-                    continue
-                said = [f"{r['pick']} [{', '.join(r['pick_flags'])}]"] if r["pick_flags"] else []
-                said += [f"{s} (baseline) [{', '.join(f)}]" for s, f in r["baseline_flags"].items()]
-                flagged.append(f"M={r['m']} ctx={r['context']}: " + ", ".join(said))
-                seen += [*r["pick_flags"], *(x for fs in r["baseline_flags"].values() for x in fs)]
-            if flagged:
-                legend = step_view.flag_legend(seen)
-                print("\n" + say(visible("flags on the picks and on the baselines their speed-up divides by (the rows' "
-                                         "own flag text in the JSON has the figures): " + "; ".join(flagged)
-                                         + (f"; {legend}" if legend else ""))))
-            failed = {}
-            for r in rows:
-                if r.status != "ok":
-                    failed.setdefault(r.scheme, f"{r.status}: {r.reason or 'no reason recorded'}")
-            if failed:
-                print("\n" + say(visible("not measured (no ok row, not considered): "
-                                         + "; ".join(f"{s}: {why[:160]}" for s, why in failed.items()))))
-            untimed = sorted({s for r in rec for s in r["untimed"]})
-            if untimed:
-                print("\n" + say(visible(f"not timed (no step time, not considered): {', '.join(untimed)}")))
+            for line in step_view.pick_notes(rec, rows):
+                print("\n" + say(visible(line)))
     if len(records) > 1 and wants_prose(args.format):
         for line in _across_files(records):
             print("\n" + say(visible(line)))
