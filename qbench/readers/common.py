@@ -374,5 +374,24 @@ def env_of(doc: ResultDoc) -> dict:
     return doc.env.model_dump(mode="json")
 
 
-def _env(doc: ResultDoc) -> dict:
-    return doc.env.model_dump(mode="json")
+#: Which of qbench's three answers decides what, said once by each view of ``qbench model``: the
+#: per-layer pick (``qbench recommend`` on one layer's file), Σ linear (this sum of per-layer times)
+#: and the measured step (a ``[model]`` scenario) can name three different schemes.
+ACT_ON = ("which answer to act on: the measured step decides a model (a [model] scenario: it includes attention, "
+          "the KV cache and the gaps between kernels); the layer view (qbench recommend on one layer's file) decides "
+          "a kernel for that layer; Σ linear, the sum of per-layer times, only predicts the step")
+
+
+def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[str]:
+    """Print on stderr, and return, one ``warning:`` line per difference
+    :func:`qbench.readers.common.timing_differences` finds between the first file's machine and each
+    other file's (one device label can hide another CPU instruction set, CPU count or GPU memory;
+    two CUDA runs: the GPU's facts only): a model step adds per-layer times, which must come from
+    one machine."""
+    out = []
+    for path, doc in zip(paths[1:], docs[1:]):
+        for line in timing_differences(docs[0], doc):
+            out.append(f"warning: {paths[0]} (A) and {path} (B) may come from different machines: {line}")
+    for line in dict.fromkeys(out):
+        print(line, file=sys.stderr)
+    return out

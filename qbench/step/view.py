@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from qbench import judge
 from qbench.judge import decision_method, methods_present
-from qbench.row import FLAG_MEANINGS, Stats
+from qbench.row import FLAG_MEANINGS
 from qbench.step.row import StepRow
 from qbench.timing import registry
 
@@ -386,18 +386,6 @@ def sweep_line(rec: dict, baseline: str = "bf16") -> str:
 
 #: Step flags that put a reading's spread in doubt (qbench.step.measure writes them): named beside a tie.
 TIMING_FLAGS = ("throttled", "noisy")
-
-
-def linear_stats(row: StepRow) -> Optional[Stats]:
-    """Σ linear of the row as a reading: its ``sum_us`` as the median and, as the band, each layer's
-    ``stream`` p10 (p90) times its count per step, summed (µs; wider than the p10-p90 of a sum,
-    which the file does not hold). None without per-layer readings."""
-    lin = row.linear or {}
-    roles = [v for v in (lin.get("by_role") or {}).values() if v.get("stream")]
-    if lin.get("sum_us") is None or not roles:
-        return None
-    band = {q: sum(v["count"] * v["stream"][q] for v in roles) for q in ("p10", "p90")}
-    return Stats(median=lin["sum_us"], p10=min(band["p10"], lin["sum_us"]), p90=max(band["p90"], lin["sum_us"]))
 
 
 def flag_legend(names: Sequence[str]) -> str:

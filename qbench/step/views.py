@@ -18,12 +18,11 @@ from typing import Optional
 
 from qbench import judge
 from qbench.judge import decision_method, incomplete_warning
-from qbench.readers.common import Refused, check_baseline, one_result
-from qbench.readers.model import ACT_ON, warn_machine_differences
-from qbench.readers.plot import plain, scheme_styles
+from qbench.readers.common import ACT_ON, Refused, check_baseline, one_result, warn_machine_differences
 from qbench.render import Column, fit, narrow, prose, render, synthetic_step_warning, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
+from qbench.render.styles import plain, scheme_styles
 from qbench.results import ResultDoc
 from qbench.step import view as step_view
 
@@ -406,7 +405,7 @@ def plot_context(doc: ResultDoc, path: Path) -> Path:
     panel per M, one line per scheme (the step by each row's decision method,
     :data:`qbench.step.view.DECISION_ORDER`, ms, log-log), and each scheme's Σ linear (the layer
     view's prediction, which does not depend on the context) dashed in the same colour. Colours are
-    the schemes' colours of every qbench chart (:func:`qbench.readers.plot.scheme_styles`); a compiled form has its eager
+    the schemes' colours of every qbench chart (:func:`qbench.render.styles.scheme_styles`); a compiled form has its eager
     scheme's colour, square markers and a thicker line. Where a quantized line crosses bf16's, the
     scheme stops paying. Returns ``path``."""
     import matplotlib
