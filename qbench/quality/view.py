@@ -17,6 +17,7 @@ import re
 import sys
 from typing import Callable, Optional, Sequence
 
+from qbench.judge import Budget
 from qbench.quality.row import QualityRow
 from qbench.readers.common import Refused
 from qbench.render import Column, narrow, prose, render, wants_prose
@@ -176,20 +177,33 @@ def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
 
 # ---- one pick on both halves ----------------------------------------------------------------------
 
-def meets(row: QualityRow, max_kld: Optional[float], max_ppl_ratio: Optional[float],
-          min_same_top: Optional[float]) -> Optional[str]:
-    """Why ``row`` misses the budget (one phrase), or None when it meets it. A row without
-    statistics misses it."""
+#: The quality job's budget options (:class:`qbench.judge.Budget`), in the order the command line,
+#: the budget line and the JSON list them: ``qbench recommend`` takes each as ``--<name>``.
+BUDGETS = (
+    Budget("max_kld", "mean KLD", "mean KL divergence, nats", lambda r: _stat(r, "kld", "mean"),
+           help="quality budget: mean KL divergence against the reference, nats (a quality file beside model-step "
+                "files: one pick on both halves)"),
+    Budget("max_ppl_ratio", "PPL ratio", "PPL(Q)/PPL(ref)", lambda r: _stat(r, "ppl_ratio"), fmt=".4g",
+           help="quality budget: PPL(scheme) / PPL(reference)"),
+    Budget("min_same_top", "same top", "0..1", lambda r: _stat(r, "same_top"), upper=False, most=1.0, scale=100,
+           unit=" %", fmt=".2f", help="quality budget: the share of tokens whose top token is the reference's (0..1)"),
+)
+
+#: A budget with its limit, as given on the command line.
+Limits = Sequence[tuple[Budget, float]]
+
+
+def limits_of(args: argparse.Namespace) -> list[tuple[Budget, float]]:
+    """The :data:`BUDGETS` given in ``args`` with their limits, in declaration order."""
+    return [(b, v) for b in BUDGETS if (v := getattr(args, b.name, None)) is not None]
+
+
+def meets(row: QualityRow, limits: Limits) -> Optional[str]:
+    """Why ``row`` misses the budget ``limits`` (one phrase, the first budget it misses), or None when
+    it meets every one. A row without statistics misses it."""
     if row.status != "ok" or row.stats is None:
         return f"no quality measured ({row.status})"
-    s = row.stats
-    if max_kld is not None and s.kld.mean > max_kld:
-        return f"mean KLD {s.kld.mean:.3g} > {max_kld:g}"
-    if max_ppl_ratio is not None and s.ppl_ratio > max_ppl_ratio:
-        return f"PPL ratio {s.ppl_ratio:.4g} > {max_ppl_ratio:g}"
-    if min_same_top is not None and s.same_top < min_same_top:
-        return f"same top {100 * s.same_top:.2f} % < {100 * min_same_top:g} %"
-    return None
+    return next((why for b, limit in limits if (why := b.misses(row, limit))), None)
 
 
 def _identity(row) -> tuple:
@@ -320,25 +334,19 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
               "and quality of the same checkpoint"), None
 
 
-def recommend_records(steps: list, quality: list[QualityRow], max_kld: Optional[float],
-                      max_ppl_ratio: Optional[float], min_same_top: Optional[float], baseline: str = "bf16") -> list[dict]:
+def recommend_records(steps: list, quality: list[QualityRow], limits: Limits, baseline: str = "bf16") -> list[dict]:
     """Per (M, context): the fastest measured step among the schemes whose quality on the same
     checkpoint meets the budget (ties within noise broken as :func:`qbench.step.view.recommend`
     breaks them, the lower error being the lower mean KL divergence: this checkpoint's, not the
     step's seeded logits error), with its speed-up over ``baseline`` and its quality beside it."""
-    ok = {r.scheme for r in steps if (q := quality_of(r, quality)) is not None
-          and meets(q, max_kld, max_ppl_ratio, min_same_top) is None}
-    candidates = [r for r in steps if r.scheme in ok]
-    base = [r for r in steps if r.scheme not in ok and r.scheme in (baseline, f"{baseline}+compiled")]
+    ok = {r.scheme for r in steps if (q := quality_of(r, quality)) is not None and meets(q, limits) is None}
+
     def kld(row) -> Optional[float]:
         q = quality_of(row, quality)
         return None if q is None else _stat(q, "kld", "mean")
 
-    rec = step_view.recommend(candidates + base, float("inf"), baseline, tie_error=kld)
     out = []
-    for record in rec:
-        if record["pick"] is not None and record["pick"] not in ok:  # the baseline was kept only to divide by
-            record = {**record, "pick": None, "speedup": None, "step_us": None, "pick_flags": [], "baseline_flags": {}}
+    for record in step_view.recommend(steps, baseline=baseline, tie_error=kld, within=lambda r: r.scheme in ok):
         row = next((r for r in steps if r.scheme == record["pick"]), None)
         q = quality_of(row, quality) if row is not None else None
         record["quality"] = None if q is None else {
@@ -348,15 +356,8 @@ def recommend_records(steps: list, quality: list[QualityRow], max_kld: Optional[
     return out
 
 
-def _budget(args: argparse.Namespace) -> tuple[Optional[float], Optional[float], Optional[float]]:
-    return (getattr(args, "max_kld", None), getattr(args, "max_ppl_ratio", None), getattr(args, "min_same_top", None))
-
-
-def _budget_text(max_kld, max_ppl_ratio, min_same_top) -> str:
-    parts = [f"mean KLD ≤ {max_kld:g}" if max_kld is not None else "",
-             f"PPL ratio ≤ {max_ppl_ratio:g}" if max_ppl_ratio is not None else "",
-             f"same top ≥ {100 * min_same_top:g} %" if min_same_top is not None else ""]
-    return ", ".join(p for p in parts if p) or "no budget"
+def _budget_text(limits: Limits) -> str:
+    return ", ".join(b.text(limit) for b, limit in limits) or "no budget"
 
 
 def unpaired(steps: Sequence, quality: Sequence[QualityRow]) -> list[str]:
@@ -372,18 +373,18 @@ def unpaired(steps: Sequence, quality: Sequence[QualityRow]) -> list[str]:
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     """``qbench recommend STEP.json QUALITY.json --max-kld X``: one pick per (M, context) on both
     halves; exit 0 with a pick, 1 without. A quality file alone: the schemes within the budget."""
-    budget = _budget(args)
-    if all(b is None for b in budget):
-        raise Refused("a quality file takes a budget in the field's terms: --max-kld (mean KL divergence, nats), "
-                      "--max-ppl-ratio (PPL(Q)/PPL(ref)) and/or --min-same-top (0..1); --max-rel-err is the layer "
-                      "job's synthetic error, never a model decision's budget")
+    limits = limits_of(args)
+    if not limits:
+        terms = [f"{b.flag} ({b.terms})" for b in BUDGETS]
+        raise Refused("a quality file takes a budget in the field's terms: " + ", ".join(terms[:-1]) + " and/or "
+                      + terms[-1] + "; --max-rel-err is the layer job's synthetic error, never a model decision's budget")
     steps, quality = _split(paths, docs)
     if (why := _one_checkpoint(quality)):
         raise Refused(why)
     say = _sayer(args)
     if not steps:
-        within = [(q, meets(q, *budget)) for q in quality]
-        print(f"quality budget: {_budget_text(*budget)} (no step file given: no speed half)")
+        within = [(q, meets(q, limits)) for q in quality]
+        print(f"quality budget: {_budget_text(limits)} (no step file given: no speed half)")
         print(render([{"scheme": q.scheme, "meets": "yes" if why is None else f"no: {why}"} for q, why in within],
                      [Column("scheme", "scheme", lambda r: r["scheme"]), Column("meets", "within budget",
                                                                                  lambda r: r["meets"])], args.format))
@@ -392,16 +393,16 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         return 0 if any(why is None for _, why in within) else 1
     paired = _pair(docs)
     baseline = getattr(args, "baseline", "bf16")
-    rec = recommend_records(steps, quality, *budget, baseline=baseline)
+    rec = recommend_records(steps, quality, limits, baseline=baseline)
     if getattr(args, "format", "simple") == "json":
-        print(json.dumps({"budget": dict(zip(("max_kld", "max_ppl_ratio", "min_same_top"), budget)),
+        print(json.dumps({"budget": {b.name: getattr(args, b.name, None) for b in BUDGETS},
                           "by_m_context": rec}, indent=2))
         return 0 if any(r["pick"] for r in rec) else 1
     first = steps[0]
     machine = next((d.machine for d in docs if d.job == "step"), first.device)
     say(f"{first.title} ({first.model}): per M and context, the fastest decode step measured on {machine} "
         f"({', '.join(sorted({r['method'] for r in rec if r['method']})) or 'no method'}) whose scheme meets "
-          f"{_budget_text(*budget)} on this checkpoint (quality file: {', '.join(p for p, d in zip(paths, docs) if d.job == 'quality')})")
+          f"{_budget_text(limits)} on this checkpoint (quality file: {', '.join(p for p, d in zip(paths, docs) if d.job == 'quality')})")
     cols = [Column("m", "M", lambda r: r["m"], numeric=True), Column("context", "context", lambda r: r["context"], numeric=True),
             Column("pick", "pick", lambda r: r["pick"] or "none within budget"),
             Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
@@ -416,7 +417,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         say(paired)
     for line in step_view.pick_notes(rec, steps, error="the lower mean KLD on this checkpoint"):
         say(line)
-    missed = sorted({f"{q.scheme} ({w})" for q in quality if (w := meets(q, *budget))})
+    missed = sorted({f"{q.scheme} ({w})" for q in quality if (w := meets(q, limits))})
     if missed:
         say("outside the budget: " + "; ".join(missed))
     for line in unpaired(steps, quality):

@@ -22,7 +22,7 @@ from qbench.hardware import machine_differences
 from qbench.results import ResultDoc, ResultsError, read_results
 from qbench.row import Row
 
-__all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "group_results", "merge_docs",
+__all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "add_budgets", "check_budgets", "declared_budgets", "group_results", "merge_docs",
            "split_runs", "add_baseline", "check_baseline", "DEFAULT_BASELINE", "add_format", "add_max_rel_err",
            "add_method", "add_wide", "blocking_differences", "env_of", "fail", "job_view", "one_result", "open_results",
            "timing_differences"]
@@ -185,7 +185,7 @@ def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn"
     for path, doc in zip(paths, docs):
         kind = jobs.get(doc.job)
         if kind.name != jobs.DEFAULT and command not in kind.views:
-            offered = ", ".join(f"qbench {c}" for c in kind.views if c != "run")
+            offered = ", ".join(f"qbench {c}" for c in kind.views if c not in ("run", "budgets"))
             raise Refused(f"{path}: " + (kind.refusal or f"a {kind.name} result (rows of job {kind.name!r}); this "
                                          f"command does not read it ({offered or 'no reader'} does)"))
     if incomplete != "keep":
@@ -196,6 +196,28 @@ def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn"
             if warning:
                 print(warning, file=sys.stderr)
     return docs
+
+
+def declared_budgets() -> list:
+    """Every job kind's budget options (:class:`qbench.judge.Budget`, the records' ``budgets``), in
+    registry order: what ``recommend`` takes beside ``--max-rel-err``."""
+    return [b for kind in jobs.JOBS.values() if "budgets" in kind.views for b in kind.view("budgets")]
+
+
+def add_budgets(p: argparse.ArgumentParser) -> None:
+    """One option per :func:`declared_budgets` entry (``--max-kld``: a float, its ``help``)."""
+    for b in declared_budgets():
+        p.add_argument(b.flag, type=float, help=b.help)
+
+
+def check_budgets(args: argparse.Namespace) -> list:
+    """The :func:`declared_budgets` given in ``args``; raises :class:`Refused` for a value that is no
+    budget (:meth:`qbench.judge.Budget.check`)."""
+    given = [b for b in declared_budgets() if getattr(args, b.name, None) is not None]
+    for b in given:
+        if (why := b.check(getattr(args, b.name))):
+            raise Refused(why)
+    return given
 
 
 def job_view(docs: Sequence[ResultDoc], command: str) -> Optional[Callable[..., int]]:

@@ -394,14 +394,17 @@ def flag_legend(names: Sequence[str]) -> str:
     return "; ".join(f"[{f}]: {FLAG_MEANINGS[f]}" for f in dict.fromkeys(names) if f in FLAG_MEANINGS)
 
 
-def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16",
-              tie_error: Optional[Callable[[StepRow], Optional[float]]] = None) -> list[dict]:
+def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseline: str = "bf16",
+              tie_error: Optional[Callable[[StepRow], Optional[float]]] = None,
+              within: Optional[Callable[[StepRow], bool]] = None) -> list[dict]:
     """Per (M, context), in order: the fastest step among the ``ok`` rows whose logits error
     (:func:`logits_error`) is at most ``max_rel_err``, each row timed by its decision method
     (:data:`DECISION_ORDER`). The pick is :func:`qbench.judge.pick_within_noise`'s: among the rows
     tied with the fastest within noise (:func:`qbench.judge.within_noise`), the same pick as at the
     smaller context, else the lower error (``tie_error``, default the logits error; the quality join
-    passes the checkpoint's mean KL divergence), the fewer bytes, the lower median. A record: ``m``, ``context``,
+    passes the checkpoint's mean KL divergence), the fewer bytes, the lower median. ``within`` (a
+    row -> whether its scheme meets the budget; the quality join's) replaces the logits-error budget;
+    rows outside it still divide the speed-ups (the baseline). A record: ``m``, ``context``,
     ``pick`` (the scheme or None), ``method``, ``step_us``, ``tokens_per_s``, ``speedup`` (over
     ``baseline``, :func:`speedups`), ``rel_fro`` and ``compared`` of the pick, ``ties`` (the other
     schemes of its group, fastest first), ``within`` / ``timed`` (how many timed schemes are within
@@ -412,12 +415,14 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16
     its speed-up divides by, when that row has flags): what could mislead a reader of the pick."""
     sp = speedups(rows, baseline)
     base = _baselines(rows, baseline)
+    within_budget = within
     out = []
     previous: dict[int, Optional[str]] = {}
     for m, context in sorted({(r.m, r.context) for r in rows}):
         here = [r for r in rows if r.m == m and r.context == context and r.status == "ok"]
         timed = [r for r in here if decision_method(r)]
-        within = [r for r in timed if logits_error(r) is not None and logits_error(r) <= max_rel_err]
+        within = [r for r in timed if (within_budget(r) if within_budget else
+                                       logits_error(r) is not None and logits_error(r) <= max_rel_err)]
         best, _, fastest, group = judge.pick_within_noise(
             within, time=lambda r: r.step_us(decision_method(r)), same=judge.within_noise,
             error=tie_error or logits_error, size=lambda r: (r.bytes or {}).get("total"), name=lambda r: r.scheme,

@@ -18,7 +18,8 @@ from typing import Optional
 
 from qbench import judge
 from qbench.judge import decision_method, incomplete_warning
-from qbench.readers.common import ACT_ON, Refused, check_baseline, one_result, warn_machine_differences
+from qbench.readers.common import (ACT_ON, Refused, check_baseline, check_budgets, declared_budgets, one_result,
+                                   warn_machine_differences)
 from qbench.render import Column, fit, narrow, prose, render, synthetic_step_warning, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
@@ -130,9 +131,9 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
     pick, else 1; raises :class:`~qbench.readers.common.Refused` for layer and step files mixed,
     ``--summary``, ``--by-format`` or ``--method``."""
     _one_kind(paths, docs)
-    if any(getattr(args, f, None) is not None for f in ("max_kld", "max_ppl_ratio", "min_same_top")):
-        raise Refused("--max-kld, --max-ppl-ratio and --min-same-top are budgets on a quality result (qbench run "
-                      "of a [quality] scenario): give its file beside the step file")
+    if check_budgets(args):
+        raise Refused(f"{judge.budget_flags(declared_budgets())} are budgets on a quality result (qbench run of a "
+                      "[quality] scenario): give its file beside the step file")
     for flag, given in (("--summary", args.summary), ("--by-format", args.by_format), ("--method", args.method)):
         if given:
             raise Refused(f"{flag} reads per-layer files; a model-step file has one view (the fastest step per M "

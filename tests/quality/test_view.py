@@ -71,7 +71,7 @@ def test_ties_within_noise_are_broken_by_the_checkpoints_kld(monkeypatch):
     assert {r["pick"] for r in step_view.recommend(steps, 1.0)} == {"nf4-bnb"}  # the step's own tie-break
     kld = {q.scheme: q.stats.kld.mean for q in quality}
     assert kld["bf16"] < kld["int8-weight-only"] < kld["nf4-bnb"]
-    picks = view.recommend_records(steps, quality, 1.0, None, None)
+    picks = view.recommend_records(steps, quality, [(view.BUDGETS[0], 1.0)])
     assert {r["pick"] for r in picks} == {"bf16"}
 
 
