@@ -187,6 +187,9 @@ BUDGETS = (
            help="quality budget: PPL(scheme) / PPL(reference)"),
     Budget("min_same_top", "same top", "0..1", lambda r: _stat(r, "same_top"), upper=False, most=1.0, scale=100,
            unit=" %", fmt=".2f", help="quality budget: the share of tokens whose top token is the reference's (0..1)"),
+    Budget("max_kld_p99", "99th-percentile KLD", "the KL divergence 99 % of scored tokens stay under, nats",
+           lambda r: _stat(r, "kld", "p99"), help="quality budget: the 99th percentile of the per-token KL divergence, "
+           "nats (the tail a mean hides: a few tokens badly off)"),
 )
 
 #: A budget with its limit, as given on the command line.

@@ -168,3 +168,16 @@ def test_model_marks_a_speedup_of_a_flagged_step(tmp_path, capsys):
     nf4 = next(line for line in out.splitlines() if line.startswith("nf4-bnb "))
     assert nf4.split()[-4:] == ["0.99×*", "0.99×*", "0.72×", "0.72×"]
     assert "*: a speed-up whose step or bf16 step is flagged" in out and "nf4-bnb M=1/128 [throttled]" in out
+
+
+def test_the_kld_tail_is_a_budget(capsys):
+    """--max-kld-p99 bounds the 99th percentile of the per-token KLD: nf4-bnb meets a mean KLD of 0.002
+    (0.00163) but its tail (0.0150) misses 0.01, so it is no longer tied with the pick."""
+    assert cli.main(["recommend", STEP, TINY, "--max-kld", "0.002"]) == 0
+    assert "nf4-bnb" in capsys.readouterr().out.split("outside the budget")[0]
+    assert cli.main(["recommend", STEP, TINY, "--max-kld", "0.002", "--max-kld-p99", "0.01", "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert "meets mean KLD ≤ 0.002, 99th-percentile KLD ≤ 0.01 on this checkpoint" in " ".join(out.split())
+    assert "nf4-bnb (99th-percentile KLD 0.015 > 0.01)" in out.split("outside the budget")[1]
+    assert cli.main(["recommend", STEP, TINY, "--max-kld-p99", "-1"]) == 2
+    assert "--max-kld-p99: must be a number >= 0, got -1.0" in capsys.readouterr().err
