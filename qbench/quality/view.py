@@ -330,11 +330,11 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
                 "speed half must have the quality checkpoint's config"), None
     if {_resolved(r.weight_source) for r in steps} == {_resolved(r.weights) for r in quality} and len(quality_sources) == 1:
         return None, None
+    paths = all(s.startswith("checkpoint ") for s in step_sources + quality_sources)
     return (f"the step files' weights ({'; '.join(step_sources)}) are not the quality files' "
             f"({'; '.join(quality_sources)}): "
-            + ("the paths differ and " if all(s.startswith("checkpoint ") for s in step_sources + quality_sources) else "")
-            + "the files carry no checkpoint_id to compare contents by (older files); a model decision takes speed "
-              "and quality of the same checkpoint"), None
+            + ("the paths differ and the files carry no checkpoint_id to compare contents by (older files); "
+               if paths else "") + "a model decision takes speed and quality of the same checkpoint"), None
 
 
 def recommend_records(steps: list, quality: list[QualityRow], limits: Limits, baseline: str = "bf16") -> list[dict]:

@@ -736,3 +736,24 @@ def test_a_scheme_tied_with_the_fastest_but_not_the_pick_says_so():
     assert why["c"].startswith("same speed as the fastest, f, within noise, higher error (rel_fro 0.008 vs 0.001): "
                                "10.5 µs vs 10.0 µs, the fastest (1.05×, p10–p90 overlap")
     assert why["f"].startswith("same speed within noise, higher error")  # f and w do overlap
+
+
+def test_recommend_takes_every_declared_budget(capsys):
+    """The quality budgets come from the job records' declarations (qbench.readers.common.declared_budgets):
+    each is an option of recommend, checked, and named by the step view's refusal."""
+    from pathlib import Path
+
+    from qbench import cli
+    from qbench.readers.common import declared_budgets
+
+    flags = [b.flag for b in declared_budgets()]
+    assert flags[:3] == ["--max-kld", "--max-ppl-ratio", "--min-same-top"]
+    with pytest.raises(SystemExit):
+        cli.main(["recommend", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(flag in text for flag in flags)
+    step = str(Path(__file__).resolve().parents[2] / "results" / "h200" / "step_tiny_trained.json")
+    assert cli.main(["recommend", step, "--max-rel-err", "0.01", "--min-same-top", "0.9"]) == 2
+    assert capsys.readouterr().err.startswith(f"qbench recommend: {', '.join(flags[:-1])} and {flags[-1]} are budgets")
+    assert cli.main(["recommend", step, "--min-same-top", "2"]) == 2
+    assert "--min-same-top: must be a number >= 0 and <= 1, got 2.0" in capsys.readouterr().err
