@@ -228,16 +228,27 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
     return _step_model(args, paths, docs)
 
 
-def _model_columns(records: list[dict], baseline: str, wide: bool = True) -> list[Column]:
+def _model_columns(records: list[dict], baseline: str, wide: bool = True,
+                   doubts: Optional[dict] = None) -> list[Column]:
     """The step table's columns (before the error): M, context, scheme, step method, the measured
     step, tokens/s, Σ linear, the remainder's share, ×baseline per step method present and as Σ
     linear predicts it. Without ``wide`` the narrow set (:data:`STEP_WIDE_ONLY` left out; the
     speed-up is the step method's, under ``×baseline``, and the headers are short), which fits 120
-    characters with the error and budget columns on the committed H200 step files."""
+    characters with the error and budget columns on the committed H200 step files. ``doubts``:
+    (scheme, M, context) -> :func:`qbench.step.view.doubtful`'s marks: a remainder or a Σ speed-up
+    that is no reading reads ``—``, a noisy step's speed-up by its method ends in ``*``."""
     methods = [m for m in step_view.STEP_METHODS if any(m in r["speedup"] for r in records)]
+    doubts = doubts or {}
+
+    def mark(r: dict) -> tuple[bool, bool, bool]:
+        return doubts.get((r["scheme"], r["m"], r["context"]), (False, False, False))
 
     def ratio(v: Optional[float]) -> str:
         return DASH if v is None else f"{v:.2f}×"
+
+    def speedup(r: dict, m: Optional[str]) -> str:
+        v = r["speedup"].get(m) if m else None
+        return ratio(v) + ("*" if v is not None and m == r["method"] and mark(r)[2] else "")
 
     cols = [
         Column("m", "M", lambda r: r["m"], str, True),
@@ -248,18 +259,20 @@ def _model_columns(records: list[dict], baseline: str, wide: bool = True) -> lis
         Column("step_us", "step µs (measured)" if wide else "step µs", lambda r: r["step_us"], fmt_us, True),
         Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
         Column("linear_us", "Σ linear µs", lambda r: r["linear_us"], fmt_us, True),
-        Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None else 100 * r["rest_share"],
+        Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None or mark(r)[0] else 100 * r["rest_share"],
                lambda v: DASH if v is None else f"{v:.0f} %", True),
     ]
     if not wide:  # the speed-up by the row's own step method, as the step table of qbench report shows it
         cols.append(Column("speedup", f"×{baseline}", lambda r: r["speedup"].get(r["method"]) if r["method"] else None,
+                           numeric=True, cell_override=lambda r: speedup(r, r["method"])))
+        cols.append(Column("linear_speedup", f"×{baseline} Σ", lambda r: None if mark(r)[1] else r["linear_speedup"],
                            ratio, True))
-        cols.append(Column("linear_speedup", f"×{baseline} Σ", lambda r: r["linear_speedup"], ratio, True))
         return [c for c in cols if c.key not in STEP_WIDE_ONLY]
     for m in methods:
-        cols.append(Column(f"speedup_{m}", f"×{baseline} {step_view.SHORT[m]}",
-                           lambda r, m=m: r["speedup"].get(m), ratio, True))
-    cols.append(Column("linear_speedup", f"×{baseline} Σ linear", lambda r: r["linear_speedup"], ratio, True))
+        cols.append(Column(f"speedup_{m}", f"×{baseline} {step_view.SHORT[m]}", lambda r, m=m: r["speedup"].get(m),
+                           numeric=True, cell_override=lambda r, m=m: speedup(r, m)))
+    cols.append(Column("linear_speedup", f"×{baseline} Σ linear", lambda r: None if mark(r)[1] else r["linear_speedup"],
+                       ratio, True))
     return cols
 
 
@@ -337,7 +350,8 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
                           "notes": notes}, indent=2, ensure_ascii=False))
         return 0 if any(r["step_us"] is not None for r in records) else 1
     fits = narrow(args.format, getattr(args, "wide", False))
-    cols = _model_columns(records, args.baseline, wide=not fits)
+    doubts = dict(zip(((r.scheme, r.m, r.context) for r in rows), step_view.doubtful(rows, args.baseline)))
+    cols = _model_columns(records, args.baseline, wide=not fits, doubts=doubts)
     cols.append(Column("rel_fro", "err" if fits else "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True))
     if args.max_rel_err is not None:
         cols.append(Column("budget", f"≤ {args.max_rel_err:g}", lambda r: "over" if r["over_budget"] else "ok"))
@@ -373,6 +387,8 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
               f"{b} step / this step per method (a compiled scheme against {b}+compiled)")
     print()
     print(table)
+    for line in step_view.doubt_legend([doubts[(r["scheme"], r["m"], r["context"])] for r in records]):
+        print(say(line))
     print()
     print(say(f"context sweep: where each scheme stops beating {b} (its step no faster than {b}'s)"))
     for rec in sweep:

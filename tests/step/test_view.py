@@ -124,3 +124,32 @@ def test_a_step_below_its_linear_sum_and_a_noisy_speedup_are_marked_not_printed_
     assert "0.00×" not in text
     assert int8.split()[7:10] == ["100", "%", "0.01×*"] and int8.split()[-2] == "—"  # noisy: '*'; bf16's Σ: '—'
     assert "Σ linear exceeds the step" in text and "step is noisy (cv over 25%)" in text
+
+
+def test_qbench_model_marks_the_same_artefacts_as_the_step_table(tmp_path, capsys):
+    """`qbench model NAME STEP.json` shows the remainder and the Σ speed-up of a step below its Σ linear
+    as '—' and a noisy step's speed-up with '*', saying why under the table (friction 13)."""
+    import json
+    from pathlib import Path
+
+    from qbench import cli
+
+    src = Path(__file__).resolve().parents[2] / "results" / "h200" / "step_tiny_trained.json"
+    doc = json.loads(src.read_text())
+    for row in doc["rows"]:
+        if (row["m"], row["context"]) != (16, 128) or row["status"] != "ok":
+            continue
+        if row["scheme"] == "bf16":  # Σ linear 100 times the step: rest -9900 %, every ×Σ at this point an artefact
+            step = row["latency_us"]["step_graph"]["median"]
+            row["linear"]["sum_us"] = 100 * step
+            row["remainder_share"]["step_graph"] = -99.0
+        if row["scheme"] == "int8-weight-only":
+            row["latency_us"]["step_graph"]["cv"] = 0.6
+    path = tmp_path / "step.json"
+    path.write_text(json.dumps(doc))
+    assert cli.main(["model", "tiny-shakespeare-llama", str(path)]) == 0
+    out = capsys.readouterr().out
+    rows = {tuple(line.split()[:3]): line.split() for line in out.splitlines() if line[:3].strip().isdigit()}
+    assert "-9900 %" not in out and rows[("16", "128", "bf16")][5] == "—"
+    assert rows[("16", "128", "int8-weight-only")][7:9] == ["0.68×*", "—"]
+    assert "Σ linear exceeds the step" in out and "step is noisy (cv over 25%)" in out
