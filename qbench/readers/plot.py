@@ -98,7 +98,7 @@ def _scatter_with_legend(ax, pts: list[dict], x: str, y: str) -> list:
     the legend handles (every scheme label and, when there are several, every M)."""
     from matplotlib.lines import Line2D
 
-    colours, markers = scheme_styles(pts)
+    colours, markers = scheme_styles([p["base"] for p in pts], [p["m"] for p in pts])
     labels: dict[str, tuple] = {}
     for p in pts:
         colour = colours[p["base"]]
@@ -346,7 +346,7 @@ def draw_pareto(doc: ResultDoc, method: str):
     fig, axes = plt.subplots(nrows, ncols, figsize=figsize, dpi=120, sharey=True, squeeze=False)
     flat = list(axes.flat)
     shapes = len({(g["k"], g["n"], g["tp_size"], g["split"]) for g in groups})
-    colours, _ = scheme_styles([p for g in groups for p in g["points"]])
+    colours, _ = scheme_styles([p["base"] for g in groups for p in g["points"]], [])
     plotted = [(g, [p for p in g["points"] if p["rel_fro"] and p["rel_fro"] > 0]) for g in groups]
     legend_entries: dict[str, tuple] = {}
     for ax, (g, pts) in zip(flat, plotted):

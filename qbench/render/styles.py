@@ -30,10 +30,10 @@ def scheme_colour_index(base: str) -> int:
     return len(names) + sum(map(ord, base)) % 20
 
 
-def scheme_styles(pts: list[dict]) -> tuple[dict, dict]:
-    """Colour per scheme fixed by the registry order (:func:`scheme_colour_index`; 40 colours:
+def scheme_styles(bases: list[str], ms: list[int]) -> tuple[dict, dict]:
+    """Colour per scheme of ``bases`` fixed by the registry order (:func:`scheme_colour_index`; 40 colours:
     tab20's dark shades, its light ones, then tab20b), the same in every chart; marker per M
-    (ascending). A compiled variant shares its eager scheme's colour; an option variant
+    of ``ms`` (ascending). A compiled variant shares its eager scheme's colour; an option variant
     (``fp8-dynamic[kernel_preference=mslk]``) takes its scheme's slot plus the registry's size."""
     import matplotlib
 
@@ -43,7 +43,7 @@ def scheme_styles(pts: list[dict]) -> tuple[dict, dict]:
     tab20, tab20b = matplotlib.colormaps["tab20"], matplotlib.colormaps["tab20b"]
     palette = [tab20(2 * i) for i in range(10)] + [tab20(2 * i + 1) for i in range(10)] + \
         [tab20b(i) for i in range(20)]
-    bases = list(dict.fromkeys(p["base"] for p in pts))
+    bases = list(dict.fromkeys(bases))
     count = len(schemes.names())
 
     def slot(base: str) -> int:
@@ -51,5 +51,5 @@ def scheme_styles(pts: list[dict]) -> tuple[dict, dict]:
         return scheme_colour_index(name) + (count if variant else 0)
 
     colours = {b: palette[slot(b) % len(palette)] for b in bases}
-    markers = {m: _MARKERS[i % len(_MARKERS)] for i, m in enumerate(sorted({p["m"] for p in pts}))}
+    markers = {m: _MARKERS[i % len(_MARKERS)] for i, m in enumerate(sorted(set(ms)))}
     return colours, markers

@@ -436,7 +436,7 @@ def plot_context(doc: ResultDoc, path: Path) -> Path:
     schemes = list(dict.fromkeys(r.scheme for r in rows))
     compiled = {r.scheme: r.mode == "compiled" for r in rows}
     base = {s: s.replace("+compiled", "") for s in schemes}  # x+compiled and x+compiled[opts] alike
-    colours, _ = scheme_styles([{"base": base[s], "m": 0} for s in schemes])
+    colours, _ = scheme_styles([base[s] for s in schemes], [])
     # (colour, marker) unique per scheme: a compiled form squares, then the next shape two schemes share
     style, used = {}, set()
     for scheme in schemes:

@@ -135,12 +135,14 @@ def test_run_then_recommend_on_both_halves(tmp_path, ck):
 def test_recommend_refuses_step_and_quality_of_different_weights(tmp_path, ck):
     from qbench.quality import view
 
-    class R:  # the two fields the check reads
+    class R:  # the fields the check reads: a file's rows, a row's weights and checkpoint_id
         def __init__(self, **kw):
             self.__dict__.update(kw)
 
-    why = view._same_weights([R(weight_source="seeded ...")], [R(weights=f"checkpoint {ck} (float32)")])
-    assert why and "same checkpoint" in why
+    step = R(rows=[R(weight_source="seeded ...", checkpoint_id=None)])
+    quality = R(rows=[R(weights=f"checkpoint {ck} (float32)", checkpoint_id=None)])
+    why, note = view.pairing([step], [quality])
+    assert why and "same checkpoint" in why and note is None
 
 
 @pytest.mark.parametrize("command", [["model", "m"], ["recommend"]])
