@@ -259,18 +259,15 @@ def _one_checkpoint(quality: list[QualityRow]) -> Optional[str]:
     return None
 
 
-def _normal(source: str) -> str:
+_CHECKPOINT = re.compile(r"checkpoint (.+) \(([^()]+)\)")
+
+
+def _normal(source: str, resolve: bool = False) -> str:
     """A weight source with its checkpoint path normalized: ``checkpoint my/../data/x (bf16)`` ->
-    ``checkpoint data/x (bf16)`` (``..`` collapsed); any other source as it is."""
-    m = re.fullmatch(r"checkpoint (.+) \(([^()]+)\)", source)
-    return source if m is None else f"checkpoint {os.path.normpath(m[1])} ({m[2]})"
-
-
-def _resolved(source: str) -> str:
-    """:func:`_normal` with the path made absolute and its links followed: two spellings of one folder
-    (a ``..`` detour, a symbolic link) compare equal."""
-    m = re.fullmatch(r"checkpoint (.+) \(([^()]+)\)", source)
-    return source if m is None else f"checkpoint {os.path.realpath(m[1])} ({m[2]})"
+    ``checkpoint data/x (bf16)`` (``..`` collapsed); with ``resolve`` made absolute, its links
+    followed (two spellings of one folder compare equal); any other source as it is."""
+    m = _CHECKPOINT.fullmatch(source)
+    return source if m is None else f"checkpoint {(os.path.realpath if resolve else os.path.normpath)(m[1])} ({m[2]})"
 
 
 #: The config keys a decode step's time depends on (the shapes of its tensors), in the order said.
@@ -304,9 +301,7 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
     (the checkpoint's content digest) -> they must be equal, wherever the runs started; the step ran
     seeded weights of the quality checkpoint's config (:data:`SHAPE_KEYS` equal: a step's time
     depends on shapes, not values) -> accepted, and the note says so; else the weight sources with
-    their paths resolved (:func:`_resolved`) must be equal. The refusal says what differed."""
-    from qbench.step.row import SEEDED
-
+    their paths resolved (:func:`_normal`) must be equal. The refusal says what differed."""
     steps = [r for d in step_docs for r in d.rows]
     quality = [r for d in quality_docs for r in d.rows]
     step_ids, quality_ids = {r.checkpoint_id for r in steps}, {r.checkpoint_id for r in quality}
@@ -318,7 +313,7 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
                 "model decision takes speed and quality of the same checkpoint"), None
     step_sources = sorted({_normal(r.weight_source) for r in steps})
     quality_sources = sorted({_normal(r.weights) for r in quality})
-    if all(r.weight_source == SEEDED for r in steps):
+    if all(r.weight_source.startswith("seeded") for r in steps):
         step_shapes = {shapes_of(d) for d in step_docs}
         quality_shapes = {shapes_of(d) for d in quality_docs}
         if len(step_shapes) == 1 and step_shapes == quality_shapes and None not in step_shapes:
@@ -328,7 +323,8 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
         return (f"the step files ran seeded weights of {'; '.join(_shape_text(s) for s in step_shapes)}, the quality "
                 f"files {'; '.join(quality_sources)} of {'; '.join(_shape_text(s) for s in quality_shapes)}: a seeded "
                 "speed half must have the quality checkpoint's config"), None
-    if {_resolved(r.weight_source) for r in steps} == {_resolved(r.weights) for r in quality} and len(quality_sources) == 1:
+    if {_normal(r.weight_source, True) for r in steps} == {_normal(r.weights, True) for r in quality} \
+            and len(quality_sources) == 1:
         return None, None
     paths = all(s.startswith("checkpoint ") for s in step_sources + quality_sources)
     return (f"the step files' weights ({'; '.join(step_sources)}) are not the quality files' "
