@@ -54,7 +54,8 @@ class Job:
             (:attr:`qbench.schemes.base.Scheme.emulate`), so the runner does not skip it up front.
         views: reader command name -> ``"module:function"`` rendering that reader's view of a
             document of this kind (absent: the reader's own, layer, view). ``run`` is ``(doc, args)
-            -> rows shown``; a reader's is ``(args, paths, docs) -> exit status``.
+            -> rows shown``; a reader's is ``(args, paths, docs) -> exit status``; ``budgets`` names the
+            kind's budget options (:class:`qbench.judge.Budget`), which ``recommend`` takes.
         refusal: what a reader without a view of this kind says of its file, after ``<path>: ``
             (None: a line naming the kind and the readers that have a view).
         summary: one line for ``qbench list`` and errors.
@@ -98,7 +99,8 @@ JOBS: dict[str, Job] = {j.name: j for j in (
         check_rows="qbench.quality.row:check_rows", blank_rows="qbench.quality.measure:blank_rows",
         measure="qbench.quality.measure:measure_quality_scheme",
         views={"run": "qbench.quality.view:run_view", "report": "qbench.quality.view:report_view",
-               "recommend": "qbench.quality.view:recommend_view", "model": "qbench.quality.view:model_view"},
+               "recommend": "qbench.decision:recommend_view", "model": "qbench.decision:model_view",
+               "budgets": "qbench.quality.view:BUDGETS"},
         summary="a checkpoint's perplexity, KL divergence and same-top share over a text, per scheme"),
     Job("step", table="model", exclusive=True, at=("m", "context"),
         tables="qbench.step.spec:StepTables", check="qbench.step.spec:check_scenario",

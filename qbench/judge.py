@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import statistics
+from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Mapping, Optional, Sequence, TypeVar
 
 from qbench import jobs
@@ -33,6 +34,8 @@ __all__ = [
     "PARETO_KEYS",
     "STORED_BYTES_RTOL",
     "UNUSABLE",
+    "Budget",
+    "budget_flags",
     "capture_failure",
     "combine_repeats",
     "combine_rows",
@@ -426,3 +429,69 @@ def combine_rows(rows: Sequence[T]) -> T:
         return rows[0]
     base, repeats = combine_repeats(rows)
     return rows[base].model_copy(update={"repeats": repeats})
+
+
+# ---- budgets -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Budget:
+    """One budget option a job kind declares beside its row model: ``--<name>`` bounds the row
+    statistic ``value`` from above (``upper``) or below. The command line, the check of the value
+    given, the line that states the budget, the reason a row misses it and the JSON key all come from
+    this one record, so a new statistic that should be a budget is one entry.
+
+    Attributes:
+        name: the option's destination and JSON key (``max_kld``; the option is ``--max-kld``).
+        what: the statistic as a table names it (``mean KLD``).
+        terms: what the value is, in the field's terms (``mean KL divergence, nats``), for a refusal.
+        value: the row -> the statistic (None: not measured; the row misses the budget).
+        help: the option's ``--help`` line.
+        upper: True: a row meets it with ``value <= limit``; False: ``value >= limit``.
+        most: the largest limit accepted (a share: 1), None: any limit >= 0.
+        scale, unit: how a value and a limit are said (a share as a percentage: 100, `` %``).
+        fmt: the format of a row's value in a miss (``.3g``).
+    """
+
+    name: str
+    what: str
+    terms: str
+    value: Callable[[Any], Optional[float]]
+    help: str = ""
+    upper: bool = True
+    most: Optional[float] = None
+    scale: float = 1.0
+    unit: str = ""
+    fmt: str = ".3g"
+
+    @property
+    def flag(self) -> str:
+        """The command-line option, ``--max-kld``."""
+        return "--" + self.name.replace("_", "-")
+
+    def check(self, limit: float) -> Optional[str]:
+        """Why ``limit`` is not a budget of this option (one line naming the option and the value;
+        NaN too), or None."""
+        if limit >= 0 and (self.most is None or limit <= self.most):
+            return None
+        most = "" if self.most is None else f" and <= {self.most:g}"
+        return f"{self.flag}: must be a number >= 0{most}, got {limit}"
+
+    def text(self, limit: float) -> str:
+        """The budget in words: ``mean KLD ≤ 0.01``, ``same top ≥ 99 %``."""
+        return f"{self.what} {'≤' if self.upper else '≥'} {self.scale * limit:g}{self.unit}"
+
+    def misses(self, row: Any, limit: float) -> Optional[str]:
+        """Why ``row`` misses ``limit`` (``mean KLD 0.0121 > 0.01``), or None when it meets it."""
+        v = self.value(row)
+        if v is None:
+            return f"no {self.what} measured"
+        if (v > limit) if self.upper else (v < limit):
+            return (f"{self.what} {format(self.scale * v, self.fmt)}{self.unit} {'>' if self.upper else '<'} "
+                    f"{self.scale * limit:g}{self.unit}")
+        return None
+
+
+def budget_flags(budgets: Sequence[Budget]) -> str:
+    """The options of ``budgets`` in a sentence: ``--max-kld, --max-ppl-ratio and --min-same-top``."""
+    flags = [b.flag for b in budgets]
+    return ", ".join(flags[:-1]) + (" and " if len(flags) > 1 else "") + flags[-1] if flags else ""

@@ -195,3 +195,18 @@ def test_pick_stability_of_any_keys():
     b = [{"m": 1, "k": 8, "pick": "x"}, {"m": 2, "k": 8, "pick": None}, {"m": 4, "k": 8, "pick": "x"}]
     assert pick_stability([a, b], keys=("m", "k")) == [
         {"m": 1, "k": 8, "picks": ["x", "x"], "holds": True}, {"m": 2, "k": 8, "picks": ["y", None], "holds": False}]
+
+
+def test_a_declared_budget_states_checks_and_misses_in_its_own_words():
+    """One Budget record gives the option, the check of its value, the budget line and a row's miss."""
+    from qbench.judge import Budget, budget_flags
+
+    share = Budget("min_same_top", "same top", "0..1", lambda r: r["top"], upper=False, most=1.0, scale=100,
+                   unit=" %", fmt=".2f")
+    kld = Budget("max_kld", "mean KLD", "nats", lambda r: r["kld"])
+    assert share.flag == "--min-same-top" and budget_flags([kld, share]) == "--max-kld and --min-same-top"
+    assert share.text(0.99) == "same top ≥ 99 %" and kld.text(0.01) == "mean KLD ≤ 0.01"
+    assert share.misses({"top": 0.985}, 0.99) == "same top 98.50 % < 99 %" and share.misses({"top": 0.995}, 0.99) is None
+    assert kld.misses({"kld": 0.0121}, 0.01) == "mean KLD 0.0121 > 0.01" and kld.misses({"kld": None}, 1) == "no mean KLD measured"
+    assert share.check(1.5) == "--min-same-top: must be a number >= 0 and <= 1, got 1.5"
+    assert kld.check(float("nan")) == "--max-kld: must be a number >= 0, got nan" and kld.check(2.0) is None

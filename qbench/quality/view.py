@@ -1,45 +1,42 @@
 """What the readers show of a quality result, and the one pick on speed and quality together.
 
-``qbench run`` and ``qbench report`` print the quality table (llama.cpp's statistics per scheme);
-``qbench recommend STEP.json QUALITY.json --max-kld X`` picks, per (M, context), the fastest
-measured decode step whose scheme meets the quality budget measured on the same checkpoint;
-``qbench model`` shows both halves in one table. The layer job's Gaussian error is never a
-model decision's budget here: only quality rows measured on the model are.
+``qbench run`` and ``qbench report`` print the quality table (llama.cpp's statistics per scheme),
+and the quality budgets are declared here (:data:`BUDGETS`); the pick on speed and quality together
+(``recommend STEP.json QUALITY.json``, ``model``) is :mod:`qbench.decision`, above both jobs.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from typing import Callable, Optional, Sequence
 
+from qbench.judge import Budget
 from qbench.quality.row import QualityRow
 from qbench.render import Column, narrow, prose, render, wants_prose
-from qbench.model.recipe import identity_key
 
 DASH = "—"
 
 
-def _pm(value: Optional[float], unc: Optional[float], fmt: str = "{:.4g}") -> str:
+def pm(value: Optional[float], unc: Optional[float], fmt: str = "{:.4g}") -> str:
     """``value ± unc``, the uncertainty to two significant digits (more would be noise)."""
     if value is None:
         return DASH
     return fmt.format(value) + ("" if unc is None else " ± 0" if unc == 0 else f" ± {unc:#.2g}".removesuffix("."))
 
 
-def _pct(value: Optional[float], unc: Optional[float] = None) -> str:
+def pct(value: Optional[float], unc: Optional[float] = None) -> str:
     if value is None:
         return DASH
     return f"{100 * value:.2f}" + ("" if unc is None else f" ± {100 * unc:.2f}") + " %"
 
 
-def _mib(n: Optional[int]) -> str:
+def mib(n: Optional[int]) -> str:
     return DASH if n is None else f"{n / 2**20:.2f}"
 
 
-def _stat(row: QualityRow, *path: str):
+def stat(row: QualityRow, *path: str):
     cur = row.stats
     for p in path:
         cur = None if cur is None else getattr(cur, p)
@@ -50,14 +47,14 @@ def _stat(row: QualityRow, *path: str):
 COLUMNS = [
     Column("scheme", "scheme", lambda r: r.scheme),
     Column("state", "status", lambda r: r.status + (" (emulated)" if r.emulated else "")),
-    Column("ppl", "PPL", lambda r: r, cell_override=lambda r: _pm(_stat(r, "ppl"), _stat(r, "ppl_unc"))),
+    Column("ppl", "PPL", lambda r: r, cell_override=lambda r: pm(stat(r, "ppl"), stat(r, "ppl_unc"))),
     Column("ppl_ratio", "ln(PPL/PPL ref)", lambda r: r,
-           cell_override=lambda r: _pm(_stat(r, "ln_ppl_ratio"), _stat(r, "ln_ppl_ratio_unc"), "{:.3g}")),
-    Column("kld", "mean KLD", lambda r: r, cell_override=lambda r: _pm(_stat(r, "kld", "mean"), _stat(r, "kld", "unc"), "{:.3g}")),
-    Column("kld99", "KLD 99 %", lambda r: _stat(r, "kld", "p99"), lambda v: DASH if v is None else f"{v:.3g}", True),
-    Column("same_top", "same top", lambda r: r, cell_override=lambda r: _pct(_stat(r, "same_top"), _stat(r, "same_top_unc"))),
-    Column("dp_rms", "RMS Δp", lambda r: r, cell_override=lambda r: _pct(_stat(r, "dp", "rms"))),
-    Column("stored", "model MiB", lambda r: r.model_stored_bytes, _mib, True),
+           cell_override=lambda r: pm(stat(r, "ln_ppl_ratio"), stat(r, "ln_ppl_ratio_unc"), "{:.3g}")),
+    Column("kld", "mean KLD", lambda r: r, cell_override=lambda r: pm(stat(r, "kld", "mean"), stat(r, "kld", "unc"), "{:.3g}")),
+    Column("kld99", "KLD 99 %", lambda r: stat(r, "kld", "p99"), lambda v: DASH if v is None else f"{v:.3g}", True),
+    Column("same_top", "same top", lambda r: r, cell_override=lambda r: pct(stat(r, "same_top"), stat(r, "same_top_unc"))),
+    Column("dp_rms", "RMS Δp", lambda r: r, cell_override=lambda r: pct(stat(r, "dp", "rms"))),
+    Column("stored", "model MiB", lambda r: r.model_stored_bytes, mib, True),
     Column("flags", "flags", lambda r: ", ".join(f.name for f in r.flags) or DASH),
 ]
 #: The narrow default of a terminal table (:func:`qbench.render.narrow`): fits 120 characters, a
@@ -153,7 +150,7 @@ def run_view(doc, args: argparse.Namespace) -> int:
     return len(rows)
 
 
-def _sayer(args: argparse.Namespace) -> Callable[[str], None]:
+def sayer(args: argparse.Namespace) -> Callable[[str], None]:
     """How ``recommend`` and ``model`` on quality files print a prose line: on stdout, wrapped in the
     narrow view (:func:`qbench.render.prose`); on stderr as it is when the format is data or
     Markdown, so stdout holds the table alone."""
@@ -172,218 +169,33 @@ def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
 
 # ---- one pick on both halves ----------------------------------------------------------------------
 
-def meets(row: QualityRow, max_kld: Optional[float], max_ppl_ratio: Optional[float],
-          min_same_top: Optional[float]) -> Optional[str]:
-    """Why ``row`` misses the budget (one phrase), or None when it meets it. A row without
-    statistics misses it."""
+#: The quality job's budget options (:class:`qbench.judge.Budget`), in the order the command line,
+#: the budget line and the JSON list them: ``qbench recommend`` takes each as ``--<name>``.
+BUDGETS = (
+    Budget("max_kld", "mean KLD", "mean KL divergence, nats", lambda r: stat(r, "kld", "mean"),
+           help="quality budget: mean KL divergence against the reference, nats (a quality file beside model-step "
+                "files: one pick on both halves)"),
+    Budget("max_ppl_ratio", "PPL ratio", "PPL(Q)/PPL(ref)", lambda r: stat(r, "ppl_ratio"), fmt=".4g",
+           help="quality budget: PPL(scheme) / PPL(reference)"),
+    Budget("min_same_top", "same top", "0..1", lambda r: stat(r, "same_top"), upper=False, most=1.0, scale=100,
+           unit=" %", fmt=".2f", help="quality budget: the share of tokens whose top token is the reference's (0..1)"),
+    Budget("max_kld_p99", "99th-percentile KLD", "the KL divergence 99 % of scored tokens stay under, nats",
+           lambda r: stat(r, "kld", "p99"), help="quality budget: the 99th percentile of the per-token KL divergence, "
+           "nats (the tail a mean hides: a few tokens badly off)"),
+)
+
+#: A budget with its limit, as given on the command line.
+Limits = Sequence[tuple[Budget, float]]
+
+
+def limits_of(args: argparse.Namespace) -> list[tuple[Budget, float]]:
+    """The :data:`BUDGETS` given in ``args`` with their limits, in declaration order."""
+    return [(b, v) for b in BUDGETS if (v := getattr(args, b.name, None)) is not None]
+
+
+def meets(row: QualityRow, limits: Limits) -> Optional[str]:
+    """Why ``row`` misses the budget ``limits`` (one phrase, the first budget it misses), or None when
+    it meets every one. A row without statistics misses it."""
     if row.status != "ok" or row.stats is None:
         return f"no quality measured ({row.status})"
-    s = row.stats
-    if max_kld is not None and s.kld.mean > max_kld:
-        return f"mean KLD {s.kld.mean:.3g} > {max_kld:g}"
-    if max_ppl_ratio is not None and s.ppl_ratio > max_ppl_ratio:
-        return f"PPL ratio {s.ppl_ratio:.4g} > {max_ppl_ratio:g}"
-    if min_same_top is not None and s.same_top < min_same_top:
-        return f"same top {100 * s.same_top:.2f} % < {100 * min_same_top:g} %"
-    return None
-
-
-def _identity(row) -> tuple:
-    options = json.dumps({k: v for k, v in (row.options or {}).items() if k not in ("label", "mode")}, sort_keys=True)
-    return row.base_scheme, options, identity_key(getattr(row, "recipe", None))
-
-
-def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
-    """The quality row of a step row's scheme: same base scheme and options (its eager or compiled
-    form: both run the same kernels) and, for a mixed recipe, the same scheme per role and kept
-    blocks (:func:`qbench.model.recipe.identity_key`; a recipe never pairs with its base scheme's
-    plain row), measured on the same model."""
-    key = _identity(step_row)
-    for q in quality:
-        if _identity(q) == key:
-            return q
-    return None
-
-
-def _split(docs: Sequence) -> tuple[list, list[QualityRow]]:
-    steps = [r for d in docs if d.job == "step" for r in d.rows]
-    quality = [r for d in docs if d.job == "quality" for r in d.rows]
-    return steps, quality
-
-
-def _one_checkpoint(quality: list[QualityRow]) -> Optional[str]:
-    """Why the quality rows are not all of one checkpoint's weights over one text, or None: schemes
-    are compared on the same model and tokens, never across models."""
-    weights, texts = {r.weights for r in quality}, {r.text_sha256 for r in quality}
-    if len(weights) > 1:
-        return (f"the quality files hold rows of {len(weights)} different weights ({'; '.join(sorted(weights))}): "
-                f"compare schemes on one checkpoint at a time")
-    if len(texts) > 1:
-        return f"the quality files score {len(texts)} different texts: compare schemes over the same tokens"
-    return None
-
-
-def _same_weights(steps: list, quality: list[QualityRow]) -> Optional[str]:
-    """Why the step rows and the quality rows are not of one model's same weights, or None."""
-    step_sources = {r.weight_source for r in steps}
-    q_sources = {r.weights for r in quality}
-    if step_sources != q_sources or len(q_sources) != 1:
-        return (f"the step files' weights ({'; '.join(sorted(step_sources))}) are not the quality files' "
-                f"({'; '.join(sorted(q_sources))}): a model decision takes speed and quality of the same checkpoint")
-    return None
-
-
-def recommend_records(steps: list, quality: list[QualityRow], max_kld: Optional[float],
-                      max_ppl_ratio: Optional[float], min_same_top: Optional[float], baseline: str = "bf16") -> list[dict]:
-    """Per (M, context): the fastest measured step among the schemes whose quality on the same
-    checkpoint meets the budget (ties within noise broken as :func:`qbench.step.view.recommend`
-    breaks them, the lower error being the lower mean KL divergence: this checkpoint's, not the
-    step's seeded logits error), with its speed-up over ``baseline`` and its quality beside it."""
-    from qbench.step import view as step_view
-
-    ok = {r.scheme for r in steps if (q := quality_of(r, quality)) is not None
-          and meets(q, max_kld, max_ppl_ratio, min_same_top) is None}
-    candidates = [r for r in steps if r.scheme in ok]
-    base = [r for r in steps if r.scheme not in ok and r.scheme in (baseline, f"{baseline}+compiled")]
-    def kld(row) -> Optional[float]:
-        q = quality_of(row, quality)
-        return None if q is None else _stat(q, "kld", "mean")
-
-    rec = step_view.recommend(candidates + base, float("inf"), baseline, tie_error=kld)
-    out = []
-    for record in rec:
-        if record["pick"] is not None and record["pick"] not in ok:  # the baseline was kept only to divide by
-            record = {**record, "pick": None, "speedup": None, "step_us": None}
-        row = next((r for r in steps if r.scheme == record["pick"]), None)
-        q = quality_of(row, quality) if row is not None else None
-        record["quality"] = None if q is None else {
-            "scheme": q.scheme, "kld": q.stats.kld.mean, "kld_unc": q.stats.kld.unc, "ppl_ratio": q.stats.ppl_ratio,
-            "same_top": q.stats.same_top, "emulated": q.emulated}
-        out.append(record)
-    return out
-
-
-def _budget(args: argparse.Namespace) -> tuple[Optional[float], Optional[float], Optional[float]]:
-    return (getattr(args, "max_kld", None), getattr(args, "max_ppl_ratio", None), getattr(args, "min_same_top", None))
-
-
-def _budget_text(max_kld, max_ppl_ratio, min_same_top) -> str:
-    parts = [f"mean KLD ≤ {max_kld:g}" if max_kld is not None else "",
-             f"PPL ratio ≤ {max_ppl_ratio:g}" if max_ppl_ratio is not None else "",
-             f"same top ≥ {100 * min_same_top:g} %" if min_same_top is not None else ""]
-    return ", ".join(p for p in parts if p) or "no budget"
-
-
-def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
-    """``qbench recommend STEP.json QUALITY.json --max-kld X``: one pick per (M, context) on both
-    halves; exit 0 with a pick, 1 without. A quality file alone: the schemes within the budget."""
-    from qbench.readers.common import Refused
-
-    budget = _budget(args)
-    if all(b is None for b in budget):
-        raise Refused("a quality file takes a budget in the field's terms: --max-kld (mean KL divergence, nats), "
-                      "--max-ppl-ratio (PPL(Q)/PPL(ref)) and/or --min-same-top (0..1); --max-rel-err is the layer "
-                      "job's synthetic error, never a model decision's budget")
-    steps, quality = _split(docs)
-    if (why := _one_checkpoint(quality)):
-        raise Refused(why)
-    say = _sayer(args)
-    if not steps:
-        within = [(q, meets(q, *budget)) for q in quality]
-        print(f"quality budget: {_budget_text(*budget)} (no step file given: no speed half)")
-        print(render([{"scheme": q.scheme, "meets": "yes" if why is None else f"no: {why}"} for q, why in within],
-                     [Column("scheme", "scheme", lambda r: r["scheme"]), Column("meets", "within budget",
-                                                                                 lambda r: r["meets"])], args.format))
-        for line in weight_notes(quality):
-            say(line)
-        return 0 if any(why is None for _, why in within) else 1
-    why = _same_weights(steps, quality)
-    if why:
-        raise Refused(why)
-    baseline = getattr(args, "baseline", "bf16")
-    rec = recommend_records(steps, quality, *budget, baseline=baseline)
-    if getattr(args, "format", "simple") == "json":
-        print(json.dumps({"budget": dict(zip(("max_kld", "max_ppl_ratio", "min_same_top"), budget)),
-                          "by_m_context": rec}, indent=2))
-        return 0 if any(r["pick"] for r in rec) else 1
-    first = steps[0]
-    machine = next((d.machine for d in docs if d.job == "step"), first.device)
-    say(f"{first.title} ({first.model}): per M and context, the fastest decode step measured on {machine} "
-        f"({', '.join(sorted({r['method'] for r in rec if r['method']})) or 'no method'}) whose scheme meets "
-          f"{_budget_text(*budget)} on this checkpoint (quality file: {', '.join(p for p, d in zip(paths, docs) if d.job == 'quality')})")
-    cols = [Column("m", "M", lambda r: r["m"], numeric=True), Column("context", "context", lambda r: r["context"], numeric=True),
-            Column("pick", "pick", lambda r: r["pick"] or "none within budget"),
-            Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
-            Column("step_us", "step µs", lambda r: r["step_us"], lambda v: DASH if v is None else f"{v:,.0f}", True),
-            Column("kld", "mean KLD", lambda r: r, cell_override=lambda r: DASH if not r["quality"] else
-                   _pm(r["quality"]["kld"], r["quality"]["kld_unc"], "{:.3g}")),
-            Column("same_top", "same top", lambda r: r, cell_override=lambda r: DASH if not r["quality"] else
-                   _pct(r["quality"]["same_top"])),
-            Column("ties", "tied within noise", lambda r: ", ".join(r["ties"]) or DASH)]
-    print(render(rec, cols, args.format))
-    missed = sorted({f"{q.scheme} ({w})" for q in quality if (w := meets(q, *budget))})
-    if missed:
-        say("outside the budget: " + "; ".join(missed))
-    unmeasured = sorted({r.scheme for r in steps if quality_of(r, quality) is None})
-    if unmeasured:
-        say("no quality row (never picked): " + ", ".join(unmeasured))
-    if any(q.emulated for q in quality):
-        say("emulated quality rows: the scheme's kernel did not run there; its dequantized weights did")
-    for line in weight_notes(quality):
-        say(line)
-    return 0 if any(r["pick"] for r in rec) else 1
-
-
-def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
-    """``qbench model STEP.json QUALITY.json``: per scheme, the measured step (median per M and
-    context, speed-up over bf16) beside its quality on the same checkpoint."""
-    from qbench.readers.common import Refused
-    from qbench.step import view as step_view
-
-    steps, quality = _split(docs)
-    if (why := _one_checkpoint(quality)):
-        raise Refused(why)
-    if steps:
-        why = _same_weights(steps, quality)
-        if why:
-            raise Refused(why)
-    for path, doc in zip(paths, docs):  # NAME is the files' model (its path or title), as for a step file alone
-        if not any(args.name in (r.model, r.title) for r in doc.rows):
-            held = ", ".join(sorted({f"{r.title} ({r.model})" for r in doc.rows}))
-            raise Refused(f"{path}: a {doc.job} result of {held}, not of {args.name}")
-    sp = step_view.speedups(steps) if steps else {}
-    points = sorted({(r.m, r.context) for r in steps})
-    records = []
-    for q in quality:
-        rec = {"scheme": q.scheme, "q": q}
-        for r in steps:
-            if quality_of(r, [q]) is not None and r.status == "ok":
-                method = step_view.decision_method(r)
-                value = sp.get(r.key, {}).get(method) if method else None
-                key = f"M={r.m}/{r.context}"
-                if value is not None and (rec.get(key) is None or value > rec[key]):
-                    rec[key] = value
-        records.append(rec)
-    cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
-            Column("kld", "mean KLD", lambda r: r, cell_override=lambda r: _pm(_stat(r["q"], "kld", "mean"),
-                                                                                _stat(r["q"], "kld", "unc"), "{:.3g}")),
-            Column("ppl", "PPL ratio", lambda r: _stat(r["q"], "ppl_ratio"), lambda v: DASH if v is None else f"{v:.4f}", True),
-            Column("same_top", "same top", lambda r: r, cell_override=lambda r: _pct(_stat(r["q"], "same_top"))),
-            Column("stored", "MiB", lambda r: r["q"].model_stored_bytes, _mib, True)]
-    for m, context in points:
-        key = f"M={m}/{context}"
-        cols.append(Column(key, key, lambda r, k=key: r.get(k), lambda v: DASH if v is None else f"{v:.2f}×", True))
-    short = narrow(args.format, getattr(args, "wide", False))
-    if short:  # the narrow default: mean KLD and same top judge quality; --wide adds the PPL ratio
-        cols = [c for c in cols if c.key != "ppl"]
-    say = _sayer(args)
-    if quality:
-        for line in describe(quality):
-            say(line)
-    print(render(records, cols, args.format))
-    if steps:
-        say("M=m/context: the measured decode step's speed-up over bf16 at that M and context (the fastest form of "
-            "the scheme: eager or compiled); the step decides a model, the layer view a kernel")
-    for line in notes(quality):
-        say(line)
-    return 0
+    return next((why for b, limit in limits if (why := b.misses(row, limit))), None)

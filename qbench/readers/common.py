@@ -22,7 +22,7 @@ from qbench.hardware import machine_differences
 from qbench.results import ResultDoc, ResultsError, read_results
 from qbench.row import Row
 
-__all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "group_results", "merge_docs",
+__all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "add_budgets", "check_budgets", "declared_budgets", "group_results", "merge_docs",
            "split_runs", "add_baseline", "check_baseline", "DEFAULT_BASELINE", "add_format", "add_max_rel_err",
            "add_method", "add_wide", "blocking_differences", "env_of", "fail", "job_view", "one_result", "open_results",
            "timing_differences"]
@@ -185,7 +185,7 @@ def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn"
     for path, doc in zip(paths, docs):
         kind = jobs.get(doc.job)
         if kind.name != jobs.DEFAULT and command not in kind.views:
-            offered = ", ".join(f"qbench {c}" for c in kind.views if c != "run")
+            offered = ", ".join(f"qbench {c}" for c in kind.views if c not in ("run", "budgets"))
             raise Refused(f"{path}: " + (kind.refusal or f"a {kind.name} result (rows of job {kind.name!r}); this "
                                          f"command does not read it ({offered or 'no reader'} does)"))
     if incomplete != "keep":
@@ -196,6 +196,28 @@ def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn"
             if warning:
                 print(warning, file=sys.stderr)
     return docs
+
+
+def declared_budgets() -> list:
+    """Every job kind's budget options (:class:`qbench.judge.Budget`, the records' ``budgets``), in
+    registry order: what ``recommend`` takes beside ``--max-rel-err``."""
+    return [b for kind in jobs.JOBS.values() if "budgets" in kind.views for b in kind.view("budgets")]
+
+
+def add_budgets(p: argparse.ArgumentParser) -> None:
+    """One option per :func:`declared_budgets` entry (``--max-kld``: a float, its ``help``)."""
+    for b in declared_budgets():
+        p.add_argument(b.flag, type=float, help=b.help)
+
+
+def check_budgets(args: argparse.Namespace) -> list:
+    """The :func:`declared_budgets` given in ``args``; raises :class:`Refused` for a value that is no
+    budget (:meth:`qbench.judge.Budget.check`)."""
+    given = [b for b in declared_budgets() if getattr(args, b.name, None) is not None]
+    for b in given:
+        if (why := b.check(getattr(args, b.name))):
+            raise Refused(why)
+    return given
 
 
 def job_view(docs: Sequence[ResultDoc], command: str) -> Optional[Callable[..., int]]:
@@ -374,5 +396,24 @@ def env_of(doc: ResultDoc) -> dict:
     return doc.env.model_dump(mode="json")
 
 
-def _env(doc: ResultDoc) -> dict:
-    return doc.env.model_dump(mode="json")
+#: Which of qbench's three answers decides what, said once by each view of ``qbench model``: the
+#: per-layer pick (``qbench recommend`` on one layer's file), Σ linear (this sum of per-layer times)
+#: and the measured step (a ``[model]`` scenario) can name three different schemes.
+ACT_ON = ("which answer to act on: the measured step decides a model (a [model] scenario: it includes attention, "
+          "the KV cache and the gaps between kernels); the layer view (qbench recommend on one layer's file) decides "
+          "a kernel for that layer; Σ linear, the sum of per-layer times, only predicts the step")
+
+
+def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[str]:
+    """Print on stderr, and return, one ``warning:`` line per difference
+    :func:`qbench.readers.common.timing_differences` finds between the first file's machine and each
+    other file's (one device label can hide another CPU instruction set, CPU count or GPU memory;
+    two CUDA runs: the GPU's facts only): a model step adds per-layer times, which must come from
+    one machine."""
+    out = []
+    for path, doc in zip(paths[1:], docs[1:]):
+        for line in timing_differences(docs[0], doc):
+            out.append(f"warning: {paths[0]} (A) and {path} (B) may come from different machines: {line}")
+    for line in dict.fromkeys(out):
+        print(line, file=sys.stderr)
+    return out

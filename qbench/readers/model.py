@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, incomplete_warning, resolve_method, unusable_note
-from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
-                                   add_method, add_wide, check_baseline, check_max_rel_err, job_view, open_results,
-                                   timing_differences)
+from qbench.readers.common import (ACT_ON, Command, Refused, add_allow_incomplete, add_baseline, add_format,
+                                   add_max_rel_err, add_method, add_wide, check_baseline, check_max_rel_err, job_view,
+                                   open_results, warn_machine_differences)
 from qbench.render import Column, check_format, fit, narrow, render, synthetic_weights, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
@@ -292,13 +292,6 @@ _GIB = 2.0**-30
 
 NOT_INCLUDED = ("the linear layers only: attention (scores, softmax, RoPE), the KV cache, norms, "
                 "embeddings and sampling are not included")
-#: Which of qbench's three answers decides what, said once by each view of ``qbench model``: the
-#: per-layer pick (``qbench recommend`` on one layer's file), Σ linear (this sum of per-layer times)
-#: and the measured step (a ``[model]`` scenario) can name three different schemes.
-ACT_ON = ("which answer to act on: the measured step decides a model (a [model] scenario: it includes attention, "
-          "the KV cache and the gaps between kernels); the layer view (qbench recommend on one layer's file) decides "
-          "a kernel for that layer; Σ linear, the sum of per-layer times, only predicts the step")
-
 
 #: The columns of the model table a terminal shows only with ``--wide``: the HBM floor and its share
 #: of the step, the stored GiB and the note (the narrow table's ``status`` says it in a word; the
@@ -423,21 +416,6 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     add_allow_incomplete(p, "read files marked incomplete (a run cut off, completed by another file) without a "
                             "warning on stderr; each is named in a note under the table (in JSON: 'notes') "
                             "instead; CSV has no place for notes, so there the warning stays")
-
-
-def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[str]:
-    """Print on stderr, and return, one ``warning:`` line per difference
-    :func:`qbench.readers.common.timing_differences` finds between the first file's machine and each
-    other file's (one device label can hide another CPU instruction set, CPU count or GPU memory;
-    two CUDA runs: the GPU's facts only): a model step adds per-layer times, which must come from
-    one machine."""
-    out = []
-    for path, doc in zip(paths[1:], docs[1:]):
-        for line in timing_differences(docs[0], doc):
-            out.append(f"warning: {paths[0]} (A) and {path} (B) may come from different machines: {line}")
-    for line in dict.fromkeys(out):
-        print(line, file=sys.stderr)
-    return out
 
 
 def run_model(args: argparse.Namespace) -> int:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from qbench.judge import pareto_front, resolve_method, shape_order
 from qbench.readers.common import Command, Refused, add_method, job_view, open_results
+from qbench.render.styles import _MARKERS, plain, scheme_colour_index, scheme_styles  # noqa: F401
 from qbench.results import ResultDoc
 
 __all__ = ["COMMAND", "DRAWABLE_MAX", "check_drawable", "draw_pareto", "plain", "pareto_groups", "place_labels", "plot_pareto", "plot_roofline", "points",
@@ -63,14 +64,6 @@ def points(doc: ResultDoc | dict, method: str) -> list[dict]:
                     "tflops": r.flops / stats.median / 1e6 if r.flops else None,
                     "latency_us": stats.median, "rel_fro": rel})
     return out
-
-
-def plain(text: object) -> str:
-    """``text`` (a string from a result file: a scheme label, a device or scenario name) as
-    matplotlib draws it literally: every ``$`` escaped (``\\$``), so it is never read as mathtext
-    (``$x^2$`` stays ``$x^2$``, and ``$\\frac{a}{$`` is no parse error; break review 2026-12-01,
-    #20). Mathtext stays on for the axes' own tick labels (``10^{-2}``)."""
-    return str(text).replace("$", r"\$")
 
 
 #: The largest magnitude :func:`check_drawable` lets through: the axis limits (a value times 3) and
@@ -100,53 +93,12 @@ def check_drawable(doc: ResultDoc, method: str, path: str) -> None:
                               f"values of magnitude <= {DRAWABLE_MAX:g}); no chart was written")
 
 
-#: Marker per M (in ascending M order), so one chart can hold a sweep of M values.
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
-
-
-def scheme_colour_index(base: str) -> int:
-    """A scheme's fixed colour slot: its place in the registry (``qbench.schemes.names()``), so a
-    scheme has the same colour in every chart of every file; a name outside the registry (an old
-    file) comes after them, in a slot from its name."""
-    from qbench import schemes
-
-    names = schemes.names()
-    if base in names:
-        return names.index(base)
-    return len(names) + sum(map(ord, base)) % 20
-
-
-def scheme_styles(pts: list[dict]) -> tuple[dict, dict]:
-    """Colour per scheme fixed by the registry order (:func:`scheme_colour_index`; 40 colours:
-    tab20's dark shades, its light ones, then tab20b), the same in every chart; marker per M
-    (ascending). A compiled variant shares its eager scheme's colour; an option variant
-    (``fp8-dynamic[kernel_preference=mslk]``) takes its scheme's slot plus the registry's size."""
-    import matplotlib
-
-    from qbench import schemes
-
-    # 40 distinct colours: tab20 (dark shades first, then light) then tab20b
-    tab20, tab20b = matplotlib.colormaps["tab20"], matplotlib.colormaps["tab20b"]
-    palette = [tab20(2 * i) for i in range(10)] + [tab20(2 * i + 1) for i in range(10)] + \
-        [tab20b(i) for i in range(20)]
-    bases = list(dict.fromkeys(p["base"] for p in pts))
-    count = len(schemes.names())
-
-    def slot(base: str) -> int:
-        name, variant = (base.split("[", 1)[0], True) if "[" in base else (base, False)
-        return scheme_colour_index(name) + (count if variant else 0)
-
-    colours = {b: palette[slot(b) % len(palette)] for b in bases}
-    markers = {m: _MARKERS[i % len(_MARKERS)] for i, m in enumerate(sorted({p["m"] for p in pts}))}
-    return colours, markers
-
-
 def _scatter_with_legend(ax, pts: list[dict], x: str, y: str) -> list:
     """One point per row, coloured by registry scheme, shaped by M, hollow when compiled; returns
     the legend handles (every scheme label and, when there are several, every M)."""
     from matplotlib.lines import Line2D
 
-    colours, markers = scheme_styles(pts)
+    colours, markers = scheme_styles([p["base"] for p in pts], [p["m"] for p in pts])
     labels: dict[str, tuple] = {}
     for p in pts:
         colour = colours[p["base"]]
@@ -394,7 +346,7 @@ def draw_pareto(doc: ResultDoc, method: str):
     fig, axes = plt.subplots(nrows, ncols, figsize=figsize, dpi=120, sharey=True, squeeze=False)
     flat = list(axes.flat)
     shapes = len({(g["k"], g["n"], g["tp_size"], g["split"]) for g in groups})
-    colours, _ = scheme_styles([p for g in groups for p in g["points"]])
+    colours, _ = scheme_styles([p["base"] for g in groups for p in g["points"]], [])
     plotted = [(g, [p for p in g["points"] if p["rel_fro"] and p["rel_fro"] > 0]) for g in groups]
     legend_entries: dict[str, tuple] = {}
     for ax, (g, pts) in zip(flat, plotted):

@@ -48,11 +48,12 @@ import argparse
 import json
 from typing import Optional
 
-from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape, capture_failure, methods_present, pareto_front,
-                          pick_within_noise, resolve_method, row_caveats, row_verdict, tie_note, unusable_note)
-from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_format, add_max_rel_err,
-                                   add_method, add_wide, check_baseline, check_max_rel_err, group_results, job_view,
-                                   open_results)
+from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, budget_flags, by_shape, capture_failure,
+                          methods_present, pareto_front, pick_within_noise, resolve_method, row_caveats, row_verdict,
+                          tie_note, unusable_note)
+from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_budgets, add_format,
+                                   add_max_rel_err, add_method, add_wide, check_baseline, check_budgets, check_max_rel_err,
+                                   declared_budgets, group_results, job_view, open_results)
 from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, prose, render, synthetic_weights, wants_prose
 from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
@@ -279,7 +280,9 @@ def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BU
         parts.append(f"{where} {pick['scheme']} ({fmt_us(pick['latency_us'])} µs{said}{tie})")
     budget = f"{max_rel_err:g}"
     quoted = path if all(c.isalnum() or c in "/._-+" for c in path) else "'" + path.replace("'", "'\\''") + "'"
-    return [visible(f"pick within rel_fro <= {budget} ({method} median): " + ", ".join(parts)),
+    rule = ("; among schemes as fast within noise the pick is the smaller M's, else the lowest error, then the fewest "
+            "stored bytes" if any(g["pick"] and g["pick"].get("ties") for g in rec["by_m"]) else "")
+    return [visible(f"pick within rel_fro <= {budget} ({method} median): " + ", ".join(parts) + rule),
             visible(f"why, and the other schemes: qbench recommend {quoted} --max-rel-err {budget}")]
 
 
@@ -592,11 +595,7 @@ def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "s
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("result", nargs="+", help="result JSON written by qbench run (one or more)")
-    p.add_argument("--max-kld", type=float, help="quality budget: mean KL divergence against the reference, nats "
-                   "(a quality file beside model-step files: one pick on both halves)")
-    p.add_argument("--max-ppl-ratio", type=float, help="quality budget: PPL(scheme) / PPL(reference)")
-    p.add_argument("--min-same-top", type=float, help="quality budget: the share of tokens whose top token is the "
-                   "reference's (0..1)")
+    add_budgets(p)
     add_max_rel_err(p, "required, except with --by-format")
     add_method(p)
     add_format(p, "any tabulate format, or json; csv with --summary or --by-format")
@@ -633,11 +632,7 @@ def run_recommend(args: argparse.Namespace) -> int:
         raise Refused(f"unknown format {args.format!r}; allowed: {', '.join(allowed)}"
                       + ("" if args.format != "csv" else "; csv needs --summary or --by-format (one table)"))
     check_max_rel_err(args.max_rel_err)
-    for flag in ("max_kld", "max_ppl_ratio", "min_same_top"):
-        value = getattr(args, flag, None)
-        if value is not None and not (value >= 0 and (flag != "min_same_top" or value <= 1)):
-            raise Refused(f"--{flag.replace('_', '-')}: must be a number >= 0{' and <= 1' if flag == 'min_same_top' else ''}, "
-                          f"got {value}")
+    budgets = check_budgets(args)
     paths = [args.result] if isinstance(args.result, str) else list(args.result)
     docs = open_results(paths, incomplete="warn" if getattr(args, "allow_incomplete", False) else "refuse",
                         refusal="is incomplete (\"complete\": false): a scheme missing from it would change "
@@ -645,9 +640,9 @@ def run_recommend(args: argparse.Namespace) -> int:
     view = job_view(docs, "recommend")
     if view is not None:  # a job kind's own view (qbench.jobs); the quality kind's takes step files beside its own
         return view(args, paths, docs)
-    if any(getattr(args, f, None) is not None for f in ("max_kld", "max_ppl_ratio", "min_same_top")):
-        raise Refused("--max-kld, --max-ppl-ratio and --min-same-top are budgets on a quality result (qbench run "
-                      "of a [quality] scenario): give its file beside the step file")
+    if budgets:
+        raise Refused(f"{budget_flags(declared_budgets())} are budgets on a quality result (qbench run of a [quality] "
+                      "scenario): give its file beside the step file")
     if args.max_rel_err is None and not format_mode:
         raise Refused("--max-rel-err is required (e.g. 0.01), except with --by-format")
     if format_mode:

@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from qbench import judge
 from qbench.judge import decision_method, methods_present
-from qbench.row import FLAG_MEANINGS, Stats
+from qbench.row import FLAG_MEANINGS
 from qbench.step.row import StepRow
 from qbench.timing import registry
 
@@ -76,6 +76,26 @@ def speedups(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, dic
         for method, eager in _EAGER_TWIN.items():
             if r.mode == "compiled" and b.step_us(method) is None and b.step_us(eager) and r.step_us(method):
                 out[r.key][method] = b.step_us(eager) / r.step_us(method)
+    return out
+
+
+#: Flags that put a step's time in doubt, and so any ratio of it: said beside a speed-up.
+DOUBT_FLAGS = ("noisy", "throttled", "cpu-busy")
+
+
+def speedup_doubts(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, list[str]]:
+    """``{row.key: flag names}`` for the ``ok`` rows whose speed-up over ``baseline`` (:func:`speedups`)
+    is in doubt: the :data:`DOUBT_FLAGS` of the row and of the baseline row it divides by, and
+    ``noisy`` when either's decision step has a cv over :data:`qbench.row.NOISY_CV`."""
+    base = _baselines(rows, baseline)
+    out = {}
+    for r in rows:
+        method = decision_method(r)
+        pair = [x for x in (r, _baseline_for(r, base, baseline)) if x is not None]
+        names = [f for x in pair for f in x.flag_names if f in DOUBT_FLAGS]
+        names += ["noisy"] if method and any(judge.is_noisy(x, method) for x in pair) else []
+        if r.status == "ok" and names:
+            out[r.key] = list(dict.fromkeys(names))
     return out
 
 
@@ -196,7 +216,8 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
             writer.writerows(recs)
         return buf.getvalue()
     shown = []
-    for rec in recs:
+    doubts = doubtful(rows, baseline)
+    for rec, (above, pair_above, noisy) in zip(recs, doubts):
         out = {}
         for key, value in rec.items():
             if not columns and (key == "reason" or (not wide and key in WIDE_ONLY)
@@ -205,9 +226,11 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
             if key.endswith("µs"):
                 out[key] = _us(value)
             elif key in ("rest %", "floor %"):
-                out[key] = _num(value, "{:.0f} %")
+                out[key] = DASH if key == "rest %" and above else _num(value, "{:.0f} %")
+            elif key == "×base (Σ lin)":
+                out[key] = DASH if pair_above else _num(value, "{:.2f}×")
             elif key.startswith("×base"):
-                out[key] = _num(value, "{:.2f}×")
+                out[key] = _num(value, "{:.2f}×") + ("*" if noisy and value is not None else "")
             elif key == "tok/s":
                 out[key] = _num(value, "{:.0f}")
             elif key in ("logits err", "KL", "top-1"):
@@ -223,9 +246,46 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
     notes = [f"{r.scheme} M={r.m} context={r.context}: {r.status}: {r.reason}" for r in rows if r.status != "ok"]
     if not wide:  # the flags under the table, each once per scheme and flag name
         notes += flag_notes(rows)
+    notes += doubt_legend(doubts)
     if fit is not None:  # a terminal table without --wide: the notes wrap at 120 characters too
         notes = [fit(note) for note in notes]
     return text + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+#: A step below Σ linear by more than this share of the step (the producer's ``linear-above-step``
+#: rule, Σ linear > 1.02 × step): its remainder and the speed-up Σ linear predicts are not readings.
+LINEAR_ABOVE_STEP = -0.02
+
+
+def doubtful(rows: Sequence[StepRow], baseline: str = "bf16") -> list[tuple[bool, bool, bool]]:
+    """Per row, ``(above, pair_above, noisy)``: ``above`` when Σ linear exceeds the row's decision
+    step (:data:`LINEAR_ABOVE_STEP`: a negative remainder such as ``-6547 %`` is then an artefact of
+    the per-layer readings, shown as ``—``), ``pair_above`` when it exceeds the row's or its
+    baseline's (the speed-up Σ linear predicts, such as ``0.00×``, is then one too);
+    ``noisy`` when the row's or its baseline's decision step has a cv over
+    :data:`qbench.row.NOISY_CV` (its speed-up is marked ``*``, as the layer table marks a noisy time)."""
+    base = _baselines(rows, baseline)
+
+    def above(r: Optional[StepRow]) -> bool:
+        share = r.remainder_share.get(decision_method(r) or "") if r is not None else None
+        return share is not None and share < LINEAR_ABOVE_STEP
+
+    out = []
+    for r in rows:
+        b, method = _baseline_for(r, base, baseline), decision_method(r)
+        noisy = method is not None and any(judge.is_noisy(x, method) for x in (r, b) if x is not None)
+        out.append((above(r), above(r) or above(b), noisy))
+    return out
+
+
+def doubt_legend(doubts: Sequence[tuple[bool, bool, bool]]) -> list[str]:
+    """The line under a step table that says what its ``—`` and ``*`` marks of :func:`doubtful` mean
+    (none when no row has one)."""
+    said = (["rest and ×Σ '—': Σ linear exceeds the step (rest: this row's; ×Σ: this row's or its baseline's; "
+             "linear-above-step), so neither is a reading"] if any(p for _, p, _ in doubts) else [])
+    said += ([f"×baseline '*': this row's or its baseline's step is noisy (cv over {judge.NOISY_CV:.0%}): a ratio "
+              "of medians that do not hold"] if any(n for _, _, n in doubts) else [])
+    return ["; ".join(said)] if said else []
 
 
 def flag_notes(rows: Sequence[StepRow]) -> list[str]:
@@ -328,32 +388,23 @@ def sweep_line(rec: dict, baseline: str = "bf16") -> str:
 TIMING_FLAGS = ("throttled", "noisy")
 
 
-def linear_stats(row: StepRow) -> Optional[Stats]:
-    """Σ linear of the row as a reading: its ``sum_us`` as the median and, as the band, each layer's
-    ``stream`` p10 (p90) times its count per step, summed (µs; wider than the p10-p90 of a sum,
-    which the file does not hold). None without per-layer readings."""
-    lin = row.linear or {}
-    roles = [v for v in (lin.get("by_role") or {}).values() if v.get("stream")]
-    if lin.get("sum_us") is None or not roles:
-        return None
-    band = {q: sum(v["count"] * v["stream"][q] for v in roles) for q in ("p10", "p90")}
-    return Stats(median=lin["sum_us"], p10=min(band["p10"], lin["sum_us"]), p90=max(band["p90"], lin["sum_us"]))
-
-
 def flag_legend(names: Sequence[str]) -> str:
     """``[name]: meaning`` for each of ``names`` that :data:`qbench.row.FLAG_MEANINGS` knows, in order,
     each once, joined by ``; `` (``""`` when none is known)."""
     return "; ".join(f"[{f}]: {FLAG_MEANINGS[f]}" for f in dict.fromkeys(names) if f in FLAG_MEANINGS)
 
 
-def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16",
-              tie_error: Optional[Callable[[StepRow], Optional[float]]] = None) -> list[dict]:
+def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseline: str = "bf16",
+              tie_error: Optional[Callable[[StepRow], Optional[float]]] = None,
+              within: Optional[Callable[[StepRow], bool]] = None) -> list[dict]:
     """Per (M, context), in order: the fastest step among the ``ok`` rows whose logits error
     (:func:`logits_error`) is at most ``max_rel_err``, each row timed by its decision method
     (:data:`DECISION_ORDER`). The pick is :func:`qbench.judge.pick_within_noise`'s: among the rows
     tied with the fastest within noise (:func:`qbench.judge.within_noise`), the same pick as at the
     smaller context, else the lower error (``tie_error``, default the logits error; the quality join
-    passes the checkpoint's mean KL divergence), the fewer bytes, the lower median. A record: ``m``, ``context``,
+    passes the checkpoint's mean KL divergence), the fewer bytes, the lower median. ``within`` (a
+    row -> whether its scheme meets the budget; the quality join's) replaces the logits-error budget;
+    rows outside it still divide the speed-ups (the baseline). A record: ``m``, ``context``,
     ``pick`` (the scheme or None), ``method``, ``step_us``, ``tokens_per_s``, ``speedup`` (over
     ``baseline``, :func:`speedups`), ``rel_fro`` and ``compared`` of the pick, ``ties`` (the other
     schemes of its group, fastest first), ``within`` / ``timed`` (how many timed schemes are within
@@ -364,12 +415,14 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16
     its speed-up divides by, when that row has flags): what could mislead a reader of the pick."""
     sp = speedups(rows, baseline)
     base = _baselines(rows, baseline)
+    within_budget = within
     out = []
     previous: dict[int, Optional[str]] = {}
     for m, context in sorted({(r.m, r.context) for r in rows}):
         here = [r for r in rows if r.m == m and r.context == context and r.status == "ok"]
         timed = [r for r in here if decision_method(r)]
-        within = [r for r in timed if logits_error(r) is not None and logits_error(r) <= max_rel_err]
+        within = [r for r in timed if (within_budget(r) if within_budget else
+                                       logits_error(r) is not None and logits_error(r) <= max_rel_err)]
         best, _, fastest, group = judge.pick_within_noise(
             within, time=lambda r: r.step_us(decision_method(r)), same=judge.within_noise,
             error=tie_error or logits_error, size=lambda r: (r.bytes or {}).get("total"), name=lambda r: r.scheme,
@@ -394,3 +447,47 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float, baseline: str = "bf16
                     "within": len(within), "timed": len(timed),
                     "untimed": [r.scheme for r in here if not decision_method(r)]})
     return out
+
+
+def pick_notes(rec: Sequence[dict], rows: Sequence[StepRow], error: str = "the lower logits error") -> list[str]:
+    """The lines under a table of :func:`recommend` records ``rec`` (of step ``rows``), each said
+    once: the picks tied with the fastest within noise and the rule among them (the smaller
+    context's pick, else ``error``, then fewer bytes), the flags of the picks and of the baselines
+    their speed-up divides by, the schemes not measured (no ``ok`` row) and why, and the schemes
+    without a step time. ``[]`` when there is nothing to say."""
+    lines, tied = [], []
+    for r in rec:
+        if not r["ties"]:
+            continue
+        flags = r["timing_flags"]
+        listed = ", ".join(f"{s}{' (fastest median)' if s == r['fastest'] else ''}"
+                           f"{' [' + ', '.join(flags[s]) + ']' if s in flags else ''}" for s in [r["pick"], *r["ties"]])
+        tied.append(f"M={r['m']} ctx={r['context']}: {r['pick']} picked from {listed}")
+    if tied:
+        lines.append(f"tied with the fastest within noise (p10–p90 overlap); among them the pick is the smaller "
+                     f"context's, else {error}, then fewer bytes: " + "; ".join(tied)
+                     + ("; [throttled]: the GPU limited its clocks right after the reading, "
+                        f"[noisy]: {FLAG_MEANINGS['noisy']}" if any(r["timing_flags"] for r in rec) else ""))
+    flagged, seen = [], []
+    for r in rec:
+        if not r["pick"] or not (r["pick_flags"] or r["baseline_flags"]):
+            continue
+        said = [f"{r['pick']} [{', '.join(r['pick_flags'])}]"] if r["pick_flags"] else []
+        said += [f"{s} (baseline) [{', '.join(f)}]" for s, f in r["baseline_flags"].items()]
+        flagged.append(f"M={r['m']} ctx={r['context']}: " + ", ".join(said))
+        seen += [*r["pick_flags"], *(x for fs in r["baseline_flags"].values() for x in fs)]
+    if flagged:
+        legend = flag_legend(seen)
+        lines.append("flags on the picks and on the baselines their speed-up divides by (the rows' own flag text in "
+                     "the JSON has the figures): " + "; ".join(flagged) + (f"; {legend}" if legend else ""))
+    failed: dict[str, str] = {}
+    for r in rows:
+        if r.status != "ok":
+            failed.setdefault(r.scheme, f"{r.status}: {r.reason or 'no reason recorded'}")
+    if failed:
+        lines.append("not measured (no ok row, not considered): "
+                     + "; ".join(f"{s}: {why[:160]}" for s, why in failed.items()))
+    untimed = sorted({s for r in rec for s in r["untimed"]})
+    if untimed:
+        lines.append(f"not timed (no step time, not considered): {', '.join(untimed)}")
+    return lines

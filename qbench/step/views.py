@@ -18,14 +18,13 @@ from typing import Optional
 
 from qbench import judge
 from qbench.judge import decision_method, incomplete_warning
-from qbench.readers.common import Refused, check_baseline, one_result
-from qbench.readers.model import ACT_ON, warn_machine_differences
-from qbench.readers.plot import plain, scheme_styles
+from qbench.readers.common import (ACT_ON, Refused, check_baseline, check_budgets, declared_budgets, one_result,
+                                   warn_machine_differences)
 from qbench.render import Column, fit, narrow, prose, render, synthetic_step_warning, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_us
 from qbench.render.safe import visible
+from qbench.render.styles import plain, scheme_styles
 from qbench.results import ResultDoc
-from qbench.row import FLAG_MEANINGS
 from qbench.step import view as step_view
 
 __all__ = ["disagreements", "model_view", "plot_context", "plot_view", "recommend_view", "report_view", "run_view"]
@@ -132,9 +131,9 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
     pick, else 1; raises :class:`~qbench.readers.common.Refused` for layer and step files mixed,
     ``--summary``, ``--by-format`` or ``--method``."""
     _one_kind(paths, docs)
-    if any(getattr(args, f, None) is not None for f in ("max_kld", "max_ppl_ratio", "min_same_top")):
-        raise Refused("--max-kld, --max-ppl-ratio and --min-same-top are budgets on a quality result (qbench run "
-                      "of a [quality] scenario): give its file beside the step file")
+    if check_budgets(args):
+        raise Refused(f"{judge.budget_flags(declared_budgets())} are budgets on a quality result (qbench run of a "
+                      "[quality] scenario): give its file beside the step file")
     for flag, given in (("--summary", args.summary), ("--by-format", args.by_format), ("--method", args.method)):
         if given:
             raise Refused(f"{flag} reads per-layer files; a model-step file has one view (the fastest step per M "
@@ -175,45 +174,8 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
             print()
         print(render(rec, _recommend_columns(args.baseline, wide=not fits), args.format))
         if wants_prose(args.format):
-            tied = []
-            for r in rec:
-                if not r["ties"]:
-                    continue
-                names = [r["pick"], *r["ties"]]
-                flags = r["timing_flags"]
-                listed = ", ".join(f"{s}{' (fastest median)' if s == r['fastest'] else ''}"
-                                   f"{' [' + ', '.join(flags[s]) + ']' if s in flags else ''}" for s in names)
-                tied.append(f"M={r['m']} ctx={r['context']}: {r['pick']} picked from {listed}")
-            if tied:
-                flagged = any(r["timing_flags"] for r in rec)
-                print("\n" + say(visible("tied with the fastest within noise (p10–p90 overlap); among them the pick is "
-                                         "the smaller context's, else the lower logits error, then fewer bytes: "
-                                         + "; ".join(tied)
-                                         + ("; [throttled]: the GPU limited its clocks right after the reading, "
-                                            f"[noisy]: {FLAG_MEANINGS['noisy']}" if flagged else ""))))
-            flagged, seen = [], []
-            for r in rec:
-                if not r["pick"] or not (r["pick_flags"] or r["baseline_flags"]):
-                    continue
-                said = [f"{r['pick']} [{', '.join(r['pick_flags'])}]"] if r["pick_flags"] else []
-                said += [f"{s} (baseline) [{', '.join(f)}]" for s, f in r["baseline_flags"].items()]
-                flagged.append(f"M={r['m']} ctx={r['context']}: " + ", ".join(said))
-                seen += [*r["pick_flags"], *(x for fs in r["baseline_flags"].values() for x in fs)]
-            if flagged:
-                legend = step_view.flag_legend(seen)
-                print("\n" + say(visible("flags on the picks and on the baselines their speed-up divides by (the rows' "
-                                         "own flag text in the JSON has the figures): " + "; ".join(flagged)
-                                         + (f"; {legend}" if legend else ""))))
-            failed = {}
-            for r in rows:
-                if r.status != "ok":
-                    failed.setdefault(r.scheme, f"{r.status}: {r.reason or 'no reason recorded'}")
-            if failed:
-                print("\n" + say(visible("not measured (no ok row, not considered): "
-                                         + "; ".join(f"{s}: {why[:160]}" for s, why in failed.items()))))
-            untimed = sorted({s for r in rec for s in r["untimed"]})
-            if untimed:
-                print("\n" + say(visible(f"not timed (no step time, not considered): {', '.join(untimed)}")))
+            for line in step_view.pick_notes(rec, rows):
+                print("\n" + say(visible(line)))
     if len(records) > 1 and wants_prose(args.format):
         for line in _across_files(records):
             print("\n" + say(visible(line)))
@@ -266,16 +228,27 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
     return _step_model(args, paths, docs)
 
 
-def _model_columns(records: list[dict], baseline: str, wide: bool = True) -> list[Column]:
+def _model_columns(records: list[dict], baseline: str, wide: bool = True,
+                   doubts: Optional[dict] = None) -> list[Column]:
     """The step table's columns (before the error): M, context, scheme, step method, the measured
     step, tokens/s, Σ linear, the remainder's share, ×baseline per step method present and as Σ
     linear predicts it. Without ``wide`` the narrow set (:data:`STEP_WIDE_ONLY` left out; the
     speed-up is the step method's, under ``×baseline``, and the headers are short), which fits 120
-    characters with the error and budget columns on the committed H200 step files."""
+    characters with the error and budget columns on the committed H200 step files. ``doubts``:
+    (scheme, M, context) -> :func:`qbench.step.view.doubtful`'s marks: a remainder or a Σ speed-up
+    that is no reading reads ``—``, a noisy step's speed-up by its method ends in ``*``."""
     methods = [m for m in step_view.STEP_METHODS if any(m in r["speedup"] for r in records)]
+    doubts = doubts or {}
+
+    def mark(r: dict) -> tuple[bool, bool, bool]:
+        return doubts.get((r["scheme"], r["m"], r["context"]), (False, False, False))
 
     def ratio(v: Optional[float]) -> str:
         return DASH if v is None else f"{v:.2f}×"
+
+    def speedup(r: dict, m: Optional[str]) -> str:
+        v = r["speedup"].get(m) if m else None
+        return ratio(v) + ("*" if v is not None and m == r["method"] and mark(r)[2] else "")
 
     cols = [
         Column("m", "M", lambda r: r["m"], str, True),
@@ -286,18 +259,20 @@ def _model_columns(records: list[dict], baseline: str, wide: bool = True) -> lis
         Column("step_us", "step µs (measured)" if wide else "step µs", lambda r: r["step_us"], fmt_us, True),
         Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
         Column("linear_us", "Σ linear µs", lambda r: r["linear_us"], fmt_us, True),
-        Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None else 100 * r["rest_share"],
+        Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None or mark(r)[0] else 100 * r["rest_share"],
                lambda v: DASH if v is None else f"{v:.0f} %", True),
     ]
     if not wide:  # the speed-up by the row's own step method, as the step table of qbench report shows it
         cols.append(Column("speedup", f"×{baseline}", lambda r: r["speedup"].get(r["method"]) if r["method"] else None,
+                           numeric=True, cell_override=lambda r: speedup(r, r["method"])))
+        cols.append(Column("linear_speedup", f"×{baseline} Σ", lambda r: None if mark(r)[1] else r["linear_speedup"],
                            ratio, True))
-        cols.append(Column("linear_speedup", f"×{baseline} Σ", lambda r: r["linear_speedup"], ratio, True))
         return [c for c in cols if c.key not in STEP_WIDE_ONLY]
     for m in methods:
-        cols.append(Column(f"speedup_{m}", f"×{baseline} {step_view.SHORT[m]}",
-                           lambda r, m=m: r["speedup"].get(m), ratio, True))
-    cols.append(Column("linear_speedup", f"×{baseline} Σ linear", lambda r: r["linear_speedup"], ratio, True))
+        cols.append(Column(f"speedup_{m}", f"×{baseline} {step_view.SHORT[m]}", lambda r, m=m: r["speedup"].get(m),
+                           numeric=True, cell_override=lambda r, m=m: speedup(r, m)))
+    cols.append(Column("linear_speedup", f"×{baseline} Σ linear", lambda r: None if mark(r)[1] else r["linear_speedup"],
+                       ratio, True))
     return cols
 
 
@@ -375,7 +350,8 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
                           "notes": notes}, indent=2, ensure_ascii=False))
         return 0 if any(r["step_us"] is not None for r in records) else 1
     fits = narrow(args.format, getattr(args, "wide", False))
-    cols = _model_columns(records, args.baseline, wide=not fits)
+    doubts = dict(zip(((r.scheme, r.m, r.context) for r in rows), step_view.doubtful(rows, args.baseline)))
+    cols = _model_columns(records, args.baseline, wide=not fits, doubts=doubts)
     cols.append(Column("rel_fro", "err" if fits else "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True))
     if args.max_rel_err is not None:
         cols.append(Column("budget", f"≤ {args.max_rel_err:g}", lambda r: "over" if r["over_budget"] else "ok"))
@@ -411,6 +387,8 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
               f"{b} step / this step per method (a compiled scheme against {b}+compiled)")
     print()
     print(table)
+    for line in step_view.doubt_legend([doubts[(r["scheme"], r["m"], r["context"])] for r in records]):
+        print(say(line))
     print()
     print(say(f"context sweep: where each scheme stops beating {b} (its step no faster than {b}'s)"))
     for rec in sweep:
@@ -444,7 +422,7 @@ def plot_context(doc: ResultDoc, path: Path) -> Path:
     panel per M, one line per scheme (the step by each row's decision method,
     :data:`qbench.step.view.DECISION_ORDER`, ms, log-log), and each scheme's Σ linear (the layer
     view's prediction, which does not depend on the context) dashed in the same colour. Colours are
-    the schemes' colours of every qbench chart (:func:`qbench.readers.plot.scheme_styles`); a compiled form has its eager
+    the schemes' colours of every qbench chart (:func:`qbench.render.styles.scheme_styles`); a compiled form has its eager
     scheme's colour, square markers and a thicker line. Where a quantized line crosses bf16's, the
     scheme stops paying. Returns ``path``."""
     import matplotlib
@@ -458,7 +436,7 @@ def plot_context(doc: ResultDoc, path: Path) -> Path:
     schemes = list(dict.fromkeys(r.scheme for r in rows))
     compiled = {r.scheme: r.mode == "compiled" for r in rows}
     base = {s: s.replace("+compiled", "") for s in schemes}  # x+compiled and x+compiled[opts] alike
-    colours, _ = scheme_styles([{"base": base[s], "m": 0} for s in schemes])
+    colours, _ = scheme_styles([base[s] for s in schemes], [])
     # (colour, marker) unique per scheme: a compiled form squares, then the next shape two schemes share
     style, used = {}, set()
     for scheme in schemes:

@@ -214,7 +214,7 @@ def test_step_job_runs_a_recipe_with_each_linear_counted(step_rows):
 
 def test_quality_of_pairs_a_recipe_only_with_the_same_recipe(step_rows, tmp_path):
     from qbench.quality.row import QualityRow
-    from qbench.quality.view import quality_of
+    from qbench.decision import quality_of
     from qbench.step.row import StepRow
     from tests.quality.conftest import run_scheme
 

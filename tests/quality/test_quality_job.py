@@ -133,14 +133,23 @@ def test_run_then_recommend_on_both_halves(tmp_path, ck):
 
 
 def test_recommend_refuses_step_and_quality_of_different_weights(tmp_path, ck):
-    from qbench.quality import view
+    from qbench import decision as view
 
-    class R:  # the two fields the check reads
+    class R:  # the fields the check reads: a file's rows and scenario, a row's weights and checkpoint_id
         def __init__(self, **kw):
             self.__dict__.update(kw)
 
-    why = view._same_weights([R(weight_source="seeded ...")], [R(weights=f"checkpoint {ck} (float32)")])
-    assert why and "same checkpoint" in why
+    def doc(model, **row):
+        return R(rows=[R(checkpoint_id=None, **row)], scenario=R(model_extra={"model": model, "source": "x.toml"}))
+
+    # a seeded step of Llama-3-8B's shapes is no speed half of this checkpoint: the configs differ
+    step = doc({"name": "llama3-8b"}, weight_source="seeded ...")
+    quality = doc({"checkpoint": str(ck)}, weights=f"checkpoint {ck} (float32)")
+    why, note = view.pairing([step], [quality])
+    assert why and "hidden 4096" in why and "must have the quality checkpoint's config" in why and note is None
+    # two checkpoint paths, no checkpoint_id: the paths differ
+    why, _ = view.pairing([doc({}, weight_source="checkpoint other (float32)")], [quality])
+    assert why and "the paths differ" in why and "same checkpoint" in why
 
 
 @pytest.mark.parametrize("command", [["model", "m"], ["recommend"]])

@@ -4,6 +4,7 @@ row shares said once) and its uncertainties to two significant digits."""
 from pathlib import Path
 
 from qbench import cli
+from qbench import decision
 from qbench.quality import view
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -11,10 +12,10 @@ SMOLLM2 = str(ROOT / "results" / "cpu" / "quality_smollm2.json")
 
 
 def test_uncertainty_has_two_significant_digits():
-    assert view._pm(36.98, 3.964) == "36.98 ± 4.0"
-    assert view._pm(0.00104, 4.03e-05, "{:.3g}") == "0.00104 ± 4.0e-05"
-    assert view._pm(7.601, 0.08667) == "7.601 ± 0.087"
-    assert view._pm(None, 1.0) == view.DASH and view._pm(2.0, None) == "2"
+    assert view.pm(36.98, 3.964) == "36.98 ± 4.0"
+    assert view.pm(0.00104, 4.03e-05, "{:.3g}") == "0.00104 ± 4.0e-05"
+    assert view.pm(7.601, 0.08667) == "7.601 ± 0.087"
+    assert view.pm(None, 1.0) == view.DASH and view.pm(2.0, None) == "2"
 
 
 def test_narrow_table_fits_120_and_says_the_shared_flag_once(capsys):
@@ -53,7 +54,7 @@ def test_model_and_recommend_on_both_halves_fit_120(capsys):
 
 
 def test_an_exact_zero_uncertainty_reads_zero():
-    assert view._pm(0.0, 0.0) == "0 ± 0"
+    assert view.pm(0.0, 0.0) == "0 ± 0"
 
 
 def test_ties_within_noise_are_broken_by_the_checkpoints_kld(monkeypatch):
@@ -71,7 +72,7 @@ def test_ties_within_noise_are_broken_by_the_checkpoints_kld(monkeypatch):
     assert {r["pick"] for r in step_view.recommend(steps, 1.0)} == {"nf4-bnb"}  # the step's own tie-break
     kld = {q.scheme: q.stats.kld.mean for q in quality}
     assert kld["bf16"] < kld["int8-weight-only"] < kld["nf4-bnb"]
-    picks = view.recommend_records(steps, quality, 1.0, None, None)
+    picks = decision.recommend_records(steps, quality, [(view.BUDGETS[0], 1.0)])
     assert {r["pick"] for r in picks} == {"bf16"}
 
 
@@ -82,3 +83,102 @@ def test_model_refuses_a_name_the_files_are_not_of(capsys):
     assert line.endswith("a step result of tiny-shakespeare-llama (../data/checkpoints/tiny-shakespeare-llama), not of "
                          "llama3-8b")
     assert cli.main(["model", "../data/checkpoints/tiny-shakespeare-llama", STEP, TINY]) == 0  # its path names it too
+
+
+def _copy(tmp_path, src, name, **row_updates):
+    """A copy of result file ``src`` under ``tmp_path`` with every row's keys updated (a value that is
+    a function gets the row and gives the value)."""
+    import json
+
+    doc = json.loads(Path(src).read_text())
+    for row in doc["rows"]:
+        row.update({k: v(row) if callable(v) else v for k, v in row_updates.items()})
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_the_same_checkpoint_joins_by_its_identity_from_two_working_directories(tmp_path, capsys):
+    """Friction 1: the same folder typed from two working directories was refused as different weights."""
+    digest = "ab" * 32
+    step = _copy(tmp_path, STEP, "step.json", weight_source="checkpoint my/my-llama (float32)", checkpoint_id=digest)
+    quality = _copy(tmp_path, TINY, "quality.json", weights="checkpoint my-llama (float32)", checkpoint_id=digest)
+    assert cli.main(["recommend", step, quality, "--max-kld", "0.002"]) == 0
+    assert cli.main(["model", "tiny-shakespeare-llama", step, quality]) == 0
+    other = _copy(tmp_path, TINY, "other.json", checkpoint_id="cd" * 32)
+    capsys.readouterr()
+    assert cli.main(["recommend", step, other, "--max-kld", "0.002"]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint (sha256 abababababab) is not the quality files' (sha256 cdcdcdcdcdcd)" in err
+
+
+def test_without_an_identity_the_paths_are_compared_normalized(tmp_path, capsys):
+    """Older files (no checkpoint_id): `data/x/../x` and `data/x` are one folder; another is named."""
+    step = _copy(tmp_path, STEP, "step.json", weight_source="checkpoint data/../data/ckpt (float32)")
+    quality = _copy(tmp_path, TINY, "quality.json", weights="checkpoint data/ckpt (float32)")
+    assert cli.main(["recommend", step, quality, "--max-kld", "0.002"]) == 0
+    other = _copy(tmp_path, TINY, "other.json", weights="checkpoint elsewhere/ckpt (float32)")
+    capsys.readouterr()
+    assert cli.main(["recommend", step, other, "--max-kld", "0.002"]) == 2
+    err = capsys.readouterr().err
+    assert "(checkpoint data/ckpt (float32)) are not the quality files' (checkpoint elsewhere/ckpt (float32)): the paths " \
+           "differ" in err and "no checkpoint_id" in err
+
+
+SEEDED_STEP = str(ROOT / "results" / "h200" / "step_llama3_8b.json")
+SEEDED_QUALITY = str(ROOT / "results" / "h200" / "quality_llama3_8b_seeded.json")
+
+
+def test_a_seeded_step_of_the_same_config_is_a_speed_half_and_says_so(capsys):
+    assert cli.main(["recommend", SEEDED_STEP, SEEDED_QUALITY, "--max-kld", "0.002"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "speed measured on seeded weights of the same config (hidden 4096, heads 32, kv_heads 8" in out
+    # a seeded step of another model's config is refused, saying so
+    assert cli.main(["recommend", SEEDED_STEP, TINY, "--max-kld", "0.002"]) == 2
+    assert "a seeded speed half must have the quality checkpoint's config" in capsys.readouterr().err
+
+
+def test_the_joined_recommend_says_what_the_step_one_says(capsys):
+    """Frictions 2, 3 and 8: the tie rule, the pick's flags, what was not timed, and every scheme the
+    join leaves out (a quality row without a step row was dropped silently)."""
+    assert cli.main(["recommend", STEP, TINY, "--max-kld", "0.002"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("among them the pick is the smaller context's, else the lower mean KLD on this checkpoint, then fewer bytes: "
+            "M=1 ctx=128: bf16 picked from bf16 (fastest median), nf4-bnb") in out
+    assert "not timed (no step time, not considered): w8a8-dynamic" in out
+    assert "no step row (quality only, never picked): tf32, fp16, int4-intx" in out
+    assert cli.main(["recommend", SEEDED_STEP, SEEDED_QUALITY, "--max-kld", "0.002"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "flags on the picks and on the baselines" in out and "M=1 ctx=4096: int8-weight-only+compiled [noisy" in out
+
+
+def test_a_layer_file_is_not_a_speed_half(capsys):
+    """Friction 5: `recommend LAYER.json QUALITY.json` ignored the layer file (exit 0)."""
+    layer = str(ROOT / "results" / "h200" / "decode.json")
+    for argv in (["recommend", layer, TINY, "--max-kld", "0.01"], ["model", "tiny-shakespeare-llama", layer, TINY]):
+        assert cli.main(argv) == 2
+        assert "decode.json: a layer result cannot be the speed half of a model decision" in capsys.readouterr().err
+
+
+def test_model_marks_a_speedup_of_a_flagged_step(tmp_path, capsys):
+    """Friction 4: `qbench model` printed a noisy step's 51.99× bare."""
+    step = _copy(tmp_path, STEP, "step.json", flags=lambda r: [{"name": "throttled", "text": "sw_power_cap active right after step_graph"}]
+                 if r["scheme"].startswith("nf4-bnb") and r["m"] == 1 else [])
+    assert cli.main(["model", "tiny-shakespeare-llama", step, TINY]) == 0
+    out = capsys.readouterr().out
+    nf4 = next(line for line in out.splitlines() if line.startswith("nf4-bnb "))
+    assert nf4.split()[-4:] == ["0.99×*", "0.99×*", "0.72×", "0.72×"]
+    assert "*: a speed-up whose step or bf16 step is flagged" in out and "nf4-bnb M=1/128 [throttled]" in out
+
+
+def test_the_kld_tail_is_a_budget(capsys):
+    """--max-kld-p99 bounds the 99th percentile of the per-token KLD: nf4-bnb meets a mean KLD of 0.002
+    (0.00163) but its tail (0.0150) misses 0.01, so it is no longer tied with the pick."""
+    assert cli.main(["recommend", STEP, TINY, "--max-kld", "0.002"]) == 0
+    assert "nf4-bnb" in capsys.readouterr().out.split("outside the budget")[0]
+    assert cli.main(["recommend", STEP, TINY, "--max-kld", "0.002", "--max-kld-p99", "0.01", "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert "meets mean KLD ≤ 0.002, 99th-percentile KLD ≤ 0.01 on this checkpoint" in " ".join(out.split())
+    assert "nf4-bnb (99th-percentile KLD 0.015 > 0.01)" in out.split("outside the budget")[1]
+    assert cli.main(["recommend", STEP, TINY, "--max-kld-p99", "-1"]) == 2
+    assert "--max-kld-p99: must be a number >= 0, got -1.0" in capsys.readouterr().err

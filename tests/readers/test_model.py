@@ -285,7 +285,7 @@ def test_allow_incomplete_keeps_the_warning_where_csv_has_no_place_for_a_note(ca
 def test_files_of_different_machines_are_warned_about(tmp_path, capsys):
     """Issue 24: one device label ("cpu AMD EPYC") can hide another instruction set; qbench model
     names every difference machine_differences finds, on stderr."""
-    from qbench.readers.model import warn_machine_differences
+    from qbench.readers.common import warn_machine_differences
     from qbench.results import ResultDoc
 
     def doc(flags, cpus):

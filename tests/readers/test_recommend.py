@@ -670,9 +670,11 @@ def test_pick_lines_end_a_run():
     assert pick_lines(doc, "my runs/x.json", 0.001)[0] == "pick within rel_fro <= 0.001 (stream median): M=1 none within the budget"
     assert pick_lines(doc, "my runs/x.json")[1].endswith("recommend 'my runs/x.json' --max-rel-err 0.01")
     # a tie: the slower median with the lower error is picked, and the line says the faster one is as fast
+    # and the rule among the tied (the pick is not the fastest median: say why where it is printed)
     tie = {"schema_version": 2, "rows": [_layer_row("a", 10.0, 9.5, 10.5, rel=0.001), _layer_row("b", 9.8, 9.4, 10.2, rel=0.005)]}
     assert pick_lines(tie, "x.json")[0] == ("pick within rel_fro <= 0.01 (stream median): M=1 a (10.0 µs; as fast "
-                                            "within noise: b (lowest median))")
+                                            "within noise: b (lowest median)); among schemes as fast within noise the "
+                                            "pick is the smaller M's, else the lowest error, then the fewest stored bytes")
 
 
 def test_a_tie_with_the_pick_but_not_the_fastest_is_not_called_a_tie():
@@ -694,7 +696,8 @@ def test_a_tie_with_the_pick_but_not_the_fastest_is_not_called_a_tie():
     assert why["f"].startswith("same speed within noise, higher error")
     line = pick_lines(doc, "x.json")[0]
     assert line.startswith("pick within rel_fro <= 0.01 (stream median): M=1 w (20.0 µs")
-    assert line.endswith("; as fast within noise: f (lowest median))")  # t is not named
+    assert line.endswith("; as fast within noise: f (lowest median)); among schemes as fast within noise the pick is the "
+                                                "smaller M's, else the lowest error, then the fewest stored bytes")  # t is not named
 
 
 def test_hostile_strings_are_shown_escaped(tmp_path, capsys):
@@ -733,3 +736,24 @@ def test_a_scheme_tied_with_the_fastest_but_not_the_pick_says_so():
     assert why["c"].startswith("same speed as the fastest, f, within noise, higher error (rel_fro 0.008 vs 0.001): "
                                "10.5 µs vs 10.0 µs, the fastest (1.05×, p10–p90 overlap")
     assert why["f"].startswith("same speed within noise, higher error")  # f and w do overlap
+
+
+def test_recommend_takes_every_declared_budget(capsys):
+    """The quality budgets come from the job records' declarations (qbench.readers.common.declared_budgets):
+    each is an option of recommend, checked, and named by the step view's refusal."""
+    from pathlib import Path
+
+    from qbench import cli
+    from qbench.readers.common import declared_budgets
+
+    flags = [b.flag for b in declared_budgets()]
+    assert flags[:3] == ["--max-kld", "--max-ppl-ratio", "--min-same-top"]
+    with pytest.raises(SystemExit):
+        cli.main(["recommend", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(flag in text for flag in flags)
+    step = str(Path(__file__).resolve().parents[2] / "results" / "h200" / "step_tiny_trained.json")
+    assert cli.main(["recommend", step, "--max-rel-err", "0.01", "--min-same-top", "0.9"]) == 2
+    assert capsys.readouterr().err.startswith(f"qbench recommend: {', '.join(flags[:-1])} and {flags[-1]} are budgets")
+    assert cli.main(["recommend", step, "--min-same-top", "2"]) == 2
+    assert "--min-same-top: must be a number >= 0 and <= 1, got 2.0" in capsys.readouterr().err

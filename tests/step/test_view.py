@@ -103,3 +103,53 @@ def test_the_legend_says_when_linear_sum_was_off(tmp_path):
     lines = describe(read_results(off))
     assert "  Σ linear, rest % and the speed-up Σ linear predicts: not measured ([model] linear_sum = false)" in lines
     assert any(line.startswith("  err: relative Frobenius error of the logits") for line in lines)
+
+
+def test_a_step_below_its_linear_sum_and_a_noisy_speedup_are_marked_not_printed_bare():
+    """A CPU step table printed `rest -6547 %` and `×bf16 Σ 0.00×` as if they were readings: a step
+    below Σ linear shows '—' there, a noisy step's speed-up a '*', and a line under the table says why."""
+    from qbench.step.view import step_table
+
+    def row(scheme, step, linear, cv):
+        return StepRow(scheme=scheme, base_scheme=scheme, library="torch", mode="eager", model="m", title="M", m=16,
+                       context=128, device="cpu", weight_dtype="x", activation_dtype="float32", lm_head="float",
+                       blocks=2, latency_us={"step_cpu": {"median": step, "p10": step * 0.9, "p90": step * 1.1, "cv": cv}},
+                       linear={"sum_us": linear}, remainder_share={"step_cpu": (step - linear) / step},
+                       error={"compared": "logits", "rel_fro": 0.002})
+
+    rows = [row("bf16", 2910.0, 193_400.0, 0.05), row("int8", 404_000.0, 1000.0, 0.6)]
+    text = step_table(rows)
+    bf16, int8 = (next(line for line in text.splitlines() if line.startswith(s + " ")) for s in ("bf16", "int8"))
+    assert "-6546 %" not in text and bf16.split()[7:9] == ["—", "1.00×"]  # rest '—', the measured ×bf16 kept
+    assert "0.00×" not in text
+    assert int8.split()[7:10] == ["100", "%", "0.01×*"] and int8.split()[-2] == "—"  # noisy: '*'; bf16's Σ: '—'
+    assert "Σ linear exceeds the step" in text and "step is noisy (cv over 25%)" in text
+
+
+def test_qbench_model_marks_the_same_artefacts_as_the_step_table(tmp_path, capsys):
+    """`qbench model NAME STEP.json` shows the remainder and the Σ speed-up of a step below its Σ linear
+    as '—' and a noisy step's speed-up with '*', saying why under the table (friction 13)."""
+    import json
+    from pathlib import Path
+
+    from qbench import cli
+
+    src = Path(__file__).resolve().parents[2] / "results" / "h200" / "step_tiny_trained.json"
+    doc = json.loads(src.read_text())
+    for row in doc["rows"]:
+        if (row["m"], row["context"]) != (16, 128) or row["status"] != "ok":
+            continue
+        if row["scheme"] == "bf16":  # Σ linear 100 times the step: rest -9900 %, every ×Σ at this point an artefact
+            step = row["latency_us"]["step_graph"]["median"]
+            row["linear"]["sum_us"] = 100 * step
+            row["remainder_share"]["step_graph"] = -99.0
+        if row["scheme"] == "int8-weight-only":
+            row["latency_us"]["step_graph"]["cv"] = 0.6
+    path = tmp_path / "step.json"
+    path.write_text(json.dumps(doc))
+    assert cli.main(["model", "tiny-shakespeare-llama", str(path)]) == 0
+    out = capsys.readouterr().out
+    rows = {tuple(line.split()[:3]): line.split() for line in out.splitlines() if line[:3].strip().isdigit()}
+    assert "-9900 %" not in out and rows[("16", "128", "bf16")][5] == "—"
+    assert rows[("16", "128", "int8-weight-only")][7:9] == ["0.68×*", "—"]
+    assert "Σ linear exceeds the step" in out and "step is noisy (cv over 25%)" in out

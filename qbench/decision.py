@@ -1,0 +1,307 @@
+"""The one pick on speed and quality together: a decode-step file's speed joined with a quality file's
+damage, measured on the same checkpoint.
+
+``qbench recommend STEP.json QUALITY.json --max-kld X`` picks, per (M, context), the fastest measured
+decode step whose scheme meets the quality budget; ``qbench model`` shows both halves in one table.
+The layer job's Gaussian error is never a model decision's budget here: only quality rows measured
+on the model are. The two job kinds meet only here, above both (the quality job's record names these
+views; neither job imports the other).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from typing import Optional, Sequence
+
+from qbench.model.recipe import identity_key
+from qbench.quality.row import QualityRow
+from qbench.quality.view import (BUDGETS, DASH, Limits, describe, limits_of, meets, mib, notes, pct, pm, sayer, stat,
+                                 weight_notes)
+from qbench.readers.common import Refused
+from qbench.render import Column, narrow, render
+from qbench.step import view as step_view
+
+
+def _identity(row) -> tuple:
+    options = json.dumps({k: v for k, v in (row.options or {}).items() if k not in ("label", "mode")}, sort_keys=True)
+    return row.base_scheme, options, identity_key(getattr(row, "recipe", None))
+
+
+def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
+    """The quality row of a step row's scheme: same base scheme and options (its eager or compiled
+    form: both run the same kernels) and, for a mixed recipe, the same scheme per role and kept
+    blocks (:func:`qbench.model.recipe.identity_key`; a recipe never pairs with its base scheme's
+    plain row), measured on the same model."""
+    key = _identity(step_row)
+    for q in quality:
+        if _identity(q) == key:
+            return q
+    return None
+
+
+def _split(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow]]:
+    """The step rows and the quality rows of the files; any other kind is refused (a per-layer file is
+    not a speed half: its times are one linear layer's, not the model's step)."""
+    for path, doc in zip(paths, docs):
+        if doc.job not in ("step", "quality"):
+            raise Refused(f"{path}: a {doc.job} result cannot be the speed half of a model decision: give a model-step "
+                          "result (qbench run of a [model] scenario) beside the quality file")
+    steps = [r for d in docs if d.job == "step" for r in d.rows]
+    quality = [r for d in docs if d.job == "quality" for r in d.rows]
+    return steps, quality
+
+
+def _pair(docs: Sequence) -> Optional[str]:
+    """:func:`pairing` of the step and the quality files of ``docs``: its note (None: nothing to
+    say); raises :class:`~qbench.readers.common.Refused` with its refusal."""
+    why, note = pairing([d for d in docs if d.job == "step"], [d for d in docs if d.job == "quality"])
+    if why:
+        raise Refused(why)
+    return note
+
+
+def _one_checkpoint(quality: list[QualityRow]) -> Optional[str]:
+    """Why the quality rows are not all of one checkpoint's weights over one text, or None: schemes
+    are compared on the same model and tokens, never across models."""
+    weights, texts = {r.weights for r in quality}, {r.text_sha256 for r in quality}
+    if len(weights) > 1:
+        return (f"the quality files hold rows of {len(weights)} different weights ({'; '.join(sorted(weights))}): "
+                f"compare schemes on one checkpoint at a time")
+    if len(texts) > 1:
+        return f"the quality files score {len(texts)} different texts: compare schemes over the same tokens"
+    return None
+
+
+_CHECKPOINT = re.compile(r"checkpoint (.+) \(([^()]+)\)")
+
+
+def _normal(source: str, resolve: bool = False) -> str:
+    """A weight source with its checkpoint path normalized: ``checkpoint my/../data/x (bf16)`` ->
+    ``checkpoint data/x (bf16)`` (``..`` collapsed); with ``resolve`` made absolute, its links
+    followed (two spellings of one folder compare equal); any other source as it is."""
+    m = _CHECKPOINT.fullmatch(source)
+    return source if m is None else f"checkpoint {(os.path.realpath if resolve else os.path.normpath)(m[1])} ({m[2]})"
+
+
+#: The config keys a decode step's time depends on (the shapes of its tensors), in the order said.
+SHAPE_KEYS = ("hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "blocks")
+
+
+def shapes_of(doc) -> Optional[tuple[int, ...]]:
+    """The :data:`SHAPE_KEYS` of the model a result file ran (its scenario's ``[model]`` preset,
+    config or checkpoint, read as the run read it: relative to the scenario file), or None when it
+    cannot be read here (a config or checkpoint folder not at that path)."""
+    from qbench.model.config import ConfigError
+    from qbench.step.spec import ModelSpec, resolve
+
+    extra = doc.scenario.model_extra or {}
+    model = extra.get("model") or {}
+    try:
+        spec = ModelSpec(**{k: model[k] for k in ("name", "config", "checkpoint") if model.get(k) is not None})
+        config = resolve(spec, extra.get("source") or "<scenario>")
+    except (ConfigError, ValueError, OSError):
+        return None
+    return tuple(getattr(config, k) for k in SHAPE_KEYS)
+
+
+def _shape_text(shape: Optional[tuple[int, ...]]) -> str:
+    return "a config not readable from here" if shape is None else ", ".join(f"{k} {v}" for k, v in zip(SHAPE_KEYS, shape))
+
+
+def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str], Optional[str]]:
+    """Whether the step files' rows are a speed half of the quality files' checkpoint: ``(refusal,
+    note)``, one of them None. The rule, first that applies: both sides carry a ``checkpoint_id``
+    (the checkpoint's content digest) -> they must be equal, wherever the runs started; the step ran
+    seeded weights of the quality checkpoint's config (:data:`SHAPE_KEYS` equal: a step's time
+    depends on shapes, not values) -> accepted, and the note says so; else the weight sources with
+    their paths resolved (:func:`_normal`) must be equal. The refusal says what differed."""
+    steps = [r for d in step_docs for r in d.rows]
+    quality = [r for d in quality_docs for r in d.rows]
+    step_ids, quality_ids = {r.checkpoint_id for r in steps}, {r.checkpoint_id for r in quality}
+    if None not in step_ids and None not in quality_ids:
+        if step_ids == quality_ids and len(quality_ids) == 1:
+            return None, None
+        return (f"the step files' checkpoint (sha256 {'; '.join(sorted(i[:12] for i in step_ids))}) is not the quality "
+                f"files' (sha256 {'; '.join(sorted(i[:12] for i in quality_ids))}): their config, tensors or bytes differ; a "
+                "model decision takes speed and quality of the same checkpoint"), None
+    step_sources = sorted({_normal(r.weight_source) for r in steps})
+    quality_sources = sorted({_normal(r.weights) for r in quality})
+    if all(r.weight_source.startswith("seeded") for r in steps):
+        step_shapes = {shapes_of(d) for d in step_docs}
+        quality_shapes = {shapes_of(d) for d in quality_docs}
+        if len(step_shapes) == 1 and step_shapes == quality_shapes and None not in step_shapes:
+            return None, (f"speed measured on seeded weights of the same config ({_shape_text(next(iter(step_shapes)))}) "
+                          f"as the quality rows' ({'; '.join(quality_sources)}): a step's time depends on the shapes, "
+                          "not the weights' values")
+        return (f"the step files ran seeded weights of {'; '.join(_shape_text(s) for s in step_shapes)}, the quality "
+                f"files {'; '.join(quality_sources)} of {'; '.join(_shape_text(s) for s in quality_shapes)}: a seeded "
+                "speed half must have the quality checkpoint's config"), None
+    if {_normal(r.weight_source, True) for r in steps} == {_normal(r.weights, True) for r in quality} \
+            and len(quality_sources) == 1:
+        return None, None
+    paths = all(s.startswith("checkpoint ") for s in step_sources + quality_sources)
+    return (f"the step files' weights ({'; '.join(step_sources)}) are not the quality files' "
+            f"({'; '.join(quality_sources)}): "
+            + ("the paths differ and the files carry no checkpoint_id to compare contents by (older files); "
+               if paths else "") + "a model decision takes speed and quality of the same checkpoint"), None
+
+
+def recommend_records(steps: list, quality: list[QualityRow], limits: Limits, baseline: str = "bf16") -> list[dict]:
+    """Per (M, context): the fastest measured step among the schemes whose quality on the same
+    checkpoint meets the budget (ties within noise broken as :func:`qbench.step.view.recommend`
+    breaks them, the lower error being the lower mean KL divergence: this checkpoint's, not the
+    step's seeded logits error), with its speed-up over ``baseline`` and its quality beside it."""
+    ok = {r.scheme for r in steps if (q := quality_of(r, quality)) is not None and meets(q, limits) is None}
+
+    def kld(row) -> Optional[float]:
+        q = quality_of(row, quality)
+        return None if q is None else stat(q, "kld", "mean")
+
+    out = []
+    for record in step_view.recommend(steps, baseline=baseline, tie_error=kld, within=lambda r: r.scheme in ok):
+        row = next((r for r in steps if r.scheme == record["pick"]), None)
+        q = quality_of(row, quality) if row is not None else None
+        record["quality"] = None if q is None else {
+            "scheme": q.scheme, "kld": q.stats.kld.mean, "kld_unc": q.stats.kld.unc, "ppl_ratio": q.stats.ppl_ratio,
+            "same_top": q.stats.same_top, "emulated": q.emulated}
+        out.append(record)
+    return out
+
+
+def _budget_text(limits: Limits) -> str:
+    return ", ".join(b.text(limit) for b, limit in limits) or "no budget"
+
+
+def unpaired(steps: Sequence, quality: Sequence[QualityRow]) -> list[str]:
+    """What the join leaves out, each side named: step schemes without a quality row, and quality
+    schemes without a step row (never picked: they have no speed half)."""
+    paired = {q.scheme for r in steps if (q := quality_of(r, quality)) is not None}
+    no_quality = sorted({r.scheme for r in steps if quality_of(r, quality) is None})
+    no_step = [q.scheme for q in quality if q.scheme not in paired]
+    return ((["no quality row (never picked): " + ", ".join(no_quality)] if no_quality else [])
+            + (["no step row (quality only, never picked): " + ", ".join(no_step)] if no_step else []))
+
+
+def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
+    """``qbench recommend STEP.json QUALITY.json --max-kld X``: one pick per (M, context) on both
+    halves; exit 0 with a pick, 1 without. A quality file alone: the schemes within the budget."""
+    limits = limits_of(args)
+    if not limits:
+        terms = [f"{b.flag} ({b.terms})" for b in BUDGETS]
+        raise Refused("a quality file takes a budget in the field's terms: " + ", ".join(terms[:-1]) + " and/or "
+                      + terms[-1] + "; --max-rel-err is the layer job's synthetic error, never a model decision's budget")
+    steps, quality = _split(paths, docs)
+    if (why := _one_checkpoint(quality)):
+        raise Refused(why)
+    say = sayer(args)
+    if not steps:
+        within = [(q, meets(q, limits)) for q in quality]
+        print(f"quality budget: {_budget_text(limits)} (no step file given: no speed half)")
+        print(render([{"scheme": q.scheme, "meets": "yes" if why is None else f"no: {why}"} for q, why in within],
+                     [Column("scheme", "scheme", lambda r: r["scheme"]), Column("meets", "within budget",
+                                                                                 lambda r: r["meets"])], args.format))
+        for line in weight_notes(quality):
+            say(line)
+        return 0 if any(why is None for _, why in within) else 1
+    paired = _pair(docs)
+    baseline = getattr(args, "baseline", "bf16")
+    rec = recommend_records(steps, quality, limits, baseline=baseline)
+    if getattr(args, "format", "simple") == "json":
+        print(json.dumps({"budget": {b.name: getattr(args, b.name, None) for b in BUDGETS},
+                          "by_m_context": rec}, indent=2))
+        return 0 if any(r["pick"] for r in rec) else 1
+    first = steps[0]
+    machine = next((d.machine for d in docs if d.job == "step"), first.device)
+    say(f"{first.title} ({first.model}): per M and context, the fastest decode step measured on {machine} "
+        f"({', '.join(sorted({r['method'] for r in rec if r['method']})) or 'no method'}) whose scheme meets "
+          f"{_budget_text(limits)} on this checkpoint (quality file: {', '.join(p for p, d in zip(paths, docs) if d.job == 'quality')})")
+    cols = [Column("m", "M", lambda r: r["m"], numeric=True), Column("context", "context", lambda r: r["context"], numeric=True),
+            Column("pick", "pick", lambda r: r["pick"] or "none within budget"),
+            Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
+            Column("step_us", "step µs", lambda r: r["step_us"], lambda v: DASH if v is None else f"{v:,.0f}", True),
+            Column("kld", "mean KLD", lambda r: r, cell_override=lambda r: DASH if not r["quality"] else
+                   pm(r["quality"]["kld"], r["quality"]["kld_unc"], "{:.3g}")),
+            Column("same_top", "same top", lambda r: r, cell_override=lambda r: DASH if not r["quality"] else
+                   pct(r["quality"]["same_top"])),
+            Column("ties", "tied within noise", lambda r: ", ".join(r["ties"]) or DASH)]
+    print(render(rec, cols, args.format))
+    if paired:
+        say(paired)
+    for line in step_view.pick_notes(rec, steps, error="the lower mean KLD on this checkpoint"):
+        say(line)
+    missed = sorted({f"{q.scheme} ({w})" for q in quality if (w := meets(q, limits))})
+    if missed:
+        say("outside the budget: " + "; ".join(missed))
+    for line in unpaired(steps, quality):
+        say(line)
+    if any(q.emulated for q in quality):
+        say("emulated quality rows: the scheme's kernel did not run there; its dequantized weights did")
+    for line in weight_notes(quality):
+        say(line)
+    return 0 if any(r["pick"] for r in rec) else 1
+
+
+def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
+    """``qbench model STEP.json QUALITY.json``: per scheme, the measured step (median per M and
+    context, speed-up over bf16) beside its quality on the same checkpoint."""
+    steps, quality = _split(paths, docs)
+    if (why := _one_checkpoint(quality)):
+        raise Refused(why)
+    paired = _pair(docs) if steps else None
+    for path, doc in zip(paths, docs):  # NAME is the files' model (its path or title), as for a step file alone
+        if not any(args.name in (r.model, r.title) for r in doc.rows):
+            held = ", ".join(sorted({f"{r.title} ({r.model})" for r in doc.rows}))
+            raise Refused(f"{path}: a {doc.job} result of {held}, not of {args.name}")
+    sp = step_view.speedups(steps) if steps else {}
+    doubts = step_view.speedup_doubts(steps) if steps else {}
+    points = sorted({(r.m, r.context) for r in steps})
+    records, doubted = [], []
+    for q in quality:
+        rec = {"scheme": q.scheme, "q": q}
+        for r in steps:
+            if quality_of(r, [q]) is not None and r.status == "ok":
+                method = step_view.decision_method(r)
+                value = sp.get(r.key, {}).get(method) if method else None
+                key = f"M={r.m}/{r.context}"
+                if value is not None and (rec.get(key) is None or value > rec[key][0]):
+                    rec[key] = (value, doubts.get(r.key, []), r.scheme)
+        for key in [k for k in rec if k.startswith("M=")]:
+            value, doubt, scheme = rec[key]
+            if doubt:
+                doubted.append((f"{scheme} {key} [{', '.join(doubt)}]", doubt))
+        records.append(rec)
+    cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
+            Column("kld", "mean KLD", lambda r: r, cell_override=lambda r: pm(stat(r["q"], "kld", "mean"),
+                                                                                stat(r["q"], "kld", "unc"), "{:.3g}")),
+            Column("ppl", "PPL ratio", lambda r: stat(r["q"], "ppl_ratio"), lambda v: DASH if v is None else f"{v:.4f}", True),
+            Column("same_top", "same top", lambda r: r, cell_override=lambda r: pct(stat(r["q"], "same_top"))),
+            Column("stored", "MiB", lambda r: r["q"].model_stored_bytes, mib, True)]
+    for m, context in points:
+        key = f"M={m}/{context}"
+        cols.append(Column(key, key, lambda r, k=key: r.get(k), lambda v: DASH if v is None else
+                           f"{v[0]:.2f}×" + ("*" if v[1] else ""), True))
+    short = narrow(args.format, getattr(args, "wide", False))
+    if short:  # the narrow default: mean KLD and same top judge quality; --wide adds the PPL ratio
+        cols = [c for c in cols if c.key != "ppl"]
+    say = sayer(args)
+    if quality:
+        for line in describe(quality):
+            say(line)
+    print(render(records, cols, args.format))
+    if steps:
+        say("M=m/context: the measured decode step's speed-up over bf16 at that M and context (the fastest form of "
+            "the scheme: eager or compiled); the step decides a model, the layer view a kernel")
+    if doubted:
+        say("*: a speed-up whose step or bf16 step is flagged, not a ratio to rank by: "
+            + "; ".join(text for text, _ in doubted) + "; " + step_view.flag_legend([n for _, d in doubted for n in d]))
+    if paired:
+        say(paired)
+    for line in unpaired(steps, quality) if steps else []:
+        if line.startswith("no quality row"):
+            say(line.replace("(never picked)", "(not in the table)"))
+    for line in notes(quality):
+        say(line)
+    return 0
