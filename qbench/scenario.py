@@ -103,9 +103,22 @@ def scenario_class(job: str) -> type[Scenario]:
     """The class of a scenario of job kind ``job``: :class:`Scenario`'s shared keys and the kind's
     table model (:attr:`qbench.jobs.Job.tables`, imported on first use), whose keys win (a kind may
     widen ``[timing]``)."""
-    tables = jobs.load(jobs.get(job).tables)
-    return type(f"{job.capitalize()}Scenario", (tables, Scenario), {"job": job, "__module__": __name__,
-                                                                     "__qualname__": f"{job.capitalize()}Scenario"})
+    name = f"{job.capitalize()}Scenario"
+    cls = globals().get(name)
+    if cls is None:  # made once and kept as this module's attribute, so a scenario pickles by name
+        tables = jobs.load(jobs.get(job).tables)
+        cls = type(name, (tables, Scenario), {"job": job, "__module__": __name__, "__qualname__": name})
+        globals()[name] = cls
+    return cls
+
+
+def __getattr__(name: str) -> type[Scenario]:
+    """``qbench.scenario.<Kind>Scenario`` (e.g. ``LayerScenario``), made on first use: how a pickled
+    scenario finds its class in a process that has not read one of that kind yet."""
+    kind = name.removesuffix("Scenario").lower()
+    if name.endswith("Scenario") and kind in jobs.JOBS:
+        return scenario_class(kind)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load(path: str | Path) -> Scenario:

@@ -115,3 +115,18 @@ def test_a_scheme_declared_without_a_shard_rule_is_a_skipped_tp_job(monkeypatch)
         "scheme 'no-shard-test' declares no shard rule (give its Scheme(...) a shard=Sharding(column=..., row=...))")
     assert skip_reason(sc, 0, 1, "none", cpu, 4) is None  # the unsharded baseline still runs
     assert skip_reason(sc, 1, 2, "column", cpu, 4) is None
+
+
+def test_a_scenario_unpickles_in_a_fresh_process(tmp_path):
+    """A scenario's class is made per job kind at run time; a process that has read no scenario
+    (a worker) still finds it by name when it unpickles one."""
+    import subprocess
+    import sys
+
+    sc = from_dict({"name": "t", "m": [1], "layer": {"in_features": 256, "out_features": 128},
+                    "schemes": ["bf16"]}, "t.toml")
+    path = tmp_path / "sc.pickle"
+    path.write_bytes(pickle.dumps(sc))
+    code = f"import pickle; sc = pickle.load(open({str(path)!r}, 'rb')); print(type(sc).__name__, sc.layer.in_features)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE_ROOT, check=True)
+    assert out.stdout.split() == ["LayerScenario", "256"]
