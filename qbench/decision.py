@@ -51,6 +51,15 @@ def _split(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow]
                           "result (qbench run of a [model] scenario) beside the quality file")
     steps = [r for d in docs if d.job == "step" for r in d.rows]
     quality = [r for d in docs if d.job == "quality" for r in d.rows]
+    where: dict[str, list[str]] = {}
+    for path, doc in zip(paths, docs):
+        for r in doc.rows if doc.job == "quality" else []:
+            where.setdefault(r.scheme, []).append(path)
+    twice = {scheme: files for scheme, files in where.items() if len(files) > 1}
+    if twice:  # two measurements of one scheme: which one a pick used would be unsaid
+        scheme, files = next(iter(twice.items()))
+        raise Refused(f"{len(twice)} scheme(s) have two quality rows ({scheme}: {', '.join(dict.fromkeys(files))}): give "
+                      "one quality file per scheme (a pick on both halves reads one row of each)")
     return steps, quality
 
 
@@ -199,7 +208,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
     say = sayer(args)
     if not steps:
         within = [(q, meets(q, limits)) for q in quality]
-        print(f"quality budget: {_budget_text(limits)} (no step file given: no speed half)")
+        say(f"quality budget: {_budget_text(limits)} (no step file given: no speed half)")
         print(render([{"scheme": q.scheme, "meets": "yes" if why is None else f"no: {why}"} for q, why in within],
                      [Column("scheme", "scheme", lambda r: r["scheme"]), Column("meets", "within budget",
                                                                                  lambda r: r["meets"])], args.format))
@@ -222,9 +231,10 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
             Column("pick", "pick", lambda r: r["pick"] or "none within budget"),
             Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
             Column("step_us", "step µs", lambda r: r["step_us"], lambda v: DASH if v is None else f"{v:,.0f}", True),
-            Column("kld", "mean KLD", lambda r: r, cell_override=lambda r: DASH if not r["quality"] else
+            Column("kld", "mean KLD", lambda r: (r["quality"] or {}).get("kld"), cell_override=lambda r: DASH if not r["quality"] else
                    pm(r["quality"]["kld"], r["quality"]["kld_unc"], "{:.3g}")),
-            Column("same_top", "same top", lambda r: r, cell_override=lambda r: DASH if not r["quality"] else
+            Column("same_top", "same top", lambda r: (r["quality"] or {}).get("same_top"),
+                   cell_override=lambda r: DASH if not r["quality"] else
                    pct(r["quality"]["same_top"])),
             Column("ties", "tied within noise", lambda r: ", ".join(r["ties"]) or DASH)]
     print(render(rec, cols, args.format))
@@ -274,15 +284,17 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
                 doubted.append((f"{scheme} {key} [{', '.join(doubt)}]", doubt))
         records.append(rec)
     cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
-            Column("kld", "mean KLD", lambda r: r, cell_override=lambda r: pm(stat(r["q"], "kld", "mean"),
-                                                                                stat(r["q"], "kld", "unc"), "{:.3g}")),
+            Column("kld", "mean KLD", lambda r: stat(r["q"], "kld", "mean"),
+                   cell_override=lambda r: pm(stat(r["q"], "kld", "mean"), stat(r["q"], "kld", "unc"), "{:.3g}")),
             Column("ppl", "PPL ratio", lambda r: stat(r["q"], "ppl_ratio"), lambda v: DASH if v is None else f"{v:.4f}", True),
-            Column("same_top", "same top", lambda r: r, cell_override=lambda r: pct(stat(r["q"], "same_top"))),
+            Column("same_top", "same top", lambda r: stat(r["q"], "same_top"),
+                   cell_override=lambda r: pct(stat(r["q"], "same_top"))),
             Column("stored", "MiB", lambda r: r["q"].model_stored_bytes, mib, True)]
     for m, context in points:
         key = f"M={m}/{context}"
-        cols.append(Column(key, key, lambda r, k=key: r.get(k), lambda v: DASH if v is None else
-                           f"{v[0]:.2f}×" + ("*" if v[1] else ""), True))
+        cols.append(Column(key, key, lambda r, k=key: r[k][0] if r.get(k) else None, numeric=True,
+                           cell_override=lambda r, k=key: DASH if r.get(k) is None else
+                           f"{r[k][0]:.2f}×" + ("*" if r[k][1] else "")))
     short = narrow(args.format, getattr(args, "wide", False))
     if short:  # the narrow default: mean KLD and same top judge quality; --wide adds the PPL ratio
         cols = [c for c in cols if c.key != "ppl"]

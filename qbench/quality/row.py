@@ -8,13 +8,17 @@ statistics with their uncertainties (:mod:`qbench.quality.stats`).
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from qbench.row import Flag
 
 Status = Literal["ok", "skipped", "failed"]
+#: A statistic as a file must hold it: a JSON number (a string such as "0.001" is refused, not read as one).
+Num = Annotated[float, Field(strict=True)]
+#: A KL divergence statistic: a number, never below 0 (D(ref ‖ scheme) ≥ 0).
+KldNum = Annotated[float, Field(strict=True, ge=0)]
 
 
 class _Part(BaseModel):
@@ -24,50 +28,50 @@ class _Part(BaseModel):
 class Kld(_Part):
     """KL divergence D(ref ‖ scheme) per scored token, nats: mean ± uncertainty and percentiles."""
 
-    mean: float
-    unc: float
-    p50: float
-    p90: float
-    p95: float
-    p99: float
-    p99_9: float
-    max: float
+    mean: KldNum
+    unc: KldNum
+    p50: KldNum
+    p90: KldNum
+    p95: KldNum
+    p99: KldNum
+    p99_9: KldNum
+    max: KldNum
 
 
 class Dp(_Part):
     """Δp = p_scheme(token) - p_ref(token) of the token that follows (probability, -1..1)."""
 
-    mean: float
-    unc: float
-    rms: float
-    rms_unc: float
-    p1: float
-    p5: float
-    p10: float
-    p50: float
-    p90: float
-    p95: float
-    p99: float
-    min: float
-    max: float
+    mean: Num
+    unc: Num
+    rms: Num
+    rms_unc: Num
+    p1: Num
+    p5: Num
+    p10: Num
+    p50: Num
+    p90: Num
+    p95: Num
+    p99: Num
+    min: Num
+    max: Num
 
 
 class QualityStats(_Part):
     """llama.cpp's statistics over ``tokens`` scored tokens (:func:`qbench.quality.stats.summarize`)."""
 
     tokens: int = Field(gt=0)
-    ppl: float = Field(gt=0)
-    ppl_unc: float = Field(ge=0)
-    ref_ppl: float = Field(gt=0)
-    ref_ppl_unc: float = Field(ge=0)
-    ln_ppl_ratio: float
-    ln_ppl_ratio_unc: float = Field(ge=0)
-    ppl_ratio: float = Field(gt=0)
-    ppl_ratio_unc: float = Field(ge=0)
-    nll_correlation: Optional[float] = None
+    ppl: Num = Field(gt=0)
+    ppl_unc: Num = Field(ge=0)
+    ref_ppl: Num = Field(gt=0)
+    ref_ppl_unc: Num = Field(ge=0)
+    ln_ppl_ratio: Num
+    ln_ppl_ratio_unc: Num = Field(ge=0)
+    ppl_ratio: Num = Field(gt=0)
+    ppl_ratio_unc: Num = Field(ge=0)
+    nll_correlation: Optional[Num] = None
     kld: Kld
-    same_top: float = Field(ge=0, le=1)
-    same_top_unc: float = Field(ge=0)
+    same_top: Num = Field(ge=0, le=1)
+    same_top_unc: Num = Field(ge=0)
     dp: Dp
 
 
@@ -85,10 +89,10 @@ class Sensitivity(_Part):
     """One part (a role of every block, or one block) quantized alone, the rest of the model the reference."""
 
     part: str
-    kld: float
-    kld_unc: float
-    same_top: float
-    ppl_ratio: float
+    kld: KldNum
+    kld_unc: KldNum
+    same_top: Num
+    ppl_ratio: Num
 
 
 class QualityRow(_Part):
@@ -134,6 +138,12 @@ class QualityRow(_Part):
     worker_phases_s: dict[str, float] = Field(default_factory=dict)
     worker_wall_s: Optional[float] = None
     repeats: Optional[dict] = None
+
+    @model_validator(mode="after")
+    def _ok_rows_have_statistics(self) -> "QualityRow":
+        if self.status == "ok" and self.stats is None:
+            raise ValueError("an ok row must hold its statistics (stats); a row without them is skipped or failed")
+        return self
 
     @property
     def key(self) -> tuple:

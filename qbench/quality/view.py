@@ -12,9 +12,10 @@ import dataclasses
 import sys
 from typing import Callable, Optional, Sequence
 
-from qbench.judge import Budget
+from qbench.judge import Budget, incomplete_warning
+from qbench.readers.common import Refused
 from qbench.quality.row import QualityRow
-from qbench.render import Column, narrow, prose, render, wants_prose
+from qbench.render import DATA_FORMATS, Column, narrow, prose, render, wants_prose
 
 DASH = "—"
 
@@ -43,24 +44,62 @@ def stat(row: QualityRow, *path: str):
     return cur
 
 
-#: The quality table's columns (a record is a :class:`QualityRow`).
-COLUMNS = [
+def _stat(*path: str) -> Callable[[QualityRow], object]:
+    return lambda r: stat(r, *path)
+
+
+def _pm_cell(value: str, unc: str, fmt: str = "{:.4g}") -> Callable[[QualityRow], str]:
+    return lambda r: pm(stat(r, *value.split(".")), stat(r, *unc.split(".")), fmt)
+
+
+#: The quality table's column catalogue (a record is a :class:`QualityRow`): each ``value`` is the
+#: raw number that CSV and JSON carry, each cell the text a table shows (a value ± its uncertainty);
+#: the ``*_unc`` columns, ``status`` and ``reason`` are data columns (a table says them in its cells
+#: and the notes under it). ``--columns`` takes these keys.
+CATALOGUE = [
     Column("scheme", "scheme", lambda r: r.scheme),
     Column("state", "status", lambda r: r.status + (" (emulated)" if r.emulated else "")),
-    Column("ppl", "PPL", lambda r: r, cell_override=lambda r: pm(stat(r, "ppl"), stat(r, "ppl_unc"))),
-    Column("ppl_ratio", "ln(PPL/PPL ref)", lambda r: r,
-           cell_override=lambda r: pm(stat(r, "ln_ppl_ratio"), stat(r, "ln_ppl_ratio_unc"), "{:.3g}")),
-    Column("kld", "mean KLD", lambda r: r, cell_override=lambda r: pm(stat(r, "kld", "mean"), stat(r, "kld", "unc"), "{:.3g}")),
-    Column("kld99", "KLD 99 %", lambda r: stat(r, "kld", "p99"), lambda v: DASH if v is None else f"{v:.3g}", True),
-    Column("same_top", "same top", lambda r: r, cell_override=lambda r: pct(stat(r, "same_top"), stat(r, "same_top_unc"))),
-    Column("dp_rms", "RMS Δp", lambda r: r, cell_override=lambda r: pct(stat(r, "dp", "rms"))),
-    Column("stored", "model MiB", lambda r: r.model_stored_bytes, mib, True),
-    Column("flags", "flags", lambda r: ", ".join(f.name for f in r.flags) or DASH),
+    Column("ppl", "PPL", _stat("ppl"), cell_override=_pm_cell("ppl", "ppl_unc")),
+    Column("ppl_ratio", "ln(PPL/PPL ref)", _stat("ln_ppl_ratio"),
+           cell_override=_pm_cell("ln_ppl_ratio", "ln_ppl_ratio_unc", "{:.3g}")),
+    Column("kld", "mean KLD", _stat("kld", "mean"), cell_override=_pm_cell("kld.mean", "kld.unc", "{:.3g}")),
+    Column("kld99", "KLD 99 %", _stat("kld", "p99"), lambda v: DASH if v is None else f"{v:.3g}", True),
+    Column("same_top", "same top", _stat("same_top"),
+           cell_override=lambda r: pct(stat(r, "same_top"), stat(r, "same_top_unc"))),
+    Column("dp_rms", "RMS Δp", _stat("dp", "rms"), cell_override=lambda r: pct(stat(r, "dp", "rms"))),
+    Column("stored", "model MiB", lambda r: None if r.model_stored_bytes is None else r.model_stored_bytes / 2**20,
+           lambda v: DASH if v is None else f"{v:.2f}", True),
+    Column("flags", "flags", lambda r: ", ".join(f.name for f in r.flags) or None),
+    Column("status", "status", lambda r: r.status),
+    Column("emulated", "emulated", lambda r: r.emulated),
+    Column("ppl_unc", "PPL ±", _stat("ppl_unc"), numeric=True),
+    Column("ppl_ratio_unc", "ln(PPL/PPL ref) ±", _stat("ln_ppl_ratio_unc"), numeric=True),
+    Column("kld_unc", "mean KLD ±", _stat("kld", "unc"), numeric=True),
+    Column("same_top_unc", "same top ±", _stat("same_top_unc"), numeric=True),
+    Column("reason", "reason", lambda r: r.reason),
 ]
+COLUMNS_BY_KEY = {c.key: c for c in CATALOGUE}
+#: The table's columns (``--wide``, Markdown); CSV and JSON carry :data:`DATA` instead.
+COLUMNS = [c for c in CATALOGUE if c.key in ("scheme", "state", "ppl", "ppl_ratio", "kld", "kld99", "same_top",
+                                              "dp_rms", "stored", "flags")]
+#: The columns of CSV and JSON: every number raw, its uncertainty in a column of its own.
+DATA = ("scheme", "status", "emulated", "ppl", "ppl_unc", "ppl_ratio", "ppl_ratio_unc", "kld", "kld_unc", "kld99",
+        "same_top", "same_top_unc", "dp_rms", "stored", "flags", "reason")
 #: The narrow default of a terminal table (:func:`qbench.render.narrow`): fits 120 characters, a
 #: row's status and flags in one column ("skipped", "emulated"; an ok row without flags: "—"), the
 #: flags every row shares left to the notes under it ("(every row)"). ``--wide`` (and every Markdown or data format) shows all.
 NARROW = ("scheme", "ppl", "kld", "kld99", "same_top", "stored")
+
+
+def columns_of(keys: Sequence[str]) -> list[Column]:
+    """The catalogue's columns of the ``--columns`` ``keys``, in their order.
+
+    Raises:
+        ValueError: an unknown key (one line naming it and the allowed ones)."""
+    unknown = [k for k in keys if k not in COLUMNS_BY_KEY]
+    if unknown:
+        raise ValueError(f"unknown column {unknown[0]!r} for a quality table; allowed: {', '.join(COLUMNS_BY_KEY)}")
+    return [COLUMNS_BY_KEY[k] for k in keys]
 
 
 def shared_flags(rows: Sequence[QualityRow]) -> list[str]:
@@ -69,9 +108,15 @@ def shared_flags(rows: Sequence[QualityRow]) -> list[str]:
     return sorted(set.intersection(*names)) if names else []
 
 
-def quality_table(rows: Sequence[QualityRow], fmt: str = "simple", narrow_view: bool = False) -> str:
+def quality_table(rows: Sequence[QualityRow], fmt: str = "simple", narrow_view: bool = False,
+                  columns: Optional[Sequence[str]] = None) -> str:
     """The quality table, one line per scheme (skipped and failed rows name their reason under it);
-    ``narrow_view``: the :data:`NARROW` columns, the flags every row shares left out of the cells."""
+    ``narrow_view``: the :data:`NARROW` columns, the flags every row shares left out of the cells;
+    CSV and JSON: the :data:`DATA` columns; ``columns``: those ``--columns`` keys alone, in every format."""
+    if columns:
+        return render(list(rows), columns_of(columns), fmt)
+    if fmt in DATA_FORMATS:
+        return render(list(rows), columns_of(DATA), fmt)
     if not narrow_view:
         return render(list(rows), COLUMNS, fmt)
     shared = set(shared_flags(rows))
@@ -79,8 +124,8 @@ def quality_table(rows: Sequence[QualityRow], fmt: str = "simple", narrow_view: 
     def status_flags(r: QualityRow) -> str:
         return ", ".join([*([r.status] if r.status != "ok" else []), *(f.name for f in r.flags if f.name not in shared)])
 
-    columns = [dataclasses.replace(c, header="MiB") if c.key == "stored" else c for c in COLUMNS if c.key in NARROW]
-    return render(list(rows), [*columns, Column("flags", "flags", lambda r: status_flags(r) or DASH)], fmt)
+    columns_ = [dataclasses.replace(c, header="MiB") if c.key == "stored" else c for c in COLUMNS if c.key in NARROW]
+    return render(list(rows), [*columns_, Column("flags", "flags", lambda r: status_flags(r) or DASH)], fmt)
 
 
 def describe(rows: Sequence[QualityRow]) -> list[str]:
@@ -135,15 +180,20 @@ def sensitivity_lines(rows: Sequence[QualityRow]) -> list[str]:
     return out
 
 
-def run_view(doc, args: argparse.Namespace) -> int:
-    """``qbench run``'s and ``report``'s output for a quality result; returns the row count."""
+def run_view(doc, args: argparse.Namespace, label: Optional[str] = None) -> int:
+    """``qbench run``'s and ``report``'s output for a quality result; returns the row count.
+    ``label``: the file's name in the warning over an incomplete document (``report``)."""
     rows = list(doc.rows)
     wide = getattr(args, "wide", False)
     shown = prose(args.format, wide)
+    keys = [c.strip() for c in (getattr(args, "columns", None) or "").split(",") if c.strip()]
+    table = quality_table(rows, args.format, narrow_view=narrow(args.format, wide), columns=keys)
     if wants_prose(args.format):
         for line in describe(rows):
             print(shown(line))
-    print(quality_table(rows, args.format, narrow_view=narrow(args.format, wide)))
+        if (warning := incomplete_warning(doc, label or "this result")):
+            print(shown(warning.removeprefix("warning: ")))
+    print(table)
     if wants_prose(args.format):  # a flag every row carries is said once, "(every row)", by notes()
         for line in notes(rows) + sensitivity_lines(rows):
             print(shown(line))
@@ -161,9 +211,18 @@ def sayer(args: argparse.Namespace) -> Callable[[str], None]:
 
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
-    """``qbench report QUALITY.json``: the quality table of each file."""
-    for doc in docs:
-        run_view(doc, args)
+    """``qbench report QUALITY.json``: the quality table of each file; ``--columns`` picks the
+    catalogue's columns (:data:`CATALOGUE`); the layer table's options that read other rows are refused."""
+    for flag in ("crossover", "sort", "method", "by_m"):
+        if getattr(args, flag, None):
+            raise Refused(f"{paths[0]}: a quality result; --{flag.replace('_', '-')} reads per-layer results")
+    keys = [c.strip() for c in (getattr(args, "columns", None) or "").split(",") if c.strip()]
+    try:
+        columns_of(keys)
+    except ValueError as exc:
+        raise Refused(f"{paths[0]}: {exc}") from None
+    for path, doc in zip(paths, docs):
+        run_view(doc, args, label=path)
     return 0
 
 

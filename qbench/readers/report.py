@@ -275,6 +275,9 @@ def run_report(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise Refused(str(exc)) from None
     docs = open_results(paths, incomplete="keep", command="report")  # the header says so
+    if len({doc.job for doc in docs}) > 1:  # each kind's table reads its own rows
+        raise Refused("give files of one kind (each kind has its own table): "
+                      + ", ".join(f"{p} ({d.job})" for p, d in zip(paths, docs)) + "; run report once per kind")
     view = job_view(docs, "report")
     if view is not None:  # a job kind's own view (qbench.jobs)
         return view(args, paths, docs)

@@ -112,7 +112,7 @@ def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str =
            if any(c.width for c in columns) else {}),
     )
     keys = {c.key for c in columns}
-    if "reason" in keys or "status" not in keys:
+    if "reason" in keys or "status" not in keys or not all(hasattr(r, "m") for r in rows):  # per-M rows only
         return text
     notes = [visible(n) for n in footnotes(rows)]
     if any(c.cell(r).endswith("*") for c in columns if c.key in _LATENCY_KEYS for r in rows):

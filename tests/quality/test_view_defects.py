@@ -1,0 +1,107 @@
+"""The quality readers' defects found by the break review, each on its repro: data formats carry
+numbers (not a row's repr), a step and a quality file in one report are refused in one line, the
+baseline never takes a budget's pick, two rows of one scheme are refused, prose stays off a JSON
+stdout, --columns is honoured, hand-edited statistics are refused and an incomplete file is said so."""
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from qbench import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+STEP = str(ROOT / "results" / "h200" / "step_tiny_trained.json")
+CPU_TINY = str(ROOT / "results" / "cpu" / "quality_tiny.json")
+H200_TINY = str(ROOT / "results" / "h200" / "quality_tiny.json")
+
+
+def _edited(tmp_path, src, name, edit):
+    """A copy of ``src`` under ``tmp_path`` after ``edit(doc)`` (a hand-edited result file)."""
+    doc = json.loads(Path(src).read_text())
+    edit(doc)
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_d1_json_of_a_quality_report_and_model_holds_numbers(capsys):
+    assert cli.main(["report", CPU_TINY, "--format", "json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    fp16 = next(r for r in records if r["scheme"] == "fp16")
+    assert fp16["kld"] == pytest.approx(7.27e-07, rel=1e-2) and fp16["kld_unc"] > 0 and fp16["status"] == "ok"
+    assert records[0]["scheme"] == "fp32" and records[0]["ppl"] == pytest.approx(7.5914, rel=1e-4)
+    assert records[0]["stored"] == pytest.approx(3413504 / 2**20) and records[0]["flags"] is None
+    assert cli.main(["model", "tiny-shakespeare-llama", STEP, H200_TINY, "--format", "json"]) == 0
+    model = json.loads(capsys.readouterr().out)
+    bf16 = next(r for r in model if r["scheme"] == "bf16")
+    assert isinstance(bf16["kld"], float) and bf16["M=1/128"] == pytest.approx(1.0)
+
+
+def test_d2_csv_cells_hold_numbers_not_a_rows_repr(capsys):
+    assert cli.main(["report", CPU_TINY, "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert rows[0]["scheme"] == "fp32" and float(rows[0]["ppl"]) == pytest.approx(7.5914, rel=1e-4)
+    assert all("job=" not in cell for row in rows for cell in row.values())
+    assert cli.main(["model", "tiny-shakespeare-llama", STEP, H200_TINY, "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert "QualityRow" not in out and "{'scheme'" not in out
+    bf16 = next(r for r in csv.DictReader(io.StringIO(out)) if r["scheme"] == "bf16")
+    assert float(bf16["M=1/128"]) == pytest.approx(1.0)
+
+
+def test_d3_a_step_and_a_quality_file_in_one_report_are_refused_in_one_line(capsys):
+    assert cli.main(["report", STEP, CPU_TINY]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "(step)" in err and "(quality)" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("budget", ["4.7e-5", "1e-8", "0"])
+def test_d5_fp32_meets_a_budget_bf16_misses_and_is_picked(capsys, budget):
+    """bf16 (KLD 4.72e-05) just outside, fp32 (KLD 0) inside: fp32 is the pick, never "none"."""
+    assert cli.main(["recommend", STEP, CPU_TINY, "--max-kld", budget, "--format", "json"]) == 0
+    records = json.loads(capsys.readouterr().out)["by_m_context"]
+    assert records and {r["pick"] for r in records} == {"fp32"}
+
+
+def test_d17_two_quality_rows_of_one_scheme_are_refused(capsys):
+    assert cli.main(["recommend", STEP, CPU_TINY, H200_TINY, "--max-kld", "0.002"]) == 2
+    err = capsys.readouterr().err
+    assert "two quality rows" in err and CPU_TINY in err and H200_TINY in err
+
+
+def test_d22_recommend_on_a_quality_file_alone_prints_json_alone(capsys):
+    assert cli.main(["recommend", CPU_TINY, "--max-kld", "0.002", "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    within = {r["scheme"]: r["meets"] for r in json.loads(captured.out)}
+    assert within["fp32"] == "yes" and within["fp8-int4"].startswith("no: mean KLD")
+    assert "quality budget: mean KLD ≤ 0.002" in captured.err
+
+
+def test_d23_report_columns_are_honoured_or_refused(capsys):
+    assert cli.main(["report", CPU_TINY, "--columns", "bogus,ppl"]) == 2
+    assert "unknown column 'bogus' for a quality table" in capsys.readouterr().err
+    assert cli.main(["report", CPU_TINY, "--columns", "scheme,ppl", "--format", "csv"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "scheme,ppl" and out[1].startswith("fp32,7.59")
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda row: row["stats"]["kld"].update(mean=-0.5), "greater than or equal to 0"),
+    (lambda row: row.update(stats=None), "an ok row must hold its statistics"),
+    (lambda row: row["stats"]["kld"].update(mean="0.001"), "valid number"),
+])
+def test_d24_hand_edited_statistics_are_refused(tmp_path, capsys, edit, words):
+    path = _edited(tmp_path, CPU_TINY, "q.json", lambda doc: edit(doc["rows"][1]))
+    for argv in (["report", path], ["recommend", STEP, path, "--max-kld", "0.002"]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert words in err and "q.json" in err
+
+
+def test_d25_report_of_an_incomplete_quality_file_says_so(tmp_path, capsys):
+    path = _edited(tmp_path, CPU_TINY, "q.json", lambda doc: doc.update(complete=False))
+    assert cli.main(["report", path]) == 0
+    assert f"{path} is incomplete (\"complete\": false" in " ".join(capsys.readouterr().out.split())
