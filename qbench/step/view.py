@@ -8,12 +8,7 @@ Speed-ups follow qbench's one ratio convention: baseline time / scheme time (> 1
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from typing import Callable, Optional, Sequence
-
-from tabulate import tabulate
 
 from qbench import judge
 from qbench.judge import decision_method, methods_present
@@ -185,64 +180,58 @@ _NARROW_TITLES = {"context": "ctx", "Σ linear µs": "Σ lin", "rest %": "rest",
                   "×base (Σ lin)": "×{b} Σ", "logits err": "err"}
 
 
+def _cell(key: str, rec: dict, baseline: str) -> str:
+    """The text a table shows for record key ``key`` of a :func:`table_records` record (its
+    :func:`doubtful` marks in ``rec["_doubt"]``)."""
+    value, (above, pair_above, noisy) = rec[key], rec["_doubt"]
+    if key.endswith("µs"):
+        return _us(value)
+    if key in ("rest %", "floor %"):
+        return DASH if key == "rest %" and above else _num(value, "{:.0f} %")
+    if key == "×base (Σ lin)":
+        return DASH if pair_above else _num(value, "{:.2f}×")
+    if key.startswith("×base"):
+        return _num(value, "{:.2f}×") + ("*" if noisy and value is not None else "")
+    if key == "tok/s":
+        return _num(value, "{:.0f}")
+    if key in ("logits err", "KL", "top-1"):
+        return _num(value, "{:.2g}")
+    return DASH if value in (None, "") else str(value)
+
+
 def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16", wide: bool = False,
                fit: Optional[Callable[[str], str]] = None, columns: Optional[Sequence[str]] = None) -> str:
-    """The step rows as a table in ``fmt`` (any tabulate format, ``csv`` or ``json``).
+    """The step rows as a table in ``fmt`` (any format of :func:`qbench.render.render`).
 
     Columns: scheme, M, context, the step per method present (µs), the remainder's share by the
     decision method (:data:`DECISION_ORDER`), the speed-up over ``baseline`` measured and as Σ
     linear (the layer view's step) predicts it, and the logits' error against the FP32 step; the
-    flags are listed under the table. With ``wide`` (and always in csv and json) also the status,
-    blocks built / the model's, tokens/s, HBM floor / step, KL, top-1 agreement and the flags'
-    names in a column. ``fit`` (the caller's prose wrapper, :func:`qbench.render.fit`, given for a
-    terminal table without ``wide``: :func:`qbench.render.narrow`) makes it a terminal table: Σ
-    linear in µs is left out too (:data:`TERMINAL_WIDE_ONLY`), so that it fits 120 characters on
-    the committed H200 step files, and the notes under it go through ``fit``. (The renderer's width
-    rule is the caller's: this module stands below :mod:`qbench.render`.) ``columns``: ``--columns``
-    keys (:data:`COLUMN_KEYS`): those columns alone, in that order, in every format.
+    flags are listed under the table. With ``wide`` (and always in csv and json, keyed by the
+    record keys of :func:`table_records`) also the status, blocks built / the model's, tokens/s,
+    HBM floor / step, KL, top-1 agreement and the flags' names in a column. ``fit`` (the caller's
+    prose wrapper, :func:`qbench.render.fit`, given for a terminal table without ``wide``:
+    :func:`qbench.render.narrow`) makes it a terminal table: Σ linear in µs is left out too
+    (:data:`TERMINAL_WIDE_ONLY`), so that it fits 120 characters on the committed H200 step files,
+    and the notes under it go through ``fit``. ``columns``: ``--columns`` keys
+    (:data:`COLUMN_KEYS`): those columns alone, in that order, in every format.
     """
-    terminal = fit is not None
+    from qbench.render import DATA_FORMATS, Column, render
+
     recs = table_records(rows, baseline)
-    if columns:
-        keys = column_keys(columns)
-        recs = [{k: rec[k] for k in keys} for rec in recs]
-    if fmt == "json":
-        return json.dumps(recs, indent=1, ensure_ascii=False)
-    if fmt == "csv":
-        buf = io.StringIO()
-        if recs:
-            writer = csv.DictWriter(buf, fieldnames=list(recs[0]), lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(recs)
-        return buf.getvalue()
-    shown = []
     doubts = doubtful(rows, baseline)
-    for rec, (above, pair_above, noisy) in zip(recs, doubts):
-        out = {}
-        for key, value in rec.items():
-            if not columns and (key == "reason" or (not wide and key in WIDE_ONLY)
-                                or (terminal and key in TERMINAL_WIDE_ONLY)):
-                continue  # (the columns asked for are shown whatever the width)
-            if key.endswith("µs"):
-                out[key] = _us(value)
-            elif key in ("rest %", "floor %"):
-                out[key] = DASH if key == "rest %" and above else _num(value, "{:.0f} %")
-            elif key == "×base (Σ lin)":
-                out[key] = DASH if pair_above else _num(value, "{:.2f}×")
-            elif key.startswith("×base"):
-                out[key] = _num(value, "{:.2f}×") + ("*" if noisy and value is not None else "")
-            elif key == "tok/s":
-                out[key] = _num(value, "{:.0f}")
-            elif key in ("logits err", "KL", "top-1"):
-                out[key] = _num(value, "{:.2g}")
-            else:
-                out[key] = value if value not in (None, "") else DASH
-        shown.append(out)
-    if not wide:
-        shown = [{_NARROW_TITLES.get(k, k.removesuffix(" µs")).format(b=baseline): v for k, v in rec.items()}
-                 for rec in shown]
-    tablefmt = {"markdown": "pipe", "md": "pipe"}.get(fmt, fmt)  # the aliases qbench.render accepts
-    text = tabulate(shown, headers="keys", tablefmt=tablefmt, disable_numparse=True) if shown else "(no rows)"
+    for rec, doubt in zip(recs, doubts):
+        rec["_doubt"] = doubt
+    keys = column_keys(columns) if columns else [
+        k for k in (recs[0] if recs else {}) if k != "_doubt" and (fmt in DATA_FORMATS or not (
+            k == "reason" or (not wide and k in WIDE_ONLY) or (fit is not None and k in TERMINAL_WIDE_ONLY)))]
+    title = (lambda k: k) if wide or fmt in DATA_FORMATS else (
+        lambda k: _NARROW_TITLES.get(k, k.removesuffix(" µs")).format(b=baseline))
+    cols = [Column(k, title(k), lambda r, k=k: r[k], cell_override=lambda r, k=k: _cell(k, r, baseline)) for k in keys]
+    if not recs:
+        return "[]" if fmt == "json" else "" if fmt == "csv" else "(no rows)"
+    text = render(recs, cols, fmt)
+    if fmt in DATA_FORMATS:
+        return text
     notes = [f"{r.scheme} M={r.m} context={r.context}: {r.status}: {r.reason}" for r in rows if r.status != "ok"]
     if not wide:  # the flags under the table, each once per scheme and flag name
         notes += flag_notes(rows)
