@@ -22,6 +22,7 @@ from qbench.quality.view import (BUDGETS, DASH, Limits, describe, limits_of, mee
                                  weight_notes)
 from qbench.readers.common import Refused
 from qbench.render import Column, narrow, render
+from qbench.render.columns import fmt_num, fmt_ratio
 from qbench.step import view as step_view
 
 
@@ -229,8 +230,8 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
           f"{_budget_text(limits)} on this checkpoint (quality file: {', '.join(p for p, d in zip(paths, docs) if d.job == 'quality')})")
     cols = [Column("m", "M", lambda r: r["m"], numeric=True), Column("context", "context", lambda r: r["context"], numeric=True),
             Column("pick", "pick", lambda r: r["pick"] or "none within budget"),
-            Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
-            Column("step_us", "step µs", lambda r: r["step_us"], lambda v: DASH if v is None else f"{v:,.0f}", True),
+            Column("speedup", f"×{baseline}", lambda r: r["speedup"], fmt_ratio, True),
+            Column("step_us", "step µs", lambda r: r["step_us"], fmt_num(",.0f"), True),
             Column("kld", "mean KLD", lambda r: (r["quality"] or {}).get("kld"), cell_override=lambda r: DASH if not r["quality"] else
                    pm(r["quality"]["kld"], r["quality"]["kld_unc"], "{:.3g}")),
             Column("same_top", "same top", lambda r: (r["quality"] or {}).get("same_top"),
@@ -286,7 +287,7 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
             Column("kld", "mean KLD", lambda r: stat(r["q"], "kld", "mean"),
                    cell_override=lambda r: pm(stat(r["q"], "kld", "mean"), stat(r["q"], "kld", "unc"), "{:.3g}")),
-            Column("ppl", "PPL ratio", lambda r: stat(r["q"], "ppl_ratio"), lambda v: DASH if v is None else f"{v:.4f}", True),
+            Column("ppl", "PPL ratio", lambda r: stat(r["q"], "ppl_ratio"), fmt_num(".4f"), True),
             Column("same_top", "same top", lambda r: stat(r["q"], "same_top"),
                    cell_override=lambda r: pct(stat(r["q"], "same_top"))),
             Column("stored", "MiB", lambda r: r["q"].model_stored_bytes, mib, True)]

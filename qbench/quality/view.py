@@ -16,8 +16,8 @@ from qbench.judge import Budget, incomplete_warning
 from qbench.readers.common import Refused
 from qbench.quality.row import QualityRow
 from qbench.render import DATA_FORMATS, Column, narrow, prose, render, wants_prose
+from qbench.render.columns import DASH, fmt_num
 
-DASH = "—"
 
 
 def pm(value: Optional[float], unc: Optional[float], fmt: str = "{:.4g}") -> str:
@@ -63,12 +63,12 @@ CATALOGUE = [
     Column("ppl_ratio", "ln(PPL/PPL ref)", _stat("ln_ppl_ratio"),
            cell_override=_pm_cell("ln_ppl_ratio", "ln_ppl_ratio_unc", "{:.3g}")),
     Column("kld", "mean KLD", _stat("kld", "mean"), cell_override=_pm_cell("kld.mean", "kld.unc", "{:.3g}")),
-    Column("kld99", "KLD 99 %", _stat("kld", "p99"), lambda v: DASH if v is None else f"{v:.3g}", True),
+    Column("kld99", "KLD 99 %", _stat("kld", "p99"), fmt_num(".3g"), True),
     Column("same_top", "same top", _stat("same_top"),
            cell_override=lambda r: pct(stat(r, "same_top"), stat(r, "same_top_unc"))),
     Column("dp_rms", "RMS Δp", _stat("dp", "rms"), cell_override=lambda r: pct(stat(r, "dp", "rms"))),
     Column("stored", "model MiB", lambda r: None if r.model_stored_bytes is None else r.model_stored_bytes / 2**20,
-           lambda v: DASH if v is None else f"{v:.2f}", True),
+           fmt_num(".2f"), True),
     Column("flags", "flags", lambda r: ", ".join(f.name for f in r.flags) or None),
     Column("status", "status", lambda r: r.status),
     Column("emulated", "emulated", lambda r: r.emulated),

@@ -46,7 +46,7 @@ from qbench.readers.common import (ACT_ON, Command, Refused, add_allow_incomplet
                                    add_max_rel_err, add_method, add_wide, check_baseline, check_max_rel_err, job_view,
                                    open_results, warn_machine_differences)
 from qbench.render import Column, check_format, fit, narrow, render, synthetic_weights, wants_prose
-from qbench.render.columns import DASH, fmt_num, fmt_us
+from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
@@ -310,7 +310,7 @@ def _columns(result: dict, wide: bool = True) -> list[Column]:
             Column("scheme", "scheme", lambda r: r["scheme"]),
             Column("step_us", f"step µs ({method})", lambda r: r["step_us"], fmt_us, True),
             Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-            Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
+            Column("speedup", f"×{baseline}", lambda r: r["speedup"], fmt_ratio, True),
             Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
             Column("step_status", "status", lambda r: r["status"]),  # not "status": footnotes read Rows
         ]
@@ -320,12 +320,12 @@ def _columns(result: dict, wide: bool = True) -> list[Column]:
         Column("step_us", f"step µs ({method})", lambda r: r["step_us"], fmt_us, True),
         Column("hbm_floor_us", "HBM floor µs", lambda r: r["hbm_floor_us"], fmt_us, True),
         Column("floor_pct", "floor/step", lambda r: None if r["floor_fraction"] is None
-               else 100 * r["floor_fraction"], lambda v: DASH if v is None else f"{v:.0f} %", True),
+               else 100 * r["floor_fraction"], fmt_pct, True),
         Column("stored_gib", "stored GiB", lambda r: None if r["stored_bytes"] is None
                else r["stored_bytes"] * _GIB, fmt_num(".2f"), True),
         Column("tokens_per_s", "tokens/s (linear only)", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
         Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", lambda r: r["speedup"],
-               lambda v: DASH if v is None else f"{v:.2f}×", True),
+               fmt_ratio, True),
         Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
         Column("note", "note", lambda r: r["note"]),
     ]

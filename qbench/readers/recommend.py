@@ -56,7 +56,7 @@ from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_b
                                    declared_budgets, group_results, job_view, open_results)
 from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, prose, render, synthetic_weights, wants_prose
 from qbench.render.table import rest_width
-from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
+from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_ratio, fmt_us
 from qbench.render.kernels import short_kernel
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
@@ -389,7 +389,7 @@ def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "sim
     Markdown, CSV and JSON)."""
     fits = narrow(fmt, wide)
     speedup = Column("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", lambda r: r["speedup"],
-                     lambda v: DASH if v is None else f"{v:.2f}×", True,
+                     fmt_ratio, True,
                      cell_override=lambda r: (DASH if r["speedup"] is None else f"{r['speedup']:.2f}×"
                                               + (" (same within noise)" if baseline in (r["ties"] or []) else "")))
     cols = [
@@ -575,7 +575,7 @@ def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "s
         Column("kernel", "longest kernel", lambda r: r["kernel"]),
         Column("latency_us", f"{method} µs", lambda r: r["latency_us"], fmt_us, True),
         Column("rel_fro", "rel err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
-        Column("speedup", speedup, lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("speedup", speedup, lambda r: r["speedup"], fmt_ratio, True),
         Column("others", "others of the format (their time / the fastest's)", lambda r: _others_cell(r["others"])),
     ]
     if not fits:

@@ -33,7 +33,7 @@ from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, meth
 from qbench.readers.common import (Command, Refused, add_baseline, add_format, add_method, add_wide, job_view,
                                    one_result, open_results)
 from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, narrow, prose, render, render_header, wants_prose
-from qbench.render.columns import DASH, resolve_columns
+from qbench.render.columns import DASH, fmt_ratio, resolve_columns
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
@@ -146,7 +146,7 @@ def _crossover_columns(baseline: str, method: str, shapes: int = 1, wide: bool =
         Column("ties", "same at M (p10–p90 overlap)", lambda r: r["ties"], ms, width=None if wide else 28),
         Column("losses", "slower at M", lambda r: r["losses"], ms),
         Column("untimed", "not timed at M", lambda r: r["untimed"], ms),
-        Column("best_speedup", best, lambda r: r["best_speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("best_speedup", best, lambda r: r["best_speedup"], fmt_ratio, True),
     ]
     return cols if wide else [c for c in cols if c.key not in _CROSSOVER_WIDE_ONLY]
 

@@ -36,6 +36,9 @@ __all__ = [
     "UnknownColumnError",
     "fmt_num",
     "fmt_us",
+    "fmt_ratio",
+    "fmt_pct",
+    "shown",
     "default_columns",
     "resolve_columns",
 ]
@@ -58,6 +61,22 @@ def fmt_num(fmt: str) -> Callable[[Any], str]:
         return format(v, fmt)
 
     return show
+
+
+def shown(value: Any, template: str = "{:.3g}") -> str:
+    """``value`` through the ``str.format`` ``template`` (``"{:.2f}×"``, ``"{:.0f} %"``), or :data:`DASH`
+    when it was not measured (None)."""
+    return DASH if value is None else template.format(value)
+
+
+def fmt_ratio(v: Any) -> str:
+    """A speed-up (baseline time / this time): ``1.23×``, or :data:`DASH`."""
+    return shown(v, "{:.2f}×")
+
+
+def fmt_pct(v: Any) -> str:
+    """A share already in per cent: ``42 %``, or :data:`DASH`."""
+    return shown(v, "{:.0f} %")
 
 
 def _text(v: Any) -> str:

@@ -12,11 +12,12 @@ from typing import Callable, Optional, Sequence
 
 from qbench import judge
 from qbench.judge import decision_method, methods_present
+from qbench.render import DATA_FORMATS, Column, render
+from qbench.render.columns import DASH, shown
 from qbench.row import FLAG_MEANINGS
 from qbench.step.row import StepRow
 from qbench.timing import registry
 
-DASH = "—"
 _STEP = [m for m in registry.methods().values() if m.job == "step"]
 #: The step methods, in table order (the timing registry's ``job = "step"`` methods).
 STEP_METHODS: tuple[str, ...] = tuple(m.name for m in sorted(_STEP, key=lambda m: m.order))
@@ -34,10 +35,6 @@ def _us(value: Optional[float]) -> str:
     if value is None:
         return DASH
     return f"{value / 1000:.3g} ms" if value >= 1000 else f"{value:.3g} µs"
-
-
-def _num(value: Optional[float], fmt: str = "{:.3g}") -> str:
-    return DASH if value is None else fmt.format(value)
 
 
 def _baselines(rows: Sequence[StepRow], baseline: str) -> dict[tuple, StepRow]:
@@ -187,15 +184,15 @@ def _cell(key: str, rec: dict, baseline: str) -> str:
     if key.endswith("µs"):
         return _us(value)
     if key in ("rest %", "floor %"):
-        return DASH if key == "rest %" and above else _num(value, "{:.0f} %")
+        return DASH if key == "rest %" and above else shown(value, "{:.0f} %")
     if key == "×base (Σ lin)":
-        return DASH if pair_above else _num(value, "{:.2f}×")
+        return DASH if pair_above else shown(value, "{:.2f}×")
     if key.startswith("×base"):
-        return _num(value, "{:.2f}×") + ("*" if noisy and value is not None else "")
+        return shown(value, "{:.2f}×") + ("*" if noisy and value is not None else "")
     if key == "tok/s":
-        return _num(value, "{:.0f}")
+        return shown(value, "{:.0f}")
     if key in ("logits err", "KL", "top-1"):
-        return _num(value, "{:.2g}")
+        return shown(value, "{:.2g}")
     return DASH if value in (None, "") else str(value)
 
 
@@ -215,8 +212,6 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
     and the notes under it go through ``fit``. ``columns``: ``--columns`` keys
     (:data:`COLUMN_KEYS`): those columns alone, in that order, in every format.
     """
-    from qbench.render import DATA_FORMATS, Column, render
-
     recs = table_records(rows, baseline)
     doubts = doubtful(rows, baseline)
     for rec, doubt in zip(recs, doubts):

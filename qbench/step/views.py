@@ -21,7 +21,7 @@ from qbench.judge import decision_method, incomplete_warning
 from qbench.readers.common import (ACT_ON, Refused, check_baseline, check_budgets, declared_budgets, one_result,
                                    warn_machine_differences)
 from qbench.render import Column, fit, narrow, prose, render, synthetic_step_warning, wants_prose
-from qbench.render.columns import DASH, fmt_num, fmt_us
+from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us
 from qbench.render.safe import visible
 from qbench.render.styles import plain, scheme_styles
 from qbench.results import ResultDoc
@@ -112,7 +112,7 @@ def _recommend_columns(baseline: str, wide: bool = True) -> list[Column]:
                lambda r: step_view.SHORT.get(r["method"], DASH) if r["method"] else DASH),
         Column("step_us", "step µs", lambda r: r["step_us"], fmt_us, True),
         Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-        Column("speedup", f"×{baseline}", lambda r: r["speedup"], lambda v: DASH if v is None else f"{v:.2f}×", True),
+        Column("speedup", f"×{baseline}", lambda r: r["speedup"], fmt_ratio, True),
         Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
         Column("within", "within budget" if wide else "within", lambda r: f"{r['within']} of {r['timed']}",
                numeric=True),
@@ -260,7 +260,7 @@ def _model_columns(records: list[dict], baseline: str, wide: bool = True,
         Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
         Column("linear_us", "Σ linear µs", lambda r: r["linear_us"], fmt_us, True),
         Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None or mark(r)[0] else 100 * r["rest_share"],
-               lambda v: DASH if v is None else f"{v:.0f} %", True),
+               fmt_pct, True),
     ]
     if not wide:  # the speed-up by the row's own step method, as the step table of qbench report shows it
         cols.append(Column("speedup", f"×{baseline}", lambda r: r["speedup"].get(r["method"]) if r["method"] else None,

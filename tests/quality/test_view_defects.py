@@ -105,3 +105,18 @@ def test_d25_report_of_an_incomplete_quality_file_says_so(tmp_path, capsys):
     path = _edited(tmp_path, CPU_TINY, "q.json", lambda doc: doc.update(complete=False))
     assert cli.main(["report", path]) == 0
     assert f"{path} is incomplete (\"complete\": false" in " ".join(capsys.readouterr().out.split())
+
+
+def test_d1_run_of_a_quality_scenario_prints_json_and_csv(capsys):
+    """`qbench run QUALITY.toml --format json|csv` prints its rows through the same view as report."""
+    import argparse
+
+    from qbench.quality import view
+    from qbench.results import read_results
+
+    doc = read_results(CPU_TINY)
+    assert view.run_view(doc, argparse.Namespace(format="json", wide=False)) == len(doc.rows)
+    assert [r["scheme"] for r in json.loads(capsys.readouterr().out)] == [r.scheme for r in doc.rows]
+    view.run_view(doc, argparse.Namespace(format="csv", wide=False))
+    out = capsys.readouterr().out
+    assert out.startswith("scheme,status,emulated,ppl,") and "job=" not in out
