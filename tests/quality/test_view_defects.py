@@ -89,7 +89,7 @@ def test_d23_report_columns_are_honoured_or_refused(capsys):
 
 
 @pytest.mark.parametrize("edit, words", [
-    (lambda row: row["stats"]["kld"].update(mean=-0.5), "greater than or equal to 0"),
+    (lambda row: row["stats"]["kld"].update(mean=-0.5), "stats.kld.mean: Input should be greater than or equal to -0.000001 (got -0.5)"),
     (lambda row: row.update(stats=None), "an ok row must hold its statistics"),
     (lambda row: row["stats"]["kld"].update(mean="0.001"), "valid number"),
 ])
