@@ -43,25 +43,28 @@ def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
     return None
 
 
-def _split(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow]]:
-    """The step rows and the quality rows of the files; any other kind is refused (a per-layer file is
-    not a speed half: its times are one linear layer's, not the model's step)."""
+def _split(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow], Optional[str]]:
+    """The step rows, the quality rows of the files (one per scheme: a scheme measured in several
+    files keeps the first file's row) and the line that says so (None: no scheme twice); any other
+    kind is refused (a per-layer file is not a speed half: its times are one linear layer's, not the
+    model's step)."""
     for path, doc in zip(paths, docs):
         if doc.job not in ("step", "quality"):
             raise Refused(f"{path}: a {doc.job} result cannot be the speed half of a model decision: give a model-step "
                           "result (qbench run of a [model] scenario) beside the quality file")
     steps = [r for d in docs if d.job == "step" for r in d.rows]
-    quality = [r for d in docs if d.job == "quality" for r in d.rows]
-    where: dict[str, list[str]] = {}
+    first: dict[str, tuple[str, QualityRow]] = {}
+    also: dict[str, list[str]] = {}
     for path, doc in zip(paths, docs):
         for r in doc.rows if doc.job == "quality" else []:
-            where.setdefault(r.scheme, []).append(path)
-    twice = {scheme: files for scheme, files in where.items() if len(files) > 1}
-    if twice:  # two measurements of one scheme: which one a pick used would be unsaid
-        scheme, files = next(iter(twice.items()))
-        raise Refused(f"{len(twice)} scheme(s) have two quality rows ({scheme}: {', '.join(dict.fromkeys(files))}): give "
-                      "one quality file per scheme (a pick on both halves reads one row of each)")
-    return steps, quality
+            if first.setdefault(r.scheme, (path, r))[1] is not r:
+                also.setdefault(r.scheme, []).append(path)
+    said = None
+    if also:  # two measurements of one scheme: the first file's is read, and the reader is told
+        said = (f"{len(also)} scheme(s) have a quality row in more than one file ("
+                + "; ".join(f"{s}: {first[s][0]}, {', '.join(p)}" for s, p in list(also.items())[:3])
+                + (", ..." if len(also) > 3 else "") + "): the first file's row is used, the others are not read")
+    return steps, [r for _, r in first.values()], said
 
 
 def _pair(docs: Sequence) -> Optional[str]:
@@ -203,10 +206,12 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         terms = [f"{b.flag} ({b.terms})" for b in BUDGETS]
         raise Refused("a quality file takes a budget in the field's terms: " + ", ".join(terms[:-1]) + " and/or "
                       + terms[-1] + "; --max-rel-err is the layer job's synthetic error, never a model decision's budget")
-    steps, quality = _split(paths, docs)
+    steps, quality, twice = _split(paths, docs)
     if (why := _one_checkpoint(quality)):
         raise Refused(why)
     say = sayer(args)
+    if twice:
+        say(twice)
     if not steps:
         within = [(q, meets(q, limits)) for q in quality]
         say(f"quality budget: {_budget_text(limits)} (no step file given: no speed half)")
@@ -258,9 +263,11 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
 def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     """``qbench model STEP.json QUALITY.json``: per scheme, the measured step (median per M and
     context, speed-up over bf16) beside its quality on the same checkpoint."""
-    steps, quality = _split(paths, docs)
+    steps, quality, twice = _split(paths, docs)
     if (why := _one_checkpoint(quality)):
         raise Refused(why)
+    if twice:
+        sayer(args)(twice)
     paired = _pair(docs) if steps else None
     for path, doc in zip(paths, docs):  # NAME is the files' model (its path or title), as for a step file alone
         if not any(args.name in (r.model, r.title) for r in doc.rows):

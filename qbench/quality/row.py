@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from qbench.row import Flag
 
@@ -140,12 +140,6 @@ class QualityRow(_Part):
     worker_wall_s: Optional[float] = None
     repeats: Optional[dict] = None
 
-    @model_validator(mode="after")
-    def _ok_rows_have_statistics(self) -> "QualityRow":
-        if self.status == "ok" and self.stats is None:
-            raise ValueError("an ok row must hold its statistics (stats); a row without them is skipped or failed")
-        return self
-
     @property
     def key(self) -> tuple:
         return (self.scheme, self.model, self.device, self.text_sha256, self.chunk)
@@ -153,12 +147,18 @@ class QualityRow(_Part):
 
 def check_rows(rows: list, source: str) -> list[QualityRow]:
     """The rows of a quality result as :class:`QualityRow`, in order: unknown keys refused, every
-    value of its type, one row per (scheme, model, device, text, chunk).
+    value of its type (statistics strict JSON numbers), an ``ok`` row with its statistics, one row per
+    (scheme, model, device, text, chunk).
 
     Raises:
         qbench.results.ResultsError: one line naming ``source``, the row index, the key and the value.
     """
-    from qbench.results import check_job_rows  # results reads rows through the job registry: imported on use
+    from qbench.results import ResultsError, check_job_rows  # results reads rows through the job registry
 
-    return check_job_rows(rows, source, QualityRow, "quality", "a quality result holds only quality rows (job = 'quality')",
-                          lambda r: f"(scheme {r.scheme!r}): one row per scheme, model, device and text")
+    out = check_job_rows(rows, source, QualityRow, "quality", "a quality result holds only quality rows (job = 'quality')",
+                         lambda r: f"(scheme {r.scheme!r}): one row per scheme, model, device and text")
+    for i, r in enumerate(out):  # a producer's blank row has none yet; a finished ok row always has them
+        if r.status == "ok" and r.stats is None:
+            raise ResultsError(f"{source}: rows[{i}] (scheme {r.scheme!r}): an ok row must hold its statistics (stats); "
+                               "a row without them is skipped or failed")
+    return out

@@ -66,10 +66,17 @@ def test_d5_fp32_meets_a_budget_bf16_misses_and_is_picked(capsys, budget):
     assert records and {r["pick"] for r in records} == {"fp32"}
 
 
-def test_d17_two_quality_rows_of_one_scheme_are_refused(capsys):
-    assert cli.main(["recommend", STEP, CPU_TINY, H200_TINY, "--max-kld", "0.002"]) == 2
-    err = capsys.readouterr().err
-    assert "two quality rows" in err and CPU_TINY in err and H200_TINY in err
+def test_d17_two_quality_rows_of_one_scheme_the_first_files_is_used_and_said(capsys):
+    """The CPU and H200 files of one checkpoint: each scheme once (the first file's row), and a line says so."""
+    assert cli.main(["recommend", STEP, CPU_TINY, H200_TINY, "--max-kld", "0.002"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"have a quality row in more than one file (fp32: {CPU_TINY}, {H200_TINY};" in out
+    assert "the first file's row is used" in out
+    outside = out.split("outside the budget: ")[1].split(" not timed")[0]
+    assert outside.count("fp4-bnb (") == 1 and "int4-intx (" not in outside  # CPU's int4-intx: 0.00200, inside
+    assert cli.main(["recommend", STEP, CPU_TINY, H200_TINY, "--max-kld", "0.002", "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["by_m_context"] and "more than one file" in captured.err
 
 
 def test_d22_recommend_on_a_quality_file_alone_prints_json_alone(capsys):
