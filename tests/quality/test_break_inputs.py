@@ -130,3 +130,230 @@ def test_resume_on_the_same_inputs_adds_the_missing_scheme(tmp_path, monkeypatch
     sc = scenario(tmp_path, ck, ["fp32", "bf16"])
     assert cli.main(["run", str(sc), "--out", str(out), "--resume", "--quiet"]) == 1  # skipped rows only
     assert [r["scheme"] for r in read_results(out).to_json()["rows"]] == ["fp32", "bf16"]
+
+
+# --- bad input refused at check: one line naming the file, the key and the value --------------------
+
+def _set(key, value):
+    def edit(c):
+        c[key] = value
+    return edit
+
+
+def _rope(scaling):
+    def edit(c):
+        c["rope_scaling"] = scaling
+        c.pop("rope_parameters", None)
+    return edit
+
+
+def _shape(name, shape):
+    """A header entry of tensor ``name`` whose shape is ``shape`` (written into the raw header)."""
+    def edit(folder: Path):
+        path = folder / "model.safetensors"
+        raw = path.read_bytes()
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + n])
+        header[name] = shape
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n:])
+    return edit
+
+
+CONFIG_CASES = {
+    # case: (config edit, key in the line, words in the line)
+    "eps_inf": (_set("rms_norm_eps", float("inf")), "rms_norm_eps", ["must be a finite number", "inf"]),
+    "rope_theta_inf": (lambda c: c.update(rope_theta=float("inf"), rope_parameters={"rope_type": "default",
+                                                                                    "rope_theta": float("inf")}),
+                       "rope_theta", ["must be a finite number"]),
+    "theta_conflict": (_set("rope_theta", 500000.0), "rope_theta",
+                       ["500000.0 at the top level", "rope_parameters.rope_theta = 10000.0", "transformers 5 reads "
+                        "rope_parameters", "refuses the conflict"]),
+    "rope_linear_nofactor": (_rope({"rope_type": "linear"}), "rope_scaling.factor",
+                             ["missing", "rope_type 'linear' needs factor"]),
+    "rope_linear_zero": (_rope({"rope_type": "linear", "factor": 0.0}), "rope_scaling.factor", ["must be > 0"]),
+    "rope_llama3_partial": (_rope({"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0,
+                                   "original_max_position_embeddings": 256}), "rope_scaling.low_freq_factor",
+                            ["missing"]),
+    "bos_oob": (_set("bos_token_id", 300), "bos_token_id", ["one token id in 0..256", "got 300"]),
+    "bos_neg": (_set("bos_token_id", -1), "bos_token_id", ["got -1"]),
+    "bos_list": (_set("bos_token_id", [256]), "bos_token_id", ["got [256]"]),
+    "layers_huge": (_set("num_hidden_layers", 1000000), "config.num_hidden_layers",
+                    ["1000000 in", "holds the tensors of 4 blocks"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONFIG_CASES))
+def test_bad_config_values_are_one_line_at_check(tmp_path, capsys, case):
+    edit, key, words = CONFIG_CASES[case]
+    ck = variant(tmp_path / "ck", config=edit)
+    rc, lines = check_line(scenario(tmp_path, ck), capsys)
+    assert rc == 2 and len(lines) == 1, lines
+    assert f": model.checkpoint.{key}: " in lines[0], lines[0]
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_mistral_chunk_beyond_the_sliding_window_is_refused(tmp_path, capsys):
+    ck = variant(tmp_path / "ck", config=lambda c: c.update(model_type="mistral", sliding_window=32))
+    rc, lines = check_line(scenario(tmp_path, ck, chunk=128), capsys)
+    assert rc == 2 and len(lines) == 1
+    assert "quality.chunk: longer than" in lines[0] and "sliding_window = 32 (mistral)" in lines[0]
+    assert "got 128" in lines[0]
+    capsys.readouterr()
+    rc, lines = check_line(scenario(tmp_path, ck, chunk=32, chunks=8, name="ok.toml"), capsys)
+    assert rc == 0, lines  # within the window: full attention is the window's attention
+
+
+def test_step_context_beyond_the_sliding_window_is_refused(tmp_path, capsys):
+    ck = variant(tmp_path / "ck", config=lambda c: c.update(model_type="mistral", sliding_window=32))
+    path = tmp_path / "s.toml"
+    path.write_text(f'name = "s"\ndevice = "cpu"\nm = [1]\n[model]\ncheckpoint = "{ck}"\ncontext = [64]\n'
+                    '[[schemes]]\nname = "fp32"\n')
+    rc, lines = check_line(path, capsys)
+    assert rc == 2 and len(lines) == 1 and "model.context: the step at context 64" in lines[0], lines
+    assert "sliding_window = 32" in lines[0]
+
+
+@pytest.mark.parametrize("shape", [128, None, "x"], ids=["int", "null", "str"])
+def test_malformed_header_shape_is_one_line(tmp_path, capsys, shape):
+    ck = variant(tmp_path / "ck")
+    entry = {"dtype": "F32", "shape": shape, "data_offsets": [0, 4]}
+    _shape("model.norm.weight", entry)(ck)
+    rc, lines = check_line(scenario(tmp_path, ck), capsys)
+    assert rc == 2 and len(lines) == 1, lines
+    assert "model.checkpoint: " in lines[0] and "is not a readable safetensors file" in lines[0], lines[0]
+
+
+def test_header_entry_that_is_not_an_object_is_one_line(tmp_path, capsys):
+    ck = variant(tmp_path / "ck")
+    _shape("model.norm.weight", ["F32", [128], [0, 512]])(ck)
+    rc, lines = check_line(scenario(tmp_path, ck), capsys)
+    assert rc == 2 and len(lines) == 1 and "is not a readable safetensors file" in lines[0], lines
+
+
+@pytest.mark.parametrize("lie", ["offsets", "dtype", "truncated"])
+def test_lying_or_truncated_safetensors_is_refused_at_check(tmp_path, capsys, lie):
+    ck = variant(tmp_path / "ck")
+    path = ck / "model.safetensors"
+    if lie == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    else:
+        raw = path.read_bytes()
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + n])
+        entry = header["model.norm.weight"]
+        if lie == "offsets":
+            entry["data_offsets"] = [entry["data_offsets"][0], entry["data_offsets"][1] + 4]
+        else:
+            entry["dtype"] = "F16"
+        _shape("model.norm.weight", entry)(ck)
+    rc, lines = check_line(scenario(tmp_path, ck), capsys)
+    assert rc == 2 and len(lines) == 1, lines
+    assert f"model.checkpoint: {path.resolve()} is not a readable safetensors file (" in lines[0], lines[0]
+
+
+def _sharded(folder: Path, weight_map_value) -> None:
+    """The checkpoint as an index naming one shard, the first tensor's entry replaced by ``weight_map_value``."""
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), framework="numpy") as f:
+        names = list(f.keys())
+    shard = "model-00001-of-00001.safetensors"
+    (folder / "model.safetensors").rename(folder / shard)
+    weight_map = {n: shard for n in names}
+    weight_map[names[0]] = weight_map_value
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
+@pytest.mark.parametrize("value", [1, "../ck/model-00001-of-00001.safetensors", "/etc/passwd"],
+                         ids=["nonstr", "traversal", "absolute"])
+def test_index_shard_that_is_not_a_file_of_the_folder_is_refused(tmp_path, capsys, value):
+    ck = variant(tmp_path / "ck")
+    _sharded(ck, value)
+    rc, lines = check_line(scenario(tmp_path, ck), capsys)
+    assert rc == 2 and len(lines) == 1, lines
+    assert "model.checkpoint.index.weight_map: " in lines[0] and f"names shard {value!r}, which is not in" in lines[0]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "devzero", "folder"])
+def test_text_that_is_not_a_regular_file_is_refused(tmp_path, capsys, kind):
+    ck = variant(tmp_path / "ck")
+    if kind == "fifo":
+        text = tmp_path / "fifo"
+        os.mkfifo(text)
+    elif kind == "devzero":
+        text = Path("/dev/zero")
+    else:
+        text = tmp_path
+    rc, lines = check_line(scenario(tmp_path, ck, text=text), capsys)
+    assert rc == 2 and len(lines) == 1, lines
+    assert f"quality.text: {text} is not a regular file" in lines[0]
+
+
+# --- what check says of how a checkpoint is read ------------------------------------------------------
+
+def _check_out(path: Path, capsys) -> str:
+    assert cli.main(["check", str(path)]) == 0, capsys.readouterr().err
+    return capsys.readouterr().out
+
+
+def test_check_says_every_whole_chunk_and_no_bos(tmp_path, capsys):
+    ck = variant(tmp_path / "ck", config=lambda c: c.pop("bos_token_id"))
+    out = _check_out(scenario(tmp_path, ck, chunks=None), capsys)
+    assert "every whole chunk of 128 tokens" in out
+    assert "note: config.json has no bos_token_id: no BOS is put first in a chunk" in out
+
+
+def test_tied_config_with_a_stored_head_uses_the_head_as_transformers_5(tmp_path, capsys):
+    ck = variant(tmp_path / "ck", config=_set("tie_word_embeddings", True))
+    out = _check_out(scenario(tmp_path, ck), capsys)
+    assert "tie_word_embeddings is true but lm_head.weight is stored: the stored head is used" in out
+    opened = checkpoint.open_checkpoint(ck)
+    assert opened.config.tie_embeddings is False
+
+
+def test_fewer_layers_than_tensors_are_noted(tmp_path, capsys):
+    ck = variant(tmp_path / "ck", config=_set("num_hidden_layers", 2))
+    out = _check_out(scenario(tmp_path, ck), capsys)
+    assert "holds the tensors of 4 blocks; num_hidden_layers = 2 uses the first 2" in out
+
+
+def test_mixed_dtypes_take_the_config_dtype_and_say_so(tmp_path, capsys):
+    ck = variant(tmp_path / "ck", tensors=lambda t: t.update(
+        {"model.layers.0.self_attn.q_proj.weight": t["model.layers.0.self_attn.q_proj.weight"].bfloat16()}))
+    out = _check_out(scenario(tmp_path, ck), capsys)
+    assert checkpoint.open_checkpoint(ck).dtype == "float32"
+    assert "the tensors' dtypes are mixed (" in out and "1 tensors bfloat16" in out
+    assert "taken as float32 (config.json's dtype)" in out
+
+
+# --- tokenizing only what the run uses ----------------------------------------------------------------
+
+def test_only_the_prefix_the_chunks_need_is_tokenized_and_it_equals_the_whole_texts(tmp_path):
+    from qbench.quality import spec
+    from qbench.scenario import load
+
+    big = tmp_path / "big.txt"
+    big.write_text(HAMLET.read_text(encoding="utf-8") * 40, encoding="utf-8")  # ~7 MB
+    sc = load(scenario(tmp_path, TRAINED, text=big, chunk=128, chunks=2))
+    calls = []
+    from tokenizers import Tokenizer
+
+    real = Tokenizer.encode
+
+    def encode(self, text, *a, **kw):
+        calls.append(len(text))
+        return real(self, text, *a, **kw)
+
+    spec._TOKENS.clear()
+    import unittest.mock
+
+    with unittest.mock.patch.object(Tokenizer, "encode", encode):
+        ids = spec.read_tokens(sc.model, sc.quality, sc.source)
+        assert spec.read_tokens(sc.model, sc.quality, sc.source) is ids  # once per process
+    assert len(ids) == 256 and len(calls) == 1 and calls[0] < 8 * 1024, calls
+    whole = Tokenizer.from_file(str(TRAINED / "tokenizer.json")).encode(
+        HAMLET.read_text(encoding="utf-8"), add_special_tokens=False).ids
+    assert ids == whole[:256]
