@@ -357,3 +357,45 @@ def test_only_the_prefix_the_chunks_need_is_tokenized_and_it_equals_the_whole_te
     whole = Tokenizer.from_file(str(TRAINED / "tokenizer.json")).encode(
         HAMLET.read_text(encoding="utf-8"), add_special_tokens=False).ids
     assert ids == whole[:256]
+
+
+# --- non-finite statistics and a degenerate reference: a failed row naming the cause ------------------
+
+def _row(scenario_path: Path, index: int, shared: Path) -> dict:
+    torch = pytest.importorskip("torch")
+    from qbench.quality.measure import measure_quality_scheme
+    from qbench.scenario import load
+
+    (row,) = measure_quality_scheme(load(scenario_path), index, torch.device("cpu"), shared_dir=str(shared))
+    return row
+
+
+def test_fp16_overflow_is_a_failed_row_naming_it_and_other_rows_are_kept(tmp_path):
+    name = "model.layers.0.mlp.down_proj.weight"
+    ck = variant(tmp_path / "ck", tensors=lambda t: t.update({name: t[name] * 3e4}))
+    sc = scenario(tmp_path, ck, ["fp32", "fp16"])
+    fp32, fp16 = _row(sc, 0, tmp_path), _row(sc, 1, tmp_path)
+    assert fp32["status"] == "ok" and fp32["stats"]["kld"]["mean"] == 0
+    assert fp16["status"] == "failed"
+    assert fp16["reason"].startswith("non-finite statistics (nll on ")
+    assert "likely float16 overflow: the model's activations exceed float16's range (6.55e+04)" in fp16["reason"]
+    assert "pydantic" not in fp16["reason"]
+
+
+def test_constant_reference_is_a_failed_row(tmp_path):
+    """A zero final norm makes every logit 0, as the repro's 1e30 weight saturated the model."""
+    ck = variant(tmp_path / "ck", tensors=lambda t: t["model.norm.weight"].zero_())  # every logit 0
+    sc = scenario(tmp_path, ck, ["bf16"])
+    row = _row(sc, 0, tmp_path)
+    assert row["status"] == "failed"
+    assert row["reason"].startswith("degenerate reference: its logits are constant on every scored token "
+                                    "(perplexity 257, the vocabulary is 257)"), row["reason"]
+
+
+def test_near_uniform_reference_is_flagged(tmp_path):
+    ck = variant(tmp_path / "ck", tensors=lambda t: [v.mul_(0.02) for k, v in t.items() if "norm" not in k])
+    row = _row(scenario(tmp_path, ck, ["fp32"]), 0, tmp_path)
+    assert row["status"] == "ok"
+    assert row["stats"]["ref_ppl"] > 0.9 * 257
+    (flag,) = [f for f in row["flags"] if f["name"] == "input-fault"]
+    assert flag["text"].startswith("degenerate reference: perplexity ")
