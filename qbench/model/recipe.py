@@ -324,6 +324,9 @@ def check(recipe: Recipe, base: Choice, blocks: int, head: str, key: str, head_k
         RecipeError: a block index outside ``-blocks .. blocks - 1`` or two naming one block; an
             ``lm_head`` role where no scheme builds the head; schemes of different activation dtypes.
     """
+    if base.name in REFUSED:
+        raise RecipeError(f"{key}.name", f"{REFUSED[base.name]}: it cannot be a recipe's base, whose other linears "
+                                         f"would run under it too (use fp32), got {base.name!r}")
     seen: dict[int, int] = {}
     for i, b in enumerate(recipe.keep_blocks):
         if not -blocks <= b < blocks:
@@ -361,8 +364,10 @@ def auto_label(base_label: str, recipe: Recipe) -> str:
 
 
 def check_entries(scenario: Any, config: StepModelConfig, head: str, head_key: str) -> None:
-    """Every scheme's recipe (:func:`check`) against the model ``config``; ``head``
-    is what the LM head is (``"scheme"``, ``"float"`` or ``"none"``), set by the key ``head_key``.
+    """Every scheme's recipe (:func:`check`) against the model ``config``, and every linear a
+    scheme builds of a shape it takes (a group size K does not divide refused here, not skipped
+    in the run: :meth:`Plan.shape_reason`); ``head`` is what the LM head is (``"scheme"``,
+    ``"float"`` or ``"none"``), set by the key ``head_key``.
 
     Raises:
         ScenarioError: the recipe key at fault and why."""
@@ -371,5 +376,9 @@ def check_entries(scenario: Any, config: StepModelConfig, head: str, head_key: s
             if entry.recipe is not None:
                 check(entry.recipe, Choice(entry.name, entry.options), config.blocks, head,
                               f"schemes[{i}]", head_key)
+            reason = plan_of(entry, config.blocks).shape_reason(config.linear_shapes(), head == "scheme")
+            if reason:
+                raise RecipeError(f"schemes[{i}]", f"{reason}, which {config.title} has; choose another group size "
+                                                   f"or scheme, got {entry.label!r}")
     except RecipeError as exc:
         raise ScenarioError(scenario.source, exc.key, exc.message) from None

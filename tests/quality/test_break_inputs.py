@@ -399,3 +399,44 @@ def test_near_uniform_reference_is_flagged(tmp_path):
     assert row["stats"]["ref_ppl"] > 0.9 * 257
     (flag,) = [f for f in row["flags"] if f["name"] == "input-fault"]
     assert flag["text"].startswith("degenerate reference: perplexity ")
+
+
+# --- keys and options that would be ignored, and recipes refused at check ----------------------------
+
+@pytest.mark.parametrize("extra, key", [("blocks = 1", "model.blocks"), ('methods = ["eager"]', "model.methods"),
+                                        ("quantize_lm_head = true", "model.quantize_lm_head")],
+                         ids=["blocks", "methods", "quantize_lm_head"])
+def test_step_keys_in_a_quality_model_table_are_refused(tmp_path, capsys, extra, key):
+    path = scenario(tmp_path, TRAINED)
+    text = path.read_text().replace("[quality]", f"{extra}\n[quality]")
+    path.write_text(text)
+    rc, lines = check_line(path, capsys)
+    assert rc == 2 and len(lines) == 1 and key in lines[0], lines
+
+
+def test_tf32_as_a_recipe_base_is_refused(tmp_path, capsys):
+    path = scenario(tmp_path, TRAINED, [])
+    path.write_text(path.read_text() + '[[schemes]]\nname = "tf32"\nrecipe = { v = "fp32" }\n')
+    rc, lines = check_line(path, capsys)
+    assert rc == 2 and len(lines) == 1, lines
+    assert "schemes[0].name: tf32 is a process-wide matmul setting" in lines[0]
+    assert "cannot be a recipe's base" in lines[0] and "got 'tf32'" in lines[0]
+
+
+@pytest.mark.parametrize("entry", ['name = "int4-weight-only"\ngroup_size = 256',
+                                   'name = "int8-weight-only"\nrecipe = { down = { name = "int4-weight-only", '
+                                   'group_size = 256 } }'], ids=["plain", "recipe"])
+def test_group_size_k_does_not_divide_is_refused_at_check(tmp_path, capsys, entry):
+    path = scenario(tmp_path, TRAINED, [])
+    path.write_text(path.read_text() + f"[[schemes]]\n{entry}\n")
+    rc, lines = check_line(path, capsys)
+    assert rc == 2 and len(lines) == 1, lines
+    role = "q_proj (K=128, N=128)" if "recipe" not in entry else "down_proj (K=384, N=128)"
+    assert "schemes[0]: " in lines[0] and f"cannot take {role}: needs K a multiple of 256" in lines[0], lines[0]
+
+
+def test_repeat_on_a_quality_scenario_is_refused(tmp_path, capsys):
+    rc = cli.main(["run", str(scenario(tmp_path, TRAINED)), "--repeat", "2", "--out", str(tmp_path / "o.json")])
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("qbench: --repeat: a quality scenario's statistics"), lines
+    assert not (tmp_path / "o.json").exists()
