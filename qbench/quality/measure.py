@@ -403,8 +403,9 @@ def uniform_reference(ref_ppl: float, vocab: int) -> Optional[str]:
 
 def _sensitivity(by: str, weights: Weights, kept: list[dict], model: Llama, ref: _Reference, tokens: torch.Tensor,
                  device: torch.device, act: torch.dtype) -> list[dict]:
-    """Each role of every block (``by = "role"``; the LM head too when the scheme built it) or each
-    block (``"block"``) quantized alone: the reference model (float linears in the reference dtype)
+    """Each of the seven block roles, in every block at once (``by = "role"``; the LM head is not
+    ranked, even when the scheme built it: it is not a block role), or each block (``"block"``)
+    quantized alone: the reference model (float linears in the reference dtype)
     with that part's scheme modules in place, run at the scheme's activation dtype inside. Ranked by
     mean KL divergence, largest first."""
     config = weights.config
