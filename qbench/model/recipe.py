@@ -364,10 +364,8 @@ def auto_label(base_label: str, recipe: Recipe) -> str:
 
 
 def check_entries(scenario: Any, config: StepModelConfig, head: str, head_key: str) -> None:
-    """Every scheme's recipe (:func:`check`) against the model ``config``, and every linear a
-    scheme builds of a shape it takes (a group size K does not divide refused here, not skipped
-    in the run: :meth:`Plan.shape_reason`); ``head`` is what the LM head is (``"scheme"``,
-    ``"float"`` or ``"none"``), set by the key ``head_key``.
+    """Every scheme's recipe (:func:`check`) against the model ``config``; ``head``
+    is what the LM head is (``"scheme"``, ``"float"`` or ``"none"``), set by the key ``head_key``.
 
     Raises:
         ScenarioError: the recipe key at fault and why."""
@@ -376,9 +374,19 @@ def check_entries(scenario: Any, config: StepModelConfig, head: str, head_key: s
             if entry.recipe is not None:
                 check(entry.recipe, Choice(entry.name, entry.options), config.blocks, head,
                               f"schemes[{i}]", head_key)
-            reason = plan_of(entry, config.blocks).shape_reason(config.linear_shapes(), head == "scheme")
-            if reason:
-                raise RecipeError(f"schemes[{i}]", f"{reason}, which {config.title} has; choose another group size "
-                                                   f"or scheme, got {entry.label!r}")
     except RecipeError as exc:
         raise ScenarioError(scenario.source, exc.key, exc.message) from None
+
+
+def check_shapes(scenario: Any, config: StepModelConfig, head: str) -> None:
+    """Every linear each scheme entry builds (its recipe's parts too; the LM head when ``head`` is
+    ``"scheme"``) of a shape that scheme takes (:meth:`Plan.shape_reason`: a group size the
+    model's K does not divide, a kernel constraint).
+
+    Raises:
+        ScenarioError: ``schemes[i]``, the scheme, the linear and its shape."""
+    for i, entry in enumerate(scenario.schemes):
+        reason = plan_of(entry, config.blocks).shape_reason(config.linear_shapes(), head == "scheme")
+        if reason:
+            raise ScenarioError(scenario.source, f"schemes[{i}]", f"{reason}, which {config.title} has; choose "
+                                                                  f"another group size or scheme, got {entry.label!r}")

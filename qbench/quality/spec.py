@@ -156,12 +156,15 @@ def quality_model(scenario: Any) -> StepModelConfig:
 
 def check_scenario(scenario: Any) -> None:
     """A quality scenario's cross-key rules: its model, tokenizer and text (:func:`quality_model`),
-    and every recipe against the model, the LM head as ``quality.lm_head`` says.
+    and every recipe against the model and every linear a scheme builds of a shape it takes, the
+    LM head as ``quality.lm_head`` says.
 
     Raises:
         ScenarioError: the key at fault and why."""
     config = quality_model(scenario)
-    recipes.check_entries(scenario, config, "scheme" if scenario.quality.lm_head else "float", "quality.lm_head")
+    head = "scheme" if scenario.quality.lm_head else "float"
+    recipes.check_entries(scenario, config, head, "quality.lm_head")
+    recipes.check_shapes(scenario, config, head)  # a row has one model: a linear it cannot take is refused
 
 
 def describe(scenario: Any) -> str:
