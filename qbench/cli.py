@@ -68,6 +68,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     loaded = _validated(args.scenario, args.schemes)  # a typo is answered before any torch import
     if not 1 <= args.repeat <= 20:
         raise runner_error(f"--repeat: must be an integer in 1..20 (independent runs per scheme), got {args.repeat}")
+    if args.repeat > 1 and loaded.job == "quality":  # its statistics are deterministic: nothing to compare
+        raise runner_error(f"--repeat: a quality scenario's statistics are the same on every run (its workers "
+                           f"compute the same numbers), so repeats compare nothing; run it once, got {args.repeat}")
     render.check_format(args.format)  # a bad --format is refused before anything is measured
     if args.columns:  # so is an unknown --columns key (UnknownColumnError: one line, exit 2)
         render.resolve_columns([c.strip() for c in args.columns.split(",") if c.strip()], [])
@@ -81,7 +84,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     forkserver.start_early(loaded, args.device)
     from qbench import runner
 
-    say = None if args.quiet else (lambda line: print(line, file=sys.stderr))
+    say = None if args.quiet else _say
     terminal = sys.stderr.isatty()
     with lifecycle.stop_signals():  # SIGTERM and SIGHUP stop a run as Ctrl-C does; a second signal waits
         try:
@@ -125,6 +128,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if outcome.exit_code:
         print(f"qbench: {outcome.message}", file=sys.stderr)
     return outcome.exit_code
+
+
+def _say(line: str) -> None:
+    """A run's progress line on stderr; once the reader of a pipe has left (``qbench run ... 2>&1 |
+    head``), stderr is pointed at the null device and the run goes on: its rows are measured and
+    its result file written, the lines nobody reads discarded."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
 
 
 def _activations_note(loaded) -> str:
@@ -290,10 +305,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         args.quiet = True
     try:
         return args.func(args)
-    except BrokenPipeError:  # `qbench report ... | head`: the reader left; not an error of ours
-        import os
+    except BrokenPipeError:  # `qbench report ... | head`: the reader left; not an error of ours (a run's
+        import os  # progress lines never raise it: _say; its file is written before its table is shown)
 
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        for stream in (sys.stdout, sys.stderr):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
         return 0
     except KeyboardInterrupt as exc:
         said = exc.message() if hasattr(exc, "message") else "interrupted; an existing result file was left as it was"

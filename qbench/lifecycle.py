@@ -401,7 +401,7 @@ def prepare(scenario: Scenario, device: Optional[str], out: Optional[str], force
             "env": envmod.collect(dev), "scenario": scenario.to_dict(), "ceilings": None, "rows": [],
         }
         if resume:
-            resume_rows(doc, output)
+            resume_rows(doc, output, scenario, dev)
         output.write_partial(doc)
     except BaseException:
         output.release()
@@ -426,16 +426,24 @@ def _glob_escape(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
-def resume_rows(doc: dict, output: Output) -> None:
+#: Row keys naming the content a row was measured on (the checkpoint's identity by content, the
+#: text's sha256): a scenario naming the same paths may read other bytes than the kept rows did.
+INPUT_KEYS = ("checkpoint_id", "text_sha256")
+
+
+def resume_rows(doc: dict, output: Output, scenario: Optional[Scenario] = None, dev=None) -> None:
     """Put the rows of the earlier file at ``output`` (its partial file, else its complete file;
     nothing when neither exists) into ``doc``, after checking it was measured with the same
     scenario (every key but the scheme list, ``source`` and ``output``) on the same machine and
-    device; the union of both scheme lists goes into ``doc["scenario"]`` and
-    ``doc["workers"]["resumed"]`` says where the rows came from.
+    device, and on the same inputs: each kept row's :data:`INPUT_KEYS` equal those of a row this
+    run would write (the job's blank row of ``scenario`` on ``dev``), so a text or checkpoint
+    edited in place since is refused; the union of both scheme lists goes into
+    ``doc["scenario"]`` and ``doc["workers"]["resumed"]`` says where the rows came from.
 
     Raises:
         RunError: the file cannot be read, is not a qbench result, or was measured with another
-            scenario, device or machine (one line naming the file and the first difference).
+            scenario, device, machine, text or checkpoint content (one line naming the file and
+            the first difference).
     """
     from qbench.results import Env, ResultsError, read_results
 
@@ -468,6 +476,8 @@ def resume_rows(doc: dict, output: Output) -> None:
     if str(env.get("device")) != doc["env"].get("device") or machine_of(earlier) != machine_of(doc):
         raise RunError(f"cannot resume: {source} was measured on {machine_of(earlier)} ({env.get('device')}), this run "
                        f"is on {machine_of(doc)} ({doc['env'].get('device')}); choose another --out")
+    if scenario is not None:
+        _same_inputs(earlier["rows"], scenario, dev, source)
     schemes = list(theirs.get("schemes") or [])
     schemes += [s for s in mine["schemes"] if s not in schemes]
     doc["scenario"]["schemes"] = schemes
@@ -475,6 +485,28 @@ def resume_rows(doc: dict, output: Output) -> None:
     doc.setdefault("workers", {})["resumed"] = {"from": str(source), "rows_kept": len(earlier["rows"]),
                                                 "created": earlier.get("created"), "wall_s": earlier.get("wall_s")}
     output.resumed_from = source
+
+
+def _same_inputs(rows: list, scenario: Scenario, dev, source: Path) -> None:
+    """Refuse (RunError) kept ``rows`` whose :data:`INPUT_KEYS` differ from a row this run writes."""
+    from qbench import jobs
+
+    if not rows or not scenario.schemes:
+        return
+    entry = scenario.schemes[0]
+    (now, *_) = jobs.load(jobs.of_scenario(scenario).blank_rows)(scenario, entry, entry.scheme, dev)
+    what = {"checkpoint_id": "the checkpoint's content (config, tensor headers or tensor bytes)",
+            "text_sha256": "the text's content"}
+    for key in INPUT_KEYS:
+        if now.get(key) is None:
+            continue
+        for row in rows:
+            kept = row.get(key) if isinstance(row, dict) else None
+            if kept != now[key]:
+                label = row.get("scheme") if isinstance(row, dict) else None
+                raise RunError(f"cannot resume: {source}: {what[key]} changed since its rows were measured ({key} "
+                               f"{_digest(kept)} in row {label!r}, {_digest(now[key])} now): rows of both would not "
+                               f"compare; choose another --out, or --force to measure every scheme again")
 
 
 def done_labels(doc: dict) -> set[str]:
@@ -497,6 +529,11 @@ def _nonfinite(obj, where: str) -> Optional[str]:
         if found:
             return found
     return None
+
+
+def _digest(value) -> str:
+    """A sha256 as a line shows it: its first 12 hex digits (other values as :func:`_short`)."""
+    return repr(value[:12] + "…") if isinstance(value, str) and len(value) > 12 else _short(value)
 
 
 def _short(value) -> str:

@@ -679,3 +679,19 @@ def test_check_takes_several_files_and_names_each_bad_one(tmp_path, capsys):
     (line,) = err.splitlines()
     assert line.startswith(f"qbench: {bad}: schemes[0].name: unknown scheme 'fp61'; did you mean fp16")
     assert cli.main(["check", str(good), str(good)]) == 0
+
+
+def test_a_run_piped_into_head_finishes_and_writes_its_file(tmp_path):
+    """``qbench run X 2>&1 | head -1``: once head has left, the progress lines are discarded and the
+    run goes on; every scheme is measured, the complete file written, exit 0 (it stopped after the
+    first scheme with only a partial file and exit 0)."""
+    sc = _scenario(tmp_path, ["fp32", "fp16", "bf16"], m=(1,))
+    out = tmp_path / "piped.json"
+    cmd = (f"{sys.executable} -m qbench run {sc} --out {out} --device cpu 2>&1 | head -1 >/dev/null; "
+           "echo status=${PIPESTATUS[0]}")
+    proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout.strip() == "status=0", proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is True and [r["scheme"] for r in doc["rows"]] == ["fp32", "fp16", "bf16"]
+    assert not lifecycle.partial_path(out).exists()

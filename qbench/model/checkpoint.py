@@ -22,7 +22,7 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -169,10 +169,14 @@ class Checkpoint:
         config: its ``config.json`` as :class:`qbench.model.config.StepModelConfig`.
         files: tensor name -> the safetensors file holding it.
         dtypes: tensor name -> safetensors dtype (``BF16``, ``F32``, ...).
-        dtype: the torch dtype name of the linear weights (the checkpoint's own dtype).
+        dtype: the checkpoint's own dtype (torch name): config.json's ``dtype`` when its tensors
+            hold it, else their dominant one (:func:`_dtype`).
         stored_bytes: bytes of the tensors the model uses, as stored.
         bos: ``bos_token_id`` of ``config.json``, or None.
         identity: :func:`identity`'s sha256 (hex).
+        notes: what a user should know of how it is read (the stored head used although
+            ``tie_word_embeddings`` is true, mixed dtypes, blocks beyond ``num_hidden_layers``,
+            no BOS): ``qbench check`` says them.
     """
 
     folder: Path
@@ -183,6 +187,7 @@ class Checkpoint:
     stored_bytes: int
     bos: Optional[int] = None
     identity: str = ""
+    notes: tuple[str, ...] = ()
 
     @property
     def tokenizer_path(self) -> Path:
@@ -246,10 +251,10 @@ def _shard(folder: Path, shard: object, key: str) -> Path:
 def _shards(folder: Path, key: str) -> list[str]:
     """The safetensors files of the folder: the index's shards, else ``model.safetensors``."""
     if (folder / INDEX).is_file():
-        shards = sorted(set(map(str, _weight_map(folder, key).values())))
-        for shard in shards:
+        named = list(_weight_map(folder, key).values())
+        for shard in named:  # each a file name of the folder (a number, a path outside it refused)
             _shard(folder, shard, key)
-        return shards
+        return sorted(set(named))
     if (folder / SINGLE).is_file():
         return [SINGLE]
     raise ConfigError(key, f"no {SINGLE} and no {INDEX} in {folder}")
@@ -313,6 +318,20 @@ def open_checkpoint(folder: Path, key: str = "model.checkpoint") -> Checkpoint:
     headers: dict[str, TensorInfo] = {}
     for shard in shards:
         headers.update(read_headers(folder / shard, key))
+    notes: list[str] = []
+    held = _blocks_held(headers)
+    if held < config.blocks:  # before the table of every expected tensor (num_hidden_layers may be huge)
+        raise ConfigError(f"{key}.config.num_hidden_layers", f"{config.blocks} in {folder / CONFIG}, but {folder} holds "
+                                                             f"the tensors of {held} blocks (model.layers.0 .. {held - 1})")
+    if held > config.blocks:
+        notes.append(f"{folder} holds the tensors of {held} blocks; num_hidden_layers = {config.blocks} uses the first "
+                     f"{config.blocks} (as transformers does), the rest are not read")
+    if config.tie_embeddings and "lm_head.weight" in headers:
+        config = replace(config, tie_embeddings=False)
+        notes.append("tie_word_embeddings is true but lm_head.weight is stored: the stored head is used, as "
+                     "transformers 5 does (it does not tie them)")
+    if config.bos is None:
+        notes.append("config.json has no bos_token_id: no BOS is put first in a chunk")
     dtypes, stored = {}, 0
     for name, shape in expected_shapes(config).items():
         if name not in headers:
@@ -327,13 +346,46 @@ def open_checkpoint(folder: Path, key: str = "model.checkpoint") -> Checkpoint:
         dtypes[name] = info.dtype
         stored += info.nbytes
     digests = [file_digest(folder / shard, key) for shard in shards]
-    bos = data.get("bos_token_id")
+    dtype, mixed = _dtype(data, {n: headers[n] for n in dtypes})
+    if mixed:
+        notes.append(mixed)
     ckpt = Checkpoint(folder=folder, config=config, files={n: i.file for n, i in headers.items()}, dtypes=dtypes,
-                      dtype=TORCH_DTYPE[dtypes[linear_name(0, "q_proj")]], stored_bytes=stored,
-                      bos=bos if isinstance(bos, int) and not isinstance(bos, bool) else None,
-                      identity=_identity(data, headers, digests))
+                      dtype=dtype, stored_bytes=stored, bos=config.bos, identity=_identity(data, headers, digests),
+                      notes=tuple(notes))
     _OPENED[memo] = ckpt
     return ckpt
+
+
+def _blocks_held(headers: dict[str, "TensorInfo"]) -> int:
+    """Blocks whose tensors the headers hold: one more than the largest ``model.layers.<b>.`` index."""
+    found = -1
+    for name in headers:
+        if name.startswith("model.layers."):
+            index = name.split(".", 3)[2]
+            if index.isdigit():
+                found = max(found, int(index))
+    return found + 1
+
+
+def _dtype(data: dict, used: dict[str, "TensorInfo"]) -> tuple[str, str]:
+    """The checkpoint's dtype (the torch name) and a note when its tensors' dtypes are mixed (else
+    ``""``): config.json's ``dtype`` (``torch_dtype`` before transformers 5) when it names a float
+    dtype the tensors hold, else the dtype holding most of the used tensors' elements."""
+    elements: dict[str, int] = {}
+    for info in used.values():
+        n = 1
+        for d in info.shape:
+            n *= d
+        elements[TORCH_DTYPE[info.dtype]] = elements.get(TORCH_DTYPE[info.dtype], 0) + n
+    named = data.get("dtype", data.get("torch_dtype"))
+    dominant = max(elements, key=lambda d: elements[d])
+    dtype = named if isinstance(named, str) and named in elements else dominant
+    if len(elements) == 1:
+        return dtype, ""
+    counts = ", ".join(f"{sum(1 for i in used.values() if TORCH_DTYPE[i.dtype] == d)} tensors {d}"
+                       for d in sorted(elements, key=lambda d: -elements[d]))
+    why = "config.json's dtype" if dtype == named else "most of the weights' elements"
+    return dtype, f"the tensors' dtypes are mixed ({counts}): the checkpoint's dtype is taken as {dtype} ({why})"
 
 
 def _identity(config: dict, headers: dict[str, TensorInfo], digests: list[str]) -> str:

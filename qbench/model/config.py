@@ -12,6 +12,7 @@ models (a test checks it).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -69,6 +70,10 @@ class StepModelConfig:
             reads the biases from the checkpoint.
         model_type: the config's ``model_type``.
         source: where the values come from.
+        bos: ``bos_token_id`` (an id of the vocabulary), or None: no BOS.
+        sliding_window: the attention window of Mistral (Qwen2 with ``use_sliding_window``), or
+            None: full attention. qbench's forward attends fully: a chunk or context beyond the
+            window is refused (it would compute another model).
     """
 
     name: str
@@ -88,6 +93,8 @@ class StepModelConfig:
     biased: tuple[str, ...] = ()
     model_type: str = "llama"
     source: str = ""
+    bos: Optional[int] = None
+    sliding_window: Optional[int] = None
 
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
         """Each linear layer of one block and the LM head: name -> (K, N) (in, out features)."""
@@ -151,9 +158,52 @@ def _get(data: dict, key: str, kind: type, *, default: Any = None, required: boo
         value = float(value)
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         raise ConfigError(key, f"must be {kind.__name__}, got {value!r}"[:200])
+    if kind is float and not math.isfinite(value):
+        raise ConfigError(key, f"must be a finite number, got {value!r}")
     if kind in (int, float) and not value > 0:
         raise ConfigError(key, f"must be > 0, got {value!r}")
     return value
+
+
+#: The keys each RoPE scaling type reads (``transformers``' ``_compute_linear_scaling_rope_parameters``
+#: and ``_compute_llama3_parameters``), each a finite number > 0.
+ROPE_KEYS = {"linear": ("factor",),
+             "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
+
+
+def _rope_scaling(scaling: dict, kind: str) -> None:
+    """Every key the RoPE type ``kind`` reads is in ``scaling``, a finite number > 0."""
+    for key in ROPE_KEYS.get(kind, ()):
+        if key not in scaling:
+            raise ConfigError(f"rope_scaling.{key}", f"missing (rope_type {kind!r} needs "
+                                                     f"{', '.join(ROPE_KEYS[kind])}), got none")
+        try:
+            _get(scaling, key, float)
+        except ConfigError as exc:
+            raise ConfigError(f"rope_scaling.{key}", exc.message) from None
+
+
+def _bos(data: dict, vocab: int) -> Optional[int]:
+    """``bos_token_id``: None when absent or null (no BOS is put first), else an id of the
+    vocabulary (a list, a negative id or one beyond the vocabulary refused: tensor indexing would
+    wrap or fail in every row)."""
+    bos = data.get("bos_token_id")
+    if bos is None:
+        return None
+    if not isinstance(bos, int) or isinstance(bos, bool) or not 0 <= bos < vocab:
+        raise ConfigError("bos_token_id", f"must be null or one token id in 0..{vocab - 1} (vocab_size = {vocab}; "
+                                          f"qbench puts it first in each chunk), got {bos!r}"[:200])
+    return bos
+
+
+def _window(data: dict, model_type: str) -> Optional[int]:
+    """The attention window the model's ``transformers`` class applies: Mistral's
+    ``sliding_window``, Qwen2's when ``use_sliding_window`` is true; None when attention is full."""
+    if model_type not in ("mistral", "qwen2") or (model_type == "qwen2" and not data.get("use_sliding_window")):
+        return None
+    if data.get("sliding_window") is None:
+        return None
+    return _get(data, "sliding_window", int)
 
 
 def from_hf_config(data: Any, name: str) -> StepModelConfig:
@@ -188,6 +238,10 @@ def from_hf_config(data: Any, name: str) -> StepModelConfig:
         raise ConfigError("num_key_value_heads", f"must divide num_attention_heads={heads}, got {kv_heads}")
     params = data.get("rope_parameters")  # transformers 5 writes RoPE here, often without the top-level keys
     if isinstance(params, dict):
+        if "rope_theta" in data and "rope_theta" in params and data["rope_theta"] != params["rope_theta"]:
+            raise ConfigError("rope_theta", f"{data['rope_theta']!r} at the top level, rope_parameters.rope_theta = "
+                                            f"{params['rope_theta']!r}: transformers 5 reads rope_parameters, earlier "
+                                            f"versions the top level; qbench refuses the conflict (make them equal)"[:300])
         if "rope_theta" not in data and "rope_theta" in params:
             data = {**data, "rope_theta": params["rope_theta"]}
         if data.get("rope_scaling") is None and params.get("rope_type", "default") != "default":
@@ -200,17 +254,19 @@ def from_hf_config(data: Any, name: str) -> StepModelConfig:
         if kind not in ROPE_TYPES:
             raise ConfigError("rope_scaling.rope_type", f"the step implements {', '.join(ROPE_TYPES)}, got {kind!r}")
         scaling = {**scaling, "rope_type": kind}
+        _rope_scaling(scaling, kind)
         if kind == "default":
             scaling = None
+    vocab = _get(data, "vocab_size", int)
     return StepModelConfig(
         name=name, title=str(data.get("_name_or_path") or Path(name).parent.name or name),
         hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-        ffn=_get(data, "intermediate_size", int), vocab=_get(data, "vocab_size", int),
+        ffn=_get(data, "intermediate_size", int), vocab=vocab,
         blocks=_get(data, "num_hidden_layers", int), rms_eps=_get(data, "rms_norm_eps", float, default=1e-6, required=False),
         rope_theta=_get(data, "rope_theta", float, default=10000.0, required=False),
         max_positions=_get(data, "max_position_embeddings", int, default=2048, required=False),
         rope_scaling=scaling, tie_embeddings=bool(data.get("tie_word_embeddings", False)), biased=biased,
-        model_type=model_type, source=name)
+        model_type=model_type, source=name, bos=_bos(data, vocab), sliding_window=_window(data, model_type))
 
 
 def read_hf_json(path: str | Path) -> tuple[bytes, dict]:

@@ -324,6 +324,9 @@ def check(recipe: Recipe, base: Choice, blocks: int, head: str, key: str, head_k
         RecipeError: a block index outside ``-blocks .. blocks - 1`` or two naming one block; an
             ``lm_head`` role where no scheme builds the head; schemes of different activation dtypes.
     """
+    if base.name in REFUSED:
+        raise RecipeError(f"{key}.name", f"{REFUSED[base.name]}: it cannot be a recipe's base, whose other linears "
+                                         f"would run under it too (use fp32), got {base.name!r}")
     seen: dict[int, int] = {}
     for i, b in enumerate(recipe.keep_blocks):
         if not -blocks <= b < blocks:
@@ -373,3 +376,17 @@ def check_entries(scenario: Any, config: StepModelConfig, head: str, head_key: s
                               f"schemes[{i}]", head_key)
     except RecipeError as exc:
         raise ScenarioError(scenario.source, exc.key, exc.message) from None
+
+
+def check_shapes(scenario: Any, config: StepModelConfig, head: str) -> None:
+    """Every linear each scheme entry builds (its recipe's parts too; the LM head when ``head`` is
+    ``"scheme"``) of a shape that scheme takes (:meth:`Plan.shape_reason`: a group size the
+    model's K does not divide, a kernel constraint).
+
+    Raises:
+        ScenarioError: ``schemes[i]``, the scheme, the linear and its shape."""
+    for i, entry in enumerate(scenario.schemes):
+        reason = plan_of(entry, config.blocks).shape_reason(config.linear_shapes(), head == "scheme")
+        if reason:
+            raise ScenarioError(scenario.source, f"schemes[{i}]", f"{reason}, which {config.title} has; choose "
+                                                                  f"another group size or scheme, got {entry.label!r}")

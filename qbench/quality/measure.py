@@ -41,7 +41,7 @@ from qbench.model.checkpoint import TensorMap, of_model, weight_source
 from qbench.model.llama import Llama, Weights, build_model, float_builder
 from qbench.quality import stats as qstats
 from qbench.quality.row import QualityRow
-from qbench.quality.spec import read_tokens, resolve_path, scored_per_chunk
+from qbench.quality.spec import read_tokens, resolve_path, scored_per_chunk, text_sha256
 from qbench.hardware import free_bytes
 from qbench.row import describe_exception, flag_record
 from qbench import schemes
@@ -95,7 +95,7 @@ def _blank(scenario: Any, entry, scheme, device, ckpt, config: StepModelConfig, 
                      weights=weights_label(scenario, ckpt), checkpoint_id=None if ckpt is None else ckpt.identity,
                      device=str(device), weight_dtype=scheme.weight_dtype,
                      activation_dtype=_dtype_name(scheme.activation_dtype), text=str(text),
-                     text_sha256=hashlib.sha256(text.read_bytes()).hexdigest(), chunk=q.chunk, chunks=chunks,
+                     text_sha256=text_sha256(text), chunk=q.chunk, chunks=chunks,
                      scored_per_chunk=scored_per_chunk(q.chunk), lm_head="scheme" if q.lm_head else "float",
                      linear_params=params, recipe=plan_of(entry, config.blocks).record(q.lm_head))
     return row.model_dump(mode="json", exclude_none=True)
@@ -189,9 +189,9 @@ class _Reference:
 
 def _per_token(model: Llama, tokens: torch.Tensor, ref: _Reference, device: torch.device) -> dict[str, np.ndarray]:
     """Per scored token over every chunk (each teacher-forced through the model's one forward, no
-    cache): NLL under the scheme and the reference, KL divergence, same top, and the probability of
-    the token that follows under each."""
-    parts: dict[str, list] = {k: [] for k in ("nll", "nll_ref", "kld", "same_top", "p", "p_ref")}
+    cache): NLL under the scheme and the reference, KL divergence, same top, the probability of
+    the token that follows under each, and the spread (max - min) of the reference's log-probs."""
+    parts: dict[str, list] = {k: [] for k in ("nll", "nll_ref", "kld", "same_top", "p", "p_ref", "spread")}
     with torch.inference_mode():
         for c in range(tokens.shape[0]):
             logits = model(tokens[c][None])[0, ref.first: ref.first + ref.scored]
@@ -203,7 +203,8 @@ def _per_token(model: Llama, tokens: torch.Tensor, ref: _Reference, device: torc
             kld = (lp_ref.exp() * (lp_ref - lp)).sum(-1).double()
             for name, value in (("nll", nll), ("nll_ref", nll_ref), ("kld", kld),
                                 ("same_top", (lp.argmax(-1) == lp_ref.argmax(-1)).double()),
-                                ("p", (-nll).exp()), ("p_ref", (-nll_ref).exp())):
+                                ("p", (-nll).exp()), ("p_ref", (-nll_ref).exp()),
+                                ("spread", (lp_ref.amax(-1) - lp_ref.amin(-1)).double())):
                 parts[name].append(value.cpu().numpy())
     return {k: np.concatenate(v) for k, v in parts.items()}
 
@@ -295,6 +296,9 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     except Exception as exc:
         return _skip(rows, "failed", f"run: {describe_exception(exc)}")
     phases["run"] = time.perf_counter() - t0
+    wrong = non_finite(per, scheme.activation_dtype, ref.dtype) or constant_reference(per, config.vocab)
+    if wrong:
+        return _skip(rows, "failed", wrong)
     row["stats"] = qstats.summarize(per["nll"], per["nll_ref"], per["kld"], per["same_top"], per["p"], per["p_ref"])
     row["emulated"] = emulated
     row["recipe"] = plan.record(q.lm_head, {label: "emulated" if p[2] else "kernel" for label, p in parts.items()})
@@ -307,6 +311,9 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
         other = float_bytes(model, skip_head=q.lm_head)
         row["linear_stored_bytes"], row["model_stored_bytes"] = int(linear), int(linear + other)
     flags = []
+    uniform = uniform_reference(row["stats"]["ref_ppl"], config.vocab)
+    if uniform and ckpt is not None:  # seeded weights are flagged synthetic-weights below
+        flags.append(flag_record("input-fault", uniform))
     said = []  # one flag, each emulated scheme of the model (a recipe may hold several) in it
     for part, choice, part_emulated, reason in parts.values():
         if not part_emulated:
@@ -350,10 +357,55 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     return [QualityRow.model_validate(row).model_dump(mode="json", exclude_none=True)]
 
 
+#: A reference whose perplexity is above this share of the vocabulary size is no better than
+#: guessing uniformly (PPL = vocabulary): a degenerate model, whose rows would all read "ok", KLD 0.
+DEGENERATE_PPL_SHARE = 0.9
+#: Reference log-probabilities of one token spanning less than this (nats) are constant logits.
+CONSTANT_LOGITS = 1e-6
+
+
+def non_finite(per: dict[str, np.ndarray], act: torch.dtype, ref_dtype: torch.dtype) -> Optional[str]:
+    """Why the per-token values of a scheme (:func:`_per_token`) hold NaN or Inf, naming the
+    statistics and the likely cause, or None when every value is finite."""
+    bad = {k: int((~np.isfinite(v)).sum()) for k, v in per.items() if k != "spread" and not np.isfinite(v).all()}
+    if not bad:
+        return None
+    total = next(iter(per.values())).size
+    said = ", ".join(f"{k} on {n} of {total} scored tokens" for k, n in bad.items())
+    if "nll_ref" in bad:
+        return (f"non-finite statistics ({said}): the {_dtype_name(ref_dtype)} reference's log-probabilities are "
+                f"NaN or Inf (a weight or a config value that overflows the model)")
+    cause = (f"likely {_dtype_name(act)} overflow: the model's activations exceed {_dtype_name(act)}'s range "
+             f"({torch.finfo(act).max:.4g}) while the reference's are finite") if act in (torch.float16, torch.bfloat16) \
+        else "the scheme's logits are NaN or Inf while the reference's are finite"
+    return f"non-finite statistics ({said}): {cause}"
+
+
+def constant_reference(per: dict[str, np.ndarray], vocab: int) -> Optional[str]:
+    """Why the reference is degenerate beyond use (its log-probabilities constant on every scored
+    token: every scheme would read "ok", KLD 0), or None."""
+    if float(per["spread"].max()) >= CONSTANT_LOGITS:
+        return None
+    return (f"degenerate reference: its logits are constant on every scored token (perplexity "
+            f"{float(np.exp(per['nll_ref'].mean())):.6g}, the vocabulary is {vocab}): a weight or config value that "
+            f"saturates the model (a huge weight, an infinite rms_norm_eps); no statistic would mean anything")
+
+
+def uniform_reference(ref_ppl: float, vocab: int) -> Optional[str]:
+    """Why the reference predicts no better than a uniform guess (perplexity at least
+    :data:`DEGENERATE_PPL_SHARE` of the vocabulary size: untrained or broken weights), or None."""
+    if ref_ppl < DEGENERATE_PPL_SHARE * vocab:
+        return None
+    return (f"degenerate reference: perplexity {ref_ppl:.6g}, at least {DEGENERATE_PPL_SHARE:.0%} of the vocabulary "
+            f"({vocab}): the model predicts no better than a uniform guess (untrained or broken weights), so its "
+            f"statistics say nothing of a real model")
+
+
 def _sensitivity(by: str, weights: Weights, kept: list[dict], model: Llama, ref: _Reference, tokens: torch.Tensor,
                  device: torch.device, act: torch.dtype) -> list[dict]:
-    """Each role of every block (``by = "role"``; the LM head too when the scheme built it) or each
-    block (``"block"``) quantized alone: the reference model (float linears in the reference dtype)
+    """Each of the seven block roles, in every block at once (``by = "role"``; the LM head is not
+    ranked, even when the scheme built it: it is not a block role), or each block (``"block"``)
+    quantized alone: the reference model (float linears in the reference dtype)
     with that part's scheme modules in place, run at the scheme's activation dtype inside. Ranked by
     mean KL divergence, largest first."""
     config = weights.config

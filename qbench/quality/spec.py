@@ -24,7 +24,8 @@ check`` line (:attr:`qbench.jobs.Job`).
 
 from __future__ import annotations
 
-import json
+import hashlib
+import stat
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -95,6 +96,11 @@ def check(model: ModelSource, quality: QualitySpec, source: str) -> StepModelCon
         config = open_named(model.checkpoint, source).config
     else:
         config = resolve(model, source)
+    if config.sliding_window is not None and quality.chunk > config.sliding_window:
+        raise ConfigError("quality.chunk", f"longer than {config.title}'s sliding_window = {config.sliding_window} "
+                                           f"({config.model_type}): qbench's forward attends the whole chunk, so it "
+                                           f"would score another model; use chunk <= {config.sliding_window}, got "
+                                           f"{quality.chunk}")
     if quality.chunk > config.max_positions:
         raise ConfigError("quality.chunk", f"longer than {config.title}'s max_position_embeddings = "
                                            f"{config.max_positions}, got {quality.chunk}")
@@ -150,20 +156,26 @@ def quality_model(scenario: Any) -> StepModelConfig:
 
 def check_scenario(scenario: Any) -> None:
     """A quality scenario's cross-key rules: its model, tokenizer and text (:func:`quality_model`),
-    and every recipe against the model, the LM head as ``quality.lm_head`` says.
+    and every recipe against the model and every linear a scheme builds of a shape it takes, the
+    LM head as ``quality.lm_head`` says.
 
     Raises:
         ScenarioError: the key at fault and why."""
     config = quality_model(scenario)
-    recipes.check_entries(scenario, config, "scheme" if scenario.quality.lm_head else "float", "quality.lm_head")
+    head = "scheme" if scenario.quality.lm_head else "float"
+    recipes.check_entries(scenario, config, head, "quality.lm_head")
+    recipes.check_shapes(scenario, config, head)  # a row has one model: a linear it cannot take is refused
 
 
 def describe(scenario: Any) -> str:
     """The ``qbench check`` summary: ``model SmolLM2-135M, text wiki.test.raw, 64 chunks of 512 tokens``
     (no M: the chunks are teacher-forced)."""
     q = scenario.quality
-    chunks = q.chunks or "every"
-    return f"model {quality_model(scenario).title}, text {q.text}, {chunks} chunk{'' if chunks == 1 else 's'} of {q.chunk} tokens"
+    title = quality_model(scenario).title
+    chunks = f"{q.chunks} chunk{'' if q.chunks == 1 else 's'}" if q.chunks else "every whole chunk"
+    notes = "" if scenario.model.checkpoint is None else \
+        "".join(f"; note: {n}" for n in open_named(scenario.model.checkpoint, scenario.source).notes)
+    return f"model {title}, text {q.text}, {chunks} of {q.chunk} tokens{notes}"
 
 
 def scored_per_chunk(chunk: int) -> int:
@@ -173,19 +185,64 @@ def scored_per_chunk(chunk: int) -> int:
     return chunk - 1 - chunk // 2
 
 
-def read_tokens(model: ModelSource, quality: QualitySpec, source: str) -> list[int]:
-    """The text's token ids (the ``tokenizers`` library, no special tokens added).
+#: Bytes of text read (and tokenized) at first when a scenario uses a prefix of its text, per token
+#: it needs; doubled until enough tokens are read. Project choice: a token is 3-5 bytes of English.
+_BYTES_PER_TOKEN = 8
+#: Tokens read beyond the ones used, so that the cut of a prefix (at a line end) cannot change them.
+_MARGIN = 64
+
+
+def needed_tokens(quality: QualitySpec) -> Optional[int]:
+    """Tokens of the text a scenario uses (``chunks × chunk``), or None: every whole chunk."""
+    return None if quality.chunks is None else quality.chunks * quality.chunk
+
+
+def text_file(quality: QualitySpec, source: str) -> Path:
+    """The text file, a regular file (a FIFO, a device such as ``/dev/zero`` or a folder refused:
+    reading one would block or never end).
 
     Raises:
-        ConfigError: ``quality.text``: unreadable or not UTF-8; ``quality.tokenizer``: not a tokenizer."""
+        ConfigError: ``quality.text``: missing or not a regular file."""
     path = resolve_path(quality.text, source)
     try:
-        text = path.read_bytes().decode("utf-8")
+        mode = path.stat().st_mode
     except OSError as exc:
         raise ConfigError("quality.text", f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError("quality.text", f"{path} is not UTF-8 (byte {exc.start})") from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError("quality.text", f"{path} is not a regular file (a FIFO, a device or a folder), got "
+                                          f"{quality.text!r}")
+    return path
+
+
+def text_sha256(path: Path) -> str:
+    """sha256 (hex) of the text file's bytes, read in pieces."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for part in iter(lambda: f.read(1 << 22), b""):
+            h.update(part)
+    return h.hexdigest()
+
+
+_TOKENS: dict[tuple, list[int]] = {}
+
+
+def read_tokens(model: ModelSource, quality: QualitySpec, source: str) -> list[int]:
+    """The token ids the scenario uses (the ``tokenizers`` library, no special tokens added): the
+    whole text's when ``quality.chunks`` is not given, else a prefix holding at least
+    ``chunks × chunk`` tokens (and every token of a shorter text), read and tokenized in growing
+    pieces cut at a line end, so a large corpus costs what its used chunks cost. Remembered per
+    process by (file, size, mtime, tokenizer, tokens needed).
+
+    Raises:
+        ConfigError: ``quality.text``: unreadable, not a regular file or not UTF-8;
+            ``quality.tokenizer``: not a tokenizer."""
+    path = text_file(quality, source)
     tok_path = tokenizer_file(model, quality, source)
+    st = path.stat()
+    need = needed_tokens(quality)
+    memo = (str(path.resolve()), st.st_size, st.st_mtime_ns, str(tok_path.resolve()), need)
+    if memo in _TOKENS:
+        return _TOKENS[memo]
     try:
         from tokenizers import Tokenizer
 
@@ -195,16 +252,27 @@ def read_tokens(model: ModelSource, quality: QualitySpec, source: str) -> list[i
     except Exception as exc:
         raise ConfigError("quality.tokenizer", f"{tok_path} is not a tokenizers tokenizer.json: "
                                                f"{str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}") from None
-    return tokenizer.encode(text, add_special_tokens=False).ids
-
-
-def bos_id(model: ModelSource, source: str) -> Optional[int]:
-    """The checkpoint's ``bos_token_id`` (config.json), or None."""
-    if model.checkpoint is None:
-        return None
-    try:
-        data = json.loads((resolve_folder(model.checkpoint, source) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    value = data.get("bos_token_id")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    size = st.st_size if need is None else min(st.st_size, (need + _MARGIN) * _BYTES_PER_TOKEN)
+    while True:
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(size)
+        except OSError as exc:
+            raise ConfigError("quality.text", f"cannot read {path}: {exc.strerror or exc}") from None
+        whole = len(raw) >= st.st_size
+        if not whole:  # a prefix: cut at its last line end (no token spans one in a text tokenizer)
+            raw = raw[: raw.rfind(b"\n") + 1] or raw
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if whole or exc.start < len(raw) - 3:
+                raise ConfigError("quality.text", f"{path} is not UTF-8 (byte {exc.start})") from None
+            text = raw[: exc.start].decode("utf-8")  # a character cut by the prefix's end
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        if whole or len(ids) >= need + _MARGIN:
+            break
+        size = min(st.st_size, size * 2)
+    if need is not None:
+        ids = ids[:need]
+    _TOKENS[memo] = ids
+    return ids

@@ -104,6 +104,11 @@ def check(spec: ModelSpec, source: str) -> StepModelConfig:
         raise ConfigError(f"model.config.{key}", f"the Llama decode step has no biases, got biases on "
                                                  f"{', '.join(config.biased)} ({config.model_type})")
     for c in spec.context:
+        if config.sliding_window is not None and c + 1 > config.sliding_window:
+            raise ConfigError("model.context", f"the step at context {c} attends {c + 1} positions, beyond "
+                                               f"{config.title}'s sliding_window = {config.sliding_window} ("
+                                               f"{config.model_type}): qbench's step attends every cached position, "
+                                               f"so it would time another model, got {c}")
         if c + 1 > config.max_positions:
             raise ConfigError("model.context", f"the step at context {c} writes position {c}, beyond {config.title}'s "
                                                f"max_position_embeddings = {config.max_positions}, got {c}")
@@ -161,7 +166,19 @@ def check_scenario(scenario: Any) -> None:
 
 def describe(scenario: Any) -> str:
     """The ``qbench check`` summary: ``M = [1, 16]; model Llama-3-8B, context [128, 4096]``."""
-    return f"M = {list(scenario.m)}; model {step_model(scenario).title}, context {list(scenario.model.context)}"
+    config = step_model(scenario)
+    return f"M = {list(scenario.m)}; model {config.title}, context {list(scenario.model.context)}{_notes(scenario)}"
+
+
+def _notes(scenario: Any) -> str:
+    """What ``qbench check`` adds of how the checkpoint is read (:attr:`qbench.model.checkpoint.Checkpoint.notes`):
+    ``"; note: ..."`` per note, ``""`` without a checkpoint."""
+    if scenario.model.checkpoint is None:
+        return ""
+    from qbench.model.checkpoint import open_named
+
+    return "".join(f"; note: {n}" for n in open_named(scenario.model.checkpoint, scenario.source).notes
+                   if "bos_token_id" not in n)  # the step decodes no text: its BOS does not matter
 
 
 def fits(scenario: Any, device: Any, free: int) -> None:
