@@ -81,8 +81,9 @@ def resolve_folder(value: str, source: str) -> Path:
     elif value.count("/") == 1 and not value.startswith((".", "/", "~")):
         cached = _hf_cache(value)
         if cached is None:
-            raise ConfigError("model.checkpoint", f"no folder {path} and no model {value!r} in the local Hugging Face "
-                                                  f"cache ({fetch}), got {value!r}")
+            raise ConfigError("model.checkpoint", f"no folder {path} (a relative path is read from the scenario file's "
+                                                  f"folder) and no model {value!r} in the local Hugging Face cache "
+                                                  f"({fetch}), got {value!r}")
         found = cached.resolve()
     else:
         raise ConfigError("model.checkpoint", f"no such folder: {path} (a relative path is read from the scenario "

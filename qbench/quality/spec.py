@@ -78,8 +78,9 @@ def tokenizer_file(model: ModelSource, quality: QualitySpec, source: str) -> Pat
         raise ConfigError("quality.tokenizer", f"a preset model ({model.name!r}) has no tokenizer: name a "
                                                "tokenizer.json, got none")
     if not path.is_file():
+        hint = "" if quality.tokenizer is not None else "; or name one with [quality] tokenizer = \"path/tokenizer.json\""
         raise ConfigError(key, f"no tokenizer file {path} (the text is tokenized with the `tokenizers` library's "
-                               f"tokenizer.json)")
+                               f"tokenizer.json{hint})")
     return path
 
 

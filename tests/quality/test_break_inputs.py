@@ -440,3 +440,23 @@ def test_repeat_on_a_quality_scenario_is_refused(tmp_path, capsys):
     lines = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("qbench: --repeat: a quality scenario's statistics"), lines
     assert not (tmp_path / "o.json").exists()
+
+
+# --- messages that point to the fix (newcomer trial, friction 12) ---------------------------------------
+
+def test_a_relative_org_name_path_says_where_relative_paths_are_read(tmp_path, capsys):
+    """``my/my-llama`` looks like a Hugging Face id; the refusal still says a relative path is read
+    from the scenario file's folder (the user's path was relative to their working directory)."""
+    (tmp_path / "my").mkdir()
+    path = scenario(tmp_path / "my", Path("my/my-llama"))
+    rc, lines = check_line(path, capsys)
+    assert rc == 2 and len(lines) == 1, lines
+    assert "model.checkpoint: no folder" in lines[0] and "read from the scenario file's folder" in lines[0]
+
+
+def test_a_missing_tokenizer_names_the_quality_tokenizer_key(tmp_path, capsys):
+    ck = variant(tmp_path / "ck")
+    (ck / "tokenizer.json").unlink()
+    rc, lines = check_line(scenario(tmp_path, ck), capsys)
+    assert rc == 2 and len(lines) == 1, lines
+    assert "no tokenizer file" in lines[0] and "[quality] tokenizer" in lines[0]
