@@ -17,15 +17,16 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from qbench import jobs
-from qbench.judge import DECISION_METHOD, METHOD_CHOICES, combine_rows, incomplete_warning
+from qbench.judge import DECISION_METHOD, METHOD_CHOICES, budget_flags, combine_rows, incomplete_warning
 from qbench.hardware import machine_differences
 from qbench.results import ResultDoc, ResultsError, read_results
 from qbench.row import Row
 
-__all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "add_budgets", "check_budgets", "declared_budgets", "group_results", "merge_docs",
-           "split_runs", "add_baseline", "check_baseline", "DEFAULT_BASELINE", "add_format", "add_max_rel_err",
-           "add_method", "add_wide", "blocking_differences", "env_of", "fail", "job_view", "one_result", "open_results",
-           "timing_differences"]
+__all__ = ["ACT_ON", "Command", "DEFAULT_BASELINE", "Refused", "Result", "add_allow_incomplete", "add_baseline",
+           "add_budgets", "add_format", "add_max_rel_err", "add_method", "add_wide", "blocking_differences",
+           "check_baseline", "check_budgets", "declared_budgets", "env_of", "fail", "group_results", "incomplete_notes",
+           "job_view", "merge_docs", "one_machine", "one_result", "open_results", "refuse_budgets", "split_runs",
+           "timing_differences", "warn_machine_differences"]
 
 
 class Refused(Exception):
@@ -402,6 +403,35 @@ def env_of(doc: ResultDoc) -> dict:
 ACT_ON = ("which answer to act on: the measured step decides a model (a [model] scenario: it includes attention, "
           "the KV cache and the gaps between kernels); the layer view (qbench recommend on one layer's file) decides "
           "a kernel for that layer; Σ linear, the sum of per-layer times, only predicts the step")
+
+
+def one_machine(paths: Sequence[str], docs: Sequence[ResultDoc], why: str = "") -> None:
+    """Refuse files measured on different machines (``why``: what the view adds up, after the
+    list), then :func:`warn_machine_differences` among the rest: a model step's times come from one machine."""
+    if len({doc.machine for doc in docs}) > 1:
+        raise Refused("the files were measured on different machines ("
+                      + "; ".join(f"{p}: {d.machine}" for p, d in zip(paths, docs)) + ")" + why)
+    warn_machine_differences(list(paths), list(docs))
+
+
+def incomplete_notes(paths: Sequence[str], docs: Sequence[ResultDoc], noted: bool) -> list[str]:
+    """A note per file marked incomplete when ``noted`` (``--allow-incomplete`` and an output with
+    room for notes); otherwise its warning goes to stderr and no note is made."""
+    notes = []
+    for path, doc in zip(paths, docs):
+        warning = incomplete_warning(doc, path)
+        if warning and noted:
+            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.rows)} rows), read with --allow-incomplete")
+        elif warning:
+            print(warning, file=sys.stderr)
+    return notes
+
+
+def refuse_budgets(args: argparse.Namespace) -> None:
+    """Refuse quality budgets (:func:`check_budgets`) given without a quality file."""
+    if check_budgets(args):
+        raise Refused(f"{budget_flags(declared_budgets())} are budgets on a quality result (qbench run of a "
+                      "[quality] scenario): give its file beside the step file")
 
 
 def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[str]:

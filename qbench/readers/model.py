@@ -41,10 +41,10 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, incomplete_warning, resolve_method, unusable_note
+from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, resolve_method, unusable_note
 from qbench.readers.common import (ACT_ON, Command, Refused, add_allow_incomplete, add_baseline, add_format,
-                                   add_max_rel_err, add_method, add_wide, check_baseline, check_max_rel_err, job_view,
-                                   open_results, warn_machine_differences)
+                                   add_max_rel_err, add_method, add_wide, check_baseline, check_max_rel_err,
+                                   incomplete_notes, job_view, one_machine, open_results)
 from qbench.render import Column, check_format, fit, narrow, render, synthetic_weights, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us
 from qbench.render.safe import visible
@@ -435,12 +435,7 @@ def run_model(args: argparse.Namespace) -> int:
     preset = PRESETS.get(args.name)
     if preset is None:
         raise Refused(f"unknown model {args.name!r}; presets: {', '.join(PRESETS)}")
-    machines = {path: doc.machine for path, doc in zip(paths, docs)}
-    if len(set(machines.values())) > 1:  # a step sums per-layer times: they must come from one machine
-        raise Refused("the files were measured on different machines ("
-                      + "; ".join(f"{p}: {m}" for p, m in machines.items())
-                      + "): a decode step adds per-layer times of one machine")
-    warn_machine_differences(paths, docs)
+    one_machine(paths, docs, ": a decode step adds per-layer times of one machine")
     methods, notes = {}, []
     for path, doc in zip(paths, docs):
         method, note = resolve_method(doc, args.method)
@@ -452,14 +447,8 @@ def run_model(args: argparse.Namespace) -> int:
         raise Refused(f"the files resolve to different timing methods ({said}); pass --method")
     # A note is printed under a prose table and carried by JSON; a CSV has no place for one, so
     # there the warning stays on stderr, --allow-incomplete or not.
-    notes_shown = wants_prose(args.format) or args.format == "json"
-    for path, doc in zip(paths, docs):
-        warning = incomplete_warning(doc, path)
-        if warning and getattr(args, "allow_incomplete", False) and notes_shown:
-            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.rows)} rows), read "
-                         "with --allow-incomplete")
-        elif warning:
-            print(warning, file=sys.stderr)
+    notes += incomplete_notes(paths, docs, getattr(args, "allow_incomplete", False)
+                              and (wants_prose(args.format) or args.format == "json"))
     method = next(iter(methods.values()), args.method or DECISION_METHOD)
     if paths:
         check_baseline(paths, {r.scheme for doc in docs for r in doc.rows}, args.baseline)

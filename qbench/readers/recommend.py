@@ -48,12 +48,12 @@ import argparse
 import json
 from typing import Optional
 
-from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, budget_flags, by_shape, capture_failure,
+from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape, capture_failure,
                           methods_present, pareto_front, pick_within_noise, resolve_method, row_caveats, row_verdict,
                           tie_note, unusable_note)
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_budgets, add_format,
                                    add_max_rel_err, add_method, add_wide, check_baseline, check_budgets, check_max_rel_err,
-                                   declared_budgets, group_results, job_view, open_results)
+                                   group_results, job_view, open_results, refuse_budgets)
 from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, prose, render, synthetic_weights, wants_prose
 from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_ratio, fmt_us
@@ -632,7 +632,7 @@ def run_recommend(args: argparse.Namespace) -> int:
         raise Refused(f"unknown format {args.format!r}; allowed: {', '.join(allowed)}"
                       + ("" if args.format != "csv" else "; csv needs --summary or --by-format (one table)"))
     check_max_rel_err(args.max_rel_err)
-    budgets = check_budgets(args)
+    check_budgets(args)  # a bad value is refused before any file is read
     paths = [args.result] if isinstance(args.result, str) else list(args.result)
     docs = open_results(paths, incomplete="warn" if getattr(args, "allow_incomplete", False) else "refuse",
                         refusal="is incomplete (\"complete\": false): a scheme missing from it would change "
@@ -640,9 +640,7 @@ def run_recommend(args: argparse.Namespace) -> int:
     view = job_view(docs, "recommend")
     if view is not None:  # a job kind's own view (qbench.jobs); the quality kind's takes step files beside its own
         return view(args, paths, docs)
-    if budgets:
-        raise Refused(f"{budget_flags(declared_budgets())} are budgets on a quality result (qbench run of a [quality] "
-                      "scenario): give its file beside the step file")
+    refuse_budgets(args)
     if args.max_rel_err is None and not format_mode:
         raise Refused("--max-rel-err is required (e.g. 0.01), except with --by-format")
     if format_mode:

@@ -18,8 +18,8 @@ from typing import Optional
 
 from qbench import judge
 from qbench.judge import decision_method, incomplete_warning
-from qbench.readers.common import (ACT_ON, Refused, check_baseline, check_budgets, declared_budgets, one_result,
-                                   warn_machine_differences)
+from qbench.readers.common import (ACT_ON, Refused, check_baseline, incomplete_notes, one_machine, one_result,
+                                   refuse_budgets)
 from qbench.render import Column, fit, narrow, prose, render, synthetic_step_warning, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us
 from qbench.render.safe import visible
@@ -54,19 +54,14 @@ def run_view(doc: ResultDoc, args: argparse.Namespace) -> int:
 # ---- qbench report -------------------------------------------------------------------------------
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench report STEP.json``: the step table of one file (:func:`_step_report`)."""
-    result = one_result(paths, docs)
-    args.result = result.label  # messages name every file
-    return _step_report(args, result.doc)
-
-
-def _step_report(args: argparse.Namespace, doc: ResultDoc) -> int:
-    """A model-step file: its step table (:func:`qbench.step.view.step_table`: the step per method,
+    """``qbench report STEP.json`` (files of one result): its step table (:func:`qbench.step.view.step_table`: the step per method,
     tokens/s, Σ linear, the remainder, the HBM floor, the speed-up over ``--baseline`` measured and
     as Σ linear predicts it, the logits error), in the file's order, or with ``--by-m`` sorted by M
     and context; prose (what the columns and methods are, an incomplete file) around terminal
     tables; ``--columns`` picks the step table's columns (:data:`qbench.step.view.COLUMN_KEYS`).
     ``--crossover``, ``--sort`` and ``--method`` read per-layer rows and are refused."""
+    result = one_result(paths, docs)
+    args.result, doc = result.label, result.doc  # messages name every file
     for flag, given in (("--crossover", args.crossover), ("--sort", args.sort), ("--method", args.method)):
         if given:
             raise Refused(f"{args.result}: a model-step result; {flag} reads per-layer results (qbench model "
@@ -131,9 +126,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
     pick, else 1; raises :class:`~qbench.readers.common.Refused` for layer and step files mixed,
     ``--summary``, ``--by-format`` or ``--method``."""
     _one_kind(paths, docs)
-    if check_budgets(args):
-        raise Refused(f"{judge.budget_flags(declared_budgets())} are budgets on a quality result (qbench run of a "
-                      "[quality] scenario): give its file beside the step file")
+    refuse_budgets(args)
     for flag, given in (("--summary", args.summary), ("--by-format", args.by_format), ("--method", args.method)):
         if given:
             raise Refused(f"{flag} reads per-layer files; a model-step file has one view (the fastest step per M "
@@ -222,12 +215,6 @@ def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]
 
 # ---- qbench model --------------------------------------------------------------------------------
 
-def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench model NAME STEP.json...``: :func:`_step_model` (files of one kind)."""
-    _one_kind(paths, docs)
-    return _step_model(args, paths, docs)
-
-
 def _model_columns(records: list[dict], baseline: str, wide: bool = True,
                    doubts: Optional[dict] = None) -> list[Column]:
     """The step table's columns (before the error): M, context, scheme, step method, the measured
@@ -300,7 +287,7 @@ def disagreements(records: list[dict]) -> list[dict]:
     return out
 
 
-def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
+def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
     """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` (the rows of the
     model-step files whose ``model`` is ``NAME``) beside the linear-only prediction (Σ linear, the
     per-layer ``stream`` sum measured in the same run) and the end-to-end speed-up over
@@ -309,13 +296,11 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
     which it stops beating the baseline (:func:`qbench.step.view.breakeven`). ``--max-rel-err``
     marks schemes whose logits error is over it. Returns 0 when some scheme has a measured step,
     else 1; raises :class:`~qbench.readers.common.Refused` (a file of another model, files of
-    several machines, a row that two files both hold, ``--method``)."""
+    several machines, a row that two files both hold, files of another kind, ``--method``)."""
+    _one_kind(paths, docs)
     if args.method is not None:
         raise Refused("--method reads per-layer files; a model-step file's step methods are all shown")
-    if len({doc.machine for doc in docs}) > 1:
-        raise Refused("the files were measured on different machines ("
-                      + "; ".join(f"{p}: {d.machine}" for p, d in zip(paths, docs)) + ")")
-    warn_machine_differences(paths, docs)
+    one_machine(paths, docs)
     rows = []
     for path, doc in zip(paths, docs):
         mine = [r for r in doc.rows if args.name in (r.model, r.title)]  # a config path's model by its title too
@@ -330,14 +315,7 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
                           "per row; to compare runs of one scenario use qbench recommend A.json B.json")
         rows += mine
     check_baseline(paths, {r.scheme.replace("+compiled", "") for r in rows}, args.baseline)
-    notes = []
-    for path, doc in zip(paths, docs):
-        warning = incomplete_warning(doc, path)
-        if warning and getattr(args, "allow_incomplete", False) and wants_prose(args.format):
-            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.rows)} rows), read "
-                         "with --allow-incomplete")
-        elif warning:
-            print(warning, file=sys.stderr)
+    notes = incomplete_notes(paths, docs, getattr(args, "allow_incomplete", False) and wants_prose(args.format))
     records = step_view.model_records(rows, args.baseline)
     for rec in records:
         err = next(step_view.logits_error(r) for r in rows if (r.scheme, r.m, r.context) ==
@@ -411,12 +389,6 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
 
 # ---- qbench plot ---------------------------------------------------------------------------------
 
-def plot_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench plot STEP.json -o FILE``: :func:`_step_plot` of the one file."""
-    (doc,) = docs
-    return _step_plot(doc, args)
-
-
 def plot_context(doc: ResultDoc, path: Path) -> Path:
     """A model-step result (its rows) against the context: one
     panel per M, one line per scheme (the step by each row's decision method,
@@ -479,9 +451,10 @@ def plot_context(doc: ResultDoc, path: Path) -> Path:
     return path
 
 
-def _step_plot(doc: ResultDoc, args: argparse.Namespace) -> int:
-    """``qbench plot STEP.json -o FILE``: :func:`plot_context` (the roofline and Pareto charts are
-    the layer job's; ``--what`` and ``--method`` do not apply)."""
+def plot_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
+    """``qbench plot STEP.json -o FILE``: :func:`plot_context` of the one file (the roofline and
+    Pareto charts are the layer job's; ``--what`` and ``--method`` do not apply)."""
+    (doc,) = docs
     out = Path(args.output)
     if out.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
