@@ -1,37 +1,11 @@
 """``qbench compare A.json B.json``: did B get faster or slower than A, row by row?
 
-Rows are matched by (scheme, M, K, N). For each pair: B's speed-up over A, A's median / B's of
-the chosen method (> 1: B is faster; qbench's one ratio convention, speed-up = baseline time /
-scheme time, with A as the baseline), the change in relative Frobenius error (B - A), and a
-verdict. Like NVBench's compare, the runs' own noise is the threshold: when the [p10, p90]
-intervals of A and B overlap the verdict is ``same``; otherwise ``faster`` or ``slower`` by the
-medians. Rows in only one file are listed as ``only in A`` / ``only in B``; rows not timed in
-either file get ``not comparable``.
-
-Without ``--method`` both files are read by ``stream`` (the decision method); a file without any
-stream time (written before it existed) falls back to ``cold`` (or ``cpu``), and when the two
-files then resolve to different methods the first of stream, cold, cpu that both have is used,
-said in the output.
-
-Several files per side: ``qbench compare --a A1.json A2.json --b B.json`` reads each side's files
-as one result (a run completed by ``--schemes``/``--resume`` in a second file, or independent runs:
-:func:`qbench.readers.common.group_results`); each side must be files of one scenario and machine.
-The two-positional form ``qbench compare A.json B.json`` is one file per side.
-
-Machines: the two sides' ``env`` are compared (:func:`qbench.hardware.machine_differences`). A
-different device, GPU, compute capability, torch CPU capability or CPU instruction set is refused
-(exit 2, one line; ``--allow-other-machine`` compares anyway, with a warning): the timings would
-compare kernels, not schemes. Other differences (CPU count, threads, caches; for two CUDA runs only
-the GPU's facts count: :func:`qbench.readers.common.timing_differences`) are warned about, and a
-compared row's note names the machine difference before any ``cpu-busy`` flag.
-
-Exit status: 1 when the compare fails: some row is ``slower`` and B's median exceeds A's by more
-than the factor ``--threshold`` (default 1.05: B takes over 1.05× A's time, a speed-up below
-1/1.05 = 0.952×), or a scheme ``ok`` in A failed or was skipped in B, or is missing from B (``only
-in A``), or its relative error grew beyond ``--max-err-growth`` (default 2: B's ``error.rel_fro``
-more than 2× A's); else 0; 2 on bad input (unreadable file, unknown format, a ``--threshold`` or
-``--max-err-growth`` not > 0, no row in common, files of several scenarios on one side, machines
-that differ without ``--allow-other-machine``).
+Rows are matched by (scheme, M, K, N): B's speed-up over A (A's median / B's), the change in
+rel_fro (B - A), and a verdict by the runs' own noise (``same`` when the [p10, p90] intervals
+overlap, as NVBench's compare). ``--a A1.json A2.json --b B.json`` reads each side's files as one
+result (:func:`qbench.readers.common.group_results`). Machines that differ in what runs the kernels
+(device, GPU, CPU instruction set) are refused unless ``--allow-other-machine``; smaller
+differences are warned about (:func:`qbench.readers.common.timing_differences`).
 """
 
 from __future__ import annotations

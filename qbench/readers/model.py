@@ -1,36 +1,17 @@
 """``qbench model NAME RESULT.json...``: the linear layers of one decode step of a model, from
 per-layer results.
 
-A model preset (:data:`PRESETS`) lists the linear shapes of one decoder block with how many of
-each a block has, the number of blocks, and the LM head. For every scheme and M the step is
+A model preset (:data:`PRESETS`) lists the linear shapes of one decoder block, how many of each a
+block has, the number of blocks and the LM head. Per scheme and M, over the shapes:
 
-    step µs    = Σ over the shapes of count × blocks × (the row's ``stream`` median)
-                 + the LM head's median (when a file has its shape)
-    stored     = Σ count × blocks × stored bytes (+ the LM head's)
-    HBM floor  = Σ count × blocks × the row's ``hbm_floor_us`` (stored bytes / the file's measured
-                 bandwidth, ``ceilings.measured.memory_gbps``, for a row without one)
-    tokens/s   = M / step (of the linear layers only)
-    speed-up   = bf16's step / this step, at the same M (> 1: faster than bf16; qbench's one ratio
-                 convention, baseline time / scheme time)
+    step µs    = Σ count × blocks × the row's ``stream`` median (+ the LM head's, when measured)
+    stored     = Σ count × blocks × stored bytes
+    HBM floor  = Σ count × blocks × the row's HBM floor (:func:`row_floor_us`)
+    tokens/s   = M / step;  speed-up = baseline's step / this step
 
-``stream`` is a CUDA graph over distinct weight copies (weights from HBM, no launch gaps), so the
-per-layer times add up the way the layers of a graph-captured step do. **Attention (scores,
-softmax, RoPE), the KV cache, norms, embeddings and sampling are not included**, and the output
-says so: the step is a floor for the linear layers' share of a decode step, not a model's
-latency. A scheme without a row, or with a skipped or failed row, at any of the shapes is
-``incomplete`` and is not summed; a scheme whose rows have no ``stream`` time because the call
-cannot be captured in a CUDA graph (a host sync) is ``unusable in a graph-captured decode loop``.
-The LM head (e.g. 4096 → 128256) is rarely measured: when no file has its shape it is left out of
-every sum and the output says so and names the scenario that measures it.
-
-When several files hold the same (scheme, M, K, N) the first file given wins (a note names the
-others). The pure functions (:func:`index_rows`, :func:`model_step`) take row dicts; the
-subcommand reads the files and renders.
-
-Exit status: 0 when some scheme has a complete step at some M; 1 when none does (a block shape
-that no file measures: the command names each missing shape and the scenario that measures it,
-on stderr); 2 on bad input (an unknown model, an unreadable file, an unknown format, files that
-resolve to different timing methods, a negative ``--max-rel-err``).
+``stream`` times add up the way the layers of a graph-captured step do; attention, the KV cache,
+norms, embeddings and sampling are not included, and the output says so. A scheme missing a shape
+is ``incomplete``; one whose call cannot be graph-captured is ``unusable``.
 """
 
 from __future__ import annotations
@@ -419,8 +400,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_model(args: argparse.Namespace) -> int:
-    """Run ``qbench model`` from parsed ``args``; returns the exit status (0 or 1, see the module
-    docstring; raises :class:`~qbench.readers.common.Refused` on bad input). A file of another job
+    """Run ``qbench model`` from parsed ``args``; returns the exit status (0 or 1, as
+    ``COMMAND.exit_codes`` says; raises :class:`~qbench.readers.common.Refused` on bad input). A file of another job
     kind goes to that kind's ``model`` view (:func:`qbench.readers.common.job_view`)."""
     try:
         check_format(args.format)

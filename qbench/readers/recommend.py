@@ -1,45 +1,12 @@
 """``qbench recommend RESULT.json --max-rel-err 0.01``: which scheme to use at each M.
 
-For each (M, K, N): the fastest ``ok`` scheme whose relative Frobenius error is within the budget
-and whose output had no NaN/Inf; the Pareto front over (latency median, rel_fro, stored bytes),
-all minimised; and for every other scheme the reason it lost, in this order of precedence:
-``skipped: …``, ``failed: …``,
-``unusable in a graph-captured decode loop (eager 911 µs): CUDA graph capture failed at M=1: …``
-(an ``ok`` row whose call cannot be captured in a CUDA graph, e.g. a host sync, so it has no
-``stream`` time; its eager time is what it costs outside a graph), ``no stream latency``,
-``non-finite outputs (12)``, ``no error measured``, ``over error budget (rel_fro 0.092 > 0.01)``,
-``same speed within noise: 11.2 µs vs 11.0 µs (1.02×, p10–p90 overlap)``,
-``slower: 23.1 µs vs 11.0 µs (2.10×)``. A candidate whose [p10, p90] interval overlaps the pick's
-is a tie (the rule of :func:`qbench.timing.stats.verdict`). Among the schemes tied with the fastest,
-the pick is, in this order: the scheme picked at the neighbouring (next smaller) M of the same
-shape, when it is among them, so that the pick does not flip between two schemes inside noise as
-M grows (a deployment stores one weight format for every batch size); else the lower error; else
-the fewer stored bytes; else the lower median. The output names the tied schemes so a reader does
-not take a 1 % median difference for a ranking.
-
-Without ``--method`` the ``stream`` median is used (a CUDA graph over weight copies that
-overflow L2: weights from HBM, no launch gaps, what a decode engine's graph-captured step sees);
-a file without any stream time (written before it existed) falls back to ``cold``, or ``cpu`` on a
-CPU result, said in the output. An explicit ``--method`` is used as given, with no fallback.
-
-``--summary`` gives one line per (file, M) instead: the pick, its latency and error, the
-baseline's (default ``bf16``) latency at the same shape, the speed-up over it, and the schemes tied
-with the pick within noise; several result files (the four projection shapes of a decoder block)
-go into one table, and a note under it names the schemes unusable in a graph-captured loop.
-
-``--by-format`` gives, per M and storage format (8-bit float, 8-bit int, 4-bit int, 4-bit float,
-and 16-bit and 32-bit float as references; the row's ``weight_dtype`` read by the scheme
-registry, :attr:`qbench.schemes.base.Scheme.storage_format`), the fastest scheme of that format by
-the method, its library and longest kernel, and how far each other scheme of the format is (its
-median / the fastest's, ``(tie)`` when their p10–p90 intervals overlap, or why it has no time):
-which kernel serves a format best, a choice the format alone does not make (tinygemm int4 against
-torchao's int4 through a dequantization at M = 1). ``--max-rel-err`` is optional there (a format
-fixes most of the error); when given, schemes over it are not candidates. It is a ``recommend``
-view rather than a ``report`` one because it is a decision by the same rules (the decision method,
-ties within noise, schemes unusable in a graph-captured decode loop named as such).
-
-Exit status: 0 when at least one M got a recommendation (``--by-format``: some format has a
-fastest scheme), 1 when none did, 2 on bad input.
+Per (M, K, N): the pick (the fastest ``ok`` scheme within the error budget with finite outputs;
+among the schemes tied with it within noise, :func:`qbench.judge.pick_within_noise`, whose rule
+docs/methodology.md states), every other scheme with the reason it lost (:func:`_lose_reason`,
+then tied or slower), and the Pareto front over (latency, rel_fro, stored bytes).
+``--summary`` gives one line per (file, M) against ``--baseline``; ``--by-format`` the fastest
+scheme of each storage format, a decision by the same rules. Times are ``stream`` medians unless
+``--method`` says otherwise (:func:`qbench.judge.resolve_method`).
 """
 
 from __future__ import annotations
@@ -614,15 +581,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_recommend(args: argparse.Namespace) -> int:
     """Run ``qbench recommend`` from parsed ``args``; returns the exit status (0 or 1; raises
-    :class:`~qbench.readers.common.Refused` on bad input).
-
-    Bad input (exit 2, one line): an unknown format (csv only with ``--summary`` or
-    ``--by-format``, the cases that are a single table), a missing (except with ``--by-format``),
-    negative or NaN ``--max-rel-err``, ``--summary`` with ``--by-format``, an unreadable result
-    file; with ``--summary`` or ``--by-format`` also a timing method that some file has no data
-    for, or files that resolve to different methods, and with ``--summary`` a ``--baseline`` that
-    is not a scheme of some file.
-    """
+    :class:`~qbench.readers.common.Refused` on bad input, each refusal one line below)."""
     summary_mode = getattr(args, "summary", False)
     format_mode = getattr(args, "by_format", False)
     if summary_mode and format_mode:

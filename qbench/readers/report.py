@@ -6,21 +6,8 @@
     qbench report RESULT.json --by-m           (a sweep as a grid: scheme x M, stream times)
     qbench report RESULT.json --by-m rel_err   (the grid of any column)
 
-``--crossover`` and ``--by-m`` without a column read ``stream`` (or ``--method``); a file without
-any stream time (written before it existed) falls back to ``cold``, or ``cpu`` on a CPU result,
-with a one-line note.
-
-Crossover: for each scheme and each M of the sweep, the verdict of :func:`qbench.timing.stats.verdict`
-against the baseline at the same (M, K, N): ``faster`` when the scheme's [p10, p90] interval lies
-wholly below the baseline's, ``slower`` when wholly above, ``same`` when the two overlap (the
-difference is within the runs' own noise; NVBench's compare draws the same line). Without the
-``same`` class a sweep of two equal-speed schemes (fp16 against bf16: the same cuBLAS kernels)
-reads as a random pattern of wins and losses. The wins are summarised as ranges over the M values
-the sweep measured (with M = 1, 16, 64, 512 and wins at 1, 16 and 64 the range is ``1–64``; a gap
-in the sweep's M values starts a new range).
-
-Exit status: 0 on success, 2 on bad input (unreadable file, unknown column/format/sort key,
-unknown baseline), with one line on stderr naming the bad value.
+``--crossover`` gives each scheme's verdict against the baseline at every M (faster, same within
+noise, slower: :func:`qbench.timing.stats.verdict`), the wins as ranges over the sweep's M values.
 """
 
 from __future__ import annotations
