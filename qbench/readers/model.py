@@ -74,26 +74,22 @@ class ModelPreset:
     source: str
 
 
-def _layer_llama(name: str, title: str, blocks: int, hidden: int, kv: int, ffn: int, vocab: int,
-           prefix: str, source: str) -> ModelPreset:
-    """A Llama-architecture preset: q/o hidden→hidden, k/v hidden→kv (KV heads × head dim),
-    gate/up hidden→ffn, down ffn→hidden, LM head hidden→vocab (untied)."""
+def _of_step(name: str, prefix: str) -> ModelPreset:
+    """The layer view of a Llama-architecture preset of :data:`qbench.model.config.PRESETS` (one
+    table for both): q/o hidden→hidden, k/v hidden→KV heads × head dim, gate/up hidden→ffn, down
+    ffn→hidden, LM head hidden→vocab (untied); ``prefix`` names the scenarios that measure them."""
+    c = STEP_PRESETS[name]
+    hidden, kv = c.hidden, c.kv_heads * c.head_dim
     return ModelPreset(
-        name=name, title=title, blocks=blocks, source=source,
+        name=c.name, title=c.title, blocks=c.blocks,
+        source=f"hidden {hidden}, {c.heads} heads, {c.kv_heads} KV heads of {c.head_dim}, FFN {c.ffn}, "
+               f"vocab {c.vocab}, {c.blocks} layers",
         block=(LinearShape("q_proj, o_proj", hidden, hidden, 2, f"scenarios/{prefix}_q_o.toml"),
                LinearShape("k_proj, v_proj", hidden, kv, 2, f"scenarios/{prefix}_k_v.toml"),
-               LinearShape("gate_proj, up_proj", hidden, ffn, 2, f"scenarios/{prefix}_gate_up.toml"),
-               LinearShape("down_proj", ffn, hidden, 1, f"scenarios/{prefix}_down.toml")),
-        lm_head=LinearShape("lm_head", hidden, vocab, 1, f"scenarios/{prefix}_lm_head.toml"),
+               LinearShape("gate_proj, up_proj", hidden, c.ffn, 2, f"scenarios/{prefix}_gate_up.toml"),
+               LinearShape("down_proj", c.ffn, hidden, 1, f"scenarios/{prefix}_down.toml")),
+        lm_head=LinearShape("lm_head", hidden, c.vocab, 1, f"scenarios/{prefix}_lm_head.toml"),
     )
-
-
-def _of_step(name: str, prefix: str) -> ModelPreset:
-    """The layer view of a model preset of :data:`qbench.model.config.PRESETS` (one table for both)."""
-    c = STEP_PRESETS[name]
-    return _layer_llama(c.name, c.title, c.blocks, c.hidden, c.kv_heads * c.head_dim, c.ffn, c.vocab, prefix,
-                        f"hidden {c.hidden}, {c.heads} heads, {c.kv_heads} KV heads of {c.head_dim}, FFN {c.ffn}, "
-                        f"vocab {c.vocab}, {c.blocks} layers")
 
 
 #: The model presets, by the name ``qbench model`` takes: the shapes of the model library's presets

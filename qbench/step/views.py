@@ -230,12 +230,9 @@ def _model_columns(records: list[dict], baseline: str, wide: bool = True,
     def mark(r: dict) -> tuple[bool, bool, bool]:
         return doubts.get((r["scheme"], r["m"], r["context"]), (False, False, False))
 
-    def ratio(v: Optional[float]) -> str:
-        return DASH if v is None else f"{v:.2f}×"
-
     def speedup(r: dict, m: Optional[str]) -> str:
         v = r["speedup"].get(m) if m else None
-        return ratio(v) + ("*" if v is not None and m == r["method"] and mark(r)[2] else "")
+        return fmt_ratio(v) + ("*" if v is not None and m == r["method"] and mark(r)[2] else "")
 
     cols = [
         Column("m", "M", lambda r: r["m"], str, True),
@@ -253,13 +250,13 @@ def _model_columns(records: list[dict], baseline: str, wide: bool = True,
         cols.append(Column("speedup", f"×{baseline}", lambda r: r["speedup"].get(r["method"]) if r["method"] else None,
                            numeric=True, cell_override=lambda r: speedup(r, r["method"])))
         cols.append(Column("linear_speedup", f"×{baseline} Σ", lambda r: None if mark(r)[1] else r["linear_speedup"],
-                           ratio, True))
+                           fmt_ratio, True))
         return [c for c in cols if c.key not in STEP_WIDE_ONLY]
     for m in methods:
         cols.append(Column(f"speedup_{m}", f"×{baseline} {step_view.SHORT[m]}", lambda r, m=m: r["speedup"].get(m),
                            numeric=True, cell_override=lambda r, m=m: speedup(r, m)))
     cols.append(Column("linear_speedup", f"×{baseline} Σ linear", lambda r: None if mark(r)[1] else r["linear_speedup"],
-                       ratio, True))
+                       fmt_ratio, True))
     return cols
 
 
