@@ -27,21 +27,12 @@ __all__ = ["COMMAND", "caveats", "machine_note", "compare_docs", "render_compare
 
 def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISION_METHOD,
                  threshold: float = 1.05, max_err_growth: float = 2.0, machine: str | None = None) -> list[dict]:
-    """Compare result documents ``a`` (before) and ``b`` (after) row by row.
-
-    Returns one record per (scheme, m, k, n) in either file, A's order first then B-only rows:
-    ``{"scheme", "m", "k", "n", "a_us", "b_us" (medians, µs, or None), "speedup" (a/b: > 1 when B
-    is faster; or None),
-    "a_rel_fro", "b_rel_fro", "rel_fro_diff" (b - a or None), "verdict" ("faster" | "slower" |
-    "same" | "only in A" | "only in B" | "not comparable"), "note" (why not comparable; for a
-    compared pair :func:`caveats`: flags and noise; or None),
-    "regression" (verdict slower and b > threshold × a, i.e. speedup < 1/threshold),
-    "fails": [why the row fails the compare: ``"failed in B"`` (ok in A, failed or skipped in B),
-    ``"missing from B"``, ``"error grew 10.0×"`` (B's rel_fro over ``max_err_growth`` × A's)]}``.
-    ``machine``: what to name first in the note of a compared pair that is not ``same``, e.g.
-    ``"machines differ (CPU count)"`` (:func:`machine_note`): a reader should blame the machines
-    before a ``cpu-busy`` flag.
-    """
+    """Compare result documents ``a`` (before) and ``b`` (after) row by row: one record per
+    (scheme, M, K, N) of either file, A's order first, with both medians, ``speedup`` (A / B), both
+    errors and their difference, a ``verdict`` (faster, slower, same, only in A, only in B, not
+    comparable), a ``note`` (why not comparable, or the pair's caveats after ``machine``, the machine
+    difference a reader should blame first), ``regression`` (slower beyond ``threshold``) and
+    ``fails`` (failed in B, missing from B, error grew over ``max_err_growth``)."""
     a, b = ResultDoc.of(a), ResultDoc.of(b)
     rows_a = {r.key: r for r in a.rows}
     rows_b = {r.key: r for r in b.rows}

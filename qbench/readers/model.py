@@ -162,26 +162,11 @@ def _sum(values: list) -> Optional[float]:
 def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
                baseline: str = "bf16", max_rel_err: Optional[float] = None) -> dict:
     """The linear layers of one decode step of ``preset`` per scheme and M, from ``index``
-    (:func:`index_rows`: (scheme, M, K, N) -> :class:`Indexed`).
-
-    Returns ``{"model", "title", "blocks", "method", "baseline", "max_rel_err", "shapes",
-    "missing", "lm_head_included", "ms", "rows", "fastest"}``:
-
-    - ``shapes``: one record per block shape and the LM head: ``{"role": "block" | "lm_head",
-      "names", "k", "n", "count" (per block), "per_step" (count × blocks), "scenario",
-      "measured" (some row has that K, N), "files"}``;
-    - ``missing``: the block shapes no row has (every scheme is then incomplete);
-    - ``lm_head_included``: whether the LM head is summed (some row has its shape; then it is
-      required like a block shape);
-    - ``rows``: per M ascending, the schemes with a step fastest first, then the others in the
-      order first seen: ``{"scheme", "m", "status", "step_us", "hbm_floor_us", "floor_fraction",
-      "stored_bytes", "tokens_per_s", "speedup", "rel_fro_max", "note"}``; ``status`` is ``ok``,
-      ``over error budget`` (``rel_fro_max`` > ``max_rel_err``), ``non-finite outputs``,
-      ``incomplete`` (a shape without an ``ok`` row timed by ``method``; the sums are ``None``)
-      or ``unusable`` (some shape's call cannot be captured in a CUDA graph: :data:`UNUSABLE`);
-      ``speedup`` = ``baseline``'s step / this step at the same M;
-    - ``fastest``: M -> the ``ok`` scheme with the smallest step (``None`` when there is none).
-    """
+    (:func:`index_rows`). Returns the preset's names, ``method``, ``baseline`` and ``max_rel_err``;
+    ``shapes`` (a record per block shape and the LM head: where measured, by which files and
+    scenario), ``missing`` (block shapes no row has), ``lm_head_included``, ``ms``; ``rows`` (per M,
+    the schemes with a step fastest first, then the rest: :func:`_scheme_step`'s records with
+    ``speedup`` over ``baseline``); and ``fastest`` (M -> the fastest ``ok`` scheme or None)."""
     block = [(s, "block", s.count * preset.blocks) for s in preset.block]
     records = [_shape_record(s, role, per, index) for s, role, per in block]
     head = _shape_record(preset.lm_head, "lm_head", preset.lm_head.count, index)
@@ -215,7 +200,10 @@ def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
 
 def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
                  max_rel_err: Optional[float]) -> dict:
-    """One (scheme, M) record of :func:`model_step` (``speedup`` filled in by the caller)."""
+    """One (scheme, M) record of :func:`model_step`: the sums over the used shapes, and ``status``
+    ``ok``, ``over error budget``, ``non-finite outputs``, ``incomplete`` (a shape without an ``ok``
+    row timed by ``method``) or ``unusable`` (a shape a CUDA graph cannot capture); ``speedup`` is
+    filled in by the caller."""
     times, stored, floors, rels, problems, unusable, nonfinite = [], [], [], [], [], [], 0
     for shape, _, per_step in used:
         where = f"{shape.k}→{shape.n}"

@@ -262,20 +262,10 @@ def synthetic_step_warning(rows: Sequence) -> Optional[str]:
 
 
 def render_header(doc: ResultDoc | dict) -> str:
-    """One or two lines describing a result document, plus a warning line when the document
-    says ``complete: false``:
-
-    ``NVIDIA H200 (cuda:0, sm 9.0) | torch 2.11.0+cu130, torchao 0.18.0, bitsandbytes 0.50.2``
-    ``times: stream (graph over weight copies > L2) + CUDA cold, warm, eager, kernel; µs per call, median``
-
-    ``weight: seeded Gaussian N(0, 1/K) (synthetic, seed 0)``
-
-    (a CPU run: ``times: stream (copies > LLC) + cpu; CPU run, no CUDA timings; ...``; a file
-    written before ``stream`` existed: ``times: CUDA cold, warm, eager, kernel; ...``; the weight
-    line: :func:`weight_sources`). The file's strings (device name, versions, weight source) are
-    shown with control characters escaped (:func:`qbench.render.safe.visible`): a file from another
-    machine cannot retitle or clear the terminal, nor add a line.
-    """
+    """The lines that say what a result document's numbers are: the device and library versions,
+    which timing methods and units, the weight (:func:`weight_sources`), and a warning when it says
+    ``complete: false``. The file's strings are shown with control characters escaped
+    (:func:`qbench.render.safe.visible`)."""
     doc = ResultDoc.of(doc)
     env = doc.env
     device = env.device or DASH
