@@ -14,6 +14,7 @@ import io
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from qbench import jobs
@@ -24,8 +25,8 @@ from qbench.row import Row
 
 __all__ = ["ACT_ON", "Command", "DEFAULT_BASELINE", "Refused", "Result", "add_allow_incomplete", "add_baseline",
            "add_budgets", "add_format", "add_max_rel_err", "add_method", "add_wide", "blocking_differences",
-           "check_baseline", "check_budgets", "declared_budgets", "env_of", "fail", "group_results", "incomplete_notes",
-           "job_view", "merge_docs", "one_machine", "one_result", "open_results", "refuse_budgets", "split_runs",
+           "chart_folder", "check_baseline", "check_budgets", "declared_budgets", "env_of", "fail", "group_results", "incomplete_notes",
+           "job_view", "merge_docs", "one_machine", "one_result", "open_results", "refuse_budgets", "refuse_options", "split_runs",
            "timing_differences", "warn_machine_differences"]
 
 
@@ -425,6 +426,30 @@ def incomplete_notes(paths: Sequence[str], docs: Sequence[ResultDoc], noted: boo
         elif warning:
             print(warning, file=sys.stderr)
     return notes
+
+
+def refuse_options(args: argparse.Namespace, names: Sequence[str], why: str) -> None:
+    """Refuse the first option of ``names`` (argparse names) given in ``args`` that a job kind's view
+    does not read: ``why`` with ``{flag}`` replaced by the option (``--by-m``; a path in ``why`` may
+    hold braces, so no str.format)."""
+    for name in names:
+        if getattr(args, name, None):
+            raise Refused(why.replace("{flag}", "--" + name.replace("_", "-")))
+
+
+def chart_folder(out: Path, targets: Sequence[Path], force: bool) -> None:
+    """Refuse a chart path ``out`` whose suffix is not .png, .svg or .pdf, or chart files ``targets``
+    that exist without ``force`` (a chart is never overwritten silently); then make ``out``'s folder."""
+    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not force:
+        raise Refused(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
+                      "pass --force to overwrite")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
 
 
 def refuse_budgets(args: argparse.Namespace) -> None:

@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 from qbench.judge import pareto_front, resolve_method, shape_order
-from qbench.readers.common import Command, Refused, add_method, job_view, open_results
+from qbench.readers.common import Command, Refused, add_method, chart_folder, job_view, open_results
 from qbench.render.styles import _MARKERS, plain, scheme_colour_index, scheme_styles  # noqa: F401
 from qbench.results import ResultDoc
 
@@ -435,20 +435,9 @@ def run_plot(args: argparse.Namespace) -> int:
     method, note = resolve_method(doc, args.method)
     check_drawable(doc, method, args.result)
     out = Path(args.output)
-    suffix = out.suffix.lower()
-    if suffix not in (".png", ".svg", ".pdf"):
-        raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
     pareto_path = out.with_name(f"{out.stem}-pareto{out.suffix}")
-    targets = ([out] if args.what in ("roofline", "both") else []) + \
-              ([pareto_path] if args.what in ("pareto", "both") else [])
-    existing = [str(t) for t in targets if t.exists()]
-    if existing and not getattr(args, "force", False):
-        raise Refused(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
-                      "pass --force to overwrite")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
+    chart_folder(out, ([out] if args.what in ("roofline", "both") else [])
+                 + ([pareto_path] if args.what in ("pareto", "both") else []), getattr(args, "force", False))
     print(f"latency = {method} median" + (f" ({note})" if note else ""))
     for kind, target, draw in (("roofline", out, plot_roofline), ("pareto", pareto_path, plot_pareto)):
         if args.what not in (kind, "both"):

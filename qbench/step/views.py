@@ -18,8 +18,8 @@ from typing import Optional
 
 from qbench import judge
 from qbench.judge import decision_method, incomplete_warning
-from qbench.readers.common import (ACT_ON, Refused, check_baseline, incomplete_notes, one_machine, one_result,
-                                   refuse_budgets)
+from qbench.readers.common import (ACT_ON, Refused, chart_folder, check_baseline, incomplete_notes, one_machine,
+                                   one_result, refuse_budgets, refuse_options)
 from qbench.render import Column, fit, narrow, prose, render, synthetic_step_warning, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us
 from qbench.render.safe import visible
@@ -62,10 +62,8 @@ def report_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
     ``--crossover``, ``--sort`` and ``--method`` read per-layer rows and are refused."""
     result = one_result(paths, docs)
     args.result, doc = result.label, result.doc  # messages name every file
-    for flag, given in (("--crossover", args.crossover), ("--sort", args.sort), ("--method", args.method)):
-        if given:
-            raise Refused(f"{args.result}: a model-step result; {flag} reads per-layer results (qbench model "
-                          "shows the context sweep)")
+    refuse_options(args, ("crossover", "sort", "method"), args.result + ": a model-step result; {flag} reads "
+                   "per-layer results (qbench model shows the context sweep)")
     columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
     if columns:
         try:
@@ -127,10 +125,8 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
     ``--summary``, ``--by-format`` or ``--method``."""
     _one_kind(paths, docs)
     refuse_budgets(args)
-    for flag, given in (("--summary", args.summary), ("--by-format", args.by_format), ("--method", args.method)):
-        if given:
-            raise Refused(f"{flag} reads per-layer files; a model-step file has one view (the fastest step per M "
-                          "and context)")
+    refuse_options(args, ("summary", "by_format", "method"), "{flag} reads per-layer files; a model-step file has "
+                   "one view (the fastest step per M and context)")
     if args.max_rel_err is None:
         raise Refused("--max-rel-err is required (e.g. 0.05: the step's logits error against the FP32 step)")
     picked, records = False, []
@@ -453,12 +449,8 @@ def plot_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
     Pareto charts are the layer job's; ``--what`` and ``--method`` do not apply)."""
     (doc,) = docs
     out = Path(args.output)
-    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
-    if out.exists() and not getattr(args, "force", False):
-        raise Refused(f"{out} already exists; pass --force to overwrite")
+    chart_folder(out, [out], getattr(args, "force", False))
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         print(plot_context(doc, out))
     except OSError as exc:
         raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
