@@ -269,17 +269,7 @@ def _columns(result: dict, wide: bool = True) -> list[Column]:
     scheme, the step, tokens/s, the speed-up as ``×baseline`` (the line above the table defines
     it), the largest per-layer error and the status (:data:`MODEL_WIDE_ONLY` left out)."""
     method, baseline = result["method"], result["baseline"]
-    if not wide:
-        return [
-            Column("m", "M", lambda r: r["m"], str, True),
-            Column("scheme", "scheme", lambda r: r["scheme"]),
-            Column("step_us", f"step µs ({method})", lambda r: r["step_us"], fmt_us, True),
-            Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-            Column("speedup", f"×{baseline}", lambda r: r["speedup"], fmt_ratio, True),
-            Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
-            Column("step_status", "status", lambda r: r["status"]),  # not "status": footnotes read Rows
-        ]
-    return [
+    cols = [
         Column("m", "M", lambda r: r["m"], str, True),
         Column("scheme", "scheme", lambda r: r["scheme"]),
         Column("step_us", f"step µs ({method})", lambda r: r["step_us"], fmt_us, True),
@@ -288,12 +278,15 @@ def _columns(result: dict, wide: bool = True) -> list[Column]:
                else 100 * r["floor_fraction"], fmt_pct, True),
         Column("stored_gib", "stored GiB", lambda r: None if r["stored_bytes"] is None
                else r["stored_bytes"] * _GIB, fmt_num(".2f"), True),
-        Column("tokens_per_s", "tokens/s (linear only)", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-        Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", lambda r: r["speedup"],
-               fmt_ratio, True),
+        Column("tokens_per_s", "tokens/s (linear only)" if wide else "tokens/s", lambda r: r["tokens_per_s"],
+               fmt_num(".0f"), True),
+        Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)" if wide else f"×{baseline}",
+               lambda r: r["speedup"], fmt_ratio, True),
         Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
-        Column("note", "note", lambda r: r["note"]),
+        # the narrow table's status in a word (not "status": footnotes read Rows); --wide: the note
+        Column("note", "note", lambda r: r["note"]) if wide else Column("step_status", "status", lambda r: r["status"]),
     ]
+    return cols if wide else [c for c in cols if c.key not in MODEL_WIDE_ONLY]
 
 
 def describe(result: dict) -> list[str]:
