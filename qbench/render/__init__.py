@@ -18,15 +18,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from tabulate import tabulate_formats
 
-from qbench.render.columns import (
-    COLUMNS,
-    DASH,
-    NARROW_HEADERS,
-    Column,
-    UnknownColumnError,
-    default_columns,
-    resolve_columns,
-)
+from qbench.render.columns import (COLUMNS, DASH, NARROW_HEADERS, Column, UnknownColumnError, default_columns,
+                                   resolve_columns)
 from qbench.render.csv import render_csv
 from qbench.render.json import render_json
 from qbench.render.safe import visible
@@ -36,28 +29,9 @@ from qbench.results import Env, ResultDoc
 from qbench.row import Row
 from qbench.timing import registry
 
-__all__ = [
-    "COLUMNS",
-    "DASH",
-    "FORMATS",
-    "MARKDOWN_FORMATS",
-    "MARKUP_FORMATS",
-    "TABLE_WIDTH",
-    "Column",
-    "UnknownColumnError",
-    "UnknownFormatError",
-    "check_format",
-    "default_columns",
-    "fit",
-    "prose",
-    "narrow",
-    "render",
-    "render_header",
-    "synthetic_step_warning",
-    "synthetic_weights",
-    "weight_sources",
-    "wants_prose",
-]
+__all__ = ["COLUMNS", "DASH", "FORMATS", "MARKDOWN_FORMATS", "MARKUP_FORMATS", "TABLE_WIDTH", "Column",
+           "UnknownColumnError", "UnknownFormatError", "check_format", "default_columns", "fit", "prose", "narrow",
+           "render", "render_header", "synthetic_step_warning", "synthetic_weights", "weight_sources", "wants_prose"]
 
 Renderer = Callable[[Sequence[Any], Sequence[Column]], str]
 
