@@ -74,7 +74,7 @@ class Command:
 
         While it runs, stdout and stderr are :class:`qbench.render.safe.TerminalStream`: a prose
         line that quotes a result file's string (a scheme label, a reason, a device name) emits
-        no control character but its own newlines and tabs (break review 2026-12-01, #16)."""
+        no control character but its own newlines and tabs."""
         from qbench.render import MARKDOWN_FORMATS, split_markdown
         from qbench.render.safe import TerminalStream
 
@@ -165,21 +165,12 @@ def check_max_rel_err(value: Optional[float]) -> None:
 
 def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn",
                  refusal: str = "", command: str = "") -> list[ResultDoc]:
-    """Read every file of ``paths`` (:func:`qbench.results.read_results`), in order.
-
-    A result of a job kind other than the layer's (:attr:`qbench.results.ResultDoc.job`) is refused
-    unless its job record offers a view for ``command`` (:func:`job_view`): one line naming the file
-    and the readers that take it (the record's ``refusal``).
-
-    ``incomplete`` says what happens to a file marked ``"complete": false``, after every file was
-    read: ``warn`` prints :func:`qbench.judge.incomplete_warning` on stderr, ``refuse`` raises
-    :class:`Refused` with ``"<path> <refusal>"`` (files before it have been warned about), ``keep``
-    says nothing (the reader does).
-
-    Raises:
-        Refused: a file cannot be read or is not a qbench result (the message names it), a result
-            of a kind without a ``command`` view, or an incomplete file with ``incomplete="refuse"``.
-    """
+    """Read every file of ``paths`` in order (:func:`qbench.results.read_results`; an unreadable one
+    is refused, named). A result of a job kind other than the layer's is refused unless its record
+    offers a view for ``command`` (:func:`job_view`), in one line naming the readers that take it. A
+    file marked ``"complete": false``: ``incomplete="warn"`` prints
+    :func:`qbench.judge.incomplete_warning` on stderr, ``"refuse"`` raises :class:`Refused` with
+    ``"<path> <refusal>"``, ``"keep"`` says nothing (the reader does)."""
     try:
         docs = [read_results(path) for path in paths]
     except ResultsError as exc:

@@ -48,7 +48,7 @@ def points(doc: ResultDoc | dict, method: str) -> list[dict]:
 
 
 #: The largest magnitude :func:`check_drawable` lets through: the axis limits (a value times 3) and
-#: the ceiling lines (an AI times a bandwidth) stay finite (break review 2026-12-01, #20).
+#: the ceiling lines (an AI times a bandwidth) stay finite.
 DRAWABLE_MAX = 1e100
 
 

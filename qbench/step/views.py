@@ -113,16 +113,10 @@ def _recommend_columns(baseline: str, wide: bool = True) -> list[Column]:
 
 
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench recommend STEP.json --max-rel-err X``: per file, per M and context, the fastest
-    measured decode step among the schemes whose logits error against the FP32 step
-    (``error.rel_fro``) is at most X, each timed by its decision method
-    (:data:`qbench.step.view.DECISION_ORDER`, named in the output), with its speed-up over
-    ``--baseline`` (:func:`qbench.step.view.recommend`); steps tied with the fastest within noise
-    (p10-p90 overlap) are named under the table with their ``throttled``/``noisy`` flags, and the
-    pick among them is the scheme of the smaller context, else the lower logits error, then the
-    fewer bytes. Returns 0 when some (M, context) has a
-    pick, else 1; raises :class:`~qbench.readers.common.Refused` for layer and step files mixed,
-    ``--summary``, ``--by-format`` or ``--method``."""
+    """``qbench recommend STEP.json --max-rel-err X``: per file, per M and context, the pick of
+    :func:`qbench.step.view.recommend` among the schemes whose logits error is at most X, with its
+    speed-up over ``--baseline`` and the notes on ties, flags and schemes not timed; several files
+    also say whether the picks hold across them. Returns 0 when some (M, context) has a pick, else 1."""
     _one_kind(paths, docs)
     refuse_budgets(args)
     refuse_options(args, ("summary", "by_format", "method"), "{flag} reads per-layer files; a model-step file has "
@@ -281,15 +275,11 @@ def disagreements(records: list[dict]) -> list[dict]:
 
 
 def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` (the rows of the
-    model-step files whose ``model`` is ``NAME``) beside the linear-only prediction (Σ linear, the
-    per-layer ``stream`` sum measured in the same run) and the end-to-end speed-up over
-    ``--baseline`` per step method (:func:`qbench.step.view.speedups`; a compiled scheme against
-    the baseline's compiled form), then one context-sweep line per scheme and M: the context at
-    which it stops beating the baseline (:func:`qbench.step.view.breakeven`). ``--max-rel-err``
-    marks schemes whose logits error is over it. Returns 0 when some scheme has a measured step,
-    else 1; raises :class:`~qbench.readers.common.Refused` (a file of another model, files of
-    several machines, a row that two files both hold, files of another kind, ``--method``)."""
+    """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` beside Σ linear (the
+    layer view's prediction, measured in the same run) and the speed-up over ``--baseline`` per step
+    method, then where each scheme stops beating the baseline as the context grows
+    (:func:`qbench.step.view.sweep`); ``--max-rel-err`` marks schemes over it. Returns 0 when some
+    scheme has a measured step, else 1."""
     _one_kind(paths, docs)
     if args.method is not None:
         raise Refused("--method reads per-layer files; a model-step file's step methods are all shown")
