@@ -17,7 +17,7 @@ from qbench.readers.common import (Command, Refused, add_format, add_method, add
                                    group_results, open_results, timing_differences)
 from qbench.render import TABLE_WIDTH, Column, check_format, narrow, prose, render, wants_prose
 from qbench.render.table import rest_width
-from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
+from qbench.render.columns import COLUMNS, fmt_num, fmt_us, shown
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row, Stats
@@ -118,12 +118,6 @@ def _columns(method: str, wide: bool = True) -> list[Column]:
     columns under short headers (``A µs``, ``B µs``, ``speed-up``, ``Δ err``: the line under the
     table names the method and defines the speed-up), the note wrapping within its cell (the
     width is set by :func:`render_compare`)."""
-    def speedup_show(v):
-        return DASH if v is None else f"{v:.3f}×"
-
-    def diff_show(v):
-        return DASH if v is None else f"{v:+.2g}"
-
     def verdict_cell(r):
         v = r["verdict"]
         return f"{v} !" if r["regression"] else v
@@ -133,8 +127,10 @@ def _columns(method: str, wide: bool = True) -> list[Column]:
         Column("m", "M", lambda r: r["m"], fmt_num("d"), True),
         Column("a_us", f"A {method} µs" if wide else "A µs", lambda r: r["a_us"], fmt_us, True),
         Column("b_us", f"B {method} µs" if wide else "B µs", lambda r: r["b_us"], fmt_us, True),
-        Column("speedup", "speed-up vs A (A/B)" if wide else "speed-up", lambda r: r["speedup"], speedup_show, True),
-        Column("rel_fro_diff", "Δ rel err" if wide else "Δ err", lambda r: r["rel_fro_diff"], diff_show, True),
+        Column("speedup", "speed-up vs A (A/B)" if wide else "speed-up", lambda r: r["speedup"],
+               lambda v: shown(v, "{:.3f}×"), True),
+        Column("rel_fro_diff", "Δ rel err" if wide else "Δ err", lambda r: r["rel_fro_diff"],
+               lambda v: shown(v, "{:+.2g}"), True),
         Column("verdict", "verdict", lambda r: r["verdict"], cell_override=verdict_cell),
         Column("note", "note", lambda r: r["note"]),
     ]
