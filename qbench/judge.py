@@ -24,41 +24,12 @@ from qbench.row import NOISY_CV, Repeats, Row, Stats, is_noisy_cv  # noqa: F401 
 from qbench.timing import registry
 from qbench.timing.stats import verdict  # noqa: F401  (the rule lives with the statistics; readers import it here)
 
-__all__ = [
-    "CAPTURE_KINDS",
-    "CPU_METHOD",
-    "DECISION_METHOD",
-    "FALLBACK_METHODS",
-    "METHOD_CHOICES",
-    "NOISY_CV",
-    "PARETO_KEYS",
-    "STORED_BYTES_RTOL",
-    "UNUSABLE",
-    "Budget",
-    "budget_flags",
-    "capture_failure",
-    "combine_repeats",
-    "combine_rows",
-    "common_method",
-    "decision_method",
-    "decision_stats",
-    "incomplete_warning",
-    "is_noisy",
-    "machine_of",
-    "methods_present",
-    "pareto_front",
-    "pick_stability",
-    "pick_within_noise",
-    "resolve_method",
-    "row_caveats",
-    "shape_order",
-    "HOST_CLOCK_METHOD",
-    "by_shape",
-    "tied",
-    "unusable_note",
-    "verdict",
-    "within_noise",
-]
+__all__ = ["CAPTURE_KINDS", "CPU_METHOD", "DECISION_METHOD", "FALLBACK_METHODS", "METHOD_CHOICES", "NOISY_CV",
+           "PARETO_KEYS", "STORED_BYTES_RTOL", "UNUSABLE", "Budget", "budget_flags", "capture_failure",
+           "combine_repeats", "combine_rows", "common_method", "decision_method", "decision_stats",
+           "incomplete_warning", "is_noisy", "machine_of", "methods_present", "pareto_front", "pick_stability",
+           "pick_within_noise", "resolve_method", "row_caveats", "shape_order", "HOST_CLOCK_METHOD", "by_shape",
+           "unusable_note", "verdict", "within_noise"]
 
 #: The CPU method every CPU row has (CPU rows may also have ``stream``).
 CPU_METHOD = registry.CPU_METHOD
@@ -203,14 +174,6 @@ def tie_note(ra: Row, rb: Row, method: str) -> Optional[str]:
 
 
 T = TypeVar("T")
-
-
-def tied(candidates: Sequence[T], best: T, reading: Callable[[T], Optional[Stats]] = decision_stats) -> list[T]:
-    """The items of ``candidates`` (``best`` itself excluded) whose ``reading`` is the same as
-    ``best``'s within noise: :func:`verdict` says ``same`` (their p10-p90 intervals overlap). By
-    default each row by its own :func:`decision_method`; an item without a reading is never tied.
-    Order kept."""
-    return [c for c in candidates if c is not best and within_noise(best, c, reading)]
 
 
 def within_noise(a: T, b: T, reading: Callable[[T], Optional[Stats]] = decision_stats) -> bool:

@@ -13,7 +13,7 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from qbench.judge import Budget, incomplete_warning
-from qbench.readers.common import Refused
+from qbench.readers.common import Refused, refuse_options
 from qbench.quality.row import QualityRow
 from qbench.render import DATA_FORMATS, Column, narrow, prose, render, wants_prose
 from qbench.render.columns import DASH, fmt_num
@@ -213,9 +213,8 @@ def sayer(args: argparse.Namespace) -> Callable[[str], None]:
 def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     """``qbench report QUALITY.json``: the quality table of each file; ``--columns`` picks the
     catalogue's columns (:data:`CATALOGUE`); the layer table's options that read other rows are refused."""
-    for flag in ("crossover", "sort", "method", "by_m"):
-        if getattr(args, flag, None):
-            raise Refused(f"{paths[0]}: a quality result; --{flag.replace('_', '-')} reads per-layer results")
+    refuse_options(args, ("crossover", "sort", "method", "by_m"), paths[0] + ": a quality result; {flag} reads "
+                   "per-layer results")
     keys = [c.strip() for c in (getattr(args, "columns", None) or "").split(",") if c.strip()]
     try:
         columns_of(keys)

@@ -14,18 +14,20 @@ import io
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from qbench import jobs
-from qbench.judge import DECISION_METHOD, METHOD_CHOICES, combine_rows, incomplete_warning
+from qbench.judge import DECISION_METHOD, METHOD_CHOICES, budget_flags, combine_rows, incomplete_warning
 from qbench.hardware import machine_differences
 from qbench.results import ResultDoc, ResultsError, read_results
 from qbench.row import Row
 
-__all__ = ["Command", "Refused", "Result", "add_allow_incomplete", "add_budgets", "check_budgets", "declared_budgets", "group_results", "merge_docs",
-           "split_runs", "add_baseline", "check_baseline", "DEFAULT_BASELINE", "add_format", "add_max_rel_err",
-           "add_method", "add_wide", "blocking_differences", "env_of", "fail", "job_view", "one_result", "open_results",
-           "timing_differences"]
+__all__ = ["ACT_ON", "Command", "DEFAULT_BASELINE", "Refused", "Result", "add_allow_incomplete", "add_baseline",
+           "add_budgets", "add_format", "add_max_rel_err", "add_method", "add_wide", "blocking_differences",
+           "chart_folder", "check_baseline", "check_budgets", "declared_budgets", "env_of", "fail", "group_results", "incomplete_notes",
+           "job_view", "merge_docs", "one_machine", "one_result", "open_results", "refuse_budgets", "refuse_options", "split_runs",
+           "timing_differences", "warn_machine_differences"]
 
 
 class Refused(Exception):
@@ -72,7 +74,7 @@ class Command:
 
         While it runs, stdout and stderr are :class:`qbench.render.safe.TerminalStream`: a prose
         line that quotes a result file's string (a scheme label, a reason, a device name) emits
-        no control character but its own newlines and tabs (break review 2026-12-01, #16)."""
+        no control character but its own newlines and tabs."""
         from qbench.render import MARKDOWN_FORMATS, split_markdown
         from qbench.render.safe import TerminalStream
 
@@ -163,21 +165,12 @@ def check_max_rel_err(value: Optional[float]) -> None:
 
 def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn",
                  refusal: str = "", command: str = "") -> list[ResultDoc]:
-    """Read every file of ``paths`` (:func:`qbench.results.read_results`), in order.
-
-    A result of a job kind other than the layer's (:attr:`qbench.results.ResultDoc.job`) is refused
-    unless its job record offers a view for ``command`` (:func:`job_view`): one line naming the file
-    and the readers that take it (the record's ``refusal``).
-
-    ``incomplete`` says what happens to a file marked ``"complete": false``, after every file was
-    read: ``warn`` prints :func:`qbench.judge.incomplete_warning` on stderr, ``refuse`` raises
-    :class:`Refused` with ``"<path> <refusal>"`` (files before it have been warned about), ``keep``
-    says nothing (the reader does).
-
-    Raises:
-        Refused: a file cannot be read or is not a qbench result (the message names it), a result
-            of a kind without a ``command`` view, or an incomplete file with ``incomplete="refuse"``.
-    """
+    """Read every file of ``paths`` in order (:func:`qbench.results.read_results`; an unreadable one
+    is refused, named). A result of a job kind other than the layer's is refused unless its record
+    offers a view for ``command`` (:func:`job_view`), in one line naming the readers that take it. A
+    file marked ``"complete": false``: ``incomplete="warn"`` prints
+    :func:`qbench.judge.incomplete_warning` on stderr, ``"refuse"`` raises :class:`Refused` with
+    ``"<path> <refusal>"``, ``"keep"`` says nothing (the reader does)."""
     try:
         docs = [read_results(path) for path in paths]
     except ResultsError as exc:
@@ -402,6 +395,59 @@ def env_of(doc: ResultDoc) -> dict:
 ACT_ON = ("which answer to act on: the measured step decides a model (a [model] scenario: it includes attention, "
           "the KV cache and the gaps between kernels); the layer view (qbench recommend on one layer's file) decides "
           "a kernel for that layer; Σ linear, the sum of per-layer times, only predicts the step")
+
+
+def one_machine(paths: Sequence[str], docs: Sequence[ResultDoc], why: str = "") -> None:
+    """Refuse files measured on different machines (``why``: what the view adds up, after the
+    list), then :func:`warn_machine_differences` among the rest: a model step's times come from one machine."""
+    if len({doc.machine for doc in docs}) > 1:
+        raise Refused("the files were measured on different machines ("
+                      + "; ".join(f"{p}: {d.machine}" for p, d in zip(paths, docs)) + ")" + why)
+    warn_machine_differences(list(paths), list(docs))
+
+
+def incomplete_notes(paths: Sequence[str], docs: Sequence[ResultDoc], noted: bool) -> list[str]:
+    """A note per file marked incomplete when ``noted`` (``--allow-incomplete`` and an output with
+    room for notes); otherwise its warning goes to stderr and no note is made."""
+    notes = []
+    for path, doc in zip(paths, docs):
+        warning = incomplete_warning(doc, path)
+        if warning and noted:
+            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.rows)} rows), read with --allow-incomplete")
+        elif warning:
+            print(warning, file=sys.stderr)
+    return notes
+
+
+def refuse_options(args: argparse.Namespace, names: Sequence[str], why: str) -> None:
+    """Refuse the first option of ``names`` (argparse names) given in ``args`` that a job kind's view
+    does not read: ``why`` with ``{flag}`` replaced by the option (``--by-m``; a path in ``why`` may
+    hold braces, so no str.format)."""
+    for name in names:
+        if getattr(args, name, None):
+            raise Refused(why.replace("{flag}", "--" + name.replace("_", "-")))
+
+
+def chart_folder(out: Path, targets: Sequence[Path], force: bool) -> None:
+    """Refuse a chart path ``out`` whose suffix is not .png, .svg or .pdf, or chart files ``targets``
+    that exist without ``force`` (a chart is never overwritten silently); then make ``out``'s folder."""
+    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not force:
+        raise Refused(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
+                      "pass --force to overwrite")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
+
+
+def refuse_budgets(args: argparse.Namespace) -> None:
+    """Refuse quality budgets (:func:`check_budgets`) given without a quality file."""
+    if check_budgets(args):
+        raise Refused(f"{budget_flags(declared_budgets())} are budgets on a quality result (qbench run of a "
+                      "[quality] scenario): give its file beside the step file")
 
 
 def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[str]:

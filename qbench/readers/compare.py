@@ -1,37 +1,11 @@
 """``qbench compare A.json B.json``: did B get faster or slower than A, row by row?
 
-Rows are matched by (scheme, M, K, N). For each pair: B's speed-up over A, A's median / B's of
-the chosen method (> 1: B is faster; qbench's one ratio convention, speed-up = baseline time /
-scheme time, with A as the baseline), the change in relative Frobenius error (B - A), and a
-verdict. Like NVBench's compare, the runs' own noise is the threshold: when the [p10, p90]
-intervals of A and B overlap the verdict is ``same``; otherwise ``faster`` or ``slower`` by the
-medians. Rows in only one file are listed as ``only in A`` / ``only in B``; rows not timed in
-either file get ``not comparable``.
-
-Without ``--method`` both files are read by ``stream`` (the decision method); a file without any
-stream time (written before it existed) falls back to ``cold`` (or ``cpu``), and when the two
-files then resolve to different methods the first of stream, cold, cpu that both have is used,
-said in the output.
-
-Several files per side: ``qbench compare --a A1.json A2.json --b B.json`` reads each side's files
-as one result (a run completed by ``--schemes``/``--resume`` in a second file, or independent runs:
-:func:`qbench.readers.common.group_results`); each side must be files of one scenario and machine.
-The two-positional form ``qbench compare A.json B.json`` is one file per side.
-
-Machines: the two sides' ``env`` are compared (:func:`qbench.hardware.machine_differences`). A
-different device, GPU, compute capability, torch CPU capability or CPU instruction set is refused
-(exit 2, one line; ``--allow-other-machine`` compares anyway, with a warning): the timings would
-compare kernels, not schemes. Other differences (CPU count, threads, caches; for two CUDA runs only
-the GPU's facts count: :func:`qbench.readers.common.timing_differences`) are warned about, and a
-compared row's note names the machine difference before any ``cpu-busy`` flag.
-
-Exit status: 1 when the compare fails: some row is ``slower`` and B's median exceeds A's by more
-than the factor ``--threshold`` (default 1.05: B takes over 1.05× A's time, a speed-up below
-1/1.05 = 0.952×), or a scheme ``ok`` in A failed or was skipped in B, or is missing from B (``only
-in A``), or its relative error grew beyond ``--max-err-growth`` (default 2: B's ``error.rel_fro``
-more than 2× A's); else 0; 2 on bad input (unreadable file, unknown format, a ``--threshold`` or
-``--max-err-growth`` not > 0, no row in common, files of several scenarios on one side, machines
-that differ without ``--allow-other-machine``).
+Rows are matched by (scheme, M, K, N): B's speed-up over A (A's median / B's), the change in
+rel_fro (B - A), and a verdict by the runs' own noise (``same`` when the [p10, p90] intervals
+overlap, as NVBench's compare). ``--a A1.json A2.json --b B.json`` reads each side's files as one
+result (:func:`qbench.readers.common.group_results`). Machines that differ in what runs the kernels
+(device, GPU, CPU instruction set) are refused unless ``--allow-other-machine``; smaller
+differences are warned about (:func:`qbench.readers.common.timing_differences`).
 """
 
 from __future__ import annotations
@@ -43,7 +17,7 @@ from qbench.readers.common import (Command, Refused, add_format, add_method, add
                                    group_results, open_results, timing_differences)
 from qbench.render import TABLE_WIDTH, Column, check_format, narrow, prose, render, wants_prose
 from qbench.render.table import rest_width
-from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_us
+from qbench.render.columns import COLUMNS, fmt_num, fmt_us, shown
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row, Stats
@@ -53,21 +27,12 @@ __all__ = ["COMMAND", "caveats", "machine_note", "compare_docs", "render_compare
 
 def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISION_METHOD,
                  threshold: float = 1.05, max_err_growth: float = 2.0, machine: str | None = None) -> list[dict]:
-    """Compare result documents ``a`` (before) and ``b`` (after) row by row.
-
-    Returns one record per (scheme, m, k, n) in either file, A's order first then B-only rows:
-    ``{"scheme", "m", "k", "n", "a_us", "b_us" (medians, µs, or None), "speedup" (a/b: > 1 when B
-    is faster; or None),
-    "a_rel_fro", "b_rel_fro", "rel_fro_diff" (b - a or None), "verdict" ("faster" | "slower" |
-    "same" | "only in A" | "only in B" | "not comparable"), "note" (why not comparable; for a
-    compared pair :func:`caveats`: flags and noise; or None),
-    "regression" (verdict slower and b > threshold × a, i.e. speedup < 1/threshold),
-    "fails": [why the row fails the compare: ``"failed in B"`` (ok in A, failed or skipped in B),
-    ``"missing from B"``, ``"error grew 10.0×"`` (B's rel_fro over ``max_err_growth`` × A's)]}``.
-    ``machine``: what to name first in the note of a compared pair that is not ``same``, e.g.
-    ``"machines differ (CPU count)"`` (:func:`machine_note`): a reader should blame the machines
-    before a ``cpu-busy`` flag.
-    """
+    """Compare result documents ``a`` (before) and ``b`` (after) row by row: one record per
+    (scheme, M, K, N) of either file, A's order first, with both medians, ``speedup`` (A / B), both
+    errors and their difference, a ``verdict`` (faster, slower, same, only in A, only in B, not
+    comparable), a ``note`` (why not comparable, or the pair's caveats after ``machine``, the machine
+    difference a reader should blame first), ``regression`` (slower beyond ``threshold``) and
+    ``fails`` (failed in B, missing from B, error grew over ``max_err_growth``)."""
     a, b = ResultDoc.of(a), ResultDoc.of(b)
     rows_a = {r.key: r for r in a.rows}
     rows_b = {r.key: r for r in b.rows}
@@ -153,12 +118,6 @@ def _columns(method: str, wide: bool = True) -> list[Column]:
     columns under short headers (``A µs``, ``B µs``, ``speed-up``, ``Δ err``: the line under the
     table names the method and defines the speed-up), the note wrapping within its cell (the
     width is set by :func:`render_compare`)."""
-    def speedup_show(v):
-        return DASH if v is None else f"{v:.3f}×"
-
-    def diff_show(v):
-        return DASH if v is None else f"{v:+.2g}"
-
     def verdict_cell(r):
         v = r["verdict"]
         return f"{v} !" if r["regression"] else v
@@ -168,8 +127,10 @@ def _columns(method: str, wide: bool = True) -> list[Column]:
         Column("m", "M", lambda r: r["m"], fmt_num("d"), True),
         Column("a_us", f"A {method} µs" if wide else "A µs", lambda r: r["a_us"], fmt_us, True),
         Column("b_us", f"B {method} µs" if wide else "B µs", lambda r: r["b_us"], fmt_us, True),
-        Column("speedup", "speed-up vs A (A/B)" if wide else "speed-up", lambda r: r["speedup"], speedup_show, True),
-        Column("rel_fro_diff", "Δ rel err" if wide else "Δ err", lambda r: r["rel_fro_diff"], diff_show, True),
+        Column("speedup", "speed-up vs A (A/B)" if wide else "speed-up", lambda r: r["speedup"],
+               lambda v: shown(v, "{:.3f}×"), True),
+        Column("rel_fro_diff", "Δ rel err" if wide else "Δ err", lambda r: r["rel_fro_diff"],
+               lambda v: shown(v, "{:+.2g}"), True),
         Column("verdict", "verdict", lambda r: r["verdict"], cell_override=verdict_cell),
         Column("note", "note", lambda r: r["note"]),
     ]

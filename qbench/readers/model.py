@@ -1,36 +1,17 @@
 """``qbench model NAME RESULT.json...``: the linear layers of one decode step of a model, from
 per-layer results.
 
-A model preset (:data:`PRESETS`) lists the linear shapes of one decoder block with how many of
-each a block has, the number of blocks, and the LM head. For every scheme and M the step is
+A model preset (:data:`PRESETS`) lists the linear shapes of one decoder block, how many of each a
+block has, the number of blocks and the LM head. Per scheme and M, over the shapes:
 
-    step µs    = Σ over the shapes of count × blocks × (the row's ``stream`` median)
-                 + the LM head's median (when a file has its shape)
-    stored     = Σ count × blocks × stored bytes (+ the LM head's)
-    HBM floor  = Σ count × blocks × the row's ``hbm_floor_us`` (stored bytes / the file's measured
-                 bandwidth, ``ceilings.measured.memory_gbps``, for a row without one)
-    tokens/s   = M / step (of the linear layers only)
-    speed-up   = bf16's step / this step, at the same M (> 1: faster than bf16; qbench's one ratio
-                 convention, baseline time / scheme time)
+    step µs    = Σ count × blocks × the row's ``stream`` median (+ the LM head's, when measured)
+    stored     = Σ count × blocks × stored bytes
+    HBM floor  = Σ count × blocks × the row's HBM floor (:func:`row_floor_us`)
+    tokens/s   = M / step;  speed-up = baseline's step / this step
 
-``stream`` is a CUDA graph over distinct weight copies (weights from HBM, no launch gaps), so the
-per-layer times add up the way the layers of a graph-captured step do. **Attention (scores,
-softmax, RoPE), the KV cache, norms, embeddings and sampling are not included**, and the output
-says so: the step is a floor for the linear layers' share of a decode step, not a model's
-latency. A scheme without a row, or with a skipped or failed row, at any of the shapes is
-``incomplete`` and is not summed; a scheme whose rows have no ``stream`` time because the call
-cannot be captured in a CUDA graph (a host sync) is ``unusable in a graph-captured decode loop``.
-The LM head (e.g. 4096 → 128256) is rarely measured: when no file has its shape it is left out of
-every sum and the output says so and names the scenario that measures it.
-
-When several files hold the same (scheme, M, K, N) the first file given wins (a note names the
-others). The pure functions (:func:`index_rows`, :func:`model_step`) take row dicts; the
-subcommand reads the files and renders.
-
-Exit status: 0 when some scheme has a complete step at some M; 1 when none does (a block shape
-that no file measures: the command names each missing shape and the scenario that measures it,
-on stderr); 2 on bad input (an unknown model, an unreadable file, an unknown format, files that
-resolve to different timing methods, a negative ``--max-rel-err``).
+``stream`` times add up the way the layers of a graph-captured step do; attention, the KV cache,
+norms, embeddings and sampling are not included, and the output says so. A scheme missing a shape
+is ``incomplete``; one whose call cannot be graph-captured is ``unusable``.
 """
 
 from __future__ import annotations
@@ -41,10 +22,10 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, incomplete_warning, resolve_method, unusable_note
+from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, resolve_method, unusable_note
 from qbench.readers.common import (ACT_ON, Command, Refused, add_allow_incomplete, add_baseline, add_format,
-                                   add_max_rel_err, add_method, add_wide, check_baseline, check_max_rel_err, job_view,
-                                   open_results, warn_machine_differences)
+                                   add_max_rel_err, add_method, add_wide, check_baseline, check_max_rel_err,
+                                   incomplete_notes, job_view, one_machine, open_results)
 from qbench.render import Column, check_format, fit, narrow, render, synthetic_weights, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us
 from qbench.render.safe import visible
@@ -93,26 +74,22 @@ class ModelPreset:
     source: str
 
 
-def _layer_llama(name: str, title: str, blocks: int, hidden: int, kv: int, ffn: int, vocab: int,
-           prefix: str, source: str) -> ModelPreset:
-    """A Llama-architecture preset: q/o hidden→hidden, k/v hidden→kv (KV heads × head dim),
-    gate/up hidden→ffn, down ffn→hidden, LM head hidden→vocab (untied)."""
+def _of_step(name: str, prefix: str) -> ModelPreset:
+    """The layer view of a Llama-architecture preset of :data:`qbench.model.config.PRESETS` (one
+    table for both): q/o hidden→hidden, k/v hidden→KV heads × head dim, gate/up hidden→ffn, down
+    ffn→hidden, LM head hidden→vocab (untied); ``prefix`` names the scenarios that measure them."""
+    c = STEP_PRESETS[name]
+    hidden, kv = c.hidden, c.kv_heads * c.head_dim
     return ModelPreset(
-        name=name, title=title, blocks=blocks, source=source,
+        name=c.name, title=c.title, blocks=c.blocks,
+        source=f"hidden {hidden}, {c.heads} heads, {c.kv_heads} KV heads of {c.head_dim}, FFN {c.ffn}, "
+               f"vocab {c.vocab}, {c.blocks} layers",
         block=(LinearShape("q_proj, o_proj", hidden, hidden, 2, f"scenarios/{prefix}_q_o.toml"),
                LinearShape("k_proj, v_proj", hidden, kv, 2, f"scenarios/{prefix}_k_v.toml"),
-               LinearShape("gate_proj, up_proj", hidden, ffn, 2, f"scenarios/{prefix}_gate_up.toml"),
-               LinearShape("down_proj", ffn, hidden, 1, f"scenarios/{prefix}_down.toml")),
-        lm_head=LinearShape("lm_head", hidden, vocab, 1, f"scenarios/{prefix}_lm_head.toml"),
+               LinearShape("gate_proj, up_proj", hidden, c.ffn, 2, f"scenarios/{prefix}_gate_up.toml"),
+               LinearShape("down_proj", c.ffn, hidden, 1, f"scenarios/{prefix}_down.toml")),
+        lm_head=LinearShape("lm_head", hidden, c.vocab, 1, f"scenarios/{prefix}_lm_head.toml"),
     )
-
-
-def _of_step(name: str, prefix: str) -> ModelPreset:
-    """The layer view of a model preset of :data:`qbench.model.config.PRESETS` (one table for both)."""
-    c = STEP_PRESETS[name]
-    return _layer_llama(c.name, c.title, c.blocks, c.hidden, c.kv_heads * c.head_dim, c.ffn, c.vocab, prefix,
-                        f"hidden {c.hidden}, {c.heads} heads, {c.kv_heads} KV heads of {c.head_dim}, FFN {c.ffn}, "
-                        f"vocab {c.vocab}, {c.blocks} layers")
 
 
 #: The model presets, by the name ``qbench model`` takes: the shapes of the model library's presets
@@ -185,26 +162,11 @@ def _sum(values: list) -> Optional[float]:
 def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
                baseline: str = "bf16", max_rel_err: Optional[float] = None) -> dict:
     """The linear layers of one decode step of ``preset`` per scheme and M, from ``index``
-    (:func:`index_rows`: (scheme, M, K, N) -> :class:`Indexed`).
-
-    Returns ``{"model", "title", "blocks", "method", "baseline", "max_rel_err", "shapes",
-    "missing", "lm_head_included", "ms", "rows", "fastest"}``:
-
-    - ``shapes``: one record per block shape and the LM head: ``{"role": "block" | "lm_head",
-      "names", "k", "n", "count" (per block), "per_step" (count × blocks), "scenario",
-      "measured" (some row has that K, N), "files"}``;
-    - ``missing``: the block shapes no row has (every scheme is then incomplete);
-    - ``lm_head_included``: whether the LM head is summed (some row has its shape; then it is
-      required like a block shape);
-    - ``rows``: per M ascending, the schemes with a step fastest first, then the others in the
-      order first seen: ``{"scheme", "m", "status", "step_us", "hbm_floor_us", "floor_fraction",
-      "stored_bytes", "tokens_per_s", "speedup", "rel_fro_max", "note"}``; ``status`` is ``ok``,
-      ``over error budget`` (``rel_fro_max`` > ``max_rel_err``), ``non-finite outputs``,
-      ``incomplete`` (a shape without an ``ok`` row timed by ``method``; the sums are ``None``)
-      or ``unusable`` (some shape's call cannot be captured in a CUDA graph: :data:`UNUSABLE`);
-      ``speedup`` = ``baseline``'s step / this step at the same M;
-    - ``fastest``: M -> the ``ok`` scheme with the smallest step (``None`` when there is none).
-    """
+    (:func:`index_rows`). Returns the preset's names, ``method``, ``baseline`` and ``max_rel_err``;
+    ``shapes`` (a record per block shape and the LM head: where measured, by which files and
+    scenario), ``missing`` (block shapes no row has), ``lm_head_included``, ``ms``; ``rows`` (per M,
+    the schemes with a step fastest first, then the rest: :func:`_scheme_step`'s records with
+    ``speedup`` over ``baseline``); and ``fastest`` (M -> the fastest ``ok`` scheme or None)."""
     block = [(s, "block", s.count * preset.blocks) for s in preset.block]
     records = [_shape_record(s, role, per, index) for s, role, per in block]
     head = _shape_record(preset.lm_head, "lm_head", preset.lm_head.count, index)
@@ -238,7 +200,10 @@ def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
 
 def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
                  max_rel_err: Optional[float]) -> dict:
-    """One (scheme, M) record of :func:`model_step` (``speedup`` filled in by the caller)."""
+    """One (scheme, M) record of :func:`model_step`: the sums over the used shapes, and ``status``
+    ``ok``, ``over error budget``, ``non-finite outputs``, ``incomplete`` (a shape without an ``ok``
+    row timed by ``method``) or ``unusable`` (a shape a CUDA graph cannot capture); ``speedup`` is
+    filled in by the caller."""
     times, stored, floors, rels, problems, unusable, nonfinite = [], [], [], [], [], [], 0
     for shape, _, per_step in used:
         where = f"{shape.k}→{shape.n}"
@@ -304,17 +269,7 @@ def _columns(result: dict, wide: bool = True) -> list[Column]:
     scheme, the step, tokens/s, the speed-up as ``×baseline`` (the line above the table defines
     it), the largest per-layer error and the status (:data:`MODEL_WIDE_ONLY` left out)."""
     method, baseline = result["method"], result["baseline"]
-    if not wide:
-        return [
-            Column("m", "M", lambda r: r["m"], str, True),
-            Column("scheme", "scheme", lambda r: r["scheme"]),
-            Column("step_us", f"step µs ({method})", lambda r: r["step_us"], fmt_us, True),
-            Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-            Column("speedup", f"×{baseline}", lambda r: r["speedup"], fmt_ratio, True),
-            Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
-            Column("step_status", "status", lambda r: r["status"]),  # not "status": footnotes read Rows
-        ]
-    return [
+    cols = [
         Column("m", "M", lambda r: r["m"], str, True),
         Column("scheme", "scheme", lambda r: r["scheme"]),
         Column("step_us", f"step µs ({method})", lambda r: r["step_us"], fmt_us, True),
@@ -323,12 +278,15 @@ def _columns(result: dict, wide: bool = True) -> list[Column]:
                else 100 * r["floor_fraction"], fmt_pct, True),
         Column("stored_gib", "stored GiB", lambda r: None if r["stored_bytes"] is None
                else r["stored_bytes"] * _GIB, fmt_num(".2f"), True),
-        Column("tokens_per_s", "tokens/s (linear only)", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-        Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", lambda r: r["speedup"],
-               fmt_ratio, True),
+        Column("tokens_per_s", "tokens/s (linear only)" if wide else "tokens/s", lambda r: r["tokens_per_s"],
+               fmt_num(".0f"), True),
+        Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)" if wide else f"×{baseline}",
+               lambda r: r["speedup"], fmt_ratio, True),
         Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
-        Column("note", "note", lambda r: r["note"]),
+        # the narrow table's status in a word (not "status": footnotes read Rows); --wide: the note
+        Column("note", "note", lambda r: r["note"]) if wide else Column("step_status", "status", lambda r: r["status"]),
     ]
+    return cols if wide else [c for c in cols if c.key not in MODEL_WIDE_ONLY]
 
 
 def describe(result: dict) -> list[str]:
@@ -419,8 +377,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_model(args: argparse.Namespace) -> int:
-    """Run ``qbench model`` from parsed ``args``; returns the exit status (0 or 1, see the module
-    docstring; raises :class:`~qbench.readers.common.Refused` on bad input). A file of another job
+    """Run ``qbench model`` from parsed ``args``; returns the exit status (0 or 1, as
+    ``COMMAND.exit_codes`` says; raises :class:`~qbench.readers.common.Refused` on bad input). A file of another job
     kind goes to that kind's ``model`` view (:func:`qbench.readers.common.job_view`)."""
     try:
         check_format(args.format)
@@ -435,12 +393,7 @@ def run_model(args: argparse.Namespace) -> int:
     preset = PRESETS.get(args.name)
     if preset is None:
         raise Refused(f"unknown model {args.name!r}; presets: {', '.join(PRESETS)}")
-    machines = {path: doc.machine for path, doc in zip(paths, docs)}
-    if len(set(machines.values())) > 1:  # a step sums per-layer times: they must come from one machine
-        raise Refused("the files were measured on different machines ("
-                      + "; ".join(f"{p}: {m}" for p, m in machines.items())
-                      + "): a decode step adds per-layer times of one machine")
-    warn_machine_differences(paths, docs)
+    one_machine(paths, docs, ": a decode step adds per-layer times of one machine")
     methods, notes = {}, []
     for path, doc in zip(paths, docs):
         method, note = resolve_method(doc, args.method)
@@ -452,14 +405,8 @@ def run_model(args: argparse.Namespace) -> int:
         raise Refused(f"the files resolve to different timing methods ({said}); pass --method")
     # A note is printed under a prose table and carried by JSON; a CSV has no place for one, so
     # there the warning stays on stderr, --allow-incomplete or not.
-    notes_shown = wants_prose(args.format) or args.format == "json"
-    for path, doc in zip(paths, docs):
-        warning = incomplete_warning(doc, path)
-        if warning and getattr(args, "allow_incomplete", False) and notes_shown:
-            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.rows)} rows), read "
-                         "with --allow-incomplete")
-        elif warning:
-            print(warning, file=sys.stderr)
+    notes += incomplete_notes(paths, docs, getattr(args, "allow_incomplete", False)
+                              and (wants_prose(args.format) or args.format == "json"))
     method = next(iter(methods.values()), args.method or DECISION_METHOD)
     if paths:
         check_baseline(paths, {r.scheme for doc in docs for r in doc.rows}, args.baseline)

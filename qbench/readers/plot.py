@@ -1,32 +1,13 @@
 """``qbench plot RESULT.json -o FILE.png``: a roofline chart and a latency/error Pareto chart.
 
-Figure 1 (``FILE.png``): x = arithmetic intensity (FLOP/byte), y = attained TFLOP/s
-(``flops / median`` of the method), log-log, with the ceilings drawn: the bandwidth slope
-``AI * GB/s / 1000`` (TFLOP/s) and one horizontal line per compute dtype, from
-``ceilings.measured``, else ``ceilings.datasheet`` (none on CPU). One labelled point per
-scheme x M.
-
-Figure 2 (``FILE-pareto.png``): latency median (µs) against rel_fro, log-log, one panel per M
-(per M and shape when a file has several), one colour per scheme (the registry's order, the same in
-every chart). The points of ``qbench recommend``'s Pareto front, over (latency, rel_fro, stored
-bytes), are ringed and named with their stored MiB: the front is computed by the one function
-recommend uses (:func:`qbench.judge.pareto_front`), so a point that looks dominated on the two
-axes drawn can be on it for its bytes. Labels are placed by :func:`place_labels` (deterministic,
-no dependency beyond matplotlib) so that none overlaps another or a point.
-
-The method is ``stream`` unless ``--method`` says otherwise; a file without any stream time
-(written before it existed) falls back to ``cold``, or ``cpu`` on a CPU result. The command
-prints the method it used.
-
-matplotlib is optional (from a qbench checkout: ``pip install -e '.[plot]'``; qbench is not on the
-package index, where ``qbench[plot]`` names an unrelated package) and is imported only here, with
-the Agg backend. Exit status: 0, or 2 on bad input, missing matplotlib or an output path that cannot
-be written (one line naming the path and the OS error).
-
-Text from the file (scheme labels, the device and scenario names) is drawn as plain characters,
-never as mathtext (``$x^2$`` stays ``$x^2$``; :func:`plain`). A value that cannot be drawn (not finite, or
-of magnitude over :data:`DRAWABLE_MAX`, where the axis limits would overflow) is refused before any
-chart is written: one line naming the file, the scheme, M, the quantity and the value, exit 2.
+Figure 1 (``FILE.png``): attained TFLOP/s against arithmetic intensity, log-log, under the
+measured (else datasheet) ceilings; one point per scheme × M. Figure 2 (``FILE-pareto.png``):
+latency against rel_fro, one panel per M, ``recommend``'s Pareto front
+(:func:`qbench.judge.pareto_front`) ringed and named with stored MiB; labels placed by
+:func:`place_labels` so none overlaps. Times are ``stream`` medians unless ``--method`` says
+otherwise. matplotlib is optional and imported only here (Agg). Text from the file is drawn as
+plain characters (:func:`plain`); a value that cannot be drawn (:data:`DRAWABLE_MAX`) is refused
+before any chart is written.
 """
 
 from __future__ import annotations
@@ -36,7 +17,7 @@ import math
 from pathlib import Path
 
 from qbench.judge import pareto_front, resolve_method, shape_order
-from qbench.readers.common import Command, Refused, add_method, job_view, open_results
+from qbench.readers.common import Command, Refused, add_method, chart_folder, job_view, open_results
 from qbench.render.styles import _MARKERS, plain, scheme_colour_index, scheme_styles  # noqa: F401
 from qbench.results import ResultDoc
 
@@ -67,7 +48,7 @@ def points(doc: ResultDoc | dict, method: str) -> list[dict]:
 
 
 #: The largest magnitude :func:`check_drawable` lets through: the axis limits (a value times 3) and
-#: the ceiling lines (an AI times a bandwidth) stay finite (break review 2026-12-01, #20).
+#: the ceiling lines (an AI times a bandwidth) stay finite.
 DRAWABLE_MAX = 1e100
 
 
@@ -454,20 +435,9 @@ def run_plot(args: argparse.Namespace) -> int:
     method, note = resolve_method(doc, args.method)
     check_drawable(doc, method, args.result)
     out = Path(args.output)
-    suffix = out.suffix.lower()
-    if suffix not in (".png", ".svg", ".pdf"):
-        raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
     pareto_path = out.with_name(f"{out.stem}-pareto{out.suffix}")
-    targets = ([out] if args.what in ("roofline", "both") else []) + \
-              ([pareto_path] if args.what in ("pareto", "both") else [])
-    existing = [str(t) for t in targets if t.exists()]
-    if existing and not getattr(args, "force", False):
-        raise Refused(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
-                      "pass --force to overwrite")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
+    chart_folder(out, ([out] if args.what in ("roofline", "both") else [])
+                 + ([pareto_path] if args.what in ("pareto", "both") else []), getattr(args, "force", False))
     print(f"latency = {method} median" + (f" ({note})" if note else ""))
     for kind, target, draw in (("roofline", out, plot_roofline), ("pareto", pareto_path, plot_pareto)):
         if args.what not in (kind, "both"):

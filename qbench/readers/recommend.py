@@ -1,45 +1,12 @@
 """``qbench recommend RESULT.json --max-rel-err 0.01``: which scheme to use at each M.
 
-For each (M, K, N): the fastest ``ok`` scheme whose relative Frobenius error is within the budget
-and whose output had no NaN/Inf; the Pareto front over (latency median, rel_fro, stored bytes),
-all minimised; and for every other scheme the reason it lost, in this order of precedence:
-``skipped: …``, ``failed: …``,
-``unusable in a graph-captured decode loop (eager 911 µs): CUDA graph capture failed at M=1: …``
-(an ``ok`` row whose call cannot be captured in a CUDA graph, e.g. a host sync, so it has no
-``stream`` time; its eager time is what it costs outside a graph), ``no stream latency``,
-``non-finite outputs (12)``, ``no error measured``, ``over error budget (rel_fro 0.092 > 0.01)``,
-``same speed within noise: 11.2 µs vs 11.0 µs (1.02×, p10–p90 overlap)``,
-``slower: 23.1 µs vs 11.0 µs (2.10×)``. A candidate whose [p10, p90] interval overlaps the pick's
-is a tie (the rule of :func:`qbench.timing.stats.verdict`). Among the schemes tied with the fastest,
-the pick is, in this order: the scheme picked at the neighbouring (next smaller) M of the same
-shape, when it is among them, so that the pick does not flip between two schemes inside noise as
-M grows (a deployment stores one weight format for every batch size); else the lower error; else
-the fewer stored bytes; else the lower median. The output names the tied schemes so a reader does
-not take a 1 % median difference for a ranking.
-
-Without ``--method`` the ``stream`` median is used (a CUDA graph over weight copies that
-overflow L2: weights from HBM, no launch gaps, what a decode engine's graph-captured step sees);
-a file without any stream time (written before it existed) falls back to ``cold``, or ``cpu`` on a
-CPU result, said in the output. An explicit ``--method`` is used as given, with no fallback.
-
-``--summary`` gives one line per (file, M) instead: the pick, its latency and error, the
-baseline's (default ``bf16``) latency at the same shape, the speed-up over it, and the schemes tied
-with the pick within noise; several result files (the four projection shapes of a decoder block)
-go into one table, and a note under it names the schemes unusable in a graph-captured loop.
-
-``--by-format`` gives, per M and storage format (8-bit float, 8-bit int, 4-bit int, 4-bit float,
-and 16-bit and 32-bit float as references; the row's ``weight_dtype`` read by the scheme
-registry, :attr:`qbench.schemes.base.Scheme.storage_format`), the fastest scheme of that format by
-the method, its library and longest kernel, and how far each other scheme of the format is (its
-median / the fastest's, ``(tie)`` when their p10–p90 intervals overlap, or why it has no time):
-which kernel serves a format best, a choice the format alone does not make (tinygemm int4 against
-torchao's int4 through a dequantization at M = 1). ``--max-rel-err`` is optional there (a format
-fixes most of the error); when given, schemes over it are not candidates. It is a ``recommend``
-view rather than a ``report`` one because it is a decision by the same rules (the decision method,
-ties within noise, schemes unusable in a graph-captured decode loop named as such).
-
-Exit status: 0 when at least one M got a recommendation (``--by-format``: some format has a
-fastest scheme), 1 when none did, 2 on bad input.
+Per (M, K, N): the pick (the fastest ``ok`` scheme within the error budget with finite outputs;
+among the schemes tied with it within noise, :func:`qbench.judge.pick_within_noise`, whose rule
+docs/methodology.md states), every other scheme with the reason it lost (:func:`_lose_reason`,
+then tied or slower), and the Pareto front over (latency, rel_fro, stored bytes).
+``--summary`` gives one line per (file, M) against ``--baseline``; ``--by-format`` the fastest
+scheme of each storage format, a decision by the same rules. Times are ``stream`` medians unless
+``--method`` says otherwise (:func:`qbench.judge.resolve_method`).
 """
 
 from __future__ import annotations
@@ -48,12 +15,12 @@ import argparse
 import json
 from typing import Optional
 
-from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, budget_flags, by_shape, capture_failure,
+from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape, capture_failure,
                           methods_present, pareto_front, pick_within_noise, resolve_method, row_caveats, row_verdict,
                           tie_note, unusable_note)
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_budgets, add_format,
                                    add_max_rel_err, add_method, add_wide, check_baseline, check_budgets, check_max_rel_err,
-                                   declared_budgets, group_results, job_view, open_results)
+                                   group_results, job_view, open_results, refuse_budgets)
 from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, prose, render, synthetic_weights, wants_prose
 from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_ratio, fmt_us
@@ -113,23 +80,15 @@ def _lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
 
 
 def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_METHOD) -> dict:
-    """Recommend a scheme per (M, K, N) of result ``doc`` for an error budget.
+    """Recommend a scheme per (M, K, N) of result ``doc`` within ``max_rel_err`` (``error.rel_fro``),
+    timed by ``method``'s median (µs).
 
-    ``max_rel_err``: largest acceptable ``error.rel_fro`` (relative Frobenius error vs float64).
-    ``method``: timing method whose median is compared (µs); ``stream`` by default.
-
-    Returns ``{"method", "max_rel_err", "methods_present", "by_m": [{"m", "k", "n",
-    "pick": {"scheme", "latency_us", "rel_fro", "stored_bytes", "ties": [scheme...],
-    "fastest_median" (the tied scheme with the lowest median when it is not the pick, else None),
-    "kept_from_m" (the smaller M whose pick was kept by the neighbour rule over a tied scheme of
-    lower error or fewer bytes, else None), "caveats" (the pick's flags and noise,
-    :func:`qbench.judge.row_caveats`)} or None,
-    "others": [{"scheme", "reason"}], "unusable": [{"scheme", "eager_us", "rel_fro", "reason"}],
-    "pareto": [{"scheme", "latency_us", "rel_fro", "stored_bytes"}]}]}`` with ``by_m`` in
-    ascending M. ``unusable`` lists the ``ok`` rows without a ``method`` time because their call
-    cannot be captured in a CUDA graph (:func:`qbench.judge.capture_failure`); they are also in
-    ``others``, with a reason that starts "unusable in a graph-captured decode loop".
-    """
+    Returns ``{"method", "max_rel_err", "methods_present", "by_m": [...]}``, ``by_m`` in ascending M,
+    each ``{"m", "k", "n", "pick", "others", "unusable", "pareto"}``: ``pick`` is None or the picked
+    point with ``ties``, ``fastest_median`` (the tied scheme of lowest median when the tie-break chose
+    another), ``kept_from_m`` (the smaller M whose pick the neighbour rule kept) and ``caveats``
+    (:func:`qbench.judge.row_caveats`); ``others`` gives every other scheme's ``reason``;
+    ``unusable`` the ``ok`` rows a CUDA graph cannot capture (:func:`qbench.judge.capture_failure`)."""
     doc = ResultDoc.of(doc)
     by_m = []
     neighbour: dict[tuple, tuple] = {}  # (K, N, tp_size, split) -> (M, scheme picked) at the last M seen
@@ -208,11 +167,9 @@ def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_
 
 
 def add_stability(rec: dict, run_recs: list[dict]) -> dict:
-    """Add to every pick of :func:`recommend`'s ``rec`` how often it won in ``run_recs`` (the same
-    recommendation over each independent run, :func:`qbench.readers.common.split_runs`; a run with
-    no row timed by ``rec``'s method is left out):
-    ``pick["stability"] = {"runs": n, "picked": k, "others": {scheme: times picked}}`` (a run with
-    no pick at that shape counts under ``"none"``). Returns ``rec``."""
+    """Add to every pick of ``rec`` how often it won in ``run_recs`` (:func:`recommend` over each
+    independent run, :func:`qbench.readers.common.split_runs`; a run without ``rec``'s method left
+    out): ``pick["stability"] = {"runs", "picked", "others": {scheme: times picked or "none"}}``."""
     def where(g: dict) -> tuple:
         return g["m"], g["k"], g["n"], g.get("tp_size"), g.get("split")
 
@@ -248,16 +205,8 @@ DEFAULT_BUDGET = 0.01
 
 def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BUDGET) -> list[str]:
     """What ``qbench run`` prints under its table (terminal formats): the pick per M within
-    ``max_rel_err`` by :func:`recommend` (the file's decision method, :func:`qbench.judge.resolve_method`)
-    and the command that says why, e.g.::
-
-        pick within rel_fro <= 0.01 (stream median): M=1 int8-weight-only-gemlite (7.87 µs), M=16 none within the budget
-        why, and the other schemes: qbench recommend results/runs/decode.json --max-rel-err 0.01
-
-    A pick tied within noise with faster-looking schemes says so: ``M=1 fp16 (993 µs; as fast within
-    noise: int8-weight-only+compiled (lowest median))``, with the pick's
-    ``noisy``/``throttled``/``cpu-busy`` caveats in brackets after its time. A file of several
-    shapes names (K, N) beside M. ``[]`` for a file without rows."""
+    ``max_rel_err`` by :func:`recommend` (the file's decision method), with its ties and doubtful
+    readings, and the ``qbench recommend`` command that says why. ``[]`` for a file without rows."""
     doc = ResultDoc.of(doc)
     if not doc.rows:
         return []
@@ -300,12 +249,10 @@ _MIB = 2.0**-20
 
 def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = None,
                           warning: str | None = None, wide: bool = False) -> str:
-    """Render :func:`recommend`'s result: per M a line with the pick, then a table of the other
-    schemes with their reasons, and the Pareto front. ``fmt`` is any table format of
-    :data:`qbench.render.FORMATS`; ``json`` gives the whole record instead. ``warning`` (e.g. errors
-    from a synthetic weight) is a line under the budget line. A terminal table without ``wide``
-    (:func:`qbench.render.narrow`) fits 120 characters: a long reason wraps onto several lines of
-    its cell and the prose lines wrap; with ``wide`` (and in Markdown) each reason is one line."""
+    """Render :func:`recommend`'s result in ``fmt``: per M a line with the pick, a table of the other
+    schemes and why not, and the Pareto front; ``json`` the whole record. ``note`` and ``warning``
+    are lines under the budget line. A terminal table without ``wide`` fits 120 characters: long
+    reasons and prose lines wrap."""
     if fmt == "json":
         return json.dumps(rec, indent=2, ensure_ascii=False)
     fits = narrow(fmt, wide)
@@ -353,12 +300,9 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
 
 
 def summary_rows(doc: ResultDoc | dict, rec: dict, baseline: str = "bf16") -> list[dict]:
-    """One dict per M of :func:`recommend`'s ``rec`` for result ``doc``: ``{"scenario", "m", "k",
-    "n", "pick", "latency_us", "rel_fro", "baseline_us", "speedup", "ties", "kept_from_m",
-    "unusable"}`` (``kept_from_m``: the pick's, see :func:`recommend`).
-    ``baseline_us`` is ``baseline``'s median (same method) at the same (M, K, N), ``None`` when it
-    has none; ``speedup`` = baseline_us / latency_us (> 1: the pick is faster); ``unusable`` names
-    the schemes whose call cannot be captured in a CUDA graph at that shape."""
+    """One dict per M of :func:`recommend`'s ``rec`` for ``doc``: the pick, its time and error, the
+    ``baseline``'s median at the same shape and the speed-up over it (None without one), the ties,
+    ``kept_from_m`` and the schemes a CUDA graph cannot capture there."""
     doc = ResultDoc.of(doc)
     method = rec["method"]
     base = {r.shape: r.stats(method) for r in doc.rows if r.scheme == baseline}
@@ -379,14 +323,9 @@ def summary_rows(doc: ResultDoc | dict, rec: dict, baseline: str = "bf16") -> li
 
 
 def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "simple", wide: bool = False) -> str:
-    """Render :func:`summary_rows` (of one or more files) as one table in format ``fmt``.
-
-    A terminal table without ``wide`` (:func:`qbench.render.narrow`) fits 120 characters: scenario,
-    M, pick, its latency and error, the speed-up under a short header (the line above the table
-    defines it; a tie with the baseline shows as the baseline among the schemes as fast), the
-    schemes as fast within noise wrapped within their cell, and with several runs how many the
-    pick won; K, N, the baseline's latency and the other runs' picks only with ``wide`` (and in
-    Markdown, CSV and JSON)."""
+    """Render :func:`summary_rows` (of one or more files) as one table in ``fmt``. A terminal table
+    without ``wide`` fits 120 characters: short headers (the line above defines them), the ties
+    wrapped in their cell, K, N and the baseline's time left out."""
     fits = narrow(fmt, wide)
     speedup = Column("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", lambda r: r["speedup"],
                      fmt_ratio, True,
@@ -431,13 +370,9 @@ def _runs_won(stability: str | None) -> str:
 # ---- --by-format: the fastest kernel of each storage format -------------------------------------
 
 def row_storage_format(row: Row) -> str:
-    """The storage format of a result row (one of :data:`qbench.schemes.base.STORAGE_FORMATS`).
-
-    The scheme registry says it (:attr:`~qbench.schemes.base.Scheme.storage_format`) when the
-    row's base scheme is registered with the ``weight_dtype`` the row has; otherwise (a scheme
-    this qbench does not know, or whose stored dtype changed since the file was written) it is
-    read from the row's ``weight_dtype`` (:func:`~qbench.schemes.base.storage_format_of`).
-    """
+    """The storage format of a row (:data:`qbench.schemes.base.STORAGE_FORMATS`): the registered
+    scheme's when its ``weight_dtype`` matches the row's, else read from the row's ``weight_dtype``
+    (a scheme this qbench does not know, or whose stored dtype changed since the file was written)."""
     from qbench import schemes
     from qbench.schemes.base import storage_format_of
 
@@ -472,17 +407,11 @@ def _short_lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
 
 def by_format(doc: ResultDoc | dict, method: str = DECISION_METHOD, max_rel_err: Optional[float] = None,
               baseline: str = "bf16") -> list[dict]:
-    """The fastest scheme of each storage format per (M, K, N) of result ``doc``.
-
-    One record per (M, K, N) and format present (formats in the order of
-    :data:`qbench.schemes.base.STORAGE_FORMATS`, M ascending): ``{"scenario", "m", "k", "n",
-    "format", "pick" (scheme or None), "library", "kernel" (:func:`main_kernel`), "latency_us",
-    "rel_fro", "baseline_us", "speedup" (baseline / pick, same shape and method), "others":
-    [{"scheme", "ratio" (its median / the pick's, or None), "tie" (p10–p90 overlap), "reason"
-    (why it has no ratio, or None)}]}``; ``others`` lists the candidates by ratio, then the rest.
-    A candidate is an ``ok`` row with a ``method`` time, finite outputs, an error measured and,
-    when ``max_rel_err`` is given, ``rel_fro`` within it (:func:`recommend`'s rules).
-    """
+    """The fastest scheme of each storage format per (M, K, N) of result ``doc``: one record per
+    (M, K, N) and format present (:data:`qbench.schemes.base.STORAGE_FORMATS` order, M ascending)
+    with the pick, its library, longest kernel (:func:`main_kernel`), time, error and speed-up over
+    ``baseline``, and ``others`` of the format (their median / the pick's and whether tied, or the
+    reason they have none). A candidate follows :func:`recommend`'s rules, ``max_rel_err`` optional."""
     doc = ResultDoc.of(doc)
     from qbench.schemes.base import STORAGE_FORMATS
 
@@ -549,15 +478,9 @@ BY_FORMAT_WIDE_ONLY = ("library", "kernel")
 
 def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "simple",
                      several: bool = False, wide: bool = False) -> str:
-    """Render :func:`by_format` records (of one or more files) as one table in ``fmt``; with
-    ``several`` the scenario, K and N columns are shown too. ``json`` gives the records.
-
-    A terminal table without ``wide`` (:func:`qbench.render.narrow`) fits 120 characters: M, the
-    format, the fastest scheme, its time and error, the speed-up under the short header
-    ``×baseline`` (the line above the table defines it) and the others of the format wrapped within
-    their cell; the library and the longest kernel (:data:`BY_FORMAT_WIDE_ONLY`) only with ``wide``
-    (and in Markdown, CSV and JSON). Several files there give one such table per scenario under a
-    ``== scenario (K=..., N=...)`` line, instead of the scenario, K and N columns."""
+    """Render :func:`by_format` records (of one or more files, ``several``) as one table in ``fmt``,
+    ``json`` the records. A terminal table without ``wide`` fits 120 characters: the others wrap in
+    their cell, :data:`BY_FORMAT_WIDE_ONLY` is left out and several files give one table per scenario."""
     if fmt == "json":
         return json.dumps(rows, indent=2, ensure_ascii=False)
     fits = narrow(fmt, wide)
@@ -614,15 +537,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_recommend(args: argparse.Namespace) -> int:
     """Run ``qbench recommend`` from parsed ``args``; returns the exit status (0 or 1; raises
-    :class:`~qbench.readers.common.Refused` on bad input).
-
-    Bad input (exit 2, one line): an unknown format (csv only with ``--summary`` or
-    ``--by-format``, the cases that are a single table), a missing (except with ``--by-format``),
-    negative or NaN ``--max-rel-err``, ``--summary`` with ``--by-format``, an unreadable result
-    file; with ``--summary`` or ``--by-format`` also a timing method that some file has no data
-    for, or files that resolve to different methods, and with ``--summary`` a ``--baseline`` that
-    is not a scheme of some file.
-    """
+    :class:`~qbench.readers.common.Refused` on bad input, each refusal one line below)."""
     summary_mode = getattr(args, "summary", False)
     format_mode = getattr(args, "by_format", False)
     if summary_mode and format_mode:
@@ -632,7 +547,7 @@ def run_recommend(args: argparse.Namespace) -> int:
         raise Refused(f"unknown format {args.format!r}; allowed: {', '.join(allowed)}"
                       + ("" if args.format != "csv" else "; csv needs --summary or --by-format (one table)"))
     check_max_rel_err(args.max_rel_err)
-    budgets = check_budgets(args)
+    check_budgets(args)  # a bad value is refused before any file is read
     paths = [args.result] if isinstance(args.result, str) else list(args.result)
     docs = open_results(paths, incomplete="warn" if getattr(args, "allow_incomplete", False) else "refuse",
                         refusal="is incomplete (\"complete\": false): a scheme missing from it would change "
@@ -640,9 +555,7 @@ def run_recommend(args: argparse.Namespace) -> int:
     view = job_view(docs, "recommend")
     if view is not None:  # a job kind's own view (qbench.jobs); the quality kind's takes step files beside its own
         return view(args, paths, docs)
-    if budgets:
-        raise Refused(f"{budget_flags(declared_budgets())} are budgets on a quality result (qbench run of a [quality] "
-                      "scenario): give its file beside the step file")
+    refuse_budgets(args)
     if args.max_rel_err is None and not format_mode:
         raise Refused("--max-rel-err is required (e.g. 0.01), except with --by-format")
     if format_mode:

@@ -6,21 +6,8 @@
     qbench report RESULT.json --by-m           (a sweep as a grid: scheme x M, stream times)
     qbench report RESULT.json --by-m rel_err   (the grid of any column)
 
-``--crossover`` and ``--by-m`` without a column read ``stream`` (or ``--method``); a file without
-any stream time (written before it existed) falls back to ``cold``, or ``cpu`` on a CPU result,
-with a one-line note.
-
-Crossover: for each scheme and each M of the sweep, the verdict of :func:`qbench.timing.stats.verdict`
-against the baseline at the same (M, K, N): ``faster`` when the scheme's [p10, p90] interval lies
-wholly below the baseline's, ``slower`` when wholly above, ``same`` when the two overlap (the
-difference is within the runs' own noise; NVBench's compare draws the same line). Without the
-``same`` class a sweep of two equal-speed schemes (fp16 against bf16: the same cuBLAS kernels)
-reads as a random pattern of wins and losses. The wins are summarised as ranges over the M values
-the sweep measured (with M = 1, 16, 64, 512 and wins at 1, 16 and 64 the range is ``1–64``; a gap
-in the sweep's M values starts a new range).
-
-Exit status: 0 on success, 2 on bad input (unreadable file, unknown column/format/sort key,
-unknown baseline), with one line on stderr naming the bad value.
+``--crossover`` gives each scheme's verdict against the baseline at every M (faster, same within
+noise, slower: :func:`qbench.timing.stats.verdict`), the wins as ranges over the sweep's M values.
 """
 
 from __future__ import annotations
@@ -78,22 +65,12 @@ def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:
 
 
 def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECISION_METHOD) -> list[dict]:
-    """For each scheme other than ``baseline`` (first-seen order), compare its ``method`` timing
-    with the baseline's at every (M, K, N) where both are ``ok`` and timed.
-
-    Returns ``[{"scheme", "k", "n", "wins": [M...], "ties": [M...], "losses": [M...],
-    "untimed": [M...], "unusable": [M...], "ranges": "1–64", "best_speedup": the largest speed-up
-    over the baseline, baseline median / scheme median (> 1: the scheme is faster), over the timed
-    M values, or None}]``: ``wins`` / ``losses`` are the M values where the [p10, p90] intervals do
-    not overlap and the scheme's median is below / above the baseline's, ``ties`` those where they
-    overlap (a row without p10/p90 compares by its median alone), ``untimed`` those where either
-    side has no time, and ``unusable`` the part of ``untimed`` where the scheme's call cannot be
-    captured in a CUDA graph (:func:`qbench.judge.capture_failure`), so it has no ``stream``
-    time. ``ranges`` summarises ``wins`` over the sweep's M values (an M that is a tie, a loss or
-    untimed splits a range). Tensor-parallel rows compare with the baseline at the same tp_size and
-    split. Raises ``ValueError`` (one line) when the file has no rows for ``baseline`` or none of
-    them has ``method`` latency.
-    """
+    """For each scheme other than ``baseline`` and each (K, N) (tensor-parallel rows at their own
+    tp_size and split): the M values where its ``method`` time is ``wins`` / ``ties`` / ``losses``
+    against the baseline's (:func:`qbench.judge.row_verdict`), ``untimed`` (either side has no time;
+    ``unusable`` the part a CUDA graph cannot capture), ``ranges`` (:func:`m_ranges` of the wins) and
+    ``best_speedup`` (baseline median / scheme median). Raises ``ValueError`` (one line) when the
+    baseline has no rows or no ``method`` time."""
     doc = ResultDoc.of(doc)
     rows = doc.rows
     base_rows = {r.shape: r for r in rows if r.scheme == baseline}

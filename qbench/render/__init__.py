@@ -18,15 +18,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from tabulate import tabulate_formats
 
-from qbench.render.columns import (
-    COLUMNS,
-    DASH,
-    NARROW_HEADERS,
-    Column,
-    UnknownColumnError,
-    default_columns,
-    resolve_columns,
-)
+from qbench.render.columns import (COLUMNS, DASH, NARROW_HEADERS, Column, UnknownColumnError, default_columns,
+                                   resolve_columns)
 from qbench.render.csv import render_csv
 from qbench.render.json import render_json
 from qbench.render.safe import visible
@@ -36,28 +29,9 @@ from qbench.results import Env, ResultDoc
 from qbench.row import Row
 from qbench.timing import registry
 
-__all__ = [
-    "COLUMNS",
-    "DASH",
-    "FORMATS",
-    "MARKDOWN_FORMATS",
-    "MARKUP_FORMATS",
-    "TABLE_WIDTH",
-    "Column",
-    "UnknownColumnError",
-    "UnknownFormatError",
-    "check_format",
-    "default_columns",
-    "fit",
-    "prose",
-    "narrow",
-    "render",
-    "render_header",
-    "synthetic_step_warning",
-    "synthetic_weights",
-    "weight_sources",
-    "wants_prose",
-]
+__all__ = ["COLUMNS", "DASH", "FORMATS", "MARKDOWN_FORMATS", "MARKUP_FORMATS", "TABLE_WIDTH", "Column",
+           "UnknownColumnError", "UnknownFormatError", "check_format", "default_columns", "fit", "prose", "narrow",
+           "render", "render_header", "synthetic_step_warning", "synthetic_weights", "weight_sources", "wants_prose"]
 
 Renderer = Callable[[Sequence[Any], Sequence[Column]], str]
 
@@ -262,20 +236,10 @@ def synthetic_step_warning(rows: Sequence) -> Optional[str]:
 
 
 def render_header(doc: ResultDoc | dict) -> str:
-    """One or two lines describing a result document, plus a warning line when the document
-    says ``complete: false``:
-
-    ``NVIDIA H200 (cuda:0, sm 9.0) | torch 2.11.0+cu130, torchao 0.18.0, bitsandbytes 0.50.2``
-    ``times: stream (graph over weight copies > L2) + CUDA cold, warm, eager, kernel; µs per call, median``
-
-    ``weight: seeded Gaussian N(0, 1/K) (synthetic, seed 0)``
-
-    (a CPU run: ``times: stream (copies > LLC) + cpu; CPU run, no CUDA timings; ...``; a file
-    written before ``stream`` existed: ``times: CUDA cold, warm, eager, kernel; ...``; the weight
-    line: :func:`weight_sources`). The file's strings (device name, versions, weight source) are
-    shown with control characters escaped (:func:`qbench.render.safe.visible`): a file from another
-    machine cannot retitle or clear the terminal, nor add a line.
-    """
+    """The lines that say what a result document's numbers are: the device and library versions,
+    which timing methods and units, the weight (:func:`weight_sources`), and a warning when it says
+    ``complete: false``. The file's strings are shown with control characters escaped
+    (:func:`qbench.render.safe.visible`)."""
     doc = ResultDoc.of(doc)
     env = doc.env
     device = env.device or DASH

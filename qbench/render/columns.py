@@ -29,19 +29,8 @@ from qbench.render.kernels import short_kernel
 from qbench.row import Row
 from qbench.timing import registry
 
-__all__ = [
-    "COLUMNS",
-    "Column",
-    "DASH",
-    "UnknownColumnError",
-    "fmt_num",
-    "fmt_us",
-    "fmt_ratio",
-    "fmt_pct",
-    "shown",
-    "default_columns",
-    "resolve_columns",
-]
+__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct", "shown",
+           "default_columns", "resolve_columns"]
 
 #: What a table shows for a value that was not measured.
 DASH = "—"
@@ -359,29 +348,13 @@ NARROW_HEADERS = {"tp_speedup": "vs tp 1"}
 
 
 def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
-    """Default column keys for ``qbench run``'s and ``qbench report``'s table over ``rows``.
-
-    ``wide=False`` (the terminal tables of ``run`` and ``report`` without ``--wide``) keeps the
-    columns that answer "which scheme": it drops :data:`WIDE_ONLY` (stored MiB, which ``bits/w``
-    gives per weight, metadata share, arithmetic intensity, roofline and HBM-floor times; ``floor %``
-    stays) and keeps the first
-    :data:`NARROW_METHODS` timing methods (``stream cold`` on CUDA, ``stream cpu`` on CPU, ``cold
-    warm`` in a file written before ``stream``), so a table fits 120 characters. Tensor-parallel
-    rows keep :data:`TP_NARROW`: scheme, M, tp_size, split, the end-to-end median, the first timing
-    method, the speed-up over tp 1 (under the short header of :data:`NARROW_HEADERS`), rel err
-    and status (the collective, bytes per rank, the local GEMM and collective medians, the other
-    methods with ``wide``).
-
-    CUDA results get the registry's CUDA methods in its order (``stream cold warm eager``; not those
-    that are not ``shown_by_default``, ``kernel``, which ``--columns`` adds), then ``hbm_floor_us``
-    and ``floor_pct``; a method of another job than the layer's (a model step) only where some row
-    was timed with it; CPU results get
-    ``stream`` beside ``cpu``, so a CPU time never sits under a CUDA-only header. A method (and
-    the floor) is left out when no row was timed with it at all: a file written before ``stream``
-    existed shows ``cold warm eager`` (CUDA) or ``cpu`` (CPU), as it did. No rows: every default.
-    Tensor-parallel rows add ``tp_size``, ``split``, ``collective`` after ``m`` and the local GEMM,
-    collective and end-to-end medians before the methods, so two ranks' rows never read alike.
-    """
+    """Default column keys for ``qbench run``'s and ``report``'s table over ``rows``: the common head,
+    the timing methods some row has (the registry's CUDA methods shown by default on CUDA, ``stream``
+    and ``cpu`` on CPU, so a CPU time never sits under a CUDA header; a step method only where used),
+    the HBM floor, error and status (no rows: every default); tensor-parallel rows add their sharding
+    and times. Without ``wide`` the columns that answer "which scheme" and fit 120 characters:
+    :data:`WIDE_ONLY` left out, the first :data:`NARROW_METHODS` methods; tensor-parallel rows
+    :data:`TP_NARROW`."""
     rows = list(rows)
     cuda = _is_cuda(rows)
     cpu = CPU_METHOD in methods_present(rows) or (not cuda and bool(rows))

@@ -9,8 +9,8 @@ from __future__ import annotations
 def plain(text: object) -> str:
     """``text`` (a string from a result file: a scheme label, a device or scenario name) as
     matplotlib draws it literally: every ``$`` escaped (``\\$``), so it is never read as mathtext
-    (``$x^2$`` stays ``$x^2$``, and ``$\\frac{a}{$`` is no parse error; break review 2026-12-01,
-    #20). Mathtext stays on for the axes' own tick labels (``10^{-2}``)."""
+    (``$x^2$`` stays ``$x^2$``, and ``$\\frac{a}{$`` is no parse error). Mathtext stays on for the
+    axes' own tick labels (``10^{-2}``)."""
     return str(text).replace("$", r"\$")
 
 

@@ -198,20 +198,12 @@ def _cell(key: str, rec: dict, baseline: str) -> str:
 
 def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16", wide: bool = False,
                fit: Optional[Callable[[str], str]] = None, columns: Optional[Sequence[str]] = None) -> str:
-    """The step rows as a table in ``fmt`` (any format of :func:`qbench.render.render`).
-
-    Columns: scheme, M, context, the step per method present (µs), the remainder's share by the
-    decision method (:data:`DECISION_ORDER`), the speed-up over ``baseline`` measured and as Σ
-    linear (the layer view's step) predicts it, and the logits' error against the FP32 step; the
-    flags are listed under the table. With ``wide`` (and always in csv and json, keyed by the
-    record keys of :func:`table_records`) also the status, blocks built / the model's, tokens/s,
-    HBM floor / step, KL, top-1 agreement and the flags' names in a column. ``fit`` (the caller's
-    prose wrapper, :func:`qbench.render.fit`, given for a terminal table without ``wide``:
-    :func:`qbench.render.narrow`) makes it a terminal table: Σ linear in µs is left out too
-    (:data:`TERMINAL_WIDE_ONLY`), so that it fits 120 characters on the committed H200 step files,
-    and the notes under it go through ``fit``. ``columns``: ``--columns`` keys
-    (:data:`COLUMN_KEYS`): those columns alone, in that order, in every format.
-    """
+    """The step rows as a table in ``fmt`` (any format of :func:`qbench.render.render`): scheme, M,
+    context, the step per method (µs), the remainder's share, the speed-up over ``baseline`` measured
+    and as Σ linear predicts it, the logits error; the flags under the table. ``wide`` (and csv, json)
+    adds :data:`WIDE_ONLY`. ``fit`` (the caller's prose wrapper, given for a narrow terminal table)
+    leaves out :data:`TERMINAL_WIDE_ONLY` too and wraps the notes. ``columns``: those ``--columns``
+    keys (:data:`COLUMN_KEYS`) alone, in every format."""
     recs = table_records(rows, baseline)
     doubts = doubtful(rows, baseline)
     for rec, doubt in zip(recs, doubts):
@@ -381,22 +373,14 @@ def flag_legend(names: Sequence[str]) -> str:
 def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseline: str = "bf16",
               tie_error: Optional[Callable[[StepRow], Optional[float]]] = None,
               within: Optional[Callable[[StepRow], bool]] = None) -> list[dict]:
-    """Per (M, context), in order: the fastest step among the ``ok`` rows whose logits error
-    (:func:`logits_error`) is at most ``max_rel_err``, each row timed by its decision method
-    (:data:`DECISION_ORDER`). The pick is :func:`qbench.judge.pick_within_noise`'s: among the rows
-    tied with the fastest within noise (:func:`qbench.judge.within_noise`), the same pick as at the
-    smaller context, else the lower error (``tie_error``, default the logits error; the quality join
-    passes the checkpoint's mean KL divergence), the fewer bytes, the lower median. ``within`` (a
-    row -> whether its scheme meets the budget; the quality join's) replaces the logits-error budget;
-    rows outside it still divide the speed-ups (the baseline). A record: ``m``, ``context``,
-    ``pick`` (the scheme or None), ``method``, ``step_us``, ``tokens_per_s``, ``speedup`` (over
-    ``baseline``, :func:`speedups`), ``rel_fro`` and ``compared`` of the pick, ``ties`` (the other
-    schemes of its group, fastest first), ``within`` / ``timed`` (how many timed schemes are within
-    the budget, of how many), ``untimed`` (schemes with no step time), ``fastest`` (the scheme with
-    the lowest median, which the tie-break may not pick), ``timing_flags`` (per scheme of the group,
-    its flags of :data:`TIMING_FLAGS`: a tie between readings a reader should doubt), ``pick_flags`` (every
-    flag name of the pick's row) and ``baseline_flags`` (``{scheme: flag names}`` of the baseline row
-    its speed-up divides by, when that row has flags): what could mislead a reader of the pick."""
+    """Per (M, context), in order: the pick among the ``ok`` rows within the budget (logits error
+    at most ``max_rel_err``, or ``within`` when given: the quality join's), each timed by its decision
+    method, by :func:`qbench.judge.pick_within_noise` (ties broken by the smaller context's pick, then
+    ``tie_error``, default the logits error, then bytes). Rows outside the budget still divide the
+    speed-ups. A record holds the pick's ``method``, ``step_us``, ``tokens_per_s``, ``speedup``,
+    ``rel_fro`` and ``compared``; its ``ties``, the ``fastest`` by median, ``within`` / ``timed``
+    counts, ``untimed`` schemes; and what could mislead a reader of the pick: ``timing_flags`` (the
+    tied group's :data:`TIMING_FLAGS`), ``pick_flags`` and ``baseline_flags``."""
     sp = speedups(rows, baseline)
     base = _baselines(rows, baseline)
     within_budget = within

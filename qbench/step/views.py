@@ -18,8 +18,8 @@ from typing import Optional
 
 from qbench import judge
 from qbench.judge import decision_method, incomplete_warning
-from qbench.readers.common import (ACT_ON, Refused, check_baseline, check_budgets, declared_budgets, one_result,
-                                   warn_machine_differences)
+from qbench.readers.common import (ACT_ON, Refused, chart_folder, check_baseline, incomplete_notes, one_machine,
+                                   one_result, refuse_budgets, refuse_options)
 from qbench.render import Column, fit, narrow, prose, render, synthetic_step_warning, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us
 from qbench.render.safe import visible
@@ -54,23 +54,16 @@ def run_view(doc: ResultDoc, args: argparse.Namespace) -> int:
 # ---- qbench report -------------------------------------------------------------------------------
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench report STEP.json``: the step table of one file (:func:`_step_report`)."""
-    result = one_result(paths, docs)
-    args.result = result.label  # messages name every file
-    return _step_report(args, result.doc)
-
-
-def _step_report(args: argparse.Namespace, doc: ResultDoc) -> int:
-    """A model-step file: its step table (:func:`qbench.step.view.step_table`: the step per method,
+    """``qbench report STEP.json`` (files of one result): its step table (:func:`qbench.step.view.step_table`: the step per method,
     tokens/s, Σ linear, the remainder, the HBM floor, the speed-up over ``--baseline`` measured and
     as Σ linear predicts it, the logits error), in the file's order, or with ``--by-m`` sorted by M
     and context; prose (what the columns and methods are, an incomplete file) around terminal
     tables; ``--columns`` picks the step table's columns (:data:`qbench.step.view.COLUMN_KEYS`).
     ``--crossover``, ``--sort`` and ``--method`` read per-layer rows and are refused."""
-    for flag, given in (("--crossover", args.crossover), ("--sort", args.sort), ("--method", args.method)):
-        if given:
-            raise Refused(f"{args.result}: a model-step result; {flag} reads per-layer results (qbench model "
-                          "shows the context sweep)")
+    result = one_result(paths, docs)
+    args.result, doc = result.label, result.doc  # messages name every file
+    refuse_options(args, ("crossover", "sort", "method"), args.result + ": a model-step result; {flag} reads "
+                   "per-layer results (qbench model shows the context sweep)")
     columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
     if columns:
         try:
@@ -120,24 +113,14 @@ def _recommend_columns(baseline: str, wide: bool = True) -> list[Column]:
 
 
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench recommend STEP.json --max-rel-err X``: per file, per M and context, the fastest
-    measured decode step among the schemes whose logits error against the FP32 step
-    (``error.rel_fro``) is at most X, each timed by its decision method
-    (:data:`qbench.step.view.DECISION_ORDER`, named in the output), with its speed-up over
-    ``--baseline`` (:func:`qbench.step.view.recommend`); steps tied with the fastest within noise
-    (p10-p90 overlap) are named under the table with their ``throttled``/``noisy`` flags, and the
-    pick among them is the scheme of the smaller context, else the lower logits error, then the
-    fewer bytes. Returns 0 when some (M, context) has a
-    pick, else 1; raises :class:`~qbench.readers.common.Refused` for layer and step files mixed,
-    ``--summary``, ``--by-format`` or ``--method``."""
+    """``qbench recommend STEP.json --max-rel-err X``: per file, per M and context, the pick of
+    :func:`qbench.step.view.recommend` among the schemes whose logits error is at most X, with its
+    speed-up over ``--baseline`` and the notes on ties, flags and schemes not timed; several files
+    also say whether the picks hold across them. Returns 0 when some (M, context) has a pick, else 1."""
     _one_kind(paths, docs)
-    if check_budgets(args):
-        raise Refused(f"{judge.budget_flags(declared_budgets())} are budgets on a quality result (qbench run of a "
-                      "[quality] scenario): give its file beside the step file")
-    for flag, given in (("--summary", args.summary), ("--by-format", args.by_format), ("--method", args.method)):
-        if given:
-            raise Refused(f"{flag} reads per-layer files; a model-step file has one view (the fastest step per M "
-                          "and context)")
+    refuse_budgets(args)
+    refuse_options(args, ("summary", "by_format", "method"), "{flag} reads per-layer files; a model-step file has "
+                   "one view (the fastest step per M and context)")
     if args.max_rel_err is None:
         raise Refused("--max-rel-err is required (e.g. 0.05: the step's logits error against the FP32 step)")
     picked, records = False, []
@@ -222,12 +205,6 @@ def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]
 
 # ---- qbench model --------------------------------------------------------------------------------
 
-def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench model NAME STEP.json...``: :func:`_step_model` (files of one kind)."""
-    _one_kind(paths, docs)
-    return _step_model(args, paths, docs)
-
-
 def _model_columns(records: list[dict], baseline: str, wide: bool = True,
                    doubts: Optional[dict] = None) -> list[Column]:
     """The step table's columns (before the error): M, context, scheme, step method, the measured
@@ -243,12 +220,9 @@ def _model_columns(records: list[dict], baseline: str, wide: bool = True,
     def mark(r: dict) -> tuple[bool, bool, bool]:
         return doubts.get((r["scheme"], r["m"], r["context"]), (False, False, False))
 
-    def ratio(v: Optional[float]) -> str:
-        return DASH if v is None else f"{v:.2f}×"
-
     def speedup(r: dict, m: Optional[str]) -> str:
         v = r["speedup"].get(m) if m else None
-        return ratio(v) + ("*" if v is not None and m == r["method"] and mark(r)[2] else "")
+        return fmt_ratio(v) + ("*" if v is not None and m == r["method"] and mark(r)[2] else "")
 
     cols = [
         Column("m", "M", lambda r: r["m"], str, True),
@@ -266,13 +240,13 @@ def _model_columns(records: list[dict], baseline: str, wide: bool = True,
         cols.append(Column("speedup", f"×{baseline}", lambda r: r["speedup"].get(r["method"]) if r["method"] else None,
                            numeric=True, cell_override=lambda r: speedup(r, r["method"])))
         cols.append(Column("linear_speedup", f"×{baseline} Σ", lambda r: None if mark(r)[1] else r["linear_speedup"],
-                           ratio, True))
+                           fmt_ratio, True))
         return [c for c in cols if c.key not in STEP_WIDE_ONLY]
     for m in methods:
         cols.append(Column(f"speedup_{m}", f"×{baseline} {step_view.SHORT[m]}", lambda r, m=m: r["speedup"].get(m),
                            numeric=True, cell_override=lambda r, m=m: speedup(r, m)))
     cols.append(Column("linear_speedup", f"×{baseline} Σ linear", lambda r: None if mark(r)[1] else r["linear_speedup"],
-                       ratio, True))
+                       fmt_ratio, True))
     return cols
 
 
@@ -300,22 +274,16 @@ def disagreements(records: list[dict]) -> list[dict]:
     return out
 
 
-def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` (the rows of the
-    model-step files whose ``model`` is ``NAME``) beside the linear-only prediction (Σ linear, the
-    per-layer ``stream`` sum measured in the same run) and the end-to-end speed-up over
-    ``--baseline`` per step method (:func:`qbench.step.view.speedups`; a compiled scheme against
-    the baseline's compiled form), then one context-sweep line per scheme and M: the context at
-    which it stops beating the baseline (:func:`qbench.step.view.breakeven`). ``--max-rel-err``
-    marks schemes whose logits error is over it. Returns 0 when some scheme has a measured step,
-    else 1; raises :class:`~qbench.readers.common.Refused` (a file of another model, files of
-    several machines, a row that two files both hold, ``--method``)."""
+def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
+    """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` beside Σ linear (the
+    layer view's prediction, measured in the same run) and the speed-up over ``--baseline`` per step
+    method, then where each scheme stops beating the baseline as the context grows
+    (:func:`qbench.step.view.sweep`); ``--max-rel-err`` marks schemes over it. Returns 0 when some
+    scheme has a measured step, else 1."""
+    _one_kind(paths, docs)
     if args.method is not None:
         raise Refused("--method reads per-layer files; a model-step file's step methods are all shown")
-    if len({doc.machine for doc in docs}) > 1:
-        raise Refused("the files were measured on different machines ("
-                      + "; ".join(f"{p}: {d.machine}" for p, d in zip(paths, docs)) + ")")
-    warn_machine_differences(paths, docs)
+    one_machine(paths, docs)
     rows = []
     for path, doc in zip(paths, docs):
         mine = [r for r in doc.rows if args.name in (r.model, r.title)]  # a config path's model by its title too
@@ -330,14 +298,7 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
                           "per row; to compare runs of one scenario use qbench recommend A.json B.json")
         rows += mine
     check_baseline(paths, {r.scheme.replace("+compiled", "") for r in rows}, args.baseline)
-    notes = []
-    for path, doc in zip(paths, docs):
-        warning = incomplete_warning(doc, path)
-        if warning and getattr(args, "allow_incomplete", False) and wants_prose(args.format):
-            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.rows)} rows), read "
-                         "with --allow-incomplete")
-        elif warning:
-            print(warning, file=sys.stderr)
+    notes = incomplete_notes(paths, docs, getattr(args, "allow_incomplete", False) and wants_prose(args.format))
     records = step_view.model_records(rows, args.baseline)
     for rec in records:
         err = next(step_view.logits_error(r) for r in rows if (r.scheme, r.m, r.context) ==
@@ -411,12 +372,6 @@ def _step_model(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
 
 # ---- qbench plot ---------------------------------------------------------------------------------
 
-def plot_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench plot STEP.json -o FILE``: :func:`_step_plot` of the one file."""
-    (doc,) = docs
-    return _step_plot(doc, args)
-
-
 def plot_context(doc: ResultDoc, path: Path) -> Path:
     """A model-step result (its rows) against the context: one
     panel per M, one line per scheme (the step by each row's decision method,
@@ -479,16 +434,13 @@ def plot_context(doc: ResultDoc, path: Path) -> Path:
     return path
 
 
-def _step_plot(doc: ResultDoc, args: argparse.Namespace) -> int:
-    """``qbench plot STEP.json -o FILE``: :func:`plot_context` (the roofline and Pareto charts are
-    the layer job's; ``--what`` and ``--method`` do not apply)."""
+def plot_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
+    """``qbench plot STEP.json -o FILE``: :func:`plot_context` of the one file (the roofline and
+    Pareto charts are the layer job's; ``--what`` and ``--method`` do not apply)."""
+    (doc,) = docs
     out = Path(args.output)
-    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
-    if out.exists() and not getattr(args, "force", False):
-        raise Refused(f"{out} already exists; pass --force to overwrite")
+    chart_folder(out, [out], getattr(args, "force", False))
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         print(plot_context(doc, out))
     except OSError as exc:
         raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
