@@ -76,15 +76,30 @@ def _pair(docs: Sequence) -> Optional[str]:
     return note
 
 
+def _weights_key(row: QualityRow) -> str:
+    """What makes two quality rows' weights the same: the checkpoint's content digest when the row
+    carries one, else (an older file) its weight source with the path normalized."""
+    return f"sha256 {row.checkpoint_id[:12]}" if row.checkpoint_id else _normal(row.weights)
+
+
 def _one_checkpoint(quality: list[QualityRow]) -> Optional[str]:
-    """Why the quality rows are not all of one checkpoint's weights over one text, or None: schemes
-    are compared on the same model and tokens, never across models."""
-    weights, texts = {r.weights for r in quality}, {r.text_sha256 for r in quality}
-    if len(weights) > 1:
-        return (f"the quality files hold rows of {len(weights)} different weights ({'; '.join(sorted(weights))}): "
-                f"compare schemes on one checkpoint at a time")
+    """Why the quality rows are not all of one checkpoint's weights over one text, cut the same way,
+    or None: schemes are compared on the same model and tokens, never across models. Weights are
+    compared by content where the rows carry it (:func:`_weights_key`): one path holding two
+    checkpoints over time is two models; one checkpoint copied to two folders is one."""
+    weights = {_weights_key(r) for r in quality}
+    texts = {r.text_sha256 for r in quality}
+    cuts = {(r.chunk, r.chunks) for r in quality}
+    if len(weights) > 1 or (len({r.checkpoint_id is None for r in quality}) > 1):
+        shown = sorted({f"{_normal(r.weights)}, {_weights_key(r)}" if r.checkpoint_id else _normal(r.weights)
+                        for r in quality})
+        return (f"the quality files hold rows of {len(shown)} different weights ({'; '.join(shown)}): compare schemes "
+                "on one checkpoint at a time (rows without a checkpoint_id, from older files, are compared by path)")
     if len(texts) > 1:
         return f"the quality files score {len(texts)} different texts: compare schemes over the same tokens"
+    if len(cuts) > 1:
+        return (f"the quality files cut the text {len(cuts)} ways ({'; '.join(f'{c} chunks of {k}' for k, c in sorted(cuts))}):"
+                " compare schemes over the same chunks")
     return None
 
 
@@ -152,9 +167,13 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
         return (f"the step files ran seeded weights of {'; '.join(_shape_text(s) for s in step_shapes)}, the quality "
                 f"files {'; '.join(quality_sources)} of {'; '.join(_shape_text(s) for s in quality_shapes)}: a seeded "
                 "speed half must have the quality checkpoint's config"), None
-    if {_normal(r.weight_source, True) for r in steps} == {_normal(r.weights, True) for r in quality} \
-            and len(quality_sources) == 1:
-        return None, None
+    if (None in step_ids) != (None in quality_ids):
+        older = "step" if None in step_ids else "quality"
+        return (f"the {older} files carry no checkpoint_id (written before qbench recorded a checkpoint's content) and "
+                f"the others do: a path written relative to another run's working directory cannot say they are the "
+                f"same checkpoint; re-run the {older} scenario on this checkpoint"), None
+    if set(step_sources) == set(quality_sources) and len(quality_sources) == 1:
+        return None, "compared by the checkpoint's path: these files carry no checkpoint_id (written before qbench recorded one)"
     paths = all(s.startswith("checkpoint ") for s in step_sources + quality_sources)
     return (f"the step files' weights ({'; '.join(step_sources)}) are not the quality files' "
             f"({'; '.join(quality_sources)}): "
@@ -207,7 +226,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         raise Refused("a quality file takes a budget in the field's terms: " + ", ".join(terms[:-1]) + " and/or "
                       + terms[-1] + "; --max-rel-err is the layer job's synthetic error, never a model decision's budget")
     steps, quality, twice = _split(paths, docs)
-    if (why := _one_checkpoint(quality)):
+    if (why := _one_checkpoint([r for d in docs if d.job == "quality" for r in d.rows])):
         raise Refused(why)
     say = sayer(args)
     if twice:
@@ -264,7 +283,7 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     """``qbench model STEP.json QUALITY.json``: per scheme, the measured step (median per M and
     context, speed-up over bf16) beside its quality on the same checkpoint."""
     steps, quality, twice = _split(paths, docs)
-    if (why := _one_checkpoint(quality)):
+    if (why := _one_checkpoint([r for d in docs if d.job == "quality" for r in d.rows])):
         raise Refused(why)
     if twice:
         sayer(args)(twice)
@@ -294,7 +313,7 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
             Column("kld", "mean KLD", lambda r: stat(r["q"], "kld", "mean"),
                    cell_override=lambda r: pm(stat(r["q"], "kld", "mean"), stat(r["q"], "kld", "unc"), "{:.3g}")),
-            Column("ppl", "PPL ratio", lambda r: stat(r["q"], "ppl_ratio"), fmt_num(".4f"), True),
+            Column("ppl_ratio", "PPL ratio", lambda r: stat(r["q"], "ppl_ratio"), fmt_num(".4f"), True),
             Column("same_top", "same top", lambda r: stat(r["q"], "same_top"),
                    cell_override=lambda r: pct(stat(r["q"], "same_top"))),
             Column("stored", "MiB", lambda r: r["q"].model_stored_bytes, mib, True)]
@@ -305,7 +324,7 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
                            f"{r[k][0]:.2f}×" + ("*" if r[k][1] else "")))
     short = narrow(args.format, getattr(args, "wide", False))
     if short:  # the narrow default: mean KLD and same top judge quality; --wide adds the PPL ratio
-        cols = [c for c in cols if c.key != "ppl"]
+        cols = [c for c in cols if c.key != "ppl_ratio"]
     say = sayer(args)
     if quality:
         for line in describe(quality):

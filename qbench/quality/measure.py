@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -299,7 +300,10 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     wrong = non_finite(per, scheme.activation_dtype, ref.dtype) or constant_reference(per, config.vocab)
     if wrong:
         return _skip(rows, "failed", wrong)
-    row["stats"] = qstats.summarize(per["nll"], per["nll_ref"], per["kld"], per["same_top"], per["p"], per["p_ref"])
+    stats = qstats.summarize(per["nll"], per["nll_ref"], per["kld"], per["same_top"], per["p"], per["p_ref"])
+    if (wrong := overflowed(stats)):
+        return _skip(rows, "failed", wrong)
+    row["stats"] = stats
     row["emulated"] = emulated
     row["recipe"] = plan.record(q.lm_head, {label: "emulated" if p[2] else "kernel" for label, p in parts.items()})
     row["reference"] = {"dtype": _dtype_name(ref.dtype), "logprobs": _dtype_name(ref.store), "computed_s": ref.computed_s}
@@ -379,6 +383,18 @@ def non_finite(per: dict[str, np.ndarray], act: torch.dtype, ref_dtype: torch.dt
              f"({torch.finfo(act).max:.4g}) while the reference's are finite") if act in (torch.float16, torch.bfloat16) \
         else "the scheme's logits are NaN or Inf while the reference's are finite"
     return f"non-finite statistics ({said}): {cause}"
+
+
+def overflowed(stats: dict) -> Optional[str]:
+    """Why statistics computed from finite per-token values are not finite (a perplexity beyond float
+    range: e^(mean NLL) with a mean NLL in the hundreds of nats), naming them, or None."""
+    bad = [k for k, v in stats.items() if isinstance(v, float) and not math.isfinite(v)]
+    bad += [k for k in ("ppl", "ref_ppl", "ppl_ratio") if stats.get(k) == 0.0]  # e^x underflowed
+    if not bad:
+        return None
+    return (f"non-finite statistics ({', '.join(bad)}): a perplexity or perplexity ratio beyond float range (e^x of "
+            "a mean NLL, or of a difference of two, in the hundreds of nats): a weight or a config value far out of "
+            "range in the checkpoint")
 
 
 def constant_reference(per: dict[str, np.ndarray], vocab: int) -> Optional[str]:

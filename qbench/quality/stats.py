@@ -61,6 +61,15 @@ def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q))
 
 
+def _exp(x: float) -> float:
+    """e^x, infinite beyond float range instead of raising: a mean NLL in the thousands (a weight of
+    1e30) is a non-finite statistic the caller names, not an OverflowError."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
 def summarize(nll: np.ndarray, nll_ref: np.ndarray, kld: np.ndarray, same_top: np.ndarray,
               p: np.ndarray, p_ref: np.ndarray) -> dict:
     """The statistics of one scheme over N scored tokens (arrays of length N: the NLL of the token
@@ -88,7 +97,7 @@ def summarize(nll: np.ndarray, nll_ref: np.ndarray, kld: np.ndarray, same_top: n
     ratio = log_ppl - log_ref
     ratio_unc = math.sqrt(max(log_ppl_unc ** 2 + log_ref_unc ** 2 - 2.0 * cov, 0.0))
     corr = cov / (log_ppl_unc * log_ref_unc) if log_ppl_unc > 0 and log_ref_unc > 0 else None
-    ppl, ref_ppl = math.exp(log_ppl), math.exp(log_ref)
+    ppl, ref_ppl = _exp(log_ppl), _exp(log_ref)
     kld_mean, kld_unc = mean_and_uncertainty(kld)
     top = float(same_top.mean())
     top_unc = math.sqrt(top * (1.0 - top) / (n - 1)) if n > 1 else 0.0
@@ -100,7 +109,7 @@ def summarize(nll: np.ndarray, nll_ref: np.ndarray, kld: np.ndarray, same_top: n
         "tokens": int(n),
         "ppl": ppl, "ppl_unc": ppl * log_ppl_unc, "ref_ppl": ref_ppl, "ref_ppl_unc": ref_ppl * log_ref_unc,
         "ln_ppl_ratio": ratio, "ln_ppl_ratio_unc": ratio_unc,
-        "ppl_ratio": math.exp(ratio), "ppl_ratio_unc": math.exp(ratio) * ratio_unc,
+        "ppl_ratio": _exp(ratio), "ppl_ratio_unc": _exp(ratio) * ratio_unc,
         "nll_correlation": corr,
         "kld": {"mean": kld_mean, "unc": kld_unc,
                 **{_name(q): _pct(kld, q) for q in KLD_PERCENTILES}, "max": float(kld.max())},

@@ -60,7 +60,7 @@ CATALOGUE = [
     Column("scheme", "scheme", lambda r: r.scheme),
     Column("state", "status", lambda r: r.status + (" (emulated)" if r.emulated else "")),
     Column("ppl", "PPL", _stat("ppl"), cell_override=_pm_cell("ppl", "ppl_unc")),
-    Column("ppl_ratio", "ln(PPL/PPL ref)", _stat("ln_ppl_ratio"),
+    Column("ln_ppl_ratio", "ln(PPL/PPL ref)", _stat("ln_ppl_ratio"),
            cell_override=_pm_cell("ln_ppl_ratio", "ln_ppl_ratio_unc", "{:.3g}")),
     Column("kld", "mean KLD", _stat("kld", "mean"), cell_override=_pm_cell("kld.mean", "kld.unc", "{:.3g}")),
     Column("kld99", "KLD 99 %", _stat("kld", "p99"), fmt_num(".3g"), True),
@@ -73,17 +73,17 @@ CATALOGUE = [
     Column("status", "status", lambda r: r.status),
     Column("emulated", "emulated", lambda r: r.emulated),
     Column("ppl_unc", "PPL ±", _stat("ppl_unc"), numeric=True),
-    Column("ppl_ratio_unc", "ln(PPL/PPL ref) ±", _stat("ln_ppl_ratio_unc"), numeric=True),
+    Column("ln_ppl_ratio_unc", "ln(PPL/PPL ref) ±", _stat("ln_ppl_ratio_unc"), numeric=True),
     Column("kld_unc", "mean KLD ±", _stat("kld", "unc"), numeric=True),
     Column("same_top_unc", "same top ±", _stat("same_top_unc"), numeric=True),
     Column("reason", "reason", lambda r: r.reason),
 ]
 COLUMNS_BY_KEY = {c.key: c for c in CATALOGUE}
 #: The table's columns (``--wide``, Markdown); CSV and JSON carry :data:`DATA` instead.
-COLUMNS = [c for c in CATALOGUE if c.key in ("scheme", "state", "ppl", "ppl_ratio", "kld", "kld99", "same_top",
+COLUMNS = [c for c in CATALOGUE if c.key in ("scheme", "state", "ppl", "ln_ppl_ratio", "kld", "kld99", "same_top",
                                               "dp_rms", "stored", "flags")]
 #: The columns of CSV and JSON: every number raw, its uncertainty in a column of its own.
-DATA = ("scheme", "status", "emulated", "ppl", "ppl_unc", "ppl_ratio", "ppl_ratio_unc", "kld", "kld_unc", "kld99",
+DATA = ("scheme", "status", "emulated", "ppl", "ppl_unc", "ln_ppl_ratio", "ln_ppl_ratio_unc", "kld", "kld_unc", "kld99",
         "same_top", "same_top_unc", "dp_rms", "stored", "flags", "reason")
 #: The narrow default of a terminal table (:func:`qbench.render.narrow`): fits 120 characters, a
 #: row's status and flags in one column ("skipped", "emulated"; an ok row without flags: "—"), the

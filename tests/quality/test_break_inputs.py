@@ -382,6 +382,17 @@ def test_fp16_overflow_is_a_failed_row_naming_it_and_other_rows_are_kept(tmp_pat
     assert "pydantic" not in fp16["reason"]
 
 
+def test_a_huge_finite_weight_is_a_failed_row_naming_the_statistics(tmp_path):
+    """One weight of 1e30 (the second break trial): per-token values stay finite but the perplexity
+    overflows e^x; a failed row names the statistics and the cause (was an OverflowError, then a
+    pydantic message, in every row)."""
+    ck = variant(tmp_path / "ck", tensors=lambda t: t["model.norm.weight"].__setitem__(0, 1e30))
+    row = _row(scenario(tmp_path, ck, ["bf16"]), 0, tmp_path)
+    assert row["status"] == "failed" and "pydantic" not in row["reason"]
+    assert row["reason"].startswith("non-finite statistics (ppl"), row["reason"]
+    assert "far out of range in the checkpoint" in row["reason"]
+
+
 def test_constant_reference_is_a_failed_row(tmp_path):
     """A zero final norm makes every logit 0, as the repro's 1e30 weight saturated the model."""
     ck = variant(tmp_path / "ck", tensors=lambda t: t["model.norm.weight"].zero_())  # every logit 0

@@ -55,3 +55,18 @@ def test_known_statistics():
 def test_arrays_of_different_lengths_are_refused():
     with pytest.raises(ValueError):
         summarize(np.ones(3), np.ones(2), np.ones(3), np.ones(3), np.ones(3), np.ones(3))
+
+
+def test_a_perplexity_beyond_float_range_is_infinite_not_an_error():
+    """A mean NLL of 1000 nats (a 1e30 weight) overflows e^x: the statistic is inf, which the
+    quality job reports as a non-finite statistic, instead of an OverflowError ending the worker."""
+    import math
+
+    import numpy as np
+
+    from qbench.quality.stats import summarize
+
+    n = 8
+    nll = np.full(n, 1000.0)
+    out = summarize(nll, np.full(n, 1.0), np.zeros(n), np.ones(n), np.full(n, 0.5), np.full(n, 0.5))
+    assert out["ppl"] == math.inf and out["ppl_ratio"] == math.inf and out["ref_ppl"] == math.e ** 1.0

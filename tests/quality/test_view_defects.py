@@ -127,3 +127,55 @@ def test_d1_run_of_a_quality_scenario_prints_json_and_csv(capsys):
     view.run_view(doc, argparse.Namespace(format="csv", wide=False))
     out = capsys.readouterr().out
     assert out.startswith("scheme,status,emulated,ppl,") and "job=" not in out
+
+
+# --- the second break trial: joins by content, never by a path string alone -----------------------------
+
+def _with_id(doc, checkpoint_id, weights=None):
+    for r in doc["rows"]:
+        r["checkpoint_id"] = checkpoint_id
+        if weights is not None:
+            r["weights" if r.get("job") == "quality" else "weight_source"] = weights
+
+
+def test_an_older_step_file_does_not_join_a_quality_file_that_carries_an_identity(tmp_path, capsys):
+    """The step file predates checkpoint_id; its relative path, read from the reader's working
+    directory, may name any folder (a zero-weight model joined that way): refused, re-run named."""
+    quality = _edited(tmp_path, CPU_TINY, "q.json", lambda d: _with_id(d, "a" * 64))
+    assert cli.main(["recommend", STEP, quality, "--max-kld", "0.002"]) == 2
+    err = capsys.readouterr().err
+    assert "the step files carry no checkpoint_id" in err and "re-run the step scenario" in err
+
+
+def test_quality_files_of_one_path_and_two_contents_are_refused(tmp_path, capsys):
+    a = _edited(tmp_path, CPU_TINY, "a.json", lambda d: _with_id(d, "a" * 64))
+    b = _edited(tmp_path, CPU_TINY, "b.json", lambda d: (_with_id(d, "b" * 64), d.update(rows=d["rows"][:2])))
+    assert cli.main(["recommend", a, b, "--max-kld", "1e-4"]) == 2
+    err = capsys.readouterr().err
+    assert "2 different weights" in err and "sha256 aaaaaaaaaaaa" in err and "sha256 bbbbbbbbbbbb" in err
+
+
+def test_one_checkpoint_copied_to_two_folders_joins_by_content(tmp_path, capsys):
+    a = _edited(tmp_path, CPU_TINY, "a.json", lambda d: _with_id(d, "c" * 64, "checkpoint /x/one (float32)"))
+    b = _edited(tmp_path, CPU_TINY, "b.json", lambda d: _with_id(d, "c" * 64, "checkpoint /y/two (float32)"))
+    assert cli.main(["recommend", a, b, "--max-kld", "1e-4"]) == 0
+
+
+def test_quality_files_cut_two_ways_are_refused(tmp_path, capsys):
+    b = _edited(tmp_path, CPU_TINY, "b.json", lambda d: [r.update(chunk=256, chunks=1) for r in d["rows"]])
+    assert cli.main(["recommend", CPU_TINY, b, "--max-kld", "1e-4"]) == 2
+    assert "cut the text 2 ways" in capsys.readouterr().err
+
+
+def test_data_formats_name_each_number_by_what_it_is(capsys):
+    """The report's ln(PPL/PPL ref) column is keyed ln_ppl_ratio (it held the log under the key
+    ppl_ratio), and the model table's PPL ratio is keyed ppl_ratio (it was keyed ppl)."""
+    stats = {r["scheme"]: r["stats"] for r in json.loads(Path(CPU_TINY).read_text())["rows"] if r.get("stats")}
+    assert cli.main(["report", CPU_TINY, "--format", "csv"]) == 0
+    rows = {r["scheme"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert "ppl_ratio" not in rows["bf16"]
+    assert float(rows["bf16"]["ln_ppl_ratio"]) == pytest.approx(stats["bf16"]["ln_ppl_ratio"])
+    assert cli.main(["model", "tiny-shakespeare-llama", STEP, H200_TINY, "--format", "json"]) == 0
+    model = {r["scheme"]: r for r in json.loads(capsys.readouterr().out)}
+    h200 = {r["scheme"]: r["stats"] for r in json.loads(Path(H200_TINY).read_text())["rows"] if r.get("stats")}
+    assert "ppl" not in model["bf16"] and model["bf16"]["ppl_ratio"] == pytest.approx(h200["bf16"]["ppl_ratio"])
