@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import fcntl
+import json
 import math
 import os
 import signal
@@ -214,10 +215,25 @@ def check_existing(path: Path, force: bool, resume: bool = False) -> None:
     if os.path.lexists(path) and not (force or resume):
         raise RunError(f"{path}: already exists; pass --force to overwrite it, --resume to add the schemes it "
                        f"lacks, or --out to choose another file")
+    if force and path.is_file() and not _is_result(path):
+        raise RunError(f"{path}: exists and is not a qbench result file (a checkpoint's config, a text?); --force "
+                       f"replaces only result files: choose another --out")
     partial = partial_path(path)
     if os.path.lexists(partial) and not resume:
         raise RunError(f"{partial}: holds the rows of an interrupted run, which a new run does not overwrite; "
                        f"run the same command with --resume to measure only the schemes it lacks, or move it away")
+
+
+def _is_result(path: Path) -> bool:
+    """Whether ``path`` holds a qbench result file (a JSON object with ``schema_version`` and ``rows``),
+    read at most 64 MiB: what ``--force`` may replace."""
+    try:
+        if path.stat().st_size > 64 << 20:
+            return False
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and "schema_version" in doc and "rows" in doc
 
 
 def refuse_early(path: Path, force: bool, resume: bool = False) -> None:

@@ -695,3 +695,17 @@ def test_a_run_piped_into_head_finishes_and_writes_its_file(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["complete"] is True and [r["scheme"] for r in doc["rows"]] == ["fp32", "fp16", "bf16"]
     assert not lifecycle.partial_path(out).exists()
+
+
+def test_force_replaces_only_result_files(tmp_path, capsys):
+    """``-o CHECKPOINT/config.json --force`` (the second break trial) replaced the run's own input
+    with a result: --force now refuses a file that is not a qbench result, before anything runs."""
+    from qbench import cli
+
+    victim = tmp_path / "config.json"
+    victim.write_text('{"model_type": "llama"}')
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(small_scenario_toml(["fp32"], m=(1,)))
+    assert cli.main(["run", str(scenario), "-o", str(victim), "--force", "--quiet"]) == 2
+    assert "is not a qbench result file" in capsys.readouterr().err
+    assert victim.read_text() == '{"model_type": "llama"}'
