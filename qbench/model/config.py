@@ -171,7 +171,7 @@ ROPE_KEYS = {"linear": ("factor",),
              "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
 
 
-def _rope_scaling(scaling: dict, kind: str) -> None:
+def _check_rope_scaling(scaling: dict, kind: str) -> None:
     """Every key the RoPE type ``kind`` reads is in ``scaling``, a finite number > 0."""
     for key in ROPE_KEYS.get(kind, ()):
         if key not in scaling:
@@ -254,7 +254,7 @@ def from_hf_config(data: Any, name: str) -> StepModelConfig:
         if kind not in ROPE_TYPES:
             raise ConfigError("rope_scaling.rope_type", f"the step implements {', '.join(ROPE_TYPES)}, got {kind!r}")
         scaling = {**scaling, "rope_type": kind}
-        _rope_scaling(scaling, kind)
+        _check_rope_scaling(scaling, kind)
         if kind == "default":
             scaling = None
     vocab = _get(data, "vocab_size", int)
