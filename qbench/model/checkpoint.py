@@ -250,33 +250,35 @@ def _shard(folder: Path, shard: object, key: str) -> Path:
 
 
 def _shards(folder: Path, key: str) -> list[str]:
-    """The safetensors files of the folder: the index's shards, else ``model.safetensors``."""
+    """The safetensors files of the folder: ``model.safetensors``, else the index's shards. The
+    single file first, as transformers loads it (``modeling_utils``: SAFE_WEIGHTS_NAME before
+    SAFE_WEIGHTS_INDEX_NAME), so a folder holding both is read as transformers reads it."""
+    if (folder / SINGLE).is_file():
+        return [SINGLE]
     if (folder / INDEX).is_file():
         named = list(_weight_map(folder, key).values())
         for shard in named:  # each a file name of the folder (a number, a path outside it refused)
             _shard(folder, shard, key)
         return sorted(set(named))
-    if (folder / SINGLE).is_file():
-        return [SINGLE]
     raise ConfigError(key, f"no {SINGLE} and no {INDEX} in {folder}")
 
 
 def tensor_file(folder: Path, name: str, key: str = "weight.path") -> Path:
-    """The safetensors file of the checkpoint ``folder`` holding tensor ``name``: the shard the
-    index names, else ``model.safetensors`` (any model family: no config is read).
+    """The safetensors file of the checkpoint ``folder`` holding tensor ``name``: ``model.safetensors``,
+    else the shard the index names (the order transformers loads them in; no config is read).
 
     Raises:
         ConfigError: ``key``: no index and no single file, an unreadable index, a tensor the index
             does not list, or a shard that is not a file of the folder.
     """
     folder = Path(folder)
+    if (folder / SINGLE).is_file():
+        return folder / SINGLE
     if (folder / INDEX).is_file():
         weight_map = _weight_map(folder, key)
         if name not in weight_map:
             raise ConfigError(key, f"tensor {name!r} is not in {folder / INDEX}")
         return _shard(folder, weight_map[name], key)
-    if (folder / SINGLE).is_file():
-        return folder / SINGLE
     raise ConfigError(key, f"no {SINGLE} and no {INDEX} in {folder}")
 
 

@@ -176,3 +176,21 @@ def test_checkpoint_reads_biases_and_dtype(tmp_path, cache):
     ck = open_checkpoint(make_checkpoint(tmp_path / "ck", "qwen2"))
     assert ck.config.biased == ("q_proj", "k_proj", "v_proj") and ck.dtype == "float32"
     assert tuple(ck.bias(0, "k_proj").shape) == (64,) and ck.bias(0, "o_proj") is None
+
+
+def test_a_folder_with_a_single_file_and_an_index_is_read_as_transformers_reads_it(tmp_path):
+    """transformers loads model.safetensors before an index (second break trial: qbench read a
+    zero-weight shard the index named while transformers read the single file)."""
+    import json
+    import shutil
+
+    from qbench.model import checkpoint
+
+    folder = tmp_path / "ck"
+    shutil.copytree(ROOT / "data" / "checkpoints" / "tiny-shakespeare-llama", folder)
+    (folder / "other.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    names = json.loads((folder / "model.safetensors").read_bytes()[8:8 + int.from_bytes(
+        (folder / "model.safetensors").read_bytes()[:8], "little")])
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {n: "other.safetensors" for n in names if n != "__metadata__"}}))
+    assert checkpoint.tensor_file(folder, "model.norm.weight") == folder / "model.safetensors"
