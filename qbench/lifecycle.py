@@ -443,8 +443,8 @@ def _glob_escape(name: str) -> str:
 
 
 #: Row keys naming the content a row was measured on (the checkpoint's identity by content, the
-#: text's sha256): a scenario naming the same paths may read other bytes than the kept rows did.
-INPUT_KEYS = ("checkpoint_id", "text_sha256")
+#: text's and the tokenizer's sha256): a scenario naming the same paths may read other bytes than the kept rows did.
+INPUT_KEYS = ("checkpoint_id", "text_sha256", "tokenizer_sha256")
 
 
 def resume_rows(doc: dict, output: Output, scenario: Optional[Scenario] = None, dev=None) -> None:
@@ -512,7 +512,7 @@ def _same_inputs(rows: list, scenario: Scenario, dev, source: Path) -> None:
     entry = scenario.schemes[0]
     (now, *_) = jobs.load(jobs.of_scenario(scenario).blank_rows)(scenario, entry, entry.scheme, dev)
     what = {"checkpoint_id": "the checkpoint's content (config, tensor headers or tensor bytes)",
-            "text_sha256": "the text's content"}
+            "text_sha256": "the text's content", "tokenizer_sha256": "the tokenizer's content (tokenizer.json)"}
     for key in INPUT_KEYS:
         if now.get(key) is None:
             continue

@@ -42,7 +42,7 @@ from qbench.model.checkpoint import TensorMap, of_model, weight_source
 from qbench.model.llama import Llama, Weights, build_model, float_builder
 from qbench.quality import stats as qstats
 from qbench.quality.row import QualityRow
-from qbench.quality.spec import read_tokens, resolve_path, scored_per_chunk, text_sha256
+from qbench.quality.spec import read_tokens, resolve_path, scored_per_chunk, text_sha256, tokenizer_file
 from qbench.hardware import free_bytes
 from qbench.row import describe_exception, flag_record
 from qbench import schemes
@@ -96,7 +96,9 @@ def _blank(scenario: Any, entry, scheme, device, ckpt, config: StepModelConfig, 
                      weights=weights_label(scenario, ckpt), checkpoint_id=None if ckpt is None else ckpt.identity,
                      device=str(device), weight_dtype=scheme.weight_dtype,
                      activation_dtype=_dtype_name(scheme.activation_dtype), text=str(text),
-                     text_sha256=text_sha256(text), chunk=q.chunk, chunks=chunks,
+                     text_sha256=text_sha256(text),
+                     tokenizer_sha256=text_sha256(tokenizer_file(scenario.model, q, scenario.source)),
+                     chunk=q.chunk, chunks=chunks,
                      scored_per_chunk=scored_per_chunk(q.chunk), lm_head="scheme" if q.lm_head else "float",
                      linear_params=params, recipe=plan_of(entry, config.blocks).record(q.lm_head))
     return row.model_dump(mode="json", exclude_none=True)

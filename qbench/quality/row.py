@@ -117,6 +117,7 @@ class QualityRow(_Part):
     emulated: bool = False
     text: str = Field(description="the text file")
     text_sha256: str
+    tokenizer_sha256: Optional[str] = Field(None, description="sha256 of the tokenizer.json the text was tokenized with; None in older files")
     chunk: int = Field(gt=0)
     chunks: int = Field(gt=0)
     scored_per_chunk: int = Field(gt=0)

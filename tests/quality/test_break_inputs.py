@@ -88,7 +88,7 @@ def _fake_rows(monkeypatch):
     monkeypatch.setattr(runner._Workers, "rows", rows)
 
 
-@pytest.mark.parametrize("edit", ["text", "weights", "config"])
+@pytest.mark.parametrize("edit", ["text", "weights", "config", "tokenizer"])
 def test_resume_refuses_rows_of_another_text_or_checkpoint(tmp_path, monkeypatch, capsys, edit):
     pytest.importorskip("torch")
     _fake_rows(monkeypatch)
@@ -106,16 +106,20 @@ def test_resume_refuses_rows_of_another_text_or_checkpoint(tmp_path, monkeypatch
         data = {k: v.clone() for k, v in load_file(ck / "model.safetensors").items()}
         data["model.layers.0.mlp.down_proj.weight"] *= 2
         save_file(data, ck / "model.safetensors", metadata={"format": "pt"})
-    else:
+    elif edit == "config":
         config = json.loads((ck / "config.json").read_text())
         config["rms_norm_eps"] = 1e-3
         (ck / "config.json").write_text(json.dumps(config))
+    else:  # a normalizer added: the same text gives other tokens (second break trial)
+        tok = json.loads((ck / "tokenizer.json").read_text())
+        tok["normalizer"] = {"type": "Lowercase"}
+        (ck / "tokenizer.json").write_text(json.dumps(tok))
     capsys.readouterr()
     sc = scenario(tmp_path, ck, ["fp32", "bf16"], text=text)
     assert cli.main(["run", str(sc), "--out", str(out), "--resume", "--quiet"]) == 2
     (line,) = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
-    key = "text_sha256" if edit == "text" else "checkpoint_id"
-    what = "the text's content" if edit == "text" else "the checkpoint's content"
+    key = {"text": "text_sha256", "tokenizer": "tokenizer_sha256"}.get(edit, "checkpoint_id")
+    what = {"text": "the text's content", "tokenizer": "the tokenizer's content"}.get(edit, "the checkpoint's content")
     assert line.startswith(f"qbench: cannot resume: {out}: {what}")
     assert f"({key} '{kept[key][:12]}…' in row 'fp32', '" in line
     assert read_results(out).to_json()["rows"] == [kept]  # the kept file as it was
