@@ -366,9 +366,12 @@ def test_the_next_worker_measures_while_the_previous_one_exits(tmp_path, monkeyp
     # fp32, prepared ahead, was given its go at "done", not 3 s later when the slow worker had exited
     fp32 = rows["fp32"]["worker_phases_s"]
     assert fp32["waited_for_go"] < slow["worker_phases_s"]["after_go"] + 1.5, (fp32, slow["worker_phases_s"])
-    assert wall < slow["worker_wall_s"] + fp32["after_go"] + 2.0
-    # the timeline says the same: fp32's go is the slow worker's done, about 3 s before it exited
+    # the workers' span, from the first worker's start to the last exit (the runner's set-up and the
+    # forkserver's preload before it are not what overlaps, and vary with the machine's load)
     slow_t, fp32_t = outcome.doc["workers"]["timeline"]
+    span = max(slow_t["exited"], fp32_t["exited"]) - slow_t["worker_started"]
+    assert span < slow["worker_wall_s"] + fp32["after_go"] + 2.0 and span <= wall
+    # the timeline says the same: fp32's go is the slow worker's done, about 3 s before it exited
     assert (slow_t["scheme"], fp32_t["scheme"]) == ("slow-exit-test", "fp32")
     assert fp32_t["go"] - slow_t["done"] < 0.1 and slow_t["exited"] - slow_t["done"] > 2.5
 
