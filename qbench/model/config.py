@@ -171,16 +171,17 @@ ROPE_KEYS = {"linear": ("factor",),
              "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
 
 
-def _check_rope_scaling(scaling: dict, kind: str) -> None:
-    """Every key the RoPE type ``kind`` reads is in ``scaling``, a finite number > 0."""
+def _check_rope_scaling(scaling: dict, kind: str, table: str = "rope_scaling") -> None:
+    """Every key the RoPE type ``kind`` reads is in ``scaling``, a finite number > 0; errors name the
+    config's own ``table`` (``rope_scaling``, or transformers 5's ``rope_parameters``)."""
     for key in ROPE_KEYS.get(kind, ()):
         if key not in scaling:
-            raise ConfigError(f"rope_scaling.{key}", f"missing (rope_type {kind!r} needs "
-                                                     f"{', '.join(ROPE_KEYS[kind])}), got none")
+            raise ConfigError(f"{table}.{key}", f"missing (rope_type {kind!r} needs "
+                                                f"{', '.join(ROPE_KEYS[kind])}), got none")
         try:
             _get(scaling, key, float)
         except ConfigError as exc:
-            raise ConfigError(f"rope_scaling.{key}", exc.message) from None
+            raise ConfigError(f"{table}.{key}", exc.message) from None
 
 
 def _bos(data: dict, vocab: int) -> Optional[int]:
@@ -244,17 +245,18 @@ def from_hf_config(data: Any, name: str) -> StepModelConfig:
                                             f"versions the top level; qbench refuses the conflict (make them equal)"[:300])
         if "rope_theta" not in data and "rope_theta" in params:
             data = {**data, "rope_theta": params["rope_theta"]}
-        if data.get("rope_scaling") is None and params.get("rope_type", "default") != "default":
-            data = {**data, "rope_scaling": {k: v for k, v in params.items() if k != "rope_theta"}}
+    table = "rope_scaling"  # the table a RoPE error names: the one the config wrote
+    if isinstance(params, dict) and data.get("rope_scaling") is None and params.get("rope_type", "default") != "default":
+        data, table = {**data, "rope_scaling": {k: v for k, v in params.items() if k != "rope_theta"}}, "rope_parameters"
     scaling = data.get("rope_scaling")
     if scaling is not None:
         if not isinstance(scaling, dict):
             raise ConfigError("rope_scaling", f"must be a table or null, got {scaling!r}"[:200])
         kind = scaling.get("rope_type", scaling.get("type", "default"))
         if kind not in ROPE_TYPES:
-            raise ConfigError("rope_scaling.rope_type", f"the step implements {', '.join(ROPE_TYPES)}, got {kind!r}")
+            raise ConfigError(f"{table}.rope_type", f"the step implements {', '.join(ROPE_TYPES)}, got {kind!r}")
         scaling = {**scaling, "rope_type": kind}
-        _check_rope_scaling(scaling, kind)
+        _check_rope_scaling(scaling, kind, table)
         if kind == "default":
             scaling = None
     vocab = _get(data, "vocab_size", int)

@@ -144,6 +144,15 @@ def _set(key, value):
     return edit
 
 
+def _rope_parameters(params):
+    """transformers 5's spelling: RoPE in rope_parameters only (no rope_scaling, no top-level theta)."""
+    def edit(c):
+        c["rope_parameters"] = params
+        c.pop("rope_scaling", None)
+        c.pop("rope_theta", None)
+    return edit
+
+
 def _rope(scaling):
     def edit(c):
         c["rope_scaling"] = scaling
@@ -180,6 +189,9 @@ CONFIG_CASES = {
     "rope_llama3_partial": (_rope({"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0,
                                    "original_max_position_embeddings": 256}), "rope_scaling.low_freq_factor",
                             ["missing"]),
+    "rope_params_llama3_partial": (_rope_parameters({"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 256}),
+                                   "rope_parameters.low_freq_factor", ["missing"]),  # the table the config wrote
     "bos_oob": (_set("bos_token_id", 300), "bos_token_id", ["one token id in 0..256", "got 300"]),
     "bos_neg": (_set("bos_token_id", -1), "bos_token_id", ["got -1"]),
     "bos_list": (_set("bos_token_id", [256]), "bos_token_id", ["got [256]"]),
