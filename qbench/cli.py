@@ -63,13 +63,13 @@ def runner_error(message: str) -> Exception:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from qbench import forkserver, render
+    from qbench import forkserver, jobs, render
 
     loaded = _validated(args.scenario, args.schemes)  # a typo is answered before any torch import
     if not 1 <= args.repeat <= 20:
         raise runner_error(f"--repeat: must be an integer in 1..20 (independent runs per scheme), got {args.repeat}")
-    if args.repeat > 1 and loaded.job == "quality":  # its statistics are deterministic: nothing to compare
-        raise runner_error(f"--repeat: a quality scenario's statistics are the same on every run (its workers "
+    if args.repeat > 1 and jobs.of_scenario(loaded).deterministic:  # nothing to compare between runs
+        raise runner_error(f"--repeat: a {loaded.job} scenario's statistics are the same on every run (its workers "
                            f"compute the same numbers), so repeats compare nothing; run it once, got {args.repeat}")
     render.check_format(args.format)  # a bad --format is refused before anything is measured
     if args.columns:  # so is an unknown --columns key (UnknownColumnError: one line, exit 2)

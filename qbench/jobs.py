@@ -52,6 +52,8 @@ class Job:
         exclusive: a worker holds a whole model: never two workers on the device at once.
         emulates: a scheme with no kernel on the device still runs, emulated
             (:attr:`qbench.schemes.base.Scheme.emulate`), so the runner does not skip it up front.
+        deterministic: its workers compute the same numbers on every run, so ``--repeat`` (which
+            compares independent runs' medians) is refused for it.
         views: reader command name -> ``"module:function"`` rendering that reader's view of a
             document of this kind (absent: the reader's own, layer, view). ``run`` is ``(doc, args)
             -> rows shown``; a reader's is ``(args, paths, docs) -> exit status``; ``budgets`` names the
@@ -76,6 +78,7 @@ class Job:
     run: Optional[str] = None
     exclusive: bool = False
     emulates: bool = False
+    deterministic: bool = False
     views: Mapping[str, str] = field(default_factory=dict)
     refusal: Optional[str] = None
 
@@ -93,7 +96,7 @@ class Job:
 #: Every job kind, in the order a scenario's tables are tried (the first whose table is present wins;
 #: the default kind, without a table, last).
 JOBS: dict[str, Job] = {j.name: j for j in (
-    Job("quality", table="quality", exclusive=True, emulates=True, at=(),
+    Job("quality", table="quality", exclusive=True, emulates=True, deterministic=True, at=(),
         tables="qbench.quality.spec:QualityTables", check="qbench.quality.spec:check_scenario",
         describe="qbench.quality.spec:describe",
         check_rows="qbench.quality.row:check_rows", blank_rows="qbench.quality.measure:blank_rows",

@@ -216,12 +216,9 @@ def text_file(quality: QualitySpec, source: str) -> Path:
 
 
 def text_sha256(path: Path) -> str:
-    """sha256 (hex) of the text file's bytes, read in pieces."""
-    h = hashlib.sha256()
+    """sha256 (hex) of the text file's bytes (hashlib.file_digest reads it in pieces)."""
     with open(path, "rb") as f:
-        for part in iter(lambda: f.read(1 << 22), b""):
-            h.update(part)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 _TOKENS: dict[tuple, list[int]] = {}

@@ -16,7 +16,7 @@ from qbench.judge import Budget, incomplete_warning
 from qbench.readers.common import Refused, refuse_options
 from qbench.quality.row import QualityRow
 from qbench.render import DATA_FORMATS, Column, narrow, prose, render, wants_prose
-from qbench.render.columns import DASH, fmt_num
+from qbench.render.columns import DASH, fmt_num, select
 
 
 
@@ -96,10 +96,7 @@ def columns_of(keys: Sequence[str]) -> list[Column]:
 
     Raises:
         ValueError: an unknown key (one line naming it and the allowed ones)."""
-    unknown = [k for k in keys if k not in COLUMNS_BY_KEY]
-    if unknown:
-        raise ValueError(f"unknown column {unknown[0]!r} for a quality table; allowed: {', '.join(COLUMNS_BY_KEY)}")
-    return [COLUMNS_BY_KEY[k] for k in keys]
+    return select(keys, COLUMNS_BY_KEY, "quality")
 
 
 def shared_flags(rows: Sequence[QualityRow]) -> list[str]:

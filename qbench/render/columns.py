@@ -22,14 +22,14 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from qbench.judge import CPU_METHOD, NOISY_CV, is_noisy, methods_present
 from qbench.render.kernels import short_kernel
 from qbench.row import Row
 from qbench.timing import registry
 
-__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct", "shown",
+__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct", "select", "shown",
            "default_columns", "resolve_columns"]
 
 #: What a table shows for a value that was not measured.
@@ -376,6 +376,17 @@ def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
         return [c for c in [*_COMMON_HEAD, *times[:NARROW_METHODS], *floor, "rel_err", "status"]
                 if c not in WIDE_ONLY]
     return [*_COMMON_HEAD, *times, *floor, "rel_err", "status"]
+
+
+def select(keys: Sequence[str], known: Mapping[str, Any], table: str) -> list:
+    """``known[key]`` for each ``--columns`` key, in their order: a job table's column choice.
+
+    Raises:
+        ValueError: an unknown key (one line naming it, the table and the allowed keys)."""
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        raise ValueError(f"unknown column {unknown[0]!r} for a {table} table; allowed: {', '.join(known)}")
+    return [known[k] for k in keys]
 
 
 def resolve_columns(columns: Iterable[str | Column] | None, rows: Sequence[Any]) -> list[Column]:

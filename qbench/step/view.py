@@ -13,7 +13,7 @@ from typing import Callable, Optional, Sequence
 from qbench import judge
 from qbench.judge import decision_method, methods_present
 from qbench.render import DATA_FORMATS, Column, render
-from qbench.render.columns import DASH, shown
+from qbench.render.columns import DASH, select, shown
 from qbench.row import FLAG_MEANINGS
 from qbench.step.row import StepRow
 from qbench.timing import registry
@@ -166,10 +166,7 @@ def column_keys(columns: Sequence[str]) -> list[str]:
 
     Raises:
         ValueError: an unknown key (one line naming it and the allowed ones)."""
-    unknown = [c for c in columns if c not in COLUMN_KEYS]
-    if unknown:
-        raise ValueError(f"unknown column {unknown[0]!r} for a model-step table; allowed: {', '.join(COLUMN_KEYS)}")
-    return [COLUMN_KEYS[c] for c in columns]
+    return select(columns, COLUMN_KEYS, "model-step")
 
 
 #: Shorter titles of the default (narrow) table, which fits 120 characters.
