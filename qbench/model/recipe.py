@@ -44,6 +44,11 @@ from qbench.tables import ScenarioError
 
 #: The roles a recipe may name, in model order: a block's seven linears, then the LM head.
 ROLES: tuple[str, ...] = BLOCK_LINEARS + ("lm_head",)
+#: The decisions of a per-layer search: the linears engines fuse into one GEMM (vLLM's QKVParallelLinear and
+#: MergedColumnParallelLinear, TensorRT-LLM's fused QKV and gate-up) take one scheme together.
+#: Unit -> its block roles; the LM head is the unit ``lm_head``.
+UNITS: dict[str, tuple[str, ...]] = {"attn_in": ("q_proj", "k_proj", "v_proj"), "o": ("o_proj",),
+                                     "mlp_in": ("gate_proj", "up_proj"), "down": ("down_proj",)}
 #: Short role names -> ``transformers``' names (``down`` -> ``down_proj``).
 SHORT = {r.removesuffix("_proj"): r for r in BLOCK_LINEARS}
 #: The scenario keys of a scheme entry that this module reads.
