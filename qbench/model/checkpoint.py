@@ -283,7 +283,7 @@ def tensor_file(folder: Path, name: str, key: str = "weight.path") -> Path:
 
 
 def _signature(folder: Path) -> tuple:
-    """(name, size, mtime) of the folder's config, index and safetensors files: a change to any of
+    """(name, inode, size, mtime, ctime) of the folder's config, index and safetensors files: a change to any of
     them opens the checkpoint again."""
     out = []
     for path in sorted([folder / CONFIG, folder / INDEX, *folder.glob("*.safetensors")]):
@@ -291,7 +291,7 @@ def _signature(folder: Path) -> tuple:
             st = path.stat()
         except OSError:
             continue
-        out.append((path.name, st.st_size, st.st_mtime_ns))
+        out.append((path.name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
     return tuple(out)
 
 
@@ -431,8 +431,9 @@ def _store_digest(path: Path, record: dict) -> None:
 
 def file_digest(path: Path, key: str = "model.checkpoint") -> str:
     """sha256 (hex) of the tensor bytes of one safetensors file (file order), every float tensor
-    checked finite on the way; cached on disk by (path, size, mtime): a file unchanged since is not
-    read again (a cached file was finite).
+    checked finite on the way; cached on disk by (path, inode, size, mtime, ctime): a file unchanged
+    since is not read again (a cached file was finite). The ctime is the kernel's (``utime`` cannot set
+    it), so an edit that restores the size and the mtime still reads the file again.
 
     Raises:
         ConfigError: ``key``: a tensor holding NaN or Inf (named), or a file safetensors refuses.
@@ -440,7 +441,8 @@ def file_digest(path: Path, key: str = "model.checkpoint") -> str:
     path = Path(path).resolve()
     st = path.stat()
     cached = _load_digests().get(str(path))
-    if isinstance(cached, dict) and cached.get("size") == st.st_size and cached.get("mtime_ns") == st.st_mtime_ns:
+    stamp = {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+    if isinstance(cached, dict) and all(cached.get(k) == v for k, v in stamp.items()):
         return str(cached["sha256"])
     tensors = read_headers(path, key)
     h = hashlib.sha256()
@@ -469,7 +471,7 @@ def file_digest(path: Path, key: str = "model.checkpoint") -> str:
                 count = f"{nan} NaN, {inf} Inf" if nan and inf else f"{nan or inf}"
                 raise ConfigError(key, f"tensor {name} holds {what} ({count} of {info.nbytes // bits[0]} values, in {path})")
     digest = h.hexdigest()
-    _store_digest(path, {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest})
+    _store_digest(path, {**stamp, "sha256": digest})
     return digest
 
 

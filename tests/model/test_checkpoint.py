@@ -1,6 +1,6 @@
 """The checkpoint reader (qbench.model.checkpoint) on variants of the committed trained checkpoint
 made in tmp folders: identity by content (same bytes at two paths: one identity; one byte changed:
-another; the on-disk digest cache used while size and mtime are unchanged), and the one-line
+another; the on-disk digest cache used while inode, size, mtime and ctime are unchanged), and the one-line
 refusals at validation time (a NaN or Inf tensor named, a truncated safetensors file)."""
 
 from __future__ import annotations
@@ -65,20 +65,25 @@ def test_same_bytes_at_two_paths_have_one_identity_and_one_byte_changes_it(tmp_p
     assert open_checkpoint(a).identity != ida
 
 
-def test_digest_cache_hit_while_size_and_mtime_are_unchanged(tmp_path, cache):
+def test_digest_cache_hit_while_the_file_is_untouched_and_missed_after_an_edit_that_keeps_size_and_mtime(tmp_path, cache):
     a = _copy(tmp_path / "a")
     first = open_checkpoint(a).identity
     records = json.loads((cache / "checkpoint-digests.json").read_text())
     assert list(records) == [str((a / "model.safetensors").resolve())]
+    checkpoint._OPENED.clear()
+    reads = []
+    real = checkpoint.read_headers
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(checkpoint, "read_headers", lambda *args, **kw: reads.append(1) or real(*args, **kw))
+        assert open_checkpoint(a).identity == first
+    assert reads.count(1) == 1  # opened once (the lazy reader); the digest came from the cache, not a second read
     path = a / "model.safetensors"
     st = path.stat()
     data = bytearray(path.read_bytes())
     data[-5] ^= 0x01
     path.write_bytes(bytes(data))
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same mtime: the cached digest is used
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same mtime, but a new ctime: read again
     checkpoint._OPENED.clear()
-    assert open_checkpoint(a).identity == first
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # touched: read again
     assert open_checkpoint(a).identity != first
 
 
