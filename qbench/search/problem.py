@@ -69,7 +69,10 @@ class Problem:
         damage_unc: its uncertainty (same shape).
         fixed_us: the step's rest (attention, norms, embedding, a float LM head), µs.
         sources: where each half comes from, in words (file, method, notes).
-        flags: what a reader must know of a candidate (name -> line).
+        method: the step method the fixed rest (and a verified recipe's step) is read by.
+        notes: what a reader must know of a candidate's speed (label -> line: a speed that depends
+            on values, read from seeded weights).
+        emulated: the candidates the damage file ran emulated (their kernel did not run there).
         scale: the factor every damage was scaled by since measured (refits), 1 as measured.
     """
 
@@ -80,7 +83,9 @@ class Problem:
     damage_unc: tuple[tuple[float, ...], ...]
     fixed_us: float
     sources: dict[str, str] = field(default_factory=dict)
-    flags: dict[str, str] = field(default_factory=dict)
+    method: str = ""
+    notes: dict[str, str] = field(default_factory=dict)
+    emulated: tuple[str, ...] = ()
     scale: float = 1.0
 
     def pure(self, c: int) -> tuple[int, ...]:
@@ -247,13 +252,10 @@ def build(quality_path: str, quality_doc: Any, step_path: str, step_doc: Any, ca
     }
     if note:
         sources["pairing"] = note
-    flags = {}
+    notes = {}
     if seeded:
         sources["cost"] += "; seeded weights of the same config (a step's time depends on shapes, not values)"
-        flags.update({c.label: VALUE_DEPENDENT_SPEED[c.name] for c in candidates if c.name in VALUE_DEPENDENT_SPEED})
-    for c in candidates:
-        q = next(r for r in quality_doc.rows if r.scheme == c.label)
-        if q.emulated:
-            flags.setdefault(c.label, "emulated in the damage file: its dequantized weights ran, not its kernel")
+        notes = {c.label: VALUE_DEPENDENT_SPEED[c.name] for c in candidates if c.name in VALUE_DEPENDENT_SPEED}
+    emulated = tuple(r.scheme for r in quality_doc.rows if r.emulated and r.scheme in {c.label for c in candidates})
     return Problem(units, tuple(c.label for c in candidates), tuple(map(tuple, times)), tuple(map(tuple, dmg)),
-                   tuple(map(tuple, unc)), fixed, sources, flags)
+                   tuple(map(tuple, unc)), fixed, sources, method, notes, emulated)
