@@ -198,17 +198,17 @@ def check(scenario: Any) -> None:
                                 f"{e.name} runs at {got} activations, the base {base.name} at {want}: a recipe's "
                                 f"linears share the model's hidden states, so the candidates must take one "
                                 f"activation dtype, got {e.name!r}")
-    damage_scenario(scenario)
-    evaluation_scenario(scenario, candidate_entries(scenario))
-    if scenario.search.speed == "step":
-        step_scenario(scenario, candidate_entries(scenario))
-    else:
+    if scenario.search.speed != "step":
         from qbench.quality.spec import resolve_path
 
         path = resolve_path(scenario.search.speed, scenario.source)
         if not path.is_file():
             raise ScenarioError(scenario.source, "search.speed", f"\"step\" (run the step job) or a step result file; "
                                                                  f"no file {path}, got {scenario.search.speed!r}")
+    damage_scenario(scenario)
+    evaluation_scenario(scenario, candidate_entries(scenario))
+    if scenario.search.speed == "step":
+        step_scenario(scenario, candidate_entries(scenario))
 
 
 def describe(scenario: Any) -> str:
