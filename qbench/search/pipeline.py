@@ -187,7 +187,10 @@ def search(scenario: Any, device: str, work: Path, say: Callable[[str], None]) -
     floor, (eval_path, eval_doc) = job.floor()
     damage_path, damage_doc = job.damage()
     step_path, step_doc = job.cost()
-    problem = build(damage_path, damage_doc, step_path, step_doc, job.candidates, s.m, s.context, s.method)
+    # the job files live in a temporary folder: the problem names the jobs (a speed file given keeps its path)
+    damage_name = f"the damage job ({scenario.name}-damage: quality, unit sensitivity)"
+    step_name = step_path if s.speed != "step" else f"the step job ({scenario.name}-step)"
+    problem = build(damage_name, damage_doc, step_name, step_doc, job.candidates, s.m, s.context, s.method)
     method = problem.method
     job.record_pure(problem, eval_doc, step_doc, method)
     measured_problem = problem

@@ -29,8 +29,8 @@ def test_a_search_table_selects_the_search_kind():
 
 
 def test_overlapping_spans_are_refused():
-    got = refusal(BASE.replace("first_chunk = 8, chunks = 24", "first_chunk = 4, chunks = 24"))
-    assert got.startswith("search: calibration (chunks 0..7) and evaluation (chunks 4..27) overlap")
+    got = refusal(BASE.replace("first_chunk = 4, chunks = 12", "first_chunk = 2, chunks = 12"))
+    assert got.startswith("search: calibration (chunks 0..3) and evaluation (chunks 2..13) overlap")
 
 
 def test_one_candidate_is_refused():
@@ -67,4 +67,4 @@ def test_a_speed_file_that_is_not_there_is_refused(tmp_path):
 def test_check_says_the_budget_the_point_and_the_spans(capsys):
     assert cli.main(["check", str(ROOT / "scenarios" / "search_tiny.toml")]) == 0
     out = capsys.readouterr().out
-    assert "max mean KLD 0.003 at M = 1, context 128; damages on chunks 0..7, proof on 8..31" in out
+    assert "max mean KLD 0.003 at M = 1, context 128; damages on chunks 0..3, proof on 4..15" in out
