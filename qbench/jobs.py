@@ -96,6 +96,12 @@ class Job:
 #: Every job kind, in the order a scenario's tables are tried (the first whose table is present wins;
 #: the default kind, without a table, last).
 JOBS: dict[str, Job] = {j.name: j for j in (
+    Job("search", table="search", run="qbench.search.pipeline:run", at=("m", "context"),
+        tables="qbench.search.spec:SearchTables", check="qbench.search.spec:check", describe="qbench.search.spec:describe",
+        check_rows="qbench.search.row:check_rows", blank_rows="qbench.search.pipeline:blank_rows",
+        measure="qbench.search.pipeline:measure", views={"run": "qbench.search.view:run_view",
+                                                         "report": "qbench.search.view:report_view"},
+        summary="the fastest per-unit recipe under a KL-divergence budget, proven by the quality and step jobs"),
     Job("quality", table="quality", exclusive=True, emulates=True, deterministic=True, at=(),
         tables="qbench.quality.spec:QualityTables", check="qbench.quality.spec:check_scenario",
         describe="qbench.quality.spec:describe",

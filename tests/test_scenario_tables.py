@@ -14,7 +14,7 @@ from qbench import cli, jobs, scenario
 ROOT = Path(__file__).resolve().parent.parent
 #: A shipped scenario of each kind that validates without a fetched checkpoint.
 BASES = {"layer": "decode.toml", "tp": "tp_decode.toml", "step": "step_tiny.toml",
-         "quality": "quality_llama3_8b_seeded.toml"}
+         "quality": "quality_llama3_8b_seeded.toml", "search": "search_tiny.toml"}
 
 
 def _base(kind: str) -> dict:
@@ -48,7 +48,7 @@ FOREIGN = _foreign_keys()
 
 def test_every_kind_has_keys_of_others_to_refuse():
     kinds = {kind for kind, _ in FOREIGN}
-    assert kinds == {"step", "quality"}  # a layer or tp file with another kind's table is that kind
+    assert kinds == {"step", "quality", "search"}  # a layer or tp file with another kind's table is that kind
     assert ("quality", ("model", "blocks")) in FOREIGN and ("step", ("layer",)) in FOREIGN
     assert ("quality", ("m",)) in FOREIGN and ("step", ("timing", "methods")) in FOREIGN
 

@@ -108,7 +108,7 @@ def refuse_recipes(scenario: Any) -> None:
     """A recipe (a scheme per linear of a model) on a scenario that measures one linear layer."""
     for i, entry in enumerate(scenario.schemes):
         if entry.recipe is not None:
-            key = f"schemes[{i}].{'recipe' if entry.recipe.roles else 'keep_blocks'}"
+            key = f"schemes[{i}].{'recipe' if entry.recipe.roles or entry.recipe.linears else 'keep_blocks'}"
             raise ScenarioError(scenario.source, key, f"a recipe picks a scheme per linear of a model ([model]); a "
                                                       f"{scenario.job} scenario measures one "
                                                       f"{'sharded ' if scenario.job == 'tp' else ''}linear layer, got a "

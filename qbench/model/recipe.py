@@ -15,15 +15,19 @@ step job, the quality job) says so in two optional keys::
   (or ``transformers``' names ``q_proj`` ... ``down_proj``) and ``lm_head`` (only where the scenario
   quantizes the head: ``quality.lm_head`` / ``model.quantize_lm_head``). A scheme is a name, or a
   table ``{ name = "int4-weight-only", group_size = 64 }`` with that scheme's options.
+  A key ``"<block>.<role>"`` names one linear of one block (``"3.down" = "int8-weight-only"``,
+  ``"-1.q_proj" = { name = "int4-weight-only", group_size = 64 }``; negative blocks count from the
+  end): what a per-layer search picks.
 * ``keep_blocks``: ``blocks``, block indices (negative counts from the end: ``-1`` is the last);
   ``scheme`` (default ``"bf16"``): the scheme of every linear of those blocks. A kept block wins
-  over ``recipe``.
+  over a role key.
 
-Which scheme builds (block, role): the kept blocks' scheme, else the role's, else the base
-(:meth:`Plan.choice`). Checks (:func:`parse`, :func:`check`): known roles and schemes, valid options,
-block indices inside the model, no ``tf32`` (a process-wide matmul setting, not one linear's), and
-one activation dtype for every scheme of the recipe (the linears share the model's hidden states);
-each refusal is a :class:`RecipeError` naming the key and the value.
+Which scheme builds (block, role): the block's own key, else the kept blocks' scheme, else the
+role's, else the base (:meth:`Plan.choice`). Checks (:func:`parse`, :func:`check`): known roles and
+schemes, valid options, block indices inside the model (one key per linear), no ``tf32`` (a
+process-wide matmul setting, not one linear's), and one activation dtype for every scheme of the
+recipe (the linears share the model's hidden states); each refusal is a :class:`RecipeError`
+naming the key and the value.
 
 Torch-free, except :func:`check`'s activation-dtype lookup, which reads the scheme registry (a torch
 import) for scenarios that hold a recipe.
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Optional
 
 from pydantic import ValidationError
@@ -99,26 +104,35 @@ class Choice:
 @dataclass(frozen=True)
 class Recipe:
     """A scheme entry's ``recipe`` and ``keep_blocks`` as validated (roles in :data:`ROLES` order,
-    blocks as written: negative ones count from the end)."""
+    blocks as written: negative ones count from the end). ``linears``: the ``"<block>.<role>"`` keys
+    as ``(block, role, choice)``, ``role`` a block role's full name, in the order written."""
 
     roles: tuple[tuple[str, Choice], ...] = ()
     keep_blocks: tuple[int, ...] = ()
     keep_scheme: Optional[Choice] = None
+    linears: tuple[tuple[int, str, Choice], ...] = ()
 
     def to_scenario(self) -> dict:
         """The entry's keys as a scenario writes them (``Scenario.to_dict``; read back by :func:`parse`)."""
         out: dict[str, Any] = {}
-        if self.roles:
+        if self.roles or self.linears:
             out["recipe"] = {role: choice.to_scenario() for role, choice in self.roles}
+            out["recipe"].update({linear_key(b, role): c.to_scenario() for b, role, c in self.linears})
         if self.keep_blocks:
             out["keep_blocks"] = {"blocks": list(self.keep_blocks), "scheme": self.keep_scheme.to_scenario()}
         return out
 
     def describe(self) -> str:
-        """One line for an automatic label: ``down=int8-weight-only; blocks 0,-1 bf16``."""
+        """One line for an automatic label: ``down=int8-weight-only; 3.down+-1.q=bf16; blocks 0,-1 bf16``
+        (the block keys grouped by scheme, in first-written order)."""
         parts = []
         if self.roles:
             parts.append(",".join(f"{role.removesuffix('_proj')}={c.label}" for role, c in self.roles))
+        if self.linears:
+            by: dict[str, list[str]] = {}
+            for b, role, c in self.linears:
+                by.setdefault(c.label, []).append(f"{b}.{role.removesuffix('_proj')}")
+            parts.append(",".join(f"{'+'.join(keys)}={label}" for label, keys in by.items()))
         if self.keep_blocks:
             parts.append(f"blocks {','.join(str(b) for b in self.keep_blocks)} {self.keep_scheme.label}")
         return "; ".join(parts)
@@ -126,7 +140,13 @@ class Recipe:
     def choices(self) -> list[tuple[str, Choice]]:
         """``(key, choice)`` of every scheme the recipe names, the key as a scenario error names it."""
         out = [(f"recipe.{role.removesuffix('_proj')}", c) for role, c in self.roles]
+        out += [(f"recipe.{linear_key(b, role)}", c) for b, role, c in self.linears]
         return out + ([("keep_blocks.scheme", self.keep_scheme)] if self.keep_blocks else [])
+
+
+def linear_key(block: int, role: str) -> str:
+    """The recipe key of one block's linear: ``3.down`` (a short role name; ``block`` as written)."""
+    return f"{block}.{role.removesuffix('_proj')}"
 
 
 @dataclass(frozen=True)
@@ -141,6 +161,11 @@ class Plan:
     def _roles(self) -> dict[str, Choice]:
         return dict(self.recipe.roles) if self.recipe else {}
 
+    @cached_property
+    def _linears(self) -> dict[tuple[int, str], Choice]:
+        """The block keys as ``{(block 0 .. blocks - 1, role): choice}``."""
+        return {(b % self.blocks, role): c for b, role, c in self.recipe.linears} if self.recipe else {}
+
     def kept(self) -> tuple[int, ...]:
         """The kept blocks as indices ``0 .. blocks - 1``, sorted."""
         if not self.recipe:
@@ -149,9 +174,14 @@ class Plan:
 
     def choice(self, block: int, role: str) -> Choice:
         """The scheme of ``role`` (a :data:`ROLES` name) in ``block`` (0-based; ignored for
-        ``lm_head``): a kept block's scheme, else the recipe's for the role, else the base."""
-        if self.recipe and role != "lm_head" and block in self.kept():
-            return self.recipe.keep_scheme
+        ``lm_head``): the block's own key, else a kept block's scheme, else the recipe's for the role,
+        else the base."""
+        if self.recipe and role != "lm_head":
+            own = self._linears.get((block, role))
+            if own is not None:
+                return own
+            if block in self.kept():
+                return self.recipe.keep_scheme
         return self._roles().get(role, self.base)
 
     def block_choices(self, block: int) -> dict[str, Choice]:
@@ -181,13 +211,19 @@ class Plan:
         return list(seen.values())
 
     def identity(self) -> Optional[dict]:
-        """What pairs a step row with a quality row of the same recipe: the roles' schemes and the
-        kept blocks as indices of this model (None for a plain scheme)."""
+        """What pairs a step row with a quality row of the same recipe: the roles' schemes, the
+        kept blocks as indices of this model and, when the recipe has block keys, ``by_block``:
+        ``{"3.down_proj": label}`` with blocks as indices of this model, sorted (None for a plain scheme)."""
         if not self.recipe:
             return None
-        return {"roles": {role: c.label for role, c in self.recipe.roles},
-                "keep_blocks": {"blocks": list(self.kept()), "scheme": self.recipe.keep_scheme.label}
-                if self.recipe.keep_blocks else None}
+        out = {"roles": {role: c.label for role, c in self.recipe.roles},
+               "keep_blocks": {"blocks": list(self.kept()), "scheme": self.recipe.keep_scheme.label}
+               if self.recipe.keep_blocks else None}
+        if self._linears:
+            order = {r: i for i, r in enumerate(ROLES)}
+            out["by_block"] = {f"{b}.{role}": c.label
+                              for (b, role), c in sorted(self._linears.items(), key=lambda kv: (kv[0][0], order[kv[0][1]]))}
+        return out
 
     def record(self, head: bool, ran: Optional[dict[str, str]] = None) -> Optional[dict]:
         """The row's ``recipe``: :meth:`identity` plus ``base`` and ``linears``, one item per scheme:
@@ -226,7 +262,10 @@ def identity_key(record: Optional[dict]) -> Optional[str]:
     """A row's ``recipe`` record reduced to what identifies it (:meth:`Plan.identity`), as text."""
     if not record:
         return None
-    return json.dumps({"roles": record.get("roles"), "keep_blocks": record.get("keep_blocks")}, sort_keys=True)
+    ident = {"roles": record.get("roles"), "keep_blocks": record.get("keep_blocks")}
+    if record.get("by_block"):
+        ident["by_block"] = record["by_block"]
+    return json.dumps(ident, sort_keys=True)
 
 
 def _choice(value: Any, key: str) -> Choice:
@@ -267,27 +306,57 @@ def _role(key: str) -> Optional[str]:
     return SHORT.get(key)
 
 
+def _linear(name: str, key: str) -> tuple[int, str]:
+    """``(block as written, role's full name)`` of a recipe key ``"<block>.<role>"`` (``"-1.down"``)."""
+    block, _, role_name = name.partition(".")
+    try:
+        index = int(block) if block.lstrip("-").isdigit() else None
+    except ValueError:
+        index = None
+    if index is None:
+        raise RecipeError(key, f"a block key is \"<block>.<role>\" with an integer block (negative: from the end), "
+                               f"got {name!r}")
+    if role_name == "lm_head":
+        raise RecipeError(key, f"the LM head is in no block: name it lm_head, got {name!r}")
+    role = _role(role_name)
+    if role is None:
+        raise RecipeError(key, f"unknown role; a block's roles: {', '.join(SHORT)} (or {', '.join(BLOCK_LINEARS)}), "
+                               f"got {name!r}")
+    return index, role
+
+
 def parse(item: dict, key: str) -> Optional[Recipe]:
     """Pop and validate the :data:`KEYS` of one scheme entry (a dict as the scenario holds it;
     ``key`` is its path, ``schemes[2]``). None when it has neither.
 
     Raises:
-        RecipeError: an unknown role, a role named twice, an unknown scheme or option, ``tf32``, a
-            ``keep_blocks`` that is not ``{ blocks = [ints], scheme = ... }``, a block listed twice.
+        RecipeError: an unknown role, a role named twice, a block key that is not ``"<int>.<role>"``
+            (or names ``lm_head``, or one linear twice as written), an unknown scheme or option,
+            ``tf32``, a ``keep_blocks`` that is not ``{ blocks = [ints], scheme = ... }``, a block listed twice.
     """
     roles_raw, keep_raw = item.pop("recipe", None), item.pop("keep_blocks", None)
     if roles_raw is None and keep_raw is None:
         return None
     roles: dict[str, Choice] = {}
+    linears: dict[tuple[int, str], Choice] = {}
     if roles_raw is not None:
         if not isinstance(roles_raw, dict) or not roles_raw:
             raise RecipeError(f"{key}.recipe", f"must be a table of role = scheme ({', '.join(list(SHORT) + ['lm_head'])}), "
                                                f"got {_show(roles_raw)}")
         for name, value in roles_raw.items():
+            if not isinstance(name, str):  # a TOML key is text; a dict built in code may hold anything
+                raise RecipeError(f"{key}.recipe", f"a key must be a role or \"<block>.<role>\", got {_show(name)}")
+            if "." in name:
+                block, role = _linear(name, f"{key}.recipe.{name}")
+                if (block, role) in linears:
+                    raise RecipeError(f"{key}.recipe.{name}", f"names block {block}'s {role} a second time, got {name!r}")
+                linears[(block, role)] = _choice(value, f"{key}.recipe.{name}")
+                continue
             role = _role(name)
             if role is None:
                 raise RecipeError(f"{key}.recipe.{name}", f"unknown role; the roles: {', '.join(list(SHORT) + ['lm_head'])} "
-                                                          f"(or {', '.join(BLOCK_LINEARS)}), got {name!r}")
+                                                          f"(or {', '.join(BLOCK_LINEARS)}), or \"<block>.<role>\" for "
+                                                          f"one block's linear, got {name!r}")
             if role in roles:
                 raise RecipeError(f"{key}.recipe.{name}", f"names role {role} a second time, got {name!r}")
             roles[role] = _choice(value, f"{key}.recipe.{name}")
@@ -310,7 +379,8 @@ def parse(item: dict, key: str) -> Optional[Recipe]:
         blocks = tuple(raw)
         keep = _choice(keep_raw.get("scheme", KEEP_DEFAULT), f"{k}.scheme")
     order = {r: i for i, r in enumerate(ROLES)}
-    return Recipe(tuple(sorted(roles.items(), key=lambda kv: order[kv[0]])), blocks, keep)
+    return Recipe(tuple(sorted(roles.items(), key=lambda kv: order[kv[0]])), blocks, keep,
+                  tuple((b, role, c) for (b, role), c in linears.items()))
 
 
 def check(recipe: Recipe, base: Choice, blocks: int, head: str, key: str, head_key: str = "") -> None:
@@ -326,7 +396,8 @@ def check(recipe: Recipe, base: Choice, blocks: int, head: str, key: str, head_k
         head_key: the scenario key that makes the head the scheme's (``quality.lm_head``).
 
     Raises:
-        RecipeError: a block index outside ``-blocks .. blocks - 1`` or two naming one block; an
+        RecipeError: a block index outside ``-blocks .. blocks - 1`` or two naming one block (of
+            ``keep_blocks``, or two block keys naming one linear: ``"3.down"`` and ``"-1.down"``); an
             ``lm_head`` role where no scheme builds the head; schemes of different activation dtypes.
     """
     if base.name in REFUSED:
@@ -342,6 +413,17 @@ def check(recipe: Recipe, base: Choice, blocks: int, head: str, key: str, head_k
             raise RecipeError(f"{key}.keep_blocks.blocks[{i}]", f"names block {b % blocks} a second time (blocks[{j}] "
                                                                 f"= {recipe.keep_blocks[j]}), got {b}")
         seen[b % blocks] = i
+    named: dict[tuple[int, str], int] = {}
+    for b, role, _ in recipe.linears:
+        where = f"{key}.recipe.{linear_key(b, role)}"
+        if not -blocks <= b < blocks:
+            raise RecipeError(where, f"block {b} is outside the model's {blocks} blocks (0..{blocks - 1}, or "
+                                     f"-{blocks}..-1 from the end), got {linear_key(b, role)!r}")
+        if (b % blocks, role) in named:
+            other = linear_key(named[(b % blocks, role)], role)
+            raise RecipeError(where, f"names block {b % blocks}'s {role} a second time ({other!r}), got "
+                                     f"{linear_key(b, role)!r}")
+        named[(b % blocks, role)] = b
     roles = dict(recipe.roles)
     if "lm_head" in roles and head != "scheme":
         what = "has no LM head" if head == "none" else "keeps the LM head a float layer"

@@ -32,23 +32,24 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from qbench.model.checkpoint import TensorMap, of_model, weight_source
-from qbench.model.llama import Llama, Weights, build_model, float_builder
+from qbench.model.llama import Llama, Weights, build_model, float_builder, rms_norm
 from qbench.quality import stats as qstats
 from qbench.quality.row import QualityRow
-from qbench.quality.spec import read_tokens, resolve_path, scored_per_chunk, text_sha256, tokenizer_file
+from qbench.quality.spec import read_tokens, resolve_path, scored_per_chunk, span, span_chunks, text_sha256, \
+    tokenizer_file
 from qbench.hardware import free_bytes
 from qbench.row import describe_exception, flag_record
 from qbench import schemes
 from qbench.schemes import ledger
 from qbench.model.config import BLOCK_LINEARS, PRESETS, StepModelConfig
-from qbench.model.recipe import plan_of
+from qbench.model.recipe import UNITS, plan_of
 
 log = logging.getLogger("qbench.quality")
 
@@ -86,7 +87,7 @@ def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
 def _blank(scenario: Any, entry, scheme, device, ckpt, config: StepModelConfig, ids: list[int]) -> dict:
     q = scenario.quality
     text = resolve_path(q.text, scenario.source)
-    chunks = q.chunks or len(ids) // q.chunk
+    chunks = span_chunks(q, len(ids))
     params = sum(k * n for role, (k, n) in config.linear_shapes().items() if role != "lm_head") * config.blocks
     if q.lm_head:
         params += config.hidden * config.vocab
@@ -98,7 +99,7 @@ def _blank(scenario: Any, entry, scheme, device, ckpt, config: StepModelConfig, 
                      activation_dtype=_dtype_name(scheme.activation_dtype), text=str(text),
                      text_sha256=text_sha256(text),
                      tokenizer_sha256=text_sha256(tokenizer_file(scenario.model, q, scenario.source)),
-                     chunk=q.chunk, chunks=chunks,
+                     chunk=q.chunk, chunks=chunks, span=span(q, len(ids)),
                      scored_per_chunk=scored_per_chunk(q.chunk), lm_head="scheme" if q.lm_head else "float",
                      linear_params=params, recipe=plan_of(entry, config.blocks).record(q.lm_head))
     return row.model_dump(mode="json", exclude_none=True)
@@ -122,11 +123,12 @@ def reference_dtype(scenario: Any, ckpt, device: torch.device) -> torch.dtype:
 
 
 def chunk_tokens(scenario: Any, ids: list[int], device: torch.device, ckpt=None) -> torch.Tensor:
-    """``[chunks, chunk]`` int64 token ids from the text's ``ids``; each chunk's first token the BOS
-    when the checkpoint ``ckpt`` has one."""
+    """``[chunks, chunk]`` int64 token ids from the text's ``ids``, chunks ``first_chunk ..
+    first_chunk + chunks - 1`` of the text (:func:`qbench.quality.spec.span`); each chunk's first
+    token the BOS when the checkpoint ``ckpt`` has one."""
     q = scenario.quality
-    n = q.chunks or len(ids) // q.chunk
-    out = torch.tensor(ids[: n * q.chunk], dtype=torch.int64).view(n, q.chunk)
+    n, start = span_chunks(q, len(ids)), q.first_chunk * q.chunk
+    out = torch.tensor(ids[start: start + n * q.chunk], dtype=torch.int64).view(n, q.chunk)
     if ckpt is not None and ckpt.bos is not None:
         out[:, 0] = ckpt.bos
     return out.to(device)
@@ -159,6 +161,7 @@ class _Reference:
         self.first, self.scored = q.chunk // 2, scored_per_chunk(q.chunk)
         self.shape = (tokens.shape[0], self.scored, config.vocab)
         key = json.dumps({"model": scenario.model.to_dict(), "quality": q.to_dict(), "seed": scenario.seed,
+                          "span": [q.first_chunk, tokens.shape[0], q.chunk],
                           "source": scenario.source, "device": device.type, "dtype": str(self.dtype),
                           "tokens": hashlib.sha256(tokens.cpu().numpy().tobytes()).hexdigest()}, sort_keys=True)
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -190,14 +193,18 @@ class _Reference:
         return torch.from_numpy(np.ascontiguousarray(data[c])).to(device).float()
 
 
-def _per_token(model: Llama, tokens: torch.Tensor, ref: _Reference, device: torch.device) -> dict[str, np.ndarray]:
+def _per_token(model: Llama, tokens: torch.Tensor, ref: _Reference, device: torch.device,
+               logits_of: Optional[Callable[[int], torch.Tensor]] = None) -> dict[str, np.ndarray]:
     """Per scored token over every chunk (each teacher-forced through the model's one forward, no
     cache): NLL under the scheme and the reference, KL divergence, same top, the probability of
-    the token that follows under each, and the spread (max - min) of the reference's log-probs."""
+    the token that follows under each, and the spread (max - min) of the reference's log-probs.
+    ``logits_of(c)``: chunk ``c``'s logits of the scored positions ``[scored, vocab]`` some other
+    way (:func:`_unit_sensitivity`: from a block's stored input on)."""
     parts: dict[str, list] = {k: [] for k in ("nll", "nll_ref", "kld", "same_top", "p", "p_ref", "spread")}
     with torch.inference_mode():
         for c in range(tokens.shape[0]):
-            logits = model(tokens[c][None])[0, ref.first: ref.first + ref.scored]
+            logits = logits_of(c) if logits_of is not None else \
+                model(tokens[c][None])[0, ref.first: ref.first + ref.scored]
             lp = F.log_softmax(logits, dim=-1).to(ref.store).float()  # at the reference's stored precision
             lp_ref = ref.chunk(c, device)
             target = tokens[c, ref.first + 1: ref.first + 1 + ref.scored].unsqueeze(-1)
@@ -345,7 +352,7 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     if q.sensitivity != "none":
         t0 = time.perf_counter()
         try:
-            row["sensitivity"] = _sensitivity(q.sensitivity, weights, kept, model, ref, tokens, device, act)
+            row["sensitivity"] = _sensitivity(q.sensitivity, weights, kept, model, ref, tokens, device, act, q.lm_head)
             row["sensitivity_by"] = q.sensitivity
         except Exception as exc:
             flags.append(flag_record("input-fault", f"sensitivity not measured: {describe_exception(exc)}"))
@@ -420,15 +427,18 @@ def uniform_reference(ref_ppl: float, vocab: int) -> Optional[str]:
 
 
 def _sensitivity(by: str, weights: Weights, kept: list[dict], model: Llama, ref: _Reference, tokens: torch.Tensor,
-                 device: torch.device, act: torch.dtype) -> list[dict]:
+                 device: torch.device, act: torch.dtype, head: bool = False) -> list[dict]:
     """Each of the seven block roles, in every block at once (``by = "role"``; the LM head is not
     ranked, even when the scheme built it: it is not a block role), or each block (``"block"``)
     quantized alone: the reference model (float linears in the reference dtype)
     with that part's scheme modules in place, run at the scheme's activation dtype inside. Ranked by
-    mean KL divergence, largest first."""
+    mean KL divergence, largest first. ``"unit"``: :func:`_unit_sensitivity` (the LM head too when
+    ``head``: the scheme built it)."""
     config = weights.config
     ref_linears: list[dict] = []
     base = build_model(weights, float_builder(ref.dtype), ref.dtype, keep=ref_linears)
+    if by == "unit":
+        return _unit_sensitivity(base, ref_linears, kept, model.head if head else None, ref, tokens, act)
     parts = list(BLOCK_LINEARS) if by == "role" else [f"block {b}" for b in range(config.blocks)]
     out = []
     for part in parts:
@@ -436,10 +446,65 @@ def _sensitivity(by: str, weights: Weights, kept: list[dict], model: Llama, ref:
             for role in BLOCK_LINEARS:
                 quantized = part == role or part == f"block {b}"
                 setattr(block, role, Cast(kept[b][role], act) if quantized else ref_linears[b][role])
-        per = _per_token(base, tokens, ref, device)
-        kld, kld_unc = qstats.mean_and_uncertainty(per["kld"])
-        out.append({"part": part, "kld": kld, "kld_unc": kld_unc, "same_top": float(per["same_top"].mean()),
-                    "ppl_ratio": float(np.exp(per["nll"].mean() - per["nll_ref"].mean()))})
+        out.append({"part": part, **_damage(_per_token(base, tokens, ref, device))})
+    return sorted(out, key=lambda r: -r["kld"])
+
+
+def _damage(per: dict[str, np.ndarray]) -> dict:
+    """A part's mean KL divergence (nats) with its uncertainty, same-top share and perplexity ratio."""
+    kld, kld_unc = qstats.mean_and_uncertainty(per["kld"])
+    return {"kld": kld, "kld_unc": kld_unc, "same_top": float(per["same_top"].mean()),
+            "ppl_ratio": float(np.exp(per["nll"].mean() - per["nll_ref"].mean()))}
+
+
+def _unit_sensitivity(base: Llama, ref_linears: list[dict], kept: list[dict], head: Optional[torch.nn.Module],
+                      ref: _Reference, tokens: torch.Tensor, act: torch.dtype) -> list[dict]:
+    """Each unit of each block (:data:`qbench.model.recipe.UNITS`: q/k/v, o, gate/up, down: the
+    linears engines fuse, a per-layer search's decisions), then the LM head when ``head`` (the
+    scheme's head module) is given, quantized alone inside the reference model ``base`` (its float
+    linears ``ref_linears``; the scheme's modules ``kept``, run at activation dtype ``act``).
+
+    One teacher-forced pass per unit, from the unit's block on: the reference's hidden state
+    entering block ``b`` is computed once for every chunk and kept (``[1, chunk, hidden]`` a
+    chunk), so a unit of block ``b`` runs blocks ``b ..`` and the head on the scored positions
+    only; the head unit runs the head alone on the final hidden state. Same numbers as a whole
+    forward (the blocks before ``b`` are the reference's either way) up to the head's GEMM shape.
+
+    Returns: ``4 × blocks (+ 1)`` dicts, ranked by mean KL divergence, largest first: ``part`` (``"block 3 attn_in"`` or
+    ``"lm_head"``), ``block`` (None for the head), ``unit``, ``roles``, ``kld``, ``kld_unc``,
+    ``same_top``, ``ppl_ratio``."""
+    device, n, t = tokens.device, tokens.shape[0], tokens.shape[1]
+    lo, hi = ref.first, ref.first + ref.scored
+
+    def tail(start: int, x: torch.Tensor) -> torch.Tensor:  # [1, T, hidden] entering block start -> scored logits
+        cos, sin = rope
+        for block in list(base.blocks)[start:]:
+            x = base.block_call(block, x, cos, sin, None, 0)
+        return base.head(rms_norm(x[0, lo:hi], base.norm, base.config.rms_eps)).float()
+
+    out = []
+    with torch.inference_mode():
+        rope = base.rope(0, t, device)
+        xs = [torch.nn.functional.embedding(tokens[c][None], base.embed) for c in range(n)]  # entering block 0
+        for b, block in enumerate(base.blocks):
+            for unit, roles in UNITS.items():
+                for role in roles:
+                    setattr(block, role, Cast(kept[b][role], act))
+                try:
+                    per = _per_token(base, tokens, ref, device, lambda c: tail(b, xs[c]))
+                finally:
+                    for role in roles:
+                        setattr(block, role, ref_linears[b][role])
+                out.append({"part": f"block {b} {unit}", "block": b, "unit": unit, "roles": list(roles),
+                            **_damage(per)})
+            xs = [base.block_call(block, x, *rope, None, 0) for x in xs]  # the reference's input to block b + 1
+        if head is not None:
+            float_head, base.head = base.head, Cast(head, act)
+            try:
+                per = _per_token(base, tokens, ref, device, lambda c: tail(len(base.blocks), xs[c]))
+            finally:
+                base.head = float_head
+            out.append({"part": "lm_head", "block": None, "unit": "lm_head", "roles": ["lm_head"], **_damage(per)})
     return sorted(out, key=lambda r: -r["kld"])
 
 

@@ -87,13 +87,27 @@ class Reference(_Part):
 
 
 class Sensitivity(_Part):
-    """One part (a role of every block, or one block) quantized alone, the rest of the model the reference."""
+    """One part (a role of every block, one block, or one unit of one block or the LM head) quantized
+    alone, the rest of the model the reference."""
 
     part: str
+    block: Optional[int] = Field(None, ge=0, description="a unit's block (None: the LM head, or not a unit)")
+    unit: Optional[str] = Field(None, description="a unit of qbench.model.recipe.UNITS, or lm_head")
+    roles: Optional[list[str]] = Field(None, description="a unit's linears (transformers' names, or lm_head)")
     kld: KldNum
     kld_unc: Num = Field(ge=0)
     same_top: Num
     ppl_ratio: Num
+
+
+class Span(_Part):
+    """The chunks of the text a row scored: chunks ``first_chunk .. first_chunk + chunks - 1``
+    (``tokens`` = chunks × chunk), so a calibration span and an evaluation span of one text are
+    disjoint when their ranges are."""
+
+    first_chunk: int = Field(ge=0)
+    chunks: int = Field(gt=0)
+    tokens: int = Field(gt=0)
 
 
 class QualityRow(_Part):
@@ -120,11 +134,12 @@ class QualityRow(_Part):
     tokenizer_sha256: Optional[str] = Field(None, description="sha256 of the tokenizer.json the text was tokenized with; None in older files")
     chunk: int = Field(gt=0)
     chunks: int = Field(gt=0)
+    span: Optional[Span] = Field(None, description="the chunks of the text used; None in older files (from chunk 0)")
     scored_per_chunk: int = Field(gt=0)
     reference: Optional[Reference] = None
     stats: Optional[QualityStats] = None
     sensitivity: Optional[list[Sensitivity]] = None
-    sensitivity_by: Optional[str] = None
+    sensitivity_by: Optional[Literal["role", "block", "unit"]] = None
     lm_head: Literal["float", "scheme"] = "float"
     recipe: Optional[dict] = Field(None, description="a mixed recipe's scheme per role and kept blocks, and the "
                                                      "linears each scheme built (qbench.model.recipe.Plan.record)")

@@ -9,9 +9,10 @@
     text = "wiki.test.raw"        # a UTF-8 text file (relative to the scenario)
     chunk = 512                   # tokens per chunk; the second half of each is scored
     chunks = 64                   # chunks used (default: every whole chunk of the text)
+    first_chunk = 0               # the chunks used start at this chunk of the text (a held-out span)
     reference = "checkpoint"      # the checkpoint's own dtype, or "float32" / "float16" / "bfloat16"
     logprobs = "float32"          # precision of the shared reference log-probabilities ("float16": half the file)
-    sensitivity = "none"          # "role" or "block": one part quantized at a time, ranked by KL divergence
+    sensitivity = "none"          # "role", "block" or "unit": one part quantized at a time, ranked by KL divergence
     tokenizer = "tokenizer.json"  # default: the checkpoint's
     lm_head = false               # the scheme also builds the LM head
 
@@ -49,12 +50,18 @@ class QualitySpec(Frozen):
     chunks: Optional[int] = Field(default=None, gt=0, le=1 << 20)
     reference: Literal["checkpoint", "float32", "float16", "bfloat16"] = "checkpoint"
     logprobs: Literal["float32", "float16"] = "float32"
-    sensitivity: Literal["none", "role", "block"] = "none"
+    sensitivity: Literal["none", "role", "block", "unit"] = "none"
     tokenizer: Optional[str] = Field(default=None, min_length=1, max_length=4096)
     lm_head: bool = False
+    first_chunk: int = Field(default=0, ge=0, le=1 << 20)
 
     def to_dict(self) -> dict:
-        return self.model_dump()
+        """The table as a result's scenario records it; ``first_chunk`` only when set, so a file
+        written before it existed (every span from chunk 0) compares equal under ``--resume``."""
+        out = self.model_dump()
+        if not out["first_chunk"]:
+            del out["first_chunk"]
+        return out
 
 
 def resolve_path(value: str, source: str) -> Path:
@@ -108,16 +115,23 @@ def check(model: ModelSource, quality: QualitySpec, source: str) -> StepModelCon
     ids = read_tokens(model, quality, source)
     whole = len(ids) // quality.chunk
     text = resolve_path(quality.text, source)
+    first = quality.first_chunk
     if whole < 1:
         raise ConfigError("quality.text", f"{text} holds {len(ids)} tokens, fewer than one chunk of quality.chunk = "
                                           f"{quality.chunk}")
+    if first and first + (quality.chunks or 1) > whole:
+        need = (f"chunks {first}..{first + quality.chunks - 1} (first_chunk + chunks = {first + quality.chunks})"
+                if quality.chunks else f"at least chunk {first}")
+        raise ConfigError("quality.first_chunk", f"{text} holds {whole} whole chunks of {quality.chunk} tokens, the "
+                                                 f"span needs {need}, got {first}")
     if quality.chunks is not None and quality.chunks > whole:
         raise ConfigError("quality.chunks", f"{text} holds {whole} whole chunks of {quality.chunk} tokens, got "
                                             f"{quality.chunks}")
-    scored = (quality.chunks or whole) * scored_per_chunk(quality.chunk)
+    scored = span_chunks(quality, len(ids)) * scored_per_chunk(quality.chunk)
     if scored < MIN_TOKENS:
         raise ConfigError("quality.chunks", f"{scored} scored tokens, fewer than {MIN_TOKENS} (statistics need more: "
-                                            f"a longer text, more chunks or longer chunks), got {quality.chunks or whole}")
+                                            f"a longer text, more chunks or longer chunks), got "
+                                            f"{span_chunks(quality, len(ids))}")
     too_big = max(ids) if ids else 0
     if too_big >= config.vocab:
         raise ConfigError("quality.tokenizer", f"the tokenizer gives id {too_big}, beyond {config.title}'s vocabulary "
@@ -174,9 +188,10 @@ def describe(scenario: Any) -> str:
     q = scenario.quality
     title = quality_model(scenario).title
     chunks = f"{q.chunks} chunk{'' if q.chunks == 1 else 's'}" if q.chunks else "every whole chunk"
+    start = f" from chunk {q.first_chunk}" if q.first_chunk else ""
     notes = "" if scenario.model.checkpoint is None else \
         "".join(f"; note: {n}" for n in open_named(scenario.model.checkpoint, scenario.source).notes)
-    return f"model {title}, text {q.text}, {chunks} of {q.chunk} tokens{notes}"
+    return f"model {title}, text {q.text}, {chunks} of {q.chunk} tokens{start}{notes}"
 
 
 def scored_per_chunk(chunk: int) -> int:
@@ -194,8 +209,23 @@ _MARGIN = 64
 
 
 def needed_tokens(quality: QualitySpec) -> Optional[int]:
-    """Tokens of the text a scenario uses (``chunks × chunk``), or None: every whole chunk."""
-    return None if quality.chunks is None else quality.chunks * quality.chunk
+    """Tokens of the text a scenario reads (``(first_chunk + chunks) × chunk``: the span and the
+    chunks before it), or None: every whole chunk."""
+    return None if quality.chunks is None else (quality.first_chunk + quality.chunks) * quality.chunk
+
+
+def span_chunks(quality: QualitySpec, tokens: int) -> int:
+    """Chunks the scenario scores from a text of ``tokens`` token ids (:func:`read_tokens`):
+    ``chunks``, else every whole chunk from ``first_chunk`` on."""
+    return quality.chunks or tokens // quality.chunk - quality.first_chunk
+
+
+def span(quality: QualitySpec, tokens: int) -> dict:
+    """A row's ``span``: ``{"first_chunk", "chunks", "tokens"}`` (the tokens of the chunks used);
+    chunks ``first_chunk .. first_chunk + chunks - 1`` of the text, so a calibration span and an
+    evaluation span of one text are disjoint when their ranges are."""
+    n = span_chunks(quality, tokens)
+    return {"first_chunk": quality.first_chunk, "chunks": n, "tokens": n * quality.chunk}
 
 
 def text_file(quality: QualitySpec, source: str) -> Path:
@@ -225,9 +255,9 @@ _TOKENS: dict[tuple, list[int]] = {}
 
 
 def read_tokens(model: ModelSource, quality: QualitySpec, source: str) -> list[int]:
-    """The token ids the scenario uses (the ``tokenizers`` library, no special tokens added): the
+    """The token ids the scenario reads (the ``tokenizers`` library, no special tokens added): the
     whole text's when ``quality.chunks`` is not given, else a prefix holding at least
-    ``chunks × chunk`` tokens (and every token of a shorter text), read and tokenized in growing
+    ``(first_chunk + chunks) × chunk`` tokens (and every token of a shorter text), read and tokenized in growing
     pieces cut at a line end, so a large corpus costs what its used chunks cost. Remembered per
     process by (file, size, mtime, tokenizer, tokens needed).
 

@@ -84,7 +84,9 @@ class CastInputLinear(torch.nn.Module):
 
 def _quantized(config_factory):
     """A ``build`` that quantizes a bf16 (or fp16, from ``options.activation_dtype``) linear in
-    place with ``config_factory(options)``; fp16 layers come wrapped in :class:`CastInputLinear`."""
+    place with ``config_factory(options)``; fp16 layers come wrapped in :class:`CastInputLinear`.
+    The build keeps ``config_factory`` as its ``config_factory``: the torchao config a user's own
+    ``quantize_`` call takes for the scheme (:mod:`qbench.search.snippet`)."""
 
     def build(weight: torch.Tensor, bias: Optional[torch.Tensor], options: SchemeOptions) -> torch.nn.Module:
         from torchao.quantization import quantize_
@@ -95,6 +97,7 @@ def _quantized(config_factory):
         torchao_parts(layer)  # raises when quantize_ silently skipped the layer
         return layer if dtype == torch.bfloat16 else CastInputLinear(layer, dtype)
 
+    build.config_factory = config_factory
     return build
 
 

@@ -55,6 +55,91 @@ def test_plan_kept_block_wins_then_role_then_base():
                                "keep_blocks": {"blocks": [0, 3], "scheme": "bf16"}}
 
 
+def test_plan_block_key_wins_over_kept_blocks_and_roles():
+    int4, int8, bf16 = Choice("int4-intx", IntxOptions()), Choice("int8-weight-only", TorchaoOptions()), \
+        Choice("bf16", SchemeOptions())
+    g64 = Choice("int4-intx", IntxOptions(group_size=64))
+    recipe = Recipe(roles=(("down_proj", int8),), keep_blocks=(0,), keep_scheme=bf16,
+                    linears=((0, "down_proj", int4), (-1, "q_proj", g64), (2, "down_proj", bf16)))
+    plan = Plan(int4, 4, recipe)
+    assert plan.choice(0, "down_proj") == int4  # the block key beats the kept block
+    assert plan.choice(0, "up_proj") == bf16  # the rest of the kept block
+    assert plan.choice(3, "q_proj") == g64 and plan.choice(3, "k_proj") == int4  # -1 is block 3
+    assert plan.choice(2, "down_proj") == bf16 and plan.choice(1, "down_proj") == int8  # beats the role
+    # block 0: 6 bf16 + 1 int4; blocks 1, 2: 6 int4 + down (int8, bf16); block 3: q int4/64, 5 int4, down int8
+    assert plan.counts(head=False) == {"int4-intx": 1 + 6 + 6 + 5, "bf16": 6 + 1, "int8-weight-only": 2,
+                                       "int4-intx[group_size=64]": 1}
+    assert plan.identity()["by_block"] == {"0.down_proj": "int4-intx", "2.down_proj": "bf16",
+                                           "3.q_proj": "int4-intx[group_size=64]"}
+    assert recipe.describe() == "down=int8-weight-only; 0.down=int4-intx,-1.q=int4-intx[group_size=64],2.down=bf16; " \
+                                "blocks 0 bf16"
+    same = Recipe(roles=recipe.roles, keep_blocks=recipe.keep_blocks, keep_scheme=bf16,
+                  linears=((2, "down_proj", bf16), (3, "q_proj", g64), (-4, "down_proj", int4)))
+    from qbench.model.recipe import identity_key
+
+    key = identity_key(plan.record(False))
+    assert key == identity_key(Plan(int4, 4, same).record(False))  # blocks written another way, same linears
+    assert key != identity_key(Plan(int4, 4, Recipe(roles=recipe.roles, keep_blocks=(0,), keep_scheme=bf16)).record(False))
+    assert "by_block" not in Plan(int4, 4, Recipe(roles=recipe.roles)).identity()  # older records read the same
+
+
+def test_block_keys_group_by_scheme_in_the_label_and_round_trip():
+    data = {"name": "r", "device": "cpu", "m": [1], "model": {"name": "tiny", "context": [8]},
+            "schemes": [{"name": "int4-intx", "recipe": {"down": "int8-weight-only", "1.down_proj": "bf16",
+                                                         "-1.q": {"name": "int4-intx", "group_size": 64},
+                                                         "0.up": "bf16"}}]}
+    scenario = from_dict(data, "<test>")
+    entry = scenario.schemes[0]
+    assert entry.label == "int4-intx recipe(down=int8-weight-only; 1.down+0.up=bf16,-1.q=int4-intx[group_size=64])"
+    assert entry.recipe.linears[0][:2] == (1, "down_proj")
+    assert entry.recipe.to_scenario()["recipe"] == {"down_proj": "int8-weight-only", "1.down": "bf16",
+                                                    "-1.q": {"name": "int4-intx", "group_size": 64}, "0.up": "bf16"}
+    again = from_dict(scenario.to_dict(), "<test>")
+    assert again.schemes[0].recipe == entry.recipe and again.schemes[0].label == entry.label
+
+
+BLOCK_KEY_REFUSALS = {  # recipe table -> (key named, words)
+    "x.down": ({"x.down": "bf16"}, "schemes[0].recipe.x.down", ["integer block", "'x.down'"]),
+    "3.lm_head": ({"1.lm_head": "bf16"}, "schemes[0].recipe.1.lm_head", ["in no block", "'1.lm_head'"]),
+    "unknown role": ({"1.downn": "bf16"}, "schemes[0].recipe.1.downn", ["unknown role", "'1.downn'"]),
+    "twice as written": ({"1.down": "bf16", "1.down_proj": "bf16"}, "schemes[0].recipe.1.down_proj",
+                         ["second time", "'1.down_proj'"]),
+    "outside": ({"2.down": "bf16"}, "schemes[0].recipe.2.down", ["2 blocks", "'2.down'"]),
+    "outside negative": ({"-3.o": "bf16"}, "schemes[0].recipe.-3.o", ["2 blocks", "'-3.o'"]),
+    "one linear twice": ({"1.down": "bf16", "-1.down": "bf16"}, "schemes[0].recipe.-1.down",
+                         ["block 1's down_proj a second time", "'1.down'", "got '-1.down'"]),
+    "activation dtype": ({"0.q": "int8-bnb"}, "schemes[0].recipe.0.q", ["float16", "'int8-bnb'"]),
+    "option": ({"0.q": {"name": "int4-intx", "group_size": 100}}, "schemes[0].recipe.0.q.group_size", ["100"]),
+}
+
+
+@pytest.mark.parametrize("case", BLOCK_KEY_REFUSALS)
+def test_block_key_refusals_name_the_key_and_value(case):
+    from qbench.tables import ScenarioError
+
+    table, key, words = BLOCK_KEY_REFUSALS[case]
+    data = {"name": "r", "device": "cpu", "m": [1], "model": {"name": "tiny", "context": [8]},
+            "schemes": [{"name": "int4-intx", "recipe": table}]}
+    with pytest.raises(ScenarioError) as info:
+        from_dict(data, "<test>")
+    line = str(info.value)
+    assert line.startswith(f"<test>: {key}: "), line
+    for word in words:
+        assert word in line, line
+
+
+def test_a_block_key_refusal_is_one_line_exit_2_nothing_written(tmp_path, capsys):
+    from qbench import cli
+
+    path = tmp_path / "bad.toml"
+    path.write_text('name = "bad"\nm = [1]\n[model]\nname = "tiny"\ncontext = [8]\n[[schemes]]\nname = "int4-intx"\n'
+                    'recipe = { "5.down" = "bf16" }\n')
+    code = cli.main(["run", str(path), "--out", str(tmp_path / "out" / "x.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1 and "schemes[0].recipe.5.down" in err and "'5.down'" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_scenario_round_trip_keeps_the_recipe_and_its_label():
     data = {"name": "r", "device": "cpu", "m": [1], "model": {"name": "tiny", "context": [8]},
             "schemes": [{"name": "int4-intx", "recipe": {"down": {"name": "int4-intx", "group_size": 64}, "q_proj": "bf16"},
@@ -110,6 +195,10 @@ def quality_rows(tmp_path_factory) -> dict:
         "mixed": 'name = "int4-intx"\nlabel = "mixed"\nrecipe = { down = "int8-weight-only" }\n'
                  'keep_blocks = { blocks = [0, -1] }',
     }
+    by_block = ", ".join(f'"{b}.{r}" = "int4-intx"' for b in (0, -3, 2, -1) for r in ALL_ROLES)
+    entries["int4 by block keys"] = f'name = "bf16"\nlabel = "int4 by block keys"\nrecipe = {{ {by_block} }}'
+    entries["block keys mixed"] = ('name = "int4-intx"\nlabel = "block keys mixed"\nkeep_blocks = { blocks = [0] }\n'
+                                   'recipe = { down = "int8-weight-only", "0.down" = "int4-intx", "-2.q" = "bf16" }')
     path = _quality(tmp, list(entries.values()))
     return {name: run_scheme(path, i, tmp) for i, name in enumerate(entries)}
 
@@ -144,6 +233,30 @@ def test_stored_bytes_are_the_hand_sum_of_each_linear(quality_rows):
     assert row["recipe"]["keep_blocks"] == {"blocks": [0, 3], "scheme": "bf16"}
     assert {i["scheme"]: i["count"] for i in row["recipe"]["linears"]} == {"bf16": 14, "int4-intx": 12,
                                                                           "int8-weight-only": 2}
+
+
+def test_block_keys_naming_every_linear_are_that_scheme_bit_for_bit(quality_rows):
+    plain, keyed = quality_rows["int4"], quality_rows["int4 by block keys"]
+    assert keyed["status"] == "ok" and keyed["stats"] == plain["stats"]
+    assert keyed["linear_stored_bytes"] == plain["linear_stored_bytes"]
+    assert keyed["recipe"]["linears"] == [{"scheme": "int4-intx", "count": 28, "ran": "kernel"}]
+    assert len(keyed["recipe"]["by_block"]) == 28 and keyed["recipe"]["by_block"]["1.q_proj"] == "int4-intx"
+
+
+def test_block_keys_stored_bytes_are_the_hand_sum(quality_rows):
+    row = quality_rows["block keys mixed"]
+    # block 0 kept bf16 but its down int4 (block key); blocks 1, 3: int4 with down int8; block 2: q bf16, down int8
+    int4 = {r: int4_intx_bytes(*SHAPES[r]) for r in SHAPES}
+    bf16 = {r: bf16_bytes(*SHAPES[r]) for r in SHAPES}
+    block0 = sum(bf16[r] for r in SHAPES if r not in ("lm_head", "down_proj")) + int4["down_proj"]
+    block1 = sum(int4[r] for r in SHAPES if r not in ("lm_head", "down_proj")) + int8_bytes(*SHAPES["down_proj"])
+    block2 = block1 - int4["q_proj"] + bf16["q_proj"]
+    assert row["linear_stored_bytes"] == block0 + 2 * block1 + block2
+    assert row["recipe"]["by_block"] == {"0.down_proj": "int4-intx", "2.q_proj": "bf16"}
+    assert {i["scheme"]: i["count"] for i in row["recipe"]["linears"]} == {"bf16": 6 + 1, "int4-intx": 1 + 6 + 6 + 5,
+                                                                          "int8-weight-only": 3}
+    kld = {name: quality_rows[name]["stats"]["kld"]["mean"] for name in ("bf16", "block keys mixed", "int4")}
+    assert kld["bf16"] < kld["block keys mixed"] < kld["int4"], kld
 
 
 def test_an_emulated_part_flags_the_row_and_names_it(tmp_path):
@@ -185,6 +298,10 @@ name = "int4-intx"
 label = "mixed"
 recipe = {{ down = "int8-weight-only", lm_head = "int8-weight-only" }}
 keep_blocks = {{ blocks = [0, -1] }}
+[[schemes]]
+name = "int4-intx"
+label = "block keys"
+recipe = {{ "1.down" = "int8-weight-only", "-1.q" = "bf16" }}
 """
 
 
@@ -195,12 +312,12 @@ def step_rows(tmp_path_factory) -> list[dict]:
     path = tmp_path_factory.mktemp("recipe-step") / "s.toml"
     path.write_text(STEP)
     scenario = load(path)
-    return [measure_step_scheme(scenario, i, torch.device("cpu"))[0] for i in range(3)]
+    return [measure_step_scheme(scenario, i, torch.device("cpu"))[0] for i in range(len(scenario.schemes))]
 
 
 def test_step_job_runs_a_recipe_with_each_linear_counted(step_rows):
-    plain, same, mixed = step_rows
-    assert [r["status"] for r in step_rows] == ["ok"] * 3
+    plain, same, mixed = step_rows[:3]
+    assert [r["status"] for r in step_rows] == ["ok"] * 4
     assert same["error"] == plain["error"] and same["bytes"] == plain["bytes"]  # the base everywhere: the plain step
     kept = sum(bf16_bytes(*SHAPES[r]) for r in SHAPES if r != "lm_head")
     middle = sum(int4_intx_bytes(*SHAPES[r]) for r in SHAPES if r not in ("lm_head", "down_proj"))
@@ -210,6 +327,17 @@ def test_step_job_runs_a_recipe_with_each_linear_counted(step_rows):
     assert {i["scheme"]: (i["count"], i["ran"]) for i in mixed["recipe"]["linears"]} == {
         "bf16": (14, "kernel"), "int4-intx": (12, "kernel"), "int8-weight-only": (3, "kernel")}
     assert mixed["error"]["kl_div"] < plain["error"]["kl_div"]  # more bits in the recipe: closer to FP32
+
+
+def test_step_job_runs_block_keys_with_each_linear_counted(step_rows):
+    plain, keyed = step_rows[0], step_rows[3]
+    int4 = {r: int4_intx_bytes(*SHAPES[r]) for r in SHAPES}
+    delta = int8_bytes(*SHAPES["down_proj"]) - int4["down_proj"] + bf16_bytes(*SHAPES["q_proj"]) - int4["q_proj"]
+    assert keyed["bytes"]["weights"] == plain["bytes"]["weights"] + delta
+    assert keyed["recipe"]["by_block"] == {"1.down_proj": "int8-weight-only", "3.q_proj": "bf16"}
+    # the head (quantize_lm_head) is int4 too
+    assert {i["scheme"]: i["count"] for i in keyed["recipe"]["linears"]} == {"int4-intx": 26 + 1, "int8-weight-only": 1,
+                                                                            "bf16": 1}
 
 
 def test_quality_of_pairs_a_recipe_only_with_the_same_recipe(step_rows, tmp_path):
@@ -223,7 +351,7 @@ def test_quality_of_pairs_a_recipe_only_with_the_same_recipe(step_rows, tmp_path
                                'lm_head = "int8-weight-only" }\nkeep_blocks = { blocks = [3, 0] }'],
                     extra="lm_head = true")
     quality = [QualityRow.model_validate(run_scheme(path, i, tmp_path)) for i in range(2)]
-    plain, _, mixed = (StepRow.model_validate(r) for r in step_rows)
+    plain, _, mixed = (StepRow.model_validate(r) for r in step_rows[:3])
     assert quality_of(plain, quality).scheme == "int4-intx"
     assert quality_of(mixed, quality).scheme == "other label"  # same recipe, blocks written another way
     assert quality_of(mixed, quality[:1]) is None  # never the base scheme's plain row

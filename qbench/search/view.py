@@ -1,0 +1,96 @@
+"""What ``qbench run`` and ``qbench report`` show of a search result: its points (pure candidates,
+front recipes) with predicted beside measured, the pick, and where each half comes from.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Optional
+
+from qbench.render import Column, prose, render, wants_prose
+from qbench.render.columns import DASH, fmt_num
+
+
+def _pm(value: Optional[float], unc: Optional[float]) -> str:
+    return DASH if value is None else f"{value:.4g} ± {unc:.2g}"
+
+
+def _measured(r, key: str) -> Any:
+    return None if r.measured is None else getattr(r.measured, key)
+
+
+#: The search table's columns (a record is a :class:`qbench.search.row.SearchRow`).
+COLUMNS = [
+    Column("scheme", "recipe", lambda r: r.scheme + (" (pick)" if r.pick else "")),
+    Column("kind", "kind", lambda r: r.kind),
+    Column("round", "round", lambda r: r.round, numeric=True),
+    Column("counts", "units per scheme", lambda r: ", ".join(f"{k} {v}" for k, v in r.counts.items()), width=40),
+    Column("predicted_us", "predicted µs", lambda r: r.predicted_us, fmt_num(",.1f"), True),
+    Column("step_us", "measured µs", lambda r: _measured(r, "step_us"), fmt_num(",.1f"), True),
+    Column("predicted_kld", "predicted KLD", lambda r: r.predicted_kld,
+           cell_override=lambda r: _pm(r.predicted_kld, r.predicted_kld_unc)),
+    Column("kld", "measured KLD", lambda r: _measured(r, "kld"),
+           cell_override=lambda r: _pm(_measured(r, "kld"), _measured(r, "kld_unc"))),
+    Column("within_budget", "within budget", lambda r: r.within_budget,
+           cell_override=lambda r: DASH if r.within_budget is None else "yes" if r.within_budget else "no"),
+]
+
+
+def lines(doc) -> list[str]:
+    """The prose under the table: the budget and the pick, the floor, the rounds, the sources."""
+    s = (doc.model_extra or {}).get("search") or {}
+    out = []
+    budget = (s.get("budget") or {}).get("max_kld")
+    pick = next((r for r in doc.rows if r.pick), None)
+    if pick is not None and pick.measured is not None:
+        out.append(f"pick at max mean KLD {budget:g}, M = {s.get('m')}, context {s.get('context')}: {pick.scheme} "
+                   f"({s.get('pick_by')}): measured {pick.measured.kld:.4g} ± {pick.measured.kld_unc:.2g} nats/token, "
+                   f"step {pick.measured.step_us:,.1f} µs by {s.get('method')}"
+                   if pick.measured.step_us is not None else f"pick: {pick.scheme}")
+    else:
+        out.append(f"no recipe was proven within max mean KLD {budget:g}")
+    floor = s.get("floor")
+    if floor:
+        out.append(f"noise floor: {floor['scheme']} measures {floor['kld']:.4g} ± {floor['kld_unc']:.2g} nats/token "
+                   "against the reference")
+    for rnd in s.get("rounds") or []:
+        out.append(f"round {rnd['round']} (damages x{rnd['scale']:.3g}, front of {rnd['front']}): pick {rnd['pick']} "
+                   f"predicted {rnd['predicted_kld']:.4g}, measured {rnd['measured_kld']:.4g} ± "
+                   f"{rnd['measured_kld_unc']:.2g}: " + ("accepted" if rnd["accepted"] else
+                                                       f"missed; refit x{rnd['refit']:.3g}" if rnd["refit"] else "missed"))
+    missed = [f"{r.scheme} predicted {r.predicted_us:,.0f} µs, measured {r.measured.step_us:,.0f}" for r in doc.rows
+              if r.kind == "pure" and r.measured is not None and r.measured.step_us
+              and abs(r.predicted_us - r.measured.step_us) > 0.25 * r.measured.step_us]
+    if missed:
+        out.append("warning: the cost model (the sum of separate linears' stream times plus the base's rest) misses the "
+                   "measured step of a pure scheme by more than 25 %: " + "; ".join(missed) + "; predicted times do "
+                   "not rank recipes here, the measured step does")
+    for key, text in (s.get("sources") or {}).items():
+        out.append(f"{key}: {text}")
+    for label, text in (s.get("notes") or {}).items():
+        out.append(f"note: {label}: {text}")
+    out.append("predicted KLD: the sum of each unit's KLD measured alone (parts do not add up exactly); measured: "
+               "the recipe run whole on the evaluation span")
+    return out
+
+
+def run_view(doc, args: argparse.Namespace) -> int:
+    """``qbench run``'s and ``report``'s output for a search result: the verified points and the
+    pure candidates (``--wide``: the whole front), then the prose; returns the rows shown."""
+    rows = [r for r in doc.rows if getattr(args, "wide", False) or r.kind == "pure" or r.measured is not None or r.pick]
+    rows.sort(key=lambda r: (r.predicted_us, r.predicted_kld))
+    print(render(rows, COLUMNS, args.format))
+    if wants_prose(args.format):
+        shown = prose(args.format, getattr(args, "wide", False))
+        hidden = len(doc.rows) - len(rows)
+        for line in lines(doc) + ([f"{hidden} front points not verified are not shown (--wide shows them)"]
+                                  if hidden else []):
+            print(shown(line))
+    return len(rows)
+
+
+def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
+    """``qbench report SEARCH.json``: :func:`run_view` of each file."""
+    for doc in docs:
+        run_view(doc, args)
+    return 0

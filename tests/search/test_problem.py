@@ -1,0 +1,118 @@
+"""The search problem from a quality file's unit damages and a step file's per-linear times: the
+numbers read (hand-summed), and every refusal one line naming the file, the key and the value."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import pytest
+
+from qbench.scenario import SchemeEntry
+from qbench.schemes import get
+from qbench.search.problem import ProblemError, build, model_units
+from qbench.step.row import StepRow
+
+CK = "a" * 64
+ROLES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def entry(name: str) -> SchemeEntry:
+    return SchemeEntry(name=name, options=get(name).options_model(), label=name)
+
+
+def quality_row(label: str, damages: dict, **kw) -> NS:
+    """A quality row with unit sensitivity: ``damages`` part -> (kld, unc)."""
+    sens = [NS(part=p, kld=k, kld_unc=u, same_top=1.0, ppl_ratio=1.0) for p, (k, u) in damages.items()]
+    base = dict(scheme=label, base_scheme=label, status="ok", reason=None, sensitivity_by="unit", sensitivity=sens,
+                lm_head="float", checkpoint_id=CK, weights="checkpoint ck (float32)", emulated=False, chunks=8,
+                chunk=512, text="hamlet.txt", reference=NS(dtype="float32"), recipe=None, options={})
+    return NS(**{**base, **kw})
+
+
+def step_row(label: str, medians: dict, step: float, m: int = 1, context: int = 128, **kw) -> StepRow:
+    """A step row whose linears' stream medians are ``medians`` (role -> µs) and whose step is ``step`` µs."""
+    by_role = {r: {"k": 128, "n": 128, "count": 1, "stream": {"median": medians[r]}} for r in ROLES}
+    return StepRow(scheme=label, base_scheme=label, library="torch", mode="eager", model="ck", title="ck", m=m,
+                   context=context, device="cpu", weight_dtype="x", activation_dtype="bfloat16", lm_head="float",
+                   weight_source="checkpoint ck (float32)", checkpoint_id=kw.pop("checkpoint_id", CK), blocks=1,
+                   latency_us={"step_cpu": {"median": step, "p10": step, "p90": step, "mean": step, "cv": 0.0, "n": 10}},
+                   linear={"method": "stream", "by_role": by_role, "sum_us": sum(medians.values())}, **kw)
+
+
+UNITS = [u.name for u in model_units(1, False)]  # block 0 attn_in, o, mlp_in, down
+BF16 = dict(zip(ROLES, (3.0, 2.0, 2.0, 3.0, 5.0, 5.0, 6.0)))  # Σ 26 µs
+INT8 = dict(zip(ROLES, (1.5, 1.0, 1.0, 1.5, 2.0, 2.0, 3.0)))
+
+
+def files(quality_rows=None, step_rows=None):
+    q = quality_rows or [quality_row("bf16", {u: (0.0001, 0.00001) for u in UNITS}),
+                         quality_row("int8-weight-only", {u: (0.001 * (i + 1), 0.0001) for i, u in enumerate(UNITS)})]
+    s = step_rows or [step_row("bf16", BF16, 100.0), step_row("int8-weight-only", INT8, 80.0)]
+    return ("q.json", NS(job="quality", rows=q), "s.json", NS(job="step", rows=s))
+
+
+CANDIDATES = [entry("bf16"), entry("int8-weight-only")]
+
+
+def test_times_damages_and_fixed_rest_are_read_and_summed():
+    p = build(*files(), CANDIDATES, 1, 128)
+    assert [u.name for u in p.units] == UNITS
+    # attn_in = q + k + v stream medians; mlp_in = gate + up
+    assert p.time_us == ((7.0, 3.5), (3.0, 1.5), (10.0, 4.0), (6.0, 3.0))
+    assert p.fixed_us == 100.0 - 26.0  # the base's step less the sum of its units
+    assert p.damage[2] == (0.0001, 0.003) and p.damage_unc[2] == (0.00001, 0.0001)
+    assert p.method == "step_cpu"
+    assert "sum of separate linears" in p.sources["cost"] and "step_cpu" in p.sources["fixed"]
+
+
+def test_a_candidate_with_no_cost_at_the_deployment_point_is_refused():
+    steps = [step_row("bf16", BF16, 100.0), step_row("int8-weight-only", INT8, 80.0, m=16)]
+    with pytest.raises(ProblemError) as info:
+        build(*files(step_rows=steps), CANDIDATES, 1, 128)
+    assert str(info.value) == ("s.json: rows: candidate 'int8-weight-only' has no cost: no step row at M=1, context=128 "
+                               "(its rows: M=16/128), got 'int8-weight-only'")
+
+
+def test_a_missing_unit_is_refused():
+    rows = [quality_row("bf16", {u: (0.0001, 0.0) for u in UNITS}),
+            quality_row("int8-weight-only", {u: (0.001, 0.0) for u in UNITS[:3]})]
+    with pytest.raises(ProblemError) as info:
+        build(*files(quality_rows=rows), CANDIDATES, 1, 128)
+    assert str(info.value) == ("q.json: rows[1].sensitivity: candidate 'int8-weight-only' has no unit 'block 0 down' "
+                               "(of 4), got 3 parts")
+
+
+def test_a_candidate_the_model_cannot_take_is_refused_with_its_reason():
+    rows = [quality_row("bf16", {u: (0.0001, 0.0) for u in UNITS}),
+            quality_row("int8-weight-only", {}, status="skipped", reason="needs CUDA", sensitivity=None)]
+    with pytest.raises(ProblemError) as info:
+        build(*files(quality_rows=rows), CANDIDATES, 1, 128)
+    assert str(info.value).startswith("q.json: rows[1].status: candidate 'int8-weight-only' was skipped (needs CUDA)")
+
+
+def test_rows_without_unit_sensitivity_are_refused():
+    rows = [quality_row("bf16", {u: (0.0, 0.0) for u in UNITS}, sensitivity_by="role"),
+            quality_row("int8-weight-only", {u: (0.0, 0.0) for u in UNITS})]
+    with pytest.raises(ProblemError) as info:
+        build(*files(quality_rows=rows), CANDIDATES, 1, 128)
+    assert str(info.value) == ("q.json: rows[0].sensitivity_by: a search needs each unit quantized alone ([quality] "
+                               "sensitivity = \"unit\"), got 'role'")
+
+
+def test_files_of_different_checkpoints_are_refused():
+    steps = [step_row("bf16", BF16, 100.0, checkpoint_id="b" * 64),
+             step_row("int8-weight-only", INT8, 80.0, checkpoint_id="b" * 64)]
+    with pytest.raises(ProblemError) as info:
+        build(*files(step_rows=steps), CANDIDATES, 1, 128)
+    assert str(info.value).startswith("s.json: checkpoint_id: the step files' checkpoint (sha256 bbbbbbbbbbbb) is not "
+                                      "the quality files' (sha256 aaaaaaaaaaaa)")
+    assert "\n" not in str(info.value)
+
+
+def test_a_linear_without_a_stream_time_is_refused():
+    step = step_row("int8-weight-only", INT8, 80.0)
+    step.linear["by_role"]["down_proj"] = {"k": 1, "n": 1, "count": 1, "stream": None, "reason": "error: boom"}
+    with pytest.raises(ProblemError) as info:
+        build(*files(step_rows=[step_row("bf16", BF16, 100.0), step]), CANDIDATES, 1, 128)
+    assert str(info.value) == ("s.json: rows[1].linear.by_role.down_proj: candidate 'int8-weight-only' has no stream "
+                               "time for down_proj (error: boom), got None")

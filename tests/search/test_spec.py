@@ -1,0 +1,70 @@
+"""A search scenario's bad inputs: one line naming the file, the key and the value, exit 2, nothing run."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from qbench import cli, jobs, scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = (ROOT / "scenarios" / "search_tiny.toml").read_text(encoding="utf-8")
+
+
+def load(text: str):
+    return scenario.from_dict(tomllib.loads(text), str(ROOT / "scenarios" / "x.toml"))
+
+
+def refusal(text: str) -> str:
+    with pytest.raises(scenario.ScenarioError) as info:
+        load(text)
+    assert "\n" not in str(info.value)
+    return str(info.value).split(": ", 1)[1]
+
+
+def test_a_search_table_selects_the_search_kind():
+    assert jobs.of_tables(tomllib.loads(BASE)).name == "search"
+
+
+def test_overlapping_spans_are_refused():
+    got = refusal(BASE.replace("first_chunk = 4, chunks = 12", "first_chunk = 2, chunks = 12"))
+    assert got.startswith("search: calibration (chunks 0..3) and evaluation (chunks 2..13) overlap")
+
+
+def test_one_candidate_is_refused():
+    text = BASE.split("[[schemes]]")[0] + '[[schemes]]\nname = "bf16"\n'
+    assert refusal(text) == "schemes: a search chooses among at least two candidates, got 1"
+
+
+def test_candidates_of_two_activation_dtypes_are_refused():
+    got = refusal(BASE + '[[schemes]]\nname = "fp32"\n')
+    assert got == ("schemes[3].name: fp32 runs at float32 activations, the base bf16 at bfloat16: a recipe's linears "
+                   "share the model's hidden states, so the candidates must take one activation dtype, got 'fp32'")
+
+
+def test_candidates_of_two_modes_are_refused():
+    got = refusal(BASE + '[[schemes]]\nname = "int8-weight-only"\nmode = "compiled"\n')
+    assert got.startswith("schemes[3].mode: a recipe runs in one mode: the base 'bf16' is eager, got 'compiled'")
+
+
+def test_a_budget_of_zero_is_refused():
+    assert refusal(BASE.replace("max_kld = 0.003", "max_kld = 0")).startswith("search.max_kld:")
+
+
+def test_a_quality_table_is_refused_naming_the_search_keys():
+    got = refusal(BASE + '\n[quality]\ntext = "x"\n')
+    assert got.startswith("quality:") and "search" in got
+
+
+def test_a_speed_file_that_is_not_there_is_refused(tmp_path):
+    got = refusal(BASE.replace('methods = ["step_cpu", "step_graph"]', 'speed = "nowhere.json"'))
+    assert got.startswith("search.speed: \"step\" (run the step job) or a step result file; no file") and \
+        got.endswith("got 'nowhere.json'")
+
+
+def test_check_says_the_budget_the_point_and_the_spans(capsys):
+    assert cli.main(["check", str(ROOT / "scenarios" / "search_tiny.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "max mean KLD 0.003 at M = 1, context 128; damages on chunks 0..3, proof on 4..15" in out
