@@ -1,6 +1,7 @@
 """A search's pick as a user pastes it: the scenario ``[[schemes]]`` entry (TOML, :func:`toml_entry`)
-and the torchao call (:func:`torchao_call`), ``quantize_(model, FqnToConfig({...}))`` with
-``transformers``' module names (``model.layers.3.self_attn.q_proj``, ``lm_head``).
+and the torchao call (:func:`torchao_call`), ``quantize_(model, FqnToConfig({...}), filter_fn=None)``
+with ``transformers``' module names (``model.layers.3.self_attn.q_proj``, ``lm_head``); torchao
+0.18's ``quantize_`` refuses an ``FqnToConfig`` beside its default ``filter_fn``.
 
 torchao 0.18's ``FqnToConfig`` (``ModuleFqnToConfig`` is its old name) takes a module's full name, or
 a ``re:`` regex of names; an exact name wins over a regex, and a module that matches neither is left
@@ -227,7 +228,7 @@ def torchao_call(entry: dict, blocks: int, head: bool) -> str:
             for name, v, label in items]
     if base != "None":
         out.append(f'    r"{BLOCK_REGEX}": {base},  # every other block linear: {plan.base.label}')
-    out.append("}))")
+    out.append("}), filter_fn=None)  # torchao 0.18: FqnToConfig needs filter_fn=None (the default filter refuses it)")
     return "\n".join(out) + "\n"
 
 
