@@ -48,6 +48,9 @@ class Search:
         self.walls: dict[str, float] = {}
         self.started = time.perf_counter()
         self.per_scheme_s: Optional[float] = None  # a quality + step scheme's seconds, for the time left
+        self.elsewhere: Optional[str] = None  # why the proof's step half cannot run here (set by cost())
+        self.step_doc: Any = None
+        self.proof_entries: list[dict] = []  # the verified recipes the step job must run where the speed file ran
 
     # -- running the jobs -------------------------------------------------------------------------
     def _job(self, sub: Any, tag: str):
@@ -109,7 +112,11 @@ class Search:
         if self.s.speed != "step":
             path = str(resolve_path(self.s.speed, self.scenario.source))
             self.say(f"search: [3/4] cost: read {path}")
-            return path, read_results(path)
+            doc = read_results(path)
+            self.step_doc, self.elsewhere = doc, _elsewhere(doc, self.device, path)
+            if self.elsewhere:
+                self.say(f"search: {self.elsewhere}")
+            return path, doc
         self.say(f"search: [3/4] cost: the step job of {len(self.candidates)} candidates at M = {self.s.m}, "
                  f"context {self.s.context}")
         return self._job(spec.step_scenario(self.scenario, spec.candidate_entries(self.scenario)), "step")
@@ -135,10 +142,14 @@ class Search:
                  f"job" + self._left(len(entries)))
         t0 = time.perf_counter()
         _, q = self._job(spec.evaluation_scenario(self.scenario, entries, f"verify-r{rnd}"), f"verify-r{rnd}-quality")
-        _, st = self._job(spec.step_scenario(self.scenario, entries, f"verify-r{rnd}-step"), f"verify-r{rnd}-step")
+        if self.elsewhere:  # a step time is a time on the speed file's machine: the recipes run there, later
+            st = None
+            self.proof_entries += entries
+        else:
+            _, st = self._job(spec.step_scenario(self.scenario, entries, f"verify-r{rnd}-step"), f"verify-r{rnd}-step")
         self.per_scheme_s = (time.perf_counter() - t0) / len(entries)
         for (i, p), e in zip(todo, entries):
-            self.measured[p.choice] = _measured(e["label"], q, st, self.s, method)
+            self.measured[p.choice] = _measured(e["label"], q, st, self.s, method, self.elsewhere)
             self.round_of[p.choice] = rnd
 
 
@@ -146,13 +157,26 @@ def _label(rnd: int, i: int) -> str:
     return f"r{rnd} front {i}"
 
 
-def _measured(label: str, quality_doc, step_doc, s, method: str) -> Measured:
+def _elsewhere(step_doc, device: str, path: str) -> Optional[str]:
+    """Why the proof's step half cannot run on ``device``: the speed file ``path`` was timed on
+    another device type (a CUDA file read by a CPU search), else None."""
+    theirs = {str(r.device).split(":")[0] for r in step_doc.rows}
+    ours = str(device).split(":")[0]
+    if not theirs or theirs == {ours}:
+        return None
+    return (f"the speed file {path} was timed on {step_doc.machine}, this search runs on {ours}: the verified recipes' "
+            f"step times are measured there, by the proof step scenario this search writes beside its result")
+
+
+def _measured(label: str, quality_doc, step_doc, s, method: str, elsewhere: Optional[str] = None) -> Measured:
     q = next((r for r in quality_doc.rows if r.scheme == label), None)
-    st = next((r for r in step_doc.rows if r.scheme == label and r.m == s.m and r.context == s.context), None)
+    st = None if step_doc is None else next((r for r in step_doc.rows
+                                             if r.scheme == label and r.m == s.m and r.context == s.context), None)
     if q is None or q.status != "ok":
         raise ProblemError(f"the quality job did not measure {label!r}: {getattr(q, 'reason', None) or 'no row'}")
     step = st.step_us(method) if st is not None and st.status == "ok" else None
-    reason = None if step is not None else (getattr(st, "reason", None) or f"no {method} time")
+    reason = None if step is not None else (elsewhere if step_doc is None else
+                                            getattr(st, "reason", None) or f"no {method} time")
     return Measured(label=label, kld=q.stats.kld.mean, kld_unc=q.stats.kld.unc, ppl_ratio=q.stats.ppl_ratio,
                     same_top=q.stats.same_top, emulated=q.emulated, step_us=step, step_reason=reason)
 
@@ -242,6 +266,9 @@ def search(scenario: Any, device: str, work: Path, say: Callable[[str], None]) -
                    if fallback is not None else None,
         "jobs_wall_s": job.walls,
     }
+    if job.proof_entries:
+        summary["proof_step"] = {"why": job.elsewhere, "scenario": proof_step_scenario(scenario, job.step_doc,
+                                                                                      job.proof_entries, method)}
     return rows, summary, accepted is not None or fallback is not None
 
 
@@ -320,10 +347,57 @@ def run(scenario: Any, *, device: Optional[str] = None, out: Optional[str] = Non
         shutil.rmtree(work, ignore_errors=True)
     doc["rows"], doc["search"] = rows, summary
     outcome = finish(doc, output, started, force=force)
+    if "proof_step" in summary:
+        written = write_proof_step(summary["proof_step"]["scenario"], Path(outcome.path))
+        say(f"search: the verified recipes' step times are not measured here: run `python -m qbench run {written}` "
+            f"where {scenario.search.speed} was timed")
     if not picked:
         return RunOutcome(outcome.doc, outcome.path, 1, f"no recipe was proven within search.max_kld = "
                                                         f"{scenario.search.max_kld:g} in {len(summary['rounds'])} rounds")
     return outcome
+
+
+def proof_step_scenario(scenario: Any, step_doc: Any, entries: list[dict], method: str) -> dict:
+    """The step scenario of the verified recipes as the speed file ran its candidates: its model
+    table (a config.json or preset: seeded weights of the same shapes time the same), M, context,
+    timing and the method the search reads; paths relative to the repository root (the speed file's
+    ``scenario.source`` names its scenario from there)."""
+    import os
+
+    theirs = dict(step_doc.scenario or {})
+    model = {k: v for k, v in (theirs.get("model") or {}).items() if v is not None}
+    base = os.path.dirname(str(theirs.get("source") or ""))
+    for key in ("config", "checkpoint"):
+        if isinstance(model.get(key), str) and not os.path.isabs(model[key]) and (base or model[key].startswith(".")):
+            model[key] = os.path.normpath(os.path.join(base, model[key]))
+    s = scenario.search
+    model.update({"context": [s.context], "methods": [method], "linear_sum": True})
+    return {"name": f"{scenario.name[:40]}-proof-step", "description": f"{scenario.name}: the verified recipes' step "
+            f"times, on the machine of its speed file", "seed": theirs["seed"] if "seed" in theirs else scenario.seed, "device": "auto",
+            "m": [s.m], "model": model, "timing": {k: v for k, v in (theirs.get("timing") or {}).items() if v is not None},
+            "schemes": entries}
+
+
+def write_proof_step(data: dict, result: Path) -> Path:
+    """Writes :func:`proof_step_scenario`'s table as ``<result stem>.proof-step.toml`` beside the
+    result, its relative paths rebased from the repository root to that folder; returns the path."""
+    import os
+
+    from qbench.search.snippet import toml_entry, _key, _value
+
+    model = dict(data["model"])
+    for key in ("config", "checkpoint"):
+        if isinstance(model.get(key), str) and not os.path.isabs(model[key]):
+            model[key] = os.path.relpath(os.path.abspath(model[key]), result.parent.resolve())
+    path = result.with_name(result.stem + ".proof-step.toml")
+    lines = ["# Written by the search " + result.name + ": run it where its speed file was timed.",
+             *(f"{_key(k)} = {_value(data[k])}" for k in ("name", "description", "seed", "device", "m")), "",
+             "[model]", *(f"{_key(k)} = {_value(v)}" for k, v in model.items()), "",
+             "[timing]", *(f"{_key(k)} = {_value(v)}" for k, v in data["timing"].items())]
+    for entry in data["schemes"]:
+        lines += ["", toml_entry(entry).rstrip()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 def _discard(output) -> None:

@@ -117,3 +117,40 @@ def test_without_a_proven_pick_the_fastest_verified_recipe_within_the_budget_is_
     pick = next(r for r in rows if r["pick"])
     within = [r for r in rows if r["within_budget"]]
     assert pick["measured"]["step_us"] == min(r["measured"]["step_us"] for r in within)
+
+
+def test_a_speed_file_timed_on_another_device_leaves_the_proof_step_to_a_scenario_written_for_it(fake, monkeypatch,
+                                                                                                 tmp_path):
+    # the speed file (CUDA rows) read by a CPU search: no step job runs here; each verified recipe's step says why,
+    # and the proof step scenario holds every verified recipe with the speed file's model, M, context and method
+    from qbench.results import read_results
+
+    rows = [step_row(label, INT8 if label == "int8-weight-only" else BF16, 100.0 - 20.0 * (label == "int8-weight-only"))
+            .model_copy(update={"device": "cuda:0"}) for label in ("bf16", "int8-weight-only")]
+    speed = NS(job="step", rows=rows, machine="cuda NVIDIA H100 80GB HBM3",
+               scenario={"source": "scenarios/step_x.toml", "seed": 3, "timing": {"warmup": 3, "budget_s": None},
+                         "model": {"config": "../data/x/config.json", "name": None, "context": [128]}})
+    monkeypatch.setattr("qbench.results.read_results", lambda path: speed)
+    (tmp_path / "speed.json").write_text("{}")
+    sc = scenario(0.005)
+    sc.search = sc.search.model_copy(update={"speed": str(tmp_path / "speed.json")})
+    lines = []
+    out, summary, picked = pipeline.search(sc, "cpu", tmp_path, lines.append)
+    assert not any(t.endswith("step") for t, _ in fake["runs"])  # no step job on this device
+    verified = [r for r in out if r["kind"] == "front" and r["measured"] is not None]
+    assert verified and all(r["measured"]["step_us"] is None and "timed on cuda NVIDIA H100" in r["measured"]["step_reason"]
+                            for r in verified)
+    proof = summary["proof_step"]["scenario"]
+    assert proof["m"] == [1] and proof["seed"] == 3 and proof["timing"] == {"warmup": 3}
+    assert proof["model"] == {"config": "data/x/config.json", "context": [128], "methods": [summary["method"]],
+                              "linear_sum": True}
+    assert sorted(e["label"] for e in proof["schemes"]) == sorted(r["measured"]["label"] for r in verified)
+    (tmp_path / "res").mkdir()
+    written = pipeline.write_proof_step(proof, tmp_path / "res" / "search.json")
+    assert written.name == "search.proof-step.toml"
+    import tomllib
+
+    data = tomllib.loads(written.read_text())
+    assert data["m"] == [1] and len(data["schemes"]) == len(proof["schemes"])
+    assert (written.parent / data["model"]["config"]).resolve() == (tmp_path.cwd() / "data/x/config.json").resolve()
+    assert data["schemes"][0]["recipe"] == proof["schemes"][0]["recipe"]
