@@ -123,7 +123,6 @@ def test_a_speed_file_timed_on_another_device_leaves_the_proof_step_to_a_scenari
                                                                                                  tmp_path):
     # the speed file (CUDA rows) read by a CPU search: no step job runs here; each verified recipe's step says why,
     # and the proof step scenario holds every verified recipe with the speed file's model, M, context and method
-    from qbench.results import read_results
 
     rows = [step_row(label, INT8 if label == "int8-weight-only" else BF16, 100.0 - 20.0 * (label == "int8-weight-only"))
             .model_copy(update={"device": "cuda:0"}) for label in ("bf16", "int8-weight-only")]
