@@ -14,6 +14,8 @@
     sensitivity = "none"          # "role" or "block": one part quantized at a time, ranked by KL divergence
     tokenizer = "tokenizer.json"  # default: the checkpoint's
     lm_head = false               # the scheme also builds the LM head
+    kv_cache = "activation"       # or "fp8": each chunk runs through an fp8 (e4m3) KV cache, attending over its
+                                  # dequantized values (static scale per block and KV head from the chunk's absmax)
 
 Its ``[model]`` table is the model's source alone (:class:`qbench.model.source.ModelSource`): a
 step key there (``blocks``, ``context``, ``methods`` ...) is refused, as is ``m`` (each chunk runs
@@ -52,9 +54,13 @@ class QualitySpec(Frozen):
     sensitivity: Literal["none", "role", "block"] = "none"
     tokenizer: Optional[str] = Field(default=None, min_length=1, max_length=4096)
     lm_head: bool = False
+    kv_cache: Literal["activation", "fp8"] = "activation"
 
     def to_dict(self) -> dict:
-        return self.model_dump()
+        data = self.model_dump()
+        if data["kv_cache"] == "activation":  # a scenario's record (and its reference's key) as before
+            data.pop("kv_cache")
+        return data
 
 
 def resolve_path(value: str, source: str) -> Path:
