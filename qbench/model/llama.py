@@ -341,7 +341,9 @@ class KVCache(nn.Module):
         step in ``via`` would hold)."""
         for layer in self.layers:
             k, v = layer.read(layer.k.shape[0], layer.k.shape[2], via or dtype)
-            k, v = k.to(dtype, copy=True), v.to(dtype, copy=True)
+            k, v = k.to(dtype), v.to(dtype)
+            if k.data_ptr() == layer.k.data_ptr():  # still a view of the cache: copy it (and no more copies)
+                k, v = k.clone(), v.clone()
             if batch is not None and batch != k.shape[0]:
                 k, v = k.expand(batch, -1, -1, -1).contiguous(), v.expand(batch, -1, -1, -1).contiguous()
             yield LayerCache(k, v)

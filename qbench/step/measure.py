@@ -126,7 +126,7 @@ def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
     lm = "none" if not spec.lm_head else ("scheme" if spec.quantize_lm_head else "float")
     ckpt = of_model(scenario.model, scenario.source)
     source = {} if ckpt is None else {"weight_source": weight_source(ckpt), "checkpoint_id": ckpt.identity}
-    attn = attention_choice(spec, config, device)
+    attn = attention_choice(spec, config, torch.device(device))  # (a caller may name the device as text)
     kv = {"dtype": dtype_name(kv_dtype(spec.kv_cache, scheme.activation_dtype))}
     return [StepRow(**source, attention={"kernel": attn["kernel"], "chosen": attn["chosen"]}, kv_cache=dict(kv),
                     scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
