@@ -134,11 +134,54 @@ def rope_cos_sin(config: StepModelConfig, positions: torch.Tensor, dtype: torch.
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
-def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+#: The decode step's attention implementations (:func:`decode_attention`): ``split-kv`` (the Triton
+#: flash-decoding kernel of :mod:`qbench.model.splitkv`, CUDA) and ``sdpa`` (one
+#: ``scaled_dot_product_attention`` call, the G query heads of a KV head as its query rows).
+DECODE_ATTENTION = ("split-kv", "sdpa")
+#: The fp8 KV-cache dtype (OCP e4m3, finite: no infinities) and its largest finite value.
+FP8_KV = torch.float8_e4m3fn
+FP8_MAX = 448.0
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                     k_scale: Optional[torch.Tensor] = None, v_scale: Optional[torch.Tensor] = None,
+                     slice_len: int = 0) -> torch.Tensor:
     """The decode step's attention, GQA without repeating K/V: ``q [M, kv_heads, group, head_dim]`` (the
-    query heads of one KV head as the query rows of one SDPA call) against the filled cache ``k``, ``v``
-    ``[M, kv_heads, S, head_dim]``, every cached position attended (no mask). Returns ``q``'s shape."""
-    return F.scaled_dot_product_attention(q, k, v, scale=scale)
+    query heads of one KV head as the query rows) against the filled cache ``k``, ``v``
+    ``[M, kv_heads, S, head_dim]``, every cached position attended (no mask). Returns ``q``'s shape
+    and dtype.
+
+    ``slice_len > 0``: the split-KV kernel (``torch.ops.qbench.split_kv_decode``; import
+    :mod:`qbench.model.splitkv` first), slices of ``slice_len`` positions; an fp8 cache is read as
+    stored and dequantized in the kernel. ``slice_len = 0``: one SDPA call; an fp8 cache is
+    dequantized before it (converted to ``q``'s dtype, a copy; exact, every e4m3 value is a
+    bf16/fp16/fp32 value), its per-KV-head scales ``k_scale``, ``v_scale`` ``[kv_heads]`` (float32)
+    folded into ``q`` and the output.
+    """
+    if slice_len:
+        return torch.ops.qbench.split_kv_decode(q, k, v, scale, slice_len, k_scale, v_scale)
+    if k_scale is not None:
+        q = q * k_scale.view(1, -1, 1, 1).to(q.dtype)
+        k, v = k.to(q.dtype), v.to(q.dtype)
+    out = F.scaled_dot_product_attention(q, k, v, scale=scale)
+    return out if v_scale is None else out * v_scale.view(1, -1, 1, 1).to(out.dtype)
+
+
+def fp8_scale(x: torch.Tensor) -> torch.Tensor:
+    """The fp8 cache's scale rule: per KV head, ``absmax / 448`` over every other dim of ``x``
+    ``[B, kv_heads, T, head_dim]`` (float32 ``[kv_heads]``; a head of zeros gets 1), so the largest
+    value written maps to e4m3's largest finite value."""
+    amax = x.detach().abs().float().amax(dim=(0, 2, 3))
+    return torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+
+
+def fp8_quantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``x / scale`` saturated to ±448 and rounded to e4m3 (nearest, even): ``scale`` ``[kv_heads]``
+    broadcast over dim 1 of ``x`` (``[M, kv_heads, D]`` or ``[B, kv_heads, T, D]``). Saturating:
+    torch's cast gives NaN beyond e4m3's range, and a decode step's K may exceed the prefill's
+    absmax."""
+    shape = (1, -1) + (1,) * (x.dim() - 2)
+    return (x.float() / scale.view(shape)).clamp(-FP8_MAX, FP8_MAX).to(FP8_KV)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -170,12 +213,62 @@ class FloatLinear(nn.Module):
 
 class LayerCache(nn.Module):
     """One block's K and V: buffers ``k``, ``v`` ``[B, kv_heads, slots, head_dim]`` (buffers of a
-    module, so a compiled block treats them as the model's own state)."""
+    module, so a compiled block treats them as the model's own state).
 
-    def __init__(self, k: torch.Tensor, v: torch.Tensor):
+    An fp8 cache (``k.dtype`` is :data:`FP8_KV`) also holds ``k_scale``, ``v_scale`` ``[kv_heads]``
+    (float32): the stored value times its head's scale is the value. The scale rule: static per
+    (block, KV head), set by the first write at position 0 (the prefill, or a teacher-forced chunk)
+    from that write's absmax (:func:`fp8_scale`); later writes (the decode step's) are quantized with
+    it, saturating at ±448 × scale.
+    """
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, k_scale: Optional[torch.Tensor] = None,
+                 v_scale: Optional[torch.Tensor] = None):
         super().__init__()
         self.register_buffer("k", k, persistent=False)
         self.register_buffer("v", v, persistent=False)
+        if k.dtype == FP8_KV and (k_scale is None or v_scale is None):
+            k_scale = torch.ones(k.shape[1], dtype=torch.float32, device=k.device)
+            v_scale = torch.ones(k.shape[1], dtype=torch.float32, device=k.device)
+        self.register_buffer("k_scale", k_scale, persistent=False)
+        self.register_buffer("v_scale", v_scale, persistent=False)
+
+    @property
+    def quantized(self) -> bool:
+        """Whether the cache stores fp8 values with scales."""
+        return self.k_scale is not None
+
+    def calibrate(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Set the fp8 scales from ``k``, ``v`` ``[B, kv_heads, T, head_dim]`` (:func:`fp8_scale`)."""
+        self.k_scale.copy_(fp8_scale(k))
+        self.v_scale.copy_(fp8_scale(v))
+
+    def write(self, pos: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store ``k``, ``v`` at position ``pos`` (``[M, kv_heads, D]``: one position) or at ``pos ..
+        pos + T - 1`` (``[B, kv_heads, T, D]``), quantized when the cache is fp8."""
+        if self.quantized:
+            k, v = fp8_quantize(k, self.k_scale), fp8_quantize(v, self.v_scale)
+        else:
+            k, v = k.to(self.k.dtype), v.to(self.v.dtype)
+        if k.dim() == 3:
+            self.k[:, :, pos] = k
+            self.v[:, :, pos] = v
+        else:
+            self.k[:, :, pos:pos + k.shape[2]] = k
+            self.v[:, :, pos:pos + k.shape[2]] = v
+
+    def read(self, batch: int, positions: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of the first ``batch`` sequences and ``positions`` positions in ``dtype``
+        (dequantized: stored value × scale, in float32, then cast)."""
+        k, v = self.k[:batch, :, :positions], self.v[:batch, :, :positions]
+        if not self.quantized:
+            return k.to(dtype), v.to(dtype)
+        return ((k.float() * self.k_scale.view(1, -1, 1, 1)).to(dtype),
+                (v.float() * self.v_scale.view(1, -1, 1, 1)).to(dtype))
+
+    def scale_bytes(self) -> int:
+        """Bytes of the scales a read of this cache also loads (0 unquantized)."""
+        return 0 if not self.quantized else self.k_scale.numel() * 4 + self.v_scale.numel() * 4
 
 
 class KVCache(nn.Module):
@@ -193,9 +286,10 @@ class KVCache(nn.Module):
     def empty(cls, config: StepModelConfig, batch: int, slots: int, dtype: torch.dtype, device: torch.device,
               blocks: Optional[int] = None) -> "KVCache":
         """Zeroed K and V for ``blocks`` blocks (default: the model's), each ``[batch, kv_heads,
-        slots, head_dim]``."""
+        slots, head_dim]`` in ``dtype`` (:data:`FP8_KV`: an fp8 cache, scales 1 until its first write
+        at position 0 sets them)."""
         shape = (batch, config.kv_heads, slots, config.head_dim)
-        return cls([LayerCache(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        return cls([LayerCache(torch.zeros(shape, device=device).to(dtype), torch.zeros(shape, device=device).to(dtype))
                     for _ in range(config.blocks if blocks is None else blocks)])
 
     @property
@@ -216,17 +310,43 @@ class KVCache(nn.Module):
     def __getitem__(self, index: int) -> LayerCache:
         return self.layers[index]
 
+    @property
+    def quantized(self) -> bool:
+        """Whether the cache stores fp8 values with scales (:class:`LayerCache`)."""
+        return self.layers[0].quantized
+
     def copies(self, batch: int, dtype: torch.dtype) -> "KVCache":
         """A cache of ``batch`` sequences in ``dtype``, each its own copy of this one's (a cache of
-        one shared prompt: every sequence still reads its own slots)."""
-        return KVCache([LayerCache(layer.k.to(dtype).expand(batch, -1, -1, -1).contiguous(),
-                                   layer.v.to(dtype).expand(batch, -1, -1, -1).contiguous()) for layer in self.layers])
-
-    def each_as(self, dtype: torch.dtype) -> Iterator[LayerCache]:
-        """Each block's cache as a copy in ``dtype``, one at a time (this cache is not written; only
-        one block's copy is alive at once)."""
+        one shared prompt: every sequence still reads its own slots). An fp8 ``dtype``: each block
+        quantized with scales from its filled values (:func:`fp8_scale`), as if they had been
+        written at position 0, the prefill."""
+        out = []
         for layer in self.layers:
-            yield LayerCache(layer.k.to(dtype, copy=True), layer.v.to(dtype, copy=True))
+            k, v = layer.read(layer.k.shape[0], layer.k.shape[2], torch.float32 if dtype == FP8_KV else dtype)
+            if dtype == FP8_KV:
+                ks, vs = fp8_scale(k), fp8_scale(v)
+                k, v = fp8_quantize(k, ks), fp8_quantize(v, vs)
+                out.append(LayerCache(k.expand(batch, -1, -1, -1).contiguous(), v.expand(batch, -1, -1, -1).contiguous(),
+                                      ks, vs))
+            else:
+                out.append(LayerCache(k.expand(batch, -1, -1, -1).contiguous(), v.expand(batch, -1, -1, -1).contiguous()))
+            del k, v
+        return KVCache(out)
+
+    def each_as(self, dtype: torch.dtype, batch: Optional[int] = None, via: Optional[torch.dtype] = None
+                ) -> Iterator[LayerCache]:
+        """Each block's cache as a copy in ``dtype`` (dequantized when fp8), one at a time (this cache
+        is not written; only one block's copy is alive at once). ``batch``: expanded to that many
+        sequences (a shared prompt's cache); ``via``: rounded through that dtype first (the cache a
+        step in ``via`` would hold)."""
+        for layer in self.layers:
+            k, v = layer.read(layer.k.shape[0], layer.k.shape[2], via or dtype)
+            k, v = k.to(dtype), v.to(dtype)
+            if k.data_ptr() == layer.k.data_ptr():  # still a view of the cache: copy it (and no more copies)
+                k, v = k.clone(), v.clone()
+            if batch is not None and batch != k.shape[0]:
+                k, v = k.expand(batch, -1, -1, -1).contiguous(), v.expand(batch, -1, -1, -1).contiguous()
+            yield LayerCache(k, v)
 
 
 class Block(nn.Module):
@@ -244,6 +364,7 @@ class Block(nn.Module):
         self.group = config.heads // config.kv_heads
         self.eps, self.dtype = config.rms_eps, dtype
         self.scale = 1.0 / math.sqrt(config.head_dim)
+        self.slice_len = 0  # the decode attention's split-KV slice (0: SDPA); set by Decoder
         for role in BLOCK_LINEARS:
             setattr(self, role, linears[role])
         self.attn_norm = nn.Parameter(attn_norm.to(dtype), requires_grad=False)
@@ -279,30 +400,35 @@ class Block(nn.Module):
         k = self._linear("k_proj", h).view(m, self.kv_heads, self.head_dim)
         v = self._linear("v_proj", h).view(m, self.kv_heads, self.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        cache.k[:, :, pos] = k
-        cache.v[:, :, pos] = v
+        cache.write(pos, k, v)
         att = decode_attention(q.view(m, self.kv_heads, self.group, self.head_dim),
-                               cache.k[:, :, :pos + 1], cache.v[:, :, :pos + 1], self.scale)
+                               cache.k[:, :, :pos + 1], cache.v[:, :, :pos + 1], self.scale,
+                               cache.k_scale, cache.v_scale, self.slice_len)
         return att.reshape(m, self.heads * self.head_dim)
 
     def _attend_chunk(self, h: torch.Tensor, b: int, t: int, cos: torch.Tensor, sin: torch.Tensor,
                       cache: Optional[LayerCache], pos: int) -> torch.Tensor:
         """A chunk's causal attention: ``h [B × T, hidden]`` -> ``[B × T, heads × head_dim]``; K and V
         written into positions ``pos .. pos + T - 1`` of ``cache`` (a cache of M sequences takes a
-        chunk of B = 1 as every sequence's)."""
+        chunk of B = 1 as every sequence's). With an fp8 cache the chunk attends over the cache's
+        dequantized values, its own positions' included (what a later step would read), and a chunk
+        at position 0 sets the cache's scales."""
         q = self._linear("q_proj", h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
         k = self._linear("k_proj", h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self._linear("v_proj", h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        quantized = cache is not None and cache.quantized
         if cache is not None:
-            cache.k[:, :, pos:pos + t] = k.to(cache.k.dtype)
-            cache.v[:, :, pos:pos + t] = v.to(cache.v.dtype)
+            if quantized and pos == 0:  # the first write sets the fp8 cache's static scales
+                cache.calibrate(k, v)
+            cache.write(pos, k, v)
+        if pos > 0 and cache is None:
+            raise ValueError(f"a chunk at position {pos} > 0 attends over the cached positions: give a cache")
+        if pos > 0 or quantized:  # attend over what the cache holds (an fp8 cache's values, dequantized)
+            k, v = cache.read(b, pos + t, q.dtype)
         if pos == 0:
             mask, causal = None, True
         else:  # the cached positions and the chunk: position pos + i sees 0 .. pos + i
-            if cache is None:
-                raise ValueError(f"a chunk at position {pos} > 0 attends over the cached positions: give a cache")
-            k, v = cache.k[:b, :, :pos + t].to(q.dtype), cache.v[:b, :, :pos + t].to(q.dtype)
             mask = torch.arange(pos + t, device=q.device)[None, :] <= torch.arange(pos, pos + t, device=q.device)[:, None]
             causal = False
         att = F.scaled_dot_product_attention(q, k.repeat_interleave(self.group, dim=1), v.repeat_interleave(self.group, dim=1),
@@ -372,15 +498,42 @@ class Decoder(nn.Module):
     call writes position ``context`` and attends over all of them. RoPE's cos and sin of that
     position are computed once, here. ``head_call`` runs the norm, the head and the argmax; a job
     may point it (and ``model.block_call``) at compiled forms. :meth:`logits` gives the logits.
+
+    ``attention``: ``"sdpa"`` or ``"split-kv"`` (:data:`DECODE_ATTENTION`). Split-KV's slice length is
+    fixed here, from the cache's shape and ``sms`` (default: the CUDA device's SM count), or from
+    ``splits``: the step's shapes are static, so it can be captured in one CUDA graph. ``splits``
+    (the attribute) is the slice count that runs (None for SDPA).
+
+    Raises:
+        ValueError: an unknown ``attention``, or a head_dim the split-KV kernel cannot take.
+        ImportError: ``"split-kv"`` without Triton.
     """
 
-    def __init__(self, model: Llama, cache: KVCache, context: int):
+    def __init__(self, model: Llama, cache: KVCache, context: int, attention: str = "sdpa",
+                 splits: Optional[int] = None, sms: Optional[int] = None):
         super().__init__()
         self.model, self.cache, self.context = model, cache, context
         cos, sin = model.rope(context, None, model.embed.device)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
         self.head_call: Callable = self._head
+        if attention not in DECODE_ATTENTION:
+            raise ValueError(f"decode attention must be one of {', '.join(DECODE_ATTENTION)}, got {attention!r}")
+        self.attention, self.splits, slice_len = attention, None, 0
+        if attention == "split-kv":
+            from qbench.model import splitkv  # Triton; registers torch.ops.qbench.split_kv_decode
+
+            reason = splitkv.head_dim_reason(model.config.head_dim)
+            if reason:
+                raise ValueError(reason)
+            batch, _, slots, _ = cache.shape
+            if sms is None:
+                sms = torch.cuda.get_device_properties(model.embed.device).multi_processor_count
+            slice_len = splitkv.split_len(batch * model.config.kv_heads, slots, sms, splits)
+            self.splits = math.ceil(slots / slice_len)
+        if isinstance(model.blocks, nn.ModuleList):  # (blocks built on demand take the default, SDPA)
+            for block in model.blocks:
+                block.slice_len = slice_len
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
         x = rms_norm(x, self.model.norm, self.model.config.rms_eps)
@@ -475,11 +628,12 @@ def prefill(weights: Weights, cache: KVCache, prompt: torch.Tensor, dtype: torch
 
 @torch.inference_mode()
 def reference_logits(weights: Weights, cache: KVCache, tokens: torch.Tensor, context: int,
-                     lm_head: bool) -> torch.Tensor:
+                     lm_head: bool, via: Optional[torch.dtype] = None) -> torch.Tensor:
     """The FP32 step's logits ``[M, vocab]`` (or normed hidden state without ``lm_head``), through
     the one forward block by block: each block's weights made again in FP32 and its cache copied to
     FP32 (``cache`` is not written), so the reference holds one block at a time. Strict FP32
-    matmuls (TF32 off)."""
+    matmuls (TF32 off). ``cache`` may hold one shared prompt (batch 1): it is expanded to the M
+    tokens; ``via``: its values rounded through that dtype first (:meth:`KVCache.each_as`)."""
     config = weights.config
     prev = torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -489,7 +643,7 @@ def reference_logits(weights: Weights, cache: KVCache, tokens: torch.Tensor, con
         model = Llama(config, weights.get("model.embed_tokens.weight"),
                       BlocksOnDemand(weights, float_builder(torch.float32), torch.float32, len(cache)),
                       weights.get("model.norm.weight"), head, torch.float32)
-        return model(tokens, context, cache.each_as(torch.float32))
+        return model(tokens, context, cache.each_as(torch.float32, batch=tokens.shape[0], via=via))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev[0]
         torch.set_float32_matmul_precision(prev[1])

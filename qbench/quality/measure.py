@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from qbench.model.checkpoint import TensorMap, of_model, weight_source
-from qbench.model.llama import Llama, Weights, build_model, float_builder, rms_norm
+from qbench.model.llama import FP8_KV, KVCache, Llama, Weights, build_model, float_builder, rms_norm
 from qbench.quality import stats as qstats
 from qbench.quality.row import QualityRow
 from qbench.quality.spec import read_tokens, resolve_path, scored_per_chunk, span, span_chunks, text_sha256, \
@@ -193,18 +193,38 @@ class _Reference:
         return torch.from_numpy(np.ascontiguousarray(data[c])).to(device).float()
 
 
+#: The fp8 KV cache of the quality job, as its rows state it.
+KV_FP8_RECORD = {"dtype": "float8_e4m3fn",
+                 "scale": "static per (block, KV head) = absmax / 448 of the chunk's K (and V) of that head, set when "
+                          "the chunk is written into the empty cache",
+                 "read": "each chunk is written into the fp8 cache and attends over its values dequantized to the "
+                         "activation dtype before SDPA (the decode step's split-KV kernel reads the same stored "
+                         "values and scales)"}
+
+
+def _forward_chunk(model: Llama, chunk: torch.Tensor, kv_dtype: Optional[torch.dtype]) -> torch.Tensor:
+    """The logits ``[1, T, vocab]`` of one teacher-forced chunk ``[1, T]``: without a cache
+    (``kv_dtype`` None), or through an empty KV cache of ``kv_dtype`` (its attention reads what the
+    cache holds, :meth:`qbench.model.llama.Block._attend_chunk`)."""
+    if kv_dtype is None:
+        return model(chunk)
+    cache = KVCache.empty(model.config, 1, chunk.shape[1], kv_dtype, chunk.device, len(model.blocks))
+    return model(chunk, 0, cache)
+
+
 def _per_token(model: Llama, tokens: torch.Tensor, ref: _Reference, device: torch.device,
+               kv_dtype: Optional[torch.dtype] = None,
                logits_of: Optional[Callable[[int], torch.Tensor]] = None) -> dict[str, np.ndarray]:
     """Per scored token over every chunk (each teacher-forced through the model's one forward, no
-    cache): NLL under the scheme and the reference, KL divergence, same top, the probability of
-    the token that follows under each, and the spread (max - min) of the reference's log-probs.
-    ``logits_of(c)``: chunk ``c``'s logits of the scored positions ``[scored, vocab]`` some other
-    way (:func:`_unit_sensitivity`: from a block's stored input on)."""
+    cache, or through a ``kv_dtype`` cache): NLL under the scheme and the reference, KL divergence,
+    same top, the probability of the token that follows under each, and the spread (max - min) of
+    the reference's log-probs. ``logits_of(c)``: chunk ``c``'s logits of the scored positions
+    ``[scored, vocab]`` some other way (:func:`_unit_sensitivity`: from a block's stored input on)."""
     parts: dict[str, list] = {k: [] for k in ("nll", "nll_ref", "kld", "same_top", "p", "p_ref", "spread")}
     with torch.inference_mode():
         for c in range(tokens.shape[0]):
             logits = logits_of(c) if logits_of is not None else \
-                model(tokens[c][None])[0, ref.first: ref.first + ref.scored]
+                _forward_chunk(model, tokens[c][None], kv_dtype)[0, ref.first: ref.first + ref.scored]
             lp = F.log_softmax(logits, dim=-1).to(ref.store).float()  # at the reference's stored precision
             lp_ref = ref.chunk(c, device)
             target = tokens[c, ref.first + 1: ref.first + 1 + ref.scored].unsqueeze(-1)
@@ -302,7 +322,7 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     t0 = time.perf_counter()
     log.info("%s: %d chunks of %d tokens", entry.label, tokens.shape[0], q.chunk)
     try:
-        per = _per_token(model, tokens, ref, device)
+        per = _per_token(model, tokens, ref, device, FP8_KV if q.kv_cache == "fp8" else None)
     except Exception as exc:
         return _skip(rows, "failed", f"run: {describe_exception(exc)}")
     phases["run"] = time.perf_counter() - t0
@@ -316,6 +336,8 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     row["emulated"] = emulated
     row["recipe"] = plan.record(q.lm_head, {label: "emulated" if p[2] else "kernel" for label, p in parts.items()})
     row["reference"] = {"dtype": _dtype_name(ref.dtype), "logprobs": _dtype_name(ref.store), "computed_s": ref.computed_s}
+    if q.kv_cache == "fp8":
+        row["kv_cache"] = {**KV_FP8_RECORD, "bytes_per_token": config.blocks * config.kv_elements_per_position()}
     if not emulated:  # each linear counted by the scheme that built it
         linear = sum(ledger.count(parts[plan.choice(b, role).label][0].parts(mod)).stored_bytes
                      for b, block in enumerate(kept) for role, mod in block.items())
@@ -491,7 +513,7 @@ def _unit_sensitivity(base: Llama, ref_linears: list[dict], kept: list[dict], he
                 for role in roles:
                     setattr(block, role, Cast(kept[b][role], act))
                 try:
-                    per = _per_token(base, tokens, ref, device, lambda c: tail(b, xs[c]))
+                    per = _per_token(base, tokens, ref, device, logits_of=lambda c: tail(b, xs[c]))
                 finally:
                     for role in roles:
                         setattr(block, role, ref_linears[b][role])
@@ -501,7 +523,7 @@ def _unit_sensitivity(base: Llama, ref_linears: list[dict], kept: list[dict], he
         if head is not None:
             float_head, base.head = base.head, Cast(head, act)
             try:
-                per = _per_token(base, tokens, ref, device, lambda c: tail(len(base.blocks), xs[c]))
+                per = _per_token(base, tokens, ref, device, logits_of=lambda c: tail(len(base.blocks), xs[c]))
             finally:
                 base.head = float_head
             out.append({"part": "lm_head", "block": None, "unit": "lm_head", "roles": ["lm_head"], **_damage(per)})

@@ -143,6 +143,8 @@ class QualityRow(_Part):
     lm_head: Literal["float", "scheme"] = "float"
     recipe: Optional[dict] = Field(None, description="a mixed recipe's scheme per role and kept blocks, and the "
                                                      "linears each scheme built (qbench.model.recipe.Plan.record)")
+    kv_cache: Optional[dict] = Field(None, description="the chunks' KV cache when not the activation dtype (quality.kv_cache "
+                                                       "= \"fp8\"): dtype, scale rule, how attention reads it, bytes per token")
     linear_params: int = Field(ge=0, description="weights of the linears the scheme built")
     linear_stored_bytes: Optional[int] = Field(None, description="their bytes as the scheme stores them (the "
                                                                  "ledger); None when emulated")

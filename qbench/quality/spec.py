@@ -15,6 +15,8 @@
     sensitivity = "none"          # "role", "block" or "unit": one part quantized at a time, ranked by KL divergence
     tokenizer = "tokenizer.json"  # default: the checkpoint's
     lm_head = false               # the scheme also builds the LM head
+    kv_cache = "activation"       # or "fp8": each chunk runs through an fp8 (e4m3) KV cache, attending over its
+                                  # dequantized values (static scale per block and KV head from the chunk's absmax)
 
 Its ``[model]`` table is the model's source alone (:class:`qbench.model.source.ModelSource`): a
 step key there (``blocks``, ``context``, ``methods`` ...) is refused, as is ``m`` (each chunk runs
@@ -54,13 +56,17 @@ class QualitySpec(Frozen):
     tokenizer: Optional[str] = Field(default=None, min_length=1, max_length=4096)
     lm_head: bool = False
     first_chunk: int = Field(default=0, ge=0, le=1 << 20)
+    kv_cache: Literal["activation", "fp8"] = "activation"
 
     def to_dict(self) -> dict:
-        """The table as a result's scenario records it; ``first_chunk`` only when set, so a file
-        written before it existed (every span from chunk 0) compares equal under ``--resume``."""
+        """The table as a result's scenario records it; ``first_chunk`` and ``kv_cache`` only when
+        set, so a file written before they existed (every span from chunk 0, the cache at the
+        activation dtype) compares equal under ``--resume`` (and keys its reference as before)."""
         out = self.model_dump()
         if not out["first_chunk"]:
             del out["first_chunk"]
+        if out["kv_cache"] == "activation":
+            del out["kv_cache"]
         return out
 
 

@@ -17,7 +17,7 @@ from qbench.model.config import StepModelConfig
 
 def step_bytes(config: StepModelConfig, *, m: int, context: int, blocks: int,
                block_weight_bytes: Union[int, Sequence[int]], lm_head_bytes: int, act_itemsize: int,
-               kv_itemsize: int) -> dict:
+               kv_itemsize: int, kv_scale_bytes: int = 0) -> dict:
     """Bytes read and written by one decode step, by part.
 
     Args:
@@ -30,9 +30,12 @@ def step_bytes(config: StepModelConfig, *, m: int, context: int, blocks: int,
         lm_head_bytes: stored bytes of the LM head (0 without one).
         act_itemsize: bytes per element of the activations (embedding rows, norm weights).
         kv_itemsize: bytes per element of the KV cache.
+        kv_scale_bytes: bytes of one block's KV-cache scales, read once per step (an fp8 cache's
+            per-KV-head K and V scales; 0 for a float cache).
 
     Returns:
-        ``{"weights", "lm_head", "embedding", "norms", "kv_read", "kv_write", "total"}`` in bytes.
+        ``{"weights", "lm_head", "embedding", "norms", "kv_read", "kv_write", "total"}`` in bytes,
+        and ``"kv_scales"`` when ``kv_scale_bytes`` is given.
 
     Raises:
         ValueError: a per-block list whose length is not ``blocks``.
@@ -52,8 +55,30 @@ def step_bytes(config: StepModelConfig, *, m: int, context: int, blocks: int,
         "kv_read": blocks * m * (context + 1) * kv_per_position,
         "kv_write": blocks * m * kv_per_position,
     }
+    if kv_scale_bytes:
+        out["kv_scales"] = blocks * kv_scale_bytes
     out["total"] = sum(out.values())
     return out
+
+
+def kv_cache_bytes(config: StepModelConfig, *, m: int, context: int, blocks: int, kv_itemsize: int,
+                   kv_scale_bytes: int = 0) -> dict:
+    """The KV cache's ledger: ``per_token`` (one position of one sequence, every block), and
+    ``per_context`` (one sequence's ``context + 1`` positions, the step's new one included),
+    ``scales`` (every block's, once) and ``total`` (M sequences and the scales), in bytes."""
+    per_token = blocks * config.kv_elements_per_position() * kv_itemsize
+    per_context = (context + 1) * per_token
+    return {"per_token": per_token, "per_context": per_context, "scales": blocks * kv_scale_bytes,
+            "total": m * per_context + blocks * kv_scale_bytes}
+
+
+def attention_bytes(config: StepModelConfig, *, m: int, context: int, kv_itemsize: int, act_itemsize: int,
+                    kv_scale_bytes: int = 0) -> int:
+    """Bytes one block's decode attention moves at least: the cache's K and V over ``context + 1``
+    positions for M sequences, its scales, the query read and the output written (``M × heads ×
+    head_dim`` each, activation dtype)."""
+    return (m * (context + 1) * config.kv_elements_per_position() * kv_itemsize + kv_scale_bytes
+            + 2 * m * config.heads * config.head_dim * act_itemsize)
 
 
 def floor_us(total_bytes: int, memory_gbps: Optional[float]) -> Optional[float]:

@@ -73,6 +73,50 @@ def _head_is_scheme(spec) -> bool:
     return bool(spec.lm_head and spec.quantize_lm_head)
 
 
+#: The fp8 KV cache's scale rule, as rows state it.
+FP8_SCALE_RULE = ("e4m3, static scale per (block, KV head) = absmax / 448 of the prefill's K (and V) of that head; "
+                  "decode writes saturate at ±448 × scale")
+
+
+def kv_dtype(kv_cache: str, activation: torch.dtype) -> torch.dtype:
+    """The KV cache's dtype for ``[model] kv_cache`` (``activation``: the scheme's activation dtype)."""
+    return llama.FP8_KV if kv_cache == "fp8" else activation
+
+
+def split_kv_reason(config: StepModelConfig, device: torch.device, fp8: bool) -> Optional[str]:
+    """Why the split-KV kernel cannot run the step here (not CUDA, no Triton, a head_dim it cannot
+    take, fp8 loads on a GPU before compute capability 8.9), or None."""
+    if device.type != "cuda":
+        return f"the split-KV kernel runs on CUDA, this device is {device.type}"
+    try:
+        from qbench.model import splitkv
+    except ImportError as exc:
+        return f"Triton is not importable ({exc})"
+    reason = splitkv.head_dim_reason(config.head_dim)
+    if reason is None and fp8 and torch.cuda.get_device_capability(device) < (8, 9):
+        reason = (f"the split-KV kernel reads fp8 with Triton's e4m3 loads, which need compute capability 8.9+, "
+                  f"this GPU is {'.'.join(map(str, torch.cuda.get_device_capability(device)))}")
+    return reason
+
+
+def attention_choice(spec: Any, config: StepModelConfig, device: torch.device) -> dict:
+    """The decode attention ``[model] attention`` gives on ``device``: ``{"kernel", "chosen", "skip"}``.
+    ``auto`` takes split-KV where it can run (it reads the cache near the HBM floor at long context,
+    where one SDPA call per (sequence, KV head) leaves most SMs idle), else SDPA, and says why;
+    an explicit choice that cannot run here gives ``skip``, the rows' reason."""
+    fp8 = spec.kv_cache == "fp8"
+    if fp8 and not hasattr(torch, "float8_e4m3fn"):
+        return {"kernel": spec.attention, "chosen": "scenario",
+                "skip": f"this torch ({torch.__version__}) has no float8_e4m3fn dtype: it cannot hold an fp8 KV cache"}
+    why_not = split_kv_reason(config, device, fp8)
+    if spec.attention == "auto":
+        if why_not is None:
+            return {"kernel": "split-kv", "chosen": "auto: split-KV runs here (CUDA, Triton)", "skip": None}
+        return {"kernel": "sdpa", "chosen": f"auto: SDPA, {why_not}", "skip": None}
+    return {"kernel": spec.attention, "chosen": "scenario",
+            "skip": why_not if spec.attention == "split-kv" else None}
+
+
 def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
     """(``scenario``: a :class:`qbench.scenario.Scenario` with a ``[model]`` table; not imported here:
     the scenario imports :mod:`qbench.step.spec`, and nothing of the step job imports back up.)
@@ -82,7 +126,10 @@ def blank_rows(scenario: Any, entry, scheme, device) -> list[dict]:
     lm = "none" if not spec.lm_head else ("scheme" if spec.quantize_lm_head else "float")
     ckpt = of_model(scenario.model, scenario.source)
     source = {} if ckpt is None else {"weight_source": weight_source(ckpt), "checkpoint_id": ckpt.identity}
-    return [StepRow(**source, scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
+    attn = attention_choice(spec, config, torch.device(device))  # (a caller may name the device as text)
+    kv = {"dtype": dtype_name(kv_dtype(spec.kv_cache, scheme.activation_dtype))}
+    return [StepRow(**source, attention={"kernel": attn["kernel"], "chosen": attn["chosen"]}, kv_cache=dict(kv),
+                    scheme=entry.label, base_scheme=scheme.name, library=scheme.library, mode=entry.options.mode,
                     options=entry.options.model_dump(exclude={"label", "mode"}), model=spec.name or spec.config or spec.checkpoint,
                     title=config.title, m=m, context=context, device=str(device), weight_dtype=scheme.weight_dtype,
                     activation_dtype=dtype_name(scheme.activation_dtype), lm_head=lm, blocks=config.blocks,
@@ -121,6 +168,7 @@ def _measure(scenario: Any, entry_index: int, device: torch.device, ceilings: Op
     reason = next((named(c, why) for part, c in parts if (why := part.unavailable_reason(device, c.options))), None)
     reason = reason or compile_info.cpu_compile_reason(entry.options.mode, device.type)
     reason = reason or plan.shape_reason(config.linear_shapes(), _head_is_scheme(spec))
+    reason = reason or attention_choice(spec, config, device)["skip"]
     if reason:
         return failed_rows(rows, "skipped", reason)
     for row in rows:
@@ -177,6 +225,8 @@ class _Built:
         self.plan = plan_of(entry, config.blocks)
         self.linear_bytes: dict[tuple[str, str], int] = {}  # (role, scheme label) -> stored bytes of one such linear
         self.act = scheme.activation_dtype
+        self.kv = kv_dtype(self.spec.kv_cache, self.act)
+        self.attention = attention_choice(self.spec, config, device)["kernel"]
         self.prefill_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         self.compiled = entry.options.mode == "compiled"
         ckpt = of_model(scenario.model, scenario.source)
@@ -256,7 +306,7 @@ class _Built:
         """Blocks that fit in the free memory beside the largest KV cache, the embedding, the LM
         head, the prefill's one-block working set and the FP32 reference's (one block of FP32
         weights and an FP32 copy of one block's cache at the largest M and context)."""
-        c, itemsize = self.config, torch.empty((), dtype=self.act).element_size()
+        c, itemsize = self.config, torch.empty((), dtype=self.kv).element_size()
         m, ctx = max(self.scenario.m), max(self.spec.context)
         cache_per_block = m * (ctx + 1) * c.kv_elements_per_position() * itemsize
         prompt_cache_per_block = (ctx + 1) * c.kv_elements_per_position() * 2
@@ -286,7 +336,7 @@ class _Built:
         blocks = [llama.Block(self.config, self.linears[i], self.norms[i][0], self.norms[i][1], self.act)
                   for i in range(len(prompt_cache))]
         model = llama.Llama(self.config, self.embed, blocks, self.norm, self.head, self.act)
-        return llama.Decoder(model, prompt_cache.copies(m, self.act), context)
+        return llama.Decoder(model, prompt_cache.copies(m, self.kv), context, attention=self.attention)
 
     def measure(self, row: dict, prompt_cache, ceilings: Optional[dict]) -> None:
         m, context, dev = row["m"], row["context"], self.device
@@ -296,9 +346,14 @@ class _Built:
         gen = torch.Generator(device="cpu").manual_seed(self.scenario.seed * 104729 + m * 131 + context)
         tokens = torch.randint(0, self.config.vocab, (m,), generator=gen).to(dev)
         row["blocks_built"] = self.blocks_built
+        row["attention"]["splits"] = model.splits
+        row["attention"]["kv_read"] = ("as stored" if self.kv != llama.FP8_KV else
+                                       "in kernel" if self.attention == "split-kv" else "before")
         log.info("%s M=%d context=%d: error against the FP32 step", self.entry.label, m, context)
-        self._error(row, model, tokens, context)
+        self._error(row, model, tokens, context, prompt_cache)
         self._time(row, model, tokens)
+        log.info("%s M=%d context=%d: attention alone (%s)", self.entry.label, m, context, self.attention)
+        self._attention_time(row, model)
         if self.spec.linear_sum:  # Σ linear does not depend on the context: measured once per M
             if m not in self.linear_by_m:
                 self._linear_sum(row, model, m)
@@ -311,9 +366,17 @@ class _Built:
             row["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(dev))
         del model
 
-    def _error(self, row: dict, model: llama.Decoder, tokens: torch.Tensor, context: int) -> None:
+    def _error(self, row: dict, model: llama.Decoder, tokens: torch.Tensor, context: int,
+               prompt_cache: llama.KVCache) -> None:
+        """The step's error against the FP32 step. With an fp8 cache the reference reads the prompt's
+        cache as a step in the activation dtype would hold it (what an activation-dtype row's reference
+        reads), so the error includes the cache's rounding."""
         got = model.logits(tokens)
-        ref = llama.reference_logits(self.weights, model.cache, tokens, context, lm_head=self.spec.lm_head)
+        if self.kv == llama.FP8_KV:
+            ref = llama.reference_logits(self.weights, prompt_cache, tokens, context, lm_head=self.spec.lm_head,
+                                         via=self.act)
+        else:
+            ref = llama.reference_logits(self.weights, model.cache, tokens, context, lm_head=self.spec.lm_head)
         row["error"] = step_error(got, ref, "logits" if self.spec.lm_head else "hidden")
         if self.blocks_built < self.config.blocks:
             row["error"]["blocks"] = self.blocks_built
@@ -444,6 +507,35 @@ class _Built:
         row["compile"] = record
         return timed(call)
 
+    # -- attention alone --------------------------------------------------------------------
+    def _attention_time(self, row: dict, model: llama.Decoder) -> None:
+        """The step's decode attention timed on its own at the row's shapes (``stream``: one CUDA
+        graph calling it over every built block's cache in turn, so each call reads its own cache
+        from HBM, as in the step; on a CPU the same calls in a loop): per layer, and × blocks per
+        step. A random query in the activation dtype; the cache is the step's own."""
+        from qbench.timing.stream import time_stream, time_stream_cpu
+
+        c = self.config
+        record = row["attention"]
+        record["method"] = "stream"
+        try:
+            if self.capture_failure and self.device.type == "cuda":
+                raise _NotAttempted(self.capture_failure)
+            m = row["m"]
+            q = torch.randn((m, c.kv_heads, c.heads // c.kv_heads, c.head_dim),
+                            generator=torch.Generator(device="cpu").manual_seed(m * 31 + row["context"]),
+                            dtype=torch.float32).to(self.device, self.act)
+            slice_len = model.model.blocks[0].slice_len
+            scale = model.model.blocks[0].scale
+            calls = [(lambda layer=layer: llama.decode_attention(q, layer.k, layer.v, scale, layer.k_scale,
+                                                                 layer.v_scale, slice_len)) for layer in model.cache]
+            stats = (time_stream_cpu(calls, self.settings) if self.device.type == "cpu"
+                     else time_stream(calls, self.settings))
+            record["per_layer"] = stats.to_dict()
+            record["us"] = stats.median * c.blocks
+        except Exception as exc:
+            record["reason"] = f"not attempted: {exc}" if isinstance(exc, _NotAttempted) else describe_exception(exc)
+
     # -- Σ linear ---------------------------------------------------------------------------
     def _linear_sum(self, row: dict, model: llama.Decoder, m: int) -> None:
         from qbench.timing.stream import time_stream, time_stream_cpu
@@ -491,11 +583,25 @@ class _Built:
     # -- derived ----------------------------------------------------------------------------
     def _derive(self, row: dict, ceilings: Optional[dict]) -> None:
         itemsize = torch.empty((), dtype=self.act).element_size()
-        row["bytes"] = floor.step_bytes(self.config, m=row["m"], context=row["context"], blocks=self.config.blocks,
-                                        block_weight_bytes=self.block_bytes, lm_head_bytes=self.head_bytes,
-                                        act_itemsize=itemsize, kv_itemsize=itemsize)
+        kv_itemsize = torch.empty((), dtype=self.kv).element_size()
+        scale_bytes = 2 * self.config.kv_heads * 4 if self.kv == llama.FP8_KV else 0  # K and V scales, fp32
+        shape = dict(m=row["m"], context=row["context"], blocks=self.config.blocks)
+        row["bytes"] = floor.step_bytes(self.config, **shape, block_weight_bytes=self.block_bytes,
+                                        lm_head_bytes=self.head_bytes, act_itemsize=itemsize, kv_itemsize=kv_itemsize,
+                                        kv_scale_bytes=scale_bytes)
+        row["kv_cache"] = {**row["kv_cache"], "itemsize": kv_itemsize,
+                           "scale": FP8_SCALE_RULE if self.kv == llama.FP8_KV else None,
+                           **floor.kv_cache_bytes(self.config, **shape, kv_itemsize=kv_itemsize,
+                                                  kv_scale_bytes=scale_bytes)}
         gbps = ((ceilings or {}).get("measured") or {}).get("memory_gbps")
         row["hbm_floor_us"] = floor.floor_us(row["bytes"]["total"], gbps)
+        attn = row["attention"]
+        attn["bytes"] = self.config.blocks * floor.attention_bytes(
+            self.config, m=row["m"], context=row["context"], kv_itemsize=kv_itemsize, act_itemsize=itemsize,
+            kv_scale_bytes=scale_bytes)
+        attn["floor_us"] = floor.floor_us(attn["bytes"], gbps)
+        if attn.get("us") and attn["floor_us"]:
+            attn["floor_fraction"] = attn["floor_us"] / attn["us"]
         linear = (row["linear"] or {}).get("sum_us")
         for method, stats in row["latency_us"].items():
             if not stats:
@@ -511,6 +617,9 @@ class _Built:
             if linear is not None:
                 row["remainder_us"][method] = step - linear
                 row["remainder_share"][method] = (step - linear) / step
+                if attn.get("us") is not None:  # the step split three ways: linear, attention, the rest
+                    row["other_us"][method] = step - linear - attn["us"]
+                    row["other_share"][method] = (step - linear - attn["us"]) / step
                 if linear > step * 1.02:
                     row["flags"].append(flag_record("linear-above-step", f"Σ linear {linear:.0f} µs exceeds the {method} "
                                                     f"step ({step:.0f} µs) by more than 2 %: the layer view overstates "

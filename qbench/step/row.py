@@ -37,6 +37,20 @@ class StepRow(BaseModel):
             count per step, STATS) and their sum over one step (``sum_us``, every block and the LM
             head), measured in the same worker.
         remainder_us / remainder_share: step - Σ linear, and its share of the step, per method.
+        attention: the decode attention that ran: ``kernel`` (``split-kv`` or ``sdpa``), ``chosen``
+            (``scenario``, or ``auto: ...`` with why), ``splits`` (split-KV's slices per sequence and
+            KV head), ``kv_read`` (``in kernel``: an fp8 cache dequantized inside the attention
+            kernel; ``before``: converted to the activation dtype before SDPA; ``as stored``: a float
+            cache); and, timed on its own at the row's shapes (``method``: ``stream``, one graph
+            over every built block's cache), ``per_layer`` (STATS, µs), ``us`` (per layer × blocks,
+            one step's), ``bytes`` (one step's: K, V, scales, query and output), ``floor_us`` and
+            ``floor_fraction``. None in files before the attention choice.
+        kv_cache: the KV cache's dtype and ledger: ``dtype``, ``itemsize``, ``scale`` (the fp8 scale
+            rule, None for a float cache), ``per_token`` (bytes of one position of one sequence, every
+            block), ``per_context`` (one sequence's ``context + 1`` positions), ``scales``, ``total``
+            (M sequences). None in older files.
+        other_us / other_share: step - Σ linear - attention, and its share of the step, per method
+            (the step split three ways: linear, attention, the rest).
         peak_memory_bytes: the worker's peak device memory while measuring this row.
         error: the step's logits against the FP32 step on the same tokens and cache: ``rel_fro``
             (relative Frobenius error of the logits), ``kl_div`` (mean over the batch of
@@ -88,6 +102,10 @@ class StepRow(BaseModel):
     linear: Optional[dict[str, Any]] = None
     remainder_us: dict[str, float] = Field(default_factory=dict)
     remainder_share: dict[str, float] = Field(default_factory=dict)
+    attention: Optional[dict[str, Any]] = None
+    kv_cache: Optional[dict[str, Any]] = None
+    other_us: dict[str, float] = Field(default_factory=dict)
+    other_share: dict[str, float] = Field(default_factory=dict)
     peak_memory_bytes: Optional[int] = None
     error: Optional[dict[str, Any]] = None
     extrapolated: Optional[dict[str, Any]] = None

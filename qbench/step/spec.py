@@ -13,6 +13,10 @@
     quantize_lm_head = false    # the scheme also builds the LM head (default: the activation dtype)
     methods = ["step_graph", "step_compiled", "step_reduce_overhead"]   # default: all that apply
     linear_sum = true           # measure the per-layer stream sum of the same linears in the same run
+    attention = "auto"          # the decode attention: "split-kv" (Triton flash-decoding, CUDA), "sdpa", or
+                                # "auto": split-KV where it can run (CUDA with Triton), else SDPA
+    kv_cache = "activation"     # the KV cache's dtype: the activation dtype, or "fp8" (e4m3, a static scale
+                                # per block and KV head from the prefill's absmax)
 
 A scenario with ``[model]`` (and no ``[quality]``) is a model-step scenario: it has ``m`` and this
 table, and no ``[layer]``, ``[weight]``, ``[inputs]``, ``[tp]`` or ``timing.methods``. Every error
@@ -39,6 +43,12 @@ __all__ = ["ModelSpec", "StepTables", "check", "resolve", "step_model"]
 STEP_METHODS: tuple[str, ...] = registry.STEP_METHODS
 #: Largest context a scenario may ask for (positions), whatever the model says.
 CONTEXT_MAX = 1 << 20
+#: ``[model] attention``: the decode step's attention (:data:`qbench.model.llama.DECODE_ATTENTION`,
+#: or ``auto``: split-KV where it can run, else SDPA; the row says which ran and why).
+ATTENTION: tuple[str, ...] = ("auto", "split-kv", "sdpa")
+#: ``kv_cache`` (the step's ``[model]`` and the quality job's ``[quality]``): the KV cache's dtype,
+#: the activation dtype or fp8 (e4m3 with a static scale per block and KV head).
+KV_CACHE: tuple[str, ...] = ("activation", "fp8")
 
 
 class ModelSpec(ModelSource):
@@ -52,6 +62,8 @@ class ModelSpec(ModelSource):
     quantize_lm_head: bool = False
     methods: tuple[Literal[STEP_METHODS], ...] = Field(default=STEP_METHODS, min_length=1)
     linear_sum: bool = True
+    attention: Literal[ATTENTION] = "auto"
+    kv_cache: Literal[KV_CACHE] = "activation"
 
     @field_validator("context", mode="before")
     @classmethod
@@ -85,6 +97,9 @@ class ModelSpec(ModelSource):
     def to_dict(self) -> dict:
         data = super().to_dict()
         data["context"], data["methods"] = list(self.context), list(self.methods)
+        for key, default in (("attention", "auto"), ("kv_cache", "activation")):  # a scenario's record as before
+            if data[key] == default:
+                data.pop(key)
         return data
 
 

@@ -125,6 +125,7 @@ def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
     """One flat record per row: the columns of the step table, numbers unformatted."""
     sp, lsp = speedups(rows, baseline), linear_speedup(rows, baseline)
     methods = methods_present(rows)
+    split = any(r.attention for r in rows)  # files with the attention timed alone: its columns too
     out = []
     for r in rows:
         rec = {"scheme": r.scheme, "M": r.m, "context": r.context, "status": r.status,
@@ -136,6 +137,11 @@ def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
         rec["Σ linear µs"] = (r.linear or {}).get("sum_us")
         rec["rest %"] = 100 * r.remainder_share[method] if method in r.remainder_share else None
         rec["floor %"] = 100 * r.floor_fraction[method] if method in r.floor_fraction else None
+        if split:
+            a, kv = r.attention or {}, r.kv_cache or {}
+            rec["attn µs"] = a.get("us")
+            rec["attn floor %"] = 100 * a["floor_fraction"] if a.get("floor_fraction") else None
+            rec["kv"] = f"{kv.get('dtype', '')} {a.get('kernel', '')}".strip() or None
         rec["×base"] = sp.get(r.key, {}).get(method) if method else None
         rec["×base (Σ lin)"] = lsp.get(r.key)
         err = r.error or {}
@@ -147,7 +153,7 @@ def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
 
 
 #: Columns a table shows only with ``wide`` (csv and json always carry every column).
-WIDE_ONLY = ("status", "blocks", "tok/s", "floor %", "KL", "top-1", "flags")
+WIDE_ONLY = ("status", "blocks", "tok/s", "floor %", "KL", "top-1", "flags", "attn floor %", "kv")
 #: Columns a terminal table (:func:`qbench.render.narrow`: not Markdown) shows only with ``wide``: Σ
 #: linear in µs; the narrow table keeps its share of the step (``rest``) and the speed-up it predicts
 #: (``×base Σ``), and so fits 120 characters with three step methods and a 35-character scheme.
@@ -158,7 +164,8 @@ COLUMN_KEYS: dict[str, str] = {
     "scheme": "scheme", "m": "M", "context": "context", "status": "status", "blocks": "blocks",
     **{SHORT[m].split()[0]: f"{SHORT[m]} µs" for m in STEP_METHODS}, "tokens_per_s": "tok/s",
     "linear": "Σ linear µs", "rest": "rest %", "floor": "floor %", "speedup": "×base", "speedup_linear": "×base (Σ lin)",
-    "err": "logits err", "kl": "KL", "top1": "top-1", "flags": "flags", "reason": "reason"}
+    "err": "logits err", "kl": "KL", "top1": "top-1", "flags": "flags", "reason": "reason",
+    "attention": "attn µs", "attention_floor": "attn floor %", "kv": "kv"}
 
 
 def column_keys(columns: Sequence[str]) -> list[str]:
@@ -177,10 +184,10 @@ _NARROW_TITLES = {"context": "ctx", "Σ linear µs": "Σ lin", "rest %": "rest",
 def _cell(key: str, rec: dict, baseline: str) -> str:
     """The text a table shows for record key ``key`` of a :func:`table_records` record (its
     :func:`doubtful` marks in ``rec["_doubt"]``)."""
-    value, (above, pair_above, noisy) = rec[key], rec["_doubt"]
+    value, (above, pair_above, noisy) = rec.get(key), rec["_doubt"]  # (an older file has no attention columns)
     if key.endswith("µs"):
         return _us(value)
-    if key in ("rest %", "floor %"):
+    if key in ("rest %", "floor %", "attn floor %"):
         return DASH if key == "rest %" and above else shown(value, "{:.0f} %")
     if key == "×base (Σ lin)":
         return DASH if pair_above else shown(value, "{:.2f}×")
@@ -210,7 +217,7 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
             k == "reason" or (not wide and k in WIDE_ONLY) or (fit is not None and k in TERMINAL_WIDE_ONLY)))]
     title = (lambda k: k) if wide or fmt in DATA_FORMATS else (
         lambda k: _NARROW_TITLES.get(k, k.removesuffix(" µs")).format(b=baseline))
-    cols = [Column(k, title(k), lambda r, k=k: r[k], cell_override=lambda r, k=k: _cell(k, r, baseline)) for k in keys]
+    cols = [Column(k, title(k), lambda r, k=k: r.get(k), cell_override=lambda r, k=k: _cell(k, r, baseline)) for k in keys]
     if not recs:
         return "[]" if fmt == "json" else "" if fmt == "csv" else "(no rows)"
     text = render(recs, cols, fmt)

@@ -61,3 +61,56 @@ def test_shape_mismatch_is_refused():
     kv = torch.zeros(1, 8, 255, 128, device="cuda")
     with pytest.raises(ValueError, match="do not match"):
         attn(q, kv, kv)
+
+
+@pytest.mark.parametrize("seq_len,splits", [(129, 1), (300, 3), (4097, None), (1000, 7)])
+def test_decode_attention_split_kv_equals_sdpa_in_fp32(seq_len, splits):
+    from qbench.model import llama, splitkv
+    g = torch.Generator(device="cuda").manual_seed(seq_len)
+    q = torch.randn(2, 8, 4, 128, device="cuda", generator=g)
+    k, v = (torch.randn(2, 8, seq_len, 128, device="cuda", generator=g) for _ in range(2))
+    sl = splitkv.split_len(16, seq_len, 132, splits)
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        sdpa = llama.decode_attention(q, k, v, 1 / math.sqrt(128))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+    assert _rel(llama.decode_attention(q, k, v, 1 / math.sqrt(128), slice_len=sl), sdpa.double()) < 1e-5
+
+
+def test_fp8_cache_dequantized_in_kernel():
+    from qbench.model import llama, splitkv
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 loads in Triton need compute capability 8.9+")
+    g = torch.Generator(device="cuda").manual_seed(5)
+    q = torch.randn(1, 8, 4, 128, device="cuda", generator=g)
+    k, v = (torch.randn(1, 8, 5000, 128, device="cuda", generator=g) for _ in range(2))
+    ks, vs = llama.fp8_scale(k), llama.fp8_scale(v)
+    k8, v8 = llama.fp8_quantize(k, ks), llama.fp8_quantize(v, vs)
+    kd, vd = k8.double() * ks.double().view(1, -1, 1, 1), v8.double() * vs.double().view(1, -1, 1, 1)
+    ref = torch.softmax(q.double() @ kd.transpose(-1, -2) / math.sqrt(128), -1) @ vd
+    out = llama.decode_attention(q, k8, v8, 1 / math.sqrt(128), ks, vs, splitkv.split_len(8, 5000, 132))
+    assert _rel(out, ref) < 1e-5
+    outb = llama.decode_attention(q.bfloat16(), k8, v8, 1 / math.sqrt(128), ks, vs, splitkv.split_len(8, 5000, 132))
+    assert _rel(outb, ref) < 1e-2
+
+
+@pytest.mark.parametrize("kv_cache", ["activation", "fp8"])
+def test_step_rows_run_split_kv_in_one_graph(kv_cache):
+    from qbench.scenario import from_dict
+    from qbench.step.measure import measure_step_scheme
+    s = from_dict({"name": "skv", "seed": 3, "device": "cuda", "m": [1, 4],
+                   "model": {"name": "tiny", "context": [300], "kv_cache": kv_cache},
+                   "timing": {"warmup": 2, "min_reps": 5, "max_reps": 30, "budget_s": 0.2},
+                   "schemes": [{"name": "bf16"}, {"name": "bf16", "mode": "compiled"}]}, "<test>")
+    for i in range(2):
+        for row in measure_step_scheme(s, i, torch.device("cuda"), None):
+            assert row["status"] == "ok", row["reason"]
+            assert row["attention"]["kernel"] == "split-kv" and row["attention"]["splits"] >= 1
+            assert row["attention"]["kv_read"] == ("in kernel" if kv_cache == "fp8" else "as stored")
+            assert row["latency_us"]["step_graph"]["median"] > 0 and row["attention"]["per_layer"]["median"] > 0
+            assert row["error"]["rel_fro"] < (0.05 if kv_cache == "fp8" else 0.02)
+            if i == 1:
+                assert row["latency_us"]["step_compiled"]["median"] > 0
+                assert not row["compile"].get("graph_breaks")

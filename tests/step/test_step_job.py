@@ -194,9 +194,10 @@ def test_each_phase_is_logged_before_it_starts(caplog):
     with caplog.at_level("INFO", logger="qbench.step"):
         measure_step_scheme(s, 0, torch.device("cpu"), None)
     lines = [r.getMessage() for r in caplog.records if r.name == "qbench.step"]
-    assert lines[:4] == ["fp32: building tiny", "fp32: prefill of 8 positions",
-                         "fp32 M=1 context=8: error against the FP32 step", "fp32 M=1 context=8: step_cpu"]
-    assert lines[4:] == [f"fp32 M=1: Σ linear, {role} (K={k}, N={n})"
+    assert lines[:5] == ["fp32: building tiny", "fp32: prefill of 8 positions",
+                         "fp32 M=1 context=8: error against the FP32 step", "fp32 M=1 context=8: step_cpu",
+                         "fp32 M=1 context=8: attention alone (sdpa)"]
+    assert lines[5:] == [f"fp32 M=1: Σ linear, {role} (K={k}, N={n})"
                          for role, (k, n) in PRESETS["tiny"].linear_shapes().items()]
 
 
