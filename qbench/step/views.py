@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Optional
 
 from qbench import judge
-from qbench.judge import decision_method, incomplete_warning
-from qbench.readers.common import (ACT_ON, Refused, chart_folder, check_baseline, incomplete_notes, one_machine,
-                                   one_result, refuse_budgets, refuse_options)
-from qbench.render import Column, fit, narrow, prose, render, synthetic_step_warning, wants_prose
+from qbench.judge import decision_method
+from qbench.readers.common import (ACT_ON, Refused, Table, chart_folder, check_baseline, incomplete_notes, one_machine,
+                                   one_result, refuse_budgets, refuse_options, show_table)
+from qbench.render import Column, narrow, prose, render, synthetic_step_warning, wants_prose
 from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us
 from qbench.render.safe import visible
 from qbench.render.styles import plain, scheme_styles
@@ -37,57 +37,36 @@ def _one_kind(paths: list[str], docs: list[ResultDoc]) -> None:
                       + ", ".join(f"{p} ({d.job})" for p, d in zip(paths, docs)))
 
 
-# ---- qbench run ----------------------------------------------------------------------------------
+# ---- qbench run, qbench report ----------------------------------------------------------------------
+
+def _table(doc: ResultDoc, rows: list, args: argparse.Namespace) -> Table:
+    """The step table of ``rows`` of ``doc`` declared (:func:`qbench.step.view.table_view`), with what
+    its columns and methods are above it and its notes under it."""
+    baseline, wide = getattr(args, "baseline", "bf16"), getattr(args, "wide", False)
+    records = step_view.table_records(rows, baseline)
+    return Table(step_view.table_view(rows, baseline), records, step_view.describe(doc),
+                 step_view.table_notes(rows, records, not narrow(args.format, wide)))
+
 
 def run_view(doc: ResultDoc, args: argparse.Namespace) -> int:
-    """``qbench run``'s table of a model-step run: what the columns and methods are (on stderr when the
-    format is meant to be parsed), then :func:`qbench.step.view.step_table`. Returns the rows shown."""
-    machine = not wants_prose(args.format)
-    show = prose(args.format, args.wide)
-    for line in step_view.describe(doc):
-        print(show(visible(line)), file=sys.stderr if machine else sys.stdout)
-    print(step_view.step_table(doc.rows, fmt=args.format, wide=args.wide,
-                               fit=fit if narrow(args.format, args.wide) else None))
-    return len(doc.rows)
+    """``qbench run``'s table of a model-step run (:func:`qbench.readers.common.show_table`). Returns the rows shown."""
+    return show_table(args, doc, _table(doc, doc.rows, args))
 
-
-# ---- qbench report -------------------------------------------------------------------------------
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench report STEP.json`` (files of one result): its step table (:func:`qbench.step.view.step_table`: the step per method,
-    tokens/s, Σ linear, the remainder, the HBM floor, the speed-up over ``--baseline`` measured and
-    as Σ linear predicts it, the logits error), in the file's order, or with ``--by-m`` sorted by M
-    and context; prose (what the columns and methods are, an incomplete file) around terminal
-    tables; ``--columns`` picks the step table's columns (:data:`qbench.step.view.COLUMN_KEYS`).
-    ``--crossover``, ``--sort`` and ``--method`` read per-layer rows and are refused."""
+    """``qbench report STEP.json`` (files of one result): the step table in the file's order, or with
+    ``--by-m`` sorted by M and context; ``--columns`` picks its columns. ``--crossover``, ``--sort``
+    and ``--method`` read per-layer rows and are refused."""
     result = one_result(paths, docs)
-    args.result, doc = result.label, result.doc  # messages name every file
-    refuse_options(args, ("crossover", "sort", "method"), args.result + ": a model-step result; {flag} reads "
+    refuse_options(args, ("crossover", "sort", "method"), result.label + ": a model-step result; {flag} reads "
                    "per-layer results (qbench model shows the context sweep)")
-    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
-    if columns:
-        try:
-            step_view.column_keys(columns)
-        except ValueError as exc:
-            raise Refused(f"{args.result}: {exc}") from None
     if isinstance(args.by_m, str):  # a column (a bare --by-m is the table by M)
-        raise Refused(f"{args.result}: a model-step result; --by-m takes no column for it (the step table, by M)")
-    rows = [r for r in doc.rows if args.status == "all" or r.status == "ok"]
+        raise Refused(f"{result.label}: a model-step result; --by-m takes no column for it (the step table, by M)")
+    rows = [r for r in result.doc.rows if args.status == "all" or r.status == "ok"]
     if args.by_m is not None:
         order = {r.key: i for i, r in enumerate(rows)}
         rows = sorted(rows, key=lambda r: (r.m, r.context, order[r.key]))
-    wide = getattr(args, "wide", False)
-    show = prose(args.format, wide)
-    if wants_prose(args.format):
-        for line in step_view.describe(doc):
-            print(show(visible(line)))  # the file's title and model name: one line whatever they hold
-        warning = incomplete_warning(doc, args.result)
-        if warning:
-            print(show(warning.removeprefix("warning: ")))
-        print()
-    table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline, wide=wide,
-                                 fit=fit if narrow(args.format, wide) else None, columns=columns)
-    print(table, end="" if table.endswith("\n") else "\n")  # csv ends its last line itself
+    show_table(args, result.doc, _table(result.doc, rows, args), result.label)
     return 0
 
 
