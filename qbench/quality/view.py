@@ -8,13 +8,12 @@ and the quality budgets are declared here (:data:`BUDGETS`); the pick on speed a
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Callable, Optional, Sequence
 
 from qbench.judge import Budget
 from qbench.readers.common import Table, refuse_options, show_table
 from qbench.quality.row import QualityRow
-from qbench.render import Column, prose, wants_prose
+from qbench.render import Column
 from qbench.render.columns import DASH, fmt_num
 from qbench.render.view import View
 
@@ -170,16 +169,6 @@ def _table(doc, args: argparse.Namespace) -> Table:
 def run_view(doc, args: argparse.Namespace) -> int:
     """``qbench run``'s table of a quality result (:func:`qbench.readers.common.show_table`); returns the row count."""
     return show_table(args, doc, _table(doc, args))
-
-
-def sayer(args: argparse.Namespace) -> Callable[[str], None]:
-    """How ``recommend`` and ``model`` on quality files print a prose line: on stdout, wrapped in the
-    narrow view (:func:`qbench.render.prose`); on stderr as it is when the format is data or
-    Markdown, so stdout holds the table alone."""
-    if not wants_prose(args.format):
-        return lambda line: print(line, file=sys.stderr)
-    shown = prose(args.format, getattr(args, "wide", False))
-    return lambda line: print(shown(line))
 
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:

@@ -13,7 +13,7 @@ from typing import Callable, Optional, Sequence
 from qbench import judge
 from qbench.judge import decision_method, methods_present
 from qbench.render import DATA_FORMATS, Column, narrow, prose, render
-from qbench.render.columns import DASH, shown
+from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us, shown
 from qbench.render.view import View
 from qbench.row import FLAG_MEANINGS
 from qbench.step.row import StepRow
@@ -392,6 +392,60 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseli
                     "within": len(within), "timed": len(timed),
                     "untimed": [r.scheme for r in here if not decision_method(r)]})
     return out
+
+
+def recommend_view(baseline: str = "bf16") -> View:
+    """The table of :func:`recommend` records declared (:class:`qbench.render.view.View`): per M and
+    context the pick, its step method and step, tokens/s, speed-up over ``baseline``, logits error and
+    how many timed schemes are within the budget (the joined recommend adds the quality columns)."""
+    cols = [Column("m", "M", lambda r: r["m"], str, True), Column("context", "context", lambda r: r["context"], str, True),
+            Column("pick", "fastest step within the budget", lambda r: r["pick"] or "none"),
+            Column("method", "step method", lambda r: SHORT.get(r["method"], DASH) if r["method"] else DASH),
+            Column("step_us", "step µs", lambda r: r["step_us"], fmt_us, True),
+            Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
+            Column("speedup", f"×{baseline}", lambda r: r["speedup"], fmt_ratio, True),
+            Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+            Column("within", "within budget", lambda r: f"{r['within']} of {r['timed']}", numeric=True)]
+    keys = [c.key for c in cols]
+    return View("model-step recommend", cols, keys, keys, keys,
+                short={"context": "ctx", "pick": "pick", "method": "method", "within": "within"})
+
+
+def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Optional[float] = None) -> View:
+    """The table of ``qbench model`` on step files declared over :func:`model_records` records (with
+    ``rel_fro``, ``over_budget`` and their :func:`doubtful` marks, ``_doubt``): M, context, scheme, the
+    step by its method, tokens/s, Σ linear, the remainder's share, the speed-up over ``baseline`` (the
+    narrow table: by the row's method; wide: per method present) and as Σ linear predicts it, the logits
+    error and, with ``max_rel_err``, whether it is over that budget."""
+    b = baseline
+    methods = [m for m in STEP_METHODS if any(m in r["speedup"] for r in records)]
+
+    def speedup(r: dict, m: Optional[str]) -> str:
+        v = r["speedup"].get(m) if m else None
+        return fmt_ratio(v) + ("*" if v is not None and m == r["method"] and r["_doubt"][2] else "")
+
+    cols = [Column("m", "M", lambda r: r["m"], str, True), Column("context", "context", lambda r: r["context"], str, True),
+            Column("scheme", "scheme", lambda r: r["scheme"]),
+            Column("method", "step method", lambda r: SHORT.get(r["method"], r["method"] or DASH)),
+            Column("step_us", "step µs (measured)", lambda r: r["step_us"], fmt_us, True),
+            Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
+            Column("linear_us", "Σ linear µs", lambda r: r["linear_us"], fmt_us, True),
+            Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None or r["_doubt"][0] else 100 * r["rest_share"],
+                   fmt_pct, True),
+            Column("speedup", f"×{b}", lambda r: r["speedup"].get(r["method"]) if r["method"] else None, numeric=True,
+                   cell_override=lambda r: speedup(r, r["method"])),
+            *[Column(f"speedup_{m}", f"×{b} {SHORT[m]}", lambda r, m=m: r["speedup"].get(m), numeric=True,
+                     cell_override=lambda r, m=m: speedup(r, m)) for m in methods],
+            Column("linear_speedup", f"×{b} Σ linear", lambda r: None if r["_doubt"][1] else r["linear_speedup"],
+                   fmt_ratio, True),
+            Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+            Column("budget", f"≤ {max_rel_err or 0:g}", lambda r: "over" if r["over_budget"] else "ok")]
+    budget = ["budget"] if max_rel_err is not None else []
+    wide = ["m", "context", "scheme", "method", "step_us", "tokens_per_s", "linear_us", "rest_pct",
+            *(f"speedup_{m}" for m in methods), "linear_speedup", "rel_fro", *budget]
+    return View("model-step", cols, ["m", "context", "scheme", "method", "step_us", "rest_pct", "speedup", "linear_speedup",
+                                     "rel_fro", *budget], wide, wide,
+                short={"context": "ctx", "method": "method", "step_us": "step µs", "linear_speedup": f"×{b} Σ", "rel_fro": "err"})
 
 
 def pick_notes(rec: Sequence[dict], rows: Sequence[StepRow], error: str = "the lower logits error") -> list[str]:
