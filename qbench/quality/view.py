@@ -196,6 +196,10 @@ BUDGETS = (
     Budget("max_kld_p99", "99th-percentile KLD", "the KL divergence 99 % of scored tokens stay under, nats",
            lambda r: stat(r, "kld", "p99"), help="quality budget: the 99th percentile of the per-token KL divergence, "
            "nats (the tail a mean hides: a few tokens badly off)"),
+    Budget("max_dp_rms", "RMS Δp", "the root mean square of the change in the probability of the text's next token, 0..1",
+           lambda r: stat(r, "dp", "rms"), most=1.0, scale=100, unit=" %", fmt=".2f",
+           help="quality budget: RMS Δp, the root mean square of the change in the probability the model gives the "
+                "text's next token (0..1; llama.cpp's statistic)"),
 )
 
 #: A budget with its limit, as given on the command line.
