@@ -14,15 +14,18 @@ import argparse
 import json
 import os
 import re
+import sys
+from dataclasses import replace
 from typing import Optional, Sequence
 
 from qbench.model.recipe import identity_key
 from qbench.quality.row import QualityRow
-from qbench.quality.view import (BUDGETS, DASH, Limits, describe, limits_of, meets, mib, notes, pct, pm, sayer, stat,
+from qbench.quality.view import (BUDGETS, DASH, Limits, describe, limits_of, meets, mib, notes, pct, pm, stat,
                                  weight_notes)
 from qbench.readers.common import Refused
-from qbench.render import Column, narrow, render
-from qbench.render.columns import fmt_num, fmt_ratio
+from qbench.render import Column
+from qbench.render.columns import fmt_num
+from qbench.render.view import View, show
 from qbench.step import view as step_view
 
 
@@ -228,55 +231,50 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
     steps, quality, twice = _split(paths, docs)
     if (why := _one_checkpoint([r for d in docs if d.job == "quality" for r in d.rows])):
         raise Refused(why)
-    say = sayer(args)
-    if twice:
-        say(twice)
+    fmt, wide = args.format, getattr(args, "wide", False)
     if not steps:
-        within = [(q, meets(q, limits)) for q in quality]
-        say(f"quality budget: {_budget_text(limits)} (no step file given: no speed half)")
-        print(render([{"scheme": q.scheme, "meets": "yes" if why is None else f"no: {why}"} for q, why in within],
-                     [Column("scheme", "scheme", lambda r: r["scheme"]), Column("meets", "within budget",
-                                                                                 lambda r: r["meets"])], args.format))
-        for line in weight_notes(quality):
-            say(line)
-        return 0 if any(why is None for _, why in within) else 1
+        within = [{"scheme": q.scheme, "meets": "yes" if (why := meets(q, limits)) is None else f"no: {why}"}
+                  for q in quality]
+        show(within, [Column("scheme", "scheme", lambda r: r["scheme"]), Column("meets", "within budget", lambda r: r["meets"])],
+             fmt, wide=wide, describe=[*filter(None, [twice]), f"quality budget: {_budget_text(limits)} (no step file "
+                                       "given: no speed half)"], notes=weight_notes(quality))
+        return 0 if any(r["meets"] == "yes" for r in within) else 1
     paired = _pair(docs)
     baseline = getattr(args, "baseline", "bf16")
     rec = recommend_records(steps, quality, limits, baseline=baseline)
-    if getattr(args, "format", "simple") == "json":
+    if fmt == "json":
+        if twice:
+            print(twice, file=sys.stderr)
         print(json.dumps({"budget": {b.name: getattr(args, b.name, None) for b in BUDGETS},
                           "by_m_context": rec}, indent=2))
         return 0 if any(r["pick"] for r in rec) else 1
     first = steps[0]
     machine = next((d.machine for d in docs if d.job == "step"), first.device)
-    say(f"{first.title} ({first.model}): per M and context, the fastest decode step measured on {machine} "
-        f"({', '.join(sorted({r['method'] for r in rec if r['method']})) or 'no method'}) whose scheme meets "
-          f"{_budget_text(limits)} on this checkpoint (quality file: {', '.join(p for p, d in zip(paths, docs) if d.job == 'quality')})")
-    cols = [Column("m", "M", lambda r: r["m"], numeric=True), Column("context", "context", lambda r: r["context"], numeric=True),
-            Column("pick", "pick", lambda r: r["pick"] or "none within budget"),
-            Column("speedup", f"×{baseline}", lambda r: r["speedup"], fmt_ratio, True),
-            Column("step_us", "step µs", lambda r: r["step_us"], fmt_num(",.0f"), True),
-            Column("kld", "mean KLD", lambda r: (r["quality"] or {}).get("kld"), cell_override=lambda r: DASH if not r["quality"] else
-                   pm(r["quality"]["kld"], r["quality"]["kld_unc"], "{:.3g}")),
-            Column("same_top", "same top", lambda r: (r["quality"] or {}).get("same_top"),
-                   cell_override=lambda r: DASH if not r["quality"] else
-                   pct(r["quality"]["same_top"])),
-            Column("ties", "tied within noise", lambda r: ", ".join(r["ties"]) or DASH)]
-    print(render(rec, cols, args.format))
-    if paired:
-        say(paired)
-    for line in step_view.pick_notes(rec, steps, error="the lower mean KLD on this checkpoint"):
-        say(line)
+    said = (f"{first.title} ({first.model}): per M and context, the fastest decode step measured on {machine} "
+            f"({', '.join(sorted({r['method'] for r in rec if r['method']})) or 'no method'}) whose scheme meets "
+            f"{_budget_text(limits)} on this checkpoint (quality file: "
+            f"{', '.join(p for p, d in zip(paths, docs) if d.job == 'quality')})")
     missed = sorted({f"{q.scheme} ({w})" for q in quality if (w := meets(q, limits))})
-    if missed:
-        say("outside the budget: " + "; ".join(missed))
-    for line in unpaired(steps, quality):
-        say(line)
-    if any(q.emulated for q in quality):
-        say("emulated quality rows: the scheme's kernel did not run there; its dequantized weights did")
-    for line in weight_notes(quality):
-        say(line)
+    notes = [*filter(None, [paired]), *step_view.pick_notes(rec, steps, error="the lower mean KLD on this checkpoint"),
+             *(["outside the budget: " + "; ".join(missed)] if missed else []), *unpaired(steps, quality),
+             *(["emulated quality rows: the scheme's kernel did not run there; its dequantized weights did"]
+               if any(q.emulated for q in quality) else []), *weight_notes(quality)]
+    show(rec, joined_view(baseline).columns(fmt, wide), fmt, wide=wide, describe=[*filter(None, [twice]), said], notes=notes)
     return 0 if any(r["pick"] for r in rec) else 1
+
+
+def joined_view(baseline: str = "bf16") -> View:
+    """The joined recommend's table declared: :func:`qbench.step.view.recommend_view`'s catalogue and
+    the pick's quality on the checkpoint (mean KLD, same top), and the schemes tied with it."""
+    step = step_view.recommend_view(baseline)
+    cols = [*(replace(c, header="pick") if c.key == "pick" else c for c in step.catalogue),  # the line above says it
+            Column("kld", "mean KLD", lambda r: (r["quality"] or {}).get("kld"), cell_override=lambda r: DASH
+                   if not r["quality"] else pm(r["quality"]["kld"], r["quality"]["kld_unc"], "{:.3g}")),
+            Column("same_top", "same top", lambda r: (r["quality"] or {}).get("same_top"),
+                   cell_override=lambda r: DASH if not r["quality"] else pct(r["quality"]["same_top"])),
+            Column("ties", "tied within noise", lambda r: ", ".join(r["ties"]) or DASH)]
+    keys = ["m", "context", "pick", "speedup", "step_us", "kld", "same_top", "ties"]
+    return View("recommend", cols, keys, keys, keys, short=step.short)
 
 
 def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
@@ -285,8 +283,6 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     steps, quality, twice = _split(paths, docs)
     if (why := _one_checkpoint([r for d in docs if d.job == "quality" for r in d.rows])):
         raise Refused(why)
-    if twice:
-        sayer(args)(twice)
     paired = _pair(docs) if steps else None
     for path, doc in zip(paths, docs):  # NAME is the files' model (its path or title), as for a step file alone
         if not any(args.name in (r.model, r.title) for r in doc.rows):
@@ -310,37 +306,35 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
             if doubt:
                 doubted.append((f"{scheme} {key} [{', '.join(doubt)}]", doubt))
         records.append(rec)
+    notes_ = ([] if not steps else ["M=m/context: the measured decode step's speed-up over bf16 at that M and context (the "
+                                    "fastest form of the scheme: eager or compiled); the step decides a model, the layer "
+                                    "view a kernel"])
+    if doubted:
+        notes_.append("*: a speed-up whose step or bf16 step is flagged, not a ratio to rank by: "
+                      + "; ".join(text for text, _ in doubted) + "; "
+                      + step_view.flag_legend([n for _, d in doubted for n in d]))
+    notes_ += [*filter(None, [paired]), *(line.replace("(never picked)", "(not in the table)")
+                                          for line in (unpaired(steps, quality) if steps else [])
+                                          if line.startswith("no quality row")), *notes(quality)]
+    show(records, model_table(points).columns(args.format, getattr(args, "wide", False)), args.format,
+         wide=getattr(args, "wide", False), describe=[*filter(None, [twice]), *(describe(quality) if quality else [])],
+         notes=notes_)
+    return 0
+
+
+def model_table(points: Sequence[tuple[int, int]]) -> View:
+    """``qbench model STEP.json QUALITY.json``'s table declared: per scheme its quality on the
+    checkpoint (mean KLD, PPL ratio, same top, stored MiB) and its step's speed-up over bf16 at each
+    (M, context) of ``points`` (``*``: a flagged step); the narrow table leaves the PPL ratio to ``--wide``."""
     cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
             Column("kld", "mean KLD", lambda r: stat(r["q"], "kld", "mean"),
                    cell_override=lambda r: pm(stat(r["q"], "kld", "mean"), stat(r["q"], "kld", "unc"), "{:.3g}")),
             Column("ppl_ratio", "PPL ratio", lambda r: stat(r["q"], "ppl_ratio"), fmt_num(".4f"), True),
             Column("same_top", "same top", lambda r: stat(r["q"], "same_top"),
                    cell_override=lambda r: pct(stat(r["q"], "same_top"))),
-            Column("stored", "MiB", lambda r: r["q"].model_stored_bytes, mib, True)]
-    for m, context in points:
-        key = f"M={m}/{context}"
-        cols.append(Column(key, key, lambda r, k=key: r[k][0] if r.get(k) else None, numeric=True,
-                           cell_override=lambda r, k=key: DASH if r.get(k) is None else
-                           f"{r[k][0]:.2f}×" + ("*" if r[k][1] else "")))
-    short = narrow(args.format, getattr(args, "wide", False))
-    if short:  # the narrow default: mean KLD and same top judge quality; --wide adds the PPL ratio
-        cols = [c for c in cols if c.key != "ppl_ratio"]
-    say = sayer(args)
-    if quality:
-        for line in describe(quality):
-            say(line)
-    print(render(records, cols, args.format))
-    if steps:
-        say("M=m/context: the measured decode step's speed-up over bf16 at that M and context (the fastest form of "
-            "the scheme: eager or compiled); the step decides a model, the layer view a kernel")
-    if doubted:
-        say("*: a speed-up whose step or bf16 step is flagged, not a ratio to rank by: "
-            + "; ".join(text for text, _ in doubted) + "; " + step_view.flag_legend([n for _, d in doubted for n in d]))
-    if paired:
-        say(paired)
-    for line in unpaired(steps, quality) if steps else []:
-        if line.startswith("no quality row"):
-            say(line.replace("(never picked)", "(not in the table)"))
-    for line in notes(quality):
-        say(line)
-    return 0
+            Column("stored", "MiB", lambda r: r["q"].model_stored_bytes, mib, True),
+            *[Column(key, key, lambda r, k=key: r[k][0] if r.get(k) else None, numeric=True,
+                     cell_override=lambda r, k=key: DASH if r.get(k) is None else f"{r[k][0]:.2f}×" + ("*" if r[k][1] else ""))
+              for key in (f"M={m}/{context}" for m, context in points)]]
+    keys = [c.key for c in cols]
+    return View("model", cols, [k for k in keys if k != "ppl_ratio"], keys, keys)

@@ -204,14 +204,15 @@ def test_run_says_the_activations_of_a_real_weight_are_synthetic(tmp_path):
 
 @pytest.mark.parametrize("case, key, words", [
     ("no_folder", "weight.path", "must be a Hugging Face checkpoint folder"),
-    ("empty_folder", "weight.path", "has neither model.safetensors.index.json nor model.safetensors"),
-    ("bad_index", "weight.path", "is not a readable JSON index"),
-    ("no_weight_map", "weight.path", "has no 'weight_map' table"),
-    ("missing_tensor", "weight.tensor", "not in model.safetensors.index.json of ckpt (it has a, b)"),
-    ("escaping_shard", "weight.tensor", "not a file name in the folder"),
-    ("missing_shard", "weight.path", "no such file"),
+    ("empty_folder", "weight.path", "no model.safetensors and no model.safetensors.index.json in "),
+    ("bad_index", "weight.path", "model.safetensors.index.json has no 'weight_map' table"),
+    ("no_weight_map", "weight.path", "model.safetensors.index.json has no 'weight_map' table"),
+    ("missing_tensor", "weight.tensor", "tensor 'model.layers.0.mlp.down_proj.weight' is not in "),
+    ("escaping_shard", "weight.path", "names shard '../../etc/passwd', which is not in "),
+    ("missing_shard", "weight.path", "names shard 'model-00001-of-00001.safetensors', which is not in "),
     ("wrong_shape", "weight.tensor", "[128, 256]"),
     ("single_missing_tensor", "weight.tensor", "not in model.safetensors (it has other)"),
+    ("truncated", "weight.path", "is not a readable safetensors file ("),
 ])
 def test_bad_hf_checkpoint_is_one_line_naming_file_key_value(tmp_path, case, key, words):
     pytest.importorskip("safetensors")
@@ -235,10 +236,29 @@ def test_bad_hf_checkpoint_is_one_line_naming_file_key_value(tmp_path, case, key
         _write(folder / "s.safetensors", {tensor: torch.zeros(256, 128)})
     elif case == "single_missing_tensor":
         _write(folder / "model.safetensors", {"other": torch.zeros(2)})
+    elif case == "truncated":  # safe_open checks that the tensors' offsets fit the file
+        _write(folder / "model.safetensors", {tensor: torch.zeros(128, 256)})
+        data = (folder / "model.safetensors").read_bytes()
+        (folder / "model.safetensors").write_bytes(data[:-1000])
     with pytest.raises(ScenarioError) as info:
         _hf(tmp_path, tensor=tensor)
     msg = str(info.value)
     assert msg.startswith(f"{tmp_path / 's.toml'}: {key}: ") and words in msg and "\n" not in msg, msg
+
+
+def test_hf_checkpoint_is_checked_in_the_file_the_worker_reads(tmp_path):
+    """A folder holding model.safetensors and an index: the worker reads the single file (as
+    transformers does), so the check reads that file's header, not the index's shard."""
+    pytest.importorskip("safetensors")
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    tensor = "model.layers.0.mlp.down_proj.weight"
+    _write(folder / "model.safetensors", {tensor: torch.zeros(64, 256)})
+    _write(folder / "s.safetensors", {tensor: torch.zeros(128, 256)})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {tensor: "s.safetensors"}}))
+    with pytest.raises(ScenarioError) as info:
+        _hf(tmp_path, tensor=tensor)
+    assert "got 'model.layers.0.mlp.down_proj.weight' of shape [64, 256]" in str(info.value)
 
 
 def test_hf_checkpoint_is_checked_without_torch(tmp_path):

@@ -1,29 +1,28 @@
 """The layer job's ``[weight]`` table: where the FP32 weight ``[N, K]`` comes from, and its checks.
 
-Torch-free: a file source is checked by reading the safetensors header (and a checkpoint's
-index), never the tensor data.
+Torch-free: a file source is checked through the model library's checkpoint reader
+(:mod:`qbench.model.checkpoint`: the index, and the header by ``safetensors.safe_open``), never the
+tensor data.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator
 
+from qbench.model.checkpoint import FLOAT_DTYPES, INDEX, SINGLE, ConfigError, read_headers, tensor_file
 from qbench.tables import Frozen, ScenarioError, one_line as _one_line, show as _show
 
 #: safetensors dtypes a weight may be stored in (header names, safetensors format spec).
-_SAFETENSORS_FLOAT = ("F64", "F32", "F16", "BF16")
+_SAFETENSORS_FLOAT = tuple(FLOAT_DTYPES)
 
 #: ``weight.source`` values whose weight qbench draws itself (errors on them are not a trained layer's).
 SYNTHETIC_WEIGHTS = ("random", "student-t", "outlier-channels")
 #: ``weight.source`` -> the keys of ``[weight]`` it takes (all of them required).
 WEIGHT_KEYS = {"random": (), "student-t": ("df",), "outlier-channels": ("outlier_channels", "outlier_scale"),
                "safetensors": ("path", "tensor"), "hf-checkpoint": ("path", "tensor")}
-#: The files of a Hugging Face checkpoint folder qbench reads (sharded, or one file).
-HF_INDEX, HF_SINGLE = "model.safetensors.index.json", "model.safetensors"
 
 
 class WeightSpec(Frozen):
@@ -60,12 +59,13 @@ def weight_path(scenario: Any) -> Path:
 
 def weight_file(scenario: Any) -> Path:
     """The safetensors file holding ``weight.tensor``: ``weight.path`` itself (``safetensors``), or the
-    shard of the checkpoint folder that its ``model.safetensors.index.json`` names, else its
-    ``model.safetensors`` (``hf-checkpoint``). Torch-free: reads the index only.
+    file of the checkpoint folder that the worker reads it from (``hf-checkpoint``:
+    :func:`qbench.model.checkpoint.tensor_file`, ``model.safetensors`` first, else the shard its index
+    names, as transformers loads them). Torch-free: reads the index only.
 
     Raises:
         ScenarioError: not a folder, no index and no single file, an unreadable index, a tensor
-            the index does not list, or a shard name that leaves the folder (file, key, value).
+            the index does not list, or a shard that is not a file of the folder (file, key, value).
     """
     path = weight_path(scenario)
     if scenario.weight.source != "hf-checkpoint":
@@ -73,30 +73,12 @@ def weight_file(scenario: Any) -> Path:
     source, name = scenario.source, scenario.weight.tensor
     if not path.is_dir():
         raise ScenarioError(source, "weight.path", f"must be a Hugging Face checkpoint folder (relative to the scenario's "
-                                                   f"folder) holding {HF_INDEX} or {HF_SINGLE}, got {_show(str(path))}")
-    index = path / HF_INDEX
-    if not index.is_file():
-        if (path / HF_SINGLE).is_file():
-            return path / HF_SINGLE
-        raise ScenarioError(source, "weight.path", f"has neither {HF_INDEX} nor {HF_SINGLE}, got {_show(str(path))}")
+                                                   f"folder) holding {INDEX} or {SINGLE}, got {_show(str(path))}")
     try:
-        if index.stat().st_size > 100 << 20:
-            raise ValueError("larger than 100 MiB")
-        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
-    except (OSError, ValueError, AttributeError, RecursionError) as exc:
-        raise ScenarioError(source, "weight.path", f"{HF_INDEX} is not a readable JSON index "
-                                                   f"({_one_line(str(exc)) or type(exc).__name__}), got {_show(str(index))}") from None
-    if not isinstance(weight_map, dict):
-        raise ScenarioError(source, "weight.path", f"{HF_INDEX} has no 'weight_map' table, got {_show(str(index))}")
-    shard = weight_map.get(name)
-    if shard is None:
-        names = sorted(str(key) for key in weight_map)
-        have = (", ".join(names[:8]) + (", ..." if len(names) > 8 else "")) if names else "no tensors"
-        raise ScenarioError(source, "weight.tensor", f"not in {HF_INDEX} of {path.name} (it has {have}), got {_show(name)}")
-    if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
-        raise ScenarioError(source, "weight.tensor", f"{HF_INDEX} maps it to a shard that is not a file name in the "
-                                                     f"folder ({_show(shard)}), got {_show(name)}")
-    return path / shard
+        return tensor_file(path, name, "weight.path")
+    except ConfigError as exc:
+        key = "weight.tensor" if exc.message.startswith("tensor ") else "weight.path"
+        raise ScenarioError(source, key, _one_line(exc.message)) from None  # it names the folder or tensor
 
 
 def weight_source(scenario: Any) -> str:
@@ -146,10 +128,8 @@ def check(scenario: Any) -> None:
 
 def _check_safetensors(scenario: Any) -> None:
     """The weight file (:func:`weight_file`) exists and holds ``weight.tensor`` as a float tensor
-    of shape ``[N, K]``.
-
-    Reads only the file's header (8-byte little-endian length, then JSON; safetensors format
-    spec), never the tensor data.
+    of shape ``[N, K]``: its header as :func:`qbench.model.checkpoint.read_headers` reads it
+    (``safe_open``, which also refuses a truncated file), never the tensor data.
     """
     source, name = scenario.source, scenario.weight.tensor
     n, k = scenario.layer.out_features, scenario.layer.in_features
@@ -164,40 +144,18 @@ def _check_safetensors(scenario: Any) -> None:
         raise ScenarioError(source, "weight.path", f"no such file (relative to the scenario's folder), "
                                                    f"got {_show(str(path))}")
     try:
-        header = _safetensors_header(path)
-    except (OSError, ValueError) as exc:
-        raise ScenarioError(source, "weight.path", f"not a readable safetensors file ({_one_line(str(exc))}), "
-                                                   f"got {_show(str(path))}") from None
+        header = dict(read_headers(path, "weight.path"))
+    except ConfigError as exc:
+        raise ScenarioError(source, "weight.path", _one_line(exc.message)) from None  # it names the file
     entry = header.get(name)
-    if not isinstance(entry, dict) or name == "__metadata__":
-        names = sorted(key for key in header if key != "__metadata__")
+    if entry is None:
+        names = sorted(header)
         have = (", ".join(names[:8]) + (", ..." if len(names) > 8 else "")) if names else "no tensors"
         raise ScenarioError(source, "weight.tensor", f"not in {path.name} (it has {have}), got {_show(name)}")
-    shape, dtype = entry.get("shape"), entry.get("dtype")
+    shape, dtype = list(entry.shape), entry.dtype
     if shape != [n, k]:
         raise ScenarioError(source, "weight.tensor", f"shape must be [out_features, in_features] = [{n}, {k}], "
                                                      f"got {name!r} of shape {_show(shape)}")
     if dtype not in _SAFETENSORS_FLOAT:
         raise ScenarioError(source, "weight.tensor", f"dtype must be one of {', '.join(_SAFETENSORS_FLOAT)}, "
                                                      f"got {name!r} of dtype {_show(dtype)}")
-
-
-def _safetensors_header(path: Path) -> dict:
-    """The JSON header of a safetensors file: ``{name: {"dtype", "shape", "data_offsets"}}``.
-
-    Raises:
-        ValueError: the file is too short or its header is not a JSON object (json's
-            ``JSONDecodeError`` and ``UnicodeDecodeError`` are ValueErrors).
-    """
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise ValueError("shorter than the 8-byte header length")
-        length = int.from_bytes(head, "little")
-        if length > min(size - 8, 100 << 20):
-            raise ValueError(f"header length {length} does not fit the file ({size} bytes)")
-        header = json.loads(f.read(length).decode("utf-8"))
-    if not isinstance(header, dict):
-        raise ValueError("header is not a JSON object")
-    return header

@@ -385,7 +385,8 @@ def _dtype(data: dict, used: dict[str, "TensorInfo"]) -> tuple[str, str]:
     dtype = named if isinstance(named, str) and named in elements else dominant
     if len(elements) == 1:
         return dtype, ""
-    counts = ", ".join(f"{sum(1 for i in used.values() if TORCH_DTYPE[i.dtype] == d)} tensors {d}"
+    tally = {d: sum(1 for i in used.values() if TORCH_DTYPE[i.dtype] == d) for d in elements}
+    counts = ", ".join(f"{tally[d]} tensor{'' if tally[d] == 1 else 's'} {d}"
                        for d in sorted(elements, key=lambda d: -elements[d]))
     why = "config.json's dtype" if dtype == named else "most of the weights' elements"
     return dtype, f"the tensors' dtypes are mixed ({counts}): the checkpoint's dtype is taken as {dtype} ({why})"

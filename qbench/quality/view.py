@@ -8,16 +8,14 @@ and the quality budgets are declared here (:data:`BUDGETS`); the pick on speed a
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import sys
 from typing import Callable, Optional, Sequence
 
-from qbench.judge import Budget, incomplete_warning
-from qbench.readers.common import Refused, refuse_options
+from qbench.judge import Budget
+from qbench.readers.common import Table, refuse_options, show_table
 from qbench.quality.row import QualityRow
-from qbench.render import DATA_FORMATS, Column, narrow, prose, render, wants_prose
-from qbench.render.columns import DASH, fmt_num, select
-
+from qbench.render import Column
+from qbench.render.columns import DASH, fmt_num
+from qbench.render.view import View
 
 
 def pm(value: Optional[float], unc: Optional[float], fmt: str = "{:.4g}") -> str:
@@ -78,25 +76,24 @@ CATALOGUE = [
     Column("same_top_unc", "same top ±", _stat("same_top_unc"), numeric=True),
     Column("reason", "reason", lambda r: r.reason),
 ]
-COLUMNS_BY_KEY = {c.key: c for c in CATALOGUE}
 #: The table's columns (``--wide``, Markdown); CSV and JSON carry :data:`DATA` instead.
-COLUMNS = [c for c in CATALOGUE if c.key in ("scheme", "state", "ppl", "ln_ppl_ratio", "kld", "kld99", "same_top",
-                                              "dp_rms", "stored", "flags")]
+WIDE = ("scheme", "state", "ppl", "ln_ppl_ratio", "kld", "kld99", "same_top", "dp_rms", "stored", "flags")
 #: The columns of CSV and JSON: every number raw, its uncertainty in a column of its own.
 DATA = ("scheme", "status", "emulated", "ppl", "ppl_unc", "ln_ppl_ratio", "ln_ppl_ratio_unc", "kld", "kld_unc", "kld99",
         "same_top", "same_top_unc", "dp_rms", "stored", "flags", "reason")
 #: The narrow default of a terminal table (:func:`qbench.render.narrow`): fits 120 characters, a
-#: row's status and flags in one column ("skipped", "emulated"; an ok row without flags: "—"), the
-#: flags every row shares left to the notes under it ("(every row)"). ``--wide`` (and every Markdown or data format) shows all.
-NARROW = ("scheme", "ppl", "kld", "kld99", "same_top", "stored")
+#: row's status and the flags not every row shares in one column (``status_flags``: "skipped",
+#: "emulated"; an ok row without flags: "—"), the shared ones left to the notes ("(every row)").
+NARROW = ("scheme", "ppl", "kld", "kld99", "same_top", "stored", "status_flags")
 
 
-def columns_of(keys: Sequence[str]) -> list[Column]:
-    """The catalogue's columns of the ``--columns`` ``keys``, in their order.
-
-    Raises:
-        ValueError: an unknown key (one line naming it and the allowed ones)."""
-    return select(keys, COLUMNS_BY_KEY, "quality")
+def quality_view(rows: Sequence[QualityRow]) -> View:
+    """The quality table of ``rows`` declared (:class:`qbench.render.view.View`): :data:`CATALOGUE`
+    and its ``status_flags`` column (a row's status and the flags not every row of ``rows`` carries)."""
+    shared = set(shared_flags(rows))
+    status_flags = Column("status_flags", "flags", lambda r: ", ".join(
+        [*([r.status] if r.status != "ok" else []), *(f.name for f in r.flags if f.name not in shared)]) or None)
+    return View("quality", [*CATALOGUE, status_flags], narrow=NARROW, wide=WIDE, data=DATA, short={"stored": "MiB"})
 
 
 def shared_flags(rows: Sequence[QualityRow]) -> list[str]:
@@ -105,36 +102,23 @@ def shared_flags(rows: Sequence[QualityRow]) -> list[str]:
     return sorted(set.intersection(*names)) if names else []
 
 
-def quality_table(rows: Sequence[QualityRow], fmt: str = "simple", narrow_view: bool = False,
-                  columns: Optional[Sequence[str]] = None) -> str:
-    """The quality table, one line per scheme (skipped and failed rows name their reason under it);
-    ``narrow_view``: the :data:`NARROW` columns, the flags every row shares left out of the cells;
-    CSV and JSON: the :data:`DATA` columns; ``columns``: those ``--columns`` keys alone, in every format."""
-    if columns:
-        return render(list(rows), columns_of(columns), fmt)
-    if fmt in DATA_FORMATS:
-        return render(list(rows), columns_of(DATA), fmt)
-    if not narrow_view:
-        return render(list(rows), COLUMNS, fmt)
-    shared = set(shared_flags(rows))
-
-    def status_flags(r: QualityRow) -> str:
-        return ", ".join([*([r.status] if r.status != "ok" else []), *(f.name for f in r.flags if f.name not in shared)])
-
-    columns_ = [dataclasses.replace(c, header="MiB") if c.key == "stored" else c for c in COLUMNS if c.key in NARROW]
-    return render(list(rows), [*columns_, Column("flags", "flags", lambda r: status_flags(r) or DASH)], fmt)
-
-
 def describe(rows: Sequence[QualityRow]) -> list[str]:
-    """The lines above the table: the model and its weights, the text and its chunks, the reference."""
+    """The lines above the table: the model and its weights, the text and its chunks, the reference;
+    rows that measured different models or texts are said to differ, each group with its schemes."""
     if not rows:
         return ["quality: no rows"]
-    r = rows[0]
+    groups: dict[tuple, list[QualityRow]] = {}
+    for r in rows:
+        groups.setdefault((r.title, r.model, r.weights, r.text, r.text_sha256, r.chunks, r.chunk), []).append(r)
+    lines = [] if len(groups) == 1 else [f"the rows differ: {len(groups)} models or texts, each said with its schemes"]
+    for group in groups.values():
+        r = group[0]
+        which = "" if len(groups) == 1 else f" (schemes: {', '.join(x.scheme for x in group)})"
+        lines += [f"quality of {r.title} ({r.model}); weights: {r.weights}{which}",
+                  f"text {r.text} (sha256 {r.text_sha256[:12]}): {r.chunks} chunks of {r.chunk} tokens, the second half "
+                  f"of each scored ({r.scored_per_chunk} tokens a chunk: every scored token has at least half a chunk of "
+                  "context, llama.cpp's convention)"]
     ref = next((x.reference for x in rows if x.reference is not None), None)
-    lines = [f"quality of {r.title} ({r.model}); weights: {r.weights}",
-             f"text {r.text} (sha256 {r.text_sha256[:12]}): {r.chunks} chunks of {r.chunk} tokens, the second half of each "
-             f"scored ({r.scored_per_chunk} tokens a chunk: every scored token has at least half a chunk of context, "
-             "llama.cpp's convention)"]
     if ref is not None:
         lines.append(f"reference: the model with float linears in {ref.dtype}; its log-probabilities shared by every "
                      f"scheme at {ref.logprobs} precision (each scheme's rounded the same way); KLD = D(ref ‖ scheme), nats")
@@ -177,34 +161,14 @@ def sensitivity_lines(rows: Sequence[QualityRow]) -> list[str]:
     return out
 
 
-def run_view(doc, args: argparse.Namespace, label: Optional[str] = None) -> int:
-    """``qbench run``'s and ``report``'s output for a quality result; returns the row count.
-    ``label``: the file's name in the warning over an incomplete document (``report``)."""
+def _table(doc, args: argparse.Namespace) -> Table:
     rows = list(doc.rows)
-    wide = getattr(args, "wide", False)
-    shown = prose(args.format, wide)
-    keys = [c.strip() for c in (getattr(args, "columns", None) or "").split(",") if c.strip()]
-    table = quality_table(rows, args.format, narrow_view=narrow(args.format, wide), columns=keys)
-    if wants_prose(args.format):
-        for line in describe(rows):
-            print(shown(line))
-        if (warning := incomplete_warning(doc, label or "this result")):
-            print(shown(warning.removeprefix("warning: ")))
-    print(table)
-    if wants_prose(args.format):  # a flag every row carries is said once, "(every row)", by notes()
-        for line in notes(rows) + sensitivity_lines(rows):
-            print(shown(line))
-    return len(rows)
+    return Table(quality_view(rows), rows, describe(rows), notes(rows) + sensitivity_lines(rows))
 
 
-def sayer(args: argparse.Namespace) -> Callable[[str], None]:
-    """How ``recommend`` and ``model`` on quality files print a prose line: on stdout, wrapped in the
-    narrow view (:func:`qbench.render.prose`); on stderr as it is when the format is data or
-    Markdown, so stdout holds the table alone."""
-    if not wants_prose(args.format):
-        return lambda line: print(line, file=sys.stderr)
-    shown = prose(args.format, getattr(args, "wide", False))
-    return lambda line: print(shown(line))
+def run_view(doc, args: argparse.Namespace) -> int:
+    """``qbench run``'s table of a quality result (:func:`qbench.readers.common.show_table`); returns the row count."""
+    return show_table(args, doc, _table(doc, args))
 
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
@@ -212,13 +176,8 @@ def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     catalogue's columns (:data:`CATALOGUE`); the layer table's options that read other rows are refused."""
     refuse_options(args, ("crossover", "sort", "method", "by_m"), paths[0] + ": a quality result; {flag} reads "
                    "per-layer results")
-    keys = [c.strip() for c in (getattr(args, "columns", None) or "").split(",") if c.strip()]
-    try:
-        columns_of(keys)
-    except ValueError as exc:
-        raise Refused(f"{paths[0]}: {exc}") from None
     for path, doc in zip(paths, docs):
-        run_view(doc, args, label=path)
+        show_table(args, doc, _table(doc, args), path)
     return 0
 
 
@@ -237,6 +196,10 @@ BUDGETS = (
     Budget("max_kld_p99", "99th-percentile KLD", "the KL divergence 99 % of scored tokens stay under, nats",
            lambda r: stat(r, "kld", "p99"), help="quality budget: the 99th percentile of the per-token KL divergence, "
            "nats (the tail a mean hides: a few tokens badly off)"),
+    Budget("max_dp_rms", "RMS Δp", "the root mean square of the change in the probability of the text's next token, 0..1",
+           lambda r: stat(r, "dp", "rms"), most=1.0, scale=100, unit=" %", fmt=".2f",
+           help="quality budget: RMS Δp, the root mean square of the change in the probability the model gives the "
+                "text's next token (0..1; llama.cpp's statistic)"),
 )
 
 #: A budget with its limit, as given on the command line.

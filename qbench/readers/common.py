@@ -20,14 +20,15 @@ from typing import Callable, Optional, Sequence
 from qbench import jobs
 from qbench.judge import DECISION_METHOD, METHOD_CHOICES, budget_flags, combine_rows, incomplete_warning
 from qbench.hardware import machine_differences
+from qbench.render.view import View, column_keys, show
 from qbench.results import ResultDoc, ResultsError, read_results
 from qbench.row import Row
 
 __all__ = ["ACT_ON", "Command", "DEFAULT_BASELINE", "Refused", "Result", "add_allow_incomplete", "add_baseline",
            "add_budgets", "add_format", "add_max_rel_err", "add_method", "add_wide", "blocking_differences",
            "chart_folder", "check_baseline", "check_budgets", "declared_budgets", "env_of", "fail", "group_results", "incomplete_notes",
-           "job_view", "merge_docs", "one_machine", "one_result", "open_results", "refuse_budgets", "refuse_options", "split_runs",
-           "timing_differences", "warn_machine_differences"]
+           "job_view", "merge_docs", "one_machine", "one_result", "open_results", "refuse_budgets", "refuse_options", "show_table", "split_runs",
+           "Table", "timing_differences", "warn_machine_differences"]
 
 
 class Refused(Exception):
@@ -135,9 +136,15 @@ def check_baseline(paths: str | Sequence[str], schemes, baseline: str, *, always
                   f"{'this file' if len(paths) == 1 else 'these files'}; schemes: {', '.join(sorted(schemes))}")
 
 
+def limit(text: str) -> float:
+    """A budget option's value: the float ``text``, ``-0`` read as 0 (``-0.0 >= 0`` passes the check,
+    and a budget line would say ``≤ -0``)."""
+    return float(text) + 0.0
+
+
 def add_max_rel_err(p: argparse.ArgumentParser, what: str) -> None:
     """``--max-rel-err``: an error budget on the relative Frobenius error (a float >= 0)."""
-    p.add_argument("--max-rel-err", type=float, default=None,
+    p.add_argument("--max-rel-err", type=limit, default=None,
                    help=f"largest acceptable relative Frobenius error, e.g. 0.01: {what}")
 
 
@@ -200,7 +207,7 @@ def declared_budgets() -> list:
 def add_budgets(p: argparse.ArgumentParser) -> None:
     """One option per :func:`declared_budgets` entry (``--max-kld``: a float, its ``help``)."""
     for b in declared_budgets():
-        p.add_argument(b.flag, type=float, help=b.help)
+        p.add_argument(b.flag, type=limit, help=b.help)
 
 
 def check_budgets(args: argparse.Namespace) -> list:
@@ -417,6 +424,36 @@ def incomplete_notes(paths: Sequence[str], docs: Sequence[ResultDoc], noted: boo
         elif warning:
             print(warning, file=sys.stderr)
     return notes
+
+
+@dataclass(frozen=True)
+class Table:
+    """A job kind's table of one result, as its declaration makes it for :func:`show_table`: the
+    declared ``view`` (:class:`qbench.render.view.View`), its ``records``, the lines that say what the
+    table is (``describe``) and those under it (``notes``)."""
+
+    view: View
+    records: Sequence
+    describe: Sequence[str] = ()
+    notes: Sequence[str] = ()
+
+
+def show_table(args: argparse.Namespace, doc: ResultDoc, table: Table, label: Optional[str] = None) -> int:
+    """Print a job kind's ``table`` of ``doc`` in the one layout (:func:`qbench.render.view.show`):
+    ``report``'s (``label``: the file, named in a refusal and the incomplete warning; ``--columns``
+    picks catalogue keys) and ``run``'s (no label; the default columns). Returns the records shown.
+
+    Raises:
+        Refused: an unknown ``--columns`` key (one line naming the file and the allowed keys)."""
+    wide = getattr(args, "wide", False)
+    try:
+        columns = table.view.columns(args.format, wide, column_keys(getattr(args, "columns", None)) if label else None)
+    except ValueError as exc:
+        raise Refused(f"{label}: {exc}") from None
+    warning = incomplete_warning(doc, label or "this result")
+    show(table.records, columns, args.format, wide=wide, describe=table.describe,
+         warning=warning.removeprefix("warning: ") if warning else None, notes=table.notes)
+    return len(table.records)
 
 
 def refuse_options(args: argparse.Namespace, names: Sequence[str], why: str) -> None:

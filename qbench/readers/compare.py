@@ -11,6 +11,7 @@ differences are warned about (:func:`qbench.readers.common.timing_differences`).
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, row_verdict
 from qbench.readers.common import (Command, Refused, add_format, add_method, add_wide, blocking_differences,
@@ -19,6 +20,7 @@ from qbench.render import TABLE_WIDTH, Column, check_format, narrow, prose, rend
 from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, fmt_num, fmt_us, shown
 from qbench.render.safe import visible
+from qbench.render.view import View
 from qbench.results import ResultDoc
 from qbench.row import Row, Stats
 
@@ -113,43 +115,37 @@ def _why(row: Row, method: str) -> str:
     return f"no {method} latency" + (f" ({reason.text})" if reason else "")
 
 
-def _columns(method: str, wide: bool = True) -> list[Column]:
-    """The compare table's columns; without ``wide`` (a terminal table without ``--wide``) the same
-    columns under short headers (``A µs``, ``B µs``, ``speed-up``, ``Δ err``: the line under the
-    table names the method and defines the speed-up), the note wrapping within its cell (the
-    width is set by :func:`render_compare`)."""
-    def verdict_cell(r):
-        v = r["verdict"]
-        return f"{v} !" if r["regression"] else v
-
-    return [
+def compare_view(method: str, tp: bool = False) -> View:
+    """The compare table declared (:class:`qbench.render.view.View`): scheme, M (``tp``: the
+    sharding), A's and B's ``method`` medians, the speed-up (A/B), the error's change, the verdict
+    (``slower !``: a regression) and the note. The narrow default takes short headers (the line
+    under the table names the method and defines the speed-up); CSV and JSON carry the ``method``
+    on every record (their headers are keys, which do not name it)."""
+    cols = [
         Column("scheme", "scheme", lambda r: r["scheme"]),
         Column("m", "M", lambda r: r["m"], fmt_num("d"), True),
-        Column("a_us", f"A {method} µs" if wide else "A µs", lambda r: r["a_us"], fmt_us, True),
-        Column("b_us", f"B {method} µs" if wide else "B µs", lambda r: r["b_us"], fmt_us, True),
-        Column("speedup", "speed-up vs A (A/B)" if wide else "speed-up", lambda r: r["speedup"],
-               lambda v: shown(v, "{:.3f}×"), True),
-        Column("rel_fro_diff", "Δ rel err" if wide else "Δ err", lambda r: r["rel_fro_diff"],
-               lambda v: shown(v, "{:+.2g}"), True),
-        Column("verdict", "verdict", lambda r: r["verdict"], cell_override=verdict_cell),
+        Column("method", "method", lambda r: method), COLUMNS["tp_size"], COLUMNS["split"],
+        Column("a_us", f"A {method} µs", lambda r: r["a_us"], fmt_us, True),
+        Column("b_us", f"B {method} µs", lambda r: r["b_us"], fmt_us, True),
+        Column("speedup", "speed-up vs A (A/B)", lambda r: r["speedup"], lambda v: shown(v, "{:.3f}×"), True),
+        Column("rel_fro_diff", "Δ rel err", lambda r: r["rel_fro_diff"], lambda v: shown(v, "{:+.2g}"), True),
+        Column("verdict", "verdict", lambda r: r["verdict"],
+               cell_override=lambda r: f"{r['verdict']} !" if r["regression"] else r["verdict"]),
         Column("note", "note", lambda r: r["note"]),
     ]
+    shard = ["tp_size", "split"] if tp else []
+    keys = ["scheme", "m", *shard, "a_us", "b_us", "speedup", "rel_fro_diff", "verdict", "note"]
+    return View("compare", cols, keys, keys, ["scheme", "m", "method", *keys[2:]],
+                short={"a_us": "A µs", "b_us": "B µs", "speedup": "speed-up", "rel_fro_diff": "Δ err"})
 
 
 def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: bool = False) -> str:
-    """Render :func:`compare_docs`'s records in any :data:`qbench.render.FORMATS` format; a
-    regression's verdict is marked ``slower !`` in tables. CSV and JSON carry the ``method`` on
-    every record (their headers are keys, which do not name it). A terminal table without ``wide``
-    (:func:`qbench.render.narrow`) fits 120 characters: short headers (:func:`_columns`) and the
-    note wrapped within what the other columns leave; Markdown, CSV and JSON are as with ``wide``."""
-    fits = narrow(fmt, wide)
-    cols = _columns(method, wide=not fits)
-    if any(r.get("tp_size") is not None for r in records):  # tensor-parallel rows: which sharding
-        cols[2:2] = [COLUMNS["tp_size"], COLUMNS["split"]]
-    if fmt in ("csv", "json"):
-        cols.insert(2, Column("method", "method", lambda r: method))
-    if fits:  # the note wraps within the rest of 120 characters (less 3 spare: µ, × and Δ are two bytes each)
-        cols[-1] = Column("note", "note", cols[-1].value, width=rest_width(records, cols, "note", TABLE_WIDTH - 3))
+    """Render :func:`compare_docs`'s records (:func:`compare_view`) in any :data:`qbench.render.FORMATS`
+    format. A terminal table without ``wide`` (:func:`qbench.render.narrow`) fits 120 characters: the
+    note wraps within what the other columns leave (less 3 spare: µ, × and Δ are two bytes each)."""
+    cols = compare_view(method, any(r.get("tp_size") is not None for r in records)).columns(fmt, wide)
+    if narrow(fmt, wide):
+        cols[-1] = replace(cols[-1], width=rest_width(records, cols, "note", TABLE_WIDTH - 3))
     return render(records, cols, fmt)
 
 

@@ -27,13 +27,14 @@ from qbench.readers.common import (ACT_ON, Command, Refused, add_allow_incomplet
                                    add_max_rel_err, add_method, add_wide, check_baseline, check_max_rel_err,
                                    incomplete_notes, job_view, one_machine, open_results)
 from qbench.render import Column, check_format, fit, narrow, render, synthetic_weights, wants_prose
+from qbench.render.view import View
 from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us
 from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
 from qbench.model.config import PRESETS as STEP_PRESETS
 
-__all__ = ["ACT_ON", "COMMAND", "Indexed", "LinearShape", "ModelPreset", "PRESETS", "index_rows", "model_step",
+__all__ = ["ACT_ON", "COMMAND", "Indexed", "LinearShape", "ModelPreset", "PRESETS", "index_rows", "model_step", "model_view",
            "render_model", "row_floor_us", "run_model"]
 
 
@@ -258,16 +259,12 @@ _GIB = 2.0**-30
 NOT_INCLUDED = ("the linear layers only: attention (scores, softmax, RoPE), the KV cache, norms, "
                 "embeddings and sampling are not included")
 
-#: The columns of the model table a terminal shows only with ``--wide``: the HBM floor and its share
-#: of the step, the stored GiB and the note (the narrow table's ``status`` says it in a word; the
-#: lines under the table name the fastest and the unusable schemes).
-MODEL_WIDE_ONLY = ("hbm_floor_us", "floor_pct", "stored_gib", "note")
-
-
-def _columns(result: dict, wide: bool = True) -> list[Column]:
-    """The model table's columns; without ``wide`` the narrow set that fits 120 characters: M,
-    scheme, the step, tokens/s, the speed-up as ``×baseline`` (the line above the table defines
-    it), the largest per-layer error and the status (:data:`MODEL_WIDE_ONLY` left out)."""
+def model_view(result: dict) -> View:
+    """The model table declared (:class:`qbench.render.view.View`) over :func:`model_step`'s rows:
+    M, scheme, the step, its HBM floor and the floor's share, stored GiB, tokens/s, the speed-up over
+    the baseline, the largest per-layer error and the note. The narrow default (fits 120 characters)
+    leaves out the floor, its share, the stored GiB and the note (its ``status`` says it in a word;
+    the lines under the table name the fastest and the unusable schemes)."""
     method, baseline = result["method"], result["baseline"]
     cols = [
         Column("m", "M", lambda r: r["m"], str, True),
@@ -278,15 +275,15 @@ def _columns(result: dict, wide: bool = True) -> list[Column]:
                else 100 * r["floor_fraction"], fmt_pct, True),
         Column("stored_gib", "stored GiB", lambda r: None if r["stored_bytes"] is None
                else r["stored_bytes"] * _GIB, fmt_num(".2f"), True),
-        Column("tokens_per_s", "tokens/s (linear only)" if wide else "tokens/s", lambda r: r["tokens_per_s"],
-               fmt_num(".0f"), True),
-        Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)" if wide else f"×{baseline}",
-               lambda r: r["speedup"], fmt_ratio, True),
+        Column("tokens_per_s", "tokens/s (linear only)", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
+        Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", lambda r: r["speedup"], fmt_ratio, True),
         Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
-        # the narrow table's status in a word (not "status": footnotes read Rows); --wide: the note
-        Column("note", "note", lambda r: r["note"]) if wide else Column("step_status", "status", lambda r: r["status"]),
+        Column("note", "note", lambda r: r["note"]),
+        Column("step_status", "status", lambda r: r["status"]),  # not "status": footnotes read Rows
     ]
-    return cols if wide else [c for c in cols if c.key not in MODEL_WIDE_ONLY]
+    wide = [c.key for c in cols if c.key != "step_status"]
+    return View("model", cols, ["m", "scheme", "step_us", "tokens_per_s", "speedup", "rel_fro_max", "step_status"],
+                wide, wide, short={"tokens_per_s": "tokens/s", "speedup": f"×{baseline}"})
 
 
 def describe(result: dict) -> list[str]:
@@ -318,13 +315,13 @@ def render_model(result: dict, fmt: str = "simple", wide: bool = False) -> str:
     """Render :func:`model_step`'s ``result`` in ``fmt``: ``json`` gives the whole record, ``csv``
     the table alone; a table format gives the prose lines (when :func:`wants_prose`), the table,
     the fastest scheme per M and the unusable schemes. A terminal table without ``wide``
-    (:func:`qbench.render.narrow`) fits 120 characters: the narrow columns (:func:`_columns`; the
+    (:func:`qbench.render.narrow`) fits 120 characters: the narrow columns (:func:`model_view`; the
     speed-up defined in a line above the table) and the prose lines wrapped; Markdown, CSV and
     JSON keep every column."""
     if fmt == "json":
         return json.dumps(result, indent=2, ensure_ascii=False)
     fits = narrow(fmt, wide)
-    table = render(result["rows"], _columns(result, wide=not fits), fmt)
+    table = render(result["rows"], model_view(result).columns(fmt, wide), fmt)
     if not wants_prose(fmt):
         return table
     speedup = ([f"×{result['baseline']} = {result['baseline']} step / this step, at the same M (> 1: faster); "

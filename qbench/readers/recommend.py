@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import Optional
 
 from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape, capture_failure,
@@ -26,6 +27,7 @@ from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_ratio, fmt_us
 from qbench.render.kernels import short_kernel
 from qbench.render.safe import visible
+from qbench.render.view import View
 from qbench.results import ResultDoc
 from qbench.row import Row
 
@@ -470,43 +472,42 @@ def _others_cell(others: list[dict]) -> str:
     return "; ".join(parts) or DASH
 
 
-#: The --by-format columns a terminal table shows only with ``--wide``: the library, the longest
-#: kernel and the baseline's time (the narrow table names the fastest scheme, which says its library,
-#: and wraps the others of the format within what is left of 120 characters).
-BY_FORMAT_WIDE_ONLY = ("library", "kernel")
+def by_format_view(method: str, baseline: str, several: bool = False, tp: bool = False) -> View:
+    """The ``--by-format`` table declared (:class:`qbench.render.view.View`): per M (``several``
+    files: per scenario and shape too; ``tp``: the sharding) and storage format the fastest scheme,
+    its library and longest kernel, its time, error and speed-up over ``baseline``, and the others of
+    the format. The narrow default leaves the library and the kernel to ``--wide`` (the fastest
+    scheme says its library) and shows one table per scenario."""
+    cols = [Column("scenario", "scenario", lambda r: r["scenario"]), Column("k", "K", lambda r: r["k"], str, True),
+            Column("n", "N", lambda r: r["n"], str, True), Column("m", "M", lambda r: r["m"], str, True),
+            COLUMNS["tp_size"], COLUMNS["split"], Column("format", "format", lambda r: r["format"]),
+            Column("pick", "fastest", lambda r: r["pick"] or f"{DASH} no candidate"),
+            Column("library", "library", lambda r: r["library"]), Column("kernel", "longest kernel", lambda r: r["kernel"]),
+            Column("latency_us", f"{method} µs", lambda r: r["latency_us"], fmt_us, True),
+            Column("rel_fro", "rel err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+            Column("speedup", f"speed-up vs {baseline} ({baseline} time / fastest's)", lambda r: r["speedup"], fmt_ratio,
+                   True),
+            Column("others", "others of the format (their time / the fastest's)", lambda r: _others_cell(r["others"]))]
+    head, shard = ["scenario", "k", "n"] if several else [], ["tp_size", "split"] if tp else []
+    tail = ["format", "pick", "latency_us", "rel_fro", "speedup", "others"]
+    wide = [*head, "m", *shard, "format", "pick", "library", "kernel", *tail[2:]]
+    return View("by-format", cols, ["m", *shard, *tail], wide, wide,
+                short={"speedup": f"×{baseline}", "others": "others of the format"})
 
 
 def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "simple",
                      several: bool = False, wide: bool = False) -> str:
-    """Render :func:`by_format` records (of one or more files, ``several``) as one table in ``fmt``,
-    ``json`` the records. A terminal table without ``wide`` fits 120 characters: the others wrap in
-    their cell, :data:`BY_FORMAT_WIDE_ONLY` is left out and several files give one table per scenario."""
+    """Render :func:`by_format` records (of one or more files, ``several``) as one table in ``fmt``
+    (:func:`by_format_view`), ``json`` the records. A terminal table without ``wide`` fits 120
+    characters: the others wrap in their cell and several files give one table per scenario."""
     if fmt == "json":
         return json.dumps(rows, indent=2, ensure_ascii=False)
     fits = narrow(fmt, wide)
-    cols = [Column("scenario", "scenario", lambda r: r["scenario"]),
-            Column("k", "K", lambda r: r["k"], str, True),
-            Column("n", "N", lambda r: r["n"], str, True)] if several and not fits else []
-    cols += [Column("m", "M", lambda r: r["m"], str, True)]
-    if any(r.get("tp_size") is not None for r in rows):  # tensor-parallel groups: which sharding
-        cols += [COLUMNS["tp_size"], COLUMNS["split"]]
-    speedup = (f"×{baseline}" if fits else f"speed-up vs {baseline} ({baseline} time / fastest's)")
-    cols += [
-        Column("format", "format", lambda r: r["format"]),
-        Column("pick", "fastest", lambda r: r["pick"] or f"{DASH} no candidate"),
-        Column("library", "library", lambda r: r["library"]),
-        Column("kernel", "longest kernel", lambda r: r["kernel"]),
-        Column("latency_us", f"{method} µs", lambda r: r["latency_us"], fmt_us, True),
-        Column("rel_fro", "rel err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
-        Column("speedup", speedup, lambda r: r["speedup"], fmt_ratio, True),
-        Column("others", "others of the format (their time / the fastest's)", lambda r: _others_cell(r["others"])),
-    ]
+    cols = by_format_view(method, baseline, several, any(r.get("tp_size") is not None for r in rows)).columns(fmt, wide)
     if not fits:
         return render(rows, cols, fmt)
     # the others wrap within what the other columns leave of 120 characters (less 3 spare, as above)
-    cols = [c for c in cols if c.key not in BY_FORMAT_WIDE_ONLY]
-    cols[-1] = Column("others", "others of the format", cols[-1].value,  # the line above: their time / the fastest's
-                      width=rest_width(rows, cols, "others", TABLE_WIDTH - 3, least=24))
+    cols[-1] = replace(cols[-1], width=rest_width(rows, cols, "others", TABLE_WIDTH - 3, least=24))
     if not several:
         return render(rows, cols, fmt)
     groups: dict[tuple, list[dict]] = {}

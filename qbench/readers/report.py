@@ -13,6 +13,7 @@ noise, slower: :func:`qbench.timing.stats.verdict`), the wins as ranges over the
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Sequence
 
 from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, methods_present,
@@ -22,6 +23,7 @@ from qbench.readers.common import (Command, Refused, add_baseline, add_format, a
 from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, narrow, prose, render, render_header, wants_prose
 from qbench.render.columns import DASH, fmt_ratio, resolve_columns
 from qbench.render.safe import visible
+from qbench.render.view import View
 from qbench.results import ResultDoc
 from qbench.row import Row
 
@@ -108,46 +110,37 @@ def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECIS
     return list(out.values())
 
 
-def _crossover_columns(baseline: str, method: str, shapes: int = 1, wide: bool = True) -> list[Column]:
-    """The crossover table's columns; without ``wide`` (a terminal table without ``--wide``) the
-    narrow set that fits 120 characters: scheme, (K×N,) the M where it is faster and where it is the
-    same, wrapped within their cells, and the best speed-up under a short header (the line above
-    the table defines it); the M where it is slower or not timed only with ``wide``."""
+def crossover_view(baseline: str, method: str, shapes: int = 1) -> View:
+    """The crossover table declared (:class:`qbench.render.view.View`): per scheme (and K×N when the
+    file has several ``shapes``) the M where it is faster than ``baseline``, the same (p10–p90
+    overlap), slower or not timed, and its best speed-up. The narrow default (fits 120 characters)
+    wraps the faster and same M within their cells and leaves the slower and untimed M to ``--wide``;
+    CSV and JSON carry K, N, the baseline, the method, the wins and the M a CUDA graph cannot capture."""
     ms = lambda v: ", ".join(map(str, v)) or DASH  # noqa: E731
-    best = f"best speed-up vs {baseline} ({baseline}/scheme, {method})" if wide else f"best ×{baseline}"
-    cols = [
-        Column("scheme", "scheme", lambda r: r["scheme"]),
-        *([Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}")] if shapes > 1 else []),
-        Column("ranges", f"faster than {baseline} at M", lambda r: r["ranges"] or None,
-               width=None if wide else 24),
-        Column("ties", "same at M (p10–p90 overlap)", lambda r: r["ties"], ms, width=None if wide else 28),
-        Column("losses", "slower at M", lambda r: r["losses"], ms),
-        Column("untimed", "not timed at M", lambda r: r["untimed"], ms),
-        Column("best_speedup", best, lambda r: r["best_speedup"], fmt_ratio, True),
-    ]
-    return cols if wide else [c for c in cols if c.key not in _CROSSOVER_WIDE_ONLY]
-
-
-#: The crossover columns a terminal table shows only with ``--wide`` (a scheme is slower at the M
-#: where it is neither faster, the same nor untimed; the note under the table names the schemes a
-#: CUDA graph cannot capture).
-_CROSSOVER_WIDE_ONLY = ("losses", "untimed")
+    cols = [Column("scheme", "scheme", lambda r: r["scheme"]), Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"),
+            Column("k", "K", lambda r: r["k"]), Column("n", "N", lambda r: r["n"]),
+            Column("baseline", "baseline", lambda r: baseline), Column("method", "method", lambda r: method),
+            Column("wins", "wins", lambda r: r["wins"]),
+            Column("ranges", f"faster than {baseline} at M", lambda r: r["ranges"] or None),
+            Column("ties", "same at M (p10–p90 overlap)", lambda r: r["ties"], ms),
+            Column("losses", "slower at M", lambda r: r["losses"], ms),
+            Column("untimed", "not timed at M", lambda r: r["untimed"], ms),
+            Column("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})", lambda r: r["best_speedup"],
+                   fmt_ratio, True),
+            Column("unusable", "unusable in a graph at M", lambda r: r["unusable"])]
+    head = ["scheme", "kn"] if shapes > 1 else ["scheme"]
+    return View("crossover", cols, [*head, "ranges", "ties", "best_speedup"],
+                [*head, "ranges", "ties", "losses", "untimed", "best_speedup"],
+                ["scheme", "k", "n", "baseline", "method", "wins", "ranges", "ties", "losses", "untimed", "best_speedup",
+                 "unusable"], short={"best_speedup": f"best ×{baseline}"})
 
 
 def render_crossover(records: list[dict], baseline: str, method: str, fmt: str = "simple", wide: bool = False) -> str:
-    """Render :func:`crossover`'s records in any :data:`qbench.render.FORMATS` format. A file with
-    several K×N shapes gets a K×N column; CSV and JSON also carry ``k``, ``n``, ``wins``,
-    ``baseline`` and ``method`` on every record, so a script needs no header line. A terminal table
-    without ``wide`` shows the narrow columns (:func:`_crossover_columns`); Markdown, CSV and JSON
-    every column."""
-    cols = _crossover_columns(baseline, method, len({(r["k"], r["n"]) for r in records}), wide=not narrow(fmt, wide))
-    if fmt in ("csv", "json"):
-        cols = [cols[0],
-                Column("k", "K", lambda r: r["k"]), Column("n", "N", lambda r: r["n"]),
-                Column("baseline", "baseline", lambda r: baseline), Column("method", "method", lambda r: method),
-                Column("wins", "wins", lambda r: r["wins"]),
-                *[c for c in cols[1:] if c.key != "kn"],
-                Column("unusable", "unusable in a graph at M", lambda r: r["unusable"])]
+    """Render :func:`crossover`'s records (:func:`crossover_view`) in any :data:`qbench.render.FORMATS`
+    format; the narrow default wraps the faster and same M at 24 and 28 characters."""
+    cols = crossover_view(baseline, method, len({(r["k"], r["n"]) for r in records})).columns(fmt, wide)
+    if narrow(fmt, wide):
+        cols = [replace(c, width={"ranges": 24, "ties": 28}.get(c.key)) for c in cols]
     return render(records, cols, fmt)
 
 

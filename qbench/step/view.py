@@ -12,8 +12,9 @@ from typing import Callable, Optional, Sequence
 
 from qbench import judge
 from qbench.judge import decision_method, methods_present
-from qbench.render import DATA_FORMATS, Column, render
-from qbench.render.columns import DASH, select, shown
+from qbench.render import DATA_FORMATS, Column, narrow, prose, render
+from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us, shown
+from qbench.render.view import View
 from qbench.row import FLAG_MEANINGS
 from qbench.step.row import StepRow
 from qbench.timing import registry
@@ -122,114 +123,100 @@ def breakeven(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple[str
 
 
 def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
-    """One flat record per row: the columns of the step table, numbers unformatted."""
+    """One flat record per row, keyed by the step table's column keys (:func:`table_view`), numbers
+    unformatted; ``_doubt`` holds the row's :func:`doubtful` marks."""
     sp, lsp = speedups(rows, baseline), linear_speedup(rows, baseline)
-    methods = methods_present(rows)
-    split = any(r.attention for r in rows)  # files with the attention timed alone: its columns too
     out = []
-    for r in rows:
-        rec = {"scheme": r.scheme, "M": r.m, "context": r.context, "status": r.status,
-               "blocks": f"{r.blocks_built}/{r.blocks}" if r.blocks_built is not None else str(r.blocks)}
-        for m in methods:
-            rec[f"{SHORT[m]} µs"] = r.step_us(m)
-        method = decision_method(r)
-        rec["tok/s"] = r.tokens_per_s.get(method) if method else None
-        rec["Σ linear µs"] = (r.linear or {}).get("sum_us")
-        rec["rest %"] = 100 * r.remainder_share[method] if method in r.remainder_share else None
-        rec["floor %"] = 100 * r.floor_fraction[method] if method in r.floor_fraction else None
-        if split:
-            a, kv = r.attention or {}, r.kv_cache or {}
-            rec["attn µs"] = a.get("us")
-            rec["attn floor %"] = 100 * a["floor_fraction"] if a.get("floor_fraction") else None
-            rec["kv"] = f"{kv.get('dtype', '')} {a.get('kernel', '')}".strip() or None
-        rec["×base"] = sp.get(r.key, {}).get(method) if method else None
-        rec["×base (Σ lin)"] = lsp.get(r.key)
-        err = r.error or {}
-        rec["logits err"], rec["KL"], rec["top-1"] = err.get("rel_fro"), err.get("kl_div"), err.get("top1_agree")
-        rec["flags"] = ", ".join(f.name for f in r.flags)
-        rec["reason"] = r.reason
-        out.append(rec)
+    for r, doubt in zip(rows, doubtful(rows, baseline)):
+        method, err = decision_method(r), r.error or {}
+        out.append({
+            "scheme": r.scheme, "m": r.m, "context": r.context, "status": r.status,
+            "blocks": f"{r.blocks_built}/{r.blocks}" if r.blocks_built is not None else str(r.blocks),
+            **{_key(m): r.step_us(m) for m in STEP_METHODS}, "tokens_per_s": r.tokens_per_s.get(method) if method else None,
+            "linear": (r.linear or {}).get("sum_us"), "rest": 100 * r.remainder_share[method] if method in r.remainder_share else None,
+            "floor": 100 * r.floor_fraction[method] if method in r.floor_fraction else None,
+            **_attention(r),
+            "speedup": sp.get(r.key, {}).get(method) if method else None, "speedup_linear": lsp.get(r.key),
+            "err": err.get("rel_fro"), "kl": err.get("kl_div"), "top1": err.get("top1_agree"),
+            "flags": ", ".join(r.flag_names), "reason": r.reason, "_doubt": doubt})
     return out
 
 
-#: Columns a table shows only with ``wide`` (csv and json always carry every column).
-WIDE_ONLY = ("status", "blocks", "tok/s", "floor %", "KL", "top-1", "flags", "attn floor %", "kv")
-#: Columns a terminal table (:func:`qbench.render.narrow`: not Markdown) shows only with ``wide``: Σ
-#: linear in µs; the narrow table keeps its share of the step (``rest``) and the speed-up it predicts
-#: (``×base Σ``), and so fits 120 characters with three step methods and a 35-character scheme.
-TERMINAL_WIDE_ONLY = ("Σ linear µs",)
-#: ``--columns`` keys of the step table -> its record keys (:func:`table_records`); a step method's
-#: key is the first word of its short name (``graph``, ``compiled``, ``loop``, ``cpu``).
-COLUMN_KEYS: dict[str, str] = {
-    "scheme": "scheme", "m": "M", "context": "context", "status": "status", "blocks": "blocks",
-    **{SHORT[m].split()[0]: f"{SHORT[m]} µs" for m in STEP_METHODS}, "tokens_per_s": "tok/s",
-    "linear": "Σ linear µs", "rest": "rest %", "floor": "floor %", "speedup": "×base", "speedup_linear": "×base (Σ lin)",
-    "err": "logits err", "kl": "KL", "top1": "top-1", "flags": "flags", "reason": "reason",
-    "attention": "attn µs", "attention_floor": "attn floor %", "kv": "kv"}
+def _attention(r: StepRow) -> dict:
+    """The attention timed alone (µs per step, its HBM floor %) and the cache it read (dtype and
+    kernel); None on rows without it (files written before the attention was timed)."""
+    a, kv = r.attention or {}, r.kv_cache or {}
+    return {"attention": a.get("us"), "attention_floor": 100 * a["floor_fraction"] if a.get("floor_fraction") else None,
+            "kv": f"{kv.get('dtype', '')} {a.get('kernel', '')}".strip() or None}
 
 
-def column_keys(columns: Sequence[str]) -> list[str]:
-    """The record keys of the ``--columns`` keys ``columns`` (:data:`COLUMN_KEYS`), in their order.
-
-    Raises:
-        ValueError: an unknown key (one line naming it and the allowed ones)."""
-    return select(columns, COLUMN_KEYS, "model-step")
+def _key(method: str) -> str:
+    """A step method's column key: the first word of its short name (``graph``, ``compiled``, ``loop``)."""
+    return SHORT[method].split()[0]
 
 
-#: Shorter titles of the default (narrow) table, which fits 120 characters.
-_NARROW_TITLES = {"context": "ctx", "Σ linear µs": "Σ lin", "rest %": "rest", "×base": "×{b}",
-                  "×base (Σ lin)": "×{b} Σ", "logits err": "err"}
+def _cell(key: str, template: str, blank: int = -1) -> Callable[[dict], str]:
+    """A record's cell: ``template`` of its value (:func:`qbench.render.columns.shown`), ``—`` where the
+    record's :func:`doubtful` mark ``blank`` is set; a speed-up (``×``) of a noisy step ends in ``*``."""
+    def cell(r: dict) -> str:
+        if blank >= 0 and r["_doubt"][blank]:
+            return DASH
+        text = shown(r[key], template)
+        return text + "*" if key == "speedup" and r["_doubt"][2] and r[key] is not None else text
+    return cell
 
 
-def _cell(key: str, rec: dict, baseline: str) -> str:
-    """The text a table shows for record key ``key`` of a :func:`table_records` record (its
-    :func:`doubtful` marks in ``rec["_doubt"]``)."""
-    value, (above, pair_above, noisy) = rec.get(key), rec["_doubt"]  # (an older file has no attention columns)
-    if key.endswith("µs"):
-        return _us(value)
-    if key in ("rest %", "floor %", "attn floor %"):
-        return DASH if key == "rest %" and above else shown(value, "{:.0f} %")
-    if key == "×base (Σ lin)":
-        return DASH if pair_above else shown(value, "{:.2f}×")
-    if key.startswith("×base"):
-        return shown(value, "{:.2f}×") + ("*" if noisy and value is not None else "")
-    if key == "tok/s":
-        return shown(value, "{:.0f}")
-    if key in ("logits err", "KL", "top-1"):
-        return shown(value, "{:.2g}")
+def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
+    """The step table declared (:class:`qbench.render.view.View`) over :func:`table_records`: the step
+    per method present (µs, ms from 1000), tokens/s, Σ linear, the remainder's share, the HBM floor,
+    the speed-up over ``baseline`` measured and as Σ linear predicts it, the logits error. The
+    narrow default keeps what fits 120 characters with three step methods and a 35-character scheme."""
+    b, methods = baseline, [_key(m) for m in methods_present(rows) if m in SHORT]
+    def col(key: str, header: str, cell=None, numeric: bool = True) -> Column:
+        return Column(key, header, lambda r: r[key], numeric=numeric, cell_override=cell or (lambda r: _text(r[key])))
+    catalogue = [col("scheme", "scheme", numeric=False), col("m", "M"), col("context", "context"),
+                 col("status", "status", numeric=False), col("blocks", "blocks"),
+                 *[col(_key(m), f"{SHORT[m]} µs", lambda r, k=_key(m): _us(r[k])) for m in STEP_METHODS],
+                 col("tokens_per_s", "tok/s", _cell("tokens_per_s", "{:.0f}")),
+                 col("linear", "Σ linear µs", lambda r: _us(r["linear"])), col("rest", "rest %", _cell("rest", "{:.0f} %", 0)),
+                 col("floor", "floor %", _cell("floor", "{:.0f} %")),
+                 col("attention", "attn µs", lambda r: _us(r["attention"])),
+                 col("attention_floor", "attn floor %", _cell("attention_floor", "{:.0f} %")),
+                 col("kv", "kv", numeric=False), col("speedup", f"×{b}", _cell("speedup", "{:.2f}×")),
+                 col("speedup_linear", f"×{b} (Σ lin)", _cell("speedup_linear", "{:.2f}×", 1)),
+                 col("err", "logits err", _cell("err", "{:.2g}")), col("kl", "KL", _cell("kl", "{:.2g}")),
+                 col("top1", "top-1", _cell("top1", "{:.2g}")), col("flags", "flags", numeric=False),
+                 col("reason", "reason", numeric=False)]
+    split = any(r.attention for r in rows)  # files with the attention timed alone: its columns too
+    attn = ["attention", "attention_floor", "kv"] if split else []
+    wide = ["scheme", "m", "context", "status", "blocks", *methods, "tokens_per_s", "linear", "rest", "floor", *attn,
+            "speedup", "speedup_linear", "err", "kl", "top1", "flags"]
+    return View("model-step", catalogue, narrow=["scheme", "m", "context", *methods, "rest", *attn[:1], "speedup",
+                                                  "speedup_linear", "err"],
+                wide=wide, data=[*wide, "reason"],
+                short={"context": "ctx", "rest": "rest", "speedup_linear": f"×{b} Σ", "err": "err",
+                       **{_key(m): SHORT[m] for m in STEP_METHODS}})
+
+
+def _text(value) -> str:
     return DASH if value in (None, "") else str(value)
 
 
-def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16", wide: bool = False,
-               fit: Optional[Callable[[str], str]] = None, columns: Optional[Sequence[str]] = None) -> str:
-    """The step rows as a table in ``fmt`` (any format of :func:`qbench.render.render`): scheme, M,
-    context, the step per method (µs), the remainder's share, the speed-up over ``baseline`` measured
-    and as Σ linear predicts it, the logits error; the flags under the table. ``wide`` (and csv, json)
-    adds :data:`WIDE_ONLY`. ``fit`` (the caller's prose wrapper, given for a narrow terminal table)
-    leaves out :data:`TERMINAL_WIDE_ONLY` too and wraps the notes. ``columns``: those ``--columns``
-    keys (:data:`COLUMN_KEYS`) alone, in every format."""
-    recs = table_records(rows, baseline)
-    doubts = doubtful(rows, baseline)
-    for rec, doubt in zip(recs, doubts):
-        rec["_doubt"] = doubt
-    keys = column_keys(columns) if columns else [
-        k for k in (recs[0] if recs else {}) if k != "_doubt" and (fmt in DATA_FORMATS or not (
-            k == "reason" or (not wide and k in WIDE_ONLY) or (fit is not None and k in TERMINAL_WIDE_ONLY)))]
-    title = (lambda k: k) if wide or fmt in DATA_FORMATS else (
-        lambda k: _NARROW_TITLES.get(k, k.removesuffix(" µs")).format(b=baseline))
-    cols = [Column(k, title(k), lambda r, k=k: r.get(k), cell_override=lambda r, k=k: _cell(k, r, baseline)) for k in keys]
-    if not recs:
-        return "[]" if fmt == "json" else "" if fmt == "csv" else "(no rows)"
-    text = render(recs, cols, fmt)
-    if fmt in DATA_FORMATS:
-        return text
+def table_notes(rows: Sequence[StepRow], records: Sequence[dict], wide: bool = False) -> list[str]:
+    """The lines under a step table: why rows did not run, the flags (each once per scheme; a ``wide``
+    layout shows them in a column) and what the table's ``—`` and ``*`` marks mean."""
     notes = [f"{r.scheme} M={r.m} context={r.context}: {r.status}: {r.reason}" for r in rows if r.status != "ok"]
-    if not wide:  # the flags under the table, each once per scheme and flag name
-        notes += flag_notes(rows)
-    notes += doubt_legend(doubts)
-    if fit is not None:  # a terminal table without --wide: the notes wrap at 120 characters too
-        notes = [fit(note) for note in notes]
-    return text + ("\n\n" + "\n".join(notes) if notes else "")
+    return notes + ([] if wide else flag_notes(rows)) + doubt_legend([r["_doubt"] for r in records])
+
+
+def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16", wide: bool = False,
+               columns: Optional[Sequence[str]] = None) -> str:
+    """The step table of ``rows`` in ``fmt`` (:func:`table_view`'s layout for ``fmt``, or the
+    ``--columns`` keys ``columns``) with its notes (:func:`table_notes`) under it in a table format."""
+    records = table_records(rows, baseline)
+    text = render(records, table_view(rows, baseline).columns(fmt, wide, columns), fmt)
+    notes = table_notes(rows, records, not narrow(fmt, wide)) if fmt not in DATA_FORMATS else []
+    return text + ("\n\n" + "\n".join(prose(fmt, wide)(n) for n in notes) if notes else "")
 
 
 #: A step below Σ linear by more than this share of the step (the producer's ``linear-above-step``
@@ -419,6 +406,60 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseli
                     "within": len(within), "timed": len(timed),
                     "untimed": [r.scheme for r in here if not decision_method(r)]})
     return out
+
+
+def recommend_view(baseline: str = "bf16") -> View:
+    """The table of :func:`recommend` records declared (:class:`qbench.render.view.View`): per M and
+    context the pick, its step method and step, tokens/s, speed-up over ``baseline``, logits error and
+    how many timed schemes are within the budget (the joined recommend adds the quality columns)."""
+    cols = [Column("m", "M", lambda r: r["m"], str, True), Column("context", "context", lambda r: r["context"], str, True),
+            Column("pick", "fastest step within the budget", lambda r: r["pick"] or "none"),
+            Column("method", "step method", lambda r: SHORT.get(r["method"], DASH) if r["method"] else DASH),
+            Column("step_us", "step µs", lambda r: r["step_us"], fmt_us, True),
+            Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
+            Column("speedup", f"×{baseline}", lambda r: r["speedup"], fmt_ratio, True),
+            Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+            Column("within", "within budget", lambda r: f"{r['within']} of {r['timed']}", numeric=True)]
+    keys = [c.key for c in cols]
+    return View("model-step recommend", cols, keys, keys, keys,
+                short={"context": "ctx", "pick": "pick", "method": "method", "within": "within"})
+
+
+def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Optional[float] = None) -> View:
+    """The table of ``qbench model`` on step files declared over :func:`model_records` records (with
+    ``rel_fro``, ``over_budget`` and their :func:`doubtful` marks, ``_doubt``): M, context, scheme, the
+    step by its method, tokens/s, Σ linear, the remainder's share, the speed-up over ``baseline`` (the
+    narrow table: by the row's method; wide: per method present) and as Σ linear predicts it, the logits
+    error and, with ``max_rel_err``, whether it is over that budget."""
+    b = baseline
+    methods = [m for m in STEP_METHODS if any(m in r["speedup"] for r in records)]
+
+    def speedup(r: dict, m: Optional[str]) -> str:
+        v = r["speedup"].get(m) if m else None
+        return fmt_ratio(v) + ("*" if v is not None and m == r["method"] and r["_doubt"][2] else "")
+
+    cols = [Column("m", "M", lambda r: r["m"], str, True), Column("context", "context", lambda r: r["context"], str, True),
+            Column("scheme", "scheme", lambda r: r["scheme"]),
+            Column("method", "step method", lambda r: SHORT.get(r["method"], r["method"] or DASH)),
+            Column("step_us", "step µs (measured)", lambda r: r["step_us"], fmt_us, True),
+            Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
+            Column("linear_us", "Σ linear µs", lambda r: r["linear_us"], fmt_us, True),
+            Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None or r["_doubt"][0] else 100 * r["rest_share"],
+                   fmt_pct, True),
+            Column("speedup", f"×{b}", lambda r: r["speedup"].get(r["method"]) if r["method"] else None, numeric=True,
+                   cell_override=lambda r: speedup(r, r["method"])),
+            *[Column(f"speedup_{m}", f"×{b} {SHORT[m]}", lambda r, m=m: r["speedup"].get(m), numeric=True,
+                     cell_override=lambda r, m=m: speedup(r, m)) for m in methods],
+            Column("linear_speedup", f"×{b} Σ linear", lambda r: None if r["_doubt"][1] else r["linear_speedup"],
+                   fmt_ratio, True),
+            Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+            Column("budget", f"≤ {max_rel_err or 0:g}", lambda r: "over" if r["over_budget"] else "ok")]
+    budget = ["budget"] if max_rel_err is not None else []
+    wide = ["m", "context", "scheme", "method", "step_us", "tokens_per_s", "linear_us", "rest_pct",
+            *(f"speedup_{m}" for m in methods), "linear_speedup", "rel_fro", *budget]
+    return View("model-step", cols, ["m", "context", "scheme", "method", "step_us", "rest_pct", "speedup", "linear_speedup",
+                                     "rel_fro", *budget], wide, wide,
+                short={"context": "ctx", "method": "method", "step_us": "step µs", "linear_speedup": f"×{b} Σ", "rel_fro": "err"})
 
 
 def pick_notes(rec: Sequence[dict], rows: Sequence[StepRow], error: str = "the lower logits error") -> list[str]:

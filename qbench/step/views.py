@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-from typing import Optional
 
 from qbench import judge
-from qbench.judge import decision_method, incomplete_warning
-from qbench.readers.common import (ACT_ON, Refused, chart_folder, check_baseline, incomplete_notes, one_machine,
-                                   one_result, refuse_budgets, refuse_options)
-from qbench.render import Column, fit, narrow, prose, render, synthetic_step_warning, wants_prose
-from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us
+from qbench.judge import decision_method
+from qbench.readers.common import (ACT_ON, Refused, Table, chart_folder, check_baseline, incomplete_notes, one_machine,
+                                   one_result, refuse_budgets, refuse_options, show_table)
+from qbench.render import narrow, prose, synthetic_step_warning, wants_prose
+from qbench.render.view import show
 from qbench.render.safe import visible
 from qbench.render.styles import plain, scheme_styles
 from qbench.results import ResultDoc
@@ -37,80 +35,40 @@ def _one_kind(paths: list[str], docs: list[ResultDoc]) -> None:
                       + ", ".join(f"{p} ({d.job})" for p, d in zip(paths, docs)))
 
 
-# ---- qbench run ----------------------------------------------------------------------------------
+# ---- qbench run, qbench report ----------------------------------------------------------------------
+
+def _table(doc: ResultDoc, rows: list, args: argparse.Namespace) -> Table:
+    """The step table of ``rows`` of ``doc`` declared (:func:`qbench.step.view.table_view`), with what
+    its columns and methods are above it and its notes under it."""
+    baseline, wide = getattr(args, "baseline", "bf16"), getattr(args, "wide", False)
+    records = step_view.table_records(rows, baseline)
+    return Table(step_view.table_view(rows, baseline), records, step_view.describe(doc),
+                 step_view.table_notes(rows, records, not narrow(args.format, wide)))
+
 
 def run_view(doc: ResultDoc, args: argparse.Namespace) -> int:
-    """``qbench run``'s table of a model-step run: what the columns and methods are (on stderr when the
-    format is meant to be parsed), then :func:`qbench.step.view.step_table`. Returns the rows shown."""
-    machine = not wants_prose(args.format)
-    show = prose(args.format, args.wide)
-    for line in step_view.describe(doc):
-        print(show(visible(line)), file=sys.stderr if machine else sys.stdout)
-    print(step_view.step_table(doc.rows, fmt=args.format, wide=args.wide,
-                               fit=fit if narrow(args.format, args.wide) else None))
-    return len(doc.rows)
+    """``qbench run``'s table of a model-step run (:func:`qbench.readers.common.show_table`). Returns the rows shown."""
+    return show_table(args, doc, _table(doc, doc.rows, args))
 
-
-# ---- qbench report -------------------------------------------------------------------------------
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench report STEP.json`` (files of one result): its step table (:func:`qbench.step.view.step_table`: the step per method,
-    tokens/s, Σ linear, the remainder, the HBM floor, the speed-up over ``--baseline`` measured and
-    as Σ linear predicts it, the logits error), in the file's order, or with ``--by-m`` sorted by M
-    and context; prose (what the columns and methods are, an incomplete file) around terminal
-    tables; ``--columns`` picks the step table's columns (:data:`qbench.step.view.COLUMN_KEYS`).
-    ``--crossover``, ``--sort`` and ``--method`` read per-layer rows and are refused."""
+    """``qbench report STEP.json`` (files of one result): the step table in the file's order, or with
+    ``--by-m`` sorted by M and context; ``--columns`` picks its columns. ``--crossover``, ``--sort``
+    and ``--method`` read per-layer rows and are refused."""
     result = one_result(paths, docs)
-    args.result, doc = result.label, result.doc  # messages name every file
-    refuse_options(args, ("crossover", "sort", "method"), args.result + ": a model-step result; {flag} reads "
+    refuse_options(args, ("crossover", "sort", "method"), result.label + ": a model-step result; {flag} reads "
                    "per-layer results (qbench model shows the context sweep)")
-    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
-    if columns:
-        try:
-            step_view.column_keys(columns)
-        except ValueError as exc:
-            raise Refused(f"{args.result}: {exc}") from None
     if isinstance(args.by_m, str):  # a column (a bare --by-m is the table by M)
-        raise Refused(f"{args.result}: a model-step result; --by-m takes no column for it (the step table, by M)")
-    rows = [r for r in doc.rows if args.status == "all" or r.status == "ok"]
+        raise Refused(f"{result.label}: a model-step result; --by-m takes no column for it (the step table, by M)")
+    rows = [r for r in result.doc.rows if args.status == "all" or r.status == "ok"]
     if args.by_m is not None:
         order = {r.key: i for i, r in enumerate(rows)}
         rows = sorted(rows, key=lambda r: (r.m, r.context, order[r.key]))
-    wide = getattr(args, "wide", False)
-    show = prose(args.format, wide)
-    if wants_prose(args.format):
-        for line in step_view.describe(doc):
-            print(show(visible(line)))  # the file's title and model name: one line whatever they hold
-        warning = incomplete_warning(doc, args.result)
-        if warning:
-            print(show(warning.removeprefix("warning: ")))
-        print()
-    table = step_view.step_table(rows, fmt=args.format, baseline=args.baseline, wide=wide,
-                                 fit=fit if narrow(args.format, wide) else None, columns=columns)
-    print(table, end="" if table.endswith("\n") else "\n")  # csv ends its last line itself
+    show_table(args, result.doc, _table(result.doc, rows, args), result.label)
     return 0
 
 
 # ---- qbench recommend ----------------------------------------------------------------------------
-
-def _recommend_columns(baseline: str, wide: bool = True) -> list[Column]:
-    """The columns of a model-step file's table; without ``wide`` (a terminal table without
-    ``--wide``) the same columns under shorter headers, which fit 120 characters (the line above
-    the table says what the pick is)."""
-    return [
-        Column("m", "M", lambda r: r["m"], str, True),
-        Column("context", "context" if wide else "ctx", lambda r: r["context"], str, True),
-        Column("pick", "fastest step within the budget" if wide else "pick", lambda r: r["pick"] or "none"),
-        Column("method", "step method" if wide else "method",
-               lambda r: step_view.SHORT.get(r["method"], DASH) if r["method"] else DASH),
-        Column("step_us", "step µs", lambda r: r["step_us"], fmt_us, True),
-        Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-        Column("speedup", f"×{baseline}", lambda r: r["speedup"], fmt_ratio, True),
-        Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
-        Column("within", "within budget" if wide else "within", lambda r: f"{r['within']} of {r['timed']}",
-               numeric=True),
-    ]
-
 
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
     """``qbench recommend STEP.json --max-rel-err X``: per file, per M and context, the pick of
@@ -136,32 +94,24 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
                for path, doc, rec in records]
         print(json.dumps(out if len(out) > 1 else out[0], indent=2, ensure_ascii=False))
         return 0 if picked else 1
-    fits = narrow(args.format, getattr(args, "wide", False))
-    say = prose(args.format, getattr(args, "wide", False))
+    wide = getattr(args, "wide", False)
+    view = step_view.recommend_view(args.baseline)
+    methods = ", else ".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
     for i, (path, doc, rec) in enumerate(records):
         rows = doc.rows
         if len(records) > 1:
             print(("\n" if i else "") + visible(f"== {path}"))
-        if wants_prose(args.format):
-            print(say(visible(f"{rows[0].title} ({rows[0].model}), decode step: the fastest step (or one tied with "
-                              f"it within noise, named under the table) whose logits error "
-                              f"against the FP32 step is ≤ {args.max_rel_err:g} (error.rel_fro), per M and context; "
-                              "step method: " + ", else ".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
-                              .replace("(r-o)", "(r-o: torch.compile reduce-overhead in a decode loop)") + "; "
-                              f"×{args.baseline} = {args.baseline} step / this step (a compiled scheme against "
-                              f"{args.baseline}+compiled)"
-                              + ("; within: how many timed schemes are within the budget" if fits else ""))))
-            warning = synthetic_step_warning(rows)
-            if warning:
-                print(say(visible(warning)))
-            print()
-        print(render(rec, _recommend_columns(args.baseline, wide=not fits), args.format))
-        if wants_prose(args.format):
-            for line in step_view.pick_notes(rec, rows):
-                print("\n" + say(visible(line)))
+        said = (f"{rows[0].title} ({rows[0].model}), decode step: the fastest step (or one tied with it within noise, "
+                f"named under the table) whose logits error against the FP32 step is ≤ {args.max_rel_err:g} "
+                f"(error.rel_fro), per M and context; step method: {methods}"
+                .replace("(r-o)", "(r-o: torch.compile reduce-overhead in a decode loop)")
+                + f"; ×{args.baseline} = {args.baseline} step / this step (a compiled scheme against "
+                f"{args.baseline}+compiled); within: how many timed schemes are within the budget")
+        show(rec, view.columns(args.format, wide), args.format, wide=wide,
+             describe=[said, *filter(None, [synthetic_step_warning(rows)])], notes=step_view.pick_notes(rec, rows))
     if len(records) > 1 and wants_prose(args.format):
         for line in _across_files(records):
-            print("\n" + say(visible(line)))
+            print("\n" + prose(args.format, wide)(visible(line)))
     return 0 if picked else 1
 
 
@@ -205,58 +155,6 @@ def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]
 
 # ---- qbench model --------------------------------------------------------------------------------
 
-def _model_columns(records: list[dict], baseline: str, wide: bool = True,
-                   doubts: Optional[dict] = None) -> list[Column]:
-    """The step table's columns (before the error): M, context, scheme, step method, the measured
-    step, tokens/s, Σ linear, the remainder's share, ×baseline per step method present and as Σ
-    linear predicts it. Without ``wide`` the narrow set (:data:`STEP_WIDE_ONLY` left out; the
-    speed-up is the step method's, under ``×baseline``, and the headers are short), which fits 120
-    characters with the error and budget columns on the committed H200 step files. ``doubts``:
-    (scheme, M, context) -> :func:`qbench.step.view.doubtful`'s marks: a remainder or a Σ speed-up
-    that is no reading reads ``—``, a noisy step's speed-up by its method ends in ``*``."""
-    methods = [m for m in step_view.STEP_METHODS if any(m in r["speedup"] for r in records)]
-    doubts = doubts or {}
-
-    def mark(r: dict) -> tuple[bool, bool, bool]:
-        return doubts.get((r["scheme"], r["m"], r["context"]), (False, False, False))
-
-    def speedup(r: dict, m: Optional[str]) -> str:
-        v = r["speedup"].get(m) if m else None
-        return fmt_ratio(v) + ("*" if v is not None and m == r["method"] and mark(r)[2] else "")
-
-    cols = [
-        Column("m", "M", lambda r: r["m"], str, True),
-        Column("context", "context" if wide else "ctx", lambda r: r["context"], str, True),
-        Column("scheme", "scheme", lambda r: r["scheme"]),
-        Column("method", "step method" if wide else "method",
-               lambda r: step_view.SHORT.get(r["method"], r["method"] or DASH)),
-        Column("step_us", "step µs (measured)" if wide else "step µs", lambda r: r["step_us"], fmt_us, True),
-        Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-        Column("linear_us", "Σ linear µs", lambda r: r["linear_us"], fmt_us, True),
-        Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None or mark(r)[0] else 100 * r["rest_share"],
-               fmt_pct, True),
-    ]
-    if not wide:  # the speed-up by the row's own step method, as the step table of qbench report shows it
-        cols.append(Column("speedup", f"×{baseline}", lambda r: r["speedup"].get(r["method"]) if r["method"] else None,
-                           numeric=True, cell_override=lambda r: speedup(r, r["method"])))
-        cols.append(Column("linear_speedup", f"×{baseline} Σ", lambda r: None if mark(r)[1] else r["linear_speedup"],
-                           fmt_ratio, True))
-        return [c for c in cols if c.key not in STEP_WIDE_ONLY]
-    for m in methods:
-        cols.append(Column(f"speedup_{m}", f"×{baseline} {step_view.SHORT[m]}", lambda r, m=m: r["speedup"].get(m),
-                           numeric=True, cell_override=lambda r, m=m: speedup(r, m)))
-    cols.append(Column("linear_speedup", f"×{baseline} Σ linear", lambda r: None if mark(r)[1] else r["linear_speedup"],
-                       fmt_ratio, True))
-    return cols
-
-
-#: The columns of a model-step table a terminal shows only with ``--wide``: tokens/s (M / step) and Σ
-#: linear in µs (the narrow table keeps its share of the step, ``rest``, and the speed-up it predicts,
-#: ``×baseline Σ``); the narrow table's one ``×baseline`` is the row's step method's, the wide one has
-#: one per method.
-STEP_WIDE_ONLY = ("tokens_per_s", "linear_us")
-
-
 def disagreements(records: list[dict]) -> list[dict]:
     """The (M, context) of :func:`qbench.step.view.model_records` ``records`` (with ``over_budget``)
     at which the fastest measured step and the fastest Σ linear are different schemes, among the
@@ -298,7 +196,7 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
                           "per row; to compare runs of one scenario use qbench recommend A.json B.json")
         rows += mine
     check_baseline(paths, {r.scheme.replace("+compiled", "") for r in rows}, args.baseline)
-    notes = incomplete_notes(paths, docs, getattr(args, "allow_incomplete", False) and wants_prose(args.format))
+    notes_ = incomplete_notes(paths, docs, getattr(args, "allow_incomplete", False) and wants_prose(args.format))
     records = step_view.model_records(rows, args.baseline)
     for rec in records:
         err = next(step_view.logits_error(r) for r in rows if (r.scheme, r.m, r.context) ==
@@ -308,65 +206,39 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
     sweep = step_view.sweep(rows, args.baseline)
     if args.format == "json":
         print(json.dumps({"model": args.name, "baseline": args.baseline, "rows": records, "sweep": sweep,
-                          "notes": notes}, indent=2, ensure_ascii=False))
+                          "notes": notes_}, indent=2, ensure_ascii=False))
         return 0 if any(r["step_us"] is not None for r in records) else 1
-    fits = narrow(args.format, getattr(args, "wide", False))
+    wide = getattr(args, "wide", False)
     doubts = dict(zip(((r.scheme, r.m, r.context) for r in rows), step_view.doubtful(rows, args.baseline)))
-    cols = _model_columns(records, args.baseline, wide=not fits, doubts=doubts)
-    cols.append(Column("rel_fro", "err" if fits else "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True))
-    if args.max_rel_err is not None:
-        cols.append(Column("budget", f"≤ {args.max_rel_err:g}", lambda r: "over" if r["over_budget"] else "ok"))
-    table = render(records, cols, args.format)
-    if not wants_prose(args.format):
-        print(table)
-        return 0 if any(r["step_us"] is not None for r in records) else 1
-    say = prose(args.format, getattr(args, "wide", False))
-    title = rows[0].title
-    b = args.baseline
-    methods = "/".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
-    print(say(visible(f"{title} ({args.name}): the measured decode step (qbench.step) beside the linear-only "
-                      "prediction")))
-    warning = synthetic_step_warning(rows)
-    if warning:
-        print(say(visible(warning)))
+    for rec in records:
+        rec["_doubt"] = doubts[(rec["scheme"], rec["m"], rec["context"])]
+    view = step_view.model_view(records, args.baseline, args.max_rel_err)
+    b, methods = args.baseline, "/".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
+    describe = [f"{rows[0].title} ({args.name}): the measured decode step (qbench.step) beside the linear-only prediction",
+                *filter(None, [synthetic_step_warning(rows)])]
     disagree = disagreements(records)
     if disagree:
         first = disagree[0]
-        print(say(f"the measured step and Σ linear name different fastest schemes ({len(disagree)} of "
-                  f"{len({(r['m'], r['context']) for r in records})} (M, context); M={first['m']} "
-                  f"context={first['context']}: {first['step']} measured, {first['linear']} by Σ linear); " + ACT_ON))
-    if fits:
-        print(say(f"step = the {methods} step, first present (method); rest = (step - Σ linear) / step, Σ linear = the "
-                  f"per-layer stream times of the same linear layers in the same run (what the layer view predicts); "
-                  f"×{b} = {b} step / this step by its method (a compiled scheme against {b}+compiled), ×{b} Σ = as "
-                  f"Σ linear predicts it; err = the logits' error against the FP32 step; --wide: tokens/s, Σ linear µs "
-                  f"and ×{b} per step method"))
-    else:
-        print(f"step = the {methods} step, first present "
-              f"(step method); Σ linear = the per-layer stream times of the same linear layers in the same run "
-              f"(what the layer view predicts); rest = (step - Σ linear) / step; ×{b} = "
-              f"{b} step / this step per method (a compiled scheme against {b}+compiled)")
-    print()
-    print(table)
-    for line in step_view.doubt_legend([doubts[(r["scheme"], r["m"], r["context"])] for r in records]):
-        print(say(line))
-    print()
-    print(say(f"context sweep: where each scheme stops beating {b} (its step no faster than {b}'s)"))
-    for rec in sweep:
-        print(say(visible(step_view.sweep_line(rec, b))))
+        describe.append(f"the measured step and Σ linear name different fastest schemes ({len(disagree)} of "
+                        f"{len({(r['m'], r['context']) for r in records})} (M, context); M={first['m']} "
+                        f"context={first['context']}: {first['step']} measured, {first['linear']} by Σ linear); " + ACT_ON)
+    describe.append(f"step = the {methods} step, first present (method); rest = (step - Σ linear) / step, Σ linear = the "
+                    f"per-layer stream times of the same linear layers in the same run (what the layer view predicts); "
+                    f"×{b} = {b} step / this step by its method (a compiled scheme against {b}+compiled), ×{b} Σ = as "
+                    f"Σ linear predicts it; err = the logits' error against the FP32 step"
+                    + (f"; --wide: tokens/s, Σ linear µs and ×{b} per step method" if narrow(args.format, wide) else ""))
+    notes = [*step_view.doubt_legend([r["_doubt"] for r in records]), "",
+             f"context sweep: where each scheme stops beating {b} (its step no faster than {b}'s)",
+             *(step_view.sweep_line(rec, b) for rec in sweep)]
     flags = step_view.flag_notes(rows)
     if flags:
-        print()
-        print(say("flags (what could mislead a reader of a row): "
-                  + step_view.flag_legend([name for r in rows for name in r.flag_names])))
-        for line in flags:
-            print(say(visible(line)))
-    untimed = sorted({r.scheme for r in rows if r.status == "ok" and step_view.decision_method(r) is None})
-    for scheme in untimed:
+        notes += ["", "flags (what could mislead a reader of a row): "
+                  + step_view.flag_legend([name for r in rows for name in r.flag_names]), *flags]
+    for scheme in sorted({r.scheme for r in rows if r.status == "ok" and step_view.decision_method(r) is None}):
         why = next((t.text for r in rows if r.scheme == scheme for t in r.latency_reasons.values()), "no step time")
-        print(say(visible(f"note: {scheme} has no step time: {why[:160]}")))
-    for note in notes:
-        print(say(visible(f"note: {note}")))
+        notes.append(f"note: {scheme} has no step time: {why[:160]}")
+    show(records, view.columns(args.format, wide), args.format, wide=wide, describe=describe,
+         notes=[*notes, *(f"note: {note}" for note in notes_)])
     return 0 if any(r["step_us"] is not None for r in records) else 1
 
 

@@ -341,7 +341,7 @@ def test_mixed_dtypes_take_the_config_dtype_and_say_so(tmp_path, capsys):
         {"model.layers.0.self_attn.q_proj.weight": t["model.layers.0.self_attn.q_proj.weight"].bfloat16()}))
     out = _check_out(scenario(tmp_path, ck), capsys)
     assert checkpoint.open_checkpoint(ck).dtype == "float32"
-    assert "the tensors' dtypes are mixed (" in out and "1 tensors bfloat16" in out
+    assert "the tensors' dtypes are mixed (" in out and "1 tensor bfloat16" in out
     assert "taken as float32 (config.json's dtype)" in out
 
 

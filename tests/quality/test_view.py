@@ -182,3 +182,35 @@ def test_the_kld_tail_is_a_budget(capsys):
     assert "nf4-bnb (99th-percentile KLD 0.015 > 0.01)" in out.split("outside the budget")[1]
     assert cli.main(["recommend", STEP, TINY, "--max-kld-p99", "-1"]) == 2
     assert "--max-kld-p99: must be a number >= 0, got -1.0" in capsys.readouterr().err
+
+
+def test_a_report_of_rows_of_two_texts_says_each(tmp_path, capsys):
+    """A file whose rows scored two texts printed the first row's text as every row's header."""
+    import json
+
+    doc = json.loads(Path(SMOLLM2).read_text())
+    doc["rows"][1]["text"], doc["rows"][1]["text_sha256"] = "other.txt", "ab" * 32
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps(doc))
+    assert cli.main(["report", str(path)]) == 0
+    out = capsys.readouterr().out
+    first, second = doc["rows"][0], doc["rows"][1]
+    assert out.startswith("the rows differ: 2 models or texts, each said with its schemes\n")
+    assert f"text other.txt (sha256 abababababab)" in out and f"(sha256 {first['text_sha256'][:12]})" in out
+    assert f"(schemes: {second['scheme']})" in " ".join(out.split())
+
+
+def test_a_negative_zero_budget_reads_zero(capsys):
+    assert cli.main(["recommend", STEP, TINY, "--max-kld", "-0"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "mean KLD ≤ 0 " in out and "≤ -0" not in out and "> -0)" not in out
+
+
+def test_rms_dp_is_a_budget(capsys):
+    """--max-dp-rms bounds RMS Δp (bf16's 0.0021 on the trained model misses 0.002, fp32's 0 meets it)."""
+    assert cli.main(["recommend", STEP, TINY, "--max-dp-rms", "0.002", "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert "meets RMS Δp ≤ 0.2 % on this checkpoint" in " ".join(out.split())
+    assert "bf16 (RMS Δp 0.21 % > 0.2 %)" in out.split("outside the budget")[1]
+    assert cli.main(["recommend", STEP, TINY, "--max-dp-rms", "2"]) == 2
+    assert "--max-dp-rms: must be a number >= 0 and <= 1, got 2.0" in capsys.readouterr().err

@@ -149,7 +149,7 @@ MORE_VIEWS = {
                     ["Σ linear µs", "tok/s", "top-1", "floor %", "flags",
                      "  loop (r-o): µs per step of torch.compile(mode='reduce-overhead') in a decode loop (token n feeds "
                      "step n+1, no sync between): host included"],
-                    "| Σ lin "),
+                    " Σ linear µs |"),
     "report": (["report", "results/h200/decode.json"],
                ["stored MiB", "roofline µs", "HBM floor µs",
                 "w8a8-dynamic+compiled (M=1) skipped: compiled w8a8-dynamic lowers to torch._int_mm, whose CUDA "

@@ -176,19 +176,17 @@ def test_report_prints_the_step_table(capsys):
     assert run_subcommand(report, "report", STEP_8B) == 0
     out = capsys.readouterr().out
     assert out.startswith("model step: Llama-3.1-8B; weights: seeded Gaussian")
-    from qbench.render import fit
-
-    # a terminal table without --wide: the caller's 120-character rule (qbench.render.fit) passed in
-    assert out.rstrip("\n").endswith(view.step_table(read_results(STEP_8B).rows, fit=fit))
+    # the table and its notes, wrapped at 120 characters
+    assert out.rstrip("\n").endswith(view.step_table(read_results(STEP_8B).rows))
     header = next(line for line in out.splitlines() if line.startswith("scheme "))
-    assert "Σ lin " not in header  # Σ linear in µs: --wide, in a terminal
-    assert "Σ lin " in view.step_table(read_results(STEP_8B).rows).splitlines()[0]
+    assert "Σ lin" not in header and max(map(len, out.splitlines())) <= 120  # Σ linear in µs: --wide, in a terminal
+    assert "Σ linear µs" in view.step_table(read_results(STEP_8B).rows, wide=True).splitlines()[0]
 
 
 def test_report_by_m_is_the_step_table_sorted_by_m(capsys):
     assert run_subcommand(report, "report", STEP_8B, "--by-m", "--format", "csv") == 0
     records = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    ms = [(int(r["M"]), int(r["context"])) for r in records]
+    ms = [(int(r["m"]), int(r["context"])) for r in records]
     assert len(ms) == 78 and ms == sorted(ms)
     assert [r["scheme"] for r in records[:10]] == ["bf16", "fp16", "int4-weight-only", "int8-weight-only",
                                                    "fp8-weight-only", "fp8-dynamic", "fp8-dynamic[kernel_preference=mslk]",
@@ -402,9 +400,9 @@ def test_report_takes_columns_for_a_step_table(capsys):
     assert run_subcommand(report, "report", STEP_8B, "--columns", "scheme,m,context,compiled,speedup,err",
                           "--format", "csv") == 0
     rows = list(csv.DictReader(capsys.readouterr().out.splitlines()))
-    assert list(rows[0]) == ["scheme", "M", "context", "compiled µs", "×base", "logits err"] and len(rows) == 78
+    assert list(rows[0]) == ["scheme", "m", "context", "compiled", "speedup", "err"] and len(rows) == 78
     assert run_subcommand(report, "report", STEP_8B, "--columns", "scheme,linear,kl", "--format", "github") == 0
-    assert [c.strip() for c in capsys.readouterr().out.splitlines()[0].split("|")[1:-1]] == ["scheme", "Σ lin", "KL"]
+    assert [c.strip() for c in capsys.readouterr().out.splitlines()[0].split("|")[1:-1]] == ["scheme", "Σ linear µs", "KL"]
     assert run_subcommand(report, "report", STEP_8B, "--columns", "scheme,bogus") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown column 'bogus' for a model-step table; allowed: scheme, m," in err
