@@ -103,13 +103,15 @@ def shared_flags(rows: Sequence[QualityRow]) -> list[str]:
 
 
 def describe(rows: Sequence[QualityRow]) -> list[str]:
-    """The lines above the table: the model and its weights, the text and its chunks, the reference;
-    rows that measured different models or texts are said to differ, each group with its schemes."""
+    """The lines above the table: the model and its weights, the text and its chunks, the KV cache when
+    not the activation dtype, the reference; rows that measured different models, texts or caches are
+    said to differ, each group with its schemes."""
     if not rows:
         return ["quality: no rows"]
     groups: dict[tuple, list[QualityRow]] = {}
     for r in rows:
-        groups.setdefault((r.title, r.model, r.weights, r.text, r.text_sha256, r.chunks, r.chunk), []).append(r)
+        kv = (r.kv_cache or {}).get("dtype")
+        groups.setdefault((r.title, r.model, r.weights, r.text, r.text_sha256, r.chunks, r.chunk, kv), []).append(r)
     lines = [] if len(groups) == 1 else [f"the rows differ: {len(groups)} models or texts, each said with its schemes"]
     for group in groups.values():
         r = group[0]
@@ -118,6 +120,8 @@ def describe(rows: Sequence[QualityRow]) -> list[str]:
                   f"text {r.text} (sha256 {r.text_sha256[:12]}): {r.chunks} chunks of {r.chunk} tokens, the second half "
                   f"of each scored ({r.scored_per_chunk} tokens a chunk: every scored token has at least half a chunk of "
                   "context, llama.cpp's convention)"]
+        if r.kv_cache:  # the cache's own damage is in every statistic of these rows
+            lines.append(f"KV cache: {r.kv_cache.get('dtype')} (each chunk runs through it): scale {r.kv_cache.get('scale')}")
     ref = next((x.reference for x in rows if x.reference is not None), None)
     if ref is not None:
         lines.append(f"reference: the model with float linears in {ref.dtype}; its log-probabilities shared by every "
