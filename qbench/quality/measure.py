@@ -167,6 +167,7 @@ class _Reference:
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
         self.path = Path(shared_dir) / f"quality-reference-{digest}.bin"
         self.computed_s: Optional[float] = None
+        self.held: Optional[torch.Tensor] = None  # every chunk on the device while held (:meth:`hold`)
 
     def ensure(self, weights: Weights, tokens: torch.Tensor) -> None:
         if self.path.exists():
@@ -189,8 +190,25 @@ class _Reference:
         self.computed_s = time.perf_counter() - t0
 
     def chunk(self, c: int, device: torch.device) -> torch.Tensor:
+        if self.held is not None:
+            return self.held[c]
         data = np.load(self.path, mmap_mode="r")
         return torch.from_numpy(np.ascontiguousarray(data[c])).to(device).float()
+
+    def hold(self, device: torch.device) -> bool:
+        """Keep every chunk's log-probabilities on ``device`` (float32) while many passes read them
+        (unit sensitivity: one pass per unit), when they take at most a quarter of its free memory;
+        :meth:`release` drops them. Returns whether they are held."""
+        need = int(np.prod(self.shape)) * 4
+        free = free_bytes(device)
+        if free is None or need > free // 4:
+            return False
+        data = np.load(self.path, mmap_mode="r")
+        self.held = torch.from_numpy(np.ascontiguousarray(data)).to(device).float()
+        return True
+
+    def release(self) -> None:
+        self.held = None
 
 
 #: The fp8 KV cache of the quality job, as its rows state it.
@@ -505,28 +523,33 @@ def _unit_sensitivity(base: Llama, ref_linears: list[dict], kept: list[dict], he
         return base.head(rms_norm(x[0, lo:hi], base.norm, base.config.rms_eps)).float()
 
     out = []
-    with torch.inference_mode():
-        rope = base.rope(0, t, device)
-        xs = [torch.nn.functional.embedding(tokens[c][None], base.embed) for c in range(n)]  # entering block 0
-        for b, block in enumerate(base.blocks):
-            for unit, roles in UNITS.items():
-                for role in roles:
-                    setattr(block, role, Cast(kept[b][role], act))
-                try:
-                    per = _per_token(base, tokens, ref, device, logits_of=lambda c: tail(b, xs[c]))
-                finally:
+    ref.hold(device)  # 4 x blocks (+ 1) passes read every chunk's reference: read once from the file, when it fits
+    try:
+        with torch.inference_mode():
+            rope = base.rope(0, t, device)
+            xs = [torch.nn.functional.embedding(tokens[c][None], base.embed) for c in range(n)]  # entering block 0
+            for b, block in enumerate(base.blocks):
+                for unit, roles in UNITS.items():
                     for role in roles:
-                        setattr(block, role, ref_linears[b][role])
-                out.append({"part": f"block {b} {unit}", "block": b, "unit": unit, "roles": list(roles),
+                        setattr(block, role, Cast(kept[b][role], act))
+                    try:
+                        per = _per_token(base, tokens, ref, device, logits_of=lambda c: tail(b, xs[c]))
+                    finally:
+                        for role in roles:
+                            setattr(block, role, ref_linears[b][role])
+                    out.append({"part": f"block {b} {unit}", "block": b, "unit": unit, "roles": list(roles),
+                                **_damage(per)})
+                xs = [base.block_call(block, x, *rope, None, 0) for x in xs]  # the reference's input to block b + 1
+            if head is not None:
+                float_head, base.head = base.head, Cast(head, act)
+                try:
+                    per = _per_token(base, tokens, ref, device, logits_of=lambda c: tail(len(base.blocks), xs[c]))
+                finally:
+                    base.head = float_head
+                out.append({"part": "lm_head", "block": None, "unit": "lm_head", "roles": ["lm_head"],
                             **_damage(per)})
-            xs = [base.block_call(block, x, *rope, None, 0) for x in xs]  # the reference's input to block b + 1
-        if head is not None:
-            float_head, base.head = base.head, Cast(head, act)
-            try:
-                per = _per_token(base, tokens, ref, device, logits_of=lambda c: tail(len(base.blocks), xs[c]))
-            finally:
-                base.head = float_head
-            out.append({"part": "lm_head", "block": None, "unit": "lm_head", "roles": ["lm_head"], **_damage(per)})
+    finally:
+        ref.release()
     return sorted(out, key=lambda r: -r["kld"])
 
 

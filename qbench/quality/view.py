@@ -155,12 +155,19 @@ def weight_notes(rows: Sequence[QualityRow]) -> list[str]:
     return list(seen.values())
 
 
+#: Parts a sensitivity line names; the rest are counted (a unit run has 4 per block: 121 on a 30-block model).
+SENSITIVITY_SHOWN = 12
+
+
 def sensitivity_lines(rows: Sequence[QualityRow]) -> list[str]:
-    """Per scheme with a sensitivity run: its parts ranked by KL divergence, one line."""
+    """Per scheme with a sensitivity run: its parts ranked by KL divergence (the first
+    :data:`SENSITIVITY_SHOWN`, then how many more the file holds), one line."""
     out = []
     for r in rows:
         if r.sensitivity:
-            ranked = ", ".join(f"{s.part} {s.kld:.3g}" for s in r.sensitivity)
+            ranked = ", ".join(f"{s.part} {s.kld:.3g}" for s in r.sensitivity[:SENSITIVITY_SHOWN])
+            more = len(r.sensitivity) - SENSITIVITY_SHOWN
+            ranked += f" ... and {more} more (the file's sensitivity holds each)" if more > 0 else ""
             out.append(f"{r.scheme}: one {r.sensitivity_by} quantized at a time, mean KLD (largest first): {ranked}")
     return out
 
