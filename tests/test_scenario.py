@@ -37,7 +37,8 @@ def test_shipped_scenarios_load(path):
         text = path.read_text(encoding="utf-8").replace(f'checkpoint = "{fetched}"', f'checkpoint = "{TINY.as_posix()}"')
         assert TINY.as_posix() in text
         sc = scenario.loads(text.encode(), str(path))
-    assert sc.schemes and (sc.quality.chunk if sc.job == "quality" else sc.m)  # a quality run has no M
+    # a quality run has no M (its chunk), a search one M: its deployment point's
+    assert sc.schemes and {"quality": lambda: sc.quality.chunk, "search": lambda: sc.search.m}.get(sc.job, lambda: sc.m)()
     assert scenario.from_dict(sc.to_dict(), str(path)) == sc  # the JSON "scenario as run" round-trips
 
 
