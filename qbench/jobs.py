@@ -101,6 +101,7 @@ JOBS: dict[str, Job] = {j.name: j for j in (
         check_rows="qbench.search.row:check_rows", blank_rows="qbench.search.pipeline:blank_rows",
         measure="qbench.search.pipeline:measure", views={"run": "qbench.search.view:run_view",
                                                          "report": "qbench.search.view:report_view",
+                                                         "recommend": "qbench.search.view:recommend_view",
                                                          "plot": "qbench.search.plot:plot_view"},
         summary="the fastest per-unit recipe under a KL-divergence budget, proven by the quality and step jobs"),
     Job("quality", table="quality", exclusive=True, emulates=True, deterministic=True, at=(),

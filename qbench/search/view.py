@@ -89,6 +89,36 @@ def run_view(doc, args: argparse.Namespace) -> int:
     return len(rows)
 
 
+def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
+    """``qbench recommend SEARCH.json``: per file, the pick at its budget (M, context), predicted
+    beside measured, the front it came from, and the pick as a scenario entry and a torchao call a
+    user pastes (:func:`qbench.search.snippet.pick_lines`). Returns 0 when every file has a pick, else 1."""
+    from qbench.search.snippet import pick_lines
+
+    status = 0
+    for path, doc in zip(paths, docs):
+        s = (doc.model_extra or {}).get("search") or {}
+        front = [r for r in doc.rows if r.kind == "front"]
+        verified = [r for r in doc.rows if r.measured is not None]
+        print(f"{path}: max mean KLD {(s.get('budget') or {}).get('max_kld', 0):g} at M = {s.get('m')}, context "
+              f"{s.get('context')}: a front of {len(front)} recipes between {len(doc.rows) - len(front)} pure schemes, "
+              f"{len(verified)} run whole by the quality job")
+        pick = next((r for r in doc.rows if r.pick), None)
+        if pick is None:
+            print("  no recipe was proven within the budget")
+            status = 1
+            continue
+        m = pick.measured
+        step = DASH if m is None or m.step_us is None else f"{m.step_us:,.1f} µs ({s.get('method')})"
+        why = "" if m is None or m.step_us is not None else f"; step not measured here: {m.step_reason}"
+        print(f"  pick: {pick.scheme} ({', '.join(f'{k} {v}' for k, v in pick.counts.items())}), by {s.get('pick_by')}")
+        print(f"  predicted {pick.predicted_us:,.1f} µs, KLD {_pm(pick.predicted_kld, pick.predicted_kld_unc)}; measured "
+              f"step {step}, KLD {_pm(_measured(pick, 'kld'), _measured(pick, 'kld_unc'))}{why}")
+        for line in pick_lines(doc):
+            print(("  " + line) if line else "")
+    return status
+
+
 def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     """``qbench report SEARCH.json``: :func:`run_view` of each file."""
     for doc in docs:
