@@ -5,6 +5,7 @@ front recipes) with predicted beside measured, the pick, and where each half com
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any, Optional
 
 from qbench.render import Column, prose, render, wants_prose
@@ -89,6 +90,55 @@ def run_view(doc, args: argparse.Namespace) -> int:
     return len(rows)
 
 
+class Refused(ValueError):
+    """Files that do not go together (one line)."""
+
+
+def _name(doc) -> str:
+    return str(getattr(doc.scenario, "name", None) or "")
+
+
+def with_proof_steps(paths: list[str], docs: list) -> list[tuple[str, Any]]:
+    """The search files among ``docs``, each verified recipe's step filled from a step file given
+    beside it that ran the search's proof step scenario (``<search name>-proof-step``: the recipes
+    timed where the speed file was, when the search ran elsewhere); the pick's step source noted.
+
+    Raises:
+        Refused: a step file that is no search's proof step, or a search file whose proof step is
+            not given while another is."""
+    searches = [(p, d) for p, d in zip(paths, docs) if d.job == "search"]
+    steps = [(p, d) for p, d in zip(paths, docs) if d.job == "step"]
+    others = [p for p, d in zip(paths, docs) if d.job not in ("search", "step")]
+    if others:
+        raise Refused(f"{others[0]}: a search file is read alone or with the step file of its proof step scenario")
+    out = []
+    for path, doc in searches:
+        name = f"{_name(doc)[:40]}-proof-step"
+        mine = [(p, d) for p, d in steps if _name(d) == name]
+        if not mine:
+            out.append((path, doc))
+            continue
+        (spath, sdoc), s = mine[0], (doc.model_extra or {}).get("search") or {}
+        rows = []
+        for r in doc.rows:
+            m = r.measured
+            if m is not None and m.step_us is None:
+                st = next((x for x in sdoc.rows if x.scheme == m.label and x.m == r.m and x.context == r.context), None)
+                us = st.step_us(s.get("method")) if st is not None and st.status == "ok" else None
+                m = m.model_copy(update={"step_us": us, "step_reason": None if us is not None else
+                                         f"not in {spath}" if st is None else st.reason})
+            rows.append(r.model_copy(update={"measured": m}))
+        extra = dict(doc.model_extra or {})
+        extra["search"] = {**s, "sources": {**(s.get("sources") or {}), "proof step": f"{spath} ({sdoc.machine})"}}
+        out.append((path, doc.model_copy(update={"rows": rows, **extra})))
+    used = {f"{_name(d)[:40]}-proof-step" for _, d in searches}
+    stray = [p for p, d in steps if _name(d) not in used]
+    if stray:
+        raise Refused(f"{stray[0]}: not the proof step of a search given here (its scenario is "
+                      f"{_name(next(d for p, d in steps if p == stray[0]))!r})")
+    return out
+
+
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     """``qbench recommend SEARCH.json``: per file, the pick at its budget (M, context), predicted
     beside measured, the front it came from, and the pick as a scenario entry and a torchao call a
@@ -96,7 +146,12 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
     from qbench.search.snippet import pick_lines
 
     status = 0
-    for path, doc in zip(paths, docs):
+    try:
+        joined = with_proof_steps(paths, docs)
+    except Refused as exc:
+        print(f"qbench: {exc}", file=sys.stderr)
+        return 2
+    for path, doc in joined:
         s = (doc.model_extra or {}).get("search") or {}
         front = [r for r in doc.rows if r.kind == "front"]
         verified = [r for r in doc.rows if r.measured is not None]
@@ -114,13 +169,16 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         print(f"  pick: {pick.scheme} ({', '.join(f'{k} {v}' for k, v in pick.counts.items())}), by {s.get('pick_by')}")
         print(f"  predicted {pick.predicted_us:,.1f} µs, KLD {_pm(pick.predicted_kld, pick.predicted_kld_unc)}; measured "
               f"step {step}, KLD {_pm(_measured(pick, 'kld'), _measured(pick, 'kld_unc'))}{why}")
+        if (s.get("sources") or {}).get("proof step"):
+            print(f"  the verified recipes' steps: {s['sources']['proof step']}")
         for line in pick_lines(doc):
             print(("  " + line) if line else "")
     return status
 
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
-    """``qbench report SEARCH.json``: :func:`run_view` of each file."""
+    """``qbench report SEARCH.json``: :func:`run_view` of each file (``recommend SEARCH.json
+    PROOF_STEP.json`` joins a proof step file)."""
     for doc in docs:
         run_view(doc, args)
     return 0

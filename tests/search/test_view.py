@@ -26,3 +26,34 @@ def test_report_shows_the_verified_points_and_hides_the_rest_of_the_front(capsys
     out = capsys.readouterr().out
     assert "r1 front 1" in out and "r1 front 2" in out and "int8-weight-only" in out
     assert "11547 front points not verified are not shown (--wide shows them)" in out
+
+
+def test_a_proof_step_file_given_beside_fills_the_verified_recipes_steps(tmp_path, capsys):
+    # a search that ran where its speed file was not: its verified recipes' steps are None until the proof step
+    # scenario's file (run on the speed file's machine) is given beside it; a step file of another run is refused
+    import json
+
+    doc = json.loads(FILE.read_text())
+    for r in doc["rows"]:
+        if r.get("measured") and r["kind"] == "front" or r.get("pick"):
+            r["measured"]["step_us"], r["measured"]["step_reason"] = None, "timed elsewhere"
+    search = tmp_path / "search.json"
+    search.write_text(json.dumps(doc))
+    step = json.loads((FILE.parent / "step_smollm2_shapes.json").read_text())
+    step["scenario"]["name"] = "search_llama31_8b_cost-proof-step"
+    template = step["rows"][0]
+    step["rows"] = [{**template, "scheme": label, "m": 1, "context": 4096,
+                     "latency_us": {"step_graph": {**template["latency_us"]["step_graph"], "median": us}}}
+                    for label, us in (("int4-weight-only", 1111.0), ("r1 front 1", 2222.0))]
+    proof = tmp_path / "proof.json"
+    proof.write_text(json.dumps(step))
+    assert main(["recommend", str(search)]) == 0
+    assert "step not measured here: timed elsewhere" in capsys.readouterr().out
+    assert main(["recommend", str(search), str(proof)]) == 0
+    out = capsys.readouterr().out
+    assert "measured step 1,111.0 µs (step_graph)" in out and "not measured here" not in out
+    assert f"the verified recipes' steps: {proof} (cuda NVIDIA H100" in out
+    step["scenario"]["name"] = "another-run"
+    proof.write_text(json.dumps(step))
+    assert main(["recommend", str(search), str(proof)]) == 2
+    assert "not the proof step of a search given here" in capsys.readouterr().err
