@@ -248,7 +248,14 @@ def _per_token(model: Llama, tokens: torch.Tensor, ref: _Reference, device: torc
             target = tokens[c, ref.first + 1: ref.first + 1 + ref.scored].unsqueeze(-1)
             nll = -lp.gather(-1, target).squeeze(-1).double()
             nll_ref = -lp_ref.gather(-1, target).squeeze(-1).double()
-            kld = (lp_ref.exp() * (lp_ref - lp)).sum(-1).double()
+            if ref.store == torch.float16:  # rounded to float16 a distribution sums to 1 only within ~1e-4, so a
+                # tiny KLD (a unit alone) came out below zero: the KL of the two rounded distributions, each
+                # renormalized, in float64 (a float32 sum of terms of ~1e-3 cancelling to ~1e-8 is off by ~1e-6)
+                lp_ref, lp = lp_ref.double(), lp.double()
+                q_ref, q = lp_ref - lp_ref.logsumexp(-1, keepdim=True), lp - lp.logsumexp(-1, keepdim=True)
+            else:
+                q_ref, q = lp_ref, lp
+            kld = (q_ref.exp() * (q_ref - q)).sum(-1).double()
             for name, value in (("nll", nll), ("nll_ref", nll_ref), ("kld", kld),
                                 ("same_top", (lp.argmax(-1) == lp_ref.argmax(-1)).double()),
                                 ("p", (-nll).exp()), ("p_ref", (-nll_ref).exp()),

@@ -70,3 +70,27 @@ def test_a_perplexity_beyond_float_range_is_infinite_not_an_error():
     nll = np.full(n, 1000.0)
     out = summarize(nll, np.full(n, 1.0), np.zeros(n), np.ones(n), np.full(n, 0.5), np.full(n, 0.5))
     assert out["ppl"] == math.inf and out["ppl_ratio"] == math.inf and out["ref_ppl"] == math.e ** 1.0
+
+
+def test_float16_log_probs_give_a_kld_never_below_zero():
+    # a scheme within a rounding of the reference, log-probs stored at float16 (quality.logprobs): each rounded
+    # distribution sums to 1 only within ~1e-4, which made a unit's tiny mean KLD negative (the row model refused
+    # it); renormalized, the KL of the rounded distributions is >= 0 and the float32 store is unchanged
+    from types import SimpleNamespace as NS
+
+    import torch
+
+    from qbench.quality.measure import _per_token
+
+    g = torch.Generator().manual_seed(0)
+    ref_logits = torch.randn(2, 64, 5000, generator=g) * 3
+    tokens = torch.randint(0, 5000, (2, 129), generator=g)
+    for store in (torch.float16, torch.float32):
+        lp_ref = torch.log_softmax(ref_logits, -1).to(store).float()
+        ref = NS(first=64, scored=64, store=store, chunk=lambda c, device, lp_ref=lp_ref: lp_ref[c])
+        tokens = torch.cat([tokens[:, :1], torch.randint(0, 5000, (2, 128), generator=g)], 1)
+        per = _per_token(None, tokens, ref, torch.device("cpu"),
+                         logits_of=lambda c: ref_logits[c] + 1e-4 * torch.randn(64, 5000, generator=g))
+        if store == torch.float16:
+            assert per["kld"].min() >= -1e-12  # a KL of two distributions, each summing to 1
+        assert abs(per["kld"].mean()) < 1e-5  # a perturbation of 1e-4 in the logits, float16 rounding
