@@ -40,6 +40,10 @@ from qbench.model.config import ConfigError, StepModelConfig
 from qbench.model import recipe as recipes
 from qbench.tables import Frozen, ScenarioError, Tables
 
+#: Most tokens a tokenizer makes of one byte of text: a token covers at least one byte of the normalized
+#: text (byte-level BPE; SentencePiece with byte fallback), and a normalizer at most triples it (a space
+#: replaced by the 3-byte U+2581, a prefix added): a bound, not an estimate.
+TOKENS_PER_BYTE = 4
 #: Fewest scored tokens a row's statistics are given on (their uncertainties mean little below).
 MIN_TOKENS = 100
 
@@ -118,6 +122,11 @@ def check(model: ModelSource, quality: QualitySpec, source: str) -> StepModelCon
     if quality.chunk > config.max_positions:
         raise ConfigError("quality.chunk", f"longer than {config.title}'s max_position_embeddings = "
                                            f"{config.max_positions}, got {quality.chunk}")
+    need, size = needed_tokens(quality), text_file(quality, source).stat().st_size
+    if need is not None and need > TOKENS_PER_BYTE * size:  # refused before tokenizing a text too short by far
+        raise ConfigError("quality.chunks", f"{resolve_path(quality.text, source)} is {size} bytes: (first_chunk + "
+                                            f"chunks) x chunk = {need} tokens is more than any tokenizer makes of it "
+                                            f"(at most {TOKENS_PER_BYTE} a byte), got {quality.chunks}")
     ids = read_tokens(model, quality, source)
     whole = len(ids) // quality.chunk
     text = resolve_path(quality.text, source)

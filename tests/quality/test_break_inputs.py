@@ -487,3 +487,17 @@ def test_a_missing_tokenizer_names_the_quality_tokenizer_key(tmp_path, capsys):
     rc, lines = check_line(scenario(tmp_path, ck), capsys)
     assert rc == 2 and len(lines) == 1, lines
     assert "no tokenizer file" in lines[0] and "[quality] tokenizer" in lines[0]
+
+
+def test_chunks_far_beyond_the_text_are_refused_before_it_is_tokenized(tmp_path, monkeypatch, capsys):
+    # the break trial's chunks = 999999 on a large text tokenized it whole (9.6 GB resident) before the refusal;
+    # (first_chunk + chunks) x chunk tokens beyond 4 a byte are refused from the file's size, the tokenizer never run
+    from qbench.quality import spec as qspec
+
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be\n" * 100)  # 1,900 bytes: at most 7,600 tokens
+    monkeypatch.setattr(qspec, "read_tokens", lambda *a, **k: pytest.fail("tokenized"))
+    rc, err = check_line(scenario(tmp_path, TRAINED, text=text, chunk=128, chunks=999999), capsys)
+    assert rc == 2 and len(err) == 1
+    assert "quality.chunks" in err[0] and "is 1900 bytes" in err[0] and "127999872 tokens" in err[0]
+    assert err[0].endswith("got 999999")
