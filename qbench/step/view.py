@@ -314,9 +314,20 @@ def model_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
                     "tokens_per_s": r.tokens_per_s.get(method) if method else None,
                     "linear_us": (r.linear or {}).get("sum_us"),
                     "rest_share": r.remainder_share.get(method) if method else None,
+                    **(_split(r, method) if r.attention else {}),  # older files' records as they were
                     "speedup": dict(sp.get(r.key, {})), "linear_speedup": lsp.get(r.key),
                     "reasons": {m: why.text for m, why in r.latency_reasons.items()}})
     return out
+
+
+def _split(r: StepRow, method: Optional[str]) -> dict:
+    """The step three ways by ``method`` (µs): Σ linear, the attention timed alone (its floor %),
+    and the other: step - Σ linear - attention (norms, RoPE, the LM head's argmax, gaps); None where
+    the row's attention was not timed."""
+    a, step, linear = r.attention or {}, r.step_us(method) if method else None, (r.linear or {}).get("sum_us")
+    attn = a.get("us")
+    other = step - linear - attn if None not in (step, linear, attn) else None
+    return {"attention_us": attn, "attention_floor": a.get("floor_fraction"), "other_us": other}
 
 
 def sweep(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
@@ -446,6 +457,10 @@ def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Opt
             Column("linear_us", "Σ linear µs", lambda r: r["linear_us"], fmt_us, True),
             Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None or r["_doubt"][0] else 100 * r["rest_share"],
                    fmt_pct, True),
+            Column("attention_us", "attention µs", lambda r: r.get("attention_us"), fmt_us, True),
+            Column("attention_floor", "attn floor", lambda r: None if r.get("attention_floor") is None
+                   else 100 * r["attention_floor"], fmt_pct, True),
+            Column("other_us", "other µs", lambda r: r.get("other_us"), fmt_us, True),
             Column("speedup", f"×{b}", lambda r: r["speedup"].get(r["method"]) if r["method"] else None, numeric=True,
                    cell_override=lambda r: speedup(r, r["method"])),
             *[Column(f"speedup_{m}", f"×{b} {SHORT[m]}", lambda r, m=m: r["speedup"].get(m), numeric=True,
@@ -455,11 +470,13 @@ def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Opt
             Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
             Column("budget", f"≤ {max_rel_err or 0:g}", lambda r: "over" if r["over_budget"] else "ok")]
     budget = ["budget"] if max_rel_err is not None else []
-    wide = ["m", "context", "scheme", "method", "step_us", "tokens_per_s", "linear_us", "rest_pct",
+    split = ["attention_us", "attention_floor", "other_us"] if any(r.get("attention_us") is not None for r in records) else []
+    wide = ["m", "context", "scheme", "method", "step_us", "tokens_per_s", "linear_us", "rest_pct", *split,
             *(f"speedup_{m}" for m in methods), "linear_speedup", "rel_fro", *budget]
-    return View("model-step", cols, ["m", "context", "scheme", "method", "step_us", "rest_pct", "speedup", "linear_speedup",
-                                     "rel_fro", *budget], wide, wide,
-                short={"context": "ctx", "method": "method", "step_us": "step µs", "linear_speedup": f"×{b} Σ", "rel_fro": "err"})
+    return View("model-step", cols, ["m", "context", "scheme", "method", "step_us", "rest_pct", *split[:2], "speedup",
+                                     "linear_speedup", "rel_fro", *budget], wide, wide,
+                short={"context": "ctx", "method": "method", "step_us": "step µs", "linear_speedup": f"×{b} Σ", "rel_fro": "err",
+                       "attention_us": "attn µs"})
 
 
 def pick_notes(rec: Sequence[dict], rows: Sequence[StepRow], error: str = "the lower logits error") -> list[str]:

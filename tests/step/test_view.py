@@ -3,6 +3,8 @@ step rows: ties within noise and the pick among them."""
 
 from __future__ import annotations
 
+import pytest
+
 from qbench.row import Flag
 from qbench.step.row import StepRow
 from qbench.judge import within_noise
@@ -153,3 +155,24 @@ def test_qbench_model_marks_the_same_artefacts_as_the_step_table(tmp_path, capsy
     assert "-9900 %" not in out and rows[("16", "128", "bf16")][5] == "—"
     assert rows[("16", "128", "int8-weight-only")][7:9] == ["0.68×*", "—"]
     assert "Σ linear exceeds the step" in out and "step is noisy (cv over 25%)" in out
+
+
+def test_model_view_splits_the_step_three_ways_where_the_attention_was_timed():
+    # results/h100/step_llama31_8b_splitkv.json: bf16 compiled at M = 1, 32,768 positions; other = step - Σ linear -
+    # attention, by the row's own numbers; files without the attention record keep their columns
+    from pathlib import Path
+
+    from qbench.results import read_results
+    from qbench.step.view import model_records, model_view
+
+    root = Path(__file__).resolve().parents[2]
+    rows = read_results(root / "results/h100/step_llama31_8b_splitkv.json").rows
+    rec = next(r for r in model_records(rows) if r["scheme"] == "bf16+compiled" and r["m"] == 1 and r["context"] == 32768)
+    row = next(r for r in rows if r.scheme == "bf16+compiled" and r.m == 1 and r.context == 32768)
+    assert rec["attention_us"] == row.attention["us"] and rec["attention_floor"] == row.attention["floor_fraction"]
+    assert rec["other_us"] == pytest.approx(row.step_us(rec["method"]) - row.linear["sum_us"] - row.attention["us"])
+    view = model_view([dict(r, _doubt=(False, False, False)) for r in model_records(rows)])
+    assert "attention_us" in view.narrow and "other_us" in view.wide
+    old = read_results(root / "results/h200/step_llama31_8b.json").rows
+    view = model_view([dict(r, _doubt=(False, False, False)) for r in model_records(old)])
+    assert "attention_us" not in view.narrow and "attention_us" not in view.wide
