@@ -28,6 +28,7 @@ def test_search_tiny_end_to_end(tmp_path, capsys):
     verified = [r for r in doc.rows if r.measured is not None]
     assert len([r for r in verified if r.kind == "front"]) + len([r for r in verified if r.kind == "pure"]) >= 3
     assert all(r.measured.step_us is not None for r in verified)  # both jobs measured each
-    assert {r.kind for r in doc.rows} == {"pure", "front"} and len(doc.rows) >= 5
+    # the front's size is the CPU's measured times' (bf16 fastest and best: the front is bf16 alone), not a known answer
+    assert [r.kind for r in doc.rows].count("pure") == 3 and {r.kind for r in doc.rows} <= {"pure", "front"}
     assert len(s["units"]) == 16 and s["floor"]["scheme"] == "bf16"
     assert not list(tmp_path.glob("*.partial.json"))
