@@ -14,6 +14,7 @@
     sensitivity = "none"          # "role" or "block": one part quantized at a time, ranked by KL divergence
     tokenizer = "tokenizer.json"  # default: the checkpoint's
     lm_head = false               # the scheme also builds the LM head
+    calibration = { text = "c.txt", chunks = 8 }  # GPTQ/AWQ's calibration span (qbench.quality.calibrate)
 
 Its ``[model]`` table is the model's source alone (:class:`qbench.model.source.ModelSource`): a
 step key there (``blocks``, ``context``, ``methods`` ...) is refused, as is ``m`` (each chunk runs
@@ -41,6 +42,17 @@ from qbench.tables import Frozen, ScenarioError, Tables
 MIN_TOKENS = 100
 
 
+class CalibrationSpec(Frozen):
+    """``[quality] calibration``: the text span calibrated schemes learn from
+    (:mod:`qbench.quality.calibrate`); ``text`` default the evaluated text, ``chunk`` default
+    ``quality.chunk``."""
+
+    text: Optional[str] = Field(default=None, min_length=1, max_length=4096)
+    chunks: int = Field(gt=0, le=1 << 16)
+    chunk: Optional[int] = Field(default=None, ge=16, le=1 << 17)
+    first_chunk: int = Field(default=0, ge=0, le=1 << 20)
+
+
 class QualitySpec(Frozen):
     """The validated ``[quality]`` table (see the module docstring)."""
 
@@ -52,6 +64,7 @@ class QualitySpec(Frozen):
     sensitivity: Literal["none", "role", "block"] = "none"
     tokenizer: Optional[str] = Field(default=None, min_length=1, max_length=4096)
     lm_head: bool = False
+    calibration: Optional[CalibrationSpec] = None
 
     def to_dict(self) -> dict:
         return self.model_dump()
@@ -166,6 +179,13 @@ def check_scenario(scenario: Any) -> None:
     head = "scheme" if scenario.quality.lm_head else "float"
     recipes.check_entries(scenario, config, head, "quality.lm_head")
     recipes.check_shapes(scenario, config, head)  # a row has one model: a linear it cannot take is refused
+    from qbench.quality import calibrate
+
+    try:
+        calibrate.check(scenario.model, scenario.quality, scenario.source,
+                        calibrate.calibrated_labels(scenario, config.blocks))
+    except ConfigError as exc:
+        raise ScenarioError(scenario.source, exc.key, exc.message) from None
 
 
 def describe(scenario: Any) -> str:
