@@ -181,9 +181,10 @@ def gptq(w: torch.Tensor, stats: Optional[LinearStats], group_size: int, damp: f
                 scale[:, g], zero[:, g] = s[:, 0], z[:, 0]
             s, z = scale[:, g: g + 1], zero[:, g: g + 1]
             wc = Wb[:, j: j + 1]
-            # the column rounded to bf16 and quantized in bf16 arithmetic, as torchao's tinygemm RTN does
-            # (so that H = I gives round-to-nearest exactly); the error fed back is the float32 one
-            q = quantize_codes(wc.to(torch.bfloat16), s, z, 1)
+            # the column rounded to bf16 and quantized in bf16 arithmetic, the operations of torchao's
+            # _quantize_affine_tinygemm on a bf16 weight (so that H = I gives round-to-nearest exactly);
+            # the error fed back is the float32 one
+            q = torch.clamp(torch.round((wc.to(torch.bfloat16) - (z - s * MID)) / s), QMIN, QMAX).float()
             dq = ((q - MID) * s.float() + z.float()).to(torch.bfloat16).float()
             e = (wc - dq) / Hb[j, j]
             Wb[:, j:] -= e @ Hb[j: j + 1, j:]
