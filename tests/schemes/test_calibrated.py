@@ -6,6 +6,7 @@ sit on tinygemm's grid."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -172,3 +173,25 @@ def test_kernel_reads_out_the_calibrated_weight_on_cuda(name):
         emulated = scheme.emulate(w, None, options, **extra)(eye.cpu()).float().cuda()
     differ = (kernel != emulated).float().mean()
     assert differ <= 0.05, f"{name}: {differ:.3f} of the read-out weights differ"
+
+
+def test_a_speed_row_of_a_calibrated_scheme_is_flagged_uncalibrated():
+    """Layer and step jobs have no calibration text: an ok row of GPTQ or AWQ (or of a recipe holding
+    one) says it timed round-to-nearest values; a quality row with its calibration record, a skipped
+    row, or a scheme without calibration are not flagged."""
+    from qbench.scenario import from_dict
+    from qbench.worker import _flag_uncalibrated
+
+    ckpt = Path(__file__).resolve().parents[2] / "data" / "checkpoints" / "tiny-shakespeare-llama"
+    sc = from_dict({"name": "t", "m": [1], "model": {"checkpoint": str(ckpt), "context": [128]},
+                    "schemes": ["int4-gptq", "int4-hqq", {"name": "bf16", "recipe": {"down": "int4-awq"}}]}, "t.toml")
+    rows = [{"status": "ok"}, {"status": "skipped"}, {"status": "ok", "calibration": {"tokens": 1}}]
+    _flag_uncalibrated(sc.schemes[0], rows)
+    assert [f["name"] for f in rows[0]["flags"]] == ["uncalibrated"] and "int4-gptq" in rows[0]["flags"][0]["text"]
+    assert "flags" not in rows[1] and "flags" not in rows[2]
+    hqq = [{"status": "ok"}]
+    _flag_uncalibrated(sc.schemes[1], hqq)
+    assert "flags" not in hqq[0]
+    recipe = [{"status": "ok"}]
+    _flag_uncalibrated(sc.schemes[2], recipe)
+    assert "int4-awq" in recipe[0]["flags"][0]["text"]
