@@ -28,7 +28,11 @@ from typing import Any, Optional
 from qbench import schemes
 from qbench.model.config import ConfigError
 from qbench.model.recipe import plan_of
-from qbench.quality.spec import QualitySpec, read_tokens, resolve_path, text_file, text_sha256
+from qbench.quality.spec import (
+    QualitySpec, check_scenario as check_quality_scenario, quality_model, read_tokens, resolve_path, text_file,
+    text_sha256,
+)
+from qbench.tables import ScenarioError
 
 
 def calibrated_labels(scenario: Any, blocks: int) -> list[str]:
@@ -108,6 +112,20 @@ def check(model: Any, quality: QualitySpec, source: str, needed_by: list[str]) -
                               f"tokens {what} of the same text: a model calibrated on what it is scored on reads "
                               f"better than it is{after}, got {c.first_chunk}")
     return ids[start:end]
+
+
+def check_scenario(scenario: Any) -> None:
+    """A quality scenario's checks (:func:`qbench.quality.spec.check_scenario`), then its calibration's
+    (:func:`check`): the job registry's ``check`` of the quality kind. Torch-free.
+
+    Raises:
+        ScenarioError: the key at fault and why."""
+    check_quality_scenario(scenario)
+    blocks = quality_model(scenario).blocks
+    try:
+        check(scenario.model, scenario.quality, scenario.source, calibrated_labels(scenario, blocks))
+    except ConfigError as exc:
+        raise ScenarioError(scenario.source, exc.key, exc.message) from None
 
 
 def record(scenario: Any, n_tokens: int) -> dict:

@@ -179,13 +179,6 @@ def check_scenario(scenario: Any) -> None:
     head = "scheme" if scenario.quality.lm_head else "float"
     recipes.check_entries(scenario, config, head, "quality.lm_head")
     recipes.check_shapes(scenario, config, head)  # a row has one model: a linear it cannot take is refused
-    from qbench.quality import calibrate
-
-    try:
-        calibrate.check(scenario.model, scenario.quality, scenario.source,
-                        calibrate.calibrated_labels(scenario, config.blocks))
-    except ConfigError as exc:
-        raise ScenarioError(scenario.source, exc.key, exc.message) from None
 
 
 def describe(scenario: Any) -> str:
