@@ -189,7 +189,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for s in schemes.all_schemes():
         reason = s.unavailable_reason(device, s.options_model())
         rows.append([s.name, s.library, s.weight_dtype, s.activation_name,
-                     s.compute_dtype, s.nominal_bits, "yes" if reason is None else "no", reason or s.summary])
+                     s.compute_dtype, s.nominal_bits, "yes" if reason is None else "no",
+                     (reason or s.summary) + ("; needs calibration activations ([quality] calibration)"
+                                              if s.needs_calibration and reason else "")])
     headers = ["scheme", "library", "weight", "activations", "compute", "nominal bits", "runs here",
                "why not / what it is"]
     if args.format == "csv":

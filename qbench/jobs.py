@@ -105,7 +105,7 @@ JOBS: dict[str, Job] = {j.name: j for j in (
                                                          "plot": "qbench.search.plot:plot_view"},
         summary="the fastest per-unit recipe under a KL-divergence budget, proven by the quality and step jobs"),
     Job("quality", table="quality", exclusive=True, emulates=True, deterministic=True, at=(),
-        tables="qbench.quality.spec:QualityTables", check="qbench.quality.spec:check_scenario",
+        tables="qbench.quality.spec:QualityTables", check="qbench.quality.calibrate:check_scenario",
         describe="qbench.quality.spec:describe",
         check_rows="qbench.quality.row:check_rows", blank_rows="qbench.quality.measure:blank_rows",
         measure="qbench.quality.measure:measure_quality_scheme",

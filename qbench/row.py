@@ -438,6 +438,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "extrapolated-from-one": "only one block fits: the step is scaled from it, not measured at two block counts",
     "cudagraphs-skipped": "reduce-overhead skipped CUDA graphs: its loop time includes launches",
     "emulated": "no kernel of the scheme on this device: its quantized weights dequantized and run in a float matmul",
+    "uncalibrated": "a calibrated scheme (GPTQ, AWQ) timed without calibration data: round-to-nearest values in its "
+                    "format and kernel, whose speed depends on the shapes, not the values",
     "synthetic-weights": "seeded weights, not a trained model's: quality numbers say nothing of a real model",
     "prequantized-weights": "the checkpoint's weights already sit on a quantization grid: errors of schemes on that "
                             "grid are biased low",

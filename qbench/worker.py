@@ -70,6 +70,7 @@ def main(argv: list[str], go=None) -> int:
     # else (a job file run by hand) the job file's folder
     shared_dir = job.get("shared_dir") or os.path.dirname(os.path.abspath(job_path))
     rows = measure(scenario, job["entry_index"], device, job.get("ceilings"), shared_dir=shared_dir)
+    _flag_uncalibrated(entry, rows)
     measured = time.perf_counter()
     for row in rows:
         row["worker_phases_s"] = {"prepare": prepared - started, "waited_for_go": go_at - prepared,
@@ -100,6 +101,29 @@ def main(argv: list[str], go=None) -> int:
         except OSError:  # the runner went away; the rows are on disk either way
             pass
     return 0
+
+
+def _flag_uncalibrated(entry, rows: list[dict]) -> None:
+    """Flag ``uncalibrated`` the ok rows of an entry built with a scheme that needs calibration
+    activations (its own or its recipe's) when the row holds no ``calibration`` record: a layer or
+    step job, which builds it from round-to-nearest values (``Scheme.needs_calibration``)."""
+    from qbench import schemes
+    from qbench.row import flag_record
+
+    names = [entry.name]
+    if entry.recipe is not None:
+        names += [c.name for _, c in entry.recipe.roles]
+        if entry.recipe.keep_scheme is not None:
+            names.append(entry.recipe.keep_scheme.name)
+    needing = sorted({n for n in names if schemes.get(n).needs_calibration})
+    if not needing:
+        return
+    for row in rows:
+        if row.get("status", "ok") == "ok" and not row.get("calibration"):
+            row.setdefault("flags", []).append(flag_record(
+                "uncalibrated", f"{', '.join(needing)}: no calibration text in this job, so the weights hold "
+                                "round-to-nearest values in the same int4 format and kernel (tinygemm): the speed "
+                                "is that kernel's at these shapes; the quality job measures the calibrated values"))
 
 
 #: Exit status of a worker that stopped because its runner went away (SIGKILL, a crash).

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from qbench.model.checkpoint import TensorMap, of_model, weight_source
 from qbench.model.llama import FP8_KV, KVCache, Llama, Weights, build_model, float_builder, rms_norm
-from qbench.quality import stats as qstats
+from qbench.quality import calibrate, stats as qstats
 from qbench.quality.row import QualityRow
 from qbench.quality.spec import read_tokens, resolve_path, scored_per_chunk, span, span_chunks, text_sha256, \
     tokenizer_file
@@ -327,12 +327,24 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
     except Exception as exc:
         return _skip(rows, "failed", f"reference: {describe_exception(exc)}")
     act = scheme.activation_dtype
+    calibration: dict = {}  # (block, role) -> the linear's input statistics, for the schemes that need them
+    if any(p[0].needs_calibration for p in parts.values()):
+        try:
+            cal_ids = calibrate.check(scenario.model, q, scenario.source, [entry.label])
+            calibration, collect_s = calibrate.collect(weights, cal_ids, (q.calibration.chunk or q.chunk), ref.dtype,
+                                                       None if ckpt is None else ckpt.bos, q.lm_head)
+        except Exception as exc:
+            return _skip(rows, "failed", f"calibration: {describe_exception(exc)}")
+        row["calibration"] = dict(calibrate.record(scenario, len(cal_ids)), collect_s=collect_s)
+        phases["calibration"] = collect_s
 
     built_by: dict[str, list] = {label: [] for label in parts}  # the modules each scheme built
 
     def build(w: torch.Tensor, b: Optional[torch.Tensor], block: int, role: str):
         part, choice, part_emulated, _ = parts[plan.choice(block, role).label]
-        module = part.emulate(w, b, choice.options) if part_emulated else part.build(w, b, choice.options)
+        make = part.emulate if part_emulated else part.build
+        extra = {"calibration": calibration[(block, role)]} if part.needs_calibration else {}
+        module = make(w, b, choice.options, **extra)
         built_by[choice.label].append(module)
         return module
 
@@ -359,6 +371,12 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
         return _skip(rows, "failed", wrong)
     row["stats"] = stats
     row["emulated"] = emulated
+    solved = [m.calibration_notes["solve_s"] for mods in built_by.values() for m in mods
+              if hasattr(m, "calibration_notes")]
+    if solved:
+        row["calibration_s"] = sum(solved) + phases.get("calibration", 0.0)
+        if row.get("calibration"):
+            row["calibration"]["solve_s"] = sum(solved)
     row["recipe"] = plan.record(q.lm_head, {label: "emulated" if p[2] else "kernel" for label, p in parts.items()})
     row["reference"] = {"dtype": _dtype_name(ref.dtype), "logprobs": _dtype_name(ref.store), "computed_s": ref.computed_s}
     if q.kv_cache == "fp8":

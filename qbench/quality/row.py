@@ -110,6 +110,22 @@ class Span(_Part):
     tokens: int = Field(gt=0)
 
 
+class Calibration(_Part):
+    """The calibration a calibrated scheme's values came from (:mod:`qbench.quality.calibrate`): the
+    text, its sha256, the span of its tokens (``[start, end)``, ``chunks`` of ``chunk``), the tokens
+    seen, and the seconds spent collecting the activations and choosing the values."""
+
+    text: str
+    text_sha256: str
+    first_chunk: int = Field(ge=0)
+    chunks: int = Field(gt=0)
+    chunk: int = Field(gt=0)
+    span: list[int]
+    tokens: int = Field(gt=0)
+    collect_s: Optional[float] = None
+    solve_s: Optional[float] = None
+
+
 class QualityRow(_Part):
     """One scheme on one checkpoint over one text."""
 
@@ -157,6 +173,12 @@ class QualityRow(_Part):
     worker_phases_s: dict[str, float] = Field(default_factory=dict)
     worker_wall_s: Optional[float] = None
     repeats: Optional[dict] = None
+    calibration: Optional[Calibration] = Field(None, description="the calibration span a calibrated scheme "
+                                                                 "(GPTQ, AWQ) chose its values from; None otherwise")
+    calibration_s: Optional[float] = Field(None, description="seconds spent beyond a round-to-nearest build: "
+                                                             "collecting the calibration activations plus choosing "
+                                                             "the calibrated values (HQQ: its search); None for "
+                                                             "other schemes")
 
     @property
     def key(self) -> tuple:

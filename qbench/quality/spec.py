@@ -17,6 +17,7 @@
     lm_head = false               # the scheme also builds the LM head
     kv_cache = "activation"       # or "fp8": each chunk runs through an fp8 (e4m3) KV cache, attending over its
                                   # dequantized values (static scale per block and KV head from the chunk's absmax)
+    calibration = { text = "c.txt", chunks = 8 }  # GPTQ/AWQ's calibration span (qbench.quality.calibrate)
 
 Its ``[model]`` table is the model's source alone (:class:`qbench.model.source.ModelSource`): a
 step key there (``blocks``, ``context``, ``methods`` ...) is refused, as is ``m`` (each chunk runs
@@ -48,6 +49,17 @@ TOKENS_PER_BYTE = 4
 MIN_TOKENS = 100
 
 
+class CalibrationSpec(Frozen):
+    """``[quality] calibration``: the text span calibrated schemes learn from
+    (:mod:`qbench.quality.calibrate`); ``text`` default the evaluated text, ``chunk`` default
+    ``quality.chunk``."""
+
+    text: Optional[str] = Field(default=None, min_length=1, max_length=4096)
+    chunks: int = Field(gt=0, le=1 << 16)
+    chunk: Optional[int] = Field(default=None, ge=16, le=1 << 17)
+    first_chunk: int = Field(default=0, ge=0, le=1 << 20)
+
+
 class QualitySpec(Frozen):
     """The validated ``[quality]`` table (see the module docstring)."""
 
@@ -61,16 +73,20 @@ class QualitySpec(Frozen):
     lm_head: bool = False
     first_chunk: int = Field(default=0, ge=0, le=1 << 20)
     kv_cache: Literal["activation", "fp8"] = "activation"
+    calibration: Optional[CalibrationSpec] = None
 
     def to_dict(self) -> dict:
-        """The table as a result's scenario records it; ``first_chunk`` and ``kv_cache`` only when
-        set, so a file written before they existed (every span from chunk 0, the cache at the
-        activation dtype) compares equal under ``--resume`` (and keys its reference as before)."""
+        """The table as a result's scenario records it; ``first_chunk``, ``kv_cache`` and
+        ``calibration`` only when set, so a file written before they existed (every span from chunk
+        0, the cache at the activation dtype, no calibration) compares equal under ``--resume`` (and
+        keys its reference as before)."""
         out = self.model_dump()
         if not out["first_chunk"]:
             del out["first_chunk"]
         if out["kv_cache"] == "activation":
             del out["kv_cache"]
+        if out["calibration"] is None:
+            del out["calibration"]
         return out
 
 

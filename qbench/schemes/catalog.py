@@ -19,7 +19,7 @@ from qbench.schemes.shard_rule import (
     fp8_dynamic_column, group_size, no_double_quant,
 )
 from qbench.schemes.options import (
-    FourBitOptions, Fp8DynamicOptions, Fp8Int4Options, GemliteInt4Options, GroupOptions, Int8BnbOptions, IntxOptions,
+    AwqOptions, CalibratedGroupOptions, FourBitOptions, Fp8DynamicOptions, GptqOptions, Fp8Int4Options, GemliteInt4Options, GroupOptions, Int8BnbOptions, IntxOptions,
     MslkGroupOptions, SchemeOptions, TorchaoOptions,
 )
 from qbench.schemes.tuning_cache import TuningCache
@@ -29,6 +29,7 @@ _float = impl("qbench.schemes.float_schemes")
 _ao = impl("qbench.schemes.torchao_schemes")
 _bnb = impl("qbench.schemes.bnb_schemes")
 _gl = impl("qbench.schemes.gemlite_schemes")
+_cal = impl("qbench.schemes.calibrated")
 
 #: precision.ENV_OVERRIDE: cuBLAS reads it at start-up; "0" forces strict FP32.
 TF32_OVERRIDE = "NVIDIA_TF32_OVERRIDE"
@@ -143,6 +144,40 @@ register(Scheme(
     summary="torchao IntxWeightOnlyConfig(int4, PerGroup): int4 values stored one per int8, per-group scales; runs on CPU",
     options_model=IntxOptions, k_multiple=group_size, shard=PER_GROUP,
     build=_ao("build_int4_intx"), emulate=_ao("_emulate_int4_intx"), **_AO,
+))
+
+# calibrated int4 on the tinygemm grid (qbench.schemes.calibrated): int4-weight-only's format and kernel
+_TINYGEMM_SHARD = Sharding(
+    column=ShardRule(True, "per-group scales along K: a column shard keeps whole groups", multiple=lambda options: 8,
+                     why_multiple="the tinygemm N tile (torchao pads N to a multiple of 8)"),
+    row=ShardRule(True, "per-group scales along K; the tinygemm layout pads K to a multiple of 1024; a calibrated "
+                        "choice of values is made on the whole weight, so a shard's values differ from its slice's",
+                  multiple=lambda options: max(1024, options.group_size),
+                  why_multiple="1024, the tinygemm K padding", same_as_slice=lambda options: False))
+_CALIBRATED = dict(family="weight-only", weight_dtype="int4 (tinygemm packed int32)", compute_dtype="bf16",
+                   nominal_bits=4, k_multiple=group_size, shard=_TINYGEMM_SHARD, extra_check=_ao("tinygemm_check"),
+                   cuda_only=True, min_compute_capability=(8, 0), **_AO)
+_SPEED_NOTE = ("layer and step jobs (no calibration text) time the same kernel on round-to-nearest values of the "
+               "same shape")
+register(Scheme(
+    name="int4-hqq",
+    summary="HQQ int4 (torchao Int4WeightOnlyConfig, int4_choose_qparams_algorithm=hqq): scale and zero per group "
+            "searched to fit the weight, no data; tinygemm uint4 asymmetric, bf16 scale+zero",
+    options_model=CalibratedGroupOptions, build=_cal("build_hqq"), emulate=_cal("emulate_hqq"), **_CALIBRATED,
+))
+register(Scheme(
+    name="int4-gptq",
+    summary="GPTQ int4 (Frantar et al.; torchao.prototype.gptq's algorithm on the tinygemm grid): needs "
+            f"[quality] calibration activations (H = 2XᵀX, error feedback); {_SPEED_NOTE}",
+    options_model=GptqOptions, build=_cal("build_gptq"), emulate=_cal("emulate_gptq"), needs_calibration=True,
+    **_CALIBRATED,
+))
+register(Scheme(
+    name="int4-awq",
+    summary="AWQ int4 (Lin et al.; torchao.prototype.awq's search on the tinygemm grid): needs [quality] "
+            f"calibration activations (scales mean|x|^α, X pre-scaled at run time); {_SPEED_NOTE}",
+    options_model=AwqOptions, build=_cal("build_awq"), emulate=_cal("emulate_awq"), needs_calibration=True,
+    **_CALIBRATED,
 ))
 
 # mslk kernels (the mslk-cuda package, SM90): torchao 0.18's default int4 path and FP8 x int4

@@ -123,6 +123,28 @@ class IntxOptions(GroupOptions):
     mapping: Literal["symmetric", "asymmetric"] = "symmetric"
 
 
+class CalibratedGroupOptions(TorchaoOptions):
+    """Options of the calibrated int4 schemes (``int4-hqq``, ``int4-gptq``, ``int4-awq``, tinygemm's
+    grid): ``group_size`` 128 (default) or 64 (K elements sharing one scale and zero point; the
+    sizes GPTQ and AWQ checkpoints ship), and ``activation_dtype`` (bf16 only: tinygemm)."""
+
+    group_size: Literal[64, 128] = 128
+
+
+class GptqOptions(CalibratedGroupOptions):
+    """Options of ``int4-gptq``: ``damp``, the dampening added to H's diagonal as a share of its mean
+    (GPTQ's ``percdamp``; torchao's and the paper's default 0.01)."""
+
+    damp: float = Field(default=0.01, gt=0.0, le=1.0)
+
+
+class AwqOptions(CalibratedGroupOptions):
+    """Options of ``int4-awq``: ``grid``, the number of exponents α = 0, 1/grid, ... searched for the
+    scales mean|x|^α (torchao's ``scale_search_space_size``, default 20)."""
+
+    grid: int = Field(default=20, ge=2, le=100)
+
+
 # --- bitsandbytes ----------------------------------------------------------------------------------
 
 class Int8BnbOptions(SchemeOptions):

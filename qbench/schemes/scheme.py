@@ -123,6 +123,11 @@ class Scheme:
             dequantized as the kernel does, the matmul in float32, the result cast to the real
             layer's output dtype. Plain torch, CPU or CUDA (:mod:`qbench.schemes.emulate`). Raises
             ``ValueError`` for options the kernel refuses everywhere. None: no emulation.
+        needs_calibration: the scheme chooses its quantized values from calibration activations
+            (GPTQ, AWQ): its ``build`` and ``emulate`` take ``calibration=`` (the statistics of the
+            linear's input, :class:`qbench.schemes.calibrated.LinearStats`); the quality job refuses
+            a scenario naming it without ``[quality] calibration``; without statistics (the layer
+            and step jobs) they build round-to-nearest values on the same format and kernel.
 
     Two records are equal only when they are the same record (the registry holds one per name).
     """
@@ -150,6 +155,7 @@ class Scheme:
     m_check: Optional[Callable[[int, Any, SchemeOptions], Optional[str]]] = None
     tuning_cache: Optional[TuningCache] = None
     emulate: Optional[Callable[..., Any]] = None
+    needs_calibration: bool = False
 
     def __post_init__(self) -> None:
         if self.storage_format is None:

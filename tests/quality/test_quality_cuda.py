@@ -80,6 +80,10 @@ def test_kernel_and_emulation_agree(name):
         f"{name}: KL(kernel || emulated) {between:.3g}, own KL {own:.3g}, activation-dtype noise {noise:.3g}"
 
 
+#: A held-out span for the schemes that need calibration activations (GPTQ, AWQ): the 4 chunks after the evaluated 4.
+CALIBRATION = "calibration = { chunks = 4, first_chunk = 4 }\n"
+
+
 @pytest.mark.parametrize("name", [s.name for s in schemes.all_schemes()])
 def test_every_scheme_runs_its_kernel_on_cuda(tmp_path, name):
     from qbench.quality.measure import measure_quality_scheme
@@ -87,7 +91,8 @@ def test_every_scheme_runs_its_kernel_on_cuda(tmp_path, name):
 
     path = tmp_path / "q.toml"
     path.write_text(f'name = "q"\ndevice = "cuda"\n[model]\ncheckpoint = "{TRAINED}"\n[quality]\ntext = "{HAMLET}"\n'
-                    f'chunk = 512\nchunks = 4\n[[schemes]]\nname = "{name}"\n')
+                    f'chunk = 512\nchunks = 4\n{CALIBRATION if schemes.get(name).needs_calibration else ""}'
+                    f'[[schemes]]\nname = "{name}"\n')
     (row,) = measure_quality_scheme(load(path), 0, torch.device("cuda"), shared_dir=str(tmp_path))
     assert row["status"] in ("ok", "skipped"), row.get("reason")
     if row["status"] == "ok":

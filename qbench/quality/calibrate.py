@@ -1,0 +1,194 @@
+"""Calibration for the quality job: the span of text a calibrated scheme learns from, and the
+statistics of each linear's input over it.
+
+A scheme that chooses its int4 values from data (``Scheme.needs_calibration``: GPTQ, AWQ) gets, for
+each linear, :class:`qbench.schemes.calibrated.LinearStats` of that linear's input in the float
+reference model (the checkpoint's own weights in the reference dtype), run teacher-forced over the
+calibration chunks; forward hooks, as torchao's GPTQ observer and AWQ observer collect them (not
+sequentially: every linear sees the float model's activations, torchao's default).
+
+::
+
+    [quality]
+    calibration = { text = "other.txt", chunks = 8 }                   # another text
+    calibration = { chunks = 8, first_chunk = 4 }                       # a held-out span of the evaluated one
+
+Keys: ``text`` (default: the evaluated text), ``chunks`` (required), ``chunk`` (tokens per chunk,
+default ``quality.chunk``), ``first_chunk`` (the span starts ``first_chunk × chunk`` tokens in,
+default 0). The span must exist in the text and, on the evaluated text (the same bytes, by sha256),
+must not overlap the evaluated tokens: a model calibrated on what it is scored on reads better than
+it is. Each chunk's first token is the BOS, as in the evaluation.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+from qbench import schemes
+from qbench.model.config import ConfigError
+from qbench.model.recipe import plan_of
+from qbench.quality.spec import (
+    QualitySpec, check_scenario as check_quality_scenario, quality_model, read_tokens, resolve_path, text_file,
+    text_sha256,
+)
+from qbench.tables import ScenarioError
+
+
+def calibrated_labels(scenario: Any, blocks: int) -> list[str]:
+    """The labels of the scenario's entries whose model uses a scheme that needs calibration
+    (the entry's own, or one of its recipe's)."""
+    out = []
+    for entry in scenario.schemes:
+        choices = plan_of(entry, blocks).distinct(scenario.quality.lm_head)
+        if any(schemes.get(c.name).needs_calibration for c in choices):
+            out.append(entry.label)
+    return out
+
+
+def evaluated_span(quality: QualitySpec) -> tuple[int, Optional[int]]:
+    """Token indices ``[start, end)`` of the evaluated text that the job scores chunks of (``end``
+    None: every whole chunk to the end of the text). ``quality.first_chunk``, where a scenario
+    has that key, moves the start."""
+    start = (getattr(quality, "first_chunk", None) or 0) * quality.chunk
+    return start, None if quality.chunks is None else start + quality.chunks * quality.chunk
+
+
+def span(quality: QualitySpec) -> tuple[int, int]:
+    """Token indices ``[start, end)`` of the calibration text that calibration reads."""
+    c = quality.calibration
+    chunk = c.chunk or quality.chunk
+    return c.first_chunk * chunk, (c.first_chunk + c.chunks) * chunk
+
+
+def _spec_for(quality: QualitySpec) -> QualitySpec:
+    """A ``[quality]`` table whose text and prefix are the calibration's (for :func:`read_tokens`)."""
+    c = quality.calibration
+    update = {"text": c.text or quality.text, "chunk": c.chunk or quality.chunk, "chunks": c.first_chunk + c.chunks,
+              "calibration": None}
+    if "first_chunk" in type(quality).model_fields:
+        update["first_chunk"] = 0
+    return quality.model_copy(update=update)
+
+
+def check(model: Any, quality: QualitySpec, source: str, needed_by: list[str]) -> Optional[list[int]]:
+    """The calibration's token ids (``chunks × chunk``), or None when the scenario has no
+    ``quality.calibration``. Torch-free.
+
+    Raises:
+        ConfigError: ``quality.calibration``: absent while ``needed_by`` names entries that need it;
+            ``quality.calibration.text``: unreadable, or too short for its span;
+            ``quality.calibration.first_chunk``: the span overlaps the evaluated tokens of the same text.
+    """
+    c = quality.calibration
+    if c is None:
+        if needed_by:
+            raise ConfigError("quality.calibration", f"{', '.join(needed_by)} choose their values from calibration "
+                                                     "activations: add [quality] calibration = { text = \"FILE\", "
+                                                     "chunks = N } (or a held-out span: { chunks = N, first_chunk = "
+                                                     "M } of the evaluated text), got none")
+        return None
+    cal = _spec_for(quality)
+    try:
+        path = text_file(cal, source)
+        ids = read_tokens(model, cal, source)
+    except ConfigError as exc:
+        if exc.key != "quality.text":
+            raise
+        raise ConfigError("quality.calibration.text", exc.message) from None
+    start, end = span(quality)
+    if len(ids) < end:
+        raise ConfigError("quality.calibration.text", f"{path} holds {len(ids)} tokens, fewer than the calibration "
+                                                      f"span needs (first_chunk {c.first_chunk} + chunks {c.chunks}) "
+                                                      f"x chunk {cal.chunk} = {end}")
+    evaluated = resolve_path(quality.text, source)
+    if text_sha256(path) == text_sha256(evaluated):
+        e0, e1 = evaluated_span(quality)
+        if start < (e1 if e1 is not None else float("inf")) and e0 < end:
+            what = f"[{e0}, {e1})" if e1 is not None else f"[{e0}, end of text) (quality.chunks not given: every chunk)"
+            after = "" if e1 is None else f"; a span after it starts at first_chunk >= {-(-e1 // cal.chunk)}"
+            raise ConfigError("quality.calibration.first_chunk",
+                              f"the calibration span, tokens [{start}, {end}) of {path.name}, overlaps the evaluated "
+                              f"tokens {what} of the same text: a model calibrated on what it is scored on reads "
+                              f"better than it is{after}, got {c.first_chunk}")
+    return ids[start:end]
+
+
+def check_scenario(scenario: Any) -> None:
+    """A quality scenario's checks (:func:`qbench.quality.spec.check_scenario`), then its calibration's
+    (:func:`check`): the job registry's ``check`` of the quality kind. Torch-free.
+
+    Raises:
+        ScenarioError: the key at fault and why."""
+    check_quality_scenario(scenario)
+    blocks = quality_model(scenario).blocks
+    try:
+        check(scenario.model, scenario.quality, scenario.source, calibrated_labels(scenario, blocks))
+    except ConfigError as exc:
+        raise ScenarioError(scenario.source, exc.key, exc.message) from None
+
+
+def record(scenario: Any, n_tokens: int) -> dict:
+    """The row's ``calibration`` record: the text, its sha256, the span and its token count."""
+    q = scenario.quality
+    c = q.calibration
+    text = resolve_path(c.text or q.text, scenario.source)
+    start, end = span(q)
+    return {"text": str(text), "text_sha256": text_sha256(text), "first_chunk": c.first_chunk, "chunks": c.chunks,
+            "chunk": c.chunk or q.chunk, "span": [start, end], "tokens": n_tokens}
+
+
+def collect(weights: Any, ids: list[int], chunk: int, dtype: Any, bos: Optional[int], head: bool) -> tuple[dict, float]:
+    """Each linear's :class:`~qbench.schemes.calibrated.LinearStats` over the calibration token ``ids``,
+    run as ``len(ids) // chunk`` teacher-forced chunks (first token ``bos`` when given) through the
+    float model in ``dtype`` built from ``weights`` (:class:`qbench.model.llama.Weights`), with the
+    LM head's input too when ``head``. Linears fed the same tensor (q, k and v; gate and up) share
+    one record. Returns ``{(block, role): stats}`` (block -1 for ``lm_head``) and the seconds taken.
+    """
+    import torch
+
+    from qbench.model.llama import FloatLinear, build_model
+    from qbench.schemes.calibrated import LinearStats
+
+    t0 = time.perf_counter()
+    found: dict[tuple[int, str], LinearStats] = {}
+    owners: set[tuple[int, str]] = set()  # the keys that accumulate (the first linear fed each tensor)
+    last: dict[str, Any] = {"x": None, "stats": None}
+
+    class Observed(torch.nn.Module):
+        """A float linear that adds its input to its key's statistics (shared with the previous
+        linear when that one was fed the very same tensor)."""
+
+        def __init__(self, inner: torch.nn.Module, key: tuple[int, str], k: int):
+            super().__init__()
+            self.inner, self.key, self.k = inner, key, k
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.key not in found:
+                if last["x"] is x:
+                    found[self.key] = last["stats"]
+                else:
+                    found[self.key] = LinearStats.empty(self.k, x.device)
+                    owners.add(self.key)
+            stats = found[self.key]
+            if self.key in owners:
+                stats.add(x)
+            last["x"], last["stats"] = x, stats
+            return self.inner(x)
+
+    def builder(w, b, block, role):
+        inner = FloatLinear(w.to(dtype), None if b is None else b.to(dtype))
+        return Observed(inner, (block, role), w.shape[1])
+
+    model = build_model(weights, builder, dtype, head=builder if head else None)
+    n = len(ids) // chunk
+    tokens = torch.tensor(ids[: n * chunk], dtype=torch.int64).view(n, chunk)
+    if bos is not None:
+        tokens[:, 0] = bos
+    tokens = tokens.to(weights.device)
+    with torch.inference_mode():
+        for c in range(n):
+            last["x"] = None
+            model(tokens[c][None])
+    del model
+    return found, time.perf_counter() - t0

@@ -1,0 +1,127 @@
+"""Calibration in the quality job (:mod:`qbench.quality.calibrate`): each refusal with an input that
+trips it (one line, exit 2, nothing written); the statistics each linear gets; on the trained
+checkpoint a calibrated int4 loses less than round-to-nearest, and the row records its span."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from qbench import cli
+from tests.quality.conftest import TEXT, run_scheme, write_scenario
+
+torch = pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[2]
+TRAINED = ROOT / "data" / "checkpoints" / "tiny-shakespeare-llama"
+HAMLET = ROOT / "data" / "text" / "hamlet.txt"
+
+
+@pytest.fixture(scope="module")
+def ck(tmp_path_factory) -> Path:
+    from tests.quality.conftest import make_checkpoint
+
+    return make_checkpoint(tmp_path_factory.mktemp("cal") / "ck")
+
+
+def _refused(path: Path, tmp_path: Path, capsys) -> str:
+    """``qbench run`` of ``path``: exit 2, one line on stderr (returned), nothing written."""
+    out = tmp_path / "out.json"
+    assert cli.main(["run", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and not out.exists() and not list(tmp_path.glob("out*"))
+    return err
+
+
+def test_a_calibrated_scheme_without_calibration_is_refused(tmp_path, ck, capsys):
+    err = _refused(write_scenario(tmp_path, ck, ["bf16", "int4-gptq"]), tmp_path, capsys)
+    assert "quality.calibration:" in err and "int4-gptq" in err and "got none" in err
+
+
+def test_hqq_needs_no_calibration(tmp_path, ck):
+    from qbench.scenario import load
+
+    load(write_scenario(tmp_path, ck, ["int4-hqq"]))  # no refusal
+
+
+def test_a_missing_calibration_text_is_refused(tmp_path, ck, capsys):
+    path = write_scenario(tmp_path, ck, ["int4-awq"], extra='calibration = { text = "nowhere.txt", chunks = 2 }')
+    err = _refused(path, tmp_path, capsys)
+    assert "quality.calibration.text:" in err and "nowhere.txt" in err
+
+
+def test_a_calibration_text_too_short_for_its_chunks_is_refused(tmp_path, ck, capsys):
+    (tmp_path / "short.txt").write_text("x" * 300, encoding="utf-8")  # 300 byte-tokens: 4 chunks of 64, not 5
+    path = write_scenario(tmp_path, ck, ["int4-gptq"], extra='calibration = { text = "short.txt", chunks = 5 }')
+    err = _refused(path, tmp_path, capsys)
+    assert "quality.calibration.text:" in err and "holds 300 tokens" in err and "= 320" in err
+
+
+def test_a_calibration_span_overlapping_the_evaluated_one_is_refused(tmp_path, ck, capsys):
+    """The evaluated span is chunks 0..3 of 64 tokens; chunks 3..4 overlap it by one chunk. A copy of
+    the same bytes under another name is the same text (compared by sha256)."""
+    path = write_scenario(tmp_path, ck, ["int4-gptq"], extra='calibration = { chunks = 2, first_chunk = 3 }')
+    err = _refused(path, tmp_path, capsys)
+    assert "quality.calibration.first_chunk:" in err and "[192, 320)" in err and "[0, 256)" in err
+    assert "first_chunk >= 4" in err and "got 3" in err
+    shutil.copy(tmp_path / "text.txt", tmp_path / "copy.txt")
+    path = write_scenario(tmp_path, ck, ["int4-gptq"], extra='calibration = { text = "copy.txt", chunks = 1 }')
+    assert "quality.calibration.first_chunk:" in _refused(path, tmp_path, capsys)
+
+
+def test_every_whole_chunk_evaluated_leaves_no_span_of_that_text(tmp_path, ck, capsys):
+    lines = write_scenario(tmp_path, ck, ["int4-gptq"]).read_text().replace("chunks = 4\n", "")
+    path = tmp_path / "all.toml"
+    path.write_text(lines.replace("[[schemes]]", "calibration = { chunks = 1, first_chunk = 20 }\n[[schemes]]", 1))
+    assert "end of text" in _refused(path, tmp_path, capsys)
+
+
+def test_collect_shares_one_record_per_input_and_counts_every_token(ck):
+    """q, k and v read the same normed tensor (one record), gate and up likewise; o and down their own;
+    every position of every chunk is counted; the first block's q input is rms_norm(embedding) by hand."""
+    from qbench.model.checkpoint import TensorMap, open_named
+    from qbench.model.llama import Weights
+    from qbench.quality.calibrate import collect
+
+    ckpt = open_named(str(ck), str(ck / "x.toml"))
+    weights = Weights(ckpt.config, 0, torch.device("cpu"), state_dict=TensorMap(ckpt, "cpu"))
+    ids = list(TEXT.encode())[:3 * 64]
+    stats, seconds = collect(weights, ids, 64, torch.float32, 256, head=False)
+    assert seconds > 0 and len({id(stats[(0, r)]) for r in ("q_proj", "k_proj", "v_proj")}) == 1
+    assert stats[(0, "gate_proj")] is stats[(0, "up_proj")] and stats[(0, "o_proj")] is not stats[(0, "q_proj")]
+    assert all(s.tokens == 3 * 64 for s in stats.values()) and (-1, "lm_head") not in stats
+    tokens = torch.tensor(ids).view(3, 64)
+    tokens[:, 0] = 256
+    e = weights.get("model.embed_tokens.weight")[tokens.flatten()].double()
+    h = e * torch.rsqrt(e.pow(2).mean(-1, keepdim=True) + ckpt.config.rms_eps) \
+        * weights.get("model.layers.0.input_layernorm.weight").double()
+    assert torch.allclose(stats[(0, "q_proj")].xtx.double(), h.T @ h, rtol=1e-4, atol=1e-3)
+    with_head, _ = collect(weights, ids, 64, torch.float32, 256, head=True)
+    assert with_head[(-1, "lm_head")].tokens == 3 * 64
+
+
+def _trained(tmp_path: Path, names: list[str]) -> Path:
+    lines = ['name = "t"', 'device = "cpu"', "[model]", f'checkpoint = "{TRAINED}"', "[quality]", f'text = "{HAMLET}"',
+             "chunk = 256", "chunks = 8", "calibration = { chunks = 16, first_chunk = 8 }"]
+    for n in names:
+        lines += ["[[schemes]]", f'name = "{n}"']
+    path = tmp_path / "q.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_gptq_loses_less_than_round_to_nearest_on_the_trained_checkpoint(tmp_path):
+    """A direction, not a tuned number: on the committed trained checkpoint, calibrated on chunks
+    8..23 of Hamlet and scored on chunks 0..7, GPTQ's mean KL divergence is below round-to-nearest's
+    (int4-weight-only, same grid and group size). Its row records the span; RTN's none."""
+    path = _trained(tmp_path, ["int4-weight-only", "int4-gptq"])
+    rtn, gptq = run_scheme(path, 0, tmp_path), run_scheme(path, 1, tmp_path)
+    assert rtn["status"] == gptq["status"] == "ok"
+    assert gptq["stats"]["kld"]["mean"] < rtn["stats"]["kld"]["mean"]
+    c = gptq["calibration"]
+    assert c["span"] == [2048, 6144] and c["tokens"] == 4096 and c["chunk"] == 256 and c["first_chunk"] == 8
+    assert c["text_sha256"] == gptq["text_sha256"] and c["collect_s"] > 0 and c["solve_s"] > 0
+    assert gptq["calibration_s"] == pytest.approx(c["collect_s"] + c["solve_s"])
+    assert "calibration" not in rtn and "calibration_s" not in rtn
+    assert gptq["emulated"] and "emulated" in [f["name"] for f in gptq["flags"]]
