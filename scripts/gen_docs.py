@@ -334,11 +334,36 @@ def gen_step_pick(args: list[str], page: str) -> str:
     return "\n".join(lines)
 
 
+def gen_search_pick(args: list[str], page: str) -> str:
+    """``search-pick SEARCH.json [PROOF_STEP.json]``: the search's pick on both halves in two lines
+    (``qbench recommend SEARCH.json [PROOF_STEP.json]``): the recipe, its measured KLD beside the
+    predicted one and the budget, its measured step beside bf16's, and where each half came from."""
+    from qbench.results import read_results
+    from qbench.search.view import with_proof_steps
+
+    paths = [str(ROOT / a) for a in args]
+    ((_, doc),) = with_proof_steps(paths, [read_results(p) for p in paths])
+    s = doc.model_extra["search"]
+    pick = next(r for r in doc.rows if r.pick)
+    bf16 = next((r for r in doc.rows if r.kind == "pure" and r.scheme == "bf16"), None)
+    m, front = pick.measured, sum(r.kind == "front" for r in doc.rows)
+    parts = ", ".join(f"{k} {v}" for k, v in pick.counts.items())
+    step = (f"step {m.step_us:,.0f} µs" + (f" against bf16's {bf16.measured.step_us:,.0f} µs"
+                                            if bf16 and bf16.measured and bf16.measured.step_us else "")
+            if m.step_us is not None else f"step not measured ({m.step_reason})")
+    timed = f", their steps on the speed file's machine ({args[1]})" if len(args) > 1 else ""
+    return "\n".join([
+        _bullet(f"max mean KLD {s['budget']['max_kld']:g} at M = {s['m']}, context {s['context']}: **{pick.scheme}** "
+                f"({parts}): measured KLD {m.kld:.3g} ± {m.kld_unc:.1g} (predicted {pick.predicted_kld:.3g}), {step}"),
+        _bullet(f"picked by the {s.get('pick_by')} from a front of {front} recipes; {len([r for r in doc.rows if r.measured])} "
+                f"recipes run whole on a held-out span{timed}; `qbench recommend {' '.join(args)}` prints it to paste")])
+
+
 #: The named blocks: name -> function(arguments, the page's text) returning Markdown.
 GENERATORS: dict[str, Callable[[list[str], str], str]] = {
     "contents": gen_contents, "scheme": gen_scheme, "ceilings": gen_ceilings, "row-schema": gen_row_schema,
     "crosscheck": gen_crosscheck, "crosscheck-step": gen_crosscheck_step, "layer-pick": gen_layer_pick,
-    "step-pick": gen_step_pick,
+    "step-pick": gen_step_pick, "search-pick": gen_search_pick,
 }
 
 
