@@ -45,6 +45,8 @@ from qbench.tables import Frozen, ScenarioError, Tables
 #: text (byte-level BPE; SentencePiece with byte fallback), and a normalizer at most triples it (a space
 #: replaced by the 3-byte U+2581, a prefix added): a bound, not an estimate.
 TOKENS_PER_BYTE = 4
+#: Bytes of text above which the size bound is checked before tokenizing (below, tokenizing costs nothing).
+BIG_TEXT = 1 << 20
 #: Fewest scored tokens a row's statistics are given on (their uncertainties mean little below).
 MIN_TOKENS = 100
 
@@ -139,7 +141,8 @@ def check(model: ModelSource, quality: QualitySpec, source: str) -> StepModelCon
         raise ConfigError("quality.chunk", f"longer than {config.title}'s max_position_embeddings = "
                                            f"{config.max_positions}, got {quality.chunk}")
     need, size = needed_tokens(quality), text_file(quality, source).stat().st_size
-    if need is not None and need > TOKENS_PER_BYTE * size:  # refused before tokenizing a text too short by far
+    if need is not None and need > TOKENS_PER_BYTE * size > BIG_TEXT:  # a large text too short by far: refused
+        # before tokenizing it (a small one is tokenized at once and told its exact count below)
         raise ConfigError("quality.chunks", f"{resolve_path(quality.text, source)} is {size} bytes: (first_chunk + "
                                             f"chunks) x chunk = {need} tokens is more than any tokenizer makes of it "
                                             f"(at most {TOKENS_PER_BYTE} a byte), got {quality.chunks}")

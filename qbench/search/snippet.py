@@ -162,6 +162,10 @@ def config_code(choice: recipes.Choice, imports: set[tuple[str, str]]) -> Option
     build = getattr(importlib.import_module(spec.build.module), spec.build.attr) \
         if isinstance(spec.build, Impl) else spec.build
     factory = getattr(build, "config_factory", None)
+    if factory is None and spec.library == "torchao":  # the calibrated int4 schemes: values chosen by qbench
+        raise SnippetError(f"{choice.label}'s int4 values are chosen by qbench (a calibration, or HQQ's optimizer: "
+                           "qbench.schemes.calibrated, on tinygemm's grid), not by one torchao config that quantize_ "
+                           "applies: use its scenario entry")
     if factory is None:
         raise SnippetError(f"{choice.label} is a {spec.library} scheme: torchao's quantize_ has no config for it, so "
                            "the pick cannot be written as a torchao call (use its scenario entry)")

@@ -495,9 +495,9 @@ def test_chunks_far_beyond_the_text_are_refused_before_it_is_tokenized(tmp_path,
     from qbench.quality import spec as qspec
 
     text = tmp_path / "t.txt"
-    text.write_text("to be or not to be\n" * 100)  # 1,900 bytes: at most 7,600 tokens
+    text.write_text("to be or not to be\n" * 60000)  # 1,140,000 bytes: at most 4,560,000 tokens
     monkeypatch.setattr(qspec, "read_tokens", lambda *a, **k: pytest.fail("tokenized"))
     rc, err = check_line(scenario(tmp_path, TRAINED, text=text, chunk=128, chunks=999999), capsys)
     assert rc == 2 and len(err) == 1
-    assert "quality.chunks" in err[0] and "is 1900 bytes" in err[0] and "127999872 tokens" in err[0]
+    assert "quality.chunks" in err[0] and "is 1140000 bytes" in err[0] and "127999872 tokens" in err[0]
     assert err[0].endswith("got 999999")

@@ -37,7 +37,17 @@ def test_toml_entry_reads_back_as_the_same_recipe():
     assert plan.choice(3, "down_proj").label == "int4-intx[group_size=32]" and plan.choice(1, "q_proj").name == "bf16"
 
 
-TORCHAO = [s.name for s in schemes.all_schemes() if s.library == "torchao"]
+TORCHAO = [s.name for s in schemes.all_schemes() if s.library == "torchao" and not s.needs_calibration
+           and s.name != "int4-hqq"]
+CALIBRATED = [s.name for s in schemes.all_schemes() if s.library == "torchao" and s.name not in TORCHAO]
+
+
+@pytest.mark.parametrize("name", CALIBRATED)
+def test_a_calibrated_scheme_has_no_torchao_config_and_says_so(name):
+    # qbench chooses their int4 values (calibration, or HQQ's optimizer) on tinygemm's grid: no one config a user's
+    # quantize_ call applies gives the same weights, so the pick is its scenario entry
+    with pytest.raises(snippet.SnippetError, match="are chosen by qbench"):
+        snippet.config_code(Choice(name, schemes.get(name).options_model()), set())
 
 
 @pytest.mark.parametrize("name", TORCHAO)
