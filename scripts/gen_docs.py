@@ -103,7 +103,6 @@ def block_body(command: str, output: str) -> str:
 
 def _table(rows: list[list], headers: list[str], right: Sequence[int] = ()) -> str:
     from tabulate import tabulate
-
     align = ["right" if i in right else "left" for i in range(len(headers))]
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True, colalign=align)
 
@@ -115,7 +114,6 @@ def _code(text: str) -> str:
 def _bullet(text: str) -> str:
     """``- text`` wrapped at 100 characters, continuation lines indented under the text."""
     import textwrap
-
     return textwrap.fill(text, 100, initial_indent="- ", subsequent_indent="  ", break_long_words=False,
                          break_on_hyphens=False)
 
@@ -335,28 +333,9 @@ def gen_step_pick(args: list[str], page: str) -> str:
 
 
 def gen_search_pick(args: list[str], page: str) -> str:
-    """``search-pick SEARCH.json [PROOF_STEP.json]``: the search's pick on both halves in two lines
-    (``qbench recommend SEARCH.json [PROOF_STEP.json]``): the recipe, its measured KLD beside the
-    predicted one and the budget, its measured step beside bf16's, and where each half came from."""
-    from qbench.results import read_results
-    from qbench.search.view import with_proof_steps
-
-    paths = [str(ROOT / a) for a in args]
-    ((_, doc),) = with_proof_steps(paths, [read_results(p) for p in paths])
-    s = doc.model_extra["search"]
-    pick = next(r for r in doc.rows if r.pick)
-    bf16 = next((r for r in doc.rows if r.kind == "pure" and r.scheme == "bf16"), None)
-    m, front = pick.measured, sum(r.kind == "front" for r in doc.rows)
-    parts = ", ".join(f"{k} {v}" for k, v in pick.counts.items())
-    step = (f"step {m.step_us:,.0f} µs" + (f" against bf16's {bf16.measured.step_us:,.0f} µs"
-                                            if bf16 and bf16.measured and bf16.measured.step_us else "")
-            if m.step_us is not None else f"step not measured ({m.step_reason})")
-    timed = f", their steps on the speed file's machine ({args[1]})" if len(args) > 1 else ""
-    return "\n".join([
-        _bullet(f"max mean KLD {s['budget']['max_kld']:g} at M = {s['m']}, context {s['context']}: **{pick.scheme}** "
-                f"({parts}): measured KLD {m.kld:.3g} ± {m.kld_unc:.1g} (predicted {pick.predicted_kld:.3g}), {step}"),
-        _bullet(f"picked by the {s.get('pick_by')} from a front of {front} recipes; {len([r for r in doc.rows if r.measured])} "
-                f"recipes run whole on a held-out span{timed}; `qbench recommend {' '.join(args)}` prints it to paste")])
+    """``search-pick SEARCH.json [PROOF_STEP.json]``: the search's pick on both halves in two lines."""
+    from qbench.search.view import pick_summary
+    return "\n".join(_bullet(line) for line in pick_summary([str(ROOT / a) for a in args]))
 
 
 #: The named blocks: name -> function(arguments, the page's text) returning Markdown.

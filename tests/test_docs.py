@@ -99,10 +99,10 @@ def test_readme_is_a_short_front_door():
 def test_readme_answers_one_question_each_and_leaves_the_quality_answer_marked():
     heads = re.findall(r"^### (.+)$", README, flags=re.MULTILINE)
     assert heads == ["A kernel for a layer: the layer pick", "A scheme for a model: the measured step",
-                     "Quality on a real model"]
+                     "Quality on a real model", "A recipe for a model: the search"]
     quality = README.split("### Quality on a real model", 1)[1].split("\n## ", 1)[0]
     assert "<!-- TODO" in quality or "qbench" in quality
-    assert "<!-- gen:layer-pick" in README and "<!-- gen:step-pick" in README
+    assert "<!-- gen:layer-pick" in README and "<!-- gen:step-pick" in README and "<!-- gen:search-pick" in README
 
 
 def _fenced_after(text: str, phrase: str) -> str:

@@ -463,7 +463,7 @@ def test_check_and_run_answer_a_typo_without_importing_torch(tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == "[2, 2, 0] False", proc.stderr
     assert proc.stderr.strip().splitlines() == [f"qbench: {bad}: ms: unknown key; allowed: name, description, seed, "
                                                 "device, output, m, layer, inputs, weight, timing, schemes, tp, model, "
-                                                "quality"] * 2
+                                                "quality, search"] * 2
     assert proc.stdout.strip().splitlines()[0] == (f"{good}: ok: 2 schemes (fp16, nf4-bnb); M = [1]; K = 256, N = 128; "
                                                    "device auto")
 

@@ -9,7 +9,9 @@ per-channel pre-scale, torchao's ``act_pre_scale``).
 
 - **HQQ** (Badri & Shaji 2023): torchao's own ``_choose_qparams_and_quantize_affine_hqq``, the routine
   ``Int4WeightOnlyConfig(int4_choose_qparams_algorithm="hqq")`` runs: a half-quadratic search of
-  scale and zero per group that minimizes an l_p<1 norm of the weight error. No data.
+  scale and zero per group that minimizes an l_p<1 norm of the weight error. No data. It runs on the CPU
+  wherever the weight is (its bf16 search depends on the device's reduction order), and the codes are
+  packed like GPTQ's and AWQ's, so the kernel's layer holds the values the emulation measured.
 - **GPTQ** (Frantar et al. 2022), as ``torchao.prototype.gptq.gptq_quantize`` does it, on the tinygemm
   grid: H = 2XᵀX/n from the calibration activations, dead columns zeroed, 1 % dampening of the mean
   diagonal, the upper Cholesky factor of H⁻¹; columns quantized in order inside blocks of 256, each
@@ -141,12 +143,14 @@ def hqq(w: torch.Tensor, group_size: int) -> Int4Grid:
     from torchao.quantization.quant_primitives import _choose_qparams_and_quantize_affine_hqq
 
     t0 = time.perf_counter()
-    wb = w.to(torch.bfloat16)
+    wb = w.detach().to("cpu", torch.bfloat16)  # on the CPU wherever the weight is: the bf16 search's result
+    # depends on the device's reduction order (on an H100 47 % of the codes differed from the CPU's), and the
+    # kernel's layer must hold the values the CPU emulation measured
     codes, scale, zero, _ = _choose_qparams_and_quantize_affine_hqq(
         wb, nbits=4, group_size=group_size, axis=1, compute_dtype=torch.bfloat16, device=wb.device,
         verbose=False, raw_output=False)
-    n = w.shape[0]
-    return Int4Grid(codes.to(torch.int32), scale.reshape(n, -1), zero.reshape(n, -1), group_size,
+    n, dev = w.shape[0], w.device
+    return Int4Grid(codes.to(dev, torch.int32), scale.reshape(n, -1).to(dev), zero.reshape(n, -1).to(dev), group_size,
                     solve_s=time.perf_counter() - t0)
 
 
@@ -269,27 +273,8 @@ def tinygemm_tensor(q: Int4Grid, shape: tuple[int, int]):
                                     block_size=[1, g], shape=torch.Size(shape), act_pre_scale=q.pre_scale)
 
 
-def _hqq_config(options):
-    from torchao.quantization import Int4WeightOnlyConfig
-
-    return Int4WeightOnlyConfig(group_size=options.group_size, int4_packing_format="tile_packed_to_4d",
-                                int4_choose_qparams_algorithm="hqq")
-
-
-def build_hqq(weight: torch.Tensor, bias: Optional[torch.Tensor], options, calibration=None) -> torch.nn.Module:
-    """int4-hqq's real layer: torchao's own ``Int4WeightOnlyConfig(int4_choose_qparams_algorithm="hqq")``
-    with the tinygemm packing (``tile_packed_to_4d``); ``calibration`` is ignored (HQQ needs no data)."""
-    from qbench.schemes.torchao_schemes import _quantized
-
-    _check_bf16(options)
-    t0 = time.perf_counter()
-    layer = _quantized(_hqq_config)(weight, bias, options)
-    layer.calibration_notes = {"solve_s": time.perf_counter() - t0}
-    return layer
-
-
 def _build(method: str):
-    """The real layer of GPTQ or AWQ: codes and parameters chosen here, packed by :func:`tinygemm_tensor`."""
+    """The real layer of HQQ, GPTQ or AWQ: codes and parameters chosen here, packed by :func:`tinygemm_tensor`."""
 
     def build(weight: torch.Tensor, bias: Optional[torch.Tensor], options,
               calibration: Optional[LinearStats] = None) -> torch.nn.Module:
@@ -332,5 +317,5 @@ def _emulate(method: str):
 
 
 # --- named by the declarations in qbench.schemes.catalog ---
-build_gptq, build_awq = _build("gptq"), _build("awq")
+build_hqq, build_gptq, build_awq = _build("hqq"), _build("gptq"), _build("awq")
 emulate_hqq, emulate_gptq, emulate_awq = _emulate("hqq"), _emulate("gptq"), _emulate("awq")

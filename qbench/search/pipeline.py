@@ -345,6 +345,9 @@ def run(scenario: Any, *, device: Optional[str] = None, out: Optional[str] = Non
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    front = sum(r["kind"] == "front" for r in rows)
+    rows = thin(rows, FRONT_ROWS)
+    summary["front"] = {"points": front, "rows": sum(r["kind"] == "front" for r in rows), "kept": THINNED}
     doc["rows"], doc["search"] = rows, summary
     outcome = finish(doc, output, started, force=force)
     if "proof_step" in summary:
@@ -398,6 +401,25 @@ def write_proof_step(data: dict, result: Path) -> Path:
         lines += ["", toml_entry(entry).rstrip()]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+#: Front points a search file keeps as rows besides the pure, verified and picked ones: an 8B-shaped
+#: front holds ~10^4 points (7.5 MB of rows); the file keeps the unit matrices, from which
+#: :func:`qbench.search.solve.front` gives every point again.
+FRONT_ROWS = 200
+THINNED = (f"every pure, verified and picked row; of the other front points at most {FRONT_ROWS}, evenly spaced by "
+           "predicted time (the document's unit matrices give the whole front again)")
+
+
+def thin(rows: list[dict], keep: int) -> list[dict]:
+    """``rows`` with every pure, measured or picked row, and at most ``keep`` of the other front
+    rows, evenly spaced in predicted time (first and last kept); order preserved."""
+    rest = sorted((i for i, r in enumerate(rows) if r["kind"] == "front" and r.get("measured") is None
+                   and not r.get("pick")), key=lambda i: rows[i]["predicted_us"])
+    if len(rest) <= keep:
+        return rows
+    chosen = {rest[round(j * (len(rest) - 1) / (keep - 1))] for j in range(keep)}
+    return [r for i, r in enumerate(rows) if i in chosen or i not in set(rest)]
 
 
 def _discard(output) -> None:

@@ -83,9 +83,13 @@ def run_view(doc, args: argparse.Namespace) -> int:
     print(render(rows, COLUMNS, args.format))
     if wants_prose(args.format):
         shown = prose(args.format, getattr(args, "wide", False))
+        s = (doc.model_extra or {}).get("search") or {}
+        front = s.get("front") or {}
         hidden = len(doc.rows) - len(rows)
-        for line in lines(doc) + ([f"{hidden} front points not verified are not shown (--wide shows them)"]
-                                  if hidden else []):
+        said = ([f"{hidden} front points not verified are not shown (--wide shows them)"] if hidden else []) + \
+            ([f"the file keeps {front['rows']} of the front's {front['points']} points as rows: {front['kept']}"]
+             if front and front.get("rows", 0) < front.get("points", 0) else [])
+        for line in lines(doc) + said:
             print(shown(line))
     return len(rows)
 
@@ -154,9 +158,10 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
     for path, doc in joined:
         s = (doc.model_extra or {}).get("search") or {}
         front = [r for r in doc.rows if r.kind == "front"]
+        points = (s.get("front") or {}).get("points", len(front))
         verified = [r for r in doc.rows if r.measured is not None]
         print(f"{path}: max mean KLD {(s.get('budget') or {}).get('max_kld', 0):g} at M = {s.get('m')}, context "
-              f"{s.get('context')}: a front of {len(front)} recipes between {len(doc.rows) - len(front)} pure schemes, "
+              f"{s.get('context')}: a front of {points} recipes between {len(doc.rows) - len(front)} pure schemes, "
               f"{len(verified)} run whole by the quality job")
         pick = next((r for r in doc.rows if r.pick), None)
         if pick is None:
@@ -182,3 +187,26 @@ def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     for doc in docs:
         run_view(doc, args)
     return 0
+
+
+def pick_summary(paths: list[str]) -> list[str]:
+    """The search's pick on both halves in two lines (the README's answer): the recipe, its measured
+    KLD beside the predicted one, its measured step beside bf16's; then the front it came from and
+    how many recipes ran whole. ``paths``: a search file and, optionally, its proof step file
+    (:func:`with_proof_steps`)."""
+    from qbench.results import read_results
+
+    ((_, doc),) = with_proof_steps(paths, [read_results(p) for p in paths])
+    s = doc.model_extra["search"]
+    pick = next(r for r in doc.rows if r.pick)
+    bf16 = next((r for r in doc.rows if r.kind == "pure" and r.scheme == "bf16"), None)
+    m, front = pick.measured, (s.get("front") or {}).get("points", sum(r.kind == "front" for r in doc.rows))
+    parts = ", ".join(f"{k} {v}" for k, v in pick.counts.items())
+    step = (f"step {m.step_us:,.0f} µs" + (f" against bf16's {bf16.measured.step_us:,.0f} µs"
+                                            if bf16 and bf16.measured and bf16.measured.step_us else "")
+            if m.step_us is not None else f"step not measured ({m.step_reason})")
+    timed = ", their steps timed where the speed file was" if len(paths) > 1 else ""
+    return [f"max mean KLD {s['budget']['max_kld']:g} at M = {s['m']}, context {s['context']}: **{pick.scheme}** "
+            f"({parts}): measured KLD {m.kld:.3g} ± {m.kld_unc:.1g} (predicted {pick.predicted_kld:.3g}), {step}",
+            f"by the {s.get('pick_by')} from a front of {front} recipes; {sum(r.measured is not None for r in doc.rows)} "
+            f"recipes run whole on a held-out span{timed}"]

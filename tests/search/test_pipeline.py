@@ -153,3 +153,15 @@ def test_a_speed_file_timed_on_another_device_leaves_the_proof_step_to_a_scenari
     assert data["m"] == [1] and len(data["schemes"]) == len(proof["schemes"])
     assert (written.parent / data["model"]["config"]).resolve() == (tmp_path.cwd() / "data/x/config.json").resolve()
     assert data["schemes"][0]["recipe"] == proof["schemes"][0]["recipe"]
+
+
+def test_thin_keeps_every_pure_verified_and_picked_row_and_spaces_the_rest():
+    rows = [{"kind": "pure", "predicted_us": 50.0}] + \
+        [{"kind": "front", "predicted_us": float(t), "measured": {"kld": 0} if t == 7 else None, "pick": t == 9}
+         for t in range(100)]
+    kept = pipeline.thin(rows, 5)
+    assert rows[0] in kept and rows[8] in kept and rows[10] in kept  # pure, verified (t = 7), pick (t = 9)
+    others = [r["predicted_us"] for r in kept if r["kind"] == "front" and not r["pick"] and r["measured"] is None]
+    # the 98 others (t = 0..99 but 7 and 9) at indices round(j x 97 / 4) = 0, 24, 48, 73, 97: t = 0, 26, 50, 75, 99
+    assert others == [0.0, 26.0, 50.0, 75.0, 99.0]
+    assert [r for r in rows if r in kept] == kept and pipeline.thin(rows, 200) == rows

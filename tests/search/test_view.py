@@ -25,7 +25,8 @@ def test_report_shows_the_verified_points_and_hides_the_rest_of_the_front(capsys
     assert main(["report", str(FILE)]) == 0
     out = capsys.readouterr().out
     assert "r1 front 1" in out and "r1 front 2" in out and "int8-weight-only" in out
-    assert "11547 front points not verified are not shown (--wide shows them)" in out
+    assert "200 front points not verified are not shown (--wide shows them)" in out
+    assert "the file keeps 202 of the front's 11549 points as rows" in out  # thinned: the tree's size budget
 
 
 def test_a_proof_step_file_given_beside_fills_the_verified_recipes_steps(tmp_path, capsys):
