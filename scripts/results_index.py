@@ -177,7 +177,7 @@ def describe(path: Path, machine_dir: Path, entries: list[dict], mentions: dict)
                 rows=f"{status.get('ok', 0)} / {status.get('skipped', 0)} / {status.get('failed', 0)}",
                 complete=doc.get("complete"), scenario=(doc.get("scenario") or {}).get("source") or "",
                 schemes=len({r.get("scheme") for r in doc["rows"]}), merged=doc.get("merged_from") or [])
-    info["today"] = _schemes_today(info["scenario"])
+    info["today"] = None if "search" in doc else _schemes_today(info["scenario"])  # a search's rows are recipes
     return info
 
 
