@@ -54,6 +54,8 @@ class Job:
             (:attr:`qbench.schemes.base.Scheme.emulate`), so the runner does not skip it up front.
         deterministic: its workers compute the same numbers on every run, so ``--repeat`` (which
             compares independent runs' medians) is refused for it.
+        rows_per_scheme: each row is one scheme entry's (at one M, context ...), so a file's schemes
+            can be counted against its scenario's; a search's rows are recipes it wrote.
         views: reader command name -> ``"module:function"`` rendering that reader's view of a
             document of this kind (absent: the reader's own, layer, view). ``run`` is ``(doc, args)
             -> rows shown``; a reader's is ``(args, paths, docs) -> exit status``; ``budgets`` names the
@@ -79,6 +81,7 @@ class Job:
     exclusive: bool = False
     emulates: bool = False
     deterministic: bool = False
+    rows_per_scheme: bool = True
     views: Mapping[str, str] = field(default_factory=dict)
     refusal: Optional[str] = None
 
@@ -96,7 +99,7 @@ class Job:
 #: Every job kind, in the order a scenario's tables are tried (the first whose table is present wins;
 #: the default kind, without a table, last).
 JOBS: dict[str, Job] = {j.name: j for j in (
-    Job("search", table="search", run="qbench.search.pipeline:run", at=("m", "context"),
+    Job("search", table="search", run="qbench.search.pipeline:run", at=("m", "context"), rows_per_scheme=False,
         tables="qbench.search.spec:SearchTables", check="qbench.search.spec:check", describe="qbench.search.spec:describe",
         check_rows="qbench.search.row:check_rows", blank_rows="qbench.search.pipeline:blank_rows",
         measure="qbench.search.pipeline:measure", views={"run": "qbench.search.view:run_view",

@@ -177,17 +177,17 @@ def describe(path: Path, machine_dir: Path, entries: list[dict], mentions: dict)
                 rows=f"{status.get('ok', 0)} / {status.get('skipped', 0)} / {status.get('failed', 0)}",
                 complete=doc.get("complete"), scenario=(doc.get("scenario") or {}).get("source") or "",
                 schemes=len({r.get("scheme") for r in doc["rows"]}), merged=doc.get("merged_from") or [])
-    info["today"] = None if "search" in doc else _schemes_today(info["scenario"])  # a search's rows are recipes
+    info["today"] = _schemes_today(info["scenario"], doc["rows"])
     return info
 
 
-def _schemes_today(source: str) -> int | None:
-    """How many schemes the scenario file ``source`` lists today (None when it is gone or invalid)."""
-    path = ROOT / source
-    if not source or not path.is_file():
-        return None
+def _schemes_today(source: str, rows: list) -> int | None:
+    """Schemes the scenario ``source`` lists today (None: gone, invalid, or ``rows`` not one per scheme)."""
+    from qbench import jobs
     from qbench.scenario import ScenarioError, load
-
+    path = ROOT / source
+    if not source or not path.is_file() or not jobs.of_rows(rows).rows_per_scheme:
+        return None
     try:
         return len(load(path).schemes)
     except ScenarioError:
