@@ -61,10 +61,13 @@ def make_checkpoint(folder: Path, kind: str = "llama", *, tied: bool = False, sh
 
 
 def write_scenario(folder: Path, checkpoint: Path, schemes: list[str], *, chunk: int = 64, chunks: int = 4,
-                   extra: str = "", text: str = TEXT) -> Path:
-    (folder / "text.txt").write_text(text, encoding="utf-8")
+                   extra: str = "", text: str = TEXT, text_file: Path | None = None) -> Path:
+    """``folder/q.toml``: a quality scenario of ``schemes`` on ``checkpoint`` over ``text`` (written as
+    ``folder/text.txt``), or over the file ``text_file`` when given; ``extra``: more ``[quality]`` lines."""
+    if text_file is None:
+        (folder / "text.txt").write_text(text, encoding="utf-8")
     lines = ['name = "q"', 'device = "cpu"', "[model]", f'checkpoint = "{checkpoint}"', "[quality]",
-             'text = "text.txt"', f"chunk = {chunk}", f"chunks = {chunks}", extra]
+             f'text = "{text_file or "text.txt"}"', f"chunk = {chunk}", f"chunks = {chunks}", extra]
     for s in schemes:
         lines += ["[[schemes]]", f'name = "{s}"']
     path = folder / "q.toml"

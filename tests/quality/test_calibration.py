@@ -102,13 +102,8 @@ def test_collect_shares_one_record_per_input_and_counts_every_token(ck):
 
 
 def _trained(tmp_path: Path, names: list[str]) -> Path:
-    lines = ['name = "t"', 'device = "cpu"', "[model]", f'checkpoint = "{TRAINED}"', "[quality]", f'text = "{HAMLET}"',
-             "chunk = 256", "chunks = 8", "calibration = { chunks = 16, first_chunk = 8 }"]
-    for n in names:
-        lines += ["[[schemes]]", f'name = "{n}"']
-    path = tmp_path / "q.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_scenario(tmp_path, TRAINED, names, chunk=256, chunks=8, text_file=HAMLET,
+                          extra="calibration = { chunks = 16, first_chunk = 8 }")
 
 
 def test_gptq_loses_less_than_round_to_nearest_on_the_trained_checkpoint(tmp_path):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.quality.conftest import hf_nll, run_scheme
+from tests.quality.conftest import hf_nll, run_scheme, write_scenario
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,13 +19,7 @@ UNIGRAM_BITS = 4.690
 
 
 def _scenario(tmp_path: Path, schemes: list[str]) -> Path:
-    lines = ['name = "t"', 'device = "cpu"', "[model]", f'checkpoint = "{TRAINED}"', "[quality]", f'text = "{HAMLET}"',
-             "chunk = 512", "chunks = 4"]
-    for s in schemes:
-        lines += ["[[schemes]]", f'name = "{s}"']
-    path = tmp_path / "q.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_scenario(tmp_path, TRAINED, schemes, chunk=512, chunks=4, text_file=HAMLET)
 
 
 def test_reference_perplexity_equals_transformers_and_is_trained(tmp_path):

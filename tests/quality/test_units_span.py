@@ -26,13 +26,9 @@ BLOCKS = 4  # the trained checkpoint's
 
 
 def _scenario(folder: Path, schemes: list[str], extra: str = "", chunk: int = 256, chunks: int = 6) -> Path:
-    lines = ['name = "u"', 'device = "cpu"', "[model]", f'checkpoint = "{TRAINED}"', "[quality]", f'text = "{HAMLET}"',
-             f"chunk = {chunk}", f"chunks = {chunks}", extra]
-    for name in schemes:
-        lines += ["[[schemes]]", f'name = "{name}"']
-    path = folder / "q.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    from tests.quality.conftest import write_scenario
+
+    return write_scenario(folder, TRAINED, schemes, chunk=chunk, chunks=chunks, extra=extra, text_file=HAMLET)
 
 
 @pytest.fixture(scope="module")
