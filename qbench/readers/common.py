@@ -480,6 +480,19 @@ def chart_folder(out: Path, targets: Sequence[Path], force: bool) -> None:
         raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
 
 
+def one_chart(args: argparse.Namespace, draw: Callable[[Path], Path]) -> int:
+    """``qbench plot FILE -o OUT`` for a kind with one chart: ``OUT`` checked (:func:`chart_folder`),
+    ``draw(OUT)`` writes it and its path is printed; a path that cannot be written is refused in one
+    line. Returns 0."""
+    out = Path(args.output)
+    chart_folder(out, [out], getattr(args, "force", False))
+    try:
+        print(draw(out))
+    except OSError as exc:
+        raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
+    return 0
+
+
 def refuse_budgets(args: argparse.Namespace) -> None:
     """Refuse quality budgets (:func:`check_budgets`) given without a quality file."""
     if check_budgets(args):

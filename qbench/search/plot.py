@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from qbench.readers.common import Refused, chart_folder
+from qbench.readers.common import Refused, one_chart
 from qbench.readers.plot import DRAWABLE_MAX, place_labels, plain, scheme_styles
 
 
@@ -148,10 +148,4 @@ def plot_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     ``--method`` do not apply: the search's own method timed its points)."""
     (doc,) = docs
     check_drawable(doc, paths[0])
-    out = Path(args.output)
-    chart_folder(out, [out], getattr(args, "force", False))
-    try:
-        print(plot_search(doc, out))
-    except OSError as exc:
-        raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
-    return 0
+    return one_chart(args, lambda out: plot_search(doc, out))

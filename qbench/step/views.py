@@ -16,7 +16,7 @@ from pathlib import Path
 
 from qbench import judge
 from qbench.judge import decision_method
-from qbench.readers.common import (ACT_ON, Refused, Table, chart_folder, check_baseline, incomplete_notes, one_machine,
+from qbench.readers.common import (ACT_ON, Refused, Table, one_chart, check_baseline, incomplete_notes, one_machine,
                                    one_result, refuse_budgets, refuse_options, show_table)
 from qbench.render import narrow, prose, synthetic_step_warning, wants_prose
 from qbench.render.view import show
@@ -310,10 +310,4 @@ def plot_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
     """``qbench plot STEP.json -o FILE``: :func:`plot_context` of the one file (the roofline and
     Pareto charts are the layer job's; ``--what`` and ``--method`` do not apply)."""
     (doc,) = docs
-    out = Path(args.output)
-    chart_folder(out, [out], getattr(args, "force", False))
-    try:
-        print(plot_context(doc, out))
-    except OSError as exc:
-        raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
-    return 0
+    return one_chart(args, lambda out: plot_context(doc, out))
