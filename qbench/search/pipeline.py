@@ -386,7 +386,7 @@ def write_proof_step(data: dict, result: Path) -> Path:
     result, its relative paths rebased from the repository root to that folder; returns the path."""
     import os
 
-    from qbench.search.snippet import toml_entry, _key, _value
+    from qbench.search.snippet import toml_entry, toml_key, toml_value
 
     model = dict(data["model"])
     for key in ("config", "checkpoint"):
@@ -394,9 +394,9 @@ def write_proof_step(data: dict, result: Path) -> Path:
             model[key] = os.path.relpath(os.path.abspath(model[key]), result.parent.resolve())
     path = result.with_name(result.stem + ".proof-step.toml")
     lines = ["# Written by the search " + result.name + ": run it where its speed file was timed.",
-             *(f"{_key(k)} = {_value(data[k])}" for k in ("name", "description", "seed", "device", "m")), "",
-             "[model]", *(f"{_key(k)} = {_value(v)}" for k, v in model.items()), "",
-             "[timing]", *(f"{_key(k)} = {_value(v)}" for k, v in data["timing"].items())]
+             *(f"{toml_key(k)} = {toml_value(data[k])}" for k in ("name", "description", "seed", "device", "m")), "",
+             "[model]", *(f"{toml_key(k)} = {toml_value(v)}" for k, v in model.items()), "",
+             "[timing]", *(f"{toml_key(k)} = {toml_value(v)}" for k, v in data["timing"].items())]
     for entry in data["schemes"]:
         lines += ["", toml_entry(entry).rstrip()]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -39,11 +39,12 @@ class SnippetError(ValueError):
 _BARE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-def _key(key: str) -> str:
+def toml_key(key: str) -> str:
+    """``key`` as a TOML key: bare when it can be, else quoted."""
     return key if _BARE.match(key) else json.dumps(key)
 
 
-def _value(value: Any) -> str:
+def toml_value(value: Any) -> str:
     """``value`` as a TOML value: a string, integer, float, boolean, array or inline table."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -56,9 +57,9 @@ def _value(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_key(str(k))} = {_value(v)}" for k, v in value.items()) + " }"
+        return "{ " + ", ".join(f"{toml_key(str(k))} = {toml_value(v)}" for k, v in value.items()) + " }"
     raise SnippetError(f"a scheme option of type {type(value).__name__} cannot be written as a scenario value")
 
 
@@ -72,12 +73,12 @@ def toml_entry(entry: dict) -> str:
     lines = ["[[schemes]]"]
     for key, value in entry.items():
         if key not in ("recipe", "keep_blocks"):
-            lines.append(f"{_key(key)} = {_value(value)}")
+            lines.append(f"{toml_key(key)} = {toml_value(value)}")
     if entry.get("keep_blocks"):
-        lines.append(f"keep_blocks = {_value(entry['keep_blocks'])}")
+        lines.append(f"keep_blocks = {toml_value(entry['keep_blocks'])}")
     if entry.get("recipe"):
         lines.append("[schemes.recipe]")
-        lines += [f"{_key(str(k))} = {_value(v)}" for k, v in entry["recipe"].items()]
+        lines += [f"{toml_key(str(k))} = {toml_value(v)}" for k, v in entry["recipe"].items()]
     return "\n".join(lines) + "\n"
 
 
