@@ -29,17 +29,23 @@ check`` line (:attr:`qbench.jobs.Job`).
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+import os
 import stat
 from pathlib import Path
 from typing import Any, Literal, Optional
 
+import numpy as np
 from pydantic import Field
 
 from qbench.model.source import ModelSource, resolve
-from qbench.model.checkpoint import TOKENIZER, open_named, resolve_folder
+from qbench.model.checkpoint import TOKENIZER, cache_dir, open_named, resolve_folder
 from qbench.model.config import ConfigError, StepModelConfig
 from qbench.model import recipe as recipes
 from qbench.tables import Frozen, ScenarioError, Tables
+
+log = logging.getLogger(__name__)
 
 #: Most tokens a tokenizer makes of one byte of text: a token covers at least one byte of the normalized
 #: text (byte-level BPE; SentencePiece with byte fallback), and a normalizer at most triples it (a space
@@ -287,13 +293,47 @@ def text_sha256(path: Path) -> str:
 
 _TOKENS: dict[tuple, list[int]] = {}
 
+#: The folder of :func:`read_tokens`' disk cache, under :func:`qbench.model.checkpoint.cache_dir`.
+_TOKEN_CACHE = "tokens"
+
+
+def _stamp(path: Path) -> list:
+    st = path.stat()
+    return [str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _token_cache(memo: tuple) -> Path:
+    """The cache file of one (text, tokenizer, tokens needed): both files' stamps (path, inode,
+    size, mtime, ctime; as the checkpoint digest cache) in its name, so an edited file misses."""
+    key = hashlib.sha256(json.dumps(memo).encode()).hexdigest()[:32]
+    return cache_dir() / _TOKEN_CACHE / f"{key}.npy"
+
+
+def _cached_tokens(path: Path) -> Optional[list[int]]:
+    try:
+        return np.load(path, allow_pickle=False).tolist()
+    except (OSError, ValueError):
+        return None
+
+
+def _store_tokens(path: Path, ids: list[int]) -> None:
+    try:  # written whole then renamed: a reader never sees half a file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.save(f, np.asarray(ids, dtype=np.int64), allow_pickle=False)
+        os.replace(tmp, path)
+    except OSError as exc:  # an unwritable cache costs a tokenization per process, nothing more
+        log.info("token cache %s not written: %s", path.parent, exc)
+
 
 def read_tokens(model: ModelSource, quality: QualitySpec, source: str) -> list[int]:
     """The token ids the scenario reads (the ``tokenizers`` library, no special tokens added): the
     whole text's when ``quality.chunks`` is not given, else a prefix holding at least
     ``(first_chunk + chunks) × chunk`` tokens (and every token of a shorter text), read and tokenized in growing
     pieces cut at a line end, so a large corpus costs what its used chunks cost. Remembered per
-    process by (file, size, mtime, tokenizer, tokens needed).
+    process, and on disk (:func:`qbench.model.checkpoint.cache_dir`) by both files' (path, inode, size,
+    mtime, ctime) and the tokens needed: a run's validation tokenizes, its workers read the ids.
 
     Raises:
         ConfigError: ``quality.text``: unreadable, not a regular file or not UTF-8;
@@ -302,9 +342,14 @@ def read_tokens(model: ModelSource, quality: QualitySpec, source: str) -> list[i
     tok_path = tokenizer_file(model, quality, source)
     st = path.stat()
     need = needed_tokens(quality)
-    memo = (str(path.resolve()), st.st_size, st.st_mtime_ns, str(tok_path.resolve()), need)
+    memo = (*_stamp(path), *_stamp(tok_path), need)
     if memo in _TOKENS:
         return _TOKENS[memo]
+    cache = _token_cache(memo)
+    cached = _cached_tokens(cache)
+    if cached is not None:
+        _TOKENS[memo] = cached
+        return cached
     try:
         from tokenizers import Tokenizer
 
@@ -337,4 +382,5 @@ def read_tokens(model: ModelSource, quality: QualitySpec, source: str) -> list[i
     if need is not None:
         ids = ids[:need]
     _TOKENS[memo] = ids
+    _store_tokens(cache, ids)
     return ids

@@ -347,7 +347,7 @@ def test_mixed_dtypes_take_the_config_dtype_and_say_so(tmp_path, capsys):
 
 # --- tokenizing only what the run uses ----------------------------------------------------------------
 
-def test_only_the_prefix_the_chunks_need_is_tokenized_and_it_equals_the_whole_texts(tmp_path):
+def test_only_the_prefix_the_chunks_need_is_tokenized_and_it_equals_the_whole_texts(tmp_path, cache):
     from qbench.quality import spec
     from qbench.scenario import load
 
@@ -364,6 +364,7 @@ def test_only_the_prefix_the_chunks_need_is_tokenized_and_it_equals_the_whole_te
         return real(self, text, *a, **kw)
 
     spec._TOKENS.clear()
+    shutil.rmtree(cache / "tokens")  # validation's ids: tokenized again here, under the patch
     import unittest.mock
 
     with unittest.mock.patch.object(Tokenizer, "encode", encode):
@@ -373,6 +374,43 @@ def test_only_the_prefix_the_chunks_need_is_tokenized_and_it_equals_the_whole_te
     whole = Tokenizer.from_file(str(TRAINED / "tokenizer.json")).encode(
         HAMLET.read_text(encoding="utf-8"), add_special_tokens=False).ids
     assert ids == whole[:256]
+
+
+def test_a_text_is_tokenized_once_per_run_and_again_after_an_edit(tmp_path, cache):
+    """Validation tokenizes and writes the ids to the disk cache; a worker (a new process: the memo
+    empty) reads them without tokenizing; an edited text (same size, mtime restored) misses."""
+    from tokenizers import Tokenizer
+
+    from qbench.quality import spec
+    from qbench.scenario import load
+
+    text = tmp_path / "t.txt"
+    text.write_text(HAMLET.read_text(encoding="utf-8")[:20_000], encoding="utf-8")
+    sc = load(scenario(tmp_path, TRAINED, text=text, chunk=128, chunks=2))  # validation tokenizes
+    first = spec.read_tokens(sc.model, sc.quality, sc.source)
+    assert len(list((cache / "tokens").glob("*.npy"))) == 1
+    calls = []
+    real = Tokenizer.encode
+
+    def encode(self, t, *a, **kw):
+        calls.append(len(t))
+        return real(self, t, *a, **kw)
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(Tokenizer, "encode", encode):
+        spec._TOKENS.clear()  # a worker process
+        again = spec.read_tokens(sc.model, sc.quality, sc.source)
+        assert again == first and calls == []
+        st = text.stat()
+        body = text.read_text(encoding="utf-8")
+        text.write_text(("X" + body[1:]), encoding="utf-8")
+        os.utime(text, ns=(st.st_atime_ns, st.st_mtime_ns))
+        spec._TOKENS.clear()
+        edited = spec.read_tokens(sc.model, sc.quality, sc.source)
+    assert len(calls) == 1 and edited != first
+    assert edited == Tokenizer.from_file(str(TRAINED / "tokenizer.json")).encode(
+        ("X" + body[1:]), add_special_tokens=False).ids[:256]
 
 
 # --- non-finite statistics and a degenerate reference: a failed row naming the cause ------------------
