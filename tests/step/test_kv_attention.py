@@ -117,6 +117,24 @@ def test_split_kv_asked_for_on_cpu_is_a_skipped_row():
     assert "split-KV kernel runs on CUDA" in rows[0]["reason"]
 
 
+def test_a_torch_without_fp8_gives_fp8_cache_rows_skipped_with_the_reason(monkeypatch):
+    monkeypatch.delattr(torch, "float8_e4m3fn")
+    rows = measure_step_scheme(_scenario([{"name": "fp32"}], kv_cache="fp8"), 0, torch.device("cpu"), None)
+    assert [r["status"] for r in rows] == ["skipped"]
+    assert "has no float8_e4m3fn dtype: it cannot hold an fp8 KV cache" in rows[0]["reason"]
+
+
+def test_fp8_split_kv_on_a_gpu_before_compute_capability_8_9_is_refused_with_the_reason(monkeypatch):
+    """An A100 (8.0) has no e4m3 loads: the split-KV kernel cannot read an fp8 cache there."""
+    pytest.importorskip("triton")
+    from qbench.step.measure import split_kv_reason
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    why = split_kv_reason(PRESETS["llama3.1-8b"], torch.device("cuda"), fp8=True)
+    assert why and "need compute capability 8.9+, this GPU is 8.0" in why
+    assert split_kv_reason(PRESETS["llama3.1-8b"], torch.device("cuda"), fp8=False) is None
+
+
 @pytest.mark.parametrize("key,value,allowed", [("kv_cache", "fp4", "'activation' or 'fp8'"),
                                                ("attention", "flash", "'auto', 'split-kv' or 'sdpa'")])
 def test_bad_value_is_refused_in_one_line(tmp_path, capsys, key, value, allowed):
