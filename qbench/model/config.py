@@ -66,8 +66,8 @@ class StepModelConfig:
         max_positions: ``max_position_embeddings``: the longest context the model is made for.
         tie_embeddings: the LM head's weight is the embedding (``tie_word_embeddings``).
         biased: the linear roles that carry a bias (Qwen2: q/k/v; ``attention_bias``: q/k/v/o;
-            ``mlp_bias``: gate/up/down). The decode step refuses a biased model; the quality job
-            reads the biases from the checkpoint.
+            ``mlp_bias``: gate/up/down); both jobs read them from the checkpoint (zeros for seeded
+            weights).
         model_type: the config's ``model_type``.
         source: where the values come from.
         bos: ``bos_token_id`` (an id of the vocabulary), or None: no BOS.

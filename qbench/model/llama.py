@@ -54,7 +54,8 @@ class Weights:
     again alone and identically on the same device (the FP32 reference step regenerates a block's
     weights instead of keeping 4 bytes per weight of the whole model). Generated values: linear
     weights N(0, 1/K) (K = in_features, the layer scenarios' weight), the embedding N(0, 1),
-    RMSNorm weights 1 (``transformers``' initial value), no biases.
+    RMSNorm weights 1 and the biases of a biased model 0 (``transformers``' initial values: a bias
+    costs its bytes and its add in every kernel whatever its values).
     """
 
     def __init__(self, config: StepModelConfig, seed: int, device: torch.device,
@@ -94,10 +95,11 @@ class Weights:
         return out
 
     def bias(self, block: int, role: str) -> Optional[torch.Tensor]:
-        """The FP32 bias of a block's linear ``role``, or None where the model has none (seeded
-        weights never have one)."""
-        if self.state_dict is None or role not in self.config.biased:
+        """The FP32 bias ``[N]`` of a block's linear ``role``, or None where the model has none."""
+        if role not in self.config.biased:
             return None
+        if self.state_dict is None:
+            return torch.zeros(self.config.linear_shapes()[role][1], dtype=torch.float32, device=self.device)
         return self.get(linear_name(block, role).removesuffix("weight") + "bias")
 
 

@@ -276,13 +276,13 @@ class _Built:
 
     # -- building ---------------------------------------------------------------------------
     def _build_block(self, index: int) -> dict[str, torch.nn.Module]:
-        """Block ``index``'s seven linears, each built by its scheme (:meth:`Plan.choice`); the stored
-        bytes of each (role, scheme) are counted from the first one built."""
+        """Block ``index``'s seven linears with their biases, each built by its scheme
+        (:meth:`Plan.choice`); the stored bytes of each (role, scheme) are counted from the first one built."""
         out = {}
         for role, choice in self.plan.block_choices(index).items():
             w = self.weights.get(llama.linear_name(index, role))
             part = schemes.get(choice.name)
-            out[role] = part.build(w, None, choice.options)
+            out[role] = part.build(w, self.weights.bias(index, role), choice.options)
             self.linear_bytes.setdefault((role, choice.label), ledger.count(part.parts(out[role])).stored_bytes)
             del w
         return out
@@ -296,7 +296,8 @@ class _Built:
             key = (role, choice.label)
             if key not in self.linear_bytes:
                 part = schemes.get(choice.name)
-                mod = part.build(self.weights.get(llama.linear_name(index, role)), None, choice.options)
+                mod = part.build(self.weights.get(llama.linear_name(index, role)), self.weights.bias(index, role),
+                                 choice.options)
                 self.linear_bytes[key] = ledger.count(part.parts(mod)).stored_bytes
                 del mod
             total += self.linear_bytes[key]

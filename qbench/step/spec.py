@@ -104,8 +104,9 @@ class ModelSpec(ModelSource):
 
 
 def check(spec: ModelSpec, source: str) -> StepModelConfig:
-    """:func:`resolve`, then contexts given, a model without biases, every context within the model's ``max_position_embeddings`` and
-    ``blocks`` within the model's block count.
+    """:func:`resolve`, then contexts given, every context within the model's ``max_position_embeddings``
+    and ``blocks`` within the model's block count. A biased model (Qwen2's q/k/v, ``attention_bias``,
+    ``mlp_bias``) runs with its biases: the checkpoint's, or zeros for seeded weights.
 
     Raises:
         ConfigError: ``model.context`` / ``model.blocks`` / what :func:`resolve` raises.
@@ -114,10 +115,6 @@ def check(spec: ModelSpec, source: str) -> StepModelConfig:
     if not spec.context:
         raise ConfigError("model.context", "missing: the positions already in the KV cache when the step runs, "
                                            "e.g. context = [128, 4096], got nothing")
-    if config.biased:
-        key = "model_type" if config.model_type == "qwen2" else "attention_bias"
-        raise ConfigError(f"model.config.{key}", f"the Llama decode step has no biases, got biases on "
-                                                 f"{', '.join(config.biased)} ({config.model_type})")
     for c in spec.context:
         if config.sliding_window is not None and c + 1 > config.sliding_window:
             raise ConfigError("model.context", f"the step at context {c} attends {c + 1} positions, beyond "

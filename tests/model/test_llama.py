@@ -73,6 +73,29 @@ def test_logits_equal_transformers(m, context, rope):
     torch.testing.assert_close(ours, hf, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("m", [1, 3])
+def test_qwen2_decode_step_with_its_biases_equals_transformers(m):
+    """Qwen2 (q/k/v biases, given values a test can see) through the decode step: prefill, then one
+    token per sequence, against Qwen2ForCausalLM with the same weights."""
+    torch.manual_seed(1)
+    cfg_dict = {**HF_CONFIG, "model_type": "qwen2"}
+    cfg = transformers.Qwen2Config(**cfg_dict)
+    model = transformers.Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.5)
+    gen = torch.Generator().manual_seed(m)
+    prompt = torch.randint(0, cfg.vocab_size, (m, 11), generator=gen)
+    tokens = torch.randint(0, cfg.vocab_size, (m,), generator=gen)
+    with torch.no_grad():
+        out = model(prompt, use_cache=True)
+        hf = model(tokens[:, None], past_key_values=out.past_key_values, use_cache=True).logits[:, -1].float()
+    assert _weights(cfg_dict, model).config.biased == ("q_proj", "k_proj", "v_proj")
+    ours = _ours(cfg_dict, model, m, 11, prompt, tokens)
+    torch.testing.assert_close(ours, hf, rtol=1e-4, atol=1e-4)
+
+
 def test_shared_prompt_equals_distinct_copies():
     """A prompt shared by the batch (B = 1) fills every sequence's cache as M copies of it would."""
     cfg, model = _hf_model({})

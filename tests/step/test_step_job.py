@@ -117,17 +117,50 @@ def test_config_json_that_is_not_llama(tmp_path):
     assert "'gpt2'" in str(exc.value)
 
 
-@pytest.mark.parametrize("config, key", [
-    ({"model_type": "qwen2"}, "model.config.model_type"),
-    ({"model_type": "llama", "attention_bias": True}, "model.config.attention_bias"),
+@pytest.mark.parametrize("config, biased", [
+    ({"model_type": "qwen2"}, ("q_proj", "k_proj", "v_proj")),
+    ({"model_type": "llama", "attention_bias": True, "mlp_bias": True},
+     ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")),
 ])
-def test_step_refuses_a_biased_model(tmp_path, config, key):
+def test_a_biased_model_steps_with_its_biases_counted(tmp_path, config, biased):
+    """Seeded weights of a biased config: zero biases (transformers' initial values) in every biased
+    linear, their bytes in the step's weight bytes (the ledger's bias parts): N · 4 bytes each in fp32."""
     base = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
             "vocab_size": 100, "num_hidden_layers": 1}
     (tmp_path / "config.json").write_text(json.dumps({**base, **config}))
-    with pytest.raises(ScenarioError) as exc:
-        _scenario([{"name": "fp32"}], model={"config": str(tmp_path / "config.json"), "context": [4]})
-    assert exc.value.key == key and "biases" in str(exc.value)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text(json.dumps({**base, "model_type": "llama"}))
+    rows = {}
+    for name, folder in (("biased", tmp_path), ("plain", plain)):
+        sc = _scenario([{"name": "fp32"}], model={"config": str(folder / "config.json"), "context": [4]})
+        assert from_hf_config(json.loads((folder / "config.json").read_text()), "t").biased == \
+            (biased if name == "biased" else ())
+        rows[name] = measure_step_scheme(sc, 0, torch.device("cpu"), None)[0]
+    assert rows["biased"]["status"] == "ok", rows["biased"]["reason"]
+    n = {"q_proj": 64, "k_proj": 32, "v_proj": 32, "o_proj": 64, "gate_proj": 128, "up_proj": 128, "down_proj": 64}
+    extra = sum(4 * n[r] for r in biased)
+    assert rows["biased"]["bytes"]["weights"] - rows["plain"]["bytes"]["weights"] == extra
+
+
+def test_a_qwen2_checkpoint_steps_with_its_own_biases(tmp_path):
+    """The step job on a Qwen2 checkpoint (q/k/v biases of std 0.5): fp32 linears are the FP32
+    reference step (logits rel_fro ~0): a step that dropped the biases would be far off."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=100, max_position_embeddings=64)
+    model = transformers.Qwen2ForCausalLM(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.5)
+    model.save_pretrained(tmp_path / "ck", safe_serialization=True)
+    sc = _scenario([{"name": "fp32"}, {"name": "bf16"}], model={"checkpoint": str(tmp_path / "ck"), "context": [6]})
+    fp32 = measure_step_scheme(sc, 0, torch.device("cpu"), None)[0]
+    bf16 = measure_step_scheme(sc, 1, torch.device("cpu"), None)[0]
+    assert fp32["status"] == "ok" and bf16["status"] == "ok", (fp32["reason"], bf16["reason"])
+    assert fp32["error"]["rel_fro"] < 1e-5 < bf16["error"]["rel_fro"] < 0.05
 
 
 def test_step_without_context_is_refused():
