@@ -26,31 +26,24 @@ from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, resolve_met
 from qbench.readers.common import (ACT_ON, Command, Refused, add_allow_incomplete, add_baseline, add_format,
                                    add_max_rel_err, add_method, add_wide, check_baseline, check_max_rel_err,
                                    incomplete_notes, job_view, one_machine, open_results)
-from qbench.render import Column, check_format, fit, narrow, render, synthetic_weights, wants_prose
-from qbench.render.view import View
+from qbench.render import Column, check_format, narrow, synthetic_weights, wants_prose
+from qbench.render.view import View, show
 from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us
-from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
 from qbench.model.config import PRESETS as STEP_PRESETS
 
-__all__ = ["ACT_ON", "COMMAND", "Indexed", "LinearShape", "ModelPreset", "PRESETS", "index_rows", "model_step", "model_view",
-           "render_model", "row_floor_us", "run_model"]
+__all__ = ["ACT_ON", "COMMAND", "Indexed", "LinearShape", "ModelPreset", "PRESETS", "index_rows", "model_step",
+           "model_view", "row_floor_us", "run_model", "show_model"]
 
 
 # ---- the models: the linear shapes of one decode step ------------------------------------------
 
 @dataclass(frozen=True)
 class LinearShape:
-    """One linear shape of a model.
-
-    Attributes:
-        names: the projections of that shape, e.g. ``"q_proj, o_proj"``.
-        k: in_features.
-        n: out_features.
-        count: how many of them one block has (the LM head: how many the model has, 1).
-        scenario: the scenario file that measures this shape.
-    """
+    """One linear shape of a model: its projections (``"q_proj, o_proj"``), ``k`` (in_features), ``n``
+    (out_features), ``count`` (how many one block has; the LM head: 1) and the ``scenario`` that
+    measures it."""
 
     names: str
     k: int
@@ -103,8 +96,7 @@ PRESETS: dict[str, ModelPreset] = {name: _of_step(name, prefix) for name, prefix
 
 @dataclass(frozen=True)
 class Indexed:
-    """One row of :func:`index_rows`: the row, the file it came from, and its HBM floor (µs,
-    :func:`row_floor_us` with that file's measured bandwidth; ``None`` when unknown)."""
+    """One row of :func:`index_rows`: the row, its file, and its HBM floor (µs, :func:`row_floor_us`)."""
 
     row: Row
     source: str
@@ -123,14 +115,9 @@ def row_floor_us(row: Row, memory_gbps: Optional[float]) -> Optional[float]:
 
 
 def index_rows(sources: Sequence[tuple[str, ResultDoc]]) -> tuple[dict, list[str]]:
-    """Index the rows of result documents by (scheme, M, K, N).
-
-    ``sources``: ``(path, doc)`` pairs in the order given. Each row is indexed as an
-    :class:`Indexed` (the row, its path, its floor from the file's measured bandwidth).
-    Tensor-parallel rows (``tp_size`` > 1) are left out. Returns
-    ``(index, notes)``; the first file holding a key wins, and a note names the files whose rows
-    were not used.
-    """
+    """``(index, notes)``: the rows of ``sources`` (``(path, doc)`` pairs) by (scheme, M, K, N), each
+    an :class:`Indexed` (its floor from its file's measured bandwidth); tensor-parallel rows left
+    out. The first file holding a key wins; a note names the files whose rows were not used."""
     index: dict[tuple, Indexed] = {}
     shadowed: dict[tuple, list[str]] = {}
     for path, doc in sources:
@@ -276,7 +263,8 @@ def model_view(result: dict) -> View:
         Column("stored_gib", "stored GiB", lambda r: None if r["stored_bytes"] is None
                else r["stored_bytes"] * _GIB, fmt_num(".2f"), True),
         Column("tokens_per_s", "tokens/s (linear only)", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-        Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", lambda r: r["speedup"], fmt_ratio, True),
+        Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", lambda r: r["speedup"], fmt_ratio,
+               True),
         Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
         Column("note", "note", lambda r: r["note"]),
         Column("step_status", "status", lambda r: r["status"]),  # not "status": footnotes read Rows
@@ -311,24 +299,18 @@ def missing_lines(result: dict) -> list[str]:
             f"python -m qbench run {s['scenario']}" for s in result["missing"]]
 
 
-def render_model(result: dict, fmt: str = "simple", wide: bool = False) -> str:
-    """Render :func:`model_step`'s ``result`` in ``fmt``: ``json`` gives the whole record, ``csv``
-    the table alone; a table format gives the prose lines (when :func:`wants_prose`), the table,
-    the fastest scheme per M and the unusable schemes. A terminal table without ``wide``
-    (:func:`qbench.render.narrow`) fits 120 characters: the narrow columns (:func:`model_view`; the
-    speed-up defined in a line above the table) and the prose lines wrapped; Markdown, CSV and
-    JSON keep every column."""
+def show_model(result: dict, fmt: str = "simple", wide: bool = False) -> None:
+    """Print :func:`model_step`'s ``result`` in ``fmt`` (:func:`qbench.render.view.show`): ``json``
+    the whole record; else the prose lines (:func:`describe`), the table (:func:`model_view`; a
+    terminal table without ``wide`` fits 120 characters), then the fastest scheme per M, the unusable
+    schemes and the ``notes``."""
     if fmt == "json":
-        return json.dumps(result, indent=2, ensure_ascii=False)
-    fits = narrow(fmt, wide)
-    table = render(result["rows"], model_view(result).columns(fmt, wide), fmt)
-    if not wants_prose(fmt):
-        return table
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return
     speedup = ([f"×{result['baseline']} = {result['baseline']} step / this step, at the same M (> 1: faster); "
                 f"status: ok, over error budget, non-finite outputs, incomplete or unusable (--wide: the note)"]
-               if fits else [])
-    lines = [*map(visible, describe(result)), *map(visible, result.get("warnings", [])), *speedup,
-             *map(visible, missing_lines(result)), "", table, ""]
+               if narrow(fmt, wide) else [])
+    lines = []
     for m in result["ms"]:
         name = result["fastest"].get(m)
         if name is None:
@@ -340,17 +322,13 @@ def render_model(result: dict, fmt: str = "simple", wide: bool = False) -> str:
         complete = sum(1 for x in at_m if x["step_us"] is not None)
         which = (f"fastest of the {complete} schemes with a complete step ({len(at_m) - complete} without)"
                  if complete < len(at_m) else "fastest")
-        lines.append(visible(f"- M={m}: {which} {name}: {fmt_us(r['step_us'])} µs per step, "
-                             f"{r['tokens_per_s']:.0f} tokens/s of the linear layers only, {speed}, "
-                             f"max rel_fro {fmt_num('.3g')(r['rel_fro_max'])}"))
+        lines.append(f"- M={m}: {which} {name}: {fmt_us(r['step_us'])} µs per step, {r['tokens_per_s']:.0f} tokens/s "
+                     f"of the linear layers only, {speed}, max rel_fro {fmt_num('.3g')(r['rel_fro_max'])}")
     unusable = unusable_note([(r["scheme"], r["m"]) for r in result["rows"] if r["status"] == "unusable"],
                              result["method"])
-    if unusable:
-        lines.append(visible(unusable))
-    lines.append(ACT_ON)
-    if fits:  # the prose lines too (the table's fit already)
-        lines = [line if line == table else fit(line) for line in lines]
-    return "\n".join(lines).rstrip("\n")
+    show(result["rows"], model_view(result).columns(fmt, wide), fmt, wide=wide,
+         describe=[*describe(result), *result.get("warnings", []), *speedup],
+         notes=[*lines, *filter(None, [unusable]), ACT_ON, *(f"note: {note}" for note in result.get("notes", []))])
 
 
 # ---- the subcommand ----------------------------------------------------------------------------
@@ -426,11 +404,7 @@ def run_model(args: argparse.Namespace) -> int:
             print(f"  missing LM head {head.k}→{head.n} (optional): python -m qbench run {head.scenario}",
                   file=sys.stderr)
         return 1
-    wide = getattr(args, "wide", False)
-    print(render_model(result, args.format, wide=wide))
-    if wants_prose(args.format):
-        for note in result["notes"]:
-            print(fit(visible(f"note: {note}")) if narrow(args.format, wide) else visible(f"note: {note}"))
+    show_model(result, args.format, getattr(args, "wide", False))
     return 0 if any(m is not None for m in result["fastest"].values()) else 1
 
 
