@@ -150,11 +150,9 @@ def _sum(values: list) -> Optional[float]:
 def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
                baseline: str = "bf16", max_rel_err: Optional[float] = None) -> dict:
     """The linear layers of one decode step of ``preset`` per scheme and M, from ``index``
-    (:func:`index_rows`). Returns the preset's names, ``method``, ``baseline`` and ``max_rel_err``;
-    ``shapes`` (a record per block shape and the LM head: where measured, by which files and
-    scenario), ``missing`` (block shapes no row has), ``lm_head_included``, ``ms``; ``rows`` (per M,
-    the schemes with a step fastest first, then the rest: :func:`_scheme_step`'s records with
-    ``speedup`` over ``baseline``); and ``fastest`` (M -> the fastest ``ok`` scheme or None)."""
+    (:func:`index_rows`): the preset's names, ``method``, ``baseline``, ``max_rel_err``, ``shapes``
+    (where each is measured), ``missing`` block shapes, ``lm_head_included``, ``ms``, ``rows`` (per M
+    fastest first: :func:`_scheme_step`'s records with ``speedup``) and ``fastest`` (M -> scheme or None)."""
     block = [(s, "block", s.count * preset.blocks) for s in preset.block]
     records = [_shape_record(s, role, per, index) for s, role, per in block]
     head = _shape_record(preset.lm_head, "lm_head", preset.lm_head.count, index)
@@ -188,10 +186,9 @@ def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
 
 def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
                  max_rel_err: Optional[float]) -> dict:
-    """One (scheme, M) record of :func:`model_step`: the sums over the used shapes, and ``status``
+    """One (scheme, M) record of :func:`model_step`: the sums over the used shapes and ``status``:
     ``ok``, ``over error budget``, ``non-finite outputs``, ``incomplete`` (a shape without an ``ok``
-    row timed by ``method``) or ``unusable`` (a shape a CUDA graph cannot capture); ``speedup`` is
-    filled in by the caller."""
+    ``method`` time) or ``unusable`` (a shape a CUDA graph cannot capture)."""
     times, stored, floors, rels, problems, unusable, nonfinite = [], [], [], [], [], [], 0
     for shape, _, per_step in used:
         where = f"{shape.k}→{shape.n}"
@@ -247,11 +244,9 @@ NOT_INCLUDED = ("the linear layers only: attention (scores, softmax, RoPE), the 
                 "embeddings and sampling are not included")
 
 def model_view(result: dict) -> View:
-    """The model table declared (:class:`qbench.render.view.View`) over :func:`model_step`'s rows:
-    M, scheme, the step, its HBM floor and the floor's share, stored GiB, tokens/s, the speed-up over
-    the baseline, the largest per-layer error and the note. The narrow default (fits 120 characters)
-    leaves out the floor, its share, the stored GiB and the note (its ``status`` says it in a word;
-    the lines under the table name the fastest and the unusable schemes)."""
+    """The model table declared over :func:`model_step`'s rows: M, scheme, the step, its HBM floor and
+    share, stored GiB, tokens/s, the speed-up, the largest per-layer error and the note (narrow: the
+    ``status`` in a word instead of the floor, GiB and note)."""
     method, baseline = result["method"], result["baseline"]
     cols = [
         Column("m", "M", lambda r: r["m"], str, True),
@@ -275,8 +270,7 @@ def model_view(result: dict) -> View:
 
 
 def describe(result: dict) -> list[str]:
-    """The prose lines above the table: the model's shapes, what the step is and is not, and
-    whether the LM head is in it."""
+    """The lines above the table: the model's shapes, what the step is and is not, whether the LM head is in."""
     block = [s for s in result["shapes"] if s["role"] == "block"]
     head = next(s for s in result["shapes"] if s["role"] == "lm_head")
     parts = "; ".join(f"{s['names']} {s['k']}→{s['n']} ×{s['count']}" for s in block)
@@ -352,9 +346,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_model(args: argparse.Namespace) -> int:
-    """Run ``qbench model`` from parsed ``args``; returns the exit status (0 or 1, as
-    ``COMMAND.exit_codes`` says; raises :class:`~qbench.readers.common.Refused` on bad input). A file of another job
-    kind goes to that kind's ``model`` view (:func:`qbench.readers.common.job_view`)."""
+    """Run ``qbench model`` from parsed ``args``: exit status 0 or 1 (:class:`~qbench.readers.common.Refused`
+    on bad input); a file of another job kind goes to that kind's ``model`` view."""
     try:
         check_format(args.format)
     except ValueError as exc:

@@ -81,15 +81,12 @@ def _versus(a: dict, b: dict, what: str = "") -> str:
 
 
 def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_METHOD) -> dict:
-    """Recommend a scheme per (M, K, N) of result ``doc`` within ``max_rel_err`` (``error.rel_fro``),
-    timed by ``method``'s median (µs).
-
-    Returns ``{"method", "max_rel_err", "methods_present", "by_m": [...]}``, ``by_m`` in ascending M,
-    each ``{"m", "k", "n", "pick", "others", "unusable", "pareto"}``: ``pick`` is None or the picked
-    point with ``ties``, ``fastest_median`` (the tied scheme of lowest median when the tie-break chose
-    another), ``kept_from_m`` (the smaller M whose pick the neighbour rule kept) and ``caveats``
-    (:func:`qbench.judge.row_caveats`); ``others`` gives every other scheme's ``reason``;
-    ``unusable`` the ``ok`` rows a CUDA graph cannot capture (:func:`qbench.judge.capture_failure`)."""
+    """The pick per (M, K, N) of ``doc`` within ``max_rel_err`` (``error.rel_fro``), by ``method``'s
+    median (µs): ``{"method", "max_rel_err", "methods_present", "by_m"}``, ``by_m`` in ascending M,
+    each ``{"m", "k", "n", "pick", "others", "unusable", "pareto"}``. ``pick``: None or the picked
+    point with ``ties``, ``fastest_median`` (when the tie-break chose another), ``kept_from_m`` and
+    ``caveats``; ``others``: every other scheme's ``reason``; ``unusable``: the rows a CUDA graph
+    cannot capture (:func:`qbench.judge.capture_failure`)."""
     doc = ResultDoc.of(doc)
     by_m = []
     neighbour: dict[tuple, tuple] = {}  # (K, N, tp_size, split) -> (M, scheme picked) at the last M seen
@@ -294,10 +291,9 @@ def summary_rows(doc: ResultDoc | dict, rec: dict, baseline: str = "bf16") -> li
 
 
 def summary_view(method: str, baseline: str, runs: bool = False) -> View:
-    """The ``--summary`` table declared over :func:`summary_rows`: per (file, M) the pick, its time
-    and error, the baseline's time and the speed-up over it, the ties and (``runs``: several runs of
-    a scenario) how often the pick won. The narrow default leaves out K, N and the baseline's time,
-    says the speed-up as ``×baseline`` (the line above defines it) and the runs won as ``2 of 3``."""
+    """The ``--summary`` table over :func:`summary_rows`: the pick, its time and error, the baseline's
+    time and the speed-up, the ties and (``runs``) how often the pick won; the narrow default without
+    K, N and the baseline's time, the speed-up as ``×baseline`` and the runs won as ``2 of 3``."""
     def pick(r: dict) -> str:
         return (r["pick"] or f"{DASH} none within budget") + (
             f" (kept from M={r['kept_from_m']})" if r.get("kept_from_m") is not None else "")
@@ -357,8 +353,7 @@ def row_storage_format(row: Row) -> str:
 
 
 def main_kernel(row: Row) -> str | None:
-    """The short name (:func:`qbench.render.kernels.short_kernel`) of the longest kernel of one call in
-    ``dispatch.kernels`` (memory copies only when there is no kernel), or ``None``."""
+    """The short name of the longest kernel of one call (memory copies only without a kernel), or None."""
     kernels = row.dispatch.kernels if row.dispatch is not None else []
     real = [k for k in kernels if (k.kind if "kind" in k.model_fields_set else "kernel") == "kernel"] or kernels
     if not real:
@@ -368,12 +363,10 @@ def main_kernel(row: Row) -> str | None:
 
 def by_format(doc: ResultDoc | dict, method: str = DECISION_METHOD, max_rel_err: Optional[float] = None,
               baseline: str = "bf16") -> list[dict]:
-    """The fastest scheme of each storage format per (M, K, N) of result ``doc``: one record per
-    (M, K, N) and format present (:data:`qbench.schemes.base.STORAGE_FORMATS` order, M ascending)
-    with the pick, its library, longest kernel (:func:`main_kernel`), time, error and speed-up over
-    ``baseline``, and ``others`` of the format (their median / the pick's and whether tied, or the
-    reason they have none: the status, or :data:`qbench.judge.UNUSABLE`). A candidate follows
-    :func:`recommend`'s rules, ``max_rel_err`` optional."""
+    """The fastest scheme of each storage format per (M, K, N) of ``doc`` (candidates as in
+    :func:`recommend`, ``max_rel_err`` optional): one record per (M, K, N) and format present, with
+    the pick, its library, longest kernel, time, error, speed-up over ``baseline``, and ``others`` of
+    the format (their median / the pick's and whether tied, or why they have none)."""
     from qbench.schemes.base import STORAGE_FORMATS
 
     doc = ResultDoc.of(doc)
@@ -422,10 +415,8 @@ def _others_cell(others: list[dict]) -> str:
 
 
 def by_format_view(method: str, baseline: str, several: bool = False, tp: bool = False) -> View:
-    """The ``--by-format`` table declared: per M (``several`` files: per scenario and shape too;
-    ``tp``: the sharding) and storage format the fastest scheme, its library and longest kernel, its
-    time, error and speed-up over ``baseline``, and the others of the format. The narrow default
-    leaves the library and the kernel to ``--wide`` and shows one table per scenario."""
+    """The ``--by-format`` table of :func:`by_format` records (``several`` files: scenario and shape
+    columns; ``tp``: the sharding); the narrow default leaves the library and the kernel to ``--wide``."""
     cols = [_col("scenario", "scenario"), _col("k", "K", str, True), _col("n", "N", str, True),
             _col("m", "M", str, True), COLUMNS["tp_size"], COLUMNS["split"], _col("format", "format"),
             Column("pick", "fastest", lambda r: r["pick"] or f"{DASH} no candidate"),
