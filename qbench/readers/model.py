@@ -51,10 +51,6 @@ class LinearShape:
     count: int
     scenario: str
 
-    @property
-    def label(self) -> str:
-        return f"{self.names} {self.k}→{self.n}"
-
 
 @dataclass(frozen=True)
 class ModelPreset:
@@ -65,7 +61,6 @@ class ModelPreset:
     blocks: int
     block: tuple[LinearShape, ...]
     lm_head: LinearShape
-    source: str
 
 
 def _of_step(name: str, prefix: str) -> ModelPreset:
@@ -76,8 +71,6 @@ def _of_step(name: str, prefix: str) -> ModelPreset:
     hidden, kv = c.hidden, c.kv_heads * c.head_dim
     return ModelPreset(
         name=c.name, title=c.title, blocks=c.blocks,
-        source=f"hidden {hidden}, {c.heads} heads, {c.kv_heads} KV heads of {c.head_dim}, FFN {c.ffn}, "
-               f"vocab {c.vocab}, {c.blocks} layers",
         block=(LinearShape("q_proj, o_proj", hidden, hidden, 2, f"scenarios/{prefix}_q_o.toml"),
                LinearShape("k_proj, v_proj", hidden, kv, 2, f"scenarios/{prefix}_k_v.toml"),
                LinearShape("gate_proj, up_proj", hidden, c.ffn, 2, f"scenarios/{prefix}_gate_up.toml"),

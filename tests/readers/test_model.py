@@ -27,7 +27,7 @@ CAPTURE = ("not attempted: CUDA graph capture failed at M=1: CUDA graph capture 
            "CUDA error: operation not permitted when stream is capturing")
 
 #: A small model: 3 blocks of [A: 8→16 ×2, B: 16→8 ×1], LM head 8→32.
-TINY = ModelPreset(name="tiny", title="Tiny", blocks=3, source="test",
+TINY = ModelPreset(name="tiny", title="Tiny", blocks=3,
                    block=(LinearShape("a_proj, a2_proj", 8, 16, 2, "scenarios/tiny_a.toml"),
                           LinearShape("b_proj", 16, 8, 1, "scenarios/tiny_b.toml")),
                    lm_head=LinearShape("lm_head", 8, 32, 1, "scenarios/tiny_head.toml"))
