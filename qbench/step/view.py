@@ -33,27 +33,29 @@ def _us(value: Optional[float]) -> str:
     return f"{value / 1000:.3g} ms" if value >= 1000 else f"{value:.3g} µs"
 
 
-def _baselines(rows: Sequence[StepRow], baseline: str) -> dict[tuple, StepRow]:
-    """The ``ok`` rows of ``baseline`` and its compiled form, by (scheme, M, context, model, device)."""
-    return {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
-            if r.scheme in (baseline, f"{baseline}+compiled") and r.status == "ok"}
+def _baseline_of(rows: Sequence[StepRow], baseline: str, keep: Callable[[StepRow], object] = lambda r: r.status == "ok"
+                 ) -> Callable[[StepRow], Optional[StepRow]]:
+    """A row -> its baseline row among the ``keep`` rows of ``rows`` (same M, context, model, device):
+    the baseline's compiled form for a compiled row when present, else the baseline; None without one."""
+    base = {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
+            if r.scheme in (baseline, f"{baseline}+compiled") and keep(r)}
 
+    def of(r: StepRow) -> Optional[StepRow]:
+        where = (r.m, r.context, r.model, r.device)
+        if r.mode == "compiled" and (f"{baseline}+compiled", *where) in base:
+            return base[(f"{baseline}+compiled", *where)]
+        return base.get((baseline, *where))
 
-def _baseline_for(r: StepRow, base: dict, baseline: str) -> Optional[StepRow]:
-    """A row's baseline row: the baseline's compiled form for a compiled row when present, else the baseline."""
-    where = (r.m, r.context, r.model, r.device)
-    if r.mode == "compiled" and (f"{baseline}+compiled", *where) in base:
-        return base[(f"{baseline}+compiled", *where)]
-    return base.get((baseline, *where))
+    return of
 
 
 def speedups(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, dict[str, float]]:
-    """``{row.key: {method: baseline step / this step}}`` per method both have (:func:`_baseline_for`);
+    """``{row.key: {method: baseline step / this step}}`` per method both have (:func:`_baseline_of`);
     a compiled step against the eager baseline's ``twin`` method when that is all it has."""
-    base = _baselines(rows, baseline)
+    base_of = _baseline_of(rows, baseline)
     out: dict[tuple, dict[str, float]] = {}
     for r in rows:
-        b = _baseline_for(r, base, baseline)
+        b = base_of(r)
         if b is None or r.status != "ok":
             continue
         out[r.key] = {m: b.step_us(m) / r.step_us(m) for m in STEP_METHODS if r.step_us(m) and b.step_us(m)}
@@ -70,11 +72,10 @@ DOUBT_FLAGS = ("noisy", "throttled", "cpu-busy")
 def speedup_doubts(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, list[str]]:
     """``{row.key: flag names}`` for the ``ok`` rows whose speed-up is in doubt: the :data:`DOUBT_FLAGS`
     of the row and of its baseline row, and ``noisy`` when either's decision step is noisy."""
-    base = _baselines(rows, baseline)
-    out = {}
+    base_of, out = _baseline_of(rows, baseline), {}
     for r in rows:
         method = decision_method(r)
-        pair = [x for x in (r, _baseline_for(r, base, baseline)) if x is not None]
+        pair = [x for x in (r, base_of(r)) if x is not None]
         names = [f for x in pair for f in x.flag_names if f in DOUBT_FLAGS]
         names += ["noisy"] if method and any(judge.is_noisy(x, method) for x in pair) else []
         if r.status == "ok" and names:
@@ -84,11 +85,9 @@ def speedup_doubts(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tupl
 
 def linear_speedup(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, float]:
     """``{row.key: baseline Σ linear / this Σ linear}``: the speed-up the layer view predicts."""
-    base = {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
-            if r.scheme in (baseline, f"{baseline}+compiled") and r.linear}
-    out = {}
+    base_of, out = _baseline_of(rows, baseline, lambda r: r.linear), {}
     for r in rows:
-        b = _baseline_for(r, base, baseline)
+        b = base_of(r)
         if b and r.linear and r.linear.get("sum_us") and b.linear.get("sum_us"):
             out[r.key] = b.linear["sum_us"] / r.linear["sum_us"]
     return out
@@ -213,7 +212,7 @@ def doubtful(rows: Sequence[StepRow], baseline: str = "bf16") -> list[tuple[bool
     (:data:`LINEAR_ABOVE_STEP`: its remainder is shown as ``—``), ``pair_above`` when it exceeds the
     row's or its baseline's (so is the predicted speed-up), ``noisy`` when the row's or its baseline's
     decision step is noisy (its speed-up is marked ``*``)."""
-    base = _baselines(rows, baseline)
+    base_of = _baseline_of(rows, baseline)
 
     def above(r: Optional[StepRow]) -> bool:
         share = r.remainder_share.get(decision_method(r) or "") if r is not None else None
@@ -221,7 +220,7 @@ def doubtful(rows: Sequence[StepRow], baseline: str = "bf16") -> list[tuple[bool
 
     out = []
     for r in rows:
-        b, method = _baseline_for(r, base, baseline), decision_method(r)
+        b, method = base_of(r), decision_method(r)
         noisy = method is not None and any(judge.is_noisy(x, method) for x in (r, b) if x is not None)
         out.append((above(r), above(r) or above(b), noisy))
     return out
@@ -352,7 +351,7 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseli
     ``tokens_per_s``, ``speedup``, ``rel_fro``, ``compared``; its ``ties``, the ``fastest`` by median,
     ``within`` / ``timed`` counts, ``untimed`` schemes; ``timing_flags`` (the tied group's
     :data:`TIMING_FLAGS`), ``pick_flags`` and ``baseline_flags``."""
-    sp, base, within_budget = speedups(rows, baseline), _baselines(rows, baseline), within
+    sp, base_of, within_budget = speedups(rows, baseline), _baseline_of(rows, baseline), within
     out, previous = [], {}
     for m, context in sorted({(r.m, r.context) for r in rows}):
         here = [r for r in rows if r.m == m and r.context == context and r.status == "ok"]
@@ -378,7 +377,7 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseli
                                      if (doubt := list(dict.fromkeys(f for f in r.flag_names if f in TIMING_FLAGS)))},
                     "pick_flags": list(dict.fromkeys(best.flag_names)) if best else [],
                     "baseline_flags": {b.scheme: list(dict.fromkeys(b.flag_names))
-                                       for b in [_baseline_for(best, base, baseline) if best else None]
+                                       for b in [base_of(best) if best else None]
                                        if b is not None and b is not best and b.flag_names},
                     "within": len(within), "timed": len(timed),
                     "untimed": [r.scheme for r in here if not decision_method(r)]})
