@@ -158,7 +158,7 @@ def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
     ``baseline`` measured and as Σ linear predicts it, the logits error."""
     b, methods = baseline, [_key(m) for m in methods_present(rows) if m in SHORT]
     def col(key: str, header: str, cell=None, numeric: bool = True) -> Column:
-        return Column(key, header, lambda r: r[key], numeric=numeric, cell_override=cell or (lambda r: _text(r[key])))
+        return Column(key, header, lambda r: r[key], numeric=numeric, cell_override=cell)  # default cell: text or —
     catalogue = [col("scheme", "scheme", numeric=False), col("m", "M"), col("context", "context"),
                  col("status", "status", numeric=False), col("blocks", "blocks"),
                  *[col(_key(m), f"{SHORT[m]} µs", lambda r, k=_key(m): _us(r[k])) for m in STEP_METHODS],
@@ -181,10 +181,6 @@ def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
                 wide=wide, data=[*wide, "reason"],
                 short={"context": "ctx", "rest": "rest", "speedup_linear": f"×{b} Σ", "err": "err",
                        **{_key(m): SHORT[m] for m in STEP_METHODS}})
-
-
-def _text(value) -> str:
-    return DASH if value in (None, "") else str(value)
 
 
 def table_notes(rows: Sequence[StepRow], records: Sequence[dict], wide: bool = False) -> list[str]:
