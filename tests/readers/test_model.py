@@ -202,10 +202,13 @@ def test_cli_llama3_8b_on_the_h200_files(capsys):
 
 
 def test_cli_csv_is_the_table_alone(capsys):
+    """CSV on stdout is the table alone; the prose (shapes, the fastest per M, what to act on) goes to stderr."""
     assert run("llama3-8b", *LLAMA3_8B_FILES, "--format", "csv") == 0
-    lines = capsys.readouterr().out.splitlines()
+    cap = capsys.readouterr()
+    lines = cap.out.splitlines()
     assert lines[0] == "m,scheme,step_us,hbm_floor_us,floor_pct,stored_gib,tokens_per_s,speedup,rel_fro_max,note"
     assert len(lines) == 1 + 3 * 17
+    assert "- M=1: " in cap.err and model_mod.ACT_ON in cap.err and "32 blocks ×" in cap.err
 
 
 def test_cli_70b_names_the_missing_shapes(capsys):
