@@ -1,11 +1,7 @@
 """The one pick on speed and quality together: a decode-step file's speed joined with a quality file's
-damage, measured on the same checkpoint.
-
-``qbench recommend STEP.json QUALITY.json --max-kld X`` picks, per (M, context), the fastest measured
-decode step whose scheme meets the quality budget; ``qbench model`` shows both halves in one table.
-The layer job's Gaussian error is never a model decision's budget here: only quality rows measured
-on the model are. The two job kinds meet only here, above both (the quality job's record names these
-views; neither job imports the other).
+damage on the same checkpoint. ``qbench recommend STEP.json QUALITY.json --max-kld X`` picks, per (M,
+context), the fastest measured step whose scheme meets the quality budget; ``qbench model`` shows both
+halves in one table. The two job kinds meet only here, above both (neither imports the other).
 """
 
 from __future__ import annotations
@@ -35,10 +31,9 @@ def _identity(row) -> tuple:
 
 
 def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
-    """The quality row of a step row's scheme: same base scheme and options (its eager or compiled
-    form: both run the same kernels) and, for a mixed recipe, the same scheme per role and kept
-    blocks (:func:`qbench.model.recipe.identity_key`; a recipe never pairs with its base scheme's
-    plain row), measured on the same model."""
+    """The quality row of a step row's scheme: same base scheme and options (eager or compiled: the
+    same kernels) and, for a recipe, the same scheme per role and kept blocks
+    (:func:`qbench.model.recipe.identity_key`), or None."""
     key = _identity(step_row)
     for q in quality:
         if _identity(q) == key:
@@ -46,11 +41,11 @@ def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
     return None
 
 
-def _split(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow], Optional[str]]:
-    """The step rows, the quality rows of the files (one per scheme: a scheme measured in several
-    files keeps the first file's row) and the line that says so (None: no scheme twice); any other
-    kind is refused (a per-layer file is not a speed half: its times are one linear layer's, not the
-    model's step)."""
+def _halves(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow], Optional[str], Optional[str]]:
+    """``(steps, quality, twice, paired)``: the step rows, the quality rows (one per scheme: the first
+    file's, ``twice`` the line that says so) and :func:`pairing`'s note. Refused: a file of another
+    kind (a per-layer file's times are one layer's, not the step's), quality rows of several
+    checkpoints, texts or cuts (:func:`_one_checkpoint`), halves that do not pair."""
     for path, doc in zip(paths, docs):
         if doc.job not in ("step", "quality"):
             raise Refused(f"{path}: a {doc.job} result cannot be the speed half of a model decision: give a model-step "
@@ -67,29 +62,23 @@ def _split(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow]
         said = (f"{len(also)} scheme(s) have a quality row in more than one file ("
                 + "; ".join(f"{s}: {first[s][0]}, {', '.join(p)}" for s, p in list(also.items())[:3])
                 + (", ..." if len(also) > 3 else "") + "): the first file's row is used, the others are not read")
-    return steps, [r for _, r in first.values()], said
-
-
-def _pair(docs: Sequence) -> Optional[str]:
-    """:func:`pairing` of the step and the quality files of ``docs``: its note (None: nothing to
-    say); raises :class:`~qbench.readers.common.Refused` with its refusal."""
-    why, note = pairing([d for d in docs if d.job == "step"], [d for d in docs if d.job == "quality"])
+    if (why := _one_checkpoint([r for d in docs if d.job == "quality" for r in d.rows])):
+        raise Refused(why)
+    why, note = pairing([d for d in docs if d.job == "step"], [d for d in docs if d.job == "quality"]) if steps else (
+        None, None)
     if why:
         raise Refused(why)
-    return note
+    return steps, [r for _, r in first.values()], said, note
 
 
 def _weights_key(row: QualityRow) -> str:
-    """What makes two quality rows' weights the same: the checkpoint's content digest when the row
-    carries one, else (an older file) its weight source with the path normalized."""
+    """A quality row's weights: its checkpoint's content digest, else (older files) its normalized source."""
     return f"sha256 {row.checkpoint_id[:12]}" if row.checkpoint_id else _normal(row.weights)
 
 
 def _one_checkpoint(quality: list[QualityRow]) -> Optional[str]:
-    """Why the quality rows are not all of one checkpoint's weights over one text, cut the same way,
-    or None: schemes are compared on the same model and tokens, never across models. Weights are
-    compared by content where the rows carry it (:func:`_weights_key`): one path holding two
-    checkpoints over time is two models; one checkpoint copied to two folders is one."""
+    """Why the quality rows are not all of one checkpoint's weights (by content where the rows carry
+    it, :func:`_weights_key`) over one text cut the same way, or None."""
     weights = {_weights_key(r) for r in quality}
     texts = {r.text_sha256 for r in quality}
     cuts = {(r.chunk, r.chunks) for r in quality}
@@ -110,9 +99,8 @@ _CHECKPOINT = re.compile(r"checkpoint (.+) \(([^()]+)\)")
 
 
 def _normal(source: str, resolve: bool = False) -> str:
-    """A weight source with its checkpoint path normalized: ``checkpoint my/../data/x (bf16)`` ->
-    ``checkpoint data/x (bf16)`` (``..`` collapsed); with ``resolve`` made absolute, its links
-    followed (two spellings of one folder compare equal); any other source as it is."""
+    """A weight source with its checkpoint path normalized (``checkpoint my/../data/x (bf16)`` ->
+    ``checkpoint data/x (bf16)``; ``resolve``: absolute, links followed); any other source as it is."""
     m = _CHECKPOINT.fullmatch(source)
     return source if m is None else f"checkpoint {(os.path.realpath if resolve else os.path.normpath)(m[1])} ({m[2]})"
 
@@ -122,9 +110,8 @@ SHAPE_KEYS = ("hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "blocks
 
 
 def shapes_of(doc) -> Optional[tuple[int, ...]]:
-    """The :data:`SHAPE_KEYS` of the model a result file ran (its scenario's ``[model]`` preset,
-    config or checkpoint, read as the run read it: relative to the scenario file), or None when it
-    cannot be read here (a config or checkpoint folder not at that path)."""
+    """The :data:`SHAPE_KEYS` of the model a result file ran (its scenario's ``[model]``, read relative
+    to the scenario file as the run read it), or None when it cannot be read here."""
     from qbench.model.config import ConfigError
     from qbench.step.spec import ModelSpec, resolve
 
@@ -143,12 +130,10 @@ def _shape_text(shape: Optional[tuple[int, ...]]) -> str:
 
 
 def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str], Optional[str]]:
-    """Whether the step files' rows are a speed half of the quality files' checkpoint: ``(refusal,
-    note)``, one of them None. The rule, first that applies: both sides carry a ``checkpoint_id``
-    (the checkpoint's content digest) -> they must be equal, wherever the runs started; the step ran
-    seeded weights of the quality checkpoint's config (:data:`SHAPE_KEYS` equal: a step's time
-    depends on shapes, not values) -> accepted, and the note says so; else the weight sources with
-    their paths resolved (:func:`_normal`) must be equal. The refusal says what differed."""
+    """``(refusal, note)``, one of them None: whether the step files are a speed half of the quality
+    files' checkpoint. First rule that applies: both carry a ``checkpoint_id`` (content digest): equal;
+    the step ran seeded weights of the quality checkpoint's config (:data:`SHAPE_KEYS`: a step's time
+    depends on shapes, not values): accepted, noted; else the normalized weight sources are equal."""
     steps = [r for d in step_docs for r in d.rows]
     quality = [r for d in quality_docs for r in d.rows]
     step_ids, quality_ids = {r.checkpoint_id for r in steps}, {r.checkpoint_id for r in quality}
@@ -185,10 +170,8 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
 
 
 def recommend_records(steps: list, quality: list[QualityRow], limits: Limits, baseline: str = "bf16") -> list[dict]:
-    """Per (M, context): the fastest measured step among the schemes whose quality on the same
-    checkpoint meets the budget (ties within noise broken as :func:`qbench.step.view.recommend`
-    breaks them, the lower error being the lower mean KL divergence: this checkpoint's, not the
-    step's seeded logits error), with its speed-up over ``baseline`` and its quality beside it."""
+    """:func:`qbench.step.view.recommend` among the schemes whose quality meets ``limits`` (ties broken
+    by the lower mean KLD on this checkpoint), each record with the pick's ``quality`` beside it."""
     ok = {r.scheme for r in steps if (q := quality_of(r, quality)) is not None and meets(q, limits) is None}
 
     def kld(row) -> Optional[float]:
@@ -211,8 +194,7 @@ def _budget_text(limits: Limits) -> str:
 
 
 def unpaired(steps: Sequence, quality: Sequence[QualityRow]) -> list[str]:
-    """What the join leaves out, each side named: step schemes without a quality row, and quality
-    schemes without a step row (never picked: they have no speed half)."""
+    """What the join leaves out: step schemes without a quality row, quality schemes without a step row."""
     paired = {q.scheme for r in steps if (q := quality_of(r, quality)) is not None}
     no_quality = sorted({r.scheme for r in steps if quality_of(r, quality) is None})
     no_step = [q.scheme for q in quality if q.scheme not in paired]
@@ -228,9 +210,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         terms = [f"{b.flag} ({b.terms})" for b in BUDGETS]
         raise Refused("a quality file takes a budget in the field's terms: " + ", ".join(terms[:-1]) + " and/or "
                       + terms[-1] + "; --max-rel-err is the layer job's synthetic error, never a model decision's budget")
-    steps, quality, twice = _split(paths, docs)
-    if (why := _one_checkpoint([r for d in docs if d.job == "quality" for r in d.rows])):
-        raise Refused(why)
+    steps, quality, twice, paired = _halves(paths, docs)
     fmt, wide = args.format, getattr(args, "wide", False)
     if not steps:
         within = [{"scheme": q.scheme, "meets": "yes" if (why := meets(q, limits)) is None else f"no: {why}"}
@@ -239,7 +219,6 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
              fmt, wide=wide, describe=[*filter(None, [twice]), f"quality budget: {_budget_text(limits)} (no step file "
                                        "given: no speed half)"], notes=weight_notes(quality))
         return 0 if any(r["meets"] == "yes" for r in within) else 1
-    paired = _pair(docs)
     baseline = getattr(args, "baseline", "bf16")
     rec = recommend_records(steps, quality, limits, baseline=baseline)
     if fmt == "json":
@@ -264,8 +243,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
 
 
 def joined_view(baseline: str = "bf16") -> View:
-    """The joined recommend's table declared: :func:`qbench.step.view.recommend_view`'s catalogue and
-    the pick's quality on the checkpoint (mean KLD, same top), and the schemes tied with it."""
+    """The joined recommend's table: the step pick's columns, its quality (mean KLD, same top) and ties."""
     step = step_view.recommend_view(baseline)
     cols = [*(replace(c, header="pick") if c.key == "pick" else c for c in step.catalogue),  # the line above says it
             Column("kld", "mean KLD", lambda r: (r["quality"] or {}).get("kld"), cell_override=lambda r: DASH
@@ -280,10 +258,7 @@ def joined_view(baseline: str = "bf16") -> View:
 def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     """``qbench model STEP.json QUALITY.json``: per scheme, the measured step (median per M and
     context, speed-up over bf16) beside its quality on the same checkpoint."""
-    steps, quality, twice = _split(paths, docs)
-    if (why := _one_checkpoint([r for d in docs if d.job == "quality" for r in d.rows])):
-        raise Refused(why)
-    paired = _pair(docs) if steps else None
+    steps, quality, twice, paired = _halves(paths, docs)
     for path, doc in zip(paths, docs):  # NAME is the files' model (its path or title), as for a step file alone
         if not any(args.name in (r.model, r.title) for r in doc.rows):
             held = ", ".join(sorted({f"{r.title} ({r.model})" for r in doc.rows}))
@@ -323,9 +298,8 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
 
 
 def model_table(points: Sequence[tuple[int, int]]) -> View:
-    """``qbench model STEP.json QUALITY.json``'s table declared: per scheme its quality on the
-    checkpoint (mean KLD, PPL ratio, same top, stored MiB) and its step's speed-up over bf16 at each
-    (M, context) of ``points`` (``*``: a flagged step); the narrow table leaves the PPL ratio to ``--wide``."""
+    """``qbench model STEP.json QUALITY.json``'s table: per scheme its quality (mean KLD, PPL ratio, same
+    top, stored MiB) and its step's speed-up over bf16 at each (M, context) of ``points`` (``*``: flagged)."""
     cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
             Column("kld", "mean KLD", lambda r: stat(r["q"], "kld", "mean"),
                    cell_override=lambda r: pm(stat(r["q"], "kld", "mean"), stat(r["q"], "kld", "unc"), "{:.3g}")),

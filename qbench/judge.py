@@ -1,14 +1,10 @@
-"""The decisions readers make about rows, in one place, for every job kind: which timing method a
-file (or a model-step row) is read by, whether two readings differ beyond their noise (one noise
-rule), which scheme is picked among those tied within noise, whether a pick holds across runs,
-why a scheme has no graph-captured time, what could mislead a reader of a row, and which machine
-a file comes from.
+"""The decisions readers make about rows, for every job kind: which timing method a file (or a
+model-step row) is read by, whether two readings differ beyond their noise, which scheme is picked
+among those tied within noise, whether a pick holds across runs, why a scheme has no graph-captured
+time, what could mislead a reader of a row, and the budget options a job declares.
 
-Every function takes the typed result (:class:`qbench.results.ResultDoc`, its rows —
-:class:`qbench.row.Row` or a job's own row on the same parts, e.g. the model step's —,
-:class:`qbench.row.Stats`) and is pure. The readers
-(:mod:`qbench.readers`) and the renderers (:mod:`qbench.render`) call these; none of them decides
-on its own.
+Pure functions over the typed result (:class:`qbench.results.ResultDoc`, its rows, their
+:class:`qbench.row.Stats`); the readers and renderers call these and decide nothing on their own.
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ from qbench.timing.stats import verdict  # noqa: F401  (the rule lives with the 
 __all__ = ["CAPTURE_KINDS", "CPU_METHOD", "DECISION_METHOD", "FALLBACK_METHODS", "METHOD_CHOICES", "NOISY_CV",
            "PARETO_KEYS", "STORED_BYTES_RTOL", "UNUSABLE", "Budget", "budget_flags", "capture_failure",
            "combine_repeats", "combine_rows", "common_method", "decision_method", "decision_stats",
-           "incomplete_warning", "is_noisy", "machine_of", "methods_present", "pareto_front", "pick_stability",
+           "incomplete_warning", "is_noisy", "methods_present", "pareto_front", "pick_stability",
            "pick_within_noise", "resolve_method", "row_caveats", "shape_order", "HOST_CLOCK_METHOD", "by_shape",
            "unusable_note", "verdict", "within_noise"]
 
@@ -35,34 +31,25 @@ __all__ = ["CAPTURE_KINDS", "CPU_METHOD", "DECISION_METHOD", "FALLBACK_METHODS",
 CPU_METHOD = registry.CPU_METHOD
 #: The method decisions read by default (``stream``: weights from HBM, graph-captured).
 DECISION_METHOD = registry.DECISION_METHOD
-#: The host-clock reading of one call (``eager``): what a scheme that cannot be captured in a
-#: CUDA graph costs a decode loop per call.
+#: The host-clock reading of one call (``eager``): what an uncapturable scheme costs per call.
 HOST_CLOCK_METHOD = registry.HOST_CLOCK_METHOD
-#: The values a ``--method`` option accepts (report, compare, recommend, plot, model on layer
-#: files): every layer method of the registry, in table order (a model step's methods are not:
-#: step results have their own table, :mod:`qbench.step.view`).
+#: The values a ``--method`` option accepts on layer files: every layer method of the registry.
 METHOD_CHOICES = registry.LAYER_METHODS
-#: What a file without the decision method's data falls back to, in this order (the registry's
-#: ``fallback_rank``): ``cold`` on a CUDA result, ``cpu`` on a CPU result (files written before
-#: ``stream`` existed have neither stream).
+#: What a file without ``stream`` falls back to, in order (the registry's ``fallback_rank``): ``cold``
+#: on a CUDA result, ``cpu`` on a CPU result.
 FALLBACK_METHODS = registry.FALLBACK_METHODS
 
 #: What a scheme is called whose ``ok`` row has no time for a graph-captured method because its
 #: call cannot be captured in a CUDA graph (a host sync: ``.item()``, a device-to-host copy).
 UNUSABLE = "unusable in a graph-captured decode loop"
-#: The reason kinds (:data:`qbench.row.REASON_KINDS`) that say the call was not captured: the
-#: capture failed, was not attempted after an earlier failure of the same worker, or the call syncs
-#: with the host.
+#: The reason kinds (:data:`qbench.row.REASON_KINDS`) that say the call was not captured.
 CAPTURE_KINDS = frozenset({"capture-failed", "not-attempted", "host-sync"})
-
 
 
 # ---- which method --------------------------------------------------------------------------------
 
 def methods_present(rows: Sequence[Row]) -> list[str]:
-    """Timing methods with at least one STATS with a median in ``rows`` (of any job kind), in the
-    registry's order (``stream``, ``cold``, ``warm``, ``eager``, ``kernel``, ``cpu``, then the
-    model step's ``step_graph``, ``step_compiled``, ``step_reduce_overhead``, ``step_cpu``),
+    """Timing methods with a median in some row of ``rows`` (any job kind), in the registry's order,
     unknown names last."""
     seen = {m for r in rows for m, s in r.latency_us.items() if s is not None and s.median is not None}
     order = list(registry.METHODS)
@@ -71,15 +58,9 @@ def methods_present(rows: Sequence[Row]) -> list[str]:
 
 def resolve_method(doc: ResultDoc, requested: Optional[str],
                    default: str = DECISION_METHOD) -> tuple[str, Optional[str]]:
-    """Choose the timing method to read from ``doc``.
-
-    ``requested`` is what the user passed (``None`` when they passed nothing). An explicit method
-    is always used as given. Without one, ``default`` (``stream``) is used if some row of the file
-    has it; otherwise the first of :data:`FALLBACK_METHODS` the file has (``cold`` on a CUDA
-    result, ``cpu`` on a CPU result: files written before ``stream`` existed). Returns
-    ``(method, note)``; ``note`` is a one-line explanation when a fallback happened, else ``None``.
-    A file with none of them gives ``(default, None)``: the caller says that nothing is timed.
-    """
+    """``(method, note)``: the timing method to read from ``doc``: ``requested`` (``--method``) as
+    given; else ``default`` when some row has it, else the first of :data:`FALLBACK_METHODS` the file
+    has, ``note`` saying so (otherwise None). A file with none of them gives ``(default, None)``."""
     if requested is not None:
         return requested, None
     present = methods_present(doc.rows)
@@ -93,10 +74,8 @@ def resolve_method(doc: ResultDoc, requested: Optional[str],
 
 
 def decision_method(row: Any) -> Optional[str]:
-    """The method a decision about one row of a job read row by row (the model step: each row by its
-    own best form) reads: the first of the registry's decision order for the row's job
-    (:func:`qbench.timing.registry.decision_order`; ``row.job``, the layer job without one) the row
-    has a median for, or None."""
+    """The method a decision reads one row by (the model step: each row by its own best form): the
+    first of :func:`qbench.timing.registry.decision_order` for ``row.job`` with a median, or None."""
     order = registry.decision_order(getattr(row, "job", None) or jobs.DEFAULT)
     return next((m for m in order if (s := row.latency_us.get(m)) is not None and s.median is not None), None)
 
@@ -108,10 +87,9 @@ def decision_stats(row: Any) -> Optional[Stats]:
 
 
 def common_method(a: ResultDoc, b: ResultDoc, requested: Optional[str]) -> tuple[str, Optional[str]]:
-    """The one method two files are compared by: :func:`resolve_method` of each; when they differ
-    (an old file without ``stream`` and a new one) the first of ``stream``, ``cold``, ``cpu`` both
-    have, with a note saying which side lacks ``stream``; ``stream`` when they share none (a CPU
-    file and a CUDA file: nothing compares like with like). Returns ``(method, note or None)``."""
+    """``(method, note or None)``: the one method two files are compared by: :func:`resolve_method` of
+    each; when they differ, the first of ``stream``, ``cold``, ``cpu`` both have (the note says which
+    side lacks ``stream``); ``stream`` when they share none (nothing compares like with like)."""
     method, note_a = resolve_method(a, requested)
     method_b, note_b = resolve_method(b, requested)
     note = note_a or note_b
@@ -130,8 +108,7 @@ def common_method(a: ResultDoc, b: ResultDoc, requested: Optional[str]) -> tuple
 
 def incomplete_warning(doc: ResultDoc, path: str | os.PathLike) -> Optional[str]:
     """One line when ``doc`` says ``"complete": false`` (an interrupted or still running run: some
-    schemes may be missing), else None. Readers print it; ``recommend`` and ``model`` refuse such a
-    file unless asked (``--allow-incomplete``)."""
+    schemes may be missing), else None."""
     if doc.complete is not False:
         return None
     rows = doc.rows
@@ -140,12 +117,6 @@ def incomplete_warning(doc: ResultDoc, path: str | os.PathLike) -> Optional[str]
     of = f"{schemes} of the {asked} schemes its scenario lists" if asked > schemes else f"{schemes} schemes"
     return (f"warning: {path} is incomplete (\"complete\": false, {len(rows)} rows of {of}): "
             "the run was interrupted or is still going; schemes may be missing")
-
-
-def machine_of(doc: ResultDoc) -> str:
-    """The machine a result was measured on, as one label (:attr:`ResultDoc.machine`): readers that
-    add or divide times of several files (``model``, ``compare``) compare these labels."""
-    return doc.machine
 
 
 # ---- two readings --------------------------------------------------------------------------------
@@ -162,13 +133,11 @@ def row_verdict(ra: Row, rb: Row, method: str) -> str:
 
 
 def tie_note(ra: Row, rb: Row, method: str) -> Optional[str]:
-    """When two rows tie only through their runs' spread (their p10-p90 do not overlap), what
-    says so, e.g. ``"between-run spread 28%"`` (the wider :func:`tie_band` of the
-    two rows); else None."""
+    """When two rows tie only through their runs' spread (their p10-p90 do not overlap), what says
+    so, e.g. ``"between-run spread 28%"`` (the wider :func:`tie_band` of the two); else None."""
     if verdict(ra.stats(method), rb.stats(method)) == "same" or row_verdict(ra, rb, method) != "same":
         return None
-    bands = [tie_band(r.stats(method), r.repeats, method)
-             for r in (ra, rb)]
+    bands = [tie_band(r.stats(method), r.repeats, method) for r in (ra, rb)]
     band = max((b for b in bands if b is not None), default=None)
     return f"between-run spread {band:.0%}" if band is not None else "between-run spread"
 
@@ -188,13 +157,10 @@ def pick_within_noise(candidates: Sequence[T], *, time: Callable[[T], float],
                       size: Callable[[T], Optional[float]], name: Callable[[T], str],
                       previous: Optional[str] = None) -> tuple[Optional[T], Optional[T], Optional[T], list[T]]:
     """The pick among ``candidates`` (each within the error budget, with a time): the fastest by
-    ``time`` (µs, first wins on equal times), the group of candidates ``same`` as it within noise
-    (the fastest first, then the rest in the given order), and in that group the one named
-    ``previous`` (the pick of the neighbouring problem: M for a layer, the next smaller context
-    for a model step; a deployment stores one weight format, so a pick does not flip inside
-    noise), else the lowest ``error``, then the fewest ``size`` bytes, then the lowest ``time``
-    (None: unknown, ranked last). A median difference inside the runs' own spread is no reason to
-    accept a larger error.
+    ``time`` (µs, first wins on equal times), the group ``same`` as it within noise (the fastest
+    first), and in that group the one named ``previous`` (the neighbouring problem's pick: a
+    deployment stores one weight format, so a pick does not flip inside noise), else the lowest
+    ``error``, then the fewest ``size`` bytes, then the lowest ``time`` (None ranks last).
 
     Returns ``(pick, by_rank, fastest, group)``: ``by_rank`` is the group's best by error / bytes /
     time (the pick unless ``previous`` kept another); all None and ``[]`` without candidates."""
@@ -203,22 +169,17 @@ def pick_within_noise(candidates: Sequence[T], *, time: Callable[[T], float],
     fastest = min(candidates, key=time)
     group = [fastest, *(c for c in candidates if c is not fastest and same(fastest, c))]
     inf = float("inf")
-    by_rank = min(group, key=lambda c: (_or(error(c), inf), _or(size(c), inf), time(c)))
+    by_rank = min(group, key=lambda c: (inf if error(c) is None else error(c), inf if size(c) is None else size(c),
+                                        time(c)))
     best = next((c for c in group if name(c) == previous), by_rank)
     return best, by_rank, fastest, group
-
-
-def _or(value: Optional[float], default: float) -> float:
-    return default if value is None else value
 
 
 def pick_stability(records: Sequence[Sequence[Mapping[str, Any]]],
                    keys: tuple[str, ...] = ("m", "context")) -> list[dict]:
     """Across several files' pick records (runs of one scenario; each record a mapping with
     ``keys`` and ``pick``, the scheme or None): per value of ``keys`` present in every file, in
-    ascending order, ``{**keys, "picks": [pick per file], "holds": all picks equal}``. A pick that
-    changes between runs of the same scenario is within the run-to-run variation, whatever each
-    file's own p10-p90 says."""
+    ascending order, ``{**keys, "picks": [pick per file], "holds": all picks equal}``."""
     by_file: list[dict[tuple, Optional[str]]] = [{tuple(r[k] for k in keys): r["pick"] for r in rec}
                                                  for rec in records]
     common: list[Hashable] = sorted(set.intersection(*(set(f) for f in by_file))) if by_file else []
@@ -229,14 +190,9 @@ def pick_stability(records: Sequence[Sequence[Mapping[str, Any]]],
 # ---- one row -------------------------------------------------------------------------------------
 
 def capture_failure(row: Row, method: str) -> Optional[str]:
-    """Why ``row`` has no ``method`` time when the reason is that its call cannot be captured in a
-    CUDA graph (the reason's text), else ``None``.
-
-    That is: the row is ``ok``, ``method`` needs a capture (``stream`` and ``warm``, the
-    registry's ``needs_capture``), it has no STATS there and its reason's kind is one of
-    :data:`CAPTURE_KINDS`. Such a scheme cannot run in a decode engine's graph-captured step at all
-    (:data:`UNUSABLE`); its eager time is what it costs outside one.
-    """
+    """The reason's text when ``row`` is ``ok`` but has no time for ``method``, a method that needs a
+    CUDA graph capture (the registry's ``needs_capture``), for a reason of :data:`CAPTURE_KINDS`: the
+    scheme cannot run in a graph-captured decode step at all (:data:`UNUSABLE`); else ``None``."""
     info = registry.METHODS.get(method)
     if info is None or not info.needs_capture or row.status != "ok" or row.stats(method) is not None:
         return None
@@ -261,17 +217,14 @@ def unusable_note(pairs: Sequence[tuple[str, Optional[int]]], method: str) -> Op
 
 
 def is_noisy(row: Row, method: str) -> bool:
-    """True when ``latency_us[method].cv`` exceeds :data:`qbench.row.NOISY_CV` (whatever the row's
-    status): the one noise rule (:func:`qbench.row.is_noisy_cv`), for a row of any job kind."""
+    """True when ``latency_us[method].cv`` exceeds :data:`qbench.row.NOISY_CV`, for a row of any job kind."""
     stats = row.latency_us.get(method)
     return is_noisy_cv(stats.cv if stats is not None else None)
 
 
 def row_caveats(row: Row, stats: Optional[Stats]) -> list[str]:
-    """What could mislead a reader of one row's time: its flags by name (``cpu-busy``,
-    ``throttled``, ``repacked``, ...) and ``noisy (cv X)`` when ``stats``' cv exceeds
-    :data:`NOISY_CV` (:func:`qbench.row.is_noisy_cv`). Readers that compare rows (compare,
-    recommend) print these next to the row."""
+    """What could mislead a reader of one row's time: its flags by name (``cpu-busy``, ``throttled``,
+    ...) and ``noisy (cv X)`` when ``stats``' cv exceeds :data:`NOISY_CV`."""
     said = row.flag_names
     cv = stats.cv if stats is not None else None
     if is_noisy_cv(cv):
@@ -299,7 +252,6 @@ def by_shape(rows: Sequence[Row]) -> list[tuple[tuple, list[Row]]]:
 #: The axes of the Pareto front ``qbench recommend`` reports and ``qbench plot`` rings, all minimised.
 PARETO_KEYS = ("latency_us", "rel_fro", "stored_bytes")
 
-
 #: Relative resolution of the stored-bytes axis of the Pareto front: stored sizes within 1 % are
 #: equal. Without it a scheme that stores 4 KiB less metadata on a 16 MiB weight (int8-bnb's 16,384
 #: B of scales against torchao's 20,480 B) stays on the front however slow and inaccurate it is.
@@ -308,13 +260,10 @@ STORED_BYTES_RTOL = 0.01
 
 def pareto_front(points: Sequence[dict], keys: Sequence[str] = PARETO_KEYS,
                  rtol: Optional[dict] = None) -> list[dict]:
-    """The points no other point dominates, all ``keys`` minimised, in input order.
-
-    ``a`` dominates ``b`` when ``a`` is no worse on every key and better on at least one. ``rtol``
-    (key -> relative tolerance; default ``{"stored_bytes": STORED_BYTES_RTOL}``) makes values of
-    that key within the tolerance equal: neither better nor worse. Points with any key ``None``
-    are left out. Equal points are all kept.
-    """
+    """The points no other point dominates (no worse on every key, better on one), all ``keys``
+    minimised, in input order; equal points are all kept, points with a key ``None`` left out.
+    ``rtol`` (key -> relative tolerance; default ``{"stored_bytes": STORED_BYTES_RTOL}``) makes values
+    of that key within the tolerance equal."""
     tol = {"stored_bytes": STORED_BYTES_RTOL} if rtol is None else rtol
     pts = [p for p in points if all(p.get(k) is not None for k in keys)]
 
@@ -331,10 +280,9 @@ def pareto_front(points: Sequence[dict], keys: Sequence[str] = PARETO_KEYS,
 
 
 def tie_band(stats, repeats, method: str) -> Optional[float]:
-    """The relative band within which two rows' medians are tied: the wider of the within-run
-    spread ((p90 - p10) / median of ``stats``, a :class:`qbench.row.Stats`) and the between-run
-    spread of ``repeats`` (a :class:`qbench.row.Repeats`, :func:`qbench.lifecycle.combine_runs`) for
-    ``method``; None when the row has neither."""
+    """The relative band within which two rows' medians are tied: the wider of the within-run spread
+    ((p90 - p10) / median of ``stats``) and the between-run spread of ``repeats`` for ``method``;
+    None when the row has neither."""
     bands = []
     if stats is not None and stats.median and stats.p10 is not None and stats.p90 is not None:
         bands.append((stats.p90 - stats.p10) / stats.median)
@@ -358,13 +306,11 @@ def _row_medians(row: Any) -> tuple[int, int, dict[str, list[float]]]:
 
 
 def combine_repeats(rows: Sequence[T]) -> tuple[int, Repeats]:
-    """The runs of one row identity (``rows``: typed rows of any job kind with ``status``,
-    ``latency_us`` and ``repeats``, in run or file order) as one: the index of the base row (the
-    first ``ok`` row timed by the most methods, else the first row) and the :class:`Repeats` of all
-    of them (run counts summed, a row's own ``repeats`` bringing every one of its runs' medians;
-    ``spread`` = (max - min) / median of the medians, per method with two or more). The one
-    combination of ``qbench run --repeat`` (:func:`qbench.lifecycle.combine_runs`) and of readers
-    given several files (:func:`combine_rows`).
+    """The runs of one row identity (``rows``: typed rows of any job kind, in run or file order) as
+    one: the index of the base row (the first ``ok`` row timed by the most methods, else the first)
+    and the :class:`Repeats` of all of them (run counts summed, a row's own ``repeats`` bringing its
+    runs' medians; ``spread`` = (max - min) / median of the medians, per method with two or more).
+    Used by ``qbench run --repeat`` and by readers given several files (:func:`combine_rows`).
 
     Raises:
         ValueError: no rows."""
@@ -398,10 +344,9 @@ def combine_rows(rows: Sequence[T]) -> T:
 
 @dataclass(frozen=True)
 class Budget:
-    """One budget option a job kind declares beside its row model: ``--<name>`` bounds the row
-    statistic ``value`` from above (``upper``) or below. The command line, the check of the value
-    given, the line that states the budget, the reason a row misses it and the JSON key all come from
-    this one record, so a new statistic that should be a budget is one entry.
+    """One budget option a job kind declares: ``--<name>`` bounds the row statistic ``value`` from
+    above (``upper``) or below. The option, its check, the line that states it, a row's miss and the
+    JSON key all come from this record: a new statistic that should be a budget is one entry.
 
     Attributes:
         name: the option's destination and JSON key (``max_kld``; the option is ``--max-kld``).

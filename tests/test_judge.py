@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qbench.judge import (NOISY_CV, UNUSABLE, capture_failure, common_method, incomplete_warning, is_noisy,
-                          machine_of, methods_present, pareto_front, resolve_method, row_caveats, unusable_note,
+                          methods_present, pareto_front, resolve_method, row_caveats, unusable_note,
                           verdict)
 from qbench.results import ResultDoc, upgrade_prose_row
 from qbench.row import Row, Stats, flag_record, reason_record
@@ -116,7 +116,7 @@ def test_incomplete_warning_and_machine():
         'warning: x.json is incomplete ("complete": false, 3 rows of 2 schemes): the run was interrupted '
         "or is still going; schemes may be missing")
     assert incomplete_warning(_doc([], complete=True), "x.json") is None
-    assert machine_of(doc) == "cuda NVIDIA H200" and machine_of(_doc([])) == "? ?"
+    assert doc.machine == "cuda NVIDIA H200" and _doc([]).machine == "? ?"
 
 
 def test_pareto_front():

@@ -1,8 +1,6 @@
-"""What the readers show of a quality result, and the one pick on speed and quality together.
-
-``qbench run`` and ``qbench report`` print the quality table (llama.cpp's statistics per scheme),
-and the quality budgets are declared here (:data:`BUDGETS`); the pick on speed and quality together
-(``recommend STEP.json QUALITY.json``, ``model``) is :mod:`qbench.decision`, above both jobs.
+"""What the readers show of a quality result: the quality table of ``qbench run`` and ``report``
+(llama.cpp's statistics per scheme) and the quality budgets (:data:`BUDGETS`); the pick on speed and
+quality together is :mod:`qbench.decision`'s.
 """
 
 from __future__ import annotations
@@ -50,10 +48,9 @@ def _pm_cell(value: str, unc: str, fmt: str = "{:.4g}") -> Callable[[QualityRow]
     return lambda r: pm(stat(r, *value.split(".")), stat(r, *unc.split(".")), fmt)
 
 
-#: The quality table's column catalogue (a record is a :class:`QualityRow`): each ``value`` is the
-#: raw number that CSV and JSON carry, each cell the text a table shows (a value ± its uncertainty);
-#: the ``*_unc`` columns, ``status`` and ``reason`` are data columns (a table says them in its cells
-#: and the notes under it). ``--columns`` takes these keys.
+#: The quality table's column catalogue over :class:`QualityRow`: raw values for CSV and JSON, cells
+#: with their uncertainty for a table (the ``*_unc``, ``status`` and ``reason`` columns are data
+#: columns). ``--columns`` takes these keys.
 CATALOGUE = [
     Column("scheme", "scheme", lambda r: r.scheme),
     Column("state", "status", lambda r: r.status + (" (emulated)" if r.emulated else "")),
@@ -81,15 +78,13 @@ WIDE = ("scheme", "state", "ppl", "ln_ppl_ratio", "kld", "kld99", "same_top", "d
 #: The columns of CSV and JSON: every number raw, its uncertainty in a column of its own.
 DATA = ("scheme", "status", "emulated", "ppl", "ppl_unc", "ln_ppl_ratio", "ln_ppl_ratio_unc", "kld", "kld_unc", "kld99",
         "same_top", "same_top_unc", "dp_rms", "stored", "flags", "reason")
-#: The narrow default of a terminal table (:func:`qbench.render.narrow`): fits 120 characters, a
-#: row's status and the flags not every row shares in one column (``status_flags``: "skipped",
-#: "emulated"; an ok row without flags: "—"), the shared ones left to the notes ("(every row)").
+#: The narrow default of a terminal table (fits 120 characters): a row's status and the flags not
+#: every row shares in one column (``status_flags``), the shared ones left to the notes.
 NARROW = ("scheme", "ppl", "kld", "kld99", "same_top", "stored", "status_flags")
 
 
 def quality_view(rows: Sequence[QualityRow]) -> View:
-    """The quality table of ``rows`` declared (:class:`qbench.render.view.View`): :data:`CATALOGUE`
-    and its ``status_flags`` column (a row's status and the flags not every row of ``rows`` carries)."""
+    """The quality table of ``rows`` declared: :data:`CATALOGUE` and its ``status_flags`` column."""
     shared = set(shared_flags(rows))
     status_flags = Column("status_flags", "flags", lambda r: ", ".join(
         [*([r.status] if r.status != "ok" else []), *(f.name for f in r.flags if f.name not in shared)]) or None)
@@ -103,9 +98,8 @@ def shared_flags(rows: Sequence[QualityRow]) -> list[str]:
 
 
 def describe(rows: Sequence[QualityRow]) -> list[str]:
-    """The lines above the table: the model and its weights, the text and its chunks, the KV cache when
-    not the activation dtype, the reference; rows that measured different models, texts or caches are
-    said to differ, each group with its schemes."""
+    """The lines above the table: the model and its weights, the text and its chunks, the KV cache, the
+    reference; rows of different models, texts or caches are said per group, with their schemes."""
     if not rows:
         return ["quality: no rows"]
     groups: dict[tuple, list[QualityRow]] = {}
@@ -145,8 +139,7 @@ WEIGHT_FLAGS = ("synthetic-weights", "prequantized-weights")
 
 
 def weight_notes(rows: Sequence[QualityRow]) -> list[str]:
-    """Each weight-provenance flag of ``rows`` once (``name: text``): what a pick on these rows
-    cannot be taken for (seeded weights; weights already on a quantization grid)."""
+    """Each weight-provenance flag of ``rows`` once (``name: text``): what a pick on them is not."""
     seen: dict[str, str] = {}
     for r in rows:
         for f in r.flags:
@@ -160,8 +153,7 @@ SENSITIVITY_SHOWN = 12
 
 
 def sensitivity_lines(rows: Sequence[QualityRow]) -> list[str]:
-    """Per scheme with a sensitivity run: its parts ranked by KL divergence (the first
-    :data:`SENSITIVITY_SHOWN`, then how many more the file holds), one line."""
+    """One line per scheme with a sensitivity run: its parts by KL divergence, the first :data:`SENSITIVITY_SHOWN`."""
     out = []
     for r in rows:
         if r.sensitivity:
@@ -183,8 +175,7 @@ def run_view(doc, args: argparse.Namespace) -> int:
 
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
-    """``qbench report QUALITY.json``: the quality table of each file; ``--columns`` picks the
-    catalogue's columns (:data:`CATALOGUE`); the layer table's options that read other rows are refused."""
+    """``qbench report QUALITY.json``: the quality table of each file; layer-only options are refused."""
     refuse_options(args, ("crossover", "sort", "method", "by_m"), paths[0] + ": a quality result; {flag} reads "
                    "per-layer results")
     for path, doc in zip(paths, docs):
@@ -194,8 +185,7 @@ def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
 
 # ---- one pick on both halves ----------------------------------------------------------------------
 
-#: The quality job's budget options (:class:`qbench.judge.Budget`), in the order the command line,
-#: the budget line and the JSON list them: ``qbench recommend`` takes each as ``--<name>``.
+#: The quality job's budget options (:class:`qbench.judge.Budget`), in the order they are listed.
 BUDGETS = (
     Budget("max_kld", "mean KLD", "mean KL divergence, nats", lambda r: stat(r, "kld", "mean"),
            help="quality budget: mean KL divergence against the reference, nats (a quality file beside model-step "
@@ -223,8 +213,7 @@ def limits_of(args: argparse.Namespace) -> list[tuple[Budget, float]]:
 
 
 def meets(row: QualityRow, limits: Limits) -> Optional[str]:
-    """Why ``row`` misses the budget ``limits`` (one phrase, the first budget it misses), or None when
-    it meets every one. A row without statistics misses it."""
+    """Why ``row`` misses ``limits`` (the first budget it misses; no statistics: all), or None."""
     if row.status != "ok" or row.stats is None:
         return f"no quality measured ({row.status})"
     return next((why for b, limit in limits if (why := b.misses(row, limit))), None)

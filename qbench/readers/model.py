@@ -26,41 +26,30 @@ from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, resolve_met
 from qbench.readers.common import (ACT_ON, Command, Refused, add_allow_incomplete, add_baseline, add_format,
                                    add_max_rel_err, add_method, add_wide, check_baseline, check_max_rel_err,
                                    incomplete_notes, job_view, one_machine, open_results)
-from qbench.render import Column, check_format, fit, narrow, render, synthetic_weights, wants_prose
-from qbench.render.view import View
+from qbench.render import Column, check_format, narrow, synthetic_weights, wants_prose
+from qbench.render.view import View, show
 from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us
-from qbench.render.safe import visible
 from qbench.results import ResultDoc
 from qbench.row import Row
 from qbench.model.config import PRESETS as STEP_PRESETS
 
-__all__ = ["ACT_ON", "COMMAND", "Indexed", "LinearShape", "ModelPreset", "PRESETS", "index_rows", "model_step", "model_view",
-           "render_model", "row_floor_us", "run_model"]
+__all__ = ["ACT_ON", "COMMAND", "Indexed", "LinearShape", "ModelPreset", "PRESETS", "index_rows", "model_step",
+           "model_view", "row_floor_us", "run_model", "show_model"]
 
 
 # ---- the models: the linear shapes of one decode step ------------------------------------------
 
 @dataclass(frozen=True)
 class LinearShape:
-    """One linear shape of a model.
-
-    Attributes:
-        names: the projections of that shape, e.g. ``"q_proj, o_proj"``.
-        k: in_features.
-        n: out_features.
-        count: how many of them one block has (the LM head: how many the model has, 1).
-        scenario: the scenario file that measures this shape.
-    """
+    """One linear shape of a model: its projections (``"q_proj, o_proj"``), ``k`` (in_features), ``n``
+    (out_features), ``count`` (how many one block has; the LM head: 1) and the ``scenario`` that
+    measures it."""
 
     names: str
     k: int
     n: int
     count: int
     scenario: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.names} {self.k}→{self.n}"
 
 
 @dataclass(frozen=True)
@@ -72,7 +61,6 @@ class ModelPreset:
     blocks: int
     block: tuple[LinearShape, ...]
     lm_head: LinearShape
-    source: str
 
 
 def _of_step(name: str, prefix: str) -> ModelPreset:
@@ -83,8 +71,6 @@ def _of_step(name: str, prefix: str) -> ModelPreset:
     hidden, kv = c.hidden, c.kv_heads * c.head_dim
     return ModelPreset(
         name=c.name, title=c.title, blocks=c.blocks,
-        source=f"hidden {hidden}, {c.heads} heads, {c.kv_heads} KV heads of {c.head_dim}, FFN {c.ffn}, "
-               f"vocab {c.vocab}, {c.blocks} layers",
         block=(LinearShape("q_proj, o_proj", hidden, hidden, 2, f"scenarios/{prefix}_q_o.toml"),
                LinearShape("k_proj, v_proj", hidden, kv, 2, f"scenarios/{prefix}_k_v.toml"),
                LinearShape("gate_proj, up_proj", hidden, c.ffn, 2, f"scenarios/{prefix}_gate_up.toml"),
@@ -103,8 +89,7 @@ PRESETS: dict[str, ModelPreset] = {name: _of_step(name, prefix) for name, prefix
 
 @dataclass(frozen=True)
 class Indexed:
-    """One row of :func:`index_rows`: the row, the file it came from, and its HBM floor (µs,
-    :func:`row_floor_us` with that file's measured bandwidth; ``None`` when unknown)."""
+    """One row of :func:`index_rows`: the row, its file, and its HBM floor (µs, :func:`row_floor_us`)."""
 
     row: Row
     source: str
@@ -123,14 +108,9 @@ def row_floor_us(row: Row, memory_gbps: Optional[float]) -> Optional[float]:
 
 
 def index_rows(sources: Sequence[tuple[str, ResultDoc]]) -> tuple[dict, list[str]]:
-    """Index the rows of result documents by (scheme, M, K, N).
-
-    ``sources``: ``(path, doc)`` pairs in the order given. Each row is indexed as an
-    :class:`Indexed` (the row, its path, its floor from the file's measured bandwidth).
-    Tensor-parallel rows (``tp_size`` > 1) are left out. Returns
-    ``(index, notes)``; the first file holding a key wins, and a note names the files whose rows
-    were not used.
-    """
+    """``(index, notes)``: the rows of ``sources`` (``(path, doc)`` pairs) by (scheme, M, K, N), each
+    an :class:`Indexed` (its floor from its file's measured bandwidth); tensor-parallel rows left
+    out. The first file holding a key wins; a note names the files whose rows were not used."""
     index: dict[tuple, Indexed] = {}
     shadowed: dict[tuple, list[str]] = {}
     for path, doc in sources:
@@ -163,11 +143,9 @@ def _sum(values: list) -> Optional[float]:
 def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
                baseline: str = "bf16", max_rel_err: Optional[float] = None) -> dict:
     """The linear layers of one decode step of ``preset`` per scheme and M, from ``index``
-    (:func:`index_rows`). Returns the preset's names, ``method``, ``baseline`` and ``max_rel_err``;
-    ``shapes`` (a record per block shape and the LM head: where measured, by which files and
-    scenario), ``missing`` (block shapes no row has), ``lm_head_included``, ``ms``; ``rows`` (per M,
-    the schemes with a step fastest first, then the rest: :func:`_scheme_step`'s records with
-    ``speedup`` over ``baseline``); and ``fastest`` (M -> the fastest ``ok`` scheme or None)."""
+    (:func:`index_rows`): the preset's names, ``method``, ``baseline``, ``max_rel_err``, ``shapes``
+    (where each is measured), ``missing`` block shapes, ``lm_head_included``, ``ms``, ``rows`` (per M
+    fastest first: :func:`_scheme_step`'s records with ``speedup``) and ``fastest`` (M -> scheme or None)."""
     block = [(s, "block", s.count * preset.blocks) for s in preset.block]
     records = [_shape_record(s, role, per, index) for s, role, per in block]
     head = _shape_record(preset.lm_head, "lm_head", preset.lm_head.count, index)
@@ -201,10 +179,9 @@ def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
 
 def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
                  max_rel_err: Optional[float]) -> dict:
-    """One (scheme, M) record of :func:`model_step`: the sums over the used shapes, and ``status``
+    """One (scheme, M) record of :func:`model_step`: the sums over the used shapes and ``status``:
     ``ok``, ``over error budget``, ``non-finite outputs``, ``incomplete`` (a shape without an ``ok``
-    row timed by ``method``) or ``unusable`` (a shape a CUDA graph cannot capture); ``speedup`` is
-    filled in by the caller."""
+    ``method`` time) or ``unusable`` (a shape a CUDA graph cannot capture)."""
     times, stored, floors, rels, problems, unusable, nonfinite = [], [], [], [], [], [], 0
     for shape, _, per_step in used:
         where = f"{shape.k}→{shape.n}"
@@ -260,11 +237,9 @@ NOT_INCLUDED = ("the linear layers only: attention (scores, softmax, RoPE), the 
                 "embeddings and sampling are not included")
 
 def model_view(result: dict) -> View:
-    """The model table declared (:class:`qbench.render.view.View`) over :func:`model_step`'s rows:
-    M, scheme, the step, its HBM floor and the floor's share, stored GiB, tokens/s, the speed-up over
-    the baseline, the largest per-layer error and the note. The narrow default (fits 120 characters)
-    leaves out the floor, its share, the stored GiB and the note (its ``status`` says it in a word;
-    the lines under the table name the fastest and the unusable schemes)."""
+    """The model table declared over :func:`model_step`'s rows: M, scheme, the step, its HBM floor and
+    share, stored GiB, tokens/s, the speed-up, the largest per-layer error and the note (narrow: the
+    ``status`` in a word instead of the floor, GiB and note)."""
     method, baseline = result["method"], result["baseline"]
     cols = [
         Column("m", "M", lambda r: r["m"], str, True),
@@ -276,7 +251,8 @@ def model_view(result: dict) -> View:
         Column("stored_gib", "stored GiB", lambda r: None if r["stored_bytes"] is None
                else r["stored_bytes"] * _GIB, fmt_num(".2f"), True),
         Column("tokens_per_s", "tokens/s (linear only)", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-        Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", lambda r: r["speedup"], fmt_ratio, True),
+        Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", lambda r: r["speedup"], fmt_ratio,
+               True),
         Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
         Column("note", "note", lambda r: r["note"]),
         Column("step_status", "status", lambda r: r["status"]),  # not "status": footnotes read Rows
@@ -287,8 +263,7 @@ def model_view(result: dict) -> View:
 
 
 def describe(result: dict) -> list[str]:
-    """The prose lines above the table: the model's shapes, what the step is and is not, and
-    whether the LM head is in it."""
+    """The lines above the table: the model's shapes, what the step is and is not, whether the LM head is in."""
     block = [s for s in result["shapes"] if s["role"] == "block"]
     head = next(s for s in result["shapes"] if s["role"] == "lm_head")
     parts = "; ".join(f"{s['names']} {s['k']}→{s['n']} ×{s['count']}" for s in block)
@@ -311,24 +286,18 @@ def missing_lines(result: dict) -> list[str]:
             f"python -m qbench run {s['scenario']}" for s in result["missing"]]
 
 
-def render_model(result: dict, fmt: str = "simple", wide: bool = False) -> str:
-    """Render :func:`model_step`'s ``result`` in ``fmt``: ``json`` gives the whole record, ``csv``
-    the table alone; a table format gives the prose lines (when :func:`wants_prose`), the table,
-    the fastest scheme per M and the unusable schemes. A terminal table without ``wide``
-    (:func:`qbench.render.narrow`) fits 120 characters: the narrow columns (:func:`model_view`; the
-    speed-up defined in a line above the table) and the prose lines wrapped; Markdown, CSV and
-    JSON keep every column."""
+def show_model(result: dict, fmt: str = "simple", wide: bool = False) -> None:
+    """Print :func:`model_step`'s ``result`` in ``fmt`` (:func:`qbench.render.view.show`): ``json``
+    the whole record; else the prose lines (:func:`describe`), the table (:func:`model_view`; a
+    terminal table without ``wide`` fits 120 characters), then the fastest scheme per M, the unusable
+    schemes and the ``notes``."""
     if fmt == "json":
-        return json.dumps(result, indent=2, ensure_ascii=False)
-    fits = narrow(fmt, wide)
-    table = render(result["rows"], model_view(result).columns(fmt, wide), fmt)
-    if not wants_prose(fmt):
-        return table
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return
     speedup = ([f"×{result['baseline']} = {result['baseline']} step / this step, at the same M (> 1: faster); "
                 f"status: ok, over error budget, non-finite outputs, incomplete or unusable (--wide: the note)"]
-               if fits else [])
-    lines = [*map(visible, describe(result)), *map(visible, result.get("warnings", [])), *speedup,
-             *map(visible, missing_lines(result)), "", table, ""]
+               if narrow(fmt, wide) else [])
+    lines = []
     for m in result["ms"]:
         name = result["fastest"].get(m)
         if name is None:
@@ -340,17 +309,13 @@ def render_model(result: dict, fmt: str = "simple", wide: bool = False) -> str:
         complete = sum(1 for x in at_m if x["step_us"] is not None)
         which = (f"fastest of the {complete} schemes with a complete step ({len(at_m) - complete} without)"
                  if complete < len(at_m) else "fastest")
-        lines.append(visible(f"- M={m}: {which} {name}: {fmt_us(r['step_us'])} µs per step, "
-                             f"{r['tokens_per_s']:.0f} tokens/s of the linear layers only, {speed}, "
-                             f"max rel_fro {fmt_num('.3g')(r['rel_fro_max'])}"))
+        lines.append(f"- M={m}: {which} {name}: {fmt_us(r['step_us'])} µs per step, {r['tokens_per_s']:.0f} tokens/s "
+                     f"of the linear layers only, {speed}, max rel_fro {fmt_num('.3g')(r['rel_fro_max'])}")
     unusable = unusable_note([(r["scheme"], r["m"]) for r in result["rows"] if r["status"] == "unusable"],
                              result["method"])
-    if unusable:
-        lines.append(visible(unusable))
-    lines.append(ACT_ON)
-    if fits:  # the prose lines too (the table's fit already)
-        lines = [line if line == table else fit(line) for line in lines]
-    return "\n".join(lines).rstrip("\n")
+    show(result["rows"], model_view(result).columns(fmt, wide), fmt, wide=wide,
+         describe=[*describe(result), *result.get("warnings", []), *speedup],
+         notes=[*lines, *filter(None, [unusable]), ACT_ON, *(f"note: {note}" for note in result.get("notes", []))])
 
 
 # ---- the subcommand ----------------------------------------------------------------------------
@@ -374,9 +339,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_model(args: argparse.Namespace) -> int:
-    """Run ``qbench model`` from parsed ``args``; returns the exit status (0 or 1, as
-    ``COMMAND.exit_codes`` says; raises :class:`~qbench.readers.common.Refused` on bad input). A file of another job
-    kind goes to that kind's ``model`` view (:func:`qbench.readers.common.job_view`)."""
+    """Run ``qbench model`` from parsed ``args``: exit status 0 or 1 (:class:`~qbench.readers.common.Refused`
+    on bad input); a file of another job kind goes to that kind's ``model`` view."""
     try:
         check_format(args.format)
     except ValueError as exc:
@@ -426,11 +390,7 @@ def run_model(args: argparse.Namespace) -> int:
             print(f"  missing LM head {head.k}→{head.n} (optional): python -m qbench run {head.scenario}",
                   file=sys.stderr)
         return 1
-    wide = getattr(args, "wide", False)
-    print(render_model(result, args.format, wide=wide))
-    if wants_prose(args.format):
-        for note in result["notes"]:
-            print(fit(visible(f"note: {note}")) if narrow(args.format, wide) else visible(f"note: {note}"))
+    show_model(result, args.format, getattr(args, "wide", False))
     return 0 if any(m is not None for m in result["fastest"].values()) else 1
 
 

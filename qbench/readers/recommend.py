@@ -1,11 +1,10 @@
 """``qbench recommend RESULT.json --max-rel-err 0.01``: which scheme to use at each M.
 
-Per (M, K, N): the pick (the fastest ``ok`` scheme within the error budget with finite outputs;
-among the schemes tied with it within noise, :func:`qbench.judge.pick_within_noise`, whose rule
-docs/methodology.md states), every other scheme with the reason it lost (:func:`_lose_reason`,
-then tied or slower), and the Pareto front over (latency, rel_fro, stored bytes).
-``--summary`` gives one line per (file, M) against ``--baseline``; ``--by-format`` the fastest
-scheme of each storage format, a decision by the same rules. Times are ``stream`` medians unless
+Per (M, K, N): the pick (the fastest ``ok`` scheme within the error budget with finite outputs, or
+one tied with it within noise by :func:`qbench.judge.pick_within_noise`, whose rule
+docs/methodology.md states), every other scheme with the reason it lost, and the Pareto front over
+(latency, rel_fro, stored bytes). ``--summary``: one line per (file, M) against ``--baseline``;
+``--by-format``: the fastest scheme of each storage format. Times are ``stream`` medians unless
 ``--method`` says otherwise (:func:`qbench.judge.resolve_method`).
 """
 
@@ -14,25 +13,27 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
+from collections import Counter
 from typing import Optional
 
 from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape, capture_failure,
                           methods_present, pareto_front, pick_within_noise, resolve_method, row_caveats, row_verdict,
                           tie_note, unusable_note)
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_budgets, add_format,
-                                   add_max_rel_err, add_method, add_wide, check_baseline, check_budgets, check_max_rel_err,
-                                   group_results, job_view, open_results, refuse_budgets)
+                                   add_max_rel_err, add_method, add_wide, check_baseline, check_budgets,
+                                   check_max_rel_err, group_results, job_view, open_results, refuse_budgets)
 from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, prose, render, synthetic_weights, wants_prose
 from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_ratio, fmt_us
 from qbench.render.kernels import short_kernel
 from qbench.render.safe import visible
-from qbench.render.view import View
+from qbench.render.view import View, show
 from qbench.results import ResultDoc
 from qbench.row import Row
 
-__all__ = ["COMMAND", "DEFAULT_BUDGET", "add_stability", "by_format", "pick_lines", "stability_text", "main_kernel", "recommend", "render_by_format", "render_recommendation",
-           "render_summary", "row_storage_format", "run_recommend", "summary_rows"]
+__all__ = ["COMMAND", "DEFAULT_BUDGET", "add_stability", "by_format", "pick_lines", "stability_text", "main_kernel",
+           "recommend", "render_by_format", "render_recommendation", "render_summary", "row_storage_format",
+           "run_recommend", "summary_rows"]
 
 
 def _eager_us(row: Row) -> float | None:
@@ -40,33 +41,25 @@ def _eager_us(row: Row) -> float | None:
     return stats.median if stats else None
 
 
-#: How a reason starts for a row flagged ``input-fault``: its error is not the scheme's.
-INPUT_FAULT = "the input's fault, not the scheme's (input-fault)"
-
 #: Longest capture reason a "why not" cell quotes; the JSON record keeps the whole text.
 _REASON_CHARS = 160
 
 
-def _short_capture_reason(why: str) -> str:
-    """A capture reason for a table cell: without qbench's "not attempted: " prefix (the stream
-    capture was skipped because an earlier capture of the same scheme failed; the reason that
-    follows is that failure) and the chained "(then ...)" errors, at most :data:`_REASON_CHARS`."""
-    why = why.removeprefix("not attempted: ").split(" (then ")[0]
-    return why if len(why) <= _REASON_CHARS else why[:_REASON_CHARS - 1].rstrip() + "…"
-
-
 def _lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
-    """Why ``row`` cannot be picked at all (``None`` if it is a candidate)."""
+    """Why ``row`` cannot be picked at all (``None`` if it is a candidate). A capture failure is
+    quoted without qbench's "not attempted: " prefix and chained "(then ...)" errors, at most
+    :data:`_REASON_CHARS`; an ``input-fault`` flag puts the error on the input, not the scheme."""
     if row.status != "ok":
         return f"{row.status}: {row.reason or 'no reason given'}"
     faults = [f.text for f in row.flags if f.name == "input-fault"]
     if faults:  # NaN/Inf or all-zero weight, activations that overflow: every scheme's error is the input's
-        return f"{INPUT_FAULT}: {faults[0]}"
+        return f"the input's fault, not the scheme's (input-fault): {faults[0]}"
     uncaptured = capture_failure(row, method)
     if uncaptured:
         eager = _eager_us(row)
-        eager_text = "no eager time" if eager is None else f"eager {fmt_us(eager)} µs"
-        return f"{UNUSABLE} ({eager_text}): {_short_capture_reason(uncaptured)}"
+        why = uncaptured.removeprefix("not attempted: ").split(" (then ")[0]
+        why = why if len(why) <= _REASON_CHARS else why[:_REASON_CHARS - 1].rstrip() + "…"
+        return f"{UNUSABLE} ({'no eager time' if eager is None else f'eager {fmt_us(eager)} µs'}): {why}"
     if row.stats(method) is None:
         why = row.reason_for(method)
         return f"no {method} latency" + (f" ({why.text})" if why else "")
@@ -81,91 +74,78 @@ def _lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
     return None
 
 
-def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_METHOD) -> dict:
-    """Recommend a scheme per (M, K, N) of result ``doc`` within ``max_rel_err`` (``error.rel_fro``),
-    timed by ``method``'s median (µs).
+def _versus(a: dict, b: dict, what: str = "") -> str:
+    """``11.8 µs vs 8.78 µs (1.34×`` for points ``a`` against ``b`` (the caller closes it)."""
+    us, them = a["latency_us"], b["latency_us"]
+    return f"{fmt_us(us)} µs vs {fmt_us(them)} µs{what} ({us / them:.2f}×"
 
-    Returns ``{"method", "max_rel_err", "methods_present", "by_m": [...]}``, ``by_m`` in ascending M,
-    each ``{"m", "k", "n", "pick", "others", "unusable", "pareto"}``: ``pick`` is None or the picked
-    point with ``ties``, ``fastest_median`` (the tied scheme of lowest median when the tie-break chose
-    another), ``kept_from_m`` (the smaller M whose pick the neighbour rule kept) and ``caveats``
-    (:func:`qbench.judge.row_caveats`); ``others`` gives every other scheme's ``reason``;
-    ``unusable`` the ``ok`` rows a CUDA graph cannot capture (:func:`qbench.judge.capture_failure`)."""
+
+def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_METHOD) -> dict:
+    """The pick per (M, K, N) of ``doc`` within ``max_rel_err`` (``error.rel_fro``), by ``method``'s
+    median (µs): ``{"method", "max_rel_err", "methods_present", "by_m"}``, ``by_m`` in ascending M,
+    each ``{"m", "k", "n", "pick", "others", "unusable", "pareto"}``. ``pick``: None or the picked
+    point with ``ties``, ``fastest_median`` (when the tie-break chose another), ``kept_from_m`` and
+    ``caveats``; ``others``: every other scheme's ``reason``; ``unusable``: the rows a CUDA graph
+    cannot capture (:func:`qbench.judge.capture_failure`)."""
     doc = ResultDoc.of(doc)
     by_m = []
     neighbour: dict[tuple, tuple] = {}  # (K, N, tp_size, split) -> (M, scheme picked) at the last M seen
     for (m, k, n, tp_size, split), rows in by_shape(doc.rows):
-        lost, cands, points, stats, unusable, by_scheme = [], [], [], {}, [], {}
-        for r in rows:
-            by_scheme[r.scheme] = r
-            reason = _lose_reason(r, method, max_rel_err)
-            uncaptured = capture_failure(r, method)
-            if uncaptured:
-                unusable.append({"scheme": r.scheme, "eager_us": _eager_us(r), "rel_fro": r.rel_fro,
-                                 "reason": uncaptured})
-            point = _point(r, method)
-            if point is not None:
-                points.append(point)
-                stats[point["scheme"]] = r.stats(method)
-            if reason is None:
-                cands.append(point)
-            else:
-                lost.append({"scheme": r.scheme, "reason": reason})
-        cands.sort(key=lambda p: p["latency_us"])
-        pick = None
+        row = {r.scheme: r for r in rows}
+        reasons = [(r, _lose_reason(r, method, max_rel_err)) for r in rows]
+        lost = [{"scheme": r.scheme, "reason": why} for r, why in reasons if why is not None]
+        unusable = [{"scheme": r.scheme, "eager_us": _eager_us(r), "rel_fro": r.rel_fro, "reason": why}
+                    for r in rows if (why := capture_failure(r, method))]
+        points = [p for r in rows if (p := _point(r, method)) is not None]
+        cands = sorted((_point(r, method) for r, why in reasons if why is None), key=lambda p: p["latency_us"])
         shape = (k, n, tp_size, split)
-        # Among the schemes as fast as the fastest within noise (their runs' spread included): the
-        # scheme picked at the neighbouring M when it is one of them (M ascending), else the lower
-        # error, then fewer stored bytes (qbench.judge.pick_within_noise, the rule of every job kind).
         prev_m, prev_scheme = neighbour.get(shape, (None, None))
-        best, by_error, fastest, tied = pick_within_noise(
+        best, by_error, fastest, group = pick_within_noise(
             cands, time=lambda c: c["latency_us"], error=lambda c: c["rel_fro"], size=lambda c: c["stored_bytes"],
-            same=lambda a, b: row_verdict(by_scheme[a["scheme"]], by_scheme[b["scheme"]], method) == "same",
+            same=lambda a, b: row_verdict(row[a["scheme"]], row[b["scheme"]], method) == "same",
             name=lambda c: c["scheme"], previous=prev_scheme)
-        if best is not None:
-            pick = dict(best, ties=[], fastest_median=fastest["scheme"] if best is not fastest else None,
-                        kept_from_m=prev_m if best is not by_error else None,
-                        caveats=row_caveats(by_scheme[best["scheme"]], stats[best["scheme"]]))
-            cands = [best] + [c for c in cands if c is not best]
-            group = {c["scheme"] for c in tied}
+        pick = None if best is None else dict(
+            best, ties=[], fastest_median=fastest["scheme"] if best is not fastest else None,
+            kept_from_m=prev_m if best is not by_error else None,
+            caveats=row_caveats(row[best["scheme"]], row[best["scheme"]].stats(method)))
         neighbour[shape] = (m, pick["scheme"]) if pick else (None, None)
-        for c in cands[1:]:
-            ratio = c["latency_us"] / pick["latency_us"]
-            versus = f"{fmt_us(c['latency_us'])} µs vs {fmt_us(pick['latency_us'])} µs ({ratio:.2f}×"
-            said = row_caveats(by_scheme[c["scheme"]], stats[c["scheme"]])
+        tied = {c["scheme"] for c in group}
+        for c in (c for c in cands if c is not best):
+            mine, picked = row[c["scheme"]], row[pick["scheme"]]
+            said = row_caveats(mine, mine.stats(method))
             caveat = f"; {c['scheme']}: {', '.join(said)}" if said else ""
-            if c["scheme"] not in group and row_verdict(by_scheme[pick["scheme"]], by_scheme[c["scheme"]], method) == "same":
-                # tied with the pick but not with the fastest (a tie is not transitive: the pick was
-                # chosen among the schemes tied with the fastest, and this one is not)
-                f = fastest
-                lost.append({"scheme": c["scheme"], "reason": (
-                    f"slower than the fastest, {f['scheme']}, beyond noise: {fmt_us(c['latency_us'])} µs vs "
-                    f"{fmt_us(f['latency_us'])} µs ({c['latency_us'] / f['latency_us']:.2f}×; the pick's own spread "
-                    f"overlaps it{caveat})")})
-            elif c["scheme"] in group:
-                pick["ties"].append(c["scheme"])
-                ref = by_scheme[pick["scheme"]]
-                if row_verdict(ref, by_scheme[c["scheme"]], method) != "same":
-                    # tied with the fastest, not with the pick: the comparison that made it a tie is the fastest's
-                    ref = by_scheme[fastest["scheme"]]
-                    versus = (f"{fmt_us(c['latency_us'])} µs vs {fmt_us(fastest['latency_us'])} µs, the fastest "
-                              f"({c['latency_us'] / fastest['latency_us']:.2f}×")
-                between = tie_note(ref, by_scheme[c["scheme"]], method)
-                why = ("same speed within noise" if ref is by_scheme[pick["scheme"]] else
-                       f"same speed as the fastest, {fastest['scheme']}, within noise") + (f" ({between})" if between else "")
+            same_as_pick = row_verdict(picked, mine, method) == "same"
+            if c["scheme"] in tied:
+                # tied with the fastest; when not with the pick, the comparison that made it a tie is the fastest's
+                ref = picked if same_as_pick else row[fastest["scheme"]]
+                between = tie_note(ref, mine, method)
+                why = ("same speed within noise" if same_as_pick else f"same speed as the fastest, "
+                       f"{fastest['scheme']}, within noise") + (f" ({between})" if between else "")
                 if c["rel_fro"] > pick["rel_fro"]:
                     why += f", higher error (rel_fro {c['rel_fro']:.3g} vs {pick['rel_fro']:.3g})"
                 elif pick["kept_from_m"] is not None:
                     why += f", {pick['scheme']} kept from M={pick['kept_from_m']}"
-                overlap = "runs' medians overlap" if between else "p10–p90 overlap"
-                lost.append({"scheme": c["scheme"], "reason": f"{why}: {versus}, {overlap}{caveat})"})
+                versus = _versus(c, pick) if same_as_pick else _versus(c, fastest, ", the fastest")
+                reason = f"{why}: {versus}, " + ("runs' medians overlap" if between else "p10–p90 overlap")
+                pick["ties"].append(c["scheme"])
+            elif same_as_pick:  # tied with the pick, not with the fastest: a tie is not transitive
+                reason = (f"slower than the fastest, {fastest['scheme']}, beyond noise: {_versus(c, fastest)}; "
+                          "the pick's own spread overlaps it")
             else:
-                lost.append({"scheme": c["scheme"], "reason": f"slower: {versus}{caveat})"})
+                reason = f"slower: {_versus(c, pick)}"
+            lost.append({"scheme": c["scheme"], "reason": f"{reason}{caveat})"})
         tp = {"tp_size": tp_size, "split": split} if tp_size is not None else {}
         by_m.append({"m": m, "k": k, "n": n, **tp, "pick": pick, "others": lost, "unusable": unusable,
                      "pareto": sorted(pareto_front(points), key=lambda p: p["latency_us"])})
-    return {"method": method, "max_rel_err": max_rel_err,
-            "methods_present": methods_present(doc.rows), "by_m": by_m}
+    return {"method": method, "max_rel_err": max_rel_err, "methods_present": methods_present(doc.rows), "by_m": by_m}
+
+
+def _point(row: Row, method: str) -> dict | None:
+    """(latency, rel_fro, stored bytes) of an ``ok`` row with finite outputs, else None."""
+    stats = row.stats(method)
+    if not stats or (row.error is not None and row.error.nonfinite) or row.rel_fro is None:
+        return None
+    return {"scheme": row.scheme, "latency_us": stats.median, "rel_fro": row.rel_fro, "stored_bytes": row.stored_bytes}
 
 
 def add_stability(rec: dict, run_recs: list[dict]) -> dict:
@@ -181,14 +161,10 @@ def add_stability(rec: dict, run_recs: list[dict]) -> dict:
         for g in run["by_m"]:
             picks.setdefault(where(g), []).append(g["pick"]["scheme"] if g["pick"] else "none")
     for g in rec["by_m"]:
-        if g["pick"] is None or len(run_recs) < 2:
-            continue
-        won = picks.get(where(g), [])
-        others: dict[str, int] = {}
-        for scheme in won:
-            if scheme != g["pick"]["scheme"]:
-                others[scheme] = others.get(scheme, 0) + 1
-        g["pick"]["stability"] = {"runs": len(run_recs), "picked": won.count(g["pick"]["scheme"]), "others": others}
+        if g["pick"] is not None and len(run_recs) >= 2:
+            won, mine = picks.get(where(g), []), g["pick"]["scheme"]
+            g["pick"]["stability"] = {"runs": len(run_recs), "picked": won.count(mine),
+                                      "others": dict(Counter(s for s in won if s != mine))}
     return rec
 
 
@@ -200,8 +176,7 @@ def stability_text(stability: dict | None) -> str:
     return f"picked in {stability['picked']} of {stability['runs']} runs" + (f" ({others})" if others else "")
 
 
-#: The error budget ``qbench run`` answers with at its end (:func:`pick_lines`): a relative
-#: Frobenius error of 1 %.
+#: The error budget ``qbench run`` answers with at its end (:func:`pick_lines`): rel_fro 1 %.
 DEFAULT_BUDGET = 0.01
 
 
@@ -224,8 +199,8 @@ def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BU
             continue
         # a faster median among the tied is named, or the pick reads as a mistake beside the table
         fastest = pick.get("fastest_median")
-        tie = ("; as fast within noise: " + ", ".join(s + (" (lowest median)" if s == fastest else "") for s in pick["ties"])
-               if pick.get("ties") else "")
+        tie = ("; as fast within noise: " + ", ".join(s + (" (lowest median)" if s == fastest else "")
+                                                      for s in pick["ties"]) if pick.get("ties") else "")
         doubt = [c for c in pick.get("caveats", []) if c.startswith(("noisy", "throttled", "cpu-busy"))]
         said = f" [{', '.join(doubt)}]" if doubt else ""
         parts.append(f"{where} {pick['scheme']} ({fmt_us(pick['latency_us'])} µs{said}{tie})")
@@ -237,43 +212,40 @@ def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BU
             visible(f"why, and the other schemes: qbench recommend {quoted} --max-rel-err {budget}")]
 
 
-def _point(row: Row, method: str) -> dict | None:
-    """(latency, rel_fro, stored bytes) of an ``ok`` row with finite outputs, else None."""
-    stats = row.stats(method)
-    if not stats or (row.error is not None and row.error.nonfinite) or row.rel_fro is None:
-        return None
-    return {"scheme": row.scheme, "latency_us": stats.median, "rel_fro": row.rel_fro,
-            "stored_bytes": row.stored_bytes}
+def _col(key: str, header: str, show=None, numeric: bool = False, **kw) -> Column:
+    """A column reading a record's ``key`` (``show``: its cell from the value, default the text or ``—``)."""
+    return Column(key, header, lambda r: r[key], numeric=numeric, **({"show": show} if show else {}), **kw)
 
 
-_MIB = 2.0**-20
+#: Why each other scheme lost, under a pick (its reasons wrap in a terminal table).
+OTHERS = View("recommend others", [_col("scheme", "scheme"), _col("reason", "why not")], *[("scheme", "reason")] * 3)
+
+
+def pareto_view(method: str) -> View:
+    """The Pareto front under a pick declared: latency by ``method`` (µs), rel err, stored MiB."""
+    cols = [_col("scheme", "scheme"), _col("latency_us", f"{method} µs", fmt_us, True),
+            _col("rel_fro", "rel err", fmt_num(".3g"), True),
+            Column("stored_mib", "stored MiB", lambda p: None if p["stored_bytes"] is None
+                   else p["stored_bytes"] / 2**20, fmt_num(".2f"), True)]
+    return View("pareto", cols, *[[c.key for c in cols]] * 3)
 
 
 def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = None,
                           warning: str | None = None, wide: bool = False) -> str:
     """Render :func:`recommend`'s result in ``fmt``: per M a line with the pick, a table of the other
-    schemes and why not, and the Pareto front; ``json`` the whole record. ``note`` and ``warning``
-    are lines under the budget line. A terminal table without ``wide`` fits 120 characters: long
-    reasons and prose lines wrap."""
+    schemes and why not (:data:`OTHERS`), and the Pareto front (:func:`pareto_view`); ``json`` the
+    whole record. ``note`` and ``warning`` are lines under the budget line. A terminal table without
+    ``wide`` fits 120 characters: long reasons and prose lines wrap."""
     if fmt == "json":
         return json.dumps(rec, indent=2, ensure_ascii=False)
-    fits = narrow(fmt, wide)
-    method = rec["method"]
-    say = prose(fmt, wide)
+    method, say = rec["method"], prose(fmt, wide)
     lines = [say(f"budget rel_fro <= {rec['max_rel_err']:g}; latency = {method} median"
-                 + (f" ({note})" if note else ""))] + ([say(visible(warning))] if warning else [])
+                 + (f" ({note})" if note else ""))]
+    lines += [say(visible(warning))] if warning else []
     if method not in rec["methods_present"]:
         lines.append(say(f"WARNING: no row has {method} latency; methods in this file: "
                          f"{', '.join(rec['methods_present']) or 'none'}"))
-    others_cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
-                   Column("reason", "why not", lambda r: r["reason"])]
-    pareto_cols = [
-        Column("scheme", "scheme", lambda p: p["scheme"]),
-        Column("latency_us", f"{method} µs", lambda p: p["latency_us"], fmt_us, True),
-        Column("rel_fro", "rel err", lambda p: p["rel_fro"], fmt_num(".3g"), True),
-        Column("stored_mib", "stored MiB", lambda p: None if p["stored_bytes"] is None
-               else p["stored_bytes"] * _MIB, fmt_num(".2f"), True),
-    ]
+    others, pareto = OTHERS.columns(fmt, wide), pareto_view(method).columns(fmt, wide)
     for g in rec["by_m"]:
         pick = g["pick"]
         tp = f", tp_size={g['tp_size']} {g['split']}" if g.get("tp_size") is not None else ""
@@ -290,14 +262,12 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
             head += f"; {stability_text(pick['stability'])}"
         lines.append("\n" + say(visible(head)))  # scheme names from the file: one line whatever they hold
         if g["others"]:
-            cols = others_cols
-            if fits:  # the reasons wrap within what the scheme column leaves of 120 characters (less 3
-                # spare: µ and × are two bytes each, and a byte-counting awk reads each as two)
-                cols = [others_cols[0], Column("reason", "why not", lambda r: r["reason"],
-                                               width=rest_width(g["others"], others_cols, "reason", TABLE_WIDTH - 3))]
-            lines.append(render(g["others"], cols, fmt))
+            # the reasons wrap within what the scheme column leaves of 120 characters (less 3 spare: µ and × are
+            # two bytes each, and a byte-counting awk reads each as two)
+            width = rest_width(g["others"], others, "reason", TABLE_WIDTH - 3) if narrow(fmt, wide) else None
+            lines.append(render(g["others"], [others[0], replace(others[1], width=width)], fmt))
         lines.append("Pareto front (latency, rel err, stored bytes; all minimised):")
-        lines.append(render(g["pareto"], pareto_cols, fmt) if g["pareto"] else f"  {DASH}")
+        lines.append(render(g["pareto"], pareto, fmt) if g["pareto"] else f"  {DASH}")
     return "\n".join(lines)
 
 
@@ -306,67 +276,61 @@ def summary_rows(doc: ResultDoc | dict, rec: dict, baseline: str = "bf16") -> li
     ``baseline``'s median at the same shape and the speed-up over it (None without one), the ties,
     ``kept_from_m`` and the schemes a CUDA graph cannot capture there."""
     doc = ResultDoc.of(doc)
-    method = rec["method"]
-    base = {r.shape: r.stats(method) for r in doc.rows if r.scheme == baseline}
+    base = {r.shape: r.stats(rec["method"]) for r in doc.rows if r.scheme == baseline}
     out = []
     for g in rec["by_m"]:
         pick = g["pick"] or {}
         stats = base.get((g["m"], g["k"], g["n"], g.get("tp_size"), g.get("split")))
-        base_us = stats.median if stats else None
-        lat = pick.get("latency_us")
-        out.append({"scenario": doc.scenario.name, "m": g["m"], "k": g["k"],
-                    "n": g["n"], "pick": pick.get("scheme"), "latency_us": lat,
-                    "rel_fro": pick.get("rel_fro"), "baseline_us": base_us,
-                    "speedup": base_us / lat if base_us and lat else None,
-                    "ties": pick.get("ties") or [], "kept_from_m": pick.get("kept_from_m"),
-                    "unusable": [u["scheme"] for u in g.get("unusable") or []],
+        base_us, lat = stats.median if stats else None, pick.get("latency_us")
+        out.append({"scenario": doc.scenario.name, "m": g["m"], "k": g["k"], "n": g["n"], "pick": pick.get("scheme"),
+                    "latency_us": lat, "rel_fro": pick.get("rel_fro"), "baseline_us": base_us,
+                    "speedup": base_us / lat if base_us and lat else None, "ties": pick.get("ties") or [],
+                    "kept_from_m": pick.get("kept_from_m"), "unusable": [u["scheme"] for u in g.get("unusable") or []],
                     **({"stability": stability_text(pick["stability"])} if pick.get("stability") else {})})
     return out
 
 
-def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "simple", wide: bool = False) -> str:
-    """Render :func:`summary_rows` (of one or more files) as one table in ``fmt``. A terminal table
-    without ``wide`` fits 120 characters: short headers (the line above defines them), the ties
-    wrapped in their cell, K, N and the baseline's time left out."""
-    fits = narrow(fmt, wide)
-    speedup = Column("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", lambda r: r["speedup"],
-                     fmt_ratio, True,
-                     cell_override=lambda r: (DASH if r["speedup"] is None else f"{r['speedup']:.2f}×"
-                                              + (" (same within noise)" if baseline in (r["ties"] or []) else "")))
-    cols = [
-        Column("scenario", "scenario", lambda r: r["scenario"]),
-        Column("m", "M", lambda r: r["m"], str, True),
-        Column("k", "K", lambda r: r["k"], str, True),
-        Column("n", "N", lambda r: r["n"], str, True),
-        Column("pick", "pick", lambda r: r["pick"] or f"{DASH} none within budget",
-               cell_override=lambda r: (r["pick"] or f"{DASH} none within budget")
-               + (f" (kept from M={r['kept_from_m']})" if r.get("kept_from_m") is not None else "")),
-        Column("latency_us", f"{method} µs", lambda r: r["latency_us"], fmt_us, True),
-        Column("rel_fro", "rel err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
-        Column("baseline_us", f"{baseline} µs", lambda r: r["baseline_us"], fmt_us, True),
-        speedup,
-        Column("ties", "as fast within noise", lambda r: ", ".join(r["ties"]) or DASH),
-    ]
-    several_runs = any(r.get("stability") for r in rows)
-    if several_runs:  # several runs of a scenario: how often the pick won
-        cols.append(Column("stability", "pick stability", lambda r: r.get("stability") or DASH))
-    if not fits:
-        return render(rows, cols, fmt)
-    narrow_cols = {"pick": Column("pick", "pick", cols[4].value, cell_override=cols[4].cell_override, width=35),
-                   "speedup": Column("speedup", f"×{baseline}", speedup.value, speedup.show, True),
-                   "stability": Column("stability", "runs won", lambda r: _runs_won(r.get("stability")),
-                                       numeric=True)}
-    cols = [narrow_cols.get(c.key, c) for c in cols if c.key not in ("k", "n", "baseline_us")]
+def summary_view(method: str, baseline: str, runs: bool = False) -> View:
+    """The ``--summary`` table over :func:`summary_rows`: the pick, its time and error, the baseline's
+    time and the speed-up, the ties and (``runs``) how often the pick won; the narrow default without
+    K, N and the baseline's time, the speed-up as ``×baseline`` and the runs won as ``2 of 3``."""
+    def pick(r: dict) -> str:
+        return (r["pick"] or f"{DASH} none within budget") + (
+            f" (kept from M={r['kept_from_m']})" if r.get("kept_from_m") is not None else "")
+
+    cols = [_col("scenario", "scenario"), _col("m", "M", str, True), _col("k", "K", str, True),
+            _col("n", "N", str, True), Column("pick", "pick", lambda r: r["pick"] or f"{DASH} none within budget",
+                                                 cell_override=pick),
+            Column("pick_narrow", "pick", lambda r: r["pick"], cell_override=pick, width=35),
+            _col("latency_us", f"{method} µs", fmt_us, True), _col("rel_fro", "rel err", fmt_num(".3g"), True),
+            _col("baseline_us", f"{baseline} µs", fmt_us, True),
+            _col("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", fmt_ratio, True,
+                 cell_override=lambda r: fmt_ratio(r["speedup"]) + (
+                     " (same within noise)" if r["speedup"] is not None and baseline in r["ties"] else "")),
+            Column("speedup_narrow", f"×{baseline}", lambda r: r["speedup"], fmt_ratio, True),
+            Column("ties", "as fast within noise", lambda r: ", ".join(r["ties"]) or DASH),
+            Column("stability", "pick stability", lambda r: r.get("stability") or DASH),
+            Column("runs_won", "runs won", lambda r: (r.get("stability") or DASH).removeprefix("picked in ")
+                   .split(" runs")[0], numeric=True)]
+    wide = ["scenario", "m", "k", "n", "pick", "latency_us", "rel_fro", "baseline_us", "speedup", "ties",
+            *(["stability"] if runs else [])]
+    return View("summary", cols, ["scenario", "m", "pick_narrow", "latency_us", "rel_fro", "speedup_narrow", "ties",
+                                  *(["runs_won"] if runs else [])], wide, wide)
+
+
+def summary_columns(rows: list[dict], method: str, baseline: str, fmt: str, wide: bool = False) -> list[Column]:
+    """The :func:`summary_view` columns of ``rows`` in ``fmt``; a terminal table without ``wide``
+    fits 120 characters, the ties wrapped in their cell."""
+    cols = summary_view(method, baseline, any(r.get("stability") for r in rows)).columns(fmt, wide)
+    if not narrow(fmt, wide):
+        return cols
     ties = rest_width(rows, cols, "ties", TABLE_WIDTH - 3, least=len("int8-weight-only+compiled,"))
-    cols = [Column("ties", c.header, c.value, width=ties) if c.key == "ties" else c for c in cols]
-    return render(rows, cols, fmt)
+    return [replace(c, width=ties) if c.key == "ties" else c for c in cols]
 
 
-def _runs_won(stability: str | None) -> str:
-    """``picked in 2 of 3 runs (x in 1)`` -> ``2 of 3``; a dash without runs."""
-    if not stability:
-        return DASH
-    return stability.removeprefix("picked in ").split(" runs")[0]
+def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "simple", wide: bool = False) -> str:
+    """Render :func:`summary_rows` (of one or more files) as one table in ``fmt`` (:func:`summary_columns`)."""
+    return render(rows, summary_columns(rows, method, baseline, fmt, wide), fmt)
 
 
 # ---- --by-format: the fastest kernel of each storage format -------------------------------------
@@ -389,8 +353,7 @@ def row_storage_format(row: Row) -> str:
 
 
 def main_kernel(row: Row) -> str | None:
-    """The short name (:func:`qbench.render.kernels.short_kernel`) of the longest kernel of one call in
-    ``dispatch.kernels`` (memory copies only when there is no kernel), or ``None``."""
+    """The short name of the longest kernel of one call (memory copies only without a kernel), or None."""
     kernels = row.dispatch.kernels if row.dispatch is not None else []
     real = [k for k in kernels if (k.kind if "kind" in k.model_fields_set else "kernel") == "kernel"] or kernels
     if not real:
@@ -398,27 +361,16 @@ def main_kernel(row: Row) -> str | None:
     return short_kernel(str(max(real, key=lambda k: k.us or 0.0).name))
 
 
-def _short_lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
-    reason = _lose_reason(row, method, max_rel_err)
-    if reason is None:
-        return None
-    if reason.startswith(UNUSABLE):
-        return UNUSABLE
-    return row.status if row.status != "ok" else reason
-
-
 def by_format(doc: ResultDoc | dict, method: str = DECISION_METHOD, max_rel_err: Optional[float] = None,
               baseline: str = "bf16") -> list[dict]:
-    """The fastest scheme of each storage format per (M, K, N) of result ``doc``: one record per
-    (M, K, N) and format present (:data:`qbench.schemes.base.STORAGE_FORMATS` order, M ascending)
-    with the pick, its library, longest kernel (:func:`main_kernel`), time, error and speed-up over
-    ``baseline``, and ``others`` of the format (their median / the pick's and whether tied, or the
-    reason they have none). A candidate follows :func:`recommend`'s rules, ``max_rel_err`` optional."""
-    doc = ResultDoc.of(doc)
+    """The fastest scheme of each storage format per (M, K, N) of ``doc`` (candidates as in
+    :func:`recommend`, ``max_rel_err`` optional): one record per (M, K, N) and format present, with
+    the pick, its library, longest kernel, time, error, speed-up over ``baseline``, and ``others`` of
+    the format (their median / the pick's and whether tied, or why they have none)."""
     from qbench.schemes.base import STORAGE_FORMATS
 
+    doc = ResultDoc.of(doc)
     budget = float("inf") if max_rel_err is None else max_rel_err
-    scenario = doc.scenario.name
     order = {f: i for i, f in enumerate(STORAGE_FORMATS)}
     out = []
     for (m, k, n, tp_size, split), rows in by_shape(doc.rows):
@@ -428,65 +380,49 @@ def by_format(doc: ResultDoc | dict, method: str = DECISION_METHOD, max_rel_err:
         for r in rows:
             by_fmt.setdefault(row_storage_format(r), []).append(r)
         for fmt in sorted(by_fmt, key=lambda f: (order.get(f, len(order)), f)):
-            rows_f = by_fmt[fmt]
-            cands = sorted((r for r in rows_f if _lose_reason(r, method, budget) is None),
-                           key=lambda r: r.stats(method).median)
-            rec = {"scenario": scenario, "m": m, "k": k, "n": n,
+            reasons = [(r, _lose_reason(r, method, budget)) for r in by_fmt[fmt]]
+            cands = sorted((r for r, why in reasons if why is None), key=lambda r: r.stats(method).median)
+            rec = {"scenario": doc.scenario.name, "m": m, "k": k, "n": n,
                    **({"tp_size": tp_size, "split": split} if tp_size is not None else {}), "format": fmt, "pick": None,
                    "library": None, "kernel": None, "latency_us": None, "rel_fro": None,
                    "baseline_us": base_us, "speedup": None, "others": []}
             if cands:
-                best = cands[0]
-                best_stats = best.stats(method)
-                lat = best_stats.median
-                rec.update(pick=best.scheme, library=best.library, kernel=main_kernel(best),
-                           latency_us=lat, rel_fro=best.rel_fro,
-                           speedup=base_us / lat if base_us else None)
-                for c in cands[1:]:
-                    stats = c.stats(method)
-                    rec["others"].append({"scheme": c.scheme, "ratio": stats.median / lat,
-                                          "tie": row_verdict(best, c, method) == "same", "reason": None})
-            for r in rows_f:
-                why = _short_lose_reason(r, method, budget)
-                if why is not None:
-                    rec["others"].append({"scheme": r.scheme, "ratio": None, "tie": False, "reason": why})
+                best, lat = cands[0], cands[0].stats(method).median
+                rec.update(pick=best.scheme, library=best.library, kernel=main_kernel(best), latency_us=lat,
+                           rel_fro=best.rel_fro, speedup=base_us / lat if base_us else None)
+                rec["others"] = [{"scheme": c.scheme, "ratio": c.stats(method).median / lat,
+                                  "tie": row_verdict(best, c, method) == "same", "reason": None} for c in cands[1:]]
+            rec["others"] += [{"scheme": r.scheme, "ratio": None, "tie": False, "reason": UNUSABLE if why.startswith(
+                UNUSABLE) else r.status if r.status != "ok" else why} for r, why in reasons if why is not None]
             out.append(rec)
     return out
-
-
-def _ratio(v: float) -> str:
-    return f"{v:.2f}×" if v < 10 else f"{v:.1f}×" if v < 100 else f"{v:.0f}×"
 
 
 def _others_cell(others: list[dict]) -> str:
     """``fp8-dynamic 3.42×, fp4-bnb 1.00× (tie); w8a8-dynamic, int8-bnb: unusable in a ...``:
     the timed schemes with their ratio, then the others grouped by reason."""
-    timed = [f"{o['scheme']} {_ratio(o['ratio'])}" + (" (tie)" if o["tie"] else "")
+    def ratio(v: float) -> str:
+        return f"{v:.2f}×" if v < 10 else f"{v:.1f}×" if v < 100 else f"{v:.0f}×"
+
+    timed = [f"{o['scheme']} {ratio(o['ratio'])}" + (" (tie)" if o["tie"] else "")
              for o in others if o["ratio"] is not None]
     why: dict[str, list[str]] = {}
     for o in others:
         if o["ratio"] is None:
             why.setdefault(o["reason"], []).append(o["scheme"])
     parts = [", ".join(timed)] if timed else []
-    parts += [f"{', '.join(names)}: {reason}" for reason, names in why.items()]
-    return "; ".join(parts) or DASH
+    return "; ".join(parts + [f"{', '.join(names)}: {reason}" for reason, names in why.items()]) or DASH
 
 
 def by_format_view(method: str, baseline: str, several: bool = False, tp: bool = False) -> View:
-    """The ``--by-format`` table declared (:class:`qbench.render.view.View`): per M (``several``
-    files: per scenario and shape too; ``tp``: the sharding) and storage format the fastest scheme,
-    its library and longest kernel, its time, error and speed-up over ``baseline``, and the others of
-    the format. The narrow default leaves the library and the kernel to ``--wide`` (the fastest
-    scheme says its library) and shows one table per scenario."""
-    cols = [Column("scenario", "scenario", lambda r: r["scenario"]), Column("k", "K", lambda r: r["k"], str, True),
-            Column("n", "N", lambda r: r["n"], str, True), Column("m", "M", lambda r: r["m"], str, True),
-            COLUMNS["tp_size"], COLUMNS["split"], Column("format", "format", lambda r: r["format"]),
+    """The ``--by-format`` table of :func:`by_format` records (``several`` files: scenario and shape
+    columns; ``tp``: the sharding); the narrow default leaves the library and the kernel to ``--wide``."""
+    cols = [_col("scenario", "scenario"), _col("k", "K", str, True), _col("n", "N", str, True),
+            _col("m", "M", str, True), COLUMNS["tp_size"], COLUMNS["split"], _col("format", "format"),
             Column("pick", "fastest", lambda r: r["pick"] or f"{DASH} no candidate"),
-            Column("library", "library", lambda r: r["library"]), Column("kernel", "longest kernel", lambda r: r["kernel"]),
-            Column("latency_us", f"{method} µs", lambda r: r["latency_us"], fmt_us, True),
-            Column("rel_fro", "rel err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
-            Column("speedup", f"speed-up vs {baseline} ({baseline} time / fastest's)", lambda r: r["speedup"], fmt_ratio,
-                   True),
+            _col("library", "library"), _col("kernel", "longest kernel"),
+            _col("latency_us", f"{method} µs", fmt_us, True), _col("rel_fro", "rel err", fmt_num(".3g"), True),
+            _col("speedup", f"speed-up vs {baseline} ({baseline} time / fastest's)", fmt_ratio, True),
             Column("others", "others of the format (their time / the fastest's)", lambda r: _others_cell(r["others"]))]
     head, shard = ["scenario", "k", "n"] if several else [], ["tp_size", "split"] if tp else []
     tail = ["format", "pick", "latency_us", "rel_fro", "speedup", "others"]
@@ -502,9 +438,8 @@ def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "s
     characters: the others wrap in their cell and several files give one table per scenario."""
     if fmt == "json":
         return json.dumps(rows, indent=2, ensure_ascii=False)
-    fits = narrow(fmt, wide)
     cols = by_format_view(method, baseline, several, any(r.get("tp_size") is not None for r in rows)).columns(fmt, wide)
-    if not fits:
+    if not narrow(fmt, wide):
         return render(rows, cols, fmt)
     # the others wrap within what the other columns leave of 120 characters (less 3 spare, as above)
     cols[-1] = replace(cols[-1], width=rest_width(rows, cols, "others", TABLE_WIDTH - 3, least=24))
@@ -539,8 +474,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 def run_recommend(args: argparse.Namespace) -> int:
     """Run ``qbench recommend`` from parsed ``args``; returns the exit status (0 or 1; raises
     :class:`~qbench.readers.common.Refused` on bad input, each refusal one line below)."""
-    summary_mode = getattr(args, "summary", False)
-    format_mode = getattr(args, "by_format", False)
+    summary_mode, format_mode = getattr(args, "summary", False), getattr(args, "by_format", False)
     if summary_mode and format_mode:
         raise Refused("--summary and --by-format are two views; pass one of them")
     if args.format not in FORMATS or (args.format == "csv" and not (summary_mode or format_mode)):
@@ -559,20 +493,43 @@ def run_recommend(args: argparse.Namespace) -> int:
     refuse_budgets(args)
     if args.max_rel_err is None and not format_mode:
         raise Refused("--max-rel-err is required (e.g. 0.01), except with --by-format")
-    if format_mode:
-        return _run_by_format(args, paths, docs)
-    baseline = getattr(args, "baseline", "bf16")
-    wide = getattr(args, "wide", False)
-    say = prose(args.format, wide)
-    picked, summary, methods, records, notes, warnings = False, [], set(), [], [], []
-    for result in group_results(paths, docs):  # files of one scenario and machine: one result
-        path, doc = result.label, result.doc
+    baseline, wide = getattr(args, "baseline", "bf16"), getattr(args, "wide", False)
+    notes: list[str] = []
+
+    def method_of(path: str, doc: ResultDoc, one_table: bool) -> tuple[str, Optional[str]]:
+        """The file's method and its fallback's note (kept once in ``notes``); ``one_table``: refused
+        when no row has it."""
         method, note = resolve_method(doc, args.method)
         if note and note not in notes:
             notes.append(note)
         check_baseline(path, {r.scheme for r in doc.rows}, baseline, always=summary_mode)
-        if summary_mode:
-            _check_method(path, doc, method)
+        present = methods_present(doc.rows)
+        if one_table and method not in present:
+            raise Refused(f"{path}: no row has {method} latency; methods in this file: {', '.join(present) or 'none'}")
+        return method, note
+
+    if format_mode:  # one table (one JSON list) of the by_format records of every file
+        records, methods = [], set()
+        for path, doc in zip(paths, docs):
+            methods.add(method := method_of(path, doc, True)[0])
+            records += [dict(r, file=path) for r in by_format(doc, method, args.max_rel_err, baseline)]
+        method = _one_method(methods, "--by-format", records, ("scenario", "m", "k", "n", "format"))
+        if wants_prose(args.format):
+            budget = "" if args.max_rel_err is None else f" within rel_fro <= {args.max_rel_err:g}"
+            line = (f"latency = {method} median" + "".join(f" ({n})" for n in notes)
+                    + f"; per M and storage format the fastest scheme{budget}, its library and longest "
+                    "kernel; others: their median / the fastest's, '(tie)': p10–p90 overlaps the fastest's")
+            if narrow(args.format, wide):  # the narrow table: what its short header means, what --wide adds
+                line = fit(line.replace(", its library and longest kernel", "")
+                           + f"; ×{baseline} = {baseline} time / the fastest's (> 1: faster); --wide: the library "
+                           "and the longest kernel")
+            print(line + "\n")
+        print(render_by_format(records, method, baseline, args.format, several=len(paths) > 1, wide=wide))
+        return 0 if any(r["pick"] for r in records) else 1
+    picked, summary, methods, records, warnings = False, [], set(), [], []
+    for result in group_results(paths, docs):  # files of one scenario and machine: one result
+        path, doc = result.label, result.doc
+        method, note = method_of(path, doc, summary_mode)
         rec = recommend(doc, args.max_rel_err, method)
         if len(result.paths) > 1:
             rec["files"] = list(result.paths)
@@ -583,8 +540,7 @@ def run_recommend(args: argparse.Namespace) -> int:
         warning = (f"warning: {'' if len(paths) == 1 else path + ': '}errors come from a synthetic weight "
                    f"({'; '.join(synthetic)}), not a trained layer: a trained layer's outliers can raise them "
                    "several-fold") if synthetic else None  # under the budget line or the summary's header
-        if warning:
-            warnings.append(warning)
+        warnings += [warning] if warning else []
         if summary_mode:
             summary += [dict(row, file=path) for row in summary_rows(doc, rec, baseline)]
             methods.add(method)
@@ -593,81 +549,35 @@ def run_recommend(args: argparse.Namespace) -> int:
     if not summary_mode:
         if args.format == "json" and len(records) > 1:  # one JSON document, not several
             print(json.dumps([{"file": path, **rec} for path, rec, _, _ in records], indent=2, ensure_ascii=False))
-        elif len(records) == 1:
-            _, rec, note, warning = records[0]
-            print(render_recommendation(rec, args.format, note, warning, wide=wide))
-        else:
-            for i, (path, rec, note, warning) in enumerate(records):
+        for i, (path, rec, note, warning) in enumerate(records if args.format != "json" or len(records) == 1 else []):
+            if len(records) > 1:
                 print(("\n" if i else "") + visible(f"== {path}"))
-                print(render_recommendation(rec, args.format, note, warning, wide=wide))
+            print(render_recommendation(rec, args.format, note, warning, wide=wide))
         return 0 if picked else 1
-    method = _one_method(methods, "--summary")
-    if len({(row["scenario"], row["m"], row["k"], row["n"]) for row in summary}) < len(summary):
-        for row in summary:  # two files of one scenario: name them by path
-            row["scenario"] = row["file"]
+    method = _one_method(methods, "--summary", summary, ("scenario", "m", "k", "n"))
     if args.format == "json":
         print(json.dumps(summary, indent=2, ensure_ascii=False))
-    else:
-        if wants_prose(args.format):
-            print(say(f"budget rel_fro <= {args.max_rel_err:g}; latency = {method} median"
-                      + "".join(f" ({n})" for n in notes) + "; the pick: among the schemes within the budget "
-                      "as fast as the fastest within noise (p10–p90 overlap), the one picked at the next smaller M "
-                      "('kept from M=...'), else the lowest error, then the fewest stored bytes; "
-                      f"speed-up = {baseline} time / pick time (> 1: the pick is faster)"))
-            for line in dict.fromkeys(warnings):
-                print(say(visible(line)))
-            print()
-        print(render_summary(summary, method, baseline, args.format, wide=wide))
-        unusable = unusable_note([(s, row["m"]) for row in summary for s in row["unusable"]], method)
-        if unusable and wants_prose(args.format):
-            print("\n" + say(visible(unusable)))
+        return 0 if picked else 1
+    rule = (f"budget rel_fro <= {args.max_rel_err:g}; latency = {method} median" + "".join(f" ({n})" for n in notes)
+            + "; the pick: among the schemes within the budget as fast as the fastest within noise (p10–p90 overlap), "
+            "the one picked at the next smaller M ('kept from M=...'), else the lowest error, then the fewest stored "
+            f"bytes; speed-up = {baseline} time / pick time (> 1: the pick is faster)")
+    unusable = unusable_note([(s, row["m"]) for row in summary for s in row["unusable"]], method)
+    show(summary, summary_columns(summary, method, baseline, args.format, wide), args.format, wide=wide,
+         describe=[rule, *dict.fromkeys(warnings)], notes=[unusable] if unusable else [])
     return 0 if picked else 1
 
 
-def _check_method(path: str, doc: ResultDoc, method: str) -> None:
-    """Refuse a view of one table when ``doc`` has no ``method`` time at all."""
-    present = methods_present(doc.rows)
-    if method not in present:
-        raise Refused(f"{path}: no row has {method} latency; methods in this file: {', '.join(present) or 'none'}")
-
-
-def _one_method(methods: set, view: str) -> str:
-    """The one method of a one-table view; refuse files that resolve to several."""
+def _one_method(methods: set, view: str, records: list[dict], identity: tuple[str, ...]) -> str:
+    """The one method of a one-table view (files resolving to several are refused); two files of one
+    scenario (records alike in ``identity``) get their records' scenario named by file path."""
     if len(methods) > 1:
         raise Refused(f"{view} needs one timing method, these files give {sorted(methods)}; pass --method")
+    if len({tuple(r[k] for k in identity) for r in records}) < len(records):
+        for r in records:
+            r["scenario"] = r["file"]
     (method,) = methods
     return method
-
-
-def _run_by_format(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``--by-format`` over the files read: one table (one JSON list) of :func:`by_format` records."""
-    baseline = getattr(args, "baseline", "bf16")
-    records, methods, notes = [], set(), []
-    for path, doc in zip(paths, docs):
-        method, note = resolve_method(doc, args.method)
-        if note and note not in notes:
-            notes.append(note)
-        _check_method(path, doc, method)
-        check_baseline(path, {r.scheme for r in doc.rows}, baseline)
-        methods.add(method)
-        records += [dict(r, file=path) for r in by_format(doc, method, args.max_rel_err, baseline)]
-    method = _one_method(methods, "--by-format")
-    if len({(r["scenario"], r["m"], r["k"], r["n"], r["format"]) for r in records}) < len(records):
-        for r in records:  # two files of one scenario: name them by path
-            r["scenario"] = r["file"]
-    wide = getattr(args, "wide", False)
-    if wants_prose(args.format):
-        budget = "" if args.max_rel_err is None else f" within rel_fro <= {args.max_rel_err:g}"
-        line = (f"latency = {method} median" + "".join(f" ({n})" for n in notes)
-                + f"; per M and storage format the fastest scheme{budget}, its library and longest "
-                "kernel; others: their median / the fastest's, '(tie)': p10–p90 overlaps the fastest's")
-        if narrow(args.format, wide):  # the narrow table: what its short header means, what --wide adds
-            line = fit(line.replace(", its library and longest kernel", "")
-                       + f"; ×{baseline} = {baseline} time / the fastest's (> 1: faster); --wide: the library "
-                       "and the longest kernel")
-        print(line + "\n")
-    print(render_by_format(records, method, baseline, args.format, several=len(paths) > 1, wide=wide))
-    return 0 if any(r["pick"] for r in records) else 1
 
 
 COMMAND = Command(

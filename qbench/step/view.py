@@ -1,9 +1,6 @@
-"""Tables of model-step rows (torch-free): the measured step beside the layer view's prediction.
-
-:func:`step_table` renders a step result's rows in any format of :mod:`qbench.render` (a tabulate
-table, csv, json); :func:`speedups` computes the end-to-end speed-up over a baseline per method;
-:func:`breakeven` says, for a context sweep, at which context a scheme stops beating the baseline.
-Speed-ups follow qbench's one ratio convention: baseline time / scheme time (> 1: faster).
+"""Model-step rows read (torch-free): the measured step beside the layer view's prediction, the
+speed-ups over a baseline (baseline time / scheme time, > 1: faster), the context sweep, the pick
+per (M, context), and the declared tables of each.
 """
 
 from __future__ import annotations
@@ -24,9 +21,7 @@ _STEP = [m for m in registry.methods().values() if m.job == "step"]
 STEP_METHODS: tuple[str, ...] = tuple(m.name for m in sorted(_STEP, key=lambda m: m.order))
 #: Short column names of the step methods (each method's ``short``).
 SHORT: dict[str, str] = {m.name: m.short or m.name for m in _STEP}
-#: The method a step decision reads by default, first present wins (the registry's ``fallback_rank``):
-#: the compiled step captured in a graph (the fastest honest form), then the eager step in a graph,
-#: then the CPU step, then the decode loop.
+#: The methods a step decision reads, first present wins (the registry's ``fallback_rank``).
 DECISION_ORDER: tuple[str, ...] = registry.decision_order("step")
 #: A compiled method -> its eager form, read on a baseline that has no compiled form.
 _EAGER_TWIN = {m.name: m.twin for m in _STEP if m.compiled == "default" and m.twin}
@@ -38,31 +33,29 @@ def _us(value: Optional[float]) -> str:
     return f"{value / 1000:.3g} ms" if value >= 1000 else f"{value:.3g} µs"
 
 
-def _baselines(rows: Sequence[StepRow], baseline: str) -> dict[tuple, StepRow]:
-    """The ``ok`` rows of ``baseline`` and its compiled form, by (scheme, M, context, model,
-    device): what :func:`_baseline_for` looks a row's baseline up in."""
-    return {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
-            if r.scheme in (baseline, f"{baseline}+compiled") and r.status == "ok"}
+def _baseline_of(rows: Sequence[StepRow], baseline: str, keep: Callable[[StepRow], object] = lambda r: r.status == "ok"
+                 ) -> Callable[[StepRow], Optional[StepRow]]:
+    """A row -> its baseline row among the ``keep`` rows of ``rows`` (same M, context, model, device):
+    the baseline's compiled form for a compiled row when present, else the baseline; None without one."""
+    base = {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
+            if r.scheme in (baseline, f"{baseline}+compiled") and keep(r)}
 
+    def of(r: StepRow) -> Optional[StepRow]:
+        where = (r.m, r.context, r.model, r.device)
+        if r.mode == "compiled" and (f"{baseline}+compiled", *where) in base:
+            return base[(f"{baseline}+compiled", *where)]
+        return base.get((baseline, *where))
 
-def _baseline_for(r: StepRow, base: dict, baseline: str) -> Optional[StepRow]:
-    """The baseline row a row is compared with: the baseline's compiled form for a compiled row
-    when the file has it (compiled against compiled), else the baseline itself."""
-    where = (r.m, r.context, r.model, r.device)
-    if r.mode == "compiled" and (f"{baseline}+compiled", *where) in base:
-        return base[(f"{baseline}+compiled", *where)]
-    return base.get((baseline, *where))
+    return of
 
 
 def speedups(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, dict[str, float]]:
-    """``{row.key: {method: baseline step / this step}}``, per method the row and its baseline
-    both have; a compiled row is compared with ``<baseline>+compiled`` when present, and its
-    compiled step (``step_compiled``) with the eager baseline's eager form (the method's ``twin``,
-    ``step_graph``) when that is all there is."""
-    base = _baselines(rows, baseline)
+    """``{row.key: {method: baseline step / this step}}`` per method both have (:func:`_baseline_of`);
+    a compiled step against the eager baseline's ``twin`` method when that is all it has."""
+    base_of = _baseline_of(rows, baseline)
     out: dict[tuple, dict[str, float]] = {}
     for r in rows:
-        b = _baseline_for(r, base, baseline)
+        b = base_of(r)
         if b is None or r.status != "ok":
             continue
         out[r.key] = {m: b.step_us(m) / r.step_us(m) for m in STEP_METHODS if r.step_us(m) and b.step_us(m)}
@@ -77,14 +70,12 @@ DOUBT_FLAGS = ("noisy", "throttled", "cpu-busy")
 
 
 def speedup_doubts(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, list[str]]:
-    """``{row.key: flag names}`` for the ``ok`` rows whose speed-up over ``baseline`` (:func:`speedups`)
-    is in doubt: the :data:`DOUBT_FLAGS` of the row and of the baseline row it divides by, and
-    ``noisy`` when either's decision step has a cv over :data:`qbench.row.NOISY_CV`."""
-    base = _baselines(rows, baseline)
-    out = {}
+    """``{row.key: flag names}`` for the ``ok`` rows whose speed-up is in doubt: the :data:`DOUBT_FLAGS`
+    of the row and of its baseline row, and ``noisy`` when either's decision step is noisy."""
+    base_of, out = _baseline_of(rows, baseline), {}
     for r in rows:
         method = decision_method(r)
-        pair = [x for x in (r, _baseline_for(r, base, baseline)) if x is not None]
+        pair = [x for x in (r, base_of(r)) if x is not None]
         names = [f for x in pair for f in x.flag_names if f in DOUBT_FLAGS]
         names += ["noisy"] if method and any(judge.is_noisy(x, method) for x in pair) else []
         if r.status == "ok" and names:
@@ -93,21 +84,18 @@ def speedup_doubts(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tupl
 
 
 def linear_speedup(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, float]:
-    """``{row.key: baseline Σ linear / this Σ linear}``: what the layer view predicts (the same
-    baseline row as :func:`speedups`)."""
-    base = {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
-            if r.scheme in (baseline, f"{baseline}+compiled") and r.linear}
-    out = {}
+    """``{row.key: baseline Σ linear / this Σ linear}``: the speed-up the layer view predicts."""
+    base_of, out = _baseline_of(rows, baseline, lambda r: r.linear), {}
     for r in rows:
-        b = _baseline_for(r, base, baseline)
+        b = base_of(r)
         if b and r.linear and r.linear.get("sum_us") and b.linear.get("sum_us"):
             out[r.key] = b.linear["sum_us"] / r.linear["sum_us"]
     return out
 
 
 def breakeven(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple[str, int], Optional[int]]:
-    """``{(scheme, M): the smallest context at which the scheme's decision step is no faster than
-    the baseline's}`` (``None``: faster at every context measured)."""
+    """``{(scheme, M): the smallest context where the scheme's step is no faster than the baseline's}``
+    (``None``: faster at every context measured)."""
     sp = speedups(rows, baseline)
     out: dict[tuple[str, int], Optional[int]] = {}
     for r in sorted(rows, key=lambda r: r.context):
@@ -123,8 +111,7 @@ def breakeven(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple[str
 
 
 def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
-    """One flat record per row, keyed by the step table's column keys (:func:`table_view`), numbers
-    unformatted; ``_doubt`` holds the row's :func:`doubtful` marks."""
+    """One record per row keyed by :func:`table_view`'s column keys, numbers raw; ``_doubt``: :func:`doubtful`."""
     sp, lsp = speedups(rows, baseline), linear_speedup(rows, baseline)
     out = []
     for r, doubt in zip(rows, doubtful(rows, baseline)):
@@ -143,8 +130,7 @@ def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
 
 
 def _attention(r: StepRow) -> dict:
-    """The attention timed alone (µs per step, its HBM floor %) and the cache it read (dtype and
-    kernel); None on rows without it (files written before the attention was timed)."""
+    """The attention timed alone (µs per step, its HBM floor %) and its cache (dtype, kernel), or None."""
     a, kv = r.attention or {}, r.kv_cache or {}
     return {"attention": a.get("us"), "attention_floor": 100 * a["floor_fraction"] if a.get("floor_fraction") else None,
             "kv": f"{kv.get('dtype', '')} {a.get('kernel', '')}".strip() or None}
@@ -156,8 +142,8 @@ def _key(method: str) -> str:
 
 
 def _cell(key: str, template: str, blank: int = -1) -> Callable[[dict], str]:
-    """A record's cell: ``template`` of its value (:func:`qbench.render.columns.shown`), ``—`` where the
-    record's :func:`doubtful` mark ``blank`` is set; a speed-up (``×``) of a noisy step ends in ``*``."""
+    """A record's cell: ``template`` of its value, ``—`` where its :func:`doubtful` mark ``blank`` is
+    set; a speed-up of a noisy step ends in ``*``."""
     def cell(r: dict) -> str:
         if blank >= 0 and r["_doubt"][blank]:
             return DASH
@@ -167,13 +153,12 @@ def _cell(key: str, template: str, blank: int = -1) -> Callable[[dict], str]:
 
 
 def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
-    """The step table declared (:class:`qbench.render.view.View`) over :func:`table_records`: the step
-    per method present (µs, ms from 1000), tokens/s, Σ linear, the remainder's share, the HBM floor,
-    the speed-up over ``baseline`` measured and as Σ linear predicts it, the logits error. The
-    narrow default keeps what fits 120 characters with three step methods and a 35-character scheme."""
+    """The step table declared over :func:`table_records`: the step per method present (µs, ms from
+    1000), tokens/s, Σ linear, the remainder's share, the HBM floor, the attention, the speed-up over
+    ``baseline`` measured and as Σ linear predicts it, the logits error."""
     b, methods = baseline, [_key(m) for m in methods_present(rows) if m in SHORT]
     def col(key: str, header: str, cell=None, numeric: bool = True) -> Column:
-        return Column(key, header, lambda r: r[key], numeric=numeric, cell_override=cell or (lambda r: _text(r[key])))
+        return Column(key, header, lambda r: r[key], numeric=numeric, cell_override=cell)  # default cell: text or —
     catalogue = [col("scheme", "scheme", numeric=False), col("m", "M"), col("context", "context"),
                  col("status", "status", numeric=False), col("blocks", "blocks"),
                  *[col(_key(m), f"{SHORT[m]} µs", lambda r, k=_key(m): _us(r[k])) for m in STEP_METHODS],
@@ -198,40 +183,32 @@ def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
                        **{_key(m): SHORT[m] for m in STEP_METHODS}})
 
 
-def _text(value) -> str:
-    return DASH if value in (None, "") else str(value)
-
-
 def table_notes(rows: Sequence[StepRow], records: Sequence[dict], wide: bool = False) -> list[str]:
-    """The lines under a step table: why rows did not run, the flags (each once per scheme; a ``wide``
-    layout shows them in a column) and what the table's ``—`` and ``*`` marks mean."""
+    """The lines under a step table: why rows did not run, the flags (``wide``: in a column instead)
+    and what its ``—`` and ``*`` marks mean."""
     notes = [f"{r.scheme} M={r.m} context={r.context}: {r.status}: {r.reason}" for r in rows if r.status != "ok"]
     return notes + ([] if wide else flag_notes(rows)) + doubt_legend([r["_doubt"] for r in records])
 
 
 def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16", wide: bool = False,
                columns: Optional[Sequence[str]] = None) -> str:
-    """The step table of ``rows`` in ``fmt`` (:func:`table_view`'s layout for ``fmt``, or the
-    ``--columns`` keys ``columns``) with its notes (:func:`table_notes`) under it in a table format."""
+    """The step table of ``rows`` in ``fmt`` (or the ``--columns`` keys ``columns``), its notes under it."""
     records = table_records(rows, baseline)
     text = render(records, table_view(rows, baseline).columns(fmt, wide, columns), fmt)
     notes = table_notes(rows, records, not narrow(fmt, wide)) if fmt not in DATA_FORMATS else []
     return text + ("\n\n" + "\n".join(prose(fmt, wide)(n) for n in notes) if notes else "")
 
 
-#: A step below Σ linear by more than this share of the step (the producer's ``linear-above-step``
-#: rule, Σ linear > 1.02 × step): its remainder and the speed-up Σ linear predicts are not readings.
+#: A remainder share below this (Σ linear > 1.02 × step, the ``linear-above-step`` rule): not a reading.
 LINEAR_ABOVE_STEP = -0.02
 
 
 def doubtful(rows: Sequence[StepRow], baseline: str = "bf16") -> list[tuple[bool, bool, bool]]:
-    """Per row, ``(above, pair_above, noisy)``: ``above`` when Σ linear exceeds the row's decision
-    step (:data:`LINEAR_ABOVE_STEP`: a negative remainder such as ``-6547 %`` is then an artefact of
-    the per-layer readings, shown as ``—``), ``pair_above`` when it exceeds the row's or its
-    baseline's (the speed-up Σ linear predicts, such as ``0.00×``, is then one too);
-    ``noisy`` when the row's or its baseline's decision step has a cv over
-    :data:`qbench.row.NOISY_CV` (its speed-up is marked ``*``, as the layer table marks a noisy time)."""
-    base = _baselines(rows, baseline)
+    """Per row, ``(above, pair_above, noisy)``: ``above`` when Σ linear exceeds the row's decision step
+    (:data:`LINEAR_ABOVE_STEP`: its remainder is shown as ``—``), ``pair_above`` when it exceeds the
+    row's or its baseline's (so is the predicted speed-up), ``noisy`` when the row's or its baseline's
+    decision step is noisy (its speed-up is marked ``*``)."""
+    base_of = _baseline_of(rows, baseline)
 
     def above(r: Optional[StepRow]) -> bool:
         share = r.remainder_share.get(decision_method(r) or "") if r is not None else None
@@ -239,15 +216,14 @@ def doubtful(rows: Sequence[StepRow], baseline: str = "bf16") -> list[tuple[bool
 
     out = []
     for r in rows:
-        b, method = _baseline_for(r, base, baseline), decision_method(r)
+        b, method = base_of(r), decision_method(r)
         noisy = method is not None and any(judge.is_noisy(x, method) for x in (r, b) if x is not None)
         out.append((above(r), above(r) or above(b), noisy))
     return out
 
 
 def doubt_legend(doubts: Sequence[tuple[bool, bool, bool]]) -> list[str]:
-    """The line under a step table that says what its ``—`` and ``*`` marks of :func:`doubtful` mean
-    (none when no row has one)."""
+    """The line that says what the ``—`` and ``*`` marks of :func:`doubtful` mean (none without marks)."""
     said = (["rest and ×Σ '—': Σ linear exceeds the step (rest: this row's; ×Σ: this row's or its baseline's; "
              "linear-above-step), so neither is a reading"] if any(p for _, p, _ in doubts) else [])
     said += ([f"×baseline '*': this row's or its baseline's step is noisy (cv over {judge.NOISY_CV:.0%}): a ratio "
@@ -266,8 +242,8 @@ def flag_notes(rows: Sequence[StepRow]) -> list[str]:
 
 
 def describe(doc) -> list[str]:
-    """Prose lines for a terminal under a step table: what the columns mean, where the weights came
-    from, and the step methods' inclusions. ``doc``: a :class:`qbench.results.ResultDoc` of step rows."""
+    """The lines above a step table (``doc``: a step result): the model, its weights, what each step
+    method includes and what the columns mean."""
     rows = doc.rows
     model = (doc.scenario.model_extra or {}).get("model") or {}
     lines = [f"model step: {rows[0].title if rows else model.get('name')}; weights: {rows[0].weight_source if rows else ''}"]
@@ -289,21 +265,14 @@ def describe(doc) -> list[str]:
 # ---- the readers' step views (qbench model, recommend) --------------------------------------------
 
 def logits_error(row: StepRow) -> Optional[float]:
-    """The row's error against the FP32 step: ``error.rel_fro`` (of the logits, or of the last
-    hidden state when the step has no LM head: ``error.compared``), or None."""
+    """The row's ``error.rel_fro`` against the FP32 step (logits, or the last hidden state: ``compared``)."""
     return (row.error or {}).get("rel_fro")
 
 
-def _is_baseline(scheme: str, baseline: str) -> bool:
-    return scheme in (baseline, f"{baseline}+compiled")
-
-
 def model_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
-    """One record per ``ok`` row, sorted by M, context and the file's order: the measured step by
-    the decision method (:data:`DECISION_ORDER`, ``method``), the per-layer prediction
-    (``linear_us`` = Σ linear, µs) and the remainder's share, and the end-to-end speed-up over
-    ``baseline`` per step method present (``speedup``: method -> ratio, :func:`speedups`) beside
-    the speed-up Σ linear predicts (``linear_speedup``)."""
+    """One record per ``ok`` row, by M, context and file order: the step by its decision ``method``
+    (µs), tokens/s, Σ linear (``linear_us``, µs), the remainder's share, the attention split
+    (:func:`_split`), the speed-up over ``baseline`` per method (``speedup``) and as Σ linear predicts it."""
     sp, lsp = speedups(rows, baseline), linear_speedup(rows, baseline)
     order = {r.key: i for i, r in enumerate(rows)}
     out = []
@@ -321,9 +290,8 @@ def model_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
 
 
 def _split(r: StepRow, method: Optional[str]) -> dict:
-    """The step three ways by ``method`` (µs): Σ linear, the attention timed alone (its floor %),
-    and the other: step - Σ linear - attention (norms, RoPE, the LM head's argmax, gaps); None where
-    the row's attention was not timed."""
+    """The step three ways by ``method`` (µs): Σ linear, the attention timed alone (and its floor
+    share), and the other (step - Σ linear - attention: norms, RoPE, the LM head, gaps)."""
     a, step, linear = r.attention or {}, r.step_us(method) if method else None, (r.linear or {}).get("sum_us")
     attn = a.get("us")
     other = step - linear - attn if None not in (step, linear, attn) else None
@@ -331,14 +299,12 @@ def _split(r: StepRow, method: Optional[str]) -> dict:
 
 
 def sweep(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
-    """The context sweep per (scheme, M), the baseline's own forms left out: ``contexts``
-    measured, ``breakeven`` (:func:`breakeven`: the smallest context at which the scheme's
-    decision step is no faster than the baseline's), and ``compared`` (False when no context has
-    a speed-up to read: the scheme has no step time, or its baseline none)."""
+    """The context sweep per (scheme, M), the baseline's forms left out: ``contexts`` measured,
+    ``breakeven`` (:func:`breakeven`) and ``compared`` (False: no context has a speed-up to read)."""
     be, sp = breakeven(rows, baseline), speedups(rows, baseline)
     out = []
     for scheme, m in dict.fromkeys((r.scheme, r.m) for r in rows if r.status == "ok"):
-        if _is_baseline(scheme, baseline):
+        if scheme in (baseline, f"{baseline}+compiled"):
             continue
         mine = sorted((r for r in rows if r.scheme == scheme and r.m == m and r.status == "ok"),
                       key=lambda r: r.context)
@@ -367,27 +333,22 @@ TIMING_FLAGS = ("throttled", "noisy")
 
 
 def flag_legend(names: Sequence[str]) -> str:
-    """``[name]: meaning`` for each of ``names`` that :data:`qbench.row.FLAG_MEANINGS` knows, in order,
-    each once, joined by ``; `` (``""`` when none is known)."""
+    """``[name]: meaning`` for each of ``names`` :data:`qbench.row.FLAG_MEANINGS` knows, once, ``; ``-joined."""
     return "; ".join(f"[{f}]: {FLAG_MEANINGS[f]}" for f in dict.fromkeys(names) if f in FLAG_MEANINGS)
 
 
 def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseline: str = "bf16",
               tie_error: Optional[Callable[[StepRow], Optional[float]]] = None,
               within: Optional[Callable[[StepRow], bool]] = None) -> list[dict]:
-    """Per (M, context), in order: the pick among the ``ok`` rows within the budget (logits error
-    at most ``max_rel_err``, or ``within`` when given: the quality join's), each timed by its decision
-    method, by :func:`qbench.judge.pick_within_noise` (ties broken by the smaller context's pick, then
-    ``tie_error``, default the logits error, then bytes). Rows outside the budget still divide the
-    speed-ups. A record holds the pick's ``method``, ``step_us``, ``tokens_per_s``, ``speedup``,
-    ``rel_fro`` and ``compared``; its ``ties``, the ``fastest`` by median, ``within`` / ``timed``
-    counts, ``untimed`` schemes; and what could mislead a reader of the pick: ``timing_flags`` (the
-    tied group's :data:`TIMING_FLAGS`), ``pick_flags`` and ``baseline_flags``."""
-    sp = speedups(rows, baseline)
-    base = _baselines(rows, baseline)
-    within_budget = within
-    out = []
-    previous: dict[int, Optional[str]] = {}
+    """Per (M, context), in order: the pick among the ``ok`` rows within the budget (logits error at
+    most ``max_rel_err``, or ``within``: the quality join's), each by its decision method, by
+    :func:`qbench.judge.pick_within_noise` (ties: the smaller context's pick, then ``tie_error``,
+    default the logits error, then bytes). A record holds the pick's ``method``, ``step_us``,
+    ``tokens_per_s``, ``speedup``, ``rel_fro``, ``compared``; its ``ties``, the ``fastest`` by median,
+    ``within`` / ``timed`` counts, ``untimed`` schemes; ``timing_flags`` (the tied group's
+    :data:`TIMING_FLAGS`), ``pick_flags`` and ``baseline_flags``."""
+    sp, base_of, within_budget = speedups(rows, baseline), _baseline_of(rows, baseline), within
+    out, previous = [], {}
     for m, context in sorted({(r.m, r.context) for r in rows}):
         here = [r for r in rows if r.m == m and r.context == context and r.status == "ok"]
         timed = [r for r in here if decision_method(r)]
@@ -412,7 +373,7 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseli
                                      if (doubt := list(dict.fromkeys(f for f in r.flag_names if f in TIMING_FLAGS)))},
                     "pick_flags": list(dict.fromkeys(best.flag_names)) if best else [],
                     "baseline_flags": {b.scheme: list(dict.fromkeys(b.flag_names))
-                                       for b in [_baseline_for(best, base, baseline) if best else None]
+                                       for b in [base_of(best) if best else None]
                                        if b is not None and b is not best and b.flag_names},
                     "within": len(within), "timed": len(timed),
                     "untimed": [r.scheme for r in here if not decision_method(r)]})
@@ -420,9 +381,8 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseli
 
 
 def recommend_view(baseline: str = "bf16") -> View:
-    """The table of :func:`recommend` records declared (:class:`qbench.render.view.View`): per M and
-    context the pick, its step method and step, tokens/s, speed-up over ``baseline``, logits error and
-    how many timed schemes are within the budget (the joined recommend adds the quality columns)."""
+    """The table of :func:`recommend` records declared: per M and context the pick, its step method and
+    step, tokens/s, speed-up over ``baseline``, logits error and how many timed schemes are within."""
     cols = [Column("m", "M", lambda r: r["m"], str, True), Column("context", "context", lambda r: r["context"], str, True),
             Column("pick", "fastest step within the budget", lambda r: r["pick"] or "none"),
             Column("method", "step method", lambda r: SHORT.get(r["method"], DASH) if r["method"] else DASH),
@@ -438,10 +398,9 @@ def recommend_view(baseline: str = "bf16") -> View:
 
 def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Optional[float] = None) -> View:
     """The table of ``qbench model`` on step files declared over :func:`model_records` records (with
-    ``rel_fro``, ``over_budget`` and their :func:`doubtful` marks, ``_doubt``): M, context, scheme, the
-    step by its method, tokens/s, Σ linear, the remainder's share, the speed-up over ``baseline`` (the
-    narrow table: by the row's method; wide: per method present) and as Σ linear predicts it, the logits
-    error and, with ``max_rel_err``, whether it is over that budget."""
+    ``rel_fro``, ``over_budget`` and ``_doubt``): the step by its method, tokens/s, Σ linear, the
+    remainder's share, the attention split, the speed-up over ``baseline`` (narrow: by the row's
+    method; wide: per method) and as Σ linear predicts it, the logits error, and over ``max_rel_err``."""
     b = baseline
     methods = [m for m in STEP_METHODS if any(m in r["speedup"] for r in records)]
 
@@ -480,11 +439,9 @@ def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Opt
 
 
 def pick_notes(rec: Sequence[dict], rows: Sequence[StepRow], error: str = "the lower logits error") -> list[str]:
-    """The lines under a table of :func:`recommend` records ``rec`` (of step ``rows``), each said
-    once: the picks tied with the fastest within noise and the rule among them (the smaller
-    context's pick, else ``error``, then fewer bytes), the flags of the picks and of the baselines
-    their speed-up divides by, the schemes not measured (no ``ok`` row) and why, and the schemes
-    without a step time. ``[]`` when there is nothing to say."""
+    """The lines under a table of :func:`recommend` records ``rec`` (of step ``rows``): the picks tied
+    within noise and the rule among them (``error`` names the tie-break), the flags of the picks and
+    of their baselines, the schemes not measured and why, and those without a step time."""
     lines, tied = [], []
     for r in rec:
         if not r["ties"]:

@@ -1,11 +1,7 @@
-"""The model-step job's views in the reader commands (``qbench run``, ``report``, ``recommend``,
-``model``, ``plot``), registered in the step record's ``views`` (:mod:`qbench.jobs`): a reader
-takes its view of a step file from there instead of branching on the job kind.
-
-A reader's view is ``(args, paths, docs) -> exit status`` (the files read by
-:func:`qbench.readers.common.open_results`); ``run``'s is ``(doc, args) -> rows shown``. Refusals
-raise :class:`qbench.readers.common.Refused` (one line, exit 2). The tables themselves are
-:mod:`qbench.step.view`'s.
+"""The model-step job's views in the reader commands (``run``, ``report``, ``recommend``, ``model``,
+``plot``), registered in the step record's ``views`` (:mod:`qbench.jobs`). A view is ``(args, paths,
+docs) -> exit status`` (``run``'s: ``(doc, args) -> rows shown``); a refusal raises
+:class:`qbench.readers.common.Refused`. The tables are :mod:`qbench.step.view`'s.
 """
 
 from __future__ import annotations
@@ -38,8 +34,7 @@ def _one_kind(paths: list[str], docs: list[ResultDoc]) -> None:
 # ---- qbench run, qbench report ----------------------------------------------------------------------
 
 def _table(doc: ResultDoc, rows: list, args: argparse.Namespace) -> Table:
-    """The step table of ``rows`` of ``doc`` declared (:func:`qbench.step.view.table_view`), with what
-    its columns and methods are above it and its notes under it."""
+    """The step table of ``rows`` of ``doc`` (:func:`qbench.step.view.table_view`) with its lines and notes."""
     baseline, wide = getattr(args, "baseline", "bf16"), getattr(args, "wide", False)
     records = step_view.table_records(rows, baseline)
     return Table(step_view.table_view(rows, baseline), records, step_view.describe(doc),
@@ -52,9 +47,8 @@ def run_view(doc: ResultDoc, args: argparse.Namespace) -> int:
 
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench report STEP.json`` (files of one result): the step table in the file's order, or with
-    ``--by-m`` sorted by M and context; ``--columns`` picks its columns. ``--crossover``, ``--sort``
-    and ``--method`` read per-layer rows and are refused."""
+    """``qbench report STEP.json``: the step table in the file's order (``--by-m``: by M and context);
+    ``--crossover``, ``--sort`` and ``--method`` read per-layer rows and are refused."""
     result = one_result(paths, docs)
     refuse_options(args, ("crossover", "sort", "method"), result.label + ": a model-step result; {flag} reads "
                    "per-layer results (qbench model shows the context sweep)")
@@ -72,9 +66,8 @@ def report_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
 
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
     """``qbench recommend STEP.json --max-rel-err X``: per file, per M and context, the pick of
-    :func:`qbench.step.view.recommend` among the schemes whose logits error is at most X, with its
-    speed-up over ``--baseline`` and the notes on ties, flags and schemes not timed; several files
-    also say whether the picks hold across them. Returns 0 when some (M, context) has a pick, else 1."""
+    :func:`qbench.step.view.recommend` within logits error X, with its notes; several files also say
+    whether the picks hold across them. Returns 0 when some (M, context) has a pick, else 1."""
     _one_kind(paths, docs)
     refuse_budgets(args)
     refuse_options(args, ("summary", "by_format", "method"), "{flag} reads per-layer files; a model-step file has "
@@ -116,11 +109,10 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
 
 
 def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]:
-    """What ``recommend`` says under several step files: whether each (M, context) pick holds
-    across them (:func:`qbench.judge.pick_stability`). A changed pick is put down to the step's
-    run-to-run variation only for runs of one scenario: same model, machine, schemes and weights;
-    otherwise the line names what differs. The same file twice, or files of several models, are
-    not compared (one line says why); an (M, context) missing from some file is named."""
+    """The line under several step files: whether each (M, context) pick holds across them
+    (:func:`qbench.judge.pick_stability`). A changed pick is put down to run-to-run variation only for
+    runs of one scenario (same model, machine, schemes, weights), else the line names what differs;
+    the same file twice or several models are not compared; an (M, context) in only some is named."""
     paths = [Path(path).resolve() for path, _, _ in records]
     if len(set(paths)) < len(paths):
         return ["picks across files: not compared, the same file is given more than once"]
@@ -156,9 +148,9 @@ def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]
 # ---- qbench model --------------------------------------------------------------------------------
 
 def disagreements(records: list[dict]) -> list[dict]:
-    """The (M, context) of :func:`qbench.step.view.model_records` ``records`` (with ``over_budget``)
-    at which the fastest measured step and the fastest Σ linear are different schemes, among the
-    schemes within the budget that have both: ``{"m", "context", "step", "linear"}`` each."""
+    """The (M, context) of ``records`` (:func:`qbench.step.view.model_records`, with ``over_budget``)
+    where the fastest step and the fastest Σ linear within the budget differ: ``{"m", "context",
+    "step", "linear"}`` each."""
     out = []
     for m, context in dict.fromkeys((r["m"], r["context"]) for r in records):
         both = [r for r in records if (r["m"], r["context"]) == (m, context) and not r.get("over_budget")
@@ -173,11 +165,9 @@ def disagreements(records: list[dict]) -> list[dict]:
 
 
 def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` beside Σ linear (the
-    layer view's prediction, measured in the same run) and the speed-up over ``--baseline`` per step
-    method, then where each scheme stops beating the baseline as the context grows
-    (:func:`qbench.step.view.sweep`); ``--max-rel-err`` marks schemes over it. Returns 0 when some
-    scheme has a measured step, else 1."""
+    """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` beside Σ linear and the
+    speed-up over ``--baseline``, then the context sweep (:func:`qbench.step.view.sweep`);
+    ``--max-rel-err`` marks schemes over it. Returns 0 when some scheme has a measured step, else 1."""
     _one_kind(paths, docs)
     if args.method is not None:
         raise Refused("--method reads per-layer files; a model-step file's step methods are all shown")
@@ -245,13 +235,10 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
 # ---- qbench plot ---------------------------------------------------------------------------------
 
 def plot_context(doc: ResultDoc, path: Path) -> Path:
-    """A model-step result (its rows) against the context: one
-    panel per M, one line per scheme (the step by each row's decision method,
-    :data:`qbench.step.view.DECISION_ORDER`, ms, log-log), and each scheme's Σ linear (the layer
-    view's prediction, which does not depend on the context) dashed in the same colour. Colours are
-    the schemes' colours of every qbench chart (:func:`qbench.render.styles.scheme_styles`); a compiled form has its eager
-    scheme's colour, square markers and a thicker line. Where a quantized line crosses bf16's, the
-    scheme stops paying. Returns ``path``."""
+    """Draw a model-step result against the context into ``path`` (returned): one panel per M, one
+    line per scheme (the step by its decision method, ms, log-log) and its Σ linear dashed in the same
+    colour (:func:`qbench.render.styles.scheme_styles`; a compiled form: its eager scheme's colour,
+    square markers, a thicker line). Where a line crosses bf16's, the scheme stops paying."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -277,8 +264,6 @@ def plot_context(doc: ResultDoc, path: Path) -> Path:
                          for r in rows if r.m == m and r.scheme == scheme)
             if not pts:
                 continue
-            # the shared scheme colours of every chart; a compiled form: its eager scheme's colour,
-            # square markers and a thicker line
             color = colours[base[scheme]]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=style[scheme], ls="-", color=color,
                     lw=2.2 if compiled[scheme] else 1.2, label=plain(scheme))

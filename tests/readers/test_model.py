@@ -27,7 +27,7 @@ CAPTURE = ("not attempted: CUDA graph capture failed at M=1: CUDA graph capture 
            "CUDA error: operation not permitted when stream is capturing")
 
 #: A small model: 3 blocks of [A: 8→16 ×2, B: 16→8 ×1], LM head 8→32.
-TINY = ModelPreset(name="tiny", title="Tiny", blocks=3, source="test",
+TINY = ModelPreset(name="tiny", title="Tiny", blocks=3,
                    block=(LinearShape("a_proj, a2_proj", 8, 16, 2, "scenarios/tiny_a.toml"),
                           LinearShape("b_proj", 16, 8, 1, "scenarios/tiny_b.toml")),
                    lm_head=LinearShape("lm_head", 8, 32, 1, "scenarios/tiny_head.toml"))
@@ -202,10 +202,13 @@ def test_cli_llama3_8b_on_the_h200_files(capsys):
 
 
 def test_cli_csv_is_the_table_alone(capsys):
+    """CSV on stdout is the table alone; the prose (shapes, the fastest per M, what to act on) goes to stderr."""
     assert run("llama3-8b", *LLAMA3_8B_FILES, "--format", "csv") == 0
-    lines = capsys.readouterr().out.splitlines()
+    cap = capsys.readouterr()
+    lines = cap.out.splitlines()
     assert lines[0] == "m,scheme,step_us,hbm_floor_us,floor_pct,stored_gib,tokens_per_s,speedup,rel_fro_max,note"
     assert len(lines) == 1 + 3 * 17
+    assert "- M=1: " in cap.err and model_mod.ACT_ON in cap.err and "32 blocks ×" in cap.err
 
 
 def test_cli_70b_names_the_missing_shapes(capsys):

@@ -246,8 +246,10 @@ def test_a_baseline_typo_is_refused_in_every_view(capsys, tmp_path, view):
 def test_cli_summary_csv_and_same_scenario_twice(capsys, tmp_path):
     a = str(FIXTURES / "cuda_run1.json")
     assert run(a, a, "--max-rel-err", "0.01", "--summary", "--format", "csv") == 0
-    out = capsys.readouterr().out.strip().splitlines()
+    cap = capsys.readouterr()
+    out = cap.out.strip().splitlines()
     assert out[0].startswith("scenario,m,k,n,pick,") and len(out) == 1 + 3  # one file named twice: read once
+    assert cap.err.startswith("budget rel_fro <= 0.01; latency = ")  # the prose beside a data format: on stderr
     doc = json.loads(Path(a).read_text())
     doc["env"]["device_name"] = "NVIDIA A100-SXM4-80GB"  # the same scenario on another GPU: another result
     other = tmp_path / "a100.json"
