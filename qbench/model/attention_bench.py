@@ -14,10 +14,12 @@ error of layer 0's output against float64 attention.
 ``--sweep``: the split-KV kernel alone, one row per configuration (tile length, warps, pipeline
 stages, fp8-to-float16 conversion, slice count) for each cache dtype of ``--kv`` (``bf16``; ``fp8``:
 e4m3 with a per-KV-head absmax scale, read and dequantized in the kernel), so the per-dtype tiling
-of :func:`qbench.model.splitkv.tiling` is chosen by measurement. ``--plan grid`` measures the old
-fixed configuration (``baseline``), the tile grid at the default slice count, then slice counts for
-the two fastest; ``--plan confirm`` the baseline against the current per-dtype default. Bytes count
-the stored cache (fp8: one byte a value, plus its scales).
+of :func:`qbench.model.splitkv.tiling` is chosen by measurement. ``--plan grid`` measures the first
+kernel's fixed configuration (``baseline``: 64-position tiles, 4 warps, 2 stages, two programs per
+SM), the per-dtype default (``default``), the tile grid (``--block-n``, ``--warps``, ``--stages``)
+at its default slice count, then slice counts for the default and the two fastest of the grid;
+``--plan confirm`` the baseline against the default alone. Bytes count the stored cache (fp8: one
+byte a value, plus its scales).
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ def measure(m: int, s: int, heads: int, kv_heads: int, d: int, layers: int, band
     return rows
 
 
-#: The tile grid of ``--plan grid``: positions per tile, warps, stages.
+#: The tile grid of ``--plan grid`` unless told: positions per tile, warps, stages.
 GRID_BLOCK_N, GRID_WARPS, GRID_STAGES = (64, 128, 256), (4, 8), (2, 3, 4)
 #: Shared memory a configuration may take for its pipelined K and V tiles (an H100 block has 227 KiB).
 SMEM_LIMIT = 200 * 1024
@@ -211,24 +213,28 @@ class Sweep:
         print(json.dumps(row), flush=True)
         return row
 
-    def plan(self, plan: str, expired: Callable[[], bool]) -> list[dict]:
-        """The rows of ``plan`` (``grid`` or ``confirm``), until ``expired()``."""
+    def plan(self, plan: str, expired: Callable[[], bool],
+             grid: tuple = (GRID_BLOCK_N, GRID_WARPS, GRID_STAGES)) -> list[dict]:
+        """The rows of ``plan`` (``grid`` or ``confirm``; ``grid``: tile lengths, warps, stages),
+        until ``expired()``."""
         from qbench.model.splitkv import Tiling, tiling
-        rows = [self.measure("baseline", Tiling())]
+        default = tiling(self.caches[0][0].dtype)
+        rows = [self.measure("baseline", Tiling()), self.measure("default", default)]
         if plan == "confirm":
-            return rows + [self.measure("default", tiling(self.caches[0][0].dtype))]
+            return rows
         fp8 = self.kv == "fp8"
-        for block_n in GRID_BLOCK_N:
-            for warps in GRID_WARPS:
-                for stages in GRID_STAGES:
+        for block_n in grid[0]:
+            for warps in grid[1]:
+                for stages in grid[2]:
                     for f16 in ((False, True) if fp8 and block_n > 64 and stages > 2 else (False,)):
                         if fits(block_n, stages, self.d, self.itemsize) and not expired():
-                            rows.append(self.measure("grid", Tiling(block_n, warps, stages, f16=f16)))
+                            rows.append(self.measure("grid", Tiling(block_n, warps, stages, default.waves,
+                                                                    default.min_blocks, f16)))
         timed = sorted((r for r in rows if "us_per_layer" in r and r["tag"] == "grid"), key=lambda r: r["us_per_layer"])
-        for best in timed[:2]:
+        for best in [rows[1]] + timed[:2]:
             tile = Tiling(best["block_n"], best["num_warps"], best["num_stages"], f16=best["f16"])
             for n in split_counts(self.m * self.kv_heads, self.s, tile.block_n, self.sms):
-                if n != best["splits"] and not expired():
+                if n != best.get("splits") and not expired():
                     rows.append(self.measure("splits", tile, n))
         return rows
 
@@ -247,7 +253,7 @@ def sweep(a, bandwidth: float, device, doc: dict) -> None:
                 per_layer = 2 * m * a.kv_heads * s * a.head_dim * itemsize
                 layers = max(2, min(a.layers, int(a.max_gib * 2**30 // per_layer)))
                 sw = Sweep(kv, m, s, a.heads, a.kv_heads, a.head_dim, layers, bandwidth, device, a.reps)
-                doc["rows"] += sw.plan(a.plan, expired)
+                doc["rows"] += sw.plan(a.plan, expired, (a.block_n, a.warps, a.stages))
                 del sw
                 torch.cuda.empty_cache()
                 with open(a.out, "w") as f:
@@ -267,6 +273,9 @@ def main(argv=None) -> int:
     p.add_argument("--sweep", action="store_true", help="split-KV configurations per KV-cache dtype (see --plan)")
     p.add_argument("--plan", choices=("grid", "confirm"), default="grid")
     p.add_argument("--kv", nargs="+", choices=("bf16", "fp8"), default=["bf16", "fp8"])
+    p.add_argument("--block-n", type=int, nargs="+", default=list(GRID_BLOCK_N), help="--plan grid: tile lengths")
+    p.add_argument("--warps", type=int, nargs="+", default=list(GRID_WARPS), help="--plan grid: warps")
+    p.add_argument("--stages", type=int, nargs="+", default=list(GRID_STAGES), help="--plan grid: pipeline stages")
     p.add_argument("--reps", type=int, default=20, help="graph replays per --sweep configuration")
     p.add_argument("--deadline", type=float, default=0, help="--sweep: seconds after which no new configuration starts")
     a = p.parse_args(argv)

@@ -73,8 +73,13 @@ class Tiling:
                 raise ValueError(f"Tiling.{key} must be >= 1, got {getattr(self, key)}")
 
 
-#: The tiling per cache element size in bytes (fp8: 1; bfloat16, float16: 2; float32: 4).
-TILINGS = {1: Tiling(), 2: Tiling(), 4: Tiling()}
+#: The tiling per cache element size in bytes (fp8: 1; bfloat16, float16: 2; float32: 4), from the
+#: configuration sweep of :mod:`qbench.model.attention_bench` on an H100 (docs/step.md): an fp8 cache
+#: reads 128-position tiles three deep, converted to float16; bfloat16 64-position tiles three deep;
+#: both about one program per SM. float32 (the tests' exact path) keeps the first kernel's tiling.
+TILINGS = {1: Tiling(block_n=128, num_warps=4, num_stages=3, waves=1, min_blocks=4, f16=True),
+           2: Tiling(block_n=64, num_warps=4, num_stages=3, waves=1, min_blocks=4),
+           4: Tiling()}
 
 
 def tiling(kv_dtype: Optional[torch.dtype] = None) -> Tiling:
@@ -140,34 +145,41 @@ def _partial(Q, K, V, KS, VS, O, ML, seq_len, split_len, scale,
         m_i = m_new
     if SCALED:  # the V scale of this head: the output is linear in V
         acc = acc * tl.load(VS + h)
-    row = (bh * ns + sp) * G_PAD
-    tl.store(O + (row + offs_g[:, None]) * D + offs_d[None, :], acc)
-    tl.store(ML + (row + offs_g) * 2, m_i)
-    tl.store(ML + (row + offs_g) * 2 + 1, l_i)
+    row = (bh * ns + sp) * G  # the G real query rows only (the padding rows are zeros)
+    real = offs_g < G
+    tl.store(O + (row + offs_g[:, None]) * D + offs_d[None, :], acc, mask=real[:, None])
+    tl.store(ML + (row + offs_g) * 2, m_i, mask=real)
+    tl.store(ML + (row + offs_g) * 2 + 1, l_i, mask=real)
 
 
 @triton.jit
 def _combine(O, ML, Out, NS, sob, soh, sog, sod,
-             H_KV: tl.constexpr, G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr):
-    """One (sequence, KV head): the slices' outputs combined by their softmax statistics."""
-    bh = tl.program_id(0)
+             H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, SB: tl.constexpr):
+    """One (sequence, KV head, query row): the slices' outputs combined by their softmax statistics,
+    ``SB`` slices loaded at a time (their loads in flight together, not one slice after another)."""
+    pid = tl.program_id(0)
+    bh = pid // G
+    g = pid % G
     b = bh // H_KV
     h = bh % H_KV
-    offs_g = tl.arange(0, G_PAD)
+    offs_s = tl.arange(0, SB)
     offs_d = tl.arange(0, D)
-    m = tl.full([G_PAD], float("-inf"), tl.float32)
-    for sp in range(NS):
-        m = tl.maximum(m, tl.load(ML + ((bh * NS + sp) * G_PAD + offs_g) * 2))
-    num = tl.zeros([G_PAD, D], tl.float32)
-    den = tl.zeros([G_PAD], tl.float32)
-    for sp in range(NS):
-        row = (bh * NS + sp) * G_PAD
-        w = tl.exp(tl.load(ML + (row + offs_g) * 2) - m)
-        den += w * tl.load(ML + (row + offs_g) * 2 + 1)
-        num += w[:, None] * tl.load(O + (row + offs_g[:, None]) * D + offs_d[None, :])
-    out = num / den[:, None]
-    tl.store(Out + b * sob + h * soh + offs_g[:, None] * sog + offs_d[None, :] * sod,
-             out.to(Out.dtype.element_ty), mask=offs_g[:, None] < G)
+    mv = tl.full([SB], float("-inf"), tl.float32)
+    for s0 in range(0, NS, SB):
+        sp = s0 + offs_s
+        mv = tl.maximum(mv, tl.load(ML + ((bh * NS + sp) * G + g) * 2, mask=sp < NS, other=float("-inf")))
+    m = tl.max(mv, 0)
+    num = tl.zeros([D], tl.float32)
+    den = tl.zeros([SB], tl.float32)
+    for s0 in range(0, NS, SB):
+        sp = s0 + offs_s
+        valid = sp < NS
+        row = (bh * NS + sp) * G + g
+        w = tl.exp(tl.load(ML + row * 2, mask=valid, other=float("-inf")) - m)  # 0 past the last slice
+        den += w * tl.load(ML + row * 2 + 1, mask=valid, other=0.0)
+        num += tl.sum(w[:, None] * tl.load(O + row[:, None] * D + offs_d[None, :], mask=valid[:, None], other=0.0), 0)
+    out = num / tl.sum(den, 0)
+    tl.store(Out + b * sob + h * soh + g * sog + offs_d * sod, out.to(Out.dtype.element_ty))
 
 
 def default_splits(batch_kv_heads: int, seq_len: int, sms: int, block_n: Optional[int] = None,
@@ -229,7 +241,7 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, sli
     tile = tile or tiling(k.dtype)
     splits = max(1, math.ceil(s / slice_len))
     g_pad = max(16, triton.next_power_of_2(g))
-    rows = b * hkv * splits * g_pad
+    rows = b * hkv * splits * g
     o = torch.empty(rows, d, dtype=torch.float32, device=q.device) if o is None else o
     ml = torch.empty(rows, 2, dtype=torch.float32, device=q.device) if ml is None else ml
     scaled = k_scale is not None
@@ -241,7 +253,8 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, sli
         *q.stride(), *k.stride(), *v.stride(),
         H_KV=hkv, G=g, G_PAD=g_pad, D=d, BLOCK_N=tile.block_n, IEEE=q.dtype == torch.float32,
         SCALED=scaled, F16=f16, num_warps=tile.num_warps, num_stages=tile.num_stages)
-    _combine[(b * hkv,)](o, ml, out, splits, *out.stride(), H_KV=hkv, G=g, G_PAD=g_pad, D=d, num_warps=4)
+    _combine[(b * hkv * g,)](o, ml, out, splits, *out.stride(), H_KV=hkv, G=g, D=d,
+                             SB=min(16, triton.next_power_of_2(splits)), num_warps=4)
     return out
 
 
@@ -301,7 +314,7 @@ class SplitKV:
         self.splits = math.ceil(seq_len / self.split_len)
         self.g_pad = max(16, triton.next_power_of_2(group))
         self.shape = (batch, kv_heads, group, head_dim, seq_len)
-        rows = batch * kv_heads * self.splits * self.g_pad
+        rows = batch * kv_heads * self.splits * group
         self.o = torch.empty(rows, head_dim, dtype=torch.float32, device=device)
         self.ml = torch.empty(rows, 2, dtype=torch.float32, device=device)
 
