@@ -34,6 +34,7 @@ is an argument, fixed per (batch, context) by :func:`split_len`, so a captured s
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -77,7 +78,8 @@ class Tiling:
 #: configuration sweep of :mod:`qbench.model.attention_bench` on an H100 (docs/step.md): an fp8 cache
 #: reads 128-position tiles three deep, converted to float16; bfloat16 64-position tiles three deep;
 #: both about one program per SM. float32 (the tests' exact path) keeps the first kernel's tiling.
-TILINGS = {1: Tiling(block_n=128, num_warps=4, num_stages=3, waves=1, min_blocks=4, f16=True),
+#: A GPU with less shared memory per block than the stages need runs fewer (:func:`_stages`).
+TILINGS = {1: Tiling(block_n=128, num_warps=4, num_stages=3, waves=1, min_blocks=2, f16=True),
            2: Tiling(block_n=64, num_warps=4, num_stages=3, waves=1, min_blocks=4),
            4: Tiling()}
 
@@ -232,6 +234,23 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale: Optional[
         raise ValueError(reason)
 
 
+@functools.lru_cache(maxsize=None)
+def _shared_memory(index: int) -> int:
+    """Bytes of shared memory a block may opt in to on CUDA device ``index`` (0: unknown)."""
+    return getattr(torch.cuda.get_device_properties(index), "shared_memory_per_block_optin", 0)
+
+
+def _stages(tile: Tiling, d: int, itemsize: int, device: torch.device) -> int:
+    """``tile.num_stages``, or fewer where that many K and V tiles would not fit in 7/8 of the
+    device's shared memory per block (the rest left to the kernel's other buffers); at least 1."""
+    if device.type != "cuda":
+        return tile.num_stages
+    smem = _shared_memory(device.index if device.index is not None else torch.cuda.current_device())
+    if not smem:
+        return tile.num_stages
+    return max(1, min(tile.num_stages, smem * 7 // 8 // (2 * tile.block_n * d * itemsize)))
+
+
 def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, slice_len: int,
             k_scale: Optional[torch.Tensor], v_scale: Optional[torch.Tensor], out: torch.Tensor,
             o: Optional[torch.Tensor] = None, ml: Optional[torch.Tensor] = None,
@@ -252,7 +271,8 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, sli
         q, k, v, ks, vs, o, ml, s, slice_len, scale,
         *q.stride(), *k.stride(), *v.stride(),
         H_KV=hkv, G=g, G_PAD=g_pad, D=d, BLOCK_N=tile.block_n, IEEE=q.dtype == torch.float32,
-        SCALED=scaled, F16=f16, num_warps=tile.num_warps, num_stages=tile.num_stages)
+        SCALED=scaled, F16=f16, num_warps=tile.num_warps,
+        num_stages=_stages(tile, d, k.element_size(), k.device))
     _combine[(b * hkv * g,)](o, ml, out, splits, *out.stride(), H_KV=hkv, G=g, D=d,
                              SB=min(16, triton.next_power_of_2(splits)), num_warps=4)
     return out
