@@ -531,7 +531,7 @@ class Decoder(nn.Module):
             batch, _, slots, _ = cache.shape
             if sms is None:
                 sms = torch.cuda.get_device_properties(model.embed.device).multi_processor_count
-            slice_len = splitkv.split_len(batch * model.config.kv_heads, slots, sms, splits)
+            slice_len = splitkv.split_len(batch * model.config.kv_heads, slots, sms, splits, kv_dtype=cache.dtype)
             self.splits = math.ceil(slots / slice_len)
         if isinstance(model.blocks, nn.ModuleList):  # (blocks built on demand take the default, SDPA)
             for block in model.blocks:

@@ -114,3 +114,52 @@ def test_step_rows_run_split_kv_in_one_graph(kv_cache):
             if i == 1:
                 assert row["latency_us"]["step_compiled"]["median"] > 0
                 assert not row["compile"].get("graph_breaks")
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8"])
+@pytest.mark.parametrize("seq_len", [4097, 32769])
+def test_default_tiling_per_cache_dtype(kv, seq_len):
+    """The per-dtype tiling (fp8: 128-position tiles read as float16) against float64 attention over
+    the stored values, at lengths that are not a multiple of the tile, M = 1 and 2."""
+    from qbench.model import llama, splitkv
+    if kv == "fp8" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 loads in Triton need compute capability 8.9+")
+    g = torch.Generator(device="cuda").manual_seed(seq_len)
+    for m in (1, 2):
+        q = torch.randn(m, 8, 4, 128, device="cuda", generator=g).bfloat16()
+        k, v = (torch.randn(m, 8, seq_len, 128, device="cuda", generator=g) for _ in range(2))
+        ks = vs = None
+        if kv == "fp8":
+            ks, vs = llama.fp8_scale(k), llama.fp8_scale(v)
+            k, v = llama.fp8_quantize(k, ks), llama.fp8_quantize(v, vs)
+            kd, vd = k.double() * ks.double().view(1, -1, 1, 1), v.double() * vs.double().view(1, -1, 1, 1)
+        else:
+            k, v = k.bfloat16(), v.bfloat16()
+            kd, vd = k.double(), v.double()
+        attn = splitkv.SplitKV(m, 8, 4, 128, seq_len, q.device, kv_dtype=k.dtype)
+        assert attn.tile == splitkv.tiling(k.dtype) and attn.split_len % attn.tile.block_n == 0
+        out = attn(q, k, v, k_scale=ks, v_scale=vs)
+        ref = torch.softmax(q.double() @ kd.transpose(-1, -2) / math.sqrt(128), -1) @ vd
+        assert _rel(out, ref) < 1e-2  # the bfloat16 output's rounding
+
+
+@pytest.mark.parametrize("f16", [False, True])
+def test_fp8_tile_conversion_keeps_a_large_query_exact(f16):
+    """A bfloat16 query beyond float16's range (|q| ~ 1e6): the float16 path scales it by a power
+    of two first, so both conversions give the attention of the same values (to the bfloat16
+    output's rounding), finite."""
+    from qbench.model import llama, splitkv
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 loads in Triton need compute capability 8.9+")
+    g = torch.Generator(device="cuda").manual_seed(3)
+    q = (torch.randn(1, 8, 4, 128, device="cuda", generator=g) * 1e4).bfloat16()
+    k, v = (torch.randn(1, 8, 3000, 128, device="cuda", generator=g) * 1e-4 for _ in range(2))
+    ks, vs = llama.fp8_scale(k), llama.fp8_scale(v)
+    k8, v8 = llama.fp8_quantize(k, ks), llama.fp8_quantize(v, vs)
+    kd, vd = k8.double() * ks.double().view(1, -1, 1, 1), v8.double() * vs.double().view(1, -1, 1, 1)
+    ref = torch.softmax(q.double() @ kd.transpose(-1, -2) / math.sqrt(128), -1) @ vd
+    tile = splitkv.Tiling(128, 4, 3, f16=f16)
+    out = splitkv.SplitKV(1, 8, 4, 128, 3000, q.device, tile=tile)(q * 128, k8, v8, scale=1 / (128 * math.sqrt(128)),
+                                                                    k_scale=ks, v_scale=vs)
+    assert torch.isfinite(out).all()
+    assert _rel(out, ref) < 1e-2

@@ -69,3 +69,54 @@ def test_decode_step_with_split_kv_equals_the_step_with_sdpa():
         assert step.splits == (3 if kind == "split-kv" else None)
         out[kind] = step.logits(tokens)
     assert _rel(out["split-kv"], out["sdpa"]) < 1e-5
+
+
+@pytest.mark.parametrize("block_n,splits,seq_len", [(128, 2, 333), (256, 1, 300), (16, 37, 587), (32, 20, 620)])
+def test_tilings_and_many_slices_equal_sdpa_in_fp32(block_n, splits, seq_len):
+    """Tiles longer and shorter than the default, lengths not a multiple of them, and slice counts
+    past the combine's 16 slices at a time (37 = 2 x 16 + 5)."""
+    g = torch.Generator().manual_seed(block_n)
+    q = torch.randn(1, 2, 4, 32, generator=g)
+    k, v = torch.randn(1, 2, seq_len, 32, generator=g), torch.randn(1, 2, seq_len, 32, generator=g)
+    attn = splitkv.SplitKV(1, 2, 4, 32, seq_len, torch.device("cpu"), splits=splits, sms=4,
+                           tile=splitkv.Tiling(block_n, num_stages=3))
+    assert attn.splits == splits and attn.split_len % block_n == 0
+    assert _rel(attn(q, k, v, scale=0.2), llama.decode_attention(q, k, v, 0.2)) < 1e-5
+
+
+@pytest.mark.parametrize("magnitude", [1e-6, 1.0, 1e6])
+def test_fp8_tiles_as_float16_scale_the_query_by_a_power_of_two(magnitude):
+    """The float16 path of an fp8 cache read against a bfloat16 query: the query scaled into
+    float16's range exactly, so queries of any magnitude (1e6 is past float16's 65,504) attend like
+    float64 over the same stored values, within the interpreter's float16 dots."""
+    g = torch.Generator().manual_seed(11)
+    q = (torch.randn(1, 2, 4, 32, generator=g) * magnitude).bfloat16()
+    k, v = torch.randn(1, 2, 300, 32, generator=g), torch.randn(1, 2, 300, 32, generator=g)
+    ks, vs = llama.fp8_scale(k), llama.fp8_scale(v)
+    k8, v8 = llama.fp8_quantize(k, ks), llama.fp8_quantize(v, vs)
+    scale = 0.2 / magnitude
+    kd, vd = k8.double() * ks.double().view(1, -1, 1, 1), v8.double() * vs.double().view(1, -1, 1, 1)
+    ref = torch.softmax(q.double() @ kd.transpose(-1, -2) * scale, -1) @ vd
+    attn = splitkv.SplitKV(1, 2, 4, 32, 300, torch.device("cpu"), splits=2, sms=4,
+                           tile=splitkv.Tiling(128, num_stages=3, f16=True))
+    out = attn(q, k8, v8, scale=scale, k_scale=ks, v_scale=vs)
+    assert torch.isfinite(out).all() and _rel(out, ref) < 1e-2
+
+
+def test_tiling_is_per_cache_dtype_and_split_len_holds_whole_tiles():
+    assert splitkv.tiling(torch.float8_e4m3fn) == splitkv.TILINGS[1]
+    assert splitkv.tiling(torch.bfloat16) == splitkv.tiling(torch.float16) == splitkv.TILINGS[2]
+    assert splitkv.tiling(None) == splitkv.Tiling() and splitkv.tiling(None).block_n == splitkv.BLOCK_N
+    fp8 = splitkv.TILINGS[1]
+    # 8 KV heads at M = 1 on 132 SMs, one program per SM: ceil(132 / 8) = 17 slices wanted
+    n = 17 if fp8.waves == 1 else math.ceil(fp8.waves * 132 / 8)
+    sl = splitkv.split_len(8, 32768, 132, kv_dtype=torch.float8_e4m3fn)
+    assert sl % fp8.block_n == 0 and sl == fp8.block_n * math.ceil(32768 / (n * fp8.block_n))
+    assert splitkv.split_len(8, 32768, 132, block_n=64) == 64 * math.ceil(32768 / (33 * 64))  # the first rule
+
+
+@pytest.mark.parametrize("key,value", [("block_n", 96), ("block_n", 8), ("num_warps", 0), ("num_stages", 0),
+                                       ("waves", 0), ("min_blocks", 0)])
+def test_a_bad_tiling_is_refused(key, value):
+    with pytest.raises(ValueError, match=f"Tiling.{key}"):
+        splitkv.Tiling(**{key: value})
