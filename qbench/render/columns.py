@@ -1,20 +1,12 @@
 """The column catalogue: what a result row can show, with units in every header.
 
 A :class:`Column` has a ``key`` (what ``--columns`` takes), a ``header`` (with units), a pure
-``value(row)`` getter returning the raw value (number, str or ``None``; used by CSV and JSON) and
-a ``cell(row)`` returning the text a table shows. Rows follow ``docs/results-schema.md``.
-
-Units: sizes MiB (2**20 bytes), times µs (median of the method's samples), rates GB/s (1e9 B/s)
-and TFLOP/s (1e12 FLOP/s), arithmetic intensity FLOP/byte. A value that was not measured
-(``null``, a skipped or failed row) is shown as ``—``; the ``status`` column (and the ``reason``
-column or the table's footnotes) says why. A row whose output had non-finite values shows
-``NaN/Inf×<count>`` in the ``rel_err`` column instead of an error figure.
-
-Latency columns read exactly one method each (``cold`` reads ``latency_us.cold``), so a CPU time
-is never shown under a CUDA header. They are generated from the timing registry
-(:data:`qbench.timing.registry.METHODS`: one column per method, its ``includes`` line as the
-help), as are their ``_cv``, ``_p10`` and ``_p90`` columns; ``hbm_floor_us`` and ``floor_pct``
-put the ``stream`` time against the HBM floor (stored bytes / measured bandwidth).
+``value(row)`` returning the raw value (number, str or None; CSV and JSON) and ``cell(row)``, the
+text a table shows. Units: sizes MiB (2**20 bytes), times µs (median of the method's samples), rates
+GB/s (1e9 B/s) and TFLOP/s (1e12 FLOP/s), arithmetic intensity FLOP/byte. A value not measured is
+``—`` (the ``status`` and ``reason`` say why); a row with non-finite outputs shows ``NaN/Inf×<count>``
+as its error. A latency column reads one method of the timing registry (a CPU time never sits under
+a CUDA header); ``hbm_floor_us`` and ``floor_pct`` put the ``stream`` time against the HBM floor.
 """
 
 from __future__ import annotations
@@ -22,14 +14,14 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from qbench.judge import CPU_METHOD, NOISY_CV, is_noisy, methods_present
 from qbench.render.kernels import short_kernel
 from qbench.row import Row
 from qbench.timing import registry
 
-__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct", "select", "shown",
+__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct", "shown",
            "default_columns", "resolve_columns"]
 
 #: What a table shows for a value that was not measured.
@@ -44,17 +36,12 @@ class UnknownColumnError(ValueError):
 
 
 def fmt_num(fmt: str) -> Callable[[Any], str]:
-    def show(v: Any) -> str:
-        if v is None or (isinstance(v, float) and not math.isfinite(v)):
-            return DASH
-        return format(v, fmt)
-
-    return show
+    """A formatter: ``format(v, fmt)``, or :data:`DASH` for None or a non-finite float."""
+    return lambda v: DASH if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, fmt)
 
 
 def shown(value: Any, template: str = "{:.3g}") -> str:
-    """``value`` through the ``str.format`` ``template`` (``"{:.2f}×"``, ``"{:.0f} %"``), or :data:`DASH`
-    when it was not measured (None)."""
+    """``value`` through the ``str.format`` ``template`` (``"{:.2f}×"``), or :data:`DASH` for None."""
     return DASH if value is None else template.format(value)
 
 
@@ -76,16 +63,14 @@ def fmt_us(v: Any) -> str:
     """µs with about three significant digits: 1.23, 11.0, 123, 1234."""
     if v is None:
         return DASH
-    a = abs(v)
-    return f"{v:.2f}" if a < 10 else f"{v:.1f}" if a < 100 else f"{v:.0f}"
+    return f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}" if abs(v) < 100 else f"{v:.0f}"
 
 
 @dataclass(frozen=True)
 class Column:
-    """One column: ``key`` (CLI name), ``header`` (with units), ``value`` (raw getter),
-    ``show`` (formats a raw value for a table), ``numeric`` (right-aligned), ``help``; ``width``:
-    the most characters of one line of a table cell, a longer cell wraps onto several lines (None:
-    no limit)."""
+    """One column: ``key`` (CLI name), ``header`` (with units), ``value`` (raw getter), ``show``
+    (formats a raw value for a table), ``numeric`` (right-aligned), ``help``, ``cell_override`` (the
+    cell from the row, instead of ``show(value)``) and ``width`` (a longer cell wraps; None: no limit)."""
 
     key: str
     header: str
@@ -98,45 +83,33 @@ class Column:
 
     def cell(self, row: Any) -> str:
         """The text a table shows for ``row``."""
-        if self.cell_override is not None:
-            return self.cell_override(row)
-        return self.show(self.value(row))
+        return self.cell_override(row) if self.cell_override is not None else self.show(self.value(row))
 
-
-# ---- getters (pure, total: missing or null fields give None) ----------------------------------
 
 def _get(*path: str) -> Getter:
-    """The getter of the row field at ``path`` (attribute names, e.g. ``("error", "rel_fro")``);
-    ``None`` where a part on the way is null. It also reads a reader's own records (dicts with the
-    same keys: ``compare`` and ``recommend --by-format`` show ``tp_size`` and ``split``)."""
+    """The getter of the field at ``path`` (``("error", "rel_fro")``) of a Row or of a reader's dict
+    record; None where a part on the way is null."""
     def get(row: Row) -> Any:
         cur: Any = row
         for p in path:
             if cur is None:
                 return None
-            cur = cur.get(p) if isinstance(cur, dict) else getattr(cur, p)  # a reader's record, or a Row
+            cur = cur.get(p) if isinstance(cur, dict) else getattr(cur, p)
         return cur
 
     return get
 
 
 def _scaled(path: Getter, factor: float) -> Getter:
-    def get(row: Row) -> Any:
-        v = path(row)
-        return None if v is None else v * factor
-
-    return get
+    return lambda row: None if path(row) is None else path(row) * factor
 
 
 def _latency(method: str, stat: str = "median") -> Getter:
-    def get(row: Row) -> Any:
-        stats = row.latency_us.get(method)
-        return None if stats is None else getattr(stats, stat)
-
-    return get
+    return lambda row: getattr(row.latency_us.get(method), stat, None)
 
 
 def _latency_cell(method: str) -> Getter:
+    """A latency cell: the median, ``*`` when the method's samples are noisy (:func:`qbench.judge.is_noisy`)."""
     def cell(row: Row) -> str:
         text = fmt_us(_latency(method)(row))
         return text + "*" if text != DASH and is_noisy(row, method) else text
@@ -146,20 +119,12 @@ def _latency_cell(method: str) -> Getter:
 
 def _meta_pct(row: Row) -> Any:
     meta, stored = row.metadata_bytes, row.stored_bytes
-    if meta is None or not stored:
-        return None
-    return 100.0 * meta / stored
-
-
-def _nonfinite(row: Row) -> int:
-    return (row.error.nonfinite if row.error is not None else None) or 0
+    return None if meta is None or not stored else 100.0 * meta / stored
 
 
 def _rel_err_cell(row: Row) -> str:
-    bad = _nonfinite(row)
-    if bad:
-        return f"NaN/Inf×{bad}"
-    return fmt_num(".2e")(_get("error", "rel_fro")(row))
+    bad = (row.error.nonfinite if row.error is not None else None) or 0
+    return f"NaN/Inf×{bad}" if bad else fmt_num(".2e")(_get("error", "rel_fro")(row))
 
 
 def _count(kernel) -> Any:
@@ -168,26 +133,20 @@ def _count(kernel) -> Any:
 
 
 def _kernels(row: Row) -> Any:
-    """Every kernel of one call, full names (CSV and JSON carry these)."""
+    """Every kernel of one call, full names (CSV and JSON)."""
     kernels = row.dispatch.kernels if row.dispatch is not None else None
     if not kernels:
         return None
     return ", ".join(f"{k.name}×{k.count:g}" if _count(k) != 1 else str(k.name) for k in kernels)
 
 
-_KERNELS_SHOWN = 3
-
-
-def _kernels_cell(row: Row) -> str:
-    """A table cell: the (at most 3) longest-running kernels of one call, names shortened by
-    :func:`qbench.render.kernels.short_kernel` (demangled C++ names run to thousands of characters)."""
+def _kernels_cell(row: Row, most: int = 3) -> str:
+    """The ``most`` longest-running kernels of one call, named by :func:`qbench.render.kernels.short_kernel`."""
     kernels = row.dispatch.kernels if row.dispatch is not None else None
     if not kernels:
         return DASH
-    shown = [short_kernel(str(k.name)) + (f"×{k.count:g}" if _count(k) != 1 else "")
-             for k in kernels[:_KERNELS_SHOWN]]
-    more = len(kernels) - _KERNELS_SHOWN
-    return ", ".join(shown) + (f" (+{more} more)" if more > 0 else "")
+    names = [short_kernel(str(k.name)) + (f"×{k.count:g}" if _count(k) != 1 else "") for k in kernels[:most]]
+    return ", ".join(names) + (f" (+{len(kernels) - most} more)" if len(kernels) > most else "")
 
 
 def _pct(getter: Getter) -> Getter:
@@ -314,33 +273,15 @@ _CATALOGUE: list[Column] = [
 COLUMNS: dict[str, Column] = {c.key: c for c in _CATALOGUE}
 
 _COMMON_HEAD = ["scheme", "m", "stored_mib", "meta_pct", "bits_per_weight", "ai", "roofline_us"]
-#: The columns that put the stream time against the HBM floor (CUDA rows).
-_FLOOR = ["hbm_floor_us", "floor_pct"]
 
-
-def _knows(rows: Sequence[Row], method: str) -> bool:
-    """Whether ``rows`` were timed with ``method`` at all: some row names it under ``latency_us``
-    (STATS or null) or ``latency_reasons``. Files written before a method existed do not."""
-    return any(method in r.latency_us or method in r.latency_reasons for r in rows)
-
-
-def _is_cuda(rows: Sequence[Row]) -> bool:
-    """Rows of a CUDA run: a CUDA device, or a time of a method that runs on CUDA only."""
-    present = methods_present(list(rows))
-    cuda_only = [m for m, info in registry.METHODS.items() if info.cuda and not info.cpu]
-    return any(m in present for m in cuda_only) or any(str(r.device).startswith("cuda") for r in rows)
-
-
-#: The columns a terminal table leaves out unless ``--wide`` (:func:`default_columns`): the rest fits
-#: 120 characters with qbench's longest scheme labels (35 characters).
+#: The columns a terminal table leaves out unless ``--wide``: the rest fits 120 characters with
+#: qbench's longest scheme labels (35 characters).
 WIDE_ONLY = ("stored_mib", "meta_pct", "ai", "roofline_us", "hbm_floor_us")
 
 #: How many timing methods a table shows unless ``--wide``: the decision method and the next one.
 NARROW_METHODS = 2
 
-
-#: The columns of a tensor-parallel terminal table unless ``--wide`` (``times``: the first timing
-#: method of the rows); 120 characters with qbench's longest scheme labels.
+#: The columns of a tensor-parallel terminal table unless ``--wide`` (``times``: the rows' first method).
 TP_NARROW = ("scheme", "m", "tp_size", "split", "end_to_end_us", "times", "tp_speedup", "rel_err", "status")
 
 #: Shorter headers of the narrow default table (:func:`qbench.render.render` without ``wide``).
@@ -348,25 +289,26 @@ NARROW_HEADERS = {"tp_speedup": "vs tp 1"}
 
 
 def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
-    """Default column keys for ``qbench run``'s and ``report``'s table over ``rows``: the common head,
-    the timing methods some row has (the registry's CUDA methods shown by default on CUDA, ``stream``
-    and ``cpu`` on CPU, so a CPU time never sits under a CUDA header; a step method only where used),
-    the HBM floor, error and status (no rows: every default); tensor-parallel rows add their sharding
-    and times. Without ``wide`` the columns that answer "which scheme" and fit 120 characters:
-    :data:`WIDE_ONLY` left out, the first :data:`NARROW_METHODS` methods; tensor-parallel rows
-    :data:`TP_NARROW`."""
+    """Default column keys of ``run``'s and ``report``'s table over ``rows``: the common head, the
+    timing methods rows have (the registry's CUDA methods on CUDA, ``stream`` and ``cpu`` on CPU; a
+    method a file predates is left out), the HBM floor (CUDA), error and status (no rows: every
+    default); tensor-parallel rows add their sharding and times. Without ``wide``: :data:`WIDE_ONLY`
+    left out and the first :data:`NARROW_METHODS` methods; tensor-parallel rows :data:`TP_NARROW`."""
     rows = list(rows)
-    cuda = _is_cuda(rows)
-    cpu = CPU_METHOD in methods_present(rows) or (not cuda and bool(rows))
+    present = methods_present(rows)
+    cuda = any(m in present for m, info in registry.METHODS.items() if info.cuda and not info.cpu) \
+        or any(str(r.device).startswith("cuda") for r in rows)
+    cpu = CPU_METHOD in present or (not cuda and bool(rows))
     times: list[str] = []
     for m, info in registry.METHODS.items():
-        if not info.shown_by_default or ((rows or info.job != registry.LAYER) and not _knows(rows, m)):
+        known = any(m in r.latency_us or m in r.latency_reasons for r in rows)  # timed with m at all
+        if not info.shown_by_default or ((rows or info.job != registry.LAYER) and not known):
             continue
         if ((cuda or not rows) and info.cuda) or (cpu and info.cpu):
             times.append(m)
-    floor = _FLOOR if (cuda or not rows) and (not rows or any(r.has("hbm_floor_us") for r in rows)) else []
+    floor = ["hbm_floor_us", "floor_pct"] if (cuda or not rows) and (
+        not rows or any(r.has("hbm_floor_us") for r in rows)) else []
     if any(r.tp_size is not None for r in rows):
-        # tensor-parallel rows: which sharding, and its local GEMM, collective and end-to-end times
         if not wide:
             return [c for key in TP_NARROW for c in (times[:1] if key == "times" else [key])]
         head = ["shard_mib" if c == "stored_mib" else c for c in _COMMON_HEAD if c not in ("scheme", "m")]
@@ -378,24 +320,13 @@ def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
     return [*_COMMON_HEAD, *times, *floor, "rel_err", "status"]
 
 
-def select(keys: Sequence[str], known: Mapping[str, Any], table: str) -> list:
-    """``known[key]`` for each ``--columns`` key, in their order: a job table's column choice.
+def resolve_columns(columns: Iterable[str | Column] | None, rows: Sequence[Any]) -> list[Column]:
+    """``columns`` (keys, :class:`Column` objects, or None for :func:`default_columns`) as Columns.
 
     Raises:
-        ValueError: an unknown key (one line naming it, the table and the allowed keys)."""
-    unknown = [k for k in keys if k not in known]
-    if unknown:
-        raise ValueError(f"unknown column {unknown[0]!r} for a {table} table; allowed: {', '.join(known)}")
-    return [known[k] for k in keys]
-
-
-def resolve_columns(columns: Iterable[str | Column] | None, rows: Sequence[Any]) -> list[Column]:
-    """Turn ``columns`` (keys, :class:`Column` objects, or ``None`` for the defaults) into
-    Column objects. Raises :class:`UnknownColumnError` naming the bad key and the allowed ones."""
-    if columns is None:
-        columns = default_columns(rows)
+        UnknownColumnError: naming the bad key and the close or allowed ones."""
     out: list[Column] = []
-    for c in columns:
+    for c in default_columns(rows) if columns is None else columns:
         if isinstance(c, Column):
             out.append(c)
             continue
