@@ -18,6 +18,7 @@ from typing import Callable, Optional, Sequence
 from qbench import jobs
 from qbench.judge import DECISION_METHOD, METHOD_CHOICES, budget_flags, combine_rows, incomplete_warning
 from qbench.hardware import machine_differences
+from qbench.render import wants_prose
 from qbench.render.view import View, column_keys, show
 from qbench.results import ResultDoc, ResultsError, read_results
 from qbench.row import Row
@@ -26,7 +27,7 @@ __all__ = ["ACT_ON", "Command", "DEFAULT_BASELINE", "Refused", "Result", "add_al
            "add_budgets", "add_format", "add_max_rel_err", "add_method", "add_wide", "blocking_differences",
            "chart_folder", "check_baseline", "check_budgets", "declared_budgets", "fail", "group_results",
            "incomplete_notes", "job_view", "merge_docs", "one_chart", "one_machine", "one_result", "open_results",
-           "refuse_budgets", "refuse_options", "show_table", "split_runs", "Table", "timing_differences",
+           "print_table", "refuse_budgets", "refuse_options", "show_table", "split_runs", "Table", "timing_differences",
            "warn_machine_differences"]
 
 
@@ -416,6 +417,15 @@ def show_table(args: argparse.Namespace, doc: ResultDoc, table: Table, label: Op
     show(table.records, columns, args.format, wide=wide, describe=table.describe,
          warning=warning.removeprefix("warning: ") if warning else None, notes=table.notes)
     return len(table.records)
+
+
+def print_table(args: argparse.Namespace, text: str, describe: Sequence[str], notes: Sequence = ()) -> int:
+    """Print ``text``, a table already rendered, in the one layout (:func:`qbench.render.view.show`) with
+    ``describe`` above and the true ``notes`` under it, the prose only around a terminal table. Returns 0."""
+    prose = wants_prose(args.format)
+    show((), (), args.format, wide=getattr(args, "wide", False), describe=describe if prose else (),
+         notes=[n for n in notes if n] if prose else (), table=text)
+    return 0
 
 
 def refuse_options(args: argparse.Namespace, names: Sequence[str], why: str) -> None:

@@ -16,8 +16,8 @@ from dataclasses import replace
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, row_verdict
 from qbench.readers.common import (Command, Refused, add_format, add_method, add_wide, blocking_differences,
-                                   one_result, open_results, timing_differences)
-from qbench.render import TABLE_WIDTH, Column, check_format, narrow, prose, render, wants_prose
+                                   one_result, open_results, print_table, timing_differences)
+from qbench.render import TABLE_WIDTH, Column, check_format, narrow, render
 from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, fmt_num, fmt_us, shown
 from qbench.render.safe import visible
@@ -203,27 +203,22 @@ def run_compare(args) -> int:
         print(visible(f"warning: machines {'may differ' if line.split(':')[0].endswith('unknown') else 'differ'}: "
                       f"{line}"), file=sys.stderr)
     wide = getattr(args, "wide", False)
-    say = prose(args.format, wide)
-    if wants_prose(args.format):  # the narrow view: A and B on a line each (two long paths rarely fit one)
-        print(say(visible(f"A = {label_a} ({a.machine})")) + "\n" + say(visible(f"B = {label_b} ({b.machine})"))
-              if narrow(args.format, wide) else visible(f"A = {label_a} ({a.machine}); B = {label_b} ({b.machine})"))
-    print(render_compare(records, method, args.format, wide=wide))
+    sides = [f"A = {label_a} ({a.machine})", f"B = {label_b} ({b.machine})"]  # narrow: a line each (long paths)
+    summary = ", ".join(f"{n} {v}" for v, n in Counter(r["verdict"] for r in records).items())
+    notes = [f"{method} median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap = same. "
+             f"{summary}." + (f" ({note})" if note else "")]
     bad = [r for r in records if r["regression"]]
-    if wants_prose(args.format):
-        counts = Counter(r["verdict"] for r in records)
-        summary = ", ".join(f"{n} {v}" for v, n in counts.items())
-        print("\n" + say(f"{method} median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap "
-                         f"= same. {summary}." + (f" ({note})" if note else "")))
-        if bad:
-            print(say(visible(f"REGRESSION: {len(bad)} row(s) slower than A by more than {args.threshold:g}× its time "
-                              f"(speed-up below {1 / args.threshold:.3f}×): "
-                              + ", ".join(f"{r['scheme']} M={r['m']} (speed-up {r['speedup']:.2f}×"
-                                          + (f"; {r['note']}" if r["note"] else "") + ")" for r in bad))))
-        failing = [r for r in records if r["fails"]]
-        if failing:
-            print(say(visible(f"FAILED: {len(failing)} row(s): "
-                              + ", ".join(f"{r['scheme']} M={r['m']} ({'; '.join(r['fails'])})" for r in failing))))
-    return 1 if bad or any(r["fails"] for r in records) else 0
+    if bad:
+        notes.append(f"REGRESSION: {len(bad)} row(s) slower than A by more than {args.threshold:g}× its time (speed-up "
+                     f"below {1 / args.threshold:.3f}×): " + ", ".join(f"{r['scheme']} M={r['m']} (speed-up "
+                     f"{r['speedup']:.2f}×" + (f"; {r['note']}" if r["note"] else "") + ")" for r in bad))
+    failing = [r for r in records if r["fails"]]
+    if failing:
+        notes.append(f"FAILED: {len(failing)} row(s): "
+                     + ", ".join(f"{r['scheme']} M={r['m']} ({'; '.join(r['fails'])})" for r in failing))
+    print_table(args, render_compare(records, method, args.format, wide=wide),
+                sides if narrow(args.format, wide) else ["; ".join(sides)], notes)
+    return 1 if bad or failing else 0
 
 
 COMMAND = Command(

@@ -19,10 +19,10 @@ from typing import Sequence
 from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, methods_present,
                           resolve_method, row_verdict, unusable_note)
 from qbench.readers.common import (Command, Refused, add_baseline, add_format, add_method, add_wide, job_view,
-                                   one_result, open_results)
+                                   one_result, open_results, print_table)
 from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, narrow, render, render_header, wants_prose
 from qbench.render.columns import DASH, fmt_ratio, resolve_columns
-from qbench.render.view import View, show
+from qbench.render.view import View
 from qbench.results import ResultDoc
 from qbench.row import Row
 
@@ -207,15 +207,6 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     add_method(p, "timing method of --crossover and a bare --by-m")
 
 
-def _print(args: argparse.Namespace, text: str, describe: Sequence[str], notes: Sequence[str] = ()) -> int:
-    """Print ``text`` (a rendered table) in the one layout (:func:`qbench.render.view.show`); the prose
-    only around a terminal table. Returns 0."""
-    prose = wants_prose(args.format)
-    show((), (), args.format, wide=getattr(args, "wide", False), describe=describe if prose else (),
-         notes=[n for n in notes if n] if prose else (), table=text)
-    return 0
-
-
 def _unusable(rows: Sequence[Row], method: str) -> str | None:
     """The note naming the schemes without a ``method`` time because a CUDA graph cannot capture them."""
     return unusable_note([(r.scheme, r.m) for r in rows if capture_failure(r, method)], method)
@@ -259,7 +250,7 @@ def run_report(args: argparse.Namespace) -> int:
                       args.format, wide=getattr(args, "wide", False))
     except ValueError as exc:
         raise Refused(str(exc)) from None
-    return _print(args, text, render_header(doc).splitlines())
+    return print_table(args, text, render_header(doc).splitlines())
 
 
 def _show_crossover(args: argparse.Namespace, doc: ResultDoc) -> int:
@@ -270,7 +261,7 @@ def _show_crossover(args: argparse.Namespace, doc: ResultDoc) -> int:
         raise Refused(f"{args.result}: {exc}") from None
     said = (f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else "")
             + f"; speed-up = {args.baseline} time / scheme time (> 1: the scheme is faster)")
-    return _print(args, render_crossover(records, args.baseline, method, args.format, wide=getattr(args, "wide", False)),
+    return print_table(args, render_crossover(records, args.baseline, method, args.format, wide=getattr(args, "wide", False)),
                   [*render_header(doc).splitlines(), said], [_unusable(doc.rows, method)])
 
 
@@ -294,7 +285,7 @@ def _show_by_m(args: argparse.Namespace, doc: ResultDoc) -> int:
     records, ms = by_m(kept, column)
     col = COLUMNS[column]
     text = render_by_m(records, ms, col.header, args.format, col.numeric, wide=getattr(args, "wide", False))
-    return _print(args, text, [*render_header(doc).splitlines(), *filter(None, [note])],
+    return print_table(args, text, [*render_header(doc).splitlines(), *filter(None, [note])],
                   [_unusable(kept.rows, column) if column in METHOD_CHOICES else None])
 
 
