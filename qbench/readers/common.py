@@ -18,14 +18,15 @@ from typing import Callable, Optional, Sequence
 from qbench import jobs
 from qbench.judge import DECISION_METHOD, METHOD_CHOICES, budget_flags, combine_rows, incomplete_warning
 from qbench.hardware import machine_differences
-from qbench.render import wants_prose
+from qbench.render import MARKDOWN_FORMATS, split_markdown, wants_prose
+from qbench.render.safe import TerminalStream
 from qbench.render.view import View, column_keys, show
 from qbench.results import ResultDoc, ResultsError, read_results
 from qbench.row import Row
 
 __all__ = ["ACT_ON", "Command", "DEFAULT_BASELINE", "Refused", "Result", "add_allow_incomplete", "add_baseline",
            "add_budgets", "add_format", "add_max_rel_err", "add_method", "add_wide", "blocking_differences",
-           "chart_folder", "check_baseline", "check_budgets", "declared_budgets", "fail", "group_results",
+           "chart_folder", "check_baseline", "check_budgets", "declared_budgets", "group_results",
            "incomplete_notes", "job_view", "merge_docs", "one_chart", "one_machine", "one_result", "open_results",
            "print_table", "refuse_budgets", "refuse_options", "show_table", "split_runs", "Table", "timing_differences",
            "warn_machine_differences"]
@@ -33,12 +34,6 @@ __all__ = ["ACT_ON", "Command", "DEFAULT_BASELINE", "Refused", "Result", "add_al
 
 class Refused(Exception):
     """Bad input to a reader: the message is the one line the user sees (after ``qbench <name>: ``)."""
-
-
-def fail(command: str, msg: str) -> int:
-    """Print ``qbench <command>: <msg>`` on stderr and return the exit status of bad input, 2."""
-    print(f"qbench {command}: {msg}", file=sys.stderr)
-    return 2
 
 
 @dataclass(frozen=True)
@@ -66,16 +61,14 @@ class Command:
         """Run the command; a :class:`Refused` becomes one line on stderr and exit status 2. Output goes
         through :class:`qbench.render.safe.TerminalStream` (no control character from a file's string
         reaches the terminal); a Markdown table is alone on stdout, its prose on stderr."""
-        from qbench.render import MARKDOWN_FORMATS, split_markdown
-        from qbench.render.safe import TerminalStream
-
         out, err = sys.stdout, sys.stderr
         buffer = io.StringIO() if getattr(args, "format", None) in MARKDOWN_FORMATS else None
         sys.stdout, sys.stderr = TerminalStream(buffer or out), TerminalStream(err)
         try:
             return self.run(args)
         except Refused as exc:
-            return fail(self.name, str(exc))
+            print(f"qbench {self.name}: {exc}", file=sys.stderr)
+            return 2
         finally:
             sys.stdout, sys.stderr = out, err
             if buffer is not None:
@@ -384,7 +377,8 @@ def incomplete_notes(paths: Sequence[str], docs: Sequence[ResultDoc], noted: boo
     for path, doc in zip(paths, docs):
         warning = incomplete_warning(doc, path)
         if warning and noted:
-            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.rows)} rows), read with --allow-incomplete")
+            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.rows)} rows), "
+                         "read with --allow-incomplete")
         elif warning:
             print(warning, file=sys.stderr)
     return notes

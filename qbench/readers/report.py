@@ -113,14 +113,14 @@ def crossover_view(baseline: str, method: str, shapes: int = 1) -> View:
             Column("ties", "same at M (p10–p90 overlap)", lambda r: r["ties"], ms),
             Column("losses", "slower at M", lambda r: r["losses"], ms),
             Column("untimed", "not timed at M", lambda r: r["untimed"], ms),
-            Column("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})", lambda r: r["best_speedup"],
-                   fmt_ratio, True),
+            Column("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})",
+                   lambda r: r["best_speedup"], fmt_ratio, True),
             Column("unusable", "unusable in a graph at M", lambda r: r["unusable"])]
     head = ["scheme", "kn"] if shapes > 1 else ["scheme"]
     return View("crossover", cols, [*head, "ranges", "ties", "best_speedup"],
                 [*head, "ranges", "ties", "losses", "untimed", "best_speedup"],
-                ["scheme", "k", "n", "baseline", "method", "wins", "ranges", "ties", "losses", "untimed", "best_speedup",
-                 "unusable"], short={"best_speedup": f"best ×{baseline}"})
+                ["scheme", "k", "n", "baseline", "method", "wins", "ranges", "ties", "losses", "untimed",
+                 "best_speedup", "unusable"], short={"best_speedup": f"best ×{baseline}"})
 
 
 def render_crossover(records: list[dict], baseline: str, method: str, fmt: str = "simple", wide: bool = False) -> str:
@@ -176,7 +176,8 @@ def render_by_m(records: list[dict], ms: list[int], header: str, fmt: str = "sim
             blocks = [render(records, fixed + grid[a:b], fmt) for a, b in zip(bounds, bounds[1:])]
             if all(len(line) <= TABLE_WIDTH for block in blocks for line in block.splitlines()):
                 break
-    said = "" if len(blocks) == 1 else f" (in {len(blocks)} tables of M columns, to fit 120 characters; --wide: one table)"
+    said = "" if len(blocks) == 1 else \
+        f" (in {len(blocks)} tables of M columns, to fit 120 characters; --wide: one table)"
     return f"{header}, by M{said}\n\n" + "\n\n".join(blocks)
 
 
@@ -261,8 +262,8 @@ def _show_crossover(args: argparse.Namespace, doc: ResultDoc) -> int:
         raise Refused(f"{args.result}: {exc}") from None
     said = (f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else "")
             + f"; speed-up = {args.baseline} time / scheme time (> 1: the scheme is faster)")
-    return print_table(args, render_crossover(records, args.baseline, method, args.format, wide=getattr(args, "wide", False)),
-                  [*render_header(doc).splitlines(), said], [_unusable(doc.rows, method)])
+    text = render_crossover(records, args.baseline, method, args.format, wide=getattr(args, "wide", False))
+    return print_table(args, text, [*render_header(doc).splitlines(), said], [_unusable(doc.rows, method)])
 
 
 def _show_by_m(args: argparse.Namespace, doc: ResultDoc) -> int:
@@ -286,7 +287,7 @@ def _show_by_m(args: argparse.Namespace, doc: ResultDoc) -> int:
     col = COLUMNS[column]
     text = render_by_m(records, ms, col.header, args.format, col.numeric, wide=getattr(args, "wide", False))
     return print_table(args, text, [*render_header(doc).splitlines(), *filter(None, [note])],
-                  [_unusable(kept.rows, column) if column in METHOD_CHOICES else None])
+                       [_unusable(kept.rows, column) if column in METHOD_CHOICES else None])
 
 
 COMMAND = Command(

@@ -153,7 +153,16 @@ def _pct(getter: Getter) -> Getter:
     return _scaled(getter, 100.0)
 
 
-_MIB = 1.0 / 2**20
+def _num(key: str, header: str, value: Getter, fmt: str, help: str = "", **kw) -> Column:
+    """A right-aligned number column shown with ``format(value, fmt)`` (``fmt="us"``: :func:`fmt_us`)."""
+    return Column(key, header, value, fmt_us if fmt == "us" else fmt_num(fmt), True, help, **kw)
+
+
+def _mib(field_name: str) -> Getter:
+    return _scaled(_get(field_name), 1.0 / 2**20)
+
+
+_RATES = "median of achieved_method (stream; cold on rows without stream)"
 
 _CATALOGUE: list[Column] = [
     Column("scheme", "scheme", _get("scheme")),
@@ -161,73 +170,52 @@ _CATALOGUE: list[Column] = [
     Column("library", "library", _get("library")),
     Column("mode", "mode", _get("mode")),
     Column("device", "device", _get("device")),
-    Column("m", "M", _get("m"), fmt_num("d"), True, "rows (batch x tokens)"),
-    Column("k", "K", _get("k"), fmt_num("d"), True, "in_features"),
-    Column("n", "N", _get("n"), fmt_num("d"), True, "out_features"),
+    _num("m", "M", _get("m"), "d", "rows (batch x tokens)"),
+    _num("k", "K", _get("k"), "d", "in_features"),
+    _num("n", "N", _get("n"), "d", "out_features"),
     Column("weight_dtype", "weight dtype", _get("weight_dtype")),
     Column("activation_dtype", "act dtype", _get("activation_dtype")),
     Column("output_dtype", "out dtype", _get("output_dtype")),
     Column("compute_dtype", "compute dtype", _get("compute_dtype")),
-    Column("stored_mib", "stored MiB", _scaled(_get("stored_bytes"), _MIB), fmt_num(".2f"), True,
-           "payload + metadata + bias"),
-    Column("shard_mib", "stored MiB per rank", _scaled(_get("stored_bytes"), _MIB), fmt_num(".2f"), True,
-           "tensor-parallel rows: one rank's shard (rank 0's), payload + metadata + bias"),
-    Column("payload_mib", "payload MiB", _scaled(_get("payload_bytes"), _MIB), fmt_num(".2f"), True),
-    Column("meta_mib", "meta MiB", _scaled(_get("metadata_bytes"), _MIB), fmt_num(".3f"), True),
-    Column("meta_pct", "meta %", _meta_pct, fmt_num(".1f"), True, "metadata / stored bytes"),
-    Column("bits_per_weight", "bits/w", _get("bits_per_weight"), fmt_num(".2f"), True,
-           "8 x stored bytes / (K*N), measured"),
-    Column("nominal_bits", "nominal bits", _get("nominal_bits"), fmt_num("g"), True,
-           "the format's nominal width, a label"),
-    Column("gflop", "GFLOP", _scaled(_get("flops"), 1e-9), fmt_num(".3f"), True, "2*M*K*N"),
-    Column("min_mib", "min MiB", _scaled(_get("min_bytes"), _MIB), fmt_num(".2f"), True,
-           "minimum bytes moved"),
-    Column("ai", "AI FLOP/B", _get("arithmetic_intensity"), fmt_num(".1f"), True,
-           "arithmetic intensity"),
-    Column("roofline_us", "roofline µs", _get("roofline_us"), fmt_us, True),
+    _num("stored_mib", "stored MiB", _mib("stored_bytes"), ".2f", "payload + metadata + bias"),
+    _num("shard_mib", "stored MiB per rank", _mib("stored_bytes"), ".2f",
+         "tensor-parallel rows: one rank's shard (rank 0's), payload + metadata + bias"),
+    _num("payload_mib", "payload MiB", _mib("payload_bytes"), ".2f"),
+    _num("meta_mib", "meta MiB", _mib("metadata_bytes"), ".3f"),
+    _num("meta_pct", "meta %", _meta_pct, ".1f", "metadata / stored bytes"),
+    _num("bits_per_weight", "bits/w", _get("bits_per_weight"), ".2f", "8 x stored bytes / (K*N), measured"),
+    _num("nominal_bits", "nominal bits", _get("nominal_bits"), "g", "the format's nominal width, a label"),
+    _num("gflop", "GFLOP", _scaled(_get("flops"), 1e-9), ".3f", "2*M*K*N"),
+    _num("min_mib", "min MiB", _mib("min_bytes"), ".2f", "minimum bytes moved"),
+    _num("ai", "AI FLOP/B", _get("arithmetic_intensity"), ".1f", "arithmetic intensity"),
+    _num("roofline_us", "roofline µs", _get("roofline_us"), "us"),
     Column("bound", "bound", _get("roofline_bound"), help="memory or compute"),
     Column("roofline_source", "ceilings", _get("roofline_source"), help="measured or datasheet"),
-    *[
-        Column(m, f"{m} µs", _latency(m), fmt_us, True,
-               f"median of latency_us.{m}: {info.includes}; * = noisy (cv > {NOISY_CV:.0%})",
-               cell_override=_latency_cell(m))
-        for m, info in registry.METHODS.items() if info.job == "layer"
-    ],
-    *[
-        Column(f"{m}_cv", f"{m} cv %", _pct(_latency(m, "cv")), fmt_num(".1f"), True,
-               f"stdev/mean of latency_us.{m}")
-        for m in registry.LAYER_METHODS
-    ],
-    *[
-        Column(f"{m}_{p}", f"{m} {p} µs", _latency(m, p), fmt_us, True)
-        for m in registry.LAYER_METHODS
-        for p in ("p10", "p90")
-    ],
-    *[
-        Column(f"{m}_copies", f"{m} copies", _latency(m, "copies"), fmt_num("d"), True,
-               f"L: distinct weight copies the {m} graph (CPU: loop) calls in order (latency_us.{m}.copies)")
-        for m, info in registry.METHODS.items() if "copies" in info.extras
-    ],
-    Column("hbm_floor_us", "HBM floor µs", _get("hbm_floor_us"), fmt_us, True,
-           "stored bytes / measured memory bandwidth: no call that reads its weight from HBM is faster"),
-    Column("floor_pct", "floor %", _pct(_get("hbm_floor_fraction")), fmt_num(".0f"), True,
-           "HBM floor / stream median (100 = at the floor)"),
-    Column("launch_us", "launch µs", _get("launch_overhead_us"), fmt_us, True,
-           "eager median - kernel median"),
-    Column("roofline_pct", "roofline %", _pct(_get("roofline_fraction")), fmt_num(".0f"), True,
-           "roofline / median of achieved_method (stream; cold on rows without stream)"),
-    Column("gbps", "GB/s", _get("achieved_gbps"), fmt_num(".0f"), True,
-           "min bytes / median of achieved_method (stream; cold on rows without stream)"),
-    Column("tflops", "TFLOP/s", _get("achieved_tflops"), fmt_num(".1f"), True,
-           "FLOPs / median of achieved_method (stream; cold on rows without stream)"),
+    *[_num(m, f"{m} µs", _latency(m), "us", f"median of latency_us.{m}: {info.includes}; * = noisy "
+           f"(cv > {NOISY_CV:.0%})", cell_override=_latency_cell(m))
+      for m, info in registry.METHODS.items() if info.job == "layer"],
+    *[_num(f"{m}_cv", f"{m} cv %", _pct(_latency(m, "cv")), ".1f", f"stdev/mean of latency_us.{m}")
+      for m in registry.LAYER_METHODS],
+    *[_num(f"{m}_{p}", f"{m} {p} µs", _latency(m, p), "us") for m in registry.LAYER_METHODS for p in ("p10", "p90")],
+    *[_num(f"{m}_copies", f"{m} copies", _latency(m, "copies"), "d",
+           f"L: distinct weight copies the {m} graph (CPU: loop) calls in order (latency_us.{m}.copies)")
+      for m, info in registry.METHODS.items() if "copies" in info.extras],
+    _num("hbm_floor_us", "HBM floor µs", _get("hbm_floor_us"), "us",
+         "stored bytes / measured memory bandwidth: no call that reads its weight from HBM is faster"),
+    _num("floor_pct", "floor %", _pct(_get("hbm_floor_fraction")), ".0f",
+         "HBM floor / stream median (100 = at the floor)"),
+    _num("launch_us", "launch µs", _get("launch_overhead_us"), "us", "eager median - kernel median"),
+    _num("roofline_pct", "roofline %", _pct(_get("roofline_fraction")), ".0f", f"roofline / {_RATES}"),
+    _num("gbps", "GB/s", _get("achieved_gbps"), ".0f", f"min bytes / {_RATES}"),
+    _num("tflops", "TFLOP/s", _get("achieved_tflops"), ".1f", f"FLOPs / {_RATES}"),
     Column("achieved_method", "rates from", _get("achieved_method"),
            help="the method roofline %, GB/s and TFLOP/s divide by"),
-    Column("rel_err", "rel err", _get("error", "rel_fro"), fmt_num(".3g"), True,
-           "relative Frobenius error vs float64", cell_override=_rel_err_cell),
-    Column("max_abs", "max abs err", _get("error", "max_abs"), fmt_num(".3g"), True),
-    Column("sqnr", "SQNR dB", _get("error", "sqnr_db"), fmt_num(".1f"), True),
-    Column("cosine", "cosine", _get("error", "cosine"), fmt_num(".6f"), True),
-    Column("nonfinite", "NaN/Inf", _get("error", "nonfinite"), fmt_num("d"), True),
+    _num("rel_err", "rel err", _get("error", "rel_fro"), ".3g", "relative Frobenius error vs float64",
+         cell_override=_rel_err_cell),
+    _num("max_abs", "max abs err", _get("error", "max_abs"), ".3g"),
+    _num("sqnr", "SQNR dB", _get("error", "sqnr_db"), ".1f"),
+    _num("cosine", "cosine", _get("error", "cosine"), ".6f"),
+    _num("nonfinite", "NaN/Inf", _get("error", "nonfinite"), "d"),
     Column("status", "status", _get("status")),
     Column("reason", "reason", _get("reason")),
     Column("dispatch", "dispatch", _get("dispatch", "label")),
@@ -236,34 +224,33 @@ _CATALOGUE: list[Column] = [
     Column("host_sync", "host sync", _get("dispatch", "host_sync")),
     Column("graph_ok", "graph ok", _get("dispatch", "graph_capturable")),
     Column("clock_dropped", "clock dropped", _get("gpu_state", "clock_dropped")),
-    Column("compile_s", "compile s", _get("compile", "first_call_s"), fmt_num(".1f"), True,
-           "first call of a compiled scheme: compile + run (compile.first_call_s)"),
-    Column("graphs", "graphs", _get("compile", "graphs_compiled"), fmt_num("d"), True,
-           "Dynamo graphs compiled by this row's first call (compile.graphs_compiled; 0 on every row: "
-           "nothing ran compiled)"),
-    Column("graph_breaks", "graph breaks", _get("compile", "graph_breaks"), fmt_num("d"), True,
-           "Dynamo graph breaks during the row's first call (compile.graph_breaks)"),
-    Column("tp_size", "tp", _get("tp_size"), fmt_num("d"), True,
-           "tensor-parallel ranks the layer is sharded over (tensor-parallel rows only)"),
+    _num("compile_s", "compile s", _get("compile", "first_call_s"), ".1f",
+         "first call of a compiled scheme: compile + run (compile.first_call_s)"),
+    _num("graphs", "graphs", _get("compile", "graphs_compiled"), "d", "Dynamo graphs compiled by this row's first "
+         "call (compile.graphs_compiled; 0 on every row: nothing ran compiled)"),
+    _num("graph_breaks", "graph breaks", _get("compile", "graph_breaks"), "d",
+         "Dynamo graph breaks during the row's first call (compile.graph_breaks)"),
+    _num("tp_size", "tp", _get("tp_size"), "d", "tensor-parallel ranks the layer is sharded over (tensor-parallel "
+         "rows only)"),
     Column("split", "split", _get("split"), help="column (N sharded, all-gather) or row (K sharded, all-reduce)"),
     Column("collective", "collective", _get("collective"), help="the collective after the local GEMM"),
-    Column("local_us", "local GEMM µs", _get("local_gemm_us", "median"), fmt_us, True,
-           "median of local_gemm_us: the sharded GEMM on one rank"),
-    Column("collective_us", "collective µs", _get("collective_us", "median"), fmt_us, True,
-           "median of collective_us: the all-gather or all-reduce alone"),
-    Column("end_to_end_us", "end-to-end µs", _get("end_to_end_us", "median"), fmt_us, True,
-           "median of end_to_end_us: local GEMM + collective"),
-    Column("tp_speedup", "speed-up vs tp 1 (tp1 time / this)", _get("speedup_vs_tp1"), fmt_num(".2f"), True,
-           "the tp_size 1 row's time / this row's, and the method it compares (speedup_vs_tp1: stream when both "
-           "rows have it, else end-to-end cold or cpu)",
-           cell_override=lambda row: DASH if row.speedup_vs_tp1 is None
-           else f"{row.speedup_vs_tp1:.2f}× {row.speedup_vs_tp1_method or ''}".rstrip()),
-    Column("collective_bytes", "coll. bytes", _get("collective_bytes"), fmt_num("d"), True,
-           "bus bytes each rank sends and receives in the collective (nccl-tests' definition)"),
-    Column("vs_unsharded", "rel err vs unsharded", _get("sharded_vs_unsharded", "rel_fro"), fmt_num(".3g"), True,
-           "rel_fro of the sharded output with the unsharded layer's output (same scheme) as reference"),
-    Column("busbw_gbps", "bus GB/s", _get("collective_busbw_gbps"), fmt_num(".1f"), True,
-           "collective bus bandwidth (nccl-tests' definition)"),
+    _num("local_us", "local GEMM µs", _get("local_gemm_us", "median"), "us",
+         "median of local_gemm_us: the sharded GEMM on one rank"),
+    _num("collective_us", "collective µs", _get("collective_us", "median"), "us",
+         "median of collective_us: the all-gather or all-reduce alone"),
+    _num("end_to_end_us", "end-to-end µs", _get("end_to_end_us", "median"), "us",
+         "median of end_to_end_us: local GEMM + collective"),
+    _num("tp_speedup", "speed-up vs tp 1 (tp1 time / this)", _get("speedup_vs_tp1"), ".2f",
+         "the tp_size 1 row's time / this row's, and the method it compares (speedup_vs_tp1: stream when both "
+         "rows have it, else end-to-end cold or cpu)",
+         cell_override=lambda row: DASH if row.speedup_vs_tp1 is None
+         else f"{row.speedup_vs_tp1:.2f}× {row.speedup_vs_tp1_method or ''}".rstrip()),
+    _num("collective_bytes", "coll. bytes", _get("collective_bytes"), "d",
+         "bus bytes each rank sends and receives in the collective (nccl-tests' definition)"),
+    _num("vs_unsharded", "rel err vs unsharded", _get("sharded_vs_unsharded", "rel_fro"), ".3g",
+         "rel_fro of the sharded output with the unsharded layer's output (same scheme) as reference"),
+    _num("busbw_gbps", "bus GB/s", _get("collective_busbw_gbps"), ".1f",
+         "collective bus bandwidth (nccl-tests' definition)"),
     Column("flags", "flags", lambda row: "; ".join(f.name for f in row.flags) or None,
            help="what could mislead a reader (repacked, not-compiled, graph-breaks): the row's flags list, "
                 "names only (the JSON has each flag's sentence)"),
@@ -332,7 +319,8 @@ def resolve_columns(columns: Iterable[str | Column] | None, rows: Sequence[Any])
             continue
         if c not in COLUMNS:
             close = difflib.get_close_matches(c, list(COLUMNS), n=3, cutoff=0.7)
-            raise UnknownColumnError(f"unknown column {c!r}; did you mean {', '.join(close)}? (--help-columns lists all "
-                                     f"{len(COLUMNS)})" if close else f"unknown column {c!r}; allowed: {', '.join(COLUMNS)}")
+            raise UnknownColumnError(f"unknown column {c!r}; " + (
+                f"did you mean {', '.join(close)}? (--help-columns lists all {len(COLUMNS)})" if close
+                else f"allowed: {', '.join(COLUMNS)}"))
         out.append(COLUMNS[c])
     return out
