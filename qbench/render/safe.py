@@ -1,18 +1,8 @@
-"""Text from result files made harmless on output, one rule per kind of output.
-
-A result file may come from another machine, so its strings (``scheme``, ``reason``,
-``env.device_name``...) are not trusted:
-
-- terminal and Markdown text (:func:`visible`): C0 and C1 controls (U+0000–U+001F, U+007F–U+009F),
-  the line/paragraph separators (U+2028, U+2029) and the bidi controls (U+202A–U+202E,
-  U+2066–U+2069, "Trojan Source") are shown escaped (``\\x1b``, ``\\n``, ``\\u202e``), never emitted;
-- Markdown tables (:func:`markdown_cell`): also ``|`` becomes ``\\|``, so a cell adds no column or row;
-- CSV (:func:`csv_text`): a text cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
-  return gets a leading ``'`` (OWASP's rule against formula injection); numbers are not text cells;
-- JSON: ``json.dumps`` escapes control characters itself.
-
-A string without any of these characters is returned unchanged. :class:`TerminalStream` is the
-backstop a reader command writes through: no control character but newline and tab reaches the terminal.
+"""Text from result files made harmless on output, one rule per kind of output: a result file may come
+from another machine, so its strings (``scheme``, ``reason``, ``env.device_name``...) are not trusted.
+Terminal text: :func:`visible`; Markdown cells: :func:`markdown_cell`; CSV text cells: :func:`csv_text`;
+JSON: ``json.dumps`` escapes control characters itself. :class:`TerminalStream` is the backstop every
+reader command writes through. A string without an unsafe character is returned unchanged.
 """
 
 from __future__ import annotations
@@ -43,7 +33,9 @@ def _escape(match: re.Match) -> str:
 
 def visible(text: Any) -> Any:
     """``text`` with every unsafe character written as its escape (``"\\x1b[2J"`` -> ``"\\\\x1b[2J"``,
-    a newline -> ``"\\\\n"``); anything but a ``str`` is returned as it is."""
+    a newline -> ``"\\\\n"``); anything but a ``str`` is returned as it is. Unsafe: C0 and C1 controls
+    (U+0000–U+001F, U+007F–U+009F), the line/paragraph separators (U+2028, U+2029) and the bidi
+    controls (U+202A–U+202E, U+2066–U+2069, "Trojan Source")."""
     if not isinstance(text, str) or not _UNSAFE_RE.search(text):
         return text
     return _UNSAFE_RE.sub(_escape, text)
@@ -56,7 +48,8 @@ def markdown_cell(text: Any) -> Any:
 
 def csv_text(text: str) -> str:
     """A CSV text cell: a leading ``'`` when ``text`` begins with one of :data:`CSV_FORMULA_START`
-    (``'=HYPERLINK("x")``), then :func:`visible`."""
+    (``'=HYPERLINK("x")``: OWASP's rule against formula injection), then :func:`visible`; numbers are no
+    text cells (``-1.5`` stays a number)."""
     return ("'" if text.startswith(CSV_FORMULA_START) else "") + visible(text)
 
 
