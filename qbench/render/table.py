@@ -26,28 +26,23 @@ def footnotes(rows: Sequence[Row]) -> list[str]:
     (M=1,16,512) skipped: needs CUDA``), then per flag name its first row's text (``nf4-bnb (M=1) flag:
     repacked: ...``) and one line naming the other schemes that carry it, so a flag on many rows does
     not swamp the table."""
+    def at(ms: list) -> str:
+        return f"(M={','.join(str(m) for m in ms)})"
+
     groups: dict[tuple, list] = {}
     for r in rows:
-        if r.status == "ok":
-            continue
-        key = (r.scheme, r.status, r.reason or "no reason given")
-        groups.setdefault(key, []).append(r.m)
-    out = [
-        f"{scheme} (M={','.join(str(m) for m in ms)}) {status}: {reason}"
-        for (scheme, status, reason), ms in groups.items()
-    ]
-    flagged: dict[tuple, list] = {}
+        if r.status != "ok":
+            groups.setdefault((r.scheme, r.status, r.reason or "no reason given"), []).append(r.m)
+    out = [f"{scheme} {at(ms)} {status}: {reason}" for (scheme, status, reason), ms in groups.items()]
+    flagged: dict[str, dict[tuple, list]] = {}  # flag name -> (scheme, line) -> Ms, in the rows' order
     for r in rows:  # what could mislead a reader about an ok row
         for flag in r.flags:
-            flagged.setdefault((flag.name, r.scheme, flag.line), []).append(r.m)
-    shown: dict[str, list] = {}  # flag name -> (scheme, line, Ms), in the rows' order
-    for (name, scheme, line), ms in flagged.items():
-        shown.setdefault(name, []).append((scheme, line, ms))
-    for name, items in shown.items():
-        (scheme, line, ms), rest = items[0], items[1:]
-        out.append(f"{scheme} (M={','.join(str(m) for m in ms)}) flag: {line}")
+            flagged.setdefault(flag.name, {}).setdefault((r.scheme, flag.line), []).append(r.m)
+    for name, items in flagged.items():
+        ((scheme, line), ms), *rest = items.items()
+        out.append(f"{scheme} {at(ms)} flag: {line}")
         if rest:  # one flag on many rows: named once, the others listed (each row's own text in the JSON)
-            others = dict.fromkeys(f"{s} (M={','.join(str(m) for m in ms)})" for s, _, ms in rest)
+            others = dict.fromkeys(f"{s} {at(ms)}" for (s, _), ms in rest)
             out.append(f"flag {name} also on: {', '.join(others)} (each row's figures: --format json)")
     return out
 
