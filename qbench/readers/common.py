@@ -261,13 +261,10 @@ def _run_copies(row: Row) -> list[Row]:
 
 
 def split_runs(docs: Sequence[ResultDoc]) -> list[ResultDoc]:
-    """The independent runs ``docs`` (files of one scenario) hold, each a document.
-
-    A file sharing a row identity with another file is a run (rows with ``repeats``: one run per
-    median, :func:`_run_copies`) of its own rows, plus the rows of the completion files (none of whose
-    rows another file has), which complete every run. ``[merge_docs(docs)]`` when no row identity is in
-    two files and no row has ``repeats``.
-    """
+    """The independent runs ``docs`` (files of one scenario) hold, each a document: a file sharing a row
+    identity with another is a run of its own rows (rows with ``repeats``: a run per median), completed
+    by the rows of the files none of whose rows another has. ``[merge_docs(docs)]`` when no row
+    identity is in two files and no row has ``repeats``."""
     counts: dict[tuple, int] = {}
     for doc in docs:
         for row in doc.rows:

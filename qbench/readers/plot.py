@@ -17,11 +17,11 @@ from pathlib import Path
 
 from qbench.judge import pareto_front, resolve_method, shape_order
 from qbench.readers.common import Command, Refused, add_method, chart_folder, job_view, open_results, write_chart
-from qbench.render.styles import plain, scheme_colour_index, scheme_styles  # noqa: F401
+from qbench.render.styles import plain, scheme_colour_index, scheme_styles
 from qbench.results import ResultDoc
 
 __all__ = ["COMMAND", "DRAWABLE_MAX", "check_drawable", "draw_pareto", "plain", "pareto_groups", "place_labels",
-           "plot_pareto", "plot_roofline", "points", "run_plot", "scheme_styles"]
+           "plot_pareto", "plot_roofline", "points", "run_plot", "scheme_colour_index", "scheme_styles"]
 
 
 def points(doc: ResultDoc | dict, method: str) -> list[dict]:
@@ -86,13 +86,10 @@ def _dots(ax, pts: list[dict], x: str, y: str, colours: dict, markers: dict | No
 
 
 def plot_roofline(doc: ResultDoc, method: str, path: Path) -> Path:
-    """Write the roofline chart of ``doc`` (``method`` medians) to ``path`` (PNG, SVG or PDF, by suffix).
-
-    Points are coloured by scheme and shaped by M, named in the legend only (schemes at one AI cannot
-    hide each other's names). The ceilings (:meth:`~qbench.results.ResultDoc.ceiling`: measured, else
-    datasheet): the bandwidth slope and a line per distinct compute peak, with its dtypes and TFLOP/s;
-    with both, the datasheet bandwidth dashed for comparison.
-    """
+    """Write the roofline chart of ``doc`` (``method`` medians) to ``path`` (PNG, SVG or PDF, by suffix):
+    points coloured by scheme and shaped by M, named in the legend only (schemes at one AI cannot hide
+    each other's names), under the bandwidth slope and a line per compute peak of
+    :meth:`~qbench.results.ResultDoc.ceiling` (with both, the datasheet bandwidth dashed)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -145,12 +145,9 @@ def check_format(fmt: str) -> None:
 
 def render(rows: Sequence[Row], columns: Iterable[str | Column] | None = None, fmt: str = "simple",
            wide: bool = False) -> str:
-    """Render result ``rows`` (or a reader's records, with :class:`Column` objects that read them) in
-    format ``fmt``, without a trailing newline.
-
-    ``columns``: keys of :data:`COLUMNS` or :class:`Column` objects; None: :func:`default_columns`
-    (a table's narrow set under short headers unless ``wide``; csv/json every default and ``reason``).
-    The narrow default (:func:`narrow`) wraps the footnotes at :data:`TABLE_WIDTH`.
+    """Result ``rows`` (or a reader's records, read by :class:`Column` objects) in format ``fmt``, without a
+    trailing newline. ``columns``: keys of :data:`COLUMNS` or Columns; None: :func:`default_columns` (a
+    table's narrow set under short headers unless ``wide``; csv/json every default and ``reason``).
 
     Raises:
         UnknownFormatError, UnknownColumnError: one line naming the bad value and the allowed ones.
