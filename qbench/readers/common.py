@@ -1,9 +1,7 @@
 """What every reader command shares: the :class:`Command` record, the options declared once,
-:func:`open_results` and :func:`fail`.
+:func:`open_results`, several files read as one :class:`Result`, and :func:`show_table`.
 
-A reader is a module of :mod:`qbench.readers` with one ``COMMAND = Command(...)``; the command
-line (:mod:`qbench.cli`) adds every command of :data:`qbench.readers.COMMANDS`. A reader's
-``run(args)`` raises :class:`Refused` for bad input; the command prints it as one line,
+A reader's ``run(args)`` raises :class:`Refused` for bad input; the command prints it as one line,
 ``qbench <name>: <message>``, and exits 2.
 """
 
@@ -20,40 +18,29 @@ from typing import Callable, Optional, Sequence
 from qbench import jobs
 from qbench.judge import DECISION_METHOD, METHOD_CHOICES, budget_flags, combine_rows, incomplete_warning
 from qbench.hardware import machine_differences
+from qbench.render import MARKDOWN_FORMATS, split_markdown, wants_prose
+from qbench.render.safe import TerminalStream
 from qbench.render.view import View, column_keys, show
 from qbench.results import ResultDoc, ResultsError, read_results
 from qbench.row import Row
 
 __all__ = ["ACT_ON", "Command", "DEFAULT_BASELINE", "Refused", "Result", "add_allow_incomplete", "add_baseline",
            "add_budgets", "add_format", "add_max_rel_err", "add_method", "add_wide", "blocking_differences",
-           "chart_folder", "check_baseline", "check_budgets", "declared_budgets", "env_of", "fail", "group_results", "incomplete_notes",
-           "job_view", "merge_docs", "one_machine", "one_result", "open_results", "refuse_budgets", "refuse_options", "show_table", "split_runs",
-           "Table", "timing_differences", "warn_machine_differences"]
+           "chart_folder", "check_baseline", "check_budgets", "declared_budgets", "group_results",
+           "incomplete_notes", "job_view", "merge_docs", "one_chart", "one_machine", "one_result", "open_results",
+           "print_table", "refuse_budgets", "refuse_options", "show_table", "split_runs", "Table", "timing_differences",
+           "warn_machine_differences"]
 
 
 class Refused(Exception):
     """Bad input to a reader: the message is the one line the user sees (after ``qbench <name>: ``)."""
 
 
-def fail(command: str, msg: str) -> int:
-    """Print ``qbench <command>: <msg>`` on stderr and return the exit status of bad input, 2."""
-    print(f"qbench {command}: {msg}", file=sys.stderr)
-    return 2
-
-
 @dataclass(frozen=True)
 class Command:
-    """One reader subcommand.
-
-    Attributes:
-        name: the subcommand (``qbench <name>``).
-        help: one line for ``qbench --help``.
-        description: the first paragraph ``qbench <name> --help`` shows.
-        exit_codes: what each exit status means (printed under ``--help``).
-        add_arguments: adds the command's options to its parser.
-        run: runs the command from parsed arguments; returns the exit status, or raises
-            :class:`Refused` (exit 2).
-    """
+    """One reader subcommand: ``name``, ``help`` (``qbench --help``), ``description`` and
+    ``exit_codes`` (``qbench <name> --help``), ``add_arguments(parser)`` and ``run(args)``, which
+    returns the exit status or raises :class:`Refused` (exit 2)."""
 
     name: str
     help: str
@@ -71,23 +58,17 @@ class Command:
         return p
 
     def __call__(self, args: argparse.Namespace) -> int:
-        """Run the command; a :class:`Refused` becomes one line on stderr and exit status 2.
-
-        While it runs, stdout and stderr are :class:`qbench.render.safe.TerminalStream`: a prose
-        line that quotes a result file's string (a scheme label, a reason, a device name) emits
-        no control character but its own newlines and tabs."""
-        from qbench.render import MARKDOWN_FORMATS, split_markdown
-        from qbench.render.safe import TerminalStream
-
+        """Run the command; a :class:`Refused` becomes one line on stderr and exit status 2. Output goes
+        through :class:`qbench.render.safe.TerminalStream` (no control character from a file's string
+        reaches the terminal); a Markdown table is alone on stdout, its prose on stderr."""
         out, err = sys.stdout, sys.stderr
-        markdown = getattr(args, "format", None) in MARKDOWN_FORMATS
-        # a Markdown table is paste-ready on stdout; the prose around it goes to stderr
-        buffer = io.StringIO() if markdown else None
+        buffer = io.StringIO() if getattr(args, "format", None) in MARKDOWN_FORMATS else None
         sys.stdout, sys.stderr = TerminalStream(buffer or out), TerminalStream(err)
         try:
             return self.run(args)
         except Refused as exc:
-            return fail(self.name, str(exc))
+            print(f"qbench {self.name}: {exc}", file=sys.stderr)
+            return 2
         finally:
             sys.stdout, sys.stderr = out, err
             if buffer is not None:
@@ -96,11 +77,8 @@ class Command:
                 TerminalStream(out).write(tables)
 
 
-# ---- the options, declared once ----------------------------------------------------------------
-
 def add_method(p: argparse.ArgumentParser, what: str = "timing method") -> None:
-    """``--method``: one of the registry's methods; default none (each file's own, see
-    :func:`qbench.judge.resolve_method`)."""
+    """``--method``: one of the registry's; default none (each file's own, :func:`qbench.judge.resolve_method`)."""
     p.add_argument("--method", default=None, choices=METHOD_CHOICES,
                    help=f"{what} (default {DECISION_METHOD}; a file without it: cold, or cpu on a CPU result)")
 
@@ -120,10 +98,8 @@ def add_baseline(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def check_baseline(paths: str | Sequence[str], schemes, baseline: str, *, always: bool = False) -> None:
-    """Refuse a ``--baseline`` that names none of ``schemes`` (the schemes of the files at
-    ``paths``): a typo is one line, exit 2, in every view.
-    The default baseline is checked only with ``always`` (a view that divides by it): a file
-    without bf16 still has its other views.
+    """Refuse a ``--baseline`` that names none of ``schemes`` (of the files at ``paths``). The default is
+    checked only with ``always`` (a view that divides by it): a file without bf16 keeps its other views.
 
     Raises:
         Refused: naming the file, the baseline and the file's schemes.
@@ -137,8 +113,7 @@ def check_baseline(paths: str | Sequence[str], schemes, baseline: str, *, always
 
 
 def limit(text: str) -> float:
-    """A budget option's value: the float ``text``, ``-0`` read as 0 (``-0.0 >= 0`` passes the check,
-    and a budget line would say ``≤ -0``)."""
+    """A budget option's value: the float ``text``, ``-0`` read as 0 (a budget line would say ``≤ -0``)."""
     return float(text) + 0.0
 
 
@@ -149,16 +124,13 @@ def add_max_rel_err(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def add_wide(p: argparse.ArgumentParser, what: str) -> None:
-    """``--wide``: a terminal table shows ``what`` too (every column); without it a terminal view
-    fits 120 characters (:data:`qbench.render.TABLE_WIDTH`). CSV, JSON and Markdown keep every
-    column either way."""
+    """``--wide``: a terminal table shows ``what`` too; without it a terminal view fits 120 characters."""
     p.add_argument("--wide", action="store_true",
                    help=f"{what}; without it a table fits 120 characters")
 
 
 def add_allow_incomplete(p: argparse.ArgumentParser, help: str) -> None:
-    """``--allow-incomplete``: what the command does with result files of interrupted runs
-    (``"complete": false``), said by ``help``."""
+    """``--allow-incomplete``: what the command does with files of interrupted runs, said by ``help``."""
     p.add_argument("--allow-incomplete", action="store_true", help=help)
 
 
@@ -168,16 +140,14 @@ def check_max_rel_err(value: Optional[float]) -> None:
         raise Refused(f"--max-rel-err must be >= 0, got {value}")
 
 
-# ---- the files ---------------------------------------------------------------------------------
-
 def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn",
                  refusal: str = "", command: str = "") -> list[ResultDoc]:
-    """Read every file of ``paths`` in order (:func:`qbench.results.read_results`; an unreadable one
-    is refused, named). A result of a job kind other than the layer's is refused unless its record
-    offers a view for ``command`` (:func:`job_view`), in one line naming the readers that take it. A
-    file marked ``"complete": false``: ``incomplete="warn"`` prints
-    :func:`qbench.judge.incomplete_warning` on stderr, ``"refuse"`` raises :class:`Refused` with
-    ``"<path> <refusal>"``, ``"keep"`` says nothing (the reader does)."""
+    """Read every file of ``paths`` (:func:`qbench.results.read_results`; an unreadable one refused).
+
+    A result of a job kind other than the layer's is refused unless its record offers a view for
+    ``command``, naming the readers that take it. A file marked ``"complete": false``: ``incomplete``
+    ``"warn"`` prints :func:`qbench.judge.incomplete_warning` on stderr, ``"refuse"`` raises
+    :class:`Refused` with ``"<path> <refusal>"``, ``"keep"`` says nothing (the reader does)."""
     try:
         docs = [read_results(path) for path in paths]
     except ResultsError as exc:
@@ -188,19 +158,17 @@ def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn"
             offered = ", ".join(f"qbench {c}" for c in kind.views if c not in ("run", "budgets"))
             raise Refused(f"{path}: " + (kind.refusal or f"a {kind.name} result (rows of job {kind.name!r}); this "
                                          f"command does not read it ({offered or 'no reader'} does)"))
-    if incomplete != "keep":
-        for path, doc in zip(paths, docs):
-            warning = incomplete_warning(doc, path)
-            if warning and incomplete == "refuse":
-                raise Refused(f"{path} {refusal}")
-            if warning:
-                print(warning, file=sys.stderr)
+    for path, doc in zip(paths, docs):
+        warning = incomplete_warning(doc, path) if incomplete != "keep" else None
+        if warning and incomplete == "refuse":
+            raise Refused(f"{path} {refusal}")
+        if warning:
+            print(warning, file=sys.stderr)
     return docs
 
 
 def declared_budgets() -> list:
-    """Every job kind's budget options (:class:`qbench.judge.Budget`, the records' ``budgets``), in
-    registry order: what ``recommend`` takes beside ``--max-rel-err``."""
+    """Every job kind's budget options (:class:`qbench.judge.Budget`), in registry order."""
     return [b for kind in jobs.JOBS.values() if "budgets" in kind.views for b in kind.view("budgets")]
 
 
@@ -211,8 +179,10 @@ def add_budgets(p: argparse.ArgumentParser) -> None:
 
 
 def check_budgets(args: argparse.Namespace) -> list:
-    """The :func:`declared_budgets` given in ``args``; raises :class:`Refused` for a value that is no
-    budget (:meth:`qbench.judge.Budget.check`)."""
+    """The :func:`declared_budgets` given in ``args``.
+
+    Raises:
+        Refused: a value that is no budget (:meth:`qbench.judge.Budget.check`)."""
     given = [b for b in declared_budgets() if getattr(args, b.name, None) is not None]
     for b in given:
         if (why := b.check(getattr(args, b.name))):
@@ -220,10 +190,16 @@ def check_budgets(args: argparse.Namespace) -> list:
     return given
 
 
+def refuse_budgets(args: argparse.Namespace) -> None:
+    """Refuse quality budgets (:func:`check_budgets`) given without a quality file."""
+    if check_budgets(args):
+        raise Refused(f"{budget_flags(declared_budgets())} are budgets on a quality result (qbench run of a "
+                      "[quality] scenario): give its file beside the step file")
+
+
 def job_view(docs: Sequence[ResultDoc], command: str) -> Optional[Callable[..., int]]:
-    """The view ``command`` takes for ``docs`` from their job kinds' records (:mod:`qbench.jobs`):
-    the first kind, in registry order, among the documents' kinds that offers one; None: the
-    command's own (layer) view."""
+    """The view ``command`` takes for ``docs``: the first job kind, in registry order, among theirs
+    that offers one (:mod:`qbench.jobs`); None: the command's own (layer) view."""
     present = {doc.job for doc in docs}
     for kind in jobs.JOBS.values():
         if kind.name in present and command in kind.views:
@@ -231,21 +207,12 @@ def job_view(docs: Sequence[ResultDoc], command: str) -> Optional[Callable[..., 
     return None
 
 
-# ---- several files of one scenario: one result ---------------------------------------------------
-
 @dataclass
 class Result:
     """Several result files of one scenario and machine read as one result (a run completed by
-    ``--schemes``/``--resume`` in a second file, or independent runs of the same schemes).
-
-    Attributes:
-        paths: the files, in the order given.
-        doc: the files' rows as one document (:func:`merge_docs`): a row measured in one file only is
-            that row; a row measured in several files is the first ``ok`` one with ``repeats``
-            listing every file's medians (and the medians of a row that already had ``repeats``).
-        runs: the independent runs the files hold (:func:`split_runs`), each a document; one
-            (``doc`` itself) when no row was measured twice.
-    """
+    ``--schemes``/``--resume`` in a second file, or independent runs of the same schemes): ``paths``
+    in the order given, ``doc`` their rows as one document (:func:`merge_docs`), ``runs`` the
+    independent runs they hold (:func:`split_runs`; ``[doc]`` when no row was measured twice)."""
 
     paths: list[str]
     doc: ResultDoc
@@ -258,10 +225,9 @@ class Result:
 
 
 def merge_docs(docs: Sequence[ResultDoc]) -> ResultDoc:
-    """The rows of ``docs`` (files of one scenario) as one document: the first file's fields, rows
-    in first-seen order, a row identity found in several files combined
-    (:func:`qbench.judge.combine_rows`);
-    ``complete`` is False when any file says so. One document is returned as it is."""
+    """The rows of ``docs`` (files of one scenario) as one document: the first file's fields, rows in
+    first-seen order, a row found in several files combined (:func:`qbench.judge.combine_rows`: the
+    first ``ok`` one, ``repeats`` listing every file's medians); ``complete`` False when any file says so."""
     if len(docs) == 1:
         return docs[0]
     by_key: dict[tuple, list[Row]] = {}
@@ -274,14 +240,13 @@ def merge_docs(docs: Sequence[ResultDoc]) -> ResultDoc:
 
 
 def _run_copies(row: Row) -> list[Row]:
-    """A row as the runs it holds: itself, or with ``repeats`` one copy per run whose STATS are
-    scaled to that run's median (the within-run spread of the row's own run kept)."""
+    """A row as the runs it holds: itself, or with ``repeats`` one copy per run whose stats are scaled
+    to that run's median (the row's own within-run spread kept)."""
     rep = row.repeats
     if rep is None or not rep.medians:
         return [row]
-    n = max(len(v) for v in rep.medians.values())
     out = []
-    for i in range(n):
+    for i in range(max(len(v) for v in rep.medians.values())):
         lat = {}
         for method, stats in row.latency_us.items():
             meds = rep.medians.get(method) or []
@@ -296,25 +261,21 @@ def _run_copies(row: Row) -> list[Row]:
 
 
 def split_runs(docs: Sequence[ResultDoc]) -> list[ResultDoc]:
-    """The independent runs that ``docs`` (files of one scenario) hold, each as a document.
-
-    A file that shares a row identity with another file is a run (a file whose rows carry
-    ``repeats`` is one run per median, :func:`_run_copies`), with its own rows only (a scheme it did
-    not measure is not in that run) plus those of the completion files (``--schemes``: files none
-    of whose rows another file has), which complete every run. One run (the merged rows) when no
-    row identity is in two files and no row has ``repeats``.
-    """
+    """The independent runs ``docs`` (files of one scenario) hold, each a document: a file sharing a row
+    identity with another is a run of its own rows (rows with ``repeats``: a run per median), completed
+    by the rows of the files none of whose rows another has. ``[merge_docs(docs)]`` when no row
+    identity is in two files and no row has ``repeats``."""
     counts: dict[tuple, int] = {}
     for doc in docs:
         for row in doc.rows:
             counts[row.key] = counts.get(row.key, 0) + 1
     merged = merge_docs(docs)
     runs: list[dict[tuple, Row]] = []
-    completing = [r for doc in docs if not any(counts[r.key] > 1 or r.repeats is not None for r in doc.rows)
-                  for r in doc.rows]
+    completing = []
     for doc in docs:
         if not any(counts[r.key] > 1 or r.repeats is not None for r in doc.rows):
-            continue  # a completion file: its rows are in every run
+            completing += doc.rows  # a completion file: its rows are in every run
+            continue
         copies = {r.key: _run_copies(r) for r in doc.rows}
         for i in range(max(len(v) for v in copies.values())):
             runs.append({key: v[min(i, len(v) - 1)] for key, v in copies.items()})
@@ -326,15 +287,14 @@ def split_runs(docs: Sequence[ResultDoc]) -> list[ResultDoc]:
 
 
 def group_results(paths: Sequence[str], docs: Sequence[ResultDoc]) -> list[Result]:
-    """Files of one scenario (``scenario.name``) and one machine (:attr:`ResultDoc.machine`, and no
-    difference of :func:`blocking_differences`: a host's CPU count or thread count may differ), per-layer results
-    (a file named twice counts once), grouped into one
-    :class:`Result` each, in the order of their first file; any other file is a result of its own."""
+    """Layer results of one scenario (``scenario.name``) and one machine (:attr:`ResultDoc.machine`, no
+    :func:`blocking_differences`: a CPU or thread count may differ) grouped into one :class:`Result`
+    each, in the order of their first file; a file named twice counts once; any other file is its own."""
     groups: list[tuple[tuple, list[int]]] = []
     seen: set[str] = set()
     for i, doc in enumerate(docs):
         real = os.path.realpath(paths[i])
-        if real in seen:  # one file named twice is read once
+        if real in seen:
             continue
         seen.add(real)
         key = (doc.job, doc.scenario.name, doc.machine) if doc.job == "layer" and doc.scenario.name else (i,)
@@ -344,83 +304,78 @@ def group_results(paths: Sequence[str], docs: Sequence[ResultDoc]) -> list[Resul
                 break
         else:
             groups.append((key, [i]))
-    out = []
-    for _, members in groups:
-        mine = [docs[i] for i in members]
-        out.append(Result([paths[i] for i in members], merge_docs(mine), split_runs(mine)))
-    return out
+    return [Result([paths[i] for i in members], merge_docs([docs[i] for i in members]),
+                   split_runs([docs[i] for i in members])) for _, members in groups]
 
 
-def one_result(paths: Sequence[str], docs: Sequence[ResultDoc]) -> Result:
+def one_result(paths: Sequence[str], docs: Sequence[ResultDoc], side: str = "") -> Result:
     """The one :class:`Result` the files are (:func:`group_results`).
 
     Raises:
-        Refused: the files are several results (scenarios or machines differ), each named."""
+        Refused: the files are several results, each named (after ``side``, e.g. ``"A: "``)."""
     results = group_results(paths, docs)
     if len(results) > 1:
-        raise Refused("the files are not one result (one scenario on one machine): "
+        raise Refused(f"{side}the files are not one result (one scenario on one machine): "
                       + "; ".join(f"{r.label} ({r.doc.scenario.name or r.doc.job}, {r.doc.machine})" for r in results))
     return results[0]
 
 
-#: The prefixes of :func:`qbench.hardware.machine_differences` lines that make two files two machines:
-#: the device kind, the GPU and its compute capability, torch's CPU capability and the CPU's
-#: instruction set (the kernels that run differ). Other lines (CPU count, threads, caches, model
-#: name, an unknown instruction set) are warned about.
+#: The :func:`qbench.hardware.machine_differences` lines that make two files two machines (the kernels
+#: that run differ): device, GPU, compute capability, CPU capability and instruction set.
 BLOCKING_PREFIXES = ("device:", "GPU:", "compute capability:", "CPU capability", "CPU instruction set:")
 
-
-def blocking_differences(differences: Sequence[str]) -> list[str]:
-    """The lines of ``differences`` (:func:`qbench.hardware.machine_differences`) that start with one of
-    :data:`BLOCKING_PREFIXES`: timings of the two files come from different kernels or devices."""
-    return [d for d in differences if d.startswith(BLOCKING_PREFIXES)]
-
-
-#: The prefixes of :func:`qbench.hardware.machine_differences` lines that bear on CUDA timings: the
-#: device and the GPU. The host's CPU count, threads, caches and instruction set are left out when
-#: both files are CUDA runs (a GPU kernel's time does not depend on them).
+#: The lines that bear on CUDA timings (two CUDA runs: the host's CPU facts are left out).
 GPU_PREFIXES = ("device:", "GPU", "compute capability:", "SM count:")
 
 
+def blocking_differences(differences: Sequence[str]) -> list[str]:
+    """The lines of ``differences`` that start with one of :data:`BLOCKING_PREFIXES`."""
+    return [d for d in differences if d.startswith(BLOCKING_PREFIXES)]
+
+
 def timing_differences(a: ResultDoc, b: ResultDoc) -> list[str]:
-    """:func:`qbench.hardware.machine_differences` of two documents' ``env``, less the host lines
-    when both are CUDA runs (:data:`GPU_PREFIXES`): what can change the rows' timings."""
-    lines = machine_differences(env_of(a), env_of(b))
+    """:func:`qbench.hardware.machine_differences` of two documents' ``env`` that can change their
+    timings: only the :data:`GPU_PREFIXES` lines when both are CUDA runs."""
+    lines = machine_differences(a.env.model_dump(mode="json"), b.env.model_dump(mode="json"))
     if str(a.env.device or "").startswith("cuda") and str(b.env.device or "").startswith("cuda"):
         lines = [line for line in lines if line.startswith(GPU_PREFIXES)]
     return lines
 
 
-def env_of(doc: ResultDoc) -> dict:
-    """``doc.env`` as the JSON object :func:`qbench.hardware.machine_differences` reads."""
-    return doc.env.model_dump(mode="json")
-
-
-#: Which of qbench's three answers decides what, said once by each view of ``qbench model``: the
-#: per-layer pick (``qbench recommend`` on one layer's file), Σ linear (this sum of per-layer times)
-#: and the measured step (a ``[model]`` scenario) can name three different schemes.
+#: Which of qbench's three answers decides what, said once by each view of ``qbench model``.
 ACT_ON = ("which answer to act on: the measured step decides a model (a [model] scenario: it includes attention, "
           "the KV cache and the gaps between kernels); the layer view (qbench recommend on one layer's file) decides "
           "a kernel for that layer; Σ linear, the sum of per-layer times, only predicts the step")
 
 
 def one_machine(paths: Sequence[str], docs: Sequence[ResultDoc], why: str = "") -> None:
-    """Refuse files measured on different machines (``why``: what the view adds up, after the
-    list), then :func:`warn_machine_differences` among the rest: a model step's times come from one machine."""
+    """Refuse files measured on different machines (``why``: what the view adds up), then
+    :func:`warn_machine_differences` among the rest: a model step's times come from one machine."""
     if len({doc.machine for doc in docs}) > 1:
         raise Refused("the files were measured on different machines ("
                       + "; ".join(f"{p}: {d.machine}" for p, d in zip(paths, docs)) + ")" + why)
     warn_machine_differences(list(paths), list(docs))
 
 
+def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[str]:
+    """Print on stderr, and return, one ``warning:`` line per :func:`timing_differences` line between the
+    first file's machine and each other's (one device label can hide another CPU or GPU memory)."""
+    out = [f"warning: {paths[0]} (A) and {path} (B) may come from different machines: {line}"
+           for path, doc in zip(paths[1:], docs[1:]) for line in timing_differences(docs[0], doc)]
+    for line in dict.fromkeys(out):
+        print(line, file=sys.stderr)
+    return out
+
+
 def incomplete_notes(paths: Sequence[str], docs: Sequence[ResultDoc], noted: bool) -> list[str]:
-    """A note per file marked incomplete when ``noted`` (``--allow-incomplete`` and an output with
-    room for notes); otherwise its warning goes to stderr and no note is made."""
+    """A note per file marked incomplete when ``noted`` (``--allow-incomplete`` and an output with room
+    for notes); otherwise its warning goes to stderr."""
     notes = []
     for path, doc in zip(paths, docs):
         warning = incomplete_warning(doc, path)
         if warning and noted:
-            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.rows)} rows), read with --allow-incomplete")
+            notes.append(f"{path}: incomplete (\"complete\": false, {len(doc.rows)} rows), "
+                         "read with --allow-incomplete")
         elif warning:
             print(warning, file=sys.stderr)
     return notes
@@ -428,9 +383,8 @@ def incomplete_notes(paths: Sequence[str], docs: Sequence[ResultDoc], noted: boo
 
 @dataclass(frozen=True)
 class Table:
-    """A job kind's table of one result, as its declaration makes it for :func:`show_table`: the
-    declared ``view`` (:class:`qbench.render.view.View`), its ``records``, the lines that say what the
-    table is (``describe``) and those under it (``notes``)."""
+    """A job kind's table of one result for :func:`show_table`: the declared ``view``, its ``records``,
+    the lines that say what it is (``describe``) and those under it (``notes``)."""
 
     view: View
     records: Sequence
@@ -439,9 +393,9 @@ class Table:
 
 
 def show_table(args: argparse.Namespace, doc: ResultDoc, table: Table, label: Optional[str] = None) -> int:
-    """Print a job kind's ``table`` of ``doc`` in the one layout (:func:`qbench.render.view.show`):
-    ``report``'s (``label``: the file, named in a refusal and the incomplete warning; ``--columns``
-    picks catalogue keys) and ``run``'s (no label; the default columns). Returns the records shown.
+    """Print ``table`` of ``doc`` (:func:`qbench.render.view.show`): ``report``'s (``label``: the file;
+    ``--columns`` picks catalogue keys) or ``run``'s (no label; the default columns). Returns the
+    records shown.
 
     Raises:
         Refused: an unknown ``--columns`` key (one line naming the file and the allowed keys)."""
@@ -456,18 +410,26 @@ def show_table(args: argparse.Namespace, doc: ResultDoc, table: Table, label: Op
     return len(table.records)
 
 
+def print_table(args: argparse.Namespace, text: str, describe: Sequence[str], notes: Sequence = ()) -> int:
+    """Print ``text``, a table already rendered, in the one layout (:func:`qbench.render.view.show`) with
+    ``describe`` above and the true ``notes`` under it, the prose only around a terminal table. Returns 0."""
+    prose = wants_prose(args.format)
+    show((), (), args.format, wide=getattr(args, "wide", False), describe=describe if prose else (),
+         notes=[n for n in notes if n] if prose else (), table=text)
+    return 0
+
+
 def refuse_options(args: argparse.Namespace, names: Sequence[str], why: str) -> None:
-    """Refuse the first option of ``names`` (argparse names) given in ``args`` that a job kind's view
-    does not read: ``why`` with ``{flag}`` replaced by the option (``--by-m``; a path in ``why`` may
-    hold braces, so no str.format)."""
+    """Refuse the first option of ``names`` (argparse names) given in ``args``: ``why`` with ``{flag}``
+    replaced by the option (``--by-m``; no str.format: a path in ``why`` may hold braces)."""
     for name in names:
         if getattr(args, name, None):
             raise Refused(why.replace("{flag}", "--" + name.replace("_", "-")))
 
 
 def chart_folder(out: Path, targets: Sequence[Path], force: bool) -> None:
-    """Refuse a chart path ``out`` whose suffix is not .png, .svg or .pdf, or chart files ``targets``
-    that exist without ``force`` (a chart is never overwritten silently); then make ``out``'s folder."""
+    """Refuse a chart path ``out`` not ending .png, .svg or .pdf, or existing ``targets`` without
+    ``force`` (a chart is never overwritten silently); then make ``out``'s folder."""
     if out.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
     existing = [str(t) for t in targets if t.exists()]
@@ -480,36 +442,19 @@ def chart_folder(out: Path, targets: Sequence[Path], force: bool) -> None:
         raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
 
 
+def write_chart(path: Path, draw: Callable[[], Path]) -> None:
+    """Print the path ``draw()`` writes; a path that cannot be written (read-only folder, full disk, a
+    directory of that name) is refused in one line."""
+    try:
+        print(draw())
+    except OSError as exc:
+        raise Refused(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def one_chart(args: argparse.Namespace, draw: Callable[[Path], Path]) -> int:
-    """``qbench plot FILE -o OUT`` for a kind with one chart: ``OUT`` checked (:func:`chart_folder`),
-    ``draw(OUT)`` writes it and its path is printed; a path that cannot be written is refused in one
-    line. Returns 0."""
+    """``qbench plot FILE -o OUT`` for a kind with one chart: ``OUT`` checked (:func:`chart_folder`), then
+    ``draw(OUT)`` writes it (:func:`write_chart`). Returns 0."""
     out = Path(args.output)
     chart_folder(out, [out], getattr(args, "force", False))
-    try:
-        print(draw(out))
-    except OSError as exc:
-        raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
+    write_chart(out, lambda: draw(out))
     return 0
-
-
-def refuse_budgets(args: argparse.Namespace) -> None:
-    """Refuse quality budgets (:func:`check_budgets`) given without a quality file."""
-    if check_budgets(args):
-        raise Refused(f"{budget_flags(declared_budgets())} are budgets on a quality result (qbench run of a "
-                      "[quality] scenario): give its file beside the step file")
-
-
-def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[str]:
-    """Print on stderr, and return, one ``warning:`` line per difference
-    :func:`qbench.readers.common.timing_differences` finds between the first file's machine and each
-    other file's (one device label can hide another CPU instruction set, CPU count or GPU memory;
-    two CUDA runs: the GPU's facts only): a model step adds per-layer times, which must come from
-    one machine."""
-    out = []
-    for path, doc in zip(paths[1:], docs[1:]):
-        for line in timing_differences(docs[0], doc):
-            out.append(f"warning: {paths[0]} (A) and {path} (B) may come from different machines: {line}")
-    for line in dict.fromkeys(out):
-        print(line, file=sys.stderr)
-    return out

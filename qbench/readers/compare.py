@@ -11,12 +11,13 @@ differences are warned about (:func:`qbench.readers.common.timing_differences`).
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from dataclasses import replace
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, row_verdict
 from qbench.readers.common import (Command, Refused, add_format, add_method, add_wide, blocking_differences,
-                                   group_results, open_results, timing_differences)
-from qbench.render import TABLE_WIDTH, Column, check_format, narrow, prose, render, wants_prose
+                                   one_result, open_results, print_table, timing_differences)
+from qbench.render import TABLE_WIDTH, Column, check_format, narrow, render
 from qbench.render.table import rest_width
 from qbench.render.columns import COLUMNS, fmt_num, fmt_us, shown
 from qbench.render.safe import visible
@@ -29,12 +30,11 @@ __all__ = ["COMMAND", "caveats", "machine_note", "compare_docs", "render_compare
 
 def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISION_METHOD,
                  threshold: float = 1.05, max_err_growth: float = 2.0, machine: str | None = None) -> list[dict]:
-    """Compare result documents ``a`` (before) and ``b`` (after) row by row: one record per
-    (scheme, M, K, N) of either file, A's order first, with both medians, ``speedup`` (A / B), both
-    errors and their difference, a ``verdict`` (faster, slower, same, only in A, only in B, not
-    comparable), a ``note`` (why not comparable, or the pair's caveats after ``machine``, the machine
-    difference a reader should blame first), ``regression`` (slower beyond ``threshold``) and
-    ``fails`` (failed in B, missing from B, error grew over ``max_err_growth``)."""
+    """Compare ``a`` (before) and ``b`` (after) row by row: one record per (scheme, M, K, N) of either
+    file, A's order first: both ``method`` medians (µs), ``speedup`` (A / B), both rel_fro and their
+    difference, a ``verdict`` (faster, slower, same, only in A, only in B, not comparable), a ``note``
+    (why not comparable, or ``machine`` then the pair's :func:`caveats`), ``regression`` (slower beyond
+    ``threshold``) and ``fails`` (failed or missing in B, error grown over ``max_err_growth``)."""
     a, b = ResultDoc.of(a), ResultDoc.of(b)
     rows_a = {r.key: r for r in a.rows}
     rows_b = {r.key: r for r in b.rows}
@@ -44,23 +44,17 @@ def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISIO
         ra, rb = rows_a.get(key), rows_b.get(key)
         sa = ra.stats(method) if ra else None
         sb = rb.stats(method) if rb else None
+        ea, eb = ra.rel_fro if ra else None, rb.rel_fro if rb else None
+        both = ea is not None and eb is not None
         rec = {"scheme": key[0], "m": key[1], "k": key[2], "n": key[3],
                **({"tp_size": key[4], "split": key[5]} if key[4] is not None else {}),
-               "a_us": sa.median if sa else None, "b_us": sb.median if sb else None,
-               "speedup": None, "a_rel_fro": ra.rel_fro if ra else None, "b_rel_fro": rb.rel_fro if rb else None,
-               "rel_fro_diff": None,
+               "a_us": sa.median if sa else None, "b_us": sb.median if sb else None, "speedup": None,
+               "a_rel_fro": ea, "b_rel_fro": eb, "rel_fro_diff": eb - ea if both else None,
                "verdict": None, "note": None, "regression": False, "fails": []}
-        if rec["a_rel_fro"] is not None and rec["b_rel_fro"] is not None:
-            rec["rel_fro_diff"] = rec["b_rel_fro"] - rec["a_rel_fro"]
-        if ra is not None and ra.status == "ok":
-            if rb is None:
-                rec["fails"].append("missing from B")
-            elif rb.status != "ok":
-                rec["fails"].append(f"{rb.status} in B")
-        if rec["a_rel_fro"] is not None and rec["b_rel_fro"] is not None \
-                and rec["b_rel_fro"] > max_err_growth * rec["a_rel_fro"]:
-            grew = rec["b_rel_fro"] / rec["a_rel_fro"] if rec["a_rel_fro"] > 0 else float("inf")
-            rec["fails"].append(f"error grew {grew:.1f}×")
+        if ra is not None and ra.status == "ok" and (rb is None or rb.status != "ok"):
+            rec["fails"].append("missing from B" if rb is None else f"{rb.status} in B")
+        if both and eb > max_err_growth * ea:
+            rec["fails"].append(f"error grew {eb / ea if ea > 0 else float('inf'):.1f}×")
         if ra is None or rb is None:
             rec["verdict"] = "only in B" if ra is None else "only in A"
         elif sa is None or sb is None:
@@ -81,10 +75,9 @@ def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISIO
 
 
 def machine_note(differences: list[str]) -> str | None:
-    """The short note a compared row carries for :func:`qbench.hardware.machine_differences` lines:
-    ``"machines differ (CPU instruction set, CPU count)"`` (each line's label), ``"machines may
-    differ (CPU instruction set unknown)"`` when the only line says a file lacks ``cpu_info``;
-    None for no lines."""
+    """A compared row's note for :func:`qbench.hardware.machine_differences` lines: ``"machines differ
+    (CPU instruction set, CPU count)"`` (each line's label), ``"machines may differ (... unknown)"``
+    when every line says a file lacks the fact; None for no lines."""
     labels = list(dict.fromkeys(line.split(":")[0] for line in differences))
     if not labels:
         return None
@@ -94,19 +87,15 @@ def machine_note(differences: list[str]) -> str | None:
 
 
 def caveats(ra: Row, rb: Row, sa: Stats, sb: Stats) -> str | None:
-    """What could mislead a reader of one compared pair, or None: each side's row flags (their
-    names: ``cpu-busy``, ``throttled``, ``repacked``, ...) and a noisy reading (cv over
-    :data:`~qbench.judge.NOISY_CV`), e.g. ``"B: cpu-busy, noisy (cv 0.90)"``. A row that
-    reads slower only because its machine was busy says so next to its verdict."""
-    parts = []
-    for side, row, stats in (("A", ra, sa), ("B", rb, sb)):
-        said = row_caveats(row, stats)
-        if said:
-            parts.append(f"{side}: {', '.join(said)}")
+    """What could mislead a reader of one compared pair (:func:`qbench.judge.row_caveats`: flags, a noisy
+    reading), e.g. ``"B: cpu-busy, noisy (cv 0.90)"``, or None."""
+    parts = [f"{side}: {', '.join(said)}" for side, row, stats in (("A", ra, sa), ("B", rb, sb))
+             if (said := row_caveats(row, stats))]
     return "; ".join(parts) or None
 
 
 def _why(row: Row, method: str) -> str:
+    """Why ``row`` has no ``method`` time."""
     if row.status != "ok":
         return f"{row.status}: {row.reason or 'no reason given'}"
     if capture_failure(row, method):
@@ -116,11 +105,9 @@ def _why(row: Row, method: str) -> str:
 
 
 def compare_view(method: str, tp: bool = False) -> View:
-    """The compare table declared (:class:`qbench.render.view.View`): scheme, M (``tp``: the
-    sharding), A's and B's ``method`` medians, the speed-up (A/B), the error's change, the verdict
-    (``slower !``: a regression) and the note. The narrow default takes short headers (the line
-    under the table names the method and defines the speed-up); CSV and JSON carry the ``method``
-    on every record (their headers are keys, which do not name it)."""
+    """The compare table declared: scheme, M (``tp``: the sharding), A's and B's ``method`` medians, the
+    speed-up (A/B), the error's change, the verdict (``slower !``: a regression) and the note; short
+    headers in the narrow default, the ``method`` on every CSV and JSON record."""
     cols = [
         Column("scheme", "scheme", lambda r: r["scheme"]),
         Column("m", "M", lambda r: r["m"], fmt_num("d"), True),
@@ -140,9 +127,8 @@ def compare_view(method: str, tp: bool = False) -> View:
 
 
 def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: bool = False) -> str:
-    """Render :func:`compare_docs`'s records (:func:`compare_view`) in any :data:`qbench.render.FORMATS`
-    format. A terminal table without ``wide`` (:func:`qbench.render.narrow`) fits 120 characters: the
-    note wraps within what the other columns leave (less 3 spare: µ, × and Δ are two bytes each)."""
+    """:func:`compare_docs`'s records in format ``fmt``; in the narrow default the note wraps within
+    what the other columns leave of 120 characters (less 3: µ, × and Δ are two bytes each)."""
     cols = compare_view(method, any(r.get("tp_size") is not None for r in records)).columns(fmt, wide)
     if narrow(fmt, wide):
         cols[-1] = replace(cols[-1], width=rest_width(records, cols, "note", TABLE_WIDTH - 3))
@@ -171,6 +157,7 @@ def _add_arguments(p) -> None:
 
 
 def _side(name: str, positional, files) -> list[str]:
+    """One side's files: the positional one or ``--a``/``--b``'s, not both, not none."""
     if positional is not None and files:
         raise Refused(f"give {name.upper()} as a positional file or as --{name} FILE..., not both")
     got = list(files or ([positional] if positional is not None else []))
@@ -181,8 +168,10 @@ def _side(name: str, positional, files) -> list[str]:
 
 
 def run_compare(args) -> int:
-    """Run ``qbench compare`` from parsed ``args``; returns the exit status (0 or 1; raises
-    :class:`~qbench.readers.common.Refused` on bad input)."""
+    """Run ``qbench compare`` from parsed ``args``; returns the exit status (0, or 1: a regression).
+
+    Raises:
+        Refused: bad input (one line)."""
     if not args.threshold > 0:  # NaN too: a factor on A's time, a speed-up of 1/threshold
         raise Refused(f"--threshold must be > 0 (a factor on A's time, e.g. 1.05), got {args.threshold}")
     try:
@@ -195,13 +184,7 @@ def run_compare(args) -> int:
     if not max_growth > 0:
         raise Refused(f"--max-err-growth must be > 0 (a factor on A's error, e.g. 2), got {max_growth}")
     docs = open_results(paths_a + paths_b, command="compare")
-    sides = []
-    for name, paths, mine in (("A", paths_a, docs[:len(paths_a)]), ("B", paths_b, docs[len(paths_a):])):
-        groups = group_results(paths, mine)
-        if len(groups) > 1:
-            raise Refused(f"{name}: the files are not one result (one scenario on one machine): "
-                          + "; ".join(f"{g.label} ({g.doc.scenario.name}, {g.doc.machine})" for g in groups))
-        sides.append(groups[0])
+    sides = [one_result(paths_a, docs[:len(paths_a)], "A: "), one_result(paths_b, docs[len(paths_a):], "B: ")]
     a, b = sides[0].doc, sides[1].doc
     label_a, label_b = sides[0].label, sides[1].label
     method, note = common_method(a, b, args.method)
@@ -220,29 +203,22 @@ def run_compare(args) -> int:
         print(visible(f"warning: machines {'may differ' if line.split(':')[0].endswith('unknown') else 'differ'}: "
                       f"{line}"), file=sys.stderr)
     wide = getattr(args, "wide", False)
-    say = prose(args.format, wide)
-    if wants_prose(args.format):  # the narrow view: A and B on a line each (two long paths rarely fit one)
-        print(say(visible(f"A = {label_a} ({a.machine})")) + "\n" + say(visible(f"B = {label_b} ({b.machine})"))
-              if narrow(args.format, wide) else visible(f"A = {label_a} ({a.machine}); B = {label_b} ({b.machine})"))
-    print(render_compare(records, method, args.format, wide=wide))
+    sides = [f"A = {label_a} ({a.machine})", f"B = {label_b} ({b.machine})"]  # narrow: a line each (long paths)
+    summary = ", ".join(f"{n} {v}" for v, n in Counter(r["verdict"] for r in records).items())
+    notes = [f"{method} median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap = same. "
+             f"{summary}." + (f" ({note})" if note else "")]
     bad = [r for r in records if r["regression"]]
-    if wants_prose(args.format):
-        counts = {}
-        for r in records:
-            counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-        summary = ", ".join(f"{n} {v}" for v, n in counts.items())
-        print("\n" + say(f"{method} median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap "
-                         f"= same. {summary}." + (f" ({note})" if note else "")))
-        if bad:
-            print(say(visible(f"REGRESSION: {len(bad)} row(s) slower than A by more than {args.threshold:g}× its time "
-                              f"(speed-up below {1 / args.threshold:.3f}×): "
-                              + ", ".join(f"{r['scheme']} M={r['m']} (speed-up {r['speedup']:.2f}×"
-                                          + (f"; {r['note']}" if r["note"] else "") + ")" for r in bad))))
-        failing = [r for r in records if r["fails"]]
-        if failing:
-            print(say(visible(f"FAILED: {len(failing)} row(s): "
-                              + ", ".join(f"{r['scheme']} M={r['m']} ({'; '.join(r['fails'])})" for r in failing))))
-    return 1 if bad or any(r["fails"] for r in records) else 0
+    if bad:
+        notes.append(f"REGRESSION: {len(bad)} row(s) slower than A by more than {args.threshold:g}× its time (speed-up "
+                     f"below {1 / args.threshold:.3f}×): " + ", ".join(f"{r['scheme']} M={r['m']} (speed-up "
+                     f"{r['speedup']:.2f}×" + (f"; {r['note']}" if r["note"] else "") + ")" for r in bad))
+    failing = [r for r in records if r["fails"]]
+    if failing:
+        notes.append(f"FAILED: {len(failing)} row(s): "
+                     + ", ".join(f"{r['scheme']} M={r['m']} ({'; '.join(r['fails'])})" for r in failing))
+    print_table(args, render_compare(records, method, args.format, wide=wide),
+                sides if narrow(args.format, wide) else ["; ".join(sides)], notes)
+    return 1 if bad or failing else 0
 
 
 COMMAND = Command(

@@ -3,11 +3,10 @@
 Figure 1 (``FILE.png``): attained TFLOP/s against arithmetic intensity, log-log, under the
 measured (else datasheet) ceilings; one point per scheme × M. Figure 2 (``FILE-pareto.png``):
 latency against rel_fro, one panel per M, ``recommend``'s Pareto front
-(:func:`qbench.judge.pareto_front`) ringed and named with stored MiB; labels placed by
+(:func:`qbench.judge.pareto_front`) ringed and named with stored MiB, labels placed by
 :func:`place_labels` so none overlaps. Times are ``stream`` medians unless ``--method`` says
-otherwise. matplotlib is optional and imported only here (Agg). Text from the file is drawn as
-plain characters (:func:`plain`); a value that cannot be drawn (:data:`DRAWABLE_MAX`) is refused
-before any chart is written.
+otherwise. matplotlib is optional and imported only here (Agg); text from the file is drawn as plain
+characters (:func:`plain`); a value that cannot be drawn is refused before any chart is written.
 """
 
 from __future__ import annotations
@@ -17,25 +16,23 @@ import math
 from pathlib import Path
 
 from qbench.judge import pareto_front, resolve_method, shape_order
-from qbench.readers.common import Command, Refused, add_method, chart_folder, job_view, open_results
-from qbench.render.styles import _MARKERS, plain, scheme_colour_index, scheme_styles  # noqa: F401
+from qbench.readers.common import Command, Refused, add_method, chart_folder, job_view, open_results, write_chart
+from qbench.render.styles import plain, scheme_colour_index, scheme_styles
 from qbench.results import ResultDoc
 
-__all__ = ["COMMAND", "DRAWABLE_MAX", "check_drawable", "draw_pareto", "plain", "pareto_groups", "place_labels", "plot_pareto", "plot_roofline", "points",
-           "run_plot", "scheme_styles"]
+__all__ = ["COMMAND", "DRAWABLE_MAX", "check_drawable", "draw_pareto", "plain", "pareto_groups", "place_labels",
+           "plot_pareto", "plot_roofline", "points", "run_plot", "scheme_colour_index", "scheme_styles"]
 
 
 def points(doc: ResultDoc | dict, method: str) -> list[dict]:
     """Plottable rows: ``ok`` rows with a ``method`` median; each ``{"label", "scheme", "m", "k", "n",
     "tp_size", "split", "stored_bytes", "base" (registry name), "compiled" (bool), "ai" (FLOP/byte),
     "tflops" (attained, 1e12 FLOP/s), "latency_us", "rel_fro" (None with non-finite outputs)}``."""
-    doc = ResultDoc.of(doc)
     out = []
-    for r in doc.rows:
+    for r in ResultDoc.of(doc).rows:
         stats = r.stats(method)
         if not stats or stats.median <= 0:
             continue
-        rel = None if r.error is not None and r.error.nonfinite else r.rel_fro
         compiled = r.mode == "compiled"
         out.append({"label": f"{r.scheme} M={r.m}", "scheme": r.scheme, "m": r.m, "k": r.k, "n": r.n,
                     "tp_size": r.tp_size, "split": r.split, "stored_bytes": r.stored_bytes,
@@ -43,7 +40,8 @@ def points(doc: ResultDoc | dict, method: str) -> list[dict]:
                     "base": r.scheme.removesuffix("+compiled") if compiled else r.scheme, "compiled": compiled,
                     "ai": r.arithmetic_intensity,
                     "tflops": r.flops / stats.median / 1e6 if r.flops else None,
-                    "latency_us": stats.median, "rel_fro": rel})
+                    "latency_us": stats.median,
+                    "rel_fro": None if r.error is not None and r.error.nonfinite else r.rel_fro})
     return out
 
 
@@ -53,107 +51,93 @@ DRAWABLE_MAX = 1e100
 
 
 def check_drawable(doc: ResultDoc, method: str, path: str) -> None:
-    """Raise :class:`Refused` (one line naming ``path``, the scheme, M, the quantity and its value)
-    when a value the charts draw is not finite or its magnitude is over :data:`DRAWABLE_MAX`: the
-    points' ``latency_us``, ``rel_fro``, ``ai`` and ``tflops`` (:func:`points`) and the ceilings'
-    GB/s and TFLOP/s. Called before any chart is written, so a refused file leaves no chart."""
-    for p in points(doc, method):
-        for key in ("latency_us", "rel_fro", "ai", "tflops"):
-            v = p[key]
-            if v is not None and not (math.isfinite(v) and abs(v) <= DRAWABLE_MAX):
-                raise Refused(f"{path}: scheme {p['scheme']!r} M={p['m']}: {key} {v:g} cannot be drawn (a chart "
-                              f"needs finite values of magnitude <= {DRAWABLE_MAX:g}); no chart was written")
+    """Refuse a value the charts draw that is not finite or over :data:`DRAWABLE_MAX` in magnitude: the
+    points' ``latency_us``, ``rel_fro``, ``ai`` and ``tflops`` and the ceilings' GB/s and TFLOP/s.
+
+    Raises:
+        Refused: one line naming ``path``, the scheme and M or the ceiling, the quantity and its value."""
+    values = [(f"scheme {p['scheme']!r} M={p['m']}: {key}", p[key]) for p in points(doc, method)
+              for key in ("latency_us", "rel_fro", "ai", "tflops")]
     for source in ("measured", "datasheet"):
         ceil = getattr(doc.ceilings, source, None) if doc.ceilings is not None else None
-        if ceil is None:
-            continue
-        values = [("memory_gbps", ceil.memory_gbps), *((f"tflops.{d}", t) for d, t in (ceil.tflops or {}).items())]
-        for key, v in values:
-            if v is not None and not (math.isfinite(v) and abs(v) <= DRAWABLE_MAX):
-                raise Refused(f"{path}: ceilings.{source}.{key} {v:g} cannot be drawn (a chart needs finite "
-                              f"values of magnitude <= {DRAWABLE_MAX:g}); no chart was written")
+        if ceil is not None:
+            values += [(f"ceilings.{source}.memory_gbps", ceil.memory_gbps),
+                       *((f"ceilings.{source}.tflops.{d}", t) for d, t in (ceil.tflops or {}).items())]
+    for what, v in values:
+        if v is not None and not (math.isfinite(v) and abs(v) <= DRAWABLE_MAX):
+            raise Refused(f"{path}: {what} {v:g} cannot be drawn (a chart needs finite values of magnitude "
+                          f"<= {DRAWABLE_MAX:g}); no chart was written")
 
 
-def _scatter_with_legend(ax, pts: list[dict], x: str, y: str) -> list:
-    """One point per row, coloured by registry scheme, shaped by M, hollow when compiled; returns
-    the legend handles (every scheme label and, when there are several, every M)."""
+def _dots(ax, pts: list[dict], x: str, y: str, colours: dict, markers: dict | None = None) -> list:
+    """One point per row, coloured by registry scheme, shaped by M (``markers``; else a circle), hollow
+    when compiled; returns a legend handle per scheme label."""
     from matplotlib.lines import Line2D
 
-    colours, markers = scheme_styles([p["base"] for p in pts], [p["m"] for p in pts])
-    labels: dict[str, tuple] = {}
+    seen: dict[str, tuple] = {}
     for p in pts:
         colour = colours[p["base"]]
-        face = "white" if p["compiled"] else colour
-        ax.scatter(p[x], p[y], s=40, facecolors=[face], edgecolors=[colour if p["compiled"] else "black"],
-                   linewidths=1.6 if p["compiled"] else 0.4, marker=markers[p["m"]], zorder=3)
-        labels.setdefault(p["scheme"], (colour, face, p["compiled"]))
-    handles = [Line2D([], [], ls="", marker="o", markerfacecolor=face, markeredgecolor=colour if compiled else "black",
-                      markeredgewidth=1.6 if compiled else 0.4, markersize=7, label=plain(s))
-               for s, (colour, face, compiled) in labels.items()]
-    if len(markers) > 1:
-        handles += [Line2D([], [], ls="", marker=mk, color="grey", label=f"M={m}") for m, mk in markers.items()]
-    elif markers:
-        handles.append(Line2D([], [], ls="", label=f"(all points M={next(iter(markers))})"))
-    return handles
+        face, edge, lw = ("white", colour, 1.6) if p["compiled"] else (colour, "black", 0.4)
+        ax.scatter(p[x], p[y], s=40, facecolors=[face], edgecolors=[edge], linewidths=lw,
+                   marker=markers[p["m"]] if markers else "o", zorder=3)
+        seen.setdefault(p["scheme"], (face, edge, lw))
+    return [Line2D([], [], ls="", marker="o", markerfacecolor=face, markeredgecolor=edge, markeredgewidth=lw,
+                   markersize=7, label=plain(s)) for s, (face, edge, lw) in seen.items()]
 
 
 def plot_roofline(doc: ResultDoc, method: str, path: Path) -> Path:
-    """Write the roofline chart of ``doc`` (``method`` medians) to ``path`` (PNG, SVG or PDF, from its suffix).
-
-    Points are coloured by scheme and shaped by M (legend on the right, no text on the points, so
-    schemes at the same AI cannot hide each other's names). The ceilings come from
-    ``doc.ceilings.measured`` (else ``.datasheet``; :meth:`~qbench.results.ResultDoc.ceiling`): the
-    bandwidth slope and one horizontal line per distinct compute peak, named in the legend with its
-    dtypes and TFLOP/s; when both are present the datasheet bandwidth is drawn dashed for comparison.
-    """
+    """Write the roofline chart of ``doc`` (``method`` medians) to ``path`` (PNG, SVG or PDF, by suffix):
+    points coloured by scheme and shaped by M, named in the legend only (schemes at one AI cannot hide
+    each other's names), under the bandwidth slope and a line per compute peak of
+    :meth:`~qbench.results.ResultDoc.ceiling` (with both, the datasheet bandwidth dashed)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     pts = [p for p in points(doc, method) if p["ai"] and p["tflops"]]
     fig, ax = plt.subplots(figsize=(11.5, 7))
     ceil, source = doc.ceiling()
     xs = [p["ai"] for p in pts] or [1.0]
     lo, hi = min(xs) / 2, max(xs) * 2
-    ceiling_handles = []
+    handles = []
     if ceil:
         bw = ceil.memory_gbps
         peaks = {d: v for d, v in (ceil.tflops or {}).items() if v}
         top = max(peaks.values(), default=1.0)
         right = max(hi, top * 1000 / bw * 2)
-        line, = ax.plot([lo, top * 1000 / bw], [lo * bw / 1000, top], "k-", lw=1.4,
-                        label=f"memory {bw:.0f} GB/s ({source})")
-        ceiling_handles.append(line)
+        handles += ax.plot([lo, top * 1000 / bw], [lo * bw / 1000, top], "k-", lw=1.4,
+                           label=f"memory {bw:.0f} GB/s ({source})")
         sheet = doc.ceilings.datasheet
         if source == "measured" and sheet is not None and sheet.memory_gbps:
             sbw = sheet.memory_gbps
             stop = max((v for v in (sheet.tflops or {}).values() if v), default=top)
-            line, = ax.plot([lo, stop * 1000 / sbw], [lo * sbw / 1000, stop], color="grey", ls="--", lw=1,
-                            label=f"memory {sbw:.0f} GB/s (datasheet)")
-            ceiling_handles.append(line)
+            handles += ax.plot([lo, stop * 1000 / sbw], [lo * sbw / 1000, stop], color="grey", ls="--", lw=1,
+                               label=f"memory {sbw:.0f} GB/s (datasheet)")
         by_peak: dict[float, list[str]] = {}  # dtypes sharing a peak share one line
         for dtype, peak in peaks.items():
             by_peak.setdefault(peak, []).append(dtype)
         styles = ("-", "--", "-.", ":")
         for i, (peak, dtypes) in enumerate(sorted(by_peak.items(), reverse=True)):
             ridge = peak * 1000 / bw  # AI where the bandwidth slope meets this peak
-            line, = ax.plot([max(ridge, lo), right], [peak, peak], lw=1.2, ls=styles[i % len(styles)],
-                            color=plt.cm.Dark2(i % 8),
-                            label=plain(f"{'/'.join(dtypes)} peak {peak:.0f} TFLOP/s (ridge AI {ridge:.0f})"))
-            ceiling_handles.append(line)
-    point_handles = _scatter_with_legend(ax, pts, "ai", "tflops")
+            handles += ax.plot([max(ridge, lo), right], [peak, peak], lw=1.2, ls=styles[i % len(styles)],
+                               color=plt.cm.Dark2(i % 8),
+                               label=plain(f"{'/'.join(dtypes)} peak {peak:.0f} TFLOP/s (ridge AI {ridge:.0f})"))
+    colours, markers = scheme_styles([p["base"] for p in pts], [p["m"] for p in pts])
+    scheme_handles = _dots(ax, pts, "ai", "tflops", colours, markers)
+    if len(markers) > 1:
+        scheme_handles += [Line2D([], [], ls="", marker=mk, color="grey", label=f"M={m}") for m, mk in markers.items()]
+    elif markers:
+        scheme_handles.append(Line2D([], [], ls="", label=f"(all points M={next(iter(markers))})"))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte of minimum traffic)")
     ax.set_ylabel(f"attained TFLOP/s (FLOPs / {method} median)")
     name = doc.env.device_name or doc.env.device or ""
-    scen = doc.scenario.name or ""
-    ax.set_title(plain(f"roofline: {scen} on {name}; ceilings {source}"))
-    if pts or ceiling_handles:  # one legend, outside the axes: ceilings first, then the schemes
-        from matplotlib.lines import Line2D
-
-        gap = [Line2D([], [], ls="", label=" ")] if ceiling_handles and pts else []
-        ax.legend(handles=ceiling_handles + gap + (point_handles if pts else []), loc="upper left",
+    ax.set_title(plain(f"roofline: {doc.scenario.name or ''} on {name}; ceilings {source}"))
+    if pts or handles:  # one legend, outside the axes: ceilings first, then the schemes
+        gap = [Line2D([], [], ls="", label=" ")] if handles and pts else []
+        ax.legend(handles=handles + gap + (scheme_handles if pts else []), loc="upper left",
                   bbox_to_anchor=(1.01, 1.0), fontsize=7.5, borderaxespad=0)
     ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
@@ -162,29 +146,24 @@ def plot_roofline(doc: ResultDoc, method: str, path: Path) -> Path:
     return path
 
 
-#: Offsets (points) tried for a label, nearest first, and the directions at each (degrees,
-#: lower right first: where a label sat before placement was checked).
+#: Offsets (points) tried for a label, nearest first, and the directions at each (degrees, lower right first).
 _LABEL_RADII = (7, 13, 21, 31, 43, 57, 73, 91, 112, 136, 165)
 _LABEL_ANGLES = (-30, 30, -150, 150, 0, 180, -90, 90, -60, 60, -120, 120, -10, 10, -170, 170)
 
 
 def place_labels(ax, items: list[tuple[float, float, str]], obstacles: list[tuple[float, float]],
                  fontsize: float = 6.5, marker_pt: float = 6.0) -> tuple[list, int]:
-    """Annotate ``items`` (x, y, text in data coordinates) on ``ax`` so that no two labels overlap,
-    no label covers a point of ``obstacles`` (data coordinates; a square of ``marker_pt`` points
-    either side) and every label stays inside the axes.
+    """Annotate ``items`` (x, y, text; data coordinates) on ``ax`` so that no two labels overlap, no
+    label covers a point of ``obstacles`` (a square of ``marker_pt`` points either side) and every
+    label stays inside the axes.
 
-    Deterministic greedy placement, no dependency: items in order of x then y; for each, the
-    first free spot of :data:`_LABEL_RADII` x :data:`_LABEL_ANGLES` around its point (text
-    aligned away from the point), measured with the figure's renderer; a label further than the
-    first radius gets a thin leader line to its point, placed where it crosses no other label or
-    leader line if such a spot exists (else where it crosses fewest). An item with no free spot
-    goes where it overlaps least and is counted. The axes limits and position must be final (call after the
-    layout). Returns ``(annotations, crowded)``: the annotations in placement order and how many
-    items found no free spot.
+    Deterministic greedy placement: items in order of x then y, each at the first free spot of
+    :data:`_LABEL_RADII` x :data:`_LABEL_ANGLES` around its point, measured with the figure's renderer;
+    a label beyond the first radius gets a thin leader line, placed where it crosses no other label or
+    leader if it can (else fewest). An item with no free spot goes where it overlaps least. Call after
+    the layout (limits and position final). Returns ``(annotations, crowded)``: the annotations in
+    placement order and how many items found no free spot.
     """
-    import math
-
     from matplotlib.text import Text
     from matplotlib.transforms import Bbox
 
@@ -200,58 +179,56 @@ def place_labels(ax, items: list[tuple[float, float, str]], obstacles: list[tupl
     ends: list[tuple[tuple[float, float], tuple[float, float]]] = []  # each leader: point, label centre
     pad = 1.5
 
+    def side(o, u, v):
+        return (u[0] - o[0]) * (v[1] - o[1]) - (u[1] - o[1]) * (v[0] - o[0])
+
     def cross(p: tuple, q: tuple, a: tuple, b: tuple) -> bool:
         """Whether segments p-q and a-b properly intersect."""
-        def side(o, u, v):
-            return (u[0] - o[0]) * (v[1] - o[1]) - (u[1] - o[1]) * (v[0] - o[0])
         return side(p, q, a) * side(p, q, b) < 0 and side(a, b, p) * side(a, b, q) < 0
 
+    def centre(box: Bbox) -> tuple[float, float]:
+        return (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
+
     def along(x0: float, y0: float, box: Bbox) -> list[tuple[float, float]]:
-        """Points on the segment from (x0, y0) to ``box``'s centre, outside the box itself."""
-        cx, cy = (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
+        """Points on the segment from (x0, y0) to ``box``'s centre, outside the box."""
+        cx, cy = centre(box)
         pts = [(x0 + (cx - x0) * t / 24, y0 + (cy - y0) * t / 24) for t in range(2, 24)]
         return [(u, v) for u, v in pts if not box.contains(u, v)]
 
     def crossings(box: Bbox, segment: list[tuple[float, float]]) -> int:
-        """Leader lines drawn that pass through ``box``, and labels that ``segment`` passes through."""
+        """Leader lines drawn through ``box``, and labels ``segment`` passes through."""
         return sum(any(box.contains(u, v) for u, v in line) for line in leaders) + \
             sum(any(other.contains(u, v) for u, v in segment) for other in labels)
 
     def overlap(a: Bbox, b: Bbox) -> float:
-        w = min(a.x1, b.x1) - max(a.x0, b.x0)
-        h = min(a.y1, b.y1) - max(a.y0, b.y0)
+        w, h = min(a.x1, b.x1) - max(a.x0, b.x0), min(a.y1, b.y1) - max(a.y0, b.y0)
         return w * h if w > 0 and h > 0 else 0.0
 
     out, crowded = [], 0
     for x, y, text in sorted(items, key=lambda it: (it[0], it[1], it[2])):
-        probe = Text(0, 0, text, fontsize=fontsize, figure=fig)
-        size = probe.get_window_extent(renderer)
+        size = Text(0, 0, text, fontsize=fontsize, figure=fig).get_window_extent(renderer)
         w, h = size.width, size.height
         ax_px, ay_px = ax.transData.transform((x, y))
         best = None  # ((overlap area, leader crossings), dx, dy, ha, va, box)
         for r in _LABEL_RADII:
             for deg in _LABEL_ANGLES:
                 c, s_ = math.cos(math.radians(deg)), math.sin(math.radians(deg))
-                dx, dy = r * c, r * s_
                 ha = "left" if c > 0.3 else "right" if c < -0.3 else "center"
                 va = "bottom" if s_ > 0.3 else "top" if s_ < -0.3 else "center"
-                x0 = ax_px + dx * px - {"left": 0.0, "right": w, "center": w / 2}[ha]
-                y0 = ay_px + dy * px - {"bottom": 0.0, "top": h, "center": h / 2}[va]
+                x0 = ax_px + r * c * px - {"left": 0.0, "right": w, "center": w / 2}[ha]
+                y0 = ay_px + r * s_ * px - {"bottom": 0.0, "top": h, "center": h / 2}[va]
                 box = Bbox.from_bounds(x0 - pad, y0 - pad, w + 2 * pad, h + 2 * pad)
-                outside = box.x0 < frame.x0 or box.x1 > frame.x1 or box.y0 < frame.y0 or box.y1 > frame.y1
                 area = float(sum(overlap(box, o) for o in labels) + sum(overlap(box, o) for o in taken))
-                if outside:
+                if box.x0 < frame.x0 or box.x1 > frame.x1 or box.y0 < frame.y0 or box.y1 > frame.y1:
                     area += w * h * 10
                 if r > _LABEL_RADII[0]:  # a leader line: better not across a label or another leader
-                    centre = ((box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2)
                     crossed = crossings(box, along(ax_px, ay_px, box)) + \
-                        sum(cross((ax_px, ay_px), centre, a, b) for a, b in ends)
+                        sum(cross((ax_px, ay_px), centre(box), a, b) for a, b in ends)
                 else:
                     crossed = crossings(box, []) if leaders else 0
-                cost = (area, crossed)
-                if best is None or cost < best[0]:
-                    best = (cost, dx, dy, ha, va, box)
-                if cost == (0.0, 0):
+                if best is None or (area, crossed) < best[0]:
+                    best = ((area, crossed), r * c, r * s_, ha, va, box)
+                if (area, crossed) == (0.0, 0):
                     break
             if best[0] == (0.0, 0):
                 break
@@ -263,20 +240,16 @@ def place_labels(ax, items: list[tuple[float, float, str]], obstacles: list[tupl
                                fontsize=fontsize, arrowprops=arrow, zorder=4, annotation_clip=False))
         if arrow is not None:
             leaders.append(along(ax_px, ay_px, box))
-            ends.append(((ax_px, ay_px), ((box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2)))
+            ends.append(((ax_px, ay_px), centre(box)))
         labels.append(box)
     return out, crowded
 
 
 def pareto_groups(doc: ResultDoc | dict, method: str) -> list[dict]:
-    """The latency/error points of ``doc`` by (M, K, N, tp_size, split), as ``qbench recommend``
-    groups rows, ascending; each group ``{"m", "k", "n", "tp_size", "split", "points"
-    (:func:`points`), "front" (the schemes on the Pareto front)}``.
-
-    The front is :func:`qbench.judge.pareto_front` over (latency median, rel_fro, stored
-    bytes), the one recommend reports, computed on every point with an error (also an exact
-    rel_fro of 0, which a log axis cannot show).
-    """
+    """The points of ``doc`` (:func:`points`) by (M, K, N, tp_size, split), as ``recommend`` groups rows,
+    ascending: ``{"m", "k", "n", "tp_size", "split", "points", "front"}``, ``front`` the schemes on
+    :func:`qbench.judge.pareto_front` over (latency, rel_fro, stored bytes) of every point with an
+    error (also an exact 0, which a log axis cannot show): the front ``recommend`` reports."""
     groups: dict[tuple, dict] = {}
     for p in points(doc, method):
         key = (p["m"], p["k"], p["n"], p["tp_size"], p["split"])
@@ -291,12 +264,8 @@ def pareto_groups(doc: ResultDoc | dict, method: str) -> list[dict]:
 
 
 def _log_ticks(axis, low: float, high: float) -> None:
-    """Readable tick labels on a log ``axis`` spanning ``low`` .. ``high``: matplotlib labels the
-    minor ticks of a span under about two decades (``2×10¹ 3×10¹ 4×10¹ ...``, in the default font
-    size), which overlap in a small panel. Minor ticks stay unlabelled; a span under two decades is
-    labelled at 1, 2 and 5 × 10^k in plain numbers (``20 50 100 200``)."""
-    import math
-
+    """Unlabelled minor ticks on a log ``axis`` (matplotlib labels them under two decades, and they
+    overlap in a small panel); a span under two decades labelled at 1, 2 and 5 × 10^k in plain numbers."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     axis.set_minor_formatter(NullFormatter())
@@ -306,12 +275,9 @@ def _log_ticks(axis, low: float, high: float) -> None:
 
 
 def draw_pareto(doc: ResultDoc, method: str):
-    """The latency-vs-error figure of ``doc``: one panel per (M, shape) group of
-    :func:`pareto_groups`, log-log, every point coloured by scheme, the Pareto front's points ringed
-    and named with their stored MiB (:func:`place_labels`: no two labels overlap). Returns
-    ``(figure, annotations, crowded)``; the caller saves and closes the figure."""
-    import math
-
+    """The latency-vs-error figure of ``doc``: one log-log panel per group of :func:`pareto_groups`,
+    points coloured by scheme, the front's ringed and named with their stored MiB (:func:`place_labels`).
+    Returns ``(figure, annotations, crowded)``; the caller saves and closes the figure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -322,22 +288,17 @@ def draw_pareto(doc: ResultDoc, method: str):
     single = n == 1
     ncols = 1 if single else min(3, n)
     nrows = math.ceil(n / ncols)
-    slot_for_legend = not single and nrows * ncols > n
-    figsize = (11, 6.5) if single else (5.8 * ncols, 4.3 * nrows)
-    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, dpi=120, sharey=True, squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(11, 6.5) if single else (5.8 * ncols, 4.3 * nrows), dpi=120,
+                             sharey=True, squeeze=False)
     flat = list(axes.flat)
     shapes = len({(g["k"], g["n"], g["tp_size"], g["split"]) for g in groups})
     colours, _ = scheme_styles([p["base"] for g in groups for p in g["points"]], [])
     plotted = [(g, [p for p in g["points"] if p["rel_fro"] and p["rel_fro"] > 0]) for g in groups]
-    legend_entries: dict[str, tuple] = {}
+    handles: dict[str, Line2D] = {}
     for ax, (g, pts) in zip(flat, plotted):
+        for h in _dots(ax, pts, "latency_us", "rel_fro", colours):
+            handles.setdefault(h.get_label(), h)
         for p in pts:
-            colour = colours[p["base"]]
-            face = "white" if p["compiled"] else colour
-            ax.scatter(p["latency_us"], p["rel_fro"], s=40, facecolors=[face],
-                       edgecolors=[colour if p["compiled"] else "black"],
-                       linewidths=1.6 if p["compiled"] else 0.4, marker="o", zorder=3)
-            legend_entries.setdefault(p["scheme"], (colour, face, p["compiled"]))
             if p["scheme"] in g["front"]:
                 ax.scatter(p["latency_us"], p["rel_fro"], s=150, facecolors="none", edgecolors="black",
                            linewidths=0.9, zorder=2)
@@ -346,10 +307,9 @@ def draw_pareto(doc: ResultDoc, method: str):
         ax.set_yscale("log")
         ax.set_xlim(min(xs) / 1.6, max(xs) * 1.6)
         _log_ticks(ax.xaxis, min(xs) / 1.6, max(xs) * 1.6)
-        title = f"M={g['m']}" + (f", K={g['k']}, N={g['n']}" if shapes > 1 else "") + \
-            (f", tp_size={g['tp_size']} {g['split']}" if g["tp_size"] is not None else "")
         if not single:
-            ax.set_title(title, fontsize=9)
+            ax.set_title(f"M={g['m']}" + (f", K={g['k']}, N={g['n']}" if shapes > 1 else "")
+                         + (f", tp_size={g['tp_size']} {g['split']}" if g["tp_size"] is not None else ""), fontsize=9)
         ax.grid(True, which="both", alpha=0.2)
         ax.tick_params(labelsize=7.5, labelleft=True)
         ax.set_xlabel(f"{method} median (µs)", fontsize=8)
@@ -359,36 +319,32 @@ def draw_pareto(doc: ResultDoc, method: str):
         flat[0].set_ylim(min(errs) / 3, max(errs) * 3)
     for ax in flat[len(plotted):]:
         ax.set_axis_off()
-    scen = doc.scenario.name or ""
     m_note = f" (all points M={groups[0]['m']})" if single and groups else ""
-    heading = plain(f"latency vs error: {scen}{m_note}; ringed and named: the Pareto front over (latency, error, "
-               f"stored MiB), as qbench recommend")
-    handles = [Line2D([], [], ls="", marker="o", markerfacecolor=face, markeredgecolor=colour if compiled else "black",
-                      markeredgewidth=1.6 if compiled else 0.4, markersize=7, label=plain(s))
-               for s, (colour, face, compiled) in legend_entries.items()]
-    handles.append(Line2D([], [], ls="", marker="o", markersize=11, markerfacecolor="none", markeredgecolor="black",
-                          label="on the Pareto front"))
+    heading = plain(f"latency vs error: {doc.scenario.name or ''}{m_note}; ringed and named: the Pareto front over "
+                    "(latency, error, stored MiB), as qbench recommend")
+    legend = [*handles.values(), Line2D([], [], ls="", marker="o", markersize=11, markerfacecolor="none",
+                                        markeredgecolor="black", label="on the Pareto front")]
     if single:
         flat[0].set_title(heading, fontsize=10)
         flat[0].set_xlabel(f"latency, {method} median (µs)")
         flat[0].set_ylabel("relative Frobenius error vs float64")
-        if legend_entries:
-            flat[0].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5,
+        if handles:
+            flat[0].legend(handles=legend, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5,
                            title="scheme", title_fontsize=8, borderaxespad=0)
         fig.tight_layout()
     else:
         fig.suptitle(heading, fontsize=11)
-        if slot_for_legend:
-            flat[-1].legend(handles=handles, loc="upper left", fontsize=7.5, title="scheme", title_fontsize=8,
-                            ncols=1 if len(handles) <= 20 else 2)
+        if nrows * ncols > n:  # a free panel holds the legend
+            flat[-1].legend(handles=legend, loc="upper left", fontsize=7.5, title="scheme", title_fontsize=8,
+                            ncols=1 if len(legend) <= 20 else 2)
             fig.tight_layout(rect=(0, 0, 1, 0.975))  # leave the suptitle its own line
         else:
             fig.tight_layout(rect=(0, 0, 0.84, 0.975))
-            fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.85, 0.95), fontsize=7.5,
+            fig.legend(handles=legend, loc="upper left", bbox_to_anchor=(0.85, 0.95), fontsize=7.5,
                        title="scheme", title_fontsize=8)
     annotations, crowded = [], 0
     for ax, (g, pts) in zip(flat, plotted):
-        items = [(p["latency_us"], p["rel_fro"], plain(f"{p['scheme']} {p['stored_bytes'] * _MIB:.2f} MiB"
+        items = [(p["latency_us"], p["rel_fro"], plain(f"{p['scheme']} {p['stored_bytes'] / 2**20:.2f} MiB"
                   if p.get("stored_bytes") else p["scheme"])) for p in pts if p["scheme"] in g["front"]]
         placed, bad = place_labels(ax, items, [(p["latency_us"], p["rel_fro"]) for p in pts])
         annotations += placed
@@ -396,12 +352,8 @@ def draw_pareto(doc: ResultDoc, method: str):
     return fig, annotations, crowded
 
 
-_MIB = 2.0**-20
-
-
 def plot_pareto(doc: ResultDoc, method: str, path: Path) -> Path:
-    """Write :func:`draw_pareto`'s chart (latency against rel_fro, the Pareto front of
-    ``qbench recommend`` ringed and named, one panel per M) to ``path`` (.png, .svg or .pdf)."""
+    """Write :func:`draw_pareto`'s chart to ``path`` (.png, .svg or .pdf)."""
     import matplotlib.pyplot as plt
 
     fig, _, _ = draw_pareto(doc, method)
@@ -420,9 +372,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    """Run ``qbench plot`` from parsed ``args``; returns the exit status (0; raises
-    :class:`~qbench.readers.common.Refused` on bad input). Like ``qbench run``, it never overwrites
-    a file without ``--force``."""
+    """Run ``qbench plot`` from parsed ``args``; returns 0. Like ``qbench run``, it never overwrites a
+    file without ``--force``.
+
+    Raises:
+        Refused: bad input (one line)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -435,17 +389,12 @@ def run_plot(args: argparse.Namespace) -> int:
     method, note = resolve_method(doc, args.method)
     check_drawable(doc, method, args.result)
     out = Path(args.output)
-    pareto_path = out.with_name(f"{out.stem}-pareto{out.suffix}")
-    chart_folder(out, ([out] if args.what in ("roofline", "both") else [])
-                 + ([pareto_path] if args.what in ("pareto", "both") else []), getattr(args, "force", False))
+    charts = [(out, plot_roofline), (out.with_name(f"{out.stem}-pareto{out.suffix}"), plot_pareto)]
+    charts = [c for c, kind in zip(charts, ("roofline", "pareto")) if args.what in (kind, "both")]
+    chart_folder(out, [target for target, _ in charts], getattr(args, "force", False))
     print(f"latency = {method} median" + (f" ({note})" if note else ""))
-    for kind, target, draw in (("roofline", out, plot_roofline), ("pareto", pareto_path, plot_pareto)):
-        if args.what not in (kind, "both"):
-            continue
-        try:
-            print(draw(doc, method, target))
-        except OSError as exc:  # read-only folder, full disk, a directory of that name
-            raise Refused(f"cannot write {target}: {exc.strerror or exc}") from None
+    for target, draw in charts:
+        write_chart(target, lambda: draw(doc, method, target))
     return 0
 
 

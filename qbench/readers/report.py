@@ -19,10 +19,9 @@ from typing import Sequence
 from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, methods_present,
                           resolve_method, row_verdict, unusable_note)
 from qbench.readers.common import (Command, Refused, add_baseline, add_format, add_method, add_wide, job_view,
-                                   one_result, open_results)
-from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, narrow, prose, render, render_header, wants_prose
+                                   one_result, open_results, print_table)
+from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, narrow, render, render_header, wants_prose
 from qbench.render.columns import DASH, fmt_ratio, resolve_columns
-from qbench.render.safe import visible
 from qbench.render.view import View
 from qbench.results import ResultDoc
 from qbench.row import Row
@@ -32,47 +31,38 @@ __all__ = ["COMMAND", "by_m", "crossover", "m_ranges", "render_by_m", "render_cr
 
 
 def sort_rows(rows: list[Row], key: str) -> list[Row]:
-    """Sort rows by column ``key`` (``-key`` descending); rows without a value go last.
-    Raises ``ValueError`` for an unknown key."""
-    desc = key.startswith("-")
+    """Rows sorted by column ``key`` (``-key`` descending), rows without a value last.
+
+    Raises:
+        UnknownColumnError: an unknown key."""
     col = resolve_columns([key.lstrip("-")], rows)[0]
     have = [r for r in rows if col.value(r) is not None]
-    missing = [r for r in rows if col.value(r) is None]
-    return sorted(have, key=col.value, reverse=desc) + missing
+    return sorted(have, key=col.value, reverse=key.startswith("-")) + [r for r in rows if col.value(r) is None]
 
-
-def _unusable(rows: Sequence[Row], method: str) -> str | None:
-    """The one-line note naming the schemes without a ``method`` time because their call cannot be
-    captured in a CUDA graph, or ``None``."""
-    return visible(unusable_note([(r.scheme, r.m) for r in rows if capture_failure(r, method)], method))
-
-
-# ---- crossover -----------------------------------------------------------------------------------
 
 def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:
-    """Summarise ``wins`` (a subset of ``sweep``) as ranges of consecutive sweep values:
+    """``wins`` (a subset of ``sweep``) as ranges of consecutive sweep values:
     ``m_ranges([1, 16, 512], [1, 16, 64, 512]) == "1–16, 512"``; ``""`` when there are none."""
-    order = sorted(set(sweep))
     won = set(wins)
     parts, start, prev = [], None, None
-    for m in order + [None]:
+    for m in sorted(set(sweep)) + [None]:
         if m is not None and m in won:
-            start = m if start is None else start
-            prev = m
-            continue
-        if start is not None:
+            start, prev = (m if start is None else start), m
+        elif start is not None:
             parts.append(str(start) if start == prev else f"{start}–{prev}")
             start = None
     return ", ".join(parts)
 
 
 def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECISION_METHOD) -> list[dict]:
-    """For each scheme other than ``baseline`` and each (K, N) (tensor-parallel rows at their own
-    tp_size and split): the M values where its ``method`` time is ``wins`` / ``ties`` / ``losses``
-    against the baseline's (:func:`qbench.judge.row_verdict`), ``untimed`` (either side has no time;
-    ``unusable`` the part a CUDA graph cannot capture), ``ranges`` (:func:`m_ranges` of the wins) and
-    ``best_speedup`` (baseline median / scheme median). Raises ``ValueError`` (one line) when the
-    baseline has no rows or no ``method`` time."""
+    """For each scheme other than ``baseline`` and each (K, N) (tensor-parallel rows: their own tp_size
+    and split), the M values where its ``method`` time ``wins`` / ``ties`` / ``losses`` against the
+    baseline's (:func:`qbench.judge.row_verdict`) or is ``untimed`` (``unusable``: the part a CUDA graph
+    cannot capture), ``ranges`` (:func:`m_ranges` of the wins) and ``best_speedup`` (baseline median /
+    scheme median).
+
+    Raises:
+        ValueError: (one line) the baseline has no rows or no ``method`` time."""
     doc = ResultDoc.of(doc)
     rows = doc.rows
     base_rows = {r.shape: r for r in rows if r.scheme == baseline}
@@ -105,17 +95,15 @@ def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECIS
         speedup = theirs.median / mine.median
         rec["best_speedup"] = speedup if rec["best_speedup"] is None else max(rec["best_speedup"], speedup)
     for rec in out.values():
-        sweep = rec.pop("_sweep")
-        rec["ranges"] = m_ranges(rec["wins"], sweep)  # an untimed M between two wins splits the range
+        rec["ranges"] = m_ranges(rec["wins"], rec.pop("_sweep"))  # an untimed M between two wins splits it
     return list(out.values())
 
 
 def crossover_view(baseline: str, method: str, shapes: int = 1) -> View:
-    """The crossover table declared (:class:`qbench.render.view.View`): per scheme (and K×N when the
-    file has several ``shapes``) the M where it is faster than ``baseline``, the same (p10–p90
-    overlap), slower or not timed, and its best speed-up. The narrow default (fits 120 characters)
-    wraps the faster and same M within their cells and leaves the slower and untimed M to ``--wide``;
-    CSV and JSON carry K, N, the baseline, the method, the wins and the M a CUDA graph cannot capture."""
+    """The crossover table declared: per scheme (and K×N with several ``shapes``) the M where it is
+    faster than ``baseline``, the same (p10–p90 overlap), slower or not timed, and its best speed-up.
+    The narrow default leaves the slower and untimed M to ``--wide``; CSV and JSON carry K, N, the
+    baseline, the method, the wins and the M a CUDA graph cannot capture."""
     ms = lambda v: ", ".join(map(str, v)) or DASH  # noqa: E731
     cols = [Column("scheme", "scheme", lambda r: r["scheme"]), Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"),
             Column("k", "K", lambda r: r["k"]), Column("n", "N", lambda r: r["n"]),
@@ -125,71 +113,62 @@ def crossover_view(baseline: str, method: str, shapes: int = 1) -> View:
             Column("ties", "same at M (p10–p90 overlap)", lambda r: r["ties"], ms),
             Column("losses", "slower at M", lambda r: r["losses"], ms),
             Column("untimed", "not timed at M", lambda r: r["untimed"], ms),
-            Column("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})", lambda r: r["best_speedup"],
-                   fmt_ratio, True),
+            Column("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})",
+                   lambda r: r["best_speedup"], fmt_ratio, True),
             Column("unusable", "unusable in a graph at M", lambda r: r["unusable"])]
     head = ["scheme", "kn"] if shapes > 1 else ["scheme"]
     return View("crossover", cols, [*head, "ranges", "ties", "best_speedup"],
                 [*head, "ranges", "ties", "losses", "untimed", "best_speedup"],
-                ["scheme", "k", "n", "baseline", "method", "wins", "ranges", "ties", "losses", "untimed", "best_speedup",
-                 "unusable"], short={"best_speedup": f"best ×{baseline}"})
+                ["scheme", "k", "n", "baseline", "method", "wins", "ranges", "ties", "losses", "untimed",
+                 "best_speedup", "unusable"], short={"best_speedup": f"best ×{baseline}"})
 
 
 def render_crossover(records: list[dict], baseline: str, method: str, fmt: str = "simple", wide: bool = False) -> str:
-    """Render :func:`crossover`'s records (:func:`crossover_view`) in any :data:`qbench.render.FORMATS`
-    format; the narrow default wraps the faster and same M at 24 and 28 characters."""
+    """:func:`crossover`'s records in format ``fmt`` (:func:`crossover_view`); the narrow default wraps
+    the faster and same M at 24 and 28 characters."""
     cols = crossover_view(baseline, method, len({(r["k"], r["n"]) for r in records})).columns(fmt, wide)
     if narrow(fmt, wide):
         cols = [replace(c, width={"ranges": 24, "ties": 28}.get(c.key)) for c in cols]
     return render(records, cols, fmt)
 
 
-# ---- by M ----------------------------------------------------------------------------------------
-
 def by_m(doc: ResultDoc | dict, column: str) -> tuple[list[dict], list[int]]:
-    """A sweep as a grid: one record per (scheme, K, N) in first-seen order, one cell per M, each
-    cell the text that ``qbench report``'s column ``column`` shows for that row (``stream`` gives
-    the stream median with its ``*`` noisy mark, ``rel_err`` the error, ``dispatch`` the label...).
+    """A sweep as a grid: ``(records, ms)``, one record ``{"scheme", "k", "n", "cells": {M: text},
+    "values": {M: raw value}}`` per (scheme, K, N) in first-seen order, and the file's sorted M values.
+    A cell is what ``report``'s column ``column`` shows for that row (a row not ``ok``: its status);
+    tables show ``cells``, CSV and JSON ``values``.
 
-    Returns ``(records, ms)``: records ``{"scheme", "k", "n", "cells": {M: text}, "values": {M:
-    raw value}}`` and the sorted M values of the file. Tables show ``cells``; CSV and JSON carry
-    ``values`` (unformatted, as ``qbench report --format csv`` does; a row that is not ``ok``
-    gives its status). A (scheme, M) the file lacks is a dash in a table and null in CSV/JSON.
-    Raises ``ValueError`` (one line) for an unknown column key.
-    """
+    Raises:
+        UnknownColumnError: an unknown column key."""
     doc = ResultDoc.of(doc)
-    rows = doc.rows
-    (col,) = resolve_columns([column], rows)
+    (col,) = resolve_columns([column], doc.rows)
     out: dict[tuple, dict] = {}
-    for r in rows:
+    for r in doc.rows:
         rec = out.setdefault((r.scheme, r.k, r.n), {"scheme": r.scheme, "k": r.k, "n": r.n, "cells": {},
                                                      "values": {}})
         ok = r.status == "ok"
         rec["cells"][r.m] = col.cell(r) if ok else r.status
         rec["values"][r.m] = col.value(r) if ok else r.status
-    ms = sorted({r.m for r in rows})
-    return list(out.values()), ms
+    return list(out.values()), sorted({r.m for r in doc.rows})
 
 
 def render_by_m(records: list[dict], ms: list[int], header: str, fmt: str = "simple",
                 numeric: bool = True, wide: bool = False) -> str:
-    """Render :func:`by_m`'s grid: a ``scheme`` column, then ``M=1``, ``M=2``... whose cells are
-    ``header`` values (the column's header names the unit); ``numeric`` right-aligns them.
+    """:func:`by_m`'s grid: a ``scheme`` column (and K×N with several shapes), then ``M=1``, ``M=2``...
+    of ``header`` values (``numeric``: right-aligned), a dash where the file lacks the row.
 
-    A terminal table without ``wide`` (:func:`qbench.render.narrow`) that would be wider than 120
-    characters is cut into blocks of consecutive M columns, each a table of its own that repeats the
-    scheme (and K×N) column, as few blocks as fit and as even as they can be; the line above says
-    so. Every M stays in view, in order: an M sweep is read along a row, and the M values at the end
-    (where a weight-only kernel stops winning) matter as much as the first. With ``wide``, and in
-    Markdown, CSV and JSON, one table."""
+    The narrow default (:func:`qbench.render.narrow`) cuts a table wider than 120 characters into as
+    few blocks of consecutive M columns as fit, as even as they can be, each repeating the scheme
+    column: every M stays in view, in order (the M where a weight-only kernel stops winning matter as
+    much as the first). With ``wide``, and in Markdown, CSV and JSON, one table."""
     fixed = [Column("scheme", "scheme", lambda r: r["scheme"])]
     if len({(r["k"], r["n"]) for r in records}) > 1:
         fixed.append(Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"))
     grid = [Column(f"m{m}", f"M={m}", lambda r, m=m: r["values"].get(m), str, numeric,
                    cell_override=lambda r, m=m: r["cells"].get(m) or DASH) for m in ms]
-    if not wants_prose(fmt):
-        return render(records, fixed + grid, fmt)
     blocks = [render(records, fixed + grid, fmt)]
+    if not wants_prose(fmt):
+        return blocks[0]
     if narrow(fmt, wide):
         for k in range(1, len(grid) + 1):
             size, extra = divmod(len(grid), k)  # k blocks of consecutive M, the first ``extra`` one wider
@@ -197,11 +176,10 @@ def render_by_m(records: list[dict], ms: list[int], header: str, fmt: str = "sim
             blocks = [render(records, fixed + grid[a:b], fmt) for a, b in zip(bounds, bounds[1:])]
             if all(len(line) <= TABLE_WIDTH for block in blocks for line in block.splitlines()):
                 break
-    said = "" if len(blocks) == 1 else f" (in {len(blocks)} tables of M columns, to fit 120 characters; --wide: one table)"
+    said = "" if len(blocks) == 1 else \
+        f" (in {len(blocks)} tables of M columns, to fit 120 characters; --wide: one table)"
     return f"{header}, by M{said}\n\n" + "\n\n".join(blocks)
 
-
-# ---- the command ---------------------------------------------------------------------------------
 
 #: What ``--by-m`` given without a column stands for: the timing method (``--method`` or the default).
 _BY_M_METHOD = object()
@@ -230,9 +208,16 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     add_method(p, "timing method of --crossover and a bare --by-m")
 
 
+def _unusable(rows: Sequence[Row], method: str) -> str | None:
+    """The note naming the schemes without a ``method`` time because a CUDA graph cannot capture them."""
+    return unusable_note([(r.scheme, r.m) for r in rows if capture_failure(r, method)], method)
+
+
 def run_report(args: argparse.Namespace) -> int:
-    """Run ``qbench report`` from parsed ``args``; returns the exit status (raises
-    :class:`~qbench.readers.common.Refused` on bad input)."""
+    """Run ``qbench report`` from parsed ``args``; returns the exit status.
+
+    Raises:
+        Refused: bad input (one line)."""
     if getattr(args, "help_columns", False):
         for c in COLUMNS.values():
             print(f"{c.key:18} {c.header:16} {c.help}")
@@ -259,18 +244,14 @@ def run_report(args: argparse.Namespace) -> int:
     if args.by_m is not None:
         return _show_by_m(args, doc)
     rows = [r for r in doc.rows if args.status == "all" or r.status == "ok"]
-    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
     try:
         if args.sort:
             rows = sort_rows(rows, args.sort)
-        text = render(rows, columns, args.format, wide=getattr(args, "wide", False))
+        text = render(rows, [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None,
+                      args.format, wide=getattr(args, "wide", False))
     except ValueError as exc:
         raise Refused(str(exc)) from None
-    if wants_prose(args.format):  # prose lines (device header) only around terminal tables
-        print(render_header(doc))
-        print()  # Markdown: a table right under a text line would not start a new block
-    print(text)
-    return 0
+    return print_table(args, text, render_header(doc).splitlines())
 
 
 def _show_crossover(args: argparse.Namespace, doc: ResultDoc) -> int:
@@ -279,19 +260,10 @@ def _show_crossover(args: argparse.Namespace, doc: ResultDoc) -> int:
         records = crossover(doc, args.baseline, method)
     except ValueError as exc:
         raise Refused(f"{args.result}: {exc}") from None
-    table = wants_prose(args.format)
-    wide = getattr(args, "wide", False)
-    show = prose(args.format, wide)
-    if table:
-        print(show(render_header(doc)))
-        print(show(f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else "")
-                   + f"; speed-up = {args.baseline} time / scheme time (> 1: the scheme is faster)"))
-        print()
-    print(render_crossover(records, args.baseline, method, args.format, wide=wide))
-    unusable = _unusable(doc.rows, method)
-    if table and unusable:
-        print("\n" + show(unusable))
-    return 0
+    said = (f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else "")
+            + f"; speed-up = {args.baseline} time / scheme time (> 1: the scheme is faster)")
+    text = render_crossover(records, args.baseline, method, args.format, wide=getattr(args, "wide", False))
+    return print_table(args, text, [*render_header(doc).splitlines(), said], [_unusable(doc.rows, method)])
 
 
 def _show_by_m(args: argparse.Namespace, doc: ResultDoc) -> int:
@@ -313,19 +285,9 @@ def _show_by_m(args: argparse.Namespace, doc: ResultDoc) -> int:
     kept = doc.model_copy(update={"rows": [r for r in doc.rows if args.status == "all" or r.status == "ok"]})
     records, ms = by_m(kept, column)
     col = COLUMNS[column]
-    table = wants_prose(args.format)
-    wide = getattr(args, "wide", False)
-    show = prose(args.format, wide)
-    if table:
-        print(show(render_header(doc)))
-        if note:
-            print(show(note))
-        print()
-    print(render_by_m(records, ms, col.header, args.format, col.numeric, wide=wide))
-    unusable = _unusable(kept.rows, column) if column in METHOD_CHOICES else None
-    if table and unusable:
-        print("\n" + show(unusable))
-    return 0
+    text = render_by_m(records, ms, col.header, args.format, col.numeric, wide=getattr(args, "wide", False))
+    return print_table(args, text, [*render_header(doc).splitlines(), *filter(None, [note])],
+                       [_unusable(kept.rows, column) if column in METHOD_CHOICES else None])
 
 
 COMMAND = Command(

@@ -1,20 +1,12 @@
 """The column catalogue: what a result row can show, with units in every header.
 
 A :class:`Column` has a ``key`` (what ``--columns`` takes), a ``header`` (with units), a pure
-``value(row)`` getter returning the raw value (number, str or ``None``; used by CSV and JSON) and
-a ``cell(row)`` returning the text a table shows. Rows follow ``docs/results-schema.md``.
-
-Units: sizes MiB (2**20 bytes), times µs (median of the method's samples), rates GB/s (1e9 B/s)
-and TFLOP/s (1e12 FLOP/s), arithmetic intensity FLOP/byte. A value that was not measured
-(``null``, a skipped or failed row) is shown as ``—``; the ``status`` column (and the ``reason``
-column or the table's footnotes) says why. A row whose output had non-finite values shows
-``NaN/Inf×<count>`` in the ``rel_err`` column instead of an error figure.
-
-Latency columns read exactly one method each (``cold`` reads ``latency_us.cold``), so a CPU time
-is never shown under a CUDA header. They are generated from the timing registry
-(:data:`qbench.timing.registry.METHODS`: one column per method, its ``includes`` line as the
-help), as are their ``_cv``, ``_p10`` and ``_p90`` columns; ``hbm_floor_us`` and ``floor_pct``
-put the ``stream`` time against the HBM floor (stored bytes / measured bandwidth).
+``value(row)`` returning the raw value (number, str or None; CSV and JSON) and ``cell(row)``, the
+text a table shows. Units: sizes MiB (2**20 bytes), times µs (median of the method's samples), rates
+GB/s (1e9 B/s) and TFLOP/s (1e12 FLOP/s), arithmetic intensity FLOP/byte. A value not measured is
+``—`` (the ``status`` and ``reason`` say why); a row with non-finite outputs shows ``NaN/Inf×<count>``
+as its error. A latency column reads one method of the timing registry (a CPU time never sits under
+a CUDA header); ``hbm_floor_us`` and ``floor_pct`` put the ``stream`` time against the HBM floor.
 """
 
 from __future__ import annotations
@@ -22,14 +14,14 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from qbench.judge import CPU_METHOD, NOISY_CV, is_noisy, methods_present
 from qbench.render.kernels import short_kernel
 from qbench.row import Row
 from qbench.timing import registry
 
-__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct", "select", "shown",
+__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct", "shown",
            "default_columns", "resolve_columns"]
 
 #: What a table shows for a value that was not measured.
@@ -44,17 +36,12 @@ class UnknownColumnError(ValueError):
 
 
 def fmt_num(fmt: str) -> Callable[[Any], str]:
-    def show(v: Any) -> str:
-        if v is None or (isinstance(v, float) and not math.isfinite(v)):
-            return DASH
-        return format(v, fmt)
-
-    return show
+    """A formatter: ``format(v, fmt)``, or :data:`DASH` for None or a non-finite float."""
+    return lambda v: DASH if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, fmt)
 
 
 def shown(value: Any, template: str = "{:.3g}") -> str:
-    """``value`` through the ``str.format`` ``template`` (``"{:.2f}×"``, ``"{:.0f} %"``), or :data:`DASH`
-    when it was not measured (None)."""
+    """``value`` through the ``str.format`` ``template`` (``"{:.2f}×"``), or :data:`DASH` for None."""
     return DASH if value is None else template.format(value)
 
 
@@ -76,16 +63,14 @@ def fmt_us(v: Any) -> str:
     """µs with about three significant digits: 1.23, 11.0, 123, 1234."""
     if v is None:
         return DASH
-    a = abs(v)
-    return f"{v:.2f}" if a < 10 else f"{v:.1f}" if a < 100 else f"{v:.0f}"
+    return f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}" if abs(v) < 100 else f"{v:.0f}"
 
 
 @dataclass(frozen=True)
 class Column:
-    """One column: ``key`` (CLI name), ``header`` (with units), ``value`` (raw getter),
-    ``show`` (formats a raw value for a table), ``numeric`` (right-aligned), ``help``; ``width``:
-    the most characters of one line of a table cell, a longer cell wraps onto several lines (None:
-    no limit)."""
+    """One column: ``key`` (CLI name), ``header`` (with units), ``value`` (raw getter), ``show``
+    (formats a raw value for a table), ``numeric`` (right-aligned), ``help``, ``cell_override`` (the
+    cell from the row, instead of ``show(value)``) and ``width`` (a longer cell wraps; None: no limit)."""
 
     key: str
     header: str
@@ -98,45 +83,33 @@ class Column:
 
     def cell(self, row: Any) -> str:
         """The text a table shows for ``row``."""
-        if self.cell_override is not None:
-            return self.cell_override(row)
-        return self.show(self.value(row))
+        return self.cell_override(row) if self.cell_override is not None else self.show(self.value(row))
 
-
-# ---- getters (pure, total: missing or null fields give None) ----------------------------------
 
 def _get(*path: str) -> Getter:
-    """The getter of the row field at ``path`` (attribute names, e.g. ``("error", "rel_fro")``);
-    ``None`` where a part on the way is null. It also reads a reader's own records (dicts with the
-    same keys: ``compare`` and ``recommend --by-format`` show ``tp_size`` and ``split``)."""
+    """The getter of the field at ``path`` (``("error", "rel_fro")``) of a Row or of a reader's dict
+    record; None where a part on the way is null."""
     def get(row: Row) -> Any:
         cur: Any = row
         for p in path:
             if cur is None:
                 return None
-            cur = cur.get(p) if isinstance(cur, dict) else getattr(cur, p)  # a reader's record, or a Row
+            cur = cur.get(p) if isinstance(cur, dict) else getattr(cur, p)
         return cur
 
     return get
 
 
 def _scaled(path: Getter, factor: float) -> Getter:
-    def get(row: Row) -> Any:
-        v = path(row)
-        return None if v is None else v * factor
-
-    return get
+    return lambda row: None if path(row) is None else path(row) * factor
 
 
 def _latency(method: str, stat: str = "median") -> Getter:
-    def get(row: Row) -> Any:
-        stats = row.latency_us.get(method)
-        return None if stats is None else getattr(stats, stat)
-
-    return get
+    return lambda row: getattr(row.latency_us.get(method), stat, None)
 
 
 def _latency_cell(method: str) -> Getter:
+    """A latency cell: the median, ``*`` when the method's samples are noisy (:func:`qbench.judge.is_noisy`)."""
     def cell(row: Row) -> str:
         text = fmt_us(_latency(method)(row))
         return text + "*" if text != DASH and is_noisy(row, method) else text
@@ -146,20 +119,12 @@ def _latency_cell(method: str) -> Getter:
 
 def _meta_pct(row: Row) -> Any:
     meta, stored = row.metadata_bytes, row.stored_bytes
-    if meta is None or not stored:
-        return None
-    return 100.0 * meta / stored
-
-
-def _nonfinite(row: Row) -> int:
-    return (row.error.nonfinite if row.error is not None else None) or 0
+    return None if meta is None or not stored else 100.0 * meta / stored
 
 
 def _rel_err_cell(row: Row) -> str:
-    bad = _nonfinite(row)
-    if bad:
-        return f"NaN/Inf×{bad}"
-    return fmt_num(".2e")(_get("error", "rel_fro")(row))
+    bad = (row.error.nonfinite if row.error is not None else None) or 0
+    return f"NaN/Inf×{bad}" if bad else fmt_num(".2e")(_get("error", "rel_fro")(row))
 
 
 def _count(kernel) -> Any:
@@ -168,33 +133,36 @@ def _count(kernel) -> Any:
 
 
 def _kernels(row: Row) -> Any:
-    """Every kernel of one call, full names (CSV and JSON carry these)."""
+    """Every kernel of one call, full names (CSV and JSON)."""
     kernels = row.dispatch.kernels if row.dispatch is not None else None
     if not kernels:
         return None
     return ", ".join(f"{k.name}×{k.count:g}" if _count(k) != 1 else str(k.name) for k in kernels)
 
 
-_KERNELS_SHOWN = 3
-
-
-def _kernels_cell(row: Row) -> str:
-    """A table cell: the (at most 3) longest-running kernels of one call, names shortened by
-    :func:`qbench.render.kernels.short_kernel` (demangled C++ names run to thousands of characters)."""
+def _kernels_cell(row: Row, most: int = 3) -> str:
+    """The ``most`` longest-running kernels of one call, named by :func:`qbench.render.kernels.short_kernel`."""
     kernels = row.dispatch.kernels if row.dispatch is not None else None
     if not kernels:
         return DASH
-    shown = [short_kernel(str(k.name)) + (f"×{k.count:g}" if _count(k) != 1 else "")
-             for k in kernels[:_KERNELS_SHOWN]]
-    more = len(kernels) - _KERNELS_SHOWN
-    return ", ".join(shown) + (f" (+{more} more)" if more > 0 else "")
+    names = [short_kernel(str(k.name)) + (f"×{k.count:g}" if _count(k) != 1 else "") for k in kernels[:most]]
+    return ", ".join(names) + (f" (+{len(kernels) - most} more)" if len(kernels) > most else "")
 
 
 def _pct(getter: Getter) -> Getter:
     return _scaled(getter, 100.0)
 
 
-_MIB = 1.0 / 2**20
+def _num(key: str, header: str, value: Getter, fmt: str, help: str = "", **kw) -> Column:
+    """A right-aligned number column shown with ``format(value, fmt)`` (``fmt="us"``: :func:`fmt_us`)."""
+    return Column(key, header, value, fmt_us if fmt == "us" else fmt_num(fmt), True, help, **kw)
+
+
+def _mib(field_name: str) -> Getter:
+    return _scaled(_get(field_name), 1.0 / 2**20)
+
+
+_RATES = "median of achieved_method (stream; cold on rows without stream)"
 
 _CATALOGUE: list[Column] = [
     Column("scheme", "scheme", _get("scheme")),
@@ -202,73 +170,52 @@ _CATALOGUE: list[Column] = [
     Column("library", "library", _get("library")),
     Column("mode", "mode", _get("mode")),
     Column("device", "device", _get("device")),
-    Column("m", "M", _get("m"), fmt_num("d"), True, "rows (batch x tokens)"),
-    Column("k", "K", _get("k"), fmt_num("d"), True, "in_features"),
-    Column("n", "N", _get("n"), fmt_num("d"), True, "out_features"),
+    _num("m", "M", _get("m"), "d", "rows (batch x tokens)"),
+    _num("k", "K", _get("k"), "d", "in_features"),
+    _num("n", "N", _get("n"), "d", "out_features"),
     Column("weight_dtype", "weight dtype", _get("weight_dtype")),
     Column("activation_dtype", "act dtype", _get("activation_dtype")),
     Column("output_dtype", "out dtype", _get("output_dtype")),
     Column("compute_dtype", "compute dtype", _get("compute_dtype")),
-    Column("stored_mib", "stored MiB", _scaled(_get("stored_bytes"), _MIB), fmt_num(".2f"), True,
-           "payload + metadata + bias"),
-    Column("shard_mib", "stored MiB per rank", _scaled(_get("stored_bytes"), _MIB), fmt_num(".2f"), True,
-           "tensor-parallel rows: one rank's shard (rank 0's), payload + metadata + bias"),
-    Column("payload_mib", "payload MiB", _scaled(_get("payload_bytes"), _MIB), fmt_num(".2f"), True),
-    Column("meta_mib", "meta MiB", _scaled(_get("metadata_bytes"), _MIB), fmt_num(".3f"), True),
-    Column("meta_pct", "meta %", _meta_pct, fmt_num(".1f"), True, "metadata / stored bytes"),
-    Column("bits_per_weight", "bits/w", _get("bits_per_weight"), fmt_num(".2f"), True,
-           "8 x stored bytes / (K*N), measured"),
-    Column("nominal_bits", "nominal bits", _get("nominal_bits"), fmt_num("g"), True,
-           "the format's nominal width, a label"),
-    Column("gflop", "GFLOP", _scaled(_get("flops"), 1e-9), fmt_num(".3f"), True, "2*M*K*N"),
-    Column("min_mib", "min MiB", _scaled(_get("min_bytes"), _MIB), fmt_num(".2f"), True,
-           "minimum bytes moved"),
-    Column("ai", "AI FLOP/B", _get("arithmetic_intensity"), fmt_num(".1f"), True,
-           "arithmetic intensity"),
-    Column("roofline_us", "roofline µs", _get("roofline_us"), fmt_us, True),
+    _num("stored_mib", "stored MiB", _mib("stored_bytes"), ".2f", "payload + metadata + bias"),
+    _num("shard_mib", "stored MiB per rank", _mib("stored_bytes"), ".2f",
+         "tensor-parallel rows: one rank's shard (rank 0's), payload + metadata + bias"),
+    _num("payload_mib", "payload MiB", _mib("payload_bytes"), ".2f"),
+    _num("meta_mib", "meta MiB", _mib("metadata_bytes"), ".3f"),
+    _num("meta_pct", "meta %", _meta_pct, ".1f", "metadata / stored bytes"),
+    _num("bits_per_weight", "bits/w", _get("bits_per_weight"), ".2f", "8 x stored bytes / (K*N), measured"),
+    _num("nominal_bits", "nominal bits", _get("nominal_bits"), "g", "the format's nominal width, a label"),
+    _num("gflop", "GFLOP", _scaled(_get("flops"), 1e-9), ".3f", "2*M*K*N"),
+    _num("min_mib", "min MiB", _mib("min_bytes"), ".2f", "minimum bytes moved"),
+    _num("ai", "AI FLOP/B", _get("arithmetic_intensity"), ".1f", "arithmetic intensity"),
+    _num("roofline_us", "roofline µs", _get("roofline_us"), "us"),
     Column("bound", "bound", _get("roofline_bound"), help="memory or compute"),
     Column("roofline_source", "ceilings", _get("roofline_source"), help="measured or datasheet"),
-    *[
-        Column(m, f"{m} µs", _latency(m), fmt_us, True,
-               f"median of latency_us.{m}: {info.includes}; * = noisy (cv > {NOISY_CV:.0%})",
-               cell_override=_latency_cell(m))
-        for m, info in registry.METHODS.items() if info.job == "layer"
-    ],
-    *[
-        Column(f"{m}_cv", f"{m} cv %", _pct(_latency(m, "cv")), fmt_num(".1f"), True,
-               f"stdev/mean of latency_us.{m}")
-        for m in registry.LAYER_METHODS
-    ],
-    *[
-        Column(f"{m}_{p}", f"{m} {p} µs", _latency(m, p), fmt_us, True)
-        for m in registry.LAYER_METHODS
-        for p in ("p10", "p90")
-    ],
-    *[
-        Column(f"{m}_copies", f"{m} copies", _latency(m, "copies"), fmt_num("d"), True,
-               f"L: distinct weight copies the {m} graph (CPU: loop) calls in order (latency_us.{m}.copies)")
-        for m, info in registry.METHODS.items() if "copies" in info.extras
-    ],
-    Column("hbm_floor_us", "HBM floor µs", _get("hbm_floor_us"), fmt_us, True,
-           "stored bytes / measured memory bandwidth: no call that reads its weight from HBM is faster"),
-    Column("floor_pct", "floor %", _pct(_get("hbm_floor_fraction")), fmt_num(".0f"), True,
-           "HBM floor / stream median (100 = at the floor)"),
-    Column("launch_us", "launch µs", _get("launch_overhead_us"), fmt_us, True,
-           "eager median - kernel median"),
-    Column("roofline_pct", "roofline %", _pct(_get("roofline_fraction")), fmt_num(".0f"), True,
-           "roofline / median of achieved_method (stream; cold on rows without stream)"),
-    Column("gbps", "GB/s", _get("achieved_gbps"), fmt_num(".0f"), True,
-           "min bytes / median of achieved_method (stream; cold on rows without stream)"),
-    Column("tflops", "TFLOP/s", _get("achieved_tflops"), fmt_num(".1f"), True,
-           "FLOPs / median of achieved_method (stream; cold on rows without stream)"),
+    *[_num(m, f"{m} µs", _latency(m), "us", f"median of latency_us.{m}: {info.includes}; * = noisy "
+           f"(cv > {NOISY_CV:.0%})", cell_override=_latency_cell(m))
+      for m, info in registry.METHODS.items() if info.job == "layer"],
+    *[_num(f"{m}_cv", f"{m} cv %", _pct(_latency(m, "cv")), ".1f", f"stdev/mean of latency_us.{m}")
+      for m in registry.LAYER_METHODS],
+    *[_num(f"{m}_{p}", f"{m} {p} µs", _latency(m, p), "us") for m in registry.LAYER_METHODS for p in ("p10", "p90")],
+    *[_num(f"{m}_copies", f"{m} copies", _latency(m, "copies"), "d",
+           f"L: distinct weight copies the {m} graph (CPU: loop) calls in order (latency_us.{m}.copies)")
+      for m, info in registry.METHODS.items() if "copies" in info.extras],
+    _num("hbm_floor_us", "HBM floor µs", _get("hbm_floor_us"), "us",
+         "stored bytes / measured memory bandwidth: no call that reads its weight from HBM is faster"),
+    _num("floor_pct", "floor %", _pct(_get("hbm_floor_fraction")), ".0f",
+         "HBM floor / stream median (100 = at the floor)"),
+    _num("launch_us", "launch µs", _get("launch_overhead_us"), "us", "eager median - kernel median"),
+    _num("roofline_pct", "roofline %", _pct(_get("roofline_fraction")), ".0f", f"roofline / {_RATES}"),
+    _num("gbps", "GB/s", _get("achieved_gbps"), ".0f", f"min bytes / {_RATES}"),
+    _num("tflops", "TFLOP/s", _get("achieved_tflops"), ".1f", f"FLOPs / {_RATES}"),
     Column("achieved_method", "rates from", _get("achieved_method"),
            help="the method roofline %, GB/s and TFLOP/s divide by"),
-    Column("rel_err", "rel err", _get("error", "rel_fro"), fmt_num(".3g"), True,
-           "relative Frobenius error vs float64", cell_override=_rel_err_cell),
-    Column("max_abs", "max abs err", _get("error", "max_abs"), fmt_num(".3g"), True),
-    Column("sqnr", "SQNR dB", _get("error", "sqnr_db"), fmt_num(".1f"), True),
-    Column("cosine", "cosine", _get("error", "cosine"), fmt_num(".6f"), True),
-    Column("nonfinite", "NaN/Inf", _get("error", "nonfinite"), fmt_num("d"), True),
+    _num("rel_err", "rel err", _get("error", "rel_fro"), ".3g", "relative Frobenius error vs float64",
+         cell_override=_rel_err_cell),
+    _num("max_abs", "max abs err", _get("error", "max_abs"), ".3g"),
+    _num("sqnr", "SQNR dB", _get("error", "sqnr_db"), ".1f"),
+    _num("cosine", "cosine", _get("error", "cosine"), ".6f"),
+    _num("nonfinite", "NaN/Inf", _get("error", "nonfinite"), "d"),
     Column("status", "status", _get("status")),
     Column("reason", "reason", _get("reason")),
     Column("dispatch", "dispatch", _get("dispatch", "label")),
@@ -277,34 +224,33 @@ _CATALOGUE: list[Column] = [
     Column("host_sync", "host sync", _get("dispatch", "host_sync")),
     Column("graph_ok", "graph ok", _get("dispatch", "graph_capturable")),
     Column("clock_dropped", "clock dropped", _get("gpu_state", "clock_dropped")),
-    Column("compile_s", "compile s", _get("compile", "first_call_s"), fmt_num(".1f"), True,
-           "first call of a compiled scheme: compile + run (compile.first_call_s)"),
-    Column("graphs", "graphs", _get("compile", "graphs_compiled"), fmt_num("d"), True,
-           "Dynamo graphs compiled by this row's first call (compile.graphs_compiled; 0 on every row: "
-           "nothing ran compiled)"),
-    Column("graph_breaks", "graph breaks", _get("compile", "graph_breaks"), fmt_num("d"), True,
-           "Dynamo graph breaks during the row's first call (compile.graph_breaks)"),
-    Column("tp_size", "tp", _get("tp_size"), fmt_num("d"), True,
-           "tensor-parallel ranks the layer is sharded over (tensor-parallel rows only)"),
+    _num("compile_s", "compile s", _get("compile", "first_call_s"), ".1f",
+         "first call of a compiled scheme: compile + run (compile.first_call_s)"),
+    _num("graphs", "graphs", _get("compile", "graphs_compiled"), "d", "Dynamo graphs compiled by this row's first "
+         "call (compile.graphs_compiled; 0 on every row: nothing ran compiled)"),
+    _num("graph_breaks", "graph breaks", _get("compile", "graph_breaks"), "d",
+         "Dynamo graph breaks during the row's first call (compile.graph_breaks)"),
+    _num("tp_size", "tp", _get("tp_size"), "d", "tensor-parallel ranks the layer is sharded over (tensor-parallel "
+         "rows only)"),
     Column("split", "split", _get("split"), help="column (N sharded, all-gather) or row (K sharded, all-reduce)"),
     Column("collective", "collective", _get("collective"), help="the collective after the local GEMM"),
-    Column("local_us", "local GEMM µs", _get("local_gemm_us", "median"), fmt_us, True,
-           "median of local_gemm_us: the sharded GEMM on one rank"),
-    Column("collective_us", "collective µs", _get("collective_us", "median"), fmt_us, True,
-           "median of collective_us: the all-gather or all-reduce alone"),
-    Column("end_to_end_us", "end-to-end µs", _get("end_to_end_us", "median"), fmt_us, True,
-           "median of end_to_end_us: local GEMM + collective"),
-    Column("tp_speedup", "speed-up vs tp 1 (tp1 time / this)", _get("speedup_vs_tp1"), fmt_num(".2f"), True,
-           "the tp_size 1 row's time / this row's, and the method it compares (speedup_vs_tp1: stream when both "
-           "rows have it, else end-to-end cold or cpu)",
-           cell_override=lambda row: DASH if row.speedup_vs_tp1 is None
-           else f"{row.speedup_vs_tp1:.2f}× {row.speedup_vs_tp1_method or ''}".rstrip()),
-    Column("collective_bytes", "coll. bytes", _get("collective_bytes"), fmt_num("d"), True,
-           "bus bytes each rank sends and receives in the collective (nccl-tests' definition)"),
-    Column("vs_unsharded", "rel err vs unsharded", _get("sharded_vs_unsharded", "rel_fro"), fmt_num(".3g"), True,
-           "rel_fro of the sharded output with the unsharded layer's output (same scheme) as reference"),
-    Column("busbw_gbps", "bus GB/s", _get("collective_busbw_gbps"), fmt_num(".1f"), True,
-           "collective bus bandwidth (nccl-tests' definition)"),
+    _num("local_us", "local GEMM µs", _get("local_gemm_us", "median"), "us",
+         "median of local_gemm_us: the sharded GEMM on one rank"),
+    _num("collective_us", "collective µs", _get("collective_us", "median"), "us",
+         "median of collective_us: the all-gather or all-reduce alone"),
+    _num("end_to_end_us", "end-to-end µs", _get("end_to_end_us", "median"), "us",
+         "median of end_to_end_us: local GEMM + collective"),
+    _num("tp_speedup", "speed-up vs tp 1 (tp1 time / this)", _get("speedup_vs_tp1"), ".2f",
+         "the tp_size 1 row's time / this row's, and the method it compares (speedup_vs_tp1: stream when both "
+         "rows have it, else end-to-end cold or cpu)",
+         cell_override=lambda row: DASH if row.speedup_vs_tp1 is None
+         else f"{row.speedup_vs_tp1:.2f}× {row.speedup_vs_tp1_method or ''}".rstrip()),
+    _num("collective_bytes", "coll. bytes", _get("collective_bytes"), "d",
+         "bus bytes each rank sends and receives in the collective (nccl-tests' definition)"),
+    _num("vs_unsharded", "rel err vs unsharded", _get("sharded_vs_unsharded", "rel_fro"), ".3g",
+         "rel_fro of the sharded output with the unsharded layer's output (same scheme) as reference"),
+    _num("busbw_gbps", "bus GB/s", _get("collective_busbw_gbps"), ".1f",
+         "collective bus bandwidth (nccl-tests' definition)"),
     Column("flags", "flags", lambda row: "; ".join(f.name for f in row.flags) or None,
            help="what could mislead a reader (repacked, not-compiled, graph-breaks): the row's flags list, "
                 "names only (the JSON has each flag's sentence)"),
@@ -314,33 +260,15 @@ _CATALOGUE: list[Column] = [
 COLUMNS: dict[str, Column] = {c.key: c for c in _CATALOGUE}
 
 _COMMON_HEAD = ["scheme", "m", "stored_mib", "meta_pct", "bits_per_weight", "ai", "roofline_us"]
-#: The columns that put the stream time against the HBM floor (CUDA rows).
-_FLOOR = ["hbm_floor_us", "floor_pct"]
 
-
-def _knows(rows: Sequence[Row], method: str) -> bool:
-    """Whether ``rows`` were timed with ``method`` at all: some row names it under ``latency_us``
-    (STATS or null) or ``latency_reasons``. Files written before a method existed do not."""
-    return any(method in r.latency_us or method in r.latency_reasons for r in rows)
-
-
-def _is_cuda(rows: Sequence[Row]) -> bool:
-    """Rows of a CUDA run: a CUDA device, or a time of a method that runs on CUDA only."""
-    present = methods_present(list(rows))
-    cuda_only = [m for m, info in registry.METHODS.items() if info.cuda and not info.cpu]
-    return any(m in present for m in cuda_only) or any(str(r.device).startswith("cuda") for r in rows)
-
-
-#: The columns a terminal table leaves out unless ``--wide`` (:func:`default_columns`): the rest fits
-#: 120 characters with qbench's longest scheme labels (35 characters).
+#: The columns a terminal table leaves out unless ``--wide``: the rest fits 120 characters with
+#: qbench's longest scheme labels (35 characters).
 WIDE_ONLY = ("stored_mib", "meta_pct", "ai", "roofline_us", "hbm_floor_us")
 
 #: How many timing methods a table shows unless ``--wide``: the decision method and the next one.
 NARROW_METHODS = 2
 
-
-#: The columns of a tensor-parallel terminal table unless ``--wide`` (``times``: the first timing
-#: method of the rows); 120 characters with qbench's longest scheme labels.
+#: The columns of a tensor-parallel terminal table unless ``--wide`` (``times``: the rows' first method).
 TP_NARROW = ("scheme", "m", "tp_size", "split", "end_to_end_us", "times", "tp_speedup", "rel_err", "status")
 
 #: Shorter headers of the narrow default table (:func:`qbench.render.render` without ``wide``).
@@ -348,25 +276,26 @@ NARROW_HEADERS = {"tp_speedup": "vs tp 1"}
 
 
 def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
-    """Default column keys for ``qbench run``'s and ``report``'s table over ``rows``: the common head,
-    the timing methods some row has (the registry's CUDA methods shown by default on CUDA, ``stream``
-    and ``cpu`` on CPU, so a CPU time never sits under a CUDA header; a step method only where used),
-    the HBM floor, error and status (no rows: every default); tensor-parallel rows add their sharding
-    and times. Without ``wide`` the columns that answer "which scheme" and fit 120 characters:
-    :data:`WIDE_ONLY` left out, the first :data:`NARROW_METHODS` methods; tensor-parallel rows
-    :data:`TP_NARROW`."""
+    """Default column keys of ``run``'s and ``report``'s table over ``rows``: the common head, the
+    timing methods rows have (the registry's CUDA methods on CUDA, ``stream`` and ``cpu`` on CPU; a
+    method a file predates is left out), the HBM floor (CUDA), error and status (no rows: every
+    default); tensor-parallel rows add their sharding and times. Without ``wide``: :data:`WIDE_ONLY`
+    left out and the first :data:`NARROW_METHODS` methods; tensor-parallel rows :data:`TP_NARROW`."""
     rows = list(rows)
-    cuda = _is_cuda(rows)
-    cpu = CPU_METHOD in methods_present(rows) or (not cuda and bool(rows))
+    present = methods_present(rows)
+    cuda = any(m in present for m, info in registry.METHODS.items() if info.cuda and not info.cpu) \
+        or any(str(r.device).startswith("cuda") for r in rows)
+    cpu = CPU_METHOD in present or (not cuda and bool(rows))
     times: list[str] = []
     for m, info in registry.METHODS.items():
-        if not info.shown_by_default or ((rows or info.job != registry.LAYER) and not _knows(rows, m)):
+        known = any(m in r.latency_us or m in r.latency_reasons for r in rows)  # timed with m at all
+        if not info.shown_by_default or ((rows or info.job != registry.LAYER) and not known):
             continue
         if ((cuda or not rows) and info.cuda) or (cpu and info.cpu):
             times.append(m)
-    floor = _FLOOR if (cuda or not rows) and (not rows or any(r.has("hbm_floor_us") for r in rows)) else []
+    floor = ["hbm_floor_us", "floor_pct"] if (cuda or not rows) and (
+        not rows or any(r.has("hbm_floor_us") for r in rows)) else []
     if any(r.tp_size is not None for r in rows):
-        # tensor-parallel rows: which sharding, and its local GEMM, collective and end-to-end times
         if not wide:
             return [c for key in TP_NARROW for c in (times[:1] if key == "times" else [key])]
         head = ["shard_mib" if c == "stored_mib" else c for c in _COMMON_HEAD if c not in ("scheme", "m")]
@@ -378,30 +307,20 @@ def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
     return [*_COMMON_HEAD, *times, *floor, "rel_err", "status"]
 
 
-def select(keys: Sequence[str], known: Mapping[str, Any], table: str) -> list:
-    """``known[key]`` for each ``--columns`` key, in their order: a job table's column choice.
+def resolve_columns(columns: Iterable[str | Column] | None, rows: Sequence[Any]) -> list[Column]:
+    """``columns`` (keys, :class:`Column` objects, or None for :func:`default_columns`) as Columns.
 
     Raises:
-        ValueError: an unknown key (one line naming it, the table and the allowed keys)."""
-    unknown = [k for k in keys if k not in known]
-    if unknown:
-        raise ValueError(f"unknown column {unknown[0]!r} for a {table} table; allowed: {', '.join(known)}")
-    return [known[k] for k in keys]
-
-
-def resolve_columns(columns: Iterable[str | Column] | None, rows: Sequence[Any]) -> list[Column]:
-    """Turn ``columns`` (keys, :class:`Column` objects, or ``None`` for the defaults) into
-    Column objects. Raises :class:`UnknownColumnError` naming the bad key and the allowed ones."""
-    if columns is None:
-        columns = default_columns(rows)
+        UnknownColumnError: naming the bad key and the close or allowed ones."""
     out: list[Column] = []
-    for c in columns:
+    for c in default_columns(rows) if columns is None else columns:
         if isinstance(c, Column):
             out.append(c)
             continue
         if c not in COLUMNS:
             close = difflib.get_close_matches(c, list(COLUMNS), n=3, cutoff=0.7)
-            raise UnknownColumnError(f"unknown column {c!r}; did you mean {', '.join(close)}? (--help-columns lists all "
-                                     f"{len(COLUMNS)})" if close else f"unknown column {c!r}; allowed: {', '.join(COLUMNS)}")
+            raise UnknownColumnError(f"unknown column {c!r}; " + (
+                f"did you mean {', '.join(close)}? (--help-columns lists all {len(COLUMNS)})" if close
+                else f"allowed: {', '.join(COLUMNS)}"))
         out.append(COLUMNS[c])
     return out

@@ -1,8 +1,5 @@
-"""Readable kernel names for tables: :func:`short_kernel` shortens the names torch.profiler records
-(``dispatch.kernels``, :mod:`qbench.dispatch`); the result JSON keeps the full names.
-
-Demangled C++ names run to thousands of characters: ``void`` and namespaces go, and a long template
-argument list is replaced by the functor or kernel it names.
+"""Readable kernel names for tables (:func:`short_kernel`); the result JSON keeps the full names
+torch.profiler records (``dispatch.kernels``), which run to thousands of characters.
 """
 
 from __future__ import annotations
@@ -34,14 +31,10 @@ def _mangled_identifiers(name: str, limit: int) -> list[str]:
 
 
 def short_kernel(name: str) -> str:
-    """A readable kernel name: ``void`` and namespaces dropped, long template argument lists
-    replaced by the functor or kernel they name.
-
-    ``void at::native::elementwise_kernel<128, 2, ...MulFunctor<float>...>(...)`` ->
-    ``elementwise_kernel<MulFunctor>``; ``void cutlass::Kernel2<cutlass_80_tensorop_i16832gemm_s8_...>``
-    -> ``cutlass_80_tensorop_i16832gemm_s8_...``; a name of at most 72 characters is kept whole
-    (minus ``void`` and the argument list).
-    """
+    """A readable kernel name: ``void``, namespaces and the argument list dropped, a template argument
+    list of a name over 72 characters replaced by the functor or kernel it names
+    (``void at::native::elementwise_kernel<128, 2, ...MulFunctor<float>...>(...)`` ->
+    ``elementwise_kernel<MulFunctor>``; ``cutlass::Kernel2<cutlass_80_...>`` -> ``cutlass_80_...``)."""
     s = name.strip()
     if re.match(r"^(Memcpy|Memset)\b", s):  # "Memcpy DtoH (Device -> Pinned)": keep whole
         return s

@@ -1,26 +1,8 @@
-"""Text from result files made harmless on output: one rule per kind of output, used by every
-renderer and by every reader command.
-
-A result file may come from another machine, so its strings (a row's ``scheme``, ``reason``,
-``env.device_name``...) are not trusted:
-
-- terminal and Markdown text: C0 and C1 control characters (U+0000–U+001F, U+007F–U+009F), the
-  Unicode line and paragraph separators (U+2028, U+2029) and the bidirectional embedding,
-  override and isolate controls (U+202A–U+202E, U+2066–U+2069, "Trojan Source") are shown
-  escaped (``\\x1b``, ``\\n``, ``\\t``, ``\\u202e``), never emitted: :func:`visible`;
-- Markdown tables (tabulate's ``pipe`` and ``github``): also ``|`` becomes ``\\|``, so a cell
-  cannot add a column, and a newline cannot add a row: :func:`markdown_cell`;
-- CSV: a text cell beginning with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a
-  leading ``'`` (OWASP's rule against CSV formula injection), then :func:`visible`; numbers are
-  not text cells and stay as they are (``-1.5`` stays a number): :func:`csv_text`;
-- JSON: ``json.dumps`` escapes control characters itself; nothing more is done.
-
-A string without any of these characters is returned unchanged, so well-formed names
-(``fp8-dynamic[kernel_preference=mslk]``) render exactly as before.
-
-:class:`TerminalStream` is the backstop a reader command writes through (``Command.__call__``):
-whatever a prose line interpolates, no control character other than a newline or a tab (the
-layout of the output itself) reaches the terminal.
+"""Text from result files made harmless on output, one rule per kind of output: a result file may come
+from another machine, so its strings (``scheme``, ``reason``, ``env.device_name``...) are not trusted.
+Terminal text: :func:`visible`; Markdown cells: :func:`markdown_cell`; CSV text cells: :func:`csv_text`;
+JSON: ``json.dumps`` escapes control characters itself. :class:`TerminalStream` is the backstop every
+reader command writes through. A string without an unsafe character is returned unchanged.
 """
 
 from __future__ import annotations
@@ -30,8 +12,7 @@ from typing import Any, TextIO
 
 __all__ = ["CSV_FORMULA_START", "TerminalStream", "csv_text", "markdown_cell", "visible", "MARKDOWN_FORMATS"]
 
-#: Characters a whole output may not contain (it keeps its own line breaks and tsv's tabs): C0 but tab and
-#: newline, DEL, C1, line/paragraph separators, bidi controls.
+#: Characters a whole output may not contain (it keeps its own newlines and tsv's tabs).
 _UNSAFE_IN_OUTPUT = "\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 _UNSAFE_IN_OUTPUT_RE = re.compile(f"[{_UNSAFE_IN_OUTPUT}]")
 #: Characters never emitted from untrusted text: the same, and tab and newline.
@@ -47,36 +28,34 @@ MARKDOWN_FORMATS = frozenset({"pipe", "github"})
 
 def _escape(match: re.Match) -> str:
     ch = match.group(0)
-    if ch in _SHORT:
-        return _SHORT[ch]
-    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+    return _SHORT.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
 
 
 def visible(text: Any) -> Any:
-    """``text`` with every unsafe character (module docstring) written as its escape: ``"\\x1b[2J"``
-    -> ``"\\\\x1b[2J"``, a newline -> ``"\\\\n"``. Anything that is not a ``str`` is returned as it is."""
+    """``text`` with every unsafe character written as its escape (``"\\x1b[2J"`` -> ``"\\\\x1b[2J"``,
+    a newline -> ``"\\\\n"``); anything but a ``str`` is returned as it is. Unsafe: C0 and C1 controls
+    (U+0000–U+001F, U+007F–U+009F), the line/paragraph separators (U+2028, U+2029) and the bidi
+    controls (U+202A–U+202E, U+2066–U+2069, "Trojan Source")."""
     if not isinstance(text, str) or not _UNSAFE_RE.search(text):
         return text
     return _UNSAFE_RE.sub(_escape, text)
 
 
 def markdown_cell(text: Any) -> Any:
-    """A Markdown table cell: :func:`visible`, and ``|`` written ``\\|`` (``"a|b\\nc"`` ->
-    ``"a\\\\|b\\\\nc"``). Not a ``str``: returned as it is."""
-    if not isinstance(text, str):
-        return text
-    return visible(text).replace("|", "\\|")
+    """A Markdown table cell: :func:`visible`, and ``|`` written ``\\|``; anything but a ``str`` as it is."""
+    return visible(text).replace("|", "\\|") if isinstance(text, str) else text
 
 
 def csv_text(text: str) -> str:
     """A CSV text cell: a leading ``'`` when ``text`` begins with one of :data:`CSV_FORMULA_START`
-    (``'=HYPERLINK("x")``), then :func:`visible`. Only for text: a number's ``-`` is not a formula."""
+    (``'=HYPERLINK("x")``: OWASP's rule against formula injection), then :func:`visible`; numbers are no
+    text cells (``-1.5`` stays a number)."""
     return ("'" if text.startswith(CSV_FORMULA_START) else "") + visible(text)
 
 
 class TerminalStream:
-    """A text stream that writes to ``stream`` with every unsafe character other than newline and
-    tab escaped (as :func:`visible` writes it); every other attribute is ``stream``'s."""
+    """A text stream writing to ``stream`` with every unsafe character but newline and tab escaped;
+    every other attribute is ``stream``'s."""
 
     def __init__(self, stream: TextIO):
         self._stream = stream

@@ -1,14 +1,8 @@
-"""Text tables through :mod:`tabulate`, in any of its formats (``simple``, ``github``, ``pipe``,
-``plain``, ``grid``, ``latex``, ``html``, ...).
+"""Text tables through :mod:`tabulate`, in any of its formats (``simple``, ``github``, ``latex``...).
 
-Cells are pre-formatted by the columns (units in headers, ``—`` for not measured), so tabulate's
-own number parsing is off; numeric columns are right-aligned. When the table has no ``reason``
-column and some rows were skipped or failed, the reasons follow the table as footnotes, one per
-distinct (scheme, status, reason), listing the M values they apply to.
-
-Text from the rows is made harmless here (:mod:`qbench.render.safe`): control characters in a cell
-or a footnote are shown escaped (``\\x1b``, ``\\n``), and a Markdown table's cells (``pipe``,
-``github``) escape ``|``, so a scheme label cannot add a row or a column.
+Cells are pre-formatted by the columns, so tabulate's number parsing is off; numeric columns are
+right-aligned. A table of rows without a ``reason`` column has the skip/fail reasons and the flags as
+footnotes. Cells and footnotes are made harmless (:mod:`qbench.render.safe`).
 """
 
 from __future__ import annotations
@@ -28,33 +22,27 @@ __all__ = ["render_table", "footnotes", "rest_width"]
 
 
 def footnotes(rows: Sequence[Row]) -> list[str]:
-    """One line per distinct (scheme, status, reason) among rows whose status is not ``ok``
-    (``int4-weight-only (M=1,16,512) skipped: needs CUDA``), then per flag name among the rows'
-    ``flags`` its first row's text (``nf4-bnb (M=1) flag: repacked: ...``) and, when other schemes
-    carry it too, one line naming them (``flag repacked also on: fp4-bnb (M=1) ...``): a flag on
-    many rows does not swamp the table."""
+    """One line per distinct (scheme, status, reason) of the rows not ``ok`` (``int4-weight-only
+    (M=1,16,512) skipped: needs CUDA``), then per flag name its first row's text (``nf4-bnb (M=1) flag:
+    repacked: ...``) and one line naming the other schemes that carry it, so a flag on many rows does
+    not swamp the table."""
+    def at(ms: list) -> str:
+        return f"(M={','.join(str(m) for m in ms)})"
+
     groups: dict[tuple, list] = {}
     for r in rows:
-        if r.status == "ok":
-            continue
-        key = (r.scheme, r.status, r.reason or "no reason given")
-        groups.setdefault(key, []).append(r.m)
-    out = [
-        f"{scheme} (M={','.join(str(m) for m in ms)}) {status}: {reason}"
-        for (scheme, status, reason), ms in groups.items()
-    ]
-    flagged: dict[tuple, list] = {}
+        if r.status != "ok":
+            groups.setdefault((r.scheme, r.status, r.reason or "no reason given"), []).append(r.m)
+    out = [f"{scheme} {at(ms)} {status}: {reason}" for (scheme, status, reason), ms in groups.items()]
+    flagged: dict[str, dict[tuple, list]] = {}  # flag name -> (scheme, line) -> Ms, in the rows' order
     for r in rows:  # what could mislead a reader about an ok row
         for flag in r.flags:
-            flagged.setdefault((flag.name, r.scheme, flag.line), []).append(r.m)
-    shown: dict[str, list] = {}  # flag name -> (scheme, line, Ms), in the rows' order
-    for (name, scheme, line), ms in flagged.items():
-        shown.setdefault(name, []).append((scheme, line, ms))
-    for name, items in shown.items():
-        (scheme, line, ms), rest = items[0], items[1:]
-        out.append(f"{scheme} (M={','.join(str(m) for m in ms)}) flag: {line}")
+            flagged.setdefault(flag.name, {}).setdefault((r.scheme, flag.line), []).append(r.m)
+    for name, items in flagged.items():
+        ((scheme, line), ms), *rest = items.items()
+        out.append(f"{scheme} {at(ms)} flag: {line}")
         if rest:  # one flag on many rows: named once, the others listed (each row's own text in the JSON)
-            others = dict.fromkeys(f"{s} (M={','.join(str(m) for m in ms)})" for s, _, ms in rest)
+            others = dict.fromkeys(f"{s} {at(ms)}" for (s, _), ms in rest)
             out.append(f"flag {name} also on: {', '.join(others)} (each row's figures: --format json)")
     return out
 
@@ -64,10 +52,9 @@ _LATENCY_KEYS = frozenset(registry.METHODS)
 
 
 def rest_width(rows: Sequence[Any], columns: Sequence[Column], key: str, width: int, least: int = 16) -> int:
-    """The width (characters) left to column ``key`` when the table of ``rows`` in ``columns`` is
-    to fit ``width`` characters in tabulate's ``simple`` format: ``width`` less every other column
-    (its widest cell, or its header plus 2) and the two spaces between columns; at least ``least``
-    (a table whose other columns take more than ``width`` is wider)."""
+    """The width left to column ``key`` for the ``simple`` table of ``rows`` to fit ``width``
+    characters: ``width`` less every other column (widest cell, or header plus 2) and the two spaces
+    between columns; at least ``least``."""
     used = 2 * (len(columns) - 1)
     for c in columns:
         if c.key != key:
@@ -76,17 +63,15 @@ def rest_width(rows: Sequence[Any], columns: Sequence[Column], key: str, width: 
 
 
 def _breakable(cell: str, width: int | None) -> str:
-    """``cell`` with each word longer than ``width`` given break points before ``[`` and after
-    ``,`` (``fp8-dynamic[kernel_preference=mslk]`` wraps as ``fp8-dynamic`` / ``[kernel_preference=mslk]``),
-    so that a wrapped label is never cut inside a name."""
+    """``cell`` with each word longer than ``width`` given break points before ``[`` and after ``,``,
+    so a wrapped label (``fp8-dynamic[kernel_preference=mslk]``) is never cut inside a name."""
     if not width or len(cell) <= width:
         return cell
     return " ".join(w.replace("[", " [").replace(",", ", ") if len(w) > width else w for w in cell.split(" "))
 
 
 def _unbroken_width(column: Column, body: Sequence[Sequence[str]], index: int) -> int | None:
-    """``column``'s wrap width, widened to its longest word left after :func:`_breakable` (None:
-    the column does not wrap)."""
+    """``column``'s wrap width widened to its longest word (None: the column does not wrap)."""
     if not column.width:
         return None
     return max([column.width, *(len(w) for row in body for w in str(row[index]).split())])
@@ -94,10 +79,9 @@ def _unbroken_width(column: Column, body: Sequence[Sequence[str]], index: int) -
 
 def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str = "simple",
                  notes_width: int | None = None) -> str:
-    """Render ``rows`` (result rows, or any records the ``columns`` getters read) as a table in
-    tabulate format ``tablefmt``; a cell longer than its column's ``width`` wraps onto several lines.
-    ``notes_width``: the footnotes under the table wrap at word boundaries to this many characters
-    (:func:`qbench.render.fit`; ``None``: one line each). Returns the text without a trailing newline."""
+    """``rows`` (result rows, or records the ``columns`` read) as a table in tabulate format
+    ``tablefmt``, without a trailing newline; a cell longer than its column's ``width`` wraps, and the
+    footnotes wrap at ``notes_width`` characters (None: one line each)."""
     safe = markdown_cell if tablefmt in MARKDOWN_FORMATS else visible
     body = [[_breakable(safe(c.cell(r)), c.width) for c in columns] for r in rows]
     text = tabulate(

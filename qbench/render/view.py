@@ -1,15 +1,9 @@
 """A job kind's table, declared once, and the one layout every job's table is printed in.
 
-A :class:`View` is a column catalogue (:class:`qbench.render.columns.Column`: key, header with units,
-raw value, table cell) and which keys each layout shows: the terminal's narrow default (fits
-:data:`qbench.render.TABLE_WIDTH`, under ``short`` headers), the wide table (``--wide``, Markdown and
-the other markup formats), and CSV/JSON (every number raw, keyed by column key). ``--columns`` takes
-any catalogue key. :func:`show` prints a view's records: the lines that say what the table is, a
-warning (an incomplete file), a blank line, the table, the notes; in a data or markup format the
-table alone on stdout and the prose on stderr.
-
-A job declaring its view: ``View("model-step", catalogue, narrow=(...), wide=(...), data=(...))``,
-then ``show(records, view.columns(fmt, wide, keys), fmt, wide=..., describe=..., notes=...)``. A new
+A :class:`View` is a column catalogue (:class:`qbench.render.columns.Column`) and the keys each
+layout shows: the terminal's narrow default (fits :data:`qbench.render.TABLE_WIDTH`, under ``short``
+headers), the wide table (``--wide``, Markdown, markup) and CSV/JSON (raw values). :func:`show`
+prints a view's records with the lines that say what they are and the notes under them. A new
 statistic is one :class:`Column` in the catalogue and its key in the layouts that show it.
 """
 
@@ -20,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Sequence
 
 from qbench.render import DATA_FORMATS, narrow, prose, render, wants_prose
-from qbench.render.columns import Column, select
+from qbench.render.columns import Column
 from qbench.render.safe import visible
 
 __all__ = ["View", "column_keys", "show"]
@@ -28,10 +22,10 @@ __all__ = ["View", "column_keys", "show"]
 
 @dataclass(frozen=True)
 class View:
-    """A job kind's table: ``catalogue`` (every column, in table order; ``--columns`` takes these keys)
-    and the keys of each layout, in catalogue order: ``narrow`` (a terminal table without ``--wide``,
-    fitting 120 characters; its headers ``short[key]`` where given), ``wide`` (``--wide``, Markdown,
-    markup) and ``data`` (CSV, JSON). ``kind`` names the table in a refusal (``model-step``)."""
+    """A job kind's table: ``catalogue`` (every column, in table order; ``--columns`` takes these
+    keys) and each layout's keys: ``narrow`` (a terminal table without ``--wide``; headers
+    ``short[key]`` where given), ``wide`` (``--wide``, Markdown, markup), ``data`` (CSV, JSON).
+    ``kind`` names the table in a refusal."""
 
     kind: str
     catalogue: Sequence[Column]
@@ -41,16 +35,19 @@ class View:
     short: Mapping[str, str] = field(default_factory=dict)
 
     def select(self, keys: Sequence[str]) -> list[Column]:
-        """The catalogue's columns of ``--columns`` ``keys``, in their order.
+        """The catalogue's columns of ``keys``, in their order.
 
         Raises:
             ValueError: an unknown key (one line naming it, the table and the allowed keys)."""
-        return select(keys, {c.key: c for c in self.catalogue}, self.kind)
+        known = {c.key: c for c in self.catalogue}
+        unknown = [k for k in keys if k not in known]
+        if unknown:
+            raise ValueError(f"unknown column {unknown[0]!r} for a {self.kind} table; allowed: {', '.join(known)}")
+        return [known[k] for k in keys]
 
     def columns(self, fmt: str, wide: bool = False, keys: Optional[Sequence[str]] = None) -> list[Column]:
-        """The columns shown in format ``fmt``: ``keys`` (``--columns``) alone when given, else the
-        layout of ``fmt`` (:data:`qbench.render.DATA_FORMATS`: ``data``; a terminal table without
-        ``wide``, :func:`qbench.render.narrow`: ``narrow`` under its short headers; else ``wide``)."""
+        """The columns shown in format ``fmt``: ``keys`` (``--columns``) when given, else the layout
+        of ``fmt`` (data: ``data``; :func:`qbench.render.narrow`: ``narrow`` under short headers; else ``wide``)."""
         if keys:
             return self.select(keys)
         if fmt in DATA_FORMATS:
@@ -67,26 +64,22 @@ def column_keys(text: Optional[str]) -> list[str]:
 
 def show(records: Sequence[Any], columns: Sequence[Column], fmt: str, *, wide: bool = False,
          describe: Sequence[str] = (), warning: Optional[str] = None, notes: Sequence[str] = (),
-         file: Any = None) -> None:
-    """Print a job's table in the one layout: ``describe`` (what the table is), ``warning`` (an
-    incomplete file), a blank line, the table of ``records`` in ``columns``, then ``notes`` (after a
-    blank line). Prose is wrapped at :data:`qbench.render.TABLE_WIDTH` in a terminal table without
-    ``wide``; in a data or markup format (:func:`qbench.render.wants_prose` false) the table is alone
-    on stdout and the prose goes to stderr as it is. Strings from the file are shown with control
-    characters escaped."""
+         file: Any = None, table: Optional[str] = None) -> None:
+    """Print a table in the one layout: ``describe`` and ``warning`` lines, a blank line, the table of
+    ``records`` in ``columns`` (or ``table``, text already rendered), a blank line and ``notes``.
+    Prose is wrapped in the narrow default (:func:`qbench.render.prose`); in a data or markup format
+    the table is alone on stdout and the prose goes to stderr as it is. File strings are :func:`visible`."""
     out = file or sys.stdout
     terminal = wants_prose(fmt)
-    say = prose(fmt, wide)
+    say = prose(fmt, wide) if terminal else str
     err = out if terminal else sys.stderr
     for line in [*describe, *([warning] if warning else [])]:
         print(say(visible(line)), file=err)
     if terminal and (describe or warning):
         print(file=out)
-    table = render(list(records), columns, fmt)
+    table = render(list(records), columns, fmt) if table is None else table
     print(table, end="" if table.endswith("\n") else "\n", file=out)
-    if notes:
-        if terminal:
-            print(file=out)
-        for line in notes:
-            print(say(visible(line)) if terminal else visible(line), file=err)
-
+    if notes and terminal:
+        print(file=out)
+    for line in notes:
+        print(say(visible(line)), file=err)
