@@ -266,11 +266,15 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     sp = step_view.speedups(steps) if steps else {}
     doubts = step_view.speedup_doubts(steps) if steps else {}
     points = sorted({(r.m, r.context) for r in steps})
-    records, doubted = [], []
+    records, doubted, dashes = [], [], []
     for q in quality:
         rec = {"scheme": q.scheme, "q": q}
-        for r in steps:
-            if quality_of(r, [q]) is not None and r.status == "ok":
+        mine = [r for r in steps if quality_of(r, [q]) is not None]
+        if steps and len({(r.m, r.context) for r in mine if r.status == "ok"}) < len(points):
+            why = sorted({f"{r.status}: {r.reason or 'no reason given'}" for r in mine if r.status != "ok"})
+            dashes.append(f"{q.scheme} ({'; '.join(why) if why else 'no step row'})")
+        for r in mine:
+            if r.status == "ok":
                 method = step_view.decision_method(r)
                 value = sp.get(r.key, {}).get(method) if method else None
                 key = f"M={r.m}/{r.context}"
@@ -291,6 +295,8 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     notes_ += [*filter(None, [paired]), *(line.replace("(never picked)", "(not in the table)")
                                           for line in (unpaired(steps, quality) if steps else [])
                                           if line.startswith("no quality row")), *notes(quality)]
+    if dashes:
+        notes_.append("— under M=: no ok step of the scheme there: " + "; ".join(dashes))
     show(records, model_table(points).columns(args.format, getattr(args, "wide", False)), args.format,
          wide=getattr(args, "wide", False), describe=[*filter(None, [twice]), *(describe(quality) if quality else [])],
          notes=notes_)

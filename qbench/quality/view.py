@@ -111,7 +111,7 @@ def describe(rows: Sequence[QualityRow]) -> list[str]:
         r = group[0]
         which = "" if len(groups) == 1 else f" (schemes: {', '.join(x.scheme for x in group)})"
         lines += [f"quality of {r.title} ({r.model}); weights: {r.weights}{which}",
-                  f"text {r.text} (sha256 {r.text_sha256[:12]}): {r.chunks} chunks of {r.chunk} tokens, the second half "
+                  f"text {r.text} (sha256 {r.text_sha256[:12]}): {r.chunks} chunk{'' if r.chunks == 1 else 's'} of {r.chunk} tokens, the second half "
                   f"of each scored ({r.scored_per_chunk} tokens a chunk: every scored token has at least half a chunk of "
                   "context, llama.cpp's convention)"]
         if r.kv_cache:  # the cache's own damage is in every statistic of these rows

@@ -1,6 +1,7 @@
 """quality/view: the quality table's narrow terminal default (fits 120 characters, the flags every
 row shares said once) and its uncertainties to two significant digits."""
 
+import json
 from pathlib import Path
 
 from qbench import cli
@@ -38,6 +39,21 @@ def test_wide_and_markdown_keep_every_column(capsys):
 
 STEP = str(ROOT / "results" / "h200" / "step_tiny_trained.json")
 TINY = str(ROOT / "results" / "h200" / "quality_tiny.json")
+
+
+def test_model_names_why_a_quality_scheme_has_no_step_speed_up(tmp_path, capsys):
+    """A scheme with a quality row and no ok step row: its dashes are explained, with the step's reason."""
+    doc = json.loads(Path(STEP).read_text())
+    doc["rows"] = [r for r in doc["rows"] if r["scheme"] != "int8-weight-only"]
+    for r in doc["rows"]:
+        if r["scheme"] == "nf4-bnb":
+            r.update(status="failed", reason="out of memory")
+    step = tmp_path / "step.json"
+    step.write_text(json.dumps(doc))
+    assert cli.main(["model", "tiny-shakespeare-llama", str(step), TINY]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "— under M=: no ok step of the scheme there: " in out
+    assert "nf4-bnb (failed: out of memory)" in out and "int8-weight-only (no step row)" in out
 
 
 def test_model_and_recommend_on_both_halves_fit_120(capsys):

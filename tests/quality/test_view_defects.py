@@ -114,6 +114,16 @@ def test_d25_report_of_an_incomplete_quality_file_says_so(tmp_path, capsys):
     assert f"{path} is incomplete (\"complete\": false" in " ".join(capsys.readouterr().out.split())
 
 
+def test_one_chunk_is_said_in_the_singular(tmp_path, capsys):
+    def one(doc):
+        for r in doc["rows"]:
+            r["chunks"] = 1
+    path = _edited(tmp_path, CPU_TINY, "q.json", one)
+    assert cli.main(["report", path]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ": 1 chunk of 512 tokens, the second half" in out and "1 chunks" not in out
+
+
 def test_d1_run_of_a_quality_scenario_prints_json_and_csv(capsys):
     """`qbench run QUALITY.toml --format json|csv` prints its rows through the same view as report."""
     import argparse
