@@ -10,6 +10,7 @@ import os
 import platform
 import subprocess
 import time
+from typing import Optional
 from pathlib import Path
 
 import torch
@@ -224,6 +225,18 @@ def _proc_stat_cpu() -> str | None:
             return f.readline()
     except OSError:
         return None
+
+
+def cpu_busy(threads: int) -> tuple[dict, Optional[str]]:
+    """:func:`cpu_load` right after a timing (this process's ``threads`` counted as its own, a 0.1 s
+    ``/proc/stat`` window) and the text of a ``cpu-busy`` flag when other work leaves fewer free
+    cores than ``threads`` (the timing shared cores: noisy), else None."""
+    load = cpu_load(threads, own_running=threads, window_s=0.1)
+    if not load.get("oversubscribed"):
+        return load, None
+    busy = (f"{load['busy_cores_now']:.1f} cores busy with other work" if load.get("busy_cores_now") is not None
+            else f"load {load['load_avg_1min']:.1f}")
+    return load, f"{busy} leaves {load['free_cores']:.1f} free cores for {threads} threads: noisy"
 
 
 def cpu_load(threads: int, own_running: int = 0, window_s: float = 0.0, own_pids: tuple[int, ...] = ()) -> dict:

@@ -398,16 +398,11 @@ class _Runner:
         (:func:`qbench.env.cpu_load`): the cores busy over 0.1 s right after the method, while this
         worker sleeps (``/proc/stat``), or, where that cannot be read, the 1-minute load average
         minus this worker's threads. The CPU times shared cores with other work."""
-        from qbench.env import cpu_load
+        from qbench.env import cpu_busy
 
-        threads = torch.get_num_threads()
-        load = cpu_load(threads, own_running=threads, window_s=0.1)
-        row["cpu_load"] = load
-        if load.get("oversubscribed"):
-            busy = (f"{load['busy_cores_now']:.1f} cores busy with other work" if load.get("busy_cores_now") is not None
-                    else f"load {load['load_avg_1min']:.1f}")
-            row["flags"].append(flag_record("cpu-busy", f"{busy} leaves {load['free_cores']:.1f} free cores for {threads} "
-                                                 "threads: noisy"))
+        row["cpu_load"], text = cpu_busy(torch.get_num_threads())
+        if text:
+            row["flags"].append(flag_record("cpu-busy", text))
 
     def _reading(self, row: dict, method: str) -> None:
         gpu = _gpu_state_module()

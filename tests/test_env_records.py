@@ -179,3 +179,20 @@ def test_the_runs_own_forkserver_is_not_other_work(monkeypatch):
     got = env.cpu_load(2, window_s=0.2, own_pids=(4242,))
     assert abs(got["busy_cores_now"] - 0.2) < 1e-12 and got["oversubscribed"] is False
     assert env.cpu_load(2, window_s=0.2)["oversubscribed"] is True  # the same window, nothing left out
+
+
+def test_cpu_busy_flag_text_by_hand(monkeypatch):
+    """1.8 of 2 cores busy with other work after a 2-thread timing: 0.2 free cores, the flag's text;
+    0.1 busy: no flag."""
+    import os
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.8, 0.0, 0.0))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(env.time, "sleep", lambda s: None)
+    lines = iter(["cpu  0 0 0 0 0 0 0 0", "cpu  90 0 0 10 0 0 0 0"])
+    monkeypatch.setattr(env, "_proc_stat_cpu", lambda: next(lines))
+    load, text = env.cpu_busy(2)
+    assert load["oversubscribed"] is True
+    assert text == f"1.8 cores busy with other work leaves {load['free_cores']:.1f} free cores for 2 threads: noisy"
+    lines = iter(["cpu  0 0 0 0 0 0 0 0", "cpu  5 0 0 95 0 0 0 0"])
+    assert env.cpu_busy(2)[1] is None

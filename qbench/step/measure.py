@@ -51,6 +51,7 @@ from qbench.schemes import ledger
 from qbench.model import llama
 from qbench.step import floor
 from qbench.model.config import StepModelConfig
+from qbench.env import cpu_busy
 from qbench.gpu_state import record_reading
 from qbench.row import (NOISY_CV, describe_exception, dtype_name, failed_rows, flag_record, is_noisy_cv,
                         reason_record)
@@ -443,6 +444,10 @@ class _Built:
                 model.model.block_call, model.head_call = _eager_block, model._head
                 row["worker_phases_s"] = {**row["worker_phases_s"], method.name: time.perf_counter() - t0}
             record_reading(row, method.name, self.device)
+            if self.device.type == "cpu" and not any(f["name"] == "cpu-busy" for f in row["flags"]):
+                text = cpu_busy(torch.get_num_threads())[1]  # other work shared the cores this step was timed on
+                if text:
+                    row["flags"].append(flag_record("cpu-busy", f"{method.name}: {text}"))
         if row["extrapolated"] is not None:
             n_small, n_large = counts
             kept = self.plan.kept()

@@ -111,6 +111,17 @@ def test_fp8_step_rows_on_cpu_record_attention_kv_and_the_three_way_split():
     assert row["error"]["rel_fro"] > 10 * base["error"]["rel_fro"] and row["error"]["kl_div"] > 0
 
 
+@pytest.mark.parametrize("busy", [True, False])
+def test_a_cpu_step_timed_beside_other_work_is_flagged_cpu_busy(monkeypatch, busy):
+    from qbench.step import measure
+
+    text = "1.8 cores busy with other work leaves 0.2 free cores for 2 threads: noisy"
+    monkeypatch.setattr(measure, "cpu_busy", lambda threads: ({}, text if busy else None))
+    row = measure_step_scheme(_scenario([{"name": "fp32"}]), 0, torch.device("cpu"), None)[0]
+    flags = [f for f in row["flags"] if f["name"] == "cpu-busy"]
+    assert [f["text"] for f in flags] == ([f"step_cpu: {text}"] if busy else [])
+
+
 def test_split_kv_asked_for_on_cpu_is_a_skipped_row():
     rows = measure_step_scheme(_scenario([{"name": "fp32"}], attention="split-kv"), 0, torch.device("cpu"), None)
     assert [r["status"] for r in rows] == ["skipped"]
