@@ -158,7 +158,7 @@ def test_qbench_model_marks_the_same_artefacts_as_the_step_table(tmp_path, capsy
 
 
 def test_model_view_splits_the_step_three_ways_where_the_attention_was_timed():
-    # results/h100/step_llama31_8b_splitkv.json: bf16 compiled at M = 1, 32,768 positions; other = step - Σ linear -
+    # results/h100/step_llama31_8b.json: bf16 compiled at M = 1, 32,768 positions; other = step - Σ linear -
     # attention, by the row's own numbers; files without the attention record keep their columns
     from pathlib import Path
 
@@ -166,7 +166,7 @@ def test_model_view_splits_the_step_three_ways_where_the_attention_was_timed():
     from qbench.step.view import model_records, model_view
 
     root = Path(__file__).resolve().parents[2]
-    rows = read_results(root / "results/h100/step_llama31_8b_splitkv.json").rows
+    rows = read_results(root / "results/h100/step_llama31_8b.json").rows
     rec = next(r for r in model_records(rows) if r["scheme"] == "bf16+compiled" and r["m"] == 1 and r["context"] == 32768)
     row = next(r for r in rows if r.scheme == "bf16+compiled" and r.m == 1 and r.context == 32768)
     assert rec["attention_us"] == row.attention["us"] and rec["attention_floor"] == row.attention["floor_fraction"]
@@ -176,3 +176,30 @@ def test_model_view_splits_the_step_three_ways_where_the_attention_was_timed():
     old = read_results(root / "results/h200/step_llama31_8b.json").rows
     view = model_view([dict(r, _doubt=(False, False, False)) for r in model_records(old)])
     assert "attention_us" not in view.narrow and "attention_us" not in view.wide
+
+
+def test_docs_step_figures_are_the_h100_files():
+    """docs/step.md's split-KV and fp8-cache figures, read from the committed H100 files."""
+    from pathlib import Path
+
+    from qbench.results import read_results
+
+    root = Path(__file__).resolve().parents[2]
+    text = " ".join((root / "docs" / "step.md").read_text(encoding="utf-8").split())
+
+    def row(name, m, context):
+        rows = read_results(root / "results" / "h100" / name).rows
+        return next(r for r in rows if r.scheme == "bf16+compiled" and r.m == m and r.context == context)
+
+    bf16, fp8 = row("step_llama31_8b.json", 1, 32768), row("step_llama31_8b_kv_fp8.json", 1, 32768)
+    t, f = bf16.step_us("step_compiled"), bf16.hbm_floor_us
+    assert (f"takes {t / 1e3:.2f} ms against its {f / 1e3:.2f} ms HBM floor ({t / f:.2f}×;" in text)
+    assert f"the attention alone is {bf16.attention['us'] / 1e3:.2f} ms per step at " \
+           f"{100 * bf16.attention['floor_fraction']:.0f} % of its floor" in text
+    t8 = fp8.step_us("step_compiled")
+    assert f"takes {t8 / 1e3:.2f} ms at 32,768 positions and M = 1 ({t / t8:.2f}× the bf16 cache's; its attention " \
+           f"{fp8.attention['us'] / 1e3:.2f} ms, {100 * fp8.attention['floor_fraction']:.0f} % of its floor)" in text
+    for m, words in ((1, "at M = 1 ({:.2f}×)"), (16, "at M = 16 ({:.2f}×)")):
+        a, b = row("step_llama31_8b.json", m, 4096), row("step_llama31_8b_kv_fp8.json", m, 4096)
+        ta, tb = a.step_us("step_compiled"), b.step_us("step_compiled")
+        assert f"{tb / 1e3:.2f} ms " + words.format(ta / tb) in text
