@@ -179,7 +179,7 @@ def test_model_view_splits_the_step_three_ways_where_the_attention_was_timed():
 
 
 def test_docs_step_figures_are_the_h100_files():
-    """docs/step.md's split-KV and fp8-cache figures, read from the committed H100 files."""
+    """docs/step.md's (and the README's) split-KV and fp8-cache figures, read from the committed H100 files."""
     from pathlib import Path
 
     from qbench.results import read_results
@@ -194,6 +194,8 @@ def test_docs_step_figures_are_the_h100_files():
     bf16, fp8 = row("step_llama31_8b.json", 1, 32768), row("step_llama31_8b_kv_fp8.json", 1, 32768)
     t, f = bf16.step_us("step_compiled"), bf16.hbm_floor_us
     assert (f"takes {t / 1e3:.2f} ms against its {f / 1e3:.2f} ms HBM floor ({t / f:.2f}×;" in text)
+    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    assert f"32,768 positions, M = 1, is {t / 1e3:.2f} ms, {t / f:.2f}× its HBM floor" in readme
     assert f"the attention alone is {bf16.attention['us'] / 1e3:.2f} ms per step at " \
            f"{100 * bf16.attention['floor_fraction']:.0f} % of its floor" in text
     t8 = fp8.step_us("step_compiled")
