@@ -442,19 +442,19 @@ def pick_notes(rec: Sequence[dict], rows: Sequence[StepRow], error: str = "the l
     """The lines under a table of :func:`recommend` records ``rec`` (of step ``rows``): the picks tied
     within noise and the rule among them (``error`` names the tie-break), the flags of the picks and
     of their baselines, the schemes not measured and why, and those without a step time."""
-    lines, tied = [], []
+    lines, tied, timing = [], [], []
     for r in rec:
         if not r["ties"]:
             continue
         flags = r["timing_flags"]
+        timing += [f for s in [r["pick"], *r["ties"]] for f in flags.get(s, [])]
         listed = ", ".join(f"{s}{' (fastest median)' if s == r['fastest'] else ''}"
                            f"{' [' + ', '.join(flags[s]) + ']' if s in flags else ''}" for s in [r["pick"], *r["ties"]])
         tied.append(f"M={r['m']} ctx={r['context']}: {r['pick']} picked from {listed}")
     if tied:
         lines.append(f"tied with the fastest within noise (p10–p90 overlap); among them the pick is the smaller "
                      f"context's, else {error}, then fewer bytes: " + "; ".join(tied)
-                     + ("; [throttled]: the GPU limited its clocks right after the reading, "
-                        f"[noisy]: {FLAG_MEANINGS['noisy']}" if any(r["timing_flags"] for r in rec) else ""))
+                     + (f"; {flag_legend(timing)}" if timing else ""))
     flagged, seen = [], []
     for r in rec:
         if not r["pick"] or not (r["pick_flags"] or r["baseline_flags"]):

@@ -302,7 +302,7 @@ def test_every_flag_in_the_committed_step_files_has_a_meaning():
     # and every flag the step job writes (the throttle reading is every producer's: qbench.gpu_state)
     source = "".join((ROOT / "qbench" / f).read_text() for f in ("step/measure.py", "gpu_state.py"))
     written = set(re.findall(r'flag_record\("([a-z-]+)"', source))
-    assert len(written) == 10 and written <= set(FLAG_MEANINGS), written - set(FLAG_MEANINGS)
+    assert len(written) == 11 and written <= set(FLAG_MEANINGS), written - set(FLAG_MEANINGS)
 
 
 def test_model_lists_the_flags_and_warns_of_synthetic_weights(capsys):
@@ -434,3 +434,14 @@ def test_step_plot_legend_names_the_dashed_sigma_linear_lines(monkeypatch, tmp_p
     (fig,) = seen
     labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
     assert "dashed: Σ linear (the layer view)" in labels and len(labels) == 14
+
+
+def test_the_tie_line_explains_only_the_flags_its_tied_rows_carry(capsys):
+    """The H200 step file's ties at a 0.5 budget carry [throttled] and no [noisy]: only throttled is explained."""
+    from qbench import cli
+
+    assert cli.main(["recommend", str(ROOT / "results/h200/step_llama31_8b.json"), "--max-rel-err", "0.5"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    tie = out[out.index("tied with the fastest within noise"):out.index("flags on the picks")]
+    assert "fp8-weight-only+compiled [throttled]" in tie and "[noisy]" not in tie
+    assert "; [throttled]: the GPU limited its clocks (power or thermal cap) right after the reading" in tie
