@@ -307,7 +307,8 @@ class _Built:
     def _blocks_that_fit(self, per_block: int) -> int:
         """Blocks that fit in the free memory beside the largest KV cache, the embedding, the LM
         head, the prefill's one-block working set and the FP32 reference's (one block of FP32
-        weights and an FP32 copy of one block's cache at the largest M and context)."""
+        weights and an FP32 copy of one block's cache for :func:`~qbench.model.llama.reference_group`'s
+        sequences at the largest M and context)."""
         c, itemsize = self.config, torch.empty((), dtype=self.kv).element_size()
         m, ctx = max(self.scenario.m), max(self.spec.context)
         cache_per_block = m * (ctx + 1) * c.kv_elements_per_position() * itemsize
@@ -317,7 +318,9 @@ class _Built:
         chunk = min(ctx, PREFILL_CHUNK)
         prefill_ws = (6 * c.block_linear_params() + ctx * (3 * c.hidden + 4 * c.heads * c.head_dim) * 2
                       + chunk * c.ffn * 2 * 3)
-        reference_ws = 4 * c.block_linear_params() + 2 * m * (ctx + 1) * c.kv_elements_per_position() * 4 + m * c.vocab * 8
+        group = llama.reference_group(c, m, ctx + 1)  # the reference's FP32 cache copy holds this many sequences
+        reference_ws = (4 * c.block_linear_params() + 2 * group * (ctx + 1) * c.kv_elements_per_position() * 4
+                        + m * c.vocab * 8)
         spare = free - embed_head - max(prefill_ws, reference_ws) - HEADROOM
         return int(spare // (per_block + cache_per_block + prompt_cache_per_block)) + 1  # block 0 is built already
 
@@ -374,11 +377,13 @@ class _Built:
         cache as a step in the activation dtype would hold it (what an activation-dtype row's reference
         reads), so the error includes the cache's rounding."""
         got = model.logits(tokens)
+        group = llama.reference_group(self.config, tokens.shape[0], context + 1)
         if self.kv == llama.FP8_KV:
             ref = llama.reference_logits(self.weights, prompt_cache, tokens, context, lm_head=self.spec.lm_head,
-                                         via=self.act)
+                                         via=self.act, group=group)
         else:
-            ref = llama.reference_logits(self.weights, model.cache, tokens, context, lm_head=self.spec.lm_head)
+            ref = llama.reference_logits(self.weights, model.cache, tokens, context, lm_head=self.spec.lm_head,
+                                         group=group)
         row["error"] = step_error(got, ref, "logits" if self.spec.lm_head else "hidden")
         if self.blocks_built < self.config.blocks:
             row["error"]["blocks"] = self.blocks_built

@@ -180,3 +180,34 @@ def test_blocks_on_demand_hold_one_block_at_a_time():
     with torch.inference_mode():
         model.hidden(torch.arange(8)[None], 0, cache)
     assert most == [1, 1]
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-prompt", "own-caches"])
+def test_reference_in_sequence_groups_equals_all_at_once(shared):
+    """The FP32 reference over 5 sequences in groups of 2 (2, 2, 1) equals one pass over all 5, reads
+    the right sequences' caches, and writes none of them."""
+    cfg, model = _hf_model({})
+    weights = _weights(HF_CONFIG, model)
+    gen = torch.Generator().manual_seed(11)
+    cache = llama.KVCache.empty(weights.config, 1 if shared else 5, 10, torch.float32, CPU)
+    prompt = torch.randint(0, cfg.vocab_size, (1 if shared else 5, 9), generator=gen)
+    llama.prefill(weights, cache, prompt, torch.float32)
+    before = [(c.k.clone(), c.v.clone()) for c in cache]
+    tokens = torch.randint(0, cfg.vocab_size, (5,), generator=gen)
+    with torch.inference_mode():
+        whole = llama.reference_logits(weights, cache, tokens, 9, lm_head=True)
+        grouped = llama.reference_logits(weights, cache, tokens, 9, lm_head=True, group=2)
+        alone = llama.reference_logits(weights, cache, tokens[3:4], 9, lm_head=True) if shared else None
+    torch.testing.assert_close(grouped, whole, rtol=1e-5, atol=1e-5)
+    if alone is not None:
+        torch.testing.assert_close(grouped[3:4], alone, rtol=1e-5, atol=1e-5)
+    for c, (k, v) in zip(cache, before):
+        assert torch.equal(c.k, k) and torch.equal(c.v, v)
+
+
+def test_reference_group_keeps_one_blocks_fp32_copy_within_a_gib():
+    from qbench.model.config import PRESETS
+
+    c = PRESETS["llama3.1-8b"]  # 2 × 8 × 128 = 2,048 K+V elements a position: 32,769 positions = 268 MB in FP32
+    assert llama.reference_group(c, 16, 32769) == 3  # 3 x 268 MB <= 1 GiB < 4 x 268 MB
+    assert llama.reference_group(c, 16, 129) == 16 and llama.reference_group(c, 1, 10 ** 7) == 1
