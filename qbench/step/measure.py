@@ -53,6 +53,7 @@ from qbench.step import floor
 from qbench.model.config import StepModelConfig
 from qbench.env import cpu_busy
 from qbench.gpu_state import record_reading
+from qbench.memory import PROCESS_OVERHEAD
 from qbench.row import (NOISY_CV, describe_exception, dtype_name, failed_rows, flag_record, is_noisy_cv,
                         reason_record)
 from qbench.model.recipe import plan_of
@@ -321,7 +322,10 @@ class _Built:
         group = llama.reference_group(c, m, ctx + 1)  # the reference's FP32 cache copy holds this many sequences
         reference_ws = (4 * c.block_linear_params() + 2 * group * (ctx + 1) * c.kv_elements_per_position() * 4
                         + m * c.vocab * 8)
-        spare = free - embed_head - max(prefill_ws, reference_ws) - HEADROOM
+        # and the contexts of workers the runner starts ahead while this one builds and measures (one as
+        # each worker ends; an H100 run lost its M = 16, 32,768-position rows 0.2 GiB short of them)
+        ahead = 2 * PROCESS_OVERHEAD
+        spare = free - embed_head - max(prefill_ws, reference_ws) - HEADROOM - ahead
         return int(spare // (per_block + cache_per_block + prompt_cache_per_block)) + 1  # block 0 is built already
 
     # -- per context ------------------------------------------------------------------------
