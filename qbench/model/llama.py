@@ -259,10 +259,10 @@ class LayerCache(nn.Module):
             self.k[:, :, pos:pos + k.shape[2]] = k
             self.v[:, :, pos:pos + k.shape[2]] = v
 
-    def read(self, batch: int, positions: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V of the first ``batch`` sequences and ``positions`` positions in ``dtype``
-        (dequantized: stored value × scale, in float32, then cast)."""
-        k, v = self.k[:batch, :, :positions], self.v[:batch, :, :positions]
+    def read(self, batch: int, positions: int, dtype: torch.dtype, first: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of ``batch`` sequences from sequence ``first`` and ``positions`` positions in ``dtype``
+        (dequantized: stored value × scale, in float32, then cast); only those sequences are converted."""
+        k, v = self.k[first:first + batch, :, :positions], self.v[first:first + batch, :, :positions]
         if not self.quantized:
             return k.to(dtype), v.to(dtype)
         return ((k.float() * self.k_scale.view(1, -1, 1, 1)).to(dtype),
@@ -342,8 +342,9 @@ class KVCache(nn.Module):
         ``batch``: expanded to that many sequences (a shared prompt's cache); ``via``: rounded through
         that dtype first (the cache a step in ``via`` would hold)."""
         for layer in self.layers:
-            k, v = layer.read(layer.k.shape[0], layer.k.shape[2], via or dtype)
-            k, v = k[seqs].to(dtype), v[seqs].to(dtype)
+            first, stop, _ = seqs.indices(layer.k.shape[0])
+            k, v = layer.read(stop - first, layer.k.shape[2], via or dtype, first)
+            k, v = k.to(dtype), v.to(dtype)
             if k.untyped_storage().data_ptr() == layer.k.untyped_storage().data_ptr():  # a view: copy it
                 k, v = k.clone(), v.clone()
             if batch is not None and batch != k.shape[0]:

@@ -28,6 +28,7 @@ check`` line (:attr:`qbench.jobs.Job`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -310,21 +311,28 @@ def _token_cache(memo: tuple) -> Path:
 
 
 def _cached_tokens(path: Path) -> Optional[list[int]]:
+    """The cached ids, or None (a miss: tokenized again and rewritten) for a missing, unreadable,
+    empty or malformed file (anything but a 1-D integer array)."""
     try:
-        return np.load(path, allow_pickle=False).tolist()
-    except (OSError, ValueError):
+        ids = np.load(path, allow_pickle=False)
+    except Exception:  # OSError, ValueError, EOFError (an empty file), a corrupt header
         return None
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        return None
+    return ids.tolist()
 
 
 def _store_tokens(path: Path, ids: list[int]) -> None:
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:  # written whole then renamed: a reader never sees half a file
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
             np.save(f, np.asarray(ids, dtype=np.int64), allow_pickle=False)
         os.replace(tmp, path)
     except OSError as exc:  # an unwritable cache costs a tokenization per process, nothing more
         log.info("token cache %s not written: %s", path.parent, exc)
+        with contextlib.suppress(OSError):  # a half-written file is not left behind
+            tmp.unlink(missing_ok=True)
 
 
 def read_tokens(model: ModelSource, quality: QualitySpec, source: str) -> list[int]:

@@ -211,3 +211,16 @@ def test_reference_group_keeps_one_blocks_fp32_copy_within_a_gib():
     c = PRESETS["llama3.1-8b"]  # 2 × 8 × 128 = 2,048 K+V elements a position: 32,769 positions = 268 MB in FP32
     assert llama.reference_group(c, 16, 32769) == 3  # 3 x 268 MB <= 1 GiB < 4 x 268 MB
     assert llama.reference_group(c, 16, 129) == 16 and llama.reference_group(c, 1, 10 ** 7) == 1
+
+
+def test_a_groups_fp32_copy_holds_only_its_sequences():
+    """each_as over 2 of 16 sequences of a bf16 cache converts those 2, not all 16 (a view of a whole
+    FP32 copy would keep all 16 alive)."""
+    _, model = _hf_model({})
+    weights = _weights(HF_CONFIG, model)
+    cache = llama.KVCache.empty(weights.config, 16, 8, torch.bfloat16, CPU)
+    for layer in cache:
+        layer.k.copy_(torch.randn_like(layer.k, dtype=torch.float32))
+    got = next(iter(cache.each_as(torch.float32, seqs=slice(4, 6))))
+    assert got.k.shape[0] == 2 and got.k.untyped_storage().nbytes() == got.k.numel() * 4
+    torch.testing.assert_close(got.k, cache[0].k[4:6].float(), rtol=0, atol=0)

@@ -413,6 +413,30 @@ def test_a_text_is_tokenized_once_per_run_and_again_after_an_edit(tmp_path, cach
         ("X" + body[1:]), add_special_tokens=False).ids[:256]
 
 
+@pytest.mark.parametrize("damage", ["empty", "truncated", "0-d", "float", "2-d"])
+def test_a_damaged_token_cache_file_is_a_miss_and_is_rewritten(tmp_path, cache, damage):
+    import numpy as np
+
+    from qbench.quality import spec
+    from qbench.scenario import load
+
+    sc = load(scenario(tmp_path, TRAINED, chunk=128, chunks=2))
+    spec._TOKENS.clear()
+    good = spec.read_tokens(sc.model, sc.quality, sc.source)
+    (path,) = (cache / "tokens").glob("*.npy")
+    if damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:60])
+    else:
+        value = {"0-d": np.int64(7), "float": np.asarray(good, dtype=np.float64),
+                 "2-d": np.asarray(good).reshape(2, -1)}[damage]
+        np.save(path, value)
+    spec._TOKENS.clear()
+    assert spec.read_tokens(sc.model, sc.quality, sc.source) == good
+    assert np.load(path).tolist() == good  # rewritten
+
+
 # --- non-finite statistics and a degenerate reference: a failed row naming the cause ------------------
 
 def _row(scenario_path: Path, index: int, shared: Path) -> dict:
