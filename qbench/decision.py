@@ -270,9 +270,6 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     for q in quality:
         rec = {"scheme": q.scheme, "q": q}
         mine = [r for r in steps if quality_of(r, [q]) is not None]
-        if steps and len({(r.m, r.context) for r in mine if r.status == "ok"}) < len(points):
-            why = sorted({f"{r.status}: {r.reason or 'no reason given'}" for r in mine if r.status != "ok"})
-            dashes.append(f"{q.scheme} ({'; '.join(why) if why else 'no step row'})")
         for r in mine:
             if r.status == "ok":
                 method = step_view.decision_method(r)
@@ -284,6 +281,11 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
             value, doubt, scheme = rec[key]
             if doubt:
                 doubted.append((f"{scheme} {key} [{', '.join(doubt)}]", doubt))
+        if steps and len(points) > sum(k.startswith("M=") for k in rec):  # say why each '—' is one
+            timed = {(r.m, r.context) for r in mine if r.status == "ok"}
+            why = sorted({f"{r.status}: {r.reason or 'no reason given'}" for r in mine if r.status != "ok"})
+            why += [f"no ok bf16 step at M={m}/{c}" for m, c in points if (m, c) in timed and f"M={m}/{c}" not in rec]
+            dashes.append(f"{q.scheme} ({'; '.join(why) if why else 'no step row'})")
         records.append(rec)
     notes_ = ([] if not steps else ["M=m/context: the measured decode step's speed-up over bf16 at that M and context (the "
                                     "fastest form of the scheme: eager or compiled); the step decides a model, the layer "

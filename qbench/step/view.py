@@ -329,7 +329,7 @@ def sweep_line(rec: dict, baseline: str = "bf16") -> str:
 
 
 #: Step flags that put a reading's spread in doubt (qbench.step.measure writes them): named beside a tie.
-TIMING_FLAGS = ("throttled", "noisy")
+TIMING_FLAGS = ("throttled", "noisy", "cpu-busy")
 
 
 def flag_legend(names: Sequence[str]) -> str:
