@@ -630,7 +630,7 @@ def prefill(weights: Weights, cache: KVCache, prompt: torch.Tensor, dtype: torch
 
 
 #: Most bytes of one block's FP32 K+V copy the reference holds at once (:func:`reference_group`).
-#: Project choice: at most 1 GiB instead of 8.6 GB for Llama-3.1-8B at M = 16 and 32,768 positions.
+#: Project choice: small beside a large model's cache (Llama-3.1-8B's, M = 16, 32,768 positions: 8.6 GB a block).
 REFERENCE_COPY_BYTES = 1 << 30
 
 

@@ -322,8 +322,7 @@ class _Built:
         group = llama.reference_group(c, m, ctx + 1)  # the reference's FP32 cache copy holds this many sequences
         reference_ws = (4 * c.block_linear_params() + 2 * group * (ctx + 1) * c.kv_elements_per_position() * 4
                         + m * c.vocab * 8)
-        # and the contexts of workers the runner starts ahead while this one builds and measures (one as
-        # each worker ends; an H100 run lost its M = 16, 32,768-position rows 0.2 GiB short of them)
+        # and the contexts of workers the runner starts ahead after this estimate (one as each worker ends)
         ahead = 2 * PROCESS_OVERHEAD
         spare = free - embed_head - max(prefill_ws, reference_ws) - HEADROOM - ahead
         return int(spare // (per_block + cache_per_block + prompt_cache_per_block)) + 1  # block 0 is built already
