@@ -649,7 +649,7 @@ def reference_logits(weights: Weights, cache: KVCache, tokens: torch.Tensor, con
     FP32 (``cache`` is not written), so the reference holds one block at a time. Strict FP32
     matmuls (TF32 off). ``cache`` may hold one shared prompt (batch 1): it is expanded to the M
     tokens; ``via``: its values rounded through that dtype first (:meth:`KVCache.each_as`);
-    ``group``: at most that many sequences at a time (each group's own pass, weights made again),
+    ``group``: at most that many sequences at a time (each group's own pass, its blocks made again),
     so a block's FP32 cache copy holds ``group`` sequences, not M (:func:`reference_group`)."""
     config = weights.config
     m = tokens.shape[0]
@@ -659,17 +659,17 @@ def reference_logits(weights: Weights, cache: KVCache, tokens: torch.Tensor, con
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     try:
+        head = FloatLinear(weights.get("lm_head.weight")) if lm_head else None
+        embed, norm = weights.get("model.embed_tokens.weight"), weights.get("model.norm.weight")
         outs = []
-        for g0 in range(0, m, group):
+        for g0 in range(0, m, group):  # the head, embedding and norm made once; each pass builds its blocks
             part = tokens[g0:g0 + group]
-            head = FloatLinear(weights.get("lm_head.weight")) if lm_head else None
-            model = Llama(config, weights.get("model.embed_tokens.weight"),
-                          BlocksOnDemand(weights, float_builder(torch.float32), torch.float32, len(cache)),
-                          weights.get("model.norm.weight"), head, torch.float32)
+            model = Llama(config, embed, BlocksOnDemand(weights, float_builder(torch.float32), torch.float32,
+                                                        len(cache)), norm, head, torch.float32)
             layers = (cache.each_as(torch.float32, batch=part.shape[0], via=via) if shared
                       else cache.each_as(torch.float32, via=via, seqs=slice(g0, g0 + part.shape[0])))
             outs.append(model(part, context, layers))
-            del model, head
+            del model
         return outs[0] if len(outs) == 1 else torch.cat(outs)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev[0]
