@@ -430,6 +430,12 @@ def _store_digest(path: Path, record: dict) -> None:
         log.info("checkpoint digest cache %s not written: %s", folder, exc)
 
 
+def file_stamp(st: os.stat_result) -> dict:
+    """What says a file is unchanged since a cache entry was made: inode, size, mtime and ctime (the
+    kernel's: ``utime`` cannot set it, so an edit that restores the size and the mtime still shows)."""
+    return {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+
+
 def file_digest(path: Path, key: str = "model.checkpoint") -> str:
     """sha256 (hex) of the tensor bytes of one safetensors file (file order), every float tensor
     checked finite on the way; cached on disk by (path, inode, size, mtime, ctime): a file unchanged
@@ -442,7 +448,7 @@ def file_digest(path: Path, key: str = "model.checkpoint") -> str:
     path = Path(path).resolve()
     st = path.stat()
     cached = _load_digests().get(str(path))
-    stamp = {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+    stamp = file_stamp(st)
     if isinstance(cached, dict) and all(cached.get(k) == v for k, v in stamp.items()):
         return str(cached["sha256"])
     tensors = read_headers(path, key)

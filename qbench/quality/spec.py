@@ -41,7 +41,7 @@ import numpy as np
 from pydantic import Field
 
 from qbench.model.source import ModelSource, resolve
-from qbench.model.checkpoint import TOKENIZER, cache_dir, open_named, resolve_folder
+from qbench.model.checkpoint import TOKENIZER, cache_dir, file_stamp, open_named, resolve_folder
 from qbench.model.config import ConfigError, StepModelConfig
 from qbench.model import recipe as recipes
 from qbench.tables import Frozen, ScenarioError, Tables
@@ -299,13 +299,12 @@ _TOKEN_CACHE = "tokens"
 
 
 def _stamp(path: Path) -> list:
-    st = path.stat()
-    return [str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    return [str(path.resolve()), *file_stamp(path.stat()).values()]
 
 
 def _token_cache(memo: tuple) -> Path:
-    """The cache file of one (text, tokenizer, tokens needed): both files' stamps (path, inode,
-    size, mtime, ctime; as the checkpoint digest cache) in its name, so an edited file misses."""
+    """The cache file of one (text, tokenizer, tokens needed): both files' path and
+    :func:`~qbench.model.checkpoint.file_stamp` in its name, so an edited file misses."""
     key = hashlib.sha256(json.dumps(memo).encode()).hexdigest()[:32]
     return cache_dir() / _TOKEN_CACHE / f"{key}.npy"
 
