@@ -616,6 +616,11 @@ class _Built:
         attn["floor_us"] = floor.floor_us(attn["bytes"], gbps)
         if attn.get("us") and attn["floor_us"]:
             attn["floor_fraction"] = attn["floor_us"] / attn["us"]
+            if attn["floor_fraction"] > 1.0:  # e.g. a CPU whose caches hold the KV cache
+                row["flags"].append(flag_record("above-ceiling", f"attention {attn['us']:.3g} µs is under its floor "
+                                                f"({attn['floor_us']:.3g} µs at {gbps:.0f} GB/s): the cache was read "
+                                                "faster than the measured bandwidth (from caches, or the bandwidth is "
+                                                "underestimated), so attention floor % overstates"))
         linear = (row["linear"] or {}).get("sum_us")
         for method, stats in row["latency_us"].items():
             if not stats:

@@ -221,6 +221,18 @@ def test_tiny_step_rows_on_cpu():
         assert "synthetic" in r.weight_source
 
 
+def test_attention_faster_than_its_floor_is_flagged_above_ceiling():
+    """A bandwidth far below the device's (1 GB/s): the tiny cache reads 'faster than its floor', and the row says
+    so instead of printing an attention floor % over 100 bare; the step's own floor trips below-floor the same way."""
+    s = _scenario([{"name": "fp32"}], context=(8,))
+    row = StepRow.model_validate(measure_step_scheme(s, 0, torch.device("cpu"), {"measured": {"memory_gbps": 1e-3}})[0])
+    assert row.attention["floor_fraction"] > 1
+    assert {"above-ceiling", "below-floor"} <= set(row.flag_names)
+    assert "attention floor % overstates" in next(f.text for f in row.flags if f.name == "above-ceiling")
+    fast = StepRow.model_validate(measure_step_scheme(s, 0, torch.device("cpu"), {"measured": {"memory_gbps": 1e9}})[0])
+    assert fast.attention["floor_fraction"] < 1 and "above-ceiling" not in fast.flag_names
+
+
 def test_each_phase_is_logged_before_it_starts(caplog):
     """A worker that hangs is reported with its last log line: each phase is logged before it runs."""
     s = _scenario([{"name": "fp32"}], m=(1,), context=(8,))
