@@ -93,21 +93,22 @@ def _measure_matmul(dtype: str, device: torch.device, n: int) -> tuple[float | N
         method = f"torch._int_mm int8 x int8 -> int32 (second operand column-major); {method}"
     else:
         method = f"torch.mm {dtype}; {method}"
-    prev_precision = torch.get_float32_matmul_precision()
+    matmul = torch.backends.cuda.matmul  # the per-backend API: the legacy getters raise once it was used (torch >= 2.9)
+    prev_precision = matmul.fp32_precision
     try:
         if dtype in ("fp32", "tf32"):
-            torch.set_float32_matmul_precision("highest" if dtype == "fp32" else "high")
+            matmul.fp32_precision = "ieee" if dtype == "fp32" else "tf32"
             err = _rel_err_vs_fp64(device)
             if dtype == "fp32" and err > FP32_MAX_REL_ERR:
-                return None, f"TF32 still active with precision 'highest' (rel err {err:.1e}; NVIDIA_TF32_OVERRIDE?)", method
-            method += f"; float32_matmul_precision={torch.get_float32_matmul_precision()!r}, rel err vs fp64 {err:.1e}"
+                return None, f"TF32 still active with fp32_precision 'ieee' (rel err {err:.1e}; NVIDIA_TF32_OVERRIDE?)", method
+            method += f"; cuda.matmul.fp32_precision={matmul.fp32_precision!r}, rel err vs fp64 {err:.1e}"
         fn = _matmul_fn(dtype, device, n)
         ms = _median_ms(fn)
         return 2 * n**3 / (ms * 1e-3) / 1e12, None, method
     except Exception as exc:  # noqa: BLE001 - becomes a null entry with its reason
         return None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}", method
     finally:
-        torch.set_float32_matmul_precision(prev_precision)
+        matmul.fp32_precision = prev_precision
         torch.cuda.empty_cache()
 
 

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from qbench.model.config import BLOCK_LINEARS, StepModelConfig, linear_name
+from qbench.schemes.precision import strict_fp32
 
 #: Rows of a chunk's MLP computed at once: a long prefill's ``[rows, ffn]`` intermediates stay
 #: bounded (128k positions × an FFN of 14336 would be 3.7 GB in bf16 per intermediate).
@@ -655,10 +656,7 @@ def reference_logits(weights: Weights, cache: KVCache, tokens: torch.Tensor, con
     m = tokens.shape[0]
     group = m if group is None else max(1, min(group, m))
     shared = cache[0].k.shape[0] == 1 and m > 1
-    prev = torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    try:
+    with strict_fp32():  # the per-backend API: the legacy getters raise once it was used (torch >= 2.9)
         head = FloatLinear(weights.get("lm_head.weight")) if lm_head else None
         embed, norm = weights.get("model.embed_tokens.weight"), weights.get("model.norm.weight")
         outs = []
@@ -671,6 +669,3 @@ def reference_logits(weights: Weights, cache: KVCache, tokens: torch.Tensor, con
             outs.append(model(part, context, layers))
             del model
         return outs[0] if len(outs) == 1 else torch.cat(outs)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = prev[0]
-        torch.set_float32_matmul_precision(prev[1])

@@ -16,11 +16,12 @@ their sources are in its ``_emulate_*`` function (``float_schemes``, ``torchao_s
 
 from __future__ import annotations
 
-import contextlib
 from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
+
+from qbench.schemes.precision import strict_fp32  # noqa: F401  (also imported from here)
 
 #: Largest finite float8_e4m3fn value.
 E4M3_MAX = 448.0
@@ -72,22 +73,6 @@ class EmulatedLinear(torch.nn.Module):
         n, k = self.weight.shape
         return (f"in_features={k}, out_features={n}, input_dtype={self.input_dtype}, "
                 f"output_dtype={self.output_dtype}, rule={self.rule!r}")
-
-
-@contextlib.contextmanager
-def strict_fp32():
-    """Float32 matmuls in strict IEEE FP32 inside the block (cuBLAS TF32 and oneDNN bf16/TF32 off),
-    the flags restored after; a no-op when they already say ``ieee``."""
-    cuda, mkl = torch.backends.cuda.matmul, torch.backends.mkldnn.matmul
-    saved = (cuda.fp32_precision, mkl.fp32_precision)
-    if saved == ("ieee", "ieee"):
-        yield
-        return
-    cuda.fp32_precision, mkl.fp32_precision = "ieee", "ieee"
-    try:
-        yield
-    finally:
-        cuda.fp32_precision, mkl.fp32_precision = saved
 
 
 def round_to_tf32(x: torch.Tensor, mode: str = "rne") -> torch.Tensor:

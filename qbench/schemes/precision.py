@@ -16,6 +16,7 @@ NVIDIA "Accelerating AI Training with NVIDIA TF32 Tensor Cores"). qbench therefo
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -112,3 +113,19 @@ def precision_state() -> dict:
         except RuntimeError:
             state[key] = "unreadable (mixed APIs)"
     return state
+
+
+@contextlib.contextmanager
+def strict_fp32():
+    """Float32 matmuls in strict IEEE FP32 inside the block (cuBLAS TF32 and oneDNN bf16/TF32 off),
+    the flags restored after; a no-op when they already say ``ieee``."""
+    cuda, mkl = torch.backends.cuda.matmul, torch.backends.mkldnn.matmul
+    saved = (cuda.fp32_precision, mkl.fp32_precision)
+    if saved == ("ieee", "ieee"):
+        yield
+        return
+    cuda.fp32_precision, mkl.fp32_precision = "ieee", "ieee"
+    try:
+        yield
+    finally:
+        cuda.fp32_precision, mkl.fp32_precision = saved

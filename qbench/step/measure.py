@@ -248,7 +248,9 @@ class _Built:
         n = want
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-            per_block = torch.cuda.memory_allocated(device) - before
+            # never below zero: a tensor freed while block 0 was built (an earlier step's, in one process) would
+            # make the difference negative
+            per_block = max(torch.cuda.memory_allocated(device) - before, 0)
             n = min(want, self._blocks_that_fit(per_block))
             if n < 1:
                 raise MemoryError(f"not even one block fits: a block takes {per_block / 2**30:.1f} GiB plus its KV cache")
@@ -314,7 +316,9 @@ class _Built:
         m, ctx = max(self.scenario.m), max(self.spec.context)
         cache_per_block = m * (ctx + 1) * c.kv_elements_per_position() * itemsize
         prompt_cache_per_block = (ctx + 1) * c.kv_elements_per_position() * 2
-        free = torch.cuda.mem_get_info(self.device)[0]
+        # free on the device, and what this process's caching allocator holds unused (reusable here)
+        free = (torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
+                - torch.cuda.memory_allocated(self.device))
         embed_head = 2 * c.vocab * c.hidden * 4  # the FP32 source of each while built
         chunk = min(ctx, PREFILL_CHUNK)
         prefill_ws = (6 * c.block_linear_params() + ctx * (3 * c.hidden + 4 * c.heads * c.head_dim) * 2
