@@ -1,7 +1,6 @@
-"""The one pick on speed and quality together: a decode-step file's speed joined with a quality file's
-damage on the same checkpoint. ``qbench recommend STEP.json QUALITY.json --max-kld X`` picks, per (M,
-context), the fastest measured step whose scheme meets the quality budget; ``qbench model`` shows both
-halves in one table. The two job kinds meet only here, above both (neither imports the other).
+"""The one pick on speed and quality together: a decode-step file's speed joined with a quality file's damage on the
+same checkpoint (``qbench recommend STEP.json QUALITY.json --max-kld X``, ``qbench model``). The two job kinds
+meet only here, above both.
 """
 
 from __future__ import annotations
@@ -31,9 +30,8 @@ def _identity(row) -> tuple:
 
 
 def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
-    """The quality row of a step row's scheme: same base scheme and options (eager or compiled: the
-    same kernels) and, for a recipe, the same scheme per role and kept blocks
-    (:func:`qbench.model.recipe.identity_key`), or None."""
+    """The quality row of a step row's scheme: same base scheme and options (eager or compiled) and, for a recipe,
+    the same :func:`qbench.model.recipe.identity_key`; or None."""
     key = _identity(step_row)
     for q in quality:
         if _identity(q) == key:
@@ -42,10 +40,9 @@ def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
 
 
 def _halves(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow], Optional[str], Optional[str]]:
-    """``(steps, quality, twice, paired)``: the step rows, the quality rows (one per scheme: the first
-    file's, ``twice`` the line that says so) and :func:`pairing`'s note. Refused: a file of another
-    kind (a per-layer file's times are one layer's, not the step's), quality rows of several
-    checkpoints, texts or cuts (:func:`_one_checkpoint`), halves that do not pair."""
+    """``(steps, quality, twice, paired)``: the step rows, the quality rows (the first file's per scheme; ``twice``
+    says so) and :func:`pairing`'s note. Refused: a file of another kind, quality rows of several checkpoints,
+    texts or cuts, halves that do not pair."""
     for path, doc in zip(paths, docs):
         if doc.job not in ("step", "quality"):
             raise Refused(f"{path}: a {doc.job} result cannot be the speed half of a model decision: give a model-step "
@@ -72,13 +69,12 @@ def _halves(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow
 
 
 def _weights_key(row: QualityRow) -> str:
-    """A quality row's weights: its checkpoint's content digest, else (older files) its normalized source."""
+    """A quality row's weights: its checkpoint's content digest, else its normalized source."""
     return f"sha256 {row.checkpoint_id[:12]}" if row.checkpoint_id else _normal(row.weights)
 
 
 def _one_checkpoint(quality: list[QualityRow]) -> Optional[str]:
-    """Why the quality rows are not all of one checkpoint's weights (by content where the rows carry
-    it, :func:`_weights_key`) over one text cut the same way, or None."""
+    """Why the quality rows are not of one checkpoint over one text cut the same way, or None."""
     weights = {_weights_key(r) for r in quality}
     texts = {r.text_sha256 for r in quality}
     cuts = {(r.chunk, r.chunks) for r in quality}
@@ -99,8 +95,7 @@ _CHECKPOINT = re.compile(r"checkpoint (.+) \(([^()]+)\)")
 
 
 def _normal(source: str, resolve: bool = False) -> str:
-    """A weight source with its checkpoint path normalized (``checkpoint my/../data/x (bf16)`` ->
-    ``checkpoint data/x (bf16)``; ``resolve``: absolute, links followed); any other source as it is."""
+    """A weight source with its checkpoint path normalized (``resolve``: absolute, links followed)."""
     m = _CHECKPOINT.fullmatch(source)
     return source if m is None else f"checkpoint {(os.path.realpath if resolve else os.path.normpath)(m[1])} ({m[2]})"
 
@@ -110,8 +105,7 @@ SHAPE_KEYS = ("hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "blocks
 
 
 def shapes_of(doc) -> Optional[tuple[int, ...]]:
-    """The :data:`SHAPE_KEYS` of the model a result file ran (its scenario's ``[model]``, read relative
-    to the scenario file as the run read it), or None when it cannot be read here."""
+    """The :data:`SHAPE_KEYS` of the model a result file ran, or None when it cannot be read here."""
     from qbench.model.config import ConfigError
     from qbench.step.spec import ModelSpec, resolve
 
@@ -130,10 +124,10 @@ def _shape_text(shape: Optional[tuple[int, ...]]) -> str:
 
 
 def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str], Optional[str]]:
-    """``(refusal, note)``, one of them None: whether the step files are a speed half of the quality
-    files' checkpoint. First rule that applies: both carry a ``checkpoint_id`` (content digest): equal;
-    the step ran seeded weights of the quality checkpoint's config (:data:`SHAPE_KEYS`: a step's time
-    depends on shapes, not values): accepted, noted; else the normalized weight sources are equal."""
+    """``(refusal, note)``, one of them None: whether the step files are a speed half of the quality files'
+    checkpoint: equal ``checkpoint_id`` digests; or seeded step weights of the quality checkpoint's config
+    (:data:`SHAPE_KEYS`: a step's time depends on shapes, not values), noted; else equal normalized weight
+    sources."""
     steps = [r for d in step_docs for r in d.rows]
     quality = [r for d in quality_docs for r in d.rows]
     step_ids, quality_ids = {r.checkpoint_id for r in steps}, {r.checkpoint_id for r in quality}
@@ -170,8 +164,8 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
 
 
 def recommend_records(steps: list, quality: list[QualityRow], limits: Limits, baseline: str = "bf16") -> list[dict]:
-    """:func:`qbench.step.view.recommend` among the schemes whose quality meets ``limits`` (ties broken
-    by the lower mean KLD on this checkpoint), each record with the pick's ``quality`` beside it."""
+    """:func:`qbench.step.view.recommend` among the schemes whose quality meets ``limits`` (ties: the lower mean
+    KLD), each record with the pick's ``quality``."""
     ok = {r.scheme for r in steps if (q := quality_of(r, quality)) is not None and meets(q, limits) is None}
 
     def kld(row) -> Optional[float]:
@@ -194,7 +188,7 @@ def _budget_text(limits: Limits) -> str:
 
 
 def unpaired(steps: Sequence, quality: Sequence[QualityRow]) -> list[str]:
-    """What the join leaves out: step schemes without a quality row, quality schemes without a step row."""
+    """Step schemes without a quality row, quality schemes without a step row."""
     paired = {q.scheme for r in steps if (q := quality_of(r, quality)) is not None}
     no_quality = sorted({r.scheme for r in steps if quality_of(r, quality) is None})
     no_step = [q.scheme for q in quality if q.scheme not in paired]
@@ -203,8 +197,8 @@ def unpaired(steps: Sequence, quality: Sequence[QualityRow]) -> list[str]:
 
 
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
-    """``qbench recommend STEP.json QUALITY.json --max-kld X``: one pick per (M, context) on both
-    halves; exit 0 with a pick, 1 without. A quality file alone: the schemes within the budget."""
+    """``qbench recommend STEP.json QUALITY.json --max-kld X``: one pick per (M, context) on both halves (a quality
+    file alone: the schemes within the budget); exit 0 with a pick, else 1."""
     limits = limits_of(args)
     if not limits:
         terms = [f"{b.flag} ({b.terms})" for b in BUDGETS]
@@ -243,7 +237,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
 
 
 def joined_view(baseline: str = "bf16") -> View:
-    """The joined recommend's table: the step pick's columns, its quality (mean KLD, same top) and ties."""
+    """The joined recommend's table: the step pick's columns, its quality and its ties."""
     step = step_view.recommend_view(baseline)
     cols = [*(replace(c, header="pick") if c.key == "pick" else c for c in step.catalogue),  # the line above says it
             Column("kld", "mean KLD", lambda r: (r["quality"] or {}).get("kld"), cell_override=lambda r: DASH
@@ -256,8 +250,8 @@ def joined_view(baseline: str = "bf16") -> View:
 
 
 def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
-    """``qbench model STEP.json QUALITY.json``: per scheme, the measured step (median per M and
-    context, speed-up over bf16) beside its quality on the same checkpoint."""
+    """``qbench model STEP.json QUALITY.json``: per scheme its quality beside its measured step's speed-up over bf16
+    per M and context."""
     steps, quality, twice, paired = _halves(paths, docs)
     for path, doc in zip(paths, docs):  # NAME is the files' model (its path or title), as for a step file alone
         if not any(args.name in (r.model, r.title) for r in doc.rows):
@@ -306,8 +300,8 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
 
 
 def model_table(points: Sequence[tuple[int, int]]) -> View:
-    """``qbench model STEP.json QUALITY.json``'s table: per scheme its quality (mean KLD, PPL ratio, same
-    top, stored MiB) and its step's speed-up over bf16 at each (M, context) of ``points`` (``*``: flagged)."""
+    """Its table: per scheme mean KLD, PPL ratio, same top, stored MiB and the speed-up over bf16 at each (M,
+    context) of ``points`` (``*``: flagged)."""
     cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
             Column("kld", "mean KLD", lambda r: stat(r["q"], "kld", "mean"),
                    cell_override=lambda r: pm(stat(r["q"], "kld", "mean"), stat(r["q"], "kld", "unc"), "{:.3g}")),

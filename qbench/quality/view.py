@@ -1,6 +1,5 @@
-"""What the readers show of a quality result: the quality table of ``qbench run`` and ``report``
-(llama.cpp's statistics per scheme) and the quality budgets (:data:`BUDGETS`); the pick on speed and
-quality together is :mod:`qbench.decision`'s.
+"""What the readers show of a quality result: the quality table of ``qbench run`` and ``report`` (llama.cpp's
+statistics per scheme) and the quality budgets (:data:`BUDGETS`).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from qbench.render.view import View
 
 
 def pm(value: Optional[float], unc: Optional[float], fmt: str = "{:.4g}") -> str:
-    """``value ± unc``, the uncertainty to two significant digits (more would be noise)."""
+    """``value ± unc``, the uncertainty to two significant digits."""
     if value is None:
         return DASH
     return fmt.format(value) + ("" if unc is None else " ± 0" if unc == 0 else f" ± {unc:#.2g}".removesuffix("."))
@@ -84,7 +83,7 @@ NARROW = ("scheme", "ppl", "kld", "kld99", "same_top", "stored", "status_flags")
 
 
 def quality_view(rows: Sequence[QualityRow]) -> View:
-    """The quality table of ``rows`` declared: :data:`CATALOGUE` and its ``status_flags`` column."""
+    """The quality table of ``rows``: :data:`CATALOGUE` and its ``status_flags`` column."""
     shared = set(shared_flags(rows))
     status_flags = Column("status_flags", "flags", lambda r: ", ".join(
         [*([r.status] if r.status != "ok" else []), *(f.name for f in r.flags if f.name not in shared)]) or None)
@@ -98,8 +97,8 @@ def shared_flags(rows: Sequence[QualityRow]) -> list[str]:
 
 
 def describe(rows: Sequence[QualityRow]) -> list[str]:
-    """The lines above the table: the model and its weights, the text and its chunks, the KV cache, the
-    reference; rows of different models, texts or caches are said per group, with their schemes."""
+    """The lines above the table: the model and weights, the text and chunks, the KV cache, the reference; rows of
+    different models, texts or caches said per group."""
     if not rows:
         return ["quality: no rows"]
     groups: dict[tuple, list[QualityRow]] = {}
@@ -139,7 +138,7 @@ WEIGHT_FLAGS = ("synthetic-weights", "prequantized-weights")
 
 
 def weight_notes(rows: Sequence[QualityRow]) -> list[str]:
-    """Each weight-provenance flag of ``rows`` once (``name: text``): what a pick on them is not."""
+    """Each weight-provenance flag of ``rows`` once (``name: text``)."""
     seen: dict[str, str] = {}
     for r in rows:
         for f in r.flags:
@@ -153,7 +152,7 @@ SENSITIVITY_SHOWN = 12
 
 
 def sensitivity_lines(rows: Sequence[QualityRow]) -> list[str]:
-    """One line per scheme with a sensitivity run: its parts by KL divergence, the first :data:`SENSITIVITY_SHOWN`."""
+    """One line per scheme with a sensitivity run: its first :data:`SENSITIVITY_SHOWN` parts by KL divergence."""
     out = []
     for r in rows:
         if r.sensitivity:
@@ -170,7 +169,7 @@ def _table(doc, args: argparse.Namespace) -> Table:
 
 
 def run_view(doc, args: argparse.Namespace) -> int:
-    """``qbench run``'s table of a quality result (:func:`qbench.readers.common.show_table`); returns the row count."""
+    """``qbench run``'s table of a quality result; returns the row count."""
     return show_table(args, doc, _table(doc, args))
 
 

@@ -30,11 +30,11 @@ __all__ = ["COMMAND", "caveats", "machine_note", "compare_docs", "render_compare
 
 def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISION_METHOD,
                  threshold: float = 1.05, max_err_growth: float = 2.0, machine: str | None = None) -> list[dict]:
-    """Compare ``a`` (before) and ``b`` (after) row by row: one record per (scheme, M, K, N) of either
-    file, A's order first: both ``method`` medians (µs), ``speedup`` (A / B), both rel_fro and their
-    difference, a ``verdict`` (faster, slower, same, only in A, only in B, not comparable), a ``note``
-    (why not comparable, or ``machine`` then the pair's :func:`caveats`), ``regression`` (slower beyond
-    ``threshold``) and ``fails`` (failed or missing in B, error grown over ``max_err_growth``)."""
+    """Compare ``a`` (before) and ``b`` (after) row by row: one record per (scheme, M, K, N) of either file, A's
+    order first: both ``method`` medians (µs), ``speedup`` (A / B), both rel_fro and their difference, a
+    ``verdict`` (faster, slower, same, only in A, only in B, not comparable), a ``note`` (why not comparable, or
+    ``machine`` then :func:`caveats`), ``regression`` (slower beyond ``threshold``) and ``fails`` (failed or
+    missing in B, error grown over ``max_err_growth``)."""
     a, b = ResultDoc.of(a), ResultDoc.of(b)
     rows_a = {r.key: r for r in a.rows}
     rows_b = {r.key: r for r in b.rows}
@@ -75,9 +75,8 @@ def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISIO
 
 
 def machine_note(differences: list[str]) -> str | None:
-    """A compared row's note for :func:`qbench.hardware.machine_differences` lines: ``"machines differ
-    (CPU instruction set, CPU count)"`` (each line's label), ``"machines may differ (... unknown)"``
-    when every line says a file lacks the fact; None for no lines."""
+    """A compared row's note for :func:`qbench.hardware.machine_differences` lines: ``"machines differ (CPU
+    count)"``, ``"machines may differ (...)"`` when every line is unknown; None for no lines."""
     labels = list(dict.fromkeys(line.split(":")[0] for line in differences))
     if not labels:
         return None
@@ -87,8 +86,7 @@ def machine_note(differences: list[str]) -> str | None:
 
 
 def caveats(ra: Row, rb: Row, sa: Stats, sb: Stats) -> str | None:
-    """What could mislead a reader of one compared pair (:func:`qbench.judge.row_caveats`: flags, a noisy
-    reading), e.g. ``"B: cpu-busy, noisy (cv 0.90)"``, or None."""
+    """A compared pair's :func:`qbench.judge.row_caveats`, e.g. ``"B: cpu-busy, noisy (cv 0.90)"``, or None."""
     parts = [f"{side}: {', '.join(said)}" for side, row, stats in (("A", ra, sa), ("B", rb, sb))
              if (said := row_caveats(row, stats))]
     return "; ".join(parts) or None
@@ -105,9 +103,8 @@ def _why(row: Row, method: str) -> str:
 
 
 def compare_view(method: str, tp: bool = False) -> View:
-    """The compare table declared: scheme, M (``tp``: the sharding), A's and B's ``method`` medians, the
-    speed-up (A/B), the error's change, the verdict (``slower !``: a regression) and the note; short
-    headers in the narrow default, the ``method`` on every CSV and JSON record."""
+    """The compare table: scheme, M (``tp``: the sharding), A's and B's ``method`` medians (µs), the speed-up (A/B),
+    the error's change, the verdict (``slower !``: a regression), the note."""
     cols = [
         Column("scheme", "scheme", lambda r: r["scheme"]),
         Column("m", "M", lambda r: r["m"], fmt_num("d"), True),
@@ -127,8 +124,8 @@ def compare_view(method: str, tp: bool = False) -> View:
 
 
 def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: bool = False) -> str:
-    """:func:`compare_docs`'s records in format ``fmt``; in the narrow default the note wraps within
-    what the other columns leave of 120 characters (less 3: µ, × and Δ are two bytes each)."""
+    """:func:`compare_docs`'s records in ``fmt``; the narrow default wraps the note to fit 120 characters (less 3:
+    µ, × and Δ are two bytes each)."""
     cols = compare_view(method, any(r.get("tp_size") is not None for r in records)).columns(fmt, wide)
     if narrow(fmt, wide):
         cols[-1] = replace(cols[-1], width=rest_width(records, cols, "note", TABLE_WIDTH - 3))
@@ -168,7 +165,7 @@ def _side(name: str, positional, files) -> list[str]:
 
 
 def run_compare(args) -> int:
-    """Run ``qbench compare`` from parsed ``args``; returns the exit status (0, or 1: a regression).
+    """Run ``qbench compare`` from parsed ``args``: exit status 0, or 1 (a regression).
 
     Raises:
         Refused: bad input (one line)."""

@@ -42,8 +42,7 @@ __all__ = ["ACT_ON", "COMMAND", "Indexed", "LinearShape", "ModelPreset", "PRESET
 @dataclass(frozen=True)
 class LinearShape:
     """One linear shape of a model: its projections (``"q_proj, o_proj"``), ``k`` (in_features), ``n``
-    (out_features), ``count`` (how many one block has; the LM head: 1) and the ``scenario`` that
-    measures it."""
+    (out_features), ``count`` per block (the LM head: 1) and the ``scenario`` that measures it."""
 
     names: str
     k: int
@@ -64,9 +63,9 @@ class ModelPreset:
 
 
 def _of_step(name: str, prefix: str) -> ModelPreset:
-    """The layer view of a Llama-architecture preset of :data:`qbench.model.config.PRESETS` (one
-    table for both): q/o hidden→hidden, k/v hidden→KV heads × head dim, gate/up hidden→ffn, down
-    ffn→hidden, LM head hidden→vocab (untied); ``prefix`` names the scenarios that measure them."""
+    """The layer view of a Llama-architecture preset of :data:`qbench.model.config.PRESETS`: q/o hidden→hidden, k/v
+    hidden→KV heads × head dim, gate/up hidden→ffn, down ffn→hidden, LM head hidden→vocab (untied); ``prefix``
+    names the scenarios that measure them."""
     c = STEP_PRESETS[name]
     hidden, kv = c.hidden, c.kv_heads * c.head_dim
     return ModelPreset(
@@ -89,7 +88,7 @@ PRESETS: dict[str, ModelPreset] = {name: _of_step(name, prefix) for name, prefix
 
 @dataclass(frozen=True)
 class Indexed:
-    """One row of :func:`index_rows`: the row, its file, and its HBM floor (µs, :func:`row_floor_us`)."""
+    """One row of :func:`index_rows`: the row, its file, and its HBM floor (µs)."""
 
     row: Row
     source: str
@@ -97,8 +96,8 @@ class Indexed:
 
 
 def row_floor_us(row: Row, memory_gbps: Optional[float]) -> Optional[float]:
-    """The row's HBM floor (µs): its ``hbm_floor_us``, else its stored bytes / ``memory_gbps``
-    (GB/s, 1e9 B/s), else ``None``."""
+    """The row's HBM floor (µs): its ``hbm_floor_us``, else its stored bytes / ``memory_gbps`` (GB/s, 1e9 B/s), else
+    None."""
     if row.hbm_floor_us is not None:
         return row.hbm_floor_us
     stored = row.stored_bytes
@@ -108,9 +107,9 @@ def row_floor_us(row: Row, memory_gbps: Optional[float]) -> Optional[float]:
 
 
 def index_rows(sources: Sequence[tuple[str, ResultDoc]]) -> tuple[dict, list[str]]:
-    """``(index, notes)``: the rows of ``sources`` (``(path, doc)`` pairs) by (scheme, M, K, N), each
-    an :class:`Indexed` (its floor from its file's measured bandwidth); tensor-parallel rows left
-    out. The first file holding a key wins; a note names the files whose rows were not used."""
+    """``(index, notes)``: the rows of ``(path, doc)`` pairs by (scheme, M, K, N), each an :class:`Indexed`;
+    tensor-parallel rows left out. The first file holding a key wins; a note names the files whose rows were not
+    used."""
     index: dict[tuple, Indexed] = {}
     shadowed: dict[tuple, list[str]] = {}
     for path, doc in sources:
@@ -142,10 +141,10 @@ def _sum(values: list) -> Optional[float]:
 
 def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
                baseline: str = "bf16", max_rel_err: Optional[float] = None) -> dict:
-    """The linear layers of one decode step of ``preset`` per scheme and M, from ``index``
-    (:func:`index_rows`): the preset's names, ``method``, ``baseline``, ``max_rel_err``, ``shapes``
-    (where each is measured), ``missing`` block shapes, ``lm_head_included``, ``ms``, ``rows`` (per M
-    fastest first: :func:`_scheme_step`'s records with ``speedup``) and ``fastest`` (M -> scheme or None)."""
+    """The linear layers of one decode step of ``preset`` per scheme and M, from ``index``: the preset's names,
+    ``method``, ``baseline``, ``max_rel_err``, ``shapes`` (where each is measured), ``missing`` block shapes,
+    ``lm_head_included``, ``ms``, ``rows`` (per M fastest first, with ``speedup``) and ``fastest`` (M -> scheme
+    or None)."""
     block = [(s, "block", s.count * preset.blocks) for s in preset.block]
     records = [_shape_record(s, role, per, index) for s, role, per in block]
     head = _shape_record(preset.lm_head, "lm_head", preset.lm_head.count, index)
@@ -179,9 +178,8 @@ def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
 
 def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
                  max_rel_err: Optional[float]) -> dict:
-    """One (scheme, M) record of :func:`model_step`: the sums over the used shapes and ``status``:
-    ``ok``, ``over error budget``, ``non-finite outputs``, ``incomplete`` (a shape without an ``ok``
-    ``method`` time) or ``unusable`` (a shape a CUDA graph cannot capture)."""
+    """One (scheme, M) record: the sums (µs, bytes) over the used shapes and ``status`` (``ok``, ``over error
+    budget``, ``non-finite outputs``, ``incomplete`` or ``unusable``)."""
     times, stored, floors, rels, problems, unusable, nonfinite = [], [], [], [], [], [], 0
     for shape, _, per_step in used:
         where = f"{shape.k}→{shape.n}"
@@ -237,9 +235,8 @@ NOT_INCLUDED = ("the linear layers only: attention (scores, softmax, RoPE), the 
                 "embeddings and sampling are not included")
 
 def model_view(result: dict) -> View:
-    """The model table declared over :func:`model_step`'s rows: M, scheme, the step, its HBM floor and
-    share, stored GiB, tokens/s, the speed-up, the largest per-layer error and the note (narrow: the
-    ``status`` in a word instead of the floor, GiB and note)."""
+    """The model table over :func:`model_step`'s rows (narrow: the ``status`` in a word instead of the floor, GiB
+    and note)."""
     method, baseline = result["method"], result["baseline"]
     cols = [
         Column("m", "M", lambda r: r["m"], str, True),
@@ -287,10 +284,8 @@ def missing_lines(result: dict) -> list[str]:
 
 
 def show_model(result: dict, fmt: str = "simple", wide: bool = False) -> None:
-    """Print :func:`model_step`'s ``result`` in ``fmt`` (:func:`qbench.render.view.show`): ``json``
-    the whole record; else the prose lines (:func:`describe`), the table (:func:`model_view`; a
-    terminal table without ``wide`` fits 120 characters), then the fastest scheme per M, the unusable
-    schemes and the ``notes``."""
+    """Print :func:`model_step`'s ``result`` in ``fmt``: ``json`` the whole record; else :func:`describe`, the
+    table, the fastest scheme per M, the unusable schemes and the notes."""
     if fmt == "json":
         print(json.dumps(result, indent=2, ensure_ascii=False))
         return
@@ -339,8 +334,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_model(args: argparse.Namespace) -> int:
-    """Run ``qbench model`` from parsed ``args``: exit status 0 or 1 (:class:`~qbench.readers.common.Refused`
-    on bad input); a file of another job kind goes to that kind's ``model`` view."""
+    """Run ``qbench model`` from parsed ``args``: exit status 0 or 1; a file of another job kind goes to that kind's
+    ``model`` view.
+
+    Raises:
+        Refused: bad input (one line)."""
     try:
         check_format(args.format)
     except ValueError as exc:

@@ -1,11 +1,9 @@
 """``qbench recommend RESULT.json --max-rel-err 0.01``: which scheme to use at each M.
 
-Per (M, K, N): the pick (the fastest ``ok`` scheme within the error budget with finite outputs, or
-one tied with it within noise by :func:`qbench.judge.pick_within_noise`, whose rule
-docs/methodology.md states), every other scheme with the reason it lost, and the Pareto front over
-(latency, rel_fro, stored bytes). ``--summary``: one line per (file, M) against ``--baseline``;
-``--by-format``: the fastest scheme of each storage format. Times are ``stream`` medians unless
-``--method`` says otherwise (:func:`qbench.judge.resolve_method`).
+Per (M, K, N): the pick (the fastest ``ok`` scheme within the error budget with finite outputs, or one tied with it
+within noise by :func:`qbench.judge.pick_within_noise`, whose rule docs/methodology.md states), every other scheme
+with the reason it lost, and the Pareto front over (latency, rel_fro, stored bytes). ``--summary``: one line per
+(file, M) against ``--baseline``; ``--by-format``: the fastest scheme of each storage format.
 """
 
 from __future__ import annotations
@@ -46,9 +44,8 @@ _REASON_CHARS = 160
 
 
 def _lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
-    """Why ``row`` cannot be picked at all (``None`` if it is a candidate). A capture failure is
-    quoted without qbench's "not attempted: " prefix and chained "(then ...)" errors, at most
-    :data:`_REASON_CHARS`; an ``input-fault`` flag puts the error on the input, not the scheme."""
+    """Why ``row`` cannot be picked at all, or None. A capture failure is quoted without its "not attempted: "
+    prefix and chained "(then ...)" errors, at most :data:`_REASON_CHARS`."""
     if row.status != "ok":
         return f"{row.status}: {row.reason or 'no reason given'}"
     faults = [f.text for f in row.flags if f.name == "input-fault"]
@@ -81,12 +78,11 @@ def _versus(a: dict, b: dict, what: str = "") -> str:
 
 
 def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_METHOD) -> dict:
-    """The pick per (M, K, N) of ``doc`` within ``max_rel_err`` (``error.rel_fro``), by ``method``'s
-    median (µs): ``{"method", "max_rel_err", "methods_present", "by_m"}``, ``by_m`` in ascending M,
-    each ``{"m", "k", "n", "pick", "others", "unusable", "pareto"}``. ``pick``: None or the picked
-    point with ``ties``, ``fastest_median`` (when the tie-break chose another), ``kept_from_m`` and
-    ``caveats``; ``others``: every other scheme's ``reason``; ``unusable``: the rows a CUDA graph
-    cannot capture (:func:`qbench.judge.capture_failure`)."""
+    """The pick per (M, K, N) of ``doc`` within ``max_rel_err`` (``error.rel_fro``) by ``method``'s median (µs):
+    ``{"method", "max_rel_err", "methods_present", "by_m"}``, ``by_m`` in ascending M, each ``{"m", "k", "n",
+    "pick", "others", "unusable", "pareto"}``. ``pick``: None or the picked point with ``ties``,
+    ``fastest_median``, ``kept_from_m`` and ``caveats``; ``others``: every other scheme's ``reason``;
+    ``unusable``: the rows a CUDA graph cannot capture."""
     doc = ResultDoc.of(doc)
     by_m = []
     neighbour: dict[tuple, tuple] = {}  # (K, N, tp_size, split) -> (M, scheme picked) at the last M seen
@@ -149,9 +145,8 @@ def _point(row: Row, method: str) -> dict | None:
 
 
 def add_stability(rec: dict, run_recs: list[dict]) -> dict:
-    """Add to every pick of ``rec`` how often it won in ``run_recs`` (:func:`recommend` over each
-    independent run, :func:`qbench.readers.common.split_runs`; a run without ``rec``'s method left
-    out): ``pick["stability"] = {"runs", "picked", "others": {scheme: times picked or "none"}}``."""
+    """Add to every pick of ``rec`` how often it won in ``run_recs`` (:func:`recommend` of each independent run that
+    has ``rec``'s method): ``pick["stability"] = {"runs", "picked", "others"}``."""
     def where(g: dict) -> tuple:
         return g["m"], g["k"], g["n"], g.get("tp_size"), g.get("split")
 
@@ -181,9 +176,9 @@ DEFAULT_BUDGET = 0.01
 
 
 def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BUDGET) -> list[str]:
-    """What ``qbench run`` prints under its table (terminal formats): the pick per M within
-    ``max_rel_err`` by :func:`recommend` (the file's decision method), with its ties and doubtful
-    readings, and the ``qbench recommend`` command that says why. ``[]`` for a file without rows."""
+    """What ``qbench run`` prints under its table: the pick per M within ``max_rel_err`` (:func:`recommend`, the
+    file's decision method), its ties and doubtful readings, and the ``qbench recommend`` command that says why;
+    ``[]`` for a file without rows."""
     doc = ResultDoc.of(doc)
     if not doc.rows:
         return []
@@ -222,7 +217,7 @@ OTHERS = View("recommend others", [_col("scheme", "scheme"), _col("reason", "why
 
 
 def pareto_view(method: str) -> View:
-    """The Pareto front under a pick declared: latency by ``method`` (µs), rel err, stored MiB."""
+    """The Pareto front under a pick: latency by ``method`` (µs), rel err, stored MiB."""
     cols = [_col("scheme", "scheme"), _col("latency_us", f"{method} µs", fmt_us, True),
             _col("rel_fro", "rel err", fmt_num(".3g"), True),
             Column("stored_mib", "stored MiB", lambda p: None if p["stored_bytes"] is None
@@ -232,10 +227,9 @@ def pareto_view(method: str) -> View:
 
 def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = None,
                           warning: str | None = None, wide: bool = False) -> str:
-    """Render :func:`recommend`'s result in ``fmt``: per M a line with the pick, a table of the other
-    schemes and why not (:data:`OTHERS`), and the Pareto front (:func:`pareto_view`); ``json`` the
-    whole record. ``note`` and ``warning`` are lines under the budget line. A terminal table without
-    ``wide`` fits 120 characters: long reasons and prose lines wrap."""
+    """:func:`recommend`'s result in ``fmt``: per M the pick, the other schemes and why not (:data:`OTHERS`), the
+    Pareto front; ``json`` the whole record. ``note`` and ``warning`` go under the budget line; the narrow
+    default wraps to 120 characters."""
     if fmt == "json":
         return json.dumps(rec, indent=2, ensure_ascii=False)
     method, say = rec["method"], prose(fmt, wide)
@@ -272,9 +266,8 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
 
 
 def summary_rows(doc: ResultDoc | dict, rec: dict, baseline: str = "bf16") -> list[dict]:
-    """One dict per M of :func:`recommend`'s ``rec`` for ``doc``: the pick, its time and error, the
-    ``baseline``'s median at the same shape and the speed-up over it (None without one), the ties,
-    ``kept_from_m`` and the schemes a CUDA graph cannot capture there."""
+    """One dict per M of ``rec``: the pick, its time and error, the ``baseline``'s median and the speed-up over it
+    (None without one), the ties, ``kept_from_m`` and the unusable schemes."""
     doc = ResultDoc.of(doc)
     base = {r.shape: r.stats(rec["method"]) for r in doc.rows if r.scheme == baseline}
     out = []
@@ -291,9 +284,8 @@ def summary_rows(doc: ResultDoc | dict, rec: dict, baseline: str = "bf16") -> li
 
 
 def summary_view(method: str, baseline: str, runs: bool = False) -> View:
-    """The ``--summary`` table over :func:`summary_rows`: the pick, its time and error, the baseline's
-    time and the speed-up, the ties and (``runs``) how often the pick won; the narrow default without
-    K, N and the baseline's time, the speed-up as ``×baseline`` and the runs won as ``2 of 3``."""
+    """The ``--summary`` table over :func:`summary_rows` (``runs``: how often the pick won); the narrow default
+    without K, N and the baseline's time."""
     def pick(r: dict) -> str:
         return (r["pick"] or f"{DASH} none within budget") + (
             f" (kept from M={r['kept_from_m']})" if r.get("kept_from_m") is not None else "")
@@ -319,8 +311,7 @@ def summary_view(method: str, baseline: str, runs: bool = False) -> View:
 
 
 def summary_columns(rows: list[dict], method: str, baseline: str, fmt: str, wide: bool = False) -> list[Column]:
-    """The :func:`summary_view` columns of ``rows`` in ``fmt``; a terminal table without ``wide``
-    fits 120 characters, the ties wrapped in their cell."""
+    """The :func:`summary_view` columns in ``fmt``; the narrow default wraps the ties to fit 120 characters."""
     cols = summary_view(method, baseline, any(r.get("stability") for r in rows)).columns(fmt, wide)
     if not narrow(fmt, wide):
         return cols
@@ -329,16 +320,15 @@ def summary_columns(rows: list[dict], method: str, baseline: str, fmt: str, wide
 
 
 def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "simple", wide: bool = False) -> str:
-    """Render :func:`summary_rows` (of one or more files) as one table in ``fmt`` (:func:`summary_columns`)."""
+    """:func:`summary_rows` as one table in ``fmt`` (:func:`summary_columns`)."""
     return render(rows, summary_columns(rows, method, baseline, fmt, wide), fmt)
 
 
 # ---- --by-format: the fastest kernel of each storage format -------------------------------------
 
 def row_storage_format(row: Row) -> str:
-    """The storage format of a row (:data:`qbench.schemes.base.STORAGE_FORMATS`): the registered
-    scheme's when its ``weight_dtype`` matches the row's, else read from the row's ``weight_dtype``
-    (a scheme this qbench does not know, or whose stored dtype changed since the file was written)."""
+    """The row's storage format (:data:`qbench.schemes.base.STORAGE_FORMATS`): its registered scheme's when the
+    ``weight_dtype`` matches, else read from the row's ``weight_dtype``."""
     from qbench import schemes
     from qbench.schemes.base import storage_format_of
 
@@ -363,10 +353,9 @@ def main_kernel(row: Row) -> str | None:
 
 def by_format(doc: ResultDoc | dict, method: str = DECISION_METHOD, max_rel_err: Optional[float] = None,
               baseline: str = "bf16") -> list[dict]:
-    """The fastest scheme of each storage format per (M, K, N) of ``doc`` (candidates as in
-    :func:`recommend`, ``max_rel_err`` optional): one record per (M, K, N) and format present, with
-    the pick, its library, longest kernel, time, error, speed-up over ``baseline``, and ``others`` of
-    the format (their median / the pick's and whether tied, or why they have none)."""
+    """The fastest scheme of each storage format per (M, K, N) of ``doc`` (candidates as in :func:`recommend`;
+    ``max_rel_err`` optional): one record per (M, K, N) and format, with the pick, its library, longest kernel,
+    time (µs), error, speed-up over ``baseline``, and the format's ``others``."""
     from qbench.schemes.base import STORAGE_FORMATS
 
     doc = ResultDoc.of(doc)
@@ -399,8 +388,7 @@ def by_format(doc: ResultDoc | dict, method: str = DECISION_METHOD, max_rel_err:
 
 
 def _others_cell(others: list[dict]) -> str:
-    """``fp8-dynamic 3.42×, fp4-bnb 1.00× (tie); w8a8-dynamic, int8-bnb: unusable in a ...``:
-    the timed schemes with their ratio, then the others grouped by reason."""
+    """The timed others with their ratio, then the rest grouped by reason."""
     def ratio(v: float) -> str:
         return f"{v:.2f}×" if v < 10 else f"{v:.1f}×" if v < 100 else f"{v:.0f}×"
 
@@ -415,8 +403,8 @@ def _others_cell(others: list[dict]) -> str:
 
 
 def by_format_view(method: str, baseline: str, several: bool = False, tp: bool = False) -> View:
-    """The ``--by-format`` table of :func:`by_format` records (``several`` files: scenario and shape
-    columns; ``tp``: the sharding); the narrow default leaves the library and the kernel to ``--wide``."""
+    """The ``--by-format`` table (``several`` files: scenario and shape columns; ``tp``: the sharding); the narrow
+    default leaves the library and kernel to ``--wide``."""
     cols = [_col("scenario", "scenario"), _col("k", "K", str, True), _col("n", "N", str, True),
             _col("m", "M", str, True), COLUMNS["tp_size"], COLUMNS["split"], _col("format", "format"),
             Column("pick", "fastest", lambda r: r["pick"] or f"{DASH} no candidate"),
@@ -433,9 +421,8 @@ def by_format_view(method: str, baseline: str, several: bool = False, tp: bool =
 
 def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "simple",
                      several: bool = False, wide: bool = False) -> str:
-    """Render :func:`by_format` records (of one or more files, ``several``) as one table in ``fmt``
-    (:func:`by_format_view`), ``json`` the records. A terminal table without ``wide`` fits 120
-    characters: the others wrap in their cell and several files give one table per scenario."""
+    """:func:`by_format` records as one table in ``fmt``, ``json`` the records; the narrow default wraps the others
+    to fit 120 characters, one table per scenario with ``several`` files."""
     if fmt == "json":
         return json.dumps(rows, indent=2, ensure_ascii=False)
     cols = by_format_view(method, baseline, several, any(r.get("tp_size") is not None for r in rows)).columns(fmt, wide)
@@ -472,8 +459,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_recommend(args: argparse.Namespace) -> int:
-    """Run ``qbench recommend`` from parsed ``args``; returns the exit status (0 or 1; raises
-    :class:`~qbench.readers.common.Refused` on bad input, each refusal one line below)."""
+    """Run ``qbench recommend`` from parsed ``args``: exit status 0 (a pick) or 1.
+
+    Raises:
+        Refused: bad input (one line)."""
     summary_mode, format_mode = getattr(args, "summary", False), getattr(args, "by_format", False)
     if summary_mode and format_mode:
         raise Refused("--summary and --by-format are two views; pass one of them")
@@ -497,8 +486,7 @@ def run_recommend(args: argparse.Namespace) -> int:
     notes: list[str] = []
 
     def method_of(path: str, doc: ResultDoc, one_table: bool) -> tuple[str, Optional[str]]:
-        """The file's method and its fallback's note (kept once in ``notes``); ``one_table``: refused
-        when no row has it."""
+        """The file's method and its fallback's note; ``one_table``: refused when no row has it."""
         method, note = resolve_method(doc, args.method)
         if note and note not in notes:
             notes.append(note)
@@ -569,8 +557,8 @@ def run_recommend(args: argparse.Namespace) -> int:
 
 
 def _one_method(methods: set, view: str, records: list[dict], identity: tuple[str, ...]) -> str:
-    """The one method of a one-table view (files resolving to several are refused); two files of one
-    scenario (records alike in ``identity``) get their records' scenario named by file path."""
+    """The one method of a one-table view (several refused); records of two files of one scenario get their file
+    path as scenario."""
     if len(methods) > 1:
         raise Refused(f"{view} needs one timing method, these files give {sorted(methods)}; pass --method")
     if len({tuple(r[k] for k in identity) for r in records}) < len(records):

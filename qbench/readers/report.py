@@ -41,8 +41,8 @@ def sort_rows(rows: list[Row], key: str) -> list[Row]:
 
 
 def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:
-    """``wins`` (a subset of ``sweep``) as ranges of consecutive sweep values:
-    ``m_ranges([1, 16, 512], [1, 16, 64, 512]) == "1–16, 512"``; ``""`` when there are none."""
+    """``wins`` as ranges of consecutive ``sweep`` values: ``m_ranges([1, 16, 512], [1, 16, 64, 512]) == "1–16,
+    512"``; ``""`` for none."""
     won = set(wins)
     parts, start, prev = [], None, None
     for m in sorted(set(sweep)) + [None]:
@@ -55,11 +55,10 @@ def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:
 
 
 def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECISION_METHOD) -> list[dict]:
-    """For each scheme other than ``baseline`` and each (K, N) (tensor-parallel rows: their own tp_size
-    and split), the M values where its ``method`` time ``wins`` / ``ties`` / ``losses`` against the
-    baseline's (:func:`qbench.judge.row_verdict`) or is ``untimed`` (``unusable``: the part a CUDA graph
-    cannot capture), ``ranges`` (:func:`m_ranges` of the wins) and ``best_speedup`` (baseline median /
-    scheme median).
+    """Per scheme other than ``baseline`` and per (K, N) (tensor-parallel rows: per tp_size and split), the M where
+    its ``method`` time ``wins`` / ``ties`` / ``losses`` against the baseline's
+    (:func:`qbench.judge.row_verdict`) or is ``untimed`` (``unusable``: a CUDA graph cannot capture it),
+    ``ranges`` (:func:`m_ranges` of the wins) and ``best_speedup`` (baseline median / scheme median).
 
     Raises:
         ValueError: (one line) the baseline has no rows or no ``method`` time."""
@@ -100,10 +99,9 @@ def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECIS
 
 
 def crossover_view(baseline: str, method: str, shapes: int = 1) -> View:
-    """The crossover table declared: per scheme (and K×N with several ``shapes``) the M where it is
-    faster than ``baseline``, the same (p10–p90 overlap), slower or not timed, and its best speed-up.
-    The narrow default leaves the slower and untimed M to ``--wide``; CSV and JSON carry K, N, the
-    baseline, the method, the wins and the M a CUDA graph cannot capture."""
+    """The crossover table: per scheme (and K×N with several ``shapes``) the M where it is faster than ``baseline``,
+    the same, slower or not timed, and its best speed-up; the narrow default leaves slower and untimed to
+    ``--wide``."""
     ms = lambda v: ", ".join(map(str, v)) or DASH  # noqa: E731
     cols = [Column("scheme", "scheme", lambda r: r["scheme"]), Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"),
             Column("k", "K", lambda r: r["k"]), Column("n", "N", lambda r: r["n"]),
@@ -124,8 +122,8 @@ def crossover_view(baseline: str, method: str, shapes: int = 1) -> View:
 
 
 def render_crossover(records: list[dict], baseline: str, method: str, fmt: str = "simple", wide: bool = False) -> str:
-    """:func:`crossover`'s records in format ``fmt`` (:func:`crossover_view`); the narrow default wraps
-    the faster and same M at 24 and 28 characters."""
+    """:func:`crossover`'s records in ``fmt``; the narrow default wraps the faster and same M at 24 and 28
+    characters."""
     cols = crossover_view(baseline, method, len({(r["k"], r["n"]) for r in records})).columns(fmt, wide)
     if narrow(fmt, wide):
         cols = [replace(c, width={"ranges": 24, "ties": 28}.get(c.key)) for c in cols]
@@ -133,10 +131,9 @@ def render_crossover(records: list[dict], baseline: str, method: str, fmt: str =
 
 
 def by_m(doc: ResultDoc | dict, column: str) -> tuple[list[dict], list[int]]:
-    """A sweep as a grid: ``(records, ms)``, one record ``{"scheme", "k", "n", "cells": {M: text},
-    "values": {M: raw value}}`` per (scheme, K, N) in first-seen order, and the file's sorted M values.
-    A cell is what ``report``'s column ``column`` shows for that row (a row not ``ok``: its status);
-    tables show ``cells``, CSV and JSON ``values``.
+    """A sweep as a grid: ``(records, ms)``, one record ``{"scheme", "k", "n", "cells": {M: text}, "values": {M: raw
+    value}}`` per (scheme, K, N) in first-seen order, and the sorted M values. A cell is ``column``'s for that
+    row (a row not ``ok``: its status).
 
     Raises:
         UnknownColumnError: an unknown column key."""
@@ -154,13 +151,9 @@ def by_m(doc: ResultDoc | dict, column: str) -> tuple[list[dict], list[int]]:
 
 def render_by_m(records: list[dict], ms: list[int], header: str, fmt: str = "simple",
                 numeric: bool = True, wide: bool = False) -> str:
-    """:func:`by_m`'s grid: a ``scheme`` column (and K×N with several shapes), then ``M=1``, ``M=2``...
-    of ``header`` values (``numeric``: right-aligned), a dash where the file lacks the row.
-
-    The narrow default (:func:`qbench.render.narrow`) cuts a table wider than 120 characters into as
-    few blocks of consecutive M columns as fit, as even as they can be, each repeating the scheme
-    column: every M stays in view, in order (the M where a weight-only kernel stops winning matter as
-    much as the first). With ``wide``, and in Markdown, CSV and JSON, one table."""
+    """:func:`by_m`'s grid: ``scheme`` (and K×N with several shapes), then one column per M of ``header`` values, a
+    dash where the file lacks the row. The narrow default cuts a table wider than 120 characters into as few, as
+    even, blocks of consecutive M columns as fit, so every M stays in view."""
     fixed = [Column("scheme", "scheme", lambda r: r["scheme"])]
     if len({(r["k"], r["n"]) for r in records}) > 1:
         fixed.append(Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"))
@@ -209,7 +202,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _unusable(rows: Sequence[Row], method: str) -> str | None:
-    """The note naming the schemes without a ``method`` time because a CUDA graph cannot capture them."""
+    """The note naming the schemes a CUDA graph cannot capture, so without a ``method`` time."""
     return unusable_note([(r.scheme, r.m) for r in rows if capture_failure(r, method)], method)
 
 

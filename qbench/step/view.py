@@ -1,6 +1,6 @@
-"""Model-step rows read (torch-free): the measured step beside the layer view's prediction, the
-speed-ups over a baseline (baseline time / scheme time, > 1: faster), the context sweep, the pick
-per (M, context), and the declared tables of each.
+"""Model-step rows read (torch-free): the measured step beside the layer view's prediction, the speed-ups over a
+baseline (baseline time / scheme time, > 1: faster), the context sweep, the pick per (M, context), and the
+declared tables of each.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ def _us(value: Optional[float]) -> str:
 
 def _baseline_of(rows: Sequence[StepRow], baseline: str, keep: Callable[[StepRow], object] = lambda r: r.status == "ok"
                  ) -> Callable[[StepRow], Optional[StepRow]]:
-    """A row -> its baseline row among the ``keep`` rows of ``rows`` (same M, context, model, device):
-    the baseline's compiled form for a compiled row when present, else the baseline; None without one."""
+    """A row -> its baseline row among the ``keep`` rows (same M, context, model, device): the baseline's compiled
+    form for a compiled row when present, else the baseline; None without one."""
     base = {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
             if r.scheme in (baseline, f"{baseline}+compiled") and keep(r)}
 
@@ -50,8 +50,8 @@ def _baseline_of(rows: Sequence[StepRow], baseline: str, keep: Callable[[StepRow
 
 
 def speedups(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, dict[str, float]]:
-    """``{row.key: {method: baseline step / this step}}`` per method both have (:func:`_baseline_of`);
-    a compiled step against the eager baseline's ``twin`` method when that is all it has."""
+    """``{row.key: {method: baseline step / this step}}`` per method both have; a compiled step against the eager
+    baseline's ``twin`` method when that is all it has."""
     base_of = _baseline_of(rows, baseline)
     out: dict[tuple, dict[str, float]] = {}
     for r in rows:
@@ -70,8 +70,8 @@ DOUBT_FLAGS = ("noisy", "throttled", "cpu-busy")
 
 
 def speedup_doubts(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, list[str]]:
-    """``{row.key: flag names}`` for the ``ok`` rows whose speed-up is in doubt: the :data:`DOUBT_FLAGS`
-    of the row and of its baseline row, and ``noisy`` when either's decision step is noisy."""
+    """``{row.key: flag names}`` for the ``ok`` rows whose speed-up is in doubt: the :data:`DOUBT_FLAGS` of the row
+    and its baseline row, and ``noisy`` when either's decision step is."""
     base_of, out = _baseline_of(rows, baseline), {}
     for r in rows:
         method = decision_method(r)
@@ -94,8 +94,8 @@ def linear_speedup(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tupl
 
 
 def breakeven(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple[str, int], Optional[int]]:
-    """``{(scheme, M): the smallest context where the scheme's step is no faster than the baseline's}``
-    (``None``: faster at every context measured)."""
+    """``{(scheme, M): the smallest context where the scheme's step is no faster than the baseline's}`` (None:
+    faster at every context measured)."""
     sp = speedups(rows, baseline)
     out: dict[tuple[str, int], Optional[int]] = {}
     for r in sorted(rows, key=lambda r: r.context):
@@ -142,8 +142,8 @@ def _key(method: str) -> str:
 
 
 def _cell(key: str, template: str, blank: int = -1) -> Callable[[dict], str]:
-    """A record's cell: ``template`` of its value, ``—`` where its :func:`doubtful` mark ``blank`` is
-    set; a speed-up of a noisy step ends in ``*``."""
+    """A record's cell: ``template`` of its value, ``—`` where its doubt mark ``blank`` is set, ``*`` on a noisy
+    speed-up."""
     def cell(r: dict) -> str:
         if blank >= 0 and r["_doubt"][blank]:
             return DASH
@@ -153,9 +153,9 @@ def _cell(key: str, template: str, blank: int = -1) -> Callable[[dict], str]:
 
 
 def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
-    """The step table declared over :func:`table_records`: the step per method present (µs, ms from
-    1000), tokens/s, Σ linear, the remainder's share, the HBM floor, the attention, the speed-up over
-    ``baseline`` measured and as Σ linear predicts it, the logits error."""
+    """The step table over :func:`table_records`: the step per method (µs, ms from 1000), tokens/s, Σ linear, the
+    remainder's share, the HBM floor, the attention, the speed-up over ``baseline`` measured and as Σ linear
+    predicts it, the logits error."""
     b, methods = baseline, [_key(m) for m in methods_present(rows) if m in SHORT]
     def col(key: str, header: str, cell=None, numeric: bool = True) -> Column:
         return Column(key, header, lambda r: r[key], numeric=numeric, cell_override=cell)  # default cell: text or —
@@ -184,8 +184,7 @@ def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
 
 
 def table_notes(rows: Sequence[StepRow], records: Sequence[dict], wide: bool = False) -> list[str]:
-    """The lines under a step table: why rows did not run, the flags (``wide``: in a column instead)
-    and what its ``—`` and ``*`` marks mean."""
+    """The lines under a step table: why rows did not run, the flags (not ``wide``) and the marks' legend."""
     notes = [f"{r.scheme} M={r.m} context={r.context}: {r.status}: {r.reason}" for r in rows if r.status != "ok"]
     return notes + ([] if wide else flag_notes(rows)) + doubt_legend([r["_doubt"] for r in records])
 
@@ -204,10 +203,9 @@ LINEAR_ABOVE_STEP = -0.02
 
 
 def doubtful(rows: Sequence[StepRow], baseline: str = "bf16") -> list[tuple[bool, bool, bool]]:
-    """Per row, ``(above, pair_above, noisy)``: ``above`` when Σ linear exceeds the row's decision step
-    (:data:`LINEAR_ABOVE_STEP`: its remainder is shown as ``—``), ``pair_above`` when it exceeds the
-    row's or its baseline's (so is the predicted speed-up), ``noisy`` when the row's or its baseline's
-    decision step is noisy (its speed-up is marked ``*``)."""
+    """Per row, ``(above, pair_above, noisy)``: Σ linear exceeds the row's decision step (:data:`LINEAR_ABOVE_STEP`;
+    its remainder shown ``—``), exceeds the row's or its baseline's (so does the predicted speed-up), the row's
+    or its baseline's decision step is noisy (its speed-up marked ``*``)."""
     base_of = _baseline_of(rows, baseline)
 
     def above(r: Optional[StepRow]) -> bool:
@@ -232,8 +230,7 @@ def doubt_legend(doubts: Sequence[tuple[bool, bool, bool]]) -> list[str]:
 
 
 def flag_notes(rows: Sequence[StepRow]) -> list[str]:
-    """One line per (scheme, flag name) of ``rows``, naming where it was raised:
-    ``int4-weight-only+compiled: throttled (M=1 ctx=4096)``, in the rows' order."""
+    """One line per (scheme, flag name), naming where it was raised: ``x+compiled: throttled (M=1 ctx=4096)``."""
     seen: dict[tuple[str, str], list[str]] = {}
     for r in rows:
         for name in dict.fromkeys(r.flag_names):
@@ -242,8 +239,7 @@ def flag_notes(rows: Sequence[StepRow]) -> list[str]:
 
 
 def describe(doc) -> list[str]:
-    """The lines above a step table (``doc``: a step result): the model, its weights, what each step
-    method includes and what the columns mean."""
+    """The lines above a step table: the model, its weights, what each step method includes, the columns."""
     rows = doc.rows
     model = (doc.scenario.model_extra or {}).get("model") or {}
     lines = [f"model step: {rows[0].title if rows else model.get('name')}; weights: {rows[0].weight_source if rows else ''}"]
@@ -265,14 +261,14 @@ def describe(doc) -> list[str]:
 # ---- the readers' step views (qbench model, recommend) --------------------------------------------
 
 def logits_error(row: StepRow) -> Optional[float]:
-    """The row's ``error.rel_fro`` against the FP32 step (logits, or the last hidden state: ``compared``)."""
+    """The row's ``error.rel_fro`` against the FP32 step."""
     return (row.error or {}).get("rel_fro")
 
 
 def model_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
-    """One record per ``ok`` row, by M, context and file order: the step by its decision ``method``
-    (µs), tokens/s, Σ linear (``linear_us``, µs), the remainder's share, the attention split
-    (:func:`_split`), the speed-up over ``baseline`` per method (``speedup``) and as Σ linear predicts it."""
+    """One record per ``ok`` row, by M, context and file order: the step by its decision ``method`` (µs), tokens/s,
+    Σ linear (µs), the remainder's share, the attention split, the speed-up over ``baseline`` per method and as Σ
+    linear predicts it."""
     sp, lsp = speedups(rows, baseline), linear_speedup(rows, baseline)
     order = {r.key: i for i, r in enumerate(rows)}
     out = []
@@ -290,8 +286,7 @@ def model_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
 
 
 def _split(r: StepRow, method: Optional[str]) -> dict:
-    """The step three ways by ``method`` (µs): Σ linear, the attention timed alone (and its floor
-    share), and the other (step - Σ linear - attention: norms, RoPE, the LM head, gaps)."""
+    """The step by ``method`` (µs) three ways: Σ linear, the attention timed alone (and its floor share), the other."""
     a, step, linear = r.attention or {}, r.step_us(method) if method else None, (r.linear or {}).get("sum_us")
     attn = a.get("us")
     other = step - linear - attn if None not in (step, linear, attn) else None
@@ -299,8 +294,8 @@ def _split(r: StepRow, method: Optional[str]) -> dict:
 
 
 def sweep(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
-    """The context sweep per (scheme, M), the baseline's forms left out: ``contexts`` measured,
-    ``breakeven`` (:func:`breakeven`) and ``compared`` (False: no context has a speed-up to read)."""
+    """The context sweep per (scheme, M), the baseline's forms left out: ``contexts``, ``breakeven``
+    (:func:`breakeven`) and ``compared`` (False: no context has a speed-up)."""
     be, sp = breakeven(rows, baseline), speedups(rows, baseline)
     out = []
     for scheme, m in dict.fromkeys((r.scheme, r.m) for r in rows if r.status == "ok"):
@@ -315,7 +310,7 @@ def sweep(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
 
 
 def sweep_line(rec: dict, baseline: str = "bf16") -> str:
-    """One line of :func:`sweep`: where the scheme stops beating ``baseline`` over the contexts measured."""
+    """One line of :func:`sweep`: where the scheme stops beating ``baseline``."""
     where = f"{rec['scheme']} M={rec['m']}"
     contexts = ", ".join(str(c) for c in rec["contexts"])
     if not rec["compared"]:
@@ -340,13 +335,11 @@ def flag_legend(names: Sequence[str]) -> str:
 def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseline: str = "bf16",
               tie_error: Optional[Callable[[StepRow], Optional[float]]] = None,
               within: Optional[Callable[[StepRow], bool]] = None) -> list[dict]:
-    """Per (M, context), in order: the pick among the ``ok`` rows within the budget (logits error at
-    most ``max_rel_err``, or ``within``: the quality join's), each by its decision method, by
-    :func:`qbench.judge.pick_within_noise` (ties: the smaller context's pick, then ``tie_error``,
-    default the logits error, then bytes). A record holds the pick's ``method``, ``step_us``,
-    ``tokens_per_s``, ``speedup``, ``rel_fro``, ``compared``; its ``ties``, the ``fastest`` by median,
-    ``within`` / ``timed`` counts, ``untimed`` schemes; ``timing_flags`` (the tied group's
-    :data:`TIMING_FLAGS`), ``pick_flags`` and ``baseline_flags``."""
+    """Per (M, context), in order: the pick among the ``ok`` rows within the budget (logits error ≤ ``max_rel_err``,
+    or ``within``), each by its decision method, by :func:`qbench.judge.pick_within_noise` (ties: the smaller
+    context's pick, then ``tie_error``, default the logits error, then bytes). A record holds the pick's
+    ``method``, ``step_us``, ``tokens_per_s``, ``speedup``, ``rel_fro``, ``compared``, ``ties``, ``fastest``,
+    ``within`` / ``timed`` counts, ``untimed``, ``timing_flags``, ``pick_flags`` and ``baseline_flags``."""
     sp, base_of, within_budget = speedups(rows, baseline), _baseline_of(rows, baseline), within
     out, previous = [], {}
     for m, context in sorted({(r.m, r.context) for r in rows}):
@@ -381,8 +374,7 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseli
 
 
 def recommend_view(baseline: str = "bf16") -> View:
-    """The table of :func:`recommend` records declared: per M and context the pick, its step method and
-    step, tokens/s, speed-up over ``baseline``, logits error and how many timed schemes are within."""
+    """The table of :func:`recommend` records: per M and context the pick and its step."""
     cols = [Column("m", "M", lambda r: r["m"], str, True), Column("context", "context", lambda r: r["context"], str, True),
             Column("pick", "fastest step within the budget", lambda r: r["pick"] or "none"),
             Column("method", "step method", lambda r: SHORT.get(r["method"], DASH) if r["method"] else DASH),
@@ -397,10 +389,8 @@ def recommend_view(baseline: str = "bf16") -> View:
 
 
 def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Optional[float] = None) -> View:
-    """The table of ``qbench model`` on step files declared over :func:`model_records` records (with
-    ``rel_fro``, ``over_budget`` and ``_doubt``): the step by its method, tokens/s, Σ linear, the
-    remainder's share, the attention split, the speed-up over ``baseline`` (narrow: by the row's
-    method; wide: per method) and as Σ linear predicts it, the logits error, and over ``max_rel_err``."""
+    """The table of ``qbench model`` on step files over :func:`model_records` records (with ``rel_fro``,
+    ``over_budget``, ``_doubt``); the speed-up by the row's method (narrow) or per method (wide)."""
     b = baseline
     methods = [m for m in STEP_METHODS if any(m in r["speedup"] for r in records)]
 
@@ -439,9 +429,8 @@ def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Opt
 
 
 def pick_notes(rec: Sequence[dict], rows: Sequence[StepRow], error: str = "the lower logits error") -> list[str]:
-    """The lines under a table of :func:`recommend` records ``rec`` (of step ``rows``): the picks tied
-    within noise and the rule among them (``error`` names the tie-break), the flags of the picks and
-    of their baselines, the schemes not measured and why, and those without a step time."""
+    """The lines under a table of :func:`recommend` records: ties and the rule among them (``error`` names the
+    tie-break), flags of the picks and baselines, schemes not measured or not timed."""
     lines, tied, timing = [], [], []
     for r in rec:
         if not r["ties"]:
