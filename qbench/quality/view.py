@@ -182,8 +182,6 @@ def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     return 0
 
 
-# ---- one pick on both halves ----------------------------------------------------------------------
-
 #: The quality job's budget options (:class:`qbench.judge.Budget`), in the order they are listed.
 BUDGETS = (
     Budget("max_kld", "mean KLD", "mean KL divergence, nats", lambda r: stat(r, "kld", "mean"),

@@ -19,7 +19,7 @@ from qbench.readers.common import (Command, Refused, add_format, add_method, add
                                    one_result, open_results, print_table, timing_differences)
 from qbench.render import TABLE_WIDTH, Column, check_format, narrow, render
 from qbench.render.table import rest_width
-from qbench.render.columns import COLUMNS, fmt_num, fmt_us, shown
+from qbench.render.columns import COLUMNS, entry, fmt_num, fmt_us, shown
 from qbench.render.safe import visible
 from qbench.render.view import View
 from qbench.results import ResultDoc
@@ -105,18 +105,13 @@ def _why(row: Row, method: str) -> str:
 def compare_view(method: str, tp: bool = False) -> View:
     """The compare table: scheme, M (``tp``: the sharding), A's and B's ``method`` medians (µs), the speed-up (A/B),
     the error's change, the verdict (``slower !``: a regression), the note."""
-    cols = [
-        Column("scheme", "scheme", lambda r: r["scheme"]),
-        Column("m", "M", lambda r: r["m"], fmt_num("d"), True),
-        Column("method", "method", lambda r: method), COLUMNS["tp_size"], COLUMNS["split"],
-        Column("a_us", f"A {method} µs", lambda r: r["a_us"], fmt_us, True),
-        Column("b_us", f"B {method} µs", lambda r: r["b_us"], fmt_us, True),
-        Column("speedup", "speed-up vs A (A/B)", lambda r: r["speedup"], lambda v: shown(v, "{:.3f}×"), True),
-        Column("rel_fro_diff", "Δ rel err", lambda r: r["rel_fro_diff"], lambda v: shown(v, "{:+.2g}"), True),
-        Column("verdict", "verdict", lambda r: r["verdict"],
-               cell_override=lambda r: f"{r['verdict']} !" if r["regression"] else r["verdict"]),
-        Column("note", "note", lambda r: r["note"]),
-    ]
+    cols = [entry("scheme", "scheme"), entry("m", "M", fmt_num("d"), True),
+            Column("method", "method", lambda r: method), COLUMNS["tp_size"], COLUMNS["split"],
+            entry("a_us", f"A {method} µs", fmt_us, True), entry("b_us", f"B {method} µs", fmt_us, True),
+            entry("speedup", "speed-up vs A (A/B)", lambda v: shown(v, "{:.3f}×"), True),
+            entry("rel_fro_diff", "Δ rel err", lambda v: shown(v, "{:+.2g}"), True),
+            entry("verdict", "verdict", cell_override=lambda r: r["verdict"] + (" !" if r["regression"] else "")),
+            entry("note", "note")]
     shard = ["tp_size", "split"] if tp else []
     keys = ["scheme", "m", *shard, "a_us", "b_us", "speedup", "rel_fro_diff", "verdict", "note"]
     return View("compare", cols, keys, keys, ["scheme", "m", "method", *keys[2:]],

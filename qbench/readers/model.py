@@ -26,9 +26,9 @@ from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, resolve_met
 from qbench.readers.common import (ACT_ON, Command, Refused, add_allow_incomplete, add_baseline, add_format,
                                    add_max_rel_err, add_method, add_wide, check_baseline, check_max_rel_err,
                                    incomplete_notes, job_view, one_machine, open_results)
-from qbench.render import Column, check_format, narrow, synthetic_weights, wants_prose
+from qbench.render import check_format, narrow, synthetic_weights, wants_prose
 from qbench.render.view import View, show
-from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us
+from qbench.render.columns import DASH, entry, fmt_num, fmt_pct, fmt_ratio, fmt_us
 from qbench.results import ResultDoc
 from qbench.row import Row
 from qbench.model.config import PRESETS as STEP_PRESETS
@@ -36,8 +36,6 @@ from qbench.model.config import PRESETS as STEP_PRESETS
 __all__ = ["ACT_ON", "COMMAND", "Indexed", "LinearShape", "ModelPreset", "PRESETS", "index_rows", "model_step",
            "model_view", "row_floor_us", "run_model", "show_model"]
 
-
-# ---- the models: the linear shapes of one decode step ------------------------------------------
 
 @dataclass(frozen=True)
 class LinearShape:
@@ -227,8 +225,6 @@ def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
     return rec
 
 
-# ---- rendering ---------------------------------------------------------------------------------
-
 _GIB = 2.0**-30
 
 NOT_INCLUDED = ("the linear layers only: attention (scores, softmax, RoPE), the KV cache, norms, "
@@ -238,22 +234,14 @@ def model_view(result: dict) -> View:
     """The model table over :func:`model_step`'s rows (narrow: the ``status`` in a word instead of the floor, GiB
     and note)."""
     method, baseline = result["method"], result["baseline"]
-    cols = [
-        Column("m", "M", lambda r: r["m"], str, True),
-        Column("scheme", "scheme", lambda r: r["scheme"]),
-        Column("step_us", f"step µs ({method})", lambda r: r["step_us"], fmt_us, True),
-        Column("hbm_floor_us", "HBM floor µs", lambda r: r["hbm_floor_us"], fmt_us, True),
-        Column("floor_pct", "floor/step", lambda r: None if r["floor_fraction"] is None
-               else 100 * r["floor_fraction"], fmt_pct, True),
-        Column("stored_gib", "stored GiB", lambda r: None if r["stored_bytes"] is None
-               else r["stored_bytes"] * _GIB, fmt_num(".2f"), True),
-        Column("tokens_per_s", "tokens/s (linear only)", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-        Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", lambda r: r["speedup"], fmt_ratio,
-               True),
-        Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
-        Column("note", "note", lambda r: r["note"]),
-        Column("step_status", "status", lambda r: r["status"]),  # not "status": footnotes read Rows
-    ]
+    cols = [entry("m", "M", str, True), entry("scheme", "scheme"),
+            entry("step_us", f"step µs ({method})", fmt_us, True), entry("hbm_floor_us", "HBM floor µs", fmt_us, True),
+            entry("floor_pct", "floor/step", fmt_pct, True, of="floor_fraction", scale=100),
+            entry("stored_gib", "stored GiB", fmt_num(".2f"), True, of="stored_bytes", scale=_GIB),
+            entry("tokens_per_s", "tokens/s (linear only)", fmt_num(".0f"), True),
+            entry("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", fmt_ratio, True),
+            entry("rel_fro_max", "max rel err", fmt_num(".3g"), True), entry("note", "note"),
+            entry("step_status", "status", of="status")]  # not "status": footnotes read Rows
     wide = [c.key for c in cols if c.key != "step_status"]
     return View("model", cols, ["m", "scheme", "step_us", "tokens_per_s", "speedup", "rel_fro_max", "step_status"],
                 wide, wide, short={"tokens_per_s": "tokens/s", "speedup": f"×{baseline}"})
@@ -312,8 +300,6 @@ def show_model(result: dict, fmt: str = "simple", wide: bool = False) -> None:
          describe=[*describe(result), *result.get("warnings", []), *speedup],
          notes=[*lines, *filter(None, [unusable]), ACT_ON, *(f"note: {note}" for note in result.get("notes", []))])
 
-
-# ---- the subcommand ----------------------------------------------------------------------------
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help=f"model preset: {', '.join(PRESETS)}; with model-step or quality files, their "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from importlib import import_module
 from pathlib import Path
 
 from qbench.judge import pareto_front, resolve_method, shape_order
@@ -365,7 +366,7 @@ def run_plot(args: argparse.Namespace) -> int:
     Raises:
         Refused: bad input (one line)."""
     try:
-        import matplotlib  # noqa: F401
+        import_module("matplotlib")
     except ImportError:
         raise Refused("needs matplotlib; install it from the qbench checkout with: pip install -e '.[plot]'") from None
     docs = open_results([args.result], command="plot")

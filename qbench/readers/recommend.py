@@ -22,7 +22,7 @@ from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_b
                                    check_max_rel_err, group_results, job_view, open_results, refuse_budgets)
 from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, prose, render, synthetic_weights, wants_prose
 from qbench.render.table import rest_width
-from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_ratio, fmt_us
+from qbench.render.columns import COLUMNS, DASH, entry, fmt_num, fmt_ratio, fmt_us
 from qbench.render.kernels import short_kernel
 from qbench.render.safe import visible
 from qbench.render.view import View, show
@@ -207,21 +207,15 @@ def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BU
             visible(f"why, and the other schemes: qbench recommend {quoted} --max-rel-err {budget}")]
 
 
-def _col(key: str, header: str, show=None, numeric: bool = False, **kw) -> Column:
-    """A column reading a record's ``key`` (``show``: its cell from the value, default the text or ``—``)."""
-    return Column(key, header, lambda r: r[key], numeric=numeric, **({"show": show} if show else {}), **kw)
-
-
 #: Why each other scheme lost, under a pick (its reasons wrap in a terminal table).
-OTHERS = View("recommend others", [_col("scheme", "scheme"), _col("reason", "why not")], *[("scheme", "reason")] * 3)
+OTHERS = View("recommend others", [entry("scheme", "scheme"), entry("reason", "why not")], *[("scheme", "reason")] * 3)
 
 
 def pareto_view(method: str) -> View:
     """The Pareto front under a pick: latency by ``method`` (µs), rel err, stored MiB."""
-    cols = [_col("scheme", "scheme"), _col("latency_us", f"{method} µs", fmt_us, True),
-            _col("rel_fro", "rel err", fmt_num(".3g"), True),
-            Column("stored_mib", "stored MiB", lambda p: None if p["stored_bytes"] is None
-                   else p["stored_bytes"] / 2**20, fmt_num(".2f"), True)]
+    cols = [entry("scheme", "scheme"), entry("latency_us", f"{method} µs", fmt_us, True),
+            entry("rel_fro", "rel err", fmt_num(".3g"), True),
+            entry("stored_mib", "stored MiB", fmt_num(".2f"), True, of="stored_bytes", scale=2**-20)]
     return View("pareto", cols, *[[c.key for c in cols]] * 3)
 
 
@@ -290,16 +284,16 @@ def summary_view(method: str, baseline: str, runs: bool = False) -> View:
         return (r["pick"] or f"{DASH} none within budget") + (
             f" (kept from M={r['kept_from_m']})" if r.get("kept_from_m") is not None else "")
 
-    cols = [_col("scenario", "scenario"), _col("m", "M", str, True), _col("k", "K", str, True),
-            _col("n", "N", str, True), Column("pick", "pick", lambda r: r["pick"] or f"{DASH} none within budget",
+    cols = [entry("scenario", "scenario"), entry("m", "M", str, True), entry("k", "K", str, True),
+            entry("n", "N", str, True), Column("pick", "pick", lambda r: r["pick"] or f"{DASH} none within budget",
                                                  cell_override=pick),
-            Column("pick_narrow", "pick", lambda r: r["pick"], cell_override=pick, width=35),
-            _col("latency_us", f"{method} µs", fmt_us, True), _col("rel_fro", "rel err", fmt_num(".3g"), True),
-            _col("baseline_us", f"{baseline} µs", fmt_us, True),
-            _col("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", fmt_ratio, True,
+            entry("pick_narrow", "pick", of="pick", cell_override=pick, width=35),
+            entry("latency_us", f"{method} µs", fmt_us, True), entry("rel_fro", "rel err", fmt_num(".3g"), True),
+            entry("baseline_us", f"{baseline} µs", fmt_us, True),
+            entry("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", fmt_ratio, True,
                  cell_override=lambda r: fmt_ratio(r["speedup"]) + (
                      " (same within noise)" if r["speedup"] is not None and baseline in r["ties"] else "")),
-            Column("speedup_narrow", f"×{baseline}", lambda r: r["speedup"], fmt_ratio, True),
+            entry("speedup_narrow", f"×{baseline}", fmt_ratio, True, of="speedup"),
             Column("ties", "as fast within noise", lambda r: ", ".join(r["ties"]) or DASH),
             Column("stability", "pick stability", lambda r: r.get("stability") or DASH),
             Column("runs_won", "runs won", lambda r: (r.get("stability") or DASH).removeprefix("picked in ")
@@ -323,8 +317,6 @@ def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "sim
     """:func:`summary_rows` as one table in ``fmt`` (:func:`summary_columns`)."""
     return render(rows, summary_columns(rows, method, baseline, fmt, wide), fmt)
 
-
-# ---- --by-format: the fastest kernel of each storage format -------------------------------------
 
 def row_storage_format(row: Row) -> str:
     """The row's storage format (:data:`qbench.schemes.base.STORAGE_FORMATS`): its registered scheme's when the
@@ -405,12 +397,12 @@ def _others_cell(others: list[dict]) -> str:
 def by_format_view(method: str, baseline: str, several: bool = False, tp: bool = False) -> View:
     """The ``--by-format`` table (``several`` files: scenario and shape columns; ``tp``: the sharding); the narrow
     default leaves the library and kernel to ``--wide``."""
-    cols = [_col("scenario", "scenario"), _col("k", "K", str, True), _col("n", "N", str, True),
-            _col("m", "M", str, True), COLUMNS["tp_size"], COLUMNS["split"], _col("format", "format"),
+    cols = [entry("scenario", "scenario"), entry("k", "K", str, True), entry("n", "N", str, True),
+            entry("m", "M", str, True), COLUMNS["tp_size"], COLUMNS["split"], entry("format", "format"),
             Column("pick", "fastest", lambda r: r["pick"] or f"{DASH} no candidate"),
-            _col("library", "library"), _col("kernel", "longest kernel"),
-            _col("latency_us", f"{method} µs", fmt_us, True), _col("rel_fro", "rel err", fmt_num(".3g"), True),
-            _col("speedup", f"speed-up vs {baseline} ({baseline} time / fastest's)", fmt_ratio, True),
+            entry("library", "library"), entry("kernel", "longest kernel"),
+            entry("latency_us", f"{method} µs", fmt_us, True), entry("rel_fro", "rel err", fmt_num(".3g"), True),
+            entry("speedup", f"speed-up vs {baseline} ({baseline} time / fastest's)", fmt_ratio, True),
             Column("others", "others of the format (their time / the fastest's)", lambda r: _others_cell(r["others"]))]
     head, shard = ["scenario", "k", "n"] if several else [], ["tp_size", "split"] if tp else []
     tail = ["format", "pick", "latency_us", "rel_fro", "speedup", "others"]

@@ -21,7 +21,7 @@ from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, meth
 from qbench.readers.common import (Command, Refused, add_baseline, add_format, add_method, add_wide, job_view,
                                    one_result, open_results, print_table)
 from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, narrow, render, render_header, wants_prose
-from qbench.render.columns import DASH, fmt_ratio, resolve_columns
+from qbench.render.columns import DASH, entry, fmt_ratio, resolve_columns
 from qbench.render.view import View
 from qbench.results import ResultDoc
 from qbench.row import Row
@@ -103,17 +103,14 @@ def crossover_view(baseline: str, method: str, shapes: int = 1) -> View:
     the same, slower or not timed, and its best speed-up; the narrow default leaves slower and untimed to
     ``--wide``."""
     ms = lambda v: ", ".join(map(str, v)) or DASH  # noqa: E731
-    cols = [Column("scheme", "scheme", lambda r: r["scheme"]), Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"),
-            Column("k", "K", lambda r: r["k"]), Column("n", "N", lambda r: r["n"]),
-            Column("baseline", "baseline", lambda r: baseline), Column("method", "method", lambda r: method),
-            Column("wins", "wins", lambda r: r["wins"]),
+    cols = [entry("scheme", "scheme"), Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"), entry("k", "K"),
+            entry("n", "N"), Column("baseline", "baseline", lambda r: baseline),
+            Column("method", "method", lambda r: method), entry("wins", "wins"),
             Column("ranges", f"faster than {baseline} at M", lambda r: r["ranges"] or None),
-            Column("ties", "same at M (p10–p90 overlap)", lambda r: r["ties"], ms),
-            Column("losses", "slower at M", lambda r: r["losses"], ms),
-            Column("untimed", "not timed at M", lambda r: r["untimed"], ms),
-            Column("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})",
-                   lambda r: r["best_speedup"], fmt_ratio, True),
-            Column("unusable", "unusable in a graph at M", lambda r: r["unusable"])]
+            entry("ties", "same at M (p10–p90 overlap)", ms), entry("losses", "slower at M", ms),
+            entry("untimed", "not timed at M", ms),
+            entry("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})", fmt_ratio, True),
+            entry("unusable", "unusable in a graph at M")]
     head = ["scheme", "kn"] if shapes > 1 else ["scheme"]
     return View("crossover", cols, [*head, "ranges", "ties", "best_speedup"],
                 [*head, "ranges", "ties", "losses", "untimed", "best_speedup"],

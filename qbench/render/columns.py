@@ -12,14 +12,14 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from qbench.judge import CPU_METHOD, NOISY_CV, is_noisy, methods_present
 from qbench.render.kernels import short_kernel
 from qbench.row import Row
 from qbench.timing import registry
 
-__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct", "shown",
+__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "entry", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct", "shown",
            "default_columns", "resolve_columns"]
 
 #: What a table shows for a value that was not measured.
@@ -82,6 +82,14 @@ class Column:
     def cell(self, row: Any) -> str:
         """The text a table shows for ``row``."""
         return self.cell_override(row) if self.cell_override is not None else self.show(self.value(row))
+
+
+def entry(key: str, header: str, show: Callable[[Any], str] = _text, numeric: bool = False, *, of: str = "",
+          scale: Optional[float] = None, **kw) -> Column:
+    """A column of a reader's dict record: its ``of`` (default ``key``) entry, times ``scale`` when given."""
+    name = of or key
+    value = (lambda r: r[name]) if scale is None else (lambda r: None if r[name] is None else r[name] * scale)
+    return Column(key, header, value, show, numeric, **kw)
 
 
 def _get(*path: str) -> Getter:

@@ -10,7 +10,7 @@ from typing import Callable, Optional, Sequence
 from qbench import judge
 from qbench.judge import decision_method, methods_present
 from qbench.render import DATA_FORMATS, Column, narrow, prose, render
-from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us, shown
+from qbench.render.columns import DASH, entry, fmt_num, fmt_pct, fmt_ratio, fmt_us, shown
 from qbench.render.view import View
 from qbench.row import FLAG_MEANINGS
 from qbench.step.row import StepRow
@@ -119,8 +119,9 @@ def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
         out.append({
             "scheme": r.scheme, "m": r.m, "context": r.context, "status": r.status,
             "blocks": f"{r.blocks_built}/{r.blocks}" if r.blocks_built is not None else str(r.blocks),
-            **{_key(m): r.step_us(m) for m in STEP_METHODS}, "tokens_per_s": r.tokens_per_s.get(method) if method else None,
-            "linear": (r.linear or {}).get("sum_us"), "rest": 100 * r.remainder_share[method] if method in r.remainder_share else None,
+            **{_key(m): r.step_us(m) for m in STEP_METHODS},
+            "tokens_per_s": r.tokens_per_s.get(method) if method else None, "linear": (r.linear or {}).get("sum_us"),
+            "rest": 100 * r.remainder_share[method] if method in r.remainder_share else None,
             "floor": 100 * r.floor_fraction[method] if method in r.floor_fraction else None,
             **_attention(r),
             "speedup": sp.get(r.key, {}).get(method) if method else None, "speedup_linear": lsp.get(r.key),
@@ -163,7 +164,8 @@ def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
                  col("status", "status", numeric=False), col("blocks", "blocks"),
                  *[col(_key(m), f"{SHORT[m]} µs", lambda r, k=_key(m): _us(r[k])) for m in STEP_METHODS],
                  col("tokens_per_s", "tok/s", _cell("tokens_per_s", "{:.0f}")),
-                 col("linear", "Σ linear µs", lambda r: _us(r["linear"])), col("rest", "rest %", _cell("rest", "{:.0f} %", 0)),
+                 col("linear", "Σ linear µs", lambda r: _us(r["linear"])),
+                 col("rest", "rest %", _cell("rest", "{:.0f} %", 0)),
                  col("floor", "floor %", _cell("floor", "{:.0f} %")),
                  col("attention", "attn µs", lambda r: _us(r["attention"])),
                  col("attention_floor", "attn floor %", _cell("attention_floor", "{:.0f} %")),
@@ -242,23 +244,22 @@ def describe(doc) -> list[str]:
     """The lines above a step table: the model, its weights, what each step method includes, the columns."""
     rows = doc.rows
     model = (doc.scenario.model_extra or {}).get("model") or {}
-    lines = [f"model step: {rows[0].title if rows else model.get('name')}; weights: {rows[0].weight_source if rows else ''}"]
+    lines = [f"model step: {rows[0].title if rows else model.get('name')}; "
+             f"weights: {rows[0].weight_source if rows else ''}"]
     for m in methods_present(rows):
         meta = registry.METHODS.get(m)
         if meta is not None:
             lines.append(f"  {SHORT[m]}: {meta.includes}")
     if any(r.linear for r in rows):
-        lines.append("  Σ linear: the per-layer stream times of the same linear layers, summed over one step (the layer "
-                     "view); rest % = (step - Σ linear) / step: attention over the KV cache, norms, RoPE, embedding, "
-                     "LM head argmax, launch gaps")
+        lines.append("  Σ linear: the per-layer stream times of the same linear layers, summed over one step (the "
+                     "layer view); rest % = (step - Σ linear) / step: attention over the KV cache, norms, RoPE, "
+                     "embedding, LM head argmax, launch gaps")
     else:
         lines.append("  Σ linear, rest % and the speed-up Σ linear predicts: not measured ([model] linear_sum = false)")
     lines.append("  err: relative Frobenius error of the logits (the final hidden state without an LM head) against "
                  "the FP32 step on the same weights")
     return lines
 
-
-# ---- the readers' step views (qbench model, recommend) --------------------------------------------
 
 def logits_error(row: StepRow) -> Optional[float]:
     """The row's ``error.rel_fro`` against the FP32 step."""
@@ -375,13 +376,11 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseli
 
 def recommend_view(baseline: str = "bf16") -> View:
     """The table of :func:`recommend` records: per M and context the pick and its step."""
-    cols = [Column("m", "M", lambda r: r["m"], str, True), Column("context", "context", lambda r: r["context"], str, True),
+    cols = [entry("m", "M", str, True), entry("context", "context", str, True),
             Column("pick", "fastest step within the budget", lambda r: r["pick"] or "none"),
             Column("method", "step method", lambda r: SHORT.get(r["method"], DASH) if r["method"] else DASH),
-            Column("step_us", "step µs", lambda r: r["step_us"], fmt_us, True),
-            Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-            Column("speedup", f"×{baseline}", lambda r: r["speedup"], fmt_ratio, True),
-            Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+            entry("step_us", "step µs", fmt_us, True), entry("tokens_per_s", "tokens/s", fmt_num(".0f"), True),
+            entry("speedup", f"×{baseline}", fmt_ratio, True), entry("rel_fro", "logits err", fmt_num(".3g"), True),
             Column("within", "within budget", lambda r: f"{r['within']} of {r['timed']}", numeric=True)]
     keys = [c.key for c in cols]
     return View("model-step recommend", cols, keys, keys, keys,
@@ -398,14 +397,12 @@ def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Opt
         v = r["speedup"].get(m) if m else None
         return fmt_ratio(v) + ("*" if v is not None and m == r["method"] and r["_doubt"][2] else "")
 
-    cols = [Column("m", "M", lambda r: r["m"], str, True), Column("context", "context", lambda r: r["context"], str, True),
-            Column("scheme", "scheme", lambda r: r["scheme"]),
+    cols = [entry("m", "M", str, True), entry("context", "context", str, True), entry("scheme", "scheme"),
             Column("method", "step method", lambda r: SHORT.get(r["method"], r["method"] or DASH)),
-            Column("step_us", "step µs (measured)", lambda r: r["step_us"], fmt_us, True),
-            Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-            Column("linear_us", "Σ linear µs", lambda r: r["linear_us"], fmt_us, True),
-            Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None or r["_doubt"][0] else 100 * r["rest_share"],
-                   fmt_pct, True),
+            entry("step_us", "step µs (measured)", fmt_us, True),
+            entry("tokens_per_s", "tokens/s", fmt_num(".0f"), True), entry("linear_us", "Σ linear µs", fmt_us, True),
+            Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None or r["_doubt"][0]
+                   else 100 * r["rest_share"], fmt_pct, True),
             Column("attention_us", "attention µs", lambda r: r.get("attention_us"), fmt_us, True),
             Column("attention_floor", "attn floor", lambda r: None if r.get("attention_floor") is None
                    else 100 * r["attention_floor"], fmt_pct, True),
@@ -416,16 +413,17 @@ def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Opt
                      cell_override=lambda r, m=m: speedup(r, m)) for m in methods],
             Column("linear_speedup", f"×{b} Σ linear", lambda r: None if r["_doubt"][1] else r["linear_speedup"],
                    fmt_ratio, True),
-            Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+            entry("rel_fro", "logits err", fmt_num(".3g"), True),
             Column("budget", f"≤ {max_rel_err or 0:g}", lambda r: "over" if r["over_budget"] else "ok")]
     budget = ["budget"] if max_rel_err is not None else []
-    split = ["attention_us", "attention_floor", "other_us"] if any(r.get("attention_us") is not None for r in records) else []
+    attn = any(r.get("attention_us") is not None for r in records)
+    split = ["attention_us", "attention_floor", "other_us"] if attn else []
     wide = ["m", "context", "scheme", "method", "step_us", "tokens_per_s", "linear_us", "rest_pct", *split,
             *(f"speedup_{m}" for m in methods), "linear_speedup", "rel_fro", *budget]
     return View("model-step", cols, ["m", "context", "scheme", "method", "step_us", "rest_pct", *split[:2], "speedup",
                                      "linear_speedup", "rel_fro", *budget], wide, wide,
-                short={"context": "ctx", "method": "method", "step_us": "step µs", "linear_speedup": f"×{b} Σ", "rel_fro": "err",
-                       "attention_us": "attn µs"})
+                short={"context": "ctx", "method": "method", "step_us": "step µs", "linear_speedup": f"×{b} Σ",
+                       "rel_fro": "err", "attention_us": "attn µs"})
 
 
 def pick_notes(rec: Sequence[dict], rows: Sequence[StepRow], error: str = "the lower logits error") -> list[str]:

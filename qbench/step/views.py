@@ -30,8 +30,6 @@ def _one_kind(paths: list[str], docs: list[ResultDoc]) -> None:
                       + ", ".join(f"{p} ({d.job})" for p, d in zip(paths, docs)))
 
 
-# ---- qbench run, qbench report ----------------------------------------------------------------------
-
 def _table(doc: ResultDoc, rows: list, args: argparse.Namespace) -> Table:
     """The step table of ``rows`` of ``doc`` with its lines and notes."""
     baseline, wide = getattr(args, "baseline", "bf16"), getattr(args, "wide", False)
@@ -60,8 +58,6 @@ def report_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
     show_table(args, result.doc, _table(result.doc, rows, args), result.label)
     return 0
 
-
-# ---- qbench recommend ----------------------------------------------------------------------------
 
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
     """``qbench recommend STEP.json --max-rel-err X``: per file, per M and context, the pick of
@@ -142,8 +138,6 @@ def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]
             + (f"; in only some files: {', '.join(f'M={m} ctx={c}' for m, c in partial)}" if partial else ""))
     return [line]
 
-
-# ---- qbench model --------------------------------------------------------------------------------
 
 def disagreements(records: list[dict]) -> list[dict]:
     """The (M, context) where the fastest step and the fastest Σ linear within the budget differ: ``{"m", "context",
@@ -227,8 +221,6 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
          notes=[*notes, *(f"note: {note}" for note in notes_)])
     return 0 if any(r["step_us"] is not None for r in records) else 1
 
-
-# ---- qbench plot ---------------------------------------------------------------------------------
 
 def plot_context(doc: ResultDoc, path: Path) -> Path:
     """Draw a model-step result against the context into ``path``: a panel per M, a line per scheme (the step by its
