@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from dataclasses import replace
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, row_verdict
 from qbench.readers.common import (Command, Refused, add_format, add_method, add_wide, blocking_differences,
                                    one_result, open_results, print_table, timing_differences)
-from qbench.render import TABLE_WIDTH, Column, check_format, narrow, render
-from qbench.render.table import rest_width
+from qbench.render import Column, check_format, narrow, render
 from qbench.render.columns import COLUMNS, entry, fmt_num, fmt_us, shown
 from qbench.render.safe import visible
 from qbench.render.view import View
@@ -114,17 +112,14 @@ def compare_view(method: str, tp: bool = False) -> View:
             entry("note", "note")]
     shard = ["tp_size", "split"] if tp else []
     keys = ["scheme", "m", *shard, "a_us", "b_us", "speedup", "rel_fro_diff", "verdict", "note"]
-    return View("compare", cols, keys, keys, ["scheme", "m", "method", *keys[2:]],
+    return View("compare", cols, keys, keys, ["scheme", "m", "method", *keys[2:]], wrap=("note", 16),
                 short={"a_us": "A µs", "b_us": "B µs", "speedup": "speed-up", "rel_fro_diff": "Δ err"})
 
 
 def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: bool = False) -> str:
-    """:func:`compare_docs`'s records in ``fmt``; the narrow default wraps the note to fit 120 characters (less 3:
-    µ, × and Δ are two bytes each)."""
-    cols = compare_view(method, any(r.get("tp_size") is not None for r in records)).columns(fmt, wide)
-    if narrow(fmt, wide):
-        cols[-1] = replace(cols[-1], width=rest_width(records, cols, "note", TABLE_WIDTH - 3))
-    return render(records, cols, fmt)
+    """:func:`compare_docs`'s records in ``fmt``; the narrow default wraps the note to fit 120 characters."""
+    view = compare_view(method, any(r.get("tp_size") is not None for r in records))
+    return render(records, view.columns(fmt, wide, records=records), fmt)
 
 
 def _add_arguments(p) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from collections import Counter
 from typing import Optional
 
@@ -20,8 +19,7 @@ from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_budgets, add_format,
                                    add_max_rel_err, add_method, add_wide, check_baseline, check_budgets,
                                    check_max_rel_err, group_results, job_view, open_results, refuse_budgets)
-from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, prose, render, synthetic_weights, wants_prose
-from qbench.render.table import rest_width
+from qbench.render import FORMATS, Column, fit, narrow, prose, render, synthetic_weights, wants_prose
 from qbench.render.columns import COLUMNS, DASH, entry, fmt_num, fmt_ratio, fmt_us
 from qbench.render.kernels import short_kernel
 from qbench.render.safe import visible
@@ -208,7 +206,8 @@ def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BU
 
 
 #: Why each other scheme lost, under a pick (its reasons wrap in a terminal table).
-OTHERS = View("recommend others", [entry("scheme", "scheme"), entry("reason", "why not")], *[("scheme", "reason")] * 3)
+OTHERS = View("recommend others", [entry("scheme", "scheme"), entry("reason", "why not")], *[("scheme", "reason")] * 3,
+              wrap=("reason", 16))
 
 
 def pareto_view(method: str) -> View:
@@ -233,7 +232,7 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
     if method not in rec["methods_present"]:
         lines.append(say(f"WARNING: no row has {method} latency; methods in this file: "
                          f"{', '.join(rec['methods_present']) or 'none'}"))
-    others, pareto = OTHERS.columns(fmt, wide), pareto_view(method).columns(fmt, wide)
+    pareto = pareto_view(method).columns(fmt, wide)
     for g in rec["by_m"]:
         pick = g["pick"]
         tp = f", tp_size={g['tp_size']} {g['split']}" if g.get("tp_size") is not None else ""
@@ -250,10 +249,7 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
             head += f"; {stability_text(pick['stability'])}"
         lines.append("\n" + say(visible(head)))  # scheme names from the file: one line whatever they hold
         if g["others"]:
-            # the reasons wrap within what the scheme column leaves of 120 characters (less 3 spare: µ and × are
-            # two bytes each, and a byte-counting awk reads each as two)
-            width = rest_width(g["others"], others, "reason", TABLE_WIDTH - 3) if narrow(fmt, wide) else None
-            lines.append(render(g["others"], [others[0], replace(others[1], width=width)], fmt))
+            lines.append(render(g["others"], OTHERS.columns(fmt, wide, records=g["others"]), fmt))
         lines.append("Pareto front (latency, rel err, stored bytes; all minimised):")
         lines.append(render(g["pareto"], pareto, fmt) if g["pareto"] else f"  {DASH}")
     return "\n".join(lines)
@@ -277,9 +273,10 @@ def summary_rows(doc: ResultDoc | dict, rec: dict, baseline: str = "bf16") -> li
     return out
 
 
-def summary_view(method: str, baseline: str, runs: bool = False) -> View:
-    """The ``--summary`` table over :func:`summary_rows` (``runs``: how often the pick won); the narrow default
-    without K, N and the baseline's time."""
+def summary_view(method: str, baseline: str, rows: list[dict]) -> View:
+    """The ``--summary`` table over :func:`summary_rows` (with how often the pick won, when ``rows`` say); the narrow
+    default without K, N and the baseline's time, the ties wrapped to fit 120 characters."""
+    runs = any(r.get("stability") for r in rows)
     def pick(r: dict) -> str:
         return (r["pick"] or f"{DASH} none within budget") + (
             f" (kept from M={r['kept_from_m']})" if r.get("kept_from_m") is not None else "")
@@ -301,21 +298,13 @@ def summary_view(method: str, baseline: str, runs: bool = False) -> View:
     wide = ["scenario", "m", "k", "n", "pick", "latency_us", "rel_fro", "baseline_us", "speedup", "ties",
             *(["stability"] if runs else [])]
     return View("summary", cols, ["scenario", "m", "pick_narrow", "latency_us", "rel_fro", "speedup_narrow", "ties",
-                                  *(["runs_won"] if runs else [])], wide, wide)
-
-
-def summary_columns(rows: list[dict], method: str, baseline: str, fmt: str, wide: bool = False) -> list[Column]:
-    """The :func:`summary_view` columns in ``fmt``; the narrow default wraps the ties to fit 120 characters."""
-    cols = summary_view(method, baseline, any(r.get("stability") for r in rows)).columns(fmt, wide)
-    if not narrow(fmt, wide):
-        return cols
-    ties = rest_width(rows, cols, "ties", TABLE_WIDTH - 3, least=len("int8-weight-only+compiled,"))
-    return [replace(c, width=ties) if c.key == "ties" else c for c in cols]
+                                  *(["runs_won"] if runs else [])], wide, wide,
+                wrap=("ties", len("int8-weight-only+compiled,")))
 
 
 def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "simple", wide: bool = False) -> str:
-    """:func:`summary_rows` as one table in ``fmt`` (:func:`summary_columns`)."""
-    return render(rows, summary_columns(rows, method, baseline, fmt, wide), fmt)
+    """:func:`summary_rows` as one table in ``fmt`` (:func:`summary_view`)."""
+    return render(rows, summary_view(method, baseline, rows).columns(fmt, wide, records=rows), fmt)
 
 
 def row_storage_format(row: Row) -> str:
@@ -407,7 +396,7 @@ def by_format_view(method: str, baseline: str, several: bool = False, tp: bool =
     head, shard = ["scenario", "k", "n"] if several else [], ["tp_size", "split"] if tp else []
     tail = ["format", "pick", "latency_us", "rel_fro", "speedup", "others"]
     wide = [*head, "m", *shard, "format", "pick", "library", "kernel", *tail[2:]]
-    return View("by-format", cols, ["m", *shard, *tail], wide, wide,
+    return View("by-format", cols, ["m", *shard, *tail], wide, wide, wrap=("others", 24),
                 short={"speedup": f"×{baseline}", "others": "others of the format"})
 
 
@@ -417,12 +406,9 @@ def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "s
     to fit 120 characters, one table per scenario with ``several`` files."""
     if fmt == "json":
         return json.dumps(rows, indent=2, ensure_ascii=False)
-    cols = by_format_view(method, baseline, several, any(r.get("tp_size") is not None for r in rows)).columns(fmt, wide)
-    if not narrow(fmt, wide):
-        return render(rows, cols, fmt)
-    # the others wrap within what the other columns leave of 120 characters (less 3 spare, as above)
-    cols[-1] = replace(cols[-1], width=rest_width(rows, cols, "others", TABLE_WIDTH - 3, least=24))
-    if not several:
+    view = by_format_view(method, baseline, several, any(r.get("tp_size") is not None for r in rows))
+    cols = view.columns(fmt, wide, records=rows)
+    if not (several and narrow(fmt, wide)):
         return render(rows, cols, fmt)
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -543,7 +529,8 @@ def run_recommend(args: argparse.Namespace) -> int:
             "the one picked at the next smaller M ('kept from M=...'), else the lowest error, then the fewest stored "
             f"bytes; speed-up = {baseline} time / pick time (> 1: the pick is faster)")
     unusable = unusable_note([(s, row["m"]) for row in summary for s in row["unusable"]], method)
-    show(summary, summary_columns(summary, method, baseline, args.format, wide), args.format, wide=wide,
+    columns = summary_view(method, baseline, summary).columns(args.format, wide, records=summary)
+    show(summary, columns, args.format, wide=wide,
          describe=[rule, *dict.fromkeys(warnings)], notes=[unusable] if unusable else [])
     return 0 if picked else 1
 

@@ -8,9 +8,10 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Sequence
 
-from qbench.render import DATA_FORMATS, narrow, prose, render, wants_prose
+from qbench.render import DATA_FORMATS, TABLE_WIDTH, narrow, prose, render, wants_prose
 from qbench.render.columns import Column
 from qbench.render.safe import visible
+from qbench.render.table import rest_width
 
 __all__ = ["View", "column_keys", "show"]
 
@@ -19,7 +20,9 @@ __all__ = ["View", "column_keys", "show"]
 class View:
     """A job kind's table: ``catalogue`` (every column in table order; ``--columns`` keys) and each layout's keys:
     ``narrow`` (a terminal table without ``--wide``; headers ``short[key]``), ``wide`` (``--wide``, Markdown,
-    markup), ``data`` (CSV, JSON). ``kind`` names the table in a refusal."""
+    markup), ``data`` (CSV, JSON). ``kind`` names the table in a refusal. ``wrap``: ``(key, least)``, the narrow
+    column that wraps within what the others leave of :data:`qbench.render.TABLE_WIDTH` (less 3 spare: µ, × and
+    Δ are two bytes each), at least ``least`` characters."""
 
     kind: str
     catalogue: Sequence[Column]
@@ -27,6 +30,7 @@ class View:
     wide: Sequence[str]
     data: Sequence[str]
     short: Mapping[str, str] = field(default_factory=dict)
+    wrap: Optional[tuple[str, int]] = None
 
     def select(self, keys: Sequence[str]) -> list[Column]:
         """The catalogue's columns of ``keys``, in their order.
@@ -39,15 +43,22 @@ class View:
             raise ValueError(f"unknown column {unknown[0]!r} for a {self.kind} table; allowed: {', '.join(known)}")
         return [known[k] for k in keys]
 
-    def columns(self, fmt: str, wide: bool = False, keys: Optional[Sequence[str]] = None) -> list[Column]:
-        """The columns shown in format ``fmt``: ``keys`` (``--columns``) when given, else the layout of ``fmt``."""
+    def columns(self, fmt: str, wide: bool = False, keys: Optional[Sequence[str]] = None,
+                records: Sequence[Any] = ()) -> list[Column]:
+        """The columns shown in format ``fmt``: ``keys`` (``--columns``) when given, else the layout of ``fmt``
+        (narrow: ``wrap`` fitted to ``records``)."""
         if keys:
             return self.select(keys)
         if fmt in DATA_FORMATS:
             return self.select(self.data)
         if not narrow(fmt, wide):
             return self.select(self.wide)
-        return [replace(c, header=self.short[c.key]) if c.key in self.short else c for c in self.select(self.narrow)]
+        cols = [replace(c, header=self.short[c.key]) if c.key in self.short else c for c in self.select(self.narrow)]
+        if self.wrap is None:
+            return cols
+        key, least = self.wrap
+        width = rest_width(records, cols, key, TABLE_WIDTH - 3, least)
+        return [replace(c, width=width) if c.key == key else c for c in cols]
 
 
 def column_keys(text: Optional[str]) -> list[str]:
