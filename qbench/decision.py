@@ -19,7 +19,7 @@ from qbench.quality.view import (BUDGETS, DASH, Limits, describe, limits_of, mee
                                  weight_notes)
 from qbench.readers.common import Refused
 from qbench.render import Column
-from qbench.render.columns import fmt_num
+from qbench.render.columns import entry, fmt_num
 from qbench.render.view import View, show
 from qbench.step import view as step_view
 
@@ -86,8 +86,8 @@ def _one_checkpoint(quality: list[QualityRow]) -> Optional[str]:
     if len(texts) > 1:
         return f"the quality files score {len(texts)} different texts: compare schemes over the same tokens"
     if len(cuts) > 1:
-        return (f"the quality files cut the text {len(cuts)} ways ({'; '.join(f'{c} chunks of {k}' for k, c in sorted(cuts))}):"
-                " compare schemes over the same chunks")
+        ways = "; ".join(f"{c} chunks of {k}" for k, c in sorted(cuts))
+        return f"the quality files cut the text {len(cuts)} ways ({ways}): compare schemes over the same chunks"
     return None
 
 
@@ -120,7 +120,9 @@ def shapes_of(doc) -> Optional[tuple[int, ...]]:
 
 
 def _shape_text(shape: Optional[tuple[int, ...]]) -> str:
-    return "a config not readable from here" if shape is None else ", ".join(f"{k} {v}" for k, v in zip(SHAPE_KEYS, shape))
+    if shape is None:
+        return "a config not readable from here"
+    return ", ".join(f"{k} {v}" for k, v in zip(SHAPE_KEYS, shape))
 
 
 def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str], Optional[str]]:
@@ -134,18 +136,19 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
     if None not in step_ids and None not in quality_ids:
         if step_ids == quality_ids and len(quality_ids) == 1:
             return None, None
-        return (f"the step files' checkpoint (sha256 {'; '.join(sorted(i[:12] for i in step_ids))}) is not the quality "
-                f"files' (sha256 {'; '.join(sorted(i[:12] for i in quality_ids))}): their config, tensors or bytes differ; a "
-                "model decision takes speed and quality of the same checkpoint"), None
+        return (f"the step files' checkpoint (sha256 {'; '.join(sorted(i[:12] for i in step_ids))}) is not the "
+                f"quality files' (sha256 {'; '.join(sorted(i[:12] for i in quality_ids))}): their config, tensors or "
+                "bytes differ; a model decision takes speed and quality of the same checkpoint"), None
     step_sources = sorted({_normal(r.weight_source) for r in steps})
     quality_sources = sorted({_normal(r.weights) for r in quality})
     if all(r.weight_source.startswith("seeded") for r in steps):
         step_shapes = {shapes_of(d) for d in step_docs}
         quality_shapes = {shapes_of(d) for d in quality_docs}
         if len(step_shapes) == 1 and step_shapes == quality_shapes and None not in step_shapes:
-            return None, (f"speed measured on seeded weights of the same config ({_shape_text(next(iter(step_shapes)))}) "
-                          f"as the quality rows' ({'; '.join(quality_sources)}): a step's time depends on the shapes, "
-                          "not the weights' values")
+            return None, (f"speed measured on seeded weights of the same config "
+                          f"({_shape_text(next(iter(step_shapes)))}) as the quality rows' "
+                          f"({'; '.join(quality_sources)}): a step's time depends on the shapes, not the weights' "
+                          "values")
         return (f"the step files ran seeded weights of {'; '.join(_shape_text(s) for s in step_shapes)}, the quality "
                 f"files {'; '.join(quality_sources)} of {'; '.join(_shape_text(s) for s in quality_shapes)}: a seeded "
                 "speed half must have the quality checkpoint's config"), None
@@ -155,7 +158,8 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
                 f"the others do: a path written relative to another run's working directory cannot say they are the "
                 f"same checkpoint; re-run the {older} scenario on this checkpoint"), None
     if set(step_sources) == set(quality_sources) and len(quality_sources) == 1:
-        return None, "compared by the checkpoint's path: these files carry no checkpoint_id (written before qbench recorded one)"
+        return None, ("compared by the checkpoint's path: these files carry no checkpoint_id (written before qbench "
+                      "recorded one)")
     paths = all(s.startswith("checkpoint ") for s in step_sources + quality_sources)
     return (f"the step files' weights ({'; '.join(step_sources)}) are not the quality files' "
             f"({'; '.join(quality_sources)}): "
@@ -203,15 +207,16 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
     if not limits:
         terms = [f"{b.flag} ({b.terms})" for b in BUDGETS]
         raise Refused("a quality file takes a budget in the field's terms: " + ", ".join(terms[:-1]) + " and/or "
-                      + terms[-1] + "; --max-rel-err is the layer job's synthetic error, never a model decision's budget")
+                      + terms[-1] + "; --max-rel-err is the layer job's synthetic error, never a model decision's "
+                      "budget")
     steps, quality, twice, paired = _halves(paths, docs)
     fmt, wide = args.format, getattr(args, "wide", False)
     if not steps:
         within = [{"scheme": q.scheme, "meets": "yes" if (why := meets(q, limits)) is None else f"no: {why}"}
                   for q in quality]
-        show(within, [Column("scheme", "scheme", lambda r: r["scheme"]), Column("meets", "within budget", lambda r: r["meets"])],
-             fmt, wide=wide, describe=[*filter(None, [twice]), f"quality budget: {_budget_text(limits)} (no step file "
-                                       "given: no speed half)"], notes=weight_notes(quality))
+        said = f"quality budget: {_budget_text(limits)} (no step file given: no speed half)"
+        show(within, [entry("scheme", "scheme"), entry("meets", "within budget")], fmt, wide=wide,
+             describe=[*filter(None, [twice]), said], notes=weight_notes(quality))
         return 0 if any(r["meets"] == "yes" for r in within) else 1
     baseline = getattr(args, "baseline", "bf16")
     rec = recommend_records(steps, quality, limits, baseline=baseline)
@@ -232,7 +237,8 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
              *(["outside the budget: " + "; ".join(missed)] if missed else []), *unpaired(steps, quality),
              *(["emulated quality rows: the scheme's kernel did not run there; its dequantized weights did"]
                if any(q.emulated for q in quality) else []), *weight_notes(quality)]
-    show(rec, joined_view(baseline).columns(fmt, wide), fmt, wide=wide, describe=[*filter(None, [twice]), said], notes=notes)
+    show(rec, joined_view(baseline).columns(fmt, wide), fmt, wide=wide, describe=[*filter(None, [twice]), said],
+         notes=notes)
     return 0 if any(r["pick"] for r in rec) else 1
 
 
@@ -281,9 +287,9 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
             why += [f"no ok bf16 step at M={m}/{c}" for m, c in points if (m, c) in timed and f"M={m}/{c}" not in rec]
             dashes.append(f"{q.scheme} ({'; '.join(why) if why else 'no step row'})")
         records.append(rec)
-    notes_ = ([] if not steps else ["M=m/context: the measured decode step's speed-up over bf16 at that M and context (the "
-                                    "fastest form of the scheme: eager or compiled); the step decides a model, the layer "
-                                    "view a kernel"])
+    notes_ = ([] if not steps else ["M=m/context: the measured decode step's speed-up over bf16 at that M and "
+                                    "context (the fastest form of the scheme: eager or compiled); the step decides a "
+                                    "model, the layer view a kernel"])
     if doubted:
         notes_.append("*: a speed-up whose step or bf16 step is flagged, not a ratio to rank by: "
                       + "; ".join(text for text, _ in doubted) + "; "
@@ -302,7 +308,7 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
 def model_table(points: Sequence[tuple[int, int]]) -> View:
     """Its table: per scheme mean KLD, PPL ratio, same top, stored MiB and the speed-up over bf16 at each (M,
     context) of ``points`` (``*``: flagged)."""
-    cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
+    cols = [entry("scheme", "scheme"),
             Column("kld", "mean KLD", lambda r: stat(r["q"], "kld", "mean"),
                    cell_override=lambda r: pm(stat(r["q"], "kld", "mean"), stat(r["q"], "kld", "unc"), "{:.3g}")),
             Column("ppl_ratio", "PPL ratio", lambda r: stat(r["q"], "ppl_ratio"), fmt_num(".4f"), True),
@@ -310,7 +316,7 @@ def model_table(points: Sequence[tuple[int, int]]) -> View:
                    cell_override=lambda r: pct(stat(r["q"], "same_top"))),
             Column("stored", "MiB", lambda r: r["q"].model_stored_bytes, mib, True),
             *[Column(key, key, lambda r, k=key: r[k][0] if r.get(k) else None, numeric=True,
-                     cell_override=lambda r, k=key: DASH if r.get(k) is None else f"{r[k][0]:.2f}×" + ("*" if r[k][1] else ""))
-              for key in (f"M={m}/{context}" for m, context in points)]]
+                     cell_override=lambda r, k=key: DASH if r.get(k) is None
+                     else f"{r[k][0]:.2f}×" + ("*" if r[k][1] else "")) for key in (f"M={m}/{c}" for m, c in points)]]
     keys = [c.key for c in cols]
     return View("model", cols, [k for k in keys if k != "ppl_ratio"], keys, keys)

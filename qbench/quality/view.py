@@ -110,15 +110,17 @@ def describe(rows: Sequence[QualityRow]) -> list[str]:
         r = group[0]
         which = "" if len(groups) == 1 else f" (schemes: {', '.join(x.scheme for x in group)})"
         lines += [f"quality of {r.title} ({r.model}); weights: {r.weights}{which}",
-                  f"text {r.text} (sha256 {r.text_sha256[:12]}): {r.chunks} chunk{'' if r.chunks == 1 else 's'} of {r.chunk} tokens, the second half "
-                  f"of each scored ({r.scored_per_chunk} tokens a chunk: every scored token has at least half a chunk of "
-                  "context, llama.cpp's convention)"]
+                  f"text {r.text} (sha256 {r.text_sha256[:12]}): {r.chunks} chunk{'' if r.chunks == 1 else 's'} of "
+                  f"{r.chunk} tokens, the second half of each scored ({r.scored_per_chunk} tokens a chunk: every "
+                  "scored token has at least half a chunk of context, llama.cpp's convention)"]
         if r.kv_cache:  # the cache's own damage is in every statistic of these rows
-            lines.append(f"KV cache: {r.kv_cache.get('dtype')} (each chunk runs through it): scale {r.kv_cache.get('scale')}")
+            lines.append(f"KV cache: {r.kv_cache.get('dtype')} (each chunk runs through it): "
+                         f"scale {r.kv_cache.get('scale')}")
     ref = next((x.reference for x in rows if x.reference is not None), None)
     if ref is not None:
         lines.append(f"reference: the model with float linears in {ref.dtype}; its log-probabilities shared by every "
-                     f"scheme at {ref.logprobs} precision (each scheme's rounded the same way); KLD = D(ref ‖ scheme), nats")
+                     f"scheme at {ref.logprobs} precision (each scheme's rounded the same way); "
+                     "KLD = D(ref ‖ scheme), nats")
     return lines
 
 
@@ -194,7 +196,8 @@ BUDGETS = (
     Budget("max_kld_p99", "99th-percentile KLD", "the KL divergence 99 % of scored tokens stay under, nats",
            lambda r: stat(r, "kld", "p99"), help="quality budget: the 99th percentile of the per-token KL divergence, "
            "nats (the tail a mean hides: a few tokens badly off)"),
-    Budget("max_dp_rms", "RMS Δp", "the root mean square of the change in the probability of the text's next token, 0..1",
+    Budget("max_dp_rms", "RMS Δp",
+           "the root mean square of the change in the probability of the text's next token, 0..1",
            lambda r: stat(r, "dp", "rms"), most=1.0, scale=100, unit=" %", fmt=".2f",
            help="quality budget: RMS Δp, the root mean square of the change in the probability the model gives the "
                 "text's next token (0..1; llama.cpp's statistic)"),

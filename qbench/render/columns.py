@@ -19,8 +19,8 @@ from qbench.render.kernels import short_kernel
 from qbench.row import Row
 from qbench.timing import registry
 
-__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "entry", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct", "shown",
-           "default_columns", "resolve_columns"]
+__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "entry", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct",
+           "shown", "default_columns", "resolve_columns"]
 
 #: What a table shows for a value that was not measured.
 DASH = "—"

@@ -120,8 +120,8 @@ def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]
     stable = judge.pick_stability([rec for _, _, rec in records])
     n = len(records)
     said = [f"M={s['m']} ctx={s['context']}: " + (f"{s['picks'][0] or 'none'} in {'both' if n == 2 else f'all {n}'}"
-            if s["holds"] else "differ (" + ", ".join(f"{p or 'none'} in file {i + 1}" for i, p in enumerate(s["picks"])) + ")")
-            for s in stable]
+            if s["holds"] else "differ (" + ", ".join(f"{p or 'none'} in file {i + 1}"
+                                                      for i, p in enumerate(s["picks"])) + ")") for s in stable]
     everywhere = {(s["m"], s["context"]) for s in stable}
     partial = sorted({(r["m"], r["context"]) for _, _, rec in records for r in rec} - everywhere)
     moved = sum(not s["holds"] for s in stable)
@@ -194,19 +194,20 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
         rec["_doubt"] = doubts[(rec["scheme"], rec["m"], rec["context"])]
     view = step_view.model_view(records, args.baseline, args.max_rel_err)
     b, methods = args.baseline, "/".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
-    describe = [f"{rows[0].title} ({args.name}): the measured decode step (qbench.step) beside the linear-only prediction",
-                *filter(None, [synthetic_step_warning(rows)])]
+    describe = [f"{rows[0].title} ({args.name}): the measured decode step (qbench.step) beside the linear-only "
+                "prediction", *filter(None, [synthetic_step_warning(rows)])]
     disagree = disagreements(records)
     if disagree:
         first = disagree[0]
         describe.append(f"the measured step and Σ linear name different fastest schemes ({len(disagree)} of "
                         f"{len({(r['m'], r['context']) for r in records})} (M, context); M={first['m']} "
-                        f"context={first['context']}: {first['step']} measured, {first['linear']} by Σ linear); " + ACT_ON)
-    describe.append(f"step = the {methods} step, first present (method); rest = (step - Σ linear) / step, Σ linear = the "
-                    f"per-layer stream times of the same linear layers in the same run (what the layer view predicts); "
-                    f"×{b} = {b} step / this step by its method (a compiled scheme against {b}+compiled), ×{b} Σ = as "
-                    f"Σ linear predicts it; err = the logits' error against the FP32 step"
-                    + (f"; --wide: tokens/s, Σ linear µs and ×{b} per step method" if narrow(args.format, wide) else ""))
+                        f"context={first['context']}: {first['step']} measured, {first['linear']} by Σ linear); "
+                        + ACT_ON)
+    wider = f"; --wide: tokens/s, Σ linear µs and ×{b} per step method" if narrow(args.format, wide) else ""
+    describe.append(f"step = the {methods} step, first present (method); rest = (step - Σ linear) / step, Σ linear = "
+                    f"the per-layer stream times of the same linear layers in the same run (what the layer view "
+                    f"predicts); ×{b} = {b} step / this step by its method (a compiled scheme against {b}+compiled), "
+                    f"×{b} Σ = as Σ linear predicts it; err = the logits' error against the FP32 step{wider}")
     notes = [*step_view.doubt_legend([r["_doubt"] for r in records]), "",
              f"context sweep: where each scheme stops beating {b} (its step no faster than {b}'s)",
              *(step_view.sweep_line(rec, b) for rec in sweep)]
