@@ -1,7 +1,6 @@
-"""The one pick on speed and quality together: a decode-step file's speed joined with a quality file's
-damage on the same checkpoint. ``qbench recommend STEP.json QUALITY.json --max-kld X`` picks, per (M,
-context), the fastest measured step whose scheme meets the quality budget; ``qbench model`` shows both
-halves in one table. The two job kinds meet only here, above both (neither imports the other).
+"""The one pick on speed and quality together: a decode-step file's speed joined with a quality file's damage on the
+same checkpoint (``qbench recommend STEP.json QUALITY.json --max-kld X``, ``qbench model``). The two job kinds
+meet only here, above both.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from qbench.quality.view import (BUDGETS, DASH, Limits, describe, limits_of, mee
                                  weight_notes)
 from qbench.readers.common import Refused
 from qbench.render import Column
-from qbench.render.columns import fmt_num
+from qbench.render.columns import entry, fmt_num
 from qbench.render.view import View, show
 from qbench.step import view as step_view
 
@@ -31,9 +30,8 @@ def _identity(row) -> tuple:
 
 
 def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
-    """The quality row of a step row's scheme: same base scheme and options (eager or compiled: the
-    same kernels) and, for a recipe, the same scheme per role and kept blocks
-    (:func:`qbench.model.recipe.identity_key`), or None."""
+    """The quality row of a step row's scheme: same base scheme and options (eager or compiled) and, for a recipe,
+    the same :func:`qbench.model.recipe.identity_key`; or None."""
     key = _identity(step_row)
     for q in quality:
         if _identity(q) == key:
@@ -42,10 +40,9 @@ def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
 
 
 def _halves(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow], Optional[str], Optional[str]]:
-    """``(steps, quality, twice, paired)``: the step rows, the quality rows (one per scheme: the first
-    file's, ``twice`` the line that says so) and :func:`pairing`'s note. Refused: a file of another
-    kind (a per-layer file's times are one layer's, not the step's), quality rows of several
-    checkpoints, texts or cuts (:func:`_one_checkpoint`), halves that do not pair."""
+    """``(steps, quality, twice, paired)``: the step rows, the quality rows (the first file's per scheme; ``twice``
+    says so) and :func:`pairing`'s note. Refused: a file of another kind, quality rows of several checkpoints,
+    texts or cuts, halves that do not pair."""
     for path, doc in zip(paths, docs):
         if doc.job not in ("step", "quality"):
             raise Refused(f"{path}: a {doc.job} result cannot be the speed half of a model decision: give a model-step "
@@ -72,13 +69,12 @@ def _halves(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow
 
 
 def _weights_key(row: QualityRow) -> str:
-    """A quality row's weights: its checkpoint's content digest, else (older files) its normalized source."""
+    """A quality row's weights: its checkpoint's content digest, else its normalized source."""
     return f"sha256 {row.checkpoint_id[:12]}" if row.checkpoint_id else _normal(row.weights)
 
 
 def _one_checkpoint(quality: list[QualityRow]) -> Optional[str]:
-    """Why the quality rows are not all of one checkpoint's weights (by content where the rows carry
-    it, :func:`_weights_key`) over one text cut the same way, or None."""
+    """Why the quality rows are not of one checkpoint over one text cut the same way, or None."""
     weights = {_weights_key(r) for r in quality}
     texts = {r.text_sha256 for r in quality}
     cuts = {(r.chunk, r.chunks) for r in quality}
@@ -90,8 +86,8 @@ def _one_checkpoint(quality: list[QualityRow]) -> Optional[str]:
     if len(texts) > 1:
         return f"the quality files score {len(texts)} different texts: compare schemes over the same tokens"
     if len(cuts) > 1:
-        return (f"the quality files cut the text {len(cuts)} ways ({'; '.join(f'{c} chunks of {k}' for k, c in sorted(cuts))}):"
-                " compare schemes over the same chunks")
+        ways = "; ".join(f"{c} chunks of {k}" for k, c in sorted(cuts))
+        return f"the quality files cut the text {len(cuts)} ways ({ways}): compare schemes over the same chunks"
     return None
 
 
@@ -99,8 +95,7 @@ _CHECKPOINT = re.compile(r"checkpoint (.+) \(([^()]+)\)")
 
 
 def _normal(source: str, resolve: bool = False) -> str:
-    """A weight source with its checkpoint path normalized (``checkpoint my/../data/x (bf16)`` ->
-    ``checkpoint data/x (bf16)``; ``resolve``: absolute, links followed); any other source as it is."""
+    """A weight source with its checkpoint path normalized (``resolve``: absolute, links followed)."""
     m = _CHECKPOINT.fullmatch(source)
     return source if m is None else f"checkpoint {(os.path.realpath if resolve else os.path.normpath)(m[1])} ({m[2]})"
 
@@ -110,8 +105,7 @@ SHAPE_KEYS = ("hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "blocks
 
 
 def shapes_of(doc) -> Optional[tuple[int, ...]]:
-    """The :data:`SHAPE_KEYS` of the model a result file ran (its scenario's ``[model]``, read relative
-    to the scenario file as the run read it), or None when it cannot be read here."""
+    """The :data:`SHAPE_KEYS` of the model a result file ran, or None when it cannot be read here."""
     from qbench.model.config import ConfigError
     from qbench.step.spec import ModelSpec, resolve
 
@@ -126,32 +120,35 @@ def shapes_of(doc) -> Optional[tuple[int, ...]]:
 
 
 def _shape_text(shape: Optional[tuple[int, ...]]) -> str:
-    return "a config not readable from here" if shape is None else ", ".join(f"{k} {v}" for k, v in zip(SHAPE_KEYS, shape))
+    if shape is None:
+        return "a config not readable from here"
+    return ", ".join(f"{k} {v}" for k, v in zip(SHAPE_KEYS, shape))
 
 
 def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str], Optional[str]]:
-    """``(refusal, note)``, one of them None: whether the step files are a speed half of the quality
-    files' checkpoint. First rule that applies: both carry a ``checkpoint_id`` (content digest): equal;
-    the step ran seeded weights of the quality checkpoint's config (:data:`SHAPE_KEYS`: a step's time
-    depends on shapes, not values): accepted, noted; else the normalized weight sources are equal."""
+    """``(refusal, note)``, one of them None: whether the step files are a speed half of the quality files'
+    checkpoint: equal ``checkpoint_id`` digests; or seeded step weights of the quality checkpoint's config
+    (:data:`SHAPE_KEYS`: a step's time depends on shapes, not values), noted; else equal normalized weight
+    sources."""
     steps = [r for d in step_docs for r in d.rows]
     quality = [r for d in quality_docs for r in d.rows]
     step_ids, quality_ids = {r.checkpoint_id for r in steps}, {r.checkpoint_id for r in quality}
     if None not in step_ids and None not in quality_ids:
         if step_ids == quality_ids and len(quality_ids) == 1:
             return None, None
-        return (f"the step files' checkpoint (sha256 {'; '.join(sorted(i[:12] for i in step_ids))}) is not the quality "
-                f"files' (sha256 {'; '.join(sorted(i[:12] for i in quality_ids))}): their config, tensors or bytes differ; a "
-                "model decision takes speed and quality of the same checkpoint"), None
+        return (f"the step files' checkpoint (sha256 {'; '.join(sorted(i[:12] for i in step_ids))}) is not the "
+                f"quality files' (sha256 {'; '.join(sorted(i[:12] for i in quality_ids))}): their config, tensors or "
+                "bytes differ; a model decision takes speed and quality of the same checkpoint"), None
     step_sources = sorted({_normal(r.weight_source) for r in steps})
     quality_sources = sorted({_normal(r.weights) for r in quality})
     if all(r.weight_source.startswith("seeded") for r in steps):
         step_shapes = {shapes_of(d) for d in step_docs}
         quality_shapes = {shapes_of(d) for d in quality_docs}
         if len(step_shapes) == 1 and step_shapes == quality_shapes and None not in step_shapes:
-            return None, (f"speed measured on seeded weights of the same config ({_shape_text(next(iter(step_shapes)))}) "
-                          f"as the quality rows' ({'; '.join(quality_sources)}): a step's time depends on the shapes, "
-                          "not the weights' values")
+            return None, (f"speed measured on seeded weights of the same config "
+                          f"({_shape_text(next(iter(step_shapes)))}) as the quality rows' "
+                          f"({'; '.join(quality_sources)}): a step's time depends on the shapes, not the weights' "
+                          "values")
         return (f"the step files ran seeded weights of {'; '.join(_shape_text(s) for s in step_shapes)}, the quality "
                 f"files {'; '.join(quality_sources)} of {'; '.join(_shape_text(s) for s in quality_shapes)}: a seeded "
                 "speed half must have the quality checkpoint's config"), None
@@ -161,7 +158,8 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
                 f"the others do: a path written relative to another run's working directory cannot say they are the "
                 f"same checkpoint; re-run the {older} scenario on this checkpoint"), None
     if set(step_sources) == set(quality_sources) and len(quality_sources) == 1:
-        return None, "compared by the checkpoint's path: these files carry no checkpoint_id (written before qbench recorded one)"
+        return None, ("compared by the checkpoint's path: these files carry no checkpoint_id (written before qbench "
+                      "recorded one)")
     paths = all(s.startswith("checkpoint ") for s in step_sources + quality_sources)
     return (f"the step files' weights ({'; '.join(step_sources)}) are not the quality files' "
             f"({'; '.join(quality_sources)}): "
@@ -170,8 +168,8 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
 
 
 def recommend_records(steps: list, quality: list[QualityRow], limits: Limits, baseline: str = "bf16") -> list[dict]:
-    """:func:`qbench.step.view.recommend` among the schemes whose quality meets ``limits`` (ties broken
-    by the lower mean KLD on this checkpoint), each record with the pick's ``quality`` beside it."""
+    """:func:`qbench.step.view.recommend` among the schemes whose quality meets ``limits`` (ties: the lower mean
+    KLD), each record with the pick's ``quality``."""
     ok = {r.scheme for r in steps if (q := quality_of(r, quality)) is not None and meets(q, limits) is None}
 
     def kld(row) -> Optional[float]:
@@ -194,7 +192,7 @@ def _budget_text(limits: Limits) -> str:
 
 
 def unpaired(steps: Sequence, quality: Sequence[QualityRow]) -> list[str]:
-    """What the join leaves out: step schemes without a quality row, quality schemes without a step row."""
+    """Step schemes without a quality row, quality schemes without a step row."""
     paired = {q.scheme for r in steps if (q := quality_of(r, quality)) is not None}
     no_quality = sorted({r.scheme for r in steps if quality_of(r, quality) is None})
     no_step = [q.scheme for q in quality if q.scheme not in paired]
@@ -203,21 +201,22 @@ def unpaired(steps: Sequence, quality: Sequence[QualityRow]) -> list[str]:
 
 
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
-    """``qbench recommend STEP.json QUALITY.json --max-kld X``: one pick per (M, context) on both
-    halves; exit 0 with a pick, 1 without. A quality file alone: the schemes within the budget."""
+    """``qbench recommend STEP.json QUALITY.json --max-kld X``: one pick per (M, context) on both halves (a quality
+    file alone: the schemes within the budget); exit 0 with a pick, else 1."""
     limits = limits_of(args)
     if not limits:
         terms = [f"{b.flag} ({b.terms})" for b in BUDGETS]
         raise Refused("a quality file takes a budget in the field's terms: " + ", ".join(terms[:-1]) + " and/or "
-                      + terms[-1] + "; --max-rel-err is the layer job's synthetic error, never a model decision's budget")
+                      + terms[-1] + "; --max-rel-err is the layer job's synthetic error, never a model decision's "
+                      "budget")
     steps, quality, twice, paired = _halves(paths, docs)
     fmt, wide = args.format, getattr(args, "wide", False)
     if not steps:
         within = [{"scheme": q.scheme, "meets": "yes" if (why := meets(q, limits)) is None else f"no: {why}"}
                   for q in quality]
-        show(within, [Column("scheme", "scheme", lambda r: r["scheme"]), Column("meets", "within budget", lambda r: r["meets"])],
-             fmt, wide=wide, describe=[*filter(None, [twice]), f"quality budget: {_budget_text(limits)} (no step file "
-                                       "given: no speed half)"], notes=weight_notes(quality))
+        said = f"quality budget: {_budget_text(limits)} (no step file given: no speed half)"
+        show(within, [entry("scheme", "scheme"), entry("meets", "within budget")], fmt, wide=wide,
+             describe=[*filter(None, [twice]), said], notes=weight_notes(quality))
         return 0 if any(r["meets"] == "yes" for r in within) else 1
     baseline = getattr(args, "baseline", "bf16")
     rec = recommend_records(steps, quality, limits, baseline=baseline)
@@ -238,12 +237,13 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
              *(["outside the budget: " + "; ".join(missed)] if missed else []), *unpaired(steps, quality),
              *(["emulated quality rows: the scheme's kernel did not run there; its dequantized weights did"]
                if any(q.emulated for q in quality) else []), *weight_notes(quality)]
-    show(rec, joined_view(baseline).columns(fmt, wide), fmt, wide=wide, describe=[*filter(None, [twice]), said], notes=notes)
+    show(rec, joined_view(baseline).columns(fmt, wide), fmt, wide=wide, describe=[*filter(None, [twice]), said],
+         notes=notes)
     return 0 if any(r["pick"] for r in rec) else 1
 
 
 def joined_view(baseline: str = "bf16") -> View:
-    """The joined recommend's table: the step pick's columns, its quality (mean KLD, same top) and ties."""
+    """The joined recommend's table: the step pick's columns, its quality and its ties."""
     step = step_view.recommend_view(baseline)
     cols = [*(replace(c, header="pick") if c.key == "pick" else c for c in step.catalogue),  # the line above says it
             Column("kld", "mean KLD", lambda r: (r["quality"] or {}).get("kld"), cell_override=lambda r: DASH
@@ -256,8 +256,8 @@ def joined_view(baseline: str = "bf16") -> View:
 
 
 def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
-    """``qbench model STEP.json QUALITY.json``: per scheme, the measured step (median per M and
-    context, speed-up over bf16) beside its quality on the same checkpoint."""
+    """``qbench model STEP.json QUALITY.json``: per scheme its quality beside its measured step's speed-up over bf16
+    per M and context."""
     steps, quality, twice, paired = _halves(paths, docs)
     for path, doc in zip(paths, docs):  # NAME is the files' model (its path or title), as for a step file alone
         if not any(args.name in (r.model, r.title) for r in doc.rows):
@@ -287,9 +287,9 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
             why += [f"no ok bf16 step at M={m}/{c}" for m, c in points if (m, c) in timed and f"M={m}/{c}" not in rec]
             dashes.append(f"{q.scheme} ({'; '.join(why) if why else 'no step row'})")
         records.append(rec)
-    notes_ = ([] if not steps else ["M=m/context: the measured decode step's speed-up over bf16 at that M and context (the "
-                                    "fastest form of the scheme: eager or compiled); the step decides a model, the layer "
-                                    "view a kernel"])
+    notes_ = ([] if not steps else ["M=m/context: the measured decode step's speed-up over bf16 at that M and "
+                                    "context (the fastest form of the scheme: eager or compiled); the step decides a "
+                                    "model, the layer view a kernel"])
     if doubted:
         notes_.append("*: a speed-up whose step or bf16 step is flagged, not a ratio to rank by: "
                       + "; ".join(text for text, _ in doubted) + "; "
@@ -306,9 +306,9 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
 
 
 def model_table(points: Sequence[tuple[int, int]]) -> View:
-    """``qbench model STEP.json QUALITY.json``'s table: per scheme its quality (mean KLD, PPL ratio, same
-    top, stored MiB) and its step's speed-up over bf16 at each (M, context) of ``points`` (``*``: flagged)."""
-    cols = [Column("scheme", "scheme", lambda r: r["scheme"]),
+    """Its table: per scheme mean KLD, PPL ratio, same top, stored MiB and the speed-up over bf16 at each (M,
+    context) of ``points`` (``*``: flagged)."""
+    cols = [entry("scheme", "scheme"),
             Column("kld", "mean KLD", lambda r: stat(r["q"], "kld", "mean"),
                    cell_override=lambda r: pm(stat(r["q"], "kld", "mean"), stat(r["q"], "kld", "unc"), "{:.3g}")),
             Column("ppl_ratio", "PPL ratio", lambda r: stat(r["q"], "ppl_ratio"), fmt_num(".4f"), True),
@@ -316,7 +316,7 @@ def model_table(points: Sequence[tuple[int, int]]) -> View:
                    cell_override=lambda r: pct(stat(r["q"], "same_top"))),
             Column("stored", "MiB", lambda r: r["q"].model_stored_bytes, mib, True),
             *[Column(key, key, lambda r, k=key: r[k][0] if r.get(k) else None, numeric=True,
-                     cell_override=lambda r, k=key: DASH if r.get(k) is None else f"{r[k][0]:.2f}×" + ("*" if r[k][1] else ""))
-              for key in (f"M={m}/{context}" for m, context in points)]]
+                     cell_override=lambda r, k=key: DASH if r.get(k) is None
+                     else f"{r[k][0]:.2f}×" + ("*" if r[k][1] else "")) for key in (f"M={m}/{c}" for m, c in points)]]
     keys = [c.key for c in cols]
     return View("model", cols, [k for k in keys if k != "ppl_ratio"], keys, keys)

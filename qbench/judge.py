@@ -1,10 +1,8 @@
-"""The decisions readers make about rows, for every job kind: which timing method a file (or a
-model-step row) is read by, whether two readings differ beyond their noise, which scheme is picked
-among those tied within noise, whether a pick holds across runs, why a scheme has no graph-captured
-time, what could mislead a reader of a row, and the budget options a job declares.
-
-Pure functions over the typed result (:class:`qbench.results.ResultDoc`, its rows, their
-:class:`qbench.row.Stats`); the readers and renderers call these and decide nothing on their own.
+"""The decisions readers make about rows, for every job kind: which timing method reads a file or a
+row, whether two readings differ beyond their noise, the pick among schemes tied within noise and
+whether it holds across runs, why a scheme has no graph-captured time, what could mislead a reader
+of a row, and the budget options a job declares. Pure functions over the typed result; readers and
+renderers decide nothing on their own.
 """
 
 from __future__ import annotations
@@ -35,12 +33,11 @@ DECISION_METHOD = registry.DECISION_METHOD
 HOST_CLOCK_METHOD = registry.HOST_CLOCK_METHOD
 #: The values a ``--method`` option accepts on layer files: every layer method of the registry.
 METHOD_CHOICES = registry.LAYER_METHODS
-#: What a file without ``stream`` falls back to, in order (the registry's ``fallback_rank``): ``cold``
-#: on a CUDA result, ``cpu`` on a CPU result.
+#: What a file without ``stream`` falls back to, in order: ``cold`` (CUDA), ``cpu`` (CPU).
 FALLBACK_METHODS = registry.FALLBACK_METHODS
 
-#: What a scheme is called whose ``ok`` row has no time for a graph-captured method because its
-#: call cannot be captured in a CUDA graph (a host sync: ``.item()``, a device-to-host copy).
+#: What a scheme is called whose ``ok`` row has no graph-captured time because its call cannot be
+#: captured in a CUDA graph (a host sync: ``.item()``, a device-to-host copy).
 UNUSABLE = "unusable in a graph-captured decode loop"
 #: The reason kinds (:data:`qbench.row.REASON_KINDS`) that say the call was not captured.
 CAPTURE_KINDS = frozenset({"capture-failed", "not-attempted", "host-sync"})
@@ -49,8 +46,7 @@ CAPTURE_KINDS = frozenset({"capture-failed", "not-attempted", "host-sync"})
 # ---- which method --------------------------------------------------------------------------------
 
 def methods_present(rows: Sequence[Row]) -> list[str]:
-    """Timing methods with a median in some row of ``rows`` (any job kind), in the registry's order,
-    unknown names last."""
+    """Timing methods with a median in some row, in the registry's order, unknown names last."""
     seen = {m for r in rows for m, s in r.latency_us.items() if s is not None and s.median is not None}
     order = list(registry.METHODS)
     return [m for m in order if m in seen] + sorted(seen - set(order))
@@ -58,9 +54,8 @@ def methods_present(rows: Sequence[Row]) -> list[str]:
 
 def resolve_method(doc: ResultDoc, requested: Optional[str],
                    default: str = DECISION_METHOD) -> tuple[str, Optional[str]]:
-    """``(method, note)``: the timing method to read from ``doc``: ``requested`` (``--method``) as
-    given; else ``default`` when some row has it, else the first of :data:`FALLBACK_METHODS` the file
-    has, ``note`` saying so (otherwise None). A file with none of them gives ``(default, None)``."""
+    """``(method, note)``: ``requested`` as given; else ``default`` when some row has it, else the first
+    of :data:`FALLBACK_METHODS` the file has, with a note saying so; else ``(default, None)``."""
     if requested is not None:
         return requested, None
     present = methods_present(doc.rows)
@@ -74,8 +69,7 @@ def resolve_method(doc: ResultDoc, requested: Optional[str],
 
 
 def decision_method(row: Any) -> Optional[str]:
-    """The method a decision reads one row by (the model step: each row by its own best form): the
-    first of :func:`qbench.timing.registry.decision_order` for ``row.job`` with a median, or None."""
+    """The first method of :func:`qbench.timing.registry.decision_order` for ``row.job`` with a median, or None."""
     order = registry.decision_order(getattr(row, "job", None) or jobs.DEFAULT)
     return next((m for m in order if (s := row.latency_us.get(m)) is not None and s.median is not None), None)
 
@@ -89,7 +83,7 @@ def decision_stats(row: Any) -> Optional[Stats]:
 def common_method(a: ResultDoc, b: ResultDoc, requested: Optional[str]) -> tuple[str, Optional[str]]:
     """``(method, note or None)``: the one method two files are compared by: :func:`resolve_method` of
     each; when they differ, the first of ``stream``, ``cold``, ``cpu`` both have (the note says which
-    side lacks ``stream``); ``stream`` when they share none (nothing compares like with like)."""
+    side lacks ``stream``); ``stream`` when they share none."""
     method, note_a = resolve_method(a, requested)
     method_b, note_b = resolve_method(b, requested)
     note = note_a or note_b
@@ -107,8 +101,7 @@ def common_method(a: ResultDoc, b: ResultDoc, requested: Optional[str]) -> tuple
 # ---- the file ------------------------------------------------------------------------------------
 
 def incomplete_warning(doc: ResultDoc, path: str | os.PathLike) -> Optional[str]:
-    """One line when ``doc`` says ``"complete": false`` (an interrupted or still running run: some
-    schemes may be missing), else None."""
+    """One line when ``doc`` says ``"complete": false`` (schemes may be missing), else None."""
     if doc.complete is not False:
         return None
     rows = doc.rows
@@ -122,19 +115,19 @@ def incomplete_warning(doc: ResultDoc, path: str | os.PathLike) -> Optional[str]
 # ---- two readings --------------------------------------------------------------------------------
 
 def run_medians(row: Row, method: str) -> list[float]:
-    """The medians of ``method`` of the row's independent runs (``repeats.medians``), or ``[]``."""
+    """The medians (µs) of ``method`` of the row's independent runs (``repeats.medians``), or ``[]``."""
     return list(row.repeats.medians.get(method) or []) if row.repeats is not None else []
 
 
 def row_verdict(ra: Row, rb: Row, method: str) -> str:
-    """:func:`verdict` of two ``ok`` rows' ``method`` STATS with their runs' medians
-    (:func:`run_medians`): ties use the wider of the within-run and the between-run spread."""
+    """:func:`verdict` of two rows' ``method`` STATS with their runs' medians: ties use the wider of
+    the within-run and the between-run spread."""
     return verdict(ra.stats(method), rb.stats(method), run_medians(ra, method), run_medians(rb, method))
 
 
 def tie_note(ra: Row, rb: Row, method: str) -> Optional[str]:
-    """When two rows tie only through their runs' spread (their p10-p90 do not overlap), what says
-    so, e.g. ``"between-run spread 28%"`` (the wider :func:`tie_band` of the two); else None."""
+    """``"between-run spread 28%"`` (the wider :func:`tie_band`) when two rows tie only through their
+    runs' spread (their p10-p90 do not overlap); else None."""
     if verdict(ra.stats(method), rb.stats(method)) == "same" or row_verdict(ra, rb, method) != "same":
         return None
     bands = [tie_band(r.stats(method), r.repeats, method) for r in (ra, rb)]
@@ -147,7 +140,7 @@ T = TypeVar("T")
 
 def within_noise(a: T, b: T, reading: Callable[[T], Optional[Stats]] = decision_stats) -> bool:
     """True when ``a`` and ``b`` both have a ``reading`` and :func:`verdict` finds them the same
-    (p10-p90 overlap): by default each row by its own :func:`decision_method`."""
+    (p10-p90 overlap); by default each row by its own :func:`decision_method`."""
     mine, theirs = reading(a), reading(b)
     return mine is not None and theirs is not None and verdict(mine, theirs) == "same"
 
@@ -156,14 +149,14 @@ def pick_within_noise(candidates: Sequence[T], *, time: Callable[[T], float],
                       same: Callable[[T, T], bool], error: Callable[[T], Optional[float]],
                       size: Callable[[T], Optional[float]], name: Callable[[T], str],
                       previous: Optional[str] = None) -> tuple[Optional[T], Optional[T], Optional[T], list[T]]:
-    """The pick among ``candidates`` (each within the error budget, with a time): the fastest by
-    ``time`` (µs, first wins on equal times), the group ``same`` as it within noise (the fastest
-    first), and in that group the one named ``previous`` (the neighbouring problem's pick: a
-    deployment stores one weight format, so a pick does not flip inside noise), else the lowest
-    ``error``, then the fewest ``size`` bytes, then the lowest ``time`` (None ranks last).
+    """The pick among ``candidates`` (each within the error budget): the fastest by ``time`` (µs,
+    first wins on equal times), the group ``same`` as it within noise, and in that group the one
+    named ``previous`` (the neighbouring problem's pick: a deployment stores one weight format, so a
+    pick does not flip inside noise), else the lowest ``error``, then the fewest ``size`` bytes, then
+    the lowest ``time`` (None ranks last).
 
     Returns ``(pick, by_rank, fastest, group)``: ``by_rank`` is the group's best by error / bytes /
-    time (the pick unless ``previous`` kept another); all None and ``[]`` without candidates."""
+    time; all None and ``[]`` without candidates."""
     if not candidates:
         return None, None, None, []
     fastest = min(candidates, key=time)
@@ -177,9 +170,8 @@ def pick_within_noise(candidates: Sequence[T], *, time: Callable[[T], float],
 
 def pick_stability(records: Sequence[Sequence[Mapping[str, Any]]],
                    keys: tuple[str, ...] = ("m", "context")) -> list[dict]:
-    """Across several files' pick records (runs of one scenario; each record a mapping with
-    ``keys`` and ``pick``, the scheme or None): per value of ``keys`` present in every file, in
-    ascending order, ``{**keys, "picks": [pick per file], "holds": all picks equal}``."""
+    """Across several files' pick records (each a mapping with ``keys`` and ``pick``): per value of
+    ``keys`` present in every file, ascending, ``{**keys, "picks": [pick per file], "holds": all equal}``."""
     by_file: list[dict[tuple, Optional[str]]] = [{tuple(r[k] for k in keys): r["pick"] for r in rec}
                                                  for rec in records]
     common: list[Hashable] = sorted(set.intersection(*(set(f) for f in by_file))) if by_file else []
@@ -191,8 +183,7 @@ def pick_stability(records: Sequence[Sequence[Mapping[str, Any]]],
 
 def capture_failure(row: Row, method: str) -> Optional[str]:
     """The reason's text when ``row`` is ``ok`` but has no time for ``method``, a method that needs a
-    CUDA graph capture (the registry's ``needs_capture``), for a reason of :data:`CAPTURE_KINDS`: the
-    scheme cannot run in a graph-captured decode step at all (:data:`UNUSABLE`); else ``None``."""
+    CUDA graph capture, for a reason of :data:`CAPTURE_KINDS` (the scheme is :data:`UNUSABLE`); else None."""
     info = registry.METHODS.get(method)
     if info is None or not info.needs_capture or row.status != "ok" or row.stats(method) is not None:
         return None
@@ -201,8 +192,8 @@ def capture_failure(row: Row, method: str) -> Optional[str]:
 
 
 def unusable_note(pairs: Sequence[tuple[str, Optional[int]]], method: str) -> Optional[str]:
-    """One line naming the schemes (with their M values) that :func:`capture_failure` found, from
-    ``(scheme, M)`` pairs in first-seen order; ``None`` when there are none."""
+    """One line naming the schemes of ``(scheme, M)`` pairs (:func:`capture_failure`) with their M
+    values, in first-seen order; None without pairs."""
     by_scheme: dict[str, list] = {}
     for scheme, m in pairs:
         ms = by_scheme.setdefault(scheme, [])
@@ -217,14 +208,13 @@ def unusable_note(pairs: Sequence[tuple[str, Optional[int]]], method: str) -> Op
 
 
 def is_noisy(row: Row, method: str) -> bool:
-    """True when ``latency_us[method].cv`` exceeds :data:`qbench.row.NOISY_CV`, for a row of any job kind."""
+    """True when ``latency_us[method].cv`` exceeds :data:`qbench.row.NOISY_CV`."""
     stats = row.latency_us.get(method)
     return is_noisy_cv(stats.cv if stats is not None else None)
 
 
 def row_caveats(row: Row, stats: Optional[Stats]) -> list[str]:
-    """What could mislead a reader of one row's time: its flags by name (``cpu-busy``, ``throttled``,
-    ...) and ``noisy (cv X)`` when ``stats``' cv exceeds :data:`NOISY_CV`."""
+    """The row's flag names and ``noisy (cv X)`` when ``stats``' cv exceeds :data:`NOISY_CV`."""
     said = row.flag_names
     cv = stats.cv if stats is not None else None
     if is_noisy_cv(cv):
@@ -235,14 +225,13 @@ def row_caveats(row: Row, stats: Optional[Stats]) -> list[str]:
 # ---- many rows -----------------------------------------------------------------------------------
 
 def shape_order(shape: tuple) -> tuple:
-    """The sort key of a row shape (M, K, N, tp_size, split; :attr:`qbench.row.Row.shape`):
-    ascending, an absent tp_size before 1, splits by name."""
+    """Sort key of a row shape (M, K, N, tp_size, split): ascending, no tp_size before 1, splits by name."""
     return tuple(str(x) if isinstance(x, str) else (x or 0) for x in shape)
 
 
 def by_shape(rows: Sequence[Row]) -> list[tuple[tuple, list[Row]]]:
-    """``rows`` grouped by :attr:`~qbench.row.Row.shape` (the schemes measured on one problem), the
-    groups in :func:`shape_order`, each group's rows in file order: ``[(shape, [Row...]), ...]``."""
+    """``[(shape, [Row...]), ...]``: ``rows`` grouped by :attr:`~qbench.row.Row.shape` in
+    :func:`shape_order`, each group's rows in file order."""
     groups: dict[tuple, list[Row]] = {}
     for r in rows:
         groups.setdefault(r.shape, []).append(r)
@@ -252,18 +241,17 @@ def by_shape(rows: Sequence[Row]) -> list[tuple[tuple, list[Row]]]:
 #: The axes of the Pareto front ``qbench recommend`` reports and ``qbench plot`` rings, all minimised.
 PARETO_KEYS = ("latency_us", "rel_fro", "stored_bytes")
 
-#: Relative resolution of the stored-bytes axis of the Pareto front: stored sizes within 1 % are
-#: equal. Without it a scheme that stores 4 KiB less metadata on a 16 MiB weight (int8-bnb's 16,384
-#: B of scales against torchao's 20,480 B) stays on the front however slow and inaccurate it is.
+#: Relative resolution of the stored-bytes axis of the Pareto front: sizes within 1 % are equal, so a
+#: scheme storing a few KiB less metadata on a 16 MiB weight is not kept on the front however slow.
 STORED_BYTES_RTOL = 0.01
 
 
 def pareto_front(points: Sequence[dict], keys: Sequence[str] = PARETO_KEYS,
                  rtol: Optional[dict] = None) -> list[dict]:
-    """The points no other point dominates (no worse on every key, better on one), all ``keys``
-    minimised, in input order; equal points are all kept, points with a key ``None`` left out.
-    ``rtol`` (key -> relative tolerance; default ``{"stored_bytes": STORED_BYTES_RTOL}``) makes values
-    of that key within the tolerance equal."""
+    """The points no other point dominates (no worse on every key, better on one; all ``keys``
+    minimised), in input order; equal points all kept, points with a key None left out. ``rtol``
+    (key -> relative tolerance; default ``{"stored_bytes": STORED_BYTES_RTOL}``) makes values of that
+    key within the tolerance equal."""
     tol = {"stored_bytes": STORED_BYTES_RTOL} if rtol is None else rtol
     pts = [p for p in points if all(p.get(k) is not None for k in keys)]
 
@@ -280,9 +268,8 @@ def pareto_front(points: Sequence[dict], keys: Sequence[str] = PARETO_KEYS,
 
 
 def tie_band(stats, repeats, method: str) -> Optional[float]:
-    """The relative band within which two rows' medians are tied: the wider of the within-run spread
-    ((p90 - p10) / median of ``stats``) and the between-run spread of ``repeats`` for ``method``;
-    None when the row has neither."""
+    """The wider of the within-run spread ((p90 - p10) / median of ``stats``) and the between-run
+    spread of ``repeats`` for ``method``; None when the row has neither."""
     bands = []
     if stats is not None and stats.median and stats.p10 is not None and stats.p90 is not None:
         bands.append((stats.p90 - stats.p10) / stats.median)
@@ -295,7 +282,7 @@ def tie_band(stats, repeats, method: str) -> Optional[float]:
 # ---- runs of one row: run --repeat and several files ---------------------------------------------
 
 def _row_medians(row: Any) -> tuple[int, int, dict[str, list[float]]]:
-    """(runs, ok runs, {method: medians, µs}) of one row: its ``repeats``, or the row as one run."""
+    """(runs, ok runs, {method: medians}) of one row: its ``repeats``, or the row as one run."""
     if row.repeats is not None:
         rep = row.repeats if isinstance(row.repeats, Repeats) else Repeats.model_validate(row.repeats)
         return rep.runs, rep.ok_runs, {m: list(v) for m, v in rep.medians.items()}
@@ -306,11 +293,10 @@ def _row_medians(row: Any) -> tuple[int, int, dict[str, list[float]]]:
 
 
 def combine_repeats(rows: Sequence[T]) -> tuple[int, Repeats]:
-    """The runs of one row identity (``rows``: typed rows of any job kind, in run or file order) as
-    one: the index of the base row (the first ``ok`` row timed by the most methods, else the first)
-    and the :class:`Repeats` of all of them (run counts summed, a row's own ``repeats`` bringing its
-    runs' medians; ``spread`` = (max - min) / median of the medians, per method with two or more).
-    Used by ``qbench run --repeat`` and by readers given several files (:func:`combine_rows`).
+    """The runs of one row identity (``rows`` of any job kind, in run or file order) as one: the index
+    of the base row (the first ``ok`` row timed by the most methods, else the first) and the
+    :class:`Repeats` of all of them (run counts summed, medians in µs; ``spread`` = (max - min) /
+    median of the medians, per method with two or more).
 
     Raises:
         ValueError: no rows."""
@@ -319,7 +305,7 @@ def combine_repeats(rows: Sequence[T]) -> tuple[int, Repeats]:
     ok = [i for i, r in enumerate(rows) if r.status == "ok"]
     timed = [sum(1 for st in (getattr(rows[i], "latency_us", None) or {}).values()
                  if st is not None and st.median is not None) for i in ok]
-    base = ok[timed.index(max(timed))] if ok else 0  # the first of those timed by the most methods
+    base = ok[timed.index(max(timed))] if ok else 0
     runs = ok_runs = 0
     medians: dict[str, list[float]] = {}
     for r in rows:
@@ -332,8 +318,7 @@ def combine_repeats(rows: Sequence[T]) -> tuple[int, Repeats]:
 
 
 def combine_rows(rows: Sequence[T]) -> T:
-    """One row of several runs' or files' rows of one identity: the base row of
-    :func:`combine_repeats` with its ``repeats``. A single row is returned as it is."""
+    """The base row of :func:`combine_repeats` with its ``repeats``; a single row as it is."""
     if len(rows) == 1:
         return rows[0]
     base, repeats = combine_repeats(rows)
@@ -345,8 +330,8 @@ def combine_rows(rows: Sequence[T]) -> T:
 @dataclass(frozen=True)
 class Budget:
     """One budget option a job kind declares: ``--<name>`` bounds the row statistic ``value`` from
-    above (``upper``) or below. The option, its check, the line that states it, a row's miss and the
-    JSON key all come from this record: a new statistic that should be a budget is one entry.
+    above (``upper``) or below; the option, its check, its sentence, a row's miss and the JSON key
+    all come from this record.
 
     Attributes:
         name: the option's destination and JSON key (``max_kld``; the option is ``--max-kld``).
@@ -377,8 +362,7 @@ class Budget:
         return "--" + self.name.replace("_", "-")
 
     def check(self, limit: float) -> Optional[str]:
-        """Why ``limit`` is not a budget of this option (one line naming the option and the value;
-        NaN too), or None."""
+        """Why ``limit`` is not a budget of this option (one line; NaN too), or None."""
         if limit >= 0 and (self.most is None or limit <= self.most):
             return None
         most = "" if self.most is None else f" and <= {self.most:g}"

@@ -1,6 +1,5 @@
-"""What the readers show of a quality result: the quality table of ``qbench run`` and ``report``
-(llama.cpp's statistics per scheme) and the quality budgets (:data:`BUDGETS`); the pick on speed and
-quality together is :mod:`qbench.decision`'s.
+"""What the readers show of a quality result: the quality table of ``qbench run`` and ``report`` (llama.cpp's
+statistics per scheme) and the quality budgets (:data:`BUDGETS`).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from qbench.render.view import View
 
 
 def pm(value: Optional[float], unc: Optional[float], fmt: str = "{:.4g}") -> str:
-    """``value ± unc``, the uncertainty to two significant digits (more would be noise)."""
+    """``value ± unc``, the uncertainty to two significant digits."""
     if value is None:
         return DASH
     return fmt.format(value) + ("" if unc is None else " ± 0" if unc == 0 else f" ± {unc:#.2g}".removesuffix("."))
@@ -84,7 +83,7 @@ NARROW = ("scheme", "ppl", "kld", "kld99", "same_top", "stored", "status_flags")
 
 
 def quality_view(rows: Sequence[QualityRow]) -> View:
-    """The quality table of ``rows`` declared: :data:`CATALOGUE` and its ``status_flags`` column."""
+    """The quality table of ``rows``: :data:`CATALOGUE` and its ``status_flags`` column."""
     shared = set(shared_flags(rows))
     status_flags = Column("status_flags", "flags", lambda r: ", ".join(
         [*([r.status] if r.status != "ok" else []), *(f.name for f in r.flags if f.name not in shared)]) or None)
@@ -98,8 +97,8 @@ def shared_flags(rows: Sequence[QualityRow]) -> list[str]:
 
 
 def describe(rows: Sequence[QualityRow]) -> list[str]:
-    """The lines above the table: the model and its weights, the text and its chunks, the KV cache, the
-    reference; rows of different models, texts or caches are said per group, with their schemes."""
+    """The lines above the table: the model and weights, the text and chunks, the KV cache, the reference; rows of
+    different models, texts or caches said per group."""
     if not rows:
         return ["quality: no rows"]
     groups: dict[tuple, list[QualityRow]] = {}
@@ -111,15 +110,17 @@ def describe(rows: Sequence[QualityRow]) -> list[str]:
         r = group[0]
         which = "" if len(groups) == 1 else f" (schemes: {', '.join(x.scheme for x in group)})"
         lines += [f"quality of {r.title} ({r.model}); weights: {r.weights}{which}",
-                  f"text {r.text} (sha256 {r.text_sha256[:12]}): {r.chunks} chunk{'' if r.chunks == 1 else 's'} of {r.chunk} tokens, the second half "
-                  f"of each scored ({r.scored_per_chunk} tokens a chunk: every scored token has at least half a chunk of "
-                  "context, llama.cpp's convention)"]
+                  f"text {r.text} (sha256 {r.text_sha256[:12]}): {r.chunks} chunk{'' if r.chunks == 1 else 's'} of "
+                  f"{r.chunk} tokens, the second half of each scored ({r.scored_per_chunk} tokens a chunk: every "
+                  "scored token has at least half a chunk of context, llama.cpp's convention)"]
         if r.kv_cache:  # the cache's own damage is in every statistic of these rows
-            lines.append(f"KV cache: {r.kv_cache.get('dtype')} (each chunk runs through it): scale {r.kv_cache.get('scale')}")
+            lines.append(f"KV cache: {r.kv_cache.get('dtype')} (each chunk runs through it): "
+                         f"scale {r.kv_cache.get('scale')}")
     ref = next((x.reference for x in rows if x.reference is not None), None)
     if ref is not None:
         lines.append(f"reference: the model with float linears in {ref.dtype}; its log-probabilities shared by every "
-                     f"scheme at {ref.logprobs} precision (each scheme's rounded the same way); KLD = D(ref ‖ scheme), nats")
+                     f"scheme at {ref.logprobs} precision (each scheme's rounded the same way); "
+                     "KLD = D(ref ‖ scheme), nats")
     return lines
 
 
@@ -139,7 +140,7 @@ WEIGHT_FLAGS = ("synthetic-weights", "prequantized-weights")
 
 
 def weight_notes(rows: Sequence[QualityRow]) -> list[str]:
-    """Each weight-provenance flag of ``rows`` once (``name: text``): what a pick on them is not."""
+    """Each weight-provenance flag of ``rows`` once (``name: text``)."""
     seen: dict[str, str] = {}
     for r in rows:
         for f in r.flags:
@@ -153,7 +154,7 @@ SENSITIVITY_SHOWN = 12
 
 
 def sensitivity_lines(rows: Sequence[QualityRow]) -> list[str]:
-    """One line per scheme with a sensitivity run: its parts by KL divergence, the first :data:`SENSITIVITY_SHOWN`."""
+    """One line per scheme with a sensitivity run: its first :data:`SENSITIVITY_SHOWN` parts by KL divergence."""
     out = []
     for r in rows:
         if r.sensitivity:
@@ -170,7 +171,7 @@ def _table(doc, args: argparse.Namespace) -> Table:
 
 
 def run_view(doc, args: argparse.Namespace) -> int:
-    """``qbench run``'s table of a quality result (:func:`qbench.readers.common.show_table`); returns the row count."""
+    """``qbench run``'s table of a quality result; returns the row count."""
     return show_table(args, doc, _table(doc, args))
 
 
@@ -182,8 +183,6 @@ def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
         show_table(args, doc, _table(doc, args), path)
     return 0
 
-
-# ---- one pick on both halves ----------------------------------------------------------------------
 
 #: The quality job's budget options (:class:`qbench.judge.Budget`), in the order they are listed.
 BUDGETS = (
@@ -197,7 +196,8 @@ BUDGETS = (
     Budget("max_kld_p99", "99th-percentile KLD", "the KL divergence 99 % of scored tokens stay under, nats",
            lambda r: stat(r, "kld", "p99"), help="quality budget: the 99th percentile of the per-token KL divergence, "
            "nats (the tail a mean hides: a few tokens badly off)"),
-    Budget("max_dp_rms", "RMS Δp", "the root mean square of the change in the probability of the text's next token, 0..1",
+    Budget("max_dp_rms", "RMS Δp",
+           "the root mean square of the change in the probability of the text's next token, 0..1",
            lambda r: stat(r, "dp", "rms"), most=1.0, scale=100, unit=" %", fmt=".2f",
            help="quality budget: RMS Δp, the root mean square of the change in the probability the model gives the "
                 "text's next token (0..1; llama.cpp's statistic)"),

@@ -1,8 +1,6 @@
-"""What every reader command shares: the :class:`Command` record, the options declared once,
-:func:`open_results`, several files read as one :class:`Result`, and :func:`show_table`.
-
-A reader's ``run(args)`` raises :class:`Refused` for bad input; the command prints it as one line,
-``qbench <name>: <message>``, and exits 2.
+"""What every reader command shares: the :class:`Command` record, the options declared once, :func:`open_results`,
+several files read as one :class:`Result`, and :func:`show_table`. A reader's ``run(args)`` raises
+:class:`Refused` for bad input: one line, ``qbench <name>: <message>``, exit 2.
 """
 
 from __future__ import annotations
@@ -38,9 +36,8 @@ class Refused(Exception):
 
 @dataclass(frozen=True)
 class Command:
-    """One reader subcommand: ``name``, ``help`` (``qbench --help``), ``description`` and
-    ``exit_codes`` (``qbench <name> --help``), ``add_arguments(parser)`` and ``run(args)``, which
-    returns the exit status or raises :class:`Refused` (exit 2)."""
+    """One reader subcommand: ``name``, ``help``, ``description``, ``exit_codes``, ``add_arguments(parser)`` and
+    ``run(args)`` (the exit status; raises :class:`Refused`: exit 2)."""
 
     name: str
     help: str
@@ -58,9 +55,8 @@ class Command:
         return p
 
     def __call__(self, args: argparse.Namespace) -> int:
-        """Run the command; a :class:`Refused` becomes one line on stderr and exit status 2. Output goes
-        through :class:`qbench.render.safe.TerminalStream` (no control character from a file's string
-        reaches the terminal); a Markdown table is alone on stdout, its prose on stderr."""
+        """Run the command; a :class:`Refused` becomes one line on stderr and exit status 2. Output goes through
+        :class:`qbench.render.safe.TerminalStream`; a Markdown table is alone on stdout, its prose on stderr."""
         out, err = sys.stdout, sys.stderr
         buffer = io.StringIO() if getattr(args, "format", None) in MARKDOWN_FORMATS else None
         sys.stdout, sys.stderr = TerminalStream(buffer or out), TerminalStream(err)
@@ -78,7 +74,7 @@ class Command:
 
 
 def add_method(p: argparse.ArgumentParser, what: str = "timing method") -> None:
-    """``--method``: one of the registry's; default none (each file's own, :func:`qbench.judge.resolve_method`)."""
+    """``--method``: one of the registry's; default none (:func:`qbench.judge.resolve_method`)."""
     p.add_argument("--method", default=None, choices=METHOD_CHOICES,
                    help=f"{what} (default {DECISION_METHOD}; a file without it: cold, or cpu on a CPU result)")
 
@@ -98,12 +94,11 @@ def add_baseline(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def check_baseline(paths: str | Sequence[str], schemes, baseline: str, *, always: bool = False) -> None:
-    """Refuse a ``--baseline`` that names none of ``schemes`` (of the files at ``paths``). The default is
-    checked only with ``always`` (a view that divides by it): a file without bf16 keeps its other views.
+    """Refuse a ``--baseline`` that names none of ``schemes``; the default only with ``always`` (a view that divides
+    by it), so a file without bf16 keeps its other views.
 
     Raises:
-        Refused: naming the file, the baseline and the file's schemes.
-    """
+        Refused: naming the file, the baseline and the file's schemes."""
     schemes = set(schemes)
     if not (always or baseline != DEFAULT_BASELINE) or baseline in schemes:
         return
@@ -113,41 +108,43 @@ def check_baseline(paths: str | Sequence[str], schemes, baseline: str, *, always
 
 
 def limit(text: str) -> float:
-    """A budget option's value: the float ``text``, ``-0`` read as 0 (a budget line would say ``≤ -0``)."""
+    """A budget option's value: the float ``text``, ``-0`` read as 0."""
     return float(text) + 0.0
 
 
 def add_max_rel_err(p: argparse.ArgumentParser, what: str) -> None:
-    """``--max-rel-err``: an error budget on the relative Frobenius error (a float >= 0)."""
+    """``--max-rel-err``: a budget on the relative Frobenius error (a float >= 0)."""
     p.add_argument("--max-rel-err", type=limit, default=None,
                    help=f"largest acceptable relative Frobenius error, e.g. 0.01: {what}")
 
 
 def add_wide(p: argparse.ArgumentParser, what: str) -> None:
-    """``--wide``: a terminal table shows ``what`` too; without it a terminal view fits 120 characters."""
+    """``--wide``: a terminal table shows ``what`` too; without it a view fits 120 characters."""
     p.add_argument("--wide", action="store_true",
                    help=f"{what}; without it a table fits 120 characters")
 
 
 def add_allow_incomplete(p: argparse.ArgumentParser, help: str) -> None:
-    """``--allow-incomplete``: what the command does with files of interrupted runs, said by ``help``."""
+    """``--allow-incomplete``, its ``help`` saying what it does."""
     p.add_argument("--allow-incomplete", action="store_true", help=help)
 
 
 def check_max_rel_err(value: Optional[float]) -> None:
-    """Raise :class:`Refused` unless ``value`` is None or a number >= 0 (NaN too is refused)."""
+    """Raise :class:`Refused` unless ``value`` is None or a number >= 0 (not NaN)."""
     if value is not None and not value >= 0:
         raise Refused(f"--max-rel-err must be >= 0, got {value}")
 
 
 def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn",
                  refusal: str = "", command: str = "") -> list[ResultDoc]:
-    """Read every file of ``paths`` (:func:`qbench.results.read_results`; an unreadable one refused).
+    """Read every file of ``paths`` (:func:`qbench.results.read_results`).
 
-    A result of a job kind other than the layer's is refused unless its record offers a view for
-    ``command``, naming the readers that take it. A file marked ``"complete": false``: ``incomplete``
-    ``"warn"`` prints :func:`qbench.judge.incomplete_warning` on stderr, ``"refuse"`` raises
-    :class:`Refused` with ``"<path> <refusal>"``, ``"keep"`` says nothing (the reader does)."""
+    A result of a job kind other than the layer's is refused unless its kind has a view for ``command``. A file
+    marked ``"complete": false``: ``incomplete="warn"`` prints :func:`qbench.judge.incomplete_warning` on stderr,
+    ``"refuse"`` refuses ``"<path> <refusal>"``, ``"keep"`` says nothing.
+
+    Raises:
+        Refused: an unreadable file, a kind without this view, an incomplete file with ``"refuse"``."""
     try:
         docs = [read_results(path) for path in paths]
     except ResultsError as exc:
@@ -173,7 +170,7 @@ def declared_budgets() -> list:
 
 
 def add_budgets(p: argparse.ArgumentParser) -> None:
-    """One option per :func:`declared_budgets` entry (``--max-kld``: a float, its ``help``)."""
+    """One option per :func:`declared_budgets` entry (a float, its ``help``)."""
     for b in declared_budgets():
         p.add_argument(b.flag, type=limit, help=b.help)
 
@@ -198,8 +195,8 @@ def refuse_budgets(args: argparse.Namespace) -> None:
 
 
 def job_view(docs: Sequence[ResultDoc], command: str) -> Optional[Callable[..., int]]:
-    """The view ``command`` takes for ``docs``: the first job kind, in registry order, among theirs
-    that offers one (:mod:`qbench.jobs`); None: the command's own (layer) view."""
+    """The view ``command`` takes for ``docs``: the first job kind among theirs, in registry order, that offers one;
+    None: the command's own (layer) view."""
     present = {doc.job for doc in docs}
     for kind in jobs.JOBS.values():
         if kind.name in present and command in kind.views:
@@ -209,10 +206,8 @@ def job_view(docs: Sequence[ResultDoc], command: str) -> Optional[Callable[..., 
 
 @dataclass
 class Result:
-    """Several result files of one scenario and machine read as one result (a run completed by
-    ``--schemes``/``--resume`` in a second file, or independent runs of the same schemes): ``paths``
-    in the order given, ``doc`` their rows as one document (:func:`merge_docs`), ``runs`` the
-    independent runs they hold (:func:`split_runs`; ``[doc]`` when no row was measured twice)."""
+    """Several result files of one scenario and machine read as one: ``paths`` as given, ``doc`` their rows as one
+    document (:func:`merge_docs`), ``runs`` the independent runs they hold (:func:`split_runs`)."""
 
     paths: list[str]
     doc: ResultDoc
@@ -225,9 +220,9 @@ class Result:
 
 
 def merge_docs(docs: Sequence[ResultDoc]) -> ResultDoc:
-    """The rows of ``docs`` (files of one scenario) as one document: the first file's fields, rows in
-    first-seen order, a row found in several files combined (:func:`qbench.judge.combine_rows`: the
-    first ``ok`` one, ``repeats`` listing every file's medians); ``complete`` False when any file says so."""
+    """The rows of ``docs`` (files of one scenario) as one document: the first file's fields, rows in first-seen
+    order, a row in several files combined (:func:`qbench.judge.combine_rows`); ``complete`` False when any file
+    says so."""
     if len(docs) == 1:
         return docs[0]
     by_key: dict[tuple, list[Row]] = {}
@@ -240,8 +235,7 @@ def merge_docs(docs: Sequence[ResultDoc]) -> ResultDoc:
 
 
 def _run_copies(row: Row) -> list[Row]:
-    """A row as the runs it holds: itself, or with ``repeats`` one copy per run whose stats are scaled
-    to that run's median (the row's own within-run spread kept)."""
+    """A row as the runs it holds: one copy per run of ``repeats``, its stats scaled to that run's median."""
     rep = row.repeats
     if rep is None or not rep.medians:
         return [row]
@@ -261,10 +255,9 @@ def _run_copies(row: Row) -> list[Row]:
 
 
 def split_runs(docs: Sequence[ResultDoc]) -> list[ResultDoc]:
-    """The independent runs ``docs`` (files of one scenario) hold, each a document: a file sharing a row
-    identity with another is a run of its own rows (rows with ``repeats``: a run per median), completed
-    by the rows of the files none of whose rows another has. ``[merge_docs(docs)]`` when no row
-    identity is in two files and no row has ``repeats``."""
+    """The independent runs ``docs`` (files of one scenario) hold, one document each: a file sharing a row identity
+    with another is a run of its own rows (rows with ``repeats``: a run per median), completed by the rows of the
+    other files; ``[merge_docs(docs)]`` when there is one run."""
     counts: dict[tuple, int] = {}
     for doc in docs:
         for row in doc.rows:
@@ -287,9 +280,8 @@ def split_runs(docs: Sequence[ResultDoc]) -> list[ResultDoc]:
 
 
 def group_results(paths: Sequence[str], docs: Sequence[ResultDoc]) -> list[Result]:
-    """Layer results of one scenario (``scenario.name``) and one machine (:attr:`ResultDoc.machine`, no
-    :func:`blocking_differences`: a CPU or thread count may differ) grouped into one :class:`Result`
-    each, in the order of their first file; a file named twice counts once; any other file is its own."""
+    """Layer files of one scenario and one machine (no :func:`blocking_differences`) grouped into one
+    :class:`Result` each, in order of their first file; a file named twice counts once."""
     groups: list[tuple[tuple, list[int]]] = []
     seen: set[str] = set()
     for i, doc in enumerate(docs):
@@ -334,8 +326,8 @@ def blocking_differences(differences: Sequence[str]) -> list[str]:
 
 
 def timing_differences(a: ResultDoc, b: ResultDoc) -> list[str]:
-    """:func:`qbench.hardware.machine_differences` of two documents' ``env`` that can change their
-    timings: only the :data:`GPU_PREFIXES` lines when both are CUDA runs."""
+    """:func:`qbench.hardware.machine_differences` of two documents' ``env`` that can change their timings: only the
+    :data:`GPU_PREFIXES` lines when both are CUDA runs."""
     lines = machine_differences(a.env.model_dump(mode="json"), b.env.model_dump(mode="json"))
     if str(a.env.device or "").startswith("cuda") and str(b.env.device or "").startswith("cuda"):
         lines = [line for line in lines if line.startswith(GPU_PREFIXES)]
@@ -350,7 +342,7 @@ ACT_ON = ("which answer to act on: the measured step decides a model (a [model] 
 
 def one_machine(paths: Sequence[str], docs: Sequence[ResultDoc], why: str = "") -> None:
     """Refuse files measured on different machines (``why``: what the view adds up), then
-    :func:`warn_machine_differences` among the rest: a model step's times come from one machine."""
+    :func:`warn_machine_differences` among the rest."""
     if len({doc.machine for doc in docs}) > 1:
         raise Refused("the files were measured on different machines ("
                       + "; ".join(f"{p}: {d.machine}" for p, d in zip(paths, docs)) + ")" + why)
@@ -358,8 +350,8 @@ def one_machine(paths: Sequence[str], docs: Sequence[ResultDoc], why: str = "") 
 
 
 def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[str]:
-    """Print on stderr, and return, one ``warning:`` line per :func:`timing_differences` line between the
-    first file's machine and each other's (one device label can hide another CPU or GPU memory)."""
+    """Print on stderr, and return, one ``warning:`` line per :func:`timing_differences` line between the first file
+    and each other."""
     out = [f"warning: {paths[0]} (A) and {path} (B) may come from different machines: {line}"
            for path, doc in zip(paths[1:], docs[1:]) for line in timing_differences(docs[0], doc)]
     for line in dict.fromkeys(out):
@@ -368,8 +360,8 @@ def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[st
 
 
 def incomplete_notes(paths: Sequence[str], docs: Sequence[ResultDoc], noted: bool) -> list[str]:
-    """A note per file marked incomplete when ``noted`` (``--allow-incomplete`` and an output with room
-    for notes); otherwise its warning goes to stderr."""
+    """A note per incomplete file when ``noted`` (``--allow-incomplete`` and room for notes); otherwise its warning
+    goes to stderr."""
     notes = []
     for path, doc in zip(paths, docs):
         warning = incomplete_warning(doc, path)
@@ -383,8 +375,7 @@ def incomplete_notes(paths: Sequence[str], docs: Sequence[ResultDoc], noted: boo
 
 @dataclass(frozen=True)
 class Table:
-    """A job kind's table of one result for :func:`show_table`: the declared ``view``, its ``records``,
-    the lines that say what it is (``describe``) and those under it (``notes``)."""
+    """A job kind's table of one result: the declared ``view``, its ``records``, ``describe`` and ``notes`` lines."""
 
     view: View
     records: Sequence
@@ -394,8 +385,7 @@ class Table:
 
 def show_table(args: argparse.Namespace, doc: ResultDoc, table: Table, label: Optional[str] = None) -> int:
     """Print ``table`` of ``doc`` (:func:`qbench.render.view.show`): ``report``'s (``label``: the file;
-    ``--columns`` picks catalogue keys) or ``run``'s (no label; the default columns). Returns the
-    records shown.
+    ``--columns`` picks catalogue keys) or ``run``'s (no label). Returns the records shown.
 
     Raises:
         Refused: an unknown ``--columns`` key (one line naming the file and the allowed keys)."""
@@ -411,8 +401,8 @@ def show_table(args: argparse.Namespace, doc: ResultDoc, table: Table, label: Op
 
 
 def print_table(args: argparse.Namespace, text: str, describe: Sequence[str], notes: Sequence = ()) -> int:
-    """Print ``text``, a table already rendered, in the one layout (:func:`qbench.render.view.show`) with
-    ``describe`` above and the true ``notes`` under it, the prose only around a terminal table. Returns 0."""
+    """Print ``text``, a rendered table, in the one layout with ``describe`` above and the true ``notes`` under it,
+    the prose only around a terminal table. Returns 0."""
     prose = wants_prose(args.format)
     show((), (), args.format, wide=getattr(args, "wide", False), describe=describe if prose else (),
          notes=[n for n in notes if n] if prose else (), table=text)
@@ -420,16 +410,16 @@ def print_table(args: argparse.Namespace, text: str, describe: Sequence[str], no
 
 
 def refuse_options(args: argparse.Namespace, names: Sequence[str], why: str) -> None:
-    """Refuse the first option of ``names`` (argparse names) given in ``args``: ``why`` with ``{flag}``
-    replaced by the option (``--by-m``; no str.format: a path in ``why`` may hold braces)."""
+    """Refuse the first option of ``names`` given in ``args``: ``why`` with ``{flag}`` replaced (no str.format: a
+    path in ``why`` may hold braces)."""
     for name in names:
         if getattr(args, name, None):
             raise Refused(why.replace("{flag}", "--" + name.replace("_", "-")))
 
 
 def chart_folder(out: Path, targets: Sequence[Path], force: bool) -> None:
-    """Refuse a chart path ``out`` not ending .png, .svg or .pdf, or existing ``targets`` without
-    ``force`` (a chart is never overwritten silently); then make ``out``'s folder."""
+    """Refuse a chart path ``out`` not ending .png, .svg or .pdf, or existing ``targets`` without ``force``; then
+    make ``out``'s folder."""
     if out.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
     existing = [str(t) for t in targets if t.exists()]
@@ -443,8 +433,7 @@ def chart_folder(out: Path, targets: Sequence[Path], force: bool) -> None:
 
 
 def write_chart(path: Path, draw: Callable[[], Path]) -> None:
-    """Print the path ``draw()`` writes; a path that cannot be written (read-only folder, full disk, a
-    directory of that name) is refused in one line."""
+    """Print the path ``draw()`` writes; one that cannot be written is refused in one line."""
     try:
         print(draw())
     except OSError as exc:
@@ -452,8 +441,7 @@ def write_chart(path: Path, draw: Callable[[], Path]) -> None:
 
 
 def one_chart(args: argparse.Namespace, draw: Callable[[Path], Path]) -> int:
-    """``qbench plot FILE -o OUT`` for a kind with one chart: ``OUT`` checked (:func:`chart_folder`), then
-    ``draw(OUT)`` writes it (:func:`write_chart`). Returns 0."""
+    """``qbench plot FILE -o OUT`` for a kind with one chart: :func:`chart_folder`, then ``draw(OUT)``. Returns 0."""
     out = Path(args.output)
     chart_folder(out, [out], getattr(args, "force", False))
     write_chart(out, lambda: draw(out))

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from dataclasses import replace
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, row_verdict
 from qbench.readers.common import (Command, Refused, add_format, add_method, add_wide, blocking_differences,
                                    one_result, open_results, print_table, timing_differences)
-from qbench.render import TABLE_WIDTH, Column, check_format, narrow, render
-from qbench.render.table import rest_width
-from qbench.render.columns import COLUMNS, fmt_num, fmt_us, shown
+from qbench.render import Column, check_format, narrow, render
+from qbench.render.columns import COLUMNS, entry, fmt_num, fmt_us, shown
 from qbench.render.safe import visible
 from qbench.render.view import View
 from qbench.results import ResultDoc
@@ -30,11 +28,11 @@ __all__ = ["COMMAND", "caveats", "machine_note", "compare_docs", "render_compare
 
 def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISION_METHOD,
                  threshold: float = 1.05, max_err_growth: float = 2.0, machine: str | None = None) -> list[dict]:
-    """Compare ``a`` (before) and ``b`` (after) row by row: one record per (scheme, M, K, N) of either
-    file, A's order first: both ``method`` medians (µs), ``speedup`` (A / B), both rel_fro and their
-    difference, a ``verdict`` (faster, slower, same, only in A, only in B, not comparable), a ``note``
-    (why not comparable, or ``machine`` then the pair's :func:`caveats`), ``regression`` (slower beyond
-    ``threshold``) and ``fails`` (failed or missing in B, error grown over ``max_err_growth``)."""
+    """Compare ``a`` (before) and ``b`` (after) row by row: one record per (scheme, M, K, N) of either file, A's
+    order first: both ``method`` medians (µs), ``speedup`` (A / B), both rel_fro and their difference, a
+    ``verdict`` (faster, slower, same, only in A, only in B, not comparable), a ``note`` (why not comparable, or
+    ``machine`` then :func:`caveats`), ``regression`` (slower beyond ``threshold``) and ``fails`` (failed or
+    missing in B, error grown over ``max_err_growth``)."""
     a, b = ResultDoc.of(a), ResultDoc.of(b)
     rows_a = {r.key: r for r in a.rows}
     rows_b = {r.key: r for r in b.rows}
@@ -75,9 +73,8 @@ def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISIO
 
 
 def machine_note(differences: list[str]) -> str | None:
-    """A compared row's note for :func:`qbench.hardware.machine_differences` lines: ``"machines differ
-    (CPU instruction set, CPU count)"`` (each line's label), ``"machines may differ (... unknown)"``
-    when every line says a file lacks the fact; None for no lines."""
+    """A compared row's note for :func:`qbench.hardware.machine_differences` lines: ``"machines differ (CPU
+    count)"``, ``"machines may differ (...)"`` when every line is unknown; None for no lines."""
     labels = list(dict.fromkeys(line.split(":")[0] for line in differences))
     if not labels:
         return None
@@ -87,8 +84,7 @@ def machine_note(differences: list[str]) -> str | None:
 
 
 def caveats(ra: Row, rb: Row, sa: Stats, sb: Stats) -> str | None:
-    """What could mislead a reader of one compared pair (:func:`qbench.judge.row_caveats`: flags, a noisy
-    reading), e.g. ``"B: cpu-busy, noisy (cv 0.90)"``, or None."""
+    """A compared pair's :func:`qbench.judge.row_caveats`, e.g. ``"B: cpu-busy, noisy (cv 0.90)"``, or None."""
     parts = [f"{side}: {', '.join(said)}" for side, row, stats in (("A", ra, sa), ("B", rb, sb))
              if (said := row_caveats(row, stats))]
     return "; ".join(parts) or None
@@ -105,34 +101,25 @@ def _why(row: Row, method: str) -> str:
 
 
 def compare_view(method: str, tp: bool = False) -> View:
-    """The compare table declared: scheme, M (``tp``: the sharding), A's and B's ``method`` medians, the
-    speed-up (A/B), the error's change, the verdict (``slower !``: a regression) and the note; short
-    headers in the narrow default, the ``method`` on every CSV and JSON record."""
-    cols = [
-        Column("scheme", "scheme", lambda r: r["scheme"]),
-        Column("m", "M", lambda r: r["m"], fmt_num("d"), True),
-        Column("method", "method", lambda r: method), COLUMNS["tp_size"], COLUMNS["split"],
-        Column("a_us", f"A {method} µs", lambda r: r["a_us"], fmt_us, True),
-        Column("b_us", f"B {method} µs", lambda r: r["b_us"], fmt_us, True),
-        Column("speedup", "speed-up vs A (A/B)", lambda r: r["speedup"], lambda v: shown(v, "{:.3f}×"), True),
-        Column("rel_fro_diff", "Δ rel err", lambda r: r["rel_fro_diff"], lambda v: shown(v, "{:+.2g}"), True),
-        Column("verdict", "verdict", lambda r: r["verdict"],
-               cell_override=lambda r: f"{r['verdict']} !" if r["regression"] else r["verdict"]),
-        Column("note", "note", lambda r: r["note"]),
-    ]
+    """The compare table: scheme, M (``tp``: the sharding), A's and B's ``method`` medians (µs), the speed-up (A/B),
+    the error's change, the verdict (``slower !``: a regression), the note."""
+    cols = [entry("scheme", "scheme"), entry("m", "M", fmt_num("d"), True),
+            Column("method", "method", lambda r: method), COLUMNS["tp_size"], COLUMNS["split"],
+            entry("a_us", f"A {method} µs", fmt_us, True), entry("b_us", f"B {method} µs", fmt_us, True),
+            entry("speedup", "speed-up vs A (A/B)", lambda v: shown(v, "{:.3f}×"), True),
+            entry("rel_fro_diff", "Δ rel err", lambda v: shown(v, "{:+.2g}"), True),
+            entry("verdict", "verdict", cell_override=lambda r: r["verdict"] + (" !" if r["regression"] else "")),
+            entry("note", "note")]
     shard = ["tp_size", "split"] if tp else []
     keys = ["scheme", "m", *shard, "a_us", "b_us", "speedup", "rel_fro_diff", "verdict", "note"]
-    return View("compare", cols, keys, keys, ["scheme", "m", "method", *keys[2:]],
+    return View("compare", cols, keys, keys, ["scheme", "m", "method", *keys[2:]], wrap=("note", 16),
                 short={"a_us": "A µs", "b_us": "B µs", "speedup": "speed-up", "rel_fro_diff": "Δ err"})
 
 
 def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: bool = False) -> str:
-    """:func:`compare_docs`'s records in format ``fmt``; in the narrow default the note wraps within
-    what the other columns leave of 120 characters (less 3: µ, × and Δ are two bytes each)."""
-    cols = compare_view(method, any(r.get("tp_size") is not None for r in records)).columns(fmt, wide)
-    if narrow(fmt, wide):
-        cols[-1] = replace(cols[-1], width=rest_width(records, cols, "note", TABLE_WIDTH - 3))
-    return render(records, cols, fmt)
+    """:func:`compare_docs`'s records in ``fmt``; the narrow default wraps the note to fit 120 characters."""
+    view = compare_view(method, any(r.get("tp_size") is not None for r in records))
+    return render(records, view.columns(fmt, wide, records=records), fmt)
 
 
 def _add_arguments(p) -> None:
@@ -168,7 +155,7 @@ def _side(name: str, positional, files) -> list[str]:
 
 
 def run_compare(args) -> int:
-    """Run ``qbench compare`` from parsed ``args``; returns the exit status (0, or 1: a regression).
+    """Run ``qbench compare`` from parsed ``args``: exit status 0, or 1 (a regression).
 
     Raises:
         Refused: bad input (one line)."""

@@ -26,9 +26,9 @@ from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, resolve_met
 from qbench.readers.common import (ACT_ON, Command, Refused, add_allow_incomplete, add_baseline, add_format,
                                    add_max_rel_err, add_method, add_wide, check_baseline, check_max_rel_err,
                                    incomplete_notes, job_view, one_machine, open_results)
-from qbench.render import Column, check_format, narrow, synthetic_weights, wants_prose
+from qbench.render import check_format, narrow, synthetic_weights, wants_prose
 from qbench.render.view import View, show
-from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us
+from qbench.render.columns import DASH, entry, fmt_num, fmt_pct, fmt_ratio, fmt_us
 from qbench.results import ResultDoc
 from qbench.row import Row
 from qbench.model.config import PRESETS as STEP_PRESETS
@@ -37,13 +37,10 @@ __all__ = ["ACT_ON", "COMMAND", "Indexed", "LinearShape", "ModelPreset", "PRESET
            "model_view", "row_floor_us", "run_model", "show_model"]
 
 
-# ---- the models: the linear shapes of one decode step ------------------------------------------
-
 @dataclass(frozen=True)
 class LinearShape:
     """One linear shape of a model: its projections (``"q_proj, o_proj"``), ``k`` (in_features), ``n``
-    (out_features), ``count`` (how many one block has; the LM head: 1) and the ``scenario`` that
-    measures it."""
+    (out_features), ``count`` per block (the LM head: 1) and the ``scenario`` that measures it."""
 
     names: str
     k: int
@@ -64,9 +61,9 @@ class ModelPreset:
 
 
 def _of_step(name: str, prefix: str) -> ModelPreset:
-    """The layer view of a Llama-architecture preset of :data:`qbench.model.config.PRESETS` (one
-    table for both): q/o hidden→hidden, k/v hidden→KV heads × head dim, gate/up hidden→ffn, down
-    ffn→hidden, LM head hidden→vocab (untied); ``prefix`` names the scenarios that measure them."""
+    """The layer view of a Llama-architecture preset of :data:`qbench.model.config.PRESETS`: q/o hidden→hidden, k/v
+    hidden→KV heads × head dim, gate/up hidden→ffn, down ffn→hidden, LM head hidden→vocab (untied); ``prefix``
+    names the scenarios that measure them."""
     c = STEP_PRESETS[name]
     hidden, kv = c.hidden, c.kv_heads * c.head_dim
     return ModelPreset(
@@ -89,7 +86,7 @@ PRESETS: dict[str, ModelPreset] = {name: _of_step(name, prefix) for name, prefix
 
 @dataclass(frozen=True)
 class Indexed:
-    """One row of :func:`index_rows`: the row, its file, and its HBM floor (µs, :func:`row_floor_us`)."""
+    """One row of :func:`index_rows`: the row, its file, and its HBM floor (µs)."""
 
     row: Row
     source: str
@@ -97,8 +94,8 @@ class Indexed:
 
 
 def row_floor_us(row: Row, memory_gbps: Optional[float]) -> Optional[float]:
-    """The row's HBM floor (µs): its ``hbm_floor_us``, else its stored bytes / ``memory_gbps``
-    (GB/s, 1e9 B/s), else ``None``."""
+    """The row's HBM floor (µs): its ``hbm_floor_us``, else its stored bytes / ``memory_gbps`` (GB/s, 1e9 B/s), else
+    None."""
     if row.hbm_floor_us is not None:
         return row.hbm_floor_us
     stored = row.stored_bytes
@@ -108,9 +105,9 @@ def row_floor_us(row: Row, memory_gbps: Optional[float]) -> Optional[float]:
 
 
 def index_rows(sources: Sequence[tuple[str, ResultDoc]]) -> tuple[dict, list[str]]:
-    """``(index, notes)``: the rows of ``sources`` (``(path, doc)`` pairs) by (scheme, M, K, N), each
-    an :class:`Indexed` (its floor from its file's measured bandwidth); tensor-parallel rows left
-    out. The first file holding a key wins; a note names the files whose rows were not used."""
+    """``(index, notes)``: the rows of ``(path, doc)`` pairs by (scheme, M, K, N), each an :class:`Indexed`;
+    tensor-parallel rows left out. The first file holding a key wins; a note names the files whose rows were not
+    used."""
     index: dict[tuple, Indexed] = {}
     shadowed: dict[tuple, list[str]] = {}
     for path, doc in sources:
@@ -142,10 +139,10 @@ def _sum(values: list) -> Optional[float]:
 
 def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
                baseline: str = "bf16", max_rel_err: Optional[float] = None) -> dict:
-    """The linear layers of one decode step of ``preset`` per scheme and M, from ``index``
-    (:func:`index_rows`): the preset's names, ``method``, ``baseline``, ``max_rel_err``, ``shapes``
-    (where each is measured), ``missing`` block shapes, ``lm_head_included``, ``ms``, ``rows`` (per M
-    fastest first: :func:`_scheme_step`'s records with ``speedup``) and ``fastest`` (M -> scheme or None)."""
+    """The linear layers of one decode step of ``preset`` per scheme and M, from ``index``: the preset's names,
+    ``method``, ``baseline``, ``max_rel_err``, ``shapes`` (where each is measured), ``missing`` block shapes,
+    ``lm_head_included``, ``ms``, ``rows`` (per M fastest first, with ``speedup``) and ``fastest`` (M -> scheme
+    or None)."""
     block = [(s, "block", s.count * preset.blocks) for s in preset.block]
     records = [_shape_record(s, role, per, index) for s, role, per in block]
     head = _shape_record(preset.lm_head, "lm_head", preset.lm_head.count, index)
@@ -179,9 +176,8 @@ def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
 
 def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
                  max_rel_err: Optional[float]) -> dict:
-    """One (scheme, M) record of :func:`model_step`: the sums over the used shapes and ``status``:
-    ``ok``, ``over error budget``, ``non-finite outputs``, ``incomplete`` (a shape without an ``ok``
-    ``method`` time) or ``unusable`` (a shape a CUDA graph cannot capture)."""
+    """One (scheme, M) record: the sums (µs, bytes) over the used shapes and ``status`` (``ok``, ``over error
+    budget``, ``non-finite outputs``, ``incomplete`` or ``unusable``)."""
     times, stored, floors, rels, problems, unusable, nonfinite = [], [], [], [], [], [], 0
     for shape, _, per_step in used:
         where = f"{shape.k}→{shape.n}"
@@ -229,34 +225,23 @@ def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
     return rec
 
 
-# ---- rendering ---------------------------------------------------------------------------------
-
 _GIB = 2.0**-30
 
 NOT_INCLUDED = ("the linear layers only: attention (scores, softmax, RoPE), the KV cache, norms, "
                 "embeddings and sampling are not included")
 
 def model_view(result: dict) -> View:
-    """The model table declared over :func:`model_step`'s rows: M, scheme, the step, its HBM floor and
-    share, stored GiB, tokens/s, the speed-up, the largest per-layer error and the note (narrow: the
-    ``status`` in a word instead of the floor, GiB and note)."""
+    """The model table over :func:`model_step`'s rows (narrow: the ``status`` in a word instead of the floor, GiB
+    and note)."""
     method, baseline = result["method"], result["baseline"]
-    cols = [
-        Column("m", "M", lambda r: r["m"], str, True),
-        Column("scheme", "scheme", lambda r: r["scheme"]),
-        Column("step_us", f"step µs ({method})", lambda r: r["step_us"], fmt_us, True),
-        Column("hbm_floor_us", "HBM floor µs", lambda r: r["hbm_floor_us"], fmt_us, True),
-        Column("floor_pct", "floor/step", lambda r: None if r["floor_fraction"] is None
-               else 100 * r["floor_fraction"], fmt_pct, True),
-        Column("stored_gib", "stored GiB", lambda r: None if r["stored_bytes"] is None
-               else r["stored_bytes"] * _GIB, fmt_num(".2f"), True),
-        Column("tokens_per_s", "tokens/s (linear only)", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-        Column("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", lambda r: r["speedup"], fmt_ratio,
-               True),
-        Column("rel_fro_max", "max rel err", lambda r: r["rel_fro_max"], fmt_num(".3g"), True),
-        Column("note", "note", lambda r: r["note"]),
-        Column("step_status", "status", lambda r: r["status"]),  # not "status": footnotes read Rows
-    ]
+    cols = [entry("m", "M", str, True), entry("scheme", "scheme"),
+            entry("step_us", f"step µs ({method})", fmt_us, True), entry("hbm_floor_us", "HBM floor µs", fmt_us, True),
+            entry("floor_pct", "floor/step", fmt_pct, True, of="floor_fraction", scale=100),
+            entry("stored_gib", "stored GiB", fmt_num(".2f"), True, of="stored_bytes", scale=_GIB),
+            entry("tokens_per_s", "tokens/s (linear only)", fmt_num(".0f"), True),
+            entry("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", fmt_ratio, True),
+            entry("rel_fro_max", "max rel err", fmt_num(".3g"), True), entry("note", "note"),
+            entry("step_status", "status", of="status")]  # not "status": footnotes read Rows
     wide = [c.key for c in cols if c.key != "step_status"]
     return View("model", cols, ["m", "scheme", "step_us", "tokens_per_s", "speedup", "rel_fro_max", "step_status"],
                 wide, wide, short={"tokens_per_s": "tokens/s", "speedup": f"×{baseline}"})
@@ -287,10 +272,8 @@ def missing_lines(result: dict) -> list[str]:
 
 
 def show_model(result: dict, fmt: str = "simple", wide: bool = False) -> None:
-    """Print :func:`model_step`'s ``result`` in ``fmt`` (:func:`qbench.render.view.show`): ``json``
-    the whole record; else the prose lines (:func:`describe`), the table (:func:`model_view`; a
-    terminal table without ``wide`` fits 120 characters), then the fastest scheme per M, the unusable
-    schemes and the ``notes``."""
+    """Print :func:`model_step`'s ``result`` in ``fmt``: ``json`` the whole record; else :func:`describe`, the
+    table, the fastest scheme per M, the unusable schemes and the notes."""
     if fmt == "json":
         print(json.dumps(result, indent=2, ensure_ascii=False))
         return
@@ -318,8 +301,6 @@ def show_model(result: dict, fmt: str = "simple", wide: bool = False) -> None:
          notes=[*lines, *filter(None, [unusable]), ACT_ON, *(f"note: {note}" for note in result.get("notes", []))])
 
 
-# ---- the subcommand ----------------------------------------------------------------------------
-
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help=f"model preset: {', '.join(PRESETS)}; with model-step or quality files, their "
                                 "model: its preset, config path, or checkpoint folder's name (the title runs print)")
@@ -339,8 +320,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_model(args: argparse.Namespace) -> int:
-    """Run ``qbench model`` from parsed ``args``: exit status 0 or 1 (:class:`~qbench.readers.common.Refused`
-    on bad input); a file of another job kind goes to that kind's ``model`` view."""
+    """Run ``qbench model`` from parsed ``args``: exit status 0 or 1; a file of another job kind goes to that kind's
+    ``model`` view.
+
+    Raises:
+        Refused: bad input (one line)."""
     try:
         check_format(args.format)
     except ValueError as exc:

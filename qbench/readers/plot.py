@@ -1,18 +1,16 @@
 """``qbench plot RESULT.json -o FILE.png``: a roofline chart and a latency/error Pareto chart.
 
-Figure 1 (``FILE.png``): attained TFLOP/s against arithmetic intensity, log-log, under the
-measured (else datasheet) ceilings; one point per scheme × M. Figure 2 (``FILE-pareto.png``):
-latency against rel_fro, one panel per M, ``recommend``'s Pareto front
-(:func:`qbench.judge.pareto_front`) ringed and named with stored MiB, labels placed by
-:func:`place_labels` so none overlaps. Times are ``stream`` medians unless ``--method`` says
-otherwise. matplotlib is optional and imported only here (Agg); text from the file is drawn as plain
-characters (:func:`plain`); a value that cannot be drawn is refused before any chart is written.
+Figure 1 (``FILE.png``): attained TFLOP/s against arithmetic intensity, log-log, under the measured (else datasheet)
+ceilings; one point per scheme × M. Figure 2 (``FILE-pareto.png``): latency against rel_fro, one panel per M,
+``recommend``'s Pareto front ringed and named with stored MiB. matplotlib is optional and imported only here (Agg);
+file text is drawn literally (:func:`plain`); a value that cannot be drawn is refused before any chart is written.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+from importlib import import_module
 from pathlib import Path
 
 from qbench.judge import pareto_front, resolve_method, shape_order
@@ -25,9 +23,9 @@ __all__ = ["COMMAND", "DRAWABLE_MAX", "check_drawable", "draw_pareto", "plain", 
 
 
 def points(doc: ResultDoc | dict, method: str) -> list[dict]:
-    """Plottable rows: ``ok`` rows with a ``method`` median; each ``{"label", "scheme", "m", "k", "n",
-    "tp_size", "split", "stored_bytes", "base" (registry name), "compiled" (bool), "ai" (FLOP/byte),
-    "tflops" (attained, 1e12 FLOP/s), "latency_us", "rel_fro" (None with non-finite outputs)}``."""
+    """Plottable rows (``ok``, a ``method`` median): ``{"label", "scheme", "m", "k", "n", "tp_size", "split",
+    "stored_bytes", "base", "compiled", "ai" (FLOP/byte), "tflops" (1e12 FLOP/s), "latency_us", "rel_fro" (None
+    with non-finite outputs)}``."""
     out = []
     for r in ResultDoc.of(doc).rows:
         stats = r.stats(method)
@@ -51,8 +49,8 @@ DRAWABLE_MAX = 1e100
 
 
 def check_drawable(doc: ResultDoc, method: str, path: str) -> None:
-    """Refuse a value the charts draw that is not finite or over :data:`DRAWABLE_MAX` in magnitude: the
-    points' ``latency_us``, ``rel_fro``, ``ai`` and ``tflops`` and the ceilings' GB/s and TFLOP/s.
+    """Refuse a charted value (points' ``latency_us``, ``rel_fro``, ``ai``, ``tflops``; the ceilings' GB/s and
+    TFLOP/s) that is not finite or over :data:`DRAWABLE_MAX` in magnitude.
 
     Raises:
         Refused: one line naming ``path``, the scheme and M or the ceiling, the quantity and its value."""
@@ -70,8 +68,8 @@ def check_drawable(doc: ResultDoc, method: str, path: str) -> None:
 
 
 def _dots(ax, pts: list[dict], x: str, y: str, colours: dict, markers: dict | None = None) -> list:
-    """One point per row, coloured by registry scheme, shaped by M (``markers``; else a circle), hollow
-    when compiled; returns a legend handle per scheme label."""
+    """One point per row, coloured by scheme, shaped by M (``markers``), hollow when compiled; returns a legend
+    handle per scheme."""
     from matplotlib.lines import Line2D
 
     seen: dict[str, tuple] = {}
@@ -86,10 +84,9 @@ def _dots(ax, pts: list[dict], x: str, y: str, colours: dict, markers: dict | No
 
 
 def plot_roofline(doc: ResultDoc, method: str, path: Path) -> Path:
-    """Write the roofline chart of ``doc`` (``method`` medians) to ``path`` (PNG, SVG or PDF, by suffix):
-    points coloured by scheme and shaped by M, named in the legend only (schemes at one AI cannot hide
-    each other's names), under the bandwidth slope and a line per compute peak of
-    :meth:`~qbench.results.ResultDoc.ceiling` (with both, the datasheet bandwidth dashed)."""
+    """Write the roofline chart of ``doc`` (``method`` medians) to ``path`` (by suffix): points named in the legend
+    only, under the bandwidth slope and a line per compute peak of :meth:`~qbench.results.ResultDoc.ceiling`
+    (with both, the datasheet bandwidth dashed)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -153,17 +150,12 @@ _LABEL_ANGLES = (-30, 30, -150, 150, 0, 180, -90, 90, -60, 60, -120, 120, -10, 1
 
 def place_labels(ax, items: list[tuple[float, float, str]], obstacles: list[tuple[float, float]],
                  fontsize: float = 6.5, marker_pt: float = 6.0) -> tuple[list, int]:
-    """Annotate ``items`` (x, y, text; data coordinates) on ``ax`` so that no two labels overlap, no
-    label covers a point of ``obstacles`` (a square of ``marker_pt`` points either side) and every
-    label stays inside the axes.
-
-    Deterministic greedy placement: items in order of x then y, each at the first free spot of
-    :data:`_LABEL_RADII` x :data:`_LABEL_ANGLES` around its point, measured with the figure's renderer;
-    a label beyond the first radius gets a thin leader line, placed where it crosses no other label or
-    leader if it can (else fewest). An item with no free spot goes where it overlaps least. Call after
-    the layout (limits and position final). Returns ``(annotations, crowded)``: the annotations in
-    placement order and how many items found no free spot.
-    """
+    """Annotate ``items`` (x, y, text; data coordinates) on ``ax`` so that no two labels overlap, none covers a
+    point of ``obstacles`` (``marker_pt`` points either side) and all stay inside the axes: greedy, in order of x
+    then y, each at the first free spot of :data:`_LABEL_RADII` × :data:`_LABEL_ANGLES`, a leader line beyond the
+    first radius placed to cross the fewest labels and leaders; an item with no free spot goes where it overlaps
+    least. Call after the layout. Returns ``(annotations, crowded)``: the annotations in placement order and how
+    many found no free spot."""
     from matplotlib.text import Text
     from matplotlib.transforms import Bbox
 
@@ -196,7 +188,7 @@ def place_labels(ax, items: list[tuple[float, float, str]], obstacles: list[tupl
         return [(u, v) for u, v in pts if not box.contains(u, v)]
 
     def crossings(box: Bbox, segment: list[tuple[float, float]]) -> int:
-        """Leader lines drawn through ``box``, and labels ``segment`` passes through."""
+        """Leader lines through ``box``, and labels ``segment`` passes through."""
         return sum(any(box.contains(u, v) for u, v in line) for line in leaders) + \
             sum(any(other.contains(u, v) for u, v in segment) for other in labels)
 
@@ -246,10 +238,9 @@ def place_labels(ax, items: list[tuple[float, float, str]], obstacles: list[tupl
 
 
 def pareto_groups(doc: ResultDoc | dict, method: str) -> list[dict]:
-    """The points of ``doc`` (:func:`points`) by (M, K, N, tp_size, split), as ``recommend`` groups rows,
-    ascending: ``{"m", "k", "n", "tp_size", "split", "points", "front"}``, ``front`` the schemes on
-    :func:`qbench.judge.pareto_front` over (latency, rel_fro, stored bytes) of every point with an
-    error (also an exact 0, which a log axis cannot show): the front ``recommend`` reports."""
+    """The points of ``doc`` by (M, K, N, tp_size, split), ascending: ``{"m", "k", "n", "tp_size", "split",
+    "points", "front"}``, ``front`` the schemes on :func:`qbench.judge.pareto_front` of the points with an error
+    (also an exact 0): the front ``recommend`` reports."""
     groups: dict[tuple, dict] = {}
     for p in points(doc, method):
         key = (p["m"], p["k"], p["n"], p["tp_size"], p["split"])
@@ -264,8 +255,7 @@ def pareto_groups(doc: ResultDoc | dict, method: str) -> list[dict]:
 
 
 def _log_ticks(axis, low: float, high: float) -> None:
-    """Unlabelled minor ticks on a log ``axis`` (matplotlib labels them under two decades, and they
-    overlap in a small panel); a span under two decades labelled at 1, 2 and 5 × 10^k in plain numbers."""
+    """Unlabelled minor ticks on a log ``axis``; a span under two decades labelled at 1, 2 and 5 × 10^k."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     axis.set_minor_formatter(NullFormatter())
@@ -275,9 +265,8 @@ def _log_ticks(axis, low: float, high: float) -> None:
 
 
 def draw_pareto(doc: ResultDoc, method: str):
-    """The latency-vs-error figure of ``doc``: one log-log panel per group of :func:`pareto_groups`,
-    points coloured by scheme, the front's ringed and named with their stored MiB (:func:`place_labels`).
-    Returns ``(figure, annotations, crowded)``; the caller saves and closes the figure."""
+    """The latency-vs-error figure of ``doc``: a log-log panel per :func:`pareto_groups` group, the front ringed and
+    named with stored MiB. Returns ``(figure, annotations, crowded)``."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -372,13 +361,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    """Run ``qbench plot`` from parsed ``args``; returns 0. Like ``qbench run``, it never overwrites a
-    file without ``--force``.
+    """Run ``qbench plot`` from parsed ``args``; returns 0; never overwrites without ``--force``.
 
     Raises:
         Refused: bad input (one line)."""
     try:
-        import matplotlib  # noqa: F401
+        import_module("matplotlib")
     except ImportError:
         raise Refused("needs matplotlib; install it from the qbench checkout with: pip install -e '.[plot]'") from None
     docs = open_results([args.result], command="plot")

@@ -1,18 +1,15 @@
 """``qbench recommend RESULT.json --max-rel-err 0.01``: which scheme to use at each M.
 
-Per (M, K, N): the pick (the fastest ``ok`` scheme within the error budget with finite outputs, or
-one tied with it within noise by :func:`qbench.judge.pick_within_noise`, whose rule
-docs/methodology.md states), every other scheme with the reason it lost, and the Pareto front over
-(latency, rel_fro, stored bytes). ``--summary``: one line per (file, M) against ``--baseline``;
-``--by-format``: the fastest scheme of each storage format. Times are ``stream`` medians unless
-``--method`` says otherwise (:func:`qbench.judge.resolve_method`).
+Per (M, K, N): the pick (the fastest ``ok`` scheme within the error budget with finite outputs, or one tied with it
+within noise by :func:`qbench.judge.pick_within_noise`, whose rule docs/methodology.md states), every other scheme
+with the reason it lost, and the Pareto front over (latency, rel_fro, stored bytes). ``--summary``: one line per
+(file, M) against ``--baseline``; ``--by-format``: the fastest scheme of each storage format.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from collections import Counter
 from typing import Optional
 
@@ -22,9 +19,8 @@ from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape
 from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_budgets, add_format,
                                    add_max_rel_err, add_method, add_wide, check_baseline, check_budgets,
                                    check_max_rel_err, group_results, job_view, open_results, refuse_budgets)
-from qbench.render import FORMATS, TABLE_WIDTH, Column, fit, narrow, prose, render, synthetic_weights, wants_prose
-from qbench.render.table import rest_width
-from qbench.render.columns import COLUMNS, DASH, fmt_num, fmt_ratio, fmt_us
+from qbench.render import FORMATS, Column, fit, narrow, prose, render, synthetic_weights, wants_prose
+from qbench.render.columns import COLUMNS, DASH, entry, fmt_num, fmt_ratio, fmt_us
 from qbench.render.kernels import short_kernel
 from qbench.render.safe import visible
 from qbench.render.view import View, show
@@ -46,9 +42,8 @@ _REASON_CHARS = 160
 
 
 def _lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
-    """Why ``row`` cannot be picked at all (``None`` if it is a candidate). A capture failure is
-    quoted without qbench's "not attempted: " prefix and chained "(then ...)" errors, at most
-    :data:`_REASON_CHARS`; an ``input-fault`` flag puts the error on the input, not the scheme."""
+    """Why ``row`` cannot be picked at all, or None. A capture failure is quoted without its "not attempted: "
+    prefix and chained "(then ...)" errors, at most :data:`_REASON_CHARS`."""
     if row.status != "ok":
         return f"{row.status}: {row.reason or 'no reason given'}"
     faults = [f.text for f in row.flags if f.name == "input-fault"]
@@ -81,12 +76,11 @@ def _versus(a: dict, b: dict, what: str = "") -> str:
 
 
 def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_METHOD) -> dict:
-    """The pick per (M, K, N) of ``doc`` within ``max_rel_err`` (``error.rel_fro``), by ``method``'s
-    median (µs): ``{"method", "max_rel_err", "methods_present", "by_m"}``, ``by_m`` in ascending M,
-    each ``{"m", "k", "n", "pick", "others", "unusable", "pareto"}``. ``pick``: None or the picked
-    point with ``ties``, ``fastest_median`` (when the tie-break chose another), ``kept_from_m`` and
-    ``caveats``; ``others``: every other scheme's ``reason``; ``unusable``: the rows a CUDA graph
-    cannot capture (:func:`qbench.judge.capture_failure`)."""
+    """The pick per (M, K, N) of ``doc`` within ``max_rel_err`` (``error.rel_fro``) by ``method``'s median (µs):
+    ``{"method", "max_rel_err", "methods_present", "by_m"}``, ``by_m`` in ascending M, each ``{"m", "k", "n",
+    "pick", "others", "unusable", "pareto"}``. ``pick``: None or the picked point with ``ties``,
+    ``fastest_median``, ``kept_from_m`` and ``caveats``; ``others``: every other scheme's ``reason``;
+    ``unusable``: the rows a CUDA graph cannot capture."""
     doc = ResultDoc.of(doc)
     by_m = []
     neighbour: dict[tuple, tuple] = {}  # (K, N, tp_size, split) -> (M, scheme picked) at the last M seen
@@ -149,9 +143,8 @@ def _point(row: Row, method: str) -> dict | None:
 
 
 def add_stability(rec: dict, run_recs: list[dict]) -> dict:
-    """Add to every pick of ``rec`` how often it won in ``run_recs`` (:func:`recommend` over each
-    independent run, :func:`qbench.readers.common.split_runs`; a run without ``rec``'s method left
-    out): ``pick["stability"] = {"runs", "picked", "others": {scheme: times picked or "none"}}``."""
+    """Add to every pick of ``rec`` how often it won in ``run_recs`` (:func:`recommend` of each independent run that
+    has ``rec``'s method): ``pick["stability"] = {"runs", "picked", "others"}``."""
     def where(g: dict) -> tuple:
         return g["m"], g["k"], g["n"], g.get("tp_size"), g.get("split")
 
@@ -181,9 +174,9 @@ DEFAULT_BUDGET = 0.01
 
 
 def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BUDGET) -> list[str]:
-    """What ``qbench run`` prints under its table (terminal formats): the pick per M within
-    ``max_rel_err`` by :func:`recommend` (the file's decision method), with its ties and doubtful
-    readings, and the ``qbench recommend`` command that says why. ``[]`` for a file without rows."""
+    """What ``qbench run`` prints under its table: the pick per M within ``max_rel_err`` (:func:`recommend`, the
+    file's decision method), its ties and doubtful readings, and the ``qbench recommend`` command that says why;
+    ``[]`` for a file without rows."""
     doc = ResultDoc.of(doc)
     if not doc.rows:
         return []
@@ -212,30 +205,24 @@ def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BU
             visible(f"why, and the other schemes: qbench recommend {quoted} --max-rel-err {budget}")]
 
 
-def _col(key: str, header: str, show=None, numeric: bool = False, **kw) -> Column:
-    """A column reading a record's ``key`` (``show``: its cell from the value, default the text or ``—``)."""
-    return Column(key, header, lambda r: r[key], numeric=numeric, **({"show": show} if show else {}), **kw)
-
-
 #: Why each other scheme lost, under a pick (its reasons wrap in a terminal table).
-OTHERS = View("recommend others", [_col("scheme", "scheme"), _col("reason", "why not")], *[("scheme", "reason")] * 3)
+OTHERS = View("recommend others", [entry("scheme", "scheme"), entry("reason", "why not")], *[("scheme", "reason")] * 3,
+              wrap=("reason", 16))
 
 
 def pareto_view(method: str) -> View:
-    """The Pareto front under a pick declared: latency by ``method`` (µs), rel err, stored MiB."""
-    cols = [_col("scheme", "scheme"), _col("latency_us", f"{method} µs", fmt_us, True),
-            _col("rel_fro", "rel err", fmt_num(".3g"), True),
-            Column("stored_mib", "stored MiB", lambda p: None if p["stored_bytes"] is None
-                   else p["stored_bytes"] / 2**20, fmt_num(".2f"), True)]
+    """The Pareto front under a pick: latency by ``method`` (µs), rel err, stored MiB."""
+    cols = [entry("scheme", "scheme"), entry("latency_us", f"{method} µs", fmt_us, True),
+            entry("rel_fro", "rel err", fmt_num(".3g"), True),
+            entry("stored_mib", "stored MiB", fmt_num(".2f"), True, of="stored_bytes", scale=2**-20)]
     return View("pareto", cols, *[[c.key for c in cols]] * 3)
 
 
 def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = None,
                           warning: str | None = None, wide: bool = False) -> str:
-    """Render :func:`recommend`'s result in ``fmt``: per M a line with the pick, a table of the other
-    schemes and why not (:data:`OTHERS`), and the Pareto front (:func:`pareto_view`); ``json`` the
-    whole record. ``note`` and ``warning`` are lines under the budget line. A terminal table without
-    ``wide`` fits 120 characters: long reasons and prose lines wrap."""
+    """:func:`recommend`'s result in ``fmt``: per M the pick, the other schemes and why not (:data:`OTHERS`), the
+    Pareto front; ``json`` the whole record. ``note`` and ``warning`` go under the budget line; the narrow
+    default wraps to 120 characters."""
     if fmt == "json":
         return json.dumps(rec, indent=2, ensure_ascii=False)
     method, say = rec["method"], prose(fmt, wide)
@@ -245,7 +232,7 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
     if method not in rec["methods_present"]:
         lines.append(say(f"WARNING: no row has {method} latency; methods in this file: "
                          f"{', '.join(rec['methods_present']) or 'none'}"))
-    others, pareto = OTHERS.columns(fmt, wide), pareto_view(method).columns(fmt, wide)
+    pareto = pareto_view(method).columns(fmt, wide)
     for g in rec["by_m"]:
         pick = g["pick"]
         tp = f", tp_size={g['tp_size']} {g['split']}" if g.get("tp_size") is not None else ""
@@ -262,19 +249,15 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
             head += f"; {stability_text(pick['stability'])}"
         lines.append("\n" + say(visible(head)))  # scheme names from the file: one line whatever they hold
         if g["others"]:
-            # the reasons wrap within what the scheme column leaves of 120 characters (less 3 spare: µ and × are
-            # two bytes each, and a byte-counting awk reads each as two)
-            width = rest_width(g["others"], others, "reason", TABLE_WIDTH - 3) if narrow(fmt, wide) else None
-            lines.append(render(g["others"], [others[0], replace(others[1], width=width)], fmt))
+            lines.append(render(g["others"], OTHERS.columns(fmt, wide, records=g["others"]), fmt))
         lines.append("Pareto front (latency, rel err, stored bytes; all minimised):")
         lines.append(render(g["pareto"], pareto, fmt) if g["pareto"] else f"  {DASH}")
     return "\n".join(lines)
 
 
 def summary_rows(doc: ResultDoc | dict, rec: dict, baseline: str = "bf16") -> list[dict]:
-    """One dict per M of :func:`recommend`'s ``rec`` for ``doc``: the pick, its time and error, the
-    ``baseline``'s median at the same shape and the speed-up over it (None without one), the ties,
-    ``kept_from_m`` and the schemes a CUDA graph cannot capture there."""
+    """One dict per M of ``rec``: the pick, its time and error, the ``baseline``'s median and the speed-up over it
+    (None without one), the ties, ``kept_from_m`` and the unusable schemes."""
     doc = ResultDoc.of(doc)
     base = {r.shape: r.stats(rec["method"]) for r in doc.rows if r.scheme == baseline}
     out = []
@@ -290,24 +273,24 @@ def summary_rows(doc: ResultDoc | dict, rec: dict, baseline: str = "bf16") -> li
     return out
 
 
-def summary_view(method: str, baseline: str, runs: bool = False) -> View:
-    """The ``--summary`` table over :func:`summary_rows`: the pick, its time and error, the baseline's
-    time and the speed-up, the ties and (``runs``) how often the pick won; the narrow default without
-    K, N and the baseline's time, the speed-up as ``×baseline`` and the runs won as ``2 of 3``."""
+def summary_view(method: str, baseline: str, rows: list[dict]) -> View:
+    """The ``--summary`` table over :func:`summary_rows` (with how often the pick won, when ``rows`` say); the narrow
+    default without K, N and the baseline's time, the ties wrapped to fit 120 characters."""
+    runs = any(r.get("stability") for r in rows)
     def pick(r: dict) -> str:
         return (r["pick"] or f"{DASH} none within budget") + (
             f" (kept from M={r['kept_from_m']})" if r.get("kept_from_m") is not None else "")
 
-    cols = [_col("scenario", "scenario"), _col("m", "M", str, True), _col("k", "K", str, True),
-            _col("n", "N", str, True), Column("pick", "pick", lambda r: r["pick"] or f"{DASH} none within budget",
+    cols = [entry("scenario", "scenario"), entry("m", "M", str, True), entry("k", "K", str, True),
+            entry("n", "N", str, True), Column("pick", "pick", lambda r: r["pick"] or f"{DASH} none within budget",
                                                  cell_override=pick),
-            Column("pick_narrow", "pick", lambda r: r["pick"], cell_override=pick, width=35),
-            _col("latency_us", f"{method} µs", fmt_us, True), _col("rel_fro", "rel err", fmt_num(".3g"), True),
-            _col("baseline_us", f"{baseline} µs", fmt_us, True),
-            _col("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", fmt_ratio, True,
+            entry("pick_narrow", "pick", of="pick", cell_override=pick, width=35),
+            entry("latency_us", f"{method} µs", fmt_us, True), entry("rel_fro", "rel err", fmt_num(".3g"), True),
+            entry("baseline_us", f"{baseline} µs", fmt_us, True),
+            entry("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", fmt_ratio, True,
                  cell_override=lambda r: fmt_ratio(r["speedup"]) + (
                      " (same within noise)" if r["speedup"] is not None and baseline in r["ties"] else "")),
-            Column("speedup_narrow", f"×{baseline}", lambda r: r["speedup"], fmt_ratio, True),
+            entry("speedup_narrow", f"×{baseline}", fmt_ratio, True, of="speedup"),
             Column("ties", "as fast within noise", lambda r: ", ".join(r["ties"]) or DASH),
             Column("stability", "pick stability", lambda r: r.get("stability") or DASH),
             Column("runs_won", "runs won", lambda r: (r.get("stability") or DASH).removeprefix("picked in ")
@@ -315,30 +298,18 @@ def summary_view(method: str, baseline: str, runs: bool = False) -> View:
     wide = ["scenario", "m", "k", "n", "pick", "latency_us", "rel_fro", "baseline_us", "speedup", "ties",
             *(["stability"] if runs else [])]
     return View("summary", cols, ["scenario", "m", "pick_narrow", "latency_us", "rel_fro", "speedup_narrow", "ties",
-                                  *(["runs_won"] if runs else [])], wide, wide)
-
-
-def summary_columns(rows: list[dict], method: str, baseline: str, fmt: str, wide: bool = False) -> list[Column]:
-    """The :func:`summary_view` columns of ``rows`` in ``fmt``; a terminal table without ``wide``
-    fits 120 characters, the ties wrapped in their cell."""
-    cols = summary_view(method, baseline, any(r.get("stability") for r in rows)).columns(fmt, wide)
-    if not narrow(fmt, wide):
-        return cols
-    ties = rest_width(rows, cols, "ties", TABLE_WIDTH - 3, least=len("int8-weight-only+compiled,"))
-    return [replace(c, width=ties) if c.key == "ties" else c for c in cols]
+                                  *(["runs_won"] if runs else [])], wide, wide,
+                wrap=("ties", len("int8-weight-only+compiled,")))
 
 
 def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "simple", wide: bool = False) -> str:
-    """Render :func:`summary_rows` (of one or more files) as one table in ``fmt`` (:func:`summary_columns`)."""
-    return render(rows, summary_columns(rows, method, baseline, fmt, wide), fmt)
+    """:func:`summary_rows` as one table in ``fmt`` (:func:`summary_view`)."""
+    return render(rows, summary_view(method, baseline, rows).columns(fmt, wide, records=rows), fmt)
 
-
-# ---- --by-format: the fastest kernel of each storage format -------------------------------------
 
 def row_storage_format(row: Row) -> str:
-    """The storage format of a row (:data:`qbench.schemes.base.STORAGE_FORMATS`): the registered
-    scheme's when its ``weight_dtype`` matches the row's, else read from the row's ``weight_dtype``
-    (a scheme this qbench does not know, or whose stored dtype changed since the file was written)."""
+    """The row's storage format (:data:`qbench.schemes.base.STORAGE_FORMATS`): its registered scheme's when the
+    ``weight_dtype`` matches, else read from the row's ``weight_dtype``."""
     from qbench import schemes
     from qbench.schemes.base import storage_format_of
 
@@ -363,10 +334,9 @@ def main_kernel(row: Row) -> str | None:
 
 def by_format(doc: ResultDoc | dict, method: str = DECISION_METHOD, max_rel_err: Optional[float] = None,
               baseline: str = "bf16") -> list[dict]:
-    """The fastest scheme of each storage format per (M, K, N) of ``doc`` (candidates as in
-    :func:`recommend`, ``max_rel_err`` optional): one record per (M, K, N) and format present, with
-    the pick, its library, longest kernel, time, error, speed-up over ``baseline``, and ``others`` of
-    the format (their median / the pick's and whether tied, or why they have none)."""
+    """The fastest scheme of each storage format per (M, K, N) of ``doc`` (candidates as in :func:`recommend`;
+    ``max_rel_err`` optional): one record per (M, K, N) and format, with the pick, its library, longest kernel,
+    time (µs), error, speed-up over ``baseline``, and the format's ``others``."""
     from qbench.schemes.base import STORAGE_FORMATS
 
     doc = ResultDoc.of(doc)
@@ -399,8 +369,7 @@ def by_format(doc: ResultDoc | dict, method: str = DECISION_METHOD, max_rel_err:
 
 
 def _others_cell(others: list[dict]) -> str:
-    """``fp8-dynamic 3.42×, fp4-bnb 1.00× (tie); w8a8-dynamic, int8-bnb: unusable in a ...``:
-    the timed schemes with their ratio, then the others grouped by reason."""
+    """The timed others with their ratio, then the rest grouped by reason."""
     def ratio(v: float) -> str:
         return f"{v:.2f}×" if v < 10 else f"{v:.1f}×" if v < 100 else f"{v:.0f}×"
 
@@ -415,35 +384,31 @@ def _others_cell(others: list[dict]) -> str:
 
 
 def by_format_view(method: str, baseline: str, several: bool = False, tp: bool = False) -> View:
-    """The ``--by-format`` table of :func:`by_format` records (``several`` files: scenario and shape
-    columns; ``tp``: the sharding); the narrow default leaves the library and the kernel to ``--wide``."""
-    cols = [_col("scenario", "scenario"), _col("k", "K", str, True), _col("n", "N", str, True),
-            _col("m", "M", str, True), COLUMNS["tp_size"], COLUMNS["split"], _col("format", "format"),
+    """The ``--by-format`` table (``several`` files: scenario and shape columns; ``tp``: the sharding); the narrow
+    default leaves the library and kernel to ``--wide``."""
+    cols = [entry("scenario", "scenario"), entry("k", "K", str, True), entry("n", "N", str, True),
+            entry("m", "M", str, True), COLUMNS["tp_size"], COLUMNS["split"], entry("format", "format"),
             Column("pick", "fastest", lambda r: r["pick"] or f"{DASH} no candidate"),
-            _col("library", "library"), _col("kernel", "longest kernel"),
-            _col("latency_us", f"{method} µs", fmt_us, True), _col("rel_fro", "rel err", fmt_num(".3g"), True),
-            _col("speedup", f"speed-up vs {baseline} ({baseline} time / fastest's)", fmt_ratio, True),
+            entry("library", "library"), entry("kernel", "longest kernel"),
+            entry("latency_us", f"{method} µs", fmt_us, True), entry("rel_fro", "rel err", fmt_num(".3g"), True),
+            entry("speedup", f"speed-up vs {baseline} ({baseline} time / fastest's)", fmt_ratio, True),
             Column("others", "others of the format (their time / the fastest's)", lambda r: _others_cell(r["others"]))]
     head, shard = ["scenario", "k", "n"] if several else [], ["tp_size", "split"] if tp else []
     tail = ["format", "pick", "latency_us", "rel_fro", "speedup", "others"]
     wide = [*head, "m", *shard, "format", "pick", "library", "kernel", *tail[2:]]
-    return View("by-format", cols, ["m", *shard, *tail], wide, wide,
+    return View("by-format", cols, ["m", *shard, *tail], wide, wide, wrap=("others", 24),
                 short={"speedup": f"×{baseline}", "others": "others of the format"})
 
 
 def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "simple",
                      several: bool = False, wide: bool = False) -> str:
-    """Render :func:`by_format` records (of one or more files, ``several``) as one table in ``fmt``
-    (:func:`by_format_view`), ``json`` the records. A terminal table without ``wide`` fits 120
-    characters: the others wrap in their cell and several files give one table per scenario."""
+    """:func:`by_format` records as one table in ``fmt``, ``json`` the records; the narrow default wraps the others
+    to fit 120 characters, one table per scenario with ``several`` files."""
     if fmt == "json":
         return json.dumps(rows, indent=2, ensure_ascii=False)
-    cols = by_format_view(method, baseline, several, any(r.get("tp_size") is not None for r in rows)).columns(fmt, wide)
-    if not narrow(fmt, wide):
-        return render(rows, cols, fmt)
-    # the others wrap within what the other columns leave of 120 characters (less 3 spare, as above)
-    cols[-1] = replace(cols[-1], width=rest_width(rows, cols, "others", TABLE_WIDTH - 3, least=24))
-    if not several:
+    view = by_format_view(method, baseline, several, any(r.get("tp_size") is not None for r in rows))
+    cols = view.columns(fmt, wide, records=rows)
+    if not (several and narrow(fmt, wide)):
         return render(rows, cols, fmt)
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -472,8 +437,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_recommend(args: argparse.Namespace) -> int:
-    """Run ``qbench recommend`` from parsed ``args``; returns the exit status (0 or 1; raises
-    :class:`~qbench.readers.common.Refused` on bad input, each refusal one line below)."""
+    """Run ``qbench recommend`` from parsed ``args``: exit status 0 (a pick) or 1.
+
+    Raises:
+        Refused: bad input (one line)."""
     summary_mode, format_mode = getattr(args, "summary", False), getattr(args, "by_format", False)
     if summary_mode and format_mode:
         raise Refused("--summary and --by-format are two views; pass one of them")
@@ -497,8 +464,7 @@ def run_recommend(args: argparse.Namespace) -> int:
     notes: list[str] = []
 
     def method_of(path: str, doc: ResultDoc, one_table: bool) -> tuple[str, Optional[str]]:
-        """The file's method and its fallback's note (kept once in ``notes``); ``one_table``: refused
-        when no row has it."""
+        """The file's method and its fallback's note; ``one_table``: refused when no row has it."""
         method, note = resolve_method(doc, args.method)
         if note and note not in notes:
             notes.append(note)
@@ -563,14 +529,15 @@ def run_recommend(args: argparse.Namespace) -> int:
             "the one picked at the next smaller M ('kept from M=...'), else the lowest error, then the fewest stored "
             f"bytes; speed-up = {baseline} time / pick time (> 1: the pick is faster)")
     unusable = unusable_note([(s, row["m"]) for row in summary for s in row["unusable"]], method)
-    show(summary, summary_columns(summary, method, baseline, args.format, wide), args.format, wide=wide,
+    columns = summary_view(method, baseline, summary).columns(args.format, wide, records=summary)
+    show(summary, columns, args.format, wide=wide,
          describe=[rule, *dict.fromkeys(warnings)], notes=[unusable] if unusable else [])
     return 0 if picked else 1
 
 
 def _one_method(methods: set, view: str, records: list[dict], identity: tuple[str, ...]) -> str:
-    """The one method of a one-table view (files resolving to several are refused); two files of one
-    scenario (records alike in ``identity``) get their records' scenario named by file path."""
+    """The one method of a one-table view (several refused); records of two files of one scenario get their file
+    path as scenario."""
     if len(methods) > 1:
         raise Refused(f"{view} needs one timing method, these files give {sorted(methods)}; pass --method")
     if len({tuple(r[k] for k in identity) for r in records}) < len(records):

@@ -21,7 +21,7 @@ from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, meth
 from qbench.readers.common import (Command, Refused, add_baseline, add_format, add_method, add_wide, job_view,
                                    one_result, open_results, print_table)
 from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, narrow, render, render_header, wants_prose
-from qbench.render.columns import DASH, fmt_ratio, resolve_columns
+from qbench.render.columns import DASH, entry, fmt_ratio, resolve_columns
 from qbench.render.view import View
 from qbench.results import ResultDoc
 from qbench.row import Row
@@ -41,8 +41,8 @@ def sort_rows(rows: list[Row], key: str) -> list[Row]:
 
 
 def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:
-    """``wins`` (a subset of ``sweep``) as ranges of consecutive sweep values:
-    ``m_ranges([1, 16, 512], [1, 16, 64, 512]) == "1–16, 512"``; ``""`` when there are none."""
+    """``wins`` as ranges of consecutive ``sweep`` values: ``m_ranges([1, 16, 512], [1, 16, 64, 512]) == "1–16,
+    512"``; ``""`` for none."""
     won = set(wins)
     parts, start, prev = [], None, None
     for m in sorted(set(sweep)) + [None]:
@@ -55,11 +55,10 @@ def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:
 
 
 def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECISION_METHOD) -> list[dict]:
-    """For each scheme other than ``baseline`` and each (K, N) (tensor-parallel rows: their own tp_size
-    and split), the M values where its ``method`` time ``wins`` / ``ties`` / ``losses`` against the
-    baseline's (:func:`qbench.judge.row_verdict`) or is ``untimed`` (``unusable``: the part a CUDA graph
-    cannot capture), ``ranges`` (:func:`m_ranges` of the wins) and ``best_speedup`` (baseline median /
-    scheme median).
+    """Per scheme other than ``baseline`` and per (K, N) (tensor-parallel rows: per tp_size and split), the M where
+    its ``method`` time ``wins`` / ``ties`` / ``losses`` against the baseline's
+    (:func:`qbench.judge.row_verdict`) or is ``untimed`` (``unusable``: a CUDA graph cannot capture it),
+    ``ranges`` (:func:`m_ranges` of the wins) and ``best_speedup`` (baseline median / scheme median).
 
     Raises:
         ValueError: (one line) the baseline has no rows or no ``method`` time."""
@@ -100,22 +99,18 @@ def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECIS
 
 
 def crossover_view(baseline: str, method: str, shapes: int = 1) -> View:
-    """The crossover table declared: per scheme (and K×N with several ``shapes``) the M where it is
-    faster than ``baseline``, the same (p10–p90 overlap), slower or not timed, and its best speed-up.
-    The narrow default leaves the slower and untimed M to ``--wide``; CSV and JSON carry K, N, the
-    baseline, the method, the wins and the M a CUDA graph cannot capture."""
+    """The crossover table: per scheme (and K×N with several ``shapes``) the M where it is faster than ``baseline``,
+    the same, slower or not timed, and its best speed-up; the narrow default leaves slower and untimed to
+    ``--wide``."""
     ms = lambda v: ", ".join(map(str, v)) or DASH  # noqa: E731
-    cols = [Column("scheme", "scheme", lambda r: r["scheme"]), Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"),
-            Column("k", "K", lambda r: r["k"]), Column("n", "N", lambda r: r["n"]),
-            Column("baseline", "baseline", lambda r: baseline), Column("method", "method", lambda r: method),
-            Column("wins", "wins", lambda r: r["wins"]),
+    cols = [entry("scheme", "scheme"), Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"), entry("k", "K"),
+            entry("n", "N"), Column("baseline", "baseline", lambda r: baseline),
+            Column("method", "method", lambda r: method), entry("wins", "wins"),
             Column("ranges", f"faster than {baseline} at M", lambda r: r["ranges"] or None),
-            Column("ties", "same at M (p10–p90 overlap)", lambda r: r["ties"], ms),
-            Column("losses", "slower at M", lambda r: r["losses"], ms),
-            Column("untimed", "not timed at M", lambda r: r["untimed"], ms),
-            Column("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})",
-                   lambda r: r["best_speedup"], fmt_ratio, True),
-            Column("unusable", "unusable in a graph at M", lambda r: r["unusable"])]
+            entry("ties", "same at M (p10–p90 overlap)", ms), entry("losses", "slower at M", ms),
+            entry("untimed", "not timed at M", ms),
+            entry("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})", fmt_ratio, True),
+            entry("unusable", "unusable in a graph at M")]
     head = ["scheme", "kn"] if shapes > 1 else ["scheme"]
     return View("crossover", cols, [*head, "ranges", "ties", "best_speedup"],
                 [*head, "ranges", "ties", "losses", "untimed", "best_speedup"],
@@ -124,8 +119,8 @@ def crossover_view(baseline: str, method: str, shapes: int = 1) -> View:
 
 
 def render_crossover(records: list[dict], baseline: str, method: str, fmt: str = "simple", wide: bool = False) -> str:
-    """:func:`crossover`'s records in format ``fmt`` (:func:`crossover_view`); the narrow default wraps
-    the faster and same M at 24 and 28 characters."""
+    """:func:`crossover`'s records in ``fmt``; the narrow default wraps the faster and same M at 24 and 28
+    characters."""
     cols = crossover_view(baseline, method, len({(r["k"], r["n"]) for r in records})).columns(fmt, wide)
     if narrow(fmt, wide):
         cols = [replace(c, width={"ranges": 24, "ties": 28}.get(c.key)) for c in cols]
@@ -133,10 +128,9 @@ def render_crossover(records: list[dict], baseline: str, method: str, fmt: str =
 
 
 def by_m(doc: ResultDoc | dict, column: str) -> tuple[list[dict], list[int]]:
-    """A sweep as a grid: ``(records, ms)``, one record ``{"scheme", "k", "n", "cells": {M: text},
-    "values": {M: raw value}}`` per (scheme, K, N) in first-seen order, and the file's sorted M values.
-    A cell is what ``report``'s column ``column`` shows for that row (a row not ``ok``: its status);
-    tables show ``cells``, CSV and JSON ``values``.
+    """A sweep as a grid: ``(records, ms)``, one record ``{"scheme", "k", "n", "cells": {M: text}, "values": {M: raw
+    value}}`` per (scheme, K, N) in first-seen order, and the sorted M values. A cell is ``column``'s for that
+    row (a row not ``ok``: its status).
 
     Raises:
         UnknownColumnError: an unknown column key."""
@@ -154,13 +148,9 @@ def by_m(doc: ResultDoc | dict, column: str) -> tuple[list[dict], list[int]]:
 
 def render_by_m(records: list[dict], ms: list[int], header: str, fmt: str = "simple",
                 numeric: bool = True, wide: bool = False) -> str:
-    """:func:`by_m`'s grid: a ``scheme`` column (and K×N with several shapes), then ``M=1``, ``M=2``...
-    of ``header`` values (``numeric``: right-aligned), a dash where the file lacks the row.
-
-    The narrow default (:func:`qbench.render.narrow`) cuts a table wider than 120 characters into as
-    few blocks of consecutive M columns as fit, as even as they can be, each repeating the scheme
-    column: every M stays in view, in order (the M where a weight-only kernel stops winning matter as
-    much as the first). With ``wide``, and in Markdown, CSV and JSON, one table."""
+    """:func:`by_m`'s grid: ``scheme`` (and K×N with several shapes), then one column per M of ``header`` values, a
+    dash where the file lacks the row. The narrow default cuts a table wider than 120 characters into as few, as
+    even, blocks of consecutive M columns as fit, so every M stays in view."""
     fixed = [Column("scheme", "scheme", lambda r: r["scheme"])]
     if len({(r["k"], r["n"]) for r in records}) > 1:
         fixed.append(Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"))
@@ -209,7 +199,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _unusable(rows: Sequence[Row], method: str) -> str | None:
-    """The note naming the schemes without a ``method`` time because a CUDA graph cannot capture them."""
+    """The note naming the schemes a CUDA graph cannot capture, so without a ``method`` time."""
     return unusable_note([(r.scheme, r.m) for r in rows if capture_failure(r, method)], method)
 
 

@@ -1,9 +1,6 @@
-"""Render result rows: one renderer per output format over the same records.
-
-:data:`FORMATS` maps a format name to its renderer: every tabulate format (``markdown``/``md`` are
-``pipe``), ``csv`` (column keys, raw values) and ``json``. Columns come from
-:mod:`qbench.render.columns`; strings from result files are made harmless on the way out
-(:mod:`qbench.render.safe`). :func:`render_header` says what the numbers are.
+"""Render result rows: one renderer per output format over the same records. :data:`FORMATS` maps a format name to
+its renderer: every tabulate format (``markdown``/``md`` are ``pipe``), ``csv`` (column keys, raw values) and
+``json``; file strings are made harmless on the way out.
 """
 
 from __future__ import annotations
@@ -85,15 +82,14 @@ TABLE_WIDTH = 120
 
 
 def narrow(fmt: str, wide: bool = False) -> bool:
-    """Whether a view shows its narrow default, fitting :data:`TABLE_WIDTH`: a terminal table format
-    (:func:`wants_prose`, not Markdown) without ``--wide``."""
+    """Whether a view shows its narrow default (fits :data:`TABLE_WIDTH`): a terminal table format without
+    ``--wide``."""
     return not wide and wants_prose(fmt) and fmt not in MARKDOWN_FORMATS
 
 
 def fit(lines: str | Iterable[str], width: int = TABLE_WIDTH) -> str:
-    """Prose ``lines`` (a string or several) wrapped at word boundaries to ``width`` characters, each
-    continuation indented two spaces more than its line (a word longer than ``width`` stays whole);
-    joined by newlines."""
+    """Prose ``lines`` (a string or several) wrapped at word boundaries to ``width`` characters, each continuation
+    indented two spaces more (a longer word stays whole); joined by newlines."""
     out = []
     for line in ([lines] if isinstance(lines, str) else lines):
         for part in line.split("\n"):
@@ -112,9 +108,8 @@ def prose(fmt: str, wide: bool = False) -> Callable[[str], str]:
 
 
 def split_markdown(text: str) -> tuple[str, str]:
-    """A command's Markdown output as ``(tables, prose)``: the lines starting with ``|`` (one blank
-    line between tables), paste-ready for stdout, and every other non-blank line (for stderr). Each
-    part ends with a newline unless empty."""
+    """A command's Markdown output as ``(tables, prose)``: the lines starting with ``|`` (a blank line between
+    tables) and every other non-blank line; each ends with a newline unless empty."""
     tables, prose, block = [], [], []
     for line in text.splitlines() + [""]:
         if line.startswith("|"):
@@ -145,13 +140,12 @@ def check_format(fmt: str) -> None:
 
 def render(rows: Sequence[Row], columns: Iterable[str | Column] | None = None, fmt: str = "simple",
            wide: bool = False) -> str:
-    """Result ``rows`` (or a reader's records, read by :class:`Column` objects) in format ``fmt``, without a
-    trailing newline. ``columns``: keys of :data:`COLUMNS` or Columns; None: :func:`default_columns` (a
-    table's narrow set under short headers unless ``wide``; csv/json every default and ``reason``).
+    """``rows`` (or records read by :class:`Column` objects) in format ``fmt``, without a trailing newline.
+    ``columns``: keys of :data:`COLUMNS` or Columns; None: :func:`default_columns` (a table's narrow set under
+    short headers unless ``wide``; csv/json every default and ``reason``).
 
     Raises:
-        UnknownFormatError, UnknownColumnError: one line naming the bad value and the allowed ones.
-    """
+        UnknownFormatError, UnknownColumnError: one line naming the bad value and the allowed ones."""
     check_format(fmt)
     rows = list(rows)
     short = columns is None and fmt not in DATA_FORMATS and not wide
@@ -176,7 +170,7 @@ _STREAM_GLOSS = {"cuda": "graph over weight copies > L2", "cpu": "copies > LLC"}
 
 
 def _times_line(rows: list[Row], env: Env) -> str:
-    """``times: ...``: the rows' methods in registry order, which are CUDA timings, ``stream`` glossed."""
+    """``times: ...``: the rows' methods in registry order, CUDA ones named, ``stream`` glossed."""
     methods = methods_present(rows)
     if not methods:
         return "times: none measured"
@@ -206,12 +200,12 @@ def weight_sources(rows: Sequence[Row]) -> list[str]:
 
 
 def synthetic_weights(rows: Sequence[Row]) -> list[str]:
-    """The :func:`weight_sources` qbench drew itself (they say ``synthetic``): not a trained layer's errors."""
+    """The :func:`weight_sources` qbench drew itself (they say ``synthetic``)."""
     return [w for w in weight_sources(rows) if "synthetic" in w]
 
 
 def synthetic_step_warning(rows: Sequence) -> Optional[str]:
-    """The warning over a model-step reader's output when the steps' weights are synthetic, else None."""
+    """The warning over a model-step reader's output when the weights are synthetic, else None."""
     sources = synthetic_weights(rows)
     if not sources:
         return None
@@ -220,8 +214,8 @@ def synthetic_step_warning(rows: Sequence) -> Optional[str]:
 
 
 def render_header(doc: ResultDoc | dict) -> str:
-    """What a result's numbers are: device and library versions, timing methods and units, the weight
-    (:func:`weight_sources`), a warning for ``complete: false``; the file's strings :func:`visible`."""
+    """What a result's numbers are: device and library versions, timing methods and units, the weight, a warning for
+    ``complete: false``; file strings :func:`visible`."""
     doc = ResultDoc.of(doc)
     env = doc.env
     device = env.device or DASH

@@ -1,12 +1,10 @@
 """The column catalogue: what a result row can show, with units in every header.
 
-A :class:`Column` has a ``key`` (what ``--columns`` takes), a ``header`` (with units), a pure
-``value(row)`` returning the raw value (number, str or None; CSV and JSON) and ``cell(row)``, the
-text a table shows. Units: sizes MiB (2**20 bytes), times µs (median of the method's samples), rates
-GB/s (1e9 B/s) and TFLOP/s (1e12 FLOP/s), arithmetic intensity FLOP/byte. A value not measured is
-``—`` (the ``status`` and ``reason`` say why); a row with non-finite outputs shows ``NaN/Inf×<count>``
-as its error. A latency column reads one method of the timing registry (a CPU time never sits under
-a CUDA header); ``hbm_floor_us`` and ``floor_pct`` put the ``stream`` time against the HBM floor.
+A :class:`Column` has a ``key`` (what ``--columns`` takes), a ``header``, a pure ``value(row)`` (the raw value: CSV,
+JSON) and ``cell(row)`` (a table's text). Units: sizes MiB (2**20 bytes), times µs (median of the method's samples),
+rates GB/s (1e9 B/s) and TFLOP/s (1e12 FLOP/s), arithmetic intensity FLOP/byte. A value not measured is ``—``; a row
+with non-finite outputs shows ``NaN/Inf×<count>`` as its error. ``hbm_floor_us`` and ``floor_pct`` put the
+``stream`` time against the HBM floor.
 """
 
 from __future__ import annotations
@@ -14,15 +12,15 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from qbench.judge import CPU_METHOD, NOISY_CV, is_noisy, methods_present
 from qbench.render.kernels import short_kernel
 from qbench.row import Row
 from qbench.timing import registry
 
-__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct", "shown",
-           "default_columns", "resolve_columns"]
+__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "entry", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct",
+           "shown", "default_columns", "resolve_columns"]
 
 #: What a table shows for a value that was not measured.
 DASH = "—"
@@ -68,9 +66,9 @@ def fmt_us(v: Any) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    """One column: ``key`` (CLI name), ``header`` (with units), ``value`` (raw getter), ``show``
-    (formats a raw value for a table), ``numeric`` (right-aligned), ``help``, ``cell_override`` (the
-    cell from the row, instead of ``show(value)``) and ``width`` (a longer cell wraps; None: no limit)."""
+    """One column: ``key``, ``header`` (with units), ``value`` (raw getter), ``show`` (a raw value's cell),
+    ``numeric`` (right-aligned), ``help``, ``cell_override`` (the cell from the row) and ``width`` (a longer cell
+    wraps)."""
 
     key: str
     header: str
@@ -86,9 +84,16 @@ class Column:
         return self.cell_override(row) if self.cell_override is not None else self.show(self.value(row))
 
 
+def entry(key: str, header: str, show: Callable[[Any], str] = _text, numeric: bool = False, *, of: str = "",
+          scale: Optional[float] = None, **kw) -> Column:
+    """A column of a reader's dict record: its ``of`` (default ``key``) entry, times ``scale`` when given."""
+    name = of or key
+    value = (lambda r: r[name]) if scale is None else (lambda r: None if r[name] is None else r[name] * scale)
+    return Column(key, header, value, show, numeric, **kw)
+
+
 def _get(*path: str) -> Getter:
-    """The getter of the field at ``path`` (``("error", "rel_fro")``) of a Row or of a reader's dict
-    record; None where a part on the way is null."""
+    """The getter of the field at ``path`` of a Row or a dict record; None where a part on the way is null."""
     def get(row: Row) -> Any:
         cur: Any = row
         for p in path:
@@ -109,7 +114,7 @@ def _latency(method: str, stat: str = "median") -> Getter:
 
 
 def _latency_cell(method: str) -> Getter:
-    """A latency cell: the median, ``*`` when the method's samples are noisy (:func:`qbench.judge.is_noisy`)."""
+    """A latency cell: the median, ``*`` when noisy (:func:`qbench.judge.is_noisy`)."""
     def cell(row: Row) -> str:
         text = fmt_us(_latency(method)(row))
         return text + "*" if text != DASH and is_noisy(row, method) else text
@@ -141,7 +146,7 @@ def _kernels(row: Row) -> Any:
 
 
 def _kernels_cell(row: Row, most: int = 3) -> str:
-    """The ``most`` longest-running kernels of one call, named by :func:`qbench.render.kernels.short_kernel`."""
+    """The ``most`` longest-running kernels of one call, short names."""
     kernels = row.dispatch.kernels if row.dispatch is not None else None
     if not kernels:
         return DASH
@@ -154,7 +159,7 @@ def _pct(getter: Getter) -> Getter:
 
 
 def _num(key: str, header: str, value: Getter, fmt: str, help: str = "", **kw) -> Column:
-    """A right-aligned number column shown with ``format(value, fmt)`` (``fmt="us"``: :func:`fmt_us`)."""
+    """A right-aligned number column, ``format(value, fmt)`` (``fmt="us"``: :func:`fmt_us`)."""
     return Column(key, header, value, fmt_us if fmt == "us" else fmt_num(fmt), True, help, **kw)
 
 
@@ -276,11 +281,10 @@ NARROW_HEADERS = {"tp_speedup": "vs tp 1"}
 
 
 def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
-    """Default column keys of ``run``'s and ``report``'s table over ``rows``: the common head, the
-    timing methods rows have (the registry's CUDA methods on CUDA, ``stream`` and ``cpu`` on CPU; a
-    method a file predates is left out), the HBM floor (CUDA), error and status (no rows: every
-    default); tensor-parallel rows add their sharding and times. Without ``wide``: :data:`WIDE_ONLY`
-    left out and the first :data:`NARROW_METHODS` methods; tensor-parallel rows :data:`TP_NARROW`."""
+    """Default column keys of ``run``'s and ``report``'s table: the common head, the timing methods the rows have
+    (CUDA methods on CUDA, ``stream`` and ``cpu`` on CPU), the HBM floor (CUDA), error and status (no rows: every
+    default); tensor-parallel rows add their sharding. Without ``wide``: :data:`WIDE_ONLY` left out and
+    :data:`NARROW_METHODS` methods; tensor-parallel :data:`TP_NARROW`."""
     rows = list(rows)
     present = methods_present(rows)
     cuda = any(m in present for m, info in registry.METHODS.items() if info.cuda and not info.cpu) \
@@ -308,7 +312,7 @@ def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
 
 
 def resolve_columns(columns: Iterable[str | Column] | None, rows: Sequence[Any]) -> list[Column]:
-    """``columns`` (keys, :class:`Column` objects, or None for :func:`default_columns`) as Columns.
+    """``columns`` (keys, Columns, or None for :func:`default_columns`) as Columns.
 
     Raises:
         UnknownColumnError: naming the bad key and the close or allowed ones."""

@@ -1,6 +1,4 @@
-"""Readable kernel names for tables (:func:`short_kernel`); the result JSON keeps the full names
-torch.profiler records (``dispatch.kernels``), which run to thousands of characters.
-"""
+"""Readable kernel names for tables (:func:`short_kernel`); the JSON keeps torch.profiler's full names."""
 
 from __future__ import annotations
 
@@ -13,8 +11,7 @@ _MAX_NAME = 72
 
 
 def _mangled_identifiers(name: str, limit: int) -> list[str]:
-    """The first ``limit`` length-prefixed identifiers of an Itanium-mangled name, in order
-    (``_ZN12cutlass_mslk13device_kernelINS_4gemm...`` -> ``cutlass_mslk``, ``device_kernel``, ``gemm``)."""
+    """The first ``limit`` length-prefixed identifiers of an Itanium-mangled name, in order."""
     out, i = [], 0
     while i < len(name) and len(out) < limit:
         match = re.compile(r"\d+").search(name, i)

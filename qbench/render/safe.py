@@ -1,8 +1,6 @@
-"""Text from result files made harmless on output, one rule per kind of output: a result file may come
-from another machine, so its strings (``scheme``, ``reason``, ``env.device_name``...) are not trusted.
-Terminal text: :func:`visible`; Markdown cells: :func:`markdown_cell`; CSV text cells: :func:`csv_text`;
-JSON: ``json.dumps`` escapes control characters itself. :class:`TerminalStream` is the backstop every
-reader command writes through. A string without an unsafe character is returned unchanged.
+"""Text from result files made harmless on output (a file may come from another machine): terminal text
+:func:`visible`, Markdown cells :func:`markdown_cell`, CSV text cells :func:`csv_text`; :class:`TerminalStream`
+is the backstop every reader writes through.
 """
 
 from __future__ import annotations
@@ -54,8 +52,7 @@ def csv_text(text: str) -> str:
 
 
 class TerminalStream:
-    """A text stream writing to ``stream`` with every unsafe character but newline and tab escaped;
-    every other attribute is ``stream``'s."""
+    """A text stream writing to ``stream`` with unsafe characters but newline and tab escaped."""
 
     def __init__(self, stream: TextIO):
         self._stream = stream

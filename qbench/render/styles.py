@@ -1,6 +1,4 @@
-"""How every qbench chart draws a scheme: its colour, fixed by the scheme registry, its marker per M,
-and a label drawn literally (no mathtext). Matplotlib is imported on use.
-"""
+"""How every qbench chart draws a scheme: its colour, marker per M, and label drawn literally."""
 
 from __future__ import annotations
 
@@ -16,8 +14,8 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 
 
 def scheme_colour_index(base: str) -> int:
-    """A scheme's fixed colour slot: its place in the registry (``qbench.schemes.names()``), so a scheme
-    has one colour in every chart; a name outside the registry comes after them, in a slot from its name."""
+    """A scheme's fixed colour slot: its place in ``qbench.schemes.names()``; a name outside the registry after
+    them, in a slot from its name."""
     from qbench import schemes
 
     names = schemes.names()
@@ -25,10 +23,9 @@ def scheme_colour_index(base: str) -> int:
 
 
 def scheme_styles(bases: list[str], ms: list[int]) -> tuple[dict, dict]:
-    """``(colour per scheme of bases, marker per M of ms)``: 40 colours (tab20's dark shades, its light
-    ones, then tab20b) by :func:`scheme_colour_index`; a compiled variant shares its eager scheme's
-    colour, an option variant (``fp8-dynamic[kernel_preference=mslk]``) its scheme's slot plus the
-    registry's size."""
+    """``(colour per scheme, marker per M)``: 40 colours (tab20's dark shades, its light ones, tab20b) by
+    :func:`scheme_colour_index`; a compiled variant has its eager scheme's colour, an option variant its scheme's
+    slot plus the registry's size."""
     import matplotlib
 
     from qbench import schemes

@@ -1,8 +1,6 @@
-"""Text tables through :mod:`tabulate`, in any of its formats (``simple``, ``github``, ``latex``...).
-
-Cells are pre-formatted by the columns, so tabulate's number parsing is off; numeric columns are
-right-aligned. A table of rows without a ``reason`` column has the skip/fail reasons and the flags as
-footnotes. Cells and footnotes are made harmless (:mod:`qbench.render.safe`).
+"""Text tables through :mod:`tabulate`, in any of its formats: cells pre-formatted by the columns (no number
+parsing), numbers right-aligned; without a ``reason`` column the skip/fail reasons and the flags are footnotes.
+Cells and footnotes are made harmless.
 """
 
 from __future__ import annotations
@@ -22,10 +20,8 @@ __all__ = ["render_table", "footnotes", "rest_width"]
 
 
 def footnotes(rows: Sequence[Row]) -> list[str]:
-    """One line per distinct (scheme, status, reason) of the rows not ``ok`` (``int4-weight-only
-    (M=1,16,512) skipped: needs CUDA``), then per flag name its first row's text (``nf4-bnb (M=1) flag:
-    repacked: ...``) and one line naming the other schemes that carry it, so a flag on many rows does
-    not swamp the table."""
+    """One line per distinct (scheme, status, reason) of the rows not ``ok``, then per flag name its first row's
+    text and one line naming the other schemes that carry it."""
     def at(ms: list) -> str:
         return f"(M={','.join(str(m) for m in ms)})"
 
@@ -52,9 +48,8 @@ _LATENCY_KEYS = frozenset(registry.METHODS)
 
 
 def rest_width(rows: Sequence[Any], columns: Sequence[Column], key: str, width: int, least: int = 16) -> int:
-    """The width left to column ``key`` for the ``simple`` table of ``rows`` to fit ``width``
-    characters: ``width`` less every other column (widest cell, or header plus 2) and the two spaces
-    between columns; at least ``least``."""
+    """The width left to column ``key`` for the ``simple`` table of ``rows`` to fit ``width`` characters (every
+    other column's widest cell, or header plus 2, and two spaces between); at least ``least``."""
     used = 2 * (len(columns) - 1)
     for c in columns:
         if c.key != key:
@@ -63,8 +58,7 @@ def rest_width(rows: Sequence[Any], columns: Sequence[Column], key: str, width: 
 
 
 def _breakable(cell: str, width: int | None) -> str:
-    """``cell`` with each word longer than ``width`` given break points before ``[`` and after ``,``,
-    so a wrapped label (``fp8-dynamic[kernel_preference=mslk]``) is never cut inside a name."""
+    """``cell`` with break points before ``[`` and after ``,`` in words longer than ``width``."""
     if not width or len(cell) <= width:
         return cell
     return " ".join(w.replace("[", " [").replace(",", ", ") if len(w) > width else w for w in cell.split(" "))
@@ -79,9 +73,8 @@ def _unbroken_width(column: Column, body: Sequence[Sequence[str]], index: int) -
 
 def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str = "simple",
                  notes_width: int | None = None) -> str:
-    """``rows`` (result rows, or records the ``columns`` read) as a table in tabulate format
-    ``tablefmt``, without a trailing newline; a cell longer than its column's ``width`` wraps, and the
-    footnotes wrap at ``notes_width`` characters (None: one line each)."""
+    """``rows`` as a table in tabulate format ``tablefmt``, without a trailing newline; a cell longer than its
+    column's ``width`` wraps, footnotes wrap at ``notes_width`` (None: one line each)."""
     safe = markdown_cell if tablefmt in MARKDOWN_FORMATS else visible
     body = [[_breakable(safe(c.cell(r)), c.width) for c in columns] for r in rows]
     text = tabulate(

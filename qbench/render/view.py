@@ -1,10 +1,5 @@
-"""A job kind's table, declared once, and the one layout every job's table is printed in.
-
-A :class:`View` is a column catalogue (:class:`qbench.render.columns.Column`) and the keys each
-layout shows: the terminal's narrow default (fits :data:`qbench.render.TABLE_WIDTH`, under ``short``
-headers), the wide table (``--wide``, Markdown, markup) and CSV/JSON (raw values). :func:`show`
-prints a view's records with the lines that say what they are and the notes under them. A new
-statistic is one :class:`Column` in the catalogue and its key in the layouts that show it.
+"""A job kind's table, declared once (:class:`View`), and the one layout every job's table is printed in
+(:func:`show`). A new statistic is one :class:`Column` in a catalogue and its key in the layouts that show it.
 """
 
 from __future__ import annotations
@@ -13,19 +8,21 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Sequence
 
-from qbench.render import DATA_FORMATS, narrow, prose, render, wants_prose
+from qbench.render import DATA_FORMATS, TABLE_WIDTH, narrow, prose, render, wants_prose
 from qbench.render.columns import Column
 from qbench.render.safe import visible
+from qbench.render.table import rest_width
 
 __all__ = ["View", "column_keys", "show"]
 
 
 @dataclass(frozen=True)
 class View:
-    """A job kind's table: ``catalogue`` (every column, in table order; ``--columns`` takes these
-    keys) and each layout's keys: ``narrow`` (a terminal table without ``--wide``; headers
-    ``short[key]`` where given), ``wide`` (``--wide``, Markdown, markup), ``data`` (CSV, JSON).
-    ``kind`` names the table in a refusal."""
+    """A job kind's table: ``catalogue`` (every column in table order; ``--columns`` keys) and each layout's keys:
+    ``narrow`` (a terminal table without ``--wide``; headers ``short[key]``), ``wide`` (``--wide``, Markdown,
+    markup), ``data`` (CSV, JSON). ``kind`` names the table in a refusal. ``wrap``: ``(key, least)``, the narrow
+    column that wraps within what the others leave of :data:`qbench.render.TABLE_WIDTH` (less 3 spare: µ, × and
+    Δ are two bytes each), at least ``least`` characters."""
 
     kind: str
     catalogue: Sequence[Column]
@@ -33,6 +30,7 @@ class View:
     wide: Sequence[str]
     data: Sequence[str]
     short: Mapping[str, str] = field(default_factory=dict)
+    wrap: Optional[tuple[str, int]] = None
 
     def select(self, keys: Sequence[str]) -> list[Column]:
         """The catalogue's columns of ``keys``, in their order.
@@ -45,16 +43,22 @@ class View:
             raise ValueError(f"unknown column {unknown[0]!r} for a {self.kind} table; allowed: {', '.join(known)}")
         return [known[k] for k in keys]
 
-    def columns(self, fmt: str, wide: bool = False, keys: Optional[Sequence[str]] = None) -> list[Column]:
-        """The columns shown in format ``fmt``: ``keys`` (``--columns``) when given, else the layout
-        of ``fmt`` (data: ``data``; :func:`qbench.render.narrow`: ``narrow`` under short headers; else ``wide``)."""
+    def columns(self, fmt: str, wide: bool = False, keys: Optional[Sequence[str]] = None,
+                records: Sequence[Any] = ()) -> list[Column]:
+        """The columns shown in format ``fmt``: ``keys`` (``--columns``) when given, else the layout of ``fmt``
+        (narrow: ``wrap`` fitted to ``records``)."""
         if keys:
             return self.select(keys)
         if fmt in DATA_FORMATS:
             return self.select(self.data)
         if not narrow(fmt, wide):
             return self.select(self.wide)
-        return [replace(c, header=self.short[c.key]) if c.key in self.short else c for c in self.select(self.narrow)]
+        cols = [replace(c, header=self.short[c.key]) if c.key in self.short else c for c in self.select(self.narrow)]
+        if self.wrap is None:
+            return cols
+        key, least = self.wrap
+        width = rest_width(records, cols, key, TABLE_WIDTH - 3, least)
+        return [replace(c, width=width) if c.key == key else c for c in cols]
 
 
 def column_keys(text: Optional[str]) -> list[str]:
@@ -65,10 +69,9 @@ def column_keys(text: Optional[str]) -> list[str]:
 def show(records: Sequence[Any], columns: Sequence[Column], fmt: str, *, wide: bool = False,
          describe: Sequence[str] = (), warning: Optional[str] = None, notes: Sequence[str] = (),
          file: Any = None, table: Optional[str] = None) -> None:
-    """Print a table in the one layout: ``describe`` and ``warning`` lines, a blank line, the table of
-    ``records`` in ``columns`` (or ``table``, text already rendered), a blank line and ``notes``.
-    Prose is wrapped in the narrow default (:func:`qbench.render.prose`); in a data or markup format
-    the table is alone on stdout and the prose goes to stderr as it is. File strings are :func:`visible`."""
+    """Print a table in the one layout: ``describe`` and ``warning``, a blank line, the table of ``records`` in
+    ``columns`` (or ``table``, already rendered), a blank line and ``notes``. Prose wraps in the narrow default;
+    in a data or markup format the prose goes to stderr. File strings :func:`visible`."""
     out = file or sys.stdout
     terminal = wants_prose(fmt)
     say = prose(fmt, wide) if terminal else str

@@ -1,6 +1,6 @@
-"""Model-step rows read (torch-free): the measured step beside the layer view's prediction, the
-speed-ups over a baseline (baseline time / scheme time, > 1: faster), the context sweep, the pick
-per (M, context), and the declared tables of each.
+"""Model-step rows read (torch-free): the measured step beside the layer view's prediction, the speed-ups over a
+baseline (baseline time / scheme time, > 1: faster), the context sweep, the pick per (M, context), and the
+declared tables of each.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Callable, Optional, Sequence
 from qbench import judge
 from qbench.judge import decision_method, methods_present
 from qbench.render import DATA_FORMATS, Column, narrow, prose, render
-from qbench.render.columns import DASH, fmt_num, fmt_pct, fmt_ratio, fmt_us, shown
+from qbench.render.columns import DASH, entry, fmt_num, fmt_pct, fmt_ratio, fmt_us, shown
 from qbench.render.view import View
 from qbench.row import FLAG_MEANINGS
 from qbench.step.row import StepRow
@@ -35,8 +35,8 @@ def _us(value: Optional[float]) -> str:
 
 def _baseline_of(rows: Sequence[StepRow], baseline: str, keep: Callable[[StepRow], object] = lambda r: r.status == "ok"
                  ) -> Callable[[StepRow], Optional[StepRow]]:
-    """A row -> its baseline row among the ``keep`` rows of ``rows`` (same M, context, model, device):
-    the baseline's compiled form for a compiled row when present, else the baseline; None without one."""
+    """A row -> its baseline row among the ``keep`` rows (same M, context, model, device): the baseline's compiled
+    form for a compiled row when present, else the baseline; None without one."""
     base = {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
             if r.scheme in (baseline, f"{baseline}+compiled") and keep(r)}
 
@@ -50,8 +50,8 @@ def _baseline_of(rows: Sequence[StepRow], baseline: str, keep: Callable[[StepRow
 
 
 def speedups(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, dict[str, float]]:
-    """``{row.key: {method: baseline step / this step}}`` per method both have (:func:`_baseline_of`);
-    a compiled step against the eager baseline's ``twin`` method when that is all it has."""
+    """``{row.key: {method: baseline step / this step}}`` per method both have; a compiled step against the eager
+    baseline's ``twin`` method when that is all it has."""
     base_of = _baseline_of(rows, baseline)
     out: dict[tuple, dict[str, float]] = {}
     for r in rows:
@@ -70,8 +70,8 @@ DOUBT_FLAGS = ("noisy", "throttled", "cpu-busy")
 
 
 def speedup_doubts(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, list[str]]:
-    """``{row.key: flag names}`` for the ``ok`` rows whose speed-up is in doubt: the :data:`DOUBT_FLAGS`
-    of the row and of its baseline row, and ``noisy`` when either's decision step is noisy."""
+    """``{row.key: flag names}`` for the ``ok`` rows whose speed-up is in doubt: the :data:`DOUBT_FLAGS` of the row
+    and its baseline row, and ``noisy`` when either's decision step is."""
     base_of, out = _baseline_of(rows, baseline), {}
     for r in rows:
         method = decision_method(r)
@@ -94,8 +94,8 @@ def linear_speedup(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tupl
 
 
 def breakeven(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple[str, int], Optional[int]]:
-    """``{(scheme, M): the smallest context where the scheme's step is no faster than the baseline's}``
-    (``None``: faster at every context measured)."""
+    """``{(scheme, M): the smallest context where the scheme's step is no faster than the baseline's}`` (None:
+    faster at every context measured)."""
     sp = speedups(rows, baseline)
     out: dict[tuple[str, int], Optional[int]] = {}
     for r in sorted(rows, key=lambda r: r.context):
@@ -119,8 +119,9 @@ def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
         out.append({
             "scheme": r.scheme, "m": r.m, "context": r.context, "status": r.status,
             "blocks": f"{r.blocks_built}/{r.blocks}" if r.blocks_built is not None else str(r.blocks),
-            **{_key(m): r.step_us(m) for m in STEP_METHODS}, "tokens_per_s": r.tokens_per_s.get(method) if method else None,
-            "linear": (r.linear or {}).get("sum_us"), "rest": 100 * r.remainder_share[method] if method in r.remainder_share else None,
+            **{_key(m): r.step_us(m) for m in STEP_METHODS},
+            "tokens_per_s": r.tokens_per_s.get(method) if method else None, "linear": (r.linear or {}).get("sum_us"),
+            "rest": 100 * r.remainder_share[method] if method in r.remainder_share else None,
             "floor": 100 * r.floor_fraction[method] if method in r.floor_fraction else None,
             **_attention(r),
             "speedup": sp.get(r.key, {}).get(method) if method else None, "speedup_linear": lsp.get(r.key),
@@ -142,8 +143,8 @@ def _key(method: str) -> str:
 
 
 def _cell(key: str, template: str, blank: int = -1) -> Callable[[dict], str]:
-    """A record's cell: ``template`` of its value, ``—`` where its :func:`doubtful` mark ``blank`` is
-    set; a speed-up of a noisy step ends in ``*``."""
+    """A record's cell: ``template`` of its value, ``—`` where its doubt mark ``blank`` is set, ``*`` on a noisy
+    speed-up."""
     def cell(r: dict) -> str:
         if blank >= 0 and r["_doubt"][blank]:
             return DASH
@@ -153,9 +154,9 @@ def _cell(key: str, template: str, blank: int = -1) -> Callable[[dict], str]:
 
 
 def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
-    """The step table declared over :func:`table_records`: the step per method present (µs, ms from
-    1000), tokens/s, Σ linear, the remainder's share, the HBM floor, the attention, the speed-up over
-    ``baseline`` measured and as Σ linear predicts it, the logits error."""
+    """The step table over :func:`table_records`: the step per method (µs, ms from 1000), tokens/s, Σ linear, the
+    remainder's share, the HBM floor, the attention, the speed-up over ``baseline`` measured and as Σ linear
+    predicts it, the logits error."""
     b, methods = baseline, [_key(m) for m in methods_present(rows) if m in SHORT]
     def col(key: str, header: str, cell=None, numeric: bool = True) -> Column:
         return Column(key, header, lambda r: r[key], numeric=numeric, cell_override=cell)  # default cell: text or —
@@ -163,7 +164,8 @@ def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
                  col("status", "status", numeric=False), col("blocks", "blocks"),
                  *[col(_key(m), f"{SHORT[m]} µs", lambda r, k=_key(m): _us(r[k])) for m in STEP_METHODS],
                  col("tokens_per_s", "tok/s", _cell("tokens_per_s", "{:.0f}")),
-                 col("linear", "Σ linear µs", lambda r: _us(r["linear"])), col("rest", "rest %", _cell("rest", "{:.0f} %", 0)),
+                 col("linear", "Σ linear µs", lambda r: _us(r["linear"])),
+                 col("rest", "rest %", _cell("rest", "{:.0f} %", 0)),
                  col("floor", "floor %", _cell("floor", "{:.0f} %")),
                  col("attention", "attn µs", lambda r: _us(r["attention"])),
                  col("attention_floor", "attn floor %", _cell("attention_floor", "{:.0f} %")),
@@ -184,8 +186,7 @@ def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
 
 
 def table_notes(rows: Sequence[StepRow], records: Sequence[dict], wide: bool = False) -> list[str]:
-    """The lines under a step table: why rows did not run, the flags (``wide``: in a column instead)
-    and what its ``—`` and ``*`` marks mean."""
+    """The lines under a step table: why rows did not run, the flags (not ``wide``) and the marks' legend."""
     notes = [f"{r.scheme} M={r.m} context={r.context}: {r.status}: {r.reason}" for r in rows if r.status != "ok"]
     return notes + ([] if wide else flag_notes(rows)) + doubt_legend([r["_doubt"] for r in records])
 
@@ -204,10 +205,9 @@ LINEAR_ABOVE_STEP = -0.02
 
 
 def doubtful(rows: Sequence[StepRow], baseline: str = "bf16") -> list[tuple[bool, bool, bool]]:
-    """Per row, ``(above, pair_above, noisy)``: ``above`` when Σ linear exceeds the row's decision step
-    (:data:`LINEAR_ABOVE_STEP`: its remainder is shown as ``—``), ``pair_above`` when it exceeds the
-    row's or its baseline's (so is the predicted speed-up), ``noisy`` when the row's or its baseline's
-    decision step is noisy (its speed-up is marked ``*``)."""
+    """Per row, ``(above, pair_above, noisy)``: Σ linear exceeds the row's decision step (:data:`LINEAR_ABOVE_STEP`;
+    its remainder shown ``—``), exceeds the row's or its baseline's (so does the predicted speed-up), the row's
+    or its baseline's decision step is noisy (its speed-up marked ``*``)."""
     base_of = _baseline_of(rows, baseline)
 
     def above(r: Optional[StepRow]) -> bool:
@@ -232,8 +232,7 @@ def doubt_legend(doubts: Sequence[tuple[bool, bool, bool]]) -> list[str]:
 
 
 def flag_notes(rows: Sequence[StepRow]) -> list[str]:
-    """One line per (scheme, flag name) of ``rows``, naming where it was raised:
-    ``int4-weight-only+compiled: throttled (M=1 ctx=4096)``, in the rows' order."""
+    """One line per (scheme, flag name), naming where it was raised: ``x+compiled: throttled (M=1 ctx=4096)``."""
     seen: dict[tuple[str, str], list[str]] = {}
     for r in rows:
         for name in dict.fromkeys(r.flag_names):
@@ -242,19 +241,19 @@ def flag_notes(rows: Sequence[StepRow]) -> list[str]:
 
 
 def describe(doc) -> list[str]:
-    """The lines above a step table (``doc``: a step result): the model, its weights, what each step
-    method includes and what the columns mean."""
+    """The lines above a step table: the model, its weights, what each step method includes, the columns."""
     rows = doc.rows
     model = (doc.scenario.model_extra or {}).get("model") or {}
-    lines = [f"model step: {rows[0].title if rows else model.get('name')}; weights: {rows[0].weight_source if rows else ''}"]
+    lines = [f"model step: {rows[0].title if rows else model.get('name')}; "
+             f"weights: {rows[0].weight_source if rows else ''}"]
     for m in methods_present(rows):
         meta = registry.METHODS.get(m)
         if meta is not None:
             lines.append(f"  {SHORT[m]}: {meta.includes}")
     if any(r.linear for r in rows):
-        lines.append("  Σ linear: the per-layer stream times of the same linear layers, summed over one step (the layer "
-                     "view); rest % = (step - Σ linear) / step: attention over the KV cache, norms, RoPE, embedding, "
-                     "LM head argmax, launch gaps")
+        lines.append("  Σ linear: the per-layer stream times of the same linear layers, summed over one step (the "
+                     "layer view); rest % = (step - Σ linear) / step: attention over the KV cache, norms, RoPE, "
+                     "embedding, LM head argmax, launch gaps")
     else:
         lines.append("  Σ linear, rest % and the speed-up Σ linear predicts: not measured ([model] linear_sum = false)")
     lines.append("  err: relative Frobenius error of the logits (the final hidden state without an LM head) against "
@@ -262,17 +261,15 @@ def describe(doc) -> list[str]:
     return lines
 
 
-# ---- the readers' step views (qbench model, recommend) --------------------------------------------
-
 def logits_error(row: StepRow) -> Optional[float]:
-    """The row's ``error.rel_fro`` against the FP32 step (logits, or the last hidden state: ``compared``)."""
+    """The row's ``error.rel_fro`` against the FP32 step."""
     return (row.error or {}).get("rel_fro")
 
 
 def model_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
-    """One record per ``ok`` row, by M, context and file order: the step by its decision ``method``
-    (µs), tokens/s, Σ linear (``linear_us``, µs), the remainder's share, the attention split
-    (:func:`_split`), the speed-up over ``baseline`` per method (``speedup``) and as Σ linear predicts it."""
+    """One record per ``ok`` row, by M, context and file order: the step by its decision ``method`` (µs), tokens/s,
+    Σ linear (µs), the remainder's share, the attention split, the speed-up over ``baseline`` per method and as Σ
+    linear predicts it."""
     sp, lsp = speedups(rows, baseline), linear_speedup(rows, baseline)
     order = {r.key: i for i, r in enumerate(rows)}
     out = []
@@ -290,8 +287,7 @@ def model_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
 
 
 def _split(r: StepRow, method: Optional[str]) -> dict:
-    """The step three ways by ``method`` (µs): Σ linear, the attention timed alone (and its floor
-    share), and the other (step - Σ linear - attention: norms, RoPE, the LM head, gaps)."""
+    """The step by ``method`` (µs) three ways: Σ linear, the attention timed alone (and its floor share), the other."""
     a, step, linear = r.attention or {}, r.step_us(method) if method else None, (r.linear or {}).get("sum_us")
     attn = a.get("us")
     other = step - linear - attn if None not in (step, linear, attn) else None
@@ -299,8 +295,8 @@ def _split(r: StepRow, method: Optional[str]) -> dict:
 
 
 def sweep(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
-    """The context sweep per (scheme, M), the baseline's forms left out: ``contexts`` measured,
-    ``breakeven`` (:func:`breakeven`) and ``compared`` (False: no context has a speed-up to read)."""
+    """The context sweep per (scheme, M), the baseline's forms left out: ``contexts``, ``breakeven``
+    (:func:`breakeven`) and ``compared`` (False: no context has a speed-up)."""
     be, sp = breakeven(rows, baseline), speedups(rows, baseline)
     out = []
     for scheme, m in dict.fromkeys((r.scheme, r.m) for r in rows if r.status == "ok"):
@@ -315,7 +311,7 @@ def sweep(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
 
 
 def sweep_line(rec: dict, baseline: str = "bf16") -> str:
-    """One line of :func:`sweep`: where the scheme stops beating ``baseline`` over the contexts measured."""
+    """One line of :func:`sweep`: where the scheme stops beating ``baseline``."""
     where = f"{rec['scheme']} M={rec['m']}"
     contexts = ", ".join(str(c) for c in rec["contexts"])
     if not rec["compared"]:
@@ -340,13 +336,11 @@ def flag_legend(names: Sequence[str]) -> str:
 def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseline: str = "bf16",
               tie_error: Optional[Callable[[StepRow], Optional[float]]] = None,
               within: Optional[Callable[[StepRow], bool]] = None) -> list[dict]:
-    """Per (M, context), in order: the pick among the ``ok`` rows within the budget (logits error at
-    most ``max_rel_err``, or ``within``: the quality join's), each by its decision method, by
-    :func:`qbench.judge.pick_within_noise` (ties: the smaller context's pick, then ``tie_error``,
-    default the logits error, then bytes). A record holds the pick's ``method``, ``step_us``,
-    ``tokens_per_s``, ``speedup``, ``rel_fro``, ``compared``; its ``ties``, the ``fastest`` by median,
-    ``within`` / ``timed`` counts, ``untimed`` schemes; ``timing_flags`` (the tied group's
-    :data:`TIMING_FLAGS`), ``pick_flags`` and ``baseline_flags``."""
+    """Per (M, context), in order: the pick among the ``ok`` rows within the budget (logits error ≤ ``max_rel_err``,
+    or ``within``), each by its decision method, by :func:`qbench.judge.pick_within_noise` (ties: the smaller
+    context's pick, then ``tie_error``, default the logits error, then bytes). A record holds the pick's
+    ``method``, ``step_us``, ``tokens_per_s``, ``speedup``, ``rel_fro``, ``compared``, ``ties``, ``fastest``,
+    ``within`` / ``timed`` counts, ``untimed``, ``timing_flags``, ``pick_flags`` and ``baseline_flags``."""
     sp, base_of, within_budget = speedups(rows, baseline), _baseline_of(rows, baseline), within
     out, previous = [], {}
     for m, context in sorted({(r.m, r.context) for r in rows}):
@@ -381,15 +375,12 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseli
 
 
 def recommend_view(baseline: str = "bf16") -> View:
-    """The table of :func:`recommend` records declared: per M and context the pick, its step method and
-    step, tokens/s, speed-up over ``baseline``, logits error and how many timed schemes are within."""
-    cols = [Column("m", "M", lambda r: r["m"], str, True), Column("context", "context", lambda r: r["context"], str, True),
+    """The table of :func:`recommend` records: per M and context the pick and its step."""
+    cols = [entry("m", "M", str, True), entry("context", "context", str, True),
             Column("pick", "fastest step within the budget", lambda r: r["pick"] or "none"),
             Column("method", "step method", lambda r: SHORT.get(r["method"], DASH) if r["method"] else DASH),
-            Column("step_us", "step µs", lambda r: r["step_us"], fmt_us, True),
-            Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-            Column("speedup", f"×{baseline}", lambda r: r["speedup"], fmt_ratio, True),
-            Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+            entry("step_us", "step µs", fmt_us, True), entry("tokens_per_s", "tokens/s", fmt_num(".0f"), True),
+            entry("speedup", f"×{baseline}", fmt_ratio, True), entry("rel_fro", "logits err", fmt_num(".3g"), True),
             Column("within", "within budget", lambda r: f"{r['within']} of {r['timed']}", numeric=True)]
     keys = [c.key for c in cols]
     return View("model-step recommend", cols, keys, keys, keys,
@@ -397,10 +388,8 @@ def recommend_view(baseline: str = "bf16") -> View:
 
 
 def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Optional[float] = None) -> View:
-    """The table of ``qbench model`` on step files declared over :func:`model_records` records (with
-    ``rel_fro``, ``over_budget`` and ``_doubt``): the step by its method, tokens/s, Σ linear, the
-    remainder's share, the attention split, the speed-up over ``baseline`` (narrow: by the row's
-    method; wide: per method) and as Σ linear predicts it, the logits error, and over ``max_rel_err``."""
+    """The table of ``qbench model`` on step files over :func:`model_records` records (with ``rel_fro``,
+    ``over_budget``, ``_doubt``); the speed-up by the row's method (narrow) or per method (wide)."""
     b = baseline
     methods = [m for m in STEP_METHODS if any(m in r["speedup"] for r in records)]
 
@@ -408,14 +397,12 @@ def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Opt
         v = r["speedup"].get(m) if m else None
         return fmt_ratio(v) + ("*" if v is not None and m == r["method"] and r["_doubt"][2] else "")
 
-    cols = [Column("m", "M", lambda r: r["m"], str, True), Column("context", "context", lambda r: r["context"], str, True),
-            Column("scheme", "scheme", lambda r: r["scheme"]),
+    cols = [entry("m", "M", str, True), entry("context", "context", str, True), entry("scheme", "scheme"),
             Column("method", "step method", lambda r: SHORT.get(r["method"], r["method"] or DASH)),
-            Column("step_us", "step µs (measured)", lambda r: r["step_us"], fmt_us, True),
-            Column("tokens_per_s", "tokens/s", lambda r: r["tokens_per_s"], fmt_num(".0f"), True),
-            Column("linear_us", "Σ linear µs", lambda r: r["linear_us"], fmt_us, True),
-            Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None or r["_doubt"][0] else 100 * r["rest_share"],
-                   fmt_pct, True),
+            entry("step_us", "step µs (measured)", fmt_us, True),
+            entry("tokens_per_s", "tokens/s", fmt_num(".0f"), True), entry("linear_us", "Σ linear µs", fmt_us, True),
+            Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None or r["_doubt"][0]
+                   else 100 * r["rest_share"], fmt_pct, True),
             Column("attention_us", "attention µs", lambda r: r.get("attention_us"), fmt_us, True),
             Column("attention_floor", "attn floor", lambda r: None if r.get("attention_floor") is None
                    else 100 * r["attention_floor"], fmt_pct, True),
@@ -426,22 +413,22 @@ def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Opt
                      cell_override=lambda r, m=m: speedup(r, m)) for m in methods],
             Column("linear_speedup", f"×{b} Σ linear", lambda r: None if r["_doubt"][1] else r["linear_speedup"],
                    fmt_ratio, True),
-            Column("rel_fro", "logits err", lambda r: r["rel_fro"], fmt_num(".3g"), True),
+            entry("rel_fro", "logits err", fmt_num(".3g"), True),
             Column("budget", f"≤ {max_rel_err or 0:g}", lambda r: "over" if r["over_budget"] else "ok")]
     budget = ["budget"] if max_rel_err is not None else []
-    split = ["attention_us", "attention_floor", "other_us"] if any(r.get("attention_us") is not None for r in records) else []
+    attn = any(r.get("attention_us") is not None for r in records)
+    split = ["attention_us", "attention_floor", "other_us"] if attn else []
     wide = ["m", "context", "scheme", "method", "step_us", "tokens_per_s", "linear_us", "rest_pct", *split,
             *(f"speedup_{m}" for m in methods), "linear_speedup", "rel_fro", *budget]
     return View("model-step", cols, ["m", "context", "scheme", "method", "step_us", "rest_pct", *split[:2], "speedup",
                                      "linear_speedup", "rel_fro", *budget], wide, wide,
-                short={"context": "ctx", "method": "method", "step_us": "step µs", "linear_speedup": f"×{b} Σ", "rel_fro": "err",
-                       "attention_us": "attn µs"})
+                short={"context": "ctx", "method": "method", "step_us": "step µs", "linear_speedup": f"×{b} Σ",
+                       "rel_fro": "err", "attention_us": "attn µs"})
 
 
 def pick_notes(rec: Sequence[dict], rows: Sequence[StepRow], error: str = "the lower logits error") -> list[str]:
-    """The lines under a table of :func:`recommend` records ``rec`` (of step ``rows``): the picks tied
-    within noise and the rule among them (``error`` names the tie-break), the flags of the picks and
-    of their baselines, the schemes not measured and why, and those without a step time."""
+    """The lines under a table of :func:`recommend` records: ties and the rule among them (``error`` names the
+    tie-break), flags of the picks and baselines, schemes not measured or not timed."""
     lines, tied, timing = [], [], []
     for r in rec:
         if not r["ties"]:

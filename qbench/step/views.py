@@ -1,7 +1,6 @@
-"""The model-step job's views in the reader commands (``run``, ``report``, ``recommend``, ``model``,
-``plot``), registered in the step record's ``views`` (:mod:`qbench.jobs`). A view is ``(args, paths,
-docs) -> exit status`` (``run``'s: ``(doc, args) -> rows shown``); a refusal raises
-:class:`qbench.readers.common.Refused`. The tables are :mod:`qbench.step.view`'s.
+"""The model-step job's views in the reader commands (``run``, ``report``, ``recommend``, ``model``, ``plot``),
+registered in the step record's ``views`` (:mod:`qbench.jobs`): ``(args, paths, docs) -> exit status``
+(``run``'s: ``(doc, args) -> rows shown``); a refusal raises :class:`qbench.readers.common.Refused`.
 """
 
 from __future__ import annotations
@@ -25,16 +24,14 @@ __all__ = ["disagreements", "model_view", "plot_context", "plot_view", "recommen
 
 
 def _one_kind(paths: list[str], docs: list[ResultDoc]) -> None:
-    """Refuse model-step files given with files of another kind (one line naming each file's kind)."""
+    """Refuse model-step files given with files of another kind."""
     if any(doc.job != "step" for doc in docs):
         raise Refused("give per-layer files or model-step files, not both: "
                       + ", ".join(f"{p} ({d.job})" for p, d in zip(paths, docs)))
 
 
-# ---- qbench run, qbench report ----------------------------------------------------------------------
-
 def _table(doc: ResultDoc, rows: list, args: argparse.Namespace) -> Table:
-    """The step table of ``rows`` of ``doc`` (:func:`qbench.step.view.table_view`) with its lines and notes."""
+    """The step table of ``rows`` of ``doc`` with its lines and notes."""
     baseline, wide = getattr(args, "baseline", "bf16"), getattr(args, "wide", False)
     records = step_view.table_records(rows, baseline)
     return Table(step_view.table_view(rows, baseline), records, step_view.describe(doc),
@@ -42,13 +39,13 @@ def _table(doc: ResultDoc, rows: list, args: argparse.Namespace) -> Table:
 
 
 def run_view(doc: ResultDoc, args: argparse.Namespace) -> int:
-    """``qbench run``'s table of a model-step run (:func:`qbench.readers.common.show_table`). Returns the rows shown."""
+    """``qbench run``'s table of a model-step run; returns the rows shown."""
     return show_table(args, doc, _table(doc, doc.rows, args))
 
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench report STEP.json``: the step table in the file's order (``--by-m``: by M and context);
-    ``--crossover``, ``--sort`` and ``--method`` read per-layer rows and are refused."""
+    """``qbench report STEP.json``: the step table in file order (``--by-m``: by M and context); the per-layer
+    options are refused."""
     result = one_result(paths, docs)
     refuse_options(args, ("crossover", "sort", "method"), result.label + ": a model-step result; {flag} reads "
                    "per-layer results (qbench model shows the context sweep)")
@@ -62,12 +59,10 @@ def report_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc
     return 0
 
 
-# ---- qbench recommend ----------------------------------------------------------------------------
-
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
     """``qbench recommend STEP.json --max-rel-err X``: per file, per M and context, the pick of
-    :func:`qbench.step.view.recommend` within logits error X, with its notes; several files also say
-    whether the picks hold across them. Returns 0 when some (M, context) has a pick, else 1."""
+    :func:`qbench.step.view.recommend` with its notes; several files also say whether the picks hold. Returns 0
+    when some (M, context) has a pick, else 1."""
     _one_kind(paths, docs)
     refuse_budgets(args)
     refuse_options(args, ("summary", "by_format", "method"), "{flag} reads per-layer files; a model-step file has "
@@ -110,9 +105,8 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
 
 def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]:
     """The line under several step files: whether each (M, context) pick holds across them
-    (:func:`qbench.judge.pick_stability`). A changed pick is put down to run-to-run variation only for
-    runs of one scenario (same model, machine, schemes, weights), else the line names what differs;
-    the same file twice or several models are not compared; an (M, context) in only some is named."""
+    (:func:`qbench.judge.pick_stability`); a changed pick is put down to run-to-run variation only for runs of
+    one scenario, else the line names what differs."""
     paths = [Path(path).resolve() for path, _, _ in records]
     if len(set(paths)) < len(paths):
         return ["picks across files: not compared, the same file is given more than once"]
@@ -126,8 +120,8 @@ def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]
     stable = judge.pick_stability([rec for _, _, rec in records])
     n = len(records)
     said = [f"M={s['m']} ctx={s['context']}: " + (f"{s['picks'][0] or 'none'} in {'both' if n == 2 else f'all {n}'}"
-            if s["holds"] else "differ (" + ", ".join(f"{p or 'none'} in file {i + 1}" for i, p in enumerate(s["picks"])) + ")")
-            for s in stable]
+            if s["holds"] else "differ (" + ", ".join(f"{p or 'none'} in file {i + 1}"
+                                                      for i, p in enumerate(s["picks"])) + ")") for s in stable]
     everywhere = {(s["m"], s["context"]) for s in stable}
     partial = sorted({(r["m"], r["context"]) for _, _, rec in records for r in rec} - everywhere)
     moved = sum(not s["holds"] for s in stable)
@@ -145,11 +139,8 @@ def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]
     return [line]
 
 
-# ---- qbench model --------------------------------------------------------------------------------
-
 def disagreements(records: list[dict]) -> list[dict]:
-    """The (M, context) of ``records`` (:func:`qbench.step.view.model_records`, with ``over_budget``)
-    where the fastest step and the fastest Σ linear within the budget differ: ``{"m", "context",
+    """The (M, context) where the fastest step and the fastest Σ linear within the budget differ: ``{"m", "context",
     "step", "linear"}`` each."""
     out = []
     for m, context in dict.fromkeys((r["m"], r["context"]) for r in records):
@@ -165,9 +156,8 @@ def disagreements(records: list[dict]) -> list[dict]:
 
 
 def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench model NAME STEP.json...``: the measured step of model ``NAME`` beside Σ linear and the
-    speed-up over ``--baseline``, then the context sweep (:func:`qbench.step.view.sweep`);
-    ``--max-rel-err`` marks schemes over it. Returns 0 when some scheme has a measured step, else 1."""
+    """``qbench model NAME STEP.json...``: the measured step beside Σ linear and the speed-up over ``--baseline``,
+    then the context sweep. Returns 0 when some scheme has a step, else 1."""
     _one_kind(paths, docs)
     if args.method is not None:
         raise Refused("--method reads per-layer files; a model-step file's step methods are all shown")
@@ -204,19 +194,20 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
         rec["_doubt"] = doubts[(rec["scheme"], rec["m"], rec["context"])]
     view = step_view.model_view(records, args.baseline, args.max_rel_err)
     b, methods = args.baseline, "/".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
-    describe = [f"{rows[0].title} ({args.name}): the measured decode step (qbench.step) beside the linear-only prediction",
-                *filter(None, [synthetic_step_warning(rows)])]
+    describe = [f"{rows[0].title} ({args.name}): the measured decode step (qbench.step) beside the linear-only "
+                "prediction", *filter(None, [synthetic_step_warning(rows)])]
     disagree = disagreements(records)
     if disagree:
         first = disagree[0]
         describe.append(f"the measured step and Σ linear name different fastest schemes ({len(disagree)} of "
                         f"{len({(r['m'], r['context']) for r in records})} (M, context); M={first['m']} "
-                        f"context={first['context']}: {first['step']} measured, {first['linear']} by Σ linear); " + ACT_ON)
-    describe.append(f"step = the {methods} step, first present (method); rest = (step - Σ linear) / step, Σ linear = the "
-                    f"per-layer stream times of the same linear layers in the same run (what the layer view predicts); "
-                    f"×{b} = {b} step / this step by its method (a compiled scheme against {b}+compiled), ×{b} Σ = as "
-                    f"Σ linear predicts it; err = the logits' error against the FP32 step"
-                    + (f"; --wide: tokens/s, Σ linear µs and ×{b} per step method" if narrow(args.format, wide) else ""))
+                        f"context={first['context']}: {first['step']} measured, {first['linear']} by Σ linear); "
+                        + ACT_ON)
+    wider = f"; --wide: tokens/s, Σ linear µs and ×{b} per step method" if narrow(args.format, wide) else ""
+    describe.append(f"step = the {methods} step, first present (method); rest = (step - Σ linear) / step, Σ linear = "
+                    f"the per-layer stream times of the same linear layers in the same run (what the layer view "
+                    f"predicts); ×{b} = {b} step / this step by its method (a compiled scheme against {b}+compiled), "
+                    f"×{b} Σ = as Σ linear predicts it; err = the logits' error against the FP32 step{wider}")
     notes = [*step_view.doubt_legend([r["_doubt"] for r in records]), "",
              f"context sweep: where each scheme stops beating {b} (its step no faster than {b}'s)",
              *(step_view.sweep_line(rec, b) for rec in sweep)]
@@ -232,13 +223,10 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
     return 0 if any(r["step_us"] is not None for r in records) else 1
 
 
-# ---- qbench plot ---------------------------------------------------------------------------------
-
 def plot_context(doc: ResultDoc, path: Path) -> Path:
-    """Draw a model-step result against the context into ``path`` (returned): one panel per M, one
-    line per scheme (the step by its decision method, ms, log-log) and its Σ linear dashed in the same
-    colour (:func:`qbench.render.styles.scheme_styles`; a compiled form: its eager scheme's colour,
-    square markers, a thicker line). Where a line crosses bf16's, the scheme stops paying."""
+    """Draw a model-step result against the context into ``path``: a panel per M, a line per scheme (the step by its
+    decision method, ms, log-log), its Σ linear dashed in the same colour (a compiled form: its eager scheme's
+    colour, square markers, a thicker line). Returns ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -292,7 +280,6 @@ def plot_context(doc: ResultDoc, path: Path) -> Path:
 
 
 def plot_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench plot STEP.json -o FILE``: :func:`plot_context` of the one file (the roofline and
-    Pareto charts are the layer job's; ``--what`` and ``--method`` do not apply)."""
+    """``qbench plot STEP.json -o FILE``: :func:`plot_context` of the one file."""
     (doc,) = docs
     return one_chart(args, lambda out: plot_context(doc, out))
