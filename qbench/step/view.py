@@ -204,30 +204,31 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
 LINEAR_ABOVE_STEP = -0.02
 
 
-def doubtful(rows: Sequence[StepRow], baseline: str = "bf16") -> list[tuple[bool, bool, bool]]:
-    """Per row, ``(above, pair_above, noisy)``: Σ linear exceeds the row's decision step (:data:`LINEAR_ABOVE_STEP`;
-    its remainder shown ``—``), exceeds the row's or its baseline's (so does the predicted speed-up), the row's
-    or its baseline's decision step is noisy (its speed-up marked ``*``)."""
-    base_of = _baseline_of(rows, baseline)
+def doubtful(rows: Sequence[StepRow], baseline: str = "bf16") -> list[tuple[bool, bool, tuple[str, ...]]]:
+    """Per row, ``(above, pair_above, doubts)``: Σ linear exceeds the row's decision step (:data:`LINEAR_ABOVE_STEP`;
+    its remainder shown ``—``), exceeds the row's or its baseline's (so does the predicted speed-up), and the
+    :func:`speedup_doubts` of the pair (noisy, throttled, cpu-busy; its speed-up marked ``*``)."""
+    base_of, doubts = _baseline_of(rows, baseline), speedup_doubts(rows, baseline)
 
     def above(r: Optional[StepRow]) -> bool:
         share = r.remainder_share.get(decision_method(r) or "") if r is not None else None
         return share is not None and share < LINEAR_ABOVE_STEP
 
-    out = []
-    for r in rows:
-        b, method = base_of(r), decision_method(r)
-        noisy = method is not None and any(judge.is_noisy(x, method) for x in (r, b) if x is not None)
-        out.append((above(r), above(r) or above(b), noisy))
-    return out
+    return [(above(r), above(r) or above(base_of(r)), tuple(doubts.get(r.key, ()))) for r in rows]
+
+
+#: How the legend names each of :data:`DOUBT_FLAGS`.
+DOUBT_WORDS = {"noisy": f"noisy (cv over {judge.NOISY_CV:.0%})", "throttled": "throttled (the GPU limited its clocks)",
+               "cpu-busy": "timed beside other CPU work (cpu-busy)"}
 
 
 def doubt_legend(doubts: Sequence[tuple[bool, bool, bool]]) -> list[str]:
     """The line that says what the ``—`` and ``*`` marks of :func:`doubtful` mean (none without marks)."""
     said = (["rest and ×Σ '—': Σ linear exceeds the step (rest: this row's; ×Σ: this row's or its baseline's; "
              "linear-above-step), so neither is a reading"] if any(p for _, p, _ in doubts) else [])
-    said += ([f"×baseline '*': this row's or its baseline's step is noisy (cv over {judge.NOISY_CV:.0%}): a ratio "
-              "of medians that do not hold"] if any(n for _, _, n in doubts) else [])
+    names = [DOUBT_WORDS[f] for f in DOUBT_FLAGS if any(f in d for _, _, d in doubts)]
+    said += ([f"×baseline '*': this row's or its baseline's step is {' or '.join(names)}: a ratio of medians that "
+              "may not hold"] if names else [])
     return ["; ".join(said)] if said else []
 
 

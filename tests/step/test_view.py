@@ -128,6 +128,26 @@ def test_a_step_below_its_linear_sum_and_a_noisy_speedup_are_marked_not_printed_
     assert "Σ linear exceeds the step" in text and "step is noisy (cv over 25%)" in text
 
 
+def test_a_throttled_or_cpu_busy_step_marks_its_speedup_as_a_noisy_one_does():
+    """The step table marked '*' only for noisy steps while the joined `qbench model STEP QUALITY` also for throttled
+    and cpu-busy ones: one rule now, and the line under the table names the flag the marked rows carry."""
+    from qbench.step.view import step_table
+
+    def row(scheme, step, flags=()):
+        return StepRow(scheme=scheme, base_scheme=scheme, library="torch", mode="eager", model="m", title="M", m=1,
+                       context=128, device="cuda:0", weight_dtype="x", activation_dtype="bfloat16", lm_head="float",
+                       blocks=2, latency_us={"step_graph": {"median": step, "p10": step, "p90": step, "cv": 0.01}},
+                       error={"compared": "logits", "rel_fro": 0.002},
+                       flags=[{"name": f, "text": f"{f} here"} for f in flags])
+
+    clean = step_table([row("bf16", 2000.0), row("int8", 1000.0)])
+    assert "2.00×*" not in clean and "2.00×" in clean and "'*'" not in clean
+    throttled = step_table([row("bf16", 2000.0, ["throttled"]), row("int8", 1000.0)])
+    assert "2.00×*" in throttled and "step is throttled (the GPU limited its clocks)" in throttled
+    busy = step_table([row("bf16", 2000.0), row("int8", 1000.0, ["cpu-busy"])])
+    assert "2.00×*" in busy and "step is timed beside other CPU work (cpu-busy)" in busy and "throttled" not in busy
+
+
 def test_qbench_model_marks_the_same_artefacts_as_the_step_table(tmp_path, capsys):
     """`qbench model NAME STEP.json` shows the remainder and the Σ speed-up of a step below its Σ linear
     as '—' and a noisy step's speed-up with '*', saying why under the table (friction 13)."""
