@@ -131,7 +131,7 @@ def measure_ceilings(device: torch.device | str, dtypes: list[str], n: int = MAT
         device: a CUDA device ("cuda", "cuda:0", torch.device), or ``"cpu"``
             (:func:`measure_cpu_ceilings`: a fraction of a second, no datasheet).
         dtypes: subset of MATMUL_DTYPES ("fp32" is measured with TF32 off and checked
-            against a float64 product; "tf32" with float32_matmul_precision "high").
+            against a float64 product; "tf32" with torch.backends.cuda.matmul.fp32_precision "tf32").
         n: matmul size (n x n x n, 2*n^3 FLOPs); default 8192.
 
     Returns:

@@ -425,7 +425,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "not-compiled": "torch.compile compiled no graph: the 'compiled' layer or step ran eagerly",
     "graph-breaks": "the compiled call has graph breaks: part of it runs eagerly between graphs",
     "throttled": "the GPU limited its clocks (power or thermal cap) right after the reading",
-    "above-ceiling": "faster than the roofline of the ceilings used: the ceiling underestimates the device",
+    "above-ceiling": "faster than the roofline of the ceilings used (a layer), or a step's attention faster than its "
+                     "HBM floor: the ceiling underestimates the device, or the data was read from caches",
     "cpu-busy": "CPU threads exceed the free cores",
     "input-fault": "a NaN/Inf or all-zero weight, or activations that overflow the activation dtype when cast: the "
                    "input's fault, not the scheme's",

@@ -70,17 +70,31 @@ DOUBT_FLAGS = ("noisy", "throttled", "cpu-busy")
 
 
 def speedup_doubts(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, list[str]]:
-    """``{row.key: flag names}`` for the ``ok`` rows whose speed-up is in doubt: the :data:`DOUBT_FLAGS` of the row
-    and its baseline row, and ``noisy`` when either's decision step is."""
-    base_of, out = _baseline_of(rows, baseline), {}
+    """``{row.key: flag names}`` for the ``ok`` rows with a speed-up (not the baseline's own) that is in doubt, by
+    the reading each side of the ratio used (the row's decision method; the baseline's same method, or its eager
+    twin): ``noisy`` (that reading's cv), ``throttled`` (an NVML slow-down reason right after that method; the
+    row's flag when the file has no reading per method), ``cpu-busy`` (the row's: every CPU method)."""
+    base_of, sp, out = _baseline_of(rows, baseline), speedups(rows, baseline), {}
     for r in rows:
-        method = decision_method(r)
-        pair = [x for x in (r, base_of(r)) if x is not None]
-        names = [f for x in pair for f in x.flag_names if f in DOUBT_FLAGS]
-        names += ["noisy"] if method and any(judge.is_noisy(x, method) for x in pair) else []
-        if r.status == "ok" and names:
-            out[r.key] = list(dict.fromkeys(names))
+        b, method = base_of(r), decision_method(r)
+        if r.status != "ok" or method is None or b is None or b is r or sp.get(r.key, {}).get(method) is None:
+            continue
+        pair = [(r, method), (b, method if b.step_us(method) else _EAGER_TWIN.get(method, method))]
+        names = ["noisy"] if any(judge.is_noisy(x, m) for x, m in pair) else []
+        names += ["throttled"] if any(_throttled(x, m) for x, m in pair) else []
+        names += ["cpu-busy"] if any("cpu-busy" in x.flag_names for x, _ in pair) else []
+        if names:
+            out[r.key] = names
     return out
+
+
+def _throttled(r: StepRow, method: str) -> bool:
+    """Whether NVML gave a slow-down reason right after ``method``'s reading (the row's ``throttled`` flag when
+    the row has no reading per method)."""
+    reading = r.gpu_state.by_method.get(method) if r.gpu_state is not None else None
+    if reading is None or reading.throttle_reasons is None:
+        return "throttled" in r.flag_names and not (r.gpu_state and r.gpu_state.by_method)
+    return bool(reading.throttle_reasons)
 
 
 def linear_speedup(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, float]:

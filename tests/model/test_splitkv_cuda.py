@@ -70,12 +70,10 @@ def test_decode_attention_split_kv_equals_sdpa_in_fp32(seq_len, splits):
     q = torch.randn(2, 8, 4, 128, device="cuda", generator=g)
     k, v = (torch.randn(2, 8, seq_len, 128, device="cuda", generator=g) for _ in range(2))
     sl = splitkv.split_len(16, seq_len, 132, splits)
-    prev = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
+    from qbench.schemes.precision import strict_fp32
+
+    with strict_fp32():  # the per-backend API: the legacy allow_tf32 raises once another test set it (torch >= 2.9)
         sdpa = llama.decode_attention(q, k, v, 1 / math.sqrt(128))
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = prev
     assert _rel(llama.decode_attention(q, k, v, 1 / math.sqrt(128), slice_len=sl), sdpa.double()) < 1e-5
 
 

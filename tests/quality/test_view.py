@@ -185,7 +185,15 @@ def test_a_layer_file_is_not_a_speed_half(capsys):
 
 def test_model_marks_a_speedup_of_a_flagged_step(tmp_path, capsys):
     """Friction 4: `qbench model` printed a noisy step's 51.99× bare."""
-    step = _copy(tmp_path, STEP, "step.json", flags=lambda r: [{"name": "throttled", "text": "sw_power_cap active right after step_graph"}]
+    def throttle(r):  # NVML's reading after step_graph says so too: the mark follows the reading the ratio uses
+        if not (r["scheme"].startswith("nf4-bnb") and r["m"] == 1):
+            return r.get("gpu_state")
+        state = r.get("gpu_state") or {}
+        state.setdefault("by_method", {}).setdefault("step_graph", {})["throttle_reasons"] = ["sw_power_cap"]
+        return state
+
+    step = _copy(tmp_path, STEP, "step.json", gpu_state=throttle,
+                 flags=lambda r: [{"name": "throttled", "text": "sw_power_cap active right after step_graph"}]
                  if r["scheme"].startswith("nf4-bnb") and r["m"] == 1 else [])
     assert cli.main(["model", "tiny-shakespeare-llama", step, TINY]) == 0
     out = capsys.readouterr().out

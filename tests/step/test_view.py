@@ -131,6 +131,7 @@ def test_a_step_below_its_linear_sum_and_a_noisy_speedup_are_marked_not_printed_
 def test_a_throttled_or_cpu_busy_step_marks_its_speedup_as_a_noisy_one_does():
     """The step table marked '*' only for noisy steps while the joined `qbench model STEP QUALITY` also for throttled
     and cpu-busy ones: one rule now, and the line under the table names the flag the marked rows carry."""
+    from qbench.row import GpuReading, GpuState
     from qbench.step.view import step_table
 
     def row(scheme, step, flags=()):
@@ -146,6 +147,14 @@ def test_a_throttled_or_cpu_busy_step_marks_its_speedup_as_a_noisy_one_does():
     assert "2.00×*" in throttled and "step is throttled (the GPU limited its clocks)" in throttled
     busy = step_table([row("bf16", 2000.0), row("int8", 1000.0, ["cpu-busy"])])
     assert "2.00×*" in busy and "step is timed beside other CPU work (cpu-busy)" in busy and "throttled" not in busy
+    # by the reading the ratio uses: a throttle NVML saw after another method does not mark it
+    other = row("bf16", 2000.0, ["throttled"])
+    other.gpu_state = GpuState(by_method={"step_graph": GpuReading(throttle_reasons=[]),
+                                          "step_compiled": GpuReading(throttle_reasons=["sw_power_cap"])})
+    assert "2.00×*" not in step_table([other, row("int8", 1000.0)])
+    # no speed-up shown (no baseline at this point), so neither '*' nor the line under the table
+    alone = step_table([row("int8", 1000.0, ["throttled"])])
+    assert "*" not in alone and "'*'" not in alone
 
 
 def test_qbench_model_marks_the_same_artefacts_as_the_step_table(tmp_path, capsys):
