@@ -618,6 +618,11 @@ def finish(doc: dict, output: Output, started: float, *, force: bool = False) ->
     return RunOutcome(doc, output.path, 0)
 
 
+#: What marks a phase line in a worker's log (:func:`qbench.worker.log_phases`) among the libraries' own output: a
+#: worker's death is reported with the last one.
+PHASE_TAG = "[qbench]"
+
+
 def _death_reason(code: Optional[int], log_path: str, timeout: float) -> str:
     if code is None:
         what = f"worker timed out after {timeout:g} s"
@@ -629,7 +634,12 @@ def _death_reason(code: Optional[int], log_path: str, timeout: float) -> str:
         what = f"worker killed by {name}"
     else:
         what = f"worker exited with status {code}"
-    last = _last_line(log_path)
+    lines = log_tail(log_path)
+    last = lines[-1][:240] if lines else ""
+    # the phase it was in (a model-step worker's PHASE_TAG lines), when a library wrote after it
+    phase = next((line[:240] for line in reversed(lines) if f" {PHASE_TAG} " in line), "")
+    if phase and phase != last:
+        return f"{what}; in phase: {phase}; last output: {last}"
     return f"{what}; last output: {last}" if last else what
 
 
@@ -641,11 +651,6 @@ def log_tail(log_path: str, lines: int = 200) -> list[str]:
         return kept[-lines:] if lines > 0 else []
     except OSError:
         return []
-
-
-def _last_line(log_path: str) -> str:
-    lines = log_tail(log_path)
-    return lines[-1][:240] if lines else ""
 
 
 # ---- qbench run --repeat N: one scheme's runs combined -----------------------------------------------

@@ -182,14 +182,16 @@ def child(job_path: str, rows_path: str, log_path: str, environ: dict, go=None) 
 
 def log_phases() -> None:
     """Send the ``qbench`` loggers' INFO lines (the phases a model-step worker enters,
-    :mod:`qbench.step.measure`) to stderr, the worker's log: the last line of a worker that hangs
-    names its phase in the runner's timeout reason. Idempotent."""
+    :mod:`qbench.step.measure`) to stderr, the worker's log, tagged :data:`qbench.lifecycle.PHASE_TAG`: the
+    runner's reason for a worker that hangs names its last phase, whatever a library wrote after it. Idempotent."""
     import logging
+
+    from qbench.lifecycle import PHASE_TAG
 
     logger = logging.getLogger("qbench")
     if not any(getattr(h, "qbench_phases", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        handler.setFormatter(logging.Formatter(f"%(asctime)s {PHASE_TAG} %(message)s", "%H:%M:%S"))
         handler.qbench_phases = True
         logger.addHandler(handler)
     logger.setLevel(logging.INFO)

@@ -389,6 +389,13 @@ def test_death_reason_log_tail(tmp_path):
     torn.write_bytes(b"ok\n\xff\xfe half a character\n")
     assert runner.log_tail(str(torn)) == ["ok", "\ufffd\ufffd half a character"]
     assert runner._death_reason(1, str(log), 1.0) == "worker exited with status 1; last output: " + "x" * 240
+    # a model-step worker's last phase line, then a library's warnings: the reason names both
+    hung = tmp_path / "hung.log"
+    hung.write_text("09:07:31 [qbench] int8+compiled M=16 context=128: first call of the default compiled step "
+                    "(compiling)\nW1206 09:13:45.98 torch/_inductor: a warning\n")
+    assert runner._death_reason(None, str(hung), 400.0) == (
+        "worker timed out after 400 s; in phase: 09:07:31 [qbench] int8+compiled M=16 context=128: first call of the "
+        "default compiled step (compiling); last output: W1206 09:13:45.98 torch/_inductor: a warning")
 
 
 # ---- bitsandbytes shard rules against real shards -------------------------------------------------

@@ -259,7 +259,7 @@ def test_worker_sends_phase_lines_to_its_log(capsys):
         added = [h for h in logger.handlers if h not in before]
         assert len(added) == 1
         logging.getLogger("qbench.step").info("int4 M=1 context=128: step_graph")
-        assert capsys.readouterr().err.rstrip().endswith(" int4 M=1 context=128: step_graph")
+        assert capsys.readouterr().err.rstrip().endswith(" [qbench] int4 M=1 context=128: step_graph")
     finally:
         logger.handlers[:] = before
         logger.setLevel(level)
