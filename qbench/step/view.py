@@ -354,10 +354,11 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseli
     """Per (M, context), in order: the pick among the ``ok`` rows within the budget (logits error ≤ ``max_rel_err``,
     or ``within``), each by its decision method, by :func:`qbench.judge.pick_within_noise` (ties: the smaller
     context's pick, then ``tie_error``, default the logits error, then bytes). A record holds the pick's
-    ``method``, ``step_us``, ``tokens_per_s``, ``speedup``, ``rel_fro``, ``compared``, ``ties``, ``fastest``,
-    ``within`` / ``timed`` counts, ``untimed``, ``timing_flags``, ``pick_flags`` and ``baseline_flags``."""
+    ``method``, ``step_us``, ``tokens_per_s``, ``speedup`` (``doubt``: its :func:`speedup_doubts`), ``rel_fro``,
+    ``compared``, ``ties``, ``fastest``, ``within`` / ``timed`` counts, ``untimed``, ``timing_flags``,
+    ``pick_flags`` and ``baseline_flags``."""
     sp, base_of, within_budget = speedups(rows, baseline), _baseline_of(rows, baseline), within
-    out, previous = [], {}
+    doubts, out, previous = speedup_doubts(rows, baseline), [], {}
     for m, context in sorted({(r.m, r.context) for r in rows}):
         here = [r for r in rows if r.m == m and r.context == context and r.status == "ok"]
         timed = [r for r in here if decision_method(r)]
@@ -375,6 +376,7 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseli
                     "step_us": best.step_us(method) if best else None,
                     "tokens_per_s": best.tokens_per_s.get(method) if best else None,
                     "speedup": sp.get(best.key, {}).get(method) if best else None,
+                    "doubt": doubts.get(best.key, []) if best else [],
                     "rel_fro": logits_error(best) if best else None,
                     "compared": (best.error or {}).get("compared") if best else None,
                     "ties": [r.scheme for r in ties], "fastest": fastest.scheme if fastest else None,
@@ -395,7 +397,9 @@ def recommend_view(baseline: str = "bf16") -> View:
             Column("pick", "fastest step within the budget", lambda r: r["pick"] or "none"),
             Column("method", "step method", lambda r: SHORT.get(r["method"], DASH) if r["method"] else DASH),
             entry("step_us", "step µs", fmt_us, True), entry("tokens_per_s", "tokens/s", fmt_num(".0f"), True),
-            entry("speedup", f"×{baseline}", fmt_ratio, True), entry("rel_fro", "logits err", fmt_num(".3g"), True),
+            entry("speedup", f"×{baseline}", fmt_ratio, True, cell_override=lambda r: fmt_ratio(r["speedup"])
+                  + ("*" if r["speedup"] is not None and r.get("doubt") else "")),
+            entry("rel_fro", "logits err", fmt_num(".3g"), True),
             Column("within", "within budget", lambda r: f"{r['within']} of {r['timed']}", numeric=True)]
     keys = [c.key for c in cols]
     return View("model-step recommend", cols, keys, keys, keys,
@@ -469,6 +473,7 @@ def pick_notes(rec: Sequence[dict], rows: Sequence[StepRow], error: str = "the l
         legend = flag_legend(seen)
         lines.append("flags on the picks and on the baselines their speed-up divides by (the rows' own flag text in "
                      "the JSON has the figures): " + "; ".join(flagged) + (f"; {legend}" if legend else ""))
+    lines += doubt_legend([(False, False, tuple(r.get("doubt", ()))) for r in rec if r["speedup"] is not None])
     failed: dict[str, str] = {}
     for r in rows:
         if r.status != "ok":

@@ -157,6 +157,30 @@ def test_a_throttled_or_cpu_busy_step_marks_its_speedup_as_a_noisy_one_does():
     assert "*" not in alone and "'*'" not in alone
 
 
+def test_recommend_marks_a_pick_whose_baseline_reading_was_throttled(tmp_path, capsys):
+    """`recommend STEP` printed the pick's ×bf16 bare while `report` and `model` marked the same ratio '*'."""
+    import json
+    from pathlib import Path
+
+    from qbench import cli
+
+    doc = json.loads((Path(__file__).resolve().parents[2] / "results" / "h200" / "step_tiny_trained.json").read_text())
+    for row in doc["rows"]:
+        if row["scheme"] == "bf16" and row["status"] == "ok":  # NVML saw a power cap after every bf16 reading
+            row["gpu_state"] = {"by_method": {m: {"throttle_reasons": ["sw_power_cap"]} for m in row["latency_us"]}}
+            row["flags"] = [*row.get("flags", []), {"name": "throttled", "text": "sw_power_cap active right after x"}]
+        if row["scheme"] == "int8-weight-only" and row["status"] == "ok":  # three times faster: the pick
+            for stats in filter(None, row["latency_us"].values()):
+                stats.update({k: stats[k] / 3 for k in ("median", "p10", "p90", "mean") if stats.get(k)})
+    path = tmp_path / "step.json"
+    path.write_text(json.dumps(doc))
+    assert cli.main(["recommend", str(path), "--max-rel-err", "0.5"]) == 0
+    out = capsys.readouterr().out
+    picks = [line.split() for line in out.splitlines() if line[:3].strip().isdigit()]
+    assert picks and all(p[2] == "int8-weight-only" and p[6].endswith("×*") for p in picks), picks
+    assert "step is throttled (the GPU limited its clocks)" in " ".join(out.split())
+
+
 def test_qbench_model_marks_the_same_artefacts_as_the_step_table(tmp_path, capsys):
     """`qbench model NAME STEP.json` shows the remainder and the Σ speed-up of a step below its Σ linear
     as '—' and a noisy step's speed-up with '*', saying why under the table (friction 13)."""
