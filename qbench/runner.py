@@ -109,7 +109,7 @@ def _measure(scenario, dev, output, doc, preloaded, started, force, progress, sh
         remove_stale_temp_folders()
         tmp = _temp_folder()
         workers = _Workers(scenario, dev, doc["ceilings"], tmp, started=started, skip=done,
-                           prestart=0 if repeat > 1 else None)
+                           prestart=0 if repeat > 1 else None, keep_logs=logs_folder(output.path))
         doc["workers"] = {**doc.get("workers", {}), "design": "one process per scheme" if repeat == 1 else
                           f"{repeat} processes per scheme, one after another", "repeat": repeat, "preloaded": preloaded,
                           "ahead": workers.ahead, "timeline": workers.timeline}
@@ -167,6 +167,12 @@ EXIT_REPORT_S = 5.0
 #: waiting for it: the forkserver, which would report it, is then killed so that nothing (not even
 #: multiprocessing at the runner's exit) waits for it any longer.
 KILL_WAIT_S = 30.0
+
+
+def logs_folder(result: "os.PathLike[str] | str") -> str:
+    """Where the logs of workers that died are kept for the result file ``result``: ``<result>.worker-logs``
+    beside it (a worker's own folder is temporary; its timeout or crash reason names the kept log)."""
+    return f"{result}.worker-logs"
 
 
 def _read_rows(path: str) -> Optional[list]:
@@ -356,8 +362,10 @@ class _Workers:
     """
 
     def __init__(self, scenario: Scenario, dev, ceilings: Optional[dict], folder: str,
-                 prestart: "Optional[bool | int]" = None, started: Optional[float] = None, skip=()):
+                 prestart: "Optional[bool | int]" = None, started: Optional[float] = None, skip=(),
+                 keep_logs: Optional[str] = None):
         self.scenario, self.dev, self.ceilings, self.folder = scenario, dev, ceilings, folder
+        self.keep_logs = keep_logs  # where a worker that died leaves its log (:func:`logs_folder`), or None
         #: the schemes this run measures, by index (those labelled in ``skip`` have rows already: --resume)
         self.order = [i for i, e in enumerate(scenario.schemes) if e.label not in set(skip)]
         self.current = None  # the measuring worker's process, stopped by close()
@@ -540,12 +548,25 @@ class _Workers:
                 return rows
             last = log_tail(log_path, 1)
             return self._failed(index, (f"worker timed out after {timeout:g} s; " if timed_out else "") + self.broken
-                                + (f"; last output: {last[0][:240]}" if last else ""))
+                                + (f"; last output: {last[0][:240]}" if last else "") + self._kept_log(index, log_path))
         code = None if timed_out else proc.exitcode
         if code == 0 and os.path.exists(rows_path):
             with open(rows_path, encoding="utf-8") as f:
                 return json.load(f)
-        return self._failed(index, _death_reason(code, log_path, timeout))
+        return self._failed(index, _death_reason(code, log_path, timeout) + self._kept_log(index, log_path))
+
+    def _kept_log(self, index: int, log_path: str) -> str:
+        """Copy the log of scheme ``index``'s worker, which died, into :attr:`keep_logs` (its run folder is removed at
+        the end) and return ``"; log: PATH"`` for the reason, or ``""`` when none is kept or it cannot be copied."""
+        if not self.keep_logs or not os.path.exists(log_path):
+            return ""
+        name = re.sub(r"[^A-Za-z0-9._+-]", "_", f"{index}-{self.scenario.schemes[index].label}")[:120] + ".log"
+        try:
+            os.makedirs(self.keep_logs, exist_ok=True)
+            shutil.copyfile(log_path, os.path.join(self.keep_logs, name))
+        except OSError:
+            return ""
+        return f"; log: {os.path.join(self.keep_logs, name)}"
 
     def _await_exit(self, proc, until: float) -> str:
         """Wait for the forkserver to report worker ``proc``'s exit (the forkserver is its parent:

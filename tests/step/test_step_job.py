@@ -300,6 +300,9 @@ def test_a_timed_out_step_worker_is_reported_with_its_phase(tmp_path):
     reason = rows[0].reason
     assert "worker timed out after 20 s; last output: " in reason
     assert "fp32 M=1" in reason.split("last output: ", 1)[1], reason
+    # its log is kept beside the result (the worker's own folder is removed), and the reason names it
+    kept = tmp_path / "r.json.worker-logs" / "0-fp32.log"
+    assert reason.endswith(f"; log: {kept}") and "[qbench] fp32 M=1" in kept.read_text()
 
 
 # -- readers' arithmetic ---------------------------------------------------------------------
