@@ -134,3 +134,20 @@ def compile_threads() -> Optional[int]:
     Inductor's config was never imported."""
     config = sys.modules.get("torch._inductor.config")
     return getattr(config, "compile_threads", None)
+
+
+#: Inductor's tuning settings a compiled row records (:func:`inductor_settings`): torchao's configs switch the
+#: first three on process-wide when a scheme is built (``set_inductor_config=True``, their default:
+#: ``torchao.quantization.utils.recommended_inductor_config_setter``), so a torchao scheme's compiled step and a
+#: plain bf16 one can be compiled with different settings.
+TUNING_SETTINGS = ("coordinate_descent_tuning", "coordinate_descent_check_all_directions",
+                   "force_fuse_int_mm_with_mul", "max_autotune")
+
+
+def inductor_settings() -> Optional[dict[str, bool]]:
+    """``{setting: on}`` for each of :data:`TUNING_SETTINGS` in this process's Inductor config, None when Inductor's
+    config was never imported."""
+    config = sys.modules.get("torch._inductor.config")
+    if config is None:
+        return None
+    return {key: bool(getattr(config, key)) for key in TUNING_SETTINGS if hasattr(config, key)}

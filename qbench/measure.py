@@ -288,7 +288,8 @@ class _Runner:
                 row["compile"] = {"first_call_s": first_call_s, "graphs_compiled": graphs,
                                   "graph_breaks": compile_info.graph_break_count() - breaks_before,
                                   "cache_counters": {key: n for key, n in caches.items() if n},
-                                  "compile_threads": compile_info.compile_threads()}
+                                  "compile_threads": compile_info.compile_threads(),
+                                  "inductor": compile_info.inductor_settings()}
                 if self.graphs_total == 0:
                     row["flags"].append(flag_record("not-compiled", "torch.compile compiled no graph for this scheme; "
                                                              "the call ran eagerly"))

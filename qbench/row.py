@@ -332,6 +332,11 @@ class CompileInfo(_Part):
                                            "(kernels compiled in the worker itself, no pool of compile processes) "
                                            "unless TORCHINDUCTOR_COMPILE_THREADS says otherwise (absent before "
                                            "2026-12-01, third session)")
+    inductor: Optional[dict[str, bool]] = Field(None, description="Inductor's tuning settings in the worker when it "
+                                                "compiled (`coordinate_descent_tuning`, ...: torchao's configs switch "
+                                                "coordinate descent on process-wide when the scheme is built), so a "
+                                                "compiled row and its compiled baseline may differ here (absent before "
+                                                "2026-12-06, fourth session)")
 
 
 class TuningCacheInfo(_Part):

@@ -48,3 +48,33 @@ def test_the_measuring_worker_compiles_on_every_cpu_and_starts_the_pool():
 def test_the_environment_variable_wins():
     got = _probe({"TORCHINDUCTOR_COMPILE_THREADS": "1"})
     assert got["before"] == got["after"] == 1 and got["pool_after"] == 0
+
+
+_TORCHAO_PROBE = """
+import json, torch
+from qbench import compile_info, schemes
+import torch._inductor.config  # noqa: F401 - imported, as a compiled worker has it
+plain = compile_info.inductor_settings()
+entry = schemes.get("int8-weight-only")
+entry.build(torch.randn(64, 64), None, entry.options_model())  # torchao's quantize_ with its default config
+print(json.dumps({"plain": plain, "after": compile_info.inductor_settings()}))
+"""
+
+
+def test_a_torchao_build_switches_coordinate_descent_on_and_the_row_can_say_so():
+    """torchao's configs (set_inductor_config=True by default) switch Inductor's coordinate-descent tuning on for the
+    whole process when a scheme is built: a plain bf16 worker compiles without it, so each compiled row records it."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", _TORCHAO_PROBE], env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["plain"]["coordinate_descent_tuning"] is False and got["plain"]["max_autotune"] is False
+    assert got["after"]["coordinate_descent_tuning"] is True
+    assert got["after"]["coordinate_descent_check_all_directions"] is True
+
+
+def test_inductor_settings_before_inductor_is_imported():
+    code = "import json; from qbench import compile_info; print(json.dumps(compile_info.inductor_settings()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert out.returncode == 0 and out.stdout.strip() == "null", out.stderr[-1000:]

@@ -524,7 +524,7 @@ class _Built:
         after = _counters()
         record = row["compile"] or {}
         record.setdefault("first_call_s", []).append(first)
-        record["compile_threads"] = compile_info.compile_threads()
+        record["compile_threads"], record["inductor"] = compile_info.compile_threads(), compile_info.inductor_settings()
         for key in after:
             record[key] = record.get(key, 0) + after[key] - before[key]
         row["compile"] = record
