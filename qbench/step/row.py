@@ -63,7 +63,8 @@ class StepRow(BaseModel):
             ``step_reduce_overhead``), compilation included; ``compile_threads`` (Inductor's, in the
             measuring worker: on CUDA the CPUs it may use, :func:`qbench.compile_info.compile_in_parallel`;
             absent in older files); ``graphs_compiled``, ``graph_breaks``, ``cudagraph_skips`` and
-            Inductor's cache counters summed over those calls.
+            Inductor's cache counters summed over those calls; ``inductor``: its tuning settings
+            (:func:`qbench.compile_info.inductor_settings`; absent in older files).
         gpu_state: NVML readings right after each method (:class:`qbench.row.GpuState`, CUDA only).
         flags: what a reader must see (:class:`qbench.row.Flag`; :data:`qbench.row.FLAG_MEANINGS`).
         repeats: ``qbench run --repeat`` (:class:`qbench.row.Repeats`).

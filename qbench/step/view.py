@@ -200,9 +200,26 @@ def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
 
 
 def table_notes(rows: Sequence[StepRow], records: Sequence[dict], wide: bool = False) -> list[str]:
-    """The lines under a step table: why rows did not run, the flags (not ``wide``) and the marks' legend."""
+    """The lines under a step table: why rows did not run, the flags (not ``wide``), the marks' legend and whether
+    the compiled schemes were compiled with different Inductor tuning (:func:`inductor_note`)."""
     notes = [f"{r.scheme} M={r.m} context={r.context}: {r.status}: {r.reason}" for r in rows if r.status != "ok"]
-    return notes + ([] if wide else flag_notes(rows)) + doubt_legend([r["_doubt"] for r in records])
+    return (notes + ([] if wide else flag_notes(rows)) + doubt_legend([r["_doubt"] for r in records])
+            + inductor_note(rows))
+
+
+def inductor_note(rows: Sequence[StepRow]) -> list[str]:
+    """One line when the file's compiled rows were compiled with and without Inductor's coordinate-descent tuning
+    (``compile.inductor``: torchao's configs switch it on in their worker), naming each side; none otherwise."""
+    tuned: dict[bool, set[str]] = {}
+    for r in rows:
+        setting = ((r.compile or {}).get("inductor") or {}).get("coordinate_descent_tuning")
+        if r.status == "ok" and setting is not None:
+            tuned.setdefault(bool(setting), set()).add(r.scheme)
+    if len(tuned) < 2:
+        return []
+    return [f"compiled with Inductor's coordinate-descent tuning: {', '.join(sorted(tuned[True]))} (torchao's "
+            f"default config switches it on); without: {', '.join(sorted(tuned[False]))}: a compiled speed-up over "
+            "them includes that tuning"]
 
 
 def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16", wide: bool = False,

@@ -211,6 +211,7 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
     notes = [*step_view.doubt_legend([r["_doubt"] for r in records]), "",
              f"context sweep: where each scheme stops beating {b} (its step no faster than {b}'s)",
              *(step_view.sweep_line(rec, b) for rec in sweep)]
+    notes += step_view.inductor_note(rows)
     flags = step_view.flag_notes(rows)
     if flags:
         notes += ["", "flags (what could mislead a reader of a row): "

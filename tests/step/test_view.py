@@ -258,3 +258,24 @@ def test_docs_step_figures_are_the_h100_files():
         a, b = row("step_llama31_8b.json", m, 4096), row("step_llama31_8b_kv_fp8.json", m, 4096)
         ta, tb = a.step_us("step_compiled"), b.step_us("step_compiled")
         assert f"{tb / 1e3:.2f} ms " + words.format(ta / tb) in text
+
+
+def test_compiled_rows_compiled_with_different_inductor_tuning_are_named_under_the_table():
+    """torchao's configs switch Inductor's coordinate-descent tuning on in their worker, a bf16 worker compiles
+    without it: the table says which compiled rows had it when both kinds are present, and nothing otherwise."""
+    from qbench.step.view import inductor_note, step_table
+
+    def row(scheme, step, tuned):
+        return StepRow(scheme=scheme, base_scheme=scheme.split("+")[0], library="torch", mode="compiled", model="m",
+                       title="M", m=1, context=128, device="cuda:0", weight_dtype="x", activation_dtype="bfloat16",
+                       lm_head="float", blocks=2,
+                       latency_us={"step_compiled": {"median": step, "p10": step, "p90": step, "cv": 0.01}},
+                       compile=None if tuned is None else {"inductor": {"coordinate_descent_tuning": tuned}})
+
+    mixed = [row("bf16+compiled", 2000.0, False), row("int8-weight-only+compiled", 1000.0, True)]
+    assert inductor_note(mixed) == [
+        "compiled with Inductor's coordinate-descent tuning: int8-weight-only+compiled (torchao's default config "
+        "switches it on); without: bf16+compiled: a compiled speed-up over them includes that tuning"]
+    assert "coordinate-descent" in " ".join(step_table(mixed).split())
+    assert inductor_note([row("bf16+compiled", 2000.0, True), row("int8-weight-only+compiled", 1000.0, True)]) == []
+    assert inductor_note([row("bf16+compiled", 2000.0, None), row("int8-weight-only+compiled", 1000.0, True)]) == []
