@@ -634,13 +634,19 @@ def _death_reason(code: Optional[int], log_path: str, timeout: float) -> str:
         what = f"worker killed by {name}"
     else:
         what = f"worker exited with status {code}"
+    said = log_said(log_path)
+    return f"{what}; {said}" if said else what
+
+
+def log_said(log_path: str) -> str:
+    """What a dead worker's log says for its failed rows' reason: ``in phase: P; last output: L`` (``P`` its last
+    :data:`PHASE_TAG` line, when a library wrote after it), ``last output: L``, or ``""`` for an empty log."""
     lines = log_tail(log_path)
-    last = lines[-1][:240] if lines else ""
-    # the phase it was in (a model-step worker's PHASE_TAG lines), when a library wrote after it
+    if not lines:
+        return ""
+    last = lines[-1][:240]
     phase = next((line[:240] for line in reversed(lines) if f" {PHASE_TAG} " in line), "")
-    if phase and phase != last:
-        return f"{what}; in phase: {phase}; last output: {last}"
-    return f"{what}; last output: {last}" if last else what
+    return f"in phase: {phase}; last output: {last}" if phase and phase != last else f"last output: {last}"
 
 
 def log_tail(log_path: str, lines: int = 200) -> list[str]:

@@ -26,7 +26,7 @@ from qbench.forkserver import preload_enabled, preload_modules  # noqa: F401 - t
 from qbench.tp.worker import runner_alive  # one liveness check (a zombie is dead) for both runners
 from qbench.lifecycle import (  # noqa: F401 - re-exported: the runner's public names stay where they were
     RunError, RunInterrupted, RunOutcome, RunWriteError, _death_reason, check_output, default_output, done_labels, finish,
-    log_tail, partial_path, prepare, record,
+    log_said, log_tail, partial_path, prepare, record,
 )
 from qbench.measure import failed_rows, unavailable_reason
 from qbench.scenario import Scenario
@@ -546,9 +546,9 @@ class _Workers:
             rows = _read_rows(rows_path)
             if rows is not None:  # written (atomically) after every M was measured: a finished measurement
                 return rows
-            last = log_tail(log_path, 1)
+            said = log_said(log_path)
             return self._failed(index, (f"worker timed out after {timeout:g} s; " if timed_out else "") + self.broken
-                                + (f"; last output: {last[0][:240]}" if last else "") + self._kept_log(index, log_path))
+                                + (f"; {said}" if said else "") + self._kept_log(index, log_path))
         code = None if timed_out else proc.exitcode
         if code == 0 and os.path.exists(rows_path):
             with open(rows_path, encoding="utf-8") as f:

@@ -396,6 +396,9 @@ def test_death_reason_log_tail(tmp_path):
     assert runner._death_reason(None, str(hung), 400.0) == (
         "worker timed out after 400 s; in phase: 09:07:31 [qbench] int8+compiled M=16 context=128: first call of the "
         "default compiled step (compiling); last output: W1206 09:13:45.98 torch/_inductor: a warning")
+    # the one reading of a dead worker's log, which the forkserver-gone reason uses too
+    assert runner._death_reason(None, str(hung), 400.0).endswith("; " + runner.log_said(str(hung)))
+    assert runner.log_said(str(tmp_path / "missing.log")) == ""
 
 
 # ---- bitsandbytes shard rules against real shards -------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from qbench.schemes.precision import strict_fp32  # noqa: F401  (also imported from here)
+from qbench.schemes.precision import strict_fp32
 
 #: Largest finite float8_e4m3fn value.
 E4M3_MAX = 448.0

@@ -156,9 +156,14 @@ def _key(method: str) -> str:
     return SHORT[method].split()[0]
 
 
+def marked_ratio(value: Optional[float], doubt) -> str:
+    """A speed-up cell: the ratio, ending in ``*`` when ``doubt`` (its :func:`speedup_doubts`) is set."""
+    return fmt_ratio(value) + ("*" if value is not None and doubt else "")
+
+
 def _cell(key: str, template: str, blank: int = -1) -> Callable[[dict], str]:
-    """A record's cell: ``template`` of its value, ``—`` where its doubt mark ``blank`` is set, ``*`` on a noisy
-    speed-up."""
+    """A record's cell: ``template`` of its value, ``—`` where its doubt mark ``blank`` is set, ``*`` on a speed-up
+    in doubt (:func:`speedup_doubts`)."""
     def cell(r: dict) -> str:
         if blank >= 0 and r["_doubt"][blank]:
             return DASH
@@ -414,8 +419,8 @@ def recommend_view(baseline: str = "bf16") -> View:
             Column("pick", "fastest step within the budget", lambda r: r["pick"] or "none"),
             Column("method", "step method", lambda r: SHORT.get(r["method"], DASH) if r["method"] else DASH),
             entry("step_us", "step µs", fmt_us, True), entry("tokens_per_s", "tokens/s", fmt_num(".0f"), True),
-            entry("speedup", f"×{baseline}", fmt_ratio, True, cell_override=lambda r: fmt_ratio(r["speedup"])
-                  + ("*" if r["speedup"] is not None and r.get("doubt") else "")),
+            entry("speedup", f"×{baseline}", fmt_ratio, True,
+                  cell_override=lambda r: marked_ratio(r["speedup"], r.get("doubt"))),
             entry("rel_fro", "logits err", fmt_num(".3g"), True),
             Column("within", "within budget", lambda r: f"{r['within']} of {r['timed']}", numeric=True)]
     keys = [c.key for c in cols]
@@ -430,8 +435,7 @@ def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Opt
     methods = [m for m in STEP_METHODS if any(m in r["speedup"] for r in records)]
 
     def speedup(r: dict, m: Optional[str]) -> str:
-        v = r["speedup"].get(m) if m else None
-        return fmt_ratio(v) + ("*" if v is not None and m == r["method"] and r["_doubt"][2] else "")
+        return marked_ratio(r["speedup"].get(m) if m else None, m == r["method"] and r["_doubt"][2])
 
     cols = [entry("m", "M", str, True), entry("context", "context", str, True), entry("scheme", "scheme"),
             Column("method", "step method", lambda r: SHORT.get(r["method"], r["method"] or DASH)),

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from qbench import schemes
-from qbench.schemes.emulate import EmulatedLinear, cuda_scalar_div, mslk_fp8_row, round_to_tf32, strict_fp32
+from qbench.schemes.emulate import EmulatedLinear, cuda_scalar_div, mslk_fp8_row, round_to_tf32
+from qbench.schemes.precision import strict_fp32
 from tests.conftest import needs_cuda
 
 N, K, M = 256, 512, 16
