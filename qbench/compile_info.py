@@ -144,6 +144,22 @@ TUNING_SETTINGS = ("coordinate_descent_tuning", "coordinate_descent_check_all_di
                    "force_fuse_int_mm_with_mul", "max_autotune")
 
 
+#: The values :func:`tune_like_torchao` gives :data:`TUNING_SETTINGS`' first three (torchao's
+#: ``recommended_inductor_config_setter``; gpt-fast's ``generate.py`` also sets ``coordinate_descent_tuning``).
+TORCHAO_TUNING = {"coordinate_descent_tuning": True, "coordinate_descent_check_all_directions": True,
+                  "force_fuse_int_mm_with_mul": True}
+
+
+def tune_like_torchao() -> None:
+    """Give Inductor the tuning settings a torchao scheme's build switches on (:data:`TORCHAO_TUNING`), so every
+    compiled row of a run is compiled alike: a ``bf16+compiled`` baseline builds no torchao scheme and would
+    otherwise compile without coordinate-descent tuning while the torchao schemes it is compared with get it."""
+    import torch._inductor.config as config
+
+    for key, value in TORCHAO_TUNING.items():
+        setattr(config, key, value)
+
+
 def inductor_settings() -> Optional[dict[str, bool]]:
     """``{setting: on}`` for each of :data:`TUNING_SETTINGS` in this process's Inductor config, None when Inductor's
     config was never imported."""

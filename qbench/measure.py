@@ -236,6 +236,7 @@ class _Runner:
         if self.compiled:
             compile_info.allow_recompiles(max(8, len(scenario.m) + 2))  # one static-shape graph per M
             compile_info.single_compile_thread()  # done already where the worker imported Inductor ahead of its go
+            compile_info.tune_like_torchao()  # bf16+compiled is compiled as the torchao schemes are
             self.module = torch.compile(module, dynamic=False)
         self.eager_module = module
         self.weight_faults = inputs.input_faults(weight)  # NaN/Inf or all-zero weight: flagged on every row

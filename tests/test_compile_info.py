@@ -61,16 +61,30 @@ print(json.dumps({"plain": plain, "after": compile_info.inductor_settings()}))
 """
 
 
-def test_a_torchao_build_switches_coordinate_descent_on_and_the_row_can_say_so():
-    """torchao's configs (set_inductor_config=True by default) switch Inductor's coordinate-descent tuning on for the
-    whole process when a scheme is built: a plain bf16 worker compiles without it, so each compiled row records it."""
+_TUNE_PROBE = """
+import json
+from qbench import compile_info
+compile_info.tune_like_torchao()
+print(json.dumps(compile_info.inductor_settings()))
+"""
+
+
+def _fresh(code: str):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", _TORCHAO_PROBE], env=env, capture_output=True, text=True, timeout=240)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_torchao_build_switches_coordinate_descent_on_and_a_plain_worker_gets_the_same():
+    """torchao's configs (set_inductor_config=True by default) switch Inductor's coordinate-descent tuning on for the
+    whole process when a scheme is built; a plain bf16 worker would compile without it, so every compiled worker
+    calls tune_like_torchao, which gives the same settings (and each compiled row records them)."""
+    got = _fresh(_TORCHAO_PROBE)
     assert got["plain"]["coordinate_descent_tuning"] is False and got["plain"]["max_autotune"] is False
     assert got["after"]["coordinate_descent_tuning"] is True
     assert got["after"]["coordinate_descent_check_all_directions"] is True
+    assert _fresh(_TUNE_PROBE) == got["after"]
 
 
 def test_inductor_settings_before_inductor_is_imported():

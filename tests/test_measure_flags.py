@@ -156,6 +156,8 @@ def test_graph_breaks_are_counted_and_flagged(tmp_path):
     assert row["status"] == "ok", row["reason"]
     assert row["compile"]["graph_breaks"] >= 1
     assert any(f["name"] == "graph-breaks" for f in row["flags"])
+    # a non-torchao scheme is compiled with the settings a torchao build switches on (compile_info.tune_like_torchao)
+    assert row["compile"]["inductor"]["coordinate_descent_tuning"] is True
 
 
 class _Uncompilable(torch.nn.Module):
