@@ -15,7 +15,7 @@ from pathlib import Path
 
 from qbench.judge import pareto_front, resolve_method, shape_order
 from qbench.readers.common import Command, Refused, add_method, chart_folder, job_view, open_results, write_chart
-from qbench.render.styles import plain, scheme_colour_index, scheme_styles
+from qbench.render.styles import OUTSIDE, plain, pyplot, save, scheme_colour_index, scheme_styles
 from qbench.results import ResultDoc
 
 __all__ = ["COMMAND", "DRAWABLE_MAX", "check_drawable", "draw_pareto", "plain", "pareto_groups", "place_labels",
@@ -87,9 +87,7 @@ def plot_roofline(doc: ResultDoc, method: str, path: Path) -> Path:
     """Write the roofline chart of ``doc`` (``method`` medians) to ``path`` (by suffix): points named in the legend
     only, under the bandwidth slope and a line per compute peak of :meth:`~qbench.results.ResultDoc.ceiling`
     (with both, the datasheet bandwidth dashed)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.lines import Line2D
 
     pts = [p for p in points(doc, method) if p["ai"] and p["tflops"]]
@@ -126,21 +124,16 @@ def plot_roofline(doc: ResultDoc, method: str, path: Path) -> Path:
         scheme_handles += [Line2D([], [], ls="", marker=mk, color="grey", label=f"M={m}") for m, mk in markers.items()]
     elif markers:
         scheme_handles.append(Line2D([], [], ls="", label=f"(all points M={next(iter(markers))})"))
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP/byte of minimum traffic)")
-    ax.set_ylabel(f"attained TFLOP/s (FLOPs / {method} median)")
     name = doc.env.device_name or doc.env.device or ""
-    ax.set_title(plain(f"roofline: {doc.scenario.name or ''} on {name}; ceilings {source}"))
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte of minimum traffic)",
+           ylabel=f"attained TFLOP/s (FLOPs / {method} median)",
+           title=plain(f"roofline: {doc.scenario.name or ''} on {name}; ceilings {source}"))
     if pts or handles:  # one legend, outside the axes: ceilings first, then the schemes
         gap = [Line2D([], [], ls="", label=" ")] if handles and pts else []
-        ax.legend(handles=handles + gap + (scheme_handles if pts else []), loc="upper left",
-                  bbox_to_anchor=(1.01, 1.0), fontsize=7.5, borderaxespad=0)
+        ax.legend(handles=handles + gap + (scheme_handles if pts else []), **OUTSIDE)
     ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")  # keep the legends outside the axes
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 #: Offsets (points) tried for a label, nearest first, and the directions at each (degrees, lower right first).
@@ -267,9 +260,7 @@ def _log_ticks(axis, low: float, high: float) -> None:
 def draw_pareto(doc: ResultDoc, method: str):
     """The latency-vs-error figure of ``doc``: a log-log panel per :func:`pareto_groups` group, the front ringed and
     named with stored MiB. Returns ``(figure, annotations, crowded)``."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.lines import Line2D
 
     groups = [g for g in pareto_groups(doc, method) if any(p["rel_fro"] and p["rel_fro"] > 0 for p in g["points"])]
@@ -292,9 +283,7 @@ def draw_pareto(doc: ResultDoc, method: str):
                 ax.scatter(p["latency_us"], p["rel_fro"], s=150, facecolors="none", edgecolors="black",
                            linewidths=0.9, zorder=2)
         xs = [p["latency_us"] for p in pts] or [1.0]
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(min(xs) / 1.6, max(xs) * 1.6)
+        ax.set(xscale="log", yscale="log", xlim=(min(xs) / 1.6, max(xs) * 1.6))
         _log_ticks(ax.xaxis, min(xs) / 1.6, max(xs) * 1.6)
         if not single:
             ax.set_title(f"M={g['m']}" + (f", K={g['k']}, N={g['n']}" if shapes > 1 else "")
@@ -318,8 +307,7 @@ def draw_pareto(doc: ResultDoc, method: str):
         flat[0].set_xlabel(f"latency, {method} median (µs)")
         flat[0].set_ylabel("relative Frobenius error vs float64")
         if handles:
-            flat[0].legend(handles=legend, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5,
-                           title="scheme", title_fontsize=8, borderaxespad=0)
+            flat[0].legend(handles=legend, title="scheme", title_fontsize=8, **OUTSIDE)
         fig.tight_layout()
     else:
         fig.suptitle(heading, fontsize=11)
@@ -343,12 +331,7 @@ def draw_pareto(doc: ResultDoc, method: str):
 
 def plot_pareto(doc: ResultDoc, method: str, path: Path) -> Path:
     """Write :func:`draw_pareto`'s chart to ``path`` (.png, .svg or .pdf)."""
-    import matplotlib.pyplot as plt
-
-    fig, _, _ = draw_pareto(doc, method)
-    fig.savefig(path, dpi=120, bbox_inches="tight")  # keep the legends outside the axes
-    plt.close(fig)
-    return path
+    return save(draw_pareto(doc, method)[0], path)
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,6 +1,29 @@
-"""How every qbench chart draws a scheme: its colour, marker per M, and label drawn literally."""
+"""How every qbench chart draws a scheme: its colour, marker per M, and label drawn literally; and how a chart is
+drawn (:func:`pyplot`, :data:`OUTSIDE`) and written (:func:`save`)."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+#: A legend to the right of the axes, its top at theirs (``ax.legend(handles=..., **OUTSIDE)``).
+OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 7.5, "borderaxespad": 0}
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (files only, no display); matplotlib is optional, imported here."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig, path: Path) -> Path:
+    """Write ``fig`` to ``path`` (its suffix: .png, .svg or .pdf) at 120 dpi, the legends outside the axes kept, and
+    close it. Returns ``path``."""
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    pyplot().close(fig)
+    return path
 
 
 def plain(text: object) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 from qbench.readers.common import Refused, one_chart
 from qbench.readers.plot import DRAWABLE_MAX, place_labels, plain, scheme_styles
+from qbench.render.styles import OUTSIDE, pyplot, save
 
 
 def _summary(doc: Any) -> dict:
@@ -62,9 +63,7 @@ def check_drawable(doc: Any, path: str) -> None:
 def draw_search(doc: Any):
     """The figure of a search result ``doc`` (see the module docstring). Returns ``(figure,
     annotations, crowded)`` as :func:`qbench.readers.plot.draw_pareto` does; the caller saves and closes it."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.lines import Line2D
 
     s = _summary(doc)
@@ -124,7 +123,7 @@ def draw_search(doc: Any):
     title = f"search: {doc.scenario.name or ''}, M = {s.get('m')}, context {s.get('context')}"
     ax.set_title(plain(title + "; predicted KLD: the sum of each unit's KLD alone"), fontsize=10)
     ax.grid(True, which="both", alpha=0.2)
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5, borderaxespad=0)
+    ax.legend(handles=handles, **OUTSIDE)
     fig.tight_layout()
     items = [(r.predicted_us, r.predicted_kld, plain(r.scheme)) for r in pure]
     items += [(_x(r), r.measured.kld, plain(r.scheme)) for r in verified if r.kind != "pure"]
@@ -135,12 +134,7 @@ def draw_search(doc: Any):
 
 def plot_search(doc: Any, path: Path) -> Path:
     """Write :func:`draw_search`'s chart to ``path`` (.png, .svg or .pdf)."""
-    import matplotlib.pyplot as plt
-
-    fig, _, _ = draw_search(doc)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save(draw_search(doc)[0], path)
 
 
 def plot_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:

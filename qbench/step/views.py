@@ -16,7 +16,7 @@ from qbench.readers.common import (ACT_ON, Refused, Table, one_chart, check_base
 from qbench.render import narrow, prose, synthetic_step_warning, wants_prose
 from qbench.render.view import show
 from qbench.render.safe import visible
-from qbench.render.styles import plain, scheme_styles
+from qbench.render.styles import OUTSIDE, plain, pyplot, save, scheme_styles
 from qbench.results import ResultDoc
 from qbench.step import view as step_view
 
@@ -228,11 +228,7 @@ def plot_context(doc: ResultDoc, path: Path) -> Path:
     """Draw a model-step result against the context into ``path``: a panel per M, a line per scheme (the step by its
     decision method, ms, log-log), its Σ linear dashed in the same colour (a compiled form: its eager scheme's
     colour, square markers, a thicker line). Returns ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = [r for r in doc.rows if r.status == "ok" and decision_method(r)]
     ms = sorted({r.m for r in rows})
     fig, axes = plt.subplots(1, max(1, len(ms)), figsize=(6.5 * max(1, len(ms)), 5.5), squeeze=False)
@@ -260,10 +256,8 @@ def plot_context(doc: ResultDoc, path: Path) -> Path:
             if linear:
                 ax.axhline(linear[0] / 1000, color=color, ls="--", lw=0.8)
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("context (cached positions)")
-        ax.set_ylabel("step, ms (dashed: Σ linear, the layer view)")
-        ax.set_title(f"M = {m}")
+        ax.set(yscale="log", xlabel="context (cached positions)", ylabel="step, ms (dashed: Σ linear, the layer view)",
+               title=f"M = {m}")
         ax.grid(True, which="both", alpha=0.2)
     title = rows[0].title if rows else (doc.scenario.name or "")
     fig.suptitle(plain(f"{title}: the measured decode step against the context"))
@@ -272,12 +266,9 @@ def plot_context(doc: ResultDoc, path: Path) -> Path:
 
         handles, _ = axes[0][-1].get_legend_handles_labels()
         handles.append(Line2D([], [], color="grey", ls="--", lw=0.8, label="dashed: Σ linear (the layer view)"))
-        axes[0][-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5,
-                           borderaxespad=0)
+        axes[0][-1].legend(handles=handles, **OUTSIDE)
     fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
