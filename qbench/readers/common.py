@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence
 from qbench import jobs
 from qbench.judge import DECISION_METHOD, METHOD_CHOICES, budget_flags, combine_rows, incomplete_warning
 from qbench.hardware import machine_differences
-from qbench.render import MARKDOWN_FORMATS, split_markdown, wants_prose
+from qbench.render import MARKDOWN_FORMATS, UnknownColumnError, UnknownFormatError, split_markdown, wants_prose
 from qbench.render.safe import TerminalStream
 from qbench.render.view import View, column_keys, show
 from qbench.results import ResultDoc, ResultsError, read_results
@@ -37,7 +37,7 @@ class Refused(Exception):
 @dataclass(frozen=True)
 class Command:
     """One reader subcommand: ``name``, ``help``, ``description``, ``exit_codes``, ``add_arguments(parser)`` and
-    ``run(args)`` (the exit status; raises :class:`Refused`: exit 2)."""
+    ``run(args)`` (the exit status; raises :class:`Refused`, or an unknown format or column: exit 2)."""
 
     name: str
     help: str
@@ -55,14 +55,15 @@ class Command:
         return p
 
     def __call__(self, args: argparse.Namespace) -> int:
-        """Run the command; a :class:`Refused` becomes one line on stderr and exit status 2. Output goes through
+        """Run the command; a :class:`Refused` (or :class:`qbench.render.UnknownFormatError`,
+        :class:`qbench.render.UnknownColumnError`) becomes one line on stderr and exit status 2. Output goes through
         :class:`qbench.render.safe.TerminalStream`; a Markdown table is alone on stdout, its prose on stderr."""
         out, err = sys.stdout, sys.stderr
         buffer = io.StringIO() if getattr(args, "format", None) in MARKDOWN_FORMATS else None
         sys.stdout, sys.stderr = TerminalStream(buffer or out), TerminalStream(err)
         try:
             return self.run(args)
-        except Refused as exc:
+        except (Refused, UnknownFormatError, UnknownColumnError) as exc:
             print(f"qbench {self.name}: {exc}", file=sys.stderr)
             return 2
         finally:

@@ -158,13 +158,10 @@ def run_compare(args) -> int:
     """Run ``qbench compare`` from parsed ``args``: exit status 0, or 1 (a regression).
 
     Raises:
-        Refused: bad input (one line)."""
+        Refused, UnknownFormatError: bad input (one line)."""
     if not args.threshold > 0:  # NaN too: a factor on A's time, a speed-up of 1/threshold
         raise Refused(f"--threshold must be > 0 (a factor on A's time, e.g. 1.05), got {args.threshold}")
-    try:
-        check_format(args.format)
-    except ValueError as exc:
-        raise Refused(str(exc)) from None
+    check_format(args.format)
     paths_a = _side("a", args.a, getattr(args, "a_files", None))
     paths_b = _side("b", args.b, getattr(args, "b_files", None))
     max_growth = getattr(args, "max_err_growth", 2.0)

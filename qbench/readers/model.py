@@ -324,11 +324,8 @@ def run_model(args: argparse.Namespace) -> int:
     ``model`` view.
 
     Raises:
-        Refused: bad input (one line)."""
-    try:
-        check_format(args.format)
-    except ValueError as exc:
-        raise Refused(str(exc)) from None
+        Refused, UnknownFormatError: bad input (one line)."""
+    check_format(args.format)
     check_max_rel_err(args.max_rel_err)
     paths = [args.result] if isinstance(args.result, str) else list(args.result or [])
     docs = open_results(paths, incomplete="keep", command="model")  # said below, as a warning or a note
