@@ -170,18 +170,12 @@ def _mib(field_name: str) -> Getter:
 _RATES = "median of achieved_method (stream; cold on rows without stream)"
 
 _CATALOGUE: list[Column] = [
-    Column("scheme", "scheme", _get("scheme")),
-    Column("base_scheme", "base scheme", _get("base_scheme")),
-    Column("library", "library", _get("library")),
-    Column("mode", "mode", _get("mode")),
-    Column("device", "device", _get("device")),
+    *[Column(key, key.replace("_", " "), _get(key)) for key in ("scheme", "base_scheme", "library", "mode", "device")],
     _num("m", "M", _get("m"), "d", "rows (batch x tokens)"),
     _num("k", "K", _get("k"), "d", "in_features"),
     _num("n", "N", _get("n"), "d", "out_features"),
-    Column("weight_dtype", "weight dtype", _get("weight_dtype")),
-    Column("activation_dtype", "act dtype", _get("activation_dtype")),
-    Column("output_dtype", "out dtype", _get("output_dtype")),
-    Column("compute_dtype", "compute dtype", _get("compute_dtype")),
+    *[Column(f"{of}_dtype", f"{short} dtype", _get(f"{of}_dtype"))
+      for of, short in (("weight", "weight"), ("activation", "act"), ("output", "out"), ("compute", "compute"))],
     _num("stored_mib", "stored MiB", _mib("stored_bytes"), ".2f", "payload + metadata + bias"),
     _num("shard_mib", "stored MiB per rank", _mib("stored_bytes"), ".2f",
          "tensor-parallel rows: one rank's shard (rank 0's), payload + metadata + bias"),
