@@ -61,19 +61,18 @@ class ModelPreset:
 
 
 def _of_step(name: str, prefix: str) -> ModelPreset:
-    """The layer view of a Llama-architecture preset of :data:`qbench.model.config.PRESETS`: q/o hidden→hidden, k/v
-    hidden→KV heads × head dim, gate/up hidden→ffn, down ffn→hidden, LM head hidden→vocab (untied); ``prefix``
-    names the scenarios that measure them."""
+    """The layer view of a Llama-architecture preset of :data:`qbench.model.config.PRESETS`: its linear shapes
+    (:meth:`~qbench.model.config.StepModelConfig.linear_shapes`), those of one (K, N) as one :class:`LinearShape`
+    (q/o, k/v, gate/up, down; the LM head, untied); ``prefix`` names the scenarios that measure them
+    (``llama3_8b_q_o.toml``)."""
     c = STEP_PRESETS[name]
-    hidden, kv = c.hidden, c.kv_heads * c.head_dim
-    return ModelPreset(
-        name=c.name, title=c.title, blocks=c.blocks,
-        block=(LinearShape("q_proj, o_proj", hidden, hidden, 2, f"scenarios/{prefix}_q_o.toml"),
-               LinearShape("k_proj, v_proj", hidden, kv, 2, f"scenarios/{prefix}_k_v.toml"),
-               LinearShape("gate_proj, up_proj", hidden, c.ffn, 2, f"scenarios/{prefix}_gate_up.toml"),
-               LinearShape("down_proj", c.ffn, hidden, 1, f"scenarios/{prefix}_down.toml")),
-        lm_head=LinearShape("lm_head", hidden, c.vocab, 1, f"scenarios/{prefix}_lm_head.toml"),
-    )
+    roles: dict[tuple[int, int], list[str]] = {}
+    for role, kn in c.linear_shapes().items():
+        roles.setdefault(kn, []).append(role)
+    *block, head = [LinearShape(", ".join(names), k, n, len(names), f"scenarios/{prefix}_"
+                                f"{'_'.join(r.removesuffix('_proj') for r in names)}.toml")
+                    for (k, n), names in roles.items()]
+    return ModelPreset(name=c.name, title=c.title, blocks=c.blocks, block=tuple(block), lm_head=head)
 
 
 #: The model presets, by the name ``qbench model`` takes: the shapes of the model library's presets
@@ -150,28 +149,18 @@ def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
     used = block + ([(preset.lm_head, "lm_head", preset.lm_head.count)] if head["measured"] else [])
     wanted = {(s.k, s.n) for s, _, _ in used}
     ms = sorted({m for (_, m, k, n) in index if (k, n) in wanted and m is not None})
-    schemes: list[str] = []
-    for (scheme, _, k, n) in index:
-        if (k, n) in wanted and scheme not in schemes:
-            schemes.append(scheme)
-
-    rows = []
-    for m in ms:
-        at_m = [_scheme_step(scheme, m, used, index, method, max_rel_err) for scheme in schemes]
-        timed = sorted((r for r in at_m if r["step_us"] is not None), key=lambda r: r["step_us"])
-        rows += timed + [r for r in at_m if r["step_us"] is None]
+    schemes = dict.fromkeys(scheme for (scheme, _, k, n) in index if (k, n) in wanted)
+    rows = [r for m in ms for r in sorted((_scheme_step(s, m, used, index, method, max_rel_err) for s in schemes),
+                                          key=lambda r: (r["step_us"] is None, r["step_us"] or 0))]  # timed first
     base = {r["m"]: r["step_us"] for r in rows if r["scheme"] == baseline and r["step_us"] is not None}
-    fastest: dict = {}
     for r in rows:
         b = base.get(r["m"])
         r["speedup"] = b / r["step_us"] if b and r["step_us"] else None
-        if r["status"] == "ok" and fastest.get(r["m"]) is None:
-            fastest[r["m"]] = r["scheme"]
     return {"model": preset.name, "title": preset.title, "blocks": preset.blocks, "method": method,
             "baseline": baseline, "max_rel_err": max_rel_err, "shapes": records,
             "missing": [r for r in records if r["role"] == "block" and not r["measured"]],
             "lm_head_included": head["measured"], "ms": ms, "rows": rows,
-            "fastest": {m: fastest.get(m) for m in ms}}
+            "fastest": {m: next((r["scheme"] for r in rows if r["m"] == m and r["status"] == "ok"), None) for m in ms}}
 
 
 def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
