@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from itertools import groupby
 from typing import Sequence
 
 from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, methods_present,
@@ -43,15 +44,8 @@ def sort_rows(rows: list[Row], key: str) -> list[Row]:
 def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:
     """``wins`` as ranges of consecutive ``sweep`` values: ``m_ranges([1, 16, 512], [1, 16, 64, 512]) == "1–16,
     512"``; ``""`` for none."""
-    won = set(wins)
-    parts, start, prev = [], None, None
-    for m in sorted(set(sweep)) + [None]:
-        if m is not None and m in won:
-            start, prev = (m if start is None else start), m
-        elif start is not None:
-            parts.append(str(start) if start == prev else f"{start}–{prev}")
-            start = None
-    return ", ".join(parts)
+    runs = [list(run) for won, run in groupby(sorted(set(sweep)), key=set(wins).__contains__) if won]
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}–{run[-1]}" for run in runs)
 
 
 def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECISION_METHOD) -> list[dict]:
