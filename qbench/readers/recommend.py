@@ -370,10 +370,7 @@ def by_format(doc: ResultDoc | dict, method: str = DECISION_METHOD, max_rel_err:
 
 def _others_cell(others: list[dict]) -> str:
     """The timed others with their ratio, then the rest grouped by reason."""
-    def ratio(v: float) -> str:
-        return f"{v:.2f}×" if v < 10 else f"{v:.1f}×" if v < 100 else f"{v:.0f}×"
-
-    timed = [f"{o['scheme']} {ratio(o['ratio'])}" + (" (tie)" if o["tie"] else "")
+    timed = [f"{o['scheme']} {fmt_us(o['ratio'])}×" + (" (tie)" if o["tie"] else "")
              for o in others if o["ratio"] is not None]
     why: dict[str, list[str]] = {}
     for o in others:
