@@ -65,7 +65,7 @@ def speedups(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, dic
     return out
 
 
-#: Flags that put a step's time in doubt, and so any ratio of it: said beside a speed-up.
+#: Flags that put a step's time in doubt, and so any ratio of it: said beside a speed-up, and beside a tie.
 DOUBT_FLAGS = ("noisy", "throttled", "cpu-busy")
 
 
@@ -361,10 +361,6 @@ def sweep_line(rec: dict, baseline: str = "bf16") -> str:
             f"measured: {contexts})")
 
 
-#: Step flags that put a reading's spread in doubt (qbench.step.measure writes them): named beside a tie.
-TIMING_FLAGS = ("throttled", "noisy", "cpu-busy")
-
-
 def flag_legend(names: Sequence[str]) -> str:
     """``[name]: meaning`` for each of ``names`` :data:`qbench.row.FLAG_MEANINGS` knows, once, ``; ``-joined."""
     return "; ".join(f"[{f}]: {FLAG_MEANINGS[f]}" for f in dict.fromkeys(names) if f in FLAG_MEANINGS)
@@ -403,7 +399,7 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseli
                     "compared": (best.error or {}).get("compared") if best else None,
                     "ties": [r.scheme for r in ties], "fastest": fastest.scheme if fastest else None,
                     "timing_flags": {r.scheme: doubt for r in group
-                                     if (doubt := list(dict.fromkeys(f for f in r.flag_names if f in TIMING_FLAGS)))},
+                                     if (doubt := list(dict.fromkeys(f for f in r.flag_names if f in DOUBT_FLAGS)))},
                     "pick_flags": list(dict.fromkeys(best.flag_names)) if best else [],
                     "baseline_flags": {b.scheme: list(dict.fromkeys(b.flag_names))
                                        for b in [base_of(best) if best else None]
