@@ -268,25 +268,20 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     points = sorted({(r.m, r.context) for r in steps})
     records, doubted, dashes = [], [], []
     for q in quality:
-        rec = {"scheme": q.scheme, "q": q}
-        mine = [r for r in steps if quality_of(r, [q]) is not None]
-        for r in mine:
-            if r.status == "ok":
-                method = step_view.decision_method(r)
-                value = sp.get(r.key, {}).get(method) if method else None
-                key = f"M={r.m}/{r.context}"
-                if value is not None and (rec.get(key) is None or value > rec[key][0]):
-                    rec[key] = (value, doubts.get(r.key, []), r.scheme)
-        for key in [k for k in rec if k.startswith("M=")]:
-            value, doubt, scheme = rec[key]
-            if doubt:
-                doubted.append((f"{scheme} {key} [{', '.join(doubt)}]", doubt))
-        if steps and len(points) > sum(k.startswith("M=") for k in rec):  # say why each '—' is one
+        mine, best = [r for r in steps if quality_of(r, [q]) is not None], {}  # "M=m/context" -> its best speed-up
+        for r in (r for r in mine if r.status == "ok"):
+            method = step_view.decision_method(r)
+            value, key = sp.get(r.key, {}).get(method) if method else None, f"M={r.m}/{r.context}"
+            if value is not None and (best.get(key) is None or value > best[key][0]):
+                best[key] = (value, doubts.get(r.key, []), r.scheme)
+        doubted += [(f"{scheme} {key} [{', '.join(doubt)}]", doubt)
+                    for key, (_, doubt, scheme) in best.items() if doubt]
+        if steps and len(points) > len(best):  # say why each '—' is one
             timed = {(r.m, r.context) for r in mine if r.status == "ok"}
             why = sorted({f"{r.status}: {r.reason or 'no reason given'}" for r in mine if r.status != "ok"})
-            why += [f"no ok bf16 step at M={m}/{c}" for m, c in points if (m, c) in timed and f"M={m}/{c}" not in rec]
+            why += [f"no ok bf16 step at M={m}/{c}" for m, c in points if (m, c) in timed and f"M={m}/{c}" not in best]
             dashes.append(f"{q.scheme} ({'; '.join(why) if why else 'no step row'})")
-        records.append(rec)
+        records.append({"scheme": q.scheme, "q": q, **best})
     notes_ = ([] if not steps else ["M=m/context: the measured decode step's speed-up over bf16 at that M and "
                                     "context (the fastest form of the scheme: eager or compiled); the step decides a "
                                     "model, the layer view a kernel"])
