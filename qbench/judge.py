@@ -194,11 +194,9 @@ def capture_failure(row: Row, method: str) -> Optional[str]:
 def unusable_note(pairs: Sequence[tuple[str, Optional[int]]], method: str) -> Optional[str]:
     """One line naming the schemes of ``(scheme, M)`` pairs (:func:`capture_failure`) with their M
     values, in first-seen order; None without pairs."""
-    by_scheme: dict[str, list] = {}
+    by_scheme: dict[str, dict] = {}  # scheme -> its M values, each once (a dict keeps first-seen order)
     for scheme, m in pairs:
-        ms = by_scheme.setdefault(scheme, [])
-        if m not in ms:
-            ms.append(m)
+        by_scheme.setdefault(scheme, {})[m] = None
     if not by_scheme:
         return None
     names = ", ".join(f"{s} (M={','.join(str(m) for m in sorted(ms, key=lambda v: (v is None, v)))})"
