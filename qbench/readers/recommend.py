@@ -238,15 +238,12 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
         tp = f", tp_size={g['tp_size']} {g['split']}" if g.get("tp_size") is not None else ""
         head = f"M={g['m']} (K={g['k']}, N={g['n']}{tp}): "
         head += (f"use {pick['scheme']} ({fmt_us(pick['latency_us'])} µs, rel_fro {pick['rel_fro']:.3g})"
+                 + (f" [{', '.join(pick['caveats'])}]" if pick.get("caveats") else "")
+                 + (f"; as fast within noise: {', '.join(pick['ties'])}" if pick["ties"] else "")
+                 + (f" (kept from M={pick['kept_from_m']}: tied within noise, the pick does not flip)"
+                    if pick.get("kept_from_m") is not None else "")
+                 + (f"; {stability_text(pick['stability'])}" if pick.get("stability") else "")
                  if pick else f"{DASH} no scheme within the budget")
-        if pick and pick.get("caveats"):
-            head += f" [{', '.join(pick['caveats'])}]"
-        if pick and pick["ties"]:
-            head += f"; as fast within noise: {', '.join(pick['ties'])}"
-        if pick and pick.get("kept_from_m") is not None:
-            head += f" (kept from M={pick['kept_from_m']}: tied within noise, the pick does not flip)"
-        if pick and pick.get("stability"):
-            head += f"; {stability_text(pick['stability'])}"
         lines.append("\n" + say(visible(head)))  # scheme names from the file: one line whatever they hold
         if g["others"]:
             lines.append(render(g["others"], OTHERS.columns(fmt, wide, records=g["others"]), fmt))
