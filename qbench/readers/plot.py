@@ -239,12 +239,9 @@ def pareto_groups(doc: ResultDoc | dict, method: str) -> list[dict]:
         key = (p["m"], p["k"], p["n"], p["tp_size"], p["split"])
         groups.setdefault(key, {"m": p["m"], "k": p["k"], "n": p["n"], "tp_size": p["tp_size"],
                                 "split": p["split"], "points": []})["points"].append(p)
-    out = []
-    for key in sorted(groups, key=shape_order):
-        g = groups[key]
+    for g in groups.values():
         g["front"] = {p["scheme"] for p in pareto_front([p for p in g["points"] if p["rel_fro"] is not None])}
-        out.append(g)
-    return out
+    return [groups[key] for key in sorted(groups, key=shape_order)]
 
 
 def _log_ticks(axis, low: float, high: float) -> None:
