@@ -33,10 +33,7 @@ def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
     """The quality row of a step row's scheme: same base scheme and options (eager or compiled) and, for a recipe,
     the same :func:`qbench.model.recipe.identity_key`; or None."""
     key = _identity(step_row)
-    for q in quality:
-        if _identity(q) == key:
-            return q
-    return None
+    return next((q for q in quality if _identity(q) == key), None)
 
 
 def _halves(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow], Optional[str], Optional[str]]:
