@@ -279,3 +279,36 @@ def test_compiled_rows_compiled_with_different_inductor_tuning_are_named_under_t
     assert "coordinate-descent" in " ".join(step_table(mixed).split())
     assert inductor_note([row("bf16+compiled", 2000.0, True), row("int8-weight-only+compiled", 1000.0, True)]) == []
     assert inductor_note([row("bf16+compiled", 2000.0, None), row("int8-weight-only+compiled", 1000.0, True)]) == []
+
+
+def test_docs_inductor_tuning_figures_are_the_h100_files():
+    """docs/step.md's measured effect of torchao's Inductor settings on bf16 compiled, read from the two H100 files."""
+    from pathlib import Path
+
+    from qbench.results import read_results
+
+    root = Path(__file__).resolve().parents[2]
+    text = " ".join((root / "docs" / "step.md").read_text(encoding="utf-8").split())
+
+    def row(name, m, context):
+        rows = read_results(root / "results" / "h100" / name).rows
+        return next(r for r in rows if r.scheme == "bf16+compiled" and r.m == m and r.context == context)
+
+    for context, words in ((128, "{:.2f} ms at 128 positions ({:.2f}×"), (4096, "{:.2f} ms at 4,096 ({:.2f}×)"),
+                           (32768, "{:.2f} ms at 32,768 ({:.2f}×)")):
+        tuned, plain = row("step_llama31_8b_bf16_tuned.json", 1, context), row("step_llama31_8b.json", 1, context)
+        assert tuned.compile["inductor"]["coordinate_descent_tuning"] is True
+        assert not (plain.compile or {}).get("inductor")  # made before compiled rows recorded Inductor's settings
+        t, p = tuned.step_us("step_compiled"), plain.step_us("step_compiled")
+        assert words.format(t / 1e3, p / t) in text
+    for context in (128, 4096):
+        t, p = (row(f, 16, context).step_us("step_compiled") for f in ("step_llama31_8b_bf16_tuned.json",
+                                                                          "step_llama31_8b.json"))
+        assert abs(p / t - 1) <= 0.02
+        g = [row(f, m, context).step_us("step_graph") for f in ("step_llama31_8b_bf16_tuned.json",
+                                                                 "step_llama31_8b.json") for m in (1, 16)]
+        assert abs(g[2] / g[0] - 1) < 0.02 and abs(g[3] / g[1] - 1) < 0.02
+    tuned, plain = row("step_llama31_8b_bf16_tuned.json", 1, 128), row("step_llama31_8b.json", 1, 128)
+    first = [r.compile["first_call_s"][0] for r in (plain, tuned)]
+    assert (f"first call went from {first[0]:.0f} s to {first[1]:.0f} s, "
+            f"and its worker from {plain.worker_wall_s:.0f} s to {tuned.worker_wall_s:.0f} s") in text
