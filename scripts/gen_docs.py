@@ -292,15 +292,13 @@ def _other_m(recs: list[dict], speedups: dict) -> list[str]:
 
 
 def gen_step_pick(args: list[str], page: str) -> str:
-    """``step-pick FILE BUDGET``: per M and context, the fastest measured step within a logits
-    budget (``qbench recommend STEP.json --max-rel-err BUDGET``) as a list, each with its speed-up
-    over bf16 in the same form, its logits error, and its speed-up in a ``torch.compile
-    reduce-overhead`` decode loop where the file has one; then bf16's own logits error."""
+    """``step-pick FILE BUDGET``: per M and context, the fastest step within a logits budget (``qbench recommend
+    STEP.json --max-rel-err BUDGET``), its speed-up over bf16 in the same form and in a reduce-overhead loop, its
+    logits error; then bf16's own, and a line when bf16 compiled lacked torchao's Inductor tuning."""
     from qbench.results import read_results
     from qbench.step import view
 
-    path, budget = args[0], float(args[1])
-    rows = read_results(ROOT / path).rows
+    rows, budget = read_results(ROOT / args[0]).rows, float(args[1])
     by_key = {(r.scheme, r.m, r.context): r for r in rows}
     loop = "step_reduce_overhead"
     lines = []
@@ -326,9 +324,11 @@ def gen_step_pick(args: list[str], page: str) -> str:
                              f"{rec['step_us'] / 1000:.2f} ms per step, {rec['speedup']:.2f}× {against}, logits rel_fro "
                              f"{rec['rel_fro']:.2g}{said}"))
     lines += _other_m(recs, view.speedups(rows))
-    own = [view.logits_error(r) for r in rows if r.scheme == "bf16" and view.logits_error(r) is not None]
-    if own:
-        lines.append(f"\n(bf16's own logits rel_fro against the FP32 step: {min(own):.2g} to {max(own):.2g}.)")
+    if own := [view.logits_error(r) for r in rows if r.scheme == "bf16" and view.logits_error(r) is not None]:
+        lines.append(f"\n(bf16's own logits rel_fro to the FP32 step: {min(own):.2g} to {max(own):.2g}.)")
+    if len(view.inductor_sides(rows)[1]) == 2:
+        lines.append("(bf16 compiled here lacked the torchao schemes' Inductor tuning: their speed-ups are\n"
+                     "overstated; docs/step.md.)")
     return "\n".join(lines)
 
 

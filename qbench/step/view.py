@@ -212,19 +212,39 @@ def table_notes(rows: Sequence[StepRow], records: Sequence[dict], wide: bool = F
             + inductor_note(rows))
 
 
-def inductor_note(rows: Sequence[StepRow]) -> list[str]:
-    """One line when the file's compiled rows were compiled with and without Inductor's coordinate-descent tuning
-    (``compile.inductor``: torchao's configs switch it on in their worker), naming each side; none otherwise."""
+def inductor_sides(rows: Sequence[StepRow]) -> tuple[dict[bool, set[str]], dict[bool, set[str]]]:
+    """The ok compiled schemes of ``rows`` by Inductor's coordinate-descent tuning (``compile.inductor``):
+    ``({tuned: schemes}, {is torchao: schemes without the record})``. A file without the record was made before
+    every compiled worker got torchao's settings (:func:`qbench.compile_info.tune_like_torchao`): only the torchao
+    schemes had the tuning then (torchao's configs switch it on in their worker)."""
     tuned: dict[bool, set[str]] = {}
+    unrecorded: dict[bool, set[str]] = {}
     for r in rows:
+        if r.status != "ok" or r.mode != "compiled":
+            continue
         setting = ((r.compile or {}).get("inductor") or {}).get("coordinate_descent_tuning")
-        if r.status == "ok" and setting is not None:
+        if setting is None:
+            unrecorded.setdefault(r.library == "torchao", set()).add(r.scheme)
+        else:
             tuned.setdefault(bool(setting), set()).add(r.scheme)
-    if len(tuned) < 2:
-        return []
-    return [f"compiled with Inductor's coordinate-descent tuning: {', '.join(sorted(tuned[True]))} (torchao's "
-            f"default config switches it on); without: {', '.join(sorted(tuned[False]))}: a compiled speed-up over "
-            "them includes that tuning"]
+    return tuned, unrecorded
+
+
+def inductor_note(rows: Sequence[StepRow]) -> list[str]:
+    """A line when compiled rows were compiled with and without coordinate-descent tuning, naming each side
+    (:func:`inductor_sides`), whether recorded or inferred from a file made before the record."""
+    tuned, unrecorded = inductor_sides(rows)
+    lines = []
+    if len(tuned) == 2:
+        lines.append(f"compiled with Inductor's coordinate-descent tuning: {', '.join(sorted(tuned[True]))} "
+                     f"(torchao's default config switches it on); without: {', '.join(sorted(tuned[False]))}: a "
+                     "compiled speed-up over them includes that tuning")
+    if len(unrecorded) == 2:
+        lines.append(f"compiled before qbench gave every compiled worker torchao's Inductor settings (2026-12-06): "
+                     f"{', '.join(sorted(unrecorded[False]))} without the coordinate-descent tuning that "
+                     f"{', '.join(sorted(unrecorded[True]))} had, so a compiled speed-up over the former is overstated "
+                     "(docs/step.md measures by how much)")
+    return lines
 
 
 def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16", wide: bool = False,
@@ -501,4 +521,4 @@ def pick_notes(rec: Sequence[dict], rows: Sequence[StepRow], error: str = "the l
     untimed = sorted({s for r in rec for s in r["untimed"]})
     if untimed:
         lines.append(f"not timed (no step time, not considered): {', '.join(untimed)}")
-    return lines
+    return lines + inductor_note(rows)

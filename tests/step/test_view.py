@@ -281,6 +281,31 @@ def test_compiled_rows_compiled_with_different_inductor_tuning_are_named_under_t
     assert inductor_note([row("bf16+compiled", 2000.0, None), row("int8-weight-only+compiled", 1000.0, True)]) == []
 
 
+def test_files_made_before_the_inductor_record_say_bf16_compiled_lacked_the_tuning():
+    """A file without ``compile.inductor`` was made when only torchao's workers had coordinate-descent tuning: with
+    compiled rows of torchao and of another library, the pick's notes, the table and the README block say the
+    torchao speed-ups over the others are overstated; rows of one library only, or eager rows, say nothing."""
+    from qbench.step.view import inductor_sides, pick_notes, recommend, step_table
+
+    def row(scheme, library, step, mode="compiled"):
+        return StepRow(scheme=scheme, base_scheme=scheme.split("+")[0], library=library, mode=mode, model="m",
+                       title="M", m=1, context=128, device="cuda:0", weight_dtype="x", activation_dtype="bfloat16",
+                       lm_head="float", blocks=2, error={"compared": "logits", "nonfinite": 0, "rel_fro": 0.01},
+                       latency_us={"step_compiled": {"median": step, "p10": step, "p90": step, "cv": 0.01}})
+
+    old = [row("bf16+compiled", "torch", 2000.0), row("int4-weight-only+compiled", "torchao", 1000.0)]
+    assert inductor_sides(old) == ({}, {False: {"bf16+compiled"}, True: {"int4-weight-only+compiled"}})
+    said = ("compiled before qbench gave every compiled worker torchao's Inductor settings (2026-12-06): bf16+compiled "
+            "without the coordinate-descent tuning that int4-weight-only+compiled had, so a compiled speed-up over the "
+            "former is overstated (docs/step.md measures by how much)")
+    assert said in pick_notes(recommend(old, 0.1, "bf16"), old)
+    assert said in " ".join(step_table(old).split())
+    assert inductor_sides(old[:1])[1] == {False: {"bf16+compiled"}}
+    assert said not in " ".join(step_table(old[:1]).split())
+    eager = [row("bf16", "torch", 2000.0, mode="eager"), row("int4-weight-only", "torchao", 1000.0, mode="eager")]
+    assert inductor_sides(eager) == ({}, {})
+
+
 def test_docs_inductor_tuning_figures_are_the_h100_files():
     """docs/step.md's measured effect of torchao's Inductor settings on bf16 compiled, read from the two H100 files."""
     from pathlib import Path
