@@ -314,17 +314,21 @@ class _Built:
         return total
 
     def _blocks_that_fit(self, per_block: int) -> int:
-        """Blocks that fit in the free memory beside the largest KV cache, the embedding, the LM
-        head, the prefill's one-block working set and the FP32 reference's (one block of FP32
-        weights and an FP32 copy of one block's cache for :func:`~qbench.model.llama.reference_group`'s
-        sequences at the largest M and context)."""
+        """Blocks that fit in the free memory beside the largest KV cache, the embedding and LM head (the step's
+        copies in the activation dtype, built after this estimate, and the FP32 pair the reference makes beside
+        them), the prefill's one-block working set and the FP32 reference's (one block of FP32 weights and an FP32
+        copy of one block's cache for :func:`~qbench.model.llama.reference_group`'s sequences at the largest M and
+        context)."""
         c, itemsize = self.config, torch.empty((), dtype=self.kv).element_size()
         m, ctx = max(self.scenario.m), max(self.spec.context)
         cache_per_block = m * (ctx + 1) * c.kv_elements_per_position() * itemsize
         prompt_cache_per_block = (ctx + 1) * c.kv_elements_per_position() * 2
         torch.cuda.empty_cache()  # what this process's caching allocator holds unused goes back, and counts as free
         free = torch.cuda.mem_get_info(self.device)[0]
-        embed_head = 2 * c.vocab * c.hidden * 4  # the FP32 source of each while built
+        act = torch.empty((), dtype=self.act).element_size()
+        embed_head = 2 * c.vocab * c.hidden * (4 + act)  # each in FP32 (the reference's, or a source while built)
+        # and in the activation dtype: every M = 16, 32,768-position row of Llama-3.1-8B on an H100 ran out of memory
+        # by less than this pair's 1.96 GiB when only the FP32 pair was counted
         chunk = min(ctx, PREFILL_CHUNK)
         prefill_ws = (6 * c.block_linear_params() + ctx * (3 * c.hidden + 4 * c.heads * c.head_dim) * 2
                       + chunk * c.ffn * 2 * 3)
