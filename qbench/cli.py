@@ -204,7 +204,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if args.format == "json":
         import json
 
-        print(json.dumps([dict(zip(headers, r)) for r in rows], indent=2))
+        print(json.dumps([dict(zip(headers, r)) for r in rows], indent=2, ensure_ascii=False))
         return 0
     from tabulate import tabulate_formats
 

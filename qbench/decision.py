@@ -221,7 +221,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         if twice:
             print(twice, file=sys.stderr)
         print(json.dumps({"budget": {b.name: getattr(args, b.name, None) for b in BUDGETS},
-                          "by_m_context": rec}, indent=2))
+                          "by_m_context": rec}, indent=2, ensure_ascii=False))
         return 0 if any(r["pick"] for r in rec) else 1
     first = steps[0]
     machine = next((d.machine for d in docs if d.job == "step"), first.device)
