@@ -3,6 +3,8 @@ step rows: ties within noise and the pick among them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from qbench.row import Flag
@@ -213,41 +215,43 @@ def test_qbench_model_marks_the_same_artefacts_as_the_step_table(tmp_path, capsy
 def test_model_view_splits_the_step_three_ways_where_the_attention_was_timed():
     # results/h100/step_llama31_8b.json: bf16 compiled at M = 1, 32,768 positions; other = step - Σ linear -
     # attention, by the row's own numbers; files without the attention record keep their columns
-    from pathlib import Path
-
     from qbench.results import read_results
     from qbench.step.view import model_records, model_view
 
-    root = Path(__file__).resolve().parents[2]
-    rows = read_results(root / "results/h100/step_llama31_8b.json").rows
+    rows = read_results(ROOT / "results/h100/step_llama31_8b.json").rows
     rec = next(r for r in model_records(rows) if r["scheme"] == "bf16+compiled" and r["m"] == 1 and r["context"] == 32768)
     row = next(r for r in rows if r.scheme == "bf16+compiled" and r.m == 1 and r.context == 32768)
     assert rec["attention_us"] == row.attention["us"] and rec["attention_floor"] == row.attention["floor_fraction"]
     assert rec["other_us"] == pytest.approx(row.step_us(rec["method"]) - row.linear["sum_us"] - row.attention["us"])
     view = model_view([dict(r, _doubt=(False, False, False)) for r in model_records(rows)])
     assert "attention_us" in view.narrow and "other_us" in view.wide
-    old = read_results(root / "results/h200/step_llama31_8b.json").rows
+    old = read_results(ROOT / "results/h200/step_llama31_8b.json").rows
     view = model_view([dict(r, _doubt=(False, False, False)) for r in model_records(old)])
     assert "attention_us" not in view.narrow and "attention_us" not in view.wide
 
 
-def test_docs_step_figures_are_the_h100_files():
-    """docs/step.md's (and the README's) split-KV and fp8-cache figures, read from the committed H100 files."""
-    from pathlib import Path
+ROOT = Path(__file__).resolve().parents[2]
 
+
+def _docs_text(name: str) -> str:
+    return " ".join((ROOT / name).read_text(encoding="utf-8").split())
+
+
+def _h100_bf16_compiled(name: str, m: int, context: int):
+    """The bf16+compiled row at (M, context) of the committed H100 file ``name``."""
     from qbench.results import read_results
 
-    root = Path(__file__).resolve().parents[2]
-    text = " ".join((root / "docs" / "step.md").read_text(encoding="utf-8").split())
+    rows = read_results(ROOT / "results" / "h100" / name).rows
+    return next(r for r in rows if r.scheme == "bf16+compiled" and r.m == m and r.context == context)
 
-    def row(name, m, context):
-        rows = read_results(root / "results" / "h100" / name).rows
-        return next(r for r in rows if r.scheme == "bf16+compiled" and r.m == m and r.context == context)
 
+def test_docs_step_figures_are_the_h100_files():
+    """docs/step.md's (and the README's) split-KV and fp8-cache figures, read from the committed H100 files."""
+    text, row = _docs_text("docs/step.md"), _h100_bf16_compiled
     bf16, fp8 = row("step_llama31_8b.json", 1, 32768), row("step_llama31_8b_kv_fp8.json", 1, 32768)
     t, f = bf16.step_us("step_compiled"), bf16.hbm_floor_us
     assert (f"takes {t / 1e3:.2f} ms against its {f / 1e3:.2f} ms HBM floor ({t / f:.2f}×;" in text)
-    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    readme = _docs_text("README.md")
     assert f"32,768 positions, M = 1, is {t / 1e3:.2f} ms, {t / f:.2f}× its HBM floor" in readme
     assert f"the attention alone is {bf16.attention['us'] / 1e3:.2f} ms per step at " \
            f"{100 * bf16.attention['floor_fraction']:.0f} % of its floor" in text
@@ -308,17 +312,7 @@ def test_files_made_before_the_inductor_record_say_bf16_compiled_lacked_the_tuni
 
 def test_docs_inductor_tuning_figures_are_the_h100_files():
     """docs/step.md's measured effect of torchao's Inductor settings on bf16 compiled, read from the two H100 files."""
-    from pathlib import Path
-
-    from qbench.results import read_results
-
-    root = Path(__file__).resolve().parents[2]
-    text = " ".join((root / "docs" / "step.md").read_text(encoding="utf-8").split())
-
-    def row(name, m, context):
-        rows = read_results(root / "results" / "h100" / name).rows
-        return next(r for r in rows if r.scheme == "bf16+compiled" and r.m == m and r.context == context)
-
+    text, row = _docs_text("docs/step.md"), _h100_bf16_compiled
     for context, words in ((128, "{:.2f} ms at 128 positions ({:.2f}×"), (4096, "{:.2f} ms at 4,096 ({:.2f}×)"),
                            (32768, "{:.2f} ms at 32,768 ({:.2f}×)")):
         tuned, plain = row("step_llama31_8b_bf16_tuned.json", 1, context), row("step_llama31_8b.json", 1, context)
