@@ -12,6 +12,8 @@ from qbench.step.row import StepRow
 from qbench.judge import within_noise
 from qbench.step.view import recommend
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def _row(scheme, context, median, p10, p90, err, total_bytes=1000):
     return StepRow(scheme=scheme, base_scheme=scheme, library="torch", mode="eager", model="m", title="M", m=1,
@@ -228,9 +230,6 @@ def test_model_view_splits_the_step_three_ways_where_the_attention_was_timed():
     old = read_results(ROOT / "results/h200/step_llama31_8b.json").rows
     view = model_view([dict(r, _doubt=(False, False, False)) for r in model_records(old)])
     assert "attention_us" not in view.narrow and "attention_us" not in view.wide
-
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _docs_text(name: str) -> str:
