@@ -326,9 +326,9 @@ def gen_step_pick(args: list[str], page: str) -> str:
     lines += _other_m(recs, view.speedups(rows))
     if own := [view.logits_error(r) for r in rows if r.scheme == "bf16" and view.logits_error(r) is not None]:
         lines.append(f"\n(bf16's own logits rel_fro to the FP32 step: {min(own):.2g} to {max(own):.2g}.)")
-    if len(view.inductor_sides(rows)[1]) == 2:
-        lines.append("(bf16 compiled here lacked the torchao schemes' Inductor tuning: their speed-ups are\n"
-                     "overstated; docs/step.md.)")
+    if len(sides := view.inductor_sides(rows)[0]) == 2:
+        lines.append(f"({', '.join(sorted(sides[False]))} here lacked the others' Inductor tuning: speed-ups over it "
+                     "are\noverstated; docs/step.md.)")
     return "\n".join(lines)
 
 

@@ -90,12 +90,14 @@ for _name, _dtype in (("fp16", "float16"), ("bf16", "bfloat16")):
 _AO = dict(library="torchao", packages=("torchao",), activation_dtype="bfloat16", parts=_ao("torchao_parts"))
 #: The mslk schemes: CUTLASS kernels built for Hopper (WGMMA), SM90.
 _MSLK = dict(cuda_only=True, min_compute_capability=(9, 0), **_AO)
+#: torchao schemes built by a config whose ``set_inductor_config`` is on: the build switches Inductor's tuning on.
+_AO_TUNED, _MSLK_TUNED = dict(_AO, inductor_tuning=True), dict(_MSLK, inductor_tuning=True)
 
 register(Scheme(
     name="fp8-weight-only", family="weight-only", weight_dtype="float8_e4m3fn", compute_dtype="bf16", nominal_bits=8,
     summary="torchao Float8WeightOnlyConfig: e4m3 weight, per-row scales, bf16 activations",
     options_model=TorchaoOptions, shard=PER_ROW,
-    build=_ao("build_fp8_weight_only"), emulate=_ao("_emulate_fp8_weight_only"), **_AO,
+    build=_ao("build_fp8_weight_only"), emulate=_ao("_emulate_fp8_weight_only"), **_AO_TUNED,
 ))
 register(Scheme(
     name="fp8-dynamic", family="dynamic", weight_dtype="float8_e4m3fn", compute_dtype="fp8", nominal_bits=8,
@@ -107,13 +109,13 @@ register(Scheme(
                          same_as_slice=fp8_dynamic_column),
         row=DYNAMIC_ROW),
     build=_ao("build_fp8_dynamic"), emulate=_ao("_emulate_fp8_dynamic"), extra_check=_ao("_fp8_dynamic_check"),
-    cuda_only=True, min_compute_capability=(8, 9), **_AO,
+    cuda_only=True, min_compute_capability=(8, 9), **_AO_TUNED,
 ))
 register(Scheme(
     name="int8-weight-only", family="weight-only", weight_dtype="int8", compute_dtype="bf16", nominal_bits=8,
     summary="torchao Int8WeightOnlyConfig: int8 weight, per-row scales, bf16 activations",
     options_model=TorchaoOptions, shard=PER_ROW,
-    build=_ao("build_int8_weight_only"), emulate=_ao("_emulate_int8_weight_only"), **_AO,
+    build=_ao("build_int8_weight_only"), emulate=_ao("_emulate_int8_weight_only"), **_AO_TUNED,
 ))
 register(Scheme(
     name="w8a8-dynamic", family="dynamic", weight_dtype="int8", compute_dtype="int8", nominal_bits=8,
@@ -121,7 +123,7 @@ register(Scheme(
     options_model=TorchaoOptions,
     shard=Sharding(ShardRule(True, "per-row weight scales split with N; per-token activation scales over all of K"),
                    DYNAMIC_ROW),
-    build=_ao("build_w8a8_dynamic"), emulate=_ao("_emulate_w8a8_dynamic"), m_check=_ao("_int_mm_m"), **_AO,
+    build=_ao("build_w8a8_dynamic"), emulate=_ao("_emulate_w8a8_dynamic"), m_check=_ao("_int_mm_m"), **_AO_TUNED,
 ))
 register(Scheme(
     name="int4-weight-only", family="weight-only", weight_dtype="int4 (tinygemm packed int32)", compute_dtype="bf16",
@@ -137,7 +139,7 @@ register(Scheme(
                       why_multiple="1024, the tinygemm K padding (torchao Int4TilePackedTo4dTensor.from_hp pads K to a "
                                    "multiple of 1024: a smaller shard would store and read padding)")),
     build=_ao("build_int4_weight_only"), emulate=_ao("_emulate_int4_weight_only"), extra_check=_ao("tinygemm_check"),
-    cuda_only=True, min_compute_capability=(8, 0), **_AO,
+    cuda_only=True, min_compute_capability=(8, 0), **_AO_TUNED,
 ))
 register(Scheme(
     name="int4-intx", family="weight-only", weight_dtype="int4 (in int8)", compute_dtype="bf16", nominal_bits=4,
@@ -187,7 +189,7 @@ register(Scheme(
     summary="torchao Int4WeightOnlyConfig, plain packing (torchao's default): int4 per-group asymmetric, bf16 scale "
             "and zero point; mslk CUTLASS bf16i4bf16_rowwise (needs mslk-cuda, SM90)",
     options_model=MslkGroupOptions, k_multiple=group_size, shard=PER_GROUP,
-    build=_ao("build_int4_plain"), emulate=_ao("_emulate_int4_mslk"), extra_check=_ao("mslk_int4_check"), **_MSLK,
+    build=_ao("build_int4_plain"), emulate=_ao("_emulate_int4_mslk"), extra_check=_ao("mslk_int4_check"), **_MSLK_TUNED,
 ))
 register(Scheme(
     name="int4-preshuffled", family="weight-only", weight_dtype="int4 (2 per int8, mslk preshuffled)",
@@ -196,7 +198,7 @@ register(Scheme(
             "bf16 scale and zero point; mslk CUTLASS bf16i4bf16_shuffled (needs mslk-cuda, SM90)",
     options_model=MslkGroupOptions, k_multiple=group_size, shard=PER_GROUP,
     build=_ao("build_int4_preshuffled"), emulate=_ao("_emulate_int4_mslk"), extra_check=_ao("mslk_int4_check"),
-    **_MSLK,
+    **_MSLK_TUNED,
 ))
 register(Scheme(
     name="fp8-int4", family="dynamic", weight_dtype="int4 (2 per int8, symmetric)", compute_dtype="fp8",

@@ -128,6 +128,10 @@ class Scheme:
             linear's input, :class:`qbench.schemes.calibrated.LinearStats`); the quality job refuses
             a scenario naming it without ``[quality] calibration``; without statistics (the layer
             and step jobs) they build round-to-nearest values on the same format and kernel.
+        inductor_tuning: building it switches Inductor's coordinate-descent tuning on for the whole process (a
+            torchao config whose ``set_inductor_config`` is on, torchao's default). Step files made before every
+            compiled worker got those settings (:func:`qbench.compile_info.tune_like_torchao`) hold no record of
+            them: this says which compiled rows had them (:func:`qbench.step.view.inductor_sides`).
 
     Two records are equal only when they are the same record (the registry holds one per name).
     """
@@ -156,6 +160,7 @@ class Scheme:
     tuning_cache: Optional[TuningCache] = None
     emulate: Optional[Callable[..., Any]] = None
     needs_calibration: bool = False
+    inductor_tuning: bool = False
 
     def __post_init__(self) -> None:
         if self.storage_format is None:

@@ -327,8 +327,8 @@ class _Built:
         free = torch.cuda.mem_get_info(self.device)[0]
         act = torch.empty((), dtype=self.act).element_size()
         embed_head = 2 * c.vocab * c.hidden * (4 + act)  # each in FP32 (the reference's, or a source while built)
-        # and in the activation dtype: every M = 16, 32,768-position row of Llama-3.1-8B on an H100 ran out of memory
-        # by less than this pair's 1.96 GiB when only the FP32 pair was counted
+        # and in the activation dtype (built after this estimate): without it every M = 16, 32,768-position row of
+        # Llama-3.1-8B on an H100 ran out of memory (results/h100/env/2026-12-06b)
         chunk = min(ctx, PREFILL_CHUNK)
         prefill_ws = (6 * c.block_linear_params() + ctx * (3 * c.hidden + 4 * c.heads * c.head_dim) * 2
                       + chunk * c.ffn * 2 * 3)

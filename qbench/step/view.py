@@ -212,39 +212,48 @@ def table_notes(rows: Sequence[StepRow], records: Sequence[dict], wide: bool = F
             + inductor_note(rows))
 
 
-def inductor_sides(rows: Sequence[StepRow]) -> tuple[dict[bool, set[str]], dict[bool, set[str]]]:
-    """The ok compiled schemes of ``rows`` by Inductor's coordinate-descent tuning (``compile.inductor``):
-    ``({tuned: schemes}, {is torchao: schemes without the record})``. A file without the record was made before
-    every compiled worker got torchao's settings (:func:`qbench.compile_info.tune_like_torchao`): only the torchao
-    schemes had the tuning then (torchao's configs switch it on in their worker)."""
-    tuned: dict[bool, set[str]] = {}
-    unrecorded: dict[bool, set[str]] = {}
+def _builds_tuning(label: str) -> bool:
+    """Whether building the scheme ``label`` names (``name[options]``, ``+compiled``) switches Inductor's
+    coordinate-descent tuning on (:attr:`qbench.schemes.scheme.Scheme.inductor_tuning`); False for a name this
+    registry does not know."""
+    from qbench import schemes
+
+    try:
+        return schemes.get(label.split("[")[0].removesuffix("+compiled")).inductor_tuning
+    except (schemes.UnknownSchemeError, schemes.PluginError):
+        return False
+
+
+def inductor_sides(rows: Sequence[StepRow]) -> tuple[dict[bool, set[str]], set[str]]:
+    """The ok compiled schemes of ``rows`` by Inductor's coordinate-descent tuning, ``{tuned: schemes}``, and the
+    schemes whose setting was inferred: a row without the ``compile.inductor`` record was made before every
+    compiled worker got torchao's settings (:func:`qbench.compile_info.tune_like_torchao`), so it had the tuning
+    only where its scheme's build (a recipe's: any part's) switched it on."""
+    sides: dict[bool, set[str]] = {}
+    inferred: set[str] = set()
     for r in rows:
         if r.status != "ok" or r.mode != "compiled":
             continue
         setting = ((r.compile or {}).get("inductor") or {}).get("coordinate_descent_tuning")
         if setting is None:
-            unrecorded.setdefault(r.library == "torchao", set()).add(r.scheme)
-        else:
-            tuned.setdefault(bool(setting), set()).add(r.scheme)
-    return tuned, unrecorded
+            parts = [r.base_scheme, *(item["scheme"] for item in (r.recipe or {}).get("linears", []))]
+            setting = any(_builds_tuning(p) for p in parts)
+            inferred.add(r.scheme)
+        sides.setdefault(bool(setting), set()).add(r.scheme)
+    return sides, inferred
 
 
 def inductor_note(rows: Sequence[StepRow]) -> list[str]:
-    """A line when compiled rows were compiled with and without coordinate-descent tuning, naming each side
-    (:func:`inductor_sides`), whether recorded or inferred from a file made before the record."""
-    tuned, unrecorded = inductor_sides(rows)
-    lines = []
-    if len(tuned) == 2:
-        lines.append(f"compiled with Inductor's coordinate-descent tuning: {', '.join(sorted(tuned[True]))} "
-                     f"(torchao's default config switches it on); without: {', '.join(sorted(tuned[False]))}: a "
-                     "compiled speed-up over them includes that tuning")
-    if len(unrecorded) == 2:
-        lines.append(f"compiled before qbench gave every compiled worker torchao's Inductor settings (2026-12-06): "
-                     f"{', '.join(sorted(unrecorded[False]))} without the coordinate-descent tuning that "
-                     f"{', '.join(sorted(unrecorded[True]))} had, so a compiled speed-up over the former is overstated "
-                     "(docs/step.md measures by how much)")
-    return lines
+    """One line when compiled rows were compiled with and without coordinate-descent tuning, naming each side
+    and the schemes whose setting was inferred (:func:`inductor_sides`); none otherwise."""
+    sides, inferred = inductor_sides(rows)
+    if len(sides) < 2:
+        return []
+    return [f"compiled with Inductor's coordinate-descent tuning: {', '.join(sorted(sides[True]))} (their torchao "
+            f"configs switch it on); without: {', '.join(sorted(sides[False]))}: a compiled speed-up over the latter "
+            "includes that tuning (docs/step.md measures it)"
+            + (f"; no record in the file for {', '.join(sorted(inferred))} (made before every compiled worker got "
+               "torchao's settings, 2026-12-06): read from what each scheme's build switches on" if inferred else "")]
 
 
 def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16", wide: bool = False,

@@ -130,3 +130,19 @@ def test_a_scenario_unpickles_in_a_fresh_process(tmp_path):
     code = f"import pickle; sc = pickle.load(open({str(path)!r}, 'rb')); print(type(sc).__name__, sc.layer.in_features)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE_ROOT, check=True)
     assert out.stdout.split() == ["LayerScenario", "256"]
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_inductor_tuning_is_declared_where_the_torchao_config_switches_it_on(name):
+    """``inductor_tuning`` says which builds turn coordinate-descent tuning on (what a step file made before every
+    compiled worker got torchao's settings is read by): a build through a torchao config whose
+    ``set_inductor_config`` is on, and no other. Checked against the config each build hands ``quantize_``."""
+    import importlib
+
+    pytest.importorskip("torchao")
+    scheme = schemes.get(name)
+    build = (getattr(importlib.import_module(scheme.build.module), scheme.build.attr)
+             if isinstance(scheme.build, Impl) else scheme.build)
+    factory = getattr(build, "config_factory", None)
+    config = factory(scheme.options_model()) if factory is not None else None
+    assert scheme.inductor_tuning is bool(getattr(config, "set_inductor_config", False))

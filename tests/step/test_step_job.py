@@ -354,7 +354,7 @@ def test_blocks_that_fit_llama31_8b_at_m16_and_32768_by_hand(monkeypatch):
     """Llama-3.1-8B, bf16 cache, M = 16 at 32,768 positions on a GPU with 78 GiB free once the caching allocator
     handed back what it held unused: the bytes of the estimate by hand (the FP32 reference's cache copy for 3
     sequences, not 16; with all 16 copied, 24 blocks; without the bf16 embedding and LM head, 27: on an H100
-    every such row ran out of memory, short by less than that pair's 1.96 GiB, results/h100/env/2026-12-06b)."""
+    every such row ran out of memory, results/h100/env/2026-12-06b)."""
     from types import SimpleNamespace
 
     from qbench.memory import PROCESS_OVERHEAD

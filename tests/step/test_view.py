@@ -263,50 +263,50 @@ def test_docs_step_figures_are_the_h100_files():
         assert f"{tb / 1e3:.2f} ms " + words.format(ta / tb) in text
 
 
+def _compiled(scheme, step, tuned=None, library="torch", recipe=None, mode="compiled"):
+    return StepRow(scheme=scheme, base_scheme=scheme.split("+")[0].split(",")[0], library=library, mode=mode,
+                   model="m", title="M", m=1, context=128, device="cuda:0", weight_dtype="x",
+                   activation_dtype="bfloat16", lm_head="float", blocks=2, recipe=recipe,
+                   error={"compared": "logits", "nonfinite": 0, "rel_fro": 0.01},
+                   latency_us={"step_compiled": {"median": step, "p10": step, "p90": step, "cv": 0.01}},
+                   compile=None if tuned is None else {"inductor": {"coordinate_descent_tuning": tuned}})
+
+
 def test_compiled_rows_compiled_with_different_inductor_tuning_are_named_under_the_table():
-    """torchao's configs switch Inductor's coordinate-descent tuning on in their worker, a bf16 worker compiles
-    without it: the table says which compiled rows had it when both kinds are present, and nothing otherwise."""
-    from qbench.step.view import inductor_note, step_table
+    """torchao's configs switch Inductor's coordinate-descent tuning on in their worker; before every compiled worker
+    got those settings a bf16 worker compiled without it: the table says which compiled rows had it when both kinds
+    are present (recorded, or read from the scheme's build where the file has no record), and nothing otherwise."""
+    from qbench.step.view import inductor_note, inductor_sides, pick_notes, step_table
 
-    def row(scheme, step, tuned):
-        return StepRow(scheme=scheme, base_scheme=scheme.split("+")[0], library="torch", mode="compiled", model="m",
-                       title="M", m=1, context=128, device="cuda:0", weight_dtype="x", activation_dtype="bfloat16",
-                       lm_head="float", blocks=2,
-                       latency_us={"step_compiled": {"median": step, "p10": step, "p90": step, "cv": 0.01}},
-                       compile=None if tuned is None else {"inductor": {"coordinate_descent_tuning": tuned}})
-
-    mixed = [row("bf16+compiled", 2000.0, False), row("int8-weight-only+compiled", 1000.0, True)]
-    assert inductor_note(mixed) == [
-        "compiled with Inductor's coordinate-descent tuning: int8-weight-only+compiled (torchao's default config "
-        "switches it on); without: bf16+compiled: a compiled speed-up over them includes that tuning"]
-    assert "coordinate-descent" in " ".join(step_table(mixed).split())
-    assert inductor_note([row("bf16+compiled", 2000.0, True), row("int8-weight-only+compiled", 1000.0, True)]) == []
-    assert inductor_note([row("bf16+compiled", 2000.0, None), row("int8-weight-only+compiled", 1000.0, True)]) == []
-
-
-def test_files_made_before_the_inductor_record_say_bf16_compiled_lacked_the_tuning():
-    """A file without ``compile.inductor`` was made when only torchao's workers had coordinate-descent tuning: with
-    compiled rows of torchao and of another library, the pick's notes, the table and the README block say the
-    torchao speed-ups over the others are overstated; rows of one library only, or eager rows, say nothing."""
-    from qbench.step.view import inductor_sides, pick_notes, recommend, step_table
-
-    def row(scheme, library, step, mode="compiled"):
-        return StepRow(scheme=scheme, base_scheme=scheme.split("+")[0], library=library, mode=mode, model="m",
-                       title="M", m=1, context=128, device="cuda:0", weight_dtype="x", activation_dtype="bfloat16",
-                       lm_head="float", blocks=2, error={"compared": "logits", "nonfinite": 0, "rel_fro": 0.01},
-                       latency_us={"step_compiled": {"median": step, "p10": step, "p90": step, "cv": 0.01}})
-
-    old = [row("bf16+compiled", "torch", 2000.0), row("int4-weight-only+compiled", "torchao", 1000.0)]
-    assert inductor_sides(old) == ({}, {False: {"bf16+compiled"}, True: {"int4-weight-only+compiled"}})
-    said = ("compiled before qbench gave every compiled worker torchao's Inductor settings (2026-12-06): bf16+compiled "
-            "without the coordinate-descent tuning that int4-weight-only+compiled had, so a compiled speed-up over the "
-            "former is overstated (docs/step.md measures by how much)")
-    assert said in pick_notes(recommend(old, 0.1, "bf16"), old)
-    assert said in " ".join(step_table(old).split())
-    assert inductor_sides(old[:1])[1] == {False: {"bf16+compiled"}}
-    assert said not in " ".join(step_table(old[:1]).split())
-    eager = [row("bf16", "torch", 2000.0, mode="eager"), row("int4-weight-only", "torchao", 1000.0, mode="eager")]
-    assert inductor_sides(eager) == ({}, {})
+    said = ("compiled with Inductor's coordinate-descent tuning: int8-weight-only+compiled (their torchao configs "
+            "switch it on); without: bf16+compiled: a compiled speed-up over the latter includes that tuning "
+            "(docs/step.md measures it)")
+    recorded = [_compiled("bf16+compiled", 2000.0, False), _compiled("int8-weight-only+compiled", 1000.0, True)]
+    assert inductor_note(recorded) == [said]
+    assert said in " ".join(step_table(recorded).split())
+    assert said in pick_notes(recommend(recorded, 0.1, "bf16"), recorded)
+    tuned = [_compiled("bf16+compiled", 2000.0, True), _compiled("int8-weight-only+compiled", 1000.0, True)]
+    assert inductor_note(tuned) == []
+    # no record (a file made before 2026-12-06): bf16's build switches nothing on, int8 weight-only's config does;
+    # the same when only some rows have the record (a file resumed by newer code)
+    old = [_compiled("bf16+compiled", 2000.0), _compiled("int8-weight-only+compiled", 1000.0, library="torchao")]
+    assert inductor_sides(old) == ({False: {"bf16+compiled"}, True: {"int8-weight-only+compiled"}},
+                                   {"bf16+compiled", "int8-weight-only+compiled"})
+    assert inductor_note(old)[0].startswith(said + "; no record in the file for bf16+compiled, int8-weight-only")
+    resumed = [_compiled("bf16+compiled", 2000.0), _compiled("int8-weight-only+compiled", 1000.0, True)]
+    assert inductor_sides(resumed) == ({False: {"bf16+compiled"}, True: {"int8-weight-only+compiled"}},
+                                       {"bf16+compiled"})
+    # torchao schemes whose build switches nothing on (int4-intx's config has no set_inductor_config; HQQ packs its
+    # own values): no note beside bf16
+    intx = [_compiled("bf16+compiled", 2000.0), _compiled("int4-intx+compiled", 900.0, library="torchao"),
+            _compiled("int4-hqq+compiled", 900.0, library="torchao")]
+    assert inductor_note(intx) == []
+    # a recipe built its parts' configs in its worker: tuned when one part's build switches it on
+    recipe = {"base": "bf16", "linears": [{"scheme": "bf16", "count": 6}, {"scheme": "int8-weight-only", "count": 1}]}
+    mixed = [_compiled("bf16+compiled", 2000.0), _compiled("bf16, down int8+compiled", 1500.0, recipe=recipe)]
+    assert inductor_sides(mixed)[0] == {False: {"bf16+compiled"}, True: {"bf16, down int8+compiled"}}
+    eager = [_compiled("bf16", 2000.0, mode="eager"), _compiled("int8-weight-only", 1000.0, mode="eager")]
+    assert inductor_sides(eager) == ({}, set())
 
 
 def test_docs_inductor_tuning_figures_are_the_h100_files():
