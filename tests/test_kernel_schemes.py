@@ -342,3 +342,22 @@ def test_m_check_skips_only_its_rows(monkeypatch):
     all_refused = dataclasses.replace(bf16, m_check=lambda m, device, options: "never")
     monkeypatch.setitem(schemes._REGISTRY, "bf16", all_refused)
     assert {r["status"] for r in measure.measure_scheme(sc, 0, torch.device("cpu"))} == {"skipped"}
+
+
+@pytest.mark.parametrize("name", ["nf4-bnb", "fp4-bnb"])
+@pytest.mark.parametrize("n", [96, 112, 257])
+def test_bnb_4bit_on_cpu_takes_an_n_its_packed_kernel_cannot(name, n):
+    """bitsandbytes' packed AVX512-BF16 CPU kernel asserts N % 32 on the first call (it failed a quantized LM head of
+    257 rows); such an N runs on bitsandbytes' generic 4-bit CPU path: the output is the dequantized weight's."""
+    bnb = pytest.importorskip("bitsandbytes")
+    from qbench.schemes.bnb_schemes import CPU_PACKED_BLOCK_N
+
+    spec = schemes.get(name)
+    w, x = torch.randn(n, 64, generator=torch.Generator().manual_seed(n)), torch.randn(3, 64)
+    layer = spec.build(w, None, spec.options_model())
+    w_dq = bnb.functional.dequantize_4bit(layer.weight.data, layer.weight.quant_state).float()  # before any repack
+    y = layer(x.to(spec.activation_dtype)).float()
+    ref = x.to(torch.bfloat16).float() @ w_dq.T
+    assert metrics.error_metrics(y, ref)["rel_fro"] < 0.01
+    if n % CPU_PACKED_BLOCK_N:
+        assert layer.support_avx512bf16_for_cpu is False

@@ -10,7 +10,9 @@
   256 with a float32 absmax per block, a 256-entry code table and a float32 offset. bf16
   activations; the compute dtype is an option (``compute_dtype``: bf16, fp16 or fp32, the
   ``bnb_4bit_compute_dtype`` of transformers' ``BitsAndBytesConfig``; fp32 is the slow path, see
-  :class:`FourBitOptions`).
+  :class:`FourBitOptions`). On a CPU with AVX512-BF16 bitsandbytes repacks the 4-bit weight for its own
+  kernel on the first call, which needs N % 32 == 0 (:data:`CPU_PACKED_BLOCK_N`); another N takes its generic
+  CPU path.
 
 The ledger counts the packed weight and every tensor of ``weight.quant_state`` (bitsandbytes'
 ``QuantState``), the nested state included.
@@ -64,6 +66,11 @@ def int8_parts(module: torch.nn.Module) -> list[TensorPart]:
     return [TensorPart("weight", "payload", weight.data), TensorPart("weight.SCB", "metadata", scb)] + bias_parts(module)
 
 
+#: N multiple bitsandbytes' packed AVX512-BF16 CPU path for 4-bit weights needs (``functional.
+#: _convert_weight_packed_for_cpu``, ``block_n = 32``, asserted on the first CPU call, not checked at build).
+CPU_PACKED_BLOCK_N = 32
+
+
 def _build_4bit(quant_type: str):
     def build(weight: torch.Tensor, bias: Optional[torch.Tensor], options: FourBitOptions) -> torch.nn.Module:
         import bitsandbytes as bnb
@@ -87,6 +94,8 @@ def _build_4bit(quant_type: str):
         layer = layer.to(weight.device)
         if weight.device.type == "cpu" and not layer.weight.bnb_quantized:
             layer.weight = layer.weight._quantize("cpu")
+        if n % CPU_PACKED_BLOCK_N:  # a CPU call takes bitsandbytes' generic 4-bit path instead (CUDA: no effect)
+            layer.support_avx512bf16_for_cpu = False
         return layer.eval()
 
     return build
