@@ -210,12 +210,21 @@ def _measure(scenario: Any, entry_index: int, device: torch.device, ceilings: Op
                 try:
                     built.measure(row, prompt_cache, ceilings)
                 except Exception as exc:
-                    failed_rows([row], "failed", f"run: {describe_exception(exc)}")
+                    failed_rows([row], "failed", f"run: {describe_exception(exc)}" + _fewer_blocks(exc, built))
                 row["worker_phases_s"] = {"build": build_s, "row": time.perf_counter() - t1}
             del prompt_cache
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     return rows
+
+
+def _fewer_blocks(exc: Exception, built: "_Built") -> str:
+    """What a row that ran out of device memory can do about it: the blocks-that-fit estimate's count, and the
+    ``[model] blocks`` key that builds fewer. Empty for another error."""
+    if not isinstance(exc, torch.OutOfMemoryError):
+        return ""
+    return (f" ({built.blocks_built} of {built.config.blocks} blocks were built, by the estimate of what fits unless "
+            f"[model] blocks set it; [model] blocks = {max(1, built.blocks_built - 2)} builds fewer and extrapolates)")
 
 
 #: How far under its HBM floor the attention may read before the row is flagged ``above-ceiling``: the floor uses

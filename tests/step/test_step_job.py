@@ -205,6 +205,31 @@ def test_a_model_too_big_for_the_cpu_is_refused_up_front():
 
 
 # -- the step on a CPU -----------------------------------------------------------------------
+def test_a_row_out_of_device_memory_says_how_many_blocks_were_built_and_how_to_build_fewer(monkeypatch):
+    """An out-of-memory row names the blocks the estimate built and the [model] blocks key that builds fewer; any
+    other error's reason is left as it was."""
+    from qbench.step import measure
+
+    def oom(self, row, prompt_cache, ceilings):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.96 GiB.")
+
+    monkeypatch.setattr(measure._Built, "measure", oom)
+    s = _scenario([{"name": "fp32"}], m=(1,), context=(8,))
+    (row,) = measure_step_scheme(s, 0, torch.device("cpu"), None)
+    blocks = row["blocks"]
+    assert row["status"] == "failed" and row["reason"].startswith("run: OutOfMemoryError: CUDA out of memory.")
+    assert row["reason"].endswith(f"({blocks} of {blocks} blocks were built, by the estimate of what fits unless "
+                                  f"[model] blocks set it; [model] blocks = {max(1, blocks - 2)} builds fewer and "
+                                  "extrapolates)")
+
+    def other(self, row, prompt_cache, ceilings):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(measure._Built, "measure", other)
+    (row,) = measure_step_scheme(s, 0, torch.device("cpu"), None)
+    assert row["reason"] == "run: RuntimeError: boom"
+
+
 def test_tiny_step_rows_on_cpu():
     s = _scenario([{"name": "fp32"}], m=(1, 2), context=(8,))
     rows = [StepRow.model_validate(r) for r in measure_step_scheme(s, 0, torch.device("cpu"), None)]
