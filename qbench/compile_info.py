@@ -136,18 +136,14 @@ def compile_threads() -> Optional[int]:
     return getattr(config, "compile_threads", None)
 
 
-#: Inductor's tuning settings a compiled row records (:func:`inductor_settings`): torchao's configs switch the
-#: first three on process-wide when a scheme is built (``set_inductor_config=True``, their default:
-#: ``torchao.quantization.utils.recommended_inductor_config_setter``), so a torchao scheme's compiled step and a
-#: plain bf16 one can be compiled with different settings.
-TUNING_SETTINGS = ("coordinate_descent_tuning", "coordinate_descent_check_all_directions",
-                   "force_fuse_int_mm_with_mul", "max_autotune")
-
-
-#: The values :func:`tune_like_torchao` gives :data:`TUNING_SETTINGS`' first three (torchao's
-#: ``recommended_inductor_config_setter``; gpt-fast's ``generate.py`` also sets ``coordinate_descent_tuning``).
+#: The Inductor settings a torchao config switches on process-wide when its scheme is built
+#: (``set_inductor_config=True``, its default: ``torchao.quantization.utils.recommended_inductor_config_setter``), and
+#: the values :func:`tune_like_torchao` gives every compiled worker (gpt-fast's ``generate.py`` also sets
+#: ``coordinate_descent_tuning``).
 TORCHAO_TUNING = {"coordinate_descent_tuning": True, "coordinate_descent_check_all_directions": True,
                   "force_fuse_int_mm_with_mul": True}
+#: Inductor's tuning settings a compiled row records (:func:`inductor_settings`): torchao's, and ``max_autotune``.
+TUNING_SETTINGS = (*TORCHAO_TUNING, "max_autotune")
 
 
 def tune_like_torchao() -> None:

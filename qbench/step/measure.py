@@ -246,6 +246,8 @@ class _Built:
         self.attention = attention_choice(self.spec, config, device)["kernel"]
         self.prefill_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         self.compiled = entry.options.mode == "compiled"
+        if self.compiled:  # before any compile: bf16+compiled is compiled as the torchao schemes are
+            compile_info.tune_like_torchao()
         ckpt = of_model(scenario.model, scenario.source)
         tensors = None if ckpt is None else TensorMap(ckpt, str(device))
         self.weights = llama.Weights(config, scenario.seed, device, state_dict=tensors)
@@ -511,7 +513,6 @@ class _Built:
         """Point the model's block and head calls at their compiled forms in ``mode`` (compiled once
         per worker and mode: one function for every block, one for the head)."""
         compile_info.allow_recompiles(64)
-        compile_info.tune_like_torchao()  # bf16+compiled is compiled as the torchao schemes are
         if mode not in self.compiled_fns:
             compile_mode = None if mode == "default" else mode
             self.compiled_fns[mode] = (torch.compile(_eager_block, mode=compile_mode, dynamic=False),
@@ -596,7 +597,6 @@ class _Built:
                 mods = [self.linears[i][role] for i in range(self.blocks_built)] if role != "lm_head" else [self.head]
                 if self.compiled:  # one compiled function for every layer, as the step's blocks share one
                     if "linear" not in self.compiled_fns:
-                        compile_info.tune_like_torchao()
                         self.compiled_fns["linear"] = torch.compile(_linear_fn, dynamic=False)
                     fn = self.compiled_fns["linear"]
                     calls = [(lambda mod=mod: fn(mod, x)) for mod in mods]
