@@ -294,7 +294,7 @@ def _other_m(recs: list[dict], speedups: dict) -> list[str]:
 def gen_step_pick(args: list[str], page: str) -> str:
     """``step-pick FILE BUDGET``: per M and context, the fastest step within a logits budget (``qbench recommend
     STEP.json --max-rel-err BUDGET``), its speed-up over bf16 in the same form and in a reduce-overhead loop, its
-    logits error; then bf16's own, and a line when bf16 compiled lacked torchao's Inductor tuning."""
+    logits error; then bf16's own, and the compiled schemes that lacked the others' Inductor tuning."""
     from qbench.results import read_results
     from qbench.step import view
 
