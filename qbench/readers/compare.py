@@ -16,7 +16,7 @@ from collections import Counter
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, row_verdict
 from qbench.readers.common import (Command, Refused, add_format, add_method, add_wide, blocking_differences,
                                    one_result, open_results, print_table, timing_differences)
-from qbench.render import Column, check_format, narrow, render
+from qbench.render import Column, check_format, narrow
 from qbench.render.columns import COLUMNS, entry, fmt_num, fmt_us, shown
 from qbench.render.safe import visible
 from qbench.render.view import View
@@ -112,14 +112,13 @@ def compare_view(method: str, tp: bool = False) -> View:
             entry("note", "note")]
     shard = ["tp_size", "split"] if tp else []
     keys = ["scheme", "m", *shard, "a_us", "b_us", "speedup", "rel_fro_diff", "verdict", "note"]
-    return View("compare", cols, keys, keys, ["scheme", "m", "method", *keys[2:]], wrap=("note", 16),
+    return View("compare", cols, keys, data=["scheme", "m", "method", *keys[2:]], wrap=("note", 16),
                 short={"a_us": "A µs", "b_us": "B µs", "speedup": "speed-up", "rel_fro_diff": "Δ err"})
 
 
 def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: bool = False) -> str:
     """:func:`compare_docs`'s records in ``fmt``; the narrow default wraps the note to fit 120 characters."""
-    view = compare_view(method, any(r.get("tp_size") is not None for r in records))
-    return render(records, view.columns(fmt, wide, records=records), fmt)
+    return compare_view(method, any(r.get("tp_size") is not None for r in records)).render(records, fmt, wide)
 
 
 def _add_arguments(p) -> None:

@@ -233,7 +233,7 @@ def model_view(result: dict) -> View:
             entry("step_status", "status", of="status")]  # not "status": footnotes read Rows
     wide = [c.key for c in cols if c.key != "step_status"]
     return View("model", cols, ["m", "scheme", "step_us", "tokens_per_s", "speedup", "rel_fro_max", "step_status"],
-                wide, wide, short={"tokens_per_s": "tokens/s", "speedup": f"×{baseline}"})
+                wide, short={"tokens_per_s": "tokens/s", "speedup": f"×{baseline}"})
 
 
 def describe(result: dict) -> list[str]:

@@ -28,7 +28,7 @@ from qbench.results import ResultDoc
 from qbench.row import Row
 
 __all__ = ["COMMAND", "DEFAULT_BUDGET", "add_stability", "by_format", "pick_lines", "stability_text", "main_kernel",
-           "recommend", "render_by_format", "render_recommendation", "render_summary", "row_storage_format",
+           "recommend", "render_by_format", "render_recommendation", "row_storage_format",
            "run_recommend", "summary_rows"]
 
 
@@ -206,8 +206,7 @@ def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BU
 
 
 #: Why each other scheme lost, under a pick (its reasons wrap in a terminal table).
-OTHERS = View("recommend others", [entry("scheme", "scheme"), entry("reason", "why not")], *[("scheme", "reason")] * 3,
-              wrap=("reason", 16))
+OTHERS = View("recommend others", [entry("scheme", "scheme"), entry("reason", "why not")], wrap=("reason", 16))
 
 
 def pareto_view(method: str) -> View:
@@ -215,7 +214,7 @@ def pareto_view(method: str) -> View:
     cols = [entry("scheme", "scheme"), entry("latency_us", f"{method} µs", fmt_us, True),
             entry("rel_fro", "rel err", fmt_num(".3g"), True),
             entry("stored_mib", "stored MiB", fmt_num(".2f"), True, of="stored_bytes", scale=2**-20)]
-    return View("pareto", cols, *[[c.key for c in cols]] * 3)
+    return View("pareto", cols)
 
 
 def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = None,
@@ -246,7 +245,7 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
                  if pick else f"{DASH} no scheme within the budget")
         lines.append("\n" + say(visible(head)))  # scheme names from the file: one line whatever they hold
         if g["others"]:
-            lines.append(render(g["others"], OTHERS.columns(fmt, wide, records=g["others"]), fmt))
+            lines.append(OTHERS.render(g["others"], fmt, wide))
         lines.append("Pareto front (latency, rel err, stored bytes; all minimised):")
         lines.append(render(g["pareto"], pareto, fmt) if g["pareto"] else f"  {DASH}")
     return "\n".join(lines)
@@ -281,7 +280,6 @@ def summary_view(method: str, baseline: str, rows: list[dict]) -> View:
     cols = [entry("scenario", "scenario"), entry("m", "M", str, True), entry("k", "K", str, True),
             entry("n", "N", str, True), Column("pick", "pick", lambda r: r["pick"] or f"{DASH} none within budget",
                                                  cell_override=pick),
-            entry("pick_narrow", "pick", of="pick", cell_override=pick, width=35),
             entry("latency_us", f"{method} µs", fmt_us, True), entry("rel_fro", "rel err", fmt_num(".3g"), True),
             entry("baseline_us", f"{baseline} µs", fmt_us, True),
             entry("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", fmt_ratio, True,
@@ -294,14 +292,9 @@ def summary_view(method: str, baseline: str, rows: list[dict]) -> View:
                    .split(" runs")[0], numeric=True)]
     wide = ["scenario", "m", "k", "n", "pick", "latency_us", "rel_fro", "baseline_us", "speedup", "ties",
             *(["stability"] if runs else [])]
-    return View("summary", cols, ["scenario", "m", "pick_narrow", "latency_us", "rel_fro", "speedup_narrow", "ties",
-                                  *(["runs_won"] if runs else [])], wide, wide,
-                wrap=("ties", len("int8-weight-only+compiled,")))
-
-
-def render_summary(rows: list[dict], method: str, baseline: str, fmt: str = "simple", wide: bool = False) -> str:
-    """:func:`summary_rows` as one table in ``fmt`` (:func:`summary_view`)."""
-    return render(rows, summary_view(method, baseline, rows).columns(fmt, wide, records=rows), fmt)
+    return View("summary", cols, ["scenario", "m", "pick", "latency_us", "rel_fro", "speedup_narrow", "ties",
+                                  *(["runs_won"] if runs else [])], wide,
+                wrap=("ties", len("int8-weight-only+compiled,")), widths={"pick": 35})
 
 
 def row_storage_format(row: Row) -> str:
@@ -390,7 +383,7 @@ def by_format_view(method: str, baseline: str, several: bool = False, tp: bool =
     head, shard = ["scenario", "k", "n"] if several else [], ["tp_size", "split"] if tp else []
     tail = ["format", "pick", "latency_us", "rel_fro", "speedup", "others"]
     wide = [*head, "m", *shard, "format", "pick", "library", "kernel", *tail[2:]]
-    return View("by-format", cols, ["m", *shard, *tail], wide, wide, wrap=("others", 24),
+    return View("by-format", cols, ["m", *shard, *tail], wide, wrap=("others", 24),
                 short={"speedup": f"×{baseline}", "others": "others of the format"})
 
 

@@ -13,7 +13,6 @@ noise, slower: :func:`qbench.timing.stats.verdict`), the wins as ranges over the
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from itertools import groupby
 from typing import Sequence
 
@@ -109,16 +108,14 @@ def crossover_view(baseline: str, method: str, shapes: int = 1) -> View:
     return View("crossover", cols, [*head, "ranges", "ties", "best_speedup"],
                 [*head, "ranges", "ties", "losses", "untimed", "best_speedup"],
                 ["scheme", "k", "n", "baseline", "method", "wins", "ranges", "ties", "losses", "untimed",
-                 "best_speedup", "unusable"], short={"best_speedup": f"best ×{baseline}"})
+                 "best_speedup", "unusable"], short={"best_speedup": f"best ×{baseline}"},
+                widths={"ranges": 24, "ties": 28})
 
 
 def render_crossover(records: list[dict], baseline: str, method: str, fmt: str = "simple", wide: bool = False) -> str:
     """:func:`crossover`'s records in ``fmt``; the narrow default wraps the faster and same M at 24 and 28
     characters."""
-    cols = crossover_view(baseline, method, len({(r["k"], r["n"]) for r in records})).columns(fmt, wide)
-    if narrow(fmt, wide):
-        cols = [replace(c, width={"ranges": 24, "ties": 28}.get(c.key)) for c in cols]
-    return render(records, cols, fmt)
+    return crossover_view(baseline, method, len({(r["k"], r["n"]) for r in records})).render(records, fmt, wide)
 
 
 def by_m(doc: ResultDoc | dict, column: str) -> tuple[list[dict], list[int]]:

@@ -19,18 +19,26 @@ __all__ = ["View", "column_keys", "show"]
 @dataclass(frozen=True)
 class View:
     """A job kind's table: ``catalogue`` (every column in table order; ``--columns`` keys) and each layout's keys:
-    ``narrow`` (a terminal table without ``--wide``; headers ``short[key]``), ``wide`` (``--wide``, Markdown,
-    markup), ``data`` (CSV, JSON). ``kind`` names the table in a refusal. ``wrap``: ``(key, least)``, the narrow
-    column that wraps within what the others leave of :data:`qbench.render.TABLE_WIDTH` (less 3 spare: µ, × and
-    Δ are two bytes each), at least ``least`` characters."""
+    ``narrow`` (a terminal table without ``--wide``; headers ``short[key]``, cells wrapped at ``widths[key]``
+    characters; default every key), ``wide`` (``--wide``, Markdown, markup; default ``narrow``), ``data`` (CSV,
+    JSON; default ``wide``). ``kind`` names the table in a refusal. ``wrap``: ``(key, least)``, the narrow column
+    that wraps within what the others leave of :data:`qbench.render.TABLE_WIDTH` (less 3 spare: µ, × and Δ are two
+    bytes each), at least ``least`` characters."""
 
     kind: str
     catalogue: Sequence[Column]
-    narrow: Sequence[str]
-    wide: Sequence[str]
-    data: Sequence[str]
+    narrow: Sequence[str] = ()
+    wide: Sequence[str] = ()
+    data: Sequence[str] = ()
     short: Mapping[str, str] = field(default_factory=dict)
     wrap: Optional[tuple[str, int]] = None
+    widths: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self):
+        narrow = self.narrow or [c.key for c in self.catalogue]
+        object.__setattr__(self, "narrow", narrow)
+        object.__setattr__(self, "wide", self.wide or narrow)
+        object.__setattr__(self, "data", self.data or self.wide)
 
     def select(self, keys: Sequence[str]) -> list[Column]:
         """The catalogue's columns of ``keys``, in their order.
@@ -53,12 +61,17 @@ class View:
             return self.select(self.data)
         if not narrow(fmt, wide):
             return self.select(self.wide)
-        cols = [replace(c, header=self.short[c.key]) if c.key in self.short else c for c in self.select(self.narrow)]
+        cols = [replace(c, header=self.short.get(c.key, c.header), width=self.widths.get(c.key, c.width))
+                for c in self.select(self.narrow)]
         if self.wrap is None:
             return cols
         key, least = self.wrap
         width = rest_width(records, cols, key, TABLE_WIDTH - 3, least)
         return [replace(c, width=width) if c.key == key else c for c in cols]
+
+    def render(self, records: Sequence[Any], fmt: str, wide: bool = False, keys: Optional[Sequence[str]] = None) -> str:
+        """``records`` as this table in ``fmt`` (:meth:`columns`), without a trailing newline."""
+        return render(list(records), self.columns(fmt, wide, keys, records), fmt)
 
 
 def column_keys(text: Optional[str]) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Callable, Optional, Sequence
 
 from qbench import judge
 from qbench.judge import decision_method, methods_present
-from qbench.render import DATA_FORMATS, Column, narrow, prose, render
+from qbench.render import DATA_FORMATS, Column, narrow, prose
 from qbench.render.columns import DASH, entry, fmt_num, fmt_pct, fmt_ratio, fmt_us, shown
 from qbench.render.view import View
 from qbench.row import FLAG_MEANINGS
@@ -260,7 +260,7 @@ def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf
                columns: Optional[Sequence[str]] = None) -> str:
     """The step table of ``rows`` in ``fmt`` (or the ``--columns`` keys ``columns``), its notes under it."""
     records = table_records(rows, baseline)
-    text = render(records, table_view(rows, baseline).columns(fmt, wide, columns), fmt)
+    text = table_view(rows, baseline).render(records, fmt, wide, columns)
     notes = table_notes(rows, records, not narrow(fmt, wide)) if fmt not in DATA_FORMATS else []
     return text + ("\n\n" + "\n".join(prose(fmt, wide)(n) for n in notes) if notes else "")
 
@@ -448,9 +448,7 @@ def recommend_view(baseline: str = "bf16") -> View:
                   cell_override=lambda r: marked_ratio(r["speedup"], r.get("doubt"))),
             entry("rel_fro", "logits err", fmt_num(".3g"), True),
             Column("within", "within budget", lambda r: f"{r['within']} of {r['timed']}", numeric=True)]
-    keys = [c.key for c in cols]
-    return View("model-step recommend", cols, keys, keys, keys,
-                short={"context": "ctx", "pick": "pick", "method": "method", "within": "within"})
+    return View("model-step recommend", cols, short={"context": "ctx", "pick": "pick", "method": "method", "within": "within"})
 
 
 def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Optional[float] = None) -> View:
@@ -486,7 +484,7 @@ def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Opt
     wide = ["m", "context", "scheme", "method", "step_us", "tokens_per_s", "linear_us", "rest_pct", *split,
             *(f"speedup_{m}" for m in methods), "linear_speedup", "rel_fro", *budget]
     return View("model-step", cols, ["m", "context", "scheme", "method", "step_us", "rest_pct", *split[:2], "speedup",
-                                     "linear_speedup", "rel_fro", *budget], wide, wide,
+                                     "linear_speedup", "rel_fro", *budget], wide,
                 short={"context": "ctx", "method": "method", "step_us": "step µs", "linear_speedup": f"×{b} Σ",
                        "rel_fro": "err", "attention_us": "attn µs"})
 
