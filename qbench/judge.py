@@ -8,19 +8,19 @@ renderers decide nothing on their own.
 from __future__ import annotations
 
 import os
-import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Mapping, Optional, Sequence, TypeVar
 
 from qbench import jobs
 from qbench.results import ResultDoc
-from qbench.row import NOISY_CV, Repeats, Row, Stats, is_noisy_cv  # noqa: F401  (NOISY_CV: readers import it here)
+from qbench.row import NOISY_CV, Row, Stats, is_noisy_cv  # noqa: F401  (NOISY_CV: readers import it here)
+from qbench.row import combine_repeats
 from qbench.timing import registry
 from qbench.timing.stats import verdict  # noqa: F401  (the rule lives with the statistics; readers import it here)
 
 __all__ = ["CAPTURE_KINDS", "CPU_METHOD", "DECISION_METHOD", "FALLBACK_METHODS", "METHOD_CHOICES", "NOISY_CV",
            "PARETO_KEYS", "STORED_BYTES_RTOL", "UNUSABLE", "Budget", "budget_flags", "capture_failure",
-           "combine_repeats", "combine_rows", "common_method", "decision_method", "decision_stats",
+           "combine_rows", "common_method", "decision_method", "decision_stats",
            "incomplete_warning", "is_noisy", "methods_present", "pareto_front", "pick_stability",
            "pick_within_noise", "resolve_method", "row_caveats", "shape_order", "HOST_CLOCK_METHOD", "by_shape",
            "unusable_note", "verdict", "within_noise"]
@@ -277,46 +277,10 @@ def tie_band(stats, repeats, method: str) -> Optional[float]:
     return max(bands) if bands else None
 
 
-# ---- runs of one row: run --repeat and several files ---------------------------------------------
-
-def _row_medians(row: Any) -> tuple[int, int, dict[str, list[float]]]:
-    """(runs, ok runs, {method: medians}) of one row: its ``repeats``, or the row as one run."""
-    if row.repeats is not None:
-        rep = row.repeats if isinstance(row.repeats, Repeats) else Repeats.model_validate(row.repeats)
-        return rep.runs, rep.ok_runs, {m: list(v) for m, v in rep.medians.items()}
-    ok = row.status == "ok"
-    latency = getattr(row, "latency_us", None) or {}  # a job without timing methods (quality): no medians
-    medians = {m: [s.median] for m, s in latency.items() if ok and s is not None and s.median is not None}
-    return 1, int(ok), medians
-
-
-def combine_repeats(rows: Sequence[T]) -> tuple[int, Repeats]:
-    """The runs of one row identity (``rows`` of any job kind, in run or file order) as one: the index
-    of the base row (the first ``ok`` row timed by the most methods, else the first) and the
-    :class:`Repeats` of all of them (run counts summed, medians in µs; ``spread`` = (max - min) /
-    median of the medians, per method with two or more).
-
-    Raises:
-        ValueError: no rows."""
-    if not rows:
-        raise ValueError("combine_repeats: needs at least one row")
-    ok = [i for i, r in enumerate(rows) if r.status == "ok"]
-    timed = [sum(1 for st in (getattr(rows[i], "latency_us", None) or {}).values()
-                 if st is not None and st.median is not None) for i in ok]
-    base = ok[timed.index(max(timed))] if ok else 0
-    runs = ok_runs = 0
-    medians: dict[str, list[float]] = {}
-    for r in rows:
-        n, n_ok, meds = _row_medians(r)
-        runs, ok_runs = runs + n, ok_runs + n_ok
-        for m, v in meds.items():
-            medians.setdefault(m, []).extend(v)
-    spread = {m: (max(v) - min(v)) / statistics.median(v) for m, v in medians.items() if len(v) >= 2}
-    return base, Repeats(runs=runs, ok_runs=ok_runs, medians=medians, spread=spread)
-
+# ---- runs of one row: several files --------------------------------------------------------------
 
 def combine_rows(rows: Sequence[T]) -> T:
-    """The base row of :func:`combine_repeats` with its ``repeats``; a single row as it is."""
+    """The base row of :func:`qbench.row.combine_repeats` with its ``repeats``; a single row as it is."""
     if len(rows) == 1:
         return rows[0]
     base, repeats = combine_repeats(rows)

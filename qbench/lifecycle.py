@@ -31,7 +31,7 @@ from typing import Optional, Sequence
 
 import qbench
 from qbench import jobs
-from qbench.judge import combine_repeats
+from qbench.row import combine_repeats
 from qbench.results import ResultsExistError, write_results
 from qbench.scenario import Scenario
 
@@ -668,7 +668,7 @@ def log_tail(log_path: str, lines: int = 200) -> list[str]:
 # run's p10-p90. Torch-free.
 #
 # A combined row is one run's row (its STATS, ledger, error, dispatch: the first ok run timed by the
-# most methods, :func:`qbench.judge.combine_repeats`, the rule readers use for several files), with
+# most methods, :func:`qbench.row.combine_repeats`, the rule readers use for several files), with
 # ``repeats``:
 #
 #     {"runs": N, "ok_runs": k, "medians": {method: [median of run 1, ..., run N]},
@@ -685,7 +685,7 @@ def combine_runs(runs: Sequence[list[dict]]) -> list[dict]:
     """The rows of one scheme from ``runs`` (the rows of each of N runs, in run order), combined.
 
     Rows of one identity (M, and context for a model step) are combined by
-    :func:`qbench.judge.combine_repeats` on their typed rows (the job's row model): the base is
+    :func:`qbench.row.combine_repeats` on their typed rows (the job's row model): the base is
     the first ``ok`` row timed by the most methods (a run that failed yields to a later one that
     measured), and ``repeats`` lists every run's count and medians (``spread`` with two or more).
     The base row's dict is returned with ``repeats`` added; with one run the rows are returned

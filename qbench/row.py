@@ -42,9 +42,10 @@ name ends in ``_s``. JSON ``null`` means "not measured"; a sibling ``reason`` / 
 
 from __future__ import annotations
 
+import statistics
 import types
 import typing
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidator, field_validator, model_validator
 
@@ -121,6 +122,44 @@ class Repeats(BaseModel):
     ok_runs: int = Field(ge=0, description="runs whose row is ok")
     medians: dict[str, list[float]] = Field(description="per method, each ok run's median, µs, in run order")
     spread: dict[str, float] = Field(description="per method, (max - min) / median of the medians")
+
+
+# ---- runs of one row: run --repeat writes them, readers combine several files alike --------------
+
+def _row_medians(row: Any) -> tuple[int, int, dict[str, list[float]]]:
+    """(runs, ok runs, {method: medians}) of one row: its ``repeats``, or the row as one run."""
+    if row.repeats is not None:
+        rep = row.repeats if isinstance(row.repeats, Repeats) else Repeats.model_validate(row.repeats)
+        return rep.runs, rep.ok_runs, {m: list(v) for m, v in rep.medians.items()}
+    ok = row.status == "ok"
+    latency = getattr(row, "latency_us", None) or {}  # a job without timing methods (quality): no medians
+    medians = {m: [s.median] for m, s in latency.items() if ok and s is not None and s.median is not None}
+    return 1, int(ok), medians
+
+
+def combine_repeats(rows: Sequence[Any]) -> tuple[int, Repeats]:
+    """The runs of one row identity (``rows`` of any job kind, in run or file order) as one: the index
+    of the base row (the first ``ok`` row timed by the most methods, else the first) and the
+    :class:`Repeats` of all of them (run counts summed, medians in µs; ``spread`` = (max - min) /
+    median of the medians, per method with two or more).
+
+    Raises:
+        ValueError: no rows."""
+    if not rows:
+        raise ValueError("combine_repeats: needs at least one row")
+    ok = [i for i, r in enumerate(rows) if r.status == "ok"]
+    timed = [sum(1 for st in (getattr(rows[i], "latency_us", None) or {}).values()
+                 if st is not None and st.median is not None) for i in ok]
+    base = ok[timed.index(max(timed))] if ok else 0
+    runs = ok_runs = 0
+    medians: dict[str, list[float]] = {}
+    for r in rows:
+        n, n_ok, meds = _row_medians(r)
+        runs, ok_runs = runs + n, ok_runs + n_ok
+        for m, v in meds.items():
+            medians.setdefault(m, []).extend(v)
+    spread = {m: (max(v) - min(v)) / statistics.median(v) for m, v in medians.items() if len(v) >= 2}
+    return base, Repeats(runs=runs, ok_runs=ok_runs, medians=medians, spread=spread)
 
 
 class RowError(ValueError):
