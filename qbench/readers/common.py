@@ -22,12 +22,11 @@ from qbench.render.view import View, column_keys, show
 from qbench.results import ResultDoc, ResultsError, read_results
 from qbench.row import Row
 
-__all__ = ["ACT_ON", "Command", "DEFAULT_BASELINE", "Refused", "Result", "add_allow_incomplete", "add_baseline",
-           "add_budgets", "add_format", "add_max_rel_err", "add_method", "add_wide", "blocking_differences",
-           "chart_folder", "check_baseline", "check_budgets", "declared_budgets", "group_results",
-           "incomplete_notes", "job_view", "merge_docs", "one_chart", "one_machine", "one_result", "open_results",
-           "print_table", "refuse_budgets", "refuse_options", "show_table", "split_runs", "Table", "timing_differences",
-           "warn_machine_differences"]
+__all__ = ["ACT_ON", "Command", "DEFAULT_BASELINE", "Refused", "Result", "SHARED_OPTIONS", "add_budgets",
+           "add_options", "blocking_differences", "chart_folder", "check_baseline", "check_budgets", "declared_budgets",
+           "group_results", "incomplete_notes", "job_view", "merge_docs", "one_chart", "one_machine", "one_result",
+           "open_results", "print_table", "refuse_budgets", "refuse_options", "show_table", "split_runs", "Table",
+           "timing_differences", "warn_machine_differences"]
 
 
 class Refused(Exception):
@@ -74,24 +73,37 @@ class Command:
                 TerminalStream(out).write(tables)
 
 
-def add_method(p: argparse.ArgumentParser, what: str = "timing method") -> None:
-    """``--method``: one of the registry's; default none (:func:`qbench.judge.resolve_method`)."""
-    p.add_argument("--method", default=None, choices=METHOD_CHOICES,
-                   help=f"{what} (default {DECISION_METHOD}; a file without it: cold, or cpu on a CPU result)")
-
-
-def add_format(p: argparse.ArgumentParser, allowed: str = "any tabulate format, markdown, csv, json") -> None:
-    """``--format``: the output format, default ``simple``."""
-    p.add_argument("--format", default="simple", help=f"output format: {allowed}; default simple")
-
-
 #: ``--baseline``'s default.
 DEFAULT_BASELINE = "bf16"
 
 
-def add_baseline(p: argparse.ArgumentParser, what: str) -> None:
-    """``--baseline``: the scheme speed-ups are against, default :data:`DEFAULT_BASELINE`."""
-    p.add_argument("--baseline", default=DEFAULT_BASELINE, help=f"baseline scheme of {what} (default bf16)")
+def limit(text: str) -> float:
+    """A budget option's value: the float ``text``, ``-0`` read as 0."""
+    return float(text) + 0.0
+
+
+#: The options several readers take, by destination: argparse's keywords and the help, ``{}`` for what the reader
+#: says of it. ``--method``: one of the registry's, default none (:func:`qbench.judge.resolve_method`);
+#: ``--max-rel-err``: a budget on the relative Frobenius error (a float >= 0).
+SHARED_OPTIONS = {
+    "method": ({"default": None, "choices": METHOD_CHOICES},
+               f"{{}} (default {DECISION_METHOD}; a file without it: cold, or cpu on a CPU result)"),
+    "format": ({"default": "simple"}, "output format: {}; default simple"),
+    "baseline": ({"default": DEFAULT_BASELINE}, "baseline scheme of {} (default bf16)"),
+    "max_rel_err": ({"type": limit, "default": None}, "largest acceptable relative Frobenius error, e.g. 0.01: {}"),
+    "wide": ({"action": "store_true"}, "{}; without it a table fits 120 characters"),
+    "allow_incomplete": ({"action": "store_true"}, "{}"),
+}
+#: What ``--method`` and ``--format`` say when the reader says nothing (None).
+_UNSAID = {"method": "timing method", "format": "any tabulate format, markdown, csv, json"}
+
+
+def add_options(p: argparse.ArgumentParser, **said: Optional[str]) -> None:
+    """Add the :data:`SHARED_OPTIONS` named, in the order given, each help saying ``said[dest]`` (None: the
+    default words)."""
+    for dest, what in said.items():
+        kw, help = SHARED_OPTIONS[dest]
+        p.add_argument("--" + dest.replace("_", "-"), **kw, help=help.format(what or _UNSAID[dest]))
 
 
 def check_baseline(paths: str | Sequence[str], schemes, baseline: str, *, always: bool = False) -> None:
@@ -106,28 +118,6 @@ def check_baseline(paths: str | Sequence[str], schemes, baseline: str, *, always
     paths = [paths] if isinstance(paths, str) else list(paths)
     raise Refused(f"{', '.join(paths)}: --baseline {baseline!r} is not a scheme of "
                   f"{'this file' if len(paths) == 1 else 'these files'}; schemes: {', '.join(sorted(schemes))}")
-
-
-def limit(text: str) -> float:
-    """A budget option's value: the float ``text``, ``-0`` read as 0."""
-    return float(text) + 0.0
-
-
-def add_max_rel_err(p: argparse.ArgumentParser, what: str) -> None:
-    """``--max-rel-err``: a budget on the relative Frobenius error (a float >= 0)."""
-    p.add_argument("--max-rel-err", type=limit, default=None,
-                   help=f"largest acceptable relative Frobenius error, e.g. 0.01: {what}")
-
-
-def add_wide(p: argparse.ArgumentParser, what: str) -> None:
-    """``--wide``: a terminal table shows ``what`` too; without it a view fits 120 characters."""
-    p.add_argument("--wide", action="store_true",
-                   help=f"{what}; without it a table fits 120 characters")
-
-
-def add_allow_incomplete(p: argparse.ArgumentParser, help: str) -> None:
-    """``--allow-incomplete``, its ``help`` saying what it does."""
-    p.add_argument("--allow-incomplete", action="store_true", help=help)
 
 
 def check_max_rel_err(value: Optional[float]) -> None:

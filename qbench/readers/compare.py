@@ -14,8 +14,8 @@ import sys
 from collections import Counter
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, row_verdict
-from qbench.readers.common import (Command, Refused, add_format, add_method, add_wide, blocking_differences,
-                                   one_result, open_results, print_table, timing_differences)
+from qbench.readers.common import (Command, Refused, add_options, blocking_differences, one_result, open_results,
+                                   print_table, timing_differences)
 from qbench.render import Column, check_format, narrow
 from qbench.render.columns import COLUMNS, entry, fmt_num, fmt_us, shown
 from qbench.render.safe import visible
@@ -128,7 +128,7 @@ def _add_arguments(p) -> None:
                    help="before: one or more result files of one scenario and machine, read as one result")
     p.add_argument("--b", dest="b_files", nargs="+", metavar="FILE",
                    help="after: one or more result files of one scenario and machine, read as one result")
-    add_method(p)
+    add_options(p, method=None)
     p.add_argument("--threshold", type=float, default=1.05,
                    help="a 'slower' row whose B median is more than this factor times A's (a speed-up "
                         "below 1/THRESHOLD) fails the compare (exit 1); default 1.05")
@@ -138,8 +138,8 @@ def _add_arguments(p) -> None:
     p.add_argument("--allow-other-machine", action="store_true",
                    help="compare files whose device, GPU, CPU capability or instruction set differ (refused "
                         "otherwise: the timings would compare machines, not schemes)")
-    add_format(p)
-    add_wide(p, "the method in the time headers, the speed-up's and the error's long headers, each note on one line")
+    add_options(p, format=None, wide="the method in the time headers, the speed-up's and the error's long headers, "
+                                     "each note on one line")
 
 
 def _side(name: str, positional, files) -> list[str]:

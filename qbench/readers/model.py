@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, resolve_method, unusable_note
-from qbench.readers.common import (ACT_ON, Command, Refused, add_allow_incomplete, add_baseline, add_format,
-                                   add_max_rel_err, add_method, add_wide, check_baseline, check_max_rel_err,
+from qbench.readers.common import (ACT_ON, Command, Refused, add_options, check_baseline, check_max_rel_err,
                                    incomplete_notes, job_view, one_machine, open_results)
 from qbench.render import check_format, narrow, synthetic_weights, wants_prose
 from qbench.render.view import View, show
@@ -297,15 +296,14 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                                              "the shapes the model needs and their scenarios; or "
                                              "model-step result files (NAME: their model, e.g. llama3.1-8b): "
                                              "the measured step beside Σ linear")
-    add_method(p)
-    add_baseline(p, "the speed-up")
-    add_max_rel_err(p, "schemes whose largest per-layer rel_fro is over it are marked and not named fastest")
-    add_format(p, "any tabulate format, or csv / json")
-    add_wide(p, "every column (HBM floor, floor/step, stored GiB, the note; a model-step file: tokens/s, Σ linear µs, "
-                "×baseline per step method)")
-    add_allow_incomplete(p, "read files marked incomplete (a run cut off, completed by another file) without a "
-                            "warning on stderr; each is named in a note under the table (in JSON: 'notes') "
-                            "instead; CSV has no place for notes, so there the warning stays")
+    add_options(p, method=None, baseline="the speed-up",
+                max_rel_err="schemes whose largest per-layer rel_fro is over it are marked and not named fastest",
+                format="any tabulate format, or csv / json",
+                wide="every column (HBM floor, floor/step, stored GiB, the note; a model-step file: tokens/s, "
+                     "Σ linear µs, ×baseline per step method)",
+                allow_incomplete="read files marked incomplete (a run cut off, completed by another file) without a "
+                                 "warning on stderr; each is named in a note under the table (in JSON: 'notes') "
+                                 "instead; CSV has no place for notes, so there the warning stays")
 
 
 def run_model(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from importlib import import_module
 from pathlib import Path
 
 from qbench.judge import pareto_front, resolve_method, shape_order
-from qbench.readers.common import Command, Refused, add_method, chart_folder, job_view, open_results, write_chart
+from qbench.readers.common import Command, Refused, add_options, chart_folder, job_view, open_results, write_chart
 from qbench.render.styles import OUTSIDE, plain, pyplot, save, scheme_colour_index, scheme_styles
 from qbench.results import ResultDoc
 
@@ -337,7 +337,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="FILE.png, .svg or .pdf: the roofline; the Pareto chart goes to FILE-pareto.<same suffix>")
     p.add_argument("--what", choices=("roofline", "pareto", "both"), default="both")
     p.add_argument("--force", action="store_true", help="overwrite existing chart files")
-    add_method(p)
+    add_options(p, method=None)
 
 
 def run_plot(args: argparse.Namespace) -> int:

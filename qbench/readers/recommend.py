@@ -16,8 +16,7 @@ from typing import Optional
 from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape, capture_failure,
                           methods_present, pareto_front, pick_within_noise, resolve_method, row_caveats, row_verdict,
                           tie_note, unusable_note)
-from qbench.readers.common import (Command, Refused, add_allow_incomplete, add_baseline, add_budgets, add_format,
-                                   add_max_rel_err, add_method, add_wide, check_baseline, check_budgets,
+from qbench.readers.common import (Command, Refused, add_budgets, add_options, check_baseline, check_budgets,
                                    check_max_rel_err, group_results, job_view, open_results, refuse_budgets)
 from qbench.render import FORMATS, Column, fit, narrow, prose, render, synthetic_weights, wants_prose
 from qbench.render.columns import COLUMNS, DASH, entry, fmt_num, fmt_ratio, fmt_us
@@ -407,20 +406,20 @@ def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "s
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("result", nargs="+", help="result JSON written by qbench run (one or more)")
     add_budgets(p)
-    add_max_rel_err(p, "required, except with --by-format")
-    add_method(p)
-    add_format(p, "any tabulate format, or json; csv with --summary or --by-format")
+    add_options(p, max_rel_err="required, except with --by-format", method=None,
+                format="any tabulate format, or json; csv with --summary or --by-format")
     p.add_argument("--summary", action="store_true",
                    help="one line per (file, M): pick, latency, error, speed-up over --baseline")
     p.add_argument("--by-format", action="store_true",
                    help="per M and storage format (8-bit float, 8-bit int, 4-bit int, 4-bit float; "
                         "16/32-bit float as references): the fastest scheme, its library and kernel, "
                         "and how far the others of the format are")
-    add_baseline(p, "--summary and --by-format")
-    add_wide(p, "every reason on one line, every --summary column (K, N, the baseline's time, the other runs' picks), "
-                "--by-format's library and longest kernel; a model-step file's --wide is its view's every header")
-    add_allow_incomplete(p, "accept result files of interrupted runs (\"complete\": false); refused otherwise, "
-                            "since a missing scheme would silently change the pick")
+    add_options(p, baseline="--summary and --by-format",
+                wide="every reason on one line, every --summary column (K, N, the baseline's time, the other runs' "
+                     "picks), --by-format's library and longest kernel; a model-step file's --wide is its view's "
+                     "every header",
+                allow_incomplete="accept result files of interrupted runs (\"complete\": false); refused otherwise, "
+                                 "since a missing scheme would silently change the pick")
 
 
 def run_recommend(args: argparse.Namespace) -> int:

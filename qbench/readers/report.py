@@ -18,8 +18,7 @@ from typing import Sequence
 
 from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, methods_present,
                           resolve_method, row_verdict, unusable_note)
-from qbench.readers.common import (Command, Refused, add_baseline, add_format, add_method, add_wide, job_view,
-                                   one_result, open_results, print_table)
+from qbench.readers.common import Command, Refused, add_options, job_view, one_result, open_results, print_table
 from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, narrow, render, render_header, wants_prose
 from qbench.render.columns import DASH, entry, fmt_ratio, resolve_columns
 from qbench.render.view import View
@@ -169,11 +168,12 @@ _BY_M_METHOD = object()
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("result", nargs="*", help="result JSON written by qbench run; several files of one scenario "
                                              "and machine (a run completed by --schemes or --resume) are one result")
-    add_format(p)
+    add_options(p, format=None)
     p.add_argument("--columns", help="comma-separated column keys; see the list in --help-columns")
-    add_wide(p, "every default column (stored MiB, meta %%, AI, roofline and HBM floor, every timing method; "
-                "--crossover: the M where a scheme is slower or not timed; --by-m: one table of every M, not several "
-                "blocks; tensor-parallel rows also the collective, bits/w, the local GEMM and collective times)")
+    add_options(p, wide="every default column (stored MiB, meta %%, AI, roofline and HBM floor, every timing method; "
+                        "--crossover: the M where a scheme is slower or not timed; --by-m: one table of every M, not "
+                        "several blocks; tensor-parallel rows also the collective, bits/w, the local GEMM and "
+                        "collective times)")
     p.add_argument("--help-columns", action="store_true", help="list the column keys and exit")
     p.add_argument("--sort", help="column key to sort by, ascending; --sort=-cold for descending")
     p.add_argument("--status", choices=("ok", "all"), default="all",
@@ -185,8 +185,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                       help="instead of rows: one line per scheme, one column per M, cells from COLUMN "
                            f"(e.g. stream, cold, rel_err, roofline_pct); without COLUMN the --method "
                            f"times (default {DECISION_METHOD})")
-    add_baseline(p, "--crossover")
-    add_method(p, "timing method of --crossover and a bare --by-m")
+    add_options(p, baseline="--crossover", method="timing method of --crossover and a bare --by-m")
 
 
 def _unusable(rows: Sequence[Row], method: str) -> str | None:

@@ -448,7 +448,8 @@ def recommend_view(baseline: str = "bf16") -> View:
                   cell_override=lambda r: marked_ratio(r["speedup"], r.get("doubt"))),
             entry("rel_fro", "logits err", fmt_num(".3g"), True),
             Column("within", "within budget", lambda r: f"{r['within']} of {r['timed']}", numeric=True)]
-    return View("model-step recommend", cols, short={"context": "ctx", "pick": "pick", "method": "method", "within": "within"})
+    return View("model-step recommend", cols,
+                short={"context": "ctx", "pick": "pick", "method": "method", "within": "within"})
 
 
 def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Optional[float] = None) -> View:
