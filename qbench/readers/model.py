@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, resolve_method, unusable_note
 from qbench.readers.common import (ACT_ON, Command, Refused, add_options, check_baseline, check_max_rel_err,
                                    incomplete_notes, job_view, one_machine, open_results)
-from qbench.render import check_format, narrow, synthetic_weights, wants_prose
+from qbench.render import check_format, narrow, synthetic_warnings, wants_prose
 from qbench.render.view import View, show
 from qbench.render.columns import DASH, entry, fmt_num, fmt_pct, fmt_ratio, fmt_us
 from qbench.results import ResultDoc
@@ -342,9 +342,7 @@ def run_model(args: argparse.Namespace) -> int:
     index, dup_notes = index_rows(list(zip(paths, docs)))
     result = model_step(preset, index, method, args.baseline, args.max_rel_err)
     result["notes"] = notes + dup_notes
-    synthetic = synthetic_weights([r for doc in docs for r in doc.rows])
-    result["warnings"] = [f"warning: errors come from a synthetic weight ({'; '.join(synthetic)}), not a trained "
-                          "layer: a trained layer's outliers can raise them several-fold"] if synthetic else []
+    result["warnings"] = synthetic_warnings([r for doc in docs for r in doc.rows])
     if result["missing"]:
         have = ", ".join(f"{k}→{n}" for k, n in dict.fromkeys((k, n) for (_, _, k, n) in index)) or "none"
         head = (f"{len(result['missing'])} of its {len(preset.block)} block shapes are in none of the "

@@ -18,7 +18,7 @@ from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape
                           tie_note, unusable_note)
 from qbench.readers.common import (Command, Refused, add_budgets, add_options, check_baseline, check_budgets,
                                    check_max_rel_err, group_results, job_view, open_results, refuse_budgets)
-from qbench.render import FORMATS, Column, fit, narrow, prose, render, synthetic_weights, wants_prose
+from qbench.render import FORMATS, Column, fit, narrow, prose, render, synthetic_warnings, wants_prose
 from qbench.render.columns import COLUMNS, DASH, entry, fmt_num, fmt_ratio, fmt_us
 from qbench.render.kernels import short_kernel
 from qbench.render.safe import visible
@@ -488,16 +488,13 @@ def run_recommend(args: argparse.Namespace) -> int:
         if len(result.runs) > 1:
             add_stability(rec, [recommend(run, args.max_rel_err, method) for run in result.runs])
         picked = picked or any(g["pick"] for g in rec["by_m"])
-        synthetic = synthetic_weights(doc.rows)
-        warning = (f"warning: {'' if len(paths) == 1 else path + ': '}errors come from a synthetic weight "
-                   f"({'; '.join(synthetic)}), not a trained layer: a trained layer's outliers can raise them "
-                   "several-fold") if synthetic else None  # under the budget line or the summary's header
-        warnings += [warning] if warning else []
+        found = synthetic_warnings(doc.rows, "" if len(paths) == 1 else path + ": ")
+        warnings += found  # under the budget line or the summary's header
         if summary_mode:
             summary += [dict(row, file=path) for row in summary_rows(doc, rec, baseline)]
             methods.add(method)
         else:
-            records.append((path, rec, note, warning))
+            records.append((path, rec, note, found[0] if found else None))
     if not summary_mode:
         if args.format == "json" and len(records) > 1:  # one JSON document, not several
             print(json.dumps([{"file": path, **rec} for path, rec, _, _ in records], indent=2, ensure_ascii=False))

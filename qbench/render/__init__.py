@@ -11,7 +11,7 @@ import json
 import textwrap
 from dataclasses import replace
 from functools import partial
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from tabulate import tabulate_formats
 
@@ -26,7 +26,7 @@ from qbench.timing import registry
 
 __all__ = ["COLUMNS", "DASH", "FORMATS", "MARKDOWN_FORMATS", "MARKUP_FORMATS", "TABLE_WIDTH", "Column",
            "UnknownColumnError", "UnknownFormatError", "check_format", "default_columns", "fit", "prose", "narrow",
-           "render", "render_header", "synthetic_step_warning", "synthetic_weights", "weight_sources", "wants_prose"]
+           "render", "render_header", "synthetic_warnings", "synthetic_weights", "weight_sources", "wants_prose"]
 
 
 def _csv_field(v) -> str:
@@ -204,13 +204,17 @@ def synthetic_weights(rows: Sequence[Row]) -> list[str]:
     return [w for w in weight_sources(rows) if "synthetic" in w]
 
 
-def synthetic_step_warning(rows: Sequence) -> Optional[str]:
-    """The warning over a model-step reader's output when the weights are synthetic, else None."""
-    sources = synthetic_weights(rows)
+def synthetic_warnings(rows: Sequence, where: str = "", step: bool = False) -> list[str]:
+    """The warning over a reader's output when the weights are synthetic (a layer's errors, after ``where``;
+    ``step``: a model step's logits errors); none otherwise."""
+    sources = "; ".join(synthetic_weights(rows))
     if not sources:
-        return None
-    return (f"warning: logits errors come from synthetic weights ({'; '.join(sources)}): a trained model's "
-            "outliers can raise them several-fold")
+        return []
+    if step:
+        return [f"warning: logits errors come from synthetic weights ({sources}): a trained model's outliers can "
+                "raise them several-fold"]
+    return [f"warning: {where}errors come from a synthetic weight ({sources}), not a trained layer: a trained "
+            "layer's outliers can raise them several-fold"]
 
 
 def render_header(doc: ResultDoc | dict) -> str:

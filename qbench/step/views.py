@@ -13,7 +13,7 @@ from qbench import judge
 from qbench.judge import decision_method
 from qbench.readers.common import (ACT_ON, Refused, Table, one_chart, check_baseline, incomplete_notes, one_machine,
                                    one_result, refuse_budgets, refuse_options, show_table)
-from qbench.render import narrow, prose, synthetic_step_warning, wants_prose
+from qbench.render import narrow, prose, synthetic_warnings, wants_prose
 from qbench.render.view import show
 from qbench.render.safe import visible
 from qbench.render.styles import OUTSIDE, plain, pyplot, save, scheme_styles
@@ -96,7 +96,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
                 + f"; ×{args.baseline} = {args.baseline} step / this step (a compiled scheme against "
                 f"{args.baseline}+compiled); within: how many timed schemes are within the budget")
         show(rec, view.columns(args.format, wide), args.format, wide=wide,
-             describe=[said, *filter(None, [synthetic_step_warning(rows)])], notes=step_view.pick_notes(rec, rows))
+             describe=[said, *synthetic_warnings(rows, step=True)], notes=step_view.pick_notes(rec, rows))
     if len(records) > 1 and wants_prose(args.format):
         for line in _across_files(records):
             print("\n" + prose(args.format, wide)(visible(line)))
@@ -195,7 +195,7 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
     view = step_view.model_view(records, args.baseline, args.max_rel_err)
     b, methods = args.baseline, "/".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
     describe = [f"{rows[0].title} ({args.name}): the measured decode step (qbench.step) beside the linear-only "
-                "prediction", *filter(None, [synthetic_step_warning(rows)])]
+                "prediction", *synthetic_warnings(rows, step=True)]
     disagree = disagreements(records)
     if disagree:
         first = disagree[0]
