@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from qbench import row as rowmod
-from qbench.render.columns import COLUMNS, Column, _get
+from qbench.render.columns import COLUMNS, Column, field_at
 from qbench.results import ResultsError, read_results, write_results
 from qbench.row import (ADDED_SINCE, IDENTITY, LEGACY, TP_ROW_FIELDS, Row, RowError, check_row, field_paths,
                         row_key, schema_markdown, validate_row)
@@ -236,7 +236,7 @@ def test_every_column_reads_fields_of_the_model_and_shows_a_value(key):
 
 def test_the_column_check_catches_a_key_no_row_carries():
     """The issue's example: a compile_s column that read compile.compile_s was always a dash."""
-    bad = Column("compile_s", "compile s", _get("compile", "compile_s"))
+    bad = Column("compile_s", "compile s", field_at("compile", "compile_s"))
     with pytest.raises(AttributeError, match="compile_s"):
         _values(bad)
     assert COLUMNS["compile_s"].value(validate_row(full_row())) == 5.5

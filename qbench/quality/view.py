@@ -11,7 +11,7 @@ from qbench.judge import Budget
 from qbench.readers.common import Table, refuse_options, show_table
 from qbench.quality.row import QualityRow
 from qbench.render import Column
-from qbench.render.columns import DASH, fmt_num
+from qbench.render.columns import DASH, field_at, fmt_num
 from qbench.render.view import View
 
 
@@ -32,15 +32,12 @@ def mib(n: Optional[int]) -> str:
     return DASH if n is None else f"{n / 2**20:.2f}"
 
 
-def stat(row: QualityRow, *path: str):
-    cur = row.stats
-    for p in path:
-        cur = None if cur is None else getattr(cur, p)
-    return cur
-
-
 def _stat(*path: str) -> Callable[[QualityRow], object]:
-    return lambda r: stat(r, *path)
+    return field_at("stats", *path)
+
+
+def stat(row: QualityRow, *path: str):
+    return _stat(*path)(row)
 
 
 def _pm_cell(value: str, unc: str, fmt: str = "{:.4g}") -> Callable[[QualityRow], str]:

@@ -20,7 +20,7 @@ from qbench.row import Row
 from qbench.timing import registry
 
 __all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "entry", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct",
-           "shown", "default_columns", "resolve_columns"]
+           "field_at", "shown", "default_columns", "resolve_columns"]
 
 #: What a table shows for a value that was not measured.
 DASH = "—"
@@ -87,26 +87,21 @@ class Column:
 def entry(key: str, header: str, show: Callable[[Any], str] = _text, numeric: bool = False, *, of: str = "",
           scale: Optional[float] = None, **kw) -> Column:
     """A column of a reader's dict record: its ``of`` (default ``key``) entry, times ``scale`` when given."""
-    name = of or key
-    value = (lambda r: r[name]) if scale is None else (lambda r: None if r[name] is None else r[name] * scale)
-    return Column(key, header, value, show, numeric, **kw)
+    return Column(key, header, field_at(of or key, scale=scale), show, numeric, **kw)
 
 
-def _get(*path: str) -> Getter:
-    """The getter of the field at ``path`` of a Row or a dict record; None where a part on the way is null."""
-    def get(row: Row) -> Any:
+def field_at(*path: str, scale: Optional[float] = None) -> Getter:
+    """The getter of the field at ``path`` of a Row or a dict record (times ``scale`` when given); None where a part
+    on the way is null (an attribute the model lacks raises AttributeError: a column no row can fill)."""
+    def get(row: Any) -> Any:
         cur: Any = row
         for p in path:
             if cur is None:
                 return None
             cur = cur.get(p) if isinstance(cur, dict) else getattr(cur, p)
-        return cur
+        return cur if scale is None or cur is None else cur * scale
 
     return get
-
-
-def _scaled(path: Getter, factor: float) -> Getter:
-    return lambda row: None if path(row) is None else path(row) * factor
 
 
 def _latency(method: str, stat: str = "median") -> Getter:
@@ -129,7 +124,7 @@ def _meta_pct(row: Row) -> Any:
 
 def _rel_err_cell(row: Row) -> str:
     bad = (row.error.nonfinite if row.error is not None else None) or 0
-    return f"NaN/Inf×{bad}" if bad else fmt_num(".2e")(_get("error", "rel_fro")(row))
+    return f"NaN/Inf×{bad}" if bad else fmt_num(".2e")(field_at("error", "rel_fro")(row))
 
 
 def _count(kernel) -> Any:
@@ -154,101 +149,98 @@ def _kernels_cell(row: Row, most: int = 3) -> str:
     return ", ".join(names) + (f" (+{len(kernels) - most} more)" if len(kernels) > most else "")
 
 
-def _pct(getter: Getter) -> Getter:
-    return _scaled(getter, 100.0)
-
-
 def _num(key: str, header: str, value: Getter, fmt: str, help: str = "", **kw) -> Column:
     """A right-aligned number column, ``format(value, fmt)`` (``fmt="us"``: :func:`fmt_us`)."""
     return Column(key, header, value, fmt_us if fmt == "us" else fmt_num(fmt), True, help, **kw)
 
 
-def _mib(field_name: str) -> Getter:
-    return _scaled(_get(field_name), 1.0 / 2**20)
+#: MiB per byte: a size column's scale.
+_MIB = 1.0 / 2**20
 
 
 _RATES = "median of achieved_method (stream; cold on rows without stream)"
 
 _CATALOGUE: list[Column] = [
-    *[Column(key, key.replace("_", " "), _get(key)) for key in ("scheme", "base_scheme", "library", "mode", "device")],
-    _num("m", "M", _get("m"), "d", "rows (batch x tokens)"),
-    _num("k", "K", _get("k"), "d", "in_features"),
-    _num("n", "N", _get("n"), "d", "out_features"),
-    *[Column(f"{of}_dtype", f"{short} dtype", _get(f"{of}_dtype"))
+    *[Column(key, key.replace("_", " "), field_at(key))
+      for key in ("scheme", "base_scheme", "library", "mode", "device")],
+    _num("m", "M", field_at("m"), "d", "rows (batch x tokens)"),
+    _num("k", "K", field_at("k"), "d", "in_features"),
+    _num("n", "N", field_at("n"), "d", "out_features"),
+    *[Column(f"{of}_dtype", f"{short} dtype", field_at(f"{of}_dtype"))
       for of, short in (("weight", "weight"), ("activation", "act"), ("output", "out"), ("compute", "compute"))],
-    _num("stored_mib", "stored MiB", _mib("stored_bytes"), ".2f", "payload + metadata + bias"),
-    _num("shard_mib", "stored MiB per rank", _mib("stored_bytes"), ".2f",
+    _num("stored_mib", "stored MiB", field_at("stored_bytes", scale=_MIB), ".2f", "payload + metadata + bias"),
+    _num("shard_mib", "stored MiB per rank", field_at("stored_bytes", scale=_MIB), ".2f",
          "tensor-parallel rows: one rank's shard (rank 0's), payload + metadata + bias"),
-    _num("payload_mib", "payload MiB", _mib("payload_bytes"), ".2f"),
-    _num("meta_mib", "meta MiB", _mib("metadata_bytes"), ".3f"),
+    _num("payload_mib", "payload MiB", field_at("payload_bytes", scale=_MIB), ".2f"),
+    _num("meta_mib", "meta MiB", field_at("metadata_bytes", scale=_MIB), ".3f"),
     _num("meta_pct", "meta %", _meta_pct, ".1f", "metadata / stored bytes"),
-    _num("bits_per_weight", "bits/w", _get("bits_per_weight"), ".2f", "8 x stored bytes / (K*N), measured"),
-    _num("nominal_bits", "nominal bits", _get("nominal_bits"), "g", "the format's nominal width, a label"),
-    _num("gflop", "GFLOP", _scaled(_get("flops"), 1e-9), ".3f", "2*M*K*N"),
-    _num("min_mib", "min MiB", _mib("min_bytes"), ".2f", "minimum bytes moved"),
-    _num("ai", "AI FLOP/B", _get("arithmetic_intensity"), ".1f", "arithmetic intensity"),
-    _num("roofline_us", "roofline µs", _get("roofline_us"), "us"),
-    Column("bound", "bound", _get("roofline_bound"), help="memory or compute"),
-    Column("roofline_source", "ceilings", _get("roofline_source"), help="measured or datasheet"),
+    _num("bits_per_weight", "bits/w", field_at("bits_per_weight"), ".2f", "8 x stored bytes / (K*N), measured"),
+    _num("nominal_bits", "nominal bits", field_at("nominal_bits"), "g", "the format's nominal width, a label"),
+    _num("gflop", "GFLOP", field_at("flops", scale=1e-9), ".3f", "2*M*K*N"),
+    _num("min_mib", "min MiB", field_at("min_bytes", scale=_MIB), ".2f", "minimum bytes moved"),
+    _num("ai", "AI FLOP/B", field_at("arithmetic_intensity"), ".1f", "arithmetic intensity"),
+    _num("roofline_us", "roofline µs", field_at("roofline_us"), "us"),
+    Column("bound", "bound", field_at("roofline_bound"), help="memory or compute"),
+    Column("roofline_source", "ceilings", field_at("roofline_source"), help="measured or datasheet"),
     *[_num(m, f"{m} µs", _latency(m), "us", f"median of latency_us.{m}: {info.includes}; * = noisy "
            f"(cv > {NOISY_CV:.0%})", cell_override=_latency_cell(m))
       for m, info in registry.METHODS.items() if info.job == "layer"],
-    *[_num(f"{m}_cv", f"{m} cv %", _pct(_latency(m, "cv")), ".1f", f"stdev/mean of latency_us.{m}")
+    *[_num(f"{m}_cv", f"{m} cv %", field_at("latency_us", m, "cv", scale=100.0), ".1f", f"stdev/mean of latency_us.{m}")
       for m in registry.LAYER_METHODS],
     *[_num(f"{m}_{p}", f"{m} {p} µs", _latency(m, p), "us") for m in registry.LAYER_METHODS for p in ("p10", "p90")],
     *[_num(f"{m}_copies", f"{m} copies", _latency(m, "copies"), "d",
            f"L: distinct weight copies the {m} graph (CPU: loop) calls in order (latency_us.{m}.copies)")
       for m, info in registry.METHODS.items() if "copies" in info.extras],
-    _num("hbm_floor_us", "HBM floor µs", _get("hbm_floor_us"), "us",
+    _num("hbm_floor_us", "HBM floor µs", field_at("hbm_floor_us"), "us",
          "stored bytes / measured memory bandwidth: no call that reads its weight from HBM is faster"),
-    _num("floor_pct", "floor %", _pct(_get("hbm_floor_fraction")), ".0f",
+    _num("floor_pct", "floor %", field_at("hbm_floor_fraction", scale=100.0), ".0f",
          "HBM floor / stream median (100 = at the floor)"),
-    _num("launch_us", "launch µs", _get("launch_overhead_us"), "us", "eager median - kernel median"),
-    _num("roofline_pct", "roofline %", _pct(_get("roofline_fraction")), ".0f", f"roofline / {_RATES}"),
-    _num("gbps", "GB/s", _get("achieved_gbps"), ".0f", f"min bytes / {_RATES}"),
-    _num("tflops", "TFLOP/s", _get("achieved_tflops"), ".1f", f"FLOPs / {_RATES}"),
-    Column("achieved_method", "rates from", _get("achieved_method"),
+    _num("launch_us", "launch µs", field_at("launch_overhead_us"), "us", "eager median - kernel median"),
+    _num("roofline_pct", "roofline %", field_at("roofline_fraction", scale=100.0), ".0f", f"roofline / {_RATES}"),
+    _num("gbps", "GB/s", field_at("achieved_gbps"), ".0f", f"min bytes / {_RATES}"),
+    _num("tflops", "TFLOP/s", field_at("achieved_tflops"), ".1f", f"FLOPs / {_RATES}"),
+    Column("achieved_method", "rates from", field_at("achieved_method"),
            help="the method roofline %, GB/s and TFLOP/s divide by"),
-    _num("rel_err", "rel err", _get("error", "rel_fro"), ".3g", "relative Frobenius error vs float64",
+    _num("rel_err", "rel err", field_at("error", "rel_fro"), ".3g", "relative Frobenius error vs float64",
          cell_override=_rel_err_cell),
-    _num("max_abs", "max abs err", _get("error", "max_abs"), ".3g"),
-    _num("sqnr", "SQNR dB", _get("error", "sqnr_db"), ".1f"),
-    _num("cosine", "cosine", _get("error", "cosine"), ".6f"),
-    _num("nonfinite", "NaN/Inf", _get("error", "nonfinite"), "d"),
-    Column("status", "status", _get("status")),
-    Column("reason", "reason", _get("reason")),
-    Column("dispatch", "dispatch", _get("dispatch", "label")),
+    _num("max_abs", "max abs err", field_at("error", "max_abs"), ".3g"),
+    _num("sqnr", "SQNR dB", field_at("error", "sqnr_db"), ".1f"),
+    _num("cosine", "cosine", field_at("error", "cosine"), ".6f"),
+    _num("nonfinite", "NaN/Inf", field_at("error", "nonfinite"), "d"),
+    Column("status", "status", field_at("status")),
+    Column("reason", "reason", field_at("reason")),
+    Column("dispatch", "dispatch", field_at("dispatch", "label")),
     Column("kernels", "kernels", _kernels, help="GPU kernels of one call; tables: the 3 longest, short names",
            cell_override=_kernels_cell),
-    Column("host_sync", "host sync", _get("dispatch", "host_sync")),
-    Column("graph_ok", "graph ok", _get("dispatch", "graph_capturable")),
-    Column("clock_dropped", "clock dropped", _get("gpu_state", "clock_dropped")),
-    _num("compile_s", "compile s", _get("compile", "first_call_s"), ".1f",
+    Column("host_sync", "host sync", field_at("dispatch", "host_sync")),
+    Column("graph_ok", "graph ok", field_at("dispatch", "graph_capturable")),
+    Column("clock_dropped", "clock dropped", field_at("gpu_state", "clock_dropped")),
+    _num("compile_s", "compile s", field_at("compile", "first_call_s"), ".1f",
          "first call of a compiled scheme: compile + run (compile.first_call_s)"),
-    _num("graphs", "graphs", _get("compile", "graphs_compiled"), "d", "Dynamo graphs compiled by this row's first "
+    _num("graphs", "graphs", field_at("compile", "graphs_compiled"), "d", "Dynamo graphs compiled by this row's first "
          "call (compile.graphs_compiled; 0 on every row: nothing ran compiled)"),
-    _num("graph_breaks", "graph breaks", _get("compile", "graph_breaks"), "d",
+    _num("graph_breaks", "graph breaks", field_at("compile", "graph_breaks"), "d",
          "Dynamo graph breaks during the row's first call (compile.graph_breaks)"),
-    _num("tp_size", "tp", _get("tp_size"), "d", "tensor-parallel ranks the layer is sharded over (tensor-parallel "
+    _num("tp_size", "tp", field_at("tp_size"), "d", "tensor-parallel ranks the layer is sharded over (tensor-parallel "
          "rows only)"),
-    Column("split", "split", _get("split"), help="column (N sharded, all-gather) or row (K sharded, all-reduce)"),
-    Column("collective", "collective", _get("collective"), help="the collective after the local GEMM"),
-    _num("local_us", "local GEMM µs", _get("local_gemm_us", "median"), "us",
+    Column("split", "split", field_at("split"), help="column (N sharded, all-gather) or row (K sharded, all-reduce)"),
+    Column("collective", "collective", field_at("collective"), help="the collective after the local GEMM"),
+    _num("local_us", "local GEMM µs", field_at("local_gemm_us", "median"), "us",
          "median of local_gemm_us: the sharded GEMM on one rank"),
-    _num("collective_us", "collective µs", _get("collective_us", "median"), "us",
+    _num("collective_us", "collective µs", field_at("collective_us", "median"), "us",
          "median of collective_us: the all-gather or all-reduce alone"),
-    _num("end_to_end_us", "end-to-end µs", _get("end_to_end_us", "median"), "us",
+    _num("end_to_end_us", "end-to-end µs", field_at("end_to_end_us", "median"), "us",
          "median of end_to_end_us: local GEMM + collective"),
-    _num("tp_speedup", "speed-up vs tp 1 (tp1 time / this)", _get("speedup_vs_tp1"), ".2f",
+    _num("tp_speedup", "speed-up vs tp 1 (tp1 time / this)", field_at("speedup_vs_tp1"), ".2f",
          "the tp_size 1 row's time / this row's, and the method it compares (speedup_vs_tp1: stream when both "
          "rows have it, else end-to-end cold or cpu)",
          cell_override=lambda row: DASH if row.speedup_vs_tp1 is None
          else f"{row.speedup_vs_tp1:.2f}× {row.speedup_vs_tp1_method or ''}".rstrip()),
-    _num("collective_bytes", "coll. bytes", _get("collective_bytes"), "d",
+    _num("collective_bytes", "coll. bytes", field_at("collective_bytes"), "d",
          "bus bytes each rank sends and receives in the collective (nccl-tests' definition)"),
-    _num("vs_unsharded", "rel err vs unsharded", _get("sharded_vs_unsharded", "rel_fro"), ".3g",
+    _num("vs_unsharded", "rel err vs unsharded", field_at("sharded_vs_unsharded", "rel_fro"), ".3g",
          "rel_fro of the sharded output with the unsharded layer's output (same scheme) as reference"),
-    _num("busbw_gbps", "bus GB/s", _get("collective_busbw_gbps"), ".1f",
+    _num("busbw_gbps", "bus GB/s", field_at("collective_busbw_gbps"), ".1f",
          "collective bus bandwidth (nccl-tests' definition)"),
     Column("flags", "flags", lambda row: "; ".join(f.name for f in row.flags) or None,
            help="what could mislead a reader (repacked, not-compiled, graph-breaks): the row's flags list, "
