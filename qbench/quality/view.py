@@ -11,7 +11,7 @@ from qbench.judge import Budget
 from qbench.readers.common import Table, refuse_options, show_table
 from qbench.quality.row import QualityRow
 from qbench.render import Column
-from qbench.render.columns import DASH, field_at, fmt_num
+from qbench.render.columns import DASH, field_at
 from qbench.render.view import View
 
 
@@ -54,12 +54,11 @@ CATALOGUE = [
     Column("ln_ppl_ratio", "ln(PPL/PPL ref)", _stat("ln_ppl_ratio"),
            cell_override=_pm_cell("ln_ppl_ratio", "ln_ppl_ratio_unc", "{:.3g}")),
     Column("kld", "mean KLD", _stat("kld", "mean"), cell_override=_pm_cell("kld.mean", "kld.unc", "{:.3g}")),
-    Column("kld99", "KLD 99 %", _stat("kld", "p99"), fmt_num(".3g"), True),
+    Column("kld99", "KLD 99 %", _stat("kld", "p99"), ".3g"),
     Column("same_top", "same top", _stat("same_top"),
            cell_override=lambda r: pct(stat(r, "same_top"), stat(r, "same_top_unc"))),
     Column("dp_rms", "RMS Δp", _stat("dp", "rms"), cell_override=lambda r: pct(stat(r, "dp", "rms"))),
-    Column("stored", "model MiB", lambda r: None if r.model_stored_bytes is None else r.model_stored_bytes / 2**20,
-           fmt_num(".2f"), True),
+    Column("stored", "model MiB", field_at("model_stored_bytes", scale=2**-20), ".2f"),
     Column("flags", "flags", lambda r: ", ".join(f.name for f in r.flags) or None),
     Column("status", "status", lambda r: r.status),
     Column("emulated", "emulated", lambda r: r.emulated),

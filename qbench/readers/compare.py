@@ -17,7 +17,7 @@ from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_meth
 from qbench.readers.common import (Command, Refused, add_options, blocking_differences, one_result, open_results,
                                    print_table, timing_differences)
 from qbench.render import Column, check_format, narrow
-from qbench.render.columns import COLUMNS, entry, fmt_num, fmt_us, shown
+from qbench.render.columns import COLUMNS, entry, shown
 from qbench.render.safe import visible
 from qbench.render.view import View
 from qbench.results import ResultDoc
@@ -103,9 +103,9 @@ def _why(row: Row, method: str) -> str:
 def compare_view(method: str, tp: bool = False) -> View:
     """The compare table: scheme, M (``tp``: the sharding), A's and B's ``method`` medians (µs), the speed-up (A/B),
     the error's change, the verdict (``slower !``: a regression), the note."""
-    cols = [entry("scheme", "scheme"), entry("m", "M", fmt_num("d"), True),
+    cols = [entry("scheme", "scheme"), entry("m", "M", "d"),
             Column("method", "method", lambda r: method), COLUMNS["tp_size"], COLUMNS["split"],
-            entry("a_us", f"A {method} µs", fmt_us, True), entry("b_us", f"B {method} µs", fmt_us, True),
+            entry("a_us", f"A {method} µs", "us"), entry("b_us", f"B {method} µs", "us"),
             entry("speedup", "speed-up vs A (A/B)", lambda v: shown(v, "{:.3f}×"), True),
             entry("rel_fro_diff", "Δ rel err", lambda v: shown(v, "{:+.2g}"), True),
             entry("verdict", "verdict", cell_override=lambda r: r["verdict"] + (" !" if r["regression"] else "")),

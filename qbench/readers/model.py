@@ -27,7 +27,7 @@ from qbench.readers.common import (ACT_ON, Command, Refused, add_options, check_
                                    incomplete_notes, job_view, one_machine, open_results)
 from qbench.render import check_format, narrow, synthetic_warnings, wants_prose
 from qbench.render.view import View, show
-from qbench.render.columns import DASH, entry, fmt_num, fmt_pct, fmt_ratio, fmt_us
+from qbench.render.columns import DASH, entry, fmt_num, fmt_us
 from qbench.results import ResultDoc
 from qbench.row import Row
 from qbench.model.config import PRESETS as STEP_PRESETS
@@ -223,12 +223,12 @@ def model_view(result: dict) -> View:
     and note)."""
     method, baseline = result["method"], result["baseline"]
     cols = [entry("m", "M", str, True), entry("scheme", "scheme"),
-            entry("step_us", f"step µs ({method})", fmt_us, True), entry("hbm_floor_us", "HBM floor µs", fmt_us, True),
-            entry("floor_pct", "floor/step", fmt_pct, True, of="floor_fraction", scale=100),
-            entry("stored_gib", "stored GiB", fmt_num(".2f"), True, of="stored_bytes", scale=_GIB),
-            entry("tokens_per_s", "tokens/s (linear only)", fmt_num(".0f"), True),
-            entry("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", fmt_ratio, True),
-            entry("rel_fro_max", "max rel err", fmt_num(".3g"), True), entry("note", "note"),
+            entry("step_us", f"step µs ({method})", "us"), entry("hbm_floor_us", "HBM floor µs", "us"),
+            entry("floor_pct", "floor/step", "pct", of="floor_fraction", scale=100),
+            entry("stored_gib", "stored GiB", ".2f", of="stored_bytes", scale=_GIB),
+            entry("tokens_per_s", "tokens/s (linear only)", ".0f"),
+            entry("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", "ratio"),
+            entry("rel_fro_max", "max rel err", ".3g"), entry("note", "note"),
             entry("step_status", "status", of="status")]  # not "status": footnotes read Rows
     wide = [c.key for c in cols if c.key != "step_status"]
     return View("model", cols, ["m", "scheme", "step_us", "tokens_per_s", "speedup", "rel_fro_max", "step_status"],

@@ -19,7 +19,7 @@ from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape
 from qbench.readers.common import (Command, Refused, add_budgets, add_options, check_baseline, check_budgets,
                                    check_max_rel_err, group_results, job_view, open_results, refuse_budgets)
 from qbench.render import FORMATS, Column, fit, narrow, prose, render, synthetic_warnings, wants_prose
-from qbench.render.columns import COLUMNS, DASH, entry, fmt_num, fmt_ratio, fmt_us
+from qbench.render.columns import COLUMNS, DASH, entry, fmt_ratio, fmt_us
 from qbench.render.kernels import short_kernel
 from qbench.render.safe import visible
 from qbench.render.view import View, show
@@ -210,9 +210,8 @@ OTHERS = View("recommend others", [entry("scheme", "scheme"), entry("reason", "w
 
 def pareto_view(method: str) -> View:
     """The Pareto front under a pick: latency by ``method`` (µs), rel err, stored MiB."""
-    cols = [entry("scheme", "scheme"), entry("latency_us", f"{method} µs", fmt_us, True),
-            entry("rel_fro", "rel err", fmt_num(".3g"), True),
-            entry("stored_mib", "stored MiB", fmt_num(".2f"), True, of="stored_bytes", scale=2**-20)]
+    cols = [entry("scheme", "scheme"), entry("latency_us", f"{method} µs", "us"), entry("rel_fro", "rel err", ".3g"),
+            entry("stored_mib", "stored MiB", ".2f", of="stored_bytes", scale=2**-20)]
     return View("pareto", cols)
 
 
@@ -279,12 +278,12 @@ def summary_view(method: str, baseline: str, rows: list[dict]) -> View:
     cols = [entry("scenario", "scenario"), entry("m", "M", str, True), entry("k", "K", str, True),
             entry("n", "N", str, True), Column("pick", "pick", lambda r: r["pick"] or f"{DASH} none within budget",
                                                  cell_override=pick),
-            entry("latency_us", f"{method} µs", fmt_us, True), entry("rel_fro", "rel err", fmt_num(".3g"), True),
-            entry("baseline_us", f"{baseline} µs", fmt_us, True),
-            entry("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", fmt_ratio, True,
+            entry("latency_us", f"{method} µs", "us"), entry("rel_fro", "rel err", ".3g"),
+            entry("baseline_us", f"{baseline} µs", "us"),
+            entry("speedup", f"speed-up vs {baseline} ({baseline} time / pick time)", "ratio",
                  cell_override=lambda r: fmt_ratio(r["speedup"]) + (
                      " (same within noise)" if r["speedup"] is not None and baseline in r["ties"] else "")),
-            entry("speedup_narrow", f"×{baseline}", fmt_ratio, True, of="speedup"),
+            entry("speedup_narrow", f"×{baseline}", "ratio", of="speedup"),
             Column("ties", "as fast within noise", lambda r: ", ".join(r["ties"]) or DASH),
             Column("stability", "pick stability", lambda r: r.get("stability") or DASH),
             Column("runs_won", "runs won", lambda r: (r.get("stability") or DASH).removeprefix("picked in ")
@@ -376,8 +375,8 @@ def by_format_view(method: str, baseline: str, several: bool = False, tp: bool =
             entry("m", "M", str, True), COLUMNS["tp_size"], COLUMNS["split"], entry("format", "format"),
             Column("pick", "fastest", lambda r: r["pick"] or f"{DASH} no candidate"),
             entry("library", "library"), entry("kernel", "longest kernel"),
-            entry("latency_us", f"{method} µs", fmt_us, True), entry("rel_fro", "rel err", fmt_num(".3g"), True),
-            entry("speedup", f"speed-up vs {baseline} ({baseline} time / fastest's)", fmt_ratio, True),
+            entry("latency_us", f"{method} µs", "us"), entry("rel_fro", "rel err", ".3g"),
+            entry("speedup", f"speed-up vs {baseline} ({baseline} time / fastest's)", "ratio"),
             Column("others", "others of the format (their time / the fastest's)", lambda r: _others_cell(r["others"]))]
     head, shard = ["scenario", "k", "n"] if several else [], ["tp_size", "split"] if tp else []
     tail = ["format", "pick", "latency_us", "rel_fro", "speedup", "others"]

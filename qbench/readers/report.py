@@ -20,7 +20,7 @@ from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, meth
                           resolve_method, row_verdict, unusable_note)
 from qbench.readers.common import Command, Refused, add_options, job_view, one_result, open_results, print_table
 from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, narrow, render, render_header, wants_prose
-from qbench.render.columns import DASH, entry, fmt_ratio, resolve_columns
+from qbench.render.columns import DASH, entry, resolve_columns
 from qbench.render.view import View
 from qbench.results import ResultDoc
 from qbench.row import Row
@@ -101,7 +101,7 @@ def crossover_view(baseline: str, method: str, shapes: int = 1) -> View:
             Column("ranges", f"faster than {baseline} at M", lambda r: r["ranges"] or None),
             entry("ties", "same at M (p10–p90 overlap)", ms), entry("losses", "slower at M", ms),
             entry("untimed", "not timed at M", ms),
-            entry("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})", fmt_ratio, True),
+            entry("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})", "ratio"),
             entry("unusable", "unusable in a graph at M")]
     head = ["scheme", "kn"] if shapes > 1 else ["scheme"]
     return View("crossover", cols, [*head, "ranges", "ties", "best_speedup"],

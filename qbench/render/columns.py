@@ -64,28 +64,38 @@ def fmt_us(v: Any) -> str:
     return f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}" if abs(v) < 100 else f"{v:.0f}"
 
 
+#: The format hints a column's ``show`` may name instead of a function; any other string is ``format(v, hint)``.
+HINTS: dict[str, Callable[[Any], str]] = {"us": fmt_us, "ratio": fmt_ratio, "pct": fmt_pct}
+
+
 @dataclass(frozen=True)
 class Column:
-    """One column: ``key``, ``header`` (with units), ``value`` (raw getter), ``show`` (a raw value's cell),
-    ``numeric`` (right-aligned), ``help``, ``cell_override`` (the cell from the row) and ``width`` (a longer cell
-    wraps)."""
+    """One column: ``key``, ``header`` (with units), ``value`` (raw getter), ``show`` (a raw value's cell: a function
+    or a format hint, :data:`HINTS` or a ``format`` spec such as ``".3g"``), ``numeric`` (right-aligned; default: a
+    hint), ``help``, ``cell_override`` (the cell from the row) and ``width`` (a longer cell wraps)."""
 
     key: str
     header: str
     value: Getter
-    show: Callable[[Any], str] = _text
-    numeric: bool = False
+    show: Callable[[Any], str] | str = _text
+    numeric: Optional[bool] = None
     help: str = ""
     cell_override: Getter | None = field(default=None, compare=False)
     width: int | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        if self.numeric is None:
+            object.__setattr__(self, "numeric", isinstance(self.show, str))
+        if isinstance(self.show, str):
+            object.__setattr__(self, "show", HINTS.get(self.show) or fmt_num(self.show))
 
     def cell(self, row: Any) -> str:
         """The text a table shows for ``row``."""
         return self.cell_override(row) if self.cell_override is not None else self.show(self.value(row))
 
 
-def entry(key: str, header: str, show: Callable[[Any], str] = _text, numeric: bool = False, *, of: str = "",
-          scale: Optional[float] = None, **kw) -> Column:
+def entry(key: str, header: str, show: Callable[[Any], str] | str = _text, numeric: Optional[bool] = None, *,
+          of: str = "", scale: Optional[float] = None, **kw) -> Column:
     """A column of a reader's dict record: its ``of`` (default ``key``) entry, times ``scale`` when given."""
     return Column(key, header, field_at(of or key, scale=scale), show, numeric, **kw)
 
@@ -150,8 +160,8 @@ def _kernels_cell(row: Row, most: int = 3) -> str:
 
 
 def _num(key: str, header: str, value: Getter, fmt: str, help: str = "", **kw) -> Column:
-    """A right-aligned number column, ``format(value, fmt)`` (``fmt="us"``: :func:`fmt_us`)."""
-    return Column(key, header, value, fmt_us if fmt == "us" else fmt_num(fmt), True, help, **kw)
+    """A right-aligned number column in the format hint ``fmt`` (:class:`Column`)."""
+    return Column(key, header, value, fmt, True, help, **kw)
 
 
 #: MiB per byte: a size column's scale.

@@ -9,7 +9,7 @@ import sys
 from typing import Any, Optional
 
 from qbench.render import Column, prose, render, wants_prose
-from qbench.render.columns import DASH, fmt_num
+from qbench.render.columns import DASH
 
 
 def _pm(value: Optional[float], unc: Optional[float]) -> str:
@@ -26,8 +26,8 @@ COLUMNS = [
     Column("kind", "kind", lambda r: r.kind),
     Column("round", "round", lambda r: r.round, numeric=True),
     Column("counts", "units per scheme", lambda r: ", ".join(f"{k} {v}" for k, v in r.counts.items()), width=40),
-    Column("predicted_us", "predicted µs", lambda r: r.predicted_us, fmt_num(",.1f"), True),
-    Column("step_us", "measured µs", lambda r: _measured(r, "step_us"), fmt_num(",.1f"), True),
+    Column("predicted_us", "predicted µs", lambda r: r.predicted_us, ",.1f"),
+    Column("step_us", "measured µs", lambda r: _measured(r, "step_us"), ",.1f"),
     Column("predicted_kld", "predicted KLD", lambda r: r.predicted_kld,
            cell_override=lambda r: _pm(r.predicted_kld, r.predicted_kld_unc)),
     Column("kld", "measured KLD", lambda r: _measured(r, "kld"),

@@ -10,7 +10,7 @@ from typing import Callable, Optional, Sequence
 from qbench import judge
 from qbench.judge import decision_method, methods_present
 from qbench.render import DATA_FORMATS, Column, narrow, prose
-from qbench.render.columns import DASH, entry, fmt_num, fmt_pct, fmt_ratio, fmt_us, shown
+from qbench.render.columns import DASH, entry, fmt_ratio, shown
 from qbench.render.view import View
 from qbench.row import FLAG_MEANINGS
 from qbench.step.row import StepRow
@@ -443,10 +443,10 @@ def recommend_view(baseline: str = "bf16") -> View:
     cols = [entry("m", "M", str, True), entry("context", "context", str, True),
             Column("pick", "fastest step within the budget", lambda r: r["pick"] or "none"),
             Column("method", "step method", lambda r: SHORT.get(r["method"], DASH) if r["method"] else DASH),
-            entry("step_us", "step µs", fmt_us, True), entry("tokens_per_s", "tokens/s", fmt_num(".0f"), True),
-            entry("speedup", f"×{baseline}", fmt_ratio, True,
+            entry("step_us", "step µs", "us"), entry("tokens_per_s", "tokens/s", ".0f"),
+            entry("speedup", f"×{baseline}", "ratio",
                   cell_override=lambda r: marked_ratio(r["speedup"], r.get("doubt"))),
-            entry("rel_fro", "logits err", fmt_num(".3g"), True),
+            entry("rel_fro", "logits err", ".3g"),
             Column("within", "within budget", lambda r: f"{r['within']} of {r['timed']}", numeric=True)]
     return View("model-step recommend", cols,
                 short={"context": "ctx", "pick": "pick", "method": "method", "within": "within"})
@@ -463,21 +463,21 @@ def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Opt
 
     cols = [entry("m", "M", str, True), entry("context", "context", str, True), entry("scheme", "scheme"),
             Column("method", "step method", lambda r: SHORT.get(r["method"], r["method"] or DASH)),
-            entry("step_us", "step µs (measured)", fmt_us, True),
-            entry("tokens_per_s", "tokens/s", fmt_num(".0f"), True), entry("linear_us", "Σ linear µs", fmt_us, True),
+            entry("step_us", "step µs (measured)", "us"),
+            entry("tokens_per_s", "tokens/s", ".0f"), entry("linear_us", "Σ linear µs", "us"),
             Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None or r["_doubt"][0]
-                   else 100 * r["rest_share"], fmt_pct, True),
-            Column("attention_us", "attention µs", lambda r: r.get("attention_us"), fmt_us, True),
+                   else 100 * r["rest_share"], "pct"),
+            Column("attention_us", "attention µs", lambda r: r.get("attention_us"), "us"),
             Column("attention_floor", "attn floor", lambda r: None if r.get("attention_floor") is None
-                   else 100 * r["attention_floor"], fmt_pct, True),
-            Column("other_us", "other µs", lambda r: r.get("other_us"), fmt_us, True),
+                   else 100 * r["attention_floor"], "pct"),
+            Column("other_us", "other µs", lambda r: r.get("other_us"), "us"),
             Column("speedup", f"×{b}", lambda r: r["speedup"].get(r["method"]) if r["method"] else None, numeric=True,
                    cell_override=lambda r: speedup(r, r["method"])),
             *[Column(f"speedup_{m}", f"×{b} {SHORT[m]}", lambda r, m=m: r["speedup"].get(m), numeric=True,
                      cell_override=lambda r, m=m: speedup(r, m)) for m in methods],
             Column("linear_speedup", f"×{b} Σ linear", lambda r: None if r["_doubt"][1] else r["linear_speedup"],
-                   fmt_ratio, True),
-            entry("rel_fro", "logits err", fmt_num(".3g"), True),
+                   "ratio"),
+            entry("rel_fro", "logits err", ".3g"),
             Column("budget", f"≤ {max_rel_err or 0:g}", lambda r: "over" if r["over_budget"] else "ok")]
     budget = ["budget"] if max_rel_err is not None else []
     attn = any(r.get("attention_us") is not None for r in records)
