@@ -52,20 +52,17 @@ def methods_present(rows: Sequence[Row]) -> list[str]:
     return [m for m in order if m in seen] + sorted(seen - set(order))
 
 
-def resolve_method(doc: ResultDoc, requested: Optional[str],
-                   default: str = DECISION_METHOD) -> tuple[str, Optional[str]]:
-    """``(method, note)``: ``requested`` as given; else ``default`` when some row has it, else the first
-    of :data:`FALLBACK_METHODS` the file has, with a note saying so; else ``(default, None)``."""
+def resolve_method(doc: ResultDoc, requested: Optional[str]) -> tuple[str, Optional[str]]:
+    """``(method, note)``: ``requested`` as given; else :data:`DECISION_METHOD` when some row has it, else the
+    first of :data:`FALLBACK_METHODS` the file has, with a note saying so; else ``(DECISION_METHOD, None)``."""
     if requested is not None:
         return requested, None
     present = methods_present(doc.rows)
-    if default in present:
-        return default, None
-    fallback = next((m for m in FALLBACK_METHODS if m in present and m != default), None)
-    if fallback is None:
-        return default, None
-    return fallback, (f"no {default} latency in this file: an older result, or {default} not timed; "
-                      f"using {fallback} times")
+    fallback = next((m for m in FALLBACK_METHODS if m in present and m != DECISION_METHOD), None)
+    if DECISION_METHOD in present or fallback is None:
+        return DECISION_METHOD, None
+    return fallback, (f"no {DECISION_METHOD} latency in this file: an older result, or {DECISION_METHOD} not "
+                      f"timed; using {fallback} times")
 
 
 def decision_method(row: Any) -> Optional[str]:
@@ -138,10 +135,10 @@ def tie_note(ra: Row, rb: Row, method: str) -> Optional[str]:
 T = TypeVar("T")
 
 
-def within_noise(a: T, b: T, reading: Callable[[T], Optional[Stats]] = decision_stats) -> bool:
-    """True when ``a`` and ``b`` both have a ``reading`` and :func:`verdict` finds them the same
-    (p10-p90 overlap); by default each row by its own :func:`decision_method`."""
-    mine, theirs = reading(a), reading(b)
+def within_noise(a: Any, b: Any) -> bool:
+    """True when ``a`` and ``b`` both have a :func:`decision_stats` (each row by its own :func:`decision_method`)
+    and :func:`verdict` finds them the same (p10-p90 overlap)."""
+    mine, theirs = decision_stats(a), decision_stats(b)
     return mine is not None and theirs is not None and verdict(mine, theirs) == "same"
 
 

@@ -81,11 +81,11 @@ def column_keys(text: Optional[str]) -> list[str]:
 
 def show(records: Sequence[Any], columns: Sequence[Column], fmt: str, *, wide: bool = False,
          describe: Sequence[str] = (), warning: Optional[str] = None, notes: Sequence[str] = (),
-         file: Any = None, table: Optional[str] = None) -> None:
+         table: Optional[str] = None) -> None:
     """Print a table in the one layout: ``describe`` and ``warning``, a blank line, the table of ``records`` in
     ``columns`` (or ``table``, already rendered), a blank line and ``notes``. Prose wraps in the narrow default;
     in a data or markup format the prose goes to stderr. File strings :func:`visible`."""
-    out = file or sys.stdout
+    out = sys.stdout
     terminal = wants_prose(fmt)
     say = prose(fmt, wide) if terminal else str
     err = out if terminal else sys.stderr

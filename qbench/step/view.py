@@ -256,11 +256,10 @@ def inductor_note(rows: Sequence[StepRow]) -> list[str]:
                "torchao's settings, 2026-12-06): read from what each scheme's build switches on" if inferred else "")]
 
 
-def step_table(rows: Sequence[StepRow], fmt: str = "simple", baseline: str = "bf16", wide: bool = False,
-               columns: Optional[Sequence[str]] = None) -> str:
-    """The step table of ``rows`` in ``fmt`` (or the ``--columns`` keys ``columns``), its notes under it."""
-    records = table_records(rows, baseline)
-    text = table_view(rows, baseline).render(records, fmt, wide, columns)
+def step_table(rows: Sequence[StepRow], fmt: str = "simple", wide: bool = False) -> str:
+    """The step table of ``rows`` in ``fmt`` (speed-ups over bf16), its notes under it."""
+    records = table_records(rows)
+    text = table_view(rows).render(records, fmt, wide)
     notes = table_notes(rows, records, not narrow(fmt, wide)) if fmt not in DATA_FORMATS else []
     return text + ("\n\n" + "\n".join(prose(fmt, wide)(n) for n in notes) if notes else "")
 
