@@ -208,13 +208,6 @@ def pick_lines(doc: ResultDoc | dict, path: str, max_rel_err: float = DEFAULT_BU
 OTHERS = View("recommend others", [entry("scheme", "scheme"), entry("reason", "why not")], wrap=("reason", 16))
 
 
-def pareto_view(method: str) -> View:
-    """The Pareto front under a pick: latency by ``method`` (µs), rel err, stored MiB."""
-    cols = [entry("scheme", "scheme"), entry("latency_us", f"{method} µs", "us"), entry("rel_fro", "rel err", ".3g"),
-            entry("stored_mib", "stored MiB", ".2f", of="stored_bytes", scale=2**-20)]
-    return View("pareto", cols)
-
-
 def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = None,
                           warning: str | None = None, wide: bool = False) -> str:
     """:func:`recommend`'s result in ``fmt``: per M the pick, the other schemes and why not (:data:`OTHERS`), the
@@ -229,7 +222,8 @@ def render_recommendation(rec: dict, fmt: str = "simple", note: str | None = Non
     if method not in rec["methods_present"]:
         lines.append(say(f"WARNING: no row has {method} latency; methods in this file: "
                          f"{', '.join(rec['methods_present']) or 'none'}"))
-    pareto = pareto_view(method).columns(fmt, wide)
+    pareto = [entry("scheme", "scheme"), entry("latency_us", f"{method} µs", "us"), entry("rel_fro", "rel err", ".3g"),
+              entry("stored_mib", "stored MiB", ".2f", of="stored_bytes", scale=2**-20)]  # the same in every layout
     for g in rec["by_m"]:
         pick = g["pick"]
         tp = f", tp_size={g['tp_size']} {g['split']}" if g.get("tp_size") is not None else ""

@@ -162,14 +162,8 @@ def marked_ratio(value: Optional[float], doubt) -> str:
 
 
 def _cell(key: str, template: str, blank: int = -1) -> Callable[[dict], str]:
-    """A record's cell: ``template`` of its value, ``—`` where its doubt mark ``blank`` is set, ``*`` on a speed-up
-    in doubt (:func:`speedup_doubts`)."""
-    def cell(r: dict) -> str:
-        if blank >= 0 and r["_doubt"][blank]:
-            return DASH
-        text = shown(r[key], template)
-        return text + "*" if key == "speedup" and r["_doubt"][2] and r[key] is not None else text
-    return cell
+    """A record's cell: ``template`` of its value, ``—`` where its doubt mark ``blank`` is set."""
+    return lambda r: DASH if blank >= 0 and r["_doubt"][blank] else shown(r[key], template)
 
 
 def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
@@ -188,7 +182,8 @@ def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
                  col("floor", "floor %", _cell("floor", "{:.0f} %")),
                  col("attention", "attn µs", lambda r: _us(r["attention"])),
                  col("attention_floor", "attn floor %", _cell("attention_floor", "{:.0f} %")),
-                 col("kv", "kv", numeric=False), col("speedup", f"×{b}", _cell("speedup", "{:.2f}×")),
+                 col("kv", "kv", numeric=False),
+                 col("speedup", f"×{b}", lambda r: marked_ratio(r["speedup"], r["_doubt"][2])),
                  col("speedup_linear", f"×{b} (Σ lin)", _cell("speedup_linear", "{:.2f}×", 1)),
                  col("err", "logits err", _cell("err", "{:.2g}")), col("kl", "KL", _cell("kl", "{:.2g}")),
                  col("top1", "top-1", _cell("top1", "{:.2g}")), col("flags", "flags", numeric=False),
