@@ -119,7 +119,8 @@ def test_pick_does_not_flip_between_schemes_tied_within_noise_across_m():
     assert [(r["m"], r["pick"], r["kept_from_m"], r["speedup"]) for r in summary if r["k"] == 64] == [
         (1, "bf16", None, 1.0), (2, "bf16", 1, 1.0), (4, "bf16", 2, 1.0), (8, "fp16", None, 10.0 / 9.0),
         (16, "fp16", None, 9.9 / 10.0)]
-    table = summary_view("stream", "bf16", summary).render(summary, "simple")
+    view = summary_view("stream", "bf16", summary)
+    table = view.render(summary, "simple")
     assert "bf16 (kept from M=1)" in table and "bf16 (kept from M=2)" in table
     assert "×bf16" in table  # the narrow default's header; --wide (wide=True) the full one
-    assert "speed-up vs bf16 (bf16 time / pick time)" in summary_view("stream", "bf16", summary).render(summary, "simple", True)
+    assert "speed-up vs bf16 (bf16 time / pick time)" in view.render(summary, "simple", True)
