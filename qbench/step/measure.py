@@ -223,8 +223,11 @@ def _fewer_blocks(exc: Exception, built: "_Built") -> str:
     ``[model] blocks`` key that builds fewer. Empty for another error."""
     if not isinstance(exc, torch.OutOfMemoryError):
         return ""
-    return (f" ({built.blocks_built} of {built.config.blocks} blocks were built, by the estimate of what fits unless "
-            f"[model] blocks set it; [model] blocks = {max(1, built.blocks_built - 2)} builds fewer and extrapolates)")
+    said = f" ({built.blocks_built} of {built.config.blocks} blocks were built, by the estimate of what fits unless " \
+           "[model] blocks set it; "
+    if built.blocks_built <= 1:  # one block is the fewest the step extrapolates from
+        return said + "no fewer can be built: a smaller M or context, or a device with more memory)"
+    return said + f"[model] blocks = {max(1, built.blocks_built - 2)} builds fewer and extrapolates)"
 
 
 #: How far under its HBM floor the attention may read before the row is flagged ``above-ceiling``: the floor uses

@@ -223,11 +223,12 @@ def inductor_sides(rows: Sequence[StepRow]) -> tuple[dict[bool, set[str]], set[s
     """The ok compiled schemes of ``rows`` by Inductor's coordinate-descent tuning, ``{tuned: schemes}``, and the
     schemes whose setting was inferred: a row without the ``compile.inductor`` record was made before every
     compiled worker got torchao's settings (:func:`qbench.compile_info.tune_like_torchao`), so it had the tuning
-    only where its scheme's build (a recipe's: any part's) switched it on."""
+    only where its scheme's build (a recipe's: any part's) switched it on. A row with no compile record compiled
+    nothing for the step (no compiled step method ran: on a CPU, or ``methods`` without one) and is left out."""
     sides: dict[bool, set[str]] = {}
     inferred: set[str] = set()
     for r in rows:
-        if r.status != "ok" or r.mode != "compiled":
+        if r.status != "ok" or r.mode != "compiled" or not r.compile:
             continue
         setting = ((r.compile or {}).get("inductor") or {}).get("coordinate_descent_tuning")
         if setting is None:

@@ -228,6 +228,13 @@ def test_a_row_out_of_device_memory_says_how_many_blocks_were_built_and_how_to_b
     monkeypatch.setattr(measure._Built, "measure", other)
     (row,) = measure_step_scheme(s, 0, torch.device("cpu"), None)
     assert row["reason"] == "run: RuntimeError: boom"
+    # one block built: no fewer can be built, so the hint names what else can be changed
+    monkeypatch.setattr(measure._Built, "measure", oom)
+    one = _scenario([{"name": "fp32"}], m=(1,), context=(8,), model={"name": "tiny", "context": [8], "blocks": 1})
+    (row,) = measure_step_scheme(one, 0, torch.device("cpu"), None)
+    assert row["reason"].endswith(f"(1 of {blocks} blocks were built, by the estimate of what fits unless [model] "
+                                  "blocks set it; no fewer can be built: a smaller M or context, or a device with "
+                                  "more memory)")
 
 
 def test_tiny_step_rows_on_cpu():

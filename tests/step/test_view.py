@@ -269,7 +269,8 @@ def _compiled(scheme, step, tuned=None, library="torch", recipe=None, mode="comp
                    activation_dtype="bfloat16", lm_head="float", blocks=2, recipe=recipe,
                    error={"compared": "logits", "nonfinite": 0, "rel_fro": 0.01},
                    latency_us={"step_compiled": {"median": step, "p10": step, "p90": step, "cv": 0.01}},
-                   compile=None if tuned is None else {"inductor": {"coordinate_descent_tuning": tuned}})
+                   compile={"first_call_s": [60.0], **({} if tuned is None else
+                                                       {"inductor": {"coordinate_descent_tuning": tuned}})})
 
 
 def test_compiled_rows_compiled_with_different_inductor_tuning_are_named_under_the_table():
@@ -307,6 +308,10 @@ def test_compiled_rows_compiled_with_different_inductor_tuning_are_named_under_t
     assert inductor_sides(mixed)[0] == {False: {"bf16+compiled"}, True: {"bf16, down int8+compiled"}}
     eager = [_compiled("bf16", 2000.0, mode="eager"), _compiled("int8-weight-only", 1000.0, mode="eager")]
     assert inductor_sides(eager) == ({}, set())
+    # compiled rows with no compile record compiled nothing for the step (a CPU runs step_cpu alone): no note, even
+    # in a file made by today's code
+    cpu = [r.model_copy(update={"compile": None}) for r in old]
+    assert inductor_sides(cpu) == ({}, set()) and inductor_note(cpu) == []
 
 
 def test_docs_inductor_tuning_figures_are_the_h100_files():
