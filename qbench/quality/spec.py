@@ -135,6 +135,11 @@ def check(model: ModelSource, quality: QualitySpec, source: str) -> StepModelCon
     Raises:
         ConfigError: one line naming ``model.<key>`` or ``quality.<key>``, the file and the value.
     """
+    if quality.kv_cache == "fp8" and quality.sensitivity != "none":  # its passes run without a cache
+        raise ConfigError("quality.sensitivity", "the sensitivity passes run each part alone without a KV cache, so "
+                                                 "beside kv_cache = \"fp8\" they would rank another model: rank with "
+                                                 f"kv_cache = \"activation\" (or sensitivity = \"none\"), got "
+                                                 f"{quality.sensitivity!r}")
     if model.checkpoint is not None:
         config = open_named(model.checkpoint, source).config
     else:

@@ -166,6 +166,20 @@ def test_quality_kv_cache_bad_value_is_refused(tmp_path, capsys):
         f"qbench: {path}: quality.kv_cache: input should be 'activation' or 'fp8', got 'int8'"
 
 
+
+@pytest.mark.parametrize("by", ["role", "block", "unit"])
+def test_quality_fp8_kv_with_a_sensitivity_ranking_is_refused(tmp_path, capsys, by):
+    """The sensitivity passes run each part alone without a KV cache: beside an fp8 cache they would rank another
+    model than the row's (the break trial found every part's KLD equal to the float cache's)."""
+    path = tmp_path / "q.toml"
+    path.write_text(f'name = "q"\n[model]\ncheckpoint = "{ROOT / "data/checkpoints/tiny-shakespeare-llama"}"\n'
+                    f'[quality]\ntext = "{ROOT / "data/text/hamlet.txt"}"\nkv_cache = "fp8"\nsensitivity = "{by}"\n'
+                    '[[schemes]]\nname = "fp32"\n')
+    assert cli.main(["check", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"qbench: {path}: quality.sensitivity: the sensitivity passes run each part alone without a KV cache, so "
+        'beside kv_cache = "fp8" they would rank another model: rank with kv_cache = "activation" (or sensitivity = '
+        f'"none"), got \'{by}\'')
 # -- the quality job -------------------------------------------------------------------------
 def test_fp8_kv_quality_on_the_trained_checkpoint_is_a_small_positive_kld(tmp_path):
     from tests.quality.conftest import run_scheme
