@@ -109,7 +109,8 @@ def check(spec: ModelSpec, source: str) -> StepModelConfig:
     ``mlp_bias``) runs with its biases: the checkpoint's, or zeros for seeded weights.
 
     Raises:
-        ConfigError: ``model.context`` / ``model.blocks`` / what :func:`resolve` raises.
+        ConfigError: ``model.context`` / ``model.blocks`` / ``model.quantize_lm_head`` (without an LM head) /
+            what :func:`resolve` raises.
     """
     config = resolve(spec, source)
     if not spec.context:
@@ -126,6 +127,9 @@ def check(spec: ModelSpec, source: str) -> StepModelConfig:
                                                f"max_position_embeddings = {config.max_positions}, got {c}")
     if spec.blocks is not None and spec.blocks > config.blocks:
         raise ConfigError("model.blocks", f"{config.title} has {config.blocks} blocks, got {spec.blocks}")
+    if spec.quantize_lm_head and not spec.lm_head:
+        raise ConfigError("model.quantize_lm_head", "the step has no LM head to quantize (model.lm_head = false "
+                                                    "ends it at the final norm), got true")
     return config
 
 

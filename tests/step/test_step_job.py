@@ -169,6 +169,16 @@ def test_step_without_context_is_refused():
     assert exc.value.key == "model.context" and "missing" in str(exc.value)
 
 
+def test_quantize_lm_head_without_an_lm_head_is_refused():
+    """lm_head = false ends the step at the final norm: quantize_lm_head = true would be ignored silently."""
+    with pytest.raises(ScenarioError) as exc:
+        _scenario([{"name": "fp32"}], model={"name": "tiny", "context": [8], "lm_head": False,
+                                             "quantize_lm_head": True})
+    assert exc.value.key == "model.quantize_lm_head"
+    assert str(exc.value).endswith("model.quantize_lm_head: the step has no LM head to quantize (model.lm_head = "
+                                   "false ends it at the final norm), got true")
+
+
 def test_layer_table_beside_model_is_refused():
     with pytest.raises(ScenarioError) as exc:
         _scenario([{"name": "fp32"}], layer={"in_features": 64})
