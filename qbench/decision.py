@@ -58,9 +58,9 @@ def _halves(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow
                 + (", ..." if len(also) > 3 else "") + "): the first file's row is used, the others are not read")
     if (why := _one_checkpoint([r for d in docs if d.job == "quality" for r in d.rows])):
         raise Refused(why)
-    why, note = pairing([d for d in docs if d.job == "step"], [d for d in docs if d.job == "quality"]) if steps else (
-        None, None)
-    if why:
+    halves = [d for d in docs if d.job == "step"], [d for d in docs if d.job == "quality"]
+    why, note = pairing(*halves) if steps else (None, None)
+    if why or (steps and (why := kv_caches(*halves))):
         raise Refused(why)
     return steps, [r for _, r in first.values()], said, note
 
@@ -162,6 +162,25 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
             f"({'; '.join(quality_sources)}): "
             + ("the paths differ and the files carry no checkpoint_id to compare contents by (older files); "
                if paths else "") + "a model decision takes speed and quality of the same checkpoint"), None
+
+
+def kv_caches(step_docs: Sequence, quality_docs: Sequence) -> Optional[str]:
+    """Why the step and quality files ran different KV caches (``fp8``, or the activation dtype: a step row's
+    ``kv_cache.dtype``, a quality row's ``kv_cache``), or None: a model decision takes both halves of one
+    configuration, and an fp8 cache changes both the step's time and the KL divergence."""
+    def kinds(rows, dtype) -> set[str]:
+        return {"fp8" if "float8" in str(dtype(r) or "") else "activation-dtype" for r in rows}
+
+    def dtype(r):
+        return (getattr(r, "kv_cache", None) or {}).get("dtype")
+
+    step = kinds([r for d in step_docs for r in d.rows], dtype)
+    quality = kinds([r for d in quality_docs for r in d.rows], dtype)
+    if step and quality and step != quality:
+        return (f"the step files ran {' and '.join(sorted(step))} KV caches, the quality files "
+                f"{' and '.join(sorted(quality))} ones: a model decision takes speed and quality with the same "
+                "cache (pair an fp8-cache step file with an fp8-cache quality file)")
+    return None
 
 
 def recommend_records(steps: list, quality: list[QualityRow], limits: Limits, baseline: str = "bf16") -> list[dict]:

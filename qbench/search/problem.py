@@ -163,12 +163,14 @@ def costs(path: str, rows: Sequence[Any], candidates: Sequence[Any], units: Sequ
         m, context: the deployment's point; method: the step method (None: the base row's decision method).
 
     Raises:
-        ProblemError: a candidate with no ok row at (m, context), a linear with no ``stream`` time, the
-            base row without a step time by ``method``.
+        ProblemError: a candidate with no ok row at (m, context), a row whose LM head is not what the units say
+            (quantized when a unit is the head, else not), a linear with no ``stream`` time, the base row without a
+            step time by ``method``.
     """
     from qbench.judge import decision_method
 
     picked = []
+    head = any("lm_head" in unit.roles for unit in units)
     for c in candidates:
         options = json.dumps(c.options.model_dump(exclude={"label", "mode"}), sort_keys=True)
         mode = c.options.mode
@@ -184,6 +186,10 @@ def costs(path: str, rows: Sequence[Any], candidates: Sequence[Any], units: Sequ
             raise ProblemError(f"{path}: rows[{i}].status: candidate {c.label!r} has no cost at M={m}, context="
                                f"{context}: {r.status} ({r.reason or 'no per-linear times: linear_sum = false'}), got "
                                f"{r.status!r}")
+        if (r.lm_head == "scheme") != head:  # the head a unit (quantized per candidate) or in the fixed rest
+            raise ProblemError(f"{path}: rows[{i}].lm_head: the search {'ranks' if head else 'does not rank'} the LM "
+                               f"head as a unit, so each candidate's step must {'' if head else 'not '}quantize it "
+                               f"([model] quantize_lm_head = {'true' if head else 'false'}), got {r.lm_head!r}")
         picked.append((i, r))
     times = [[0.0] * len(candidates) for _ in units]
     for c, (i, r) in enumerate(picked):
@@ -225,7 +231,7 @@ def build(quality_path: str, quality_doc: Any, step_path: str, step_doc: Any, ca
         ProblemError: files of different checkpoints or configs (:func:`qbench.decision.pairing`), or
             any refusal of :func:`damages` and :func:`costs`.
     """
-    from qbench.decision import pairing
+    from qbench.decision import kv_caches, pairing
 
     if quality_doc.job != "quality":
         raise ProblemError(f"{quality_path}: rows[0].job: the damage half is a quality result, got {quality_doc.job!r}")
@@ -234,6 +240,8 @@ def build(quality_path: str, quality_doc: Any, step_path: str, step_doc: Any, ca
     why, note = pairing([step_doc], [quality_doc])
     if why:
         raise ProblemError(f"{step_path}: checkpoint_id: {why}")
+    if why := kv_caches([step_doc], [quality_doc]):
+        raise ProblemError(f"{step_path}: rows[].kv_cache: {why}")
     blocks = {r.blocks for r in step_doc.rows}
     if len(blocks) != 1:
         raise ProblemError(f"{step_path}: rows[].blocks: the step rows hold models of different depths, got {sorted(blocks)}")

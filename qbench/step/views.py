@@ -115,7 +115,11 @@ def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]
         return [f"picks across files: not compared, the files hold different models ({', '.join(models)})"]
     differ = [what for what, key in (("machines", lambda d: d.machine),
                                      ("scheme sets", lambda d: frozenset(r.scheme for r in d.rows)),
-                                     ("weights", lambda d: frozenset(r.weight_source for r in d.rows)))
+                                     ("weights", lambda d: frozenset(r.weight_source for r in d.rows)),
+                                     ("KV caches", lambda d: frozenset("float8" in str((r.kv_cache or {}).get("dtype"))
+                                                                       for r in d.rows)),  # fp8, or the activation's
+                                     ("attention kernels",
+                                      lambda d: frozenset((r.attention or {}).get("kernel") for r in d.rows)))
               if len({key(doc) for _, doc, _ in records}) > 1]
     stable = judge.pick_stability([rec for _, _, rec in records])
     n = len(records)

@@ -153,6 +153,30 @@ def test_recommend_refuses_step_and_quality_of_different_weights(tmp_path, ck):
     assert why and "the paths differ" in why and "same checkpoint" in why
 
 
+def test_step_and_quality_halves_of_different_kv_caches_are_refused():
+    """A step file with the cache at the activation dtype beside a quality file through an fp8 cache (or the
+    reverse) is not one configuration: the joined pick would show a KLD that includes a cache the step never ran."""
+    from types import SimpleNamespace as R
+
+    from qbench import decision
+
+    def step(dtype):
+        return R(rows=[R(kv_cache={"dtype": dtype, "itemsize": 2}), R(kv_cache=None)])  # a row before kv_cache
+
+    def quality(kv):
+        return R(rows=[R(kv_cache=kv)])
+
+    fp8 = {"dtype": "float8_e4m3fn", "scale": "static per (block, KV head)"}
+    why = decision.kv_caches([step("bfloat16")], [quality(fp8)])
+    assert why == ("the step files ran activation-dtype KV caches, the quality files fp8 ones: a model decision "
+                   "takes speed and quality with the same cache (pair an fp8-cache step file with an fp8-cache "
+                   "quality file)")
+    assert decision.kv_caches([R(rows=[R(kv_cache={"dtype": "float8_e4m3fn"})])], [quality(None)]).startswith(
+        "the step files ran fp8 KV caches, the quality files activation-dtype ones")
+    assert decision.kv_caches([step("bfloat16")], [quality(None)]) is None
+    assert decision.kv_caches([R(rows=[R(kv_cache={"dtype": "float8_e4m3fn"})])], [quality(fp8)]) is None
+
+
 @pytest.mark.parametrize("command", [["model", "m"], ["recommend"]])
 def test_quality_files_of_two_checkpoints_are_refused(command):
     """The committed tiny and SmolLM2 quality files side by side: one line, exit 2 (schemes are

@@ -332,6 +332,16 @@ def test_picks_across_files_are_compared_only_for_runs_of_one_scenario(tmp_path,
     assert ("picks across the 2 files of llama3-8b: M=1 ctx=128: int4-weight-only+compiled in both; M=16 ctx=128: "
             "bf16+compiled in both; the files differ in scheme sets: a changed pick may come from that") in out
     assert "in only some files: M=1 ctx=4096, M=16 ctx=4096" in out and "run-to-run variation," not in out
+    # the same schemes with another KV cache and attention kernel (break trial 2026-12-06): named, not put down to
+    # run-to-run variation
+    doc = json.loads(Path(BENCH_RUN2).read_text())
+    for r in doc["rows"]:
+        r["kv_cache"], r["attention"] = {"dtype": "float8_e4m3fn"}, {"kernel": "split-kv"}
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(doc))
+    out = last(BENCH, str(other))
+    assert "(runs of one scenario)" not in out
+    assert "the files differ in KV caches and attention kernels: a changed pick may come from that" in out
 
 
 def test_step_recommend_names_rows_not_measured_and_refuses_an_absent_baseline(tmp_path, capsys):

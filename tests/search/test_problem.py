@@ -116,3 +116,14 @@ def test_a_linear_without_a_stream_time_is_refused():
         build(*files(step_rows=[step_row("bf16", BF16, 100.0), step]), CANDIDATES, 1, 128)
     assert str(info.value) == ("s.json: rows[1].linear.by_role.down_proj: candidate 'int8-weight-only' has no stream "
                                "time for down_proj (error: boom), got None")
+
+
+def test_a_step_row_whose_lm_head_is_not_what_the_units_say_is_refused():
+    """Units without the head need step rows with a float head (it is in the fixed rest, the same for every
+    candidate); a head unit needs rows that quantized it, or every candidate's head cost is the float head's."""
+    steps = [step_row("bf16", BF16, 100.0), step_row("int8-weight-only", INT8, 80.0)]
+    steps[1] = steps[1].model_copy(update={"lm_head": "scheme"})
+    with pytest.raises(ProblemError) as info:
+        build(*files(step_rows=steps), CANDIDATES, 1, 128)
+    assert str(info.value) == ("s.json: rows[1].lm_head: the search does not rank the LM head as a unit, so each "
+                               "candidate's step must not quantize it ([model] quantize_lm_head = false), got 'scheme'")
