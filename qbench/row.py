@@ -478,6 +478,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "reduce-overhead-slower": "the reduce-overhead decode loop is slower than the hand-captured compiled step "
                               "beyond noise (its host work is not hidden)",
     "linear-above-step": "Σ linear exceeds the measured step: the layer view overstates this scheme's linear time",
+    "attention-above-step": "the attention timed alone exceeds the measured step: one of the readings is wrong (a "
+                            "busy CPU, a disturbed GPU); the step's three-way split is left out",
     "below-floor": "a step reads under its HBM floor: the timing is wrong or the bytes are miscounted",
     "extrapolated": "too few blocks fit: the step is extrapolated linearly from two block counts",
     "extrapolated-from-one": "only one block fits: the step is scaled from it, not measured at two block counts",

@@ -275,6 +275,30 @@ def test_attention_faster_than_its_floor_is_flagged_above_ceiling():
     assert fast.attention["floor_fraction"] < 1 and "above-ceiling" not in fast.flag_names
 
 
+def test_attention_timed_alone_longer_than_the_step_is_flagged_and_leaves_no_split(monkeypatch):
+    """On a busy CPU the attention timed alone took 32 ms against an 875 µs step (a newcomer's run beside pytest),
+    and the row held a negative 'rest': the row says one reading is wrong and writes no three-way split."""
+    from qbench.step import measure
+
+    timed = measure._Built._attention_time
+
+    def slow(self, row, model):
+        timed(self, row, model)
+        row["attention"]["us"] = 1e9  # 1,000 s: longer than any step
+
+    monkeypatch.setattr(measure._Built, "_attention_time", slow)
+    row = StepRow.model_validate(measure_step_scheme(_scenario([{"name": "fp32"}]), 0, torch.device("cpu"), None)[0])
+    assert "attention-above-step" in row.flag_names and row.other_us == {}
+    assert "exceeds the step_cpu step" in next(f.text for f in row.flags if f.name == "attention-above-step")
+    def instant(self, row, model):
+        timed(self, row, model)
+        row["attention"]["us"] = 0.0  # shorter than any step: the split is written
+
+    monkeypatch.setattr(measure._Built, "_attention_time", instant)
+    row = StepRow.model_validate(measure_step_scheme(_scenario([{"name": "fp32"}]), 0, torch.device("cpu"), None)[0])
+    assert "attention-above-step" not in row.flag_names and set(row.other_us) == {"step_cpu"}
+
+
 def test_each_phase_is_logged_before_it_starts(caplog):
     """A worker that hangs is reported with its last log line: each phase is logged before it runs."""
     s = _scenario([{"name": "fp32"}], m=(1,), context=(8,))
