@@ -18,7 +18,7 @@ from qbench.row import combine_repeats
 from qbench.timing import registry
 from qbench.timing.stats import verdict  # noqa: F401  (the rule lives with the statistics; readers import it here)
 
-__all__ = ["CAPTURE_KINDS", "CPU_METHOD", "DECISION_METHOD", "FALLBACK_METHODS", "METHOD_CHOICES", "NOISY_CV",
+__all__ = ["CAPTURE_KINDS", "beyond", "CPU_METHOD", "DECISION_METHOD", "FALLBACK_METHODS", "METHOD_CHOICES", "NOISY_CV",
            "PARETO_KEYS", "STORED_BYTES_RTOL", "UNUSABLE", "Budget", "budget_flags", "capture_failure",
            "combine_rows", "common_method", "decision_method", "decision_stats",
            "incomplete_warning", "is_noisy", "methods_present", "pareto_front", "pick_stability",
@@ -337,9 +337,20 @@ class Budget:
         if v is None:
             return f"no {self.what} measured"
         if (v > limit) if self.upper else (v < limit):
-            return (f"{self.what} {format(self.scale * v, self.fmt)}{self.unit} {'>' if self.upper else '<'} "
-                    f"{self.scale * limit:g}{self.unit}")
+            return (f"{self.what} {beyond(self.scale * v, self.scale * limit, self.fmt)}{self.unit} "
+                    f"{'>' if self.upper else '<'} {self.scale * limit:g}{self.unit}")
         return None
+
+
+def beyond(value: float, limit: float, fmt: str = ".3g") -> str:
+    """``value`` in ``fmt``, with more significant digits (up to 6) while it would print as ``limit`` does: a value
+    just over a budget (rel_fro 0.10020 against 0.1) reads ``0.1002 > 0.1``, not ``0.1 > 0.1``."""
+    text = format(value, fmt)
+    for digits in range(3, 7):
+        if float(text) != float(f"{limit:g}"):
+            break
+        text = format(value, f".{digits}g")
+    return text
 
 
 def budget_flags(budgets: Sequence[Budget]) -> str:

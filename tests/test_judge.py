@@ -210,3 +210,13 @@ def test_a_declared_budget_states_checks_and_misses_in_its_own_words():
     assert kld.misses({"kld": 0.0121}, 0.01) == "mean KLD 0.0121 > 0.01" and kld.misses({"kld": None}, 1) == "no mean KLD measured"
     assert share.check(1.5) == "--min-same-top: must be a number >= 0 and <= 1, got 1.5"
     assert kld.check(float("nan")) == "--max-kld: must be a number >= 0, got nan" and kld.check(2.0) is None
+    # a value just beyond its budget is said with the digits that show it (a newcomer read "0.002 > 0.002")
+    assert kld.misses({"kld": 0.0020004}, 0.002) == "mean KLD 0.0020004 > 0.002"
+    assert share.misses({"top": 0.98996}, 0.99) == "same top 98.996 % < 99 %"
+
+
+def test_beyond_adds_digits_only_while_the_value_would_print_as_its_limit():
+    from qbench.judge import beyond
+
+    assert beyond(0.10020, 0.1) == "0.1002" and beyond(0.114, 0.1) == "0.114" and beyond(0.1000001, 0.1) == "0.1"
+    assert beyond(0.0121, 0.01) == "0.0121" and beyond(98.996, 99.0, ".2f") == "98.996"

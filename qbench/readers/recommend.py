@@ -13,7 +13,7 @@ import json
 from collections import Counter
 from typing import Optional
 
-from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, by_shape, capture_failure,
+from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, beyond, by_shape, capture_failure,
                           methods_present, pareto_front, pick_within_noise, resolve_method, row_caveats, row_verdict,
                           tie_note, unusable_note)
 from qbench.readers.common import (Command, Refused, add_budgets, add_options, check_baseline, check_budgets,
@@ -64,7 +64,7 @@ def _lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
     if rel is None:
         return "no error measured"
     if rel > max_rel_err:
-        return f"over error budget (rel_fro {rel:.3g} > {max_rel_err:g})"
+        return f"over error budget (rel_fro {beyond(rel, max_rel_err)} > {max_rel_err:g})"
     return None
 
 
