@@ -108,9 +108,11 @@ def linear_speedup(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tupl
 
 
 def breakeven(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple[str, int], Optional[int]]:
-    """``{(scheme, M): the smallest context where the scheme's step is no faster than the baseline's}`` (None:
-    faster at every context measured)."""
-    sp = speedups(rows, baseline)
+    """``{(scheme, M): the smallest context where the scheme's step is not faster than the baseline's beyond noise}``
+    (None: faster at every context measured). Faster beyond noise: the row's p10-p90 range of its decision method
+    lies wholly under the baseline's (its same method, or the eager twin), the rule of
+    :func:`qbench.judge.pick_within_noise`'s ties; a 1.01× whose ranges overlap is not faster."""
+    sp, base_of = speedups(rows, baseline), _baseline_of(rows, baseline)
     out: dict[tuple[str, int], Optional[int]] = {}
     for r in sorted(rows, key=lambda r: r.context):
         if r.scheme == baseline or r.key not in sp:
@@ -119,9 +121,16 @@ def breakeven(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple[str
         ratio = sp[r.key].get(method) if method else None
         key = (r.scheme, r.m)
         out.setdefault(key, None)
-        if ratio is not None and ratio <= 1.0 and out[key] is None:
+        if ratio is not None and out[key] is None and not (ratio > 1.0 and _apart(r, base_of(r), method)):
             out[key] = r.context
     return out
+
+
+def _apart(r: StepRow, b: Optional[StepRow], method: str) -> bool:
+    """Whether ``r``'s ``method`` reading is faster than its baseline ``b``'s beyond noise (p90 under b's p10)."""
+    mine = r.latency_us.get(method)
+    theirs = b.latency_us.get(method if b.step_us(method) else _EAGER_TWIN.get(method, method)) if b else None
+    return bool(mine and theirs and mine.p90 < theirs.p10)
 
 
 def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:

@@ -387,6 +387,12 @@ def test_speedups_and_breakeven():
     assert sp[rows[1].key]["step_graph"] == pytest.approx(2.0)
     assert linear_speedup(rows)[rows[1].key] == pytest.approx(4.0)
     assert breakeven(rows) == {("int4", 1): 32768}
+    # faster only beyond noise: at 4,096 int4's p10-p90 (150-195 µs) overlaps bf16's (190-210 µs), so a 1.05× median
+    # ratio is not "faster" and int4 stops beating bf16 there (a newcomer read "faster at every context" over 1.01×)
+    noisy = [StepRow.model_validate({**r.model_dump(), "latency_us": {"step_graph": {
+                 "median": r.step_us("step_graph"), "p10": lo, "p90": hi}}})
+             for r, lo, hi in zip(rows, (100, 50, 190, 150, 1000, 1010), (100, 50, 210, 195, 1000, 1010))]
+    assert breakeven(noisy) == {("int4", 1): 4096}
     text = step_table(rows, fmt="github")
     assert "2.00×" in text and "4.00×" in text
 
