@@ -174,11 +174,32 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         print(f"  pick: {pick.scheme} ({', '.join(f'{k} {v}' for k, v in pick.counts.items())}), by {s.get('pick_by')}")
         print(f"  predicted {pick.predicted_us:,.1f} µs, KLD {_pm(pick.predicted_kld, pick.predicted_kld_unc)}; measured "
               f"step {step}, KLD {_pm(_measured(pick, 'kld'), _measured(pick, 'kld_unc'))}{why}")
+        if (line := _against_pure(doc, pick, (s.get("budget") or {}).get("max_kld"))) is not None:
+            print(line)
         if (s.get("sources") or {}).get("proof step"):
             print(f"  the verified recipes' steps: {s['sources']['proof step']}")
         for line in pick_lines(doc):
             print(("  " + line) if line else "")
     return status
+
+
+def _against_pure(doc, pick, max_kld: Optional[float]) -> Optional[str]:
+    """The pick's measured step beside the fastest pure scheme measured within the budget (None without both): a
+    mix slower than a pure scheme that meets the budget buys no time, and the reader is told so."""
+    def step(r) -> Optional[float]:
+        return r.measured.step_us if r.measured is not None else None
+
+    pures = [r for r in doc.rows if r.kind == "pure" and step(r) and _measured(r, "kld") is not None
+             and max_kld is not None and _measured(r, "kld") <= max_kld]
+    if not pures or not step(pick):
+        return None
+    best = min(pures, key=step)
+    if best is pick:
+        return None
+    ratio = step(best) / step(pick)
+    return (f"  the fastest pure scheme within the budget: {best.scheme}, measured step {step(best):,.1f} µs, KLD "
+            f"{_pm(_measured(best, 'kld'), _measured(best, 'kld_unc'))};\n  the pick is {ratio:.3f}× its speed"
+            + (" (not faster: the mix buys no time here)" if ratio <= 1 else ""))
 
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:

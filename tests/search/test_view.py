@@ -58,3 +58,17 @@ def test_a_proof_step_file_given_beside_fills_the_verified_recipes_steps(tmp_pat
     proof.write_text(json.dumps(step))
     assert main(["recommend", str(search), str(proof)]) == 2
     assert "not the proof step of a search given here" in capsys.readouterr().err
+
+
+def test_a_mix_no_faster_than_a_pure_scheme_within_the_budget_says_so(capsys):
+    """The committed SmolLM2 search picked a recipe whose measured step (2,883.1 µs) is no faster than pure bf16's
+    (2,878.2 µs), which meets the budget too: recommend says so (a newcomer read the pick as a speed-up). A pick
+    that is itself the fastest pure scheme gets no such line."""
+    root = FILE.parents[1]
+    assert main(["recommend", str(root / "cpu" / "search_smollm2.json"),
+                 str(root / "h100" / "search_smollm2_proof_step.json")]) == 0
+    out = capsys.readouterr().out
+    assert ("the fastest pure scheme within the budget: bf16, measured step 2,878.2 µs, KLD 0.000907 ± 3.3e-05;\n"
+            "  the pick is 0.998× its speed (not faster: the mix buys no time here)") in out
+    assert main(["recommend", str(FILE)]) == 0
+    assert "the fastest pure scheme" not in capsys.readouterr().out
