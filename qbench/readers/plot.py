@@ -333,8 +333,9 @@ def plot_pareto(doc: ResultDoc, method: str, path: Path) -> Path:
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("result", help="result JSON written by qbench run")
-    p.add_argument("-o", "--out", "--output", dest="output", required=True,
-                   help="FILE.png, .svg or .pdf: the roofline; the Pareto chart goes to FILE-pareto.<same suffix>")
+    p.add_argument("-o", "--out", "--output", dest="output", default=None,
+                   help="FILE.png, .svg or .pdf: the roofline; the Pareto chart goes to FILE-pareto.<same suffix> "
+                        "(default: the result's path with .png)")
     p.add_argument("--what", choices=("roofline", "pareto", "both"), default="both")
     p.add_argument("--force", action="store_true", help="overwrite existing chart files")
     add_options(p, method=None)
@@ -350,6 +351,8 @@ def run_plot(args: argparse.Namespace) -> int:
     except ImportError:
         raise Refused("needs matplotlib; install it from the qbench checkout with: pip install -e '.[plot]'") from None
     docs = open_results([args.result], command="plot")
+    if args.output is None:  # beside the result, never over an existing chart without --force
+        args.output = str(Path(args.result).with_suffix(".png"))
     view = job_view(docs, "plot")
     if view is not None:  # a job kind's own chart (qbench.jobs)
         return view(args, [args.result], docs)

@@ -29,6 +29,18 @@ def test_writes_both_pngs(fixture, tmp_path):
         assert len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_without_out_the_charts_go_beside_the_result_and_are_not_overwritten(tmp_path, capsys):
+    """`qbench plot RESULT.json` as the README writes it: RESULT.png and RESULT-pareto.png beside the file; a second
+    call refuses to overwrite them without --force."""
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
+    result = tmp_path / "run.json"
+    result.write_bytes((FIXTURES / "cpu.json").read_bytes())
+    assert run(str(result)) == 0
+    assert (tmp_path / "run.png").read_bytes()[:4] == b"\x89PNG" and (tmp_path / "run-pareto.png").exists()
+    capsys.readouterr()
+    assert run(str(result)) == 2 and "already exist; pass --force" in capsys.readouterr().err
+
+
 def test_what_roofline_only(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
     out = tmp_path / "r.png"
