@@ -150,6 +150,11 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
                 f"files {'; '.join(quality_sources)} of {'; '.join(_shape_text(s) for s in quality_shapes)}: a seeded "
                 "speed half must have the quality checkpoint's config"), None
     if (None in step_ids) != (None in quality_ids):
+        shapes = [{shapes_of(d) for d in docs} for docs in (step_docs, quality_docs)]
+        if all(len(s) == 1 and None not in s for s in shapes) and shapes[0] != shapes[1]:  # not even one config
+            return (f"the step files ran {_shape_text(next(iter(shapes[0])))}, the quality files "
+                    f"{_shape_text(next(iter(shapes[1])))}: another model; a model decision takes speed and quality "
+                    "of the same checkpoint"), None
         older = "step" if None in step_ids else "quality"
         return (f"the {older} files carry no checkpoint_id (written before qbench recorded a checkpoint's content) and "
                 f"the others do: a path written relative to another run's working directory cannot say they are the "

@@ -151,6 +151,12 @@ def test_recommend_refuses_step_and_quality_of_different_weights(tmp_path, ck):
     # two checkpoint paths, no checkpoint_id: the paths differ
     why, _ = view.pairing([doc({}, weight_source="checkpoint other (float32)")], [quality])
     assert why and "the paths differ" in why and "same checkpoint" in why
+    # a step file with a checkpoint_id beside an older quality file without one, of another config: said as another
+    # model, not as a missing checkpoint_id (a newcomer's fresh step beside the committed SmolLM2 quality file)
+    newer = doc({"name": "llama3-8b"}, weight_source="checkpoint x (float32)")
+    newer.rows[0].checkpoint_id = "a" * 64
+    why, _ = view.pairing([newer], [quality])
+    assert why.startswith("the step files ran hidden 4096") and "another model" in why and "checkpoint_id" not in why
 
 
 def test_step_and_quality_halves_of_different_kv_caches_are_refused():
