@@ -21,6 +21,7 @@ from qbench.readers.common import Refused
 from qbench.render import Column
 from qbench.render.columns import entry, fmt_num
 from qbench.render.view import View, show
+from qbench.row import kv_cache_kind
 from qbench.step import view as step_view
 
 
@@ -173,14 +174,7 @@ def kv_caches(step_docs: Sequence, quality_docs: Sequence) -> Optional[str]:
     """Why the step and quality files ran different KV caches (``fp8``, or the activation dtype: a step row's
     ``kv_cache.dtype``, a quality row's ``kv_cache``), or None: a model decision takes both halves of one
     configuration, and an fp8 cache changes both the step's time and the KL divergence."""
-    def kinds(rows, dtype) -> set[str]:
-        return {"fp8" if "float8" in str(dtype(r) or "") else "activation-dtype" for r in rows}
-
-    def dtype(r):
-        return (getattr(r, "kv_cache", None) or {}).get("dtype")
-
-    step = kinds([r for d in step_docs for r in d.rows], dtype)
-    quality = kinds([r for d in quality_docs for r in d.rows], dtype)
+    step, quality = ({kv_cache_kind(r.kv_cache) for d in docs for r in d.rows} for docs in (step_docs, quality_docs))
     if step and quality and step != quality:
         return (f"the step files ran {' and '.join(sorted(step))} KV caches, the quality files "
                 f"{' and '.join(sorted(quality))} ones: a model decision takes speed and quality with the same "

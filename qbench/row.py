@@ -162,6 +162,12 @@ def combine_repeats(rows: Sequence[Any]) -> tuple[int, Repeats]:
     return base, Repeats(runs=runs, ok_runs=ok_runs, medians=medians, spread=spread)
 
 
+def kv_cache_kind(kv_cache: Optional[dict]) -> str:
+    """A step or quality row's KV cache, ``fp8`` or ``activation-dtype``, from its ``kv_cache`` record's ``dtype``
+    (None: the cache at the activation dtype, or a file written before rows recorded it)."""
+    return "fp8" if "float8" in str((kv_cache or {}).get("dtype")) else "activation-dtype"
+
+
 class RowError(ValueError):
     """A row does not fit the model; the message is one line: the key path, what is wrong, the value."""
 

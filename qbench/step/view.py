@@ -79,7 +79,7 @@ def speedup_doubts(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tupl
         b, method = base_of(r), decision_method(r)
         if r.status != "ok" or method is None or b is None or b is r or sp.get(r.key, {}).get(method) is None:
             continue
-        pair = [(r, method), (b, method if b.step_us(method) else _EAGER_TWIN.get(method, method))]
+        pair = [(r, method), (b, _base_method(b, method))]
         names = ["noisy"] if any(judge.is_noisy(x, m) for x, m in pair) else []
         names += ["throttled"] if any(_throttled(x, m) for x, m in pair) else []
         names += ["cpu-busy"] if any("cpu-busy" in x.flag_names for x, _ in pair) else []
@@ -126,11 +126,17 @@ def breakeven(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple[str
     return out
 
 
+def _base_method(b: StepRow, method: str) -> str:
+    """The baseline row ``b``'s method a row's ``method`` is compared with: the same, or its eager twin when ``b``
+    has no reading by it (a compiled step against an eager baseline, as :func:`speedups` pairs them)."""
+    return method if b.step_us(method) else _EAGER_TWIN.get(method, method)
+
+
 def _apart(r: StepRow, b: Optional[StepRow], method: str) -> bool:
-    """Whether ``r``'s ``method`` reading is faster than its baseline ``b``'s beyond noise (p90 under b's p10)."""
+    """Whether ``r``'s ``method`` reading is faster than its baseline ``b``'s beyond noise (:func:`judge.verdict`)."""
     mine = r.latency_us.get(method)
-    theirs = b.latency_us.get(method if b.step_us(method) else _EAGER_TWIN.get(method, method)) if b else None
-    return bool(mine and theirs and mine.p90 < theirs.p10)
+    theirs = b.latency_us.get(_base_method(b, method)) if b else None
+    return bool(mine and theirs) and judge.verdict(theirs, mine) == "faster"
 
 
 def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:

@@ -17,6 +17,7 @@ from qbench.render import narrow, prose, synthetic_warnings, wants_prose
 from qbench.render.view import show
 from qbench.render.safe import visible
 from qbench.render.styles import OUTSIDE, plain, pyplot, save, scheme_styles
+from qbench.row import kv_cache_kind
 from qbench.results import ResultDoc
 from qbench.step import view as step_view
 
@@ -116,8 +117,7 @@ def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]
     differ = [what for what, key in (("machines", lambda d: d.machine),
                                      ("scheme sets", lambda d: frozenset(r.scheme for r in d.rows)),
                                      ("weights", lambda d: frozenset(r.weight_source for r in d.rows)),
-                                     ("KV caches", lambda d: frozenset("float8" in str((r.kv_cache or {}).get("dtype"))
-                                                                       for r in d.rows)),  # fp8, or the activation's
+                                     ("KV caches", lambda d: frozenset(kv_cache_kind(r.kv_cache) for r in d.rows)),
                                      ("attention kernels",
                                       lambda d: frozenset((r.attention or {}).get("kernel") for r in d.rows)))
               if len({key(doc) for _, doc, _ in records}) > 1]

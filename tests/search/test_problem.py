@@ -25,7 +25,7 @@ def quality_row(label: str, damages: dict, **kw) -> NS:
     sens = [NS(part=p, kld=k, kld_unc=u, same_top=1.0, ppl_ratio=1.0) for p, (k, u) in damages.items()]
     base = dict(scheme=label, base_scheme=label, status="ok", reason=None, sensitivity_by="unit", sensitivity=sens,
                 lm_head="float", checkpoint_id=CK, weights="checkpoint ck (float32)", emulated=False, chunks=8,
-                chunk=512, text="hamlet.txt", reference=NS(dtype="float32"), recipe=None, options={})
+                chunk=512, text="hamlet.txt", reference=NS(dtype="float32"), recipe=None, options={}, kv_cache=None)
     return NS(**{**base, **kw})
 
 
