@@ -662,7 +662,8 @@ class _Built:
                     row["flags"].append(flag_record("below-floor", f"{method} {step:.0f} µs is under the HBM floor "
                                                     f"({row['hbm_floor_us']:.0f} µs): the measured bandwidth "
                                                     "underestimates this device"))
-            if attn.get("us") is not None and attn["us"] > step * 1.02:  # a part cannot take longer than the whole
+            attention_above = attn.get("us") is not None and attn["us"] > step * 1.02  # a part longer than the whole
+            if attention_above:
                 row["flags"].append(flag_record("attention-above-step", f"the attention timed alone, {attn['us']:.0f} "
                                                 f"µs, exceeds the {method} step ({step:.0f} µs) by more than 2 %: "
                                                 "one of the two readings is wrong (on a CPU: other work ran beside "
@@ -670,7 +671,7 @@ class _Built:
             if linear is not None:
                 row["remainder_us"][method] = step - linear
                 row["remainder_share"][method] = (step - linear) / step
-                if attn.get("us") is not None and attn["us"] <= step * 1.02:  # the step split three ways
+                if attn.get("us") is not None and not attention_above:  # the step split three ways
                     row["other_us"][method] = step - linear - attn["us"]
                     row["other_share"][method] = (step - linear - attn["us"]) / step
                 if linear > step * 1.02:

@@ -363,11 +363,11 @@ def model_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
 
 
 def _split(r: StepRow, method: Optional[str]) -> dict:
-    """The step by ``method`` (µs) three ways: Σ linear, the attention timed alone (and its floor share), the other."""
-    a, step, linear = r.attention or {}, r.step_us(method) if method else None, (r.linear or {}).get("sum_us")
-    attn = a.get("us")
-    other = step - linear - attn if None not in (step, linear, attn) else None
-    return {"attention_us": attn, "attention_floor": a.get("floor_fraction"), "other_us": other}
+    """The step by ``method`` (µs) three ways: Σ linear, the attention timed alone (and its floor share), the other
+    (the row's ``other_us``: none where the attention read longer than the step, ``attention-above-step``)."""
+    a = r.attention or {}
+    other = r.other_us.get(method) if method else None
+    return {"attention_us": a.get("us"), "attention_floor": a.get("floor_fraction"), "other_us": other}
 
 
 def sweep(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:

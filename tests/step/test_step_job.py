@@ -290,6 +290,9 @@ def test_attention_timed_alone_longer_than_the_step_is_flagged_and_leaves_no_spl
     row = StepRow.model_validate(measure_step_scheme(_scenario([{"name": "fp32"}]), 0, torch.device("cpu"), None)[0])
     assert "attention-above-step" in row.flag_names and row.other_us == {}
     assert "exceeds the step_cpu step" in next(f.text for f in row.flags if f.name == "attention-above-step")
+    from qbench.step.view import model_records
+
+    assert model_records([row])[0]["other_us"] is None  # qbench model shows no negative rest either
     def instant(self, row, model):
         timed(self, row, model)
         row["attention"]["us"] = 0.0  # shorter than any step: the split is written
