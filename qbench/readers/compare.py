@@ -1,10 +1,9 @@
 """``qbench compare A.json B.json``: did B get faster or slower than A, row by row?
 
-Rows are matched by (scheme, M, K, N): B's speed-up over A (A's median / B's), the change in
-rel_fro (B - A), and a verdict by the runs' own noise (``same`` when the [p10, p90] intervals
-overlap, as NVBench's compare). ``--a A1.json A2.json --b B.json`` reads each side's files as one
-result (:func:`qbench.readers.common.group_results`). Machines that differ in what runs the kernels
-(device, GPU, CPU instruction set) are refused unless ``--allow-other-machine``; smaller
+Rows are matched by (scheme, M, K, N): B's speed-up over A (A's median / B's), the change in rel_fro (B - A), and a
+verdict by the runs' own noise (``same`` when the [p10, p90] intervals overlap, as NVBench's compare). ``--a A1.json
+A2.json --b B.json`` reads each side's files as one result (:func:`qbench.readers.common.group_results`). Machines that
+differ in what runs the kernels (device, GPU, CPU instruction set) are refused unless ``--allow-other-machine``; smaller
 differences are warned about (:func:`qbench.readers.common.timing_differences`).
 """
 
@@ -21,27 +20,25 @@ from qbench.render.columns import COLUMNS, entry, shown
 from qbench.render.safe import visible
 from qbench.render.view import View
 from qbench.results import ResultDoc
-from qbench.row import Row, Stats
+from qbench.row import Row
 
-__all__ = ["COMMAND", "caveats", "machine_note", "compare_docs", "render_compare", "run_compare"]
+__all__ = ["COMMAND", "machine_note", "compare_docs", "render_compare", "run_compare", "why_untimed"]
 
 
 def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISION_METHOD,
                  threshold: float = 1.05, max_err_growth: float = 2.0, machine: str | None = None) -> list[dict]:
     """Compare ``a`` (before) and ``b`` (after) row by row: one record per (scheme, M, K, N) of either file, A's
-    order first: both ``method`` medians (µs), ``speedup`` (A / B), both rel_fro and their difference, a
-    ``verdict`` (faster, slower, same, only in A, only in B, not comparable), a ``note`` (why not comparable, or
-    ``machine`` then :func:`caveats`), ``regression`` (slower beyond ``threshold``) and ``fails`` (failed or
-    missing in B, error grown over ``max_err_growth``)."""
+    order first: both ``method`` medians (µs), ``speedup`` (A / B), both rel_fro and their difference, a ``verdict``
+    (faster, slower, same, only in A, only in B, not comparable), a ``note`` (why not comparable, or ``machine`` then
+    each side's :func:`qbench.judge.row_caveats`), ``regression`` (slower beyond ``threshold``) and ``fails`` (failed
+    or missing in B, error grown over ``max_err_growth``)."""
     a, b = ResultDoc.of(a), ResultDoc.of(b)
-    rows_a = {r.key: r for r in a.rows}
-    rows_b = {r.key: r for r in b.rows}
+    rows_a, rows_b = ({r.key: r for r in doc.rows} for doc in (a, b))
     keys = list(rows_a) + [k for k in rows_b if k not in rows_a]
     out = []
     for key in keys:
         ra, rb = rows_a.get(key), rows_b.get(key)
-        sa = ra.stats(method) if ra else None
-        sb = rb.stats(method) if rb else None
+        sa, sb = (r.stats(method) if r else None for r in (ra, rb))
         ea, eb = ra.rel_fro if ra else None, rb.rel_fro if rb else None
         both = ea is not None and eb is not None
         rec = {"scheme": key[0], "m": key[1], "k": key[2], "n": key[3],
@@ -57,13 +54,14 @@ def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISIO
             rec["verdict"] = "only in B" if ra is None else "only in A"
         elif sa is None or sb is None:
             rec["verdict"] = "not comparable"
-            why = {side: _why(r, method) for side, r, s in (("A", ra, sa), ("B", rb, sb)) if s is None}
+            why = {side: why_untimed(r, method) for side, r, s in (("A", ra, sa), ("B", rb, sb)) if s is None}
             same = len(why) == 2 and why["A"] == why["B"]
             rec["note"] = f"both {why['A']}" if same else "; ".join(f"{k}: {v}" for k, v in why.items())
         else:
             rec["speedup"] = sa.median / sb.median
             rec["verdict"] = row_verdict(ra, rb, method)  # runs' medians too (repeats, several files a side)
-            rec["note"] = caveats(ra, rb, sa, sb)
+            rec["note"] = "; ".join(f"{side}: {', '.join(said)}" for side, row, stats in (("A", ra, sa), ("B", rb, sb))
+                                    if (said := row_caveats(row, stats))) or None  # e.g. "B: cpu-busy, noisy (cv 0.90)"
             if machine and rec["verdict"] != "same":  # named before any cpu-busy flag of the rows
                 rec["note"] = machine + (f"; {rec['note']}" if rec["note"] else "")
             # compared as times, not through 1/speedup: B at exactly threshold x A is no regression
@@ -76,22 +74,13 @@ def machine_note(differences: list[str]) -> str | None:
     """A compared row's note for :func:`qbench.hardware.machine_differences` lines: ``"machines differ (CPU
     count)"``, ``"machines may differ (...)"`` when every line is unknown; None for no lines."""
     labels = list(dict.fromkeys(line.split(":")[0] for line in differences))
-    if not labels:
-        return None
-    if all(label.endswith("unknown") for label in labels):
-        return f"machines may differ ({', '.join(labels)})"
-    return f"machines differ ({', '.join(label for label in labels if not label.endswith('unknown'))})"
+    known = [label for label in labels if not label.endswith("unknown")]
+    return f"machines {'differ' if known else 'may differ'} ({', '.join(known or labels)})" if labels else None
 
 
-def caveats(ra: Row, rb: Row, sa: Stats, sb: Stats) -> str | None:
-    """A compared pair's :func:`qbench.judge.row_caveats`, e.g. ``"B: cpu-busy, noisy (cv 0.90)"``, or None."""
-    parts = [f"{side}: {', '.join(said)}" for side, row, stats in (("A", ra, sa), ("B", rb, sb))
-             if (said := row_caveats(row, stats))]
-    return "; ".join(parts) or None
-
-
-def _why(row: Row, method: str) -> str:
-    """Why ``row`` has no ``method`` time."""
+def why_untimed(row: Row, method: str) -> str:
+    """Why ``row`` has no ``method`` time: its status and reason, :data:`qbench.judge.UNUSABLE`, or the method's
+    ``latency_reasons`` entry."""
     if row.status != "ok":
         return f"{row.status}: {row.reason or 'no reason given'}"
     if capture_failure(row, method):
@@ -100,9 +89,10 @@ def _why(row: Row, method: str) -> str:
     return f"no {method} latency" + (f" ({reason.text})" if reason else "")
 
 
-def compare_view(method: str, tp: bool = False) -> View:
-    """The compare table: scheme, M (``tp``: the sharding), A's and B's ``method`` medians (µs), the speed-up (A/B),
-    the error's change, the verdict (``slower !``: a regression), the note."""
+def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: bool = False) -> str:
+    """:func:`compare_docs`'s records in ``fmt``: scheme, M (and the sharding), A's and B's ``method`` medians (µs),
+    the speed-up (A/B), the error's change, the verdict (``slower !``: a regression), the note (the narrow default
+    wraps it to fit 120 characters)."""
     cols = [entry("scheme", "scheme"), entry("m", "M", "d"),
             Column("method", "method", lambda r: method), COLUMNS["tp_size"], COLUMNS["split"],
             entry("a_us", f"A {method} µs", "us"), entry("b_us", f"B {method} µs", "us"),
@@ -110,15 +100,11 @@ def compare_view(method: str, tp: bool = False) -> View:
             entry("rel_fro_diff", "Δ rel err", lambda v: shown(v, "{:+.2g}"), True),
             entry("verdict", "verdict", cell_override=lambda r: r["verdict"] + (" !" if r["regression"] else "")),
             entry("note", "note")]
-    shard = ["tp_size", "split"] if tp else []
+    shard = ["tp_size", "split"] if any(r.get("tp_size") is not None for r in records) else []
     keys = ["scheme", "m", *shard, "a_us", "b_us", "speedup", "rel_fro_diff", "verdict", "note"]
-    return View("compare", cols, keys, data=["scheme", "m", "method", *keys[2:]], wrap=("note", 16),
+    view = View("compare", cols, keys, data=["scheme", "m", "method", *keys[2:]], wrap=("note", 16),
                 short={"a_us": "A µs", "b_us": "B µs", "speedup": "speed-up", "rel_fro_diff": "Δ err"})
-
-
-def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: bool = False) -> str:
-    """:func:`compare_docs`'s records in ``fmt``; the narrow default wraps the note to fit 120 characters."""
-    return compare_view(method, any(r.get("tp_size") is not None for r in records)).render(records, fmt, wide)
+    return view.render(records, fmt, wide)
 
 
 def _add_arguments(p) -> None:
@@ -161,22 +147,19 @@ def run_compare(args) -> int:
     if not args.threshold > 0:  # NaN too: a factor on A's time, a speed-up of 1/threshold
         raise Refused(f"--threshold must be > 0 (a factor on A's time, e.g. 1.05), got {args.threshold}")
     check_format(args.format)
-    paths_a = _side("a", args.a, getattr(args, "a_files", None))
-    paths_b = _side("b", args.b, getattr(args, "b_files", None))
-    max_growth = getattr(args, "max_err_growth", 2.0)
-    if not max_growth > 0:
-        raise Refused(f"--max-err-growth must be > 0 (a factor on A's error, e.g. 2), got {max_growth}")
+    paths_a, paths_b = _side("a", args.a, args.a_files), _side("b", args.b, args.b_files)
+    if not args.max_err_growth > 0:
+        raise Refused(f"--max-err-growth must be > 0 (a factor on A's error, e.g. 2), got {args.max_err_growth}")
     docs = open_results(paths_a + paths_b, command="compare")
     sides = [one_result(paths_a, docs[:len(paths_a)], "A: "), one_result(paths_b, docs[len(paths_a):], "B: ")]
-    a, b = sides[0].doc, sides[1].doc
-    label_a, label_b = sides[0].label, sides[1].label
+    (a, label_a), (b, label_b) = ((side.doc, side.label) for side in sides)
     method, note = common_method(a, b, args.method)
     differences = timing_differences(a, b)  # two CUDA runs: the GPU's facts, not the host's
     blocking = blocking_differences(differences)
-    if blocking and not getattr(args, "allow_other_machine", False):
+    if blocking and not args.allow_other_machine:
         raise Refused(f"A ({label_a}) and B ({label_b}) ran on different machines ({'; '.join(blocking)}); "
                       "pass --allow-other-machine to compare them anyway")
-    records = compare_docs(a, b, method, args.threshold, max_growth, machine_note(blocking or differences))
+    records = compare_docs(a, b, method, args.threshold, args.max_err_growth, machine_note(blocking or differences))
     if not any(r["verdict"] not in ("only in A", "only in B") for r in records):
         raise Refused(f"no row in common between A ({label_a}) and B ({label_b}) (rows match by scheme, M, K, N)")
     if a.machine != b.machine:
@@ -185,7 +168,6 @@ def run_compare(args) -> int:
     for line in differences:
         print(visible(f"warning: machines {'may differ' if line.split(':')[0].endswith('unknown') else 'differ'}: "
                       f"{line}"), file=sys.stderr)
-    wide = getattr(args, "wide", False)
     sides = [f"A = {label_a} ({a.machine})", f"B = {label_b} ({b.machine})"]  # narrow: a line each (long paths)
     summary = ", ".join(f"{n} {v}" for v, n in Counter(r["verdict"] for r in records).items())
     notes = [f"{method} median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap = same. "
@@ -199,8 +181,8 @@ def run_compare(args) -> int:
     if failing:
         notes.append(f"FAILED: {len(failing)} row(s): "
                      + ", ".join(f"{r['scheme']} M={r['m']} ({'; '.join(r['fails'])})" for r in failing))
-    print_table(args, render_compare(records, method, args.format, wide=wide),
-                sides if narrow(args.format, wide) else ["; ".join(sides)], notes)
+    print_table(args, render_compare(records, method, args.format, wide=args.wide),
+                sides if narrow(args.format, args.wide) else ["; ".join(sides)], notes)
     return 1 if bad or failing else 0
 
 

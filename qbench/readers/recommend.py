@@ -18,6 +18,7 @@ from qbench.judge import (DECISION_METHOD, HOST_CLOCK_METHOD, UNUSABLE, beyond, 
                           tie_note, unusable_note)
 from qbench.readers.common import (Command, Refused, add_budgets, add_options, check_baseline, check_budgets,
                                    check_max_rel_err, group_results, job_view, open_results, refuse_budgets)
+from qbench.readers.compare import why_untimed
 from qbench.render import FORMATS, Column, fit, narrow, prose, render, synthetic_warnings, wants_prose
 from qbench.render.columns import COLUMNS, DASH, entry, fmt_ratio, fmt_us
 from qbench.render.kernels import short_kernel
@@ -36,35 +37,27 @@ def _eager_us(row: Row) -> float | None:
     return stats.median if stats else None
 
 
-#: Longest capture reason a "why not" cell quotes; the JSON record keeps the whole text.
-_REASON_CHARS = 160
-
-
 def _lose_reason(row: Row, method: str, max_rel_err: float) -> str | None:
     """Why ``row`` cannot be picked at all, or None. A capture failure is quoted without its "not attempted: "
-    prefix and chained "(then ...)" errors, at most :data:`_REASON_CHARS`."""
-    if row.status != "ok":
-        return f"{row.status}: {row.reason or 'no reason given'}"
+    prefix and chained "(then ...)" errors, at most 160 characters (the JSON record keeps the whole text)."""
     faults = [f.text for f in row.flags if f.name == "input-fault"]
-    if faults:  # NaN/Inf or all-zero weight, activations that overflow: every scheme's error is the input's
+    if faults and row.status == "ok":  # NaN/Inf or all-zero weight, activations that overflow: the input's error
         return f"the input's fault, not the scheme's (input-fault): {faults[0]}"
     uncaptured = capture_failure(row, method)
     if uncaptured:
         eager = _eager_us(row)
         why = uncaptured.removeprefix("not attempted: ").split(" (then ")[0]
-        why = why if len(why) <= _REASON_CHARS else why[:_REASON_CHARS - 1].rstrip() + "…"
+        why = why if len(why) <= 160 else why[:159].rstrip() + "…"
         return f"{UNUSABLE} ({'no eager time' if eager is None else f'eager {fmt_us(eager)} µs'}): {why}"
-    if row.stats(method) is None:
-        why = row.reason_for(method)
-        return f"no {method} latency" + (f" ({why.text})" if why else "")
+    if row.stats(method) is None:  # not ok, or no time by the method
+        return why_untimed(row, method)
     nonfinite = row.error.nonfinite if row.error is not None else None
     if nonfinite:
         return f"non-finite outputs ({nonfinite})"
-    rel = row.rel_fro
-    if rel is None:
+    if row.rel_fro is None:
         return "no error measured"
-    if rel > max_rel_err:
-        return f"over error budget (rel_fro {beyond(rel, max_rel_err)} > {max_rel_err:g})"
+    if row.rel_fro > max_rel_err:
+        return f"over error budget (rel_fro {beyond(row.rel_fro, max_rel_err)} > {max_rel_err:g})"
     return None
 
 
@@ -102,13 +95,12 @@ def recommend(doc: ResultDoc | dict, max_rel_err: float, method: str = DECISION_
             kept_from_m=prev_m if best is not by_error else None,
             caveats=row_caveats(row[best["scheme"]], row[best["scheme"]].stats(method)))
         neighbour[shape] = (m, pick["scheme"]) if pick else (None, None)
-        tied = {c["scheme"] for c in group}
         for c in (c for c in cands if c is not best):
             mine, picked = row[c["scheme"]], row[pick["scheme"]]
             said = row_caveats(mine, mine.stats(method))
             caveat = f"; {c['scheme']}: {', '.join(said)}" if said else ""
             same_as_pick = row_verdict(picked, mine, method) == "same"
-            if c["scheme"] in tied:
+            if c in group:
                 # tied with the fastest; when not with the pick, the comparison that made it a tie is the fastest's
                 ref = picked if same_as_pick else row[fastest["scheme"]]
                 between = tie_note(ref, mine, method)
@@ -309,9 +301,7 @@ def main_kernel(row: Row) -> str | None:
     """The short name of the longest kernel of one call (memory copies only without a kernel), or None."""
     kernels = row.dispatch.kernels if row.dispatch is not None else []
     real = [k for k in kernels if (k.kind if "kind" in k.model_fields_set else "kernel") == "kernel"] or kernels
-    if not real:
-        return None
-    return short_kernel(str(max(real, key=lambda k: k.us or 0.0).name))
+    return short_kernel(str(max(real, key=lambda k: k.us or 0.0).name)) if real else None
 
 
 def by_format(doc: ResultDoc | dict, method: str = DECISION_METHOD, max_rel_err: Optional[float] = None,
@@ -362,9 +352,13 @@ def _others_cell(others: list[dict]) -> str:
     return "; ".join(parts + [f"{', '.join(names)}: {reason}" for reason, names in why.items()]) or DASH
 
 
-def by_format_view(method: str, baseline: str, several: bool = False, tp: bool = False) -> View:
-    """The ``--by-format`` table (``several`` files: scenario and shape columns; ``tp``: the sharding); the narrow
-    default leaves the library and kernel to ``--wide``."""
+def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "simple",
+                     several: bool = False, wide: bool = False) -> str:
+    """:func:`by_format` records as one table in ``fmt`` (``several`` files: scenario and shape columns), ``json`` the
+    records; the narrow default leaves the library and kernel to ``--wide`` and wraps the others to fit 120
+    characters, one table per scenario with ``several`` files."""
+    if fmt == "json":
+        return json.dumps(rows, indent=2, ensure_ascii=False)
     cols = [entry("scenario", "scenario"), entry("k", "K", str, True), entry("n", "N", str, True),
             entry("m", "M", str, True), COLUMNS["tp_size"], COLUMNS["split"], entry("format", "format"),
             Column("pick", "fastest", lambda r: r["pick"] or f"{DASH} no candidate"),
@@ -372,27 +366,18 @@ def by_format_view(method: str, baseline: str, several: bool = False, tp: bool =
             entry("latency_us", f"{method} µs", "us"), entry("rel_fro", "rel err", ".3g"),
             entry("speedup", f"speed-up vs {baseline} ({baseline} time / fastest's)", "ratio"),
             Column("others", "others of the format (their time / the fastest's)", lambda r: _others_cell(r["others"]))]
-    head, shard = ["scenario", "k", "n"] if several else [], ["tp_size", "split"] if tp else []
+    head = ["scenario", "k", "n"] if several else []
+    shard = ["tp_size", "split"] if any(r.get("tp_size") is not None for r in rows) else []
     tail = ["format", "pick", "latency_us", "rel_fro", "speedup", "others"]
-    wide = [*head, "m", *shard, "format", "pick", "library", "kernel", *tail[2:]]
-    return View("by-format", cols, ["m", *shard, *tail], wide, wrap=("others", 24),
-                short={"speedup": f"×{baseline}", "others": "others of the format"})
-
-
-def render_by_format(rows: list[dict], method: str, baseline: str, fmt: str = "simple",
-                     several: bool = False, wide: bool = False) -> str:
-    """:func:`by_format` records as one table in ``fmt``, ``json`` the records; the narrow default wraps the others
-    to fit 120 characters, one table per scenario with ``several`` files."""
-    if fmt == "json":
-        return json.dumps(rows, indent=2, ensure_ascii=False)
-    view = by_format_view(method, baseline, several, any(r.get("tp_size") is not None for r in rows))
-    cols = view.columns(fmt, wide, records=rows)
+    every = [*head, "m", *shard, "format", "pick", "library", "kernel", *tail[2:]]
+    layout = View("by-format", cols, ["m", *shard, *tail], every, wrap=("others", 24),
+                  short={"speedup": f"×{baseline}", "others": "others of the format"}).columns(fmt, wide, records=rows)
     if not (several and narrow(fmt, wide)):
-        return render(rows, cols, fmt)
+        return render(rows, layout, fmt)
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["scenario"], r["k"], r["n"]), []).append(r)
-    return "\n\n".join(visible(f"== {scenario} (K={k}, N={n})") + "\n" + render(part, cols, fmt)
+    return "\n\n".join(visible(f"== {scenario} (K={k}, N={n})") + "\n" + render(part, layout, fmt)
                        for (scenario, k, n), part in groups.items())
 
 

@@ -21,7 +21,7 @@ from qbench.judge import (DECISION_METHOD, METHOD_CHOICES, capture_failure, meth
 from qbench.readers.common import Command, Refused, add_options, job_view, one_result, open_results, print_table
 from qbench.render import COLUMNS, TABLE_WIDTH, Column, check_format, narrow, render, render_header, wants_prose
 from qbench.render.columns import DASH, entry, resolve_columns
-from qbench.render.view import View
+from qbench.render.view import View, column_keys
 from qbench.results import ResultDoc
 from qbench.row import Row
 
@@ -48,14 +48,13 @@ def m_ranges(wins: Sequence[int], sweep: Sequence[int]) -> str:
 
 def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECISION_METHOD) -> list[dict]:
     """Per scheme other than ``baseline`` and per (K, N) (tensor-parallel rows: per tp_size and split), the M where
-    its ``method`` time ``wins`` / ``ties`` / ``losses`` against the baseline's
-    (:func:`qbench.judge.row_verdict`) or is ``untimed`` (``unusable``: a CUDA graph cannot capture it),
-    ``ranges`` (:func:`m_ranges` of the wins) and ``best_speedup`` (baseline median / scheme median).
+    its ``method`` time ``wins`` / ``ties`` / ``losses`` against the baseline's (:func:`qbench.judge.row_verdict`) or
+    is ``untimed`` (``unusable``: a CUDA graph cannot capture it), ``ranges`` (:func:`m_ranges` of the wins) and
+    ``best_speedup`` (baseline median / scheme median).
 
     Raises:
         ValueError: (one line) the baseline has no rows or no ``method`` time."""
-    doc = ResultDoc.of(doc)
-    rows = doc.rows
+    rows = ResultDoc.of(doc).rows
     base_rows = {r.shape: r for r in rows if r.scheme == baseline}
     base = {shape: r.stats(method) for shape, r in base_rows.items()}
     if not base:
@@ -90,10 +89,10 @@ def crossover(doc: ResultDoc | dict, baseline: str = "bf16", method: str = DECIS
     return list(out.values())
 
 
-def crossover_view(baseline: str, method: str, shapes: int = 1) -> View:
-    """The crossover table: per scheme (and K×N with several ``shapes``) the M where it is faster than ``baseline``,
-    the same, slower or not timed, and its best speed-up; the narrow default leaves slower and untimed to
-    ``--wide``."""
+def render_crossover(records: list[dict], baseline: str, method: str, fmt: str = "simple", wide: bool = False) -> str:
+    """:func:`crossover`'s records in ``fmt``: per scheme (and K×N with several shapes) the M where it is faster than
+    ``baseline``, the same, slower or not timed, and its best speed-up; the narrow default leaves slower and untimed
+    to ``--wide`` and wraps the faster and same M at 24 and 28 characters."""
     ms = lambda v: ", ".join(map(str, v)) or DASH  # noqa: E731
     cols = [entry("scheme", "scheme"), Column("kn", "K×N", lambda r: f"{r['k']}×{r['n']}"), entry("k", "K"),
             entry("n", "N"), Column("baseline", "baseline", lambda r: baseline),
@@ -103,24 +102,19 @@ def crossover_view(baseline: str, method: str, shapes: int = 1) -> View:
             entry("untimed", "not timed at M", ms),
             entry("best_speedup", f"best speed-up vs {baseline} ({baseline}/scheme, {method})", "ratio"),
             entry("unusable", "unusable in a graph at M")]
-    head = ["scheme", "kn"] if shapes > 1 else ["scheme"]
-    return View("crossover", cols, [*head, "ranges", "ties", "best_speedup"],
+    head = ["scheme", "kn"] if len({(r["k"], r["n"]) for r in records}) > 1 else ["scheme"]
+    view = View("crossover", cols, [*head, "ranges", "ties", "best_speedup"],
                 [*head, "ranges", "ties", "losses", "untimed", "best_speedup"],
                 ["scheme", "k", "n", "baseline", "method", "wins", "ranges", "ties", "losses", "untimed",
                  "best_speedup", "unusable"], short={"best_speedup": f"best ×{baseline}"},
                 widths={"ranges": 24, "ties": 28})
-
-
-def render_crossover(records: list[dict], baseline: str, method: str, fmt: str = "simple", wide: bool = False) -> str:
-    """:func:`crossover`'s records in ``fmt``; the narrow default wraps the faster and same M at 24 and 28
-    characters."""
-    return crossover_view(baseline, method, len({(r["k"], r["n"]) for r in records})).render(records, fmt, wide)
+    return view.render(records, fmt, wide)
 
 
 def by_m(doc: ResultDoc | dict, column: str) -> tuple[list[dict], list[int]]:
     """A sweep as a grid: ``(records, ms)``, one record ``{"scheme", "k", "n", "cells": {M: text}, "values": {M: raw
-    value}}`` per (scheme, K, N) in first-seen order, and the sorted M values. A cell is ``column``'s for that
-    row (a row not ``ok``: its status).
+    value}}`` per (scheme, K, N) in first-seen order, and the sorted M values; a cell is ``column``'s (not ``ok``: the
+    row's status).
 
     Raises:
         UnknownColumnError: an unknown column key."""
@@ -214,17 +208,15 @@ def run_report(args: argparse.Namespace) -> int:
     if view is not None:  # a job kind's own view (qbench.jobs)
         return view(args, paths, docs)
     result = one_result(paths, docs)
-    doc = result.doc
-    args.result = result.label  # messages name every file
+    doc, args.result = result.doc, result.label  # messages name every file
+    rows = [r for r in doc.rows if args.status == "all" or r.status == "ok"]
     if args.crossover:
         return _show_crossover(args, doc)
     if args.by_m is not None:
-        return _show_by_m(args, doc)
-    rows = [r for r in doc.rows if args.status == "all" or r.status == "ok"]
+        return _show_by_m(args, doc, rows)
     if args.sort:
         rows = sort_rows(rows, args.sort)
-    text = render(rows, [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None,
-                  args.format, wide=getattr(args, "wide", False))
+    text = render(rows, column_keys(args.columns) if args.columns else None, args.format, wide=args.wide)
     return print_table(args, text, render_header(doc).splitlines())
 
 
@@ -236,15 +228,14 @@ def _show_crossover(args: argparse.Namespace, doc: ResultDoc) -> int:
         raise Refused(f"{args.result}: {exc}") from None
     said = (f"crossover vs {args.baseline}, {method} median" + (f" ({note})" if note else "")
             + f"; speed-up = {args.baseline} time / scheme time (> 1: the scheme is faster)")
-    text = render_crossover(records, args.baseline, method, args.format, wide=getattr(args, "wide", False))
+    text = render_crossover(records, args.baseline, method, args.format, wide=args.wide)
     return print_table(args, text, [*render_header(doc).splitlines(), said], [_unusable(doc.rows, method)])
 
 
-def _show_by_m(args: argparse.Namespace, doc: ResultDoc) -> int:
+def _show_by_m(args: argparse.Namespace, doc: ResultDoc, rows: list[Row]) -> int:
     if args.columns or args.sort:
         raise Refused("--columns and --sort do not apply to --by-m (its columns are the M values)")
-    note = None
-    column = args.by_m
+    column, note = args.by_m, None
     if column is _BY_M_METHOD:
         column, note = resolve_method(doc, args.method)
     elif args.method is not None:
@@ -256,10 +247,10 @@ def _show_by_m(args: argparse.Namespace, doc: ResultDoc) -> int:
     if column in METHOD_CHOICES and column not in present:
         raise Refused(f"--by-m {column}: no row of {args.result} has {column} latency; "
                       f"methods in this file: {', '.join(present) or 'none'}")
-    kept = doc.model_copy(update={"rows": [r for r in doc.rows if args.status == "all" or r.status == "ok"]})
+    kept = doc.model_copy(update={"rows": rows})  # --status's rows
     records, ms = by_m(kept, column)
     col = COLUMNS[column]
-    text = render_by_m(records, ms, col.header, args.format, col.numeric, wide=getattr(args, "wide", False))
+    text = render_by_m(records, ms, col.header, args.format, col.numeric, wide=args.wide)
     return print_table(args, text, [*render_header(doc).splitlines(), *filter(None, [note])],
                        [_unusable(kept.rows, column) if column in METHOD_CHOICES else None])
 
