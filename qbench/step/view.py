@@ -1,6 +1,5 @@
 """Model-step rows read (torch-free): the measured step beside the layer view's prediction, the speed-ups over a
-baseline (baseline time / scheme time, > 1: faster), the context sweep, the pick per (M, context), and the
-declared tables of each.
+baseline (baseline time / scheme time, > 1: faster), the context sweep, the pick per (M, context), their tables.
 """
 
 from __future__ import annotations
@@ -21,6 +20,8 @@ _STEP = [m for m in registry.methods().values() if m.job == "step"]
 STEP_METHODS: tuple[str, ...] = tuple(m.name for m in sorted(_STEP, key=lambda m: m.order))
 #: Short column names of the step methods (each method's ``short``).
 SHORT: dict[str, str] = {m.name: m.short or m.name for m in _STEP}
+#: A step method's step-table column key: the first word of its short name (``graph``, ``compiled``, ``loop``).
+_KEY = {name: short.split()[0] for name, short in SHORT.items()}
 #: The methods a step decision reads, first present wins (the registry's ``fallback_rank``).
 DECISION_ORDER: tuple[str, ...] = registry.decision_order("step")
 #: A compiled method -> its eager form, read on a baseline that has no compiled form.
@@ -35,16 +36,13 @@ def _us(value: Optional[float]) -> str:
 
 def _baseline_of(rows: Sequence[StepRow], baseline: str, keep: Callable[[StepRow], object] = lambda r: r.status == "ok"
                  ) -> Callable[[StepRow], Optional[StepRow]]:
-    """A row -> its baseline row among the ``keep`` rows (same M, context, model, device): the baseline's compiled
-    form for a compiled row when present, else the baseline; None without one."""
-    base = {(r.scheme, r.m, r.context, r.model, r.device): r for r in rows
-            if r.scheme in (baseline, f"{baseline}+compiled") and keep(r)}
+    """A row -> its baseline row among the ``keep`` rows (same M, context, model, device; compiled form first)."""
+    base = {r.key: r for r in rows if r.scheme in (baseline, f"{baseline}+compiled") and keep(r)}
 
     def of(r: StepRow) -> Optional[StepRow]:
         where = (r.m, r.context, r.model, r.device)
-        if r.mode == "compiled" and (f"{baseline}+compiled", *where) in base:
-            return base[(f"{baseline}+compiled", *where)]
-        return base.get((baseline, *where))
+        compiled = base.get((f"{baseline}+compiled", *where)) if r.mode == "compiled" else None
+        return compiled or base.get((baseline, *where))
 
     return of
 
@@ -65,32 +63,29 @@ def speedups(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, dic
     return out
 
 
-#: Flags that put a step's time in doubt, and so any ratio of it: said beside a speed-up, and beside a tie.
-DOUBT_FLAGS = ("noisy", "throttled", "cpu-busy")
+#: Flags that put a step's time in doubt, and so any ratio of it (said beside a speed-up and a tie): legend words.
+DOUBT_WORDS = {"noisy": f"noisy (cv over {judge.NOISY_CV:.0%})", "throttled": "throttled (the GPU limited its clocks)",
+               "cpu-busy": "timed beside other CPU work (cpu-busy)"}
+DOUBT_FLAGS = tuple(DOUBT_WORDS)
 
 
 def speedup_doubts(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple, list[str]]:
-    """``{row.key: flag names}`` for the ``ok`` rows with a speed-up (not the baseline's own) that is in doubt, by
-    the reading each side of the ratio used (the row's decision method; the baseline's same method, or its eager
-    twin): ``noisy`` (that reading's cv), ``throttled`` (an NVML slow-down reason right after that method; the
-    row's flag when the file has no reading per method), ``cpu-busy`` (the row's: every CPU method)."""
+    """``{row.key: flag names}`` for the ``ok`` rows whose speed-up (not the baseline's own) is in doubt by either
+    side's reading of it: ``noisy`` (its cv), ``throttled`` (:func:`_throttled`), ``cpu-busy`` (the row's flag)."""
     base_of, sp, out = _baseline_of(rows, baseline), speedups(rows, baseline), {}
+    tests = {"noisy": judge.is_noisy, "throttled": _throttled, "cpu-busy": lambda x, _: "cpu-busy" in x.flag_names}
     for r in rows:
         b, method = base_of(r), decision_method(r)
-        if r.status != "ok" or method is None or b is None or b is r or sp.get(r.key, {}).get(method) is None:
+        if b is r or sp.get(r.key, {}).get(method) is None:  # no speed-up (sp: ok rows with a baseline)
             continue
         pair = [(r, method), (b, _base_method(b, method))]
-        names = ["noisy"] if any(judge.is_noisy(x, m) for x, m in pair) else []
-        names += ["throttled"] if any(_throttled(x, m) for x, m in pair) else []
-        names += ["cpu-busy"] if any("cpu-busy" in x.flag_names for x, _ in pair) else []
-        if names:
+        if names := [f for f, test in tests.items() if any(test(x, m) for x, m in pair)]:
             out[r.key] = names
     return out
 
 
 def _throttled(r: StepRow, method: str) -> bool:
-    """Whether NVML gave a slow-down reason right after ``method``'s reading (the row's ``throttled`` flag when
-    the row has no reading per method)."""
+    """Whether NVML gave a slow-down reason right after ``method``'s reading (else the row's ``throttled`` flag)."""
     reading = r.gpu_state.by_method.get(method) if r.gpu_state is not None else None
     if reading is None or reading.throttle_reasons is None:
         return "throttled" in r.flag_names and not (r.gpu_state and r.gpu_state.by_method)
@@ -109,34 +104,27 @@ def linear_speedup(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tupl
 
 def breakeven(rows: Sequence[StepRow], baseline: str = "bf16") -> dict[tuple[str, int], Optional[int]]:
     """``{(scheme, M): the smallest context where the scheme's step is not faster than the baseline's beyond noise}``
-    (None: faster at every context measured). Faster beyond noise: the row's p10-p90 range of its decision method
-    lies wholly under the baseline's (its same method, or the eager twin), the rule of
-    :func:`qbench.judge.pick_within_noise`'s ties; a 1.01× whose ranges overlap is not faster."""
+    (None: faster at every context measured); beyond noise: :func:`qbench.judge.verdict` on the decision method."""
     sp, base_of = speedups(rows, baseline), _baseline_of(rows, baseline)
     out: dict[tuple[str, int], Optional[int]] = {}
     for r in sorted(rows, key=lambda r: r.context):
         if r.scheme == baseline or r.key not in sp:
             continue
-        method = decision_method(r)
-        ratio = sp[r.key].get(method) if method else None
-        key = (r.scheme, r.m)
-        out.setdefault(key, None)
-        if ratio is not None and out[key] is None and not (ratio > 1.0 and _apart(r, base_of(r), method)):
+        ratio, key = sp[r.key].get(decision_method(r)), (r.scheme, r.m)
+        if out.setdefault(key, None) is None and ratio is not None and not (ratio > 1 and _apart(r, base_of(r))):
             out[key] = r.context
     return out
 
 
 def _base_method(b: StepRow, method: str) -> str:
-    """The baseline row ``b``'s method a row's ``method`` is compared with: the same, or its eager twin when ``b``
-    has no reading by it (a compiled step against an eager baseline, as :func:`speedups` pairs them)."""
+    """The baseline ``b``'s method a row's ``method`` is compared with: the same, else its eager twin."""
     return method if b.step_us(method) else _EAGER_TWIN.get(method, method)
 
 
-def _apart(r: StepRow, b: Optional[StepRow], method: str) -> bool:
-    """Whether ``r``'s ``method`` reading is faster than its baseline ``b``'s beyond noise (:func:`judge.verdict`)."""
-    mine = r.latency_us.get(method)
-    theirs = b.latency_us.get(_base_method(b, method)) if b else None
-    return bool(mine and theirs) and judge.verdict(theirs, mine) == "faster"
+def _apart(r: StepRow, b: StepRow) -> bool:
+    """Whether ``r``'s decision-method reading is faster than the baseline ``b``'s beyond noise (both have one)."""
+    method = decision_method(r)
+    return judge.verdict(b.latency_us[_base_method(b, method)], r.latency_us[method]) == "faster"
 
 
 def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
@@ -144,31 +132,20 @@ def table_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
     sp, lsp = speedups(rows, baseline), linear_speedup(rows, baseline)
     out = []
     for r, doubt in zip(rows, doubtful(rows, baseline)):
-        method, err = decision_method(r), r.error or {}
+        method, err, a, kv = decision_method(r), r.error or {}, r.attention or {}, r.kv_cache or {}
         out.append({
             "scheme": r.scheme, "m": r.m, "context": r.context, "status": r.status,
             "blocks": f"{r.blocks_built}/{r.blocks}" if r.blocks_built is not None else str(r.blocks),
-            **{_key(m): r.step_us(m) for m in STEP_METHODS},
-            "tokens_per_s": r.tokens_per_s.get(method) if method else None, "linear": (r.linear or {}).get("sum_us"),
+            **{_KEY[m]: r.step_us(m) for m in STEP_METHODS},
+            "tokens_per_s": r.tokens_per_s.get(method), "linear": (r.linear or {}).get("sum_us"),
             "rest": 100 * r.remainder_share[method] if method in r.remainder_share else None,
             "floor": 100 * r.floor_fraction[method] if method in r.floor_fraction else None,
-            **_attention(r),
-            "speedup": sp.get(r.key, {}).get(method) if method else None, "speedup_linear": lsp.get(r.key),
+            "attention": a.get("us"), "attention_floor": 100 * a["floor_fraction"] if a.get("floor_fraction") else None,
+            "kv": f"{kv.get('dtype', '')} {a.get('kernel', '')}".strip() or None,
+            "speedup": sp.get(r.key, {}).get(method), "speedup_linear": lsp.get(r.key),
             "err": err.get("rel_fro"), "kl": err.get("kl_div"), "top1": err.get("top1_agree"),
             "flags": ", ".join(r.flag_names), "reason": r.reason, "_doubt": doubt})
     return out
-
-
-def _attention(r: StepRow) -> dict:
-    """The attention timed alone (µs per step, its HBM floor %) and its cache (dtype, kernel), or None."""
-    a, kv = r.attention or {}, r.kv_cache or {}
-    return {"attention": a.get("us"), "attention_floor": 100 * a["floor_fraction"] if a.get("floor_fraction") else None,
-            "kv": f"{kv.get('dtype', '')} {a.get('kernel', '')}".strip() or None}
-
-
-def _key(method: str) -> str:
-    """A step method's column key: the first word of its short name (``graph``, ``compiled``, ``loop``)."""
-    return SHORT[method].split()[0]
 
 
 def marked_ratio(value: Optional[float], doubt) -> str:
@@ -176,42 +153,37 @@ def marked_ratio(value: Optional[float], doubt) -> str:
     return fmt_ratio(value) + ("*" if value is not None and doubt else "")
 
 
-def _cell(key: str, template: str, blank: int = -1) -> Callable[[dict], str]:
-    """A record's cell: ``template`` of its value, ``—`` where its doubt mark ``blank`` is set."""
-    return lambda r: DASH if blank >= 0 and r["_doubt"][blank] else shown(r[key], template)
-
-
 def table_view(rows: Sequence[StepRow], baseline: str = "bf16") -> View:
-    """The step table over :func:`table_records`: the step per method (µs, ms from 1000), tokens/s, Σ linear, the
-    remainder's share, the HBM floor, the attention, the speed-up over ``baseline`` measured and as Σ linear
-    predicts it, the logits error."""
-    b, methods = baseline, [_key(m) for m in methods_present(rows) if m in SHORT]
-    def col(key: str, header: str, cell=None, numeric: bool = True) -> Column:
-        return Column(key, header, lambda r: r[key], numeric=numeric, cell_override=cell)  # default cell: text or —
+    """The step table over :func:`table_records`: the step per method (µs, ms from 1000), tokens/s, Σ linear, rest,
+    HBM floor, attention, the speed-up over ``baseline`` measured and as Σ linear predicts it, the logits error."""
+    b, methods = baseline, [_KEY[m] for m in methods_present(rows) if m in SHORT]
+
+    def col(key: str, header: str, show=None, blank: int = -1, numeric: bool = True) -> Column:
+        """``show`` (a function or :func:`shown` template) of the value; ``—`` where doubt mark ``blank`` is set."""
+        fmt = show if callable(show) else lambda v: shown(v, show)
+        cell = (lambda r: DASH if blank >= 0 and r["_doubt"][blank] else fmt(r[key])) if show else None
+        return Column(key, header, lambda r: r[key], numeric=numeric, cell_override=cell)
+
     catalogue = [col("scheme", "scheme", numeric=False), col("m", "M"), col("context", "context"),
                  col("status", "status", numeric=False), col("blocks", "blocks"),
-                 *[col(_key(m), f"{SHORT[m]} µs", lambda r, k=_key(m): _us(r[k])) for m in STEP_METHODS],
-                 col("tokens_per_s", "tok/s", _cell("tokens_per_s", "{:.0f}")),
-                 col("linear", "Σ linear µs", lambda r: _us(r["linear"])),
-                 col("rest", "rest %", _cell("rest", "{:.0f} %", 0)),
-                 col("floor", "floor %", _cell("floor", "{:.0f} %")),
-                 col("attention", "attn µs", lambda r: _us(r["attention"])),
-                 col("attention_floor", "attn floor %", _cell("attention_floor", "{:.0f} %")),
+                 *[col(_KEY[m], f"{SHORT[m]} µs", _us) for m in STEP_METHODS],
+                 col("tokens_per_s", "tok/s", "{:.0f}"), col("linear", "Σ linear µs", _us),
+                 col("rest", "rest %", "{:.0f} %", 0), col("floor", "floor %", "{:.0f} %"),
+                 col("attention", "attn µs", _us), col("attention_floor", "attn floor %", "{:.0f} %"),
                  col("kv", "kv", numeric=False),
-                 col("speedup", f"×{b}", lambda r: marked_ratio(r["speedup"], r["_doubt"][2])),
-                 col("speedup_linear", f"×{b} (Σ lin)", _cell("speedup_linear", "{:.2f}×", 1)),
-                 col("err", "logits err", _cell("err", "{:.2g}")), col("kl", "KL", _cell("kl", "{:.2g}")),
-                 col("top1", "top-1", _cell("top1", "{:.2g}")), col("flags", "flags", numeric=False),
+                 Column("speedup", f"×{b}", lambda r: r["speedup"], numeric=True,
+                        cell_override=lambda r: marked_ratio(r["speedup"], r["_doubt"][2])),
+                 col("speedup_linear", f"×{b} (Σ lin)", "{:.2f}×", 1), col("err", "logits err", "{:.2g}"),
+                 col("kl", "KL", "{:.2g}"), col("top1", "top-1", "{:.2g}"), col("flags", "flags", numeric=False),
                  col("reason", "reason", numeric=False)]
-    split = any(r.attention for r in rows)  # files with the attention timed alone: its columns too
-    attn = ["attention", "attention_floor", "kv"] if split else []
+    attn = ["attention", "attention_floor", "kv"] if any(r.attention for r in rows) else []
     wide = ["scheme", "m", "context", "status", "blocks", *methods, "tokens_per_s", "linear", "rest", "floor", *attn,
             "speedup", "speedup_linear", "err", "kl", "top1", "flags"]
     return View("model-step", catalogue, narrow=["scheme", "m", "context", *methods, "rest", *attn[:1], "speedup",
                                                   "speedup_linear", "err"],
                 wide=wide, data=[*wide, "reason"],
                 short={"context": "ctx", "rest": "rest", "speedup_linear": f"×{b} Σ", "err": "err",
-                       **{_key(m): SHORT[m] for m in STEP_METHODS}})
+                       **{_KEY[m]: SHORT[m] for m in STEP_METHODS}})
 
 
 def table_notes(rows: Sequence[StepRow], records: Sequence[dict], wide: bool = False) -> list[str]:
@@ -223,11 +195,8 @@ def table_notes(rows: Sequence[StepRow], records: Sequence[dict], wide: bool = F
 
 
 def _builds_tuning(label: str) -> bool:
-    """Whether building the scheme ``label`` names (``name[options]``, ``+compiled``) switches Inductor's
-    coordinate-descent tuning on (:attr:`qbench.schemes.scheme.Scheme.inductor_tuning`); False for a name this
-    registry does not know."""
+    """Whether building the scheme ``label`` names switches Inductor's coordinate-descent tuning on (False: unknown)."""
     from qbench import schemes
-
     try:
         return schemes.get(label.split("[")[0].removesuffix("+compiled")).inductor_tuning
     except (schemes.UnknownSchemeError, schemes.PluginError):
@@ -235,17 +204,14 @@ def _builds_tuning(label: str) -> bool:
 
 
 def inductor_sides(rows: Sequence[StepRow]) -> tuple[dict[bool, set[str]], set[str]]:
-    """The ok compiled schemes of ``rows`` by Inductor's coordinate-descent tuning, ``{tuned: schemes}``, and the
-    schemes whose setting was inferred: a row without the ``compile.inductor`` record was made before every
-    compiled worker got torchao's settings (:func:`qbench.compile_info.tune_like_torchao`), so it had the tuning
-    only where its scheme's build (a recipe's: any part's) switched it on. A row with no compile record compiled
-    nothing for the step (no compiled step method ran: on a CPU, or ``methods`` without one) and is left out."""
+    """``{tuned: schemes}`` of the ok rows that compiled a step, by Inductor's coordinate-descent tuning, and the
+    schemes whose setting is inferred from their build (a recipe's: any part's), lacking ``compile.inductor``."""
     sides: dict[bool, set[str]] = {}
     inferred: set[str] = set()
     for r in rows:
         if r.status != "ok" or r.mode != "compiled" or not r.compile:
             continue
-        setting = ((r.compile or {}).get("inductor") or {}).get("coordinate_descent_tuning")
+        setting = (r.compile.get("inductor") or {}).get("coordinate_descent_tuning")
         if setting is None:
             parts = [r.base_scheme, *(item["scheme"] for item in (r.recipe or {}).get("linears", []))]
             setting = any(_builds_tuning(p) for p in parts)
@@ -255,8 +221,7 @@ def inductor_sides(rows: Sequence[StepRow]) -> tuple[dict[bool, set[str]], set[s
 
 
 def inductor_note(rows: Sequence[StepRow]) -> list[str]:
-    """One line when compiled rows were compiled with and without coordinate-descent tuning, naming each side
-    and the schemes whose setting was inferred (:func:`inductor_sides`); none otherwise."""
+    """One line when compiled rows were compiled with and without coordinate-descent tuning (:func:`inductor_sides`)."""
     sides, inferred = inductor_sides(rows)
     if len(sides) < 2:
         return []
@@ -280,21 +245,15 @@ LINEAR_ABOVE_STEP = -0.02
 
 
 def doubtful(rows: Sequence[StepRow], baseline: str = "bf16") -> list[tuple[bool, bool, tuple[str, ...]]]:
-    """Per row, ``(above, pair_above, doubts)``: Σ linear exceeds the row's decision step (:data:`LINEAR_ABOVE_STEP`;
-    its remainder shown ``—``), exceeds the row's or its baseline's (so does the predicted speed-up), and the
-    :func:`speedup_doubts` of the pair (noisy, throttled, cpu-busy; its speed-up marked ``*``)."""
+    """Per row, ``(above, pair_above, doubts)``: Σ linear exceeds its step (:data:`LINEAR_ABOVE_STEP`; rest ``—``),
+    its or its baseline's (×Σ ``—``), and its :func:`speedup_doubts` (speed-up marked ``*``)."""
     base_of, doubts = _baseline_of(rows, baseline), speedup_doubts(rows, baseline)
 
     def above(r: Optional[StepRow]) -> bool:
-        share = r.remainder_share.get(decision_method(r) or "") if r is not None else None
+        share = r.remainder_share.get(decision_method(r)) if r is not None else None
         return share is not None and share < LINEAR_ABOVE_STEP
 
     return [(above(r), above(r) or above(base_of(r)), tuple(doubts.get(r.key, ()))) for r in rows]
-
-
-#: How the legend names each of :data:`DOUBT_FLAGS`.
-DOUBT_WORDS = {"noisy": f"noisy (cv over {judge.NOISY_CV:.0%})", "throttled": "throttled (the GPU limited its clocks)",
-               "cpu-busy": "timed beside other CPU work (cpu-busy)"}
 
 
 def doubt_legend(doubts: Sequence[tuple[bool, bool, bool]]) -> list[str]:
@@ -311,7 +270,7 @@ def flag_notes(rows: Sequence[StepRow]) -> list[str]:
     """One line per (scheme, flag name), naming where it was raised: ``x+compiled: throttled (M=1 ctx=4096)``."""
     seen: dict[tuple[str, str], list[str]] = {}
     for r in rows:
-        for name in dict.fromkeys(r.flag_names):
+        for name in r.flag_names:
             seen.setdefault((r.scheme, name), []).append(f"M={r.m} ctx={r.context}")
     return [f"{scheme}: {name} ({', '.join(where)})" for (scheme, name), where in seen.items()]
 
@@ -320,21 +279,15 @@ def describe(doc) -> list[str]:
     """The lines above a step table: the model, its weights, what each step method includes, the columns."""
     rows = doc.rows
     model = (doc.scenario.model_extra or {}).get("model") or {}
-    lines = [f"model step: {rows[0].title if rows else model.get('name')}; "
-             f"weights: {rows[0].weight_source if rows else ''}"]
-    for m in methods_present(rows):
-        meta = registry.METHODS.get(m)
-        if meta is not None:
-            lines.append(f"  {SHORT[m]}: {meta.includes}")
-    if any(r.linear for r in rows):
-        lines.append("  Σ linear: the per-layer stream times of the same linear layers, summed over one step (the "
-                     "layer view); rest % = (step - Σ linear) / step: attention over the KV cache, norms, RoPE, "
-                     "embedding, LM head argmax, launch gaps")
-    else:
-        lines.append("  Σ linear, rest % and the speed-up Σ linear predicts: not measured ([model] linear_sum = false)")
-    lines.append("  err: relative Frobenius error of the logits (the final hidden state without an LM head) against "
-                 "the FP32 step on the same weights")
-    return lines
+    linear = ("  Σ linear: the per-layer stream times of the same linear layers, summed over one step (the layer "
+              "view); rest % = (step - Σ linear) / step: attention over the KV cache, norms, RoPE, embedding, LM head "
+              "argmax, launch gaps" if any(r.linear for r in rows) else
+              "  Σ linear, rest % and the speed-up Σ linear predicts: not measured ([model] linear_sum = false)")
+    return [f"model step: {rows[0].title if rows else model.get('name')}; "
+            f"weights: {rows[0].weight_source if rows else ''}",
+            *(f"  {SHORT[m]}: {registry.METHODS[m].includes}" for m in methods_present(rows) if m in registry.METHODS),
+            linear, "  err: relative Frobenius error of the logits (the final hidden state without an LM head) "
+            "against the FP32 step on the same weights"]
 
 
 def logits_error(row: StepRow) -> Optional[float]:
@@ -344,30 +297,20 @@ def logits_error(row: StepRow) -> Optional[float]:
 
 def model_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
     """One record per ``ok`` row, by M, context and file order: the step by its decision ``method`` (µs), tokens/s,
-    Σ linear (µs), the remainder's share, the attention split, the speed-up over ``baseline`` per method and as Σ
-    linear predicts it."""
+    Σ linear (µs), rest share, the attention split (µs, floor share, ``other_us``) where the file timed the attention
+    alone, the speed-up over ``baseline`` per method and as Σ linear predicts it."""
     sp, lsp = speedups(rows, baseline), linear_speedup(rows, baseline)
-    order = {r.key: i for i, r in enumerate(rows)}
     out = []
-    for r in sorted((r for r in rows if r.status == "ok"), key=lambda r: (r.m, r.context, order[r.key])):
-        method = decision_method(r)
+    for r in sorted((r for r in rows if r.status == "ok"), key=lambda r: (r.m, r.context)):
+        method, a = decision_method(r), r.attention
         out.append({"scheme": r.scheme, "m": r.m, "context": r.context, "method": method,
-                    "step_us": r.step_us(method) if method else None,
-                    "tokens_per_s": r.tokens_per_s.get(method) if method else None,
-                    "linear_us": (r.linear or {}).get("sum_us"),
-                    "rest_share": r.remainder_share.get(method) if method else None,
-                    **(_split(r, method) if r.attention else {}),  # older files' records as they were
+                    "step_us": r.step_us(method), "tokens_per_s": r.tokens_per_s.get(method),
+                    "linear_us": (r.linear or {}).get("sum_us"), "rest_share": r.remainder_share.get(method),
+                    **({"attention_us": a.get("us"), "attention_floor": a.get("floor_fraction"),
+                        "other_us": r.other_us.get(method)} if a else {}),
                     "speedup": dict(sp.get(r.key, {})), "linear_speedup": lsp.get(r.key),
                     "reasons": {m: why.text for m, why in r.latency_reasons.items()}})
     return out
-
-
-def _split(r: StepRow, method: Optional[str]) -> dict:
-    """The step by ``method`` (µs) three ways: Σ linear, the attention timed alone (and its floor share), the other
-    (the row's ``other_us``: none where the attention read longer than the step, ``attention-above-step``)."""
-    a = r.attention or {}
-    other = r.other_us.get(method) if method else None
-    return {"attention_us": a.get("us"), "attention_floor": a.get("floor_fraction"), "other_us": other}
 
 
 def sweep(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
@@ -375,14 +318,11 @@ def sweep(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
     (:func:`breakeven`) and ``compared`` (False: no context has a speed-up)."""
     be, sp = breakeven(rows, baseline), speedups(rows, baseline)
     out = []
-    for scheme, m in dict.fromkeys((r.scheme, r.m) for r in rows if r.status == "ok"):
-        if scheme in (baseline, f"{baseline}+compiled"):
-            continue
-        mine = sorted((r for r in rows if r.scheme == scheme and r.m == m and r.status == "ok"),
-                      key=lambda r: r.context)
-        compared = any(decision_method(r) and sp.get(r.key, {}).get(decision_method(r)) for r in mine)
-        out.append({"scheme": scheme, "m": m, "contexts": [r.context for r in mine],
-                    "breakeven": be.get((scheme, m)), "compared": compared})
+    ok = [r for r in rows if r.status == "ok" and r.scheme not in (baseline, f"{baseline}+compiled")]
+    for scheme, m in dict.fromkeys((r.scheme, r.m) for r in ok):
+        mine = sorted((r for r in ok if (r.scheme, r.m) == (scheme, m)), key=lambda r: r.context)
+        out.append({"scheme": scheme, "m": m, "contexts": [r.context for r in mine], "breakeven": be.get((scheme, m)),
+                    "compared": any(sp.get(r.key, {}).get(decision_method(r)) for r in mine)})
     return out
 
 
@@ -409,18 +349,17 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseli
               tie_error: Optional[Callable[[StepRow], Optional[float]]] = None,
               within: Optional[Callable[[StepRow], bool]] = None) -> list[dict]:
     """Per (M, context), in order: the pick among the ``ok`` rows within the budget (logits error ≤ ``max_rel_err``,
-    or ``within``), each by its decision method, by :func:`qbench.judge.pick_within_noise` (ties: the smaller
-    context's pick, then ``tie_error``, default the logits error, then bytes). A record holds the pick's
-    ``method``, ``step_us``, ``tokens_per_s``, ``speedup`` (``doubt``: its :func:`speedup_doubts`), ``rel_fro``,
-    ``compared``, ``ties``, ``fastest``, ``within`` / ``timed`` counts, ``untimed``, ``timing_flags``,
-    ``pick_flags`` and ``baseline_flags``."""
-    sp, base_of, within_budget = speedups(rows, baseline), _baseline_of(rows, baseline), within
-    doubts, out, previous = speedup_doubts(rows, baseline), [], {}
+    or ``within``) by :func:`qbench.judge.pick_within_noise` on the decision method's step (ties: the smaller
+    context's pick, then ``tie_error``, default the logits error, then bytes): its ``method``, ``step_us``,
+    ``tokens_per_s``, ``speedup`` (``doubt``: :func:`speedup_doubts`), ``rel_fro``, ``compared``, ``ties``,
+    ``fastest``, ``within`` / ``timed`` counts, ``untimed``, ``timing_flags``, ``pick_flags``, ``baseline_flags``."""
+    sp, base_of, doubts = speedups(rows, baseline), _baseline_of(rows, baseline), speedup_doubts(rows, baseline)
+    in_budget = within or (lambda r: logits_error(r) is not None and logits_error(r) <= max_rel_err)
+    out, previous = [], {}
     for m, context in sorted({(r.m, r.context) for r in rows}):
         here = [r for r in rows if r.m == m and r.context == context and r.status == "ok"]
         timed = [r for r in here if decision_method(r)]
-        within = [r for r in timed if (within_budget(r) if within_budget else
-                                       logits_error(r) is not None and logits_error(r) <= max_rel_err)]
+        within = [r for r in timed if in_budget(r)]
         best, _, fastest, group = judge.pick_within_noise(
             within, time=lambda r: r.step_us(decision_method(r)), same=judge.within_noise,
             error=tie_error or logits_error, size=lambda r: (r.bytes or {}).get("total"), name=lambda r: r.scheme,
@@ -429,19 +368,15 @@ def recommend(rows: Sequence[StepRow], max_rel_err: float = float("inf"), baseli
             previous[m] = best.scheme
         method = decision_method(best) if best else None
         ties = sorted((r for r in group if r is not best), key=lambda r: r.step_us(decision_method(r)))
-        out.append({"m": m, "context": context, "pick": best.scheme if best else None, "method": method,
-                    "step_us": best.step_us(method) if best else None,
-                    "tokens_per_s": best.tokens_per_s.get(method) if best else None,
-                    "speedup": sp.get(best.key, {}).get(method) if best else None,
-                    "doubt": doubts.get(best.key, []) if best else [],
-                    "rel_fro": logits_error(best) if best else None,
-                    "compared": (best.error or {}).get("compared") if best else None,
-                    "ties": [r.scheme for r in ties], "fastest": fastest.scheme if fastest else None,
-                    "timing_flags": {r.scheme: doubt for r in group
-                                     if (doubt := list(dict.fromkeys(f for f in r.flag_names if f in DOUBT_FLAGS)))},
-                    "pick_flags": list(dict.fromkeys(best.flag_names)) if best else [],
-                    "baseline_flags": {b.scheme: list(dict.fromkeys(b.flag_names))
-                                       for b in [base_of(best) if best else None]
+        timing = {r.scheme: d for r in group if (d := [f for f in r.flag_names if f in DOUBT_FLAGS])}
+        out.append({"m": m, "context": context, "pick": best and best.scheme, "method": method,
+                    "step_us": best and best.step_us(method), "tokens_per_s": best and best.tokens_per_s.get(method),
+                    "speedup": best and sp.get(best.key, {}).get(method),
+                    "doubt": doubts.get(best.key, []) if best else [], "rel_fro": best and logits_error(best),
+                    "compared": best and (best.error or {}).get("compared"), "ties": [r.scheme for r in ties],
+                    "fastest": fastest.scheme if fastest else None, "timing_flags": timing,
+                    "pick_flags": best.flag_names if best else [],
+                    "baseline_flags": {b.scheme: b.flag_names for b in [base_of(best) if best else None]
                                        if b is not None and b is not best and b.flag_names},
                     "within": len(within), "timed": len(timed),
                     "untimed": [r.scheme for r in here if not decision_method(r)]})
@@ -452,10 +387,9 @@ def recommend_view(baseline: str = "bf16") -> View:
     """The table of :func:`recommend` records: per M and context the pick and its step."""
     cols = [entry("m", "M", str, True), entry("context", "context", str, True),
             Column("pick", "fastest step within the budget", lambda r: r["pick"] or "none"),
-            Column("method", "step method", lambda r: SHORT.get(r["method"], DASH) if r["method"] else DASH),
+            Column("method", "step method", lambda r: SHORT.get(r["method"], DASH)),
             entry("step_us", "step µs", "us"), entry("tokens_per_s", "tokens/s", ".0f"),
-            entry("speedup", f"×{baseline}", "ratio",
-                  cell_override=lambda r: marked_ratio(r["speedup"], r.get("doubt"))),
+            entry("speedup", f"×{baseline}", "ratio", cell_override=lambda r: marked_ratio(r["speedup"], r["doubt"])),
             entry("rel_fro", "logits err", ".3g"),
             Column("within", "within budget", lambda r: f"{r['within']} of {r['timed']}", numeric=True)]
     return View("model-step recommend", cols,
@@ -465,11 +399,10 @@ def recommend_view(baseline: str = "bf16") -> View:
 def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Optional[float] = None) -> View:
     """The table of ``qbench model`` on step files over :func:`model_records` records (with ``rel_fro``,
     ``over_budget``, ``_doubt``); the speed-up by the row's method (narrow) or per method (wide)."""
-    b = baseline
-    methods = [m for m in STEP_METHODS if any(m in r["speedup"] for r in records)]
+    b, methods = baseline, [m for m in STEP_METHODS if any(m in r["speedup"] for r in records)]
 
     def speedup(r: dict, m: Optional[str]) -> str:
-        return marked_ratio(r["speedup"].get(m) if m else None, m == r["method"] and r["_doubt"][2])
+        return marked_ratio(r["speedup"].get(m), m == r["method"] and r["_doubt"][2])
 
     cols = [entry("m", "M", str, True), entry("context", "context", str, True), entry("scheme", "scheme"),
             Column("method", "step method", lambda r: SHORT.get(r["method"], r["method"] or DASH)),
@@ -477,11 +410,9 @@ def model_view(records: Sequence[dict], baseline: str = "bf16", max_rel_err: Opt
             entry("tokens_per_s", "tokens/s", ".0f"), entry("linear_us", "Σ linear µs", "us"),
             Column("rest_pct", "rest", lambda r: None if r["rest_share"] is None or r["_doubt"][0]
                    else 100 * r["rest_share"], "pct"),
-            Column("attention_us", "attention µs", lambda r: r.get("attention_us"), "us"),
-            Column("attention_floor", "attn floor", lambda r: None if r.get("attention_floor") is None
-                   else 100 * r["attention_floor"], "pct"),
-            Column("other_us", "other µs", lambda r: r.get("other_us"), "us"),
-            Column("speedup", f"×{b}", lambda r: r["speedup"].get(r["method"]) if r["method"] else None, numeric=True,
+            entry("attention_us", "attention µs", "us"), entry("attention_floor", "attn floor", "pct", scale=100),
+            entry("other_us", "other µs", "us"),
+            Column("speedup", f"×{b}", lambda r: r["speedup"].get(r["method"]), numeric=True,
                    cell_override=lambda r: speedup(r, r["method"])),
             *[Column(f"speedup_{m}", f"×{b} {SHORT[m]}", lambda r, m=m: r["speedup"].get(m), numeric=True,
                      cell_override=lambda r, m=m: speedup(r, m)) for m in methods],
@@ -504,9 +435,7 @@ def pick_notes(rec: Sequence[dict], rows: Sequence[StepRow], error: str = "the l
     """The lines under a table of :func:`recommend` records: ties and the rule among them (``error`` names the
     tie-break), flags of the picks and baselines, schemes not measured or not timed."""
     lines, tied, timing = [], [], []
-    for r in rec:
-        if not r["ties"]:
-            continue
+    for r in (r for r in rec if r["ties"]):
         flags = r["timing_flags"]
         timing += [f for s in [r["pick"], *r["ties"]] for f in flags.get(s, [])]
         listed = ", ".join(f"{s}{' (fastest median)' if s == r['fastest'] else ''}"
@@ -517,9 +446,7 @@ def pick_notes(rec: Sequence[dict], rows: Sequence[StepRow], error: str = "the l
                      f"context's, else {error}, then fewer bytes: " + "; ".join(tied)
                      + (f"; {flag_legend(timing)}" if timing else ""))
     flagged, seen = [], []
-    for r in rec:
-        if not r["pick"] or not (r["pick_flags"] or r["baseline_flags"]):
-            continue
+    for r in (r for r in rec if r["pick"] and (r["pick_flags"] or r["baseline_flags"])):
         said = [f"{r['pick']} [{', '.join(r['pick_flags'])}]"] if r["pick_flags"] else []
         said += [f"{s} (baseline) [{', '.join(f)}]" for s, f in r["baseline_flags"].items()]
         flagged.append(f"M={r['m']} ctx={r['context']}: " + ", ".join(said))
@@ -530,9 +457,8 @@ def pick_notes(rec: Sequence[dict], rows: Sequence[StepRow], error: str = "the l
                      "the JSON has the figures): " + "; ".join(flagged) + (f"; {legend}" if legend else ""))
     lines += doubt_legend([(False, False, tuple(r.get("doubt", ()))) for r in rec if r["speedup"] is not None])
     failed: dict[str, str] = {}
-    for r in rows:
-        if r.status != "ok":
-            failed.setdefault(r.scheme, f"{r.status}: {r.reason or 'no reason recorded'}")
+    for r in (r for r in rows if r.status != "ok"):
+        failed.setdefault(r.scheme, f"{r.status}: {r.reason or 'no reason recorded'}")
     if failed:
         lines.append("not measured (no ok row, not considered): "
                      + "; ".join(f"{s}: {why[:160]}" for s, why in failed.items()))

@@ -45,46 +45,41 @@ def run_view(doc: ResultDoc, args: argparse.Namespace) -> int:
 
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench report STEP.json``: the step table in file order (``--by-m``: by M and context); the per-layer
-    options are refused."""
+    """``qbench report STEP.json``: the step table in file order (``--by-m``: by M and context)."""
     result = one_result(paths, docs)
     refuse_options(args, ("crossover", "sort", "method"), result.label + ": a model-step result; {flag} reads "
                    "per-layer results (qbench model shows the context sweep)")
     if isinstance(args.by_m, str):  # a column (a bare --by-m is the table by M)
         raise Refused(f"{result.label}: a model-step result; --by-m takes no column for it (the step table, by M)")
     rows = [r for r in result.doc.rows if args.status == "all" or r.status == "ok"]
-    if args.by_m is not None:
-        order = {r.key: i for i, r in enumerate(rows)}
-        rows = sorted(rows, key=lambda r: (r.m, r.context, order[r.key]))
+    if args.by_m is not None:  # stable: file order within an (M, context)
+        rows = sorted(rows, key=lambda r: (r.m, r.context))
     show_table(args, result.doc, _table(result.doc, rows, args), result.label)
     return 0
 
 
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench recommend STEP.json --max-rel-err X``: per file, per M and context, the pick of
-    :func:`qbench.step.view.recommend` with its notes; several files also say whether the picks hold. Returns 0
-    when some (M, context) has a pick, else 1."""
+    """``qbench recommend STEP.json --max-rel-err X``: per file, the :func:`qbench.step.view.recommend` picks and
+    notes; several files: whether the picks hold. Returns 0 when some (M, context) has a pick, else 1."""
     _one_kind(paths, docs)
     refuse_budgets(args)
     refuse_options(args, ("summary", "by_format", "method"), "{flag} reads per-layer files; a model-step file has "
                    "one view (the fastest step per M and context)")
     if args.max_rel_err is None:
         raise Refused("--max-rel-err is required (e.g. 0.05: the step's logits error against the FP32 step)")
-    picked, records = False, []
+    records = []
     for path, doc in zip(paths, docs):
         if not any(r.scheme in (args.baseline, f"{args.baseline}+compiled") for r in doc.rows):
             raise Refused(f"{path}: --baseline {args.baseline}: no row is {args.baseline} or {args.baseline}+compiled "
                           f"(schemes: {', '.join(sorted({r.scheme for r in doc.rows}))})")
-        rec = step_view.recommend(doc.rows, args.max_rel_err, args.baseline)
-        picked = picked or any(r["pick"] for r in rec)
-        records.append((path, doc, rec))
+        records.append((path, doc, step_view.recommend(doc.rows, args.max_rel_err, args.baseline)))
+    status = 0 if any(r["pick"] for _, _, rec in records for r in rec) else 1
     if args.format == "json":
         out = [{"file": path, "model": doc.rows[0].model, "max_rel_err": args.max_rel_err, "by_m_context": rec}
                for path, doc, rec in records]
         print(json.dumps(out if len(out) > 1 else out[0], indent=2, ensure_ascii=False))
-        return 0 if picked else 1
-    wide = getattr(args, "wide", False)
-    view = step_view.recommend_view(args.baseline)
+        return status
+    wide, view = getattr(args, "wide", False), step_view.recommend_view(args.baseline)
     methods = ", else ".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
     for i, (path, doc, rec) in enumerate(records):
         rows = doc.rows
@@ -99,21 +94,19 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
         show(rec, view.columns(args.format, wide), args.format, wide=wide,
              describe=[said, *synthetic_warnings(rows, step=True)], notes=step_view.pick_notes(rec, rows))
     if len(records) > 1 and wants_prose(args.format):
-        for line in _across_files(records):
-            print("\n" + prose(args.format, wide)(visible(line)))
-    return 0 if picked else 1
+        print("\n" + prose(args.format, wide)(visible(_across_files(records))))
+    return status
 
 
-def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]:
-    """The line under several step files: whether each (M, context) pick holds across them
-    (:func:`qbench.judge.pick_stability`); a changed pick is put down to run-to-run variation only for runs of
-    one scenario, else the line names what differs."""
+def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> str:
+    """The line under several step files: whether each pick holds (:func:`qbench.judge.pick_stability`); a change is
+    run-to-run variation only for runs of one scenario, else the line names what differs."""
     paths = [Path(path).resolve() for path, _, _ in records]
     if len(set(paths)) < len(paths):
-        return ["picks across files: not compared, the same file is given more than once"]
+        return "picks across files: not compared, the same file is given more than once"
     models = sorted({r.model for _, doc, _ in records for r in doc.rows})
     if len(models) != 1:
-        return [f"picks across files: not compared, the files hold different models ({', '.join(models)})"]
+        return f"picks across files: not compared, the files hold different models ({', '.join(models)})"
     differ = [what for what, key in (("machines", lambda d: d.machine),
                                      ("scheme sets", lambda d: frozenset(r.scheme for r in d.rows)),
                                      ("weights", lambda d: frozenset(r.weight_source for r in d.rows)),
@@ -121,26 +114,19 @@ def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> list[str]
                                      ("attention kernels",
                                       lambda d: frozenset((r.attention or {}).get("kernel") for r in d.rows)))
               if len({key(doc) for _, doc, _ in records}) > 1]
-    stable = judge.pick_stability([rec for _, _, rec in records])
-    n = len(records)
+    stable, n = judge.pick_stability([rec for _, _, rec in records]), len(records)
     said = [f"M={s['m']} ctx={s['context']}: " + (f"{s['picks'][0] or 'none'} in {'both' if n == 2 else f'all {n}'}"
             if s["holds"] else "differ (" + ", ".join(f"{p or 'none'} in file {i + 1}"
                                                       for i, p in enumerate(s["picks"])) + ")") for s in stable]
-    everywhere = {(s["m"], s["context"]) for s in stable}
-    partial = sorted({(r["m"], r["context"]) for _, _, rec in records for r in rec} - everywhere)
+    partial = sorted({(r["m"], r["context"]) for _, _, rec in records for r in rec}
+                     - {(s["m"], s["context"]) for s in stable})
     moved = sum(not s["holds"] for s in stable)
-    if differ:
-        why = (f"; the files differ in {' and '.join(differ)}: a changed pick may come from that, not from "
-               "run-to-run variation")
-    elif moved:
-        why = (f"; {moved} of {len(stable)} picks change between files: there the difference is within the step's "
-               "run-to-run variation, whatever one file's p10–p90 says")
-    else:
-        why = ""
-    line = (f"picks across the {n} files of {models[0]}" + ("" if differ else " (runs of one scenario)") + ": "
+    why = (f"; the files differ in {' and '.join(differ)}: a changed pick may come from that, not from run-to-run "
+           "variation" if differ else f"; {moved} of {len(stable)} picks change between files: there the difference "
+           "is within the step's run-to-run variation, whatever one file's p10–p90 says" if moved else "")
+    return (f"picks across the {n} files of {models[0]}" + ("" if differ else " (runs of one scenario)") + ": "
             + "; ".join(said) + why
             + (f"; in only some files: {', '.join(f'M={m} ctx={c}' for m, c in partial)}" if partial else ""))
-    return [line]
 
 
 def disagreements(records: list[dict]) -> list[dict]:
@@ -182,16 +168,15 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
     check_baseline(paths, {r.scheme.replace("+compiled", "") for r in rows}, args.baseline)
     notes_ = incomplete_notes(paths, docs, getattr(args, "allow_incomplete", False) and wants_prose(args.format))
     records = step_view.model_records(rows, args.baseline)
+    row_of = {(r.scheme, r.m, r.context): r for r in reversed(rows)}  # a record's row (the first)
     for rec in records:
-        err = next(step_view.logits_error(r) for r in rows if (r.scheme, r.m, r.context) ==
-                   (rec["scheme"], rec["m"], rec["context"]))
-        rec["rel_fro"] = err
+        rec["rel_fro"] = err = step_view.logits_error(row_of[rec["scheme"], rec["m"], rec["context"]])
         rec["over_budget"] = args.max_rel_err is not None and (err is None or err > args.max_rel_err)
-    sweep = step_view.sweep(rows, args.baseline)
+    sweep, status = step_view.sweep(rows, args.baseline), 0 if any(r["step_us"] is not None for r in records) else 1
     if args.format == "json":
         print(json.dumps({"model": args.name, "baseline": args.baseline, "rows": records, "sweep": sweep,
                           "notes": notes_}, indent=2, ensure_ascii=False))
-        return 0 if any(r["step_us"] is not None for r in records) else 1
+        return status
     wide = getattr(args, "wide", False)
     doubts = dict(zip(((r.scheme, r.m, r.context) for r in rows), step_view.doubtful(rows, args.baseline)))
     for rec in records:
@@ -214,51 +199,47 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
                     f"×{b} Σ = as Σ linear predicts it; err = the logits' error against the FP32 step{wider}")
     notes = [*step_view.doubt_legend([r["_doubt"] for r in records]), "",
              f"context sweep: where each scheme stops beating {b} (its step no faster than {b}'s)",
-             *(step_view.sweep_line(rec, b) for rec in sweep)]
-    notes += step_view.inductor_note(rows)
+             *(step_view.sweep_line(rec, b) for rec in sweep), *step_view.inductor_note(rows)]
     flags = step_view.flag_notes(rows)
     if flags:
         notes += ["", "flags (what could mislead a reader of a row): "
                   + step_view.flag_legend([name for r in rows for name in r.flag_names]), *flags]
-    for scheme in sorted({r.scheme for r in rows if r.status == "ok" and step_view.decision_method(r) is None}):
+    for scheme in sorted({r.scheme for r in rows if r.status == "ok" and decision_method(r) is None}):
         why = next((t.text for r in rows if r.scheme == scheme for t in r.latency_reasons.values()), "no step time")
         notes.append(f"note: {scheme} has no step time: {why[:160]}")
     show(records, view.columns(args.format, wide), args.format, wide=wide, describe=describe,
          notes=[*notes, *(f"note: {note}" for note in notes_)])
-    return 0 if any(r["step_us"] is not None for r in records) else 1
+    return status
 
 
 def plot_context(doc: ResultDoc, path: Path) -> Path:
-    """Draw a model-step result against the context into ``path``: a panel per M, a line per scheme (the step by its
-    decision method, ms, log-log), its Σ linear dashed in the same colour (a compiled form: its eager scheme's
-    colour, square markers, a thicker line). Returns ``path``."""
+    """Draw a model-step result into ``path``: per M, the step (decision method, ms) against the context per scheme,
+    log-log, its Σ linear dashed (a compiled form: its eager colour, square markers, thicker). Returns ``path``."""
     plt = pyplot()
     rows = [r for r in doc.rows if r.status == "ok" and decision_method(r)]
     ms = sorted({r.m for r in rows})
     fig, axes = plt.subplots(1, max(1, len(ms)), figsize=(6.5 * max(1, len(ms)), 5.5), squeeze=False)
     schemes = list(dict.fromkeys(r.scheme for r in rows))
     compiled = {r.scheme: r.mode == "compiled" for r in rows}
-    base = {s: s.replace("+compiled", "") for s in schemes}  # x+compiled and x+compiled[opts] alike
-    colours, _ = scheme_styles([base[s] for s in schemes], [])
+    colours, _ = scheme_styles([s.replace("+compiled", "") for s in schemes], [])
+    colour = {s: colours[s.replace("+compiled", "")] for s in schemes}  # x+compiled and x+compiled[opts] alike
     # (colour, marker) unique per scheme: a compiled form squares, then the next shape two schemes share
     style, used = {}, set()
     for scheme in schemes:
         shapes = ("s", "P", "X", "h", "*") if compiled[scheme] else ("o", "^", "v", "D", "<")
-        marker = next((mk for mk in shapes if (colours[base[scheme]], mk) not in used), shapes[0])
-        used.add((colours[base[scheme]], marker))
-        style[scheme] = marker
+        style[scheme] = next((mk for mk in shapes if (colour[scheme], mk) not in used), shapes[0])
+        used.add((colour[scheme], style[scheme]))
     for ax, m in zip(axes[0], ms):
         for scheme in schemes:
             pts = sorted((r.context, r.step_us(decision_method(r)) / 1000, (r.linear or {}).get("sum_us"))
                          for r in rows if r.m == m and r.scheme == scheme)
             if not pts:
                 continue
-            color = colours[base[scheme]]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=style[scheme], ls="-", color=color,
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=style[scheme], ls="-", color=colour[scheme],
                     lw=2.2 if compiled[scheme] else 1.2, label=plain(scheme))
             linear = [p[2] for p in pts if p[2] is not None]
             if linear:
-                ax.axhline(linear[0] / 1000, color=color, ls="--", lw=0.8)
+                ax.axhline(linear[0] / 1000, color=colour[scheme], ls="--", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set(yscale="log", xlabel="context (cached positions)", ylabel="step, ms (dashed: Σ linear, the layer view)",
                title=f"M = {m}")
@@ -267,7 +248,6 @@ def plot_context(doc: ResultDoc, path: Path) -> Path:
     fig.suptitle(plain(f"{title}: the measured decode step against the context"))
     if rows:
         from matplotlib.lines import Line2D
-
         handles, _ = axes[0][-1].get_legend_handles_labels()
         handles.append(Line2D([], [], color="grey", ls="--", lw=0.8, label="dashed: Σ linear (the layer view)"))
         axes[0][-1].legend(handles=handles, **OUTSIDE)
