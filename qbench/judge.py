@@ -1,9 +1,7 @@
-"""The decisions readers make about rows, for every job kind: which timing method reads a file or a
-row, whether two readings differ beyond their noise, the pick among schemes tied within noise and
-whether it holds across runs, why a scheme has no graph-captured time, what could mislead a reader
-of a row, and the budget options a job declares. Pure functions over the typed result; readers and
-renderers decide nothing on their own.
-"""
+"""The decisions readers make about rows, for every job kind: the timing method of a file or a row, whether two
+readings differ beyond their noise, the pick among schemes tied within noise and whether it holds across runs, why
+a scheme has no graph-captured time, what could mislead a reader of a row, and the budget options a job declares.
+Pure functions over the typed result; readers and renderers decide nothing on their own."""
 
 from __future__ import annotations
 
@@ -13,17 +11,17 @@ from typing import Any, Callable, Hashable, Mapping, Optional, Sequence, TypeVar
 
 from qbench import jobs
 from qbench.results import ResultDoc
-from qbench.row import NOISY_CV, Row, Stats, is_noisy_cv  # noqa: F401  (NOISY_CV: readers import it here)
-from qbench.row import combine_repeats
+from qbench.row import NOISY_CV, Row, Stats, combine_repeats, is_noisy_cv  # noqa: F401  (NOISY_CV: readers import it)
 from qbench.timing import registry
 from qbench.timing.stats import verdict  # noqa: F401  (the rule lives with the statistics; readers import it here)
 
 __all__ = ["CAPTURE_KINDS", "beyond", "CPU_METHOD", "DECISION_METHOD", "FALLBACK_METHODS", "METHOD_CHOICES", "NOISY_CV",
-           "PARETO_KEYS", "STORED_BYTES_RTOL", "UNUSABLE", "Budget", "budget_flags", "capture_failure",
-           "combine_rows", "common_method", "decision_method", "decision_stats",
-           "incomplete_warning", "is_noisy", "methods_present", "pareto_front", "pick_stability",
-           "pick_within_noise", "resolve_method", "row_caveats", "shape_order", "HOST_CLOCK_METHOD", "by_shape",
-           "unusable_note", "verdict", "within_noise"]
+           "PARETO_KEYS", "STORED_BYTES_RTOL", "UNUSABLE", "Budget", "budget_flags", "capture_failure", "combine_rows",
+           "common_method", "decision_method", "decision_stats", "incomplete_warning", "is_noisy", "methods_present",
+           "pareto_front", "pick_stability", "pick_within_noise", "resolve_method", "row_caveats", "shape_order",
+           "HOST_CLOCK_METHOD", "by_shape", "unusable_note", "verdict", "within_noise"]
+
+T = TypeVar("T")
 
 #: The CPU method every CPU row has (CPU rows may also have ``stream``).
 CPU_METHOD = registry.CPU_METHOD
@@ -53,8 +51,8 @@ def methods_present(rows: Sequence[Row]) -> list[str]:
 
 
 def resolve_method(doc: ResultDoc, requested: Optional[str]) -> tuple[str, Optional[str]]:
-    """``(method, note)``: ``requested`` as given; else :data:`DECISION_METHOD` when some row has it, else the
-    first of :data:`FALLBACK_METHODS` the file has, with a note saying so; else ``(DECISION_METHOD, None)``."""
+    """``(method, note)``: ``requested`` as given; else :data:`DECISION_METHOD` when some row has it, else the first
+    of :data:`FALLBACK_METHODS` the file has, with a note saying so; else ``(DECISION_METHOD, None)``."""
     if requested is not None:
         return requested, None
     present = methods_present(doc.rows)
@@ -78,14 +76,12 @@ def decision_stats(row: Any) -> Optional[Stats]:
 
 
 def common_method(a: ResultDoc, b: ResultDoc, requested: Optional[str]) -> tuple[str, Optional[str]]:
-    """``(method, note or None)``: the one method two files are compared by: :func:`resolve_method` of
-    each; when they differ, the first of ``stream``, ``cold``, ``cpu`` both have (the note says which
-    side lacks ``stream``); ``stream`` when they share none."""
+    """``(method, note or None)`` two files are compared by: :func:`resolve_method` of each; when they differ, the
+    first of ``stream``, ``cold``, ``cpu`` both have (the note names the side without ``stream``), else ``stream``."""
     method, note_a = resolve_method(a, requested)
     method_b, note_b = resolve_method(b, requested)
-    note = note_a or note_b
     if method == method_b:
-        return method, note
+        return method, note_a or note_b
     have_a, have_b = methods_present(a.rows), methods_present(b.rows)
     common = next((m for m in (DECISION_METHOD, *FALLBACK_METHODS) if m in have_a and m in have_b), None)
     if common is None:
@@ -101,30 +97,24 @@ def incomplete_warning(doc: ResultDoc, path: str | os.PathLike) -> Optional[str]
     """One line when ``doc`` says ``"complete": false`` (schemes may be missing), else None."""
     if doc.complete is not False:
         return None
-    rows = doc.rows
-    schemes = len({r.scheme for r in rows})
+    schemes = len({r.scheme for r in doc.rows})
     asked = len((doc.scenario.model_extra or {}).get("schemes") or [])
     of = f"{schemes} of the {asked} schemes its scenario lists" if asked > schemes else f"{schemes} schemes"
-    return (f"warning: {path} is incomplete (\"complete\": false, {len(rows)} rows of {of}): "
+    return (f"warning: {path} is incomplete (\"complete\": false, {len(doc.rows)} rows of {of}): "
             "the run was interrupted or is still going; schemes may be missing")
 
 
 # ---- two readings --------------------------------------------------------------------------------
 
-def run_medians(row: Row, method: str) -> list[float]:
-    """The medians (µs) of ``method`` of the row's independent runs (``repeats.medians``), or ``[]``."""
-    return list(row.repeats.medians.get(method) or []) if row.repeats is not None else []
-
-
 def row_verdict(ra: Row, rb: Row, method: str) -> str:
-    """:func:`verdict` of two rows' ``method`` STATS with their runs' medians: ties use the wider of
-    the within-run and the between-run spread."""
-    return verdict(ra.stats(method), rb.stats(method), run_medians(ra, method), run_medians(rb, method))
+    """:func:`verdict` of two rows' ``method`` STATS with their runs' medians (µs, ``repeats.medians``): ties use
+    the wider of the within-run and the between-run spread."""
+    runs = [list(r.repeats.medians.get(method) or []) if r.repeats is not None else [] for r in (ra, rb)]
+    return verdict(ra.stats(method), rb.stats(method), *runs)
 
 
 def tie_note(ra: Row, rb: Row, method: str) -> Optional[str]:
-    """``"between-run spread 28%"`` (the wider :func:`tie_band`) when two rows tie only through their
-    runs' spread (their p10-p90 do not overlap); else None."""
+    """``"between-run spread X%"`` (the wider :func:`tie_band`) when two rows tie only through their runs' spread."""
     if verdict(ra.stats(method), rb.stats(method)) == "same" or row_verdict(ra, rb, method) != "same":
         return None
     bands = [tie_band(r.stats(method), r.repeats, method) for r in (ra, rb)]
@@ -132,12 +122,9 @@ def tie_note(ra: Row, rb: Row, method: str) -> Optional[str]:
     return f"between-run spread {band:.0%}" if band is not None else "between-run spread"
 
 
-T = TypeVar("T")
-
-
 def within_noise(a: Any, b: Any) -> bool:
-    """True when ``a`` and ``b`` both have a :func:`decision_stats` (each row by its own :func:`decision_method`)
-    and :func:`verdict` finds them the same (p10-p90 overlap)."""
+    """True when ``a`` and ``b`` both have a :func:`decision_stats` (each row by its own :func:`decision_method`) and
+    :func:`verdict` finds them the same (p10-p90 overlap)."""
     mine, theirs = decision_stats(a), decision_stats(b)
     return mine is not None and theirs is not None and verdict(mine, theirs) == "same"
 
@@ -146,14 +133,13 @@ def pick_within_noise(candidates: Sequence[T], *, time: Callable[[T], float],
                       same: Callable[[T, T], bool], error: Callable[[T], Optional[float]],
                       size: Callable[[T], Optional[float]], name: Callable[[T], str],
                       previous: Optional[str] = None) -> tuple[Optional[T], Optional[T], Optional[T], list[T]]:
-    """The pick among ``candidates`` (each within the error budget): the fastest by ``time`` (µs,
-    first wins on equal times), the group ``same`` as it within noise, and in that group the one
-    named ``previous`` (the neighbouring problem's pick: a deployment stores one weight format, so a
-    pick does not flip inside noise), else the lowest ``error``, then the fewest ``size`` bytes, then
-    the lowest ``time`` (None ranks last).
+    """The pick among ``candidates`` (each within the error budget): the fastest by ``time`` (µs, first wins on
+    equal times), the group ``same`` as it within noise, and in that group the one named ``previous`` (the
+    neighbouring problem's pick: a deployment stores one weight format, so a pick does not flip inside noise), else
+    the lowest ``error``, then the fewest ``size`` bytes, then the lowest ``time`` (None ranks last).
 
-    Returns ``(pick, by_rank, fastest, group)``: ``by_rank`` is the group's best by error / bytes /
-    time; all None and ``[]`` without candidates."""
+    Returns ``(pick, by_rank, fastest, group)``: ``by_rank`` is the group's best by error / bytes / time; all None
+    and ``[]`` without candidates."""
     if not candidates:
         return None, None, None, []
     fastest = min(candidates, key=time)
@@ -167,8 +153,8 @@ def pick_within_noise(candidates: Sequence[T], *, time: Callable[[T], float],
 
 def pick_stability(records: Sequence[Sequence[Mapping[str, Any]]],
                    keys: tuple[str, ...] = ("m", "context")) -> list[dict]:
-    """Across several files' pick records (each a mapping with ``keys`` and ``pick``): per value of
-    ``keys`` present in every file, ascending, ``{**keys, "picks": [pick per file], "holds": all equal}``."""
+    """Across several files' pick records (each a mapping with ``keys`` and ``pick``): per value of ``keys`` present
+    in every file, ascending, ``{**keys, "picks": [pick per file], "holds": all equal}``."""
     by_file: list[dict[tuple, Optional[str]]] = [{tuple(r[k] for k in keys): r["pick"] for r in rec}
                                                  for rec in records]
     common: list[Hashable] = sorted(set.intersection(*(set(f) for f in by_file))) if by_file else []
@@ -179,8 +165,8 @@ def pick_stability(records: Sequence[Sequence[Mapping[str, Any]]],
 # ---- one row -------------------------------------------------------------------------------------
 
 def capture_failure(row: Row, method: str) -> Optional[str]:
-    """The reason's text when ``row`` is ``ok`` but has no time for ``method``, a method that needs a
-    CUDA graph capture, for a reason of :data:`CAPTURE_KINDS` (the scheme is :data:`UNUSABLE`); else None."""
+    """The reason's text when ``row`` is ``ok`` but has no time for ``method``, a method that needs a CUDA graph
+    capture, for a reason of :data:`CAPTURE_KINDS` (the scheme is :data:`UNUSABLE`); else None."""
     info = registry.METHODS.get(method)
     if info is None or not info.needs_capture or row.status != "ok" or row.stats(method) is not None:
         return None
@@ -189,17 +175,15 @@ def capture_failure(row: Row, method: str) -> Optional[str]:
 
 
 def unusable_note(pairs: Sequence[tuple[str, Optional[int]]], method: str) -> Optional[str]:
-    """One line naming the schemes of ``(scheme, M)`` pairs (:func:`capture_failure`) with their M
-    values, in first-seen order; None without pairs."""
-    by_scheme: dict[str, dict] = {}  # scheme -> its M values, each once (a dict keeps first-seen order)
+    """One line naming the schemes of ``(scheme, M)`` pairs (:func:`capture_failure`) with their Ms; None without."""
+    by_scheme: dict[str, dict] = {}  # scheme -> its M values, each once, first-seen order
     for scheme, m in pairs:
         by_scheme.setdefault(scheme, {})[m] = None
     if not by_scheme:
         return None
     names = ", ".join(f"{s} (M={','.join(str(m) for m in sorted(ms, key=lambda v: (v is None, v)))})"
                       for s, ms in by_scheme.items())
-    return (f"{UNUSABLE} (no {method} time: the call cannot be captured in a CUDA graph, "
-            f"e.g. a host sync): {names}")
+    return f"{UNUSABLE} (no {method} time: the call cannot be captured in a CUDA graph, e.g. a host sync): {names}"
 
 
 def is_noisy(row: Row, method: str) -> bool:
@@ -225,8 +209,7 @@ def shape_order(shape: tuple) -> tuple:
 
 
 def by_shape(rows: Sequence[Row]) -> list[tuple[tuple, list[Row]]]:
-    """``[(shape, [Row...]), ...]``: ``rows`` grouped by :attr:`~qbench.row.Row.shape` in
-    :func:`shape_order`, each group's rows in file order."""
+    """``[(shape, [Row...]), ...]``: ``rows`` grouped by ``Row.shape`` in :func:`shape_order`, each in file order."""
     groups: dict[tuple, list[Row]] = {}
     for r in rows:
         groups.setdefault(r.shape, []).append(r)
@@ -236,24 +219,20 @@ def by_shape(rows: Sequence[Row]) -> list[tuple[tuple, list[Row]]]:
 #: The axes of the Pareto front ``qbench recommend`` reports and ``qbench plot`` rings, all minimised.
 PARETO_KEYS = ("latency_us", "rel_fro", "stored_bytes")
 
-#: Relative resolution of the stored-bytes axis of the Pareto front: sizes within 1 % are equal, so a
-#: scheme storing a few KiB less metadata on a 16 MiB weight is not kept on the front however slow.
+#: Relative resolution of the stored-bytes axis of the Pareto front: sizes within 1 % are equal, so a scheme storing
+#: a few KiB less metadata on a 16 MiB weight is not kept on the front however slow.
 STORED_BYTES_RTOL = 0.01
 
 
-def pareto_front(points: Sequence[dict], keys: Sequence[str] = PARETO_KEYS,
-                 rtol: Optional[dict] = None) -> list[dict]:
-    """The points no other point dominates (no worse on every key, better on one; all ``keys``
-    minimised), in input order; equal points all kept, points with a key None left out. ``rtol``
-    (key -> relative tolerance; default ``{"stored_bytes": STORED_BYTES_RTOL}``) makes values of that
-    key within the tolerance equal."""
+def pareto_front(points: Sequence[dict], keys: Sequence[str] = PARETO_KEYS, rtol: Optional[dict] = None) -> list[dict]:
+    """The points no other point dominates (no worse on every key, better on one; all ``keys`` minimised), in input
+    order; equal points all kept, points with a key None left out. ``rtol`` (key -> relative tolerance; default
+    ``{"stored_bytes": STORED_BYTES_RTOL}``) makes values of that key within the tolerance equal."""
     tol = {"stored_bytes": STORED_BYTES_RTOL} if rtol is None else rtol
     pts = [p for p in points if all(p.get(k) is not None for k in keys)]
 
     def cmp(x: float, y: float, t: float) -> int:  # -1 better, 0 equal, 1 worse
-        if abs(x - y) <= t * max(abs(x), abs(y)):
-            return 0
-        return -1 if x < y else 1
+        return 0 if abs(x - y) <= t * max(abs(x), abs(y)) else -1 if x < y else 1
 
     def dominates(a: dict, b: dict) -> bool:
         c = [cmp(a[k], b[k], tol.get(k, 0.0)) for k in keys]
@@ -263,8 +242,8 @@ def pareto_front(points: Sequence[dict], keys: Sequence[str] = PARETO_KEYS,
 
 
 def tie_band(stats, repeats, method: str) -> Optional[float]:
-    """The wider of the within-run spread ((p90 - p10) / median of ``stats``) and the between-run
-    spread of ``repeats`` for ``method``; None when the row has neither."""
+    """The wider of the within-run spread ((p90 - p10) / median of ``stats``) and the between-run spread of
+    ``repeats`` for ``method``; None when the row has neither."""
     bands = []
     if stats is not None and stats.median and stats.p10 is not None and stats.p90 is not None:
         bands.append((stats.p90 - stats.p10) / stats.median)
@@ -288,21 +267,18 @@ def combine_rows(rows: Sequence[T]) -> T:
 
 @dataclass(frozen=True)
 class Budget:
-    """One budget option a job kind declares: ``--<name>`` bounds the row statistic ``value`` from
-    above (``upper``) or below; the option, its check, its sentence, a row's miss and the JSON key
-    all come from this record.
+    """One budget option a job kind declares: ``--<name>`` bounds the row statistic ``value`` from above (``upper``)
+    or below; the option, its check, its sentence, a row's miss and the JSON key all come from this record.
 
     Attributes:
         name: the option's destination and JSON key (``max_kld``; the option is ``--max-kld``).
-        what: the statistic as a table names it (``mean KLD``).
-        terms: what the value is, in the field's terms (``mean KL divergence, nats``), for a refusal.
-        value: the row -> the statistic (None: not measured; the row misses the budget).
-        help: the option's ``--help`` line.
+        what, terms: the statistic as a table names it (``mean KLD``) and in the field's terms, for a refusal
+            (``mean KL divergence, nats``).
+        value: the row -> the statistic (None: not measured; the row misses the budget); ``help``: its ``--help``.
         upper: True: a row meets it with ``value <= limit``; False: ``value >= limit``.
         most: the largest limit accepted (a share: 1), None: any limit >= 0.
-        scale, unit: how a value and a limit are said (a share as a percentage: 100, `` %``).
-        fmt: the format of a row's value in a miss (``.3g``).
-    """
+        scale, unit, fmt: how a value and a limit are said (a share as a percentage: 100, `` %``; a row's value in a
+            miss: ``.3g``)."""
 
     name: str
     what: str
@@ -343,8 +319,7 @@ class Budget:
 
 
 def beyond(value: float, limit: float, fmt: str = ".3g") -> str:
-    """``value`` in ``fmt``, with more significant digits (up to 6) while it would print as ``limit`` does: a value
-    just over a budget (rel_fro 0.10020 against 0.1) reads ``0.1002 > 0.1``, not ``0.1 > 0.1``."""
+    """``value`` in ``fmt``, more digits (up to 6) while it prints as ``limit``: ``0.1002 > 0.1``, not ``0.1 > 0.1``."""
     text = format(value, fmt)
     for digits in range(3, 7):
         if float(text) != float(f"{limit:g}"):

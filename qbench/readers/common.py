@@ -1,7 +1,6 @@
 """What every reader command shares: the :class:`Command` record, the options declared once, :func:`open_results`,
 several files read as one :class:`Result`, and :func:`show_table`. A reader's ``run(args)`` raises
-:class:`Refused` for bad input: one line, ``qbench <name>: <message>``, exit 2.
-"""
+:class:`Refused` for bad input: one line, ``qbench <name>: <message>``, exit 2."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ import argparse
 import io
 import os
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -99,19 +99,15 @@ _UNSAID = {"method": "timing method", "format": "any tabulate format, markdown, 
 
 
 def add_options(p: argparse.ArgumentParser, **said: Optional[str]) -> None:
-    """Add the :data:`SHARED_OPTIONS` named, in the order given, each help saying ``said[dest]`` (None: the
-    default words)."""
+    """Add the :data:`SHARED_OPTIONS` named, in order, each help saying ``said[dest]`` (None: the default words)."""
     for dest, what in said.items():
         kw, help = SHARED_OPTIONS[dest]
         p.add_argument("--" + dest.replace("_", "-"), **kw, help=help.format(what or _UNSAID[dest]))
 
 
 def check_baseline(paths: str | Sequence[str], schemes, baseline: str, *, always: bool = False) -> None:
-    """Refuse a ``--baseline`` that names none of ``schemes``; the default only with ``always`` (a view that divides
-    by it), so a file without bf16 keeps its other views.
-
-    Raises:
-        Refused: naming the file, the baseline and the file's schemes."""
+    """Raise :class:`Refused` (naming the files, the baseline and their schemes) for a ``--baseline`` that names none
+    of ``schemes``; the default only with ``always`` (a view that divides by it): a file without bf16 keeps the rest."""
     schemes = set(schemes)
     if not (always or baseline != DEFAULT_BASELINE) or baseline in schemes:
         return
@@ -128,14 +124,10 @@ def check_max_rel_err(value: Optional[float]) -> None:
 
 def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn",
                  refusal: str = "", command: str = "") -> list[ResultDoc]:
-    """Read every file of ``paths`` (:func:`qbench.results.read_results`).
-
-    A result of a job kind other than the layer's is refused unless its kind has a view for ``command``. A file
-    marked ``"complete": false``: ``incomplete="warn"`` prints :func:`qbench.judge.incomplete_warning` on stderr,
-    ``"refuse"`` refuses ``"<path> <refusal>"``, ``"keep"`` says nothing.
-
-    Raises:
-        Refused: an unreadable file, a kind without this view, an incomplete file with ``"refuse"``."""
+    """Read every file of ``paths`` (:func:`qbench.results.read_results`). A file marked ``"complete": false``:
+    ``incomplete="warn"`` prints :func:`qbench.judge.incomplete_warning` on stderr, ``"refuse"`` refuses
+    ``"<path> <refusal>"``, ``"keep"`` says nothing. Raises :class:`Refused` for an unreadable file, a job kind
+    other than the layer's without a view for ``command``, an incomplete file with ``"refuse"``."""
     try:
         docs = [read_results(path) for path in paths]
     except ResultsError as exc:
@@ -147,10 +139,9 @@ def open_results(paths: Sequence[str | os.PathLike], *, incomplete: str = "warn"
             raise Refused(f"{path}: " + (kind.refusal or f"a {kind.name} result (rows of job {kind.name!r}); this "
                                          f"command does not read it ({offered or 'no reader'} does)"))
     for path, doc in zip(paths, docs):
-        warning = incomplete_warning(doc, path) if incomplete != "keep" else None
-        if warning and incomplete == "refuse":
-            raise Refused(f"{path} {refusal}")
-        if warning:
+        if incomplete != "keep" and (warning := incomplete_warning(doc, path)):
+            if incomplete == "refuse":
+                raise Refused(f"{path} {refusal}")
             print(warning, file=sys.stderr)
     return docs
 
@@ -167,10 +158,7 @@ def add_budgets(p: argparse.ArgumentParser) -> None:
 
 
 def check_budgets(args: argparse.Namespace) -> list:
-    """The :func:`declared_budgets` given in ``args``.
-
-    Raises:
-        Refused: a value that is no budget (:meth:`qbench.judge.Budget.check`)."""
+    """The :func:`declared_budgets` given in ``args``; :class:`Refused` for a value that is no budget (its check)."""
     given = [b for b in declared_budgets() if getattr(args, b.name, None) is not None]
     for b in given:
         if (why := b.check(getattr(args, b.name))):
@@ -186,13 +174,10 @@ def refuse_budgets(args: argparse.Namespace) -> None:
 
 
 def job_view(docs: Sequence[ResultDoc], command: str) -> Optional[Callable[..., int]]:
-    """The view ``command`` takes for ``docs``: the first job kind among theirs, in registry order, that offers one;
-    None: the command's own (layer) view."""
+    """The view ``command`` takes for ``docs``: their first job kind (registry order) that offers one, else None."""
     present = {doc.job for doc in docs}
-    for kind in jobs.JOBS.values():
-        if kind.name in present and command in kind.views:
-            return kind.view(command)
-    return None
+    return next((kind.view(command) for kind in jobs.JOBS.values() if kind.name in present and command in kind.views),
+                None)
 
 
 @dataclass
@@ -212,8 +197,7 @@ class Result:
 
 def merge_docs(docs: Sequence[ResultDoc]) -> ResultDoc:
     """The rows of ``docs`` (files of one scenario) as one document: the first file's fields, rows in first-seen
-    order, a row in several files combined (:func:`qbench.judge.combine_rows`); ``complete`` False when any file
-    says so."""
+    order, a row in several files combined (:func:`qbench.judge.combine_rows`); ``complete`` False if any says so."""
     if len(docs) == 1:
         return docs[0]
     by_key: dict[tuple, list[Row]] = {}
@@ -221,8 +205,7 @@ def merge_docs(docs: Sequence[ResultDoc]) -> ResultDoc:
         for row in doc.rows:
             by_key.setdefault(row.key, []).append(row)
     complete = False if any(d.complete is False for d in docs) else docs[0].complete
-    return docs[0].model_copy(update={"rows": [combine_rows(rows) for rows in by_key.values()],
-                                      "complete": complete})
+    return docs[0].model_copy(update={"rows": [combine_rows(rows) for rows in by_key.values()], "complete": complete})
 
 
 def _run_copies(row: Row) -> list[Row]:
@@ -235,12 +218,11 @@ def _run_copies(row: Row) -> list[Row]:
         lat = {}
         for method, stats in row.latency_us.items():
             meds = rep.medians.get(method) or []
-            if stats is None or stats.median is None or i >= len(meds):
-                lat[method] = stats
-                continue
-            f = meds[i] / stats.median
-            lat[method] = stats.model_copy(update={k: getattr(stats, k) * f for k in ("median", "p10", "p90", "mean")
-                                                   if getattr(stats, k) is not None})
+            if stats is not None and stats.median is not None and i < len(meds):
+                f = meds[i] / stats.median
+                stats = stats.model_copy(update={k: getattr(stats, k) * f for k in ("median", "p10", "p90", "mean")
+                                                 if getattr(stats, k) is not None})
+            lat[method] = stats
         out.append(row.model_copy(update={"latency_us": lat, "repeats": None}))
     return out
 
@@ -249,10 +231,7 @@ def split_runs(docs: Sequence[ResultDoc]) -> list[ResultDoc]:
     """The independent runs ``docs`` (files of one scenario) hold, one document each: a file sharing a row identity
     with another is a run of its own rows (rows with ``repeats``: a run per median), completed by the rows of the
     other files; ``[merge_docs(docs)]`` when there is one run."""
-    counts: dict[tuple, int] = {}
-    for doc in docs:
-        for row in doc.rows:
-            counts[row.key] = counts.get(row.key, 0) + 1
+    counts = Counter(row.key for doc in docs for row in doc.rows)
     merged = merge_docs(docs)
     runs: list[dict[tuple, Row]] = []
     completing = []
@@ -292,10 +271,7 @@ def group_results(paths: Sequence[str], docs: Sequence[ResultDoc]) -> list[Resul
 
 
 def one_result(paths: Sequence[str], docs: Sequence[ResultDoc], side: str = "") -> Result:
-    """The one :class:`Result` the files are (:func:`group_results`).
-
-    Raises:
-        Refused: the files are several results, each named (after ``side``, e.g. ``"A: "``)."""
+    """The one :class:`Result` the files are (:func:`group_results`); several: :class:`Refused` after ``side``."""
     results = group_results(paths, docs)
     if len(results) > 1:
         raise Refused(f"{side}the files are not one result (one scenario on one machine): "
@@ -332,8 +308,7 @@ ACT_ON = ("which answer to act on: the measured step decides a model (a [model] 
 
 
 def one_machine(paths: Sequence[str], docs: Sequence[ResultDoc], why: str = "") -> None:
-    """Refuse files measured on different machines (``why``: what the view adds up), then
-    :func:`warn_machine_differences` among the rest."""
+    """Refuse files of different machines (``why``: what the view adds up), then :func:`warn_machine_differences`."""
     if len({doc.machine for doc in docs}) > 1:
         raise Refused("the files were measured on different machines ("
                       + "; ".join(f"{p}: {d.machine}" for p, d in zip(paths, docs)) + ")" + why)
@@ -341,8 +316,7 @@ def one_machine(paths: Sequence[str], docs: Sequence[ResultDoc], why: str = "") 
 
 
 def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[str]:
-    """Print on stderr, and return, one ``warning:`` line per :func:`timing_differences` line between the first file
-    and each other."""
+    """Print on stderr, and return, a ``warning:`` per :func:`timing_differences` line of the first file and another."""
     out = [f"warning: {paths[0]} (A) and {path} (B) may come from different machines: {line}"
            for path, doc in zip(paths[1:], docs[1:]) for line in timing_differences(docs[0], doc)]
     for line in dict.fromkeys(out):
@@ -351,8 +325,7 @@ def warn_machine_differences(paths: list[str], docs: list[ResultDoc]) -> list[st
 
 
 def incomplete_notes(paths: Sequence[str], docs: Sequence[ResultDoc], noted: bool) -> list[str]:
-    """A note per incomplete file when ``noted`` (``--allow-incomplete`` and room for notes); otherwise its warning
-    goes to stderr."""
+    """A note per incomplete file when ``noted`` (``--allow-incomplete``, room for notes); else a stderr warning."""
     notes = []
     for path, doc in zip(paths, docs):
         warning = incomplete_warning(doc, path)
@@ -375,11 +348,8 @@ class Table:
 
 
 def show_table(args: argparse.Namespace, doc: ResultDoc, table: Table, label: Optional[str] = None) -> int:
-    """Print ``table`` of ``doc`` (:func:`qbench.render.view.show`): ``report``'s (``label``: the file;
-    ``--columns`` picks catalogue keys) or ``run``'s (no label). Returns the records shown.
-
-    Raises:
-        Refused: an unknown ``--columns`` key (one line naming the file and the allowed keys)."""
+    """Print ``table`` of ``doc`` (:func:`qbench.render.view.show`): ``report``'s (``label``: the file; ``--columns``
+    picks keys, an unknown one: :class:`Refused`) or ``run``'s (no label). Returns the records shown."""
     wide = getattr(args, "wide", False)
     try:
         columns = table.view.columns(args.format, wide, column_keys(getattr(args, "columns", None)) if label else None)
@@ -401,16 +371,14 @@ def print_table(args: argparse.Namespace, text: str, describe: Sequence[str], no
 
 
 def refuse_options(args: argparse.Namespace, names: Sequence[str], why: str) -> None:
-    """Refuse the first option of ``names`` given in ``args``: ``why`` with ``{flag}`` replaced (no str.format: a
-    path in ``why`` may hold braces)."""
+    """Refuse the first option of ``names`` given in ``args``: ``why`` with ``{flag}`` replaced (a path may hold {})."""
     for name in names:
         if getattr(args, name, None):
             raise Refused(why.replace("{flag}", "--" + name.replace("_", "-")))
 
 
 def chart_folder(out: Path, targets: Sequence[Path], force: bool) -> None:
-    """Refuse a chart path ``out`` not ending .png, .svg or .pdf, or existing ``targets`` without ``force``; then
-    make ``out``'s folder."""
+    """Refuse an ``out`` not ending .png, .svg or .pdf, or existing ``targets`` without ``force``; make its folder."""
     if out.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise Refused(f"-o must name a .png, .svg or .pdf file, got {out}")
     existing = [str(t) for t in targets if t.exists()]

@@ -1,7 +1,6 @@
 """Render result rows: one renderer per output format over the same records. :data:`FORMATS` maps a format name to
 its renderer: every tabulate format (``markdown``/``md`` are ``pipe``), ``csv`` (column keys, raw values) and
-``json``; file strings are made harmless on the way out.
-"""
+``json``; file strings are made harmless on the way out."""
 
 from __future__ import annotations
 
@@ -11,13 +10,14 @@ import json
 import textwrap
 from dataclasses import replace
 from functools import partial
+from itertools import groupby
 from typing import Any, Callable, Iterable, Sequence
 
 from tabulate import tabulate_formats
 
 from qbench.render.columns import (COLUMNS, DASH, NARROW_HEADERS, Column, UnknownColumnError, default_columns,
                                    resolve_columns)
-from qbench.render.safe import csv_text, visible
+from qbench.render.safe import MARKDOWN_FORMATS, csv_text, visible
 from qbench.render.table import render_table
 from qbench.judge import CPU_METHOD, DECISION_METHOD, methods_present
 from qbench.results import Env, ResultDoc, finite_or_none
@@ -26,7 +26,7 @@ from qbench.timing import registry
 
 __all__ = ["COLUMNS", "DASH", "FORMATS", "MARKDOWN_FORMATS", "MARKUP_FORMATS", "TABLE_WIDTH", "Column",
            "UnknownColumnError", "UnknownFormatError", "check_format", "default_columns", "fit", "prose", "narrow",
-           "render", "render_header", "synthetic_warnings", "synthetic_weights", "weight_sources", "wants_prose"]
+           "render", "render_header", "synthetic_warnings", "weight_sources", "wants_prose"]
 
 
 def _csv_field(v) -> str:
@@ -41,8 +41,8 @@ def _csv_field(v) -> str:
 
 
 def render_csv(rows: Sequence[Any], columns: Sequence[Column]) -> str:
-    """CSV (RFC 4180 quoting, ``\\n`` line ends): a header of column keys, then each row's raw values
-    (units of the catalogue: MiB, µs, %), so the file reads back into the same numbers."""
+    """CSV (RFC 4180 quoting, ``\\n`` line ends): a header of column keys, then each row's raw values (units of the
+    catalogue: MiB, µs, %), so the file reads back into the same numbers."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([c.key for c in columns])
@@ -68,22 +68,17 @@ FORMATS: dict[str, Callable[..., str]] = {
 #: Formats that are data, not tables: they carry the ``reason`` column instead of footnotes, and no header.
 DATA_FORMATS = frozenset({"csv", "json"})
 
-#: Table formats meant to be parsed or pasted elsewhere (LaTeX, HTML, wikis, TSV): printed without
-#: the prose lines (header, notes, summaries) a terminal table has around it.
-MARKUP_FORMATS = frozenset({"tsv", "html", "unsafehtml", "latex", "latex_raw", "latex_booktabs",
-                            "latex_longtable", "mediawiki", "moinmoin", "jira", "textile",
-                            "asciidoc", "youtrack"})
-
-#: Markdown formats: the documents are generated from them, so they keep every column (:func:`narrow`).
-MARKDOWN_FORMATS = frozenset({"github", "pipe", "markdown", "md"})
+#: Table formats meant to be parsed or pasted elsewhere (LaTeX, HTML, wikis, TSV): printed without the prose lines
+#: (header, notes, summaries) a terminal table has around it.
+MARKUP_FORMATS = frozenset({"tsv", "html", "unsafehtml", "latex", "latex_raw", "latex_booktabs", "latex_longtable",
+                            "mediawiki", "moinmoin", "jira", "textile", "asciidoc", "youtrack"})
 
 #: The width (characters) a default terminal view fits: its tables and prose lines.
 TABLE_WIDTH = 120
 
 
 def narrow(fmt: str, wide: bool = False) -> bool:
-    """Whether a view shows its narrow default (fits :data:`TABLE_WIDTH`): a terminal table format without
-    ``--wide``."""
+    """Whether a view shows its narrow default (fits :data:`TABLE_WIDTH`): a terminal table without ``--wide``."""
     return not wide and wants_prose(fmt) and fmt not in MARKDOWN_FORMATS
 
 
@@ -110,16 +105,12 @@ def prose(fmt: str, wide: bool = False) -> Callable[[str], str]:
 def split_markdown(text: str) -> tuple[str, str]:
     """A command's Markdown output as ``(tables, prose)``: the lines starting with ``|`` (a blank line between
     tables) and every other non-blank line; each ends with a newline unless empty."""
-    tables, prose, block = [], [], []
-    for line in text.splitlines() + [""]:
-        if line.startswith("|"):
-            block.append(line)
-            continue
-        if block:
-            tables.append("\n".join(block))
-            block = []
-        if line.strip():
-            prose.append(line)
+    tables, prose = [], []
+    for is_table, lines in groupby(text.splitlines(), key=lambda line: line.startswith("|")):
+        if is_table:
+            tables.append("\n".join(lines))
+        else:
+            prose += [line for line in lines if line.strip()]
     return ("\n\n".join(tables) + "\n" if tables else ""), ("\n".join(prose) + "\n" if prose else "")
 
 
@@ -141,11 +132,9 @@ def check_format(fmt: str) -> None:
 def render(rows: Sequence[Row], columns: Iterable[str | Column] | None = None, fmt: str = "simple",
            wide: bool = False) -> str:
     """``rows`` (or records read by :class:`Column` objects) in format ``fmt``, without a trailing newline.
-    ``columns``: keys of :data:`COLUMNS` or Columns; None: :func:`default_columns` (a table's narrow set under
-    short headers unless ``wide``; csv/json every default and ``reason``).
-
-    Raises:
-        UnknownFormatError, UnknownColumnError: one line naming the bad value and the allowed ones."""
+    ``columns``: keys of :data:`COLUMNS` or Columns; None: :func:`default_columns` (a table's narrow set under short
+    headers unless ``wide``; csv/json every default and ``reason``). Raises :class:`UnknownFormatError`,
+    :class:`UnknownColumnError`: one line naming the bad value and the allowed ones."""
     check_format(fmt)
     rows = list(rows)
     short = columns is None and fmt not in DATA_FORMATS and not wide
@@ -174,9 +163,8 @@ def _times_line(rows: list[Row], env: Env) -> str:
     methods = methods_present(rows)
     if not methods:
         return "times: none measured"
-    devices = [str(r.device or "") for r in rows] + [str(env.device or "")]
     cuda_only = [m for m in methods if registry.METHODS.get(m) and not registry.METHODS[m].cpu]
-    on_cuda = bool(cuda_only) or any(d.startswith("cuda") for d in devices)
+    on_cuda = bool(cuda_only) or any(str(d or "").startswith("cuda") for d in [*(r.device for r in rows), env.device])
     parts = []
     if DECISION_METHOD in methods:
         parts.append(f"{DECISION_METHOD} ({_STREAM_GLOSS['cuda' if on_cuda else 'cpu']})")
@@ -199,15 +187,10 @@ def weight_sources(rows: Sequence[Row]) -> list[str]:
     return list(dict.fromkeys(r.weight_source or OLD_WEIGHT for r in rows))
 
 
-def synthetic_weights(rows: Sequence[Row]) -> list[str]:
-    """The :func:`weight_sources` qbench drew itself (they say ``synthetic``)."""
-    return [w for w in weight_sources(rows) if "synthetic" in w]
-
-
 def synthetic_warnings(rows: Sequence, where: str = "", step: bool = False) -> list[str]:
-    """The warning over a reader's output when the weights are synthetic (a layer's errors, after ``where``;
-    ``step``: a model step's logits errors); none otherwise."""
-    sources = "; ".join(synthetic_weights(rows))
+    """The warning over a reader's output when some :func:`weight_sources` are synthetic (qbench drew them; a layer's
+    errors, after ``where``; ``step``: a model step's logits errors); none otherwise."""
+    sources = "; ".join(w for w in weight_sources(rows) if "synthetic" in w)
     if not sources:
         return []
     if step:

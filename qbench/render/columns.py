@@ -1,11 +1,8 @@
-"""The column catalogue: what a result row can show, with units in every header.
-
-A :class:`Column` has a ``key`` (what ``--columns`` takes), a ``header``, a pure ``value(row)`` (the raw value: CSV,
-JSON) and ``cell(row)`` (a table's text). Units: sizes MiB (2**20 bytes), times µs (median of the method's samples),
-rates GB/s (1e9 B/s) and TFLOP/s (1e12 FLOP/s), arithmetic intensity FLOP/byte. A value not measured is ``—``; a row
-with non-finite outputs shows ``NaN/Inf×<count>`` as its error. ``hbm_floor_us`` and ``floor_pct`` put the
-``stream`` time against the HBM floor.
-"""
+"""The column catalogue: what a result row can show, with units in every header. A :class:`Column` has a ``key``
+(what ``--columns`` takes), a ``header``, a pure ``value(row)`` (the raw value: CSV, JSON) and ``cell(row)`` (a
+table's text). Units: sizes MiB (2**20 bytes), times µs (median of the method's samples), rates GB/s (1e9 B/s) and
+TFLOP/s (1e12 FLOP/s), arithmetic intensity FLOP/byte. A value not measured is ``—``; a row with non-finite outputs
+shows ``NaN/Inf×<count>`` as its error. ``hbm_floor_us`` and ``floor_pct`` put ``stream`` against the HBM floor."""
 
 from __future__ import annotations
 
@@ -19,8 +16,8 @@ from qbench.render.kernels import short_kernel
 from qbench.row import Row
 from qbench.timing import registry
 
-__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "entry", "fmt_num", "fmt_us", "fmt_ratio", "fmt_pct",
-           "field_at", "shown", "default_columns", "resolve_columns"]
+__all__ = ["COLUMNS", "Column", "DASH", "UnknownColumnError", "entry", "fmt_num", "fmt_us", "fmt_ratio", "field_at",
+           "shown", "default_columns", "resolve_columns"]
 
 #: What a table shows for a value that was not measured.
 DASH = "—"
@@ -48,11 +45,6 @@ def fmt_ratio(v: Any) -> str:
     return shown(v, "{:.2f}×")
 
 
-def fmt_pct(v: Any) -> str:
-    """A share already in per cent: ``42 %``, or :data:`DASH`."""
-    return shown(v, "{:.0f} %")
-
-
 def _text(v: Any) -> str:
     return DASH if v is None or v == "" else str(v)
 
@@ -64,15 +56,16 @@ def fmt_us(v: Any) -> str:
     return f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}" if abs(v) < 100 else f"{v:.0f}"
 
 
-#: The format hints a column's ``show`` may name instead of a function; any other string is ``format(v, hint)``.
-HINTS: dict[str, Callable[[Any], str]] = {"us": fmt_us, "ratio": fmt_ratio, "pct": fmt_pct}
+#: The format hints a column's ``show`` may name instead of a function (``pct``: a share already in per cent,
+#: ``42 %``); any other string is ``format(v, hint)``.
+HINTS: dict[str, Callable[[Any], str]] = {"us": fmt_us, "ratio": fmt_ratio, "pct": lambda v: shown(v, "{:.0f} %")}
 
 
 @dataclass(frozen=True)
 class Column:
     """One column: ``key``, ``header`` (with units), ``value`` (raw getter), ``show`` (a raw value's cell: a function
-    or a format hint, :data:`HINTS` or a ``format`` spec such as ``".3g"``), ``numeric`` (right-aligned; default: a
-    hint), ``help``, ``cell_override`` (the cell from the row) and ``width`` (a longer cell wraps)."""
+    or a hint, :data:`HINTS` or a ``format`` spec such as ``".3g"``), ``numeric`` (right-aligned; default: a hint),
+    ``help``, ``cell_override`` (the cell from the row) and ``width`` (a longer cell wraps)."""
 
     key: str
     header: str
@@ -110,7 +103,6 @@ def field_at(*path: str, scale: Optional[float] = None) -> Getter:
                 return None
             cur = cur.get(p) if isinstance(cur, dict) else getattr(cur, p)
         return cur if scale is None or cur is None else cur * scale
-
     return get
 
 
@@ -123,7 +115,6 @@ def _latency_cell(method: str) -> Getter:
     def cell(row: Row) -> str:
         text = fmt_us(_latency(method)(row))
         return text + "*" if text != DASH and is_noisy(row, method) else text
-
     return cell
 
 
@@ -137,26 +128,16 @@ def _rel_err_cell(row: Row) -> str:
     return f"NaN/Inf×{bad}" if bad else fmt_num(".2e")(field_at("error", "rel_fro")(row))
 
 
-def _count(kernel) -> Any:
-    """A kernel's launches per call; 1 when the record does not say."""
-    return kernel.count if "count" in kernel.model_fields_set else 1
-
-
-def _kernels(row: Row) -> Any:
-    """Every kernel of one call, full names (CSV and JSON)."""
+def _kernels(row: Row, most: Optional[int] = None) -> Any:
+    """The kernels of one call, ``×count`` when it is set and not 1: every one by full name (CSV, JSON; None for
+    none), or the ``most`` longest-running by short name (a table cell)."""
     kernels = row.dispatch.kernels if row.dispatch is not None else None
     if not kernels:
-        return None
-    return ", ".join(f"{k.name}×{k.count:g}" if _count(k) != 1 else str(k.name) for k in kernels)
-
-
-def _kernels_cell(row: Row, most: int = 3) -> str:
-    """The ``most`` longest-running kernels of one call, short names."""
-    kernels = row.dispatch.kernels if row.dispatch is not None else None
-    if not kernels:
-        return DASH
-    names = [short_kernel(str(k.name)) + (f"×{k.count:g}" if _count(k) != 1 else "") for k in kernels[:most]]
-    return ", ".join(names) + (f" (+{len(kernels) - most} more)" if len(kernels) > most else "")
+        return None if most is None else DASH
+    name = str if most is None else short_kernel
+    names = [name(str(k.name)) + (f"×{k.count:g}" if "count" in k.model_fields_set and k.count != 1 else "")
+             for k in kernels[:most]]
+    return ", ".join(names) + (f" (+{len(kernels) - most} more)" if most is not None and len(kernels) > most else "")
 
 
 def _num(key: str, header: str, value: Getter, fmt: str, help: str = "", **kw) -> Column:
@@ -166,8 +147,6 @@ def _num(key: str, header: str, value: Getter, fmt: str, help: str = "", **kw) -
 
 #: MiB per byte: a size column's scale.
 _MIB = 1.0 / 2**20
-
-
 _RATES = "median of achieved_method (stream; cold on rows without stream)"
 
 _CATALOGUE: list[Column] = [
@@ -221,7 +200,7 @@ _CATALOGUE: list[Column] = [
     Column("reason", "reason", field_at("reason")),
     Column("dispatch", "dispatch", field_at("dispatch", "label")),
     Column("kernels", "kernels", _kernels, help="GPU kernels of one call; tables: the 3 longest, short names",
-           cell_override=_kernels_cell),
+           cell_override=lambda row: _kernels(row, 3)),
     Column("host_sync", "host sync", field_at("dispatch", "host_sync")),
     Column("graph_ok", "graph ok", field_at("dispatch", "graph_capturable")),
     Column("clock_dropped", "clock dropped", field_at("gpu_state", "clock_dropped")),
@@ -277,10 +256,9 @@ NARROW_HEADERS = {"tp_speedup": "vs tp 1"}
 
 
 def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
-    """Default column keys of ``run``'s and ``report``'s table: the common head, the timing methods the rows have
-    (CUDA methods on CUDA, ``stream`` and ``cpu`` on CPU), the HBM floor (CUDA), error and status (no rows: every
-    default); tensor-parallel rows add their sharding. Without ``wide``: :data:`WIDE_ONLY` left out and
-    :data:`NARROW_METHODS` methods; tensor-parallel :data:`TP_NARROW`."""
+    """Default column keys of ``run``'s and ``report``'s table: the common head, the rows' timing methods (CUDA ones on
+    CUDA, ``stream`` and ``cpu`` on CPU), the HBM floor (CUDA), error and status (no rows: every default); sharding
+    for tensor-parallel rows. Without ``wide``: :data:`NARROW_METHODS` methods, no :data:`WIDE_ONLY`; or TP_NARROW."""
     rows = list(rows)
     present = methods_present(rows)
     cuda = any(m in present for m, info in registry.METHODS.items() if info.cuda and not info.cpu) \
@@ -293,8 +271,7 @@ def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
             continue
         if ((cuda or not rows) and info.cuda) or (cpu and info.cpu):
             times.append(m)
-    floor = ["hbm_floor_us", "floor_pct"] if (cuda or not rows) and (
-        not rows or any(r.has("hbm_floor_us") for r in rows)) else []
+    floor = ["hbm_floor_us", "floor_pct"] if not rows or (cuda and any(r.has("hbm_floor_us") for r in rows)) else []
     if any(r.tp_size is not None for r in rows):
         if not wide:
             return [c for key in TP_NARROW for c in (times[:1] if key == "times" else [key])]
@@ -308,10 +285,8 @@ def default_columns(rows: Sequence[Row], wide: bool = True) -> list[str]:
 
 
 def resolve_columns(columns: Iterable[str | Column] | None, rows: Sequence[Any]) -> list[Column]:
-    """``columns`` (keys, Columns, or None for :func:`default_columns`) as Columns.
-
-    Raises:
-        UnknownColumnError: naming the bad key and the close or allowed ones."""
+    """``columns`` (keys, Columns, or None for :func:`default_columns`) as Columns; :class:`UnknownColumnError`
+    naming a bad key and the close or allowed ones."""
     out: list[Column] = []
     for c in default_columns(rows) if columns is None else columns:
         if isinstance(c, Column):

@@ -21,17 +21,15 @@ def _mangled_identifiers(name: str, limit: int) -> list[str]:
         ident = name[start:start + length]
         if len(ident) == length and re.fullmatch(r"[A-Za-z_]\w*", ident):
             out.append(ident)
-            i = start + length
-        else:
-            i = match.end()
+            start += length
+        i = start
     return out
 
 
 def short_kernel(name: str) -> str:
-    """A readable kernel name: ``void``, namespaces and the argument list dropped, a template argument
-    list of a name over 72 characters replaced by the functor or kernel it names
-    (``void at::native::elementwise_kernel<128, 2, ...MulFunctor<float>...>(...)`` ->
-    ``elementwise_kernel<MulFunctor>``; ``cutlass::Kernel2<cutlass_80_...>`` -> ``cutlass_80_...``)."""
+    """A readable kernel name: ``void``, namespaces and arguments dropped; over 72 characters, the template arguments
+    replaced by the functor or kernel they name (``void at::native::elementwise_kernel<128, 2, ...MulFunctor<float>>
+    (...)`` -> ``elementwise_kernel<MulFunctor>``; ``cutlass::Kernel2<cutlass_80_...>`` -> ``cutlass_80_...``)."""
     s = name.strip()
     if re.match(r"^(Memcpy|Memset)\b", s):  # "Memcpy DtoH (Device -> Pinned)": keep whole
         return s
@@ -44,7 +42,6 @@ def short_kernel(name: str) -> str:
     s = re.sub(r"^void\s+", "", s)
     if s.startswith("std::enable_if<"):  # cuBLAS: "std::enable_if<..., void>::type internal::gemvx::kernel<...>"
         s = re.sub(r"^std::enable_if<.*?>::type\s+", "", s, count=1)
-    cut = len(s)
     depth = 0
     for i, ch in enumerate(s):  # drop the (argument list) that follows the template arguments
         if ch == "<":
@@ -52,9 +49,8 @@ def short_kernel(name: str) -> str:
         elif ch == ">":
             depth -= 1
         elif ch == "(" and depth == 0 and i > 0:
-            cut = i
+            s = s[:i]
             break
-    s = s[:cut]
     lt = s.find("<")
     base = s if lt < 0 else s[:lt]
     parts = base.split("::")

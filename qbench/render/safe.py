@@ -1,7 +1,6 @@
 """Text from result files made harmless on output (a file may come from another machine): terminal text
 :func:`visible`, Markdown cells :func:`markdown_cell`, CSV text cells :func:`csv_text`; :class:`TerminalStream`
-is the backstop every reader writes through.
-"""
+is the backstop every reader writes through."""
 
 from __future__ import annotations
 
@@ -20,8 +19,9 @@ _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 #: The first characters that make a spreadsheet read a CSV cell as a formula (OWASP, CSV injection).
 CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
-#: tabulate formats that are Markdown pipe tables: their cells escape ``|``.
-MARKDOWN_FORMATS = frozenset({"pipe", "github"})
+#: Markdown formats (tabulate's pipe tables and their aliases): cells escape ``|``; the documents are generated from
+#: them, so they keep every column (:func:`qbench.render.narrow`).
+MARKDOWN_FORMATS = frozenset({"github", "pipe", "markdown", "md"})
 
 
 def _escape(match: re.Match) -> str:
@@ -30,13 +30,10 @@ def _escape(match: re.Match) -> str:
 
 
 def visible(text: Any) -> Any:
-    """``text`` with every unsafe character written as its escape (``"\\x1b[2J"`` -> ``"\\\\x1b[2J"``,
-    a newline -> ``"\\\\n"``); anything but a ``str`` is returned as it is. Unsafe: C0 and C1 controls
-    (U+0000–U+001F, U+007F–U+009F), the line/paragraph separators (U+2028, U+2029) and the bidi
-    controls (U+202A–U+202E, U+2066–U+2069, "Trojan Source")."""
-    if not isinstance(text, str) or not _UNSAFE_RE.search(text):
-        return text
-    return _UNSAFE_RE.sub(_escape, text)
+    """``text`` with every unsafe character written as its escape (``"\\x1b[2J"`` -> ``"\\\\x1b[2J"``, a newline ->
+    ``"\\\\n"``), anything but a ``str`` as it is. Unsafe: C0 and C1 controls (U+0000–U+001F, U+007F–U+009F), the
+    line/paragraph separators (U+2028, U+2029), the bidi controls (U+202A–U+202E, U+2066–U+2069, "Trojan Source")."""
+    return _UNSAFE_RE.sub(_escape, text) if isinstance(text, str) and _UNSAFE_RE.search(text) else text
 
 
 def markdown_cell(text: Any) -> Any:
@@ -45,9 +42,8 @@ def markdown_cell(text: Any) -> Any:
 
 
 def csv_text(text: str) -> str:
-    """A CSV text cell: a leading ``'`` when ``text`` begins with one of :data:`CSV_FORMULA_START`
-    (``'=HYPERLINK("x")``: OWASP's rule against formula injection), then :func:`visible`; numbers are no
-    text cells (``-1.5`` stays a number)."""
+    """A CSV text cell: a leading ``'`` when ``text`` begins with one of :data:`CSV_FORMULA_START` (OWASP's rule
+    against formula injection: ``'=HYPERLINK("x")``), then :func:`visible`; numbers are no text cells."""
     return ("'" if text.startswith(CSV_FORMULA_START) else "") + visible(text)
 
 
@@ -59,10 +55,8 @@ class TerminalStream:
 
     def write(self, text: str) -> int:
         """Write ``text`` with unsafe characters escaped; returns ``len(text)`` (what was asked)."""
-        if isinstance(text, str) and _UNSAFE_IN_OUTPUT_RE.search(text):
-            self._stream.write(_UNSAFE_IN_OUTPUT_RE.sub(_escape, text))
-        else:
-            self._stream.write(text)
+        unsafe = isinstance(text, str) and _UNSAFE_IN_OUTPUT_RE.search(text)
+        self._stream.write(_UNSAFE_IN_OUTPUT_RE.sub(_escape, text) if unsafe else text)
         return len(text)
 
     def writelines(self, lines) -> None:

@@ -14,13 +14,11 @@ def pyplot():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     return plt
 
 
 def save(fig, path: Path) -> Path:
-    """Write ``fig`` to ``path`` (its suffix: .png, .svg or .pdf) at 120 dpi, the legends outside the axes kept, and
-    close it. Returns ``path``."""
+    """Write ``fig`` to ``path`` (.png, .svg or .pdf) at 120 dpi, outside legends kept, and close it; ``path``."""
     fig.savefig(path, dpi=120, bbox_inches="tight")
     pyplot().close(fig)
     return path
@@ -37,30 +35,24 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 
 
 def scheme_colour_index(base: str) -> int:
-    """A scheme's fixed colour slot: its place in ``qbench.schemes.names()``; a name outside the registry after
-    them, in a slot from its name."""
+    """A scheme's fixed colour slot: its place in ``qbench.schemes.names()``; another name after them, by its name."""
     from qbench import schemes
-
     names = schemes.names()
     return names.index(base) if base in names else len(names) + sum(map(ord, base)) % 20
 
 
 def scheme_styles(bases: list[str], ms: list[int]) -> tuple[dict, dict]:
-    """``(colour per scheme, marker per M)``: 40 colours (tab20's dark shades, its light ones, tab20b) by
-    :func:`scheme_colour_index`; a compiled variant has its eager scheme's colour, an option variant its scheme's
-    slot plus the registry's size."""
+    """``(colour per scheme, marker per M)``: 40 colours (tab20 dark, light, tab20b) by :func:`scheme_colour_index`;
+    a compiled variant has its eager scheme's colour, an option variant its scheme's slot plus the registry's size."""
     import matplotlib
 
     from qbench import schemes
-
     tab20, tab20b = matplotlib.colormaps["tab20"], matplotlib.colormaps["tab20b"]
-    palette = [tab20(2 * i) for i in range(10)] + [tab20(2 * i + 1) for i in range(10)] + \
-        [tab20b(i) for i in range(20)]
+    palette = [tab20(2 * i) for i in range(10)] + [tab20(2 * i + 1) for i in range(10)] + [tab20b(i) for i in range(20)]
     count = len(schemes.names())
 
     def slot(base: str) -> int:
         return scheme_colour_index(base.split("[", 1)[0]) + (count if "[" in base else 0)
-
     colours = {b: palette[slot(b) % len(palette)] for b in dict.fromkeys(bases)}
     markers = {m: _MARKERS[i % len(_MARKERS)] for i, m in enumerate(sorted(set(ms)))}
     return colours, markers

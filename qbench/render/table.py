@@ -1,7 +1,6 @@
 """Text tables through :mod:`tabulate`, in any of its formats: cells pre-formatted by the columns (no number
 parsing), numbers right-aligned; without a ``reason`` column the skip/fail reasons and the flags are footnotes.
-Cells and footnotes are made harmless.
-"""
+Cells and footnotes are made harmless."""
 
 from __future__ import annotations
 
@@ -24,7 +23,6 @@ def footnotes(rows: Sequence[Row]) -> list[str]:
     text and one line naming the other schemes that carry it."""
     def at(ms: list) -> str:
         return f"(M={','.join(str(m) for m in ms)})"
-
     groups: dict[tuple, list] = {}
     for r in rows:
         if r.status != "ok":
@@ -41,10 +39,6 @@ def footnotes(rows: Sequence[Row]) -> list[str]:
             others = dict.fromkeys(f"{s} {at(ms)}" for (s, _), ms in rest)
             out.append(f"flag {name} also on: {', '.join(others)} (each row's figures: --format json)")
     return out
-
-
-#: Columns whose cells carry the ``*`` noisy mark: one per timing method of the registry.
-_LATENCY_KEYS = frozenset(registry.METHODS)
 
 
 def rest_width(rows: Sequence[Any], columns: Sequence[Column], key: str, width: int, least: int = 16) -> int:
@@ -77,22 +71,16 @@ def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str =
     column's ``width`` wraps, footnotes wrap at ``notes_width`` (None: one line each)."""
     safe = markdown_cell if tablefmt in MARKDOWN_FORMATS else visible
     body = [[_breakable(safe(c.cell(r)), c.width) for c in columns] for r in rows]
-    text = tabulate(
-        body,
-        headers=[safe(c.header) for c in columns],
-        tablefmt=tablefmt,
-        disable_numparse=True,
-        colalign=["right" if c.numeric else "left" for c in columns],
-        # a column with a width wraps its longer cells onto several lines (passed only when one has one),
-        # between words, never inside a scheme name at its hyphens (int4-weight-only stays whole)
-        **({"maxcolwidths": [_unbroken_width(c, body, i) for i, c in enumerate(columns)], "break_on_hyphens": False}
-           if any(c.width for c in columns) else {}),
-    )
+    # a column with a width wraps its longer cells between words, never inside a scheme name at its hyphens
+    wrap = ({"maxcolwidths": [_unbroken_width(c, body, i) for i, c in enumerate(columns)], "break_on_hyphens": False}
+            if any(c.width for c in columns) else {})
+    text = tabulate(body, headers=[safe(c.header) for c in columns], tablefmt=tablefmt, disable_numparse=True,
+                    colalign=["right" if c.numeric else "left" for c in columns], **wrap)
     keys = {c.key for c in columns}
     if "reason" in keys or "status" not in keys or not all(hasattr(r, "m") for r in rows):  # per-M rows only
         return text
     notes = [visible(n) for n in footnotes(rows)]
-    if any(c.cell(r).endswith("*") for c in columns if c.key in _LATENCY_KEYS for r in rows):
+    if any(c.cell(r).endswith("*") for c in columns if c.key in registry.METHODS for r in rows):  # latency: noisy
         notes.append(f"* noisy: the method's cv (stdev/mean) is over {NOISY_CV:.0%}; compare with care")
     if not notes:
         return text
@@ -101,7 +89,6 @@ def render_table(rows: Sequence[Any], columns: Sequence[Column], tablefmt: str =
     lines = [f"  {n}" for n in notes]
     if notes_width is not None:
         from qbench.render import fit  # the package imports this module
-
         lines = [fit(line, notes_width) for line in lines]
     # A blank line first: Markdown would read a line right under a pipe table as another row.
     return text + "\n\n" + "\n".join(lines)

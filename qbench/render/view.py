@@ -1,6 +1,5 @@
 """A job kind's table, declared once (:class:`View`), and the one layout every job's table is printed in
-(:func:`show`). A new statistic is one :class:`Column` in a catalogue and its key in the layouts that show it.
-"""
+(:func:`show`). A new statistic is one :class:`Column` in a catalogue and its key in the layouts that show it."""
 
 from __future__ import annotations
 
@@ -41,20 +40,15 @@ class View:
         object.__setattr__(self, "data", self.data or self.wide)
 
     def select(self, keys: Sequence[str]) -> list[Column]:
-        """The catalogue's columns of ``keys``, in their order.
-
-        Raises:
-            ValueError: an unknown key (one line naming it, the table and the allowed keys)."""
+        """The catalogue's columns of ``keys``, in order; ValueError naming an unknown key and the allowed ones."""
         known = {c.key: c for c in self.catalogue}
-        unknown = [k for k in keys if k not in known]
-        if unknown:
-            raise ValueError(f"unknown column {unknown[0]!r} for a {self.kind} table; allowed: {', '.join(known)}")
+        if (bad := next((k for k in keys if k not in known), None)) is not None:
+            raise ValueError(f"unknown column {bad!r} for a {self.kind} table; allowed: {', '.join(known)}")
         return [known[k] for k in keys]
 
     def columns(self, fmt: str, wide: bool = False, keys: Optional[Sequence[str]] = None,
                 records: Sequence[Any] = ()) -> list[Column]:
-        """The columns shown in format ``fmt``: ``keys`` (``--columns``) when given, else the layout of ``fmt``
-        (narrow: ``wrap`` fitted to ``records``)."""
+        """The columns shown in ``fmt``: ``keys`` (``--columns``), else ``fmt``'s layout (``wrap`` fits ``records``)."""
         if keys:
             return self.select(keys)
         if fmt in DATA_FORMATS:
@@ -87,7 +81,7 @@ def show(records: Sequence[Any], columns: Sequence[Column], fmt: str, *, wide: b
     in a data or markup format the prose goes to stderr. File strings :func:`visible`."""
     out = sys.stdout
     terminal = wants_prose(fmt)
-    say = prose(fmt, wide) if terminal else str
+    say = prose(fmt, wide)  # str unless a narrow terminal table
     err = out if terminal else sys.stderr
     for line in [*describe, *([warning] if warning else [])]:
         print(say(visible(line)), file=err)
