@@ -44,9 +44,8 @@ def _pm_cell(value: str, unc: str, fmt: str = "{:.4g}") -> Callable[[QualityRow]
     return lambda r: pm(stat(r, *value.split(".")), stat(r, *unc.split(".")), fmt)
 
 
-#: The quality table's column catalogue over :class:`QualityRow`: raw values for CSV and JSON, cells
-#: with their uncertainty for a table (the ``*_unc``, ``status`` and ``reason`` columns are data
-#: columns). ``--columns`` takes these keys.
+#: The quality table's columns over :class:`QualityRow` (``--columns`` keys): raw values for CSV and JSON, cells with
+#: their uncertainty for a table (the ``*_unc``, ``status`` and ``reason`` columns are data columns).
 CATALOGUE = [
     Column("scheme", "scheme", lambda r: r.scheme),
     Column("state", "status", lambda r: r.status + (" (emulated)" if r.emulated else "")),
@@ -120,15 +119,20 @@ def describe(rows: Sequence[QualityRow]) -> list[str]:
     return lines
 
 
-def notes(rows: Sequence[QualityRow]) -> list[str]:
-    """The lines under the table: why rows did not run, and each flag once with its text."""
-    out = [f"{r.scheme}: {r.status}: {r.reason}" for r in rows if r.status != "ok"]
-    shared = set(shared_flags(rows)) if len(rows) > 1 else set()
-    seen: dict[str, str] = {}
+def _first_flags(rows: Sequence[QualityRow]) -> list[tuple]:
+    """Each flag of ``rows`` once, with the first row carrying it: ``(row, flag)`` in order of appearance."""
+    seen: dict[str, tuple] = {}
     for r in rows:
         for f in r.flags:
-            seen.setdefault(f.name, f"{f.name} ({'every row' if f.name in shared else r.scheme}): {f.text}")
-    return out + list(seen.values())
+            seen.setdefault(f.name, (r, f))
+    return list(seen.values())
+
+
+def notes(rows: Sequence[QualityRow]) -> list[str]:
+    """The lines under the table: why rows did not run, and each flag once with its text."""
+    shared = set(shared_flags(rows)) if len(rows) > 1 else set()
+    return [f"{r.scheme}: {r.status}: {r.reason}" for r in rows if r.status != "ok"] + \
+        [f"{f.name} ({'every row' if f.name in shared else r.scheme}): {f.text}" for r, f in _first_flags(rows)]
 
 
 #: Flags that say where a row's weights come from: a budget read off such rows says so.
@@ -137,15 +141,10 @@ WEIGHT_FLAGS = ("synthetic-weights", "prequantized-weights")
 
 def weight_notes(rows: Sequence[QualityRow]) -> list[str]:
     """Each weight-provenance flag of ``rows`` once (``name: text``)."""
-    seen: dict[str, str] = {}
-    for r in rows:
-        for f in r.flags:
-            if f.name in WEIGHT_FLAGS:
-                seen.setdefault(f.name, f"{f.name}: {f.text}")
-    return list(seen.values())
+    return [f"{f.name}: {f.text}" for _, f in _first_flags(rows) if f.name in WEIGHT_FLAGS]
 
 
-#: Parts a sensitivity line names; the rest are counted (a unit run has 4 per block: 121 on a 30-block model).
+#: Parts a sensitivity line names; the rest are counted.
 SENSITIVITY_SHOWN = 12
 
 
@@ -161,14 +160,14 @@ def sensitivity_lines(rows: Sequence[QualityRow]) -> list[str]:
     return out
 
 
-def _table(doc, args: argparse.Namespace) -> Table:
+def _table(doc) -> Table:
     rows = list(doc.rows)
     return Table(quality_view(rows), rows, describe(rows), notes(rows) + sensitivity_lines(rows))
 
 
 def run_view(doc, args: argparse.Namespace) -> int:
     """``qbench run``'s table of a quality result; returns the row count."""
-    return show_table(args, doc, _table(doc, args))
+    return show_table(args, doc, _table(doc))
 
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
@@ -176,7 +175,7 @@ def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     refuse_options(args, ("crossover", "sort", "method", "by_m"), paths[0] + ": a quality result; {flag} reads "
                    "per-layer results")
     for path, doc in zip(paths, docs):
-        show_table(args, doc, _table(doc, args), path)
+        show_table(args, doc, _table(doc), path)
     return 0
 
 

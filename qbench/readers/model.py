@@ -1,17 +1,15 @@
 """``qbench model NAME RESULT.json...``: the linear layers of one decode step of a model, from
 per-layer results.
 
-A model preset (:data:`PRESETS`) lists the linear shapes of one decoder block, how many of each a
-block has, the number of blocks and the LM head. Per scheme and M, over the shapes:
+Per scheme and M, over a preset's (:data:`PRESETS`) block shapes (``count`` of each a block) and the LM head:
 
     step µs    = Σ count × blocks × the row's ``stream`` median (+ the LM head's, when measured)
     stored     = Σ count × blocks × stored bytes
     HBM floor  = Σ count × blocks × the row's HBM floor (:func:`row_floor_us`)
     tokens/s   = M / step;  speed-up = baseline's step / this step
 
-``stream`` times add up the way the layers of a graph-captured step do; attention, the KV cache,
-norms, embeddings and sampling are not included, and the output says so. A scheme missing a shape
-is ``incomplete``; one whose call cannot be graph-captured is ``unusable``.
+``stream`` times add up as a graph-captured step's layers do; attention, the KV cache, norms, embeddings and sampling
+are not included. A scheme missing a shape is ``incomplete``; one that cannot be graph-captured is ``unusable``.
 """
 
 from __future__ import annotations
@@ -60,10 +58,8 @@ class ModelPreset:
 
 
 def _of_step(name: str, prefix: str) -> ModelPreset:
-    """The layer view of a Llama-architecture preset of :data:`qbench.model.config.PRESETS`: its linear shapes
-    (:meth:`~qbench.model.config.StepModelConfig.linear_shapes`), those of one (K, N) as one :class:`LinearShape`
-    (q/o, k/v, gate/up, down; the LM head, untied); ``prefix`` names the scenarios that measure them
-    (``llama3_8b_q_o.toml``)."""
+    """The layer view of a preset of :data:`qbench.model.config.PRESETS`: its linear shapes, one :class:`LinearShape`
+    per (K, N) (the LM head last), measured by ``scenarios/<prefix>_<roles>.toml``."""
     c = STEP_PRESETS[name]
     roles: dict[tuple[int, int], list[str]] = {}
     for role, kn in c.linear_shapes().items():
@@ -94,12 +90,9 @@ class Indexed:
 def row_floor_us(row: Row, memory_gbps: Optional[float]) -> Optional[float]:
     """The row's HBM floor (µs): its ``hbm_floor_us``, else its stored bytes / ``memory_gbps`` (GB/s, 1e9 B/s), else
     None."""
-    if row.hbm_floor_us is not None:
+    if row.hbm_floor_us is not None or row.stored_bytes is None or not memory_gbps:
         return row.hbm_floor_us
-    stored = row.stored_bytes
-    if stored is None or not memory_gbps:
-        return None
-    return stored / (memory_gbps * 1e3)
+    return row.stored_bytes / (memory_gbps * 1e3)
 
 
 def index_rows(sources: Sequence[tuple[str, ResultDoc]]) -> tuple[dict, list[str]]:
@@ -131,8 +124,10 @@ def _shape_record(shape: LinearShape, role: str, per_step: int, index: dict) -> 
             "per_step": per_step, "scenario": shape.scenario, "measured": bool(files), "files": files}
 
 
-def _sum(values: list) -> Optional[float]:
-    return None if any(v is None for v in values) else sum(values)
+def _total(parts: list, value) -> Optional[float]:
+    """Σ count × ``value(Indexed)`` over ``_scheme_step``'s parts; None when a value is None."""
+    values = [value(got) for _, got, _ in parts]
+    return None if any(v is None for v in values) else sum(per * v for (per, _, _), v in zip(parts, values))
 
 
 def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
@@ -141,12 +136,11 @@ def model_step(preset: ModelPreset, index: dict, method: str = DECISION_METHOD,
     ``method``, ``baseline``, ``max_rel_err``, ``shapes`` (where each is measured), ``missing`` block shapes,
     ``lm_head_included``, ``ms``, ``rows`` (per M fastest first, with ``speedup``) and ``fastest`` (M -> scheme
     or None)."""
-    block = [(s, "block", s.count * preset.blocks) for s in preset.block]
-    records = [_shape_record(s, role, per, index) for s, role, per in block]
+    block = [(s, s.count * preset.blocks) for s in preset.block]
     head = _shape_record(preset.lm_head, "lm_head", preset.lm_head.count, index)
-    records.append(head)
-    used = block + ([(preset.lm_head, "lm_head", preset.lm_head.count)] if head["measured"] else [])
-    wanted = {(s.k, s.n) for s, _, _ in used}
+    records = [_shape_record(s, "block", per, index) for s, per in block] + [head]
+    used = block + ([(preset.lm_head, preset.lm_head.count)] if head["measured"] else [])
+    wanted = {(s.k, s.n) for s, _ in used}
     ms = sorted({m for (_, m, k, n) in index if (k, n) in wanted and m is not None})
     schemes = dict.fromkeys(scheme for (scheme, _, k, n) in index if (k, n) in wanted)
     rows = [r for m in ms for r in sorted((_scheme_step(s, m, used, index, method, max_rel_err) for s in schemes),
@@ -166,8 +160,8 @@ def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
                  max_rel_err: Optional[float]) -> dict:
     """One (scheme, M) record: the sums (µs, bytes) over the used shapes and ``status`` (``ok``, ``over error
     budget``, ``non-finite outputs``, ``incomplete`` or ``unusable``)."""
-    times, stored, floors, rels, problems, unusable, nonfinite = [], [], [], [], [], [], 0
-    for shape, _, per_step in used:
+    parts, problems, unusable = [], [], []  # parts: (count per step, Indexed, stats) of each timed shape
+    for shape, per_step in used:
         where = f"{shape.k}→{shape.n}"
         got = index.get((scheme, m, shape.k, shape.n))
         if got is None:
@@ -185,11 +179,7 @@ def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
                 why = row.reason_for(method)
                 problems.append(f"no {method} time at {where}" + (f" ({why.text})" if why else ""))
             continue
-        times.append(per_step * stats.median)
-        stored.append(None if row.stored_bytes is None else per_step * row.stored_bytes)
-        floors.append(None if got.floor_us is None else per_step * got.floor_us)
-        rels.append(row.rel_fro)
-        nonfinite += (row.error.nonfinite if row.error is not None else None) or 0
+        parts.append((per_step, got, stats))
     rec = {"scheme": scheme, "m": m, "status": "ok", "step_us": None, "hbm_floor_us": None,
            "floor_fraction": None, "stored_bytes": None, "tokens_per_s": None, "speedup": None,
            "rel_fro_max": None, "note": None}
@@ -199,11 +189,13 @@ def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
                     + (f"; also {'; '.join(problems)}" if problems else ""))
     if problems:
         return dict(rec, status="incomplete", note="incomplete: " + "; ".join(problems))
-    step = sum(times)
-    floor = _sum(floors)
-    stored_total = _sum(stored)
+    step = sum(per * stats.median for per, _, stats in parts)
+    floor = _total(parts, lambda got: got.floor_us)
+    stored = _total(parts, lambda got: got.row.stored_bytes)
+    rels = [got.row.rel_fro for _, got, _ in parts]
+    nonfinite = sum((got.row.error.nonfinite if got.row.error is not None else None) or 0 for _, got, _ in parts)
     rec.update(step_us=step, hbm_floor_us=floor, floor_fraction=None if floor is None else floor / step,
-               stored_bytes=None if stored_total is None else int(stored_total),
+               stored_bytes=None if stored is None else int(stored),
                tokens_per_s=m * 1e6 / step, rel_fro_max=None if any(v is None for v in rels) else max(rels))
     if nonfinite:
         rec.update(status="non-finite outputs", note=f"non-finite outputs ({nonfinite})")
@@ -213,11 +205,6 @@ def _scheme_step(scheme: str, m: int, used: list, index: dict, method: str,
     return rec
 
 
-_GIB = 2.0**-30
-
-NOT_INCLUDED = ("the linear layers only: attention (scores, softmax, RoPE), the KV cache, norms, "
-                "embeddings and sampling are not included")
-
 def model_view(result: dict) -> View:
     """The model table over :func:`model_step`'s rows (narrow: the ``status`` in a word instead of the floor, GiB
     and note)."""
@@ -225,7 +212,7 @@ def model_view(result: dict) -> View:
     cols = [entry("m", "M", str, True), entry("scheme", "scheme"),
             entry("step_us", f"step µs ({method})", "us"), entry("hbm_floor_us", "HBM floor µs", "us"),
             entry("floor_pct", "floor/step", "pct", of="floor_fraction", scale=100),
-            entry("stored_gib", "stored GiB", ".2f", of="stored_bytes", scale=_GIB),
+            entry("stored_gib", "stored GiB", ".2f", of="stored_bytes", scale=2.0**-30),
             entry("tokens_per_s", "tokens/s (linear only)", ".0f"),
             entry("speedup", f"speed-up vs {baseline} ({baseline} step / this step)", "ratio"),
             entry("rel_fro_max", "max rel err", ".3g"), entry("note", "note"),
@@ -242,9 +229,9 @@ def describe(result: dict) -> list[str]:
     parts = "; ".join(f"{s['names']} {s['k']}→{s['n']} ×{s['count']}" for s in block)
     lines = [f"{result['title']} ({result['model']}): {result['blocks']} blocks × [{parts}] + LM head "
              f"{head['k']}→{head['n']}",
-             f"step = Σ count × blocks × per-layer {result['method']} median (µs per decode step); "
-             f"{NOT_INCLUDED}; tokens/s = M / step, of the linear layers only; HBM floor = stored "
-             f"bytes / measured bandwidth"]
+             f"step = Σ count × blocks × per-layer {result['method']} median (µs per decode step); the linear layers "
+             "only: attention (scores, softmax, RoPE), the KV cache, norms, embeddings and sampling are not included; "
+             "tokens/s = M / step, of the linear layers only; HBM floor = stored bytes / measured bandwidth"]
     if result["lm_head_included"]:
         lines.append(f"LM head {head['k']}→{head['n']}: included ({', '.join(head['files'])})")
     else:
@@ -270,18 +257,17 @@ def show_model(result: dict, fmt: str = "simple", wide: bool = False) -> None:
                if narrow(fmt, wide) else [])
     lines = []
     for m in result["ms"]:
-        name = result["fastest"].get(m)
-        if name is None:
+        at_m = [x for x in result["rows"] if x["m"] == m]
+        r = next((x for x in at_m if x["scheme"] == result["fastest"].get(m)), None)
+        if r is None:
             lines.append(f"- M={m}: no scheme has a complete step")
             continue
-        r = next(r for r in result["rows"] if r["m"] == m and r["scheme"] == name)
         speed = DASH if r["speedup"] is None else f"{r['speedup']:.2f}× {result['baseline']}"
-        at_m = [x for x in result["rows"] if x["m"] == m]
-        complete = sum(1 for x in at_m if x["step_us"] is not None)
+        complete = sum(x["step_us"] is not None for x in at_m)
         which = (f"fastest of the {complete} schemes with a complete step ({len(at_m) - complete} without)"
                  if complete < len(at_m) else "fastest")
-        lines.append(f"- M={m}: {which} {name}: {fmt_us(r['step_us'])} µs per step, {r['tokens_per_s']:.0f} tokens/s "
-                     f"of the linear layers only, {speed}, max rel_fro {fmt_num('.3g')(r['rel_fro_max'])}")
+        lines.append(f"- M={m}: {which} {r['scheme']}: {fmt_us(r['step_us'])} µs per step, {r['tokens_per_s']:.0f} "
+                     f"tokens/s of the linear layers only, {speed}, max rel_fro {fmt_num('.3g')(r['rel_fro_max'])}")
     unusable = unusable_note([(r["scheme"], r["m"]) for r in result["rows"] if r["status"] == "unusable"],
                              result["method"])
     show(result["rows"], model_view(result).columns(fmt, wide), fmt, wide=wide,
@@ -323,17 +309,13 @@ def run_model(args: argparse.Namespace) -> int:
     if preset is None:
         raise Refused(f"unknown model {args.name!r}; presets: {', '.join(PRESETS)}")
     one_machine(paths, docs, ": a decode step adds per-layer times of one machine")
-    methods, notes = {}, []
-    for path, doc in zip(paths, docs):
-        method, note = resolve_method(doc, args.method)
-        methods[path] = method
-        if note and note not in notes:
-            notes.append(note)
+    resolved = {path: resolve_method(doc, args.method) for path, doc in zip(paths, docs)}
+    methods = {path: method for path, (method, _) in resolved.items()}
+    notes = list(dict.fromkeys(note for _, note in resolved.values() if note))
     if len(set(methods.values())) > 1:
         said = ", ".join(f"{p}: {m}" for p, m in methods.items())
         raise Refused(f"the files resolve to different timing methods ({said}); pass --method")
-    # A note is printed under a prose table and carried by JSON; a CSV has no place for one, so
-    # there the warning stays on stderr, --allow-incomplete or not.
+    # a note under a prose table or in JSON; CSV has no place for one, so there the warning stays on stderr
     notes += incomplete_notes(paths, docs, getattr(args, "allow_incomplete", False)
                               and (wants_prose(args.format) or args.format == "json"))
     method = next(iter(methods.values()), args.method or DECISION_METHOD)
@@ -348,13 +330,11 @@ def run_model(args: argparse.Namespace) -> int:
         head = (f"{len(result['missing'])} of its {len(preset.block)} block shapes are in none of the "
                 f"files given (K→N in them: {have}); nothing summed" if paths else
                 f"no result file given; it needs these {len(preset.block)} block shapes")
-        print(f"qbench model: {preset.title}: {head}", file=sys.stderr)
-        for line in missing_lines(result):
-            print(f"  {line}", file=sys.stderr)
-        if not result["lm_head_included"]:
-            head = preset.lm_head
-            print(f"  missing LM head {head.k}→{head.n} (optional): python -m qbench run {head.scenario}",
-                  file=sys.stderr)
+        lm = preset.lm_head
+        optional = [] if result["lm_head_included"] else \
+            [f"missing LM head {lm.k}→{lm.n} (optional): python -m qbench run {lm.scenario}"]
+        print(f"qbench model: {preset.title}: {head}", *(f"  {line}" for line in missing_lines(result) + optional),
+              sep="\n", file=sys.stderr)
         return 1
     show_model(result, args.format, getattr(args, "wide", False))
     return 0 if any(m is not None for m in result["fastest"].values()) else 1

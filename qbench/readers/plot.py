@@ -9,6 +9,7 @@ file text is drawn literally (:func:`plain`); a value that cannot be drawn is re
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 from importlib import import_module
 from pathlib import Path
@@ -190,32 +191,26 @@ def place_labels(ax, items: list[tuple[float, float, str]], obstacles: list[tupl
         return w * h if w > 0 and h > 0 else 0.0
 
     out, crowded = [], 0
-    for x, y, text in sorted(items, key=lambda it: (it[0], it[1], it[2])):
+    for x, y, text in sorted(items):
         size = Text(0, 0, text, fontsize=fontsize, figure=fig).get_window_extent(renderer)
         w, h = size.width, size.height
         ax_px, ay_px = ax.transData.transform((x, y))
         best = None  # ((overlap area, leader crossings), dx, dy, ha, va, box)
-        for r in _LABEL_RADII:
-            for deg in _LABEL_ANGLES:
-                c, s_ = math.cos(math.radians(deg)), math.sin(math.radians(deg))
-                ha = "left" if c > 0.3 else "right" if c < -0.3 else "center"
-                va = "bottom" if s_ > 0.3 else "top" if s_ < -0.3 else "center"
-                x0 = ax_px + r * c * px - {"left": 0.0, "right": w, "center": w / 2}[ha]
-                y0 = ay_px + r * s_ * px - {"bottom": 0.0, "top": h, "center": h / 2}[va]
-                box = Bbox.from_bounds(x0 - pad, y0 - pad, w + 2 * pad, h + 2 * pad)
-                area = float(sum(overlap(box, o) for o in labels) + sum(overlap(box, o) for o in taken))
-                if box.x0 < frame.x0 or box.x1 > frame.x1 or box.y0 < frame.y0 or box.y1 > frame.y1:
-                    area += w * h * 10
-                if r > _LABEL_RADII[0]:  # a leader line: better not across a label or another leader
-                    crossed = crossings(box, along(ax_px, ay_px, box)) + \
-                        sum(cross((ax_px, ay_px), centre(box), a, b) for a, b in ends)
-                else:
-                    crossed = crossings(box, []) if leaders else 0
-                if best is None or (area, crossed) < best[0]:
-                    best = ((area, crossed), r * c, r * s_, ha, va, box)
-                if (area, crossed) == (0.0, 0):
-                    break
-            if best[0] == (0.0, 0):
+        for r, deg in itertools.product(_LABEL_RADII, _LABEL_ANGLES):
+            c, s_ = math.cos(math.radians(deg)), math.sin(math.radians(deg))
+            ha, fx = ("left", 0.0) if c > 0.3 else ("right", 1.0) if c < -0.3 else ("center", 0.5)
+            va, fy = ("bottom", 0.0) if s_ > 0.3 else ("top", 1.0) if s_ < -0.3 else ("center", 0.5)
+            box = Bbox.from_bounds(ax_px + r * c * px - w * fx - pad, ay_px + r * s_ * px - h * fy - pad,
+                                   w + 2 * pad, h + 2 * pad)
+            area = float(sum(overlap(box, o) for o in labels) + sum(overlap(box, o) for o in taken))
+            if box.x0 < frame.x0 or box.x1 > frame.x1 or box.y0 < frame.y0 or box.y1 > frame.y1:
+                area += w * h * 10
+            lead = r > _LABEL_RADII[0]  # a leader line: better not across a label or another leader
+            crossed = crossings(box, along(ax_px, ay_px, box) if lead else []) + \
+                (sum(cross((ax_px, ay_px), centre(box), a, b) for a, b in ends) if lead else 0)
+            if best is None or (area, crossed) < best[0]:
+                best = ((area, crossed), r * c, r * s_, ha, va, box)
+            if (area, crossed) == (0.0, 0):
                 break
         (area, _), dx, dy, ha, va, box = best
         crowded += int(area > 0)
@@ -235,23 +230,12 @@ def pareto_groups(doc: ResultDoc | dict, method: str) -> list[dict]:
     "points", "front"}``, ``front`` the schemes on :func:`qbench.judge.pareto_front` of the points with an error
     (also an exact 0): the front ``recommend`` reports."""
     groups: dict[tuple, dict] = {}
+    keys = ("m", "k", "n", "tp_size", "split")
     for p in points(doc, method):
-        key = (p["m"], p["k"], p["n"], p["tp_size"], p["split"])
-        groups.setdefault(key, {"m": p["m"], "k": p["k"], "n": p["n"], "tp_size": p["tp_size"],
-                                "split": p["split"], "points": []})["points"].append(p)
+        groups.setdefault(tuple(p[k] for k in keys), {**{k: p[k] for k in keys}, "points": []})["points"].append(p)
     for g in groups.values():
         g["front"] = {p["scheme"] for p in pareto_front([p for p in g["points"] if p["rel_fro"] is not None])}
     return [groups[key] for key in sorted(groups, key=shape_order)]
-
-
-def _log_ticks(axis, low: float, high: float) -> None:
-    """Unlabelled minor ticks on a log ``axis``; a span under two decades labelled at 1, 2 and 5 × 10^k."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    axis.set_minor_formatter(NullFormatter())
-    if math.log10(high / low) < 2:
-        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
 def draw_pareto(doc: ResultDoc, method: str):
@@ -259,11 +243,12 @@ def draw_pareto(doc: ResultDoc, method: str):
     named with stored MiB. Returns ``(figure, annotations, crowded)``."""
     plt = pyplot()
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     groups = [g for g in pareto_groups(doc, method) if any(p["rel_fro"] and p["rel_fro"] > 0 for p in g["points"])]
     n = max(len(groups), 1)
     single = n == 1
-    ncols = 1 if single else min(3, n)
+    ncols = min(3, n)
     nrows = math.ceil(n / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(11, 6.5) if single else (5.8 * ncols, 4.3 * nrows), dpi=120,
                              sharey=True, squeeze=False)
@@ -279,9 +264,12 @@ def draw_pareto(doc: ResultDoc, method: str):
             if p["scheme"] in g["front"]:
                 ax.scatter(p["latency_us"], p["rel_fro"], s=150, facecolors="none", edgecolors="black",
                            linewidths=0.9, zorder=2)
-        xs = [p["latency_us"] for p in pts] or [1.0]
-        ax.set(xscale="log", yscale="log", xlim=(min(xs) / 1.6, max(xs) * 1.6))
-        _log_ticks(ax.xaxis, min(xs) / 1.6, max(xs) * 1.6)
+        lo, hi = min(p["latency_us"] for p in pts) / 1.6, max(p["latency_us"] for p in pts) * 1.6
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        if math.log10(hi / lo) < 2:  # under two decades: labels at 1, 2 and 5 × 10^k
+            ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         if not single:
             ax.set_title(f"M={g['m']}" + (f", K={g['k']}, N={g['n']}" if shapes > 1 else "")
                          + (f", tp_size={g['tp_size']} {g['split']}" if g["tp_size"] is not None else ""), fontsize=9)

@@ -8,6 +8,7 @@ import argparse
 import sys
 from typing import Any, Optional
 
+from qbench.readers.common import Refused
 from qbench.render import Column, prose, render, wants_prose
 from qbench.render.columns import DASH
 
@@ -20,12 +21,20 @@ def _measured(r, key: str) -> Any:
     return None if r.measured is None else getattr(r.measured, key)
 
 
+def _search(doc) -> dict:
+    return (doc.model_extra or {}).get("search") or {}
+
+
+def _counts(r) -> str:
+    return ", ".join(f"{k} {v}" for k, v in r.counts.items())
+
+
 #: The search table's columns (a record is a :class:`qbench.search.row.SearchRow`).
 COLUMNS = [
     Column("scheme", "recipe", lambda r: r.scheme + (" (pick)" if r.pick else "")),
     Column("kind", "kind", lambda r: r.kind),
     Column("round", "round", lambda r: r.round, numeric=True),
-    Column("counts", "units per scheme", lambda r: ", ".join(f"{k} {v}" for k, v in r.counts.items()), width=40),
+    Column("counts", "units per scheme", _counts, width=40),
     Column("predicted_us", "predicted µs", lambda r: r.predicted_us, ",.1f"),
     Column("step_us", "measured µs", lambda r: _measured(r, "step_us"), ",.1f"),
     Column("predicted_kld", "predicted KLD", lambda r: r.predicted_kld,
@@ -39,7 +48,7 @@ COLUMNS = [
 
 def lines(doc) -> list[str]:
     """The prose under the table: the budget and the pick, the floor, the rounds, the sources."""
-    s = (doc.model_extra or {}).get("search") or {}
+    s = _search(doc)
     out = []
     budget = (s.get("budget") or {}).get("max_kld")
     pick = next((r for r in doc.rows if r.pick), None)
@@ -83,8 +92,7 @@ def run_view(doc, args: argparse.Namespace) -> int:
     print(render(rows, COLUMNS, args.format))
     if wants_prose(args.format):
         shown = prose(args.format, getattr(args, "wide", False))
-        s = (doc.model_extra or {}).get("search") or {}
-        front = s.get("front") or {}
+        front = _search(doc).get("front") or {}
         hidden = len(doc.rows) - len(rows)
         said = ([f"{hidden} front points not verified are not shown (--wide shows them)"] if hidden else []) + \
             ([f"the file keeps {front['rows']} of the front's {front['points']} points as rows: {front['kept']}"]
@@ -94,22 +102,21 @@ def run_view(doc, args: argparse.Namespace) -> int:
     return len(rows)
 
 
-class Refused(ValueError):
-    """Files that do not go together (one line)."""
-
-
 def _name(doc) -> str:
     return str(getattr(doc.scenario, "name", None) or "")
 
 
+def _proof_name(doc) -> str:
+    """The scenario name of the proof step of search ``doc``: ``<search name>-proof-step``."""
+    return f"{_name(doc)[:40]}-proof-step"
+
+
 def with_proof_steps(paths: list[str], docs: list) -> list[tuple[str, Any]]:
-    """The search files among ``docs``, each verified recipe's step filled from a step file given
-    beside it that ran the search's proof step scenario (``<search name>-proof-step``: the recipes
-    timed where the speed file was, when the search ran elsewhere); the pick's step source noted.
+    """The search files among ``docs``, each verified recipe's step filled from a step file given beside it that ran
+    the search's proof step scenario (:func:`_proof_name`: the recipes timed where the speed file was); source noted.
 
     Raises:
-        Refused: a step file that is no search's proof step, or a search file whose proof step is
-            not given while another is."""
+        Refused: a file neither a search nor a step file, or a step file that is no given search's proof step."""
     searches = [(p, d) for p, d in zip(paths, docs) if d.job == "search"]
     steps = [(p, d) for p, d in zip(paths, docs) if d.job == "step"]
     others = [p for p, d in zip(paths, docs) if d.job not in ("search", "step")]
@@ -117,12 +124,11 @@ def with_proof_steps(paths: list[str], docs: list) -> list[tuple[str, Any]]:
         raise Refused(f"{others[0]}: a search file is read alone or with the step file of its proof step scenario")
     out = []
     for path, doc in searches:
-        name = f"{_name(doc)[:40]}-proof-step"
-        mine = [(p, d) for p, d in steps if _name(d) == name]
+        mine = [(p, d) for p, d in steps if _name(d) == _proof_name(doc)]
         if not mine:
             out.append((path, doc))
             continue
-        (spath, sdoc), s = mine[0], (doc.model_extra or {}).get("search") or {}
+        (spath, sdoc), s = mine[0], _search(doc)
         rows = []
         for r in doc.rows:
             m = r.measured
@@ -135,11 +141,10 @@ def with_proof_steps(paths: list[str], docs: list) -> list[tuple[str, Any]]:
         extra = dict(doc.model_extra or {})
         extra["search"] = {**s, "sources": {**(s.get("sources") or {}), "proof step": f"{spath} ({sdoc.machine})"}}
         out.append((path, doc.model_copy(update={"rows": rows, **extra})))
-    used = {f"{_name(d)[:40]}-proof-step" for _, d in searches}
-    stray = [p for p, d in steps if _name(d) not in used]
-    if stray:
-        raise Refused(f"{stray[0]}: not the proof step of a search given here (its scenario is "
-                      f"{_name(next(d for p, d in steps if p == stray[0]))!r})")
+    used = {_proof_name(d) for _, d in searches}
+    for p, d in steps:
+        if _name(d) not in used:
+            raise Refused(f"{p}: not the proof step of a search given here (its scenario is {_name(d)!r})")
     return out
 
 
@@ -156,7 +161,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         print(f"qbench: {exc}", file=sys.stderr)
         return 2
     for path, doc in joined:
-        s = (doc.model_extra or {}).get("search") or {}
+        s = _search(doc)
         front = [r for r in doc.rows if r.kind == "front"]
         points = (s.get("front") or {}).get("points", len(front))
         verified = [r for r in doc.rows if r.measured is not None]
@@ -171,7 +176,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         m = pick.measured
         step = DASH if m is None or m.step_us is None else f"{m.step_us:,.1f} µs ({s.get('method')})"
         why = "" if m is None or m.step_us is not None else f"; step not measured here: {m.step_reason}"
-        print(f"  pick: {pick.scheme} ({', '.join(f'{k} {v}' for k, v in pick.counts.items())}), by {s.get('pick_by')}")
+        print(f"  pick: {pick.scheme} ({_counts(pick)}), by {s.get('pick_by')}")
         print(f"  predicted {pick.predicted_us:,.1f} µs, KLD {_pm(pick.predicted_kld, pick.predicted_kld_unc)}; measured "
               f"step {step}, KLD {_pm(_measured(pick, 'kld'), _measured(pick, 'kld_unc'))}{why}")
         if (line := _against_pure(doc, pick, (s.get("budget") or {}).get("max_kld"))) is not None:
@@ -186,19 +191,16 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
 def _against_pure(doc, pick, max_kld: Optional[float]) -> Optional[str]:
     """The pick's measured step beside the fastest pure scheme measured within the budget (None without both): a
     mix slower than a pure scheme that meets the budget buys no time, and the reader is told so."""
-    def step(r) -> Optional[float]:
-        return r.measured.step_us if r.measured is not None else None
-
-    pures = [r for r in doc.rows if r.kind == "pure" and step(r) and _measured(r, "kld") is not None
+    pures = [r for r in doc.rows if r.kind == "pure" and _measured(r, "step_us") and _measured(r, "kld") is not None
              and max_kld is not None and _measured(r, "kld") <= max_kld]
-    if not pures or not step(pick):
+    if not pures or not _measured(pick, "step_us"):
         return None
-    best = min(pures, key=step)
+    best = min(pures, key=lambda r: r.measured.step_us)
     if best is pick:
         return None
-    ratio = step(best) / step(pick)
-    return (f"  the fastest pure scheme within the budget: {best.scheme}, measured step {step(best):,.1f} µs, KLD "
-            f"{_pm(_measured(best, 'kld'), _measured(best, 'kld_unc'))};\n  the pick is {ratio:.3f}× its speed"
+    ratio = best.measured.step_us / pick.measured.step_us
+    return (f"  the fastest pure scheme within the budget: {best.scheme}, measured step {best.measured.step_us:,.1f} "
+            f"µs, KLD {_pm(_measured(best, 'kld'), _measured(best, 'kld_unc'))};\n  the pick is {ratio:.3f}× its speed"
             + (" (not faster: the mix buys no time here)" if ratio <= 1 else ""))
 
 
@@ -222,12 +224,12 @@ def pick_summary(paths: list[str]) -> list[str]:
     pick = next(r for r in doc.rows if r.pick)
     bf16 = next((r for r in doc.rows if r.kind == "pure" and r.scheme == "bf16"), None)
     m, front = pick.measured, (s.get("front") or {}).get("points", sum(r.kind == "front" for r in doc.rows))
-    parts = ", ".join(f"{k} {v}" for k, v in pick.counts.items())
     step = (f"step {m.step_us:,.0f} µs" + (f" against bf16's {bf16.measured.step_us:,.0f} µs"
                                             if bf16 and bf16.measured and bf16.measured.step_us else "")
             if m.step_us is not None else f"step not measured ({m.step_reason})")
     timed = ", their steps timed where the speed file was" if len(paths) > 1 else ""
     return [f"max mean KLD {s['budget']['max_kld']:g} at M = {s['m']}, context {s['context']}: **{pick.scheme}** "
-            f"({parts}): measured KLD {m.kld:.3g} ± {m.kld_unc:.1g} (predicted {pick.predicted_kld:.3g}), {step}",
+            f"({_counts(pick)}): measured KLD {m.kld:.3g} ± {m.kld_unc:.1g} (predicted {pick.predicted_kld:.3g}), "
+            f"{step}",
             f"by the {s.get('pick_by')} from a front of {front} recipes; {sum(r.measured is not None for r in doc.rows)} "
             f"recipes run whole on a held-out span{timed}"]
