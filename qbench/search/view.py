@@ -231,5 +231,5 @@ def pick_summary(paths: list[str]) -> list[str]:
     return [f"max mean KLD {s['budget']['max_kld']:g} at M = {s['m']}, context {s['context']}: **{pick.scheme}** "
             f"({_counts(pick)}): measured KLD {m.kld:.3g} ± {m.kld_unc:.1g} (predicted {pick.predicted_kld:.3g}), "
             f"{step}",
-            f"by the {s.get('pick_by')} from a front of {front} recipes; {sum(r.measured is not None for r in doc.rows)} "
-            f"recipes run whole on a held-out span{timed}"]
+            f"by the {s.get('pick_by')} from a front of {front} recipes; "
+            f"{sum(r.measured is not None for r in doc.rows)} recipes run whole on a held-out span{timed}"]
