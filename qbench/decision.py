@@ -39,13 +39,19 @@ def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
 
 def _halves(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow], Optional[str], Optional[str]]:
     """``(steps, quality, twice, paired)``: the step rows, the quality rows (the first file's per scheme; ``twice``
-    says so) and :func:`pairing`'s note. Refused: a file of another kind, quality rows of several checkpoints,
-    texts or cuts, halves that do not pair."""
+    says so) and :func:`pairing`'s note. Refused: a file of another kind, a step row in two files, quality rows of
+    several checkpoints, texts or cuts, halves that do not pair or ran different KV caches."""
     for path, doc in zip(paths, docs):
         if doc.job not in ("step", "quality"):
             raise Refused(f"{path}: a {doc.job} result cannot be the speed half of a model decision: give a model-step "
                           "result (qbench run of a [model] scenario) beside the quality file")
-    steps = [r for d in docs if d.job == "step" for r in d.rows]
+    steps, seen = [], {}
+    for path, doc in zip(paths, docs):
+        for r in doc.rows if doc.job == "step" else []:
+            if (earlier := seen.setdefault(r.key, path)) != path:
+                raise Refused(f"{path}: {r.scheme} at M={r.m}, context {r.context} is in {earlier} too: a model "
+                              "decision reads one run per step row; to compare runs give the step files alone")
+            steps.append(r)
     first: dict[str, tuple[str, QualityRow]] = {}
     also: dict[str, list[str]] = {}
     for path, doc in zip(paths, docs):
@@ -175,6 +181,10 @@ def kv_caches(step_docs: Sequence, quality_docs: Sequence) -> Optional[str]:
     ``kv_cache.dtype``, a quality row's ``kv_cache``), or None: a model decision takes both halves of one
     configuration, and an fp8 cache changes both the step's time and the KL divergence."""
     step, quality = ({kv_cache_kind(r.kv_cache) for d in docs for r in d.rows} for docs in (step_docs, quality_docs))
+    for half, caches in (("step", step), ("quality", quality)):
+        if len(caches) > 1:  # equal sets of two caches would pair rows across caches
+            return (f"the {half} files ran {' and '.join(sorted(caches))} KV caches: a model decision reads one cache "
+                    f"at a time; give the step and quality files of one cache")
     if step and quality and step != quality:
         return (f"the step files ran {' and '.join(sorted(step))} KV caches, the quality files "
                 f"{' and '.join(sorted(quality))} ones: a model decision takes speed and quality with the same "

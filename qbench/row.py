@@ -486,6 +486,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "linear-above-step": "Σ linear exceeds the measured step: the layer view overstates this scheme's linear time",
     "attention-above-step": "the attention timed alone exceeds the measured step: one of the readings is wrong (a "
                             "busy CPU, a disturbed GPU); the step's three-way split is left out",
+    "split-above-step": "Σ linear and the attention, each timed alone, add up to more than the measured step: a "
+                        "part's reading is high or the parts overlap in the step; the step's rest is left out",
     "below-floor": "a step reads under its HBM floor: the timing is wrong or the bytes are miscounted",
     "extrapolated": "too few blocks fit: the step is extrapolated linearly from two block counts",
     "extrapolated-from-one": "only one block fits: the step is scaled from it, not measured at two block counts",

@@ -80,6 +80,10 @@ def test_blocks_in_a_quality_scenario_is_one_line_exit_2(tmp_path, capsys):
         path.write_text(text.replace('name = "llama3-8b"', f'name = "llama3-8b"\n{key} = {value}'))
         with pytest.raises(scenario.ScenarioError, match=rf"model\.{key}: a quality scenario takes no '{key}' \(a step key"):
             scenario.load(path)
+    # the step's cache keys point to where a quality scenario sets its cache (break trial 7, defect 5)
+    path.write_text(text.replace('name = "llama3-8b"', 'name = "llama3-8b"\nkv_cache = "fp8"'))
+    with pytest.raises(scenario.ScenarioError, match=r"model\.kv_cache: .*\[quality\] kv_cache"):
+        scenario.load(path)
 
 
 def test_a_quality_scenario_without_quality_does_not_ask_for_m(tmp_path):

@@ -73,7 +73,7 @@ def candidates(m: int, heads: int, kv_heads: int, d: int, s: int, device) -> dic
     from qbench.model.llama import decode_attention
     from qbench.model.splitkv import SplitKV
     group = heads // kv_heads
-    split = SplitKV(m, kv_heads, group, d, s, device)
+    split = SplitKV(m, kv_heads, group, d, s, device, kv_dtype=torch.bfloat16)  # the step's tiling of a bf16 cache
 
     def rows(q, k, v):
         return decode_attention(q.view(m, kv_heads, group, d), k, v, 1 / math.sqrt(d)).view(m, heads, 1, d)

@@ -193,6 +193,8 @@ class QualityTables(Tables):
                "model.config": "a quality job needs weights: give checkpoint (a Hugging Face folder) or name "
                                "(a preset with seeded weights)",
                "model.quantize_lm_head": "quality.lm_head says whether the scheme builds the LM head",
+               "model.kv_cache": "the chunks' KV cache is [quality] kv_cache (\"fp8\" or the activation dtype)",
+               "model.attention": "the chunks run SDPA: the attention kernel is the step job's choice",
                "timing.methods": "a quality scenario times no layer method"}
     MISSING = {"model": "a quality scenario ([quality]) names its model in a [model] table (checkpoint = a Hugging "
                         "Face folder), got none"}

@@ -671,9 +671,16 @@ class _Built:
             if linear is not None:
                 row["remainder_us"][method] = step - linear
                 row["remainder_share"][method] = (step - linear) / step
-                if attn.get("us") is not None and not attention_above:  # the step split three ways
-                    row["other_us"][method] = step - linear - attn["us"]
-                    row["other_share"][method] = (step - linear - attn["us"]) / step
+                other = step - linear - attn["us"] if attn.get("us") is not None and not attention_above else None
+                if other is not None and other < 0:  # parts timed alone that add up to more than the whole
+                    row["flags"].append(flag_record("split-above-step", f"Σ linear {linear:.0f} µs and the attention "
+                                                    f"{attn['us']:.0f} µs, each timed alone, add up to more than the "
+                                                    f"{method} step ({step:.0f} µs, by {-other / step:.1%}): a part's "
+                                                    "reading is high or they overlap in the step; the rest is left "
+                                                    "out"))
+                elif other is not None:  # the step split three ways
+                    row["other_us"][method] = other
+                    row["other_share"][method] = other / step
                 if linear > step * 1.02:
                     row["flags"].append(flag_record("linear-above-step", f"Σ linear {linear:.0f} µs exceeds the {method} "
                                                     f"step ({step:.0f} µs) by more than 2 %: the layer view overstates "

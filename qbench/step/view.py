@@ -286,13 +286,27 @@ def describe(doc) -> list[str]:
     return [f"model step: {rows[0].title if rows else model.get('name')}; "
             f"weights: {rows[0].weight_source if rows else ''}",
             *(f"  {SHORT[m]}: {registry.METHODS[m].includes}" for m in methods_present(rows) if m in registry.METHODS),
-            linear, "  err: relative Frobenius error of the logits (the final hidden state without an LM head) "
-            "against the FP32 step on the same weights"]
+            linear, *kv_line(rows), "  err: relative Frobenius error of the logits (the final hidden state without an "
+            "LM head) against the FP32 step on the same weights"]
+
+
+def kv_line(rows: Sequence[StepRow]) -> list[str]:
+    """The KV cache's dtype (its scale rule) and the attention kernel that read it, where the rows record them."""
+    kv = {f"{c['dtype']}" + (f" ({c['scale']})" if c.get("scale") else "") for r in rows if (c := r.kv_cache)}
+    attn = {f"{a['kernel']}, the cache read {a['kv_read']}" if a.get("kv_read") else a["kernel"]
+            for r in rows if (a := r.attention) and a.get("kernel")}
+    return [f"  KV cache: {'; '.join(sorted(kv))}" + (f"; attention: {'; '.join(sorted(attn))}" if attn else "")
+            ] if kv else []
 
 
 def logits_error(row: StepRow) -> Optional[float]:
     """The row's ``error.rel_fro`` against the FP32 step."""
     return (row.error or {}).get("rel_fro")
+
+
+def _rest(other_us: Optional[float]) -> Optional[float]:
+    """A row's ``other_us`` as shown: None when negative (a file written before ``split-above-step`` left it out)."""
+    return other_us if other_us is None or other_us >= 0 else None
 
 
 def model_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]:
@@ -307,7 +321,7 @@ def model_records(rows: Sequence[StepRow], baseline: str = "bf16") -> list[dict]
                     "step_us": r.step_us(method), "tokens_per_s": r.tokens_per_s.get(method),
                     "linear_us": (r.linear or {}).get("sum_us"), "rest_share": r.remainder_share.get(method),
                     **({"attention_us": a.get("us"), "attention_floor": a.get("floor_fraction"),
-                        "other_us": r.other_us.get(method)} if a else {}),
+                        "other_us": _rest(r.other_us.get(method))} if a else {}),
                     "speedup": dict(sp.get(r.key, {})), "linear_speedup": lsp.get(r.key),
                     "reasons": {m: why.text for m, why in r.latency_reasons.items()}})
     return out

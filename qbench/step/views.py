@@ -92,7 +92,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
                 + f"; ×{args.baseline} = {args.baseline} step / this step (a compiled scheme against "
                 f"{args.baseline}+compiled); within: how many timed schemes are within the budget")
         show(rec, view.columns(args.format, wide), args.format, wide=wide,
-             describe=[said, *synthetic_warnings(rows, step=True)], notes=step_view.pick_notes(rec, rows))
+             describe=[said, *step_view.kv_line(rows), *synthetic_warnings(rows, step=True)], notes=step_view.pick_notes(rec, rows))
     if len(records) > 1 and wants_prose(args.format):
         print("\n" + prose(args.format, wide)(visible(_across_files(records))))
     return status
@@ -184,7 +184,7 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
     view = step_view.model_view(records, args.baseline, args.max_rel_err)
     b, methods = args.baseline, "/".join(step_view.SHORT[m] for m in step_view.DECISION_ORDER)
     describe = [f"{rows[0].title} ({args.name}): the measured decode step (qbench.step) beside the linear-only "
-                "prediction", *synthetic_warnings(rows, step=True)]
+                "prediction", *step_view.kv_line(rows), *synthetic_warnings(rows, step=True)]
     disagree = disagreements(records)
     if disagree:
         first = disagree[0]
@@ -204,6 +204,10 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
     if flags:
         notes += ["", "flags (what could mislead a reader of a row): "
                   + step_view.flag_legend([name for r in rows for name in r.flag_names]), *flags]
+    if negative := [r for r in rows if r.status == "ok" and r.other_us.get(decision_method(r), 0) < 0]:
+        notes.append(f"note: other µs left out ({len(negative)} row(s), e.g. {negative[0].scheme} M={negative[0].m} "
+                     f"context {negative[0].context}): Σ linear and the attention, each timed alone, add up to more "
+                     "than the step (the file predates the split-above-step flag)")
     for scheme in sorted({r.scheme for r in rows if r.status == "ok" and decision_method(r) is None}):
         why = next((t.text for r in rows if r.scheme == scheme for t in r.latency_reasons.values()), "no step time")
         notes.append(f"note: {scheme} has no step time: {why[:160]}")

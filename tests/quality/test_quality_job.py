@@ -181,6 +181,26 @@ def test_step_and_quality_halves_of_different_kv_caches_are_refused():
         "the step files ran fp8 KV caches, the quality files activation-dtype ones")
     assert decision.kv_caches([step("bfloat16")], [quality(None)]) is None
     assert decision.kv_caches([R(rows=[R(kv_cache={"dtype": "float8_e4m3fn"})])], [quality(fp8)]) is None
+    # two caches on each side: equal sets, yet rows would pair across caches (break trial 7, defect 1)
+    both = [R(rows=[R(kv_cache={"dtype": "float8_e4m3fn"})]), step("bfloat16")]
+    assert decision.kv_caches(both, [quality(fp8), quality(None)]) == (
+        "the step files ran activation-dtype and fp8 KV caches: a model decision reads one cache at a time; give the "
+        "step and quality files of one cache")
+
+
+def test_a_step_row_in_two_step_files_is_refused_by_the_joined_pick(tmp_path):
+    """Two runs of one step scenario beside a quality file: the joined pick would pool both runs' rows (ties named
+    twice); refused in one line naming both files, as qbench model on step files refuses it."""
+    import shutil
+
+    step = ROOT / "results" / "h200" / "step_tiny_trained.json"
+    copy = shutil.copy(step, tmp_path / "again.json")
+    proc = _run("recommend", str(step), str(copy), str(ROOT / "results" / "h200" / "quality_tiny.json"),
+                "--max-kld", "0.01", cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == (f"qbench recommend: {copy}: fp32 at M=1, context 128 is in {step} too: a "
+                                           "model decision reads one run per step row; to compare runs give the "
+                                           "step files alone")
 
 
 @pytest.mark.parametrize("command", [["model", "m"], ["recommend"]])

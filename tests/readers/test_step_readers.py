@@ -302,7 +302,7 @@ def test_every_flag_in_the_committed_step_files_has_a_meaning():
     # and every flag the step job writes (the throttle reading is every producer's: qbench.gpu_state)
     source = "".join((ROOT / "qbench" / f).read_text() for f in ("step/measure.py", "gpu_state.py"))
     written = set(re.findall(r'flag_record\("([a-z-]+)"', source))
-    assert len(written) == 13 and written <= set(FLAG_MEANINGS), written - set(FLAG_MEANINGS)
+    assert len(written) == 14 and written <= set(FLAG_MEANINGS), written - set(FLAG_MEANINGS)
 
 
 def test_model_lists_the_flags_and_warns_of_synthetic_weights(capsys):
@@ -455,3 +455,27 @@ def test_the_tie_line_explains_only_the_flags_its_tied_rows_carry(capsys):
     tie = out[out.index("tied with the fastest within noise"):out.index("flags on the picks")]
     assert "fp8-weight-only+compiled [throttled]" in tie and "[noisy]" not in tie
     assert "; [throttled]: the GPU limited its clocks (power or thermal cap) right after the reading" in tie
+
+
+def test_model_says_why_a_negative_rest_is_left_out(capsys):
+    """The H100 bf16-tuned file's compiled step at M=1, context 128 holds other µs = -49 (written before
+    split-above-step): qbench model shows no value there and one note saying why."""
+    path = str(ROOT / "results" / "h100" / "step_llama31_8b_bf16_tuned.json")
+    assert run_subcommand(model, "model", "llama3.1-8b", path, "--allow-incomplete") == 0
+    out = capsys.readouterr().out
+    assert "-49.2" not in out and "-0.65" not in out
+    assert ("note: other µs left out (2 row(s), e.g. bf16+compiled M=1 context 128): Σ linear and the attention, each "
+            "timed alone,\n  add up to more than the step (the file predates the split-above-step flag)") in out
+
+
+def test_every_step_view_names_the_kv_cache_and_its_attention(capsys):
+    """An fp8-cache file read by report, model and recommend says the cache's dtype, its scale rule and the kernel
+    that read it (break trial 7: 'fp8' appeared in none of the three); a file without kv_cache records says nothing."""
+    path = str(ROOT / "results" / "h100" / "step_llama31_8b_kv_fp8.json")
+    for argv in (("report", path), ("model", "llama3.1-8b", path, "--allow-incomplete"),
+                 ("recommend", path, "--max-rel-err", "0.05", "--allow-incomplete")):
+        run_subcommand({"report": report, "model": model, "recommend": recommend}[argv[0]], *argv)
+        out = " ".join(capsys.readouterr().out.split())
+        assert "KV cache: float8_e4m3fn (e4m3, static scale per (block, KV head) = absmax / 448" in out, argv
+        assert "attention: split-kv, the cache read in kernel" in out, argv
+    assert view.kv_line(read_results(ROOT / "results" / "h200" / "step_llama31_8b.json").rows) == []
