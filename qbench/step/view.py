@@ -292,7 +292,7 @@ def describe(doc) -> list[str]:
 
 def kv_line(rows: Sequence[StepRow]) -> list[str]:
     """The KV cache's dtype (its scale rule) and the attention kernel that read it, where the rows record them."""
-    kv = {f"{c['dtype']}" + (f" ({c['scale']})" if c.get("scale") else "") for r in rows if (c := r.kv_cache)}
+    kv = {c["dtype"] + (f" ({c['scale']})" if c.get("scale") else "") for r in rows if (c := r.kv_cache)}
     attn = {f"{a['kernel']}, the cache read {a['kv_read']}" if a.get("kv_read") else a["kernel"]
             for r in rows if (a := r.attention) and a.get("kernel")}
     return [f"  KV cache: {'; '.join(sorted(kv))}" + (f"; attention: {'; '.join(sorted(attn))}" if attn else "")

@@ -92,7 +92,8 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
                 + f"; ×{args.baseline} = {args.baseline} step / this step (a compiled scheme against "
                 f"{args.baseline}+compiled); within: how many timed schemes are within the budget")
         show(rec, view.columns(args.format, wide), args.format, wide=wide,
-             describe=[said, *step_view.kv_line(rows), *synthetic_warnings(rows, step=True)], notes=step_view.pick_notes(rec, rows))
+             describe=[said, *step_view.kv_line(rows), *synthetic_warnings(rows, step=True)],
+             notes=step_view.pick_notes(rec, rows))
     if len(records) > 1 and wants_prose(args.format):
         print("\n" + prose(args.format, wide)(visible(_across_files(records))))
     return status
