@@ -38,7 +38,19 @@ def footnotes(rows: Sequence[Row]) -> list[str]:
         if rest:  # one flag on many rows: named once, the others listed (each row's own text in the JSON)
             others = dict.fromkeys(f"{s} {at(ms)}" for (s, _), ms in rest)
             out.append(f"flag {name} also on: {', '.join(others)} (each row's figures: --format json)")
+    wide: dict[tuple, list] = {}  # a 4-bit scheme holding one value per byte stores 8+ bits: its name misleads
+    for r in rows:
+        if r.status == "ok" and r.nominal_bits and r.bits_per_weight and r.bits_per_weight > WIDER * r.nominal_bits:
+            wide.setdefault((r.scheme, r.nominal_bits, r.bits_per_weight, r.weight_dtype), []).append(r.m)
+    out += [f"{scheme} {at(ms)}: stores {bits:.3g} bits per weight for a {nominal:g}-bit format (weight dtype: "
+            f"{dtype}): the footprint of {round(bits)}-bit weights"
+            for (scheme, nominal, bits, dtype), ms in wide.items()]
     return out
+
+
+#: Stored bits per weight above this multiple of the nominal bits get a footnote (metadata alone adds < 1.5×:
+#: an int4 group size of 32 with bf16 scale and zero adds 1 bit, 1.25×).
+WIDER = 1.5
 
 
 def rest_width(rows: Sequence[Any], columns: Sequence[Column], key: str, width: int, least: int = 16) -> int:
