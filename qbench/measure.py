@@ -476,8 +476,8 @@ def finish_row(row: dict, ceilings: Optional[dict]) -> None:
             row["roofline_fraction"] = row["roofline_us"] / time_us
             if row["roofline_fraction"] > 1.0:
                 row.setdefault("flags", []).append(flag_record(
-                    "above-ceiling", f"{method} {time_us:.3g} µs is below the {row['roofline_source']} roofline "
-                    f"({row['roofline_us']:.3g} µs): that ceiling underestimates this device, so roofline % "
+                    "above-ceiling", f"{method} {time_us:.3g} µs is faster than the {row['roofline_source']} roofline "
+                    f"allows ({row['roofline_us']:.3g} µs): that ceiling underestimates this device, so roofline % "
                     "overstates how close the row is to the hardware"))
         row["achieved_gbps"], row["achieved_tflops"] = formulas.achieved(row["flops"], row["min_bytes"], time_us)
         row["achieved_method"] = method

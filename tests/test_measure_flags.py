@@ -228,7 +228,7 @@ def test_a_row_faster_than_its_roofline_is_flagged():
     assert abs(row["roofline_us"] - 33570816 / 4000e9 * 1e6) < 1e-9
     assert row["achieved_method"] == "stream" and row["roofline_fraction"] > 1
     assert len(row["flags"]) == 1 and row["flags"][0]["name"] == "above-ceiling"
-    assert row["flags"][0]["text"].startswith("stream 7 µs is below the measured")
+    assert row["flags"][0]["text"].startswith("stream 7 µs is faster than the measured roofline allows (8.39 µs)")
     row2 = dict(row, flags=[], latency_us={"stream": {"median": 9.0}})
     finish_row(row2, {"measured": {"memory_gbps": 4000.0, "tflops": {"bf16": 800.0}}})
     assert row2["flags"] == []
