@@ -45,13 +45,11 @@ def _halves(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow
         if doc.job not in ("step", "quality"):
             raise Refused(f"{path}: a {doc.job} result cannot be the speed half of a model decision: give a model-step "
                           "result (qbench run of a [model] scenario) beside the quality file")
-    steps, seen = [], {}
-    for path, doc in zip(paths, docs):
-        for r in doc.rows if doc.job == "step" else []:
-            if (earlier := seen.setdefault(r.key, path)) != path:
-                raise Refused(f"{path}: {r.scheme} at M={r.m}, context {r.context} is in {earlier} too: a model "
-                              "decision reads one run per step row; to compare runs give the step files alone")
-            steps.append(r)
+    if (twice := step_view.repeated(paths, docs)):
+        path, r, earlier = twice
+        raise Refused(f"{path}: {r.scheme} at M={r.m}, context {r.context} is in {earlier} too: a model "
+                      "decision reads one run per step row; to compare runs give the step files alone")
+    steps = [r for doc in docs if doc.job == "step" for r in doc.rows]
     first: dict[str, tuple[str, QualityRow]] = {}
     also: dict[str, list[str]] = {}
     for path, doc in zip(paths, docs):

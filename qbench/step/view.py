@@ -299,6 +299,17 @@ def kv_line(rows: Sequence[StepRow]) -> list[str]:
             ] if kv else []
 
 
+def repeated(paths: Sequence[str], docs: Sequence) -> Optional[tuple[str, StepRow, str]]:
+    """The first step row, in file order, whose (scheme, M, context, model, device) an earlier file holds too:
+    ``(path, row, earlier path)``; None when every row is in one file (a reader that adds rows refuses runs twice)."""
+    seen: dict[tuple, str] = {}
+    for path, doc in zip(paths, docs):
+        for r in doc.rows if doc.job == "step" else []:
+            if (earlier := seen.setdefault(r.key, path)) != path:
+                return path, r, earlier
+    return None
+
+
 def logits_error(row: StepRow) -> Optional[float]:
     """The row's ``error.rel_fro`` against the FP32 step."""
     return (row.error or {}).get("rel_fro")

@@ -160,12 +160,11 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]
             held = ", ".join(sorted({f"{r.model} (title {r.title})" if r.model.endswith(".json") else r.model
                                      for r in doc.rows}))
             raise Refused(f"{path}: a model-step result of {held}, not of {args.name}")
-        again = {r.key for r in mine} & {r.key for r in rows}
-        if again:
-            s, m, c = sorted(again)[0][:3]
-            raise Refused(f"{path}: {s} at M={m}, context {c} is in an earlier file too: qbench model reads one run "
-                          "per row; to compare runs of one scenario use qbench recommend A.json B.json")
         rows += mine
+    if (twice := step_view.repeated(paths, docs)):
+        path, r, earlier = twice
+        raise Refused(f"{path}: {r.scheme} at M={r.m}, context {r.context} is in {earlier} too: qbench model reads "
+                      "one run per row; to compare runs of one scenario use qbench recommend A.json B.json")
     check_baseline(paths, {r.scheme.replace("+compiled", "") for r in rows}, args.baseline)
     notes_ = incomplete_notes(paths, docs, getattr(args, "allow_incomplete", False) and wants_prose(args.format))
     records = step_view.model_records(rows, args.baseline)

@@ -360,7 +360,8 @@ def test_step_recommend_names_rows_not_measured_and_refuses_an_absent_baseline(t
 
 def test_model_refuses_two_runs_of_one_row_and_takes_the_legend_from_the_rows(tmp_path, capsys):
     assert run_subcommand(model, "model", "llama3-8b", BENCH, BENCH_RUN2) == 2
-    assert "is in an earlier file too" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the first repeated row in file order, and the file that had it first
+    assert f"{BENCH_RUN2}: bf16 at M=1, context 128 is in {BENCH} too: qbench model reads one run per row" in err
     doc = json.loads(Path(BENCH).read_text())
     doc["rows"] = [r for r in doc["rows"] if r["scheme"] in ("bf16", "int4-weight-only")]
     for r in doc["rows"]:

@@ -106,7 +106,12 @@ def test_fp8_step_rows_on_cpu_record_attention_kv_and_the_three_way_split():
     assert row["attention"]["per_layer"]["median"] > 0
     assert row["attention"]["us"] == pytest.approx(row["attention"]["per_layer"]["median"] * c.blocks)
     step = row["latency_us"]["step_cpu"]["median"]
-    assert row["other_us"]["step_cpu"] == pytest.approx(step - row["linear"]["sum_us"] - row["attention"]["us"])
+    rest = step - row["linear"]["sum_us"] - row["attention"]["us"]
+    if rest < 0:  # each part timed alone on a busy CPU can add up to more than the step: flagged, no rest written
+        said = {f["name"] for f in row["flags"]} & {"split-above-step", "attention-above-step"}
+        assert said and "step_cpu" not in row["other_us"]
+    else:
+        assert row["other_us"]["step_cpu"] == pytest.approx(rest)
     # the fp8 cache's rounding is in the error (the reference reads the activation-dtype cache)
     assert row["error"]["rel_fro"] > 10 * base["error"]["rel_fro"] and row["error"]["kl_div"] > 0
 
