@@ -177,6 +177,14 @@ def _finite_float(token: str) -> float:
     return value
 
 
+def _kind(rows: list, doc: dict) -> "jobs.Job":
+    """The job kind of a document: its rows' (:func:`qbench.jobs.of_rows`); a file without rows, its scenario's tables'
+    (an empty search file is a search's, not a per-layer result)."""
+    if rows or not isinstance(doc.get("scenario"), dict):
+        return jobs.of_rows(rows)
+    return jobs.of_tables(doc["scenario"])
+
+
 def read_results(path: str | os.PathLike) -> "ResultDoc":
     """Read and check a result JSON file; return it as a :class:`ResultDoc` (rows as
     :class:`qbench.row.Row`). An older file's reasons and flags written as sentences are upgraded
@@ -220,7 +228,7 @@ def read_results(path: str | os.PathLike) -> "ResultDoc":
     if not isinstance(doc.get("rows"), list):
         raise ResultsError(f"{path}: not a qbench result (no 'rows' list)")
     rows = _current(doc["rows"], version)  # upgraded in memory
-    job = jobs.of_rows(rows)
+    job = _kind(rows, doc)
     if job.name != jobs.DEFAULT:  # another job kind: rows typed by its row model
         parts = {"rows": jobs.load(job.check_rows)(rows, str(path)), "job_kind": job.name}
     else:
@@ -423,7 +431,7 @@ class ResultDoc(BaseModel):
         version = doc.get("schema_version", SCHEMA_VERSION)
         if isinstance(version, int) and version < SCHEMA_VERSION:
             rows, doc = _current(rows, version), {**doc, "schema_version": SCHEMA_VERSION}
-        job = jobs.of_rows(rows)
+        job = _kind(rows, doc)
         if job.name != jobs.DEFAULT:
             return cls.model_validate({**doc, "schema_version": SCHEMA_VERSION, "job_kind": job.name,
                                        "rows": jobs.load(job.check_rows)(rows, "document")})

@@ -21,10 +21,7 @@ from typing import Any
 from qbench.readers.common import Refused, one_chart
 from qbench.readers.plot import DRAWABLE_MAX, place_labels, plain, scheme_styles
 from qbench.render.styles import OUTSIDE, pyplot, save
-
-
-def _summary(doc: Any) -> dict:
-    return (doc.model_extra or {}).get("search") or {}
+from qbench.search.view import checked, summary_of
 
 
 def _x(r) -> float:
@@ -66,7 +63,7 @@ def draw_search(doc: Any):
     plt = pyplot()
     from matplotlib.lines import Line2D
 
-    s = _summary(doc)
+    s = summary_of(doc)
     rows = [r for r in doc.rows if r.status == "ok"]
     last = max(r.round for r in rows)
     pure = [r for r in rows if r.kind == "pure"]
@@ -141,5 +138,6 @@ def plot_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     """``qbench plot SEARCH.json -o FILE``: :func:`plot_search` of the one file (``--what`` and
     ``--method`` do not apply: the search's own method timed its points)."""
     (doc,) = docs
+    checked(doc, paths[0])
     check_drawable(doc, paths[0])
     return one_chart(args, lambda out: plot_search(doc, out))

@@ -13,6 +13,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from qbench.quality.row import KldNum
 from qbench.row import Flag
 
 
@@ -24,13 +25,13 @@ class Measured(_Part):
     """A recipe as run: the quality job's statistics on the evaluation span and the step job's time."""
 
     label: str = Field(description="the recipe's row label in the job files")
-    kld: float = Field(description="mean KL divergence against the reference, nats/token")
+    kld: KldNum = Field(description="mean KL divergence against the reference, nats/token")
     kld_unc: float = Field(ge=0, description="its uncertainty (llama.cpp's)")
     ppl_ratio: Optional[float] = None
     same_top: Optional[float] = None
     emulated: bool = False
-    step_us: Optional[float] = Field(None, description="the measured step, µs, by the search's method; None: "
-                                                       "the step job had none (the reason in step_reason)")
+    step_us: Optional[float] = Field(None, gt=0, description="the measured step, µs, by the search's method; None: "
+                                                              "the step job had none (the reason in step_reason)")
     step_reason: Optional[str] = None
 
 
@@ -62,8 +63,8 @@ class SearchRow(_Part):
     reason: Optional[str] = None
     m: int = Field(gt=0)
     context: int = Field(gt=0)
-    predicted_us: float
-    predicted_kld: float
+    predicted_us: float = Field(gt=0)
+    predicted_kld: KldNum
     predicted_kld_unc: float = Field(ge=0)
     choice: list[int]
     counts: dict[str, int]

@@ -5,12 +5,18 @@ front recipes) with predicted beside measured, the pick, and where each half com
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any, Optional
 
-from qbench.readers.common import Refused
-from qbench.render import Column, prose, render, wants_prose
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from qbench.judge import incomplete_warning
+from qbench.model.recipe import identity_key
+from qbench.readers.common import DEFAULT_BASELINE, Refused, refuse_options
+from qbench.render import DATA_FORMATS, Column, prose, render, wants_prose
 from qbench.render.columns import DASH
+from qbench.render.safe import visible
 
 
 def _pm(value: Optional[float], unc: Optional[float]) -> str:
@@ -21,8 +27,52 @@ def _measured(r, key: str) -> Any:
     return None if r.measured is None else getattr(r.measured, key)
 
 
-def _search(doc) -> dict:
+def summary_of(doc) -> dict:
+    """The ``search`` summary a search file holds beside its rows (``{}`` without one), unchecked (:func:`checked`)."""
     return (doc.model_extra or {}).get("search") or {}
+
+
+class _Budget(BaseModel):
+    model_config = ConfigDict(strict=True, allow_inf_nan=False)
+    max_kld: float = Field(gt=0)
+
+
+class Summary(BaseModel):
+    """What the readers print of a search file's ``search`` summary (the rest is kept as written)."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+    budget: _Budget
+    m: int = Field(gt=0)
+    context: int = Field(gt=0)
+    method: str
+
+
+def checked(doc, path: str) -> dict:
+    """``doc``'s ``search`` summary, refused (:class:`Refused`, one line naming ``path`` and the key) when what the
+    readers print of it is missing or not a value of its kind, or when its pick row is not a pick the search proved:
+    at most one row picked, and that one ok, run whole and within the budget by its measured KLD's upper bound."""
+    s = summary_of(doc)
+    try:
+        Summary.model_validate(s)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(str(x) for x in e["loc"])
+        raise Refused(f"{path}: search.{where}: {e['msg']} (got {e.get('input')!r}); a search file's summary is "
+                      "written by qbench run of a [search] scenario") from None
+    picks = [r for r in doc.rows if r.pick]
+    if len(picks) > 1:
+        raise Refused(f"{path}: {len(picks)} rows are marked pick ({', '.join(r.scheme for r in picks)}): a search "
+                      "picks one recipe; the file is damaged or edited")
+    budget, pick = s["budget"]["max_kld"], picks[0] if picks else None
+    m = pick.measured if pick is not None else None
+    why = (None if pick is None else f"its status is {pick.status}" if pick.status != "ok" else
+           "it was not run whole (no measured KLD)" if m is None else
+           f"its measured KLD {m.kld:.4g} ± {m.kld_unc:.2g} is not within max mean KLD {budget:g}"
+           if not pick.within_budget or m.kld + m.kld_unc > budget * (1 + 1e-9) else None)
+    if why:
+        raise Refused(f"{path}: the pick row {pick.scheme!r} is not a pick the search proved ({why}); the file is "
+                      "damaged or edited")
+    return s
 
 
 def _counts(r) -> str:
@@ -48,7 +98,7 @@ COLUMNS = [
 
 def lines(doc) -> list[str]:
     """The prose under the table: the budget and the pick, the floor, the rounds, the sources."""
-    s = _search(doc)
+    s = summary_of(doc)
     out = []
     budget = (s.get("budget") or {}).get("max_kld")
     pick = next((r for r in doc.rows if r.pick), None)
@@ -87,12 +137,13 @@ def lines(doc) -> list[str]:
 def run_view(doc, args: argparse.Namespace) -> int:
     """``qbench run``'s and ``report``'s output for a search result: the verified points and the
     pure candidates (``--wide``: the whole front), then the prose; returns the rows shown."""
+    checked(doc, "this search result")
     rows = [r for r in doc.rows if getattr(args, "wide", False) or r.kind == "pure" or r.measured is not None or r.pick]
     rows.sort(key=lambda r: (r.predicted_us, r.predicted_kld))
     print(render(rows, COLUMNS, args.format))
     if wants_prose(args.format):
         shown = prose(args.format, getattr(args, "wide", False))
-        front = _search(doc).get("front") or {}
+        front = summary_of(doc).get("front") or {}
         hidden = len(doc.rows) - len(rows)
         said = ([f"{hidden} front points not verified are not shown (--wide shows them)"] if hidden else []) + \
             ([f"the file keeps {front['rows']} of the front's {front['points']} points as rows: {front['kept']}"]
@@ -128,12 +179,15 @@ def with_proof_steps(paths: list[str], docs: list) -> list[tuple[str, Any]]:
         if not mine:
             out.append((path, doc))
             continue
-        (spath, sdoc), s = mine[0], _search(doc)
+        (spath, sdoc), s = mine[0], summary_of(doc)
         rows = []
         for r in doc.rows:
             m = r.measured
             if m is not None and m.step_us is None:
                 st = next((x for x in sdoc.rows if x.scheme == m.label and x.m == r.m and x.context == r.context), None)
+                if st is not None and _recipe_key(r.recipe, st.blocks) != identity_key(st.recipe):
+                    raise Refused(f"{spath}: its row {m.label!r} ran another recipe than {path}'s {m.label!r}: not "
+                                  "the proof step of this run of the search (labels are places on a front)")
                 us = st.step_us(s.get("method")) if st is not None and st.status == "ok" else None
                 m = m.model_copy(update={"step_us": us, "step_reason": None if us is not None else
                                          f"not in {spath}" if st is None else st.reason})
@@ -148,20 +202,48 @@ def with_proof_steps(paths: list[str], docs: list) -> list[tuple[str, Any]]:
     return out
 
 
+def _recipe_key(entry: Optional[dict], blocks: int) -> Optional[str]:
+    """A search row's scheme entry (``name``, options, ``recipe``) as :func:`qbench.model.recipe.identity_key` of the
+    step row that ran it on a model of ``blocks`` blocks (None: a plain scheme)."""
+    from qbench.model.recipe import Plan, _choice, parse
+
+    if not entry:
+        return None
+    item = {k: v for k, v in entry.items() if k not in ("label", "mode")}
+    recipe = parse(item, "recipe")  # takes the recipe keys out of item
+    return identity_key(Plan(_choice(item, "recipe"), blocks, recipe).identity())
+
+
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     """``qbench recommend SEARCH.json``: per file, the pick at its budget (M, context), predicted
     beside measured, the front it came from, and the pick as a scenario entry and a torchao call a
     user pastes (:func:`qbench.search.snippet.pick_lines`). Returns 0 when every file has a pick, else 1."""
+    from qbench.quality.view import BUDGETS
     from qbench.search.snippet import pick_lines
 
-    status = 0
-    try:
-        joined = with_proof_steps(paths, docs)
-    except Refused as exc:
-        print(f"qbench: {exc}", file=sys.stderr)
-        return 2
+    joined = with_proof_steps(paths, docs)
     for path, doc in joined:
-        s = _search(doc)
+        budget = checked(doc, path)["budget"]["max_kld"]
+        said = (f"{path}: a search result, picked under its own budget (max mean KLD {budget:g}, proven by running "
+                "the pick whole)")
+        refuse_options(args, ("summary", "by_format", "method", "max_rel_err",
+                              *(b.name for b in BUDGETS if b.name != "max_kld")), said + "; {flag} does not apply")
+        if getattr(args, "max_kld", None) not in (None, budget):
+            raise Refused(f"{said}; --max-kld {args.max_kld:g} needs a search at that budget: set budget.max_kld in "
+                          "its [search] table and run it")
+        if getattr(args, "baseline", DEFAULT_BASELINE) != DEFAULT_BASELINE:
+            raise Refused(said + "; --baseline does not apply (its pure candidates are its baselines)")
+    if args.format == "json":
+        out = [{"file": path, "search": {k: summary_of(doc).get(k) for k in ("budget", "m", "context", "method", "pick_by",
+                                                                          "front", "sources")},
+                "pick": next((r.model_dump(mode="json") for r in doc.rows if r.pick), None)} for path, doc in joined]
+        print(json.dumps(out if len(out) > 1 else out[0], indent=2, ensure_ascii=False))
+        return 0 if all(o["pick"] for o in out) else 1
+    if not wants_prose(args.format):
+        raise Refused(f"{paths[0]}: a search's recommend is text or --format json, not {args.format}")
+    status = 0
+    for path, doc in joined:
+        s = summary_of(doc)
         front = [r for r in doc.rows if r.kind == "front"]
         points = (s.get("front") or {}).get("points", len(front))
         verified = [r for r in doc.rows if r.measured is not None]
@@ -205,9 +287,26 @@ def _against_pure(doc, pick, max_kld: Optional[float]) -> Optional[str]:
 
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
-    """``qbench report SEARCH.json``: :func:`run_view` of each file (``recommend SEARCH.json
-    PROOF_STEP.json`` joins a proof step file)."""
-    for doc in docs:
+    """``qbench report SEARCH.json...``: :func:`run_view` of each file, under its path when there are several, a file
+    of an interrupted run said on stderr (``recommend SEARCH.json PROOF_STEP.json`` joins a proof step file).
+
+    Raises:
+        Refused: a file of another kind, a per-layer option, several files in CSV or JSON (one document each)."""
+    if (other := next((p for p, d in zip(paths, docs) if d.job != "search"), None)):
+        raise Refused(f"{other}: give search files alone to report (a search's proof step: qbench recommend "
+                      "SEARCH.json STEP.json)")
+    refuse_options(args, ("crossover", "sort", "by_m", "method", "columns"), f"{paths[0]}: a search result; {{flag}} "
+                   "reads per-layer results (--wide shows every point of the front)")
+    if getattr(args, "status", "all") != "all" or getattr(args, "baseline", DEFAULT_BASELINE) != DEFAULT_BASELINE:
+        raise Refused(f"{paths[0]}: a search result; --status and --baseline read per-layer results")
+    if len(docs) > 1 and args.format in DATA_FORMATS:
+        raise Refused(f"{args.format} holds one search result: report the files one at a time")
+    for i, (path, doc) in enumerate(zip(paths, docs)):
+        checked(doc, path)
+        if (warning := incomplete_warning(doc, path)):
+            print(warning, file=sys.stderr)
+        if len(docs) > 1 and wants_prose(args.format):
+            print(("\n" if i else "") + visible(f"== {path}"))
         run_view(doc, args)
     return 0
 
@@ -219,8 +318,8 @@ def pick_summary(paths: list[str]) -> list[str]:
     (:func:`with_proof_steps`)."""
     from qbench.results import read_results
 
-    ((_, doc),) = with_proof_steps(paths, [read_results(p) for p in paths])
-    s = doc.model_extra["search"]
+    ((path, doc),) = with_proof_steps(paths, [read_results(p) for p in paths])
+    s = checked(doc, path)
     pick = next(r for r in doc.rows if r.pick)
     bf16 = next((r for r in doc.rows if r.kind == "pure" and r.scheme == "bf16"), None)
     m, front = pick.measured, (s.get("front") or {}).get("points", sum(r.kind == "front" for r in doc.rows))

@@ -34,6 +34,8 @@ def test_a_proof_step_file_given_beside_fills_the_verified_recipes_steps(tmp_pat
     # scenario's file (run on the speed file's machine) is given beside it; a step file of another run is refused
     import json
 
+    from qbench.model import recipe
+
     doc = json.loads(FILE.read_text())
     for r in doc["rows"]:
         if r.get("measured") and r["kind"] == "front" or r.get("pick"):
@@ -43,9 +45,17 @@ def test_a_proof_step_file_given_beside_fills_the_verified_recipes_steps(tmp_pat
     step = json.loads((FILE.parent / "step_smollm2_shapes.json").read_text())
     step["scenario"]["name"] = "search_llama31_8b_cost-proof-step"
     template = step["rows"][0]
-    step["rows"] = [{**template, "scheme": label, "m": 1, "context": 4096,
+
+    def record(label):  # the step row's recipe record of the search row labelled ``label``
+        entry = dict(next(r for r in doc["rows"] if r["scheme"] == label)["recipe"])
+        entry.pop("label", None)
+        return recipe.Plan(recipe._choice({"name": entry.pop("name")}, "x"), template["blocks"],
+                           recipe.parse(entry, "x")).record(head=True)
+
+    step["rows"] = [{**template, "scheme": label, "m": 1, "context": 4096, "recipe": rec,
                      "latency_us": {"step_graph": {**template["latency_us"]["step_graph"], "median": us}}}
-                    for label, us in (("int4-weight-only", 1111.0), ("r1 front 1", 2222.0))]
+                    for label, us, rec in (("int4-weight-only", 1111.0, None),
+                                           ("r1 front 1", 2222.0, record("r1 front 1")))]
     proof = tmp_path / "proof.json"
     proof.write_text(json.dumps(step))
     assert main(["recommend", str(search)]) == 0
@@ -54,6 +64,10 @@ def test_a_proof_step_file_given_beside_fills_the_verified_recipes_steps(tmp_pat
     out = capsys.readouterr().out
     assert "measured step 1,111.0 µs (step_graph)" in out and "not measured here" not in out
     assert f"the verified recipes' steps: {proof} (cuda NVIDIA H100" in out
+    step["rows"][1]["recipe"] = record("r1 front 2")  # the label of another run's front: another recipe
+    proof.write_text(json.dumps(step))
+    assert main(["recommend", str(search), str(proof)]) == 2
+    assert "its row 'r1 front 1' ran another recipe than" in capsys.readouterr().err
     step["scenario"]["name"] = "another-run"
     proof.write_text(json.dumps(step))
     assert main(["recommend", str(search), str(proof)]) == 2
@@ -72,3 +86,91 @@ def test_a_mix_no_faster_than_a_pure_scheme_within_the_budget_says_so(capsys):
             "  the pick is 0.998× its speed (not faster: the mix buys no time here)") in out
     assert main(["recommend", str(FILE)]) == 0
     assert "the fastest pure scheme" not in capsys.readouterr().out
+
+
+TINY = FILE.parents[1] / "cpu" / "search_tiny.json"  # budget 0.003, pick bf16 (measured 4.84e-05 ± 1.9e-06)
+
+
+def _edited(tmp_path, edit, name="edited.json"):
+    import json
+
+    doc = json.loads(TINY.read_text())
+    edit(doc)
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_recommend_on_a_search_refuses_what_it_cannot_honour(capsys):
+    """A search picked under its own budget: another --max-kld, a quality budget, a layer view or a baseline is refused
+    in one line (it printed the file's pick at 0.003 for --max-kld 0.001, exit 0); the file's own budget is taken,
+    and --format json gives the pick as one document."""
+    import json
+
+    for extra, said in ((["--max-kld", "0.001"], "--max-kld 0.001 needs a search at that budget"),
+                        (["--min-same-top", "0.9"], "--min-same-top does not apply"),
+                        (["--max-rel-err", "0.01"], "--max-rel-err does not apply"),
+                        (["--summary"], "--summary does not apply"), (["--by-format"], "--by-format does not apply"),
+                        (["--baseline", "fp16"], "--baseline does not apply"),
+                        (["--format", "html"], "a search's recommend is text or --format json, not html")):
+        assert main(["recommend", str(TINY), *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1, (extra, err)
+    assert main(["recommend", str(TINY), "--max-kld", "0.003"]) == 0
+    assert "pick: bf16" in capsys.readouterr().out
+    assert main(["recommend", str(TINY), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pick"]["scheme"] == "bf16" and out["search"]["budget"] == {"max_kld": 0.003}
+
+
+def test_a_damaged_search_file_is_refused_not_printed(tmp_path, capsys):
+    """A summary without a usable budget raised TypeError; a pick row the search did not prove (failed, not run
+    whole, over the budget, two picks) was printed as the pick with exit 0; a negative step time gave a negative
+    speed-up. Each is one line, exit 2, in every reader."""
+    def pick(**kw):
+        return lambda d: d["rows"][0].update(kw)
+
+    def measured(**kw):
+        return lambda d: d["rows"][0]["measured"].update(kw)
+
+    cases = [(lambda d: d["search"]["budget"].update(max_kld=None), "search.budget.max_kld"),
+             (lambda d: d["search"]["budget"].update(max_kld="0.03"), "search.budget.max_kld"),
+             (lambda d: d["search"].pop("m"), "search.m"),
+             (pick(status="failed"), "is not a pick the search proved (its status is failed)"),
+             (pick(measured=None), "(it was not run whole"),
+             (measured(kld=0.5), "measured KLD 0.5 ± 1.9e-06 is not within max mean KLD 0.003"),
+             (lambda d: d["rows"][1].update(pick=True), "2 rows are marked pick (bf16, int8-weight-only)"),
+             (measured(step_us=-575.0), "rows[0].measured.step_us")]
+    for i, (edit, said) in enumerate(cases):
+        path = _edited(tmp_path, edit, f"e{i}.json")
+        for command in (["recommend", path], ["report", path], ["plot", path, "-o", str(tmp_path / f"e{i}.png")]):
+            assert main(command) == 2, (said, command)
+            err = capsys.readouterr().err
+            assert said in err and len(err.strip().splitlines()) == 1, (said, command, err)
+        assert not (tmp_path / f"e{i}.png").exists()
+
+
+def test_report_of_search_files_names_each_file_and_says_an_interrupted_run(tmp_path, capsys):
+    """Two search files printed two tables with nothing between them, and two JSON arrays back to back; an interrupted
+    run's file was reported without a word; per-layer options were ignored."""
+    partial = _edited(tmp_path, lambda d: d.update(complete=False))
+    assert main(["report", str(TINY), partial]) == 0
+    captured = capsys.readouterr()
+    assert f"== {TINY}" in captured.out and f"== {partial}" in captured.out
+    assert "incomplete" in captured.err and partial in captured.err
+    assert main(["report", str(TINY), partial, "--format", "json"]) == 2
+    assert "json holds one search result: report the files one at a time" in capsys.readouterr().err
+    for extra in (["--sort", "step_us"], ["--crossover"], ["--by-m"], ["--columns", "scheme"], ["--status", "ok"]):
+        assert main(["report", str(TINY), *extra]) == 2, extra
+        assert "a search result;" in capsys.readouterr().err
+
+
+def test_a_search_file_without_rows_is_a_search_file(tmp_path, capsys):
+    """With rows: [] the kind came from the rows alone: a search file read as a per-layer result (a layer table,
+    roofline charts, '--max-rel-err is required'). The scenario's [search] table says what it is."""
+    from qbench.results import read_results
+
+    path = _edited(tmp_path, lambda d: d.update(rows=[]))
+    assert read_results(path).job == "search"
+    assert main(["recommend", path]) == 1
+    assert "no recipe was proven within the budget" in capsys.readouterr().out
