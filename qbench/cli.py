@@ -104,7 +104,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     doc = ResultDoc.of(outcome.doc)
     job_view = jobs.get(doc.job).view("run")
     if job_view is not None:  # the job kind's own table (qbench.jobs), paste-ready in Markdown too
-        n = _paste_ready(args.format, lambda: job_view(doc, args))
+        _paste_ready(args.format, lambda: job_view(doc, args))  # a view may show fewer rows than the file holds
     else:
         print(render.render_header(doc), file=sys.stderr if machine else sys.stdout)
         from qbench.layer import weight
@@ -117,7 +117,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"note: {_activations_note(loaded)}", file=sys.stderr if machine else sys.stdout)
         columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
         _table(render.render(doc.rows, columns, fmt=args.format, wide=args.wide), args.format)
-        n = len(doc.rows)
+    n = len(doc.rows)
     print(f"\nwrote {outcome.path} ({n} row{'' if n == 1 else 's'}, {outcome.doc['wall_s']:.1f} s)",
           file=sys.stderr if machine else sys.stdout)
     if job_view is None and not machine:  # the answer to the README's question, and where to read why

@@ -86,10 +86,11 @@ class Search:
             raise RunError(f"{self.scenario.source}: search.max_kld: the noise floor ({FLOOR_SCHEME} against the reference) "
                            f"was not measured: {getattr(floor_row, 'reason', None) or 'no row'}")
         kld, unc = floor_row.stats.kld.mean, floor_row.stats.kld.unc
-        if self.s.max_kld < kld:
+        if self.s.max_kld < kld + unc:  # a recipe is proven by its measured KLD's upper bound, as bf16 would be
             raise RunError(f"{self.scenario.source}: search.max_kld: below the noise floor: {FLOOR_SCHEME} alone measures "
-                           f"{kld:.4g} ± {unc:.2g} nats/token against the reference on the evaluation span; no "
-                           f"quantized recipe can be proven under it, got {self.s.max_kld:g}")
+                           f"{kld:.4g} ± {unc:.2g} nats/token against the reference on the evaluation span, and a "
+                           f"recipe is proven within the budget by its upper bound (mean + uncertainty): none can be "
+                           f"under {self.s.max_kld:g}")
         self.per_scheme_s = (time.perf_counter() - t0) / max(len(entries), 1)
         floor = {"scheme": floor_row.scheme, "kld": kld, "kld_unc": unc}
         return floor, [path, doc]
@@ -218,13 +219,21 @@ def search(scenario: Any, device: str, work: Path, say: Callable[[str], None]) -
     method = problem.method
     job.record_pure(problem, eval_doc, step_doc, method)
     measured_problem = problem
-    rounds, rows, accepted = [], [], None
+    rounds, rows, accepted, stopped, earlier, on_front = [], [], None, None, None, 0
     for rnd in range(1, s.rounds + 1):
         points = solve.front(problem)
         try:
             chosen = solve.pick(points, s.max_kld)
         except solve.Infeasible as exc:
-            raise RunError(f"{scenario.source}: {exc}") from None
+            if earlier is None:  # nothing verified yet: the budget is out of the candidates' reach
+                raise RunError(f"{scenario.source}: {exc}") from None
+            # a refit scaled every damage up: what was verified is kept, and the file says why the rounds stopped
+            stopped = (f"round {rnd}: after the refit (damages x{problem.scale:.3g}) {str(exc).split(': ', 1)[-1]}; "
+                       f"the search stopped and keeps round {rnd - 1}'s front and the recipes verified so far")
+            say(f"search: {stopped}")
+            problem = earlier[0]
+            rows, on_front = _rows(*earlier, job, rnd - 1, None, s), len(earlier[1])
+            break
         at = points.index(chosen)
         verify = [(at, chosen)] + [(j, points[j]) for j in others(points, at, s.verify)]
         job.verify(problem, verify, rnd, method)
@@ -239,12 +248,13 @@ def search(scenario: Any, device: str, work: Path, say: Callable[[str], None]) -
                                                 + (f"; damages scaled by {factor:.3g}" if factor and rnd < s.rounds else "")))
         last = rnd == s.rounds or ok or factor is None
         if last:
-            rows = _rows(problem, points, job, rnd, at if ok else None, s)
+            rows, on_front = _rows(problem, points, job, rnd, at if ok else None, s), len(points)
         if ok:
             accepted = chosen.choice
             break
         if factor is None:
             break
+        earlier = (problem, points)
         problem = solve.refit(problem, factor)
     rows += _earlier(problem, job, rows, s)
     fallback = None
@@ -260,11 +270,13 @@ def search(scenario: Any, device: str, work: Path, say: Callable[[str], None]) -
         "floor": floor, "units": [u.name for u in measured_problem.units], "candidates": list(problem.candidates),
         "time_us": [list(r) for r in measured_problem.time_us], "damage": [list(r) for r in measured_problem.damage],
         "damage_unc": [list(r) for r in measured_problem.damage_unc], "fixed_us": measured_problem.fixed_us,
-        "sources": measured_problem.sources, "notes": measured_problem.notes, "rounds": rounds,
+        "sources": measured_problem.sources, "rounds": rounds,
+        "notes": {**measured_problem.notes, **({"rounds stopped": stopped} if stopped else {})},
         "pick": next((r["scheme"] for r in rows if r["pick"]), None),
         "pick_by": "solver" if accepted is not None else "fastest verified recipe measured within the budget"
                    if fallback is not None else None,
         "jobs_wall_s": job.walls,
+        "front": {"points": on_front},  # the last front solved, pure points on it too (its round line's count)
     }
     if job.proof_entries:
         summary["proof_step"] = {"why": job.elsewhere, "scenario": proof_step_scenario(scenario, job.step_doc,
@@ -345,9 +357,8 @@ def run(scenario: Any, *, device: Optional[str] = None, out: Optional[str] = Non
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    front = sum(r["kind"] == "front" for r in rows)
     rows = thin(rows, FRONT_ROWS)
-    summary["front"] = {"points": front, "rows": sum(r["kind"] == "front" for r in rows), "kept": THINNED}
+    summary["front"].update(rows=sum(r["kind"] == "front" for r in rows), kept=THINNED)
     doc["rows"], doc["search"] = rows, summary
     outcome = finish(doc, output, started, force=force)
     if "proof_step" in summary:

@@ -97,9 +97,37 @@ def test_a_budget_below_the_noise_floor_is_one_line(fake, tmp_path):
     with pytest.raises(RunError) as info:
         pipeline.search(scenario(0.005), "cpu", tmp_path, lambda line: None)
     assert str(info.value) == ("x.toml: search.max_kld: below the noise floor: bf16 alone measures 0.01 ± 0 nats/token "
-                               "against the reference on the evaluation span; no quantized recipe can be proven "
-                               "under it, got 0.005")
+                               "against the reference on the evaluation span, and a recipe is proven within the "
+                               "budget by its upper bound (mean + uncertainty): none can be under 0.005")
     assert [t for t, _ in fake["runs"]] == ["evaluation"]  # refused before the damages are measured
+
+
+def test_a_budget_under_the_noise_floors_upper_bound_is_refused_before_the_damages(fake, tmp_path):
+    # bf16 measures 0.004 ± 0.002: its mean is under 0.005, its upper bound (what proves a recipe) is not; the run
+    # went on to measure every unit's damage and threw it all away in round 2 (a break trial, 2026-12-06)
+    fake["floor"], fake["unc"] = 0.004, 0.002
+    with pytest.raises(RunError) as info:
+        pipeline.search(scenario(0.005), "cpu", tmp_path, lambda line: None)
+    assert "below the noise floor: bf16 alone measures 0.004 ± 0.002 nats/token" in str(info.value)
+    assert [t for t, _ in fake["runs"]] == ["evaluation"]
+
+
+def test_a_refit_that_leaves_no_recipe_within_the_budget_keeps_what_was_verified(fake, tmp_path):
+    # each recipe measures 30x its predicted KLD: round 1's pick misses, the refit scales every damage by 30 and no
+    # recipe is predicted within 0.005 (all bf16: 30 x 0.0002 = 0.006): the rounds stop, round 1's rows and
+    # measurements stay, and the fastest verified recipe within the budget (bf16, at the floor) is the answer
+    fake["ratio"] = 30.0
+    lines = []
+    rows, summary, picked = pipeline.search(scenario(0.005), "cpu", tmp_path, lines.append)
+    (r1,) = summary["rounds"]
+    assert not r1["accepted"] and r1["refit"] == pytest.approx(30.0)
+    stopped = summary["notes"]["rounds stopped"]
+    assert stopped.startswith("round 2: after the refit (damages x30) no recipe of the candidates is predicted within "
+                              "0.005") and stopped.endswith("keeps round 1's front and the recipes verified so far")
+    assert any(stopped in line for line in lines)
+    assert summary["front"]["points"] == r1["front"]  # the count the round line gives, pure points on it included
+    assert [r for r in rows if r["kind"] == "front" and r["measured"] is not None]  # round 1's verified recipes
+    assert picked and summary["pick_by"] == "fastest verified recipe measured within the budget"
 
 
 def test_a_budget_no_recipe_is_predicted_within_is_one_line(fake, tmp_path):
