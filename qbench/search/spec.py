@@ -205,10 +205,41 @@ def check(scenario: Any) -> None:
         if not path.is_file():
             raise ScenarioError(scenario.source, "search.speed", f"\"step\" (run the step job) or a step result file; "
                                                                  f"no file {path}, got {scenario.search.speed!r}")
+        _check_speed(scenario, path)
+    elif scenario.search.method and scenario.search.methods and scenario.search.method not in scenario.search.methods:
+        raise ScenarioError(scenario.source, "search.method", f"the step job times only "
+                                                              f"{', '.join(scenario.search.methods)} (search.methods): the "
+                                                              f"method the rest is read by must be one of them, got "
+                                                              f"{scenario.search.method!r}")
     damage_scenario(scenario)
     evaluation_scenario(scenario, candidate_entries(scenario))
     if scenario.search.speed == "step":
         step_scenario(scenario, candidate_entries(scenario))
+
+
+def _check_speed(scenario: Any, path) -> None:
+    """Refuse, before anything runs, a speed file that cannot give the candidates' costs: not a model-step result,
+    models of several depths, or a candidate without an ok row and per-linear times at the search's M and context
+    (:func:`qbench.search.problem.costs`, which the search applies to it after its damages are measured)."""
+    from qbench.results import ResultsError, read_results
+    from qbench.search.problem import ProblemError, costs, model_units
+
+    s = scenario.search
+    try:
+        doc = read_results(path)
+    except ResultsError as exc:
+        raise ScenarioError(scenario.source, "search.speed", f"not a readable result file: {exc}") from None
+    if doc.job != "step":
+        raise ScenarioError(scenario.source, "search.speed", f"a model-step result file (qbench run of a [model] "
+                                                             f"scenario), got a {doc.job} result, {path}")
+    blocks = {r.blocks for r in doc.rows}
+    if len(blocks) != 1:
+        raise ScenarioError(scenario.source, "search.speed", f"one model's step rows, got models of "
+                                                             f"{sorted(blocks)} blocks in {path}")
+    try:
+        costs(str(path), doc.rows, scenario.schemes, model_units(blocks.pop(), s.lm_head), s.m, s.context, s.method)
+    except ProblemError as exc:
+        raise ScenarioError(scenario.source, "search.speed", str(exc)) from None
 
 
 def describe(scenario: Any) -> str:

@@ -68,3 +68,23 @@ def test_check_says_the_budget_the_point_and_the_spans(capsys):
     assert cli.main(["check", str(ROOT / "scenarios" / "search_tiny.toml")]) == 0
     out = capsys.readouterr().out
     assert "max mean KLD 0.003 at M = 1, context 128; damages on chunks 0..3, proof on 4..15" in out
+
+
+def test_a_speed_file_that_cannot_give_the_costs_is_refused_before_anything_runs():
+    """A quality file, a step file of another model or point, or a step file without the candidates' rows passed
+    qbench check and failed after the floor and damage jobs had run, naming the temporary job files."""
+    results = "../results"
+    cases = ((f"{results}/cpu/quality_tiny.json", "a model-step result file (qbench run of a [model] scenario), got "
+                                                  "a quality result"),
+             (f"{results}/h200/step_llama31_8b.json", "candidate 'int4-intx' has no cost: no step row at M=1, "
+                                                      "context=128"),
+             (f"{results}/cpu/search_tiny.json", "got a search result"))
+    for path, said in cases:
+        got = refusal(BASE.replace('methods = ["step_cpu", "step_graph"]', f'speed = "{path}"'))
+        assert got.startswith("search.speed: ") and said in got, (path, got)
+
+
+def test_a_method_the_step_job_does_not_time_is_refused():
+    got = refusal(BASE.replace('methods = ["step_cpu", "step_graph"]', 'methods = ["step_cpu"]\nmethod = "step_graph"'))
+    assert got == ("search.method: the step job times only step_cpu (search.methods): the method the rest is read by "
+                   "must be one of them, got 'step_graph'")
