@@ -274,7 +274,7 @@ def _against_pure(doc, pick, max_kld: Optional[float]) -> Optional[str]:
     """The pick's measured step beside the fastest pure scheme measured within the budget (None without both): a
     mix slower than a pure scheme that meets the budget buys no time, and the reader is told so."""
     pures = [r for r in doc.rows if r.kind == "pure" and _measured(r, "step_us") and _measured(r, "kld") is not None
-             and max_kld is not None and _measured(r, "kld") <= max_kld]
+             and max_kld is not None and r.measured.kld + r.measured.kld_unc <= max_kld]  # the search's own rule
     if not pures or not _measured(pick, "step_us"):
         return None
     best = min(pures, key=lambda r: r.measured.step_us)

@@ -174,3 +174,15 @@ def test_a_search_file_without_rows_is_a_search_file(tmp_path, capsys):
     assert read_results(path).job == "search"
     assert main(["recommend", path]) == 1
     assert "no recipe was proven within the budget" in capsys.readouterr().out
+
+
+def test_a_pure_scheme_is_within_the_budget_by_the_searchs_own_rule(tmp_path, capsys):
+    """'The fastest pure scheme within the budget' read the mean alone; the search proves by mean + uncertainty.
+    int8 made faster than the pick: named at 0.0029 ± 0.00005, not at 0.0029 ± 0.0002 (budget 0.003)."""
+    def faster_int8(unc):
+        return lambda d: d["rows"][1]["measured"].update(step_us=10000.0, kld=0.0029, kld_unc=unc)
+
+    assert main(["recommend", _edited(tmp_path, faster_int8(0.00005), "a.json")]) == 0
+    assert "the fastest pure scheme within the budget: int8-weight-only" in capsys.readouterr().out
+    assert main(["recommend", _edited(tmp_path, faster_int8(0.0002), "b.json")]) == 0
+    assert "the fastest pure scheme" not in capsys.readouterr().out
