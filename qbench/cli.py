@@ -76,9 +76,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         render.resolve_columns([c.strip() for c in args.columns.split(",") if c.strip()], [])
     from qbench import lifecycle  # torch-free: its checks of the output come before torch and the forkserver
 
-    named = args.out or loaded.output
+    kind, named = jobs.of_scenario(loaded), args.out or loaded.output
+    if args.resume and not kind.resumable:
+        raise runner_error(f"--resume: a {kind.name} scenario runs its jobs as one pipeline and keeps no partial "
+                           "rows; run it again (--force replaces its file)")
     if named:  # an existing result or partial file is refused at once, with no forkserver left behind
-        lifecycle.refuse_early(Path(named), args.force, args.resume)
+        lifecycle.refuse_early(Path(named), args.force, args.resume, kind.resumable)
     # Then, before this process imports torch: the forkserver's own imports (torch, qbench._preload)
     # overlap this process's.
     forkserver.start_early(loaded, args.device)

@@ -56,6 +56,8 @@ class Job:
             compares independent runs' medians) is refused for it.
         rows_per_scheme: each row is one scheme entry's (at one M, context ...), so a file's schemes
             can be counted against its scenario's; a search's rows are recipes it wrote.
+        resumable: ``qbench run --resume`` keeps a file's rows and measures the schemes it lacks (a
+            search is one pipeline: it is run again).
         views: reader command name -> ``"module:function"`` rendering that reader's view of a
             document of this kind (absent: the reader's own, layer, view). ``run`` is ``(doc, args)
             -> rows shown``; a reader's is ``(args, paths, docs) -> exit status``; ``budgets`` names the
@@ -82,6 +84,7 @@ class Job:
     emulates: bool = False
     deterministic: bool = False
     rows_per_scheme: bool = True
+    resumable: bool = True
     views: Mapping[str, str] = field(default_factory=dict)
     refusal: Optional[str] = None
 
@@ -100,6 +103,7 @@ class Job:
 #: the default kind, without a table, last).
 JOBS: dict[str, Job] = {j.name: j for j in (
     Job("search", table="search", run="qbench.search.pipeline:run", at=("m", "context"), rows_per_scheme=False,
+        resumable=False,
         tables="qbench.search.spec:SearchTables", check="qbench.search.spec:check", describe="qbench.search.spec:describe",
         check_rows="qbench.search.row:check_rows", blank_rows="qbench.search.pipeline:blank_rows",
         measure="qbench.search.pipeline:measure", views={"run": "qbench.search.view:run_view",

@@ -204,8 +204,9 @@ def check_output(path: Path, force: bool, resume: bool = False) -> None:
     check_folder(path)
 
 
-def check_existing(path: Path, force: bool, resume: bool = False) -> None:
-    """The refusals of :func:`check_output` that read what is at ``path`` and its partial file.
+def check_existing(path: Path, force: bool, resume: bool = False, resumable: bool = True) -> None:
+    """The refusals of :func:`check_output` that read what is at ``path`` and its partial file (``resumable``: the
+    job kind can resume, so the refusal offers ``--resume``).
 
     Raises:
         RunError: one line naming the path.
@@ -213,8 +214,9 @@ def check_existing(path: Path, force: bool, resume: bool = False) -> None:
     if path.is_dir():
         raise RunError(f"{path}: is a directory, not a result file")
     if os.path.lexists(path) and not (force or resume):
-        raise RunError(f"{path}: already exists; pass --force to overwrite it, --resume to add the schemes it "
-                       f"lacks, or --out to choose another file")
+        raise RunError(f"{path}: already exists; pass --force to overwrite it, "
+                       + ("--resume to add the schemes it lacks, " if resumable else "")
+                       + "or --out to choose another file")
     if force and path.is_file() and not _is_result(path):
         raise RunError(f"{path}: exists and is not a qbench result file (a checkpoint's config, a text?); --force "
                        f"replaces only result files: choose another --out")
@@ -236,7 +238,7 @@ def _is_result(path: Path) -> bool:
     return isinstance(doc, dict) and "schema_version" in doc and "rows" in doc
 
 
-def refuse_early(path: Path, force: bool, resume: bool = False) -> None:
+def refuse_early(path: Path, force: bool, resume: bool = False, resumable: bool = True) -> None:
     """The refusals :func:`claim_output` makes of a named output that exists, made before torch is
     imported (by the command line): another run writing it (:class:`OutputLock`, probed), then
     :func:`check_existing`. Nothing is left behind; a path with no file and no partial file is left
@@ -250,7 +252,7 @@ def refuse_early(path: Path, force: bool, resume: bool = False) -> None:
     probe = OutputLock(path)
     probe.acquire()
     probe.release()
-    check_existing(path, force, resume)
+    check_existing(path, force, resume, resumable)
 
 
 def check_folder(path: Path) -> None:

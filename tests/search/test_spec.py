@@ -88,3 +88,17 @@ def test_a_method_the_step_job_does_not_time_is_refused():
     got = refusal(BASE.replace('methods = ["step_cpu", "step_graph"]', 'methods = ["step_cpu"]\nmethod = "step_graph"'))
     assert got == ("search.method: the step job times only step_cpu (search.methods): the method the rest is read by "
                    "must be one of them, got 'step_graph'")
+
+
+def test_an_existing_search_output_is_refused_without_offering_resume(tmp_path, capsys):
+    """The refusal of an existing file offered --resume, which a search refuses (it is one pipeline)."""
+    out = tmp_path / "s.json"
+    out.write_text("{}")
+    scenario_path = str(ROOT / "scenarios" / "search_tiny.toml")
+    assert cli.main(["run", scenario_path, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "already exists; pass --force to overwrite it, or --out to choose another file" in err
+    assert cli.main(["run", scenario_path, "-o", str(out), "--resume"]) == 2
+    assert "--resume: a search scenario runs its jobs as one pipeline and keeps no partial rows" in \
+        capsys.readouterr().err
+    assert out.read_text() == "{}"
