@@ -250,8 +250,6 @@ def test_docs_step_figures_are_the_h100_files():
     bf16, fp8 = row("step_llama31_8b.json", 1, 32768), row("step_llama31_8b_kv_fp8.json", 1, 32768)
     t, f = bf16.step_us("step_compiled"), bf16.hbm_floor_us
     assert (f"takes {t / 1e3:.2f} ms against its {f / 1e3:.2f} ms HBM floor ({t / f:.2f}×;" in text)
-    readme = _docs_text("README.md")
-    assert f"32,768 positions, M = 1, is {t / 1e3:.2f} ms, {t / f:.2f}× its HBM floor" in readme
     assert f"the attention alone is {bf16.attention['us'] / 1e3:.2f} ms per step at " \
            f"{100 * bf16.attention['floor_fraction']:.0f} % of its floor" in text
     t8 = fp8.step_us("step_compiled")
@@ -261,6 +259,38 @@ def test_docs_step_figures_are_the_h100_files():
         a, b = row("step_llama31_8b.json", m, 4096), row("step_llama31_8b_kv_fp8.json", m, 4096)
         ta, tb = a.step_us("step_compiled"), b.step_us("step_compiled")
         assert f"{tb / 1e3:.2f} ms " + words.format(ta / tb) in text
+
+
+def test_docs_and_readme_h200_split_kv_figures_are_the_h200_files():
+    """docs/step.md's and the README's H200 split-KV and fp8-cache figures, read from the committed H200 files: bf16
+    compiled at 32,768 positions and M = 1 against its HBM floor and the SDPA step, its attention's floor share; the
+    fp8 cache's CUDA-graph step against the bf16 cache's at 4,096 and 32,768 positions."""
+    from qbench.results import read_results
+
+    def row(name, scheme, m, context):  # the split-KV bf16 run is evidence beside the SDPA file of its scenario
+        folder = ROOT / "results" / "h200" / ("evidence/2026-12-06" if name.endswith("splitkv.json") else "")
+        rows = read_results(folder / name).rows
+        return next(r for r in rows if r.scheme == scheme and r.m == m and r.context == context)
+
+    text, readme = _docs_text("docs/step.md"), _docs_text("README.md")
+    split = row("step_llama31_8b_splitkv.json", "bf16+compiled", 1, 32768)
+    t, f = split.step_us("step_compiled"), split.hbm_floor_us
+    sdpa = row("step_llama31_8b.json", "bf16+compiled", 1, 32768).step_us("step_compiled")
+    assert f"32,768 positions, M = 1, is {t / 1e3:.2f} ms, {t / f:.2f}× its HBM floor" in readme
+    assert (f"takes {t / 1e3:.2f} ms against its {f / 1e3:.2f} ms HBM floor ({t / f:.2f}×; SDPA took "
+            f"{sdpa / 1e3:.2f} ms, `results/h200/step_llama31_8b.json`), the attention alone "
+            f"{split.attention['us'] / 1e3:.2f} ms per step at {100 * split.attention['floor_fraction']:.0f} % of its "
+            "floor") in text
+    ratios = []
+    for context, m in ((4096, 1), (4096, 16), (32768, 1), (32768, 16)):
+        b = row("step_llama31_8b_splitkv.json", "bf16", m, context).step_us("step_graph")
+        e = row("step_llama31_8b_kv_fp8.json", "bf16", m, context).step_us("step_graph")
+        ratios.append(f"{e / 1e3:.2f} ms" + (f" at {context:,} positions and M = 1" if (context, m) == (4096, 1) else
+                                              f" at M = {m}") + f" ({b / e:.2f}×")
+    assert all(r in text for r in ratios), [r for r in ratios if r not in text]
+    fp8 = row("step_llama31_8b_kv_fp8.json", "bf16", 1, 32768).attention["floor_fraction"]
+    bf16 = row("step_llama31_8b_splitkv.json", "bf16", 1, 32768).attention["floor_fraction"]
+    assert f"reads its cache at {100 * fp8:.0f} % of its floor (bf16: {100 * bf16:.0f} %)" in text
 
 
 def _compiled(scheme, step, tuned=None, library="torch", recipe=None, mode="compiled"):
