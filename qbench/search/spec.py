@@ -180,7 +180,7 @@ def check(scenario: Any) -> None:
     if len(scenario.schemes) < 2:
         raise ScenarioError(scenario.source, "schemes", f"a search chooses among at least two candidates, got "
                                                         f"{len(scenario.schemes)}")
-    base = scenario.schemes[0]
+    base, seen = scenario.schemes[0], {}
     for i, e in enumerate(scenario.schemes):
         if e.name in recipes.REFUSED:
             raise ScenarioError(scenario.source, f"schemes[{i}].name", f"{recipes.REFUSED[e.name]}: it cannot be a "
@@ -198,6 +198,12 @@ def check(scenario: Any) -> None:
                                 f"{e.name} runs at {got} activations, the base {base.name} at {want}: a recipe's "
                                 f"linears share the model's hidden states, so the candidates must take one "
                                 f"activation dtype, got {e.name!r}")
+        same = seen.setdefault(recipes.Choice(e.name, e.options).label, i)
+        if same != i:
+            raise ScenarioError(scenario.source, f"schemes[{i}]", f"the same scheme as schemes[{same}] "
+                                                                  f"({recipes.Choice(e.name, e.options).label}) under "
+                                                                  f"another label: a search chooses among different "
+                                                                  f"schemes, got {e.label!r}")
     if scenario.search.speed != "step":
         from qbench.quality.spec import resolve_path
 

@@ -102,3 +102,9 @@ def test_an_existing_search_output_is_refused_without_offering_resume(tmp_path, 
     assert "--resume: a search scenario runs its jobs as one pipeline and keeps no partial rows" in \
         capsys.readouterr().err
     assert out.read_text() == "{}"
+
+
+def test_one_scheme_under_two_labels_is_refused():
+    got = refusal(BASE + '[[schemes]]\nname = "int8-weight-only"\nlabel = "int8 again"\n')
+    assert got == ("schemes[3]: the same scheme as schemes[1] (int8-weight-only) under another label: a search chooses "
+                   "among different schemes, got 'int8 again'")
