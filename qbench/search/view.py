@@ -205,19 +205,27 @@ def with_proof_steps(paths: list[str], docs: list) -> list[tuple[str, Any]]:
 def _recipe_key(entry: Optional[dict], blocks: int) -> Optional[str]:
     """A search row's scheme entry (``name``, options, ``recipe``) as :func:`qbench.model.recipe.identity_key` of the
     step row that ran it on a model of ``blocks`` blocks (None: a plain scheme)."""
-    from qbench.model.recipe import Plan, _choice, parse
+    from qbench.model.recipe import Plan, RecipeError, _choice, parse
 
     if not entry:
         return None
     item = {k: v for k, v in entry.items() if k not in ("label", "mode")}
-    recipe = parse(item, "recipe")  # takes the recipe keys out of item
-    return identity_key(Plan(_choice(item, "recipe"), blocks, recipe).identity())
+    try:
+        recipe = parse(item, "recipe")  # takes the recipe keys out of item
+        return identity_key(Plan(_choice(item, "recipe"), blocks, recipe).identity())
+    except RecipeError as exc:
+        raise Refused(f"a search row's recipe is not one a scenario can hold: {exc}") from None
 
 
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     """``qbench recommend SEARCH.json``: per file, the pick at its budget (M, context), predicted
     beside measured, the front it came from, and the pick as a scenario entry and a torchao call a
-    user pastes (:func:`qbench.search.snippet.pick_lines`). Returns 0 when every file has a pick, else 1."""
+    user pastes (:func:`qbench.search.snippet.pick_lines`); ``--format json``: the pick rows as one document.
+    Returns 0 when every file has a pick, else 1.
+
+    Raises:
+        Refused: an option the search's own budget cannot honour, a damaged file (:func:`checked`), a step file that
+            is not this run's proof step (:func:`with_proof_steps`), a markup format."""
     from qbench.quality.view import BUDGETS
     from qbench.search.snippet import pick_lines
 

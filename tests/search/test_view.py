@@ -186,3 +186,24 @@ def test_a_pure_scheme_is_within_the_budget_by_the_searchs_own_rule(tmp_path, ca
     assert "the fastest pure scheme within the budget: int8-weight-only" in capsys.readouterr().out
     assert main(["recommend", _edited(tmp_path, faster_int8(0.0002), "b.json")]) == 0
     assert "the fastest pure scheme" not in capsys.readouterr().out
+
+
+def test_a_verified_row_whose_recipe_cannot_be_read_is_refused_beside_a_proof_step(tmp_path, capsys):
+    """The proof-step join reads each verified row's recipe: a malformed one is one line, not a RecipeError."""
+    import json
+
+    doc = json.loads(FILE.read_text())
+    row = next(r for r in doc["rows"] if r["scheme"] == "r1 front 1")
+    row["measured"]["step_us"] = None
+    row["recipe"] = {"name": "bf16", "recipe": {"no-such-role": "int8-weight-only"}}
+    search = tmp_path / "search.json"
+    search.write_text(json.dumps(doc))
+    step = json.loads((FILE.parent / "step_smollm2_shapes.json").read_text())
+    step["scenario"]["name"] = "search_llama31_8b_cost-proof-step"
+    step["rows"] = [{**step["rows"][0], "scheme": "r1 front 1", "m": 1, "context": 4096}]
+    proof = tmp_path / "proof.json"
+    proof.write_text(json.dumps(step))
+    assert main(["recommend", str(search), str(proof)]) == 2
+    err = capsys.readouterr().err
+    assert "a search row's recipe is not one a scenario can hold: recipe.recipe.no-such-role: unknown role" in err
+    assert len(err.strip().splitlines()) == 1
