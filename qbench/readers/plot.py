@@ -324,7 +324,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--out", "--output", dest="output", default=None,
                    help="FILE.png, .svg or .pdf: the roofline; the Pareto chart goes to FILE-pareto.<same suffix> "
                         "(default: the result's path with .png)")
-    p.add_argument("--what", choices=("roofline", "pareto", "both"), default="both")
+    p.add_argument("--what", choices=("roofline", "pareto", "both"), default=None,
+                   help="a per-layer result's charts to draw (default both)")
     p.add_argument("--force", action="store_true", help="overwrite existing chart files")
     add_options(p, method=None)
 
@@ -349,7 +350,7 @@ def run_plot(args: argparse.Namespace) -> int:
     check_drawable(doc, method, args.result)
     out = Path(args.output)
     charts = [(out, plot_roofline), (out.with_name(f"{out.stem}-pareto{out.suffix}"), plot_pareto)]
-    charts = [c for c, kind in zip(charts, ("roofline", "pareto")) if args.what in (kind, "both")]
+    charts = [c for c, kind in zip(charts, ("roofline", "pareto")) if (args.what or "both") in (kind, "both")]
     chart_folder(out, [target for target, _ in charts], getattr(args, "force", False))
     print(f"latency = {method} median" + (f" ({note})" if note else ""))
     for target, draw in charts:

@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from qbench.readers.common import Refused, one_chart
+from qbench.readers.common import Refused, one_chart, refuse_options
 from qbench.readers.plot import DRAWABLE_MAX, place_labels, plain, scheme_styles
 from qbench.render.styles import OUTSIDE, pyplot, save
 from qbench.search.view import checked, summary_of
@@ -136,7 +136,9 @@ def plot_search(doc: Any, path: Path) -> Path:
 
 def plot_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
     """``qbench plot SEARCH.json -o FILE``: :func:`plot_search` of the one file (``--what`` and
-    ``--method`` do not apply: the search's own method timed its points)."""
+    ``--method`` are refused: the search's own method timed its points)."""
+    refuse_options(args, ("what", "method"), f"{paths[0]}: a search result has one chart (its own method timed its "
+                   "points); {flag} applies to per-layer results")
     (doc,) = docs
     checked(doc, paths[0])
     check_drawable(doc, paths[0])

@@ -265,6 +265,9 @@ def plot_context(doc: ResultDoc, path: Path) -> Path:
 
 
 def plot_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc]) -> int:
-    """``qbench plot STEP.json -o FILE``: :func:`plot_context` of the one file."""
+    """``qbench plot STEP.json -o FILE``: :func:`plot_context` of the one file (``--what`` and ``--method``, a
+    per-layer result's options, refused)."""
+    refuse_options(args, ("what", "method"), f"{paths[0]}: a model-step result has one chart (the step against the "
+                   "context, each row by its own step method); {flag} applies to per-layer results")
     (doc,) = docs
     return one_chart(args, lambda out: plot_context(doc, out))

@@ -214,6 +214,9 @@ def test_plot_draws_the_step_against_the_context(capsys, tmp_path):
     assert capsys.readouterr().out.strip() == str(out)
     assert run_subcommand(plot, "plot", STEP_8B, "-o", str(out)) == 2  # never overwritten without --force
     assert "already exists" in capsys.readouterr().err
+    for extra in (["--what", "pareto"], ["--method", "cold"]):  # a per-layer result's options: said, not ignored
+        assert run_subcommand(plot, "plot", STEP_8B, "-o", str(tmp_path / "x.png"), *extra) == 2
+        assert "a model-step result has one chart" in capsys.readouterr().err and not (tmp_path / "x.png").exists()
 
 
 def test_step_plot_lines_are_told_apart(monkeypatch, tmp_path):

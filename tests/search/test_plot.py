@@ -89,6 +89,9 @@ def test_qbench_plot_writes_the_search_chart(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == str(out)
     assert cli.main(["plot", str(path), "-o", str(out)]) == 2  # never overwritten without --force
     assert "already exists; pass --force" in capsys.readouterr().err
+    for extra in (["--what", "roofline"], ["--method", "cold"]):  # ignored silently before (break trial 2026-12-06)
+        assert cli.main(["plot", str(path), "-o", str(tmp_path / "x.png"), *extra]) == 2
+        assert "a search result has one chart" in capsys.readouterr().err and not (tmp_path / "x.png").exists()
 
 
 def test_a_file_with_nothing_to_draw_is_one_line_and_no_chart(tmp_path, capsys):
