@@ -66,9 +66,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from qbench import forkserver, jobs, render
 
     loaded = _validated(args.scenario, args.schemes)  # a typo is answered before any torch import
+    kind = jobs.of_scenario(loaded)
     if not 1 <= args.repeat <= 20:
         raise runner_error(f"--repeat: must be an integer in 1..20 (independent runs per scheme), got {args.repeat}")
-    if args.repeat > 1 and jobs.of_scenario(loaded).deterministic:  # nothing to compare between runs
+    if args.repeat > 1 and kind.deterministic:  # nothing to compare between runs
         raise runner_error(f"--repeat: a {loaded.job} scenario's statistics are the same on every run (its workers "
                            f"compute the same numbers), so repeats compare nothing; run it once, got {args.repeat}")
     render.check_format(args.format)  # a bad --format is refused before anything is measured
@@ -76,7 +77,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         render.resolve_columns([c.strip() for c in args.columns.split(",") if c.strip()], [])
     from qbench import lifecycle  # torch-free: its checks of the output come before torch and the forkserver
 
-    kind, named = jobs.of_scenario(loaded), args.out or loaded.output
+    named = args.out or loaded.output
     if args.resume and not kind.resumable:
         raise runner_error(f"--resume: a {kind.name} scenario runs its jobs as one pipeline and keeps no partial "
                            "rows; run it again (--force replaces its file)")

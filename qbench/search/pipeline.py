@@ -238,7 +238,7 @@ def search(scenario: Any, device: str, work: Path, say: Callable[[str], None]) -
         verify = [(at, chosen)] + [(j, points[j]) for j in others(points, at, s.verify)]
         job.verify(problem, verify, rnd, method)
         m = job.measured[chosen.choice]
-        ok = m.kld + m.kld_unc <= s.max_kld
+        ok = m.within(s.max_kld)
         factor = None if ok else solve.refit_factor(chosen.kld, m.kld, m.kld_unc)
         rounds.append({"round": rnd, "scale": problem.scale, "front": len(points), "pick": _point_label(problem, chosen, at, rnd),
                        "predicted_kld": chosen.kld, "measured_kld": m.kld, "measured_kld_unc": m.kld_unc,
@@ -260,7 +260,7 @@ def search(scenario: Any, device: str, work: Path, say: Callable[[str], None]) -
     fallback = None
     if accepted is None:  # the fastest recipe measured within the budget, if any
         within = [(m.step_us, c) for c, m in job.measured.items()
-                  if m.kld + m.kld_unc <= s.max_kld and m.step_us is not None]
+                  if m.within(s.max_kld) and m.step_us is not None]
         if within:
             fallback = min(within)[1]
             for r in rows:
@@ -303,7 +303,7 @@ def _row(problem: Problem, choice, job: Search, rnd: int, kind: str, label: str,
                                                if m is not None or pick else None)
     row = SearchRow(scheme=label, kind=kind, round=rnd, m=s.m, context=s.context, predicted_us=t, predicted_kld=d,
                     predicted_kld_unc=_unc(problem, choice), choice=list(choice), counts=recipes.counts(problem, choice),
-                    recipe=entry, measured=m, within_budget=None if m is None else m.kld + m.kld_unc <= s.max_kld,
+                    recipe=entry, measured=m, within_budget=None if m is None else m.within(s.max_kld),
                     pick=pick, flags=flags)
     return row.model_dump(mode="json")
 

@@ -34,6 +34,15 @@ class Measured(_Part):
                                                               "the step job had none (the reason in step_reason)")
     step_reason: Optional[str] = None
 
+    @property
+    def upper(self) -> float:
+        """The measured KLD's upper bound, mean + uncertainty (nats/token): what proves a recipe within a budget."""
+        return self.kld + self.kld_unc
+
+    def within(self, max_kld: float) -> bool:
+        """Whether the recipe is proven within ``max_kld`` (nats/token): its :attr:`upper` at most the budget."""
+        return self.upper <= max_kld
+
 
 class SearchRow(_Part):
     """One recipe point of a search.

@@ -198,10 +198,9 @@ def check(scenario: Any) -> None:
                                 f"{e.name} runs at {got} activations, the base {base.name} at {want}: a recipe's "
                                 f"linears share the model's hidden states, so the candidates must take one "
                                 f"activation dtype, got {e.name!r}")
-        same = seen.setdefault(recipes.Choice(e.name, e.options).label, i)
-        if same != i:
-            raise ScenarioError(scenario.source, f"schemes[{i}]", f"the same scheme as schemes[{same}] "
-                                                                  f"({recipes.Choice(e.name, e.options).label}) under "
+        label = recipes.Choice(e.name, e.options).label
+        if (same := seen.setdefault(label, i)) != i:
+            raise ScenarioError(scenario.source, f"schemes[{i}]", f"the same scheme as schemes[{same}] ({label}) under "
                                                                   f"another label: a search chooses among different "
                                                                   f"schemes, got {e.label!r}")
     if scenario.search.speed != "step":

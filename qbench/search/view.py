@@ -68,7 +68,7 @@ def checked(doc, path: str) -> dict:
     why = (None if pick is None else f"its status is {pick.status}" if pick.status != "ok" else
            "it was not run whole (no measured KLD)" if m is None else
            f"its measured KLD {m.kld:.4g} ± {m.kld_unc:.2g} is not within max mean KLD {budget:g}"
-           if not pick.within_budget or m.kld + m.kld_unc > budget * (1 + 1e-9) else None)
+           if not (pick.within_budget and m.within(budget)) else None)
     if why:
         raise Refused(f"{path}: the pick row {pick.scheme!r} is not a pick the search proved ({why}); the file is "
                       "damaged or edited")
@@ -242,8 +242,8 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         if getattr(args, "baseline", DEFAULT_BASELINE) != DEFAULT_BASELINE:
             raise Refused(said + "; --baseline does not apply (its pure candidates are its baselines)")
     if args.format == "json":
-        out = [{"file": path, "search": {k: summary_of(doc).get(k) for k in ("budget", "m", "context", "method", "pick_by",
-                                                                          "front", "sources")},
+        keys = ("budget", "m", "context", "method", "pick_by", "front", "sources")
+        out = [{"file": path, "search": {k: summary_of(doc).get(k) for k in keys},
                 "pick": next((r.model_dump(mode="json") for r in doc.rows if r.pick), None)} for path, doc in joined]
         print(json.dumps(out if len(out) > 1 else out[0], indent=2, ensure_ascii=False))
         return 0 if all(o["pick"] for o in out) else 1
@@ -282,7 +282,7 @@ def _against_pure(doc, pick, max_kld: Optional[float]) -> Optional[str]:
     """The pick's measured step beside the fastest pure scheme measured within the budget (None without both): a
     mix slower than a pure scheme that meets the budget buys no time, and the reader is told so."""
     pures = [r for r in doc.rows if r.kind == "pure" and _measured(r, "step_us") and _measured(r, "kld") is not None
-             and max_kld is not None and r.measured.kld + r.measured.kld_unc <= max_kld]  # the search's own rule
+             and max_kld is not None and r.measured.within(max_kld)]  # the search's own rule
     if not pures or not _measured(pick, "step_us"):
         return None
     best = min(pures, key=lambda r: r.measured.step_us)
