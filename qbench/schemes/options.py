@@ -126,9 +126,19 @@ class IntxOptions(GroupOptions):
 class CalibratedGroupOptions(TorchaoOptions):
     """Options of the calibrated int4 schemes (``int4-hqq``, ``int4-gptq``, ``int4-awq``, tinygemm's
     grid): ``group_size`` 128 (default) or 64 (K elements sharing one scale and zero point; the
-    sizes GPTQ and AWQ checkpoints ship), and ``activation_dtype`` (bf16 only: tinygemm)."""
+    sizes GPTQ and AWQ checkpoints ship), and ``activation_dtype`` (bf16 only: tinygemm). ``fp16``
+    is refused when the scenario is read, not made a skipped row as on ``int4-weight-only``: the
+    quality job would find out only after collecting the calibration activations."""
 
     group_size: Literal[64, 128] = 128
+
+    @field_validator("activation_dtype")
+    @classmethod
+    def _bf16(cls, value: str) -> str:
+        if value != "bf16":
+            raise ValueError("must be 'bf16': tinygemm (aten._weight_int4pack_mm), the calibrated int4 schemes' "
+                             "kernel and emulation, takes bf16 only")
+        return value
 
 
 class GptqOptions(CalibratedGroupOptions):

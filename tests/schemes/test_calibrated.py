@@ -195,3 +195,27 @@ def test_a_speed_row_of_a_calibrated_scheme_is_flagged_uncalibrated():
     recipe = [{"status": "ok"}]
     _flag_uncalibrated(sc.schemes[2], recipe)
     assert "int4-awq" in recipe[0]["flags"][0]["text"]
+
+
+@pytest.mark.parametrize("name", ["int4-hqq", "int4-gptq", "int4-awq"])
+def test_fp16_activations_on_a_calibrated_scheme_are_refused_when_the_scenario_is_read(name):
+    """tinygemm takes bf16 only and these schemes have no other kernel or emulation: ``activation_dtype =
+    "fp16"`` is refused when the scenario is read, one line naming the key and the value, on an entry
+    or in a recipe (the break trial found it passed ``qbench check`` and failed in the quality run
+    after the calibration activations were collected)."""
+    from qbench.scenario import from_dict
+    from qbench.tables import ScenarioError
+
+    data = Path(__file__).resolve().parents[2] / "data"
+    base = {"name": "t", "device": "cpu", "model": {"checkpoint": str(data / "checkpoints" / "tiny-shakespeare-llama")},
+            "quality": {"text": str(data / "text" / "hamlet.txt"), "chunks": 4, "calibration": {"chunks": 2,
+                                                                                              "first_chunk": 8}}}
+    for entry, key in (({"name": name, "activation_dtype": "fp16"}, "schemes[0].activation_dtype"),
+                       ({"name": "bf16", "recipe": {"down": {"name": name, "activation_dtype": "fp16"}}},
+                        "schemes[0].recipe.down.activation_dtype")):
+        with pytest.raises(ScenarioError) as info:
+            from_dict({**base, "schemes": [entry]}, "t.toml")
+        line = str(info.value)
+        assert line.startswith(f"t.toml: {key}: ") and "'fp16'" in line and "bf16 only" in line, line
+        assert len(line.splitlines()) == 1
+    assert from_dict({**base, "schemes": [{"name": name, "activation_dtype": "bf16"}]}, "t.toml").schemes[0].label == name
