@@ -495,6 +495,9 @@ FLAG_MEANINGS: dict[str, str] = {
     "emulated": "no kernel of the scheme on this device: its quantized weights dequantized and run in a float matmul",
     "uncalibrated": "a calibrated scheme (GPTQ, AWQ) timed without calibration data: round-to-nearest values in its "
                     "format and kernel, whose speed depends on the shapes, not the values",
+    "few-calibration-tokens": "a calibrated scheme (GPTQ, AWQ) saw fewer calibration tokens than a linear's inputs "
+                              "(K): its XᵀX is rank-deficient, so its values fit only the directions those tokens "
+                              "span",
     "synthetic-weights": "seeded weights, not a trained model's: quality numbers say nothing of a real model",
     "prequantized-weights": "the checkpoint's weights already sit on a quantization grid: errors of schemes on that "
                             "grid are biased low",

@@ -48,6 +48,7 @@ from qbench.hardware import free_bytes
 from qbench.row import describe_exception, flag_record
 from qbench import schemes
 from qbench.schemes import ledger
+from qbench.schemes.calibrated import NotPositiveDefinite
 from qbench.model.config import BLOCK_LINEARS, PRESETS, StepModelConfig
 from qbench.model.recipe import UNITS, plan_of
 
@@ -109,6 +110,19 @@ def _skip(rows: list[dict], status: str, reason: str) -> list[dict]:
     for row in rows:
         row["status"], row["reason"] = status, (reason.strip().splitlines() or [status])[0][:400]
     return [QualityRow.model_validate(r).model_dump(mode="json", exclude_none=True) for r in rows]
+
+
+def few_calibration_tokens(calibrated: list[tuple[int, int]]) -> Optional[str]:
+    """The ``few-calibration-tokens`` flag's text when some linear built from calibration statistics
+    (``(tokens, K)`` each) saw fewer tokens than its K inputs, else None: its XᵀX is rank-deficient,
+    so GPTQ and AWQ chose its values on the directions the calibration tokens span."""
+    few = [(t, k) for t, k in calibrated if t < k]
+    if not few:
+        return None
+    tokens, kmax = min(t for t, _ in few), max(k for _, k in few)
+    return (f"{tokens} calibration tokens, fewer than the inputs of {len(few)} of {len(calibrated)} calibrated "
+            f"linears (K up to {kmax}): their XᵀX has rank ≤ {tokens}, so the values were chosen on the directions "
+            f"those tokens span; quality.calibration chunks × chunk ≥ {kmax} gives full rank")
 
 
 def reference_dtype(scenario: Any, ckpt, device: torch.device) -> torch.dtype:
@@ -339,12 +353,18 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
         phases["calibration"] = collect_s
 
     built_by: dict[str, list] = {label: [] for label in parts}  # the modules each scheme built
+    calibrated: list[tuple[int, int]] = []  # (calibration tokens, K) of each linear built from calibration
 
     def build(w: torch.Tensor, b: Optional[torch.Tensor], block: int, role: str):
         part, choice, part_emulated, _ = parts[plan.choice(block, role).label]
         make = part.emulate if part_emulated else part.build
         extra = {"calibration": calibration[(block, role)]} if part.needs_calibration else {}
-        module = make(w, b, choice.options, **extra)
+        try:
+            module = make(w, b, choice.options, **extra)
+        except NotPositiveDefinite as exc:  # the statistics are per linear: say which
+            raise NotPositiveDefinite(f"{'lm_head' if block < 0 else f'block {block} {role}'}: {exc}") from None
+        if extra:
+            calibrated.append((extra["calibration"].tokens, w.shape[1]))
         built_by[choice.label].append(module)
         return module
 
@@ -404,6 +424,8 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
                     f"and run in a float matmul{which}{estimate}")
     if said:
         flags.append(flag_record("emulated", "; ".join(said)))
+    if (few := few_calibration_tokens(calibrated)):
+        flags.append(flag_record("few-calibration-tokens", few))
     if ckpt is None:
         flags.append(flag_record("synthetic-weights", "seeded weights, not a trained model: the quality numbers say "
                                                       "nothing of a real model (the row shows the job's speed)"))

@@ -49,6 +49,11 @@ QMIN, QMAX, MID = 0, 15, 8
 GPTQ_BLOCK = 256
 
 
+class NotPositiveDefinite(ValueError):
+    """GPTQ's dampened H has no Cholesky factor: too few calibration tokens for the linear's K (XᵀX of
+    rank ≤ tokens), or too small a ``damp`` to lift the directions they never spanned."""
+
+
 @dataclass
 class LinearStats:
     """Calibration statistics of one linear's input X ``[tokens, K]``, accumulated in float32.
@@ -158,7 +163,11 @@ def gptq(w: torch.Tensor, stats: Optional[LinearStats], group_size: int, damp: f
          block: int = GPTQ_BLOCK) -> Int4Grid:
     """GPTQ on tinygemm's grid (the module docstring): ``w`` ``[N, K]`` (taken as bf16, worked in
     float32), ``stats`` of its input (None: H = I, which is round-to-nearest). Returns the grid; its
-    ``notes`` say how many input channels were dead (never active in the calibration text)."""
+    ``notes`` say how many input channels were dead (never active in the calibration text).
+
+    Raises:
+        NotPositiveDefinite: the dampened H (or its inverse) has no Cholesky factor; the message gives
+            the calibration tokens against K and the fixes (more calibration chunks, a larger damp)."""
     t0 = time.perf_counter()
     n, k = w.shape
     W = w.to(torch.bfloat16).float().clone()
@@ -167,8 +176,15 @@ def gptq(w: torch.Tensor, stats: Optional[LinearStats], group_size: int, damp: f
     H[dead, dead] = 1
     W[:, dead] = 0
     H.diagonal().add_(damp * torch.mean(torch.diag(H)))
-    L = torch.linalg.cholesky(H)
-    Hinv = torch.linalg.cholesky(torch.cholesky_inverse(L), upper=True)
+    L, info = torch.linalg.cholesky_ex(H)
+    if not int(info):
+        Hinv, info = torch.linalg.cholesky_ex(torch.cholesky_inverse(L), upper=True)
+    if int(info):
+        tokens = k if stats is None else stats.tokens
+        raise NotPositiveDefinite(
+            f"GPTQ: H = 2XᵀX/n of {tokens} calibration tokens for K = {k} inputs (rank ≤ {min(tokens, k)}) is not "
+            f"positive-definite after damp = {damp:g} (leading minor of order {int(info)}): calibrate on more "
+            f"quality.calibration chunks (chunks × chunk ≥ K = {k}) or a larger damp (default 0.01)")
     groups = k // group_size
     scale = torch.empty(n, groups, dtype=torch.bfloat16, device=w.device)
     zero = torch.empty_like(scale)

@@ -120,3 +120,37 @@ def test_gptq_loses_less_than_round_to_nearest_on_the_trained_checkpoint(tmp_pat
     assert gptq["calibration_s"] == pytest.approx(c["collect_s"] + c["solve_s"])
     assert "calibration" not in rtn and "calibration_s" not in rtn
     assert gptq["emulated"] and "emulated" in [f["name"] for f in gptq["flags"]]
+
+
+def _few_tokens(tmp_path: Path, options: str = "") -> Path:
+    """GPTQ on the trained checkpoint (K = 128 for q, k, v, gate and up and o; 384 for down) calibrated
+    on one chunk of 16 tokens, 2 chunks of 128 evaluated: the break trial's thin calibration."""
+    path = write_scenario(tmp_path, TRAINED, ["int4-gptq"], chunk=128, chunks=2, text_file=HAMLET,
+                          extra="calibration = { chunks = 1, first_chunk = 200, chunk = 16 }")
+    path.write_text(path.read_text() + options)
+    return path
+
+
+def test_gptq_failing_on_too_few_calibration_tokens_names_the_linear_the_count_and_the_fix(tmp_path):
+    """damp = 1e-9 on 16 calibration tokens: H has no Cholesky factor. The failed row's reason names
+    the first linear built (block 0 q_proj), the tokens against K and the fixes, where it said only
+    torch's '_LinAlgError: linalg.cholesky: ... the leading minor of order 16 is not positive-definite'."""
+    row = run_scheme(_few_tokens(tmp_path, "damp = 1e-9\n"), 0, tmp_path)
+    assert row["status"] == "failed", row
+    assert row["reason"].startswith("build: NotPositiveDefinite: block 0 q_proj: GPTQ: H = 2XᵀX/n of 16 calibration "
+                                    "tokens for K = 128 inputs (rank ≤ 16)"), row["reason"]
+    assert "more quality.calibration chunks (chunks × chunk ≥ K = 128) or a larger damp" in row["reason"]
+
+
+def test_fewer_calibration_tokens_than_k_flag_the_row(tmp_path):
+    """At the default damp the same 16 tokens give an ok row, flagged few-calibration-tokens: every
+    calibrated linear (4 blocks × 7, K = 128 or 384) saw fewer tokens than its K; with 16 chunks of 256
+    (4,096 tokens) no flag."""
+    row = run_scheme(_few_tokens(tmp_path), 0, tmp_path)
+    assert row["status"] == "ok", row
+    (flag,) = [f for f in row["flags"] if f["name"] == "few-calibration-tokens"]
+    assert flag["text"] == ("16 calibration tokens, fewer than the inputs of 28 of 28 calibrated linears (K up to "
+                            "384): their XᵀX has rank ≤ 16, so the values were chosen on the directions those "
+                            "tokens span; quality.calibration chunks × chunk ≥ 384 gives full rank")
+    full = run_scheme(_trained(tmp_path, ["int4-awq"]), 0, tmp_path)
+    assert full["status"] == "ok" and "few-calibration-tokens" not in [f["name"] for f in full.get("flags", [])]

@@ -219,3 +219,21 @@ def test_fp16_activations_on_a_calibrated_scheme_are_refused_when_the_scenario_i
         assert line.startswith(f"t.toml: {key}: ") and "'fp16'" in line and "bf16 only" in line, line
         assert len(line.splitlines()) == 1
     assert from_dict({**base, "schemes": [{"name": name, "activation_dtype": "bf16"}]}, "t.toml").schemes[0].label == name
+
+
+def test_gptq_on_too_few_calibration_tokens_says_why_and_the_fix():
+    """16 calibration tokens for K = 256 inputs: XᵀX has rank 16, and a dampening of 1e-9 of its mean
+    diagonal leaves H without a Cholesky factor. The error names the token count against K and the
+    two fixes (more calibration chunks, a larger damp), not torch's bare 'leading minor of order 16 is
+    not positive-definite'; the default damp (0.01) factors the same statistics."""
+    w, x, _ = _layer()
+    stats = cal.LinearStats.empty(K)
+    stats.add(x[:16])
+    with pytest.raises(cal.NotPositiveDefinite) as info:
+        cal.gptq(w, stats, 64, damp=1e-9)
+    message = str(info.value)
+    assert message.startswith("GPTQ: H = 2XᵀX/n of 16 calibration tokens for K = 256 inputs (rank ≤ 16) is not "
+                              "positive-definite after damp = 1e-09"), message
+    assert "more quality.calibration chunks (chunks × chunk ≥ K = 256) or a larger damp" in message
+    assert len(message.splitlines()) == 1
+    assert cal.gptq(w, stats, 64).codes.shape == (N, K)
