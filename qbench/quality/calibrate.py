@@ -15,9 +15,11 @@ sequentially: every linear sees the float model's activations, torchao's default
 
 Keys: ``text`` (default: the evaluated text), ``chunks`` (required), ``chunk`` (tokens per chunk,
 default ``quality.chunk``), ``first_chunk`` (the span starts ``first_chunk × chunk`` tokens in,
-default 0). The span must exist in the text and, on the evaluated text (the same bytes, by sha256),
-must not overlap the evaluated tokens: a model calibrated on what it is scored on reads better than
-it is. Each chunk's first token is the BOS, as in the evaluation.
+default 0). The span must exist in the text and must not hold the evaluated tokens: a model
+calibrated on what it is scored on reads better than it is. On the evaluated text (the same bytes,
+by sha256) the two token ranges must be disjoint; on any text, no calibration chunk may share a run
+of :data:`WINDOW` tokens with the evaluated chunks (a copy with a byte more, a file holding the
+evaluated one, a repeated passage). Each chunk's first token is the BOS, as in the evaluation.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ from qbench.quality.spec import (
     text_sha256,
 )
 from qbench.tables import ScenarioError
+
+#: Tokens in a run that a calibration chunk may not share with the evaluated chunks. Project choice:
+#: long enough that a stage direction or a stock phrase of a real text does not trip it (Hamlet's
+#: ``[Enter Horatio and Marcellus.]``, 32 byte tokens, recurs), short enough that any copied passage does.
+WINDOW = 64
 
 
 def calibrated_labels(scenario: Any, blocks: int) -> list[str]:
@@ -61,6 +68,32 @@ def span(quality: QualitySpec) -> tuple[int, int]:
     return c.first_chunk * chunk, (c.first_chunk + c.chunks) * chunk
 
 
+def shared_run(cal: list[int], cal_chunk: int, evaluated: list[int], eval_chunk: int,
+               window: int = WINDOW) -> Optional[tuple[int, int, int, int]]:
+    """The first calibration chunk that shares a run of ``window`` tokens (at most the chunk's length)
+    with the ``evaluated`` tokens: ``(index in cal, its tokens inside shared runs, evaluated chunk
+    index of its first run, calibration chunks sharing one)``, or None. Every run of the evaluated
+    tokens is hashed once (a dict of hashed tuples: cheap); a hit is compared token by token."""
+    w = min(window, cal_chunk, len(evaluated))
+    if w < 1:
+        return None
+    seen = dict(zip(map(hash, zip(*(evaluated[i:] for i in range(w)))), range(len(evaluated))))
+    first, count = None, 0
+    for k in range(len(cal) // cal_chunk):
+        piece = cal[k * cal_chunk:(k + 1) * cal_chunk]
+        covered, where = set(), None
+        for i, h in enumerate(map(hash, zip(*(piece[j:] for j in range(w))))):
+            at = seen.get(h)
+            if at is not None and evaluated[at:at + w] == piece[i:i + w]:
+                covered.update(range(i, i + w))
+                where = at if where is None else where
+        if covered:
+            count += 1
+            if first is None:
+                first = (k, len(covered), where // eval_chunk)
+    return None if first is None else (*first, count)
+
+
 def _spec_for(quality: QualitySpec) -> QualitySpec:
     """A ``[quality]`` table whose text and prefix are the calibration's (for :func:`read_tokens`)."""
     c = quality.calibration
@@ -78,7 +111,9 @@ def check(model: Any, quality: QualitySpec, source: str, needed_by: list[str]) -
     Raises:
         ConfigError: ``quality.calibration``: absent while ``needed_by`` names entries that need it;
             ``quality.calibration.text``: unreadable, or too short for its span;
-            ``quality.calibration.first_chunk``: the span overlaps the evaluated tokens of the same text.
+            ``quality.calibration.first_chunk``: the span overlaps the evaluated tokens of the same text;
+            ``quality.calibration.text`` (``first_chunk`` when the text is the evaluated one): a
+            calibration chunk shares a run of :data:`WINDOW` tokens with the evaluated chunks.
     """
     c = quality.calibration
     if c is None:
@@ -111,6 +146,20 @@ def check(model: Any, quality: QualitySpec, source: str, needed_by: list[str]) -
                               f"the calibration span, tokens [{start}, {end}) of {path.name}, overlaps the evaluated "
                               f"tokens {what} of the same text: a model calibrated on what it is scored on reads "
                               f"better than it is{after}, got {c.first_chunk}")
+    eval_ids = read_tokens(model, quality, source)
+    e0, e1 = evaluated_span(quality)
+    e1 = e1 if e1 is not None else len(eval_ids) // quality.chunk * quality.chunk
+    hit = shared_run(ids[start:end], cal.chunk, eval_ids[e0:e1], quality.chunk)
+    if hit is not None:
+        k, n, j, count = hit
+        key, value = ("quality.calibration.text", c.text) if c.text is not None else \
+            ("quality.calibration.first_chunk", c.first_chunk)
+        raise ConfigError(key, f"calibration chunk {c.first_chunk + k} of {path.name} (tokens "
+                               f"[{start + k * cal.chunk}, {start + (k + 1) * cal.chunk})) repeats {n} of its "
+                               f"{cal.chunk} tokens from evaluated chunk {e0 // quality.chunk + j} of "
+                               f"{evaluated.name} (runs of {min(WINDOW, cal.chunk)} tokens; {count} of {c.chunks} "
+                               f"calibration chunks do): a model calibrated on what it is scored on reads better "
+                               f"than it is; calibrate on text the evaluation does not hold, got {value!r}")
     return ids[start:end]
 
 

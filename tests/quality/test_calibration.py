@@ -77,6 +77,53 @@ def test_every_whole_chunk_evaluated_leaves_no_span_of_that_text(tmp_path, ck, c
     assert "end of text" in _refused(path, tmp_path, capsys)
 
 
+def test_calibration_text_holding_the_evaluated_tokens_is_refused(tmp_path, ck, capsys):
+    """The digests differ but the tokens are the scored ones: a copy of the evaluated text with one
+    byte more, and a calibration file of which the evaluated file is the first 20 KB (the break
+    trial's two bypasses). Byte tokens: evaluated chunks 0..3 are bytes [0, 256) of Hamlet."""
+    part = tmp_path / "part.txt"
+    part.write_bytes(HAMLET.read_bytes()[:20000])
+    (tmp_path / "plus.txt").write_bytes(part.read_bytes() + b"x")
+    path = write_scenario(tmp_path, ck, ["int4-gptq"], text_file=part, extra='calibration = { text = "plus.txt", '
+                                                                             'chunks = 2 }')
+    err = _refused(path, tmp_path, capsys)
+    assert err.startswith(f"qbench: {path}: quality.calibration.text: calibration chunk 0 of plus.txt (tokens [0, 64)) "
+                          "repeats 64 of its 64 tokens from evaluated chunk 0 of part.txt (runs of 64 tokens; 2 of 2 "
+                          "calibration chunks do)"), err
+    assert err.endswith("got 'plus.txt'")
+    path = write_scenario(tmp_path, ck, ["int4-awq"], text_file=part,
+                          extra=f'calibration = {{ text = "{HAMLET}", chunks = 4, first_chunk = 2 }}')
+    err = _refused(path, tmp_path, capsys)
+    assert "calibration chunk 2 of hamlet.txt (tokens [128, 192)) repeats 64 of its 64 tokens from evaluated " \
+           "chunk 2 of part.txt" in err and "2 of 4 calibration chunks do" in err
+
+
+def test_a_held_out_span_of_a_repeating_text_is_refused(tmp_path, ck, capsys):
+    """TEXT repeats one sentence: chunks 4..5 are disjoint from the evaluated 0..3 by index, yet they
+    hold the same runs of tokens. A held-out span of a text that does not repeat itself is accepted."""
+    from qbench.scenario import load
+
+    path = write_scenario(tmp_path, ck, ["int4-gptq"], extra="calibration = { chunks = 2, first_chunk = 4 }")
+    err = _refused(path, tmp_path, capsys)
+    assert "quality.calibration.first_chunk: calibration chunk 4 of text.txt (tokens [256, 320)) repeats 64 of its " \
+           "64 tokens from evaluated chunk" in err and "got 4" in err
+    load(write_scenario(tmp_path, ck, ["int4-gptq"], text_file=HAMLET,
+                        extra="calibration = { chunks = 2, first_chunk = 4 }"))  # no refusal
+
+
+def test_shared_run_counts_the_tokens_of_shared_runs():
+    """Known answers: a run of 4 tokens at 10..13 of a 16-token chunk is shared (4 of its tokens,
+    first evaluated chunk 1 of 8-token chunks); a 3-token run is not; overlapping runs count each token once."""
+    from qbench.quality.calibrate import shared_run
+
+    evaluated = list(range(100, 124))  # chunks of 8: 100..107, 108..115, 116..123
+    cal = [0] * 10 + [109, 110, 111, 112] + [0, 0] + [1] * 16
+    assert shared_run(cal, 16, evaluated, 8, window=4) == (0, 4, 1, 1)
+    assert shared_run(cal, 16, evaluated, 8, window=5) is None
+    cal = [0] * 16 + [1, 2] + list(range(100, 110)) + [3] * 4
+    assert shared_run(cal, 16, evaluated, 8, window=4) == (1, 10, 0, 1)
+
+
 def test_collect_shares_one_record_per_input_and_counts_every_token(ck):
     """q, k and v read the same normed tensor (one record), gate and up likewise; o and down their own;
     every position of every chunk is counted; the first block's q input is rms_norm(embedding) by hand."""
