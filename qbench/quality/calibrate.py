@@ -31,8 +31,8 @@ from qbench import schemes
 from qbench.model.config import ConfigError
 from qbench.model.recipe import plan_of
 from qbench.quality.spec import (
-    QualitySpec, check_scenario as check_quality_scenario, quality_model, read_tokens, resolve_path, text_file,
-    text_sha256,
+    QualitySpec, check_chunk, check_scenario as check_quality_scenario, model_config, quality_model, read_tokens,
+    resolve_path, text_file, text_sha256,
 )
 from qbench.tables import ScenarioError
 
@@ -110,6 +110,7 @@ def check(model: Any, quality: QualitySpec, source: str, needed_by: list[str]) -
 
     Raises:
         ConfigError: ``quality.calibration``: absent while ``needed_by`` names entries that need it;
+            ``quality.calibration.chunk``: beyond the model's positions (as ``quality.chunk``);
             ``quality.calibration.text``: unreadable, or too short for its span;
             ``quality.calibration.first_chunk``: the span overlaps the evaluated tokens of the same text;
             ``quality.calibration.text`` (``first_chunk`` when the text is the evaluated one): a
@@ -123,6 +124,8 @@ def check(model: Any, quality: QualitySpec, source: str, needed_by: list[str]) -
                                                      "chunks = N } (or a held-out span: { chunks = N, first_chunk = "
                                                      "M } of the evaluated text), got none")
         return None
+    if c.chunk is not None:  # quality.chunk's own limits, before a token is read
+        check_chunk(model_config(model, source), c.chunk, "quality.calibration.chunk")
     cal = _spec_for(quality)
     try:
         path = text_file(cal, source)

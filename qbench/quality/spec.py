@@ -126,6 +126,29 @@ def tokenizer_file(model: ModelSource, quality: QualitySpec, source: str) -> Pat
     return path
 
 
+def model_config(model: ModelSource, source: str) -> StepModelConfig:
+    """The model's config: the checkpoint's (opened once per process), else the preset's."""
+    return open_named(model.checkpoint, source).config if model.checkpoint is not None else resolve(model, source)
+
+
+def check_chunk(config: StepModelConfig, chunk: int, key: str) -> None:
+    """A chunk of ``chunk`` tokens, run teacher-forced from position 0, within the model's positions:
+    at most its ``sliding_window`` (qbench's forward attends the whole chunk) and its
+    ``max_position_embeddings`` (positions beyond were never trained). ``key``: ``quality.chunk``, or
+    ``quality.calibration.chunk`` (statistics collected there would be another model's).
+
+    Raises:
+        ConfigError: ``key``, the limit and the value."""
+    if config.sliding_window is not None and chunk > config.sliding_window:
+        what = "score" if key == "quality.chunk" else "collect the statistics of"
+        raise ConfigError(key, f"longer than {config.title}'s sliding_window = {config.sliding_window} "
+                               f"({config.model_type}): qbench's forward attends the whole chunk, so it would {what} "
+                               f"another model; use chunk <= {config.sliding_window}, got {chunk}")
+    if chunk > config.max_positions:
+        raise ConfigError(key, f"longer than {config.title}'s max_position_embeddings = {config.max_positions}, "
+                               f"got {chunk}")
+
+
 def check(model: ModelSource, quality: QualitySpec, source: str) -> StepModelConfig:
     """The model of a quality scenario, with every input checked before anything is built: the
     checkpoint's tensors (:func:`qbench.model.checkpoint.open_named`), the tokenizer, the text
@@ -140,18 +163,8 @@ def check(model: ModelSource, quality: QualitySpec, source: str) -> StepModelCon
                                                  "beside kv_cache = \"fp8\" they would rank another model: rank with "
                                                  f"kv_cache = \"activation\" (or sensitivity = \"none\"), got "
                                                  f"{quality.sensitivity!r}")
-    if model.checkpoint is not None:
-        config = open_named(model.checkpoint, source).config
-    else:
-        config = resolve(model, source)
-    if config.sliding_window is not None and quality.chunk > config.sliding_window:
-        raise ConfigError("quality.chunk", f"longer than {config.title}'s sliding_window = {config.sliding_window} "
-                                           f"({config.model_type}): qbench's forward attends the whole chunk, so it "
-                                           f"would score another model; use chunk <= {config.sliding_window}, got "
-                                           f"{quality.chunk}")
-    if quality.chunk > config.max_positions:
-        raise ConfigError("quality.chunk", f"longer than {config.title}'s max_position_embeddings = "
-                                           f"{config.max_positions}, got {quality.chunk}")
+    config = model_config(model, source)
+    check_chunk(config, quality.chunk, "quality.chunk")
     need, size = needed_tokens(quality), text_file(quality, source).stat().st_size
     if need is not None and need > TOKENS_PER_BYTE * size > BIG_TEXT:  # a large text too short by far: refused
         # before tokenizing it (a small one is tokenized at once and told its exact count below)

@@ -220,6 +220,10 @@ def test_mistral_chunk_beyond_the_sliding_window_is_refused(tmp_path, capsys):
     capsys.readouterr()
     rc, lines = check_line(scenario(tmp_path, ck, chunk=32, chunks=8, name="ok.toml"), capsys)
     assert rc == 0, lines  # within the window: full attention is the window's attention
+    rc, lines = check_line(scenario(tmp_path, ck, ["int4-gptq"], chunk=32, chunks=8, name="cal.toml",
+                                    extra="calibration = { chunks = 2, first_chunk = 40, chunk = 64 }"), capsys)
+    assert rc == 2 and len(lines) == 1 and "quality.calibration.chunk: longer than" in lines[0], lines
+    assert "sliding_window = 32 (mistral)" in lines[0] and "use chunk <= 32, got 64" in lines[0]
 
 
 def test_step_context_beyond_the_sliding_window_is_refused(tmp_path, capsys):

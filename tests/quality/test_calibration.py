@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from qbench import cli
+from qbench.scenario import load
 from tests.quality.conftest import TEXT, run_scheme, write_scenario
 
 torch = pytest.importorskip("torch")
@@ -40,8 +41,6 @@ def test_a_calibrated_scheme_without_calibration_is_refused(tmp_path, ck, capsys
 
 
 def test_hqq_needs_no_calibration(tmp_path, ck):
-    from qbench.scenario import load
-
     load(write_scenario(tmp_path, ck, ["int4-hqq"]))  # no refusal
 
 
@@ -68,6 +67,23 @@ def test_a_calibration_span_overlapping_the_evaluated_one_is_refused(tmp_path, c
     shutil.copy(tmp_path / "text.txt", tmp_path / "copy.txt")
     path = write_scenario(tmp_path, ck, ["int4-gptq"], extra='calibration = { text = "copy.txt", chunks = 1 }')
     assert "quality.calibration.first_chunk:" in _refused(path, tmp_path, capsys)
+
+
+def test_a_calibration_chunk_beyond_the_models_positions_is_refused(tmp_path, ck, capsys):
+    """As quality.chunk is: the test checkpoint has max_position_embeddings = 512, so calibration
+    chunks of 1024 tokens would collect statistics at positions it was never trained on. The
+    trained tiny checkpoint (1024 positions) with the break trial's chunk = 4096 likewise."""
+    path = write_scenario(tmp_path, ck, ["int4-gptq"], text_file=HAMLET,
+                          extra="calibration = { chunks = 2, first_chunk = 2, chunk = 1024 }")
+    err = _refused(path, tmp_path, capsys)
+    assert err == f"qbench: {path}: quality.calibration.chunk: longer than ck's max_position_embeddings = 512, got 1024"
+    path = write_scenario(tmp_path, TRAINED, ["int4-awq"], chunk=256, chunks=8, text_file=HAMLET,
+                          extra="calibration = { chunks = 2, first_chunk = 2, chunk = 4096 }")
+    err = _refused(path, tmp_path, capsys)
+    assert err.endswith("quality.calibration.chunk: longer than tiny-shakespeare-llama's max_position_embeddings = "
+                        "1024, got 4096")
+    load(write_scenario(tmp_path, ck, ["int4-gptq"], text_file=HAMLET,
+                        extra="calibration = { chunks = 2, first_chunk = 2, chunk = 512 }"))  # at the limit: accepted
 
 
 def test_every_whole_chunk_evaluated_leaves_no_span_of_that_text(tmp_path, ck, capsys):
@@ -101,8 +117,6 @@ def test_calibration_text_holding_the_evaluated_tokens_is_refused(tmp_path, ck, 
 def test_a_held_out_span_of_a_repeating_text_is_refused(tmp_path, ck, capsys):
     """TEXT repeats one sentence: chunks 4..5 are disjoint from the evaluated 0..3 by index, yet they
     hold the same runs of tokens. A held-out span of a text that does not repeat itself is accepted."""
-    from qbench.scenario import load
-
     path = write_scenario(tmp_path, ck, ["int4-gptq"], extra="calibration = { chunks = 2, first_chunk = 4 }")
     err = _refused(path, tmp_path, capsys)
     assert "quality.calibration.first_chunk: calibration chunk 4 of text.txt (tokens [256, 320)) repeats 64 of its " \
