@@ -91,9 +91,24 @@ def shared_flags(rows: Sequence[QualityRow]) -> list[str]:
     return sorted(set.intersection(*names)) if names else []
 
 
+def calibration_lines(rows: Sequence[QualityRow]) -> list[str]:
+    """One line per calibration the rows' calibrated schemes (GPTQ, AWQ) chose their values from, naming
+    its schemes: the text, its sha256, the span (chunks × chunk tokens from ``first_chunk``). Two files of
+    one scenario calibrated on different spans read differently; rows without a ``calibration`` record
+    (other schemes, older files) add nothing."""
+    spans: dict[tuple, list[str]] = {}
+    for r in rows:
+        c = r.calibration
+        if c is not None:
+            spans.setdefault((c.text, c.text_sha256, c.chunks, c.chunk, c.first_chunk, tuple(c.span)), []).append(r.scheme)
+    return [f"calibration of {', '.join(schemes)}: text {text} (sha256 {sha[:12]}), {chunks} chunk"
+            f"{'' if chunks == 1 else 's'} × {chunk} tokens from chunk {first} (tokens [{span[0]}, {span[1]}))"
+            for (text, sha, chunks, chunk, first, span), schemes in spans.items()]
+
+
 def describe(rows: Sequence[QualityRow]) -> list[str]:
-    """The lines above the table: the model and weights, the text and chunks, the KV cache, the reference; rows of
-    different models, texts or caches said per group."""
+    """The lines above the table: the model and weights, the text and chunks, the KV cache, the calibration
+    spans (:func:`calibration_lines`), the reference; rows of different models, texts or caches said per group."""
     if not rows:
         return ["quality: no rows"]
     groups: dict[tuple, list[QualityRow]] = {}
@@ -111,6 +126,7 @@ def describe(rows: Sequence[QualityRow]) -> list[str]:
         if r.kv_cache:  # the cache's own damage is in every statistic of these rows
             lines.append(f"KV cache: {r.kv_cache.get('dtype')} (each chunk runs through it): "
                          f"scale {r.kv_cache.get('scale')}")
+        lines += calibration_lines(group)
     ref = next((x.reference for x in rows if x.reference is not None), None)
     if ref is not None:
         lines.append(f"reference: the model with float linears in {ref.dtype}; its log-probabilities shared by every "

@@ -245,3 +245,31 @@ def test_rms_dp_is_a_budget(capsys):
     assert "bf16 (RMS Δp 0.21 % > 0.2 %)" in out.split("outside the budget")[1]
     assert cli.main(["recommend", STEP, TINY, "--max-dp-rms", "2"]) == 2
     assert "--max-dp-rms: must be a number >= 0 and <= 1, got 2.0" in capsys.readouterr().err
+
+
+CALIBRATED = ROOT / "results" / "cpu" / "quality_tiny_calibrated.json"
+
+
+def test_a_report_says_what_each_calibrated_row_was_calibrated_on(tmp_path, capsys):
+    """The committed calibrated file: one line for its one span, naming the four calibrated rows. A
+    copy whose AWQ rows were calibrated on another span says two lines, each with its schemes; a
+    file without calibrated rows says none."""
+    assert cli.main(["report", str(CALIBRATED)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("calibration of int4-gptq, int4-awq, int4-gptq[group_size=64], int4-awq[group_size=64]: text "
+            "scenarios/../data/text/hamlet.txt (sha256 bbe5635616c6), 16 chunks × 512 tokens from chunk 64 "
+            "(tokens [32768, 40960)) reference:") in out
+    doc = json.loads(CALIBRATED.read_text())
+    for r in doc["rows"]:
+        if r["base_scheme"] == "int4-awq":
+            r["calibration"].update(first_chunk=80, chunks=1, span=[40960, 41472], tokens=512)
+    path = tmp_path / "awq_elsewhere.json"
+    path.write_text(json.dumps(doc))
+    assert cli.main(["report", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("calibration of int4-gptq, int4-gptq[group_size=64]: text scenarios/../data/text/hamlet.txt (sha256 "
+            "bbe5635616c6), 16 chunks × 512 tokens from chunk 64 (tokens [32768, 40960)) calibration of int4-awq, "
+            "int4-awq[group_size=64]: text scenarios/../data/text/hamlet.txt (sha256 bbe5635616c6), 1 chunk × 512 "
+            "tokens from chunk 80 (tokens [40960, 41472)) reference:") in out
+    assert cli.main(["report", SMOLLM2]) == 0
+    assert "calibration" not in capsys.readouterr().out
