@@ -144,11 +144,22 @@ def _first_flags(rows: Sequence[QualityRow]) -> list[tuple]:
     return list(seen.values())
 
 
+def _flag_texts(rows: Sequence[QualityRow]) -> list[tuple[str, str, list[str]]]:
+    """Each distinct (flag name, text) of ``rows`` once with the schemes carrying it, in order of appearance."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        for f in r.flags:
+            seen.setdefault((f.name, f.text), []).append(r.scheme)
+    return [(name, text, schemes) for (name, text), schemes in seen.items()]
+
+
 def notes(rows: Sequence[QualityRow]) -> list[str]:
-    """The lines under the table: why rows did not run, and each flag once with its text."""
-    shared = set(shared_flags(rows)) if len(rows) > 1 else set()
+    """The lines under the table: why rows did not run, and each flag's text once with the schemes it
+    is theirs (``every row`` only when every row carries that very text: rows sharing a flag's name,
+    such as ``emulated``, often say different things under it)."""
     return [f"{r.scheme}: {r.status}: {r.reason}" for r in rows if r.status != "ok"] + \
-        [f"{f.name} ({'every row' if f.name in shared else r.scheme}): {f.text}" for r, f in _first_flags(rows)]
+        [f"{name} ({'every row' if len(rows) > 1 and len(schemes) == len(rows) else ', '.join(schemes)}): {text}"
+         for name, text, schemes in _flag_texts(rows)]
 
 
 #: Flags that say where a row's weights come from: a budget read off such rows says so.

@@ -273,3 +273,23 @@ def test_a_report_says_what_each_calibrated_row_was_calibrated_on(tmp_path, caps
             "tokens from chunk 80 (tokens [40960, 41472)) reference:") in out
     assert cli.main(["report", SMOLLM2]) == 0
     assert "calibration" not in capsys.readouterr().out
+
+
+def test_a_flag_shared_by_name_says_each_of_its_texts_with_its_schemes(tmp_path, capsys):
+    """RTN, GPTQ and AWQ rows all carry ``emulated``, each with its own scheme's text: the footnote said the
+    first row's text for 'every row'. Now each text with its schemes; 'every row' only for one text."""
+    doc = json.loads(CALIBRATED.read_text())
+    doc["rows"] = [r for r in doc["rows"] if r["scheme"] in ("int4-weight-only", "int4-gptq", "int4-awq")]
+    path = tmp_path / "rtn_gptq_awq.json"
+    path.write_text(json.dumps(doc))
+    assert cli.main(["report", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(every row)" not in out
+    for name in ("int4-weight-only", "int4-gptq", "int4-awq"):
+        assert f"emulated ({name}): no {name} kernel on cpu ({name} has no CPU kernel: needs CUDA)" in out
+    for r in doc["rows"]:  # one text on every row: said once, for every row
+        next(f for f in r["flags"] if f["name"] == "emulated")["text"] = "the same text"
+    path.write_text(json.dumps(doc))
+    assert cli.main(["report", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("emulated (every row): the same text") == 1 and out.count("the same text") == 1
