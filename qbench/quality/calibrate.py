@@ -181,13 +181,36 @@ def check_scenario(scenario: Any) -> None:
 
 
 def record(scenario: Any, n_tokens: int) -> dict:
-    """The row's ``calibration`` record: the text, its sha256, the span and its token count."""
+    """The row's ``calibration`` record: the text, its sha256, the span and its token count (the
+    producer adds the seconds and each scheme's :func:`diagnostics`)."""
     q = scenario.quality
     c = q.calibration
     text = resolve_path(c.text or q.text, scenario.source)
     start, end = span(q)
     return {"text": str(text), "text_sha256": text_sha256(text), "first_chunk": c.first_chunk, "chunks": c.chunks,
             "chunk": c.chunk or q.chunk, "span": [start, end], "tokens": n_tokens}
+
+
+def diagnostics(notes: list[dict]) -> dict:
+    """What one calibrated scheme's linears say of their solve (each layer's ``calibration_notes``,
+    :mod:`qbench.schemes.calibrated`), summed up small enough for a row: ``linears``; AWQ's chosen α
+    (``alpha_min`` / ``alpha_mean`` / ``alpha_max``; 0 is round-to-nearest) and its error on the
+    calibration activations over RTN's (``loss_vs_rtn_mean`` / ``_max``, at most 1); GPTQ's input
+    channels never active in the calibration text (``dead_channels``, summed over linears, and
+    ``linears_with_dead_channels``): their weight columns were zeroed. {} when no linear has notes."""
+    notes = [n for n in notes if n]
+    if not notes:
+        return {}
+    out: dict = {"linears": len(notes)}
+    alphas = [n["alpha"] for n in notes if "alpha" in n]
+    if alphas:
+        ratios = [n["loss_vs_rtn"] for n in notes if "loss_vs_rtn" in n]
+        out.update(alpha_min=min(alphas), alpha_mean=sum(alphas) / len(alphas), alpha_max=max(alphas),
+                   loss_vs_rtn_mean=sum(ratios) / len(ratios), loss_vs_rtn_max=max(ratios))
+    dead = [n["dead_channels"] for n in notes if "dead_channels" in n]
+    if dead:
+        out.update(dead_channels=sum(dead), linears_with_dead_channels=sum(d > 0 for d in dead))
+    return out
 
 
 def collect(weights: Any, ids: list[int], chunk: int, dtype: Any, bos: Optional[int], head: bool) -> tuple[dict, float]:

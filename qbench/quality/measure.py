@@ -397,6 +397,10 @@ def measure_quality_scheme(scenario: Any, entry_index: int, device: torch.device
         row["calibration_s"] = sum(solved) + phases.get("calibration", 0.0)
         if row.get("calibration"):
             row["calibration"]["solve_s"] = sum(solved)
+            diag = {label: calibrate.diagnostics([getattr(m, "calibration_notes", {}) for m in mods])
+                    for label, mods in built_by.items() if parts[label][0].needs_calibration}
+            if any(diag.values()):
+                row["calibration"]["diagnostics"] = {label: d for label, d in diag.items() if d}
     row["recipe"] = plan.record(q.lm_head, {label: "emulated" if p[2] else "kernel" for label, p in parts.items()})
     row["reference"] = {"dtype": _dtype_name(ref.dtype), "logprobs": _dtype_name(ref.store), "computed_s": ref.computed_s}
     if q.kv_cache == "fp8":

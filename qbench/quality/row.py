@@ -8,7 +8,7 @@ statistics with their uncertainties (:mod:`qbench.quality.stats`).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -113,7 +113,8 @@ class Span(_Part):
 class Calibration(_Part):
     """The calibration a calibrated scheme's values came from (:mod:`qbench.quality.calibrate`): the
     text, its sha256, the span of its tokens (``[start, end)``, ``chunks`` of ``chunk``), the tokens
-    seen, and the seconds spent collecting the activations and choosing the values."""
+    seen, the seconds spent collecting the activations and choosing the values, and per calibrated
+    scheme what its solve says (:func:`qbench.quality.calibrate.diagnostics`)."""
 
     text: str
     text_sha256: str
@@ -124,6 +125,9 @@ class Calibration(_Part):
     tokens: int = Field(gt=0)
     collect_s: Optional[float] = None
     solve_s: Optional[float] = None
+    diagnostics: Optional[dict[str, dict[str, Union[int, float]]]] = Field(
+        None, description="per calibrated scheme (its label): linears, AWQ's chosen alpha (min, mean, max) and its "
+                          "error over RTN's, GPTQ's dead input channels; None in older files")
 
 
 class QualityRow(_Part):

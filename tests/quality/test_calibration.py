@@ -215,3 +215,33 @@ def test_fewer_calibration_tokens_than_k_flag_the_row(tmp_path):
                             "tokens span; quality.calibration chunks × chunk ≥ 384 gives full rank")
     full = run_scheme(_trained(tmp_path, ["int4-awq"]), 0, tmp_path)
     assert full["status"] == "ok" and "few-calibration-tokens" not in [f["name"] for f in full.get("flags", [])]
+
+
+def test_diagnostics_sum_up_each_linears_notes():
+    """Known answers: AWQ's α over three linears (min, mean, max) and its error over RTN's; GPTQ's dead
+    channels summed and the linears holding any; no notes, nothing."""
+    from qbench.quality.calibrate import diagnostics
+
+    awq = [{"alpha": 0.0, "loss_vs_rtn": 1.0}, {"alpha": 0.25, "loss_vs_rtn": 0.5}, {"alpha": 0.5, "loss_vs_rtn": 0.6}]
+    assert diagnostics(awq) == {"linears": 3, "alpha_min": 0.0, "alpha_mean": 0.25, "alpha_max": 0.5,
+                                "loss_vs_rtn_mean": pytest.approx(0.7), "loss_vs_rtn_max": 1.0}
+    gptq = [{"dead_channels": 0}, {"dead_channels": 3}, {"dead_channels": 2}, {}]
+    assert diagnostics(gptq) == {"linears": 3, "dead_channels": 5, "linears_with_dead_channels": 2}
+    assert diagnostics([{}, {}]) == {} and diagnostics([]) == {}
+
+
+@pytest.mark.parametrize("name", ["int4-awq", "int4-gptq"])
+def test_a_calibrated_row_records_its_diagnostics(tmp_path, ck, name):
+    """The row's calibration record holds its scheme's diagnostics, keyed by its label: the test
+    checkpoint's 14 linears (2 blocks × 7); AWQ's α on its grid of 20 and an error at most RTN's; no
+    input channel of these dense activations is dead."""
+    path = write_scenario(tmp_path, ck, [name], extra=f'calibration = {{ text = "{HAMLET}", chunks = 2 }}')
+    row = run_scheme(path, 0, tmp_path)
+    assert row["status"] == "ok", row.get("reason")
+    (label, d), = row["calibration"]["diagnostics"].items()
+    assert label == name and d["linears"] == 14
+    if name == "int4-awq":
+        assert 0 <= d["alpha_min"] <= d["alpha_mean"] <= d["alpha_max"] <= 0.95
+        assert round(d["alpha_max"] * 20, 9).is_integer() and 0 < d["loss_vs_rtn_mean"] <= d["loss_vs_rtn_max"] <= 1
+    else:
+        assert d == {"linears": 14, "dead_channels": 0, "linears_with_dead_channels": 0}
