@@ -72,6 +72,49 @@ def test_generated_result_pages_open_with_a_contents_list():
         assert "<!-- gen:contents -->" in text[:first_section + 200], name
 
 
+def _table_rows(text: str, header: str) -> list[list[str]]:
+    """The body rows of the Markdown table whose header line starts with ``header``, as cells."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header)) + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+def test_every_registered_scheme_has_its_section_and_its_options_row():
+    """docs/schemes.md promises one section per registered scheme (``qbench list``) and docs/scenarios.md's
+    scheme table names each scheme with each option it takes (``mode`` and ``label`` are every scheme's):
+    int4-hqq, int4-gptq and int4-awq had neither."""
+    from qbench import schemes
+
+    headings = {line[3:].strip() for line in (ROOT / "docs" / "schemes.md").read_text(encoding="utf-8").splitlines()
+                if line.startswith("## ")}
+    table = _table_rows((ROOT / "docs" / "scenarios.md").read_text(encoding="utf-8"), "| scheme | options")
+    rows = {name.strip("` "): options for names, options in table for name in names.split(",")}
+    for s in schemes.all_schemes():
+        assert s.name in headings, f"docs/schemes.md: no section '## {s.name}'"
+        assert s.name in rows, f"docs/scenarios.md: {s.name} not in the scheme options table"
+        for option in set(s.options_model.model_fields) - {"mode", "label"}:
+            assert f"`{option}`" in rows[s.name], f"docs/scenarios.md: {s.name}'s option {option} not in its row"
+
+
+def test_every_quality_key_is_in_the_quality_table():
+    """Each key of ``[quality]`` and of its ``calibration`` table (qbench.quality.spec) has a row in
+    docs/scenarios.md, its default the model's where the model has one."""
+    from qbench.quality.spec import CalibrationSpec, QualitySpec
+
+    page = (ROOT / "docs" / "scenarios.md").read_text(encoding="utf-8")
+    section = page[page.index("## `[quality]`"):]
+    rows = {key.strip("`"): default for key, _, default, _ in _table_rows(section, "| key | type")}
+    keys = [*QualitySpec.model_fields, *(f"calibration.{k}" for k in CalibrationSpec.model_fields)]
+    assert not set(keys) - set(rows), sorted(set(keys) - set(rows))
+    assert rows["calibration.chunks"] == "required" and rows["calibration.first_chunk"] == "0"
+    assert rows["calibration.chunk"] == "`quality.chunk`" and rows["calibration.text"] == "the evaluated text"
+
+
 # ---- the README ------------------------------------------------------------------------------------
 
 def _prose_lines(text: str) -> list[str]:
