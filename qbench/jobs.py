@@ -44,6 +44,10 @@ class Job:
         blank_rows: ``"module:function"`` ``(scenario, entry, scheme, device) -> list[dict]``: one
             scheme's rows with their identity and nothing measured (the runner's failed and skipped
             rows start from them).
+        input_digests: ``"module:function"`` ``(scenario) -> dict[str, str]``: the digests of inputs
+            some of its rows record that a blank row lacks, by their dotted row key (a quality
+            scenario's calibration text: ``calibration.text_sha256``), so ``--resume`` refuses kept
+            rows measured on other bytes (:data:`qbench.lifecycle.INPUT_KEYS`); None: none.
         measure: ``"module:function"`` ``(scenario, entry_index, device, ceilings, shared_dir) ->
             list[dict]``: run in the scheme's worker process.
         launcher: ``"fork"`` (a worker forked from the runner's forkserver, :mod:`qbench.runner`) or
@@ -77,6 +81,7 @@ class Job:
     measure: str
     summary: str
     fits: Optional[str] = None
+    input_digests: Optional[str] = None
     at: tuple[str, ...] = ("m",)
     launcher: str = "fork"
     run: Optional[str] = None
@@ -115,6 +120,7 @@ JOBS: dict[str, Job] = {j.name: j for j in (
         tables="qbench.quality.spec:QualityTables", check="qbench.quality.calibrate:check_scenario",
         describe="qbench.quality.spec:describe",
         check_rows="qbench.quality.row:check_rows", blank_rows="qbench.quality.measure:blank_rows",
+        input_digests="qbench.quality.calibrate:input_digests",
         measure="qbench.quality.measure:measure_quality_scheme",
         views={"run": "qbench.quality.view:run_view", "report": "qbench.quality.view:report_view",
                "recommend": "qbench.decision:recommend_view", "model": "qbench.decision:model_view",

@@ -445,8 +445,10 @@ def _glob_escape(name: str) -> str:
 
 
 #: Row keys naming the content a row was measured on (the checkpoint's identity by content, the
-#: text's and the tokenizer's sha256): a scenario naming the same paths may read other bytes than the kept rows did.
-INPUT_KEYS = ("checkpoint_id", "text_sha256", "tokenizer_sha256")
+#: text's, the tokenizer's and a calibrated row's calibration text's sha256): a scenario naming the
+#: same paths may read other bytes than the kept rows did. A dotted key is a nested one, compared on
+#: the rows that hold it (a row of an uncalibrated scheme has no ``calibration``).
+INPUT_KEYS = ("checkpoint_id", "text_sha256", "tokenizer_sha256", "calibration.text_sha256")
 
 
 def resume_rows(doc: dict, output: Output, scenario: Optional[Scenario] = None, dev=None) -> None:
@@ -454,14 +456,14 @@ def resume_rows(doc: dict, output: Output, scenario: Optional[Scenario] = None, 
     nothing when neither exists) into ``doc``, after checking it was measured with the same
     scenario (every key but the scheme list, ``source`` and ``output``) on the same machine and
     device, and on the same inputs: each kept row's :data:`INPUT_KEYS` equal those of a row this
-    run would write (the job's blank row of ``scenario`` on ``dev``), so a text or checkpoint
-    edited in place since is refused; the union of both scheme lists goes into
-    ``doc["scenario"]`` and ``doc["workers"]["resumed"]`` says where the rows came from.
+    run would write (the job's blank row of ``scenario`` on ``dev`` and its ``input_digests``), so a
+    text, calibration text or checkpoint edited in place since is refused; the union of both scheme
+    lists goes into ``doc["scenario"]`` and ``doc["workers"]["resumed"]`` says where the rows came from.
 
     Raises:
         RunError: the file cannot be read, is not a qbench result, or was measured with another
             scenario, device, machine, text or checkpoint content (one line naming the file and
-            the first difference).
+            what differs: each scenario key that does, with both values).
     """
     from qbench.results import Env, ResultsError, read_results
 
@@ -484,12 +486,11 @@ def resume_rows(doc: dict, output: Output, scenario: Optional[Scenario] = None, 
     mine, theirs = dict(doc["scenario"]), earlier.get("scenario")
     if not isinstance(theirs, dict):
         raise RunError(f"cannot resume: {source}: has no scenario to compare with {mine.get('source')}")
-    for key in sorted(set(mine) | set(theirs)):
-        if key in ("schemes", "source", "output"):
-            continue
-        if mine.get(key) != theirs.get(key):
-            raise RunError(f"cannot resume: {source} was measured with another scenario ({key}: "
-                           f"{_short(theirs.get(key))} there, {_short(mine.get(key))} now); choose another --out")
+    differ = [d for key in sorted(set(mine) | set(theirs)) if key not in ("schemes", "source", "output")
+              for d in _differences(key, theirs.get(key), mine.get(key))]
+    if differ:
+        said = "; ".join(f"{key}: {_short(there)} there, {_short(now)} now" for key, there, now in differ)
+        raise RunError(f"cannot resume: {source} was measured with another scenario ({said}); choose another --out")
     env = earlier.get("env") if isinstance(earlier.get("env"), dict) else {}
     if str(env.get("device")) != doc["env"].get("device") or machine_of(earlier) != machine_of(doc):
         raise RunError(f"cannot resume: {source} was measured on {machine_of(earlier)} ({env.get('device')}), this run "
@@ -506,25 +507,38 @@ def resume_rows(doc: dict, output: Output, scenario: Optional[Scenario] = None, 
 
 
 def _same_inputs(rows: list, scenario: Scenario, dev, source: Path) -> None:
-    """Refuse (RunError) kept ``rows`` whose :data:`INPUT_KEYS` differ from a row this run writes."""
+    """Refuse (RunError) kept ``rows`` whose :data:`INPUT_KEYS` differ from a row this run writes: the
+    job's blank row, and its :attr:`~qbench.jobs.Job.input_digests` for the nested keys a blank row lacks."""
     from qbench import jobs
 
     if not rows or not scenario.schemes:
         return
-    entry = scenario.schemes[0]
-    (now, *_) = jobs.load(jobs.of_scenario(scenario).blank_rows)(scenario, entry, entry.scheme, dev)
+    entry, job = scenario.schemes[0], jobs.of_scenario(scenario)
+    (now, *_) = jobs.load(job.blank_rows)(scenario, entry, entry.scheme, dev)
+    if job.input_digests is not None:
+        now = {**now, **jobs.load(job.input_digests)(scenario)}
     what = {"checkpoint_id": "the checkpoint's content (config, tensor headers or tensor bytes)",
-            "text_sha256": "the text's content", "tokenizer_sha256": "the tokenizer's content (tokenizer.json)"}
+            "text_sha256": "the text's content", "tokenizer_sha256": "the tokenizer's content (tokenizer.json)",
+            "calibration.text_sha256": "the calibration text's content"}
     for key in INPUT_KEYS:
         if now.get(key) is None:
             continue
         for row in rows:
-            kept = row.get(key) if isinstance(row, dict) else None
+            kept = _nested(row, key)
+            if kept is None and "." in key:
+                continue  # a row without the nested record (an uncalibrated scheme's)
             if kept != now[key]:
                 label = row.get("scheme") if isinstance(row, dict) else None
                 raise RunError(f"cannot resume: {source}: {what[key]} changed since its rows were measured ({key} "
                                f"{_digest(kept)} in row {label!r}, {_digest(now[key])} now): rows of both would not "
                                f"compare; choose another --out, or --force to measure every scheme again")
+
+
+def _nested(row, key: str):
+    """``row``'s value at the dotted ``key`` (``calibration.text_sha256``), or None."""
+    for part in key.split("."):
+        row = row.get(part) if isinstance(row, dict) else None
+    return row
 
 
 def done_labels(doc: dict) -> set[str]:
@@ -547,6 +561,16 @@ def _nonfinite(obj, where: str) -> Optional[str]:
         if found:
             return found
     return None
+
+
+def _differences(key: str, there, now) -> list[tuple]:
+    """``(dotted key, there, now)`` of each value that differs between two scenario tables, down to
+    the innermost table holding it (``quality.calibration.first_chunk``), so a refusal names the key
+    and not a table cut off before it; a key on one side only is a difference with None."""
+    if isinstance(there, dict) and isinstance(now, dict):
+        return [d for k in sorted(set(there) | set(now), key=str)
+                for d in _differences(f"{key}.{k}", there.get(k), now.get(k))]
+    return [] if there == now else [(key, there, now)]
 
 
 def _digest(value) -> str:

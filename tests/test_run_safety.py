@@ -122,9 +122,8 @@ def test_resume_refuses_a_file_of_another_scenario_or_a_bad_file(tmp_path, capsy
     before = out.read_bytes()
     capsys.readouterr()
     assert _run(_scenario(tmp_path, ["fp16"], name="k.toml", k=512), "--out", out, "--resume") == 2
-    assert _err_lines(capsys) == [f"qbench: cannot resume: {out} was measured with another scenario (layer: "
-                                  "{'in_features': 256, 'out_features': 128, 'bias': False} there, "
-                                  "{'in_features': 512, 'out_features': 128, 'bias': False} now); choose another --out"]
+    assert _err_lines(capsys) == [f"qbench: cannot resume: {out} was measured with another scenario "
+                                  "(layer.in_features: 256 there, 512 now); choose another --out"]
     assert out.read_bytes() == before
     doc = json.loads(before)
     doc["rows"][0]["latency_us"]["cpu"]["median"] = "__BIG__"

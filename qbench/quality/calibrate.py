@@ -213,6 +213,16 @@ def diagnostics(notes: list[dict]) -> dict:
     return out
 
 
+def input_digests(scenario: Any) -> dict:
+    """The calibration text's sha256 under the row key that records it (``calibration.text_sha256``;
+    empty without ``quality.calibration``): ``--resume`` refuses kept rows calibrated on other bytes
+    of the same path, as it refuses an edited evaluated text."""
+    c = scenario.quality.calibration
+    if c is None:
+        return {}
+    return {"calibration.text_sha256": text_sha256(resolve_path(c.text or scenario.quality.text, scenario.source))}
+
+
 def collect(weights: Any, ids: list[int], chunk: int, dtype: Any, bos: Optional[int], head: bool) -> tuple[dict, float]:
     """Each linear's :class:`~qbench.schemes.calibrated.LinearStats` over the calibration token ``ids``,
     run as ``len(ids) // chunk`` teacher-forced chunks (first token ``bos`` when given) through the

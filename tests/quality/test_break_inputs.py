@@ -125,6 +125,76 @@ def test_resume_refuses_rows_of_another_text_or_checkpoint(tmp_path, monkeypatch
     assert read_results(out).to_json()["rows"] == [kept]  # the kept file as it was
 
 
+def _fake_calibrated_rows(monkeypatch):
+    """As :func:`_fake_rows`, a calibrated scheme's row also carrying the ``calibration`` record the
+    worker writes (:func:`qbench.quality.calibrate.record`: the calibration text's sha256)."""
+    from qbench.quality import calibrate
+    from qbench.quality.measure import blank_rows
+
+    def rows(self, index):
+        entry = self.scenario.schemes[index]
+        (row,) = blank_rows(self.scenario, entry, entry.scheme, self.dev)
+        if entry.scheme.needs_calibration:
+            c = self.scenario.quality.calibration
+            row["calibration"] = calibrate.record(self.scenario, c.chunks * (c.chunk or self.scenario.quality.chunk))
+        return [{**row, "status": "skipped", "reason": "not measured (test)"}]
+
+    monkeypatch.setattr(runner._Workers, "rows", rows)
+
+
+def test_resume_refuses_rows_calibrated_on_another_calibration_text(tmp_path, monkeypatch, capsys):
+    """The calibration text edited in place (same path, other bytes) between the interrupted run and
+    the resume: the kept GPTQ row's calibration.text_sha256 is not the file's now, so the resume is
+    refused like an edited evaluated text, naming the key and both digests, the file left as it was
+    (the break trial found the old row kept beside new ones of another calibration)."""
+    pytest.importorskip("torch")
+    _fake_calibrated_rows(monkeypatch)
+    ck = variant(tmp_path / "ck")
+    cal = tmp_path / "cal.txt"
+    cal.write_text(HAMLET.read_text(encoding="utf-8")[-20000:], encoding="utf-8")
+    extra = f'calibration = {{ text = "{cal}", chunks = 2 }}'
+    out = tmp_path / "q.json"
+    assert cli.main(["run", str(scenario(tmp_path, ck, ["bf16", "int4-gptq"], extra=extra)), "--out", str(out),
+                     "--quiet"]) == 1
+    kept = read_results(out).to_json()["rows"]
+    digest = kept[1]["calibration"]["text_sha256"]
+    assert "calibration" not in kept[0] and len(digest) == 64
+    sc = scenario(tmp_path, ck, ["bf16", "int4-gptq", "int4-awq"], extra=extra)
+    assert cli.main(["run", str(sc), "--out", str(out), "--resume", "--quiet"]) == 1  # the same bytes: resumed
+    kept = read_results(out).to_json()["rows"]
+    assert [r["scheme"] for r in kept] == ["bf16", "int4-gptq", "int4-awq"]
+    cal.write_text(cal.read_text(encoding="utf-8")[::-1], encoding="utf-8")
+    capsys.readouterr()
+    sc = scenario(tmp_path, ck, ["bf16", "int4-gptq", "int4-awq", "int4-hqq"], extra=extra)
+    assert cli.main(["run", str(sc), "--out", str(out), "--resume", "--quiet"]) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert line.startswith(f"qbench: cannot resume: {out}: the calibration text's content changed since its rows "
+                           f"were measured (calibration.text_sha256 '{digest[:12]}…' in row 'int4-gptq', '"), line
+    assert read_results(out).to_json()["rows"] == kept  # the kept file as it was
+
+
+def test_resume_of_another_scenario_names_the_key_that_differs(tmp_path, monkeypatch, capsys):
+    """A refusal for another scenario names the innermost key that differs with both values, not the
+    whole ``quality`` table cut off at 80 characters before it (the break trial's line ended in
+    ``'reference': ...`` and hid ``calibration.first_chunk``); still one line."""
+    pytest.importorskip("torch")
+    _fake_calibrated_rows(monkeypatch)
+    ck = variant(tmp_path / "ck")
+    out = tmp_path / "q.json"
+    assert cli.main(["run", str(scenario(tmp_path, ck, ["int4-gptq"], extra="calibration = { chunks = 2, "
+                                         "first_chunk = 8 }")), "--out", str(out), "--quiet"]) == 1
+    capsys.readouterr()
+    sc = scenario(tmp_path, ck, ["int4-gptq", "int4-awq"], extra="calibration = { chunks = 2, first_chunk = 40 }")
+    assert cli.main(["run", str(sc), "--out", str(out), "--resume", "--quiet"]) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert line == (f"qbench: cannot resume: {out} was measured with another scenario (quality.calibration.first_chunk: "
+                    "8 there, 40 now); choose another --out")
+    sc = scenario(tmp_path, ck, ["int4-gptq"], chunk=64, chunks=4, extra="calibration = { chunks = 2, first_chunk = 8 }")
+    assert cli.main(["run", str(sc), "--out", str(out), "--resume", "--quiet"]) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert "(quality.chunk: 128 there, 64 now; quality.chunks: 2 there, 4 now)" in line, line
+
+
 def test_resume_on_the_same_inputs_adds_the_missing_scheme(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     _fake_rows(monkeypatch)

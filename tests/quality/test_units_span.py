@@ -191,5 +191,6 @@ def test_resume_refuses_another_span(tmp_path, monkeypatch, capsys):
     path = _scenario(tmp_path, ["bf16", "fp32"], "first_chunk = 4", chunk=128, chunks=2)
     assert cli.main(["run", str(path), "--out", str(out), "--resume", "--quiet"]) == 2
     (line,) = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
-    assert line.startswith(f"qbench: cannot resume: {out} was measured with another scenario (quality: "), line
+    assert line == (f"qbench: cannot resume: {out} was measured with another scenario (quality.first_chunk: 2 there, "
+                    "4 now); choose another --out")
     assert read_results(out).to_json()["rows"] == kept
