@@ -115,6 +115,41 @@ def test_every_quality_key_is_in_the_quality_table():
     assert rows["calibration.chunk"] == "`quality.chunk`" and rows["calibration.text"] == "the evaluated text"
 
 
+def _section_keys(heading: str) -> dict[str, str]:
+    """docs/scenarios.md's ``| key | type | default | meaning |`` table under ``heading``: key -> default."""
+    page = (ROOT / "docs" / "scenarios.md").read_text(encoding="utf-8")
+    section = page[page.index(heading):]
+    return {key.strip("`"): default for key, _, default, _ in _table_rows(section, "| key | type")}
+
+
+def test_every_search_key_is_in_the_search_table():
+    """Each key of ``[search]`` and of its ``calibration`` / ``evaluation`` spans (qbench.search.spec) has a row in
+    docs/scenarios.md, a required key said required and a defaulted key's default the model's."""
+    from qbench.search.spec import SearchSpec, Span
+
+    rows = _section_keys("## `[search]`")
+    keys = {**SearchSpec.model_fields, **{f"{span}.{k}": f for span in ("calibration", "evaluation")
+                                          for k, f in Span.model_fields.items()}}
+    assert not set(keys) - set(rows), sorted(set(keys) - set(rows))
+    for key, field in keys.items():
+        if field.is_required():
+            assert rows[key] == "required", (key, rows[key])
+        elif field.default is not None:
+            shown = f'`"{field.default}"`' if isinstance(field.default, str) else str(field.default)
+            assert rows[key] in (shown, f"`{str(field.default).lower()}`"), (key, rows[key], field.default)
+
+
+def test_every_step_model_key_is_in_the_model_table():
+    """Each key of a model-step scenario's ``[model]`` (qbench.step.spec.ModelSpec, its source's ``name`` and
+    ``checkpoint`` included) has a row in docs/scenarios.md: ``attention`` and ``kv_cache`` had none."""
+    from qbench.step.spec import ModelSpec
+
+    rows = _section_keys("## `[model]`")
+    assert not set(ModelSpec.model_fields) - set(rows), sorted(set(ModelSpec.model_fields) - set(rows))
+    assert rows["attention"] == f'`"{ModelSpec.model_fields["attention"].default}"`'
+    assert rows["kv_cache"] == f'`"{ModelSpec.model_fields["kv_cache"].default}"`'
+
+
 # ---- the README ------------------------------------------------------------------------------------
 
 def _prose_lines(text: str) -> list[str]:
