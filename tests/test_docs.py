@@ -1,7 +1,8 @@
 """The docs: every generated block of README.md and docs/*.md (and results/<machine>/INDEX.md) equals
 what scripts/gen_docs.py makes from the committed files, in one test; the generator's own rules; and
-the README as a front door (size, line length, nothing outside the clone, the test command CI runs).
-No sentence is pinned: prose is edited freely. CPU only, in-process, no timing."""
+the README as a front door (size, line length, nothing outside the clone, the test command CI runs);
+and each hand-typed figure of docs/quality.md read again from its committed file (the phrase holding the
+figure is pinned; other prose is edited freely). CPU only, in-process, no timing."""
 
 from __future__ import annotations
 
@@ -196,3 +197,104 @@ def test_ci_runs_the_readme_test_command():
     assert command in ci, "the last command of .ci/run is the README's test command"
     run = _fenced_after(README, "Install and run the decode scenario")
     assert run.endswith("python -m qbench run scenarios/decode.toml") and (ROOT / "scenarios" / "decode.toml").is_file()
+
+
+# ---- hand-typed figures of docs/quality.md, each read again from its committed file ------------------
+
+QUALITY_DOC = " ".join((ROOT / "docs" / "quality.md").read_text(encoding="utf-8").split())
+
+
+def _rows(name: str) -> dict[str, dict]:
+    """The rows of ``results/cpu/<name>`` by label."""
+    import json
+
+    return {r["scheme"]: r for r in json.loads((ROOT / "results" / "cpu" / name).read_text(encoding="utf-8"))["rows"]}
+
+
+def _kld(name: str, scheme: str) -> str:
+    """A row's mean KLD as ``qbench report`` writes it (``4.72e-05 ± 6.0e-07``)."""
+    from qbench.quality.view import pm
+
+    kld = _rows(name)[scheme]["stats"]["kld"]
+    return pm(kld["mean"], kld["unc"], "{:.3g}")
+
+
+def _said(*phrases: str) -> None:
+    for phrase in phrases:
+        assert phrase in QUALITY_DOC, f"docs/quality.md no longer says {phrase!r} (the committed file's figure)"
+
+
+def test_the_float32_kld_scale_is_the_committed_tiny_rows():
+    """The logprobs paragraph's bf16 figure is results/cpu/quality_tiny.json's (it had read 4.32e-05 ± 3.2e-06, a
+    trial's run on fewer chunks, beside an uncommitted float16 figure)."""
+    _said(f"{_kld('quality_tiny.json', 'bf16')} at `float32` (`results/cpu/quality_tiny.json`, 64 chunks)")
+    assert "4.32e-05" not in QUALITY_DOC and "5.57e-05" not in QUALITY_DOC
+
+
+def test_the_unit_damages_paragraph_is_the_committed_units_file():
+    import json
+
+    doc = json.loads((ROOT / "results" / "cpu" / "quality_smollm2_units.json").read_text(encoding="utf-8"))
+    rows = {r["scheme"]: r for r in doc["rows"]}
+    sums = {s: sum(p["kld"] for p in r["sensitivity"]) for s, r in rows.items()}
+    ratio = {s: f"{sums[s] / rows[s]['stats']['kld']['mean']:.2f}x" for s in rows}
+    head = [next(p["kld"] for p in r["sensitivity"] if p["part"] == "lm_head") / sums[s] for s, r in rows.items()]
+    o = [sum(p["kld"] for p in r["sensitivity"] if p["unit"] == "o") / sums[s] for s, r in rows.items()]
+    _said(f"({doc['wall_s']:.0f} s on a loaded 2-core CPU)", f"({100 * min(head):.0f}-{100 * max(head):.0f} % of the sum)",
+          f"`o` is {100 * min(o):.0f}-{100 * max(o):.0f} %",
+          f"{ratio['int4-weight-only[group_size=64]']} the whole row for int4, {ratio['int8-weight-only']} for int8 "
+          f"and {ratio['fp8-weight-only']} for fp8; bf16's is {ratio['bf16']}")
+    assert all(r["sensitivity"][0]["part"] == "lm_head" for r in rows.values())
+    assert {s: r["sensitivity"][1]["part"] for s, r in rows.items()} == {
+        "bf16": "block 2 down", "int8-weight-only": "block 29 down", "int4-weight-only[group_size=64]": "block 29 down",
+        "fp8-weight-only": "block 29 down"}
+
+
+def test_the_calibrated_reading_is_the_committed_calibrated_files():
+    s = {k: r["stats"] for k, r in _rows("quality_smollm2_calibrated.json").items()}
+    order = ["int4-weight-only[group_size=64]", "int4-hqq[group_size=64]", "int4-gptq[group_size=64]", "int4-awq[group_size=64]"]
+    kld, top, ppl = ([f"{fmt(s[k])}" for k in order] for fmt in (
+        lambda r: f"{r['kld']['mean']:.3f}", lambda r: f"{100 * r['same_top']:.1f}", lambda r: f"{r['ppl']:.1f}"))
+    _said(f"KLD {kld[0]} (RTN), {kld[1]} (HQQ), {kld[2]} (GPTQ), {kld[3]} (AWQ)",
+          f"same top {top[0]} % → {top[1]} / {top[2]} / {top[3]} %",
+          f"perplexity {ppl[0]} → {ppl[1]} / {ppl[2]} / {ppl[3]} (bf16 {s['bf16']['ppl']:.1f})")
+
+    t = {k: r["stats"] for k, r in _rows("quality_tiny_calibrated.json").items()}
+    k = {name: t[name]["kld"]["mean"] for name in t}
+    g64 = "[group_size=64]"
+    _said(f"({k['int4-gptq']:.5f} vs {k['int4-weight-only']:.5f} at 128; {k['int4-gptq' + g64]:.5f} vs "
+          f"{k['int4-weight-only' + g64]:.5f} at 64)",
+          f"to {100 * t['int4-gptq']['same_top']:.1f}-{100 * t['int4-gptq' + g64]['same_top']:.1f} %",
+          f"({k['int4-awq']:.5f}, {k['int4-awq' + g64]:.5f})",
+          f"(ln {t['int4-awq']['ln_ppl_ratio']:.4f} vs RTN's {t['int4-weight-only']['ln_ppl_ratio']:.4f}",
+          f"(KLD {k['int4-hqq']:.5f} at 128, above; {k['int4-hqq' + g64]:.5f} at 64, below)")
+    assert int(k["int4-weight-only"] / k["int4-gptq"]) == int(k["int4-weight-only" + g64] / k["int4-gptq" + g64]) == 7
+    assert k["int4-hqq"] > k["int4-weight-only"] and k["int4-hqq" + g64] < k["int4-weight-only" + g64]
+    assert max(t, key=lambda n: t[n]["ln_ppl_ratio"] if n.startswith("int4") else -1).startswith("int4-awq")
+
+    secs = {f: [r["calibration_s"] for r in _rows(f).values() if r.get("calibration_s")]
+            for f in ("quality_tiny_calibrated.json", "quality_smollm2_calibrated.json")}
+    assert 30 <= min(secs["quality_tiny_calibrated.json"]) and max(secs["quality_tiny_calibrated.json"]) <= 60
+    assert 400 <= min(secs["quality_smollm2_calibrated.json"]) and max(secs["quality_smollm2_calibrated.json"]) <= 1100
+    _said("30-60 s for the tiny model and 400-1,100 s for SmolLM2",
+          f"(HQQ's search alone: {_rows('quality_smollm2_calibrated.json')['int4-hqq' + g64]['calibration_s']:.0f} s)")
+
+
+def test_the_smollm2_reading_is_the_committed_smollm2_files():
+    """The SmolLM2 section's counts, its ratios to the published anchors and its per-role order."""
+    import json
+
+    doc = json.loads((ROOT / "results" / "cpu" / "quality_smollm2.json").read_text(encoding="utf-8"))
+    q = doc["scenario"]["quality"]
+    _said(f"# {len(doc['rows'])} schemes, {q['chunks']} chunks of {q['chunk']}, float32 reference")
+    s = {k: r["stats"] for k, r in _rows("quality_smollm2.json").items()}
+    assert 2 <= s["int8-weight-only"]["kld"]["mean"] / 0.0014 < 4  # "a few times" q8_0's 0.0014
+    assert 0.2 <= s["bf16"]["kld"]["mean"] / s["int8-weight-only"]["kld"]["mean"] <= 0.3  # "about a quarter of it"
+    ppl = {k: s[k]["ppl"] / s["fp32"]["ppl"] for k in s}
+    assert 1.2 <= ppl["nf4-bnb"] <= 1.3 and all(1.4 <= ppl[k] <= 1.6 for k in ("int4-intx[group_size=64]", "fp4-bnb"))
+    assert 0.005 <= ppl["int8-weight-only"] - 1 <= 0.015  # "about one percent"
+    for name, lead in (("quality_smollm2_roles.json", {"down_proj", "v_proj"}),
+                       ("quality_tiny.json", {"down_proj", "k_proj"})):
+        for scheme in ("int8-weight-only", "int4-weight-only[group_size=64]", "nf4-bnb"):
+            row = _rows(name).get(scheme) or _rows(name)[scheme.split("[")[0]]  # the tiny model's int4 at group 128
+            assert {p["part"] for p in row["sensitivity"][:2]} == lead, (name, scheme)
