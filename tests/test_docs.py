@@ -298,3 +298,15 @@ def test_the_smollm2_reading_is_the_committed_smollm2_files():
         for scheme in ("int8-weight-only", "int4-weight-only[group_size=64]", "nf4-bnb"):
             row = _rows(name).get(scheme) or _rows(name)[scheme.split("[")[0]]  # the tiny model's int4 at group 128
             assert {p["part"] for p in row["sensitivity"][:2]} == lead, (name, scheme)
+
+
+def test_the_cross_cpu_example_is_the_two_committed_tiny_files():
+    """The budgets section's two CPUs: the same bf16 row of the same chunks in two committed files, each on its CPU."""
+    import json
+
+    said = []
+    for name in ("quality_tiny.json", "quality_tiny_calibrated.json"):
+        doc = json.loads((ROOT / "results" / "cpu" / name).read_text(encoding="utf-8"))
+        said.append(f"{_kld(name, 'bf16')} on an {doc['env']['cpu'].replace('(R)', '').removesuffix(' Processor')} (`results/cpu/{name}`)")
+        assert (doc["scenario"]["quality"]["chunks"], doc["scenario"]["quality"]["chunk"]) == (64, 512)
+    _said(" and ".join(said))
