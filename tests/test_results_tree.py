@@ -67,6 +67,30 @@ def test_one_current_file_per_scenario(machine):
     assert len(sources) == len(set(sources)), sources
 
 
+
+#: CPU names a provenance ``machine`` line may give, and the word each file's ``env.cpu`` then holds.
+_CPU_NAMES = {"AMD EPYC": "AMD EPYC", "Intel Xeon": "Intel(R) Xeon(R)"}
+
+
+def test_provenance_names_the_cpu_each_file_ran_on():
+    """A provenance entry's machine line names the CPU its files' own env records: the 2026-12-06 CPU
+    files ran on an Intel Xeon (300 MiB L3) while provenance said AMD EPYC (a newcomer comparing CPUs was
+    told the wrong one). Known answer: quality_tiny.json on the EPYC, search_tiny.json on the Xeon."""
+    import tomllib
+
+    said = {}
+    for machine in MACHINES:
+        path = RESULTS / machine / "env" / "provenance.toml"
+        for entry in tomllib.loads(path.read_text()).get("entry", []):
+            names = [n for n in _CPU_NAMES if n in entry.get("machine", "")]
+            for f in entry["files"]:
+                doc = RESULTS / machine / f
+                if names and doc.is_file():
+                    cpu = json.loads(doc.read_text())["env"].get("cpu") or ""
+                    assert _CPU_NAMES[names[0]] in cpu, f"{machine}/{f}: provenance says {names[0]}, env.cpu {cpu!r}"
+                    said[f"{machine}/{f}"] = names[0]
+    assert said["cpu/quality_tiny.json"] == "AMD EPYC" and said["cpu/search_tiny.json"] == "Intel Xeon"
+
 def test_a_path_after_a_commit_is_history_not_a_claim(tmp_path, monkeypatch):
     (tmp_path / "docs").mkdir()
     (tmp_path / "README.md").write_text("# Top\n\n## Now\nreads `results/h200/decode.json`.\n```sh\n"
