@@ -37,10 +37,11 @@ def quality_of(step_row, quality: Sequence[QualityRow]) -> Optional[QualityRow]:
     return next((q for q in quality if _identity(q) == key), None)
 
 
-def _halves(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow], Optional[str], Optional[str]]:
+def _halves(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow], Optional[str], list[str]]:
     """``(steps, quality, twice, paired)``: the step rows, the quality rows (the first file's per scheme; ``twice``
-    says so) and :func:`pairing`'s note. Refused: a file of another kind, a step row in two files, quality rows of
-    several checkpoints, texts or cuts, halves that do not pair or ran different KV caches."""
+    says so) and the notes of :func:`pairing` and :func:`lm_heads`. Refused: a file of another kind, a step row in two
+    files, quality rows of several checkpoints, texts or cuts, halves that do not pair, ran different KV caches or
+    treated the LM head differently."""
     for path, doc in zip(paths, docs):
         if doc.job not in ("step", "quality"):
             raise Refused(f"{path}: a {doc.job} result cannot be the speed half of a model decision: give a model-step "
@@ -67,7 +68,10 @@ def _halves(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow
     why, note = pairing(*halves) if steps else (None, None)
     if why or (steps and (why := kv_caches(*halves))):
         raise Refused(why)
-    return steps, [r for _, r in first.values()], said, note
+    why, unknown = lm_heads(*halves) if steps else (None, None)
+    if why:
+        raise Refused(why)
+    return steps, [r for _, r in first.values()], said, [n for n in (note, unknown) if n]
 
 
 def _weights_key(row: QualityRow) -> str:
@@ -190,6 +194,44 @@ def kv_caches(step_docs: Sequence, quality_docs: Sequence) -> Optional[str]:
     return None
 
 
+#: What a row's ``lm_head`` says the half did with the LM head, in a sentence.
+_HEAD_WORDS = {"scheme": "quantized the LM head with each scheme (lm_head 'scheme')",
+               "float": "kept the LM head float (lm_head 'float')",
+               "none": "ran no LM head (lm_head 'none': the step ends at the final norm)"}
+#: (step's, quality's ``lm_head``) -> what joining them would show.
+_HEAD_MISMATCH = {("scheme", "float"): "the mean KLD would miss the quantized head's damage that the speed includes",
+                  ("float", "scheme"): "the mean KLD would include a quantized head's damage whose speed the step never "
+                                       "measured",
+                  ("none", "float"): "the speed would leave out the LM head's time that the quality rows ran",
+                  ("none", "scheme"): "the speed would leave out the LM head's time that the quality rows ran"}
+
+
+def lm_heads(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str], Optional[str]]:
+    """``(refusal, note)``: why the step and quality files treated the LM head differently (a step row's ``lm_head``:
+    ``scheme``, ``float`` or ``none``; a quality row's: ``scheme`` or ``float``), or None; and a note naming the quality
+    rows of older files that do not record it (not compared), or None. A model decision takes both halves of one
+    configuration: a quantized head is often a model's most damaging unit (SmolLM2's, docs/quality.md), so a KLD with
+    a float head beside a speed with a quantized one (or the reverse) is the price of one model and the gain of
+    another."""
+    step = {r.lm_head for d in step_docs for r in d.rows}
+    known = [r for d in quality_docs for r in d.rows if "lm_head" in r.model_fields_set]
+    quality = {r.lm_head for r in known}
+    unknown = sum(len(d.rows) for d in quality_docs) - len(known)
+    for half, heads in (("step", step), ("quality", quality)):
+        if len(heads) > 1:  # rows of each treatment would pair across treatments
+            return (f"the {half} files hold rows that " + " and rows that ".join(_HEAD_WORDS[h] for h in sorted(heads))
+                    + ": a model decision reads one LM head treatment at a time; give the step and quality files of "
+                    "one"), None
+    if step and quality and step != quality:
+        (s,), (q,) = step, quality
+        return (f"the step files {_HEAD_WORDS[s]}, the quality files {_HEAD_WORDS[q]}: a model decision takes both "
+                f"halves of one configuration ({_HEAD_MISMATCH[s, q]}); give a step file whose scenario's [model] "
+                "quantize_lm_head matches the quality scenario's [quality] lm_head"), None
+    note = (f"{unknown} quality row(s) of older files do not record what they did with the LM head: not compared with "
+            f"the step rows' ({', '.join(f'lm_head {h!r}' for h in sorted(step))})") if unknown else None
+    return None, note
+
+
 def recommend_records(steps: list, quality: list[QualityRow], limits: Limits, baseline: str = "bf16") -> list[dict]:
     """:func:`qbench.step.view.recommend` among the schemes whose quality meets ``limits`` (ties: the lower mean
     KLD), each record with the pick's ``quality``."""
@@ -256,7 +298,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
             f"{_budget_text(limits)} on this checkpoint (quality file: "
             f"{', '.join(p for p, d in zip(paths, docs) if d.job == 'quality')})")
     missed = sorted({f"{q.scheme} ({w})" for q in quality if (w := meets(q, limits))})
-    notes = [*filter(None, [paired]), *step_view.pick_notes(rec, steps, error="the lower mean KLD on this checkpoint"),
+    notes = [*paired, *step_view.pick_notes(rec, steps, error="the lower mean KLD on this checkpoint"),
              *(["outside the budget: " + "; ".join(missed)] if missed else []), *unpaired(steps, quality),
              *(["emulated quality rows: the scheme's kernel did not run there; its dequantized weights did"]
                if any(q.emulated for q in quality) else []), *weight_notes(quality)]
@@ -312,7 +354,7 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
         notes_.append("*: a speed-up whose step or bf16 step is flagged, not a ratio to rank by: "
                       + "; ".join(text for text, _ in doubted) + "; "
                       + step_view.flag_legend([n for _, d in doubted for n in d]))
-    notes_ += [*filter(None, [paired]), *(line.replace("(never picked)", "(not in the table)")
+    notes_ += [*paired, *(line.replace("(never picked)", "(not in the table)")
                                           for line in (unpaired(steps, quality) if steps else [])
                                           if line.startswith("no quality row")), *notes(quality)]
     if dashes:

@@ -1,0 +1,78 @@
+"""The joined decision (``qbench recommend STEP.json QUALITY.json``, ``qbench model NAME STEP.json QUALITY.json``):
+what each half did with the LM head, the budget's upper bounds, where the step ran, and the committed halves that
+join from the repository root (qbench/decision.py)."""
+
+import json
+from pathlib import Path
+
+from qbench import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+STEP = str(ROOT / "results" / "h200" / "step_tiny_trained.json")
+TINY = str(ROOT / "results" / "h200" / "quality_tiny.json")
+
+
+def _edited(tmp_path, src, name, edit):
+    """A copy of result file ``src`` under ``tmp_path`` after ``edit(doc)``."""
+    doc = json.loads(Path(src).read_text())
+    edit(doc)
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def _rows(**values):
+    """An edit setting ``values`` on every row (a value None: the key removed, as in an older file)."""
+    def edit(doc):
+        for row in doc["rows"]:
+            for key, value in values.items():
+                row.pop(key) if value is None else row.update({key: value})
+    return edit
+
+
+def test_halves_that_treated_the_lm_head_differently_are_refused(tmp_path, capsys):
+    """A step file whose scenario quantized the LM head (quantize_lm_head = true, every row lm_head 'scheme') beside
+    a quality file whose head stayed float joined silently: the KLD missed the head's damage the speed included.
+    Refused in one line naming what each half did, by both views; the reverse and a headless step too."""
+    quantized = _edited(tmp_path, STEP, "step_head.json", _rows(lm_head="scheme"))
+    said = ("the step files quantized the LM head with each scheme (lm_head 'scheme'), the quality files kept the LM "
+            "head float (lm_head 'float'): a model decision takes both halves of one configuration (the mean KLD "
+            "would miss the quantized head's damage that the speed includes); give a step file whose scenario's "
+            "[model] quantize_lm_head matches the quality scenario's [quality] lm_head")
+    for argv in (["recommend", quantized, TINY, "--max-kld", "0.002"], ["model", "tiny-shakespeare-llama", quantized, TINY]):
+        assert cli.main(argv) == 2
+        captured = capsys.readouterr()
+        assert captured.err.splitlines() == [f"qbench {argv[0]}: {said}"] and captured.out == ""
+    head_quality = _edited(tmp_path, TINY, "quality_head.json", _rows(lm_head="scheme"))
+    assert cli.main(["recommend", STEP, head_quality, "--max-kld", "0.002"]) == 2
+    assert ("the step files kept the LM head float (lm_head 'float'), the quality files quantized the LM head with "
+            "each scheme (lm_head 'scheme')") in capsys.readouterr().err
+    headless = _edited(tmp_path, STEP, "step_none.json", _rows(lm_head="none"))
+    assert cli.main(["recommend", headless, TINY, "--max-kld", "0.002"]) == 2
+    assert "the speed would leave out the LM head's time that the quality rows ran" in capsys.readouterr().err
+    # both halves quantized the head: one configuration, joined
+    assert cli.main(["recommend", quantized, head_quality, "--max-kld", "0.002"]) == 0
+
+
+def test_quality_rows_without_an_lm_head_record_are_not_refused_but_said(tmp_path, capsys):
+    """An older quality file without ``lm_head`` (read as 'float' by the row model) is not refused beside a quantized
+    head: what it did is unknown, and a note says it was not compared."""
+    older = _edited(tmp_path, TINY, "older.json", _rows(lm_head=None))
+    quantized = _edited(tmp_path, STEP, "step_head.json", _rows(lm_head="scheme"))
+    assert cli.main(["recommend", quantized, older, "--max-kld", "0.002"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    n = len(json.loads(Path(TINY).read_text())["rows"])
+    assert (f"{n} quality row(s) of older files do not record what they did with the LM head: not compared with the "
+            "step rows' (lm_head 'scheme')") in out
+    assert cli.main(["recommend", STEP, TINY, "--max-kld", "0.002"]) == 0  # the committed pair: no such note
+    assert "do not record what they did with the LM head" not in capsys.readouterr().out
+
+
+def test_two_lm_head_treatments_in_one_half_are_refused(tmp_path, capsys):
+    """Two quality files, one per LM head treatment: rows would pair across treatments; refused."""
+    head_quality = _edited(tmp_path, TINY, "quality_head.json", _rows(lm_head="scheme"))
+    assert cli.main(["recommend", STEP, TINY, head_quality, "--max-kld", "0.002"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "qbench recommend: the quality files hold rows that kept the LM head float (lm_head 'float') and rows that "
+        "quantized the LM head with each scheme (lm_head 'scheme'): a model decision reads one LM head treatment at a "
+        "time; give the step and quality files of one"]
