@@ -15,8 +15,8 @@ from typing import Optional, Sequence
 
 from qbench.model.recipe import identity_key
 from qbench.quality.row import QualityRow
-from qbench.quality.view import (BUDGETS, DASH, Limits, describe, limits_of, meets, mib, notes, pct, pm, stat,
-                                 weight_notes)
+from qbench.quality.view import (BUDGETS, DASH, Limits, bound_notes, describe, limits_of, meets, mib, notes, pct, pm,
+                                 stat, weight_notes)
 from qbench.readers.common import Refused
 from qbench.render import Column
 from qbench.render.columns import entry, fmt_num
@@ -281,7 +281,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
                   for q in quality]
         said = f"quality budget: {_budget_text(limits)} (no step file given: no speed half)"
         show(within, [entry("scheme", "scheme"), entry("meets", "within budget")], fmt, wide=wide,
-             describe=[*filter(None, [twice]), said], notes=weight_notes(quality))
+             describe=[*filter(None, [twice]), said], notes=[*bound_notes(quality, limits), *weight_notes(quality)])
         return 0 if any(r["meets"] == "yes" for r in within) else 1
     baseline = getattr(args, "baseline", "bf16")
     rec = recommend_records(steps, quality, limits, baseline=baseline)
@@ -299,7 +299,9 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
             f"{', '.join(p for p, d in zip(paths, docs) if d.job == 'quality')})")
     missed = sorted({f"{q.scheme} ({w})" for q in quality if (w := meets(q, limits))})
     notes = [*paired, *step_view.pick_notes(rec, steps, error="the lower mean KLD on this checkpoint"),
-             *(["outside the budget: " + "; ".join(missed)] if missed else []), *unpaired(steps, quality),
+             *(["outside the budget: " + "; ".join(missed)] if missed else []),
+             *bound_notes([q for q in quality if q.scheme in {p.scheme for r in steps if (p := quality_of(r, quality))}],
+                          limits, picked=[r["pick"] for r in rec if r["pick"]]), *unpaired(steps, quality),
              *(["emulated quality rows: the scheme's kernel did not run there; its dequantized weights did"]
                if any(q.emulated for q in quality) else []), *weight_notes(quality)]
     show(rec, joined_view(baseline).columns(fmt, wide), fmt, wide=wide, describe=[*filter(None, [twice]), said],

@@ -278,7 +278,10 @@ class Budget:
         upper: True: a row meets it with ``value <= limit``; False: ``value >= limit``.
         most: the largest limit accepted (a share: 1), None: any limit >= 0.
         scale, unit, fmt: how a value and a limit are said (a share as a percentage: 100, `` %``; a row's value in a
-            miss: ``.3g``)."""
+            miss: ``.3g``).
+        unc: the row -> the statistic's uncertainty (None: the statistic has none, or it was not measured): a row
+            meets a budget by its value (as llama.cpp's users read the mean); :meth:`bound_over` says when the
+            value's far bound (value ± uncertainty) does not."""
 
     name: str
     what: str
@@ -290,6 +293,7 @@ class Budget:
     scale: float = 1.0
     unit: str = ""
     fmt: str = ".3g"
+    unc: Optional[Callable[[Any], Optional[float]]] = None
 
     @property
     def flag(self) -> str:
@@ -316,6 +320,23 @@ class Budget:
             return (f"{self.what} {beyond(self.scale * v, self.scale * limit, self.fmt)}{self.unit} "
                     f"{'>' if self.upper else '<'} {self.scale * limit:g}{self.unit}")
         return None
+
+
+    def bound_over(self, row: Any, limit: float) -> Optional[str]:
+        """Why ``row`` meets ``limit`` by its value but not by its far bound (value + uncertainty above an upper
+        budget, value - uncertainty below a lower one): ``mean KLD 4.7e-05 ± 5.9e-07 is within the budget by its mean;
+        its upper bound 4.76e-05 is over 4.71e-05``; None when it misses anyway, meets by the bound too, or has no
+        uncertainty. The search job proves a recipe by the bound; this says where the two rules part."""
+        value, unc = self.value(row), self.unc(row) if self.unc is not None else None
+        if value is None or unc is None or self.misses(row, limit) is not None:
+            return None
+        bound = value + unc if self.upper else value - unc
+        if (bound <= limit) if self.upper else (bound >= limit):
+            return None
+        return (f"{self.what} {format(self.scale * value, self.fmt)} ± {self.scale * unc:.2g}{self.unit} is within "
+                f"the budget by its mean; its {'upper' if self.upper else 'lower'} bound "
+                f"{beyond(self.scale * bound, self.scale * limit, self.fmt)}{self.unit} is "
+                f"{'over' if self.upper else 'under'} {self.scale * limit:g}{self.unit}")
 
 
 def beyond(value: float, limit: float, fmt: str = ".3g") -> str:

@@ -209,18 +209,20 @@ def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
 #: The quality job's budget options (:class:`qbench.judge.Budget`), in the order they are listed.
 BUDGETS = (
     Budget("max_kld", "mean KLD", "mean KL divergence, nats", lambda r: stat(r, "kld", "mean"),
+           unc=lambda r: stat(r, "kld", "unc"),
            help="quality budget: mean KL divergence against the reference, nats (a quality file beside model-step "
                 "files: one pick on both halves)"),
     Budget("max_ppl_ratio", "PPL ratio", "PPL(Q)/PPL(ref)", lambda r: stat(r, "ppl_ratio"), fmt=".4g",
+           unc=lambda r: stat(r, "ppl_ratio_unc"),
            help="quality budget: PPL(scheme) / PPL(reference)"),
     Budget("min_same_top", "same top", "0..1", lambda r: stat(r, "same_top"), upper=False, most=1.0, scale=100,
-           unit=" %", fmt=".2f", help="quality budget: the share of tokens whose top token is the reference's (0..1)"),
+           unit=" %", fmt=".2f", unc=lambda r: stat(r, "same_top_unc"), help="quality budget: the share of tokens whose top token is the reference's (0..1)"),
     Budget("max_kld_p99", "99th-percentile KLD", "the KL divergence 99 % of scored tokens stay under, nats",
            lambda r: stat(r, "kld", "p99"), help="quality budget: the 99th percentile of the per-token KL divergence, "
            "nats (the tail a mean hides: a few tokens badly off)"),
     Budget("max_dp_rms", "RMS Δp",
            "the root mean square of the change in the probability of the text's next token, 0..1",
-           lambda r: stat(r, "dp", "rms"), most=1.0, scale=100, unit=" %", fmt=".2f",
+           lambda r: stat(r, "dp", "rms"), most=1.0, scale=100, unit=" %", fmt=".2f", unc=lambda r: stat(r, "dp", "rms_unc"),
            help="quality budget: RMS Δp, the root mean square of the change in the probability the model gives the "
                 "text's next token (0..1; llama.cpp's statistic)"),
 )
@@ -232,6 +234,17 @@ Limits = Sequence[tuple[Budget, float]]
 def limits_of(args: argparse.Namespace) -> list[tuple[Budget, float]]:
     """The :data:`BUDGETS` given in ``args`` with their limits, in declaration order."""
     return [(b, v) for b in BUDGETS if (v := getattr(args, b.name, None)) is not None]
+
+
+def bound_notes(rows: Sequence[QualityRow], limits: Limits, picked: Sequence[str] = ()) -> list[str]:
+    """One line naming the ``rows`` that meet ``limits`` by their values but whose uncertainty's far bound does not
+    (:meth:`qbench.judge.Budget.bound_over`; ``picked``: schemes said as picks), or none. The pick reads the value
+    (the mean, as llama.cpp's users do); the search job proves a recipe by mean + uncertainty, and a reader of a pick
+    this close to the budget should know it is not proven within it."""
+    said = [f"{r.scheme}{' (picked)' if r.scheme in picked else ''}: {why}" for r in rows if meets(r, limits) is None
+            for b, limit in limits if (why := b.bound_over(r, limit))]
+    return [("within the budget by the mean (as llama.cpp's users read it), not by mean ± uncertainty (what the "
+             "search job requires): " + "; ".join(said))] if said else []
 
 
 def meets(row: QualityRow, limits: Limits) -> Optional[str]:

@@ -76,3 +76,47 @@ def test_two_lm_head_treatments_in_one_half_are_refused(tmp_path, capsys):
         "qbench recommend: the quality files hold rows that kept the LM head float (lm_head 'float') and rows that "
         "quantized the LM head with each scheme (lm_head 'scheme'): a model decision reads one LM head treatment at a "
         "time; give the step and quality files of one"]
+
+
+def _kld(values):
+    """An edit setting ``stats.kld`` ``(mean, unc)`` of the schemes in ``values``."""
+    def edit(doc):
+        for row in doc["rows"]:
+            if row["scheme"] in values:
+                row["stats"]["kld"]["mean"], row["stats"]["kld"]["unc"] = values[row["scheme"]]
+    return edit
+
+
+def test_a_pick_within_the_budget_by_its_mean_only_is_said(tmp_path, capsys):
+    """At --max-kld 0.0000471 bf16's 4.7e-05 ± 5.9e-07 was accepted with no note, though its upper bound (4.76e-05,
+    what the search job requires within the budget) is over. The rule stays the mean's (bf16 is still the pick); a
+    note under the table names it; int8-weight-only, within by its bound too, and fp32 (0 ± 0) are not named."""
+    quality = _edited(tmp_path, TINY, "quality.json", _kld({"bf16": (4.7e-05, 5.9e-07),
+                                                              "int8-weight-only": (4.0e-05, 1e-07)}))
+    said = ("within the budget by the mean (as llama.cpp's users read it), not by mean ± uncertainty (what the search "
+            "job requires): bf16 (picked): mean KLD 4.7e-05 ± 5.9e-07 is within the budget by its mean; its upper "
+            "bound 4.76e-05 is over 4.71e-05")
+    assert cli.main(["recommend", STEP, quality, "--max-kld", "0.0000471"]) == 0
+    out = capsys.readouterr().out
+    assert {line.split()[2] for line in out.splitlines() if line.split()[:1] in (["1"], ["16"])} == {"bf16"}
+    assert said in " ".join(out.split())
+    # a quality file alone: the same note under its within-budget table (no pick there)
+    assert cli.main(["recommend", quality, "--max-kld", "0.0000471"]) == 0
+    assert said.replace(" (picked)", "") in " ".join(capsys.readouterr().out.split())
+    # a budget the bound meets too: no note
+    assert cli.main(["recommend", STEP, quality, "--max-kld", "0.00005"]) == 0
+    assert "within the budget by the mean" not in capsys.readouterr().out
+
+
+def test_a_lower_budget_names_its_lower_bound():
+    """same top ≥ 99 %: 99.06 % ± 0.08 % meets it by its value, and by its lower bound (98.98 %) does not."""
+    from qbench.quality.view import BUDGETS
+    from qbench.results import read_results
+
+    row = next(r for r in read_results(TINY).rows if r.scheme == "bf16")
+    same_top = next(b for b in BUDGETS if b.name == "min_same_top")
+    assert same_top.bound_over(row, 0.99) == ("same top 99.06 ± 0.075 % is within the budget by its mean; its lower "
+                                             "bound 98.99 % is under 99 %")
+    assert same_top.bound_over(row, 0.98) is None and same_top.bound_over(row, 0.995) is None  # met by both, missed
+    p99 = next(b for b in BUDGETS if b.name == "max_kld_p99")
+    assert p99.unc is None and p99.bound_over(row, 1.0) is None  # a percentile has no uncertainty: never said
