@@ -232,6 +232,22 @@ def lm_heads(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str]
     return None, note
 
 
+def _machine(doc) -> str:
+    """Where a step file ran: its device type and name (a CPU's model name when the device has none)."""
+    kind = str(doc.env.device or "?").split(":", 1)[0]
+    return f"{kind} {doc.env.device_name or (doc.env.cpu if kind == 'cpu' else None) or '?'}"
+
+
+def step_machines(docs: Sequence) -> tuple[str, Optional[str]]:
+    """``(machines, caveat)``: the machines the step files among ``docs`` ran on, said (``cuda NVIDIA H200``), and
+    when one is a CPU, why its speed-ups are not a GPU's (else None): a speed-up is the machine's, not the scheme's,
+    and the quality half (device-independent up to rounding) does not say it."""
+    machines = list(dict.fromkeys(_machine(d) for d in docs if d.job == "step"))
+    caveat = ("a CPU's speed-ups do not carry to a GPU (other kernels, other limits): time the step on the GPU that will "
+              "serve the model" if any(m.startswith("cpu ") for m in machines) else None)
+    return " and ".join(machines), caveat
+
+
 def recommend_records(steps: list, quality: list[QualityRow], limits: Limits, baseline: str = "bf16") -> list[dict]:
     """:func:`qbench.step.view.recommend` among the schemes whose quality meets ``limits`` (ties: the lower mean
     KLD), each record with the pick's ``quality``."""
@@ -292,7 +308,7 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
                           "by_m_context": rec}, indent=2, ensure_ascii=False))
         return 0 if any(r["pick"] for r in rec) else 1
     first = steps[0]
-    machine = next((d.machine for d in docs if d.job == "step"), first.device)
+    machine, caveat = step_machines(docs)
     said = (f"{first.title} ({first.model}): per M and context, the fastest decode step measured on {machine} "
             f"({', '.join(sorted({r['method'] for r in rec if r['method']})) or 'no method'}) whose scheme meets "
             f"{_budget_text(limits)} on this checkpoint (quality file: "
@@ -304,8 +320,8 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
                           limits, picked=[r["pick"] for r in rec if r["pick"]]), *unpaired(steps, quality),
              *(["emulated quality rows: the scheme's kernel did not run there; its dequantized weights did"]
                if any(q.emulated for q in quality) else []), *weight_notes(quality)]
-    show(rec, joined_view(baseline).columns(fmt, wide), fmt, wide=wide, describe=[*filter(None, [twice]), said],
-         notes=notes)
+    show(rec, joined_view(baseline).columns(fmt, wide), fmt, wide=wide,
+         describe=[*filter(None, [twice, said, caveat])], notes=notes)
     return 0 if any(r["pick"] for r in rec) else 1
 
 
@@ -361,9 +377,12 @@ def model_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
                                           if line.startswith("no quality row")), *notes(quality)]
     if dashes:
         notes_.append("— under M=: no ok step of the scheme there: " + "; ".join(dashes))
+    machine, caveat = step_machines(docs)
+    where = [f"speed-ups (M=m/context): decode steps measured on {machine}" + (f": {caveat}" if caveat else "")
+             ] if steps else []
     show(records, model_table(points).columns(args.format, getattr(args, "wide", False)), args.format,
-         wide=getattr(args, "wide", False), describe=[*filter(None, [twice]), *(describe(quality) if quality else [])],
-         notes=notes_)
+         wide=getattr(args, "wide", False),
+         describe=[*filter(None, [twice]), *(describe(quality) if quality else []), *where], notes=notes_)
     return 0
 
 

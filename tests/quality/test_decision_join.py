@@ -120,3 +120,32 @@ def test_a_lower_budget_names_its_lower_bound():
     assert same_top.bound_over(row, 0.98) is None and same_top.bound_over(row, 0.995) is None  # met by both, missed
     p99 = next(b for b in BUDGETS if b.name == "max_kld_p99")
     assert p99.unc is None and p99.bound_over(row, 1.0) is None  # a percentile has no uncertainty: never said
+
+
+def _on_cpu(doc):
+    """A step file's copy as if timed on a CPU (env and rows)."""
+    doc["env"].update(device="cpu", device_name=None, cpu="AMD EPYC", compute_capability=None)
+    for row in doc["rows"]:
+        row["device"] = "cpu"
+
+
+def test_the_joined_views_say_where_the_step_ran(tmp_path, capsys):
+    """qbench model printed 'fp32 0.98×' with no device; now a line names the step files' machine. A CPU step's line
+    says its speed-ups do not carry to a GPU, in model and in the joined recommend (whose own line names the machine
+    already: not said twice)."""
+    caveat = ("a CPU's speed-ups do not carry to a GPU (other kernels, other limits): time the step on the GPU that will "
+              "serve the model")
+    assert cli.main(["model", "tiny-shakespeare-llama", STEP, TINY]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "speed-ups (M=m/context): decode steps measured on cuda NVIDIA H200" in out and caveat not in " ".join(out)
+    cpu = _edited(tmp_path, STEP, "step_cpu.json", _on_cpu)
+    assert cli.main(["model", "tiny-shakespeare-llama", cpu, TINY]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"speed-ups (M=m/context): decode steps measured on cpu AMD EPYC: {caveat}" in out
+    assert cli.main(["recommend", cpu, TINY, "--max-kld", "0.002"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the fastest decode step measured on cpu AMD EPYC (step_graph)" in out and out.count("AMD EPYC") == 1
+    assert caveat in out.split("M ctx")[0]  # above the table
+    assert cli.main(["recommend", STEP, TINY, "--max-kld", "0.002"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "measured on cuda NVIDIA H200 (step_graph)" in out and caveat not in out
