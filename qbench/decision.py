@@ -11,6 +11,7 @@ import os
 import re
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Optional, Sequence
 
 from qbench.model.recipe import identity_key
@@ -65,7 +66,8 @@ def _halves(paths: Sequence[str], docs: Sequence) -> tuple[list, list[QualityRow
     if (why := _one_checkpoint([r for d in docs if d.job == "quality" for r in d.rows])):
         raise Refused(why)
     halves = [d for d in docs if d.job == "step"], [d for d in docs if d.job == "quality"]
-    why, note = pairing(*halves) if steps else (None, None)
+    where = [p for p, d in zip(paths, docs) if d.job == "step"], [p for p, d in zip(paths, docs) if d.job == "quality"]
+    why, note = pairing(*halves, *where) if steps else (None, None)
     if why or (steps and (why := kv_caches(*halves))):
         raise Refused(why)
     why, unknown = lm_heads(*halves) if steps else (None, None)
@@ -110,19 +112,68 @@ def _normal(source: str, resolve: bool = False) -> str:
 SHAPE_KEYS = ("hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "blocks")
 
 
-def shapes_of(doc) -> Optional[tuple[int, ...]]:
-    """The :data:`SHAPE_KEYS` of the model a result file ran, or None when it cannot be read here."""
+def _scenario_path(doc, path: Optional[str] = None) -> str:
+    """The scenario file a result file ran, as readable from here: its recorded ``source`` (written relative to the
+    run's working directory) when it exists as written, else under the nearest folder above the result file ``path``
+    that holds it (a repository's ``results/<machine>/x.json`` beside its ``scenarios/``: committed files read from
+    any working directory), else as recorded."""
+    source = str((doc.scenario.model_extra or {}).get("source") or "<scenario>")
+    if path is None or os.path.isabs(source) or os.path.exists(source):
+        return source
+    return next((str(folder / source) for folder in Path(path).resolve().parents if (folder / source).is_file()), source)
+
+
+def config_of(doc, path: Optional[str] = None):
+    """The :class:`qbench.model.config.StepModelConfig` of the model a result file ran (its scenario's ``[model]``:
+    a preset, a config.json or a checkpoint, relative to :func:`_scenario_path`), or None when it cannot be read here
+    (a checkpoint folder that is not on this machine)."""
     from qbench.model.config import ConfigError
     from qbench.step.spec import ModelSpec, resolve
 
-    extra = doc.scenario.model_extra or {}
-    model = extra.get("model") or {}
+    model = (doc.scenario.model_extra or {}).get("model") or {}
     try:
         spec = ModelSpec(**{k: model[k] for k in ("name", "config", "checkpoint") if model.get(k) is not None})
-        config = resolve(spec, extra.get("source") or "<scenario>")
+        return resolve(spec, _scenario_path(doc, path))
     except (ConfigError, ValueError, OSError):
         return None
-    return tuple(getattr(config, k) for k in SHAPE_KEYS)
+
+
+def shapes_of(doc, path: Optional[str] = None) -> Optional[tuple[int, ...]]:
+    """The :data:`SHAPE_KEYS` of the model a result file ran (:func:`config_of`), or None when it cannot be read here."""
+    return _shapes(config_of(doc, path))
+
+
+def parameter_counts(config) -> tuple[int, int]:
+    """``(linear, rest)`` of a config: the weights of every block's linears, and every other parameter of the model
+    with a float LM head (embedding, the blocks' biases and two norms, the final norm, the LM head unless tied)."""
+    bias = sum(config.linear_shapes()[role][1] for role in config.biased)
+    head = config.vocab * config.hidden
+    return (config.blocks * config.block_linear_params(),
+            head * (1 if config.tie_embeddings else 2) + config.blocks * (2 * config.hidden + bias) + config.hidden)
+
+
+def counts_agree(config, rows: Sequence[QualityRow]) -> Optional[str]:
+    """What in quality ``rows`` shows they ran a model of ``config``'s sizes when their checkpoint cannot be read, or
+    None: every ok row of one scheme everywhere has ``config``'s linear weights (with the LM head when it quantized
+    it), and the rest is covered too: by a row that quantized the head, or by a float-head row's stored bytes beyond
+    its linears (embedding, norms, head: 2 or 4 bytes each). Counts cannot tell heads × head_dim apart, and the note
+    that joins on them says so."""
+    linear, rest = parameter_counts(config)
+    head = config.vocab * config.hidden
+    plain = [r for r in rows if r.status == "ok" and not r.recipe]
+    if not plain or any(r.linear_params != linear + (head if r.lm_head == "scheme" else 0) for r in plain):
+        return None
+    stored = [r for r in plain if r.lm_head == "float" and not r.emulated and r.model_stored_bytes
+              and r.linear_stored_bytes is not None]
+    if any(r.model_stored_bytes - r.linear_stored_bytes not in (2 * rest, 4 * rest) for r in stored):
+        return None
+    if not stored and all(r.lm_head != "scheme" for r in plain):
+        return None
+    return f"linear weights {linear:,}" + (f", the rest {rest:,}" if stored else f", LM head {head:,}")
+
+
+def _shapes(config) -> Optional[tuple[int, ...]]:
+    return None if config is None else tuple(getattr(config, k) for k in SHAPE_KEYS)
 
 
 def _shape_text(shape: Optional[tuple[int, ...]]) -> str:
@@ -131,11 +182,16 @@ def _shape_text(shape: Optional[tuple[int, ...]]) -> str:
     return ", ".join(f"{k} {v}" for k, v in zip(SHAPE_KEYS, shape))
 
 
-def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str], Optional[str]]:
+def pairing(step_docs: Sequence, quality_docs: Sequence, step_paths: Sequence[str] = (),
+            quality_paths: Sequence[str] = ()) -> tuple[Optional[str], Optional[str]]:
     """``(refusal, note)``, one of them None: whether the step files are a speed half of the quality files'
     checkpoint: equal ``checkpoint_id`` digests; or seeded step weights of the quality checkpoint's config
-    (:data:`SHAPE_KEYS`: a step's time depends on shapes, not values), noted; else equal normalized weight
-    sources."""
+    (:data:`SHAPE_KEYS`: a step's time depends on shapes, not values; a checkpoint not on this machine: its rows'
+    parameter counts, :func:`counts_agree`), noted; else equal normalized weight sources. ``*_paths``: the files
+    the docs were read from (their scenarios found from any working directory, :func:`_scenario_path`)."""
+    def configs(docs: Sequence, paths: Sequence[str]) -> list:
+        return [config_of(d, p) for d, p in zip(docs, [*paths, *[None] * len(docs)])]
+
     steps = [r for d in step_docs for r in d.rows]
     quality = [r for d in quality_docs for r in d.rows]
     step_ids, quality_ids = {r.checkpoint_id for r in steps}, {r.checkpoint_id for r in quality}
@@ -147,19 +203,29 @@ def pairing(step_docs: Sequence, quality_docs: Sequence) -> tuple[Optional[str],
                 "bytes differ; a model decision takes speed and quality of the same checkpoint"), None
     step_sources = sorted({_normal(r.weight_source) for r in steps})
     quality_sources = sorted({_normal(r.weights) for r in quality})
+    step_configs, quality_configs = configs(step_docs, step_paths), configs(quality_docs, quality_paths)
     if all(r.weight_source.startswith("seeded") for r in steps):
-        step_shapes = {shapes_of(d) for d in step_docs}
-        quality_shapes = {shapes_of(d) for d in quality_docs}
+        step_shapes = {_shapes(c) for c in step_configs}
+        quality_shapes = {_shapes(c) for c in quality_configs}
         if len(step_shapes) == 1 and step_shapes == quality_shapes and None not in step_shapes:
             return None, (f"speed measured on seeded weights of the same config "
                           f"({_shape_text(next(iter(step_shapes)))}) as the quality rows' "
                           f"({'; '.join(quality_sources)}): a step's time depends on the shapes, not the weights' "
                           "values")
+        counts = (counts_agree(step_configs[0], quality) if len(step_shapes) == 1 and None not in step_shapes
+                  and quality_shapes == {None} else None)
+        if counts:  # the checkpoint is not on this machine (a folder outside the repository): its rows' counts
+            return None, (f"speed measured on seeded weights of {_shape_text(next(iter(step_shapes)))}; the quality "
+                          f"rows' weights ({'; '.join(quality_sources)}) are not here to read their config, and their "
+                          f"counts are the config's ({counts}; counts cannot tell heads × head_dim apart): a step's "
+                          "time depends on the shapes, not the weights' values")
+        unread = (" (its checkpoint is not here, and its rows' parameter counts do not show the step config's)"
+                  if quality_shapes == {None} and None not in step_shapes else "")
         return (f"the step files ran seeded weights of {'; '.join(_shape_text(s) for s in step_shapes)}, the quality "
-                f"files {'; '.join(quality_sources)} of {'; '.join(_shape_text(s) for s in quality_shapes)}: a seeded "
-                "speed half must have the quality checkpoint's config"), None
+                f"files {'; '.join(quality_sources)} of {'; '.join(_shape_text(s) for s in quality_shapes)}{unread}: "
+                "a seeded speed half must have the quality checkpoint's config"), None
     if (None in step_ids) != (None in quality_ids):
-        shapes = [{shapes_of(d) for d in docs} for docs in (step_docs, quality_docs)]
+        shapes = [{_shapes(c) for c in cs} for cs in (step_configs, quality_configs)]
         if all(len(s) == 1 and None not in s for s in shapes) and shapes[0] != shapes[1]:  # not even one config
             return (f"the step files ran {_shape_text(next(iter(shapes[0])))}, the quality files "
                     f"{_shape_text(next(iter(shapes[1])))}: another model; a model decision takes speed and quality "

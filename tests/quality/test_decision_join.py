@@ -149,3 +149,64 @@ def test_the_joined_views_say_where_the_step_ran(tmp_path, capsys):
     assert cli.main(["recommend", STEP, TINY, "--max-kld", "0.002"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "measured on cuda NVIDIA H200 (step_graph)" in out and caveat not in out
+
+
+SMOLLM2_STEP = str(ROOT / "results" / "h100" / "step_smollm2_shapes.json")
+SMOLLM2_UNITS = str(ROOT / "results" / "cpu" / "quality_smollm2_units.json")  # LM head quantized, as the step's
+
+
+def test_the_committed_smollm2_halves_join_from_the_root_and_from_elsewhere(tmp_path, monkeypatch, capsys):
+    """step_smollm2_shapes.json (seeded weights of data/configs/smollm2-135m/config.json) beside a SmolLM2 quality
+    file said 'a config not readable from here': the quality checkpoint lives outside the repository
+    (../smollm2-135m-hf, data/README.md) and a clone without it could not read its config; from another working
+    directory the step's own config (named relative to the recorded source, scenarios/...) was not found either. Now
+    the scenario is found from the result file's folder, and a checkpoint not here is compared by its rows'
+    parameter counts: the halves join (the quantized-head ones) or meet the LM head refusal (the float-head ones)."""
+    for cwd, prefix in ((ROOT, ""), (tmp_path, str(ROOT) + "/")):
+        monkeypatch.chdir(cwd)
+        assert cli.main(["recommend", prefix + "results/h100/step_smollm2_shapes.json",
+                         prefix + "results/cpu/quality_smollm2_units.json", "--max-kld", "0.03"]) == 0, capsys.readouterr()
+        out = " ".join(capsys.readouterr().out.split())
+        assert "speed measured on seeded weights of" in out and "hidden 576, heads 9, kv_heads 3, head_dim 64" in out
+        assert cli.main(["recommend", prefix + "results/h100/step_smollm2_shapes.json",
+                         prefix + "results/cpu/quality_smollm2.json", "--max-kld", "0.03"]) == 2
+        assert capsys.readouterr().err.startswith("qbench recommend: the step files quantized the LM head")
+
+
+def test_a_checkpoint_not_here_is_compared_by_its_rows_counts(tmp_path, capsys):
+    """Its checkpoint moved away, the quality file's rows still carry their sizes: SmolLM2's linear weights
+    (30 × 3,538,944) and LM head (49,152 × 576) are the step config's: joined, and the note says how. The seeded
+    Llama-3-8B step beside it is refused, and so is a copy whose linear count is off."""
+    def away(doc):
+        doc["scenario"]["model"]["checkpoint"] = str(tmp_path / "not-here")
+    quality = _edited(tmp_path, SMOLLM2_UNITS, "units.json", away)
+    assert cli.main(["recommend", SMOLLM2_STEP, quality, "--max-kld", "0.03"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("speed measured on seeded weights of hidden 576, heads 9, kv_heads 3, head_dim 64, ffn 1536, vocab 49152, "
+            "blocks 30; the quality rows' weights (checkpoint /work/smollm2-135m-hf (bfloat16)) are not here to read "
+            "their config, and their counts are the config's (linear weights 106,168,320, LM head 28,311,552; counts "
+            "cannot tell heads × head_dim apart)") in out
+    llama = str(ROOT / "results" / "h200" / "step_llama3_8b.json")
+    assert cli.main(["recommend", llama, quality, "--max-kld", "0.03"]) == 2
+    assert ("of a config not readable from here (its checkpoint is not here, and its rows' parameter counts do not "
+            "show the step config's): a seeded speed half must have the quality checkpoint's config"
+            ) in capsys.readouterr().err
+
+    def off(doc):
+        away(doc)
+        doc["rows"][0]["linear_params"] += 576
+    assert cli.main(["recommend", SMOLLM2_STEP, _edited(tmp_path, SMOLLM2_UNITS, "off.json", off), "--max-kld",
+                     "0.03"]) == 2
+    assert "parameter counts do not show the step config's" in capsys.readouterr().err
+
+
+def test_a_float_head_checkpoint_not_here_is_compared_by_its_stored_bytes(tmp_path, monkeypatch, capsys):
+    """A float LM head is not in the linear count: the rows' stored bytes beyond their linears (embedding, norms:
+    2 bytes each of 28,346,688) cover it."""
+    monkeypatch.chdir(ROOT)  # the step copy's scenario (scenarios/...) is found from the working directory
+    step = _edited(tmp_path, SMOLLM2_STEP, "step.json", _rows(lm_head="float"))
+    def away(doc):
+        doc["scenario"]["model"]["checkpoint"] = str(tmp_path / "not-here")
+    quality = _edited(tmp_path, str(ROOT / "results" / "cpu" / "quality_smollm2.json"), "q.json", away)
+    assert cli.main(["recommend", step, quality, "--max-kld", "0.03"]) == 0
+    assert "(linear weights 106,168,320, the rest 28,346,688;" in " ".join(capsys.readouterr().out.split())
