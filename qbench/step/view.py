@@ -286,8 +286,26 @@ def describe(doc) -> list[str]:
     return [f"model step: {rows[0].title if rows else model.get('name')}; "
             f"weights: {rows[0].weight_source if rows else ''}",
             *(f"  {SHORT[m]}: {registry.METHODS[m].includes}" for m in methods_present(rows) if m in registry.METHODS),
-            linear, *kv_line(rows), "  err: relative Frobenius error of the logits (the final hidden state without an "
-            "LM head) against the FP32 step on the same weights"]
+            linear, *kv_line(rows), *error_lines(rows)]
+
+
+#: What the error compares, by a row's ``lm_head`` (:func:`qbench.step.measure.step_error`'s ``compared``).
+_COMPARED = {"float": "the logits, after the LM head in the activation dtype",
+             "scheme": "the logits, after the LM head quantized by each scheme (its damage included)",
+             "none": "the final hidden state, after the last norm: the step has no LM head (model.lm_head = false)"}
+
+
+def error_lines(rows: Sequence[StepRow]) -> list[str]:
+    """The lines saying what the ``err`` column compares, as the rows' ``lm_head`` says: the logits (the LM head float
+    or quantized) or, a step without an LM head, the final hidden state; and for a headless step, that the method
+    lines' LM head and argmax are not in it. The step measures the error on what it ends with
+    (:meth:`qbench.step.measure` ``_error``)."""
+    heads = list(dict.fromkeys(r.lm_head for r in rows))
+    said = "; ".join(_COMPARED[h] + (f" ({', '.join(r.scheme for r in rows if r.lm_head == h)})" if len(heads) > 1
+                                     else "") for h in heads) or "the logits"
+    return ([f"  err: relative Frobenius error of {said}, against the FP32 step on the same weights"]
+            + (["  no LM head: the step ends at the final norm; the LM head and argmax the methods name are not timed"]
+               if heads == ["none"] else []))
 
 
 def kv_line(rows: Sequence[StepRow]) -> list[str]:

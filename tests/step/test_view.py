@@ -365,3 +365,34 @@ def test_docs_inductor_tuning_figures_are_the_h100_files():
     first = [r.compile["first_call_s"][0] for r in (plain, tuned)]
     assert (f"first call went from {first[0]:.0f} s to {first[1]:.0f} s, "
             f"and its worker from {plain.worker_wall_s:.0f} s to {tuned.worker_wall_s:.0f} s") in text
+
+
+def test_the_err_line_says_what_the_rows_compared(tmp_path):
+    """The header said 'err: ... of the logits (the final hidden state without an LM head)' under a method line whose
+    step includes 'the LM head, argmax': one line read as the other's contradiction. The step measures its error on
+    what it ends with (the logits, or the normed hidden state without an LM head, error.compared): the line now says
+    which, by the rows' lm_head, and a headless step says the methods' LM head and argmax are not in it."""
+    import json
+
+    from qbench.results import read_results
+    from qbench.step.view import describe
+
+    def err_lines(path):
+        return [line for line in describe(read_results(path)) if line.startswith(("  err:", "  no LM head"))]
+
+    assert err_lines(ROOT / "results" / "h200" / "step_tiny_trained.json") == [
+        "  err: relative Frobenius error of the logits, after the LM head in the activation dtype, against the FP32 step "
+        "on the same weights"]
+    assert err_lines(ROOT / "results" / "h100" / "step_smollm2_shapes.json") == [
+        "  err: relative Frobenius error of the logits, after the LM head quantized by each scheme (its damage "
+        "included), against the FP32 step on the same weights"]
+    doc = json.loads((ROOT / "results" / "h200" / "step_tiny_trained.json").read_text())
+    for row in doc["rows"]:
+        row["lm_head"] = "none"
+        row["error"] = {**(row["error"] or {}), "compared": "hidden", "kl_div": None, "top1_agree": None}
+    headless = tmp_path / "headless.json"
+    headless.write_text(json.dumps(doc))
+    assert err_lines(headless) == [
+        "  err: relative Frobenius error of the final hidden state, after the last norm: the step has no LM head "
+        "(model.lm_head = false), against the FP32 step on the same weights",
+        "  no LM head: the step ends at the final norm; the LM head and argmax the methods name are not timed"]
