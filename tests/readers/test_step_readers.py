@@ -261,7 +261,7 @@ def test_step_plot_tells_apart_option_variants_of_one_scheme(monkeypatch, tmp_pa
 # ---- recommend: what could mislead a reader of a step pick (new-user trial 2026-12-02) ------------------
 
 BENCH = str(ROOT / "results" / "h200" / "step_llama3_8b.json")
-BENCH_RUN2 = str(ROOT / "tests" / "fixtures" / "real" / "h200_step_llama3_8b_run2.json")  # the benchmark's second run
+BENCH_RUN2 = str(ROOT / "tests" / "fixtures" / "real" / "h200_step_llama3_8b_run2.json")  # the benchmark's second run (linear.by_role dropped: tree budget)
 
 
 def test_recommend_records_the_flags_of_the_pick_and_of_its_baseline(capsys):
