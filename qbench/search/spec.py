@@ -210,7 +210,7 @@ def check(scenario: Any) -> None:
         if not path.is_file():
             raise ScenarioError(scenario.source, "search.speed", f"\"step\" (run the step job) or a step result file; "
                                                                  f"no file {path}, got {scenario.search.speed!r}")
-        _check_speed(scenario, path)
+        speed = _check_speed(scenario, path)
     elif scenario.search.method and scenario.search.methods and scenario.search.method not in scenario.search.methods:
         raise ScenarioError(scenario.source, "search.method", f"the step job times only "
                                                               f"{', '.join(scenario.search.methods)} (search.methods): the "
@@ -220,9 +220,11 @@ def check(scenario: Any) -> None:
     evaluation_scenario(scenario, candidate_entries(scenario))
     if scenario.search.speed == "step":
         step_scenario(scenario, candidate_entries(scenario))
+    else:  # after damage_scenario: a checkpoint that cannot be opened is refused under its own key first
+        _check_pairing(scenario, path, speed)
 
 
-def _check_speed(scenario: Any, path) -> None:
+def _check_speed(scenario: Any, path) -> Any:
     """Refuse, before anything runs, a speed file that cannot give the candidates' costs: not a model-step result,
     models of several depths, or a candidate without an ok row and per-linear times at the search's M and context
     (:func:`qbench.search.problem.costs`, which the search applies to it after its damages are measured)."""
@@ -245,6 +247,38 @@ def _check_speed(scenario: Any, path) -> None:
         costs(str(path), doc.rows, scenario.schemes, model_units(blocks.pop(), s.lm_head), s.m, s.context, s.method)
     except ProblemError as exc:
         raise ScenarioError(scenario.source, "search.speed", str(exc)) from None
+    return doc
+
+
+def _check_pairing(scenario: Any, path, doc) -> None:
+    """Refuse, before anything runs, a speed file that is not a speed half of the search's checkpoint
+    (:func:`qbench.decision.pairing`, which the search applies to it and its damage file once the damages are
+    measured): the damage file's side of it is known from the scenario (:func:`_quality_half`)."""
+    from qbench.decision import pairing
+
+    why, _ = pairing([doc], [_quality_half(scenario)])
+    if why:
+        raise ScenarioError(scenario.source, "search.speed", f"{path}: checkpoint_id: {why}")
+
+
+def _quality_half(scenario: Any) -> Any:
+    """What :func:`qbench.decision.pairing` reads of the damage file the search would write, known before anything
+    is measured: each row's ``checkpoint_id`` (the checkpoint's content identity, as
+    :mod:`qbench.quality.measure` records it; None for seeded weights) and ``weights``, and the scenario's model."""
+    from types import SimpleNamespace
+
+    from qbench.model.checkpoint import of_model, weight_source
+    from qbench.model.config import ConfigError
+
+    try:
+        ckpt = of_model(scenario.model, scenario.source)
+    except ConfigError as exc:
+        raise ScenarioError(scenario.source, exc.key, exc.message) from None
+    weights = (f"seeded: N(0, 1/K) linears, N(0, 1) embedding, seed {scenario.seed} (not a trained model)"
+               if ckpt is None else weight_source(ckpt))  # qbench.quality.measure.weights_label (which imports torch)
+    row = SimpleNamespace(checkpoint_id=None if ckpt is None else ckpt.identity, weights=weights)
+    return SimpleNamespace(rows=[row], scenario=SimpleNamespace(
+        model_extra={"model": scenario.model.to_dict(), "source": scenario.source}))
 
 
 def describe(scenario: Any) -> str:

@@ -108,3 +108,46 @@ def test_one_scheme_under_two_labels_is_refused():
     got = refusal(BASE + '[[schemes]]\nname = "int8-weight-only"\nlabel = "int8 again"\n')
     assert got == ("schemes[3]: the same scheme as schemes[1] (int8-weight-only) under another label: a search chooses "
                    "among different schemes, got 'int8 again'")
+
+
+def test_a_speed_file_of_another_checkpoint_is_refused_by_check_before_anything_runs(tmp_path, capsys, monkeypatch):
+    """A speed file whose rows carry no checkpoint_id (results/h200/step_tiny_trained.json, an older file) passed qbench
+    check; qbench run then measured the evaluation span and every unit's damage and refused at the pairing, exit 2,
+    nothing kept. The pairing (qbench.decision.pairing) is now checked with the checkpoint's content identity, known
+    before anything is measured: check refuses, and run refuses without measuring. The same file stamped with the
+    checkpoint's own identity passes; with another's it is refused."""
+    import json
+
+    from qbench.model.checkpoint import identity
+    from qbench.search import pipeline
+
+    speed = ROOT / "results" / "h200" / "step_tiny_trained.json"
+    text = BASE.replace('methods = ["step_cpu", "step_graph"]', f'speed = "{speed}"')
+    text = text.replace('[[schemes]]\nname = "int4-intx"\n', "")  # the H200 file has no int4-intx row
+    got = refusal(text)
+    assert got.startswith(f"search.speed: {speed}: checkpoint_id: the step files carry no checkpoint_id") and \
+        got.endswith("re-run the step scenario on this checkpoint"), got
+
+    path = tmp_path / "s.toml"
+    path.write_text(text.replace('"../data/', f'"{ROOT}/data/'))
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "search.speed:" in err and "carry no checkpoint_id" in err and len(err.strip().splitlines()) == 1
+    monkeypatch.setattr(pipeline.Search, "floor", lambda self: pytest.fail("measured before the refusal"))
+    assert cli.main(["run", str(path), "-o", str(tmp_path / "out.json")]) == 2
+    assert "carry no checkpoint_id" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [path]
+
+    doc = json.loads(speed.read_text())
+    own = identity(ROOT / "data" / "checkpoints" / "tiny-shakespeare-llama")
+    for stamp, refused in ((own, False), ("0" * 64, True)):
+        for r in doc["rows"]:
+            r["checkpoint_id"] = stamp
+        stamped = tmp_path / f"step_{stamp[:4]}.json"
+        stamped.write_text(json.dumps(doc))
+        other = text.replace(f'speed = "{speed}"', f'speed = "{stamped}"')
+        if refused:
+            assert refusal(other).startswith(f"search.speed: {stamped}: checkpoint_id: the step files' checkpoint "
+                                             "(sha256 000000000000) is not the quality files'")
+        else:
+            load(other)
