@@ -21,7 +21,7 @@ from typing import Any
 from qbench.readers.common import Refused, one_chart, refuse_options
 from qbench.readers.plot import DRAWABLE_MAX, place_labels, plain, scheme_styles
 from qbench.render.styles import OUTSIDE, pyplot, save
-from qbench.search.view import checked, summary_of
+from qbench.search.view import checked, front_points, plural, summary_of
 
 
 def _x(r) -> float:
@@ -81,8 +81,9 @@ def draw_search(doc: Any):
     handles = []
     outline = front_outline([(r.predicted_us, r.predicted_kld) for r in front + pure])
     if outline:
+        said = f"predicted front, round {last}: {plural(front_points(doc), 'point')} ({len(front)} mixed recipes drawn)"
         line, = ax.plot([p[0] for p in outline], [p[1] for p in outline], color="0.35", lw=1.2, drawstyle="steps-post",
-                        zorder=1, label=f"predicted front, round {last} ({len(front)} mixed recipes)")
+                        zorder=1, label=said)
         ax.scatter([r.predicted_us for r in front], [r.predicted_kld for r in front], s=12, color="0.45", zorder=2)
         handles.append(line)
     for r in pure:

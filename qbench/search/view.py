@@ -143,14 +143,56 @@ def run_view(doc, args: argparse.Namespace) -> int:
     print(render(rows, COLUMNS, args.format))
     if wants_prose(args.format):
         shown = prose(args.format, getattr(args, "wide", False))
-        front = summary_of(doc).get("front") or {}
         hidden = len(doc.rows) - len(rows)
         said = ([f"{hidden} front points not verified are not shown (--wide shows them)"] if hidden else []) + \
-            ([f"the file keeps {front['rows']} of the front's {front['points']} points as rows: {front['kept']}"]
-             if front and front.get("rows", 0) < front.get("points", 0) else [])
+            ([kept] if (kept := kept_line(doc)) else [])
         for line in lines(doc) + said:
             print(shown(line))
     return len(rows)
+
+
+def plural(n: int, word: str) -> str:
+    """``1 recipe``, ``96 recipes``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def front_points(doc) -> int:
+    """The front's size every reader says: the points of the last front solved, pure points on it included (the
+    count its round line says, ``front of N``); a file without rounds: its summary's ``front.points``, else its
+    last round's front rows."""
+    s = summary_of(doc)
+    rounds = s.get("rounds") or []
+    if rounds and isinstance(rounds[-1].get("front"), int):
+        return rounds[-1]["front"]
+    return (s.get("front") or {}).get("points", len(_front_rows(doc)))
+
+
+def _front_rows(doc) -> list:
+    """The file's rows of mixed recipes on the last front solved (its round's ``front`` rows; the recipes verified in
+    earlier rounds that it does not hold carry their own round)."""
+    rounds = summary_of(doc).get("rounds") or []
+    last = rounds[-1]["round"] if rounds else max((r.round for r in doc.rows), default=1)
+    return [r for r in doc.rows if r.kind == "front" and r.round == last]
+
+
+def _pure_on_front(doc) -> int:
+    """How many pure schemes are points of the last front (rows of the file: every pure row is kept). Files written
+    before the count held them say ``front.points`` without them (11549 of the 8B file's 11551)."""
+    front = summary_of(doc).get("front") or {}
+    if "points" in front:
+        return max(front_points(doc) - front["points"], 0)
+    return max(front_points(doc) - len(_front_rows(doc)), 0)  # not thinned: every other point is a front row
+
+
+def kept_line(doc) -> Optional[str]:
+    """The line saying how many of the front's points the file holds as rows when it thinned the front (None when it
+    holds them all): its mixed recipes' rows and the pure schemes on the front."""
+    front = summary_of(doc).get("front") or {}
+    points, recipes, pure = front_points(doc), len(_front_rows(doc)), _pure_on_front(doc)
+    if recipes + pure >= points:
+        return None
+    on = f" ({plural(recipes, 'mixed recipe')}" + (f" and {plural(pure, 'pure scheme')})" if pure else ")")
+    return f"the file keeps {recipes + pure} of the front's {points} points as rows{on}: {front.get('kept', '')}"
 
 
 def _name(doc) -> str:
@@ -252,12 +294,11 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
     status = 0
     for path, doc in joined:
         s = summary_of(doc)
-        front = [r for r in doc.rows if r.kind == "front"]
-        points = (s.get("front") or {}).get("points", len(front))
+        pure = sum(r.kind == "pure" for r in doc.rows)
         verified = [r for r in doc.rows if r.measured is not None]
         print(f"{path}: max mean KLD {(s.get('budget') or {}).get('max_kld', 0):g} at M = {s.get('m')}, context "
-              f"{s.get('context')}: a front of {points} recipes between {len(doc.rows) - len(front)} pure schemes, "
-              f"{len(verified)} run whole by the quality job")
+              f"{s.get('context')}: a front of {plural(front_points(doc), 'point')} (the last round's, pure schemes on "
+              f"it included), {plural(pure, 'pure scheme')}, {len(verified)} run whole by the quality job")
         pick = next((r for r in doc.rows if r.pick), None)
         if pick is None:
             print("  no recipe was proven within the budget")
@@ -330,7 +371,7 @@ def pick_summary(paths: list[str]) -> list[str]:
     s = checked(doc, path)
     pick = next(r for r in doc.rows if r.pick)
     bf16 = next((r for r in doc.rows if r.kind == "pure" and r.scheme == "bf16"), None)
-    m, front = pick.measured, (s.get("front") or {}).get("points", sum(r.kind == "front" for r in doc.rows))
+    m, front = pick.measured, front_points(doc)
     step = (f"step {m.step_us:,.0f} µs" + (f" against bf16's {bf16.measured.step_us:,.0f} µs"
                                             if bf16 and bf16.measured and bf16.measured.step_us else "")
             if m.step_us is not None else f"step not measured ({m.step_reason})")
@@ -338,5 +379,5 @@ def pick_summary(paths: list[str]) -> list[str]:
     return [f"max mean KLD {s['budget']['max_kld']:g} at M = {s['m']}, context {s['context']}: **{pick.scheme}** "
             f"({_counts(pick)}): measured KLD {m.kld:.3g} ± {m.kld_unc:.1g} (predicted {pick.predicted_kld:.3g}), "
             f"{step}",
-            f"by the {s.get('pick_by')} from a front of {front} recipes; "
+            f"by the {s.get('pick_by')} from a front of {plural(front, 'point')}; "
             f"{sum(r.measured is not None for r in doc.rows)} recipes run whole on a held-out span{timed}"]

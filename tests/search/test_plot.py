@@ -68,7 +68,7 @@ def test_the_chart_draws_every_part(tmp_path):
     bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     assert sorted(round(c.lines[0].get_ydata()[0], 6) for c in bars) == [0.0004, 0.015, 0.026, 0.055]  # measured
     labels = [h.get_label() for h in ax.get_legend().legend_handles]
-    assert "predicted front, round 2 (2 mixed recipes)" in labels and "pick: r2 front 1 (solver)" in labels
+    assert "predicted front, round 2: 2 points (2 mixed recipes drawn)" in labels and "pick: r2 front 1 (solver)" in labels
     assert "budget: mean KLD <= 0.02 (measured upper bound)" in labels and "noise floor: bf16 0.0004" in labels
     outline = next(line for line in ax.get_lines() if line.get_label().startswith("predicted front"))
     assert list(outline.get_xdata()) == [500, 600, 650, 700, 1000]  # the pure schemes on it, round 2's mixes

@@ -4,6 +4,7 @@ torchao call; ``report`` the verified points and the pure schemes."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from qbench.cli import main
@@ -14,7 +15,7 @@ FILE = Path(__file__).resolve().parents[2] / "results" / "h100" / "search_llama3
 def test_recommend_prints_the_pick_on_both_halves_and_what_a_user_pastes(capsys):
     assert main(["recommend", str(FILE)]) == 0
     out = capsys.readouterr().out
-    assert "max mean KLD 0.5 at M = 1, context 4096: a front of 11549 recipes" in out
+    assert "max mean KLD 0.5 at M = 1, context 4096: a front of 11551 points" in out
     assert "pick: int4-weight-only (int4-weight-only 129), by solver" in out
     assert "measured step 5,476.6 µs (step_graph), KLD 0.0914 ± 7e-05" in out  # the file's own numbers
     assert "[[schemes]]" in out and 'name = "int4-weight-only"' in out
@@ -26,7 +27,7 @@ def test_report_shows_the_verified_points_and_hides_the_rest_of_the_front(capsys
     out = capsys.readouterr().out
     assert "r1 front 1" in out and "r1 front 2" in out and "int8-weight-only" in out
     assert "200 front points not verified are not shown (--wide shows them)" in out
-    assert "the file keeps 202 of the front's 11549 points as rows" in out  # thinned: the tree's size budget
+    assert "the file keeps 204 of the front's 11551 points as rows (202 mixed recipes and 2 pure schemes)" in out
 
 
 def test_a_proof_step_file_given_beside_fills_the_verified_recipes_steps(tmp_path, capsys):
@@ -86,6 +87,27 @@ def test_a_mix_no_faster_than_a_pure_scheme_within_the_budget_says_so(capsys):
             "  the pick is 0.998× its speed (not faster: the mix buys no time here)") in out
     assert main(["recommend", str(FILE)]) == 0
     assert "the fastest pure scheme" not in capsys.readouterr().out
+
+
+def test_every_reader_says_one_front_size(tmp_path, capsys):
+    """The SmolLM2 search's report said 'front of 96' (its round line), recommend 'a front of 95 recipes' (its front
+    rows: bf16 sits on the front as a pure row); the 8B file 'front of 11551' against '11549' (its count without the
+    pure points on the front, written before the count held them); the tiny file 'a front of 1 recipes'. Every reader
+    now says the last front solved, its round line's count, pure points on it included."""
+    root = FILE.parents[1]
+    for path, points in ((root / "cpu" / "search_smollm2.json", 96), (FILE, 11551), (TINY, 1)):
+        assert main(["report", str(path)]) == 0
+        report = capsys.readouterr().out
+        assert main(["recommend", str(path)]) == 0
+        recommend = capsys.readouterr().out
+        counted = "1 point" if points == 1 else f"{points} points"
+        assert f"front of {points})" in report and f"a front of {counted} (the last round's" in recommend, path
+        assert "recipes between" not in recommend
+        said = {int(n) for n in re.findall(r"front(?: of|'s) (\d+)", report + recommend)}
+        assert said == {points}, (path, said)
+        from qbench.search.view import pick_summary
+
+        assert f"from a front of {counted};" in pick_summary([str(path)])[1]
 
 
 TINY = FILE.parents[1] / "cpu" / "search_tiny.json"  # budget 0.003, pick bf16 (measured 4.84e-05 ± 1.9e-06)
