@@ -219,7 +219,7 @@ def search(scenario: Any, device: str, work: Path, say: Callable[[str], None]) -
     method = problem.method
     job.record_pure(problem, eval_doc, step_doc, method)
     measured_problem = problem
-    rounds, rows, accepted, stopped, earlier, on_front = [], [], None, None, None, 0
+    rounds, rows, accepted, stopped, earlier, on_front = [], [], None, None, None, {"points": 0, "pure": []}
     for rnd in range(1, s.rounds + 1):
         points = solve.front(problem)
         try:
@@ -232,7 +232,7 @@ def search(scenario: Any, device: str, work: Path, say: Callable[[str], None]) -
                        f"the search stopped and keeps round {rnd - 1}'s front and the recipes verified so far")
             say(f"search: {stopped}")
             problem = earlier[0]
-            rows, on_front = _rows(*earlier, job, rnd - 1, None, s), len(earlier[1])
+            rows, on_front = _rows(*earlier, job, rnd - 1, None, s), _on_front(*earlier)
             break
         at = points.index(chosen)
         verify = [(at, chosen)] + [(j, points[j]) for j in others(points, at, s.verify)]
@@ -248,7 +248,7 @@ def search(scenario: Any, device: str, work: Path, say: Callable[[str], None]) -
                                                 + (f"; damages scaled by {factor:.3g}" if factor and rnd < s.rounds else "")))
         last = rnd == s.rounds or ok or factor is None
         if last:
-            rows, on_front = _rows(problem, points, job, rnd, at if ok else None, s), len(points)
+            rows, on_front = _rows(problem, points, job, rnd, at if ok else None, s), _on_front(problem, points)
         if ok:
             accepted = chosen.choice
             break
@@ -276,12 +276,19 @@ def search(scenario: Any, device: str, work: Path, say: Callable[[str], None]) -
         "pick_by": "solver" if accepted is not None else "fastest verified recipe measured within the budget"
                    if fallback is not None else None,
         "jobs_wall_s": job.walls,
-        "front": {"points": on_front},  # the last front solved, pure points on it too (its round line's count)
+        "front": on_front,  # the last front solved: its points, pure ones too (its round line's count), and those pure
     }
     if job.proof_entries:
         summary["proof_step"] = {"why": job.elsewhere, "scenario": proof_step_scenario(scenario, job.step_doc,
                                                                                       job.proof_entries, method)}
     return rows, summary, accepted is not None or fallback is not None
+
+
+def _on_front(problem: Problem, points: list) -> dict:
+    """The summary's ``front``: the last front's point count (its round line's, pure points included) and the pure
+    candidates among its points (rows of the file as pure rows, not as front rows)."""
+    return {"points": len(points), "pure": [problem.candidates[c] for c in range(len(problem.candidates))
+                                            if problem.pure(c) in {p.choice for p in points}]}
 
 
 def _point_label(problem: Problem, point, at: int, rnd: int) -> str:

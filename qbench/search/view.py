@@ -175,24 +175,47 @@ def _front_rows(doc) -> list:
     return [r for r in doc.rows if r.kind == "front" and r.round == last]
 
 
-def _pure_on_front(doc) -> int:
-    """How many pure schemes are points of the last front (rows of the file: every pure row is kept). Files written
-    before the count held them say ``front.points`` without them (11549 of the 8B file's 11551)."""
-    front = summary_of(doc).get("front") or {}
-    if "points" in front:
-        return max(front_points(doc) - front["points"], 0)
-    return max(front_points(doc) - len(_front_rows(doc)), 0)  # not thinned: every other point is a front row
+def _pure_on_front(doc) -> list[str]:
+    """The pure schemes that are points of the last front (each a pure row of the file, not a front row): the
+    summary's ``front.pure``; for a file written before it said them, the front solved again from the unit matrices
+    the file keeps, at the last round's scale (:func:`qbench.search.solve.front`); [] when they cannot be read."""
+    s = summary_of(doc)
+    front = s.get("front") or {}
+    if isinstance(front.get("pure"), list):
+        return [str(x) for x in front["pure"]]
+    from qbench.search import solve
+    from qbench.search.problem import Problem
+
+    try:
+        scale = (s.get("rounds") or [{}])[-1].get("scale", 1.0)
+        problem = Problem(tuple(s["units"]), tuple(s["candidates"]), tuple(map(tuple, s["time_us"])),
+                          tuple(tuple(v * scale for v in r) for r in s["damage"]), (), float(s["fixed_us"]))
+        on = {p.choice for p in solve.front(problem)}
+    except (KeyError, TypeError, ValueError, IndexError):
+        return []
+    return [label for c, label in enumerate(problem.candidates) if problem.pure(c) in on]
+
+
+def _and(names: list[str]) -> str:
+    return ", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1] if names else ""
 
 
 def kept_line(doc) -> Optional[str]:
-    """The line saying how many of the front's points the file holds as rows when it thinned the front (None when it
-    holds them all): its mixed recipes' rows and the pure schemes on the front."""
+    """The line saying which of the front's points the file holds as rows (None when they are all front rows): the
+    mixed recipes' rows and the pure schemes on the front, which are pure rows; when the file thinned the front, how
+    many it keeps."""
     front = summary_of(doc).get("front") or {}
     points, recipes, pure = front_points(doc), len(_front_rows(doc)), _pure_on_front(doc)
-    if recipes + pure >= points:
+    if recipes + len(pure) < points:
+        on = f" ({plural(recipes, 'mixed recipe')}" + (f"; {_and(pure)} as pure rows)" if pure else ")")
+        return (f"the file keeps {recipes + len(pure)} of the front's {points} points as rows{on}: "
+                f"{front.get('kept', '')}")
+    if not pure:
         return None
-    on = f" ({plural(recipes, 'mixed recipe')}" + (f" and {plural(pure, 'pure scheme')})" if pure else ")")
-    return f"the file keeps {recipes + pure} of the front's {points} points as rows{on}: {front.get('kept', '')}"
+    rows = f"{_and(pure)}, kept as {'a pure row' if len(pure) == 1 else 'pure rows'}"
+    if not recipes:
+        return f"the front's {plural(points, 'point')} {'is' if points == 1 else 'are'} {rows}"
+    return f"the front's {points} points are {plural(recipes, 'mixed recipe')} and {rows}"
 
 
 def _name(doc) -> str:

@@ -75,6 +75,8 @@ def test_a_missed_pick_is_refit_and_the_next_round_is_proven(fake, tmp_path):
     assert not r1["accepted"] and r1["refit"] == pytest.approx(1.5)  # (measured + 0) / predicted
     assert r1["predicted_kld"] == pytest.approx(0.0041) and r2["predicted_kld"] == pytest.approx(0.004725)
     assert r2["accepted"] and r2["scale"] == pytest.approx(1.5)
+    # the last front's size (its round line's) and its pure points: all-bf16 least damaged, all-int8 fastest
+    assert summary["front"] == {"points": r2["front"], "pure": ["bf16", "int8-weight-only"]}
     assert r1["measured_kld"] == pytest.approx(1.5 * r1["predicted_kld"])
     pick = next(r for r in rows if r["pick"])
     assert pick["counts"] == {"bf16": 3, "int8-weight-only": 1} and pick["recipe"]["recipe"] == {
@@ -126,6 +128,7 @@ def test_a_refit_that_leaves_no_recipe_within_the_budget_keeps_what_was_verified
                               "0.005") and stopped.endswith("keeps round 1's front and the recipes verified so far")
     assert any(stopped in line for line in lines)
     assert summary["front"]["points"] == r1["front"]  # the count the round line gives, pure points on it included
+    assert summary["front"]["pure"] == ["bf16", "int8-weight-only"]  # on the front, kept as pure rows
     assert [r for r in rows if r["kind"] == "front" and r["measured"] is not None]  # round 1's verified recipes
     assert picked and summary["pick_by"] == "fastest verified recipe measured within the budget"
 

@@ -27,7 +27,8 @@ def test_report_shows_the_verified_points_and_hides_the_rest_of_the_front(capsys
     out = capsys.readouterr().out
     assert "r1 front 1" in out and "r1 front 2" in out and "int8-weight-only" in out
     assert "200 front points not verified are not shown (--wide shows them)" in out
-    assert "the file keeps 204 of the front's 11551 points as rows (202 mixed recipes and 2 pure schemes)" in out
+    assert ("the file keeps 204 of the front's 11551 points as rows (202 mixed recipes; bf16 and int4-weight-only as "
+            "pure rows)") in out  # thinned: the tree's size budget
 
 
 def test_a_proof_step_file_given_beside_fills_the_verified_recipes_steps(tmp_path, capsys):
@@ -229,3 +230,21 @@ def test_a_verified_row_whose_recipe_cannot_be_read_is_refused_beside_a_proof_st
     err = capsys.readouterr().err
     assert "a search row's recipe is not one a scenario can hold: recipe.recipe.no-such-role: unknown role" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_line_on_the_fronts_rows_counts_its_pure_points(tmp_path, capsys):
+    """A fresh search_tiny run said 'the file keeps 0 of the front's 1 points as rows' (its summary front {points: 1,
+    rows: 0}): the front's only point is pure bf16, which the file keeps as a pure row. The pipeline now records the
+    pure points on the front (front.pure) and report names them; a file written before (no front.pure) has them from
+    its front solved again from its unit matrices."""
+    from qbench.search.pipeline import THINNED
+
+    said = "the front's 1 point is bf16, kept as a pure row"
+    fresh = {"points": 1, "rows": 0, "kept": THINNED}  # what the pipeline wrote before front.pure
+    for name, front in (("committed", None), ("fresh", fresh), ("recorded", {**fresh, "pure": ["bf16"]})):
+        path = TINY if front is None else _edited(tmp_path, lambda d: d["search"].update(front=front), f"{name}.json")
+        assert main(["report", str(path)]) == 0
+        out = capsys.readouterr().out
+        assert said in out and "keeps 0" not in out, (name, out)
+    assert main(["report", str(FILE.parents[1] / "cpu" / "search_smollm2.json")]) == 0
+    assert "the front's 96 points are 95 mixed recipes and bf16, kept as a pure row" in capsys.readouterr().out
