@@ -333,7 +333,7 @@ def gen_step_pick(args: list[str], page: str) -> str:
 
 
 def gen_search_pick(args: list[str], page: str) -> str:
-    """``search-pick SEARCH.json [PROOF_STEP.json]``: the search's pick on both halves in two lines."""
+    """``search-pick SEARCH.json [PROOF_STEP.json]``: the search's answer on the measured steps, in two lines."""
     from qbench.search.view import pick_summary
     return "\n".join(_bullet(line) for line in pick_summary([str(ROOT / a) for a in args]))
 

@@ -237,21 +237,38 @@ def torchao_call(entry: dict, blocks: int, head: bool) -> str:
     return "\n".join(out) + "\n"
 
 
-def pick_lines(doc: Any) -> list[str]:
+def float_dtype(entry: dict, blocks: int, head: bool) -> Optional[str]:
+    """The float scheme's label (``bf16``) when every linear of ``entry`` on a model of ``blocks`` blocks (the LM head
+    too when ``head``) is a float scheme: the model's own layers, nothing for ``quantize_`` to do; else None.
+
+    Raises:
+        SnippetError: an entry that is not a scheme entry."""
+    plan = plan_of_entry(entry, blocks)
+    choices = [plan.choice(b, role) for b in range(blocks) for role in BLOCK_LINEARS]
+    choices += [plan.choice(-1, "lm_head")] if head else []
+    labels = {c.label for c in [plan.base, *choices]}
+    return next(iter(labels)) if len(labels) == 1 and schemes.get(plan.base.name).library == "torch" else None
+
+
+def pick_lines(doc: Any, row: Any = None, word: str = "pick") -> list[str]:
     """What a user pastes of a search result's pick (a :class:`qbench.results.ResultDoc` whose rows
-    are :class:`qbench.search.row.SearchRow`): its scenario entry and its torchao call, or a line
-    saying why one cannot be written. Empty when the search has no pick."""
-    pick = next((r for r in doc.rows if r.pick and r.recipe), None)
+    are :class:`qbench.search.row.SearchRow`), or of ``row`` (the answer on the measured steps,
+    :func:`qbench.search.view.measured_answer`), called ``word``: its scenario entry and its
+    torchao call, or a line saying why one cannot be written, or that a float scheme needs none.
+    Empty when the search has no pick."""
+    pick = row if row is not None and row.recipe else next((r for r in doc.rows if r.pick and r.recipe), None)
     if pick is None:
         return []
     units = ((doc.model_extra or {}).get("search") or {}).get("units") or []
     blocks = len({u.split()[1] for u in units if u.startswith("block ")})
     head = "lm_head" in units
-    out = [f"the pick ({pick.scheme}) as a scenario entry (under [[schemes]] of a quality or step scenario):", ""]
+    out = [f"the {word} ({pick.scheme}) as a scenario entry (under [[schemes]] of a quality or step scenario):", ""]
     out += toml_entry(pick.recipe).splitlines() + [""]
     try:
+        if (kept := float_dtype(pick.recipe, blocks, head)) is not None:
+            return out + [f"no quantization call: keep the model in {kept} (every linear stays the model's own layer)"]
         call = torchao_call(pick.recipe, blocks, head)
-        out += ["the pick as a torchao call on your own model (torchao 0.18):", ""] + call.splitlines()
+        out += [f"the {word} as a torchao call on your own model (torchao 0.18):", ""] + call.splitlines()
     except SnippetError as exc:
         out.append(f"no torchao call: {exc}")
     return out

@@ -7,11 +7,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from qbench.judge import incomplete_warning
+from qbench.judge import incomplete_warning, pick_within_noise, verdict
 from qbench.model.recipe import identity_key
 from qbench.readers.common import DEFAULT_BASELINE, Refused, refuse_options
 from qbench.render import DATA_FORMATS, Column, prose, render, wants_prose
@@ -106,7 +108,14 @@ def lines(doc) -> list[str]:
         out.append(f"pick at max mean KLD {budget:g}, M = {s.get('m')}, context {s.get('context')}: {pick.scheme} "
                    f"({s.get('pick_by')}): measured {pick.measured.kld:.4g} ± {pick.measured.kld_unc:.2g} nats/token, "
                    f"step {pick.measured.step_us:,.1f} µs by {s.get('method')}"
-                   if pick.measured.step_us is not None else f"pick: {pick.scheme}")
+                   if pick.measured.step_us is not None else
+                   f"pick: {pick.scheme} ({s.get('pick_by')}; proven within the budget, its speed predicted: the "
+                   "verified recipes' steps are timed by the proof step, and `qbench recommend SEARCH.json "
+                   "PROOF_STEP.json` answers on them)")
+        if (answer := measured_answer(doc)) is not None and answer.row is not pick:
+            a = answer.row
+            out.append(f"answer, on the measured steps: {a.scheme}, step {a.measured.step_us:,.1f} µs, measured "
+                       f"{a.measured.kld:.4g} ± {a.measured.kld_unc:.2g} nats/token: {answer.why}")
     else:
         out.append(f"no recipe was proven within max mean KLD {budget:g}")
     floor = s.get("floor")
@@ -245,7 +254,7 @@ def with_proof_steps(paths: list[str], docs: list) -> list[tuple[str, Any]]:
             out.append((path, doc))
             continue
         (spath, sdoc), s = mine[0], summary_of(doc)
-        rows = []
+        rows, spread = [], {}
         for r in doc.rows:
             m = r.measured
             if m is not None and m.step_us is None:
@@ -256,9 +265,13 @@ def with_proof_steps(paths: list[str], docs: list) -> list[tuple[str, Any]]:
                 us = st.step_us(s.get("method")) if st is not None and st.status == "ok" else None
                 m = m.model_copy(update={"step_us": us, "step_reason": None if us is not None else
                                          f"not in {spath}" if st is None else st.reason})
+                stats = st.latency_us.get(s.get("method")) if us is not None else None
+                spread[m.label] = ([stats.p10, stats.p90] if stats is not None and stats.p10 is not None
+                                   and stats.p90 is not None else None)
             rows.append(r.model_copy(update={"measured": m}))
         extra = dict(doc.model_extra or {})
-        extra["search"] = {**s, "sources": {**(s.get("sources") or {}), "proof step": f"{spath} ({sdoc.machine})"}}
+        extra["search"] = {**s, "sources": {**(s.get("sources") or {}), "proof step": f"{spath} ({sdoc.machine})"},
+                           "step_spread": spread}  # the join's, read by measured_answer; never written
         out.append((path, doc.model_copy(update={"rows": rows, **extra})))
     used = {_proof_name(d) for _, d in searches}
     for p, d in steps:
@@ -282,10 +295,104 @@ def _recipe_key(entry: Optional[dict], blocks: int) -> Optional[str]:
         raise Refused(f"a search row's recipe is not one a scenario can hold: {exc}") from None
 
 
+@dataclass(frozen=True)
+class Answer:
+    """The answer on the measured steps (:func:`measured_answer`).
+
+    Attributes:
+        row: the answer: a verified recipe or a pure scheme.
+        solver: the search's pick (the solver's, proven within the budget by its measured KLD).
+        fastest: the fastest measured within the budget; group: those tied with it within noise (itself first).
+        why: one line when the answer is not the solver's pick, or was chosen among ties; else None.
+        points: the labels whose step has no spread here (a median alone, compared as a point).
+    """
+
+    row: Any
+    solver: Any
+    fastest: Any
+    group: list
+    why: Optional[str]
+    points: list
+
+
+def _reading(r, spread: dict) -> Any:
+    """A row's measured step as :func:`qbench.judge.verdict` reads it: the median, and the p10-p90 a joined proof step
+    gave (``spread``: label -> [p10, p90], or None for a proof step row without them)."""
+    lo, hi = spread.get(r.measured.label) or (None, None)
+    return SimpleNamespace(median=r.measured.step_us, p10=lo, p90=hi)
+
+
+def measured_answer(doc) -> Optional[Answer]:
+    """The answer of search ``doc`` decided on its measurements, by the project's tie rule
+    (:func:`qbench.judge.pick_within_noise`): among the verified recipes and the pure schemes proven within the budget
+    by the search's rule (measured KLD + its uncertainty: :meth:`qbench.search.row.Measured.within`) that have a
+    measured step, the fastest, and among those tied with it within noise (:func:`qbench.judge.verdict`: p10-p90
+    overlap, the spread a proof step file joined by :func:`with_proof_steps` gives) the lowest measured KLD (a search
+    row has no byte count: then the lower step). A step without spread (a pure scheme's: the search file keeps
+    medians) is its median alone. None when the search has no pick or its pick's step was not measured (the proof
+    step file not given): the solver's pick stands, a prediction until its step is measured."""
+    s = summary_of(doc)
+    budget = (s.get("budget") or {}).get("max_kld")
+    solver = next((r for r in doc.rows if r.pick), None)
+    if solver is None or budget is None or _measured(solver, "step_us") is None:
+        return None
+    spread = s.get("step_spread") or {}
+    cands = [r for r in doc.rows if r.status == "ok" and r.measured is not None and r.measured.step_us is not None
+             and r.measured.within(budget)]
+    if solver not in cands:  # a damaged file is refused by checked(); the solver's pick is always a candidate
+        cands.append(solver)
+
+    def same(a, b) -> bool:
+        return verdict(_reading(a, spread), _reading(b, spread)) == "same"
+
+    best, _, fastest, group = pick_within_noise(cands, time=lambda r: r.measured.step_us, same=same,
+                                                error=lambda r: r.measured.kld, size=lambda r: None,
+                                                name=lambda r: r.scheme)
+    points = [r.scheme for r in cands if not spread.get(r.measured.label)]
+    us = lambda r: f"{r.measured.step_us:,.1f} µs"  # noqa: E731
+    kld = lambda r: f"{r.measured.kld:.4g}"  # noqa: E731
+    why = None
+    if best is not solver:
+        why = f"the solver's pick {solver.scheme} measured {us(solver)}, "
+        if solver in group:
+            why += f"tied within noise (p10-p90) with {fastest.scheme} at {us(fastest)}"
+        else:
+            why += (f"slower beyond noise (p10-p90) than {fastest.scheme} at {us(fastest)}, the fastest measured within "
+                    "the budget")
+        if best is fastest:
+            why += f", at a higher measured KLD ({kld(solver)} against {kld(best)})"
+        else:
+            why += f"; {best.scheme} ({us(best)}) ties with it at the lowest measured KLD ({kld(best)})"
+    elif len(group) > 1:
+        others = _and([f"{r.scheme} at {us(r)}" for r in group if r is not best])
+        why = f"{best.scheme} ties within noise (p10-p90) with {others}, at the lowest measured KLD of them"
+    return Answer(best, solver, fastest, group, why, points)
+
+
+def _points_note(doc, answer: Answer) -> Optional[str]:
+    """One line naming the steps the answer compared by their medians alone (no p10-p90 spread), and why each has
+    none; None when every step had one."""
+    if not answer.points:
+        return None
+    spread = summary_of(doc).get("step_spread")
+    if spread is None:
+        return f"steps compared by their medians alone (the search file keeps no p10-p90 spread): {_and(answer.points)}"
+    label = {r.scheme: r.measured.label for r in doc.rows if r.measured is not None}
+    joined = [x for x in answer.points if label.get(x) in spread]
+    kept = [x for x in answer.points if x not in joined]
+    said = ([f"{_and(kept)} (the search file keeps {'its' if len(kept) == 1 else 'their'} speed file's "
+             f"median{'' if len(kept) == 1 else 's'}, timed in another run than the proof step's)"] if kept else []) + \
+        ([f"{_and(joined)} (the proof step file has no p10-p90 for {'it' if len(joined) == 1 else 'them'})"]
+         if joined else [])
+    return "steps compared by their medians alone, as points: " + "; ".join(said)
+
+
 def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
-    """``qbench recommend SEARCH.json``: per file, the pick at its budget (M, context), predicted
-    beside measured, the front it came from, and the pick as a scenario entry and a torchao call a
-    user pastes (:func:`qbench.search.snippet.pick_lines`); ``--format json``: the pick rows as one document.
+    """``qbench recommend SEARCH.json [PROOF_STEP.json]``: per file, the search's pick at its budget (M, context),
+    predicted beside measured, the front it came from; the answer on the measured steps (:func:`measured_answer`: the
+    pick, or a faster verified recipe or pure scheme within the budget, and why); and the answer as a scenario entry
+    and a torchao call a user pastes (:func:`qbench.search.snippet.pick_lines`); ``--format json``: the pick and
+    answer rows as one document.
     Returns 0 when every file has a pick, else 1.
 
     Raises:
@@ -308,8 +415,13 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
             raise Refused(said + "; --baseline does not apply (its pure candidates are its baselines)")
     if args.format == "json":
         keys = ("budget", "m", "context", "method", "pick_by", "front", "sources")
-        out = [{"file": path, "search": {k: summary_of(doc).get(k) for k in keys},
-                "pick": next((r.model_dump(mode="json") for r in doc.rows if r.pick), None)} for path, doc in joined]
+        out = []
+        for path, doc in joined:
+            answer = measured_answer(doc)
+            out.append({"file": path, "search": {k: summary_of(doc).get(k) for k in keys},
+                        "pick": next((r.model_dump(mode="json") for r in doc.rows if r.pick), None),
+                        "answer": None if answer is None else answer.row.model_dump(mode="json"),
+                        "answer_why": None if answer is None else answer.why})
         print(json.dumps(out if len(out) > 1 else out[0], indent=2, ensure_ascii=False))
         return 0 if all(o["pick"] for o in out) else 1
     if not wants_prose(args.format):
@@ -330,21 +442,36 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list) -> in
         m = pick.measured
         step = DASH if m is None or m.step_us is None else f"{m.step_us:,.1f} µs ({s.get('method')})"
         why = "" if m is None or m.step_us is not None else f"; step not measured here: {m.step_reason}"
-        print(f"  pick: {pick.scheme} ({_counts(pick)}), by {s.get('pick_by')}")
+        answer = measured_answer(doc)
+        moved = answer is not None and answer.row is not pick
+        head = "the search's pick" if moved else "pick"
+        print(f"  {head}: {pick.scheme} ({_counts(pick)}), by {s.get('pick_by')}")
         print(f"  predicted {pick.predicted_us:,.1f} µs, KLD {_pm(pick.predicted_kld, pick.predicted_kld_unc)}; measured "
               f"step {step}, KLD {_pm(_measured(pick, 'kld'), _measured(pick, 'kld_unc'))}{why}")
-        if (line := _against_pure(doc, pick, (s.get("budget") or {}).get("max_kld"))) is not None:
-            print(line)
         if (s.get("sources") or {}).get("proof step"):
             print(f"  the verified recipes' steps: {s['sources']['proof step']}")
-        for line in pick_lines(doc):
+        if answer is None and m is not None and m.step_us is None:
+            print("  not an answer yet: its speed is predicted; the answer is decided on the measured steps, given the "
+                  "proof step's file: qbench recommend SEARCH.json PROOF_STEP.json")
+        if moved:
+            a = answer.row
+            print(f"  answer, on the measured steps: {a.scheme} ({_counts(a)}): measured step {a.measured.step_us:,.1f} "
+                  f"µs, KLD {_pm(a.measured.kld, a.measured.kld_unc)} (predicted {a.predicted_us:,.1f} µs, KLD "
+                  f"{_pm(a.predicted_kld, a.predicted_kld_unc)})")
+        for said in (answer.why, _points_note(doc, answer)) if answer is not None else ():
+            if said:
+                print(f"  {'why' if said is answer.why else 'note'}: {said}")
+        chosen = answer.row if answer is not None else pick
+        if (line := _against_pure(doc, chosen, (s.get("budget") or {}).get("max_kld"))) is not None:
+            print(line)
+        for line in pick_lines(doc, chosen, "answer" if moved else "pick"):
             print(("  " + line) if line else "")
     return status
 
 
 def _against_pure(doc, pick, max_kld: Optional[float]) -> Optional[str]:
-    """The pick's measured step beside the fastest pure scheme measured within the budget (None without both): a
-    mix slower than a pure scheme that meets the budget buys no time, and the reader is told so."""
+    """The answer's measured step beside the fastest pure scheme measured within the budget (None without both, or
+    when the answer is that scheme), and whether the two tie within noise (:func:`qbench.judge.verdict`)."""
     pures = [r for r in doc.rows if r.kind == "pure" and _measured(r, "step_us") and _measured(r, "kld") is not None
              and max_kld is not None and r.measured.within(max_kld)]  # the search's own rule
     if not pures or not _measured(pick, "step_us"):
@@ -352,10 +479,12 @@ def _against_pure(doc, pick, max_kld: Optional[float]) -> Optional[str]:
     best = min(pures, key=lambda r: r.measured.step_us)
     if best is pick:
         return None
+    spread = summary_of(doc).get("step_spread") or {}
     ratio = best.measured.step_us / pick.measured.step_us
+    tie = verdict(_reading(best, spread), _reading(pick, spread)) == "same"
     return (f"  the fastest pure scheme within the budget: {best.scheme}, measured step {best.measured.step_us:,.1f} "
-            f"µs, KLD {_pm(_measured(best, 'kld'), _measured(best, 'kld_unc'))};\n  the pick is {ratio:.3f}× its speed"
-            + (" (not faster: the mix buys no time here)" if ratio <= 1 else ""))
+            f"µs, KLD {_pm(_measured(best, 'kld'), _measured(best, 'kld_unc'))};\n  the {'pick' if pick.pick else 'answer'}"
+            f" is {ratio:.3f}× its speed" + (" (tied within noise)" if tie else ""))
 
 
 def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
@@ -384,23 +513,34 @@ def report_view(args: argparse.Namespace, paths: list[str], docs: list) -> int:
 
 
 def pick_summary(paths: list[str]) -> list[str]:
-    """The search's pick on both halves in two lines (the README's answer): the recipe, its measured
-    KLD beside the predicted one, its measured step beside bf16's; then the front it came from and
-    how many recipes ran whole. ``paths``: a search file and, optionally, its proof step file
-    (:func:`with_proof_steps`)."""
+    """The search's answer on both halves in two lines (the README's): the recipe (the answer on the measured steps,
+    :func:`measured_answer`, where its steps were measured), its measured KLD beside the predicted one, its measured
+    step beside bf16's; then how it was chosen, the front it came from and how many recipes ran whole. ``paths``: a
+    search file and, optionally, its proof step file (:func:`with_proof_steps`)."""
     from qbench.results import read_results
 
     ((path, doc),) = with_proof_steps(paths, [read_results(p) for p in paths])
     s = checked(doc, path)
     pick = next(r for r in doc.rows if r.pick)
+    answer = measured_answer(doc)
+    row = answer.row if answer is not None else pick
     bf16 = next((r for r in doc.rows if r.kind == "pure" and r.scheme == "bf16"), None)
-    m, front = pick.measured, front_points(doc)
+    m, front = row.measured, front_points(doc)
     step = (f"step {m.step_us:,.0f} µs" + (f" against bf16's {bf16.measured.step_us:,.0f} µs"
-                                            if bf16 and bf16.measured and bf16.measured.step_us else "")
+                                            if bf16 and bf16 is not row and bf16.measured and bf16.measured.step_us
+                                            else "")
             if m.step_us is not None else f"step not measured ({m.step_reason})")
-    timed = ", their steps timed where the speed file was" if len(paths) > 1 else ""
-    return [f"max mean KLD {s['budget']['max_kld']:g} at M = {s['m']}, context {s['context']}: **{pick.scheme}** "
-            f"({_counts(pick)}): measured KLD {m.kld:.3g} ± {m.kld_unc:.1g} (predicted {pick.predicted_kld:.3g}), "
-            f"{step}",
-            f"by the {s.get('pick_by')} from a front of {plural(front, 'point')}; "
-            f"{sum(r.measured is not None for r in doc.rows)} recipes run whole on a held-out span{timed}"]
+    timed = ", steps timed where the speed file was" if len(paths) > 1 else ""
+    ran = sum(r.measured is not None for r in doc.rows)
+    if answer is None:
+        how = f"by the {s.get('pick_by')} from a front of {plural(front, 'point')}; {ran} recipes run whole on a held-out span"
+    elif row is pick:
+        how = (f"by the {s.get('pick_by')} from a front of {plural(front, 'point')}, the fastest measured within the "
+               f"budget; {ran} recipes run whole on a held-out span")
+    else:
+        how = (f"fastest measured within the budget ({s.get('pick_by')}'s pick {pick.scheme}: "
+               f"{pick.measured.step_us:,.0f} µs); {ran} of a front of {plural(front, 'point')} run whole on held-out "
+               "text")
+    return [f"max mean KLD {s['budget']['max_kld']:g} at M = {s['m']}, context {s['context']}: **{row.scheme}** "
+            f"({_counts(row)}): measured KLD {m.kld:.3g} ± {m.kld_unc:.1g} (predicted {row.predicted_kld:.3g}), "
+            f"{step}", how + timed]

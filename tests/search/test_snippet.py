@@ -123,3 +123,16 @@ def test_pick_lines_hold_the_entry_and_the_call():
     assert lines[0].startswith("the pick (r1 front 3) as a scenario entry")
     assert "[schemes.recipe]" in lines and '    "lm_head": int8_weight_only,' in lines
     assert snippet.pick_lines(SimpleNamespace(rows=rows[:1], model_extra={})) == []
+
+
+def test_a_float_answer_is_no_quantization_call():
+    """recommend on search_tiny (pick bf16) printed an empty `quantize_(model, FqnToConfig({}), filter_fn=None)` to
+    paste: a float scheme everywhere has nothing to quantize. It now says to keep the model in that float dtype."""
+    from qbench.results import read_results
+
+    assert snippet.float_dtype({"name": "bf16", "label": "bf16"}, 4, True) == "bf16"
+    assert snippet.float_dtype({"name": "bf16", "recipe": {"0.down": "int8-weight-only"}}, 4, True) is None
+    assert snippet.float_dtype({"name": "int8-weight-only"}, 4, False) is None
+    lines = snippet.pick_lines(read_results(ROOT / "results" / "cpu" / "search_tiny.json"))
+    assert lines[-1] == "no quantization call: keep the model in bf16 (every linear stays the model's own layer)"
+    assert not any("quantize_" in line for line in lines)
