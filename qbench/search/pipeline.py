@@ -278,9 +278,11 @@ def search(scenario: Any, device: str, work: Path, say: Callable[[str], None]) -
         "jobs_wall_s": job.walls,
         "front": on_front,  # the last front solved: its points, pure ones too (its round line's count), and those pure
     }
-    if job.proof_entries:
+    if job.proof_entries:  # the pure candidates first: their steps in the recipes' run, compared by p10-p90
+        pure = [recipes.entry(problem, job.candidates, problem.pure(c), label)
+                for c, label in enumerate(problem.candidates)]
         summary["proof_step"] = {"why": job.elsewhere, "scenario": proof_step_scenario(scenario, job.step_doc,
-                                                                                      job.proof_entries, method)}
+                                                                                      pure + job.proof_entries, method)}
     return rows, summary, accepted is not None or fallback is not None
 
 
@@ -379,7 +381,8 @@ def run(scenario: Any, *, device: Optional[str] = None, out: Optional[str] = Non
 
 
 def proof_step_scenario(scenario: Any, step_doc: Any, entries: list[dict], method: str) -> dict:
-    """The step scenario of the verified recipes as the speed file ran its candidates: its model
+    """The step scenario of ``entries`` (the pure candidates, then the verified recipes) as the speed file ran its
+    candidates, so the answer compares them within one run: its model
     table (a config.json or preset: seeded weights of the same shapes time the same), M, context,
     timing and the method the search reads; paths relative to the repository root (the speed file's
     ``scenario.source`` names its scenario from there)."""

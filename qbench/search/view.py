@@ -238,7 +238,8 @@ def _proof_name(doc) -> str:
 
 def with_proof_steps(paths: list[str], docs: list) -> list[tuple[str, Any]]:
     """The search files among ``docs``, each verified recipe's step filled from a step file given beside it that ran
-    the search's proof step scenario (:func:`_proof_name`: the recipes timed where the speed file was); source noted.
+    the search's proof step scenario (:func:`_proof_name`: the recipes timed where the speed file was), and each pure
+    scheme's from it too where it ran them (proof steps written since pure candidates lead them: one run); source noted.
 
     Raises:
         Refused: a file neither a search nor a step file, or a step file that is no given search's proof step."""
@@ -257,7 +258,9 @@ def with_proof_steps(paths: list[str], docs: list) -> list[tuple[str, Any]]:
         rows, spread = [], {}
         for r in doc.rows:
             m = r.measured
-            if m is not None and m.step_us is None:
+            ran = r.kind == "pure" and m is not None and any(x.scheme == m.label and x.m == r.m and x.context == r.context
+                                                            and x.status == "ok" for x in sdoc.rows)
+            if m is not None and (m.step_us is None or ran):  # a pure scheme the proof step ran: its time in that run
                 st = next((x for x in sdoc.rows if x.scheme == m.label and x.m == r.m and x.context == r.context), None)
                 if st is not None and _recipe_key(r.recipe, st.blocks) != identity_key(st.recipe):
                     raise Refused(f"{spath}: its row {m.label!r} ran another recipe than {path}'s {m.label!r}: not "

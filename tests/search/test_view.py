@@ -317,3 +317,36 @@ def test_the_line_on_the_fronts_rows_counts_its_pure_points(tmp_path, capsys):
         assert said in out and "keeps 0" not in out, (name, out)
     assert main(["report", str(FILE.parents[1] / "cpu" / "search_smollm2.json")]) == 0
     assert "the front's 96 points are 95 mixed recipes and bf16, kept as a pure row" in capsys.readouterr().out
+
+
+def _proof_with_bf16(tmp_path, name, median, p10, p90):
+    """The committed SmolLM2 proof step file with a bf16 row of the given step (µs): a proof step written since the
+    pure candidates lead it (search.pipeline.proof_step_scenario), bf16 timed in the recipes' run."""
+    import copy
+    import json
+
+    doc = json.loads(PROOF.read_text())
+    row = copy.deepcopy(next(r for r in doc["rows"] if r["scheme"] == "r1 front 26"))
+    row.update(scheme="bf16", recipe=None, base_scheme="bf16")
+    row["latency_us"]["step_graph"].update(median=median, p10=p10, p90=p90)
+    doc["rows"].append(row)
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_a_pure_scheme_the_proof_step_ran_is_compared_in_that_run(tmp_path, capsys):
+    """bf16 in the proof step's own run: its time there (not the speed file's median) is compared by p10-p90 with the
+    recipes'. At 2,870 µs (2,865-2,875) it overlaps r1 front 26 (2,860.2-2,869.4): tied within noise, bf16 the lower
+    KLD; at 2,950 µs (2,945-2,955) r1 front 26 is faster beyond noise and is the answer."""
+    assert main(["recommend", str(SMOL), _proof_with_bf16(tmp_path, "tied.json", 2870.0, 2865.0, 2875.0)]) == 0
+    out = capsys.readouterr().out
+    assert "  answer, on the measured steps: bf16 (bf16 121): measured step 2,870.0 µs" in out
+    assert "bf16 (2,870.0 µs) ties with it within noise (p10-p90), at the lowest measured KLD (0.000907)" in out
+    assert "as points: int8-weight-only (the search file keeps its speed file's median" in out  # bf16 is no point now
+
+    assert main(["recommend", str(SMOL), _proof_with_bf16(tmp_path, "slower.json", 2950.0, 2945.0, 2955.0)]) == 0
+    out = capsys.readouterr().out
+    assert "  answer, on the measured steps: r1 front 26 (bf16 95, int4-weight-only[group_size=64] 26)" in out
+    assert "the fastest pure scheme within the budget: bf16, measured step 2,950.0 µs" in out
+    assert "the answer is 1.031× its speed\n" in out  # not tied: one run, p10-p90 apart
