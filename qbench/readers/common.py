@@ -25,7 +25,8 @@ from qbench.row import Row
 __all__ = ["ACT_ON", "Command", "DEFAULT_BASELINE", "Refused", "Result", "SHARED_OPTIONS", "add_budgets",
            "add_options", "blocking_differences", "chart_folder", "check_baseline", "check_budgets", "declared_budgets",
            "group_results", "incomplete_notes", "job_view", "merge_docs", "one_chart", "one_machine", "one_result",
-           "open_results", "print_table", "refuse_budgets", "refuse_options", "show_table", "split_runs", "Table",
+           "open_results", "print_table", "refuse_budgets", "refuse_options", "run_copies", "show_table", "split_runs",
+           "Table",
            "timing_differences", "warn_machine_differences"]
 
 
@@ -208,7 +209,7 @@ def merge_docs(docs: Sequence[ResultDoc]) -> ResultDoc:
     return docs[0].model_copy(update={"rows": [combine_rows(rows) for rows in by_key.values()], "complete": complete})
 
 
-def _run_copies(row: Row) -> list[Row]:
+def run_copies(row: Row) -> list[Row]:
     """A row as the runs it holds: one copy per run of ``repeats``, its stats scaled to that run's median."""
     rep = row.repeats
     if rep is None or not rep.medians:
@@ -239,7 +240,7 @@ def split_runs(docs: Sequence[ResultDoc]) -> list[ResultDoc]:
         if not any(counts[r.key] > 1 or r.repeats is not None for r in doc.rows):
             completing += doc.rows  # a completion file: its rows are in every run
             continue
-        copies = {r.key: _run_copies(r) for r in doc.rows}
+        copies = {r.key: run_copies(r) for r in doc.rows}
         for i in range(max(len(v) for v in copies.values())):
             runs.append({key: v[min(i, len(v) - 1)] for key, v in copies.items()})
     if len(runs) < 2:

@@ -12,7 +12,7 @@ from pathlib import Path
 from qbench import judge
 from qbench.judge import decision_method
 from qbench.readers.common import (ACT_ON, Refused, Table, one_chart, check_baseline, incomplete_notes, one_machine,
-                                   one_result, refuse_budgets, refuse_options, show_table)
+                                   one_result, refuse_budgets, refuse_options, run_copies, show_table)
 from qbench.render import narrow, prose, synthetic_warnings, wants_prose
 from qbench.render.view import show
 from qbench.render.safe import visible
@@ -72,7 +72,8 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
         if not any(r.scheme in (args.baseline, f"{args.baseline}+compiled") for r in doc.rows):
             raise Refused(f"{path}: --baseline {args.baseline}: no row is {args.baseline} or {args.baseline}+compiled "
                           f"(schemes: {', '.join(sorted({r.scheme for r in doc.rows}))})")
-        records.append((path, doc, step_view.recommend(doc.rows, args.max_rel_err, args.baseline)))
+        rec = step_view.recommend(doc.rows, args.max_rel_err, args.baseline)
+        records.append((path, doc, _with_stability(rec, doc.rows, args.max_rel_err, args.baseline)))
     status = 0 if any(r["pick"] for _, _, rec in records for r in rec) else 1
     if args.format == "json":
         out = [{"file": path, "model": doc.rows[0].model, "max_rel_err": args.max_rel_err, "by_m_context": rec}
@@ -93,10 +94,38 @@ def recommend_view(args: argparse.Namespace, paths: list[str], docs: list[Result
                 f"{args.baseline}+compiled); within: how many timed schemes are within the budget")
         show(rec, view.columns(args.format, wide), args.format, wide=wide,
              describe=[said, *step_view.kv_line(rows), *synthetic_warnings(rows, step=True)],
-             notes=step_view.pick_notes(rec, rows))
+             notes=[*step_view.pick_notes(rec, rows), *_stability_line(rec)])
     if len(records) > 1 and wants_prose(args.format):
         print("\n" + prose(args.format, wide)(visible(_across_files(records))))
     return status
+
+
+def _with_stability(rec: list[dict], rows: list, max_rel_err: float, baseline: str) -> list[dict]:
+    """``rec`` with each pick's ``stability`` when the file holds ``qbench run --repeat`` runs: the pick of each run
+    (every row at that run's medians, :func:`qbench.readers.common.run_copies`) by the same rule, ``{"runs",
+    "picked", "others"}`` as the layer pick's; ``rec`` unchanged with fewer than two runs."""
+    copies = {r.key: run_copies(r) for r in rows}
+    runs = max((len(c) for c in copies.values()), default=1)
+    if runs < 2:
+        return rec
+    picks: dict[tuple, list] = {}
+    for i in range(runs):
+        for r in step_view.recommend([c[min(i, len(c) - 1)] for c in copies.values()], max_rel_err, baseline):
+            picks.setdefault((r["m"], r["context"]), []).append(r["pick"] or "none")
+    for r in rec:
+        won = picks.get((r["m"], r["context"]), [])
+        if r["pick"]:
+            r["stability"] = {"runs": len(won), "picked": won.count(r["pick"]),
+                              "others": {s: won.count(s) for s in dict.fromkeys(won) if s != r["pick"]}}
+    return rec
+
+
+def _stability_line(rec: list[dict]) -> list[str]:
+    """The line under a step pick table saying how often each pick won the file's runs (none without runs)."""
+    said = [f"M={r['m']} ctx={r['context']}: {r['pick']} in {st['picked']} of {st['runs']}"
+            + (f" ({', '.join(f'{s} in {n}' for s, n in st['others'].items())})" if st["others"] else "")
+            for r in rec if (st := r.get("stability"))]
+    return [f"picked per run (qbench run --repeat: each run's medians, the same rule): {'; '.join(said)}"] if said else []
 
 
 def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> str:

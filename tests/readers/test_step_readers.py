@@ -485,3 +485,29 @@ def test_every_step_view_names_the_kv_cache_and_its_attention(capsys):
         assert "KV cache: float8_e4m3fn (e4m3, static scale per (block, KV head) = absmax / 448" in out, argv
         assert "attention: split-kv, the cache read in kernel" in out, argv
     assert view.kv_line(read_results(ROOT / "results" / "h200" / "step_llama31_8b.json").rows) == []
+
+
+def test_step_recommend_says_how_often_each_pick_won_the_files_runs(tmp_path, capsys):
+    """A step file of qbench run --repeat: the layer pick said 'picked in N of M runs', the step pick nothing (newcomer
+    trial 2026-12-06). The committed tiny H200 file with fp32 at M=1, context 128 run three times, its second run's
+    median 270 µs (p10-p90 scaled with it: 269.7-273.3), beyond bf16's 283.4-287.1: that run picks fp32, the others
+    and the file's own pick bf16: bf16 in 2 of 3."""
+    doc = json.loads((ROOT / "results" / "h200" / "step_tiny_trained.json").read_text())
+    for r in doc["rows"]:
+        if (r["scheme"], r["m"], r["context"]) == ("fp32", 1, 128):
+            r["repeats"] = {"runs": 3, "ok_runs": 3, "medians": {"step_graph": [290.5440032482147, 270.0, 291.0]},
+                            "spread": {"step_graph": 0.07}}
+    path = tmp_path / "rep.json"
+    path.write_text(json.dumps(doc))
+    code, out = _json(capsys, recommend, "recommend", str(path), "--max-rel-err", "0.05")
+    first = next(r for r in out["by_m_context"] if (r["m"], r["context"]) == (1, 128))
+    assert code == 0 and first["pick"] == "bf16"
+    assert first["stability"] == {"runs": 3, "picked": 2, "others": {"fp32": 1}}
+    assert run_subcommand(recommend, "recommend", str(path), "--max-rel-err", "0.05") == 0
+    flat = " ".join(capsys.readouterr().out.split())
+    assert ("picked per run (qbench run --repeat: each run's medians, the same rule): M=1 ctx=128: bf16 in 2 of 3 "
+            "(fp32 in 1); M=1 ctx=512: bf16 in 3 of 3") in flat
+    # a file without runs says nothing of them
+    assert run_subcommand(recommend, "recommend", str(ROOT / "results" / "h200" / "step_tiny_trained.json"),
+                          "--max-rel-err", "0.05") == 0
+    assert "picked per run" not in capsys.readouterr().out
