@@ -321,7 +321,6 @@ class Budget:
                     f"{'>' if self.upper else '<'} {self.scale * limit:g}{self.unit}")
         return None
 
-
     def bound_over(self, row: Any, limit: float) -> Optional[str]:
         """Why ``row`` meets ``limit`` by its value but not by its far bound (value + uncertainty above an upper
         budget, value - uncertainty below a lower one): ``mean KLD 4.7e-05 ± 5.9e-07 is within the budget by its mean;

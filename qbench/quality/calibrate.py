@@ -140,8 +140,8 @@ def check(model: Any, quality: QualitySpec, source: str, needed_by: list[str]) -
                                                       f"span needs (first_chunk {c.first_chunk} + chunks {c.chunks}) "
                                                       f"x chunk {cal.chunk} = {end}")
     evaluated = resolve_path(quality.text, source)
+    e0, e1 = evaluated_span(quality)
     if text_sha256(path) == text_sha256(evaluated):
-        e0, e1 = evaluated_span(quality)
         if start < (e1 if e1 is not None else float("inf")) and e0 < end:
             what = f"[{e0}, {e1})" if e1 is not None else f"[{e0}, end of text) (quality.chunks not given: every chunk)"
             after = "" if e1 is None else f"; a span after it starts at first_chunk >= {-(-e1 // cal.chunk)}"
@@ -150,7 +150,6 @@ def check(model: Any, quality: QualitySpec, source: str, needed_by: list[str]) -
                               f"tokens {what} of the same text: a model calibrated on what it is scored on reads "
                               f"better than it is{after}, got {c.first_chunk}")
     eval_ids = read_tokens(model, quality, source)
-    e0, e1 = evaluated_span(quality)
     e1 = e1 if e1 is not None else len(eval_ids) // quality.chunk * quality.chunk
     hit = shared_run(ids[start:end], cal.chunk, eval_ids[e0:e1], quality.chunk)
     if hit is not None:

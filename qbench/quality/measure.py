@@ -38,12 +38,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from qbench.model.checkpoint import TensorMap, of_model, weight_source
+from qbench.model.checkpoint import TensorMap, of_model
 from qbench.model.llama import FP8_KV, KVCache, Llama, Weights, build_model, float_builder, rms_norm
 from qbench.quality import calibrate, stats as qstats
 from qbench.quality.row import QualityRow
 from qbench.quality.spec import read_tokens, resolve_path, scored_per_chunk, span, span_chunks, text_sha256, \
-    tokenizer_file
+    tokenizer_file, weights_label
 from qbench.hardware import free_bytes
 from qbench.row import describe_exception, flag_record
 from qbench import schemes
@@ -62,13 +62,6 @@ HEADROOM = 2 << 30
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-def weights_label(scenario: Any, ckpt) -> str:
-    """Where the weights come from, as the row records it."""
-    if ckpt is None:
-        return f"seeded: N(0, 1/K) linears, N(0, 1) embedding, seed {scenario.seed} (not a trained model)"
-    return weight_source(ckpt)
 
 
 def _inputs(scenario: Any) -> tuple:

@@ -41,7 +41,7 @@ import numpy as np
 from pydantic import Field
 
 from qbench.model.source import ModelSource, resolve
-from qbench.model.checkpoint import TOKENIZER, cache_dir, file_stamp, open_named, resolve_folder
+from qbench.model.checkpoint import TOKENIZER, cache_dir, file_stamp, open_named, resolve_folder, weight_source
 from qbench.model.config import ConfigError, StepModelConfig
 from qbench.model import recipe as recipes
 from qbench.tables import Frozen, ScenarioError, Tables
@@ -411,3 +411,11 @@ def read_tokens(model: ModelSource, quality: QualitySpec, source: str) -> list[i
     _TOKENS[memo] = ids
     _store_tokens(cache, ids)
     return ids
+
+
+def weights_label(scenario: Any, ckpt) -> str:
+    """Where the weights come from, as a quality row records it (``ckpt``: the scenario's checkpoint, or None for
+    seeded weights); torch-free, so a search's check can say it before anything runs."""
+    if ckpt is None:
+        return f"seeded: N(0, 1/K) linears, N(0, 1) embedding, seed {scenario.seed} (not a trained model)"
+    return weight_source(ckpt)

@@ -267,16 +267,15 @@ def _quality_half(scenario: Any) -> Any:
     :mod:`qbench.quality.measure` records it; None for seeded weights) and ``weights``, and the scenario's model."""
     from types import SimpleNamespace
 
-    from qbench.model.checkpoint import of_model, weight_source
+    from qbench.model.checkpoint import of_model
     from qbench.model.config import ConfigError
+    from qbench.quality.spec import weights_label
 
     try:
         ckpt = of_model(scenario.model, scenario.source)
     except ConfigError as exc:
         raise ScenarioError(scenario.source, exc.key, exc.message) from None
-    weights = (f"seeded: N(0, 1/K) linears, N(0, 1) embedding, seed {scenario.seed} (not a trained model)"
-               if ckpt is None else weight_source(ckpt))  # qbench.quality.measure.weights_label (which imports torch)
-    row = SimpleNamespace(checkpoint_id=None if ckpt is None else ckpt.identity, weights=weights)
+    row = SimpleNamespace(checkpoint_id=None if ckpt is None else ckpt.identity, weights=weights_label(scenario, ckpt))
     return SimpleNamespace(rows=[row], scenario=SimpleNamespace(
         model_extra={"model": scenario.model.to_dict(), "source": scenario.source}))
 
