@@ -28,6 +28,17 @@ def small_scenario_toml(schemes: list[str], m=(1, 4), k: int = 256, n: int = 128
     return "\n".join(lines) + "\n"
 
 
+def edited_copy(tmp_path: Path, src, name: str, edit) -> str:
+    """A copy of result file ``src`` under ``tmp_path`` named ``name``, after ``edit(doc)`` (a hand-edited file)."""
+    import json
+
+    doc = json.loads(Path(src).read_text())
+    edit(doc)
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
 def run_subcommand(module, name: str, *argv: str):
     """Parse ``name ARGV`` with only ``module``'s subcommand registered (a reader module's
     ``COMMAND``, :class:`qbench.readers.common.Command`) and return what it returns (the exit

@@ -6,19 +6,11 @@ import json
 from pathlib import Path
 
 from qbench import cli
+from tests.conftest import edited_copy as _edited
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP = str(ROOT / "results" / "h200" / "step_tiny_trained.json")
 TINY = str(ROOT / "results" / "h200" / "quality_tiny.json")
-
-
-def _edited(tmp_path, src, name, edit):
-    """A copy of result file ``src`` under ``tmp_path`` after ``edit(doc)``."""
-    doc = json.loads(Path(src).read_text())
-    edit(doc)
-    path = tmp_path / name
-    path.write_text(json.dumps(doc))
-    return str(path)
 
 
 def _rows(**values):

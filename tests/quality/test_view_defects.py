@@ -11,20 +11,12 @@ from pathlib import Path
 import pytest
 
 from qbench import cli
+from tests.conftest import edited_copy as _edited
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP = str(ROOT / "results" / "h200" / "step_tiny_trained.json")
 CPU_TINY = str(ROOT / "results" / "cpu" / "quality_tiny.json")
 H200_TINY = str(ROOT / "results" / "h200" / "quality_tiny.json")
-
-
-def _edited(tmp_path, src, name, edit):
-    """A copy of ``src`` under ``tmp_path`` after ``edit(doc)`` (a hand-edited result file)."""
-    doc = json.loads(Path(src).read_text())
-    edit(doc)
-    path = tmp_path / name
-    path.write_text(json.dumps(doc))
-    return str(path)
 
 
 def test_d1_json_of_a_quality_report_and_model_holds_numbers(capsys):
