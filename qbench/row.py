@@ -498,6 +498,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "few-calibration-tokens": "a calibrated scheme (GPTQ, AWQ) saw fewer calibration tokens than a linear's inputs "
                               "(K): its XᵀX is rank-deficient, so its values fit only the directions those tokens "
                               "span",
+    "restarted": "a tensor-parallel job's processes failed once and torchrun restarted them (--max-restarts): the "
+                 "rows come from the second launch; the text quotes the first one's failure",
     "synthetic-weights": "seeded weights, not a trained model's: quality numbers say nothing of a real model",
     "prequantized-weights": "the checkpoint's weights already sit on a quantization grid: errors of schemes on that "
                             "grid are biased low",

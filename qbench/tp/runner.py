@@ -73,12 +73,19 @@ def ranks_available(device) -> int:
     return min(os.cpu_count() or 1, MAX_CPU_RANKS)
 
 
+#: How often torchrun launches a failed multi-rank job's processes again (``--max-restarts``): a rank that
+#: crashed (a broken gloo or NCCL connection, a killed process; a scheme's own failure is caught inside the
+#: worker and gives ``failed`` rows, no crash) gets one more launch, and its rows are flagged ``restarted``.
+MAX_RESTARTS = 1
+
+
 def command(tp_size: int, job_path: str, out_dir: str) -> list[str]:
     """The worker's command line: plain python for tp_size 1, torchrun otherwise."""
     worker = ["-m", "qbench.tp.worker", job_path, out_dir]
     if tp_size == 1:
         return [sys.executable, *worker]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={tp_size}", *worker]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={tp_size}",
+            f"--max-restarts={MAX_RESTARTS}", *worker]
 
 
 def run_tp(scenario: Scenario, *, device: Optional[str] = None, out: Optional[str] = None, force: bool = False,
@@ -165,7 +172,13 @@ def run_job(scenario: Scenario, index: int, tp_size: int, split: str, dev, folde
     rows_path = os.path.join(folder, "rows.json")
     if code == 0 and os.path.exists(rows_path):
         with open(rows_path, encoding="utf-8") as f:
-            return json.load(f)
+            rows = json.load(f)
+        first = _last_line(log_path)  # the failed launch's reason, where torchrun restarted the job
+        for row in rows:
+            for flag in row.get("flags") or []:
+                if flag["name"] == "restarted" and first:
+                    flag["text"] += f"; the failure: {first}"
+        return rows
     what = f"timed out after {timeout:g} s" if code is None else f"exited with status {code}"
     last = _last_line(log_path)
     reason = f"tp worker ({'torchrun, ' if tp_size > 1 else ''}{tp_size} rank{'s' if tp_size > 1 else ''}) {what}"
@@ -224,9 +237,33 @@ def _children(pid: int) -> list[int]:
 
 
 def _last_line(log_path: str) -> str:
+    """The line of a job's log that says why it failed (at most 240 characters): the root-cause rank's
+    exception (torchrun prints each rank's lines as ``[rankR]: ...`` and names the first rank that failed
+    under "Root Cause"), else any rank's exception, else the log's last exception line (torchrun's own
+    ``ChildFailedError``), else its last line."""
     lines = log_tail(log_path)
     if not lines:
         return ""
-    # torchrun ends with its own summary; the rank's exception line says more
-    errors = [line for line in lines if line.split(":", 1)[0].endswith(("Error", "Exception"))]
-    return (errors or lines)[-1][:240]
+    errors = [line for line in lines if _exception_name(line)]
+    rank_errors = [line for line in errors if line.startswith("[rank")]
+    root = _root_cause_rank(lines)
+    own = [line for line in rank_errors if line.startswith(f"[rank{root}]:")] if root is not None else []
+    return (own or rank_errors or errors or lines)[-1][:240]
+
+
+def _exception_name(line: str) -> bool:
+    """Whether ``line`` (a rank's ``[rankR]: `` prefix dropped) starts with ``SomeError:`` or ``SomeException:``."""
+    if line.startswith("[rank") and "]: " in line:
+        line = line.split("]: ", 1)[1]
+    return line.split(":", 1)[0].endswith(("Error", "Exception")) and " " not in line.split(":", 1)[0]
+
+
+def _root_cause_rank(lines: list[str]) -> Optional[int]:
+    """The rank torchrun's summary names under "Root Cause" (``rank : R (local_rank: L)``), or None."""
+    for i, line in enumerate(lines):
+        if line.startswith("Root Cause"):
+            for later in lines[i + 1:i + 8]:
+                key, _, value = later.partition(":")
+                if key.strip() == "rank" and value.split() and value.split()[0].isdigit():
+                    return int(value.split()[0])
+    return None

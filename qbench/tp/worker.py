@@ -37,6 +37,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from qbench.results import finite_or_none
+    from qbench.row import flag_record
     from qbench.scenario import from_dict
     from qbench.tp.measure import measure_tp
     from qbench.tp.timing import RankGroup
@@ -64,14 +65,19 @@ def main(argv: list[str]) -> int:
     ranks = RankGroup(rank=rank, size=world, device=device, group=group)
     try:
         rows = measure_tp(scenario, job["entry_index"], job["split"], ranks)
+        ranks.barrier()  # no rank closes its connections while another still waits in the last collective
     finally:
         if world > 1:
             import torch.distributed as dist
 
             dist.destroy_process_group()
     if rank == 0:
+        restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
         for row in rows:
             row["cpu_threads_per_rank"] = torch.get_num_threads() if not cuda else None
+            if restarts and row["status"] == "ok":
+                row["flags"].append(flag_record("restarted", f"torchrun launched the job's {world} processes "
+                                                             f"{restarts + 1} times"))
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, "rows.json")
         with open(path + ".tmp", "w", encoding="utf-8") as f:

@@ -2,6 +2,7 @@
 rows a scheme without a CPU kernel or a host without enough cores gets."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -123,3 +124,68 @@ def test_default_tp_table_says_the_bytes_are_per_rank():
     cols = default_columns([validate_row(full_tp_row())])
     assert "shard_mib" in cols and "stored_mib" not in cols
     assert cols[:5] == ["scheme", "m", "tp_size", "split", "collective"]
+
+
+TORCHRUN_LOG = """\
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "/tmp/bad.py", line 4, in <module>
+[rank1]:     raise RuntimeError("boom on rank 1")
+[rank1]: RuntimeError: boom on rank 1
+[rank0]: Traceback (most recent call last):
+[rank0]:     work.wait()
+[rank0]: RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:38619.
+W1207 00:49:42.227000 4464 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 4471 closing signal SIGTERM
+Traceback (most recent call last):
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 4434)  (SIGTERM)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-07_00:49:31
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 4435)
+============================================================
+"""
+
+
+def test_failed_job_reason_is_the_root_cause_ranks_exception(tmp_path):
+    """A 2-rank job whose rank 1 raised (the log of a real torchrun run, shortened): the row's reason
+    quotes rank 1's exception, not rank 0's broken connection nor torchrun's ChildFailedError."""
+    log = tmp_path / "worker.log"
+    log.write_text(TORCHRUN_LOG)
+    assert runner._last_line(str(log)) == "[rank1]: RuntimeError: boom on rank 1"
+    log.write_text(TORCHRUN_LOG.split("Root Cause")[0])  # no summary: the last rank's exception
+    assert runner._last_line(str(log)).startswith("[rank0]: RuntimeError: [gloo")
+    log.write_text("\n".join(line for line in TORCHRUN_LOG.splitlines() if not line.startswith("[rank")))
+    assert runner._last_line(str(log)) == "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"
+
+
+CRASH_RANK_1_ONCE = """\
+import os, sys
+if os.environ.get("RANK") == "1" and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
+    sys.stderr.write("RuntimeError: injected crash of rank 1\\n")
+    sys.stderr.flush()
+    os._exit(3)
+"""
+
+
+def test_a_rank_that_crashes_once_is_restarted_and_its_rows_flagged(tmp_path, monkeypatch):
+    """Rank 1 dies at start-up on the first launch (a sitecustomize on the workers' PYTHONPATH): torchrun
+    launches both ranks again (--max-restarts=1), the rows are ok and flagged ``restarted`` with the first
+    launch's failure line."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(CRASH_RANK_1_ONCE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(inject), os.environ.get("PYTHONPATH")])))
+    sc = _scenario(tmp_path, ["int8-weight-only"], '[tp]\ntp_size = [2]\nsplit = ["column"]\n')
+    outcome = runner.run_tp(sc, device="cpu", out=str(tmp_path / "r.json"), force=False)
+    (row,) = [r for r in outcome.doc["rows"] if r["m"] == 1]
+    assert row["status"] == "ok", row["reason"]
+    assert [f["text"] for f in row["flags"] if f["name"] == "restarted"] == [
+        "torchrun launched the job's 2 processes 2 times; the failure: RuntimeError: injected crash of rank 1"]
