@@ -124,9 +124,13 @@ def tie_note(ra: Row, rb: Row, method: str) -> Optional[str]:
 
 def within_noise(a: Any, b: Any) -> bool:
     """True when ``a`` and ``b`` both have a :func:`decision_stats` (each row by its own :func:`decision_method`) and
-    :func:`verdict` finds them the same (p10-p90 overlap)."""
+    :func:`verdict` finds them the same: p10-p90 overlap, each side widened by its runs' medians
+    (``repeats.medians``, ``qbench run --repeat``), as :func:`row_verdict` for layer rows."""
     mine, theirs = decision_stats(a), decision_stats(b)
-    return mine is not None and theirs is not None and verdict(mine, theirs) == "same"
+    if mine is None or theirs is None:
+        return False
+    runs = [list(r.repeats.medians.get(decision_method(r)) or []) if r.repeats is not None else [] for r in (a, b)]
+    return verdict(mine, theirs, *runs) == "same"
 
 
 def pick_within_noise(candidates: Sequence[T], *, time: Callable[[T], float],

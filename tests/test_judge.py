@@ -188,6 +188,22 @@ def test_ties_and_the_pick_within_noise_for_step_rows():
     assert pick([]) == (None, None, None, [])
 
 
+def test_a_step_rows_runs_widen_its_tie_as_a_layer_rows_do():
+    """far (84, p10 83) is apart from fast (80, p90 82) in one run; with its three runs' medians 81.5, 84 and 86
+    (qbench run --repeat) its interval reaches 81.5, inside fast's: tied, in either order (row_verdict's rule)."""
+    from qbench.judge import within_noise
+    from qbench.row import Repeats
+
+    fast = _step("fast", graph=(80.0, 79.0, 82.0))
+    far = _step("far", graph=(84.0, 83.0, 85.0))
+    assert not within_noise(fast, far)
+    runs = Repeats(runs=3, ok_runs=3, medians={"step_graph": [81.5, 84.0, 86.0]}, spread={"step_graph": 4.5 / 84.0})
+    far = far.model_copy(update={"repeats": runs})
+    assert within_noise(fast, far) and within_noise(far, fast)
+    slow_runs = runs.model_copy(update={"medians": {"step_graph": [83.5, 84.0, 86.0]}})
+    assert not within_noise(fast, far.model_copy(update={"repeats": slow_runs}))  # runs that stay apart: apart
+
+
 def test_pick_stability_of_any_keys():
     from qbench.judge import pick_stability
 
