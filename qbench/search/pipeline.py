@@ -183,7 +183,7 @@ def _measured(label: str, quality_doc, step_doc, s, method: str, elsewhere: Opti
 
 
 def _unc(problem: Problem, choice) -> float:
-    return sum(problem.damage_unc[u][c] for u, c in enumerate(choice))
+    return problem.fixed_kld_unc + sum(problem.damage_unc[u][c] for u, c in enumerate(choice))
 
 
 def others(front: list, at: int, n: int) -> list[int]:
@@ -239,7 +239,7 @@ def search(scenario: Any, device: str, work: Path, say: Callable[[str], None]) -
         job.verify(problem, verify, rnd, method)
         m = job.measured[chosen.choice]
         ok = m.within(s.max_kld)
-        factor = None if ok else solve.refit_factor(chosen.kld, m.kld, m.kld_unc)
+        factor = None if ok else solve.refit_factor(chosen.kld, m.kld, m.kld_unc, problem.fixed_kld)
         rounds.append({"round": rnd, "scale": problem.scale, "front": len(points), "pick": _point_label(problem, chosen, at, rnd),
                        "predicted_kld": chosen.kld, "measured_kld": m.kld, "measured_kld_unc": m.kld_unc,
                        "accepted": ok, "refit": factor})
@@ -270,6 +270,7 @@ def search(scenario: Any, device: str, work: Path, say: Callable[[str], None]) -
         "floor": floor, "units": [u.name for u in measured_problem.units], "candidates": list(problem.candidates),
         "time_us": [list(r) for r in measured_problem.time_us], "damage": [list(r) for r in measured_problem.damage],
         "damage_unc": [list(r) for r in measured_problem.damage_unc], "fixed_us": measured_problem.fixed_us,
+        "fixed_kld": measured_problem.fixed_kld,
         "sources": measured_problem.sources, "rounds": rounds,
         "notes": {**measured_problem.notes, **({"rounds stopped": stopped} if stopped else {})},
         "pick": next((r["scheme"] for r in rows if r["pick"]), None),

@@ -119,7 +119,8 @@ def draw_search(doc: Any):
     ax.set_xlabel(plain(f"step time, µs ({s.get('method', 'step')}; predicted: the step's fixed rest + each unit's time)"))
     ax.set_ylabel("mean KL divergence vs the reference (nats/token)" + (", log" if log_y else ""))
     title = f"search: {doc.scenario.name or ''}, M = {s.get('m')}, context {s.get('context')}"
-    ax.set_title(plain(title + "; predicted KLD: the sum of each unit's KLD alone"), fontsize=10)
+    rest = "" if s.get("fixed_kld") is None else "the rest's + "
+    ax.set_title(plain(title + f"; predicted KLD: {rest}the sum of each unit's KLD alone"), fontsize=10)
     ax.grid(True, which="both", alpha=0.2)
     ax.legend(handles=handles, **OUTSIDE)
     fig.tight_layout()

@@ -10,6 +10,10 @@ quality file with unit sensitivity) and its time (a model-step file's per-linear
   linears' ``stream`` medians (µs, one layer each: the sum of separate linears; engines fuse q, k, v
   into one GEMM, which this does not time). The fixed rest is the base candidate's measured step
   less the sum of its units' times, so the pure base recipe is predicted at its measured step.
+* **The rest's damage**: likewise, the base candidate's whole-model KLD less the sum of its unit
+  damages (both on the damage span): what no unit carries (attention and the norms in the base's
+  activation dtype), added once to every recipe's predicted KLD. On SmolLM2-135M bf16's units sum
+  to 0.59x its whole row; without the rest a budget near bf16's floor is overspent.
 
 Every refusal is one line naming the file, the key and the value (:class:`ProblemError`). Torch-free.
 """
@@ -68,6 +72,8 @@ class Problem:
         damage: ``[unit][candidate]`` mean KLD (nats/token) with that unit alone quantized.
         damage_unc: its uncertainty (same shape).
         fixed_us: the step's rest (attention, norms, embedding, a float LM head), µs.
+        fixed_kld: the damage of that rest (nats/token): the base row's whole-model mean KLD less the sum of its
+            unit damages, at least 0; ``fixed_kld_unc`` its uncertainty (the whole row's plus the units').
         sources: where each half comes from, in words (file, method, notes).
         method: the step method the fixed rest (and a verified recipe's step) is read by.
         notes: what a reader must know of a candidate's speed (label -> line: a speed that depends
@@ -87,6 +93,8 @@ class Problem:
     notes: dict[str, str] = field(default_factory=dict)
     emulated: tuple[str, ...] = ()
     scale: float = 1.0
+    fixed_kld: float = 0.0
+    fixed_kld_unc: float = 0.0
 
     def pure(self, c: int) -> tuple[int, ...]:
         """The choice of candidate ``c`` for every unit."""
@@ -247,6 +255,7 @@ def build(quality_path: str, quality_doc: Any, step_path: str, step_doc: Any, ca
         raise ProblemError(f"{step_path}: rows[].blocks: the step rows hold models of different depths, got {sorted(blocks)}")
     units, dmg, unc = damages(quality_path, quality_doc.rows, candidates, blocks.pop())
     times, fixed, method = costs(step_path, step_doc.rows, candidates, units, m, context, method)
+    linears = sum(row[0] for row in times)
     seeded = all(r.weight_source.startswith("seeded") for r in step_doc.rows)
     q0 = next(r for r in quality_doc.rows if r.scheme == candidates[0].label)
     span = getattr(q0, "span", None)
@@ -258,6 +267,11 @@ def build(quality_path: str, quality_doc: Any, step_path: str, step_doc: Any, ca
                  f"stream median at M={m} on {step_doc.rows[0].device}"),
         "fixed": f"the {candidates[0].label} step by {method} less the sum of its units' stream times, M={m}, context={context}",
     }
+    if fixed < 0:  # the linears timed alone outlast the whole step: a busy CPU, or copies slower than warm weights
+        sources["fixed"] += (f"; the sum ({linears:,.1f} µs) exceeds the step ({fixed + linears:,.1f} µs), so the rest "
+                             f"is taken as 0: the per-linear times do not add up to this step (predicted times rank "
+                             f"recipes by their linears alone; the verified recipes' measured steps decide)")
+        fixed = 0.0
     if note:
         sources["pairing"] = note
     notes = {}
@@ -265,5 +279,11 @@ def build(quality_path: str, quality_doc: Any, step_path: str, step_doc: Any, ca
         sources["cost"] += "; seeded weights of the same config (a step's time depends on shapes, not values)"
         notes = {c.label: VALUE_DEPENDENT_SPEED[c.name] for c in candidates if c.name in VALUE_DEPENDENT_SPEED}
     emulated = tuple(r.scheme for r in quality_doc.rows if r.emulated and r.scheme in {c.label for c in candidates})
+    whole, units_sum = q0.stats.kld, sum(row[0] for row in dmg)
+    fixed_kld = max(0.0, float(whole.mean) - units_sum)
+    sources["fixed_kld"] = (f"the {candidates[0].label} row's whole-model KLD {whole.mean:.4g} less the sum of its "
+                            f"units' {units_sum:.4g}: {fixed_kld:.4g} nats/token no unit carries (attention and the "
+                            f"norms), added to every predicted KLD")
     return Problem(units, tuple(c.label for c in candidates), tuple(map(tuple, times)), tuple(map(tuple, dmg)),
-                   tuple(map(tuple, unc)), fixed, sources, method, notes, emulated)
+                   tuple(map(tuple, unc)), fixed, sources, method, notes, emulated, fixed_kld=fixed_kld,
+                   fixed_kld_unc=float(whole.unc) + sum(row[0] for row in unc))

@@ -51,8 +51,9 @@ class SearchRow(_Part):
         scheme: the point's label (a pure candidate's own label, else ``r<round> front <i>``).
         kind: ``pure`` (one candidate everywhere) or ``front`` (a point of that round's front).
         round: the solve round the prediction is of (1 as measured; later rounds after a refit).
-        predicted_us: fixed rest + Σ unit times (µs); predicted_kld: Σ unit damages (nats/token),
-            scaled by the round's refit; predicted_kld_unc: Σ of their uncertainties (an upper
+        predicted_us: fixed rest + Σ unit times (µs); predicted_kld: the rest's damage + Σ unit damages
+            (nats/token; the units' scaled by the round's refit; files before the rest's damage was added
+            have none: ``search.fixed_kld`` absent); predicted_kld_unc: Σ of their uncertainties (an upper
             bound: the units were scored on the same tokens).
         choice: per unit (the document's ``search.units``), the index of its candidate.
         counts: units per candidate label.

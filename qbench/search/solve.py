@@ -2,7 +2,8 @@
 
 Each unit (a block's attention input, o, MLP input, down; the LM head) takes one candidate scheme;
 a recipe's predicted step time is the fixed rest plus the sum of its units' times, its predicted
-mean KLD the sum of its units' damages (each measured with that unit quantized alone). The front is
+mean KLD the rest's damage plus the sum of its units' damages (each measured with that unit quantized
+alone; the rest's damage is what the base's whole row measures beyond its units'). The front is
 every recipe no other recipe beats on both: built by dynamic programming over the units, each stage
 the previous front plus each option of the next unit, dominated points dropped (a point is dropped
 when another is no slower and strictly less damaged, or equal on both). Dropping a dominated partial
@@ -32,7 +33,7 @@ class Point:
 
     Attributes:
         time_us: predicted step time (µs): the problem's fixed rest + Σ unit times.
-        kld: predicted mean KLD (nats/token): Σ unit damages.
+        kld: predicted mean KLD (nats/token): the problem's fixed_kld + Σ unit damages.
         choice: per unit (the problem's order), the index of its candidate.
     """
 
@@ -57,7 +58,7 @@ def front(problem: Problem) -> list[Point]:
     falls along the list). Ties (equal time and KLD) keep one recipe.
 
     Returns:
-        The front's points; a problem with no units gives one point (the fixed rest, 0 KLD, ()).
+        The front's points; a problem with no units gives one point (the fixed rest and its KLD, ()).
     """
     n_units = len(problem.units)
     times = np.zeros(1)
@@ -82,7 +83,7 @@ def front(problem: Problem) -> list[Point]:
     for u in range(n_units - 1, -1, -1):  # every point's recipe at once, walking the stages back
         choices[:, u] = picks[u][index]
         index = parents[u][index]
-    return [Point(problem.fixed_us + float(t), float(d), tuple(int(c) for c in row))
+    return [Point(problem.fixed_us + float(t), problem.fixed_kld + float(d), tuple(int(c) for c in row))
             for t, d, row in zip(times, damages, choices)]
 
 
@@ -101,23 +102,26 @@ def pick(points: Sequence[Point], budget: float) -> Point:
 
 
 def predict(problem: Problem, choice: Sequence[int]) -> tuple[float, float]:
-    """``(time_us, kld)`` predicted for one recipe: fixed + Σ unit times, Σ unit damages."""
+    """``(time_us, kld)`` predicted for one recipe: fixed + Σ unit times, fixed_kld + Σ unit damages."""
     t = problem.fixed_us + sum(problem.time_us[u][c] for u, c in enumerate(choice))
-    return t, sum(problem.damage[u][c] for u, c in enumerate(choice))
+    return t, problem.fixed_kld + sum(problem.damage[u][c] for u, c in enumerate(choice))
 
 
-def refit_factor(predicted: float, measured: float, measured_unc: float) -> Optional[float]:
-    """The factor a refit scales every damage by: the measured KLD's upper bound (mean + its
-    uncertainty) over the predicted KLD, so the recipe that missed is predicted where it was
-    measured at worst and a re-solve at the same budget must move off it. None when the prediction
-    is 0 (nothing to scale)."""
-    return None if predicted <= 0 else (measured + measured_unc) / predicted
+def refit_factor(predicted: float, measured: float, measured_unc: float, fixed: float = 0.0) -> Optional[float]:
+    """The factor a refit scales every unit damage by: the measured KLD's upper bound (mean + its
+    uncertainty) less the rest's damage ``fixed`` (which a refit keeps), over the predicted units'
+    sum (``predicted - fixed``), so the recipe that missed is predicted where it was measured at worst
+    and a re-solve at the same budget must move off it. None when the units' prediction or the bound
+    beyond the rest is not positive (nothing to scale)."""
+    units, bound = predicted - fixed, measured + measured_unc - fixed
+    return None if units <= 0 or bound <= 0 else bound / units
 
 
 def refit(problem: Problem, factor: float) -> Problem:
-    """``problem`` with every damage (and its uncertainty) scaled by ``factor`` (> 0): the unit
+    """``problem`` with every unit damage (and its uncertainty) scaled by ``factor`` (> 0): the unit
     damages' sum missed the measured KLD of a whole recipe (damages of parts do not add up), so the
-    predictions are rescaled to the measurement and the front re-solved."""
+    predictions are rescaled to the measurement and the front re-solved. The rest's damage
+    (``fixed_kld``, measured whole on the base) is kept."""
     if not factor > 0:
         raise ValueError(f"refit factor must be > 0, got {factor}")
     scale = lambda rows: tuple(tuple(v * factor for v in row) for row in rows)  # noqa: E731

@@ -138,8 +138,9 @@ def lines(doc) -> list[str]:
         out.append(f"{key}: {text}")
     for label, text in (s.get("notes") or {}).items():
         out.append(f"note: {label}: {text}")
-    out.append("predicted KLD: the sum of each unit's KLD measured alone (parts do not add up exactly); measured: "
-               "the recipe run whole on the evaluation span")
+    rest = "" if s.get("fixed_kld") is None else f"the rest's damage ({s['fixed_kld']:.3g}, fixed_kld above) plus "
+    out.append(f"predicted KLD: {rest}the sum of each unit's KLD measured alone (parts do not add up exactly); "
+               "measured: the recipe run whole on the evaluation span")
     return out
 
 

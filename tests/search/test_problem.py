@@ -20,10 +20,12 @@ def entry(name: str) -> SchemeEntry:
     return SchemeEntry(name=name, options=get(name).options_model(), label=name)
 
 
-def quality_row(label: str, damages: dict, **kw) -> NS:
-    """A quality row with unit sensitivity: ``damages`` part -> (kld, unc)."""
+def quality_row(label: str, damages: dict, whole: tuple = None, **kw) -> NS:
+    """A quality row with unit sensitivity: ``damages`` part -> (kld, unc); ``whole``: the row's own (kld, unc), by
+    default the units' sums (no rest)."""
     sens = [NS(part=p, kld=k, kld_unc=u, same_top=1.0, ppl_ratio=1.0) for p, (k, u) in damages.items()]
-    base = dict(scheme=label, base_scheme=label, status="ok", reason=None, sensitivity_by="unit", sensitivity=sens,
+    whole = whole or (sum(k for k, _ in damages.values()), sum(u for _, u in damages.values()))
+    base = dict(stats=NS(kld=NS(mean=whole[0], unc=whole[1])), scheme=label, base_scheme=label, status="ok", reason=None, sensitivity_by="unit", sensitivity=sens,
                 lm_head="float", checkpoint_id=CK, weights="checkpoint ck (float32)", emulated=False, chunks=8,
                 chunk=512, text="hamlet.txt", reference=NS(dtype="float32"), recipe=None, options={}, kv_cache=None)
     return NS(**{**base, **kw})
@@ -63,6 +65,50 @@ def test_times_damages_and_fixed_rest_are_read_and_summed():
     assert p.damage[2] == (0.0001, 0.003) and p.damage_unc[2] == (0.00001, 0.0001)
     assert p.method == "step_cpu"
     assert "sum of separate linears" in p.sources["cost"] and "step_cpu" in p.sources["fixed"]
+    assert p.fixed_kld == 0.0  # the base's whole row is its units' sum here
+
+
+def test_a_step_shorter_than_its_linears_timed_alone_gives_a_rest_of_0_and_says_so():
+    """bf16's linears sum to 26 µs but its step measured 20 µs (a busy CPU: the search_tiny test once read a rest
+    of -24,169 µs, and a front point's negative predicted time failed the row model): the rest is 0, the sources
+    say why, every predicted time is positive."""
+    from qbench.search.solve import front
+
+    p = build(*files(step_rows=[step_row("bf16", BF16, 20.0), step_row("int8-weight-only", INT8, 80.0)]),
+              CANDIDATES, 1, 128)
+    assert p.fixed_us == 0.0
+    assert "the sum (26.0 µs) exceeds the step (20.0 µs), so the rest is taken as 0" in p.sources["fixed"]
+    assert min(q.time_us for q in front(p)) == pytest.approx(12.0)  # int8 everywhere: its linears alone (Σ 12 µs)
+
+
+def test_the_rests_damage_is_the_base_rows_whole_kld_less_its_units():
+    """bf16's four units at 0.0001 ± 0.00001 each (Σ 0.0004) and its whole row 0.001 ± 0.00005: 0.0006 of damage no
+    unit carries, ± 0.00005 + 0.00004, added to every prediction; a whole row below its units' sum gives 0, not less."""
+    from qbench.search.solve import predict
+
+    units = {u: (0.0001, 0.00001) for u in UNITS}
+    q = [quality_row("bf16", units, whole=(0.001, 0.00005)),
+         quality_row("int8-weight-only", {u: (0.001 * (i + 1), 0.0001) for i, u in enumerate(UNITS)})]
+    p = build(*files(quality_rows=q), CANDIDATES, 1, 128)
+    assert p.fixed_kld == pytest.approx(0.0006) and p.fixed_kld_unc == pytest.approx(0.00009)
+    assert predict(p, p.pure(0))[1] == pytest.approx(0.001)  # the pure base: its whole row
+    assert predict(p, p.pure(1))[1] == pytest.approx(0.0006 + 0.010)
+    assert "0.001 less the sum of its units' 0.0004: 0.0006 nats/token" in p.sources["fixed_kld"]
+    q[0] = quality_row("bf16", units, whole=(0.0003, 0.00005))
+    assert build(*files(quality_rows=q), CANDIDATES, 1, 128).fixed_kld == 0.0
+
+
+def test_search_docs_rest_figures_are_the_committed_smollm2_units_file():
+    """docs/search.md's '0.59x its whole row (0.000446 of 0.000757)' is bf16's row of the committed units file."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    doc = json.loads((root / "results" / "cpu" / "quality_smollm2_units.json").read_text())
+    bf16 = next(r for r in doc["rows"] if r["scheme"] == "bf16")
+    whole, units = bf16["stats"]["kld"]["mean"], sum(p["kld"] for p in bf16["sensitivity"])
+    said = f"{units / whole:.2f}x its whole row ({units:.3g} of {whole:.3g})"
+    assert said in " ".join((root / "docs" / "search.md").read_text().split()), said
 
 
 def test_a_candidate_with_no_cost_at_the_deployment_point_is_refused():

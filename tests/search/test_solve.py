@@ -92,6 +92,22 @@ def test_refit_moves_the_pick_off_a_recipe_whose_measured_bound_missed():
         refit(HAND, 0.0)
 
 
+def test_the_rests_damage_is_added_to_every_prediction_and_kept_by_a_refit():
+    """HAND with 0.01 of damage no unit carries: every front point 0.01 higher (same recipes), (1,1,0) now predicted
+    0.041; measured 0.05 ± 0.01 gives the units (0.06 - 0.01) / 0.031, and after the refit it is predicted at 0.06."""
+    from dataclasses import replace
+
+    rest = replace(HAND, fixed_kld=0.01)
+    assert [(q.choice, q.kld) for q in front(rest)] == [(q.choice, pytest.approx(q.kld + 0.01)) for q in front(HAND)]
+    chosen = pick(front(rest), 0.05)
+    assert chosen.choice == (1, 1, 0) and chosen.kld == pytest.approx(0.041)
+    factor = refit_factor(chosen.kld, measured=0.05, measured_unc=0.01, fixed=rest.fixed_kld)
+    assert factor == pytest.approx(0.05 / 0.031)
+    again = refit(rest, factor)
+    assert again.fixed_kld == 0.01 and predict(again, chosen.choice)[1] == pytest.approx(0.06)
+    assert refit_factor(0.041, measured=0.0, measured_unc=0.005, fixed=0.01) is None  # the bound is all rest
+
+
 def test_a_unit_whose_candidates_tie_keeps_one_recipe():
     p = problem([[5, 5]], [[0.1, 0.1]])
     assert [(q.time_us, q.kld) for q in front(p)] == [(105.0, 0.1)]
