@@ -133,9 +133,9 @@ JOBS: dict[str, Job] = {j.name: j for j in (
         measure="qbench.step.measure:measure_step_scheme",
         views={"run": "qbench.step.views:run_view", "report": "qbench.step.views:report_view",
                "recommend": "qbench.step.views:recommend_view", "model": "qbench.step.views:model_view",
-               "plot": "qbench.step.views:plot_view"},
+               "plot": "qbench.step.views:plot_view", "compare": "qbench.step.views:COMPARE"},
         refusal="a model-step result (rows of job 'step'); this command reads per-layer results (qbench report, "
-                "recommend and model read model-step files)",
+                "recommend, model, plot and compare read model-step files)",
         summary="a Llama model's whole decode step, per scheme, M and context"),
     Job("tp", table="tp", launcher="torchrun", run="qbench.tp.runner:run_tp",
         tables="qbench.tp.spec:TpTables", check="qbench.tp.spec:check", describe="qbench.tp.spec:describe",

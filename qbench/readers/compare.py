@@ -1,20 +1,24 @@
 """``qbench compare A.json B.json``: did B get faster or slower than A, row by row?
 
-Rows are matched by (scheme, M, K, N): B's speed-up over A (A's median / B's), the change in rel_fro (B - A), and a
-verdict by the runs' own noise (``same`` when the [p10, p90] intervals overlap, as NVBench's compare). ``--a A1.json
-A2.json --b B.json`` reads each side's files as one result (:func:`qbench.readers.common.group_results`). Machines that
-differ in what runs the kernels (device, GPU, CPU instruction set) are refused unless ``--allow-other-machine``; smaller
-differences are warned about (:func:`qbench.readers.common.timing_differences`).
+Rows are matched by (scheme, M, K, N), model-step rows by (scheme, M, context): B's speed-up over A (A's median / B's),
+the change in rel_fro (B - A; a step's logits error), and a verdict by the runs' own noise (``same`` when the [p10, p90]
+intervals overlap, as NVBench's compare). ``--a A1.json A2.json --b B.json`` reads each side's files as one result
+(:func:`qbench.readers.common.group_results`). Machines that differ in what runs the kernels (device, GPU, CPU
+instruction set) are refused unless ``--allow-other-machine``; smaller differences are warned about
+(:func:`qbench.readers.common.timing_differences`). What differs between job kinds (the identity rows match by, the
+method a pair is read by, the error) is a :class:`CompareKind`, which a kind declares as its ``compare`` view.
 """
 
 from __future__ import annotations
 
 import sys
 from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, row_verdict
-from qbench.readers.common import (Command, Refused, add_options, blocking_differences, one_result, open_results,
-                                   print_table, timing_differences)
+from qbench.readers.common import (Command, Refused, add_options, blocking_differences, job_view, one_result,
+                                   open_results, print_table, timing_differences)
 from qbench.render import Column, check_format, narrow
 from qbench.render.columns import COLUMNS, entry, shown
 from qbench.render.safe import visible
@@ -22,27 +26,66 @@ from qbench.render.view import View
 from qbench.results import ResultDoc
 from qbench.row import Row
 
-__all__ = ["COMMAND", "machine_note", "compare_docs", "render_compare", "run_compare", "why_untimed"]
+__all__ = ["COMMAND", "CompareKind", "LAYER", "machine_note", "compare_docs", "render_compare", "run_compare",
+           "why_untimed"]
+
+
+@dataclass(frozen=True)
+class CompareKind:
+    """What ``compare`` reads of one job kind's rows (a kind's ``compare`` view, :mod:`qbench.jobs`).
+
+    Attributes:
+        identity: row -> the record's identity fields (rows of A and B with equal fields are compared).
+        method: (A's row or None, B's row or None, the files' method) -> the method the pair is read by.
+        error: row -> its relative error (None: not measured); ``error_name`` its words in headers.
+        where: record -> its place in a note line (``int8 M=16``).
+        matched_by: the identity in words, for the refusal when no row is in common.
+        per_row_method: whether the table shows each pair's method (a step pair's, which may differ by row).
+        check: (A, B) -> a refusal line when the two files cannot be compared (a step of another model), or None.
+    """
+
+    identity: Callable[[Any], dict]
+    method: Callable[[Any, Any, str], str]
+    error: Callable[[Any], Optional[float]]
+    where: Callable[[dict], str]
+    matched_by: str
+    error_name: str = "rel err"
+    per_row_method: bool = False
+    check: Callable[[ResultDoc, ResultDoc], Optional[str]] = lambda a, b: None
+
+
+def _layer_identity(row: Row) -> dict:
+    key = row.key
+    return {"scheme": key[0], "m": key[1], "k": key[2], "n": key[3],
+            **({"tp_size": key[4], "split": key[5]} if key[4] is not None else {})}
+
+
+#: The per-layer (and tensor-parallel) rows: one method for the whole file (:func:`qbench.judge.common_method`).
+LAYER = CompareKind(identity=_layer_identity, method=lambda a, b, method: method, error=lambda r: r.rel_fro,
+                    where=lambda r: f"{r['scheme']} M={r['m']}", matched_by="scheme, M, K, N")
 
 
 def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISION_METHOD,
-                 threshold: float = 1.05, max_err_growth: float = 2.0, machine: str | None = None) -> list[dict]:
-    """Compare ``a`` (before) and ``b`` (after) row by row: one record per (scheme, M, K, N) of either file, A's
-    order first: both ``method`` medians (µs), ``speedup`` (A / B), both rel_fro and their difference, a ``verdict``
-    (faster, slower, same, only in A, only in B, not comparable), a ``note`` (why not comparable, or ``machine`` then
-    each side's :func:`qbench.judge.row_caveats`), ``regression`` (slower beyond ``threshold``) and ``fails`` (failed
-    or missing in B, error grown over ``max_err_growth``)."""
+                 threshold: float = 1.05, max_err_growth: float = 2.0, machine: str | None = None,
+                 kind: CompareKind = LAYER) -> list[dict]:
+    """Compare ``a`` (before) and ``b`` (after) row by row: one record per identity (``kind.identity``: scheme, M,
+    K, N for layer rows) of either file, A's order first: the pair's ``method`` and both its medians (µs),
+    ``speedup`` (A / B), both errors and their difference, a ``verdict`` (faster, slower, same, only in A, only in B,
+    not comparable), a ``note`` (why not comparable, or ``machine`` then each side's
+    :func:`qbench.judge.row_caveats`), ``regression`` (slower beyond ``threshold``) and ``fails`` (failed or missing
+    in B, error grown over ``max_err_growth``)."""
     a, b = ResultDoc.of(a), ResultDoc.of(b)
-    rows_a, rows_b = ({r.key: r for r in doc.rows} for doc in (a, b))
+    key_of = lambda r: tuple(kind.identity(r).items())  # noqa: E731
+    rows_a, rows_b = ({key_of(r): r for r in doc.rows} for doc in (a, b))
     keys = list(rows_a) + [k for k in rows_b if k not in rows_a]
     out = []
     for key in keys:
         ra, rb = rows_a.get(key), rows_b.get(key)
-        sa, sb = (r.stats(method) if r else None for r in (ra, rb))
-        ea, eb = ra.rel_fro if ra else None, rb.rel_fro if rb else None
+        pair = kind.method(ra, rb, method)
+        sa, sb = (r.stats(pair) if r else None for r in (ra, rb))
+        ea, eb = (kind.error(r) if r else None for r in (ra, rb))
         both = ea is not None and eb is not None
-        rec = {"scheme": key[0], "m": key[1], "k": key[2], "n": key[3],
-               **({"tp_size": key[4], "split": key[5]} if key[4] is not None else {}),
+        rec = {**dict(key), "method": pair,
                "a_us": sa.median if sa else None, "b_us": sb.median if sb else None, "speedup": None,
                "a_rel_fro": ea, "b_rel_fro": eb, "rel_fro_diff": eb - ea if both else None,
                "verdict": None, "note": None, "regression": False, "fails": []}
@@ -54,12 +97,12 @@ def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISIO
             rec["verdict"] = "only in B" if ra is None else "only in A"
         elif sa is None or sb is None:
             rec["verdict"] = "not comparable"
-            why = {side: why_untimed(r, method) for side, r, s in (("A", ra, sa), ("B", rb, sb)) if s is None}
+            why = {side: why_untimed(r, pair) for side, r, s in (("A", ra, sa), ("B", rb, sb)) if s is None}
             same = len(why) == 2 and why["A"] == why["B"]
             rec["note"] = f"both {why['A']}" if same else "; ".join(f"{k}: {v}" for k, v in why.items())
         else:
             rec["speedup"] = sa.median / sb.median
-            rec["verdict"] = row_verdict(ra, rb, method)  # runs' medians too (repeats, several files a side)
+            rec["verdict"] = row_verdict(ra, rb, pair)  # runs' medians too (repeats, several files a side)
             rec["note"] = "; ".join(f"{side}: {', '.join(said)}" for side, row, stats in (("A", ra, sa), ("B", rb, sb))
                                     if (said := row_caveats(row, stats))) or None  # e.g. "B: cpu-busy, noisy (cv 0.90)"
             if machine and rec["verdict"] != "same":  # named before any cpu-busy flag of the rows
@@ -89,21 +132,25 @@ def why_untimed(row: Row, method: str) -> str:
     return f"no {method} latency" + (f" ({reason.text})" if reason else "")
 
 
-def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: bool = False) -> str:
-    """:func:`compare_docs`'s records in ``fmt``: scheme, M (and the sharding), A's and B's ``method`` medians (µs),
-    the speed-up (A/B), the error's change, the verdict (``slower !``: a regression), the note (the narrow default
-    wraps it to fit 120 characters)."""
-    cols = [entry("scheme", "scheme"), entry("m", "M", "d"),
-            Column("method", "method", lambda r: method), COLUMNS["tp_size"], COLUMNS["split"],
-            entry("a_us", f"A {method} µs", "us"), entry("b_us", f"B {method} µs", "us"),
+def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: bool = False,
+                   kind: CompareKind = LAYER) -> str:
+    """:func:`compare_docs`'s records in ``fmt``: scheme, M (and the sharding, or a step's context and method), A's
+    and B's medians (µs), the speed-up (A/B), the error's change, the verdict (``slower !``: a regression), the note
+    (the narrow default wraps it to fit 120 characters)."""
+    timed = "" if kind.per_row_method else f"{method} "
+    cols = [entry("scheme", "scheme"), entry("m", "M", "d"), entry("context", "context", "d"),
+            entry("method", "method"), COLUMNS["tp_size"], COLUMNS["split"],
+            entry("a_us", f"A {timed}µs", "us"), entry("b_us", f"B {timed}µs", "us"),
             entry("speedup", "speed-up vs A (A/B)", lambda v: shown(v, "{:.3f}×"), True),
-            entry("rel_fro_diff", "Δ rel err", lambda v: shown(v, "{:+.2g}"), True),
+            entry("rel_fro_diff", f"Δ {kind.error_name}", lambda v: shown(v, "{:+.2g}"), True),
             entry("verdict", "verdict", cell_override=lambda r: r["verdict"] + (" !" if r["regression"] else "")),
             entry("note", "note")]
     shard = ["tp_size", "split"] if any(r.get("tp_size") is not None for r in records) else []
-    keys = ["scheme", "m", *shard, "a_us", "b_us", "speedup", "rel_fro_diff", "verdict", "note"]
-    view = View("compare", cols, keys, data=["scheme", "m", "method", *keys[2:]], wrap=("note", 16),
-                short={"a_us": "A µs", "b_us": "B µs", "speedup": "speed-up", "rel_fro_diff": "Δ err"})
+    place = ["context", "method"] if kind.per_row_method else []
+    keys = ["scheme", "m", *place, *shard, "a_us", "b_us", "speedup", "rel_fro_diff", "verdict", "note"]
+    data = keys if kind.per_row_method else ["scheme", "m", "method", *keys[2:]]
+    view = View("compare", cols, keys, data=data, wrap=("note", 16),
+                short={"a_us": "A µs", "b_us": "B µs", "speedup": "speed-up", "rel_fro_diff": "Δ err", "context": "ctx"})
     return view.render(records, fmt, wide)
 
 
@@ -151,17 +198,27 @@ def run_compare(args) -> int:
     if not args.max_err_growth > 0:
         raise Refused(f"--max-err-growth must be > 0 (a factor on A's error, e.g. 2), got {args.max_err_growth}")
     docs = open_results(paths_a + paths_b, command="compare")
+    if len({doc.job for doc in docs}) > 1:
+        raise Refused("give files of one kind on both sides (each kind compares its own rows): "
+                      + ", ".join(f"{p} ({d.job})" for p, d in zip(paths_a + paths_b, docs)))
+    kind = job_view(docs, "compare") or LAYER
     sides = [one_result(paths_a, docs[:len(paths_a)], "A: "), one_result(paths_b, docs[len(paths_a):], "B: ")]
     (a, label_a), (b, label_b) = ((side.doc, side.label) for side in sides)
-    method, note = common_method(a, b, args.method)
+    if kind is not LAYER and args.method is not None:
+        raise Refused(f"--method reads per-layer files; a {a.job} compare reads each pair by the first method both "
+                      f"rows have, in the decision order")
+    if (why := kind.check(a, b)):
+        raise Refused(why)
+    method, note = common_method(a, b, args.method) if kind is LAYER else ("", None)
     differences = timing_differences(a, b)  # two CUDA runs: the GPU's facts, not the host's
     blocking = blocking_differences(differences)
     if blocking and not args.allow_other_machine:
         raise Refused(f"A ({label_a}) and B ({label_b}) ran on different machines ({'; '.join(blocking)}); "
                       "pass --allow-other-machine to compare them anyway")
-    records = compare_docs(a, b, method, args.threshold, args.max_err_growth, machine_note(blocking or differences))
+    records = compare_docs(a, b, method, args.threshold, args.max_err_growth, machine_note(blocking or differences),
+                           kind)
     if not any(r["verdict"] not in ("only in A", "only in B") for r in records):
-        raise Refused(f"no row in common between A ({label_a}) and B ({label_b}) (rows match by scheme, M, K, N)")
+        raise Refused(f"no row in common between A ({label_a}) and B ({label_b}) (rows match by {kind.matched_by})")
     if a.machine != b.machine:
         print(visible(f"warning: A ({label_a}) ran on {a.machine}, B ({label_b}) on {b.machine}: the speed-ups "
                       "compare machines as much as schemes"), file=sys.stderr)
@@ -170,18 +227,20 @@ def run_compare(args) -> int:
                       f"{line}"), file=sys.stderr)
     sides = [f"A = {label_a} ({a.machine})", f"B = {label_b} ({b.machine})"]  # narrow: a line each (long paths)
     summary = ", ".join(f"{n} {v}" for v, n in Counter(r["verdict"] for r in records).items())
-    notes = [f"{method} median; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap = same. "
+    read = (f"{method} median" if not kind.per_row_method else
+            "each pair by the first step method both rows have (compiled, graph, cpu, loop), its median")
+    notes = [f"{read}; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap = same. "
              f"{summary}." + (f" ({note})" if note else "")]
     bad = [r for r in records if r["regression"]]
     if bad:
         notes.append(f"REGRESSION: {len(bad)} row(s) slower than A by more than {args.threshold:g}× its time (speed-up "
-                     f"below {1 / args.threshold:.3f}×): " + ", ".join(f"{r['scheme']} M={r['m']} (speed-up "
+                     f"below {1 / args.threshold:.3f}×): " + ", ".join(f"{kind.where(r)} (speed-up "
                      f"{r['speedup']:.2f}×" + (f"; {r['note']}" if r["note"] else "") + ")" for r in bad))
     failing = [r for r in records if r["fails"]]
     if failing:
         notes.append(f"FAILED: {len(failing)} row(s): "
-                     + ", ".join(f"{r['scheme']} M={r['m']} ({'; '.join(r['fails'])})" for r in failing))
-    print_table(args, render_compare(records, method, args.format, wide=args.wide),
+                     + ", ".join(f"{kind.where(r)} ({'; '.join(r['fails'])})" for r in failing))
+    print_table(args, render_compare(records, method, args.format, wide=args.wide, kind=kind),
                 sides if narrow(args.format, args.wide) else ["; ".join(sides)], notes)
     return 1 if bad or failing else 0
 

@@ -1,6 +1,7 @@
-"""The model-step job's views in the reader commands (``run``, ``report``, ``recommend``, ``model``, ``plot``),
-registered in the step record's ``views`` (:mod:`qbench.jobs`): ``(args, paths, docs) -> exit status``
-(``run``'s: ``(doc, args) -> rows shown``); a refusal raises :class:`qbench.readers.common.Refused`.
+"""The model-step job's views in the reader commands (``run``, ``report``, ``recommend``, ``model``, ``plot``,
+``compare``), registered in the step record's ``views`` (:mod:`qbench.jobs`): ``(args, paths, docs) -> exit status``
+(``run``'s: ``(doc, args) -> rows shown``; ``compare``'s: :data:`COMPARE`, what compare reads of step rows); a
+refusal raises :class:`qbench.readers.common.Refused`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from qbench import judge
 from qbench.judge import decision_method
+from qbench.readers.compare import CompareKind
 from qbench.readers.common import (ACT_ON, Refused, Table, one_chart, check_baseline, incomplete_notes, one_machine,
                                    one_result, refuse_budgets, refuse_options, run_copies, show_table)
 from qbench.render import narrow, prose, synthetic_warnings, wants_prose
@@ -20,8 +22,9 @@ from qbench.render.styles import OUTSIDE, plain, pyplot, save, scheme_styles
 from qbench.row import kv_cache_kind
 from qbench.results import ResultDoc
 from qbench.step import view as step_view
+from qbench.timing import registry
 
-__all__ = ["disagreements", "model_view", "plot_context", "plot_view", "recommend_view", "report_view", "run_view"]
+__all__ = ["COMPARE", "disagreements", "model_view", "plot_context", "plot_view", "recommend_view", "report_view", "run_view"]
 
 
 def _one_kind(paths: list[str], docs: list[ResultDoc]) -> None:
@@ -300,3 +303,29 @@ def plot_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
                    "context, each row by its own step method); {flag} applies to per-layer results")
     (doc,) = docs
     return one_chart(args, lambda out: plot_context(doc, out))
+
+
+def _pair_method(a, b, _files: str) -> str:
+    """The first step method of the decision order (compiled, graph, cpu, loop) both rows of a pair have, else the
+    first either has, else the order's first (a pair no method times: its note says why)."""
+    order = registry.decision_order("step")
+    rows = [r for r in (a, b) if r is not None]
+    both = next((m for m in order if all(r.stats(m) is not None for r in rows)), None)
+    return both or next((m for r in rows if (m := decision_method(r))), order[0])
+
+
+def _one_model(a: ResultDoc, b: ResultDoc) -> str | None:
+    """A refusal when A's and B's steps are of different models (their steps compare models, not schemes)."""
+    ma, mb = ({r.model for r in doc.rows} for doc in (a, b))
+    if ma != mb:
+        return (f"A's steps are of {', '.join(sorted(ma))} and B's of {', '.join(sorted(mb))}: compare reads one "
+                "model's steps on both sides")
+    return None
+
+
+#: What ``qbench compare`` reads of model-step rows: matched by (scheme, M, context), each pair by the first step
+#: method both rows have, the logits error against the FP32 step.
+COMPARE = CompareKind(identity=lambda r: {"scheme": r.scheme, "m": r.m, "context": r.context}, method=_pair_method,
+                      error=step_view.logits_error, where=lambda r: f"{r['scheme']} M={r['m']} ctx={r['context']}",
+                      matched_by="scheme, M, context", error_name="logits err", per_row_method=True,
+                      check=_one_model)

@@ -43,7 +43,7 @@ def test_every_record_kind_field_by_field():
     recs = {r["scheme"]: r for r in compare_docs(a, b, "stream")}  # the default threshold, 1.05
     assert [r["scheme"] for r in compare_docs(a, b, "stream")] == [
         "fast", "slow", "same", "gone", "both-failed", "one-untimed", "new"]
-    assert recs["fast"] == {"scheme": "fast", "m": 1, "k": 64, "n": 32, "a_us": 10.0, "b_us": 5.0, "speedup": 2.0,
+    assert recs["fast"] == {"scheme": "fast", "m": 1, "k": 64, "n": 32, "method": "stream", "a_us": 10.0, "b_us": 5.0, "speedup": 2.0,
                             "a_rel_fro": 0.01, "b_rel_fro": 0.015, "rel_fro_diff": pytest.approx(0.005, rel=1e-12),
                             "verdict": "faster", "note": None, "regression": False, "fails": []}
     assert recs["slow"]["verdict"] == "slower" and recs["slow"]["speedup"] == pytest.approx(10.0 / 10.6)
@@ -51,7 +51,7 @@ def test_every_record_kind_field_by_field():
     assert recs["same"]["verdict"] == "same" and recs["same"]["rel_fro_diff"] is None
     assert recs["same"]["b_rel_fro"] is None and recs["same"]["regression"] is False
     assert recs["gone"]["verdict"] == "only in A" and recs["gone"]["b_us"] is None
-    assert recs["new"] == {"scheme": "new", "m": 16, "k": 64, "n": 32, "a_us": None, "b_us": 1.0, "speedup": None,
+    assert recs["new"] == {"scheme": "new", "m": 16, "k": 64, "n": 32, "method": "stream", "a_us": None, "b_us": 1.0, "speedup": None,
                            "a_rel_fro": None, "b_rel_fro": 0.01, "rel_fro_diff": None, "verdict": "only in B",
                            "note": None, "regression": False, "fails": []}
     assert recs["gone"]["fails"] == ["missing from B"] and recs["one-untimed"]["fails"] == ["skipped in B"]

@@ -21,7 +21,7 @@ from qbench.results import ResultDoc, read_results, upgrade_prose_row, write_res
 from qbench.step import view, views
 from qbench.row import FLAG_MEANINGS
 from qbench.step.row import StepRow
-from tests.conftest import committed_results, run_subcommand
+from tests.conftest import committed_results, edited_copy, run_subcommand
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP_8B = str(ROOT / "results" / "h200" / "step_llama31_8b.json")
@@ -199,11 +199,65 @@ def test_report_refuses_crossover_on_a_step_file(capsys):
     assert len(err) == 1 and "--crossover reads per-layer results" in err[0]
 
 
-def test_compare_refuses_a_step_file_with_one_line(capsys):
-    assert run_subcommand(compare, "compare", STEP_8B, LAYER) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"qbench compare: {STEP_8B}: a model-step result (rows of job 'step'); this command reads "
-                   "per-layer results (qbench report, recommend and model read model-step files)"]
+TINY = ROOT / "results" / "h200" / "step_tiny_trained.json"
+
+
+def _scaled(reading: dict, factor: float) -> dict:
+    return {**reading, **{k: reading[k] * factor for k in ("median", "p10", "p90", "mean")}}
+
+
+def _b_side(doc: dict) -> None:
+    """bf16 at M=1, context 128 20 % slower; int8 at M=1, context 128 gone; fp32 at M=1, context 128 with a
+    compiled step that A's row lacks (the pair is read by the graph step both have)."""
+    rows = []
+    for r in doc["rows"]:
+        at = (r["scheme"], r["m"], r["context"])
+        if at == ("int8-weight-only", 1, 128):
+            continue
+        if at == ("bf16", 1, 128):
+            r["latency_us"]["step_graph"] = _scaled(r["latency_us"]["step_graph"], 1.2)
+        if at == ("fp32", 1, 128):
+            r["latency_us"]["step_compiled"] = _scaled(r["latency_us"]["step_graph"], 0.5)
+        rows.append(r)
+    doc["rows"] = rows
+
+
+def test_compare_reads_two_step_files_pair_by_pair(tmp_path, capsys):
+    """Step rows match by (scheme, M, context) and each pair is read by the first step method both rows have: bf16
+    20 % slower in B is 'slower' (regression, exit 1) at speed-up 1/1.2; int8 missing from B fails; fp32's compiled
+    step in B alone leaves the pair on the graph step, same; every other pair is the same reading: same."""
+    b = edited_copy(tmp_path, TINY, "b.json", _b_side)
+    code, out = _json(capsys, compare, "compare", str(TINY), b)
+    recs = {(r["scheme"], r["m"], r["context"]): r for r in out}
+    bf16 = recs[("bf16", 1, 128)]
+    assert code == 1 and bf16["method"] == "step_graph" and bf16["verdict"] == "slower"
+    assert bf16["speedup"] == pytest.approx(1 / 1.2) and bf16["b_us"] == pytest.approx(1.2 * bf16["a_us"])
+    assert bf16["rel_fro_diff"] == 0.0
+    assert recs[("int8-weight-only", 1, 128)]["verdict"] == "only in A"
+    assert recs[("fp32", 1, 128)]["method"] == "step_graph" and recs[("fp32", 1, 128)]["verdict"] == "same"
+    others = {k: r["verdict"] for k, r in recs.items() if k not in {("bf16", 1, 128), ("int8-weight-only", 1, 128)}}
+    assert {v for k, v in others.items() if k[0] != "w8a8-dynamic"} == {"same"}
+    assert {v for k, v in others.items() if k[0] == "w8a8-dynamic"} == {"not comparable"}  # timed on neither side
+    assert run_subcommand(compare, "compare", str(TINY), b) == 1
+    flat = " ".join(capsys.readouterr().out.split())
+    assert "each pair by the first step method both rows have (compiled, graph, cpu, loop)" in flat
+    assert "REGRESSION: 1 row(s) slower than A by more than 1.05× its time (speed-up below 0.952×): bf16 M=1 " \
+           "ctx=128 (speed-up 0.83×)" in flat
+    assert "FAILED: 1 row(s): int8-weight-only M=1 ctx=128 (missing from B)" in flat
+    assert run_subcommand(compare, "compare", str(TINY), str(TINY)) == 0  # a file against itself
+
+
+def test_compare_refuses_step_files_it_cannot_compare_with_one_line(capsys):
+    """A step file beside a layer file, steps of two models, and --method (a layer option) each refused in one line."""
+    for argv, said in (([STEP_8B, LAYER], "give files of one kind on both sides (each kind compares its own rows): "
+                        f"{STEP_8B} (step), {LAYER} (layer)"),
+                       ([str(TINY), STEP_8B], "A's steps are of ../data/checkpoints/tiny-shakespeare-llama and B's of "
+                        "llama3.1-8b: compare reads one model's steps on both sides"),
+                       ([str(TINY), str(TINY), "--method", "stream"], "--method reads per-layer files; a step compare "
+                        "reads each pair by the first method both rows have, in the decision order")):
+        assert run_subcommand(compare, "compare", *argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"qbench compare: {said}"], err
 
 
 def test_plot_draws_the_step_against_the_context(capsys, tmp_path):
