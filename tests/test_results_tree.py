@@ -75,7 +75,7 @@ _CPU_NAMES = {"AMD EPYC": "AMD EPYC", "Intel Xeon": "Intel(R) Xeon(R)"}
 def test_provenance_names_the_cpu_each_file_ran_on():
     """A provenance entry's machine line names the CPU its files' own env records: the 2026-12-06 CPU
     files ran on an Intel Xeon (300 MiB L3) while provenance said AMD EPYC (a newcomer comparing CPUs was
-    told the wrong one). Known answer: quality_tiny.json on the EPYC, search_tiny.json on the Xeon."""
+    told the wrong one). Known answer: quality_tiny.json on the EPYC, search_smollm2.json on the Xeon."""
     import tomllib
 
     said = {}
@@ -89,7 +89,7 @@ def test_provenance_names_the_cpu_each_file_ran_on():
                     cpu = json.loads(doc.read_text())["env"].get("cpu") or ""
                     assert _CPU_NAMES[names[0]] in cpu, f"{machine}/{f}: provenance says {names[0]}, env.cpu {cpu!r}"
                     said[f"{machine}/{f}"] = names[0]
-    assert said["cpu/quality_tiny.json"] == "AMD EPYC" and said["cpu/search_tiny.json"] == "Intel Xeon"
+    assert said["cpu/quality_tiny.json"] == "AMD EPYC" and said["cpu/search_smollm2.json"] == "Intel Xeon"
 
 def test_a_path_after_a_commit_is_history_not_a_claim(tmp_path, monkeypatch):
     (tmp_path / "docs").mkdir()

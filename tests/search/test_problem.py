@@ -173,3 +173,18 @@ def test_a_step_row_whose_lm_head_is_not_what_the_units_say_is_refused():
         build(*files(step_rows=steps), CANDIDATES, 1, 128)
     assert str(info.value) == ("s.json: rows[1].lm_head: the search does not rank the LM head as a unit, so each "
                                "candidate's step must not quantize it ([model] quantize_lm_head = false), got 'scheme'")
+
+
+def test_search_docs_tiny_prediction_figures_are_the_committed_search_tiny_file():
+    """docs/search.md's bf16 prediction, measurement and units' sum are those of results/cpu/search_tiny.json."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    doc = json.loads((root / "results" / "cpu" / "search_tiny.json").read_text())
+    bf16 = next(r for r in doc["rows"] if r["scheme"] == "bf16" and r["kind"] == "pure")
+    units = bf16["predicted_kld"] - doc["search"]["fixed_kld"]
+    said = (f"bf16 is predicted at {bf16['predicted_kld']:.4g} nats/token and measures {bf16['measured']['kld']:.4g} "
+            f"± {bf16['measured']['kld_unc']:.1g} on the held-out chunks, where its units' sum alone is {units:.4g}")
+    assert said in " ".join((root / "docs" / "search.md").read_text().split()), said
+
