@@ -305,13 +305,15 @@ def plot_view(args: argparse.Namespace, paths: list[str], docs: list[ResultDoc])
     return one_chart(args, lambda out: plot_context(doc, out))
 
 
-def _pair_method(a, b, _files: str) -> str:
+def _pair_method(a, b, _files: str) -> str | None:
     """The first step method of the decision order (compiled, graph, cpu, loop) both rows of a pair have, else the
-    first either has, else the order's first (a pair no method times: its note says why)."""
+    first either has, else the first either row names without a time (a capture that failed: the note says why, not
+    'no step_compiled latency' of a method the row never ran), else None (failed rows with no reading at all)."""
     order = registry.decision_order("step")
     rows = [r for r in (a, b) if r is not None]
     both = next((m for m in order if all(r.stats(m) is not None for r in rows)), None)
-    return both or next((m for r in rows if (m := decision_method(r))), order[0])
+    named = next((m for m in order if any(m in r.latency_us or m in r.latency_reasons for r in rows)), None)
+    return both or next((m for r in rows if (m := decision_method(r))), named)
 
 
 def _one_model(a: ResultDoc, b: ResultDoc) -> str | None:

@@ -247,6 +247,30 @@ def test_compare_reads_two_step_files_pair_by_pair(tmp_path, capsys):
     assert run_subcommand(compare, "compare", str(TINY), str(TINY)) == 0  # a file against itself
 
 
+def test_compare_names_the_method_a_pair_has_or_none(tmp_path, capsys):
+    """A pair no method times is read by the method its rows name, not the decision order's first: w8a8 on the tiny
+    H200 file has only a step_graph entry (its capture failed), so the note says it is unusable in a graph, not 'no
+    step_compiled latency'; a row failed in B with no latency at all has no method (not step_compiled, which its
+    scheme never ran)."""
+    def fail_bf16(doc):
+        for r in doc["rows"]:
+            if (r["scheme"], r["m"], r["context"]) == ("bf16", 1, 128):
+                r.update(status="failed", reason="run: OutOfMemoryError: CUDA out of memory", latency_us={},
+                         latency_reasons={}, tokens_per_s={}, floor_fraction={})
+    b = edited_copy(tmp_path, TINY, "b.json", fail_bf16)
+    code, out = _json(capsys, compare, "compare", str(TINY), b)
+    recs = {(r["scheme"], r["m"], r["context"]): r for r in out}
+    w8a8 = recs[("w8a8-dynamic", 1, 128)]
+    assert w8a8["method"] == "step_graph" and w8a8["note"] == "both unusable in a graph-captured decode loop"
+    bf16 = recs[("bf16", 1, 128)]
+    assert code == 1 and bf16["method"] == "step_graph" and bf16["verdict"] == "not comparable"
+    b_only = edited_copy(tmp_path, b, "a.json", lambda doc: doc.update(rows=[r for r in doc["rows"] if r["status"] != "ok"]))
+    _, out = _json(capsys, compare, "compare", b_only, b)
+    failed = [r for r in out if r["verdict"] == "not comparable"]
+    assert [(r["scheme"], r["method"], r["note"]) for r in failed] == [
+        ("bf16", None, "both failed: run: OutOfMemoryError: CUDA out of memory")]
+
+
 def test_compare_refuses_step_files_it_cannot_compare_with_one_line(capsys):
     """A step file beside a layer file, steps of two models, and --method (a layer option) each refused in one line."""
     for argv, said in (([STEP_8B, LAYER], "give files of one kind on both sides (each kind compares its own rows): "
