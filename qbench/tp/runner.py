@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -173,7 +174,7 @@ def run_job(scenario: Scenario, index: int, tp_size: int, split: str, dev, folde
     if code == 0 and os.path.exists(rows_path):
         with open(rows_path, encoding="utf-8") as f:
             rows = json.load(f)
-        first = _last_line(log_path)  # the failed launch's reason, where torchrun restarted the job
+        first = _first_failure(log_path)  # the failed launch's reason, where torchrun restarted the job
         for row in rows:
             for flag in row.get("flags") or []:
                 if flag["name"] == "restarted" and first:
@@ -242,13 +243,33 @@ def _last_line(log_path: str) -> str:
     under "Root Cause"), else any rank's exception, else the log's last exception line (torchrun's own
     ``ChildFailedError``), else its last line."""
     lines = log_tail(log_path)
-    if not lines:
-        return ""
+    return _reason(lines, _root_cause_rank(lines)) if lines else ""
+
+
+def _reason(lines: list[str], rank: Optional[int]) -> str:
+    """:func:`_last_line`'s choice among ``lines``: ``rank``'s last exception, else any rank's, else any, else the
+    last line."""
     errors = [line for line in lines if _exception_name(line)]
     rank_errors = [line for line in errors if line.startswith("[rank")]
-    root = _root_cause_rank(lines)
-    own = [line for line in rank_errors if line.startswith(f"[rank{root}]:")] if root is not None else []
+    own = [line for line in rank_errors if line.startswith(f"[rank{rank}]:")] if rank is not None else []
     return (own or rank_errors or errors or lines)[-1][:240]
+
+
+#: torchrun's line for each rank that failed (``failed (exitcode: -9) local_rank: 1 (pid: ...) of binary: ...``).
+FAILED_RANK = re.compile(r"\] (failed \(exitcode: -?\d+\) local_rank: (\d+) .*)")
+
+
+def _first_failure(log_path: str) -> str:
+    """Why a restarted job's first launch failed: the log up to torchrun's first ``failed (exitcode: ...)`` line read
+    as :func:`_last_line` reads a failed job's, the rank it names first (a rank killed by a signal prints no
+    exception: then that line itself). Not the log's last line, which is the second launch's; "" when the log has no
+    such line."""
+    lines = log_tail(log_path, 1 << 30)  # the whole log: the second launch may print more than a tail holds
+    at = next((i for i, line in enumerate(lines) if FAILED_RANK.search(line)), None)
+    if at is None:
+        return ""
+    said = FAILED_RANK.search(lines[at])
+    return _reason(lines[:at] + [said.group(1)], int(said.group(2)))
 
 
 def _exception_name(line: str) -> bool:

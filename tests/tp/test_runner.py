@@ -189,3 +189,26 @@ def test_a_rank_that_crashes_once_is_restarted_and_its_rows_flagged(tmp_path, mo
     assert row["status"] == "ok", row["reason"]
     assert [f["text"] for f in row["flags"] if f["name"] == "restarted"] == [
         "torchrun launched the job's 2 processes 2 times; the failure: RuntimeError: injected crash of rank 1"]
+
+
+RESTARTED_LOG = """\
+W1207 01:24:39.671000 10413 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 10417 closing signal SIGTERM
+E1207 01:24:39.675000 10413 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 10418) of binary: /work/venv/bin/python
+[rank1]:W1207 01:24:45.147000 10422 torch/utils/_pytree.py:630] <enum 'KernelPreference'> is an Enum subclass and is now natively supported
+[rank0]:W1207 01:24:45.268000 10421 torch/utils/_pytree.py:630] <enum 'KernelPreference'> is an Enum subclass and is now natively supported
+"""
+
+
+def test_a_restarted_jobs_flag_quotes_the_first_launchs_failure(tmp_path):
+    """A 2-rank job whose rank 1 was SIGKILLed on the first launch (no exception line: the OOM killer; the log of a
+    real torchrun run, shortened) and ran again: the flag quotes torchrun's line of the first launch's failure, not
+    the second launch's last warning; where the first launch's ranks raised, the failed rank's exception (rank 0's
+    broken connection is a consequence), and never a line of the second launch."""
+    log = tmp_path / "worker.log"
+    log.write_text(RESTARTED_LOG)
+    assert runner._first_failure(str(log)) == ("failed (exitcode: -9) local_rank: 1 (pid: 10418) of binary: "
+                                                "/work/venv/bin/python")
+    raised = ("[rank1]: RuntimeError: boom on rank 1\n[rank0]: RuntimeError: [gloo] Connection closed by peer\n"
+              + RESTARTED_LOG.replace("exitcode: -9", "exitcode: 1") + "[rank0]: ValueError: of the second launch\n")
+    log.write_text(raised)
+    assert runner._first_failure(str(log)) == "[rank1]: RuntimeError: boom on rank 1"
