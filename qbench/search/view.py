@@ -47,6 +47,7 @@ class Summary(BaseModel):
     m: int = Field(gt=0)
     context: int = Field(gt=0)
     method: str
+    fixed_kld: Optional[float] = Field(default=None, ge=0)  # the rest's damage, in the 'predicted KLD' line
 
 
 def checked(doc, path: str) -> dict:

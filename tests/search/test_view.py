@@ -217,7 +217,8 @@ def test_recommend_on_a_search_refuses_what_it_cannot_honour(capsys):
 def test_a_damaged_search_file_is_refused_not_printed(tmp_path, capsys):
     """A summary without a usable budget raised TypeError; a pick row the search did not prove (failed, not run
     whole, over the budget, two picks) was printed as the pick with exit 0; a negative step time gave a negative
-    speed-up. Each is one line, exit 2, in every reader."""
+    speed-up; a rest's damage (search.fixed_kld) not a number >= 0 raised ValueError in report. Each is one line,
+    exit 2, in every reader."""
     def pick(**kw):
         return lambda d: d["rows"][0].update(kw)
 
@@ -231,7 +232,9 @@ def test_a_damaged_search_file_is_refused_not_printed(tmp_path, capsys):
              (pick(measured=None), "(it was not run whole"),
              (measured(kld=0.5), "measured KLD 0.5 ± 2e-06 is not within max mean KLD 0.003"),
              (lambda d: d["rows"][1].update(pick=True), "2 rows are marked pick (bf16, int8-weight-only)"),
-             (measured(step_us=-575.0), "rows[0].measured.step_us")]
+             (measured(step_us=-575.0), "rows[0].measured.step_us"),
+             (lambda d: d["search"].update(fixed_kld="0.0003"), "search.fixed_kld"),  # was a ValueError traceback
+             (lambda d: d["search"].update(fixed_kld=-0.5), "search.fixed_kld")]
     for i, (edit, said) in enumerate(cases):
         path = _edited(tmp_path, edit, f"e{i}.json")
         for command in (["recommend", path], ["report", path], ["plot", path, "-o", str(tmp_path / f"e{i}.png")]):
