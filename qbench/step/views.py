@@ -317,9 +317,10 @@ def _pair_method(a, b, _files: str) -> str | None:
 
 
 def _one_model(a: ResultDoc, b: ResultDoc) -> str | None:
-    """A refusal when A's and B's steps are of different models (their steps compare models, not schemes)."""
+    """A refusal when A's and B's steps are of different models (their steps compare models, not schemes); a side
+    without rows (a run interrupted before its first) is of no model: compare says no row is in common."""
     ma, mb = ({r.model for r in doc.rows} for doc in (a, b))
-    if ma != mb:
+    if ma and mb and ma != mb:
         return (f"A's steps are of {', '.join(sorted(ma))} and B's of {', '.join(sorted(mb))}: compare reads one "
                 "model's steps on both sides")
     return None

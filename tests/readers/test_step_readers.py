@@ -271,6 +271,16 @@ def test_compare_names_the_method_a_pair_has_or_none(tmp_path, capsys):
         ("bf16", None, "both failed: run: OutOfMemoryError: CUDA out of memory")]
 
 
+def test_compare_of_a_step_file_without_rows_says_so_not_another_model(tmp_path, capsys):
+    """A step file interrupted before its first row (rows: []) was refused as steps of another model ("B's of :");
+    it has no row in common with A, as a layer file without rows."""
+    empty = edited_copy(tmp_path, TINY, "empty.json", lambda doc: doc.update(rows=[], complete=False))
+    assert run_subcommand(compare, "compare", str(TINY), empty) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"qbench compare: no row in common between A ({TINY}) and B ({empty}) (rows match by scheme, "
+                       "M, context)"), err
+
+
 def test_compare_refuses_step_files_it_cannot_compare_with_one_line(capsys):
     """A step file beside a layer file, steps of two models, and --method (a layer option) each refused in one line."""
     for argv, said in (([STEP_8B, LAYER], "give files of one kind on both sides (each kind compares its own rows): "
