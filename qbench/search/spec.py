@@ -13,6 +13,8 @@ for the activation-dtype check, which reads the scheme registry as a recipe's ch
     chunk = 512                    # tokens per chunk
     calibration = { first_chunk = 0, chunks = 8 }   # the span each unit's damage is measured on
     evaluation = { first_chunk = 8, chunks = 32 }   # a held-out span of the same text: the proof
+    # quantizer_calibration = { first_chunk = 40, chunks = 4 }  # what GPTQ / AWQ candidates learn from: a span
+    #                                                           # neither of the two above holds, or text = "FILE"
     speed = "step"                 # run the step job; or a step result file (relative to the scenario)
     # method = "step_graph"        # the step method the fixed rest and the proof read (default: the decision's)
     # methods = ["step_graph"]     # the step job's methods (default: all that apply)
@@ -32,6 +34,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, model_validator
 
 from qbench.model.source import ModelSource
+from qbench.quality.spec import CalibrationSpec
 from qbench.tables import Frozen, ScenarioError, Tables
 from qbench.timing import registry
 
@@ -56,6 +59,7 @@ class SearchSpec(Frozen):
     chunk: int = Field(default=512, ge=16, le=1 << 17)
     calibration: Span
     evaluation: Span
+    quantizer_calibration: Optional[CalibrationSpec] = None
     tokenizer: Optional[str] = Field(default=None, min_length=1, max_length=4096)
     reference: Literal["checkpoint", "float32", "float16", "bfloat16"] = "checkpoint"
     logprobs: Literal["float32", "float16"] = "float32"
@@ -104,6 +108,8 @@ def _quality_table(s: SearchSpec, span: Span, sensitivity: str) -> dict:
            "reference": s.reference, "logprobs": s.logprobs, "sensitivity": sensitivity, "lm_head": s.lm_head}
     if s.tokenizer is not None:
         out["tokenizer"] = s.tokenizer
+    if s.quantizer_calibration is not None:  # the calibrated candidates' statistics, in the damage and proof jobs alike
+        out["calibration"] = s.quantizer_calibration.model_dump(exclude_none=True)
     return out
 
 
@@ -124,10 +130,11 @@ def _mapped(scenario: Any, span: str, build):
         return build()
     except ScenarioError as exc:
         key = exc.key
-        for ours, theirs in ((f"search.{span}.chunks", "quality.chunks"), (f"search.{span}.first_chunk", "quality.first_chunk"),
+        for ours, theirs in (("search.quantizer_calibration", "quality.calibration"),
+                             (f"search.{span}.chunks", "quality.chunks"), (f"search.{span}.first_chunk", "quality.first_chunk"),
                              ("search.m", "m"), ("search.context", "model.context"), ("search.methods", "model.methods"),
                              ("search.lm_head", "model.quantize_lm_head")):
-            if key == theirs or key.startswith(theirs + "["):
+            if key == theirs or key.startswith((theirs + "[", theirs + ".")):
                 key = ours + key[len(theirs):]
                 break
         else:
@@ -175,6 +182,7 @@ def check(scenario: Any) -> None:
 
     Raises:
         ScenarioError: the key at fault and why."""
+    from qbench import schemes
     from qbench.model import recipe as recipes
 
     if len(scenario.schemes) < 2:
@@ -203,6 +211,12 @@ def check(scenario: Any) -> None:
             raise ScenarioError(scenario.source, f"schemes[{i}]", f"the same scheme as schemes[{same}] ({label}) under "
                                                                   f"another label: a search chooses among different "
                                                                   f"schemes, got {e.label!r}")
+    calibrated = [e.label for e in scenario.schemes if schemes.get(e.name).needs_calibration]
+    if calibrated and scenario.search.quantizer_calibration is None:
+        raise ScenarioError(scenario.source, "search.quantizer_calibration",
+                            f"{', '.join(calibrated)} choose their values from calibration activations: add [search] "
+                            "quantizer_calibration = { first_chunk = N, chunks = M } (chunks of search.text that "
+                            "neither calibration nor evaluation holds) or { text = \"FILE\", chunks = M }, got none")
     if scenario.search.speed != "step":
         from qbench.quality.spec import resolve_path
 
@@ -284,6 +298,10 @@ def describe(scenario: Any) -> str:
     """The ``qbench check`` summary: the budget, the point, the spans and the speed source."""
     s = scenario.search
     speed = "the step job" if s.speed == "step" else s.speed
+    c = s.quantizer_calibration
+    quantizers = "" if c is None else (f"; calibrated candidates learn from chunks {c.first_chunk}.."
+                                       f"{c.first_chunk + c.chunks - 1} of {c.chunk or s.chunk} tokens of {c.text or s.text}")
     return (f"max mean KLD {s.max_kld:g} at M = {s.m}, context {s.context}; damages on chunks {s.calibration.first_chunk}.."
             f"{s.calibration.first_chunk + s.calibration.chunks - 1}, proof on {s.evaluation.first_chunk}.."
-            f"{s.evaluation.first_chunk + s.evaluation.chunks - 1} of {s.chunk} tokens of {s.text}; speed from {speed}")
+            f"{s.evaluation.first_chunk + s.evaluation.chunks - 1} of {s.chunk} tokens of {s.text}{quantizers}; speed from "
+            f"{speed}")

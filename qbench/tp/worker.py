@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
         restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
         for row in rows:
             row["cpu_threads_per_rank"] = torch.get_num_threads() if not cuda else None
-            if restarts and row["status"] == "ok":
+            if restarts and world > 1 and row["status"] == "ok":  # an outer agent's count is not this job's
                 row["flags"].append(flag_record("restarted", f"torchrun launched the job's {world} processes "
                                                              f"{restarts + 1} times"))
         os.makedirs(out_dir, exist_ok=True)
