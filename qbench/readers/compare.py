@@ -42,6 +42,7 @@ class CompareKind:
         matched_by: the identity in words, for the refusal when no row is in common.
         per_row_method: whether the table shows each pair's method (a step pair's, which may differ by row).
         check: (A, B) -> a refusal line when the two files cannot be compared (a step of another model), or None.
+        notes: (A, B) -> lines under the table on what else the files differ in (a step's attention kernel).
     """
 
     identity: Callable[[Any], dict]
@@ -52,6 +53,7 @@ class CompareKind:
     error_name: str = "rel err"
     per_row_method: bool = False
     check: Callable[[ResultDoc, ResultDoc], Optional[str]] = lambda a, b: None
+    notes: Callable[[ResultDoc, ResultDoc], list[str]] = lambda a, b: []
 
 
 def _layer_identity(row: Row) -> dict:
@@ -139,14 +141,15 @@ def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: 
     (the narrow default wraps it to fit 120 characters)."""
     timed = "" if kind.per_row_method else f"{method} "
     cols = [entry("scheme", "scheme"), entry("m", "M", "d"), entry("context", "context", "d"),
-            entry("method", "method"), COLUMNS["tp_size"], COLUMNS["split"],
+            entry("method", "method"), entry("k", "K", "d"), entry("n", "N", "d"), COLUMNS["tp_size"], COLUMNS["split"],
             entry("a_us", f"A {timed}µs", "us"), entry("b_us", f"B {timed}µs", "us"),
             entry("speedup", "speed-up vs A (A/B)", lambda v: shown(v, "{:.3f}×"), True),
             entry("rel_fro_diff", f"Δ {kind.error_name}", lambda v: shown(v, "{:+.2g}"), True),
             entry("verdict", "verdict", cell_override=lambda r: r["verdict"] + (" !" if r["regression"] else "")),
             entry("note", "note")]
     shard = ["tp_size", "split"] if any(r.get("tp_size") is not None for r in records) else []
-    place = ["context", "method"] if kind.per_row_method else []
+    shapes = ["k", "n"] if len({(r.get("k"), r.get("n")) for r in records}) > 1 else []  # a sweep: which shape
+    place = ["context", "method"] if kind.per_row_method else shapes
     keys = ["scheme", "m", *place, *shard, "a_us", "b_us", "speedup", "rel_fro_diff", "verdict", "note"]
     data = keys if kind.per_row_method else ["scheme", "m", "method", *keys[2:]]
     view = View("compare", cols, keys, data=data, wrap=("note", 16),
@@ -231,6 +234,7 @@ def run_compare(args) -> int:
             "each pair by the first step method both rows have (compiled, graph, cpu, loop), its median")
     notes = [f"{read}; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap = same. "
              f"{summary}." + (f" ({note})" if note else "")]
+    notes += kind.notes(a, b)
     bad = [r for r in records if r["regression"]]
     if bad:
         notes.append(f"REGRESSION: {len(bad)} row(s) slower than A by more than {args.threshold:g}× its time (speed-up "

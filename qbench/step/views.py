@@ -131,6 +131,25 @@ def _stability_line(rec: list[dict]) -> list[str]:
     return [f"picked per run (qbench run --repeat: each run's medians, the same rule): {'; '.join(said)}"] if said else []
 
 
+#: What two step files of one model can differ in besides the schemes' speed: a name and each file's value.
+_FILE_FACTS = (("machines", lambda d: d.machine),
+               ("scheme sets", lambda d: frozenset(r.scheme for r in d.rows)),
+               ("weights", lambda d: frozenset(r.weight_source for r in d.rows)),
+               ("KV caches", lambda d: frozenset(kv_cache_kind(r.kv_cache) for r in d.rows)),
+               ("attention kernels", lambda d: frozenset(str((r.attention or {}).get("kernel") or "not recorded")
+                                                         for r in d.rows)))
+
+
+def differences(docs: list[ResultDoc]) -> dict[str, list]:
+    """What the step files ``docs`` differ in (:data:`_FILE_FACTS`): name -> each file's value, only where they differ."""
+    out = {}
+    for what, key in _FILE_FACTS:
+        values = [key(doc) for doc in docs]
+        if len(set(values)) > 1:
+            out[what] = values
+    return out
+
+
 def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> str:
     """The line under several step files: whether each pick holds (:func:`qbench.judge.pick_stability`); a change is
     run-to-run variation only for runs of one scenario, else the line names what differs."""
@@ -140,13 +159,7 @@ def _across_files(records: list[tuple[str, ResultDoc, list[dict]]]) -> str:
     models = sorted({r.model for _, doc, _ in records for r in doc.rows})
     if len(models) != 1:
         return f"picks across files: not compared, the files hold different models ({', '.join(models)})"
-    differ = [what for what, key in (("machines", lambda d: d.machine),
-                                     ("scheme sets", lambda d: frozenset(r.scheme for r in d.rows)),
-                                     ("weights", lambda d: frozenset(r.weight_source for r in d.rows)),
-                                     ("KV caches", lambda d: frozenset(kv_cache_kind(r.kv_cache) for r in d.rows)),
-                                     ("attention kernels",
-                                      lambda d: frozenset((r.attention or {}).get("kernel") for r in d.rows)))
-              if len({key(doc) for _, doc, _ in records}) > 1]
+    differ = list(differences([doc for _, doc, _ in records]))
     stable, n = judge.pick_stability([rec for _, _, rec in records]), len(records)
     said = [f"M={s['m']} ctx={s['context']}: " + (f"{s['picks'][0] or 'none'} in {'both' if n == 2 else f'all {n}'}"
             if s["holds"] else "differ (" + ", ".join(f"{p or 'none'} in file {i + 1}"
@@ -318,7 +331,15 @@ def _pair_method(a, b, _files: str) -> str | None:
 
 def _one_model(a: ResultDoc, b: ResultDoc) -> str | None:
     """A refusal when A's and B's steps are of different models (their steps compare models, not schemes); a side
-    without rows (a run interrupted before its first) is of no model: compare says no row is in common."""
+    without rows (a run interrupted before its first) is of no model: compare says no row is in common. Models are
+    told apart by the checkpoint's content identity where every row has one (one checkpoint under two relative
+    paths is one model), else as written."""
+    ids = [{r.checkpoint_id for r in doc.rows} for doc in (a, b)]
+    if all(ids) and None not in ids[0] | ids[1]:
+        return None if ids[0] == ids[1] else (
+            f"A's steps are of checkpoint {', '.join(sorted(i[:12] for i in ids[0]))} and B's of "
+            f"{', '.join(sorted(i[:12] for i in ids[1]))} (content identities): compare reads one model's steps on "
+            "both sides")
     ma, mb = ({r.model for r in doc.rows} for doc in (a, b))
     if ma and mb and ma != mb:
         return (f"A's steps are of {', '.join(sorted(ma))} and B's of {', '.join(sorted(mb))}: compare reads one "
@@ -326,9 +347,21 @@ def _one_model(a: ResultDoc, b: ResultDoc) -> str | None:
     return None
 
 
+def _compare_notes(a: ResultDoc, b: ResultDoc) -> list[str]:
+    """The line under a step compare naming what else the two files differ in (:func:`differences`; the machines are
+    compare's own warnings, the scheme sets its 'only in' rows), each side's value: the speed-ups measure that as much
+    as the schemes."""
+    said = {k: v for k, v in differences([a, b]).items() if k not in ("machines", "scheme sets")}  # rows say those
+    if not said:
+        return []
+    show = lambda v: ", ".join(sorted(map(str, v))) if isinstance(v, frozenset) else str(v)  # noqa: E731
+    return ["A and B differ in " + "; ".join(f"{what} (A: {show(va)}; B: {show(vb)})" for what, (va, vb) in said.items())
+            + ": the speed-ups measure that as much as the schemes"]
+
+
 #: What ``qbench compare`` reads of model-step rows: matched by (scheme, M, context), each pair by the first step
 #: method both rows have, the logits error against the FP32 step.
 COMPARE = CompareKind(identity=lambda r: {"scheme": r.scheme, "m": r.m, "context": r.context}, method=_pair_method,
                       error=step_view.logits_error, where=lambda r: f"{r['scheme']} M={r['m']} ctx={r['context']}",
                       matched_by="scheme, M, context", error_name="logits err", per_row_method=True,
-                      check=_one_model)
+                      check=_one_model, notes=_compare_notes)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from qbench.judge import UNUSABLE
-from qbench.readers.compare import compare_docs
+from qbench.readers.compare import compare_docs, render_compare
 from qbench.row import reason_record
 from tests.rows import make_row
 
@@ -196,3 +196,14 @@ def test_speed_up_column_and_a_threshold_not_above_zero(tmp_path, capsys):
         assert _cli(str(tmp_path / "a.json"), str(tmp_path / "a.json"), "--threshold", bad) == 2
         err = capsys.readouterr().err
         assert err.startswith("qbench compare: --threshold must be > 0") and err.count("\n") == 1
+
+
+def test_a_sweep_compare_shows_each_rows_shape():
+    """Two shapes at one scheme and M (a sweep file) were two rows the table could not tell apart: K and N are shown
+    when the records hold more than one shape, and not otherwise."""
+    a = {"rows": [_row("x", stream=_stats(10.0, 9.9, 10.1)), _row("x", stream=_stats(20.0, 19.9, 20.1), k=128)]}
+    records = compare_docs(a, a, "stream")
+    table = render_compare(records, "stream")
+    header = table.splitlines()[0].split()
+    assert header[:4] == ["scheme", "M", "K", "N"] and {r["k"] for r in records} == {64, 128}
+    assert "K" not in render_compare(records[:1], "stream").splitlines()[0].split()

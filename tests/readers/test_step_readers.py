@@ -601,3 +601,34 @@ def test_step_recommend_says_how_often_each_pick_won_the_files_runs(tmp_path, ca
     assert run_subcommand(recommend, "recommend", str(ROOT / "results" / "h200" / "step_tiny_trained.json"),
                           "--max-rel-err", "0.05") == 0
     assert "picked per run" not in capsys.readouterr().out
+
+
+def test_compare_names_what_else_two_step_files_differ_in(tmp_path, capsys):
+    """A (the tiny H200 file, attention not recorded, the cache at the activation dtype) against a copy whose rows
+    ran split-KV attention over an fp8 cache: the speed-ups measure those too, and a line under the table says so."""
+    def other_engine(doc):
+        for r in doc["rows"]:
+            r["attention"], r["kv_cache"] = {"kernel": "split-kv"}, {"dtype": "float8_e4m3fn"}
+    b = edited_copy(tmp_path, TINY, "b.json", other_engine)
+    assert run_subcommand(compare, "compare", str(TINY), b) == 0
+    flat = " ".join(capsys.readouterr().out.split())
+    assert ("A and B differ in KV caches (A: activation-dtype; B: fp8); attention kernels (A: not recorded; B: "
+            "split-kv): the speed-ups measure that as much as the schemes") in flat
+    assert run_subcommand(compare, "compare", str(TINY), str(TINY)) == 0
+    assert "differ in" not in capsys.readouterr().out
+
+
+def test_compare_tells_models_apart_by_checkpoint_identity_where_rows_have_one(tmp_path, capsys):
+    """One checkpoint written under two relative paths is one model (same checkpoint_id); two ids are two models,
+    whatever the paths say."""
+    def same(ident, model):
+        return lambda doc: [r.update(checkpoint_id=ident, model=model) for r in doc["rows"]]
+    a = edited_copy(tmp_path, TINY, "a.json", same("a" * 64, "../data/checkpoints/tiny-shakespeare-llama"))
+    b = edited_copy(tmp_path, TINY, "b.json", same("a" * 64, "../../data/checkpoints/tiny-shakespeare-llama"))
+    assert run_subcommand(compare, "compare", a, b) == 0
+    capsys.readouterr()
+    c = edited_copy(tmp_path, TINY, "c.json", same("b" * 64, "../data/checkpoints/tiny-shakespeare-llama"))
+    assert run_subcommand(compare, "compare", a, c) == 2
+    assert capsys.readouterr().err.strip() == (f"qbench compare: A's steps are of checkpoint {'a' * 12} and B's of "
+                                               f"{'b' * 12} (content identities): compare reads one model's steps on "
+                                               "both sides")
