@@ -2,11 +2,13 @@
 
 For every scheme: tp_size 1 once (``split = "none"``, the unsharded baseline of both splits),
 run as ``python -m qbench.tp.worker``; then every (split, tp_size > 1) under
-``torchrun --standalone --nproc-per-node P -m qbench.tp.worker`` (:mod:`qbench.tp.worker`). A
+``torchrun --standalone --nproc-per-node P --max-restarts 1 -m qbench.tp.worker`` (:mod:`qbench.tp.worker`). A
 job is skipped, with the reason in its rows, when the scheme cannot run on the device, cannot be
 sharded that way (:func:`qbench.tp.shard.plan`), or needs more ranks than the host has (CUDA
 devices; on the CPU, cores, at most :data:`MAX_CPU_RANKS`). A job that exits badly or outlives
-``timing.scheme_timeout_s`` gives failed rows with its last log line; the others go on.
+``timing.scheme_timeout_s`` (both launches of a restarted job within it) gives failed rows with the line that says
+why its root-cause rank failed; the others go on. A job whose rank crashed gets one more launch (rows flagged
+``restarted``).
 
 The result file is the same versioned document as :func:`qbench.runner.run` writes, rewritten
 after every job (``"complete": false`` until the end).
@@ -179,6 +181,8 @@ def run_job(scenario: Scenario, index: int, tp_size: int, split: str, dev, folde
             for flag in row.get("flags") or []:
                 if flag["name"] == "restarted" and first:
                     flag["text"] += f"; the failure: {first}"
+            if first and row["status"] != "ok" and row.get("reason"):  # failed rows carry no flags: say it here
+                row["reason"] += f" (the second launch: torchrun restarted the job after {first})"
         return rows
     what = f"timed out after {timeout:g} s" if code is None else f"exited with status {code}"
     last = _last_line(log_path)
@@ -238,21 +242,26 @@ def _children(pid: int) -> list[int]:
 
 
 def _last_line(log_path: str) -> str:
-    """The line of a job's log that says why it failed (at most 240 characters): the root-cause rank's
-    exception (torchrun prints each rank's lines as ``[rankR]: ...`` and names the first rank that failed
-    under "Root Cause"), else any rank's exception, else the log's last exception line (torchrun's own
-    ``ChildFailedError``), else its last line."""
+    """The line of a job's log that says why it failed (at most 240 characters), by :func:`_reason`, with the rank
+    torchrun names under "Root Cause" (torchrun prints each rank's traceback lines as ``[rankR]: ...``)."""
     lines = log_tail(log_path)
     return _reason(lines, _root_cause_rank(lines)) if lines else ""
 
 
 def _reason(lines: list[str], rank: Optional[int]) -> str:
-    """:func:`_last_line`'s choice among ``lines``: ``rank``'s last exception, else any rank's, else any, else the
-    last line."""
+    """The line of ``lines`` that says why ``rank`` failed: its last exception, else the last exception no rank
+    prefix claims (printed before torch set the prefix; torchrun's own ``ChildFailedError`` left out), else
+    torchrun's ``failed (exitcode: ...)`` line for it (a rank killed by a signal prints no exception), else torchrun's
+    own error (``ChildFailedError``), else the last line; never another rank's exception (that rank's broken connection is a consequence, not the cause). Without a
+    rank: any rank's last exception, else any exception, else the last line."""
     errors = [line for line in lines if _exception_name(line)]
-    rank_errors = [line for line in errors if line.startswith("[rank")]
-    own = [line for line in rank_errors if line.startswith(f"[rank{rank}]:")] if rank is not None else []
-    return (own or rank_errors or errors or lines)[-1][:240]
+    if rank is None:
+        return ([line for line in errors if line.startswith("[rank")] or errors or lines)[-1][:240]
+    own = [line for line in errors if line.startswith(f"[rank{rank}]:")]
+    loose = [line for line in errors if not line.startswith(("[rank", "torch.distributed.elastic"))]
+    failed = [m.group(1) for line in lines if (m := FAILED_RANK.search(line)) and int(m.group(2)) == rank]
+    elastic = [line for line in errors if line.startswith("torch.distributed.elastic")]
+    return (own or loose or failed or elastic or lines)[-1][:240]
 
 
 #: torchrun's line for each rank that failed (``failed (exitcode: -9) local_rank: 1 (pid: ...) of binary: ...``).
@@ -268,8 +277,7 @@ def _first_failure(log_path: str) -> str:
     at = next((i for i, line in enumerate(lines) if FAILED_RANK.search(line)), None)
     if at is None:
         return ""
-    said = FAILED_RANK.search(lines[at])
-    return _reason(lines[:at] + [said.group(1)], int(said.group(2)))
+    return _reason(lines[:at + 1], int(FAILED_RANK.search(lines[at]).group(2)))
 
 
 def _exception_name(line: str) -> bool:

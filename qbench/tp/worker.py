@@ -2,7 +2,7 @@
 
 Launched by :mod:`qbench.tp.runner` as::
 
-    torchrun --standalone --nproc-per-node P -m qbench.tp.worker JOB.json OUT_DIR
+    torchrun --standalone --nproc-per-node P --max-restarts 1 -m qbench.tp.worker JOB.json OUT_DIR
 
 or, for tp_size 1, as plain ``python -m qbench.tp.worker JOB.json OUT_DIR`` (no
 torch.distributed). ``JOB.json`` holds ``{"scenario": Scenario.to_dict(), "source": str,

@@ -212,3 +212,38 @@ def test_a_restarted_jobs_flag_quotes_the_first_launchs_failure(tmp_path):
               + RESTARTED_LOG.replace("exitcode: -9", "exitcode: 1") + "[rank0]: ValueError: of the second launch\n")
     log.write_text(raised)
     assert runner._first_failure(str(log)) == "[rank1]: RuntimeError: boom on rank 1"
+    # rank 1 SIGKILLed, rank 0's broken connection printed before torchrun's line: the line of rank 1, not rank 0's
+    log.write_text("[rank0]: RuntimeError: [gloo] Connection closed by peer\n" + RESTARTED_LOG)
+    assert runner._first_failure(str(log)).startswith("failed (exitcode: -9) local_rank: 1 ")
+
+
+def test_a_failed_jobs_reason_is_never_another_ranks_error(tmp_path):
+    """torchrun names rank 1 the root cause; rank 1 printed nothing (SIGKILL), rank 0 its broken connection: the
+    reason is torchrun's line for rank 1 (review 2026-12-07: it quoted rank 0's gloo error)."""
+    log = tmp_path / "worker.log"
+    killed = TORCHRUN_LOG.replace("[rank1]: RuntimeError: boom on rank 1\n", "").replace(
+        "W1207 00:49:42.227000", "E1207 00:49:42.225000 4464 torch/distributed/elastic/multiprocessing/api.py:1002] "
+        "failed (exitcode: -9) local_rank: 1 (pid: 4435) of binary: python\nW1207 00:49:42.227000")
+    log.write_text(killed)
+    assert runner._last_line(str(log)) == "failed (exitcode: -9) local_rank: 1 (pid: 4435) of binary: python"
+
+
+def test_failed_rows_of_a_restarted_job_say_it_in_their_reason(tmp_path, monkeypatch):
+    """A job torchrun restarted whose second launch still wrote failed rows (its rank 0 caught the scheme's error):
+    failed rows carry no flags, so their reason says the job was restarted and after what."""
+    import sys
+
+    from qbench.measure import failed_rows
+
+    sc = _scenario(tmp_path, ["int8-weight-only"], '[tp]\ntp_size = [2]\nsplit = ["column"]\n')
+    dev = torch.device("cpu")
+    rows = failed_rows(runner._rows(sc, 0, dev, 2, "column"), "failed", "run (rank 0): RuntimeError: x")
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    script = ("import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2] + '/rows.json'); print('E1207 0 api.py:1002] "
+              "failed (exitcode: -9) local_rank: 1 (pid: 7) of binary: python')")
+    monkeypatch.setattr(runner, "command", lambda tp, job, out: [sys.executable, "-c", script,
+                                                                 str(tmp_path / "rows.json"), out])
+    got = runner.run_job(sc, 0, 2, "column", dev, str(tmp_path / "job"))
+    assert {r["reason"] for r in got} == {
+        "run (rank 0): RuntimeError: x (the second launch: torchrun restarted the job after failed (exitcode: -9) "
+        "local_rank: 1 (pid: 7) of binary: python)"}
