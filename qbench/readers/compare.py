@@ -36,17 +36,20 @@ class CompareKind:
 
     Attributes:
         identity: row -> the record's identity fields (rows of A and B with equal fields are compared).
-        method: (A's row or None, B's row or None, the files' method) -> the method the pair is read by.
+        method: (A's row or None, B's row or None, the files' method) -> the method the pair is read by (None: no
+            method has a time or a reason on either row).
         error: row -> its relative error (None: not measured); ``error_name`` its words in headers.
         where: record -> its place in a note line (``int8 M=16``).
         matched_by: the identity in words, for the refusal when no row is in common.
         per_row_method: whether the table shows each pair's method (a step pair's, which may differ by row).
         check: (A, B) -> a refusal line when the two files cannot be compared (a step of another model), or None.
         notes: (A, B) -> lines under the table on what else the files differ in (a step's attention kernel).
+        lost: (A's row, B's row, the pair's method) -> a note when B lacks a better method A had (a step whose compiled
+            form failed in B is read by its graph step: say so), or None.
     """
 
     identity: Callable[[Any], dict]
-    method: Callable[[Any, Any, str], str]
+    method: Callable[[Any, Any, str], Optional[str]]
     error: Callable[[Any], Optional[float]]
     where: Callable[[dict], str]
     matched_by: str
@@ -54,6 +57,7 @@ class CompareKind:
     per_row_method: bool = False
     check: Callable[[ResultDoc, ResultDoc], Optional[str]] = lambda a, b: None
     notes: Callable[[ResultDoc, ResultDoc], list[str]] = lambda a, b: []
+    lost: Callable[[Any, Any, Optional[str]], Optional[str]] = lambda a, b, method: None
 
 
 def _layer_identity(row: Row) -> dict:
@@ -67,6 +71,12 @@ LAYER = CompareKind(identity=_layer_identity, method=lambda a, b, method: method
                     where=lambda r: f"{r['scheme']} M={r['m']}", matched_by="scheme, M, K, N")
 
 
+#: The relative error under which no growth is judged (``--max-err-growth``): an FP32 result's own rounding over a long
+#: dot product, u·√K with u = 2^-24 and K = 65,536, is 1.5e-5; an FP32 row at exactly 0 against a B at 1e-7 is not
+#: an error that grew.
+ERROR_FLOOR = 1e-5
+
+
 def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISION_METHOD,
                  threshold: float = 1.05, max_err_growth: float = 2.0, machine: str | None = None,
                  kind: CompareKind = LAYER) -> list[dict]:
@@ -75,7 +85,8 @@ def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISIO
     ``speedup`` (A / B), both errors and their difference, a ``verdict`` (faster, slower, same, only in A, only in B,
     not comparable), a ``note`` (why not comparable, or ``machine`` then each side's
     :func:`qbench.judge.row_caveats`), ``regression`` (slower beyond ``threshold``) and ``fails`` (failed or missing
-    in B, error grown over ``max_err_growth``)."""
+    in B, untimed in B though A was timed, error grown over ``max_err_growth`` from at least :data:`ERROR_FLOOR`).
+    ``method`` is the files' method; a kind that reads each pair by its own (``kind.method``) may ignore it."""
     a, b = ResultDoc.of(a), ResultDoc.of(b)
     key_of = lambda r: tuple(kind.identity(r).items())  # noqa: E731
     rows_a, rows_b = ({key_of(r): r for r in doc.rows} for doc in (a, b))
@@ -93,8 +104,10 @@ def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISIO
                "verdict": None, "note": None, "regression": False, "fails": []}
         if ra is not None and ra.status == "ok" and (rb is None or rb.status != "ok"):
             rec["fails"].append("missing from B" if rb is None else f"{rb.status} in B")
-        if both and eb > max_err_growth * ea:
-            rec["fails"].append(f"error grew {eb / ea if ea > 0 else float('inf'):.1f}×")
+        if both and eb > max_err_growth * max(ea, ERROR_FLOOR):
+            rec["fails"].append(f"error grew {eb / ea:.1f}×" if ea > 0 else f"error grew from 0 to {eb:.2g}")
+        if sa is not None and sb is None and rb is not None and rb.status == "ok":
+            rec["fails"].append(f"untimed in B ({why_untimed(rb, pair)})")
         if ra is None or rb is None:
             rec["verdict"] = "only in B" if ra is None else "only in A"
         elif sa is None or sb is None:
@@ -107,6 +120,8 @@ def compare_docs(a: ResultDoc | dict, b: ResultDoc | dict, method: str = DECISIO
             rec["verdict"] = row_verdict(ra, rb, pair)  # runs' medians too (repeats, several files a side)
             rec["note"] = "; ".join(f"{side}: {', '.join(said)}" for side, row, stats in (("A", ra, sa), ("B", rb, sb))
                                     if (said := row_caveats(row, stats))) or None  # e.g. "B: cpu-busy, noisy (cv 0.90)"
+            if (lost := kind.lost(ra, rb, pair)):
+                rec["note"] = lost + (f"; {rec['note']}" if rec["note"] else "")
             if machine and rec["verdict"] != "same":  # named before any cpu-busy flag of the rows
                 rec["note"] = machine + (f"; {rec['note']}" if rec["note"] else "")
             # compared as times, not through 1/speedup: B at exactly threshold x A is no regression
@@ -123,11 +138,13 @@ def machine_note(differences: list[str]) -> str | None:
     return f"machines {'differ' if known else 'may differ'} ({', '.join(known or labels)})" if labels else None
 
 
-def why_untimed(row: Row, method: str) -> str:
+def why_untimed(row: Row, method: Optional[str]) -> str:
     """Why ``row`` has no ``method`` time: its status and reason, :data:`qbench.judge.UNUSABLE`, or the method's
     ``latency_reasons`` entry."""
     if row.status != "ok":
         return f"{row.status}: {row.reason or 'no reason given'}"
+    if method is None:
+        return "no step time recorded"
     if capture_failure(row, method):
         return UNUSABLE
     reason = row.reason_for(method)
@@ -251,7 +268,7 @@ def run_compare(args) -> int:
 
 COMMAND = Command(
     name="compare", help="compare two result JSON files row by row", description=__doc__.split("\n\n")[0],
-    exit_codes="0 no regression; 1 a row got slower than --threshold, a scheme failed or disappeared in B, or its "
-               "error grew over --max-err-growth; 2 bad input (no row in common, machines that differ without "
+    exit_codes="0 no regression; 1 a row got slower than --threshold, a scheme failed, disappeared or went untimed in "
+               "B, or its error grew over --max-err-growth; 2 bad input (no row in common, machines that differ without "
                "--allow-other-machine)",
     add_arguments=_add_arguments, run=run_compare)

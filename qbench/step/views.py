@@ -134,7 +134,9 @@ def _stability_line(rec: list[dict]) -> list[str]:
 #: What two step files of one model can differ in besides the schemes' speed: a name and each file's value.
 _FILE_FACTS = (("machines", lambda d: d.machine),
                ("scheme sets", lambda d: frozenset(r.scheme for r in d.rows)),
-               ("weights", lambda d: frozenset(r.weight_source for r in d.rows)),
+               ("weights", lambda d: frozenset(f"checkpoint {r.checkpoint_id[:12]}" if r.checkpoint_id else r.weight_source
+                                               for r in d.rows)),  # by content: one checkpoint under two paths is one
+               ("LM heads", lambda d: frozenset(r.lm_head for r in d.rows)),
                ("KV caches", lambda d: frozenset(kv_cache_kind(r.kv_cache) for r in d.rows)),
                ("attention kernels", lambda d: frozenset(str((r.attention or {}).get("kernel") or "not recorded")
                                                          for r in d.rows)))
@@ -329,6 +331,19 @@ def _pair_method(a, b, _files: str) -> str | None:
     return both or next((m for r in rows if (m := decision_method(r))), named)
 
 
+def _lost(a, b, pair: str | None) -> str | None:
+    """``B: no step_compiled (why)`` when A had a step method earlier in the decision order than the pair's, which B
+    has no time for (a compile or a capture that fails in B): the pair is read by a lesser method, and the table
+    would not say why."""
+    from qbench.readers.compare import why_untimed
+
+    order = registry.decision_order("step")
+    for m in order[:order.index(pair)] if pair in order else ():
+        if a.stats(m) is not None and b.stats(m) is None:
+            return f"B: no {m} ({why_untimed(b, m)})"
+    return None
+
+
 def _one_model(a: ResultDoc, b: ResultDoc) -> str | None:
     """A refusal when A's and B's steps are of different models (their steps compare models, not schemes); a side
     without rows (a run interrupted before its first) is of no model: compare says no row is in common. Models are
@@ -364,4 +379,4 @@ def _compare_notes(a: ResultDoc, b: ResultDoc) -> list[str]:
 COMPARE = CompareKind(identity=lambda r: {"scheme": r.scheme, "m": r.m, "context": r.context}, method=_pair_method,
                       error=step_view.logits_error, where=lambda r: f"{r['scheme']} M={r['m']} ctx={r['context']}",
                       matched_by="scheme, M, context", error_name="logits err", per_row_method=True,
-                      check=_one_model, notes=_compare_notes)
+                      check=_one_model, notes=_compare_notes, lost=_lost)

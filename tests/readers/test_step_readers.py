@@ -624,11 +624,46 @@ def test_compare_tells_models_apart_by_checkpoint_identity_where_rows_have_one(t
     def same(ident, model):
         return lambda doc: [r.update(checkpoint_id=ident, model=model) for r in doc["rows"]]
     a = edited_copy(tmp_path, TINY, "a.json", same("a" * 64, "../data/checkpoints/tiny-shakespeare-llama"))
-    b = edited_copy(tmp_path, TINY, "b.json", same("a" * 64, "../../data/checkpoints/tiny-shakespeare-llama"))
+    moved = "../../data/checkpoints/tiny-shakespeare-llama"
+    b = edited_copy(tmp_path, TINY, "b.json", lambda doc: [r.update(checkpoint_id="a" * 64, model=moved,
+                                                                   weight_source=f"checkpoint {moved} (float32)")
+                                                          for r in doc["rows"]])
     assert run_subcommand(compare, "compare", a, b) == 0
-    capsys.readouterr()
+    assert "differ in" not in capsys.readouterr().out  # the weights too are one checkpoint's
     c = edited_copy(tmp_path, TINY, "c.json", same("b" * 64, "../data/checkpoints/tiny-shakespeare-llama"))
     assert run_subcommand(compare, "compare", a, c) == 2
     assert capsys.readouterr().err.strip() == (f"qbench compare: A's steps are of checkpoint {'a' * 12} and B's of "
                                                f"{'b' * 12} (content identities): compare reads one model's steps on "
                                                "both sides")
+
+
+def test_compare_says_what_b_lost_and_fails_a_step_b_no_longer_times(tmp_path, capsys):
+    """B lost bf16's compiled step (its compile failed) and fp32's graph step (capture failed, its only method):
+    bf16's pair is read by the graph step with a note naming what B lacks; fp32's is 'untimed in B', a failure
+    (exit 1), not a quiet 'not comparable'. fp32's logits error is 0 on both sides: no growth is judged from 0."""
+    def a_side(doc):
+        for r in doc["rows"]:
+            if (r["scheme"], r["m"], r["context"]) == ("bf16", 1, 128):
+                r["latency_us"]["step_compiled"] = _scaled(r["latency_us"]["step_graph"], 0.9)
+
+    def b_side(doc):
+        for r in doc["rows"]:
+            at = (r["scheme"], r["m"], r["context"])
+            if at == ("bf16", 1, 128):
+                r["latency_reasons"]["step_compiled"] = {"kind": "error", "text": "compile: BackendCompilerFailed"}
+            if at == ("fp32", 1, 128):
+                r["latency_us"]["step_graph"] = None
+                r["latency_reasons"]["step_graph"] = {"kind": "error", "text": "capture: cudaErrorStreamCapture"}
+                r["error"]["rel_fro"] = 1e-7
+    a, b = edited_copy(tmp_path, TINY, "a.json", a_side), edited_copy(tmp_path, TINY, "b.json", b_side)
+    code, out = _json(capsys, compare, "compare", a, b)
+    recs = {(r["scheme"], r["m"], r["context"]): r for r in out}
+    bf16, fp32 = recs[("bf16", 1, 128)], recs[("fp32", 1, 128)]
+    assert code == 1 and bf16["method"] == "step_graph" and bf16["verdict"] == "same"
+    assert bf16["note"].startswith("B: no step_compiled (no step_compiled latency (compile: BackendCompilerFailed))")
+    assert fp32["verdict"] == "not comparable"
+    assert run_subcommand(compare, "compare", a, b) == 1
+    flat = " ".join(capsys.readouterr().out.split())
+    assert "FAILED: 1 row(s): fp32 M=1 ctx=128 (untimed in B (no step_graph latency (capture: " in flat
+    assert "error grew" not in flat
+
