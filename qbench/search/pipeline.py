@@ -309,6 +309,8 @@ def _row(problem: Problem, choice, job: Search, rnd: int, kind: str, label: str,
     flags = [Flag(name="emulated", text=f"{name} ran emulated in the damage job (its dequantized weights, not its "
                                         f"kernel){'' if m is None or not m.emulated else ' and in the proof'}")
              for name in problem.emulated if name in used]
+    flags += [Flag(name="few-calibration-tokens", text=f"{name} in the damage job: {text}")
+              for name, text in problem.few_tokens.items() if name in used]
     entry = recipe if recipe is not None else (recipes.entry(problem, job.candidates, choice, m.label if m else label)
                                                if m is not None or pick else None)
     row = SearchRow(scheme=label, kind=kind, round=rnd, m=s.m, context=s.context, predicted_us=t, predicted_kld=d,

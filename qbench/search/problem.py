@@ -79,6 +79,8 @@ class Problem:
         notes: what a reader must know of a candidate's speed (label -> line: a speed that depends
             on values, read from seeded weights).
         emulated: the candidates the damage file ran emulated (their kernel did not run there).
+        few_tokens: calibrated candidate label -> the damage row's ``few-calibration-tokens`` text (GPTQ or AWQ fitted
+            on fewer tokens than a linear's inputs), for the rows of recipes that use them.
         scale: the factor every damage was scaled by since measured (refits), 1 as measured.
     """
 
@@ -95,6 +97,7 @@ class Problem:
     scale: float = 1.0
     fixed_kld: float = 0.0
     fixed_kld_unc: float = 0.0
+    few_tokens: dict[str, str] = field(default_factory=dict)
 
     def pure(self, c: int) -> tuple[int, ...]:
         """The choice of candidate ``c`` for every unit."""
@@ -283,7 +286,20 @@ def build(quality_path: str, quality_doc: Any, step_path: str, step_doc: Any, ca
     fixed_kld = max(0.0, float(whole.mean) - units_sum)
     sources["fixed_kld"] = (f"the {candidates[0].label} row's whole-model KLD {whole.mean:.4g} less the sum of its "
                             f"units' {units_sum:.4g}: {fixed_kld:.4g} nats/token no unit carries (attention and the "
-                            f"norms), added to every predicted KLD")
+                            f"norms at the activation dtype; for a quantized base, its units' non-additivity too), "
+                            f"added to every predicted KLD")
+    if whole.mean < units_sum:
+        sources["fixed_kld"] += (f"; the whole row is below its units' sum (their damages overlap), so the rest is "
+                                 f"taken as 0")
+    few = {r.scheme: f.text for r in quality_doc.rows for f in r.flags if f.name == "few-calibration-tokens"}
+    labels = {c.label for c in candidates}
+    calibrated = [r for r in quality_doc.rows if r.scheme in labels and r.calibration is not None]
+    if calibrated:
+        c = calibrated[0].calibration
+        sources["quantizer_calibration"] = (f"{', '.join(r.scheme for r in calibrated)} calibrated on chunks "
+                                            f"{c.first_chunk}..{c.first_chunk + c.chunks - 1} of {c.chunk} tokens of "
+                                            f"{c.text} ({c.tokens} tokens, sha256 {c.text_sha256[:12]}), in the damage "
+                                            f"job and in the proof")
     return Problem(units, tuple(c.label for c in candidates), tuple(map(tuple, times)), tuple(map(tuple, dmg)),
                    tuple(map(tuple, unc)), fixed, sources, method, notes, emulated, fixed_kld=fixed_kld,
-                   fixed_kld_unc=float(whole.unc) + sum(row[0] for row in unc))
+                   fixed_kld_unc=float(whole.unc) + sum(row[0] for row in unc), few_tokens=few)

@@ -140,7 +140,13 @@ def _mapped(scenario: Any, span: str, build):
         else:
             if key.startswith("quality."):
                 key = "search." + key.removeprefix("quality.")
-        raise ScenarioError(scenario.source, key, exc.message) from None
+        message = exc.message
+        if key.startswith("search.quantizer_calibration"):
+            c = scenario.search.quantizer_calibration
+            if key.endswith(".text") and c is not None and c.text is None:  # no text written: its span is too long
+                key = "search.quantizer_calibration.chunks"
+            message += f" (in the {span} job: the tokens it scores are search.{span}'s)"
+        raise ScenarioError(scenario.source, key, message) from None
 
 
 def damage_scenario(scenario: Any):

@@ -25,9 +25,10 @@ def quality_row(label: str, damages: dict, whole: tuple = None, **kw) -> NS:
     default the units' sums (no rest)."""
     sens = [NS(part=p, kld=k, kld_unc=u, same_top=1.0, ppl_ratio=1.0) for p, (k, u) in damages.items()]
     whole = whole or (sum(k for k, _ in damages.values()), sum(u for _, u in damages.values()))
-    base = dict(stats=NS(kld=NS(mean=whole[0], unc=whole[1])), scheme=label, base_scheme=label, status="ok", reason=None, sensitivity_by="unit", sensitivity=sens,
+    base = dict(stats=NS(kld=NS(mean=whole[0], unc=whole[1])), flags=[], scheme=label, base_scheme=label, status="ok", reason=None, sensitivity_by="unit", sensitivity=sens,
                 lm_head="float", checkpoint_id=CK, weights="checkpoint ck (float32)", emulated=False, chunks=8,
-                chunk=512, text="hamlet.txt", reference=NS(dtype="float32"), recipe=None, options={}, kv_cache=None)
+                chunk=512, text="hamlet.txt", reference=NS(dtype="float32"), recipe=None, options={}, kv_cache=None,
+                calibration=None)
     return NS(**{**base, **kw})
 
 
@@ -95,7 +96,24 @@ def test_the_rests_damage_is_the_base_rows_whole_kld_less_its_units():
     assert predict(p, p.pure(1))[1] == pytest.approx(0.0006 + 0.010)
     assert "0.001 less the sum of its units' 0.0004: 0.0006 nats/token" in p.sources["fixed_kld"]
     q[0] = quality_row("bf16", units, whole=(0.0003, 0.00005))
-    assert build(*files(quality_rows=q), CANDIDATES, 1, 128).fixed_kld == 0.0
+    clamped = build(*files(quality_rows=q), CANDIDATES, 1, 128)
+    assert clamped.fixed_kld == 0.0
+    assert clamped.sources["fixed_kld"].endswith("; the whole row is below its units' sum (their damages overlap), "
+                                                 "so the rest is taken as 0")
+
+
+def test_a_calibrated_candidates_few_tokens_and_span_reach_the_problem():
+    """int8 stands in for a calibrated candidate: its damage row flagged few-calibration-tokens and carrying a
+    calibration record; the problem keeps the flag's text for the rows of recipes using it, and names the span."""
+    cal = NS(first_chunk=6, chunks=2, chunk=256, text="hamlet.txt", tokens=512, text_sha256="f" * 64)
+    few = NS(name="few-calibration-tokens", text="512 calibration tokens, fewer than the inputs of 1 of 4 linears")
+    q = [quality_row("bf16", {u: (0.0001, 0.00001) for u in UNITS}),
+         quality_row("int8-weight-only", {u: (0.001, 0.0001) for u in UNITS}, flags=[few], calibration=cal)]
+    p = build(*files(quality_rows=q), CANDIDATES, 1, 128)
+    assert p.few_tokens == {"int8-weight-only": few.text}
+    assert p.sources["quantizer_calibration"] == ("int8-weight-only calibrated on chunks 6..7 of 256 tokens of "
+                                                  "hamlet.txt (512 tokens, sha256 ffffffffffff), in the damage job "
+                                                  "and in the proof")
 
 
 def test_search_docs_rest_figures_are_the_committed_smollm2_units_file():

@@ -151,3 +151,23 @@ def test_a_speed_file_of_another_checkpoint_is_refused_by_check_before_anything_
                                              "(sha256 000000000000) is not the quality files'")
         else:
             load(other)
+
+
+def test_a_quantizer_calibration_span_is_refused_in_the_searchs_own_terms():
+    """int4-gptq among the candidates: its span overlapping the damage span (chunks 0..3) is refused under
+    search.quantizer_calibration.first_chunk, saying which job's tokens it overlaps; a span past the text's end,
+    with no text written, under .chunks (the quality job names .text, a key this file does not have)."""
+    gptq = BASE.replace('name = "int4-intx"', 'name = "int4-gptq"')
+    overlap = refusal(gptq.replace("evaluation = { first_chunk = 4, chunks = 12 }",
+                                   "evaluation = { first_chunk = 4, chunks = 12 }\n"
+                                   "quantizer_calibration = { first_chunk = 2, chunks = 2 }"))
+    assert overlap.startswith("search.quantizer_calibration.first_chunk: the calibration span, tokens [1024, 2048)")
+    assert overlap.endswith("(in the calibration job: the tokens it scores are search.calibration's)")
+    long = refusal(gptq.replace("evaluation = { first_chunk = 4, chunks = 12 }",
+                                "evaluation = { first_chunk = 4, chunks = 12 }\n"
+                                "quantizer_calibration = { first_chunk = 100000, chunks = 2 }"))
+    assert long.startswith("search.quantizer_calibration.chunks: ") and "fewer than the calibration span needs" in long
+    ok = load(gptq.replace("evaluation = { first_chunk = 4, chunks = 12 }",
+                           "evaluation = { first_chunk = 4, chunks = 12 }\n"
+                           "quantizer_calibration = { first_chunk = 16, chunks = 2 }"))
+    assert ok.search.quantizer_calibration.first_chunk == 16
