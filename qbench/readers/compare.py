@@ -168,10 +168,21 @@ def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: 
     shapes = ["k", "n"] if len({(r.get("k"), r.get("n")) for r in records}) > 1 else []  # a sweep: which shape
     place = ["context", "method"] if kind.per_row_method else shapes
     keys = ["scheme", "m", *place, *shard, "a_us", "b_us", "speedup", "rel_fro_diff", "verdict", "note"]
-    data = keys if kind.per_row_method else ["scheme", "m", "method", *keys[2:]]
+    data = keys if kind.per_row_method else ["scheme", "m", "k", "n", "method", *keys[2 + len(shapes):]]
     view = View("compare", cols, keys, data=data, wrap=("note", 16),
                 short={"a_us": "A µs", "b_us": "B µs", "speedup": "speed-up", "rel_fro_diff": "Δ err", "context": "ctx"})
     return view.render(records, fmt, wide)
+
+
+def _where(kind: CompareKind, records: list[dict]) -> Callable[[dict], str]:
+    """``kind.where``, with each record's K×N where the records hold several shapes (a sweep) and its sharding where
+    they hold tensor-parallel rows: a REGRESSION or FAILED line must tell two such rows apart, as the table does."""
+    shapes = len({(r.get("k"), r.get("n")) for r in records}) > 1
+    shard = any(r.get("tp_size") is not None for r in records)
+    if not (shapes or shard):
+        return kind.where
+    return lambda r: (kind.where(r) + (f" {r['k']}×{r['n']}" if shapes else "")
+                      + (f" tp={r['tp_size']} {r['split']}" if shard and r.get("tp_size") is not None else ""))
 
 
 def _add_arguments(p) -> None:
@@ -252,15 +263,16 @@ def run_compare(args) -> int:
     notes = [f"{read}; speed-up = A time / B time (> 1: B is faster); [p10, p90] overlap = same. "
              f"{summary}." + (f" ({note})" if note else "")]
     notes += kind.notes(a, b)
+    where = _where(kind, records)
     bad = [r for r in records if r["regression"]]
     if bad:
         notes.append(f"REGRESSION: {len(bad)} row(s) slower than A by more than {args.threshold:g}× its time (speed-up "
-                     f"below {1 / args.threshold:.3f}×): " + ", ".join(f"{kind.where(r)} (speed-up "
+                     f"below {1 / args.threshold:.3f}×): " + ", ".join(f"{where(r)} (speed-up "
                      f"{r['speedup']:.2f}×" + (f"; {r['note']}" if r["note"] else "") + ")" for r in bad))
     failing = [r for r in records if r["fails"]]
     if failing:
         notes.append(f"FAILED: {len(failing)} row(s): "
-                     + ", ".join(f"{kind.where(r)} ({'; '.join(r['fails'])})" for r in failing))
+                     + ", ".join(f"{where(r)} ({'; '.join(r['fails'])})" for r in failing))
     print_table(args, render_compare(records, method, args.format, wide=args.wide, kind=kind),
                 sides if narrow(args.format, args.wide) else ["; ".join(sides)], notes)
     return 1 if bad or failing else 0

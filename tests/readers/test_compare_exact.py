@@ -207,3 +207,8 @@ def test_a_sweep_compare_shows_each_rows_shape():
     header = table.splitlines()[0].split()
     assert header[:4] == ["scheme", "M", "K", "N"] and {r["k"] for r in records} == {64, 128}
     assert "K" not in render_compare(records[:1], "stream").splitlines()[0].split()
+    # the REGRESSION and FAILED lines name each row's shape too, and only where there are several
+    from qbench.readers.compare import LAYER, _where
+
+    assert [_where(LAYER, records)(r) for r in records] == ["x M=1 64×32", "x M=1 128×32"]
+    assert _where(LAYER, records[:1])(records[0]) == "x M=1"
