@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 from qbench.judge import DECISION_METHOD, UNUSABLE, capture_failure, common_method, row_caveats, row_verdict
 from qbench.readers.common import (Command, Refused, add_options, blocking_differences, job_view, one_result,
                                    open_results, print_table, timing_differences)
-from qbench.render import Column, check_format, narrow
+from qbench.render import check_format, narrow
 from qbench.render.columns import COLUMNS, entry, shown
 from qbench.render.safe import visible
 from qbench.render.view import View
@@ -165,7 +165,7 @@ def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: 
             entry("verdict", "verdict", cell_override=lambda r: r["verdict"] + (" !" if r["regression"] else "")),
             entry("note", "note")]
     shard = ["tp_size", "split"] if any(r.get("tp_size") is not None for r in records) else []
-    shapes = ["k", "n"] if len({(r.get("k"), r.get("n")) for r in records}) > 1 else []  # a sweep: which shape
+    shapes = ["k", "n"] if _several_shapes(records) else []  # a sweep: which shape
     place = ["context", "method"] if kind.per_row_method else shapes
     keys = ["scheme", "m", *place, *shard, "a_us", "b_us", "speedup", "rel_fro_diff", "verdict", "note"]
     data = keys if kind.per_row_method else ["scheme", "m", "k", "n", "method", *keys[2 + len(shapes):]]
@@ -174,10 +174,15 @@ def render_compare(records: list[dict], method: str, fmt: str = "simple", wide: 
     return view.render(records, fmt, wide)
 
 
+def _several_shapes(records: list[dict]) -> bool:
+    """Whether the records hold more than one (K, N): a sweep, whose rows at one scheme and M the shape tells apart."""
+    return len({(r.get("k"), r.get("n")) for r in records}) > 1
+
+
 def _where(kind: CompareKind, records: list[dict]) -> Callable[[dict], str]:
     """``kind.where``, with each record's K×N where the records hold several shapes (a sweep) and its sharding where
     they hold tensor-parallel rows: a REGRESSION or FAILED line must tell two such rows apart, as the table does."""
-    shapes = len({(r.get("k"), r.get("n")) for r in records}) > 1
+    shapes = _several_shapes(records)
     shard = any(r.get("tp_size") is not None for r in records)
     if not (shapes or shard):
         return kind.where

@@ -281,7 +281,8 @@ def build(quality_path: str, quality_doc: Any, step_path: str, step_doc: Any, ca
     if seeded:
         sources["cost"] += "; seeded weights of the same config (a step's time depends on shapes, not values)"
         notes = {c.label: VALUE_DEPENDENT_SPEED[c.name] for c in candidates if c.name in VALUE_DEPENDENT_SPEED}
-    emulated = tuple(r.scheme for r in quality_doc.rows if r.emulated and r.scheme in {c.label for c in candidates})
+    labels = {c.label for c in candidates}
+    emulated = tuple(r.scheme for r in quality_doc.rows if r.emulated and r.scheme in labels)
     whole, units_sum = q0.stats.kld, sum(row[0] for row in dmg)
     fixed_kld = max(0.0, float(whole.mean) - units_sum)
     sources["fixed_kld"] = (f"the {candidates[0].label} row's whole-model KLD {whole.mean:.4g} less the sum of its "
@@ -289,10 +290,9 @@ def build(quality_path: str, quality_doc: Any, step_path: str, step_doc: Any, ca
                             f"norms at the activation dtype; for a quantized base, its units' non-additivity too), "
                             f"added to every predicted KLD")
     if whole.mean < units_sum:
-        sources["fixed_kld"] += (f"; the whole row is below its units' sum (their damages overlap), so the rest is "
-                                 f"taken as 0")
+        sources["fixed_kld"] += ("; the whole row is below its units' sum (their damages overlap), so the rest is "
+                                 "taken as 0")
     few = {r.scheme: f.text for r in quality_doc.rows for f in r.flags if f.name == "few-calibration-tokens"}
-    labels = {c.label for c in candidates}
     calibrated = [r for r in quality_doc.rows if r.scheme in labels and r.calibration is not None]
     if calibrated:
         c = calibrated[0].calibration

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from qbench import judge
 from qbench.judge import decision_method
-from qbench.readers.compare import CompareKind
+from qbench.readers.compare import CompareKind, why_untimed
 from qbench.readers.common import (ACT_ON, Refused, Table, one_chart, check_baseline, incomplete_notes, one_machine,
                                    one_result, refuse_budgets, refuse_options, run_copies, show_table)
 from qbench.render import narrow, prose, synthetic_warnings, wants_prose
@@ -335,8 +335,6 @@ def _lost(a, b, pair: str | None) -> str | None:
     """``B: no step_compiled (why)`` when A had a step method earlier in the decision order than the pair's, which B
     has no time for (a compile or a capture that fails in B): the pair is read by a lesser method, and the table
     would not say why."""
-    from qbench.readers.compare import why_untimed
-
     order = registry.decision_order("step")
     for m in order[:order.index(pair)] if pair in order else ():
         if a.stats(m) is not None and b.stats(m) is None:

@@ -176,7 +176,9 @@ def run_job(scenario: Scenario, index: int, tp_size: int, split: str, dev, folde
     if code == 0 and os.path.exists(rows_path):
         with open(rows_path, encoding="utf-8") as f:
             rows = json.load(f)
-        first = _first_failure(log_path)  # the failed launch's reason, where torchrun restarted the job
+        restarted = any(f["name"] == "restarted" for row in rows for f in row.get("flags") or [])
+        # the failed launch's reason (the whole log read), where torchrun restarted the job or rows failed after one
+        first = _first_failure(log_path) if restarted or any(row["status"] != "ok" for row in rows) else ""
         for row in rows:
             for flag in row.get("flags") or []:
                 if flag["name"] == "restarted" and first:
@@ -252,8 +254,9 @@ def _reason(lines: list[str], rank: Optional[int]) -> str:
     """The line of ``lines`` that says why ``rank`` failed: its last exception, else the last exception no rank
     prefix claims (printed before torch set the prefix; torchrun's own ``ChildFailedError`` left out), else
     torchrun's ``failed (exitcode: ...)`` line for it (a rank killed by a signal prints no exception), else torchrun's
-    own error (``ChildFailedError``), else the last line; never another rank's exception (that rank's broken connection is a consequence, not the cause). Without a
-    rank: any rank's last exception, else any exception, else the last line."""
+    own error (``ChildFailedError``), else the last line; never another rank's exception (that rank's broken
+    connection is a consequence, not the cause). Without a rank: any rank's last exception, else any exception, else
+    the last line."""
     errors = [line for line in lines if _exception_name(line)]
     if rank is None:
         return ([line for line in errors if line.startswith("[rank")] or errors or lines)[-1][:240]
